@@ -1,0 +1,50 @@
+# liftbridge-sync developer commands. `make test` is what CI runs (.ci/run).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The Liftbridge server and Go build caches live inside the project.
+export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
+
+.PHONY: all venv server lint type codegen test unit demo bench clean
+
+all: test
+
+$(STAMP): setup.cfg setup.py pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,nats]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Install the Liftbridge server binary into $(LIFTBRIDGE_SYNC_CACHE) (reused when present).
+server: venv
+	$(BIN)/python -m liftbridge_sync.testing install
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+type: venv
+	$(BIN)/mypy liftbridge_sync
+
+## Regenerate liftbridge_sync/_proto from protos/ (tests check it is up to date).
+codegen: venv
+	$(BIN)/python -m grpc_tools.protoc --proto_path=protos --python_out=. --pyi_out=. \
+		--grpc_python_out=. protos/liftbridge_sync/_proto/api.proto
+
+test: venv server lint type
+	$(BIN)/python -m pytest
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit
+
+demo: venv server
+	$(BIN)/python examples/demo.py
+
+bench: venv server
+	$(BIN)/python -m bench all
+
+clean:
+	rm -rf $(VENV) .cache .mypy_cache .pytest_cache .ruff_cache build *.egg-info

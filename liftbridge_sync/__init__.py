@@ -1,0 +1,91 @@
+"""liftbridge-sync: a thread-safe, synchronous Python client for Liftbridge."""
+
+from __future__ import annotations
+
+import logging
+
+from liftbridge_sync.errors import (
+    AckTimeoutError,
+    BrokerUnavailableError,
+    ClientClosedError,
+    ConfigurationError,
+    DeadlineExceededError,
+    EnvelopeError,
+    ForkedClientError,
+    IncorrectOffsetError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotFoundError,
+    NotLeaderError,
+    PartitionPausedError,
+    PermissionDeniedError,
+    PublishError,
+    PublishQueueFullError,
+    PublishRejectedError,
+    ReadonlyPartitionError,
+    ServerError,
+    StreamDeletedError,
+    StreamExistsError,
+    UnsupportedError,
+)
+from liftbridge_sync.models import (
+    Ack,
+    AckPolicy,
+    BrokerInfo,
+    EventTimestamps,
+    Message,
+    Metadata,
+    PartitionInfo,
+    PartitionMetadata,
+    StreamInfo,
+)
+from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+from liftbridge_sync.positions import StartAt, StopAt
+
+__version__ = "0.1.0"
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+__all__ = [
+    "Ack",
+    "AckPolicy",
+    "AckTimeoutError",
+    "BrokerInfo",
+    "BrokerUnavailableError",
+    "ClientClosedError",
+    "ClientOptions",
+    "ConfigurationError",
+    "DeadlineExceededError",
+    "EnvelopeError",
+    "EventTimestamps",
+    "ForkedClientError",
+    "IncorrectOffsetError",
+    "InvalidArgumentError",
+    "LiftbridgeError",
+    "Message",
+    "Metadata",
+    "NoSuchPartitionError",
+    "NoSuchStreamError",
+    "NotFoundError",
+    "NotLeaderError",
+    "PartitionInfo",
+    "PartitionMetadata",
+    "PartitionPausedError",
+    "PermissionDeniedError",
+    "PublishError",
+    "PublishQueueFullError",
+    "PublishRejectedError",
+    "ReadonlyPartitionError",
+    "RetryPolicy",
+    "ServerError",
+    "StartAt",
+    "StopAt",
+    "StreamDeletedError",
+    "StreamExistsError",
+    "StreamInfo",
+    "TLSOptions",
+    "UnsupportedError",
+    "__version__",
+]

@@ -1,0 +1,206 @@
+"""Option groups: frozen dataclasses validated on construction.
+
+Options are data, not behaviour: they are immutable, picklable (so a Spark driver can
+ship them to executors) and checked in ``__post_init__``, which raises
+:class:`~liftbridge_sync.errors.ConfigurationError` naming the bad field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from liftbridge_sync.errors import ConfigurationError
+
+__all__ = ["ClientOptions", "RetryPolicy", "TLSOptions", "parse_address", "parse_addresses"]
+
+
+def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name!r} must be a finite number, got {value!r}")
+    if value <= 0:
+        raise ConfigurationError(f"{name!r} must be > 0, got {value!r}")
+
+
+def _non_negative(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"{name!r} must be a finite number, got {value!r}")
+    if value < 0:
+        raise ConfigurationError(f"{name!r} must be >= 0, got {value!r}")
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """Split ``"host:port"`` (or ``"[v6]:port"``) and check both parts.
+
+    Raises:
+        ConfigurationError: if the address is not of that form.
+    """
+    if not isinstance(address, str) or not address.strip():
+        raise ConfigurationError(f"address must be a non-empty 'host:port' str, got {address!r}")
+    host, sep, port_text = address.strip().rpartition(":")
+    if not sep or not host:
+        raise ConfigurationError(f"address {address!r} must look like 'host:port'")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigurationError(f"address {address!r} has a non-numeric port") from None
+    if not 0 < port < 65536:
+        raise ConfigurationError(f"address {address!r} has a port outside 1..65535")
+    return host, port
+
+
+def parse_addresses(addresses: str | Sequence[str]) -> tuple[str, ...]:
+    """Normalise a seed list (a sequence, or a comma-separated str) to ``host:port`` strs."""
+    if isinstance(addresses, str):
+        items = [part for part in addresses.split(",") if part.strip()]
+    elif isinstance(addresses, Sequence):
+        items = list(addresses)
+    else:
+        raise ConfigurationError("addresses must be a str or a sequence of 'host:port' strs")
+    if not items:
+        raise ConfigurationError("at least one broker address is required")
+    result: list[str] = []
+    for item in items:
+        host, port = parse_address(item)
+        normalised = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if normalised not in result:
+            result.append(normalised)
+    return tuple(result)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How retryable failures (unavailable broker, not-leader) are retried.
+
+    A call is attempted at most ``max_attempts`` times and never retried after
+    ``max_delay`` seconds in total. Between attempts it sleeps an exponentially growing
+    delay starting at ``initial`` seconds and capped at ``maximum``, plus up to
+    ``jitter`` seconds of random jitter. Immutable; safe to share and to pickle.
+    """
+
+    #: Attempts in all, including the first.
+    max_attempts: int = 10
+    #: Seconds after which no further attempt is started.
+    max_delay: float = 10.0
+    #: First back-off delay, seconds.
+    initial: float = 0.05
+    #: Largest back-off delay, seconds.
+    maximum: float = 1.0
+    #: Largest random jitter added to each delay, seconds.
+    jitter: float = 0.05
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise ConfigurationError("'max_attempts' must be an int")
+        if self.max_attempts < 1:
+            raise ConfigurationError(f"'max_attempts' must be >= 1, got {self.max_attempts}")
+        _non_negative("max_delay", self.max_delay)
+        _non_negative("initial", self.initial)
+        _non_negative("maximum", self.maximum)
+        _non_negative("jitter", self.jitter)
+        if self.maximum < self.initial:
+            raise ConfigurationError("'maximum' must be >= 'initial'")
+
+    @classmethod
+    def no_retry(cls) -> RetryPolicy:
+        """A policy that makes exactly one attempt."""
+        return cls(max_attempts=1, max_delay=0.0, initial=0.0, maximum=0.0, jitter=0.0)
+
+
+def _read_pem(name: str, value: bytes | str | None) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        try:
+            with open(os.fspath(value), "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ConfigurationError(f"{name!r}: cannot read {value!r}: {exc}") from exc
+    raise ConfigurationError(f"{name!r} must be PEM bytes or a file path str")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TLSOptions:
+    """TLS (and mutual TLS) for the gRPC connections.
+
+    Each certificate or key is PEM ``bytes`` or a path ``str`` to a PEM file; paths are
+    read when the options are built, so the object is self-contained. Immutable; safe to
+    share and to pickle.
+    """
+
+    #: CA bundle that signs the server certificate (``None``: system roots).
+    ca_cert: bytes | str | None = None
+    #: Client certificate chain for mutual TLS.
+    client_cert: bytes | str | None = None
+    #: Private key of the client certificate.
+    client_key: bytes | str | None = None
+    #: Override the name checked against the server certificate (SNI and verification).
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("ca_cert", "client_cert", "client_key"):
+            object.__setattr__(self, name, _read_pem(name, getattr(self, name)))
+        if (self.client_cert is None) != (self.client_key is None):
+            raise ConfigurationError("'client_cert' and 'client_key' must be given together")
+        if self.server_name is not None and not self.server_name:
+            raise ConfigurationError("'server_name' must not be empty")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOptions:
+    """Everything a :class:`~liftbridge_sync.Client` is built from.
+
+    Immutable and picklable: ship it to Spark executors and call
+    ``Client.for_process(options)`` there.
+    """
+
+    #: Seed brokers, ``"host:port"``. Further brokers are learnt from metadata.
+    addresses: tuple[str, ...]
+    #: TLS settings; ``None`` for plaintext.
+    tls: TLSOptions | None = None
+    #: Retry policy for retryable RPC failures.
+    retry: RetryPolicy = RetryPolicy()
+    #: Deadline of each unary RPC attempt, seconds.
+    rpc_timeout: float = 10.0
+    #: Seconds until an unacknowledged publish fails with ``AckTimeoutError``.
+    ack_timeout: float = 5.0
+    #: Publishes awaiting an ack before ``publish_async`` blocks.
+    max_in_flight: int = 1024
+    #: Seconds ``publish_async`` blocks for a free slot (``None``: forever).
+    enqueue_timeout: float | None = 10.0
+    #: Seconds a subscription keeps trying to resubscribe after losing its stream.
+    resubscribe_wait: float = 30.0
+    #: Extra gRPC channel options, e.g. ``(("grpc.max_receive_message_length", 8 << 20),)``.
+    grpc_options: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "addresses", parse_addresses(self.addresses))
+        if self.tls is not None and not isinstance(self.tls, TLSOptions):
+            raise ConfigurationError("'tls' must be a TLSOptions or None")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigurationError("'retry' must be a RetryPolicy")
+        _positive("rpc_timeout", self.rpc_timeout)
+        _positive("ack_timeout", self.ack_timeout)
+        _positive("enqueue_timeout", self.enqueue_timeout, allow_none=True)
+        _positive("resubscribe_wait", self.resubscribe_wait)
+        if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
+            raise ConfigurationError("'max_in_flight' must be an int")
+        if self.max_in_flight < 1:
+            raise ConfigurationError(f"'max_in_flight' must be >= 1, got {self.max_in_flight}")
+        options = tuple(tuple(pair) for pair in self.grpc_options)
+        if any(len(pair) != 2 or not isinstance(pair[0], str) for pair in options):
+            raise ConfigurationError("'grpc_options' must be (name, value) pairs")
+        object.__setattr__(self, "grpc_options", options)
+
+    def replace(self, **changes: Any) -> ClientOptions:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,155 @@
+"""Where a subscription starts and stops.
+
+``StartAt`` and ``StopAt`` are immutable values built with class methods::
+
+    client.subscribe("orders", start=StartAt.earliest(), stop=StopAt.latest())
+    client.subscribe("orders", start=StartAt.time_delta(3600))   # the last hour
+    client.subscribe("orders", start=StartAt.cursor("billing"))  # after a stored cursor
+
+Timestamps are accepted as aware (or local naive) datetimes or as Unix nanoseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from datetime import datetime
+
+from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.models import ns_from_datetime
+
+__all__ = ["StartAt", "StartKind", "StopAt", "StopKind"]
+
+
+class StartKind(enum.Enum):
+    """How a :class:`StartAt` picks the first offset."""
+
+    NEW_ONLY = "new_only"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSET = "offset"
+    TIMESTAMP = "timestamp"
+    TIME_DELTA = "time_delta"
+    CURSOR = "cursor"
+
+
+class StopKind(enum.Enum):
+    """How a :class:`StopAt` picks the last offset."""
+
+    OFFSET = "offset"
+    LATEST = "latest"
+    TIMESTAMP = "timestamp"
+
+
+def _to_ns(value: datetime | int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, datetime | int):
+        raise ConfigurationError(f"{what} must be a datetime or Unix nanoseconds (int)")
+    ns = ns_from_datetime(value) if isinstance(value, datetime) else value
+    if ns < 0:
+        raise ConfigurationError(f"{what} must not be before 1970")
+    return ns
+
+
+def _check_offset(offset: int, what: str) -> int:
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise ConfigurationError(f"{what} must be an int")
+    if offset < 0:
+        raise ConfigurationError(f"{what} must be >= 0, got {offset}")
+    return offset
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StartAt:
+    """Where a subscription begins.
+
+    Immutable; safe to share between threads and to pickle.
+    """
+
+    kind: StartKind
+    #: Offset for ``StartKind.OFFSET``.
+    at_offset: int = 0
+    #: Unix nanoseconds for ``StartKind.TIMESTAMP``.
+    at_timestamp_ns: int = 0
+    #: Seconds back from subscribe time for ``StartKind.TIME_DELTA``.
+    delta_seconds: float = 0.0
+    #: Cursor id for ``StartKind.CURSOR``.
+    cursor_id: str = ""
+
+    @classmethod
+    def new_only(cls) -> StartAt:
+        """Only messages published after the subscription starts (the server default)."""
+        return cls(StartKind.NEW_ONLY)
+
+    @classmethod
+    def earliest(cls) -> StartAt:
+        """The oldest retained message."""
+        return cls(StartKind.EARLIEST)
+
+    @classmethod
+    def latest(cls) -> StartAt:
+        """The newest message at subscribe time (then everything after it)."""
+        return cls(StartKind.LATEST)
+
+    @classmethod
+    def offset(cls, offset: int) -> StartAt:
+        """A given offset; below the oldest retained offset reading starts at the oldest."""
+        return cls(StartKind.OFFSET, at_offset=_check_offset(offset, "start offset"))
+
+    @classmethod
+    def timestamp(cls, when: datetime | int) -> StartAt:
+        """The first message received at or after ``when`` (datetime or Unix ns)."""
+        return cls(StartKind.TIMESTAMP, at_timestamp_ns=_to_ns(when, "start timestamp"))
+
+    @classmethod
+    def time_delta(cls, seconds: float) -> StartAt:
+        """Messages received in the last ``seconds``, counted from subscribe time."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ConfigurationError("time_delta seconds must be a number >= 0")
+        return cls(StartKind.TIME_DELTA, delta_seconds=float(seconds))
+
+    @classmethod
+    def cursor(cls, cursor_id: str) -> StartAt:
+        """Resume after the offset stored under ``cursor_id`` (earliest when none is stored).
+
+        The cursor holds the last processed offset (Go client semantics), so reading
+        resumes at cursor + 1.
+        """
+        if not isinstance(cursor_id, str) or not cursor_id:
+            raise ConfigurationError("cursor_id must be a non-empty str")
+        return cls(StartKind.CURSOR, cursor_id=cursor_id)
+
+    def resolve_timestamp_ns(self) -> int:
+        """The start time in Unix ns for TIMESTAMP and TIME_DELTA positions."""
+        if self.kind is StartKind.TIME_DELTA:
+            return time.time_ns() - int(self.delta_seconds * 1_000_000_000)
+        return self.at_timestamp_ns
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StopAt:
+    """Where a subscription ends; the iterator then finishes with ``StopIteration``.
+
+    Immutable; safe to share between threads and to pickle.
+    """
+
+    kind: StopKind
+    #: Inclusive stop offset for ``StopKind.OFFSET``.
+    at_offset: int = 0
+    #: Unix nanoseconds for ``StopKind.TIMESTAMP``.
+    at_timestamp_ns: int = 0
+
+    @classmethod
+    def offset(cls, offset: int) -> StopAt:
+        """Stop after delivering ``offset`` (inclusive)."""
+        return cls(StopKind.OFFSET, at_offset=_check_offset(offset, "stop offset"))
+
+    @classmethod
+    def latest(cls) -> StopAt:
+        """Stop after the newest message present at subscribe time."""
+        return cls(StopKind.LATEST)
+
+    @classmethod
+    def timestamp(cls, when: datetime | int) -> StopAt:
+        """Stop after the last message received at or before ``when``."""
+        return cls(StopKind.TIMESTAMP, at_timestamp_ns=_to_ns(when, "stop timestamp"))

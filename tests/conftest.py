@@ -1,0 +1,26 @@
+"""Suite-wide fixtures: no ``liftbridge-*`` thread may outlive a test."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+
+def _liftbridge_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("liftbridge-") and t.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    """Fail a test that leaves a ``liftbridge-*`` thread running (1 s grace period)."""
+    before = set(_liftbridge_threads())
+    yield
+    deadline = time.monotonic() + 1.0
+    leaked = [t for t in _liftbridge_threads() if t not in before]
+    while leaked and time.monotonic() < deadline:
+        leaked[0].join(timeout=0.05)
+        leaked = [t for t in _liftbridge_threads() if t not in before]
+    assert not leaked, f"threads leaked: {[t.name for t in leaked]}"
