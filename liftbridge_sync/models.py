@@ -178,6 +178,9 @@ class Ack:
     reception_timestamp_ns: int = 0
     #: When the ack was emitted, Unix nanoseconds (0 if unknown).
     commit_timestamp_ns: int = 0
+    #: Name of the wire ``Ack.Error`` when the leader refused the message
+    #: (``"INCORRECT_OFFSET"``, ``"TOO_LARGE"``, ``"ENCRYPTION"``, ``"UNKNOWN"``), else ``None``.
+    ack_error: str | None = None
 
     @property
     def reception_timestamp(self) -> datetime | None:
@@ -207,7 +210,11 @@ class Ack:
             ack_policy=policy,
             reception_timestamp_ns=pb.receptionTimestamp,
             commit_timestamp_ns=pb.commitTimestamp,
+            ack_error=_ACK_ERROR_NAMES.get(pb.ackError, "UNKNOWN") if pb.ackError else None,
         )
+
+
+_ACK_ERROR_NAMES = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
