@@ -1,0 +1,330 @@
+"""One ``liftbridge`` process: spawn, readiness, signals, restarts and its log."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+
+from liftbridge_sync.testing._config import KNOWN_KEYS_V1_9_0, TELEMETRY_KEYS, write_config
+from liftbridge_sync.testing._install import InstalledServer
+
+__all__ = ["LEADER_LOG_LINE", "LiftbridgeProcess", "ServerStartError"]
+
+logger = logging.getLogger(__name__)
+
+#: Logged by the node that wins the metadata Raft election (v1.9.0 and the pinned commit).
+LEADER_LOG_LINE = "Server became metadata leader, performing leader promotion actions"
+_ADDRESS_IN_USE = "address already in use"
+_POLL_INTERVAL = 0.05
+
+# Inherited LIFTBRIDGE_<KEY> variables would override the generated config (viper
+# AutomaticEnv), so they are not passed on unless given explicitly.
+_CONFIG_ENV_NAMES = frozenset(
+    f"LIFTBRIDGE_{key.upper()}" for key in KNOWN_KEYS_V1_9_0 | TELEMETRY_KEYS
+)
+
+_live: weakref.WeakSet[LiftbridgeProcess] = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def _kill_leftovers() -> None:
+    with _live_lock:
+        leftovers = list(_live)
+    for proc in leftovers:
+        proc.kill()
+
+
+atexit.register(_kill_leftovers)
+
+
+class ServerStartError(RuntimeError):
+    """A Liftbridge server did not become ready; the message ends with its log tail."""
+
+    def __init__(self, message: str, *, address_in_use: bool = False) -> None:
+        super().__init__(message)
+        #: Whether the log says a port was taken (the caller may retry on new ports).
+        self.address_in_use = address_in_use
+
+
+class LiftbridgeProcess:
+    """A ``liftbridge`` process running from a fixed config file and data dir.
+
+    The process is started in its own session, its stdout and stderr go to
+    ``log_path`` (appended across restarts), and only its own PID is signalled.
+
+    Not thread-safe: drive one instance from one thread at a time.
+
+    Args:
+        installed: The server binary.
+        run_dir: Directory for the config file and log (must exist).
+        config: Flat or nested config mapping (written when starting).
+        server_id: ``clustering.server.id``.
+        namespace: ``clustering.namespace``.
+        port: gRPC port on 127.0.0.1.
+        nats_url: URL of the NATS server the node uses.
+        data_dir: ``data.dir``.
+        env: Extra environment variables for the process.
+        require_leader: Readiness also requires the metadata-leader log line
+            (true for single nodes; cluster followers never log it).
+        startup_timeout: Seconds to wait for readiness.
+    """
+
+    def __init__(
+        self,
+        *,
+        installed: InstalledServer,
+        run_dir: Path,
+        config: Mapping[str, object],
+        server_id: str,
+        namespace: str,
+        port: int,
+        nats_url: str,
+        data_dir: Path,
+        env: Mapping[str, str] | None = None,
+        require_leader: bool = True,
+        startup_timeout: float = 30.0,
+    ) -> None:
+        self.installed = installed
+        self.run_dir = run_dir
+        self.config: dict[str, object] = dict(config)
+        self.server_id = server_id
+        self.namespace = namespace
+        self.host = "127.0.0.1"
+        self.port = port
+        self.nats_url = nats_url
+        self.data_dir = data_dir
+        self.config_path = run_dir / f"liftbridge-{server_id}.yaml"
+        self.log_path = run_dir / f"liftbridge-{server_id}.log"
+        self.require_leader = require_leader
+        self.startup_timeout = startup_timeout
+        self._extra_env = dict(env or {})
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_offset = 0
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def address(self) -> str:
+        """``"127.0.0.1:<port>"``, the gRPC address."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the running process, or None."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        """Exit code of the last process, or None while running or never started."""
+        return None if self._proc is None else self._proc.poll()
+
+    # -- log -----------------------------------------------------------------------------
+
+    def log_tail(self, n: int = 40) -> str:
+        """Return the last ``n`` lines of the server log (all runs)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                size = fh.tell()
+                fh.seek(max(0, size - 256 * 1024))
+                data = fh.read()
+        except FileNotFoundError:
+            return ""
+        lines = data.decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-n:])
+
+    def log_since_start(self) -> str:
+        """Return the log written by the current (or last) run."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_offset)
+                return fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def is_metadata_leader_logged(self) -> bool:
+        """Whether this run has logged winning a metadata leader election."""
+        return LEADER_LOG_LINE in self.log_since_start()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _environment(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k.upper() not in _CONFIG_ENV_NAMES}
+        env.update(self._extra_env)
+        return env
+
+    def spawn(self) -> None:
+        """Start the process without waiting for readiness.
+
+        Raises:
+            RuntimeError: If it is already running.
+        """
+        if self.running:
+            raise RuntimeError(f"Liftbridge {self.server_id} is already running")
+        self.reap()
+        write_config(self.config_path, self.config)
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._log_offset = log.tell()
+            self._proc = subprocess.Popen(
+                [str(self.installed.path), "--config", str(self.config_path)],
+                cwd=self.run_dir,
+                env=self._environment(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.started_at = time.monotonic()
+        self.ready_at = None
+        with _live_lock:
+            _live.add(self)
+        logger.debug(
+            "started liftbridge %s (pid %d) on %s", self.server_id, self._proc.pid, self.address
+        )
+
+    def _probe(self) -> bool:
+        import grpc
+
+        from liftbridge_sync.testing._rpc import fetch_metadata
+
+        try:
+            response = fetch_metadata(self.address, timeout=2.0)
+        except grpc.RpcError:
+            return False
+        return len(response.brokers) > 0
+
+    def check_ready(self) -> bool:
+        """One readiness probe: the leader log line (if required) and a FetchMetadata."""
+        if self.require_leader and not self.is_metadata_leader_logged():
+            return False
+        return self._probe()
+
+    def wait_ready(self, timeout: float | None = None) -> None:
+        """Poll until :meth:`check_ready` holds.
+
+        Args:
+            timeout: Seconds (default: ``startup_timeout``).
+
+        Raises:
+            ServerStartError: If the process exits or the deadline passes; the
+                process is then killed.
+        """
+        budget = self.startup_timeout if timeout is None else timeout
+        deadline = time.monotonic() + budget
+        while True:
+            if not self.running:
+                code = self.returncode
+                self.reap()
+                raise self._start_error(f"exited with code {code} during startup")
+            if self.check_ready():
+                self.ready_at = time.monotonic()
+                if self.started_at is not None:
+                    logger.debug(
+                        "liftbridge %s ready after %.2fs",
+                        self.server_id,
+                        self.ready_at - self.started_at,
+                    )
+                return
+            if time.monotonic() >= deadline:
+                self.kill()
+                raise self._start_error(f"was not ready within {budget:.0f}s")
+            time.sleep(_POLL_INTERVAL)
+
+    def _start_error(self, what: str) -> ServerStartError:
+        log = self.log_since_start()
+        tail = "\n".join(log.splitlines()[-40:])
+        return ServerStartError(
+            f"Liftbridge {self.installed.version} ({self.server_id}, {self.address}) {what}; "
+            f"log {self.log_path}:\n{tail}",
+            address_in_use=_ADDRESS_IN_USE in log,
+        )
+
+    def start(self) -> None:
+        """Spawn the process and wait until it is ready.
+
+        Raises:
+            ServerStartError: See :meth:`wait_ready`.
+        """
+        self.spawn()
+        self.wait_ready()
+
+    def reap(self) -> None:
+        """Collect the exit status of a finished process (avoids zombies)."""
+        if self._proc is not None and self._proc.poll() is not None:
+            with _live_lock:
+                _live.discard(self)
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """Stop gracefully: SIGINT, then SIGKILL after ``timeout`` seconds.
+
+        Args:
+            timeout: Seconds to wait for a graceful exit.
+
+        Returns:
+            The exit code, or None if it was never started.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning(
+                    "liftbridge %s (pid %d) ignored SIGINT for %.0fs; killing it",
+                    self.server_id,
+                    proc.pid,
+                    timeout,
+                )
+                proc.kill()
+                proc.wait()
+        self.reap()
+        return proc.returncode
+
+    def kill(self) -> int | None:
+        """Kill with SIGKILL (a crash) and wait for the process to go.
+
+        Returns:
+            The exit code, or None if it was never started.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self.reap()
+        return proc.returncode
+
+    def restart(self, timeout: float = 10.0, *, kill: bool = False) -> None:
+        """Stop (or kill) and start again with the same config, ports and data.
+
+        Args:
+            timeout: Graceful-stop timeout in seconds.
+            kill: SIGKILL instead of a graceful stop.
+
+        Raises:
+            ServerStartError: If the server does not become ready again.
+        """
+        if kill:
+            self.kill()
+        else:
+            self.stop(timeout)
+        self.start()

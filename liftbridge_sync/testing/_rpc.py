@@ -1,0 +1,85 @@
+"""Raw gRPC calls used by the harness (independent of the Client class)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import cast
+
+import grpc
+
+from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+
+__all__ = ["create_stream", "fetch_metadata", "stub"]
+
+_CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
+
+
+@contextlib.contextmanager
+def stub(address: str) -> Iterator[api_pb2_grpc.APIStub]:
+    """Yield an API stub on a fresh insecure channel, closed afterwards.
+
+    Args:
+        address: ``host:port`` of a broker.
+
+    Yields:
+        The stub.
+    """
+    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    try:
+        yield api_pb2_grpc.APIStub(channel)  # type: ignore[no-untyped-call]
+    finally:
+        channel.close()
+
+
+def fetch_metadata(
+    address: str, timeout: float = 5.0, streams: Iterable[str] = ()
+) -> api_pb2.FetchMetadataResponse:
+    """Call FetchMetadata on one broker.
+
+    Args:
+        address: ``host:port`` of the broker.
+        timeout: gRPC deadline in seconds.
+        streams: Stream names to ask for (default: all).
+
+    Returns:
+        The response.
+
+    Raises:
+        grpc.RpcError: If the call fails.
+    """
+    with stub(address) as api:
+        request = api_pb2.FetchMetadataRequest(streams=list(streams))
+        return cast(api_pb2.FetchMetadataResponse, api.FetchMetadata(request, timeout=timeout))
+
+
+def create_stream(
+    address: str,
+    name: str,
+    *,
+    subject: str | None = None,
+    partitions: int = 1,
+    replication_factor: int = 1,
+    timeout: float = 10.0,
+) -> None:
+    """Call CreateStream on one broker (the deadline doubles as a leader wait).
+
+    Args:
+        address: ``host:port`` of the broker.
+        name: Stream name.
+        subject: NATS subject (default: the name).
+        partitions: Number of partitions.
+        replication_factor: Replication factor (-1 = all brokers).
+        timeout: gRPC deadline in seconds.
+
+    Raises:
+        grpc.RpcError: If the call fails.
+    """
+    with stub(address) as api:
+        request = api_pb2.CreateStreamRequest(
+            name=name,
+            subject=subject or name,
+            partitions=partitions,
+            replicationFactor=replication_factor,
+        )
+        api.CreateStream(request, timeout=timeout)
