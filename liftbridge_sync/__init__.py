@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from liftbridge_sync.client import Client
 from liftbridge_sync.errors import (
     AckTimeoutError,
     BrokerUnavailableError,
@@ -54,6 +55,7 @@ __all__ = [
     "AckTimeoutError",
     "BrokerInfo",
     "BrokerUnavailableError",
+    "Client",
     "ClientClosedError",
     "ClientOptions",
     "ConfigurationError",

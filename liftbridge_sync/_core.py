@@ -1,0 +1,188 @@
+"""Resilient RPCs: broker selection, leader routing, deadlines and retries.
+
+Every unary call carries a deadline (``ClientOptions.rpc_timeout`` per attempt). Calls that
+any broker can serve rotate over the known brokers (metadata, then seeds) and retry
+``UNAVAILABLE`` under the retry policy. Calls that must reach a partition leader look the
+leader up in the metadata cache, and on not-leader or an unreachable leader refresh the
+metadata and try again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from liftbridge_sync._metadata import MetadataCache
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._retry import call_with_retry
+from liftbridge_sync._transport import ChannelPool
+from liftbridge_sync.errors import (
+    BrokerUnavailableError,
+    CallContext,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    NotLeaderError,
+    error_from_rpc_error,
+)
+from liftbridge_sync.models import Metadata, PartitionInfo
+from liftbridge_sync.options import ClientOptions
+
+__all__ = ["ClientCore"]
+
+_log = logging.getLogger("liftbridge_sync.client")
+
+
+class ClientCore:
+    """Channels, metadata and RPC routing shared by the client's parts.
+
+    Thread-safe.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        channel_factory: Callable[[str, list[tuple[str, Any]]], grpc.Channel] | None = None,
+    ) -> None:
+        self.options = options
+        self.pool = ChannelPool(options, channel_factory=channel_factory)
+        self.metadata = MetadataCache(self._fetch_metadata)
+        self._rotation = itertools.count()
+
+    # ------------------------------------------------------------------ brokers
+
+    def addresses(self) -> list[str]:
+        """Brokers to try: those in the cached metadata, then the seeds not among them."""
+        result: list[str] = []
+        snapshot = self.metadata.snapshot
+        if snapshot is not None:
+            result.extend(broker.address for broker in snapshot.brokers)
+        result.extend(a for a in self.options.addresses if a not in result)
+        return result
+
+    def invoke(
+        self,
+        address: str,
+        method: str,
+        request: Any,
+        *,
+        context: CallContext,
+        timeout: float | None = None,
+    ) -> Any:
+        """One attempt of a unary RPC on one broker; gRPC errors become LiftbridgeErrors."""
+        stub = self.pool.stub(address)
+        try:
+            return getattr(stub, method)(request, timeout=timeout or self.options.rpc_timeout)
+        except grpc.RpcError as exc:
+            raise error_from_rpc_error(exc, context) from None
+
+    def call_any(
+        self,
+        method: str,
+        request: Any,
+        *,
+        context: CallContext = CallContext.GENERIC,
+        timeout: float | None = None,
+    ) -> Any:
+        """Call an RPC that any broker can serve, rotating brokers on retryable errors."""
+        start = next(self._rotation)
+
+        def attempt(number: int) -> Any:
+            candidates = self.addresses()
+            address = candidates[(start + number - 1) % len(candidates)]
+            return self.invoke(address, method, request, context=context, timeout=timeout)
+
+        return call_with_retry(self.options.retry, method, attempt)
+
+    # ------------------------------------------------------------------ metadata
+
+    def _fetch_metadata(self, streams: Sequence[str]) -> Metadata:
+        request = api_pb2.FetchMetadataRequest(streams=list(streams))
+        response = self.call_any("FetchMetadata", request)
+        return Metadata.from_proto(response, fetched_at=time.monotonic())
+
+    def fetch_metadata(self, streams: Sequence[str] = ()) -> Metadata:
+        """Ask a broker for metadata (all streams, or only ``streams``) and cache it."""
+        if not streams:
+            return self.metadata.refresh()
+        snapshot = self._fetch_metadata(streams)
+        self.metadata.merge(snapshot)
+        return snapshot
+
+    def stream_info_partitions(self, stream: str, *, refresh: bool = False) -> int:
+        """Number of partitions of ``stream`` (fetching metadata when unknown).
+
+        Raises:
+            NoSuchStreamError: if the server does not know the stream.
+        """
+        snapshot = self.metadata.snapshot
+        info = None if refresh or snapshot is None else snapshot.streams.get(stream)
+        if info is None:
+            info = self.fetch_metadata([stream]).streams.get(stream)
+        if info is None:
+            raise NoSuchStreamError(f"no such stream: {stream!r}", code="NOT_FOUND")
+        return len(info.partitions)
+
+    def partition_info(self, stream: str, partition: int, *, refresh: bool) -> PartitionInfo:
+        """The partition's metadata, refreshing once if the cache lacks it.
+
+        Raises:
+            NoSuchPartitionError: if the server does not know the stream or partition.
+        """
+        snapshot = self.metadata.refresh() if refresh else self.metadata.get()
+        info = snapshot.partition(stream, partition)
+        if info is None and not refresh:
+            info = self.metadata.refresh().partition(stream, partition)
+        if info is None:
+            raise NoSuchPartitionError(
+                f"no such partition: stream {stream!r} partition {partition}", code="NOT_FOUND"
+            )
+        return info
+
+    def leader_address(self, stream: str, partition: int, *, refresh: bool = False) -> str:
+        """``host:port`` of the partition's leader.
+
+        Raises:
+            NoSuchPartitionError: the partition does not exist.
+            NotLeaderError: the partition has no reachable leader right now (retryable).
+        """
+        info = self.partition_info(stream, partition, refresh=refresh)
+        snapshot = self.metadata.get()
+        broker = snapshot.broker(info.leader) if info.leader else None
+        if broker is None:
+            raise NotLeaderError(
+                f"partition {stream!r}/{partition} has no known leader yet (leader={info.leader!r})"
+            )
+        return broker.address
+
+    def call_leader(
+        self,
+        stream: str,
+        partition: int,
+        method: str,
+        request: Any,
+        *,
+        context: CallContext = CallContext.LEADER,
+    ) -> Any:
+        """Call an RPC that the partition leader must serve; refresh and retry on not-leader."""
+        refresh = False
+
+        def attempt(number: int) -> Any:
+            nonlocal refresh
+            try:
+                address = self.leader_address(stream, partition, refresh=refresh)
+                return self.invoke(address, method, request, context=context)
+            except (NotLeaderError, BrokerUnavailableError):
+                refresh = True
+                raise
+
+        return call_with_retry(self.options.retry, method, attempt)
+
+    def close(self) -> None:
+        """Close all channels."""
+        self.pool.close()

@@ -1,0 +1,80 @@
+"""The client's cached view of cluster metadata."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from liftbridge_sync.models import FrozenMap, Metadata
+
+__all__ = ["MetadataCache"]
+
+Fetcher = Callable[[Sequence[str]], Metadata]
+
+
+class MetadataCache:
+    """Holds the latest :class:`Metadata` snapshot and refreshes it on demand.
+
+    Snapshots are immutable and swapped atomically, so readers never lock. Concurrent
+    refreshes collapse into one RPC: a thread that waited for another thread's refresh
+    uses its result. Thread-safe.
+    """
+
+    def __init__(self, fetch: Fetcher) -> None:
+        self._fetch = fetch
+        self._snapshot: Metadata | None = None
+        self._refresh_lock = threading.Lock()
+        self._generation = 0
+
+    @property
+    def snapshot(self) -> Metadata | None:
+        """The latest snapshot, or ``None`` before the first fetch."""
+        return self._snapshot
+
+    def get(self) -> Metadata:
+        """The cached snapshot, fetching one first if there is none."""
+        snapshot = self._snapshot
+        return snapshot if snapshot is not None else self.refresh()
+
+    def refresh(self) -> Metadata:
+        """Fetch all metadata from the server and cache it.
+
+        If another thread is already refreshing, wait for it and return its snapshot.
+        """
+        generation = self._generation
+        with self._refresh_lock:
+            if self._generation != generation and self._snapshot is not None:
+                return self._snapshot
+            snapshot = self._fetch(())
+            self._snapshot = snapshot
+            self._generation += 1
+            return snapshot
+
+    def merge(self, partial: Metadata) -> None:
+        """Fold a snapshot of some streams into the cache (brokers are replaced)."""
+        with self._refresh_lock:
+            current = self._snapshot
+            if current is None:
+                self._snapshot = partial
+            else:
+                streams = dict(current.streams)
+                streams.update(partial.streams)
+                self._snapshot = Metadata(
+                    brokers=partial.brokers or current.brokers,
+                    streams=FrozenMap(streams),
+                    fetched_at=time.monotonic(),
+                )
+            self._generation += 1
+
+    def forget_stream(self, name: str) -> None:
+        """Drop a stream from the cache (after it was deleted)."""
+        with self._refresh_lock:
+            current = self._snapshot
+            if current is not None and name in current.streams:
+                streams = {k: v for k, v in current.streams.items() if k != name}
+                self._snapshot = Metadata(
+                    brokers=current.brokers,
+                    streams=FrozenMap(streams),
+                    fetched_at=current.fetched_at,
+                )

@@ -1,0 +1,82 @@
+"""The one seam between liftbridge-sync and tenacity.
+
+Policies are plain data (:class:`~liftbridge_sync.options.RetryPolicy`); this module turns
+one into a **new** ``tenacity.Retrying`` per call, because ``Retrying`` objects keep
+per-call state and are not safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+import tenacity
+
+from liftbridge_sync.options import RetryPolicy
+
+__all__ = ["build_retrying", "call_with_retry", "is_retryable"]
+
+_log = logging.getLogger("liftbridge_sync.retry")
+_T = TypeVar("_T")
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether an attempt that raised ``error`` may be retried (its ``retryable`` flag)."""
+    return bool(getattr(error, "retryable", False))
+
+
+def build_retrying(
+    policy: RetryPolicy,
+    *,
+    label: str,
+    retry_if: Callable[[BaseException], bool] = is_retryable,
+) -> tenacity.Retrying:
+    """A fresh ``tenacity.Retrying`` for one call.
+
+    Args:
+        policy: Attempts, total time and back-off.
+        label: Names the operation in log messages.
+        retry_if: Decides whether an exception is worth another attempt.
+
+    Returns:
+        A ``Retrying`` that re-raises the last exception when it gives up. Not thread-safe;
+        use it for one call only.
+    """
+
+    def log_retry(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome else None
+        _log.warning(
+            "%s: attempt %d failed (%s); retrying in %.3fs",
+            label,
+            state.attempt_number,
+            error,
+            state.upcoming_sleep,
+        )
+
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(policy.max_attempts)
+        | tenacity.stop_after_delay(policy.max_delay),
+        wait=tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
+        + tenacity.wait_random(0, policy.jitter),
+        retry=tenacity.retry_if_exception(retry_if),
+        before_sleep=log_retry,
+        reraise=True,
+    )
+
+
+def call_with_retry(
+    policy: RetryPolicy,
+    label: str,
+    attempt: Callable[[int], _T],
+    *,
+    retry_if: Callable[[BaseException], bool] = is_retryable,
+) -> _T:
+    """Run ``attempt(attempt_number)`` until it succeeds or the policy gives up.
+
+    Thread-safe: each call builds its own ``Retrying``.
+    """
+    for trial in build_retrying(policy, label=label, retry_if=retry_if):
+        with trial:
+            return attempt(trial.retry_state.attempt_number)
+    raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover

@@ -1,0 +1,143 @@
+"""Argument checks that run before anything reaches the wire.
+
+The server trusts its clients on several inputs (a negative partition count crashes its
+CreateStream handler), so every public entry point validates here and raises
+:class:`~liftbridge_sync.errors.ConfigurationError` (or ``TypeError`` for wrong types of
+payload) with a message naming the argument.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+
+from liftbridge_sync.errors import ConfigurationError
+
+__all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "RESERVED_STREAMS",
+    "check_bool",
+    "check_bytes",
+    "check_headers",
+    "check_int",
+    "check_name",
+    "check_partition",
+    "check_partitions",
+    "check_subject",
+    "duration_ms",
+]
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
+
+
+def check_int(name: str, value: object, *, minimum: int, maximum: int = INT64_MAX) -> int:
+    """An int (not bool) within ``[minimum, maximum]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigurationError(f"{name!r} must be an int, got {type(value).__name__}")
+    if not minimum <= value <= maximum:
+        raise ConfigurationError(f"{name!r} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """A real bool."""
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name!r} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_name(name: str, value: object, *, allow_reserved: bool = False) -> str:
+    """A stream name: non-empty, printable, without whitespace, not reserved."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{name!r} must be a str, got {type(value).__name__}")
+    if not value:
+        raise ConfigurationError(f"{name!r} must not be empty")
+    if any(ch.isspace() or not ch.isprintable() for ch in value):
+        raise ConfigurationError(f"{name!r} must not contain whitespace or control characters")
+    if not allow_reserved and value in RESERVED_STREAMS:
+        raise ConfigurationError(f"{name!r}: {value!r} is reserved by the server")
+    return value
+
+
+def check_subject(name: str, value: object) -> str:
+    """A NATS subject: dot-separated non-empty tokens, no whitespace."""
+    subject = check_name(name, value, allow_reserved=True)
+    if any(not token for token in subject.split(".")):
+        raise ConfigurationError(f"{name!r}: {subject!r} has an empty token")
+    return subject
+
+
+def check_partition(name: str, value: object) -> int:
+    """A partition id."""
+    return check_int(name, value, minimum=0, maximum=INT32_MAX)
+
+
+def check_partitions(name: str, value: Iterable[int] | None) -> list[int]:
+    """An optional collection of partition ids (``None`` = all)."""
+    if value is None:
+        return []
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise ConfigurationError(f"{name!r} must be an iterable of ints or None")
+    result = [check_partition(name, item) for item in value]
+    if not result:
+        raise ConfigurationError(f"{name!r} must not be empty; pass None for all partitions")
+    return sorted(set(result))
+
+
+def duration_ms(
+    name: str, value: float | timedelta | None, *, allow_zero: bool = True
+) -> int | None:
+    """Seconds (or a timedelta) as whole milliseconds, as the server expects.
+
+    A positive duration below one millisecond would be sent as 0, which means
+    "disabled" or "unlimited" to the server, so it is refused.
+    """
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name!r} must be seconds (int/float) or a timedelta")
+    else:
+        seconds = float(value)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ConfigurationError(f"{name!r} must be a finite duration >= 0, got {value!r}")
+    ms = round(seconds * 1000)
+    if ms == 0 and (seconds > 0 or not allow_zero):
+        raise ConfigurationError(f"{name!r} must be at least 1 ms, got {value!r}")
+    if ms > INT64_MAX:
+        raise ConfigurationError(f"{name!r} is too large")
+    return ms
+
+
+def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | None:
+    """Bytes-like payloads; a ``str`` is refused with a hint to encode it."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be bytes, not str; encode it first, e.g. {name}.encode()")
+    raise TypeError(f"{name} must be bytes-like, not {type(value).__name__}")
+
+
+def check_headers(value: Mapping[str, bytes] | None) -> dict[str, bytes]:
+    """Headers: a mapping of non-empty str keys to bytes-like values."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError("headers must be a mapping of str to bytes")
+    result: dict[str, bytes] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"header names must be non-empty str, got {key!r}")
+        checked = check_bytes(f"headers[{key!r}]", item)
+        assert checked is not None
+        result[key] = checked
+    return result

@@ -1,0 +1,520 @@
+"""The :class:`Client`: one object, shared by every thread of a process."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import weakref
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any, TypedDict, Unpack
+
+from liftbridge_sync import _fork
+from liftbridge_sync._core import ClientCore
+from liftbridge_sync._cursors import cursor_partition
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._validate import (
+    INT32_MAX,
+    check_bool,
+    check_int,
+    check_name,
+    check_partition,
+    check_partitions,
+    check_subject,
+    duration_ms,
+)
+from liftbridge_sync.errors import (
+    CallContext,
+    ClientClosedError,
+    ConfigurationError,
+    ForkedClientError,
+    NotLeaderError,
+    ServerError,
+    StreamExistsError,
+)
+from liftbridge_sync.models import Metadata, PartitionMetadata
+from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+
+__all__ = ["Client"]
+
+CURSORS_STREAM = "__cursors"
+_PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
+
+
+class ClientKwargs(TypedDict, total=False):
+    """Keyword arguments of :class:`Client`: the fields of :class:`ClientOptions`."""
+
+    tls: TLSOptions | None
+    retry: RetryPolicy
+    rpc_timeout: float
+    ack_timeout: float
+    max_in_flight: int
+    enqueue_timeout: float | None
+    resubscribe_wait: float
+    grpc_options: tuple[tuple[str, Any], ...]
+
+
+_PER_PROCESS_LOCK = threading.Lock()
+_PER_PROCESS: dict[tuple[int, ClientOptions], Client] = {}
+
+
+class Client:
+    """A Liftbridge client for synchronous code.
+
+    ``Client(["host1:9292", "host2:9292"])`` takes a seed list; more brokers are learnt
+    from cluster metadata. Nothing happens on construction: channels open on first use,
+    so a client may be created at import time of a web app, before a worker forks.
+
+    Example::
+
+        with Client("localhost:9292") as client:
+            client.create_stream("orders", "orders", partitions=4, exist_ok=True)
+            print(client.fetch_metadata("orders").streams["orders"])
+
+    Args:
+        addresses: Seed brokers as ``"host:port"``, a sequence or a comma-separated str.
+        **options: Fields of :class:`~liftbridge_sync.options.ClientOptions`
+            (``tls``, ``retry``, ``rpc_timeout``, ``ack_timeout``, ``max_in_flight``,
+            ``enqueue_timeout``, ``resubscribe_wait``, ``grpc_options``).
+
+    Raises:
+        ConfigurationError: if an address or option is invalid.
+
+    Thread-safe: share one client between all threads of a process. Not fork-safe once
+    connected (a child gets :class:`ForkedClientError`); not picklable (ship
+    :class:`ClientOptions` and call :meth:`for_process` instead).
+    """
+
+    def __init__(self, addresses: str | Sequence[str], **options: Unpack[ClientKwargs]) -> None:
+        self._init(ClientOptions(addresses=tuple(_as_seq(addresses)), **options))
+
+    def _init(self, options: ClientOptions) -> None:
+        self._options = options
+        self._core = ClientCore(options)
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._closed = False
+        self._forked_connected = False
+        self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
+        _fork.track(self)
+
+    @classmethod
+    def from_options(cls, options: ClientOptions) -> Client:
+        """Build a client from a :class:`ClientOptions` value."""
+        if not isinstance(options, ClientOptions):
+            raise ConfigurationError("options must be a ClientOptions")
+        client = cls.__new__(cls)
+        client._init(options)
+        return client
+
+    @classmethod
+    def for_process(cls, options: ClientOptions) -> Client:
+        """The one shared client of this process for ``options``, created on first call.
+
+        Meant for code that runs in worker processes (Spark executors, Celery, gunicorn):
+        ship the picklable ``options`` and call this in the worker. A forked child gets
+        its own client, never its parent's.
+        """
+        key = (os.getpid(), options)
+        with _PER_PROCESS_LOCK:
+            client = _PER_PROCESS.get(key)
+            if client is None or client._closed:
+                for stale in [k for k in _PER_PROCESS if k[0] != key[0]]:
+                    del _PER_PROCESS[stale]
+                client = cls.from_options(options)
+                _PER_PROCESS[key] = client
+            return client
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def options(self) -> ClientOptions:
+        """The options this client was built with."""
+        return self._options
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def _check(self) -> ClientCore:
+        """Guard at every public entry point: not closed, not used across a fork."""
+        if self._closed:
+            raise ClientClosedError("client is closed")
+        if self._pid != os.getpid():
+            if self._forked_connected:
+                raise ForkedClientError(
+                    "this Client was connected before the process forked; gRPC channels "
+                    "cannot cross fork(). Create clients in the child, or use "
+                    "Client.for_process(options) in worker code."
+                )
+            # Never connected in the parent: simply adopt the client in this process.
+            self._pid = os.getpid()
+        return self._core
+
+    def _after_fork_in_child(self) -> None:
+        # Runs in the child right after fork: locks may have been held by parent threads
+        # that do not exist here, so replace them. gRPC objects are left untouched.
+        self._lock = threading.RLock()
+        self._forked_connected = self._core.pool.connected
+        if not self._forked_connected:
+            self._core = ClientCore(self._options)
+        self._closeables = weakref.WeakSet()
+
+    def _close_at_exit(self) -> None:
+        if self._pid == os.getpid() and not self._closed:
+            self.close(timeout=5.0)
+
+    def _register(self, closeable: Any) -> None:
+        """Track a publisher or subscription so that :meth:`close` closes it too."""
+        with self._lock:
+            if self._closed:
+                closeable.close()
+                raise ClientClosedError("client is closed")
+            self._closeables.add(closeable)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close subscriptions and the publisher, then the channels. Idempotent.
+
+        Args:
+            timeout: Seconds to wait for pending publishes to be acknowledged before
+                they fail with :class:`ClientClosedError` (``None``: wait for them).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            closeables = list(self._closeables)
+        if self._pid != os.getpid():
+            return  # a forked child must not touch its parent's channels
+        for closeable in closeables:
+            if _accepts_timeout(closeable):
+                closeable.close(timeout=timeout)
+            else:
+                closeable.close()
+        self._core.close()
+
+    def __enter__(self) -> Client:
+        self._check()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "Client is not picklable: it owns network connections and threads. Ship its "
+            "ClientOptions (client.options) instead and call Client.for_process(options) "
+            "in the other process."
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Client {','.join(self._options.addresses)} {state}>"
+
+    # ------------------------------------------------------------------ metadata
+
+    def fetch_metadata(self, *streams: str) -> Metadata:
+        """Ask the cluster for metadata, always from the server, and refresh the cache.
+
+        Args:
+            *streams: Stream names to describe; none means every stream. Streams the
+                server does not know are absent from the result.
+
+        Returns:
+            A :class:`Metadata` snapshot with brokers and the requested streams.
+        """
+        core = self._check()
+        names = [check_name("streams", s, allow_reserved=True) for s in streams]
+        return core.fetch_metadata(names)
+
+    def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionMetadata:
+        """Authoritative partition state (offsets, ISR, paused, readonly) from its leader.
+
+        Raises:
+            NoSuchPartitionError: if the stream or partition does not exist.
+        """
+        core = self._check()
+        check_name("stream", stream, allow_reserved=True)
+        check_partition("partition", partition)
+        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        try:
+            response = core.call_leader(stream, partition, "FetchPartitionMetadata", request)
+        except NotLeaderError:
+            # A paused partition has no running leader to ask; the cluster metadata then
+            # is the best available view (and says it is paused).
+            info = core.fetch_metadata([stream]).partition(stream, partition)
+            if info is None or not info.paused:
+                raise
+            return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
+        return PartitionMetadata.from_proto(stream, response.metadata)
+
+    # ------------------------------------------------------------------ streams
+
+    def create_stream(
+        self,
+        subject: str,
+        name: str,
+        *,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        group: str | None = None,
+        retention_max_bytes: int | None = None,
+        retention_max_messages: int | None = None,
+        retention_max_age: float | timedelta | None = None,
+        cleaner_interval: float | timedelta | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age: float | timedelta | None = None,
+        compact_enabled: bool | None = None,
+        compact_max_goroutines: int | None = None,
+        auto_pause_time: float | timedelta | None = None,
+        auto_pause_disable_if_subscribers: bool | None = None,
+        min_isr: int | None = None,
+        optimistic_concurrency_control: bool | None = None,
+        encryption: bool | None = None,
+        exist_ok: bool = False,
+    ) -> bool:
+        """Create a stream. ``None`` for any option means "use the server's default".
+
+        Args:
+            subject: NATS subject of partition 0; partition N listens on ``<subject>.<N>``.
+            name: Stream name, unique in the cluster.
+            partitions: Number of partitions (>= 1).
+            replication_factor: Replicas per partition; ``-1`` means every server.
+            group: NATS queue group shared by streams that split one subject.
+            retention_max_bytes: Maximum log size in bytes (0 = unlimited).
+            retention_max_messages: Maximum number of messages (0 = unlimited).
+            retention_max_age: Maximum message age, seconds or timedelta (0 = no limit).
+            cleaner_interval: How often retention and compaction run (> 0).
+            segment_max_bytes: Maximum size of one log segment, bytes.
+            segment_max_age: Age after which a segment rolls (0 = roll by size only).
+            compact_enabled: Keep only the latest message per key.
+            compact_max_goroutines: Compaction workers (>= 1).
+            auto_pause_time: Idle time after which a partition pauses (0 disables).
+            auto_pause_disable_if_subscribers: Do not auto-pause while subscribed.
+            min_isr: In-sync replicas required to commit (>= 1).
+            optimistic_concurrency_control: Enforce ``expected_offset`` on publishes.
+            encryption: Encrypt data at rest (the server needs LIFTBRIDGE_ENCRYPTION_KEY).
+            exist_ok: Return ``False`` instead of raising if the name is taken.
+
+        Returns:
+            ``True`` if the stream was created, ``False`` if it existed and ``exist_ok``.
+
+        Raises:
+            ConfigurationError: on a bad argument, before anything is sent.
+            StreamExistsError: if the name is taken and not ``exist_ok``.
+        """
+        core = self._check()
+        request = _create_stream_request(
+            subject=subject,
+            name=name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            group=group,
+            retention_max_bytes=retention_max_bytes,
+            retention_max_messages=retention_max_messages,
+            retention_max_age=retention_max_age,
+            cleaner_interval=cleaner_interval,
+            segment_max_bytes=segment_max_bytes,
+            segment_max_age=segment_max_age,
+            compact_enabled=compact_enabled,
+            compact_max_goroutines=compact_max_goroutines,
+            auto_pause_time=auto_pause_time,
+            auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+            min_isr=min_isr,
+            optimistic_concurrency_control=optimistic_concurrency_control,
+            encryption=encryption,
+        )
+        check_bool("exist_ok", exist_ok)
+        try:
+            core.call_any("CreateStream", request, context=CallContext.CREATE_STREAM)
+        except StreamExistsError:
+            if exist_ok:
+                return False
+            raise
+        return True
+
+    def delete_stream(self, name: str) -> None:
+        """Delete a stream and all its partitions.
+
+        Raises:
+            NoSuchStreamError: if the stream does not exist.
+        """
+        core = self._check()
+        check_name("name", name)
+        core.call_any(
+            "DeleteStream",
+            api_pb2.DeleteStreamRequest(name=name),
+            context=CallContext.DELETE_STREAM,
+        )
+        core.metadata.forget_stream(name)
+
+    def pause_stream(
+        self, name: str, *, partitions: Iterable[int] | None = None, resume_all: bool = False
+    ) -> None:
+        """Pause partitions (all by default); a publish to a paused partition resumes it.
+
+        Args:
+            name: Stream name.
+            partitions: Partition ids to pause; ``None`` pauses every partition.
+            resume_all: A publish to any partition resumes every paused partition.
+
+        Raises:
+            NoSuchStreamError: if the stream does not exist.
+            NoSuchPartitionError: if a listed partition does not exist.
+        """
+        core = self._check()
+        check_name("name", name)
+        request = api_pb2.PauseStreamRequest(
+            name=name,
+            partitions=check_partitions("partitions", partitions),
+            resumeAll=check_bool("resume_all", resume_all),
+        )
+        core.call_any("PauseStream", request, context=CallContext.STREAM_ADMIN)
+
+    def set_stream_readonly(
+        self, name: str, *, partitions: Iterable[int] | None = None, readonly: bool = True
+    ) -> None:
+        """Make partitions (all by default) read-only, or writable again.
+
+        Raises:
+            NoSuchStreamError: if the stream does not exist.
+            NoSuchPartitionError: if a listed partition does not exist.
+        """
+        core = self._check()
+        check_name("name", name)
+        request = api_pb2.SetStreamReadonlyRequest(
+            name=name,
+            partitions=check_partitions("partitions", partitions),
+            readonly=check_bool("readonly", readonly),
+        )
+        core.call_any("SetStreamReadonly", request, context=CallContext.STREAM_ADMIN)
+
+    # ------------------------------------------------------------------ cursors
+
+    def _cursor_target(self, cursor_id: str, stream: str, partition: int) -> int:
+        if not isinstance(cursor_id, str) or not cursor_id:
+            raise ConfigurationError("'cursor_id' must be a non-empty str")
+        check_name("stream", stream, allow_reserved=True)
+        check_partition("partition", partition)
+        core = self._core
+        info = core.metadata.get().streams.get(CURSORS_STREAM)
+        if info is None:
+            info = core.fetch_metadata([CURSORS_STREAM]).streams.get(CURSORS_STREAM)
+        if info is None or not info.partitions:
+            raise ServerError(
+                "the server has no __cursors stream: cursors are disabled "
+                "(set cursors.stream.partitions > 0 in the server configuration)"
+            )
+        return cursor_partition(cursor_id, stream, partition, len(info.partitions))
+
+    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        """Store ``offset`` under ``cursor_id`` for a stream partition.
+
+        Following the Go client, a cursor holds the last *processed* offset; reading
+        resumes at cursor + 1.
+        """
+        core = self._check()
+        target = self._cursor_target(cursor_id, stream, partition)
+        check_int("offset", offset, minimum=-1)
+        request = api_pb2.SetCursorRequest(
+            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
+        )
+        core.call_leader(CURSORS_STREAM, target, "SetCursor", request)
+
+    def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        """The offset stored under ``cursor_id``, or ``-1`` if none was stored."""
+        core = self._check()
+        target = self._cursor_target(cursor_id, stream, partition)
+        request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
+        response = core.call_leader(CURSORS_STREAM, target, "FetchCursor", request)
+        return int(response.offset)
+
+
+def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:
+    return [addresses] if isinstance(addresses, str) else addresses
+
+
+def _accepts_timeout(closeable: Any) -> bool:
+    return bool(getattr(closeable, "close_accepts_timeout", False))
+
+
+def _create_stream_request(
+    *,
+    subject: str,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    group: str | None,
+    retention_max_bytes: int | None,
+    retention_max_messages: int | None,
+    retention_max_age: float | timedelta | None,
+    cleaner_interval: float | timedelta | None,
+    segment_max_bytes: int | None,
+    segment_max_age: float | timedelta | None,
+    compact_enabled: bool | None,
+    compact_max_goroutines: int | None,
+    auto_pause_time: float | timedelta | None,
+    auto_pause_disable_if_subscribers: bool | None,
+    min_isr: int | None,
+    optimistic_concurrency_control: bool | None,
+    encryption: bool | None,
+) -> api_pb2.CreateStreamRequest:
+    request = api_pb2.CreateStreamRequest(
+        subject=check_subject("subject", subject),
+        name=check_name("name", name),
+        partitions=check_int("partitions", partitions, minimum=1, maximum=INT32_MAX),
+    )
+    replication_factor = check_int(
+        "replication_factor", replication_factor, minimum=-1, maximum=INT32_MAX
+    )
+    if replication_factor == 0:
+        raise ConfigurationError("'replication_factor' must be >= 1, or -1 for every server")
+    request.replicationFactor = replication_factor
+    if group is not None:
+        request.group = check_subject("group", group)
+
+    def int64(field: str, value: int | None, minimum: int) -> None:
+        if value is not None:
+            getattr(request, _camel(field)).value = check_int(field, value, minimum=minimum)
+
+    def int32(field: str, value: int | None, minimum: int) -> None:
+        if value is not None:
+            getattr(request, _camel(field)).value = check_int(
+                field, value, minimum=minimum, maximum=INT32_MAX
+            )
+
+    def millis(field: str, value: float | timedelta | None, allow_zero: bool = True) -> None:
+        ms = duration_ms(field, value, allow_zero=allow_zero)
+        if ms is not None:
+            getattr(request, _camel(field)).value = ms
+
+    def flag(field: str, value: bool | None) -> None:
+        if value is not None:
+            getattr(request, _camel(field)).value = check_bool(field, value)
+
+    int64("retention_max_bytes", retention_max_bytes, 0)
+    int64("retention_max_messages", retention_max_messages, 0)
+    millis("retention_max_age", retention_max_age)
+    # The server's cleaner is a ticker: a zero interval would crash it.
+    millis("cleaner_interval", cleaner_interval, allow_zero=False)
+    int64("segment_max_bytes", segment_max_bytes, 1)
+    millis("segment_max_age", segment_max_age)
+    flag("compact_enabled", compact_enabled)
+    int32("compact_max_goroutines", compact_max_goroutines, 1)
+    millis("auto_pause_time", auto_pause_time)
+    flag("auto_pause_disable_if_subscribers", auto_pause_disable_if_subscribers)
+    int32("min_isr", min_isr, 1)
+    if min_isr is not None and replication_factor > 0 and min_isr > replication_factor:
+        raise ConfigurationError(
+            f"'min_isr' ({min_isr}) cannot exceed 'replication_factor' ({replication_factor})"
+        )
+    flag("optimistic_concurrency_control", optimistic_concurrency_control)
+    flag("encryption", encryption)
+    return request
+
+
+def _camel(snake: str) -> str:
+    first, *rest = snake.split("_")
+    return first + "".join(part.capitalize() for part in rest)

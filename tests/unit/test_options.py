@@ -1,0 +1,103 @@
+"""Option groups validate on construction and stay immutable and picklable."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+
+import pytest
+
+from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
+from liftbridge_sync.options import parse_addresses
+
+
+def test_defaults_are_sane_and_picklable() -> None:
+    options = ClientOptions(addresses=("localhost:9292",))
+    assert options.ack_timeout == 5.0
+    assert options.max_in_flight == 1024
+    assert options.resubscribe_wait == 30.0
+    assert pickle.loads(pickle.dumps(options)) == options
+    assert hash(options) == hash(pickle.loads(pickle.dumps(options)))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.ack_timeout = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("a:1", ("a:1",)),
+        ("a:1, b:2", ("a:1", "b:2")),
+        (["a:1", "a:1", " b:2 "], ("a:1", "b:2")),
+        (["[::1]:9292"], ("[::1]:9292",)),
+    ],
+)
+def test_addresses_are_normalised(raw: object, expected: tuple[str, ...]) -> None:
+    assert parse_addresses(raw) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", [], ["nohost"], ["h:0"], ["h:70000"], ["h:x"], [":9292"], 5])
+def test_bad_addresses_are_refused(bad: object) -> None:
+    with pytest.raises(ConfigurationError):
+        parse_addresses(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"rpc_timeout": 0},
+        {"rpc_timeout": float("inf")},
+        {"ack_timeout": -1},
+        {"max_in_flight": 0},
+        {"max_in_flight": True},
+        {"enqueue_timeout": 0},
+        {"resubscribe_wait": float("nan")},
+        {"retry": "fast"},
+        {"tls": {}},
+        {"grpc_options": (("only-a-name",),)},
+    ],
+)
+def test_bad_client_options_name_the_field(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        ClientOptions(addresses=("h:1",), **changes)  # type: ignore[arg-type]
+    field = next(iter(changes))
+    assert field in str(info.value)
+
+
+def test_enqueue_timeout_none_means_forever() -> None:
+    assert ClientOptions(addresses=("h:1",), enqueue_timeout=None).enqueue_timeout is None
+
+
+def test_replace_validates_again() -> None:
+    options = ClientOptions(addresses=("h:1",))
+    assert options.replace(ack_timeout=2.0).ack_timeout == 2.0
+    with pytest.raises(ConfigurationError):
+        options.replace(ack_timeout=0)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"max_attempts": 0}, {"max_delay": -1}, {"initial": 2.0, "maximum": 1.0}, {"jitter": -0.1}],
+)
+def test_bad_retry_policy(changes: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        RetryPolicy(**changes)  # type: ignore[arg-type]
+
+
+def test_no_retry_policy_makes_one_attempt() -> None:
+    assert RetryPolicy.no_retry().max_attempts == 1
+
+
+def test_tls_reads_pem_paths_once(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nx\n")
+    tls = TLSOptions(ca_cert=str(ca), server_name="liftbridge.local")
+    assert tls.ca_cert == ca.read_bytes()
+    assert pickle.loads(pickle.dumps(tls)) == tls
+
+
+def test_tls_rejects_half_a_client_identity_and_missing_files(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="together"):
+        TLSOptions(client_cert=b"cert")
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        TLSOptions(ca_cert=str(tmp_path / "missing.pem"))

@@ -1,0 +1,140 @@
+"""Client-side argument checks (the server crashes on some bad inputs)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from liftbridge_sync import ConfigurationError
+from liftbridge_sync._validate import (
+    check_bytes,
+    check_headers,
+    check_name,
+    check_partitions,
+    check_subject,
+    duration_ms,
+)
+from liftbridge_sync.client import _create_stream_request
+
+
+@pytest.mark.parametrize("bad", ["", " ", "a b", "tab\t", "nl\n", "\x00", "__cursors", 3])
+def test_bad_stream_names(bad: object) -> None:
+    with pytest.raises(ConfigurationError):
+        check_name("name", bad)
+
+
+@pytest.mark.parametrize("bad", ["", "a..b", ".a", "a.", "a b"])
+def test_bad_subjects(bad: str) -> None:
+    with pytest.raises(ConfigurationError):
+        check_subject("subject", bad)
+
+
+def test_good_subject_and_reserved_name_when_allowed() -> None:
+    assert check_subject("subject", "orders.eu.*") == "orders.eu.*"
+    assert check_name("stream", "__cursors", allow_reserved=True) == "__cursors"
+
+
+def test_durations_in_milliseconds() -> None:
+    assert duration_ms("d", 1.5) == 1500
+    assert duration_ms("d", timedelta(minutes=1)) == 60_000
+    assert duration_ms("d", 0) == 0
+    assert duration_ms("d", None) is None
+    for bad in (0.0001, -1, float("inf"), "5s", True):
+        with pytest.raises(ConfigurationError):
+            duration_ms("d", bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        duration_ms("d", 0, allow_zero=False)
+
+
+def test_partition_lists() -> None:
+    assert check_partitions("p", None) == []
+    assert check_partitions("p", [2, 0, 2]) == [0, 2]
+    for bad in ([], [-1], ["0"], "01", [2**31]):
+        with pytest.raises(ConfigurationError):
+            check_partitions("p", bad)  # type: ignore[arg-type]
+
+
+def test_payloads_must_be_bytes_like() -> None:
+    assert check_bytes("value", bytearray(b"x")) == b"x"
+    assert check_bytes("value", memoryview(b"y")) == b"y"
+    assert check_bytes("key", None, optional=True) is None
+    with pytest.raises(TypeError, match=r"encode\(\)"):
+        check_bytes("value", "text")
+    with pytest.raises(TypeError):
+        check_bytes("value", 5)
+    assert check_headers({"a": b"1"}) == {"a": b"1"}
+    with pytest.raises(TypeError):
+        check_headers({"a": "1"})  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        check_headers({"": b"1"})
+
+
+def _request(**changes: object) -> object:
+    args: dict[str, object] = dict(
+        subject="s",
+        name="n",
+        partitions=1,
+        replication_factor=1,
+        group=None,
+        retention_max_bytes=None,
+        retention_max_messages=None,
+        retention_max_age=None,
+        cleaner_interval=None,
+        segment_max_bytes=None,
+        segment_max_age=None,
+        compact_enabled=None,
+        compact_max_goroutines=None,
+        auto_pause_time=None,
+        auto_pause_disable_if_subscribers=None,
+        min_isr=None,
+        optimistic_concurrency_control=None,
+        encryption=None,
+    )
+    args.update(changes)
+    return _create_stream_request(**args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"partitions": 0},
+        {"partitions": -3},
+        {"partitions": 2**31},
+        {"partitions": 1.0},
+        {"replication_factor": 0},
+        {"replication_factor": -2},
+        {"retention_max_bytes": -1},
+        {"retention_max_messages": -5},
+        {"segment_max_bytes": 0},
+        {"cleaner_interval": 0},
+        {"compact_max_goroutines": 0},
+        {"min_isr": 0},
+        {"min_isr": 3, "replication_factor": 2},
+        {"encryption": "yes"},
+        {"group": ""},
+        {"name": ""},
+    ],
+)
+def test_create_stream_rejects_bad_arguments(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        _request(**changes)
+
+
+def test_create_stream_options_map_to_nullable_wrappers() -> None:
+    req = _request(
+        partitions=4,
+        replication_factor=-1,
+        retention_max_age=timedelta(hours=1),
+        segment_max_age=0,
+        compact_enabled=False,
+        min_isr=2,
+        optimistic_concurrency_control=True,
+    )
+    assert req.partitions == 4 and req.replicationFactor == -1  # type: ignore[attr-defined]
+    assert req.retentionMaxAge.value == 3_600_000  # type: ignore[attr-defined]
+    # An explicit zero/false is sent (wrapper present); None leaves the wrapper out.
+    assert req.HasField("segmentMaxAge") and req.segmentMaxAge.value == 0  # type: ignore[attr-defined]
+    assert req.HasField("compactEnabled") and not req.compactEnabled.value  # type: ignore[attr-defined]
+    assert not req.HasField("retentionMaxBytes")  # type: ignore[attr-defined]
+    assert req.minIsr.value == 2 and req.optimisticConcurrencyControl.value  # type: ignore[attr-defined]
