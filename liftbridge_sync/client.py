@@ -35,6 +35,13 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.subscription import (
+    StreamSubscription,
+    Subscription,
+    open_stream_subscription,
+    open_subscription,
+)
 
 __all__ = ["Client"]
 
@@ -430,6 +437,76 @@ class Client:
         request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
         response = core.call_leader(CURSORS_STREAM, target, "FetchCursor", request)
         return int(response.offset)
+
+    # ------------------------------------------------------------------ subscribe
+
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        partition: int = 0,
+        start: StartAt | None = None,
+        stop: StopAt | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+        reverse: bool = False,
+    ) -> Subscription:
+        """Read one stream partition as a blocking iterator.
+
+        Example::
+
+            with client.subscribe("orders", start=StartAt.earliest()) as sub:
+                for msg in sub:
+                    handle(msg)
+
+        Args:
+            stream: Stream name.
+            partition: Partition id.
+            start: Where to begin (default :meth:`StartAt.new_only`).
+            stop: Where to end; the iterator then finishes (default: never).
+            read_isr_replica: Read from a random in-sync replica instead of the leader.
+            resume: Resume the partition first if it is paused.
+            reverse: Deliver newest to oldest (servers newer than v1.9.0).
+
+        Returns:
+            A :class:`~liftbridge_sync.subscription.Subscription`; it resubscribes from the
+            last offset after failover.
+        """
+        self._check()
+        return open_subscription(
+            self,
+            stream,
+            partition=partition,
+            start=start,
+            stop=stop,
+            read_isr_replica=read_isr_replica,
+            resume=resume,
+            reverse=reverse,
+        )
+
+    def subscribe_stream(
+        self,
+        stream: str,
+        *,
+        start: StartAt | None = None,
+        stop: StopAt | None = None,
+        read_isr_replica: bool = False,
+        resume: bool = False,
+    ) -> StreamSubscription:
+        """Read every partition of a stream as one iterator.
+
+        Order is kept within each partition; each message says its partition and offset.
+        Each partition resubscribes on its own after failover.
+        """
+        self._check()
+        return open_stream_subscription(
+            self,
+            stream,
+            start=start,
+            stop=stop,
+            read_isr_replica=read_isr_replica,
+            resume=resume,
+        )
 
 
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:
