@@ -46,6 +46,7 @@ __all__ = [
     "ServerInstallError",
     "cache_dir",
     "detect_version",
+    "find_installed",
     "install_server",
 ]
 
@@ -398,3 +399,32 @@ def install_server(target: str = "auto") -> InstalledServer:
             server = _install_target(key[1])
         _memo[key] = server
         return server
+
+
+def find_installed(target: str = "auto") -> InstalledServer | None:
+    """Return the server :func:`install_server` would use, without building anything.
+
+    Args:
+        target: As for :func:`install_server`.
+
+    Returns:
+        The binary from ``LIFTBRIDGE_BIN`` or the build cache, or None if a
+        build would be needed.
+    """
+    env_bin = os.environ.get("LIFTBRIDGE_BIN", "")
+    if env_bin:
+        try:
+            return install_server(target)
+        except ServerInstallError:
+            return None
+    resolved = _resolve_target(target)
+    with _memo_lock:
+        memoised = _memo.get(("", resolved))
+    if memoised is not None:
+        return memoised
+    candidates = ["pinned", COMPAT_VERSION] if resolved == "auto" else [resolved]
+    for candidate in candidates:
+        found = _read_marker(cache_dir() / candidate)
+        if found is not None:
+            return found
+    return None

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import signal
 import subprocess
-import threading
 import time
-import weakref
 from collections.abc import Mapping
 from pathlib import Path
 
 from liftbridge_sync.testing._config import KNOWN_KEYS_V1_9_0, TELEMETRY_KEYS, write_config
 from liftbridge_sync.testing._install import InstalledServer
+from liftbridge_sync.testing._reaper import track, untrack
 
-__all__ = ["LEADER_LOG_LINE", "LiftbridgeProcess", "ServerStartError"]
+__all__ = ["LEADER_LOG_LINE", "LiftbridgeProcess", "ServerStartError", "internal_streams"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,18 +29,16 @@ _CONFIG_ENV_NAMES = frozenset(
     f"LIFTBRIDGE_{key.upper()}" for key in KNOWN_KEYS_V1_9_0 | TELEMETRY_KEYS
 )
 
-_live: weakref.WeakSet[LiftbridgeProcess] = weakref.WeakSet()
-_live_lock = threading.Lock()
 
-
-def _kill_leftovers() -> None:
-    with _live_lock:
-        leftovers = list(_live)
-    for proc in leftovers:
-        proc.kill()
-
-
-atexit.register(_kill_leftovers)
+def internal_streams(config: Mapping[str, object]) -> frozenset[str]:
+    """Return the internal streams a server with ``config`` creates once it has a leader."""
+    names = set()
+    partitions = config.get("cursors.stream.partitions", 0)
+    if isinstance(partitions, int) and partitions > 0:
+        names.add("__cursors")
+    if config.get("activity.stream.enabled") is True:
+        names.add("__activity")
+    return frozenset(names)
 
 
 class ServerStartError(RuntimeError):
@@ -192,8 +188,7 @@ class LiftbridgeProcess:
             )
         self.started_at = time.monotonic()
         self.ready_at = None
-        with _live_lock:
-            _live.add(self)
+        track(self)
         logger.debug(
             "started liftbridge %s (pid %d) on %s", self.server_id, self._proc.pid, self.address
         )
@@ -204,13 +199,18 @@ class LiftbridgeProcess:
         from liftbridge_sync.testing._rpc import fetch_metadata
 
         try:
-            response = fetch_metadata(self.address, timeout=2.0)
-        except grpc.RpcError:
+            response = fetch_metadata(self.address, timeout=5.0)
+        except (grpc.RpcError, TimeoutError):
             return False
-        return len(response.brokers) > 0
+        streams = {meta.name for meta in response.streamMetadata}
+        return len(response.brokers) > 0 and internal_streams(self.config) <= streams
 
     def check_ready(self) -> bool:
-        """One readiness probe: the leader log line (if required) and a FetchMetadata."""
+        """One readiness probe.
+
+        Requires the leader log line (if ``require_leader``) and a FetchMetadata
+        that lists the configured internal streams (``__cursors``, ``__activity``).
+        """
         if self.require_leader and not self.is_metadata_leader_logged():
             return False
         return self._probe()
@@ -267,8 +267,12 @@ class LiftbridgeProcess:
     def reap(self) -> None:
         """Collect the exit status of a finished process (avoids zombies)."""
         if self._proc is not None and self._proc.poll() is not None:
-            with _live_lock:
-                _live.discard(self)
+            untrack(self)
+
+    def interrupt(self) -> None:
+        """Send SIGINT (a graceful stop) without waiting; see :meth:`stop`."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGINT)
 
     def stop(self, timeout: float = 10.0) -> int | None:
         """Stop gracefully: SIGINT, then SIGKILL after ``timeout`` seconds.

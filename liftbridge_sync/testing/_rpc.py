@@ -33,13 +33,20 @@ def stub(address: str) -> Iterator[api_pb2_grpc.APIStub]:
 
 
 def fetch_metadata(
-    address: str, timeout: float = 5.0, streams: Iterable[str] = ()
+    address: str, timeout: float = 10.0, streams: Iterable[str] = ()
 ) -> api_pb2.FetchMetadataResponse:
     """Call FetchMetadata on one broker.
 
+    The call carries **no gRPC deadline**; ``timeout`` is enforced on the
+    client side only. A deadline would make the server wait for every peer in
+    the Raft configuration until that deadline, so with one node down every
+    deadline-bound FetchMetadata fails with DEADLINE_EXCEEDED (v1.9.0 and the
+    pinned commit). Without one, the server waits at most 3 s for peers and
+    answers with the brokers that replied.
+
     Args:
         address: ``host:port`` of the broker.
-        timeout: gRPC deadline in seconds.
+        timeout: Seconds to wait for the answer (keep it above 3).
         streams: Stream names to ask for (default: all).
 
     Returns:
@@ -47,10 +54,16 @@ def fetch_metadata(
 
     Raises:
         grpc.RpcError: If the call fails.
+        TimeoutError: If there is no answer within ``timeout``.
     """
     with stub(address) as api:
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
-        return cast(api_pb2.FetchMetadataResponse, api.FetchMetadata(request, timeout=timeout))
+        future = api.FetchMetadata.future(request)
+        try:
+            return cast(api_pb2.FetchMetadataResponse, future.result(timeout=timeout))
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            raise TimeoutError(f"FetchMetadata on {address}: no answer in {timeout}s") from None
 
 
 def create_stream(

@@ -1,0 +1,130 @@
+"""Command line: ``python -m liftbridge_sync.testing install|serve``.
+
+* ``install [--target T]``: build (or find) the server binary; print its path and version.
+* ``serve [--port N] [--nats-port N] [--cursors-partitions N]``: run a loopback
+  server in the foreground until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m liftbridge_sync.testing",
+        description="Build and run a Liftbridge server for development and tests.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    install = commands.add_parser("install", help="build or find the server binary")
+    install.add_argument(
+        "--target",
+        default="auto",
+        help="auto (default; LIFTBRIDGE_SERVER_VERSION overrides), pinned or v1.9.0",
+    )
+
+    serve = commands.add_parser("serve", help="run a loopback server in the foreground")
+    serve.add_argument("--port", type=int, default=None, help="gRPC port (default: free)")
+    serve.add_argument("--nats-port", type=int, default=None, help="NATS port (default: free)")
+    serve.add_argument(
+        "--cursors-partitions", type=int, default=2, help="cursors.stream.partitions (2)"
+    )
+    serve.add_argument("--target", default="auto", help="server build to use (see install)")
+    serve.add_argument("--log-level", default="info", help="server logging.level (info)")
+    return parser
+
+
+def _install(args: argparse.Namespace) -> int:
+    from liftbridge_sync.testing._install import ServerInstallError, install_server
+
+    try:
+        installed = install_server(args.target)
+    except (ServerInstallError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(installed.path)
+    print(f"version {installed.version} (target {installed.target})")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from liftbridge_sync.testing._install import ServerInstallError, install_server
+    from liftbridge_sync.testing._process import ServerStartError
+    from liftbridge_sync.testing._server import LiftbridgeServer
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        installed = install_server(args.target)
+        server = LiftbridgeServer(
+            installed=installed,
+            port=args.port,
+            nats_port=args.nats_port,
+            cursors_partitions=args.cursors_partitions,
+            log_level=args.log_level,
+        )
+        server.start()
+    except (ServerInstallError, ServerStartError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        print(
+            f"Liftbridge {installed.version} ready at {server.address} (NATS {server.nats_url})",
+            flush=True,
+        )
+        print(
+            f"  export LIFTBRIDGE_ADDRESS={server.address} LIFTBRIDGE_NATS_URL={server.nats_url}\n"
+            f"  then run pytest, or connect with liftbridge_sync.Client(['{server.address}']).\n"
+            f"  log: {server.log_path}\n"
+            "  Press Ctrl-C to stop.",
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            if not server.running:
+                print(
+                    f"error: the server exited unexpectedly:\n{server.log_tail(20)}",
+                    file=sys.stderr,
+                )
+                return 1
+        print("stopping...", flush=True)
+        return 0
+    finally:
+        server.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line.
+
+    Args:
+        argv: Arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status.
+    """
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if args.command == "install":
+        return _install(args)
+    return _serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,447 @@
+"""A Liftbridge cluster on loopback sharing one external ``nats-server``."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.testing._config import check_keys, flatten
+from liftbridge_sync.testing._install import InstalledServer, install_server
+from liftbridge_sync.testing._nats import NatsServer
+from liftbridge_sync.testing._net import free_port
+from liftbridge_sync.testing._process import LiftbridgeProcess, ServerStartError, internal_streams
+from liftbridge_sync.testing._rpc import fetch_metadata
+from liftbridge_sync.testing._server import base_config, unique_name
+
+__all__ = ["FAST_FAILOVER", "ClusterNode", "LiftbridgeCluster"]
+
+logger = logging.getLogger(__name__)
+
+#: Settings that make failover happen within seconds instead of minutes.
+FAST_FAILOVER: Mapping[str, object] = {
+    "metadata.cache.max.age": "1s",
+    "clustering.replica.max.leader.timeout": "1s",
+    "clustering.replica.max.idle.wait": "500ms",
+    "clustering.replica.fetch.timeout": "500ms",
+    "groups.consumer.timeout": "3s",
+    "groups.coordinator.timeout": "3s",
+}
+_POLL_INTERVAL = 0.1
+
+
+class ClusterNode(LiftbridgeProcess):
+    """One node of a :class:`LiftbridgeCluster`.
+
+    Shares :class:`~liftbridge_sync.testing.LiftbridgeServer`'s API where it
+    makes sense (``address``, ``port``, ``pid``, ``stop``, ``kill``, ``log_tail``…).
+    Not thread-safe.
+
+    Attributes:
+        index: Position in :attr:`LiftbridgeCluster.servers`.
+    """
+
+    index: int = 0
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<ClusterNode {self.index} {self.server_id} {self.address} {state}>"
+
+
+class LiftbridgeCluster:
+    """``size`` Liftbridge nodes on 127.0.0.1 with one external ``nats-server``.
+
+    Every node lists all server ids in ``clustering.raft.bootstrap.peers`` (so
+    the internal streams get full replication), uses the fast-failover
+    settings (:data:`FAST_FAILOVER`) and the same unique namespace. Use it as a
+    context manager; leaving the block stops every node and NATS and removes
+    the temporary directory.
+
+    Not thread-safe: drive it from one thread.
+
+    Args:
+        size: Number of nodes (default 3).
+        installed: Server binary (default: :func:`install_server`).
+        cursors_partitions: ``cursors.stream.partitions`` (default 2).
+        activity: ``activity.stream.enabled`` (default True).
+        config: Extra config keys for every node, merged last.
+        env: Extra environment for every node.
+        log_level: ``logging.level``.
+        startup_timeout: Seconds to wait for the cluster to be ready.
+        base_dir: Parent of the temporary directory.
+        namespace: ``clustering.namespace`` (default: unique).
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        *,
+        installed: InstalledServer | None = None,
+        cursors_partitions: int = 2,
+        activity: bool = True,
+        config: Mapping[str, object] | None = None,
+        env: Mapping[str, str] | None = None,
+        log_level: str = "info",
+        startup_timeout: float = 60.0,
+        base_dir: str | Path | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        if size < 1:
+            raise ValueError("size must be >= 1")
+        self.size = size
+        self._installed = installed
+        self._cursors_partitions = cursors_partitions
+        self._activity = activity
+        self._extra_config = flatten(config or {})
+        self._env = dict(env or {})
+        self._log_level = log_level
+        self.startup_timeout = startup_timeout
+        self._base_dir = Path(base_dir) if base_dir is not None else None
+        self.namespace = namespace or unique_name("lbcluster-")
+        self.servers: list[ClusterNode] = []
+        self._nats: NatsServer | None = None
+        self._run_dir: Path | None = None
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def installed(self) -> InstalledServer:
+        """The server binary (installing it on first access)."""
+        if self._installed is None:
+            self._installed = install_server()
+        return self._installed
+
+    @property
+    def addresses(self) -> list[str]:
+        """gRPC addresses of all nodes, in index order."""
+        return [node.address for node in self.servers]
+
+    @property
+    def nats_url(self) -> str:
+        """URL of the shared NATS server."""
+        if self._nats is None:
+            raise RuntimeError("the cluster has not been started")
+        return self._nats.url
+
+    @property
+    def run_dir(self) -> Path:
+        """The temporary directory (exists once started, until closed)."""
+        if self._run_dir is None:
+            raise RuntimeError("the cluster has not been started")
+        return self._run_dir
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _build_nodes(self, run_dir: Path, nats_url: str) -> list[ClusterNode]:
+        installed = self.installed
+        ids = [unique_name(f"n{i}-") for i in range(self.size)]
+        used: set[int] = set()
+        nodes = []
+        for index, server_id in enumerate(ids):
+            port = free_port(exclude=used)
+            used.add(port)
+            data_dir = run_dir / server_id / "data"
+            config = base_config(
+                installed,
+                server_id=server_id,
+                namespace=self.namespace,
+                port=port,
+                data_dir=data_dir,
+                nats_servers=[nats_url],
+                cursors_partitions=self._cursors_partitions,
+                activity=self._activity,
+                log_level=self._log_level,
+            )
+            config["clustering.raft.bootstrap.peers"] = list(ids)
+            config.update(FAST_FAILOVER)
+            config.update(self._extra_config)
+            check_keys(config.keys(), installed.version, installed.supports_telemetry_key)
+            node = ClusterNode(
+                installed=installed,
+                run_dir=run_dir,
+                config=config,
+                server_id=server_id,
+                namespace=self.namespace,
+                port=port,
+                nats_url=nats_url,
+                data_dir=data_dir,
+                env=self._env,
+                require_leader=False,
+                startup_timeout=self.startup_timeout,
+            )
+            node.index = index
+            nodes.append(node)
+        return nodes
+
+    def start(self) -> LiftbridgeCluster:
+        """Start NATS and all nodes; wait for a metadata leader and ``size`` brokers.
+
+        Returns:
+            self.
+
+        Raises:
+            ServerStartError: If the cluster is not ready in time (with log tails).
+        """
+        if self._run_dir is not None:
+            raise RuntimeError("the cluster was already started")
+        installed = self.installed
+        if self._base_dir is not None:
+            self._base_dir.mkdir(parents=True, exist_ok=True)
+        self._run_dir = Path(tempfile.mkdtemp(prefix="liftbridge-cluster-", dir=self._base_dir))
+        self._nats = NatsServer(self._run_dir).start()
+        self.servers = self._build_nodes(self._run_dir, self._nats.url)
+        started = time.monotonic()
+        for node in self.servers:
+            node.spawn()
+        deadline = started + self.startup_timeout
+        for node in self.servers:
+            node.wait_ready(max(0.1, deadline - time.monotonic()))
+        self.wait_ready(max(0.1, deadline - time.monotonic()))
+        logger.info(
+            "Liftbridge %s cluster of %d ready in %.1fs: %s (NATS %s)",
+            installed.version,
+            self.size,
+            time.monotonic() - started,
+            ", ".join(self.addresses),
+            self.nats_url,
+        )
+        return self
+
+    def _has_metadata_leader(self) -> bool:
+        return any(n.running and n.is_metadata_leader_logged() for n in self.servers)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until a metadata leader exists and every node is listed as a broker.
+
+        Args:
+            timeout: Seconds.
+
+        Raises:
+            ServerStartError: If that does not happen in time.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._has_metadata_leader():
+                try:
+                    response = self.metadata()
+                except LookupError:
+                    pass
+                else:
+                    streams = {meta.name for meta in response.streamMetadata}
+                    expected = internal_streams(self.servers[0].config)
+                    if len(response.brokers) >= self.size and expected <= streams:
+                        return
+            if time.monotonic() >= deadline:
+                raise self._error(f"cluster not ready within {timeout:.0f}s")
+            time.sleep(_POLL_INTERVAL)
+
+    def _error(self, what: str) -> ServerStartError:
+        tails = "\n".join(
+            f"--- {n.server_id} ({n.address}, {'running' if n.running else 'down'}) ---\n"
+            f"{n.log_tail(15)}"
+            for n in self.servers
+        )
+        return ServerStartError(f"Liftbridge {what}; node logs:\n{tails}")
+
+    def _node(self, index: int) -> ClusterNode:
+        if not 0 <= index < len(self.servers):
+            raise IndexError(f"no node {index} in a cluster of {len(self.servers)}")
+        return self.servers[index]
+
+    def kill(self, index: int) -> int | None:
+        """SIGKILL node ``index`` (a crash). Returns its exit code."""
+        return self._node(index).kill()
+
+    def stop_node(self, index: int, timeout: float = 10.0) -> int | None:
+        """Gracefully stop node ``index``. Returns its exit code."""
+        return self._node(index).stop(timeout)
+
+    def start_node(self, index: int, timeout: float = 30.0) -> None:
+        """Start a stopped node ``index`` on its data dir and wait until it rejoined.
+
+        Args:
+            index: Node index.
+            timeout: Seconds to wait for it to serve and see all brokers.
+
+        Raises:
+            ServerStartError: If it does not rejoin in time.
+        """
+        node = self._node(index)
+        node.spawn()
+        deadline = time.monotonic() + timeout
+        node.wait_ready(timeout)
+        while True:
+            try:
+                brokers = fetch_metadata(node.address).brokers
+                if len(brokers) >= self.size:
+                    return
+            except (grpc.RpcError, TimeoutError):
+                pass
+            if time.monotonic() >= deadline:
+                raise self._error(f"node {index} did not rejoin within {timeout:.0f}s")
+            time.sleep(_POLL_INTERVAL)
+
+    def restart(self, index: int, timeout: float = 30.0, *, kill: bool = False) -> None:
+        """Stop (or kill) node ``index`` if running, start it again and wait until it rejoined.
+
+        Args:
+            index: Node index.
+            timeout: Seconds to wait for it to rejoin.
+            kill: SIGKILL instead of a graceful stop.
+        """
+        node = self._node(index)
+        if kill:
+            node.kill()
+        else:
+            node.stop()
+        self.start_node(index, timeout)
+
+    # -- metadata ------------------------------------------------------------------------
+
+    def metadata(
+        self, streams: list[str] | None = None, timeout: float = 10.0
+    ) -> api_pb2.FetchMetadataResponse:
+        """FetchMetadata from the first live node that answers.
+
+        Args:
+            streams: Stream names (default: all).
+            timeout: Deadline per attempted node.
+
+        Returns:
+            The response.
+
+        Raises:
+            LookupError: If no node answered.
+        """
+        errors = []
+        for node in self.servers:
+            if not node.running:
+                continue
+            try:
+                return fetch_metadata(node.address, timeout=timeout, streams=streams or ())
+            except grpc.RpcError as exc:
+                errors.append(f"{node.address}: {exc.code()}")
+            except TimeoutError as exc:
+                errors.append(str(exc))
+        raise LookupError(f"no live node answered FetchMetadata ({errors or 'none running'})")
+
+    def index_of(self, server_id: str) -> int:
+        """Return the index of the node with ``server_id``.
+
+        Raises:
+            LookupError: If no node has that id.
+        """
+        for node in self.servers:
+            if node.server_id == server_id:
+                return node.index
+        raise LookupError(f"unknown server id {server_id!r}")
+
+    def partition_leader(self, stream: str, partition: int = 0) -> int:
+        """Return the index of the node leading ``stream``/``partition``.
+
+        Raises:
+            LookupError: If the stream, partition or a leader is not known.
+        """
+        response = self.metadata([stream])
+        for meta in response.streamMetadata:
+            if meta.name != stream:
+                continue
+            if partition not in meta.partitions:
+                raise LookupError(f"stream {stream!r} has no partition {partition}")
+            leader = meta.partitions[partition].leader
+            if not leader:
+                raise LookupError(f"{stream}/{partition} has no leader")
+            return self.index_of(leader)
+        raise LookupError(f"stream {stream!r} not found")
+
+    def wait_for_partition_leader(
+        self, stream: str, partition: int = 0, timeout: float = 10.0
+    ) -> int:
+        """Wait until ``stream``/``partition`` has a leader that is running.
+
+        Returns:
+            Its index.
+
+        Raises:
+            TimeoutError: If there is none in time.
+        """
+        return self.wait_for_new_leader(stream, partition, None, timeout)
+
+    def wait_for_new_leader(
+        self, stream: str, partition: int, old_index: int | None, timeout: float = 30.0
+    ) -> int:
+        """Wait until a running node other than ``old_index`` leads the partition.
+
+        Args:
+            stream: Stream name.
+            partition: Partition number.
+            old_index: Index of the previous leader (None: any running leader).
+            timeout: Seconds.
+
+        Returns:
+            The new leader's index.
+
+        Raises:
+            TimeoutError: If no new leader appears in time.
+        """
+        deadline = time.monotonic() + timeout
+        last: str = "no answer yet"
+        while True:
+            try:
+                index = self.partition_leader(stream, partition)
+                if index != old_index and self.servers[index].running:
+                    return index
+                last = f"leader is still node {index}"
+            except LookupError as exc:
+                last = str(exc)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"no new leader for {stream}/{partition} within {timeout:.0f}s ({last})"
+                )
+            time.sleep(_POLL_INTERVAL)
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every node (SIGINT to all, then SIGKILL stragglers) and NATS."""
+        for node in self.servers:
+            node.interrupt()
+        deadline = time.monotonic() + timeout
+        for node in self.servers:
+            node.stop(max(0.1, deadline - time.monotonic()))
+        if self._nats is not None:
+            self._nats.stop()
+
+    def close(self) -> None:
+        """Stop everything and remove the temporary directory."""
+        try:
+            self.stop()
+        finally:
+            if self._run_dir is not None:
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+            self._run_dir = None
+
+    def __enter__(self) -> LiftbridgeCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<LiftbridgeCluster {self.namespace} {self.addresses}>"
