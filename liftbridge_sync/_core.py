@@ -30,7 +30,7 @@ from liftbridge_sync.errors import (
     error_from_rpc_error,
 )
 from liftbridge_sync.models import Metadata, PartitionInfo
-from liftbridge_sync.options import ClientOptions
+from liftbridge_sync.options import ClientOptions, RetryPolicy
 
 __all__ = ["ClientCore"]
 
@@ -127,6 +127,26 @@ class ClientCore:
         if info is None:
             raise NoSuchStreamError(f"no such stream: {stream!r}", code="NOT_FOUND")
         return len(info.partitions)
+
+    def partition_count(self, stream: str) -> int:
+        """Partition count for partitioners; waits briefly for a just-created stream.
+
+        Raises:
+            NoSuchStreamError: if the stream is still unknown after a short wait.
+        """
+        snapshot = self.metadata.snapshot
+        info = snapshot.streams.get(stream) if snapshot is not None else None
+        if info is not None:
+            return len(info.partitions)
+        # Metadata is answered from each server's replicated view, which may trail a
+        # CreateStream that just returned by a few milliseconds.
+        settle = RetryPolicy(max_attempts=6, max_delay=1.0, initial=0.05, maximum=0.2, jitter=0.0)
+        return call_with_retry(
+            settle,
+            "partition count",
+            lambda _: self.stream_info_partitions(stream, refresh=True),
+            retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
+        )
 
     def partition_info(self, stream: str, partition: int, *, refresh: bool) -> PartitionInfo:
         """The partition's metadata, refreshing once if the cache lacks it.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import os
 import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
@@ -14,9 +15,12 @@ from liftbridge_sync import _fork
 from liftbridge_sync._core import ClientCore
 from liftbridge_sync._cursors import cursor_partition
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publisher import Publisher, build_request
 from liftbridge_sync._validate import (
     INT32_MAX,
     check_bool,
+    check_bytes,
+    check_headers,
     check_int,
     check_name,
     check_partition,
@@ -25,16 +29,20 @@ from liftbridge_sync._validate import (
     duration_ms,
 )
 from liftbridge_sync.errors import (
+    AckTimeoutError,
     CallContext,
     ClientClosedError,
     ConfigurationError,
+    DeadlineExceededError,
     ForkedClientError,
     NotLeaderError,
     ServerError,
     StreamExistsError,
+    error_from_ack_error,
 )
-from liftbridge_sync.models import Metadata, PartitionMetadata
+from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription import (
     StreamSubscription,
@@ -104,6 +112,7 @@ class Client:
         self._closed = False
         self._forked_connected = False
         self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._publisher: Publisher | None = None
         _fork.track(self)
 
     @classmethod
@@ -168,6 +177,7 @@ class Client:
         if not self._forked_connected:
             self._core = ClientCore(self._options)
         self._closeables = weakref.WeakSet()
+        self._publisher = None
 
     def _close_at_exit(self) -> None:
         if self._pid == os.getpid() and not self._closed:
@@ -438,6 +448,230 @@ class Client:
         response = core.call_leader(CURSORS_STREAM, target, "FetchCursor", request)
         return int(response.offset)
 
+    # ------------------------------------------------------------------ publish
+
+    def _get_publisher(self) -> Publisher:
+        with self._lock:
+            if self._publisher is None:
+                publisher = Publisher(self._core)
+                self._register(publisher)
+                self._publisher = publisher
+            return self._publisher
+
+    def _ack_timeout(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._options.ack_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ConfigurationError(f"'timeout' must be a number > 0 or None, got {timeout!r}")
+        return float(timeout)
+
+    def _choose_partition(
+        self,
+        stream: str,
+        key: bytes | None,
+        value: bytes,
+        partition: int | None,
+        partitioner: Partitioner | None,
+    ) -> int:
+        if partition is not None:
+            if partitioner is not None:
+                raise ConfigurationError("give either 'partition' or 'partitioner', not both")
+            return check_partition("partition", partition)
+        if partitioner is None:
+            return 0
+        if not isinstance(partitioner, Partitioner):
+            raise ConfigurationError(
+                "'partitioner' must have partition(stream, key, value, partition_count)"
+            )
+        count = self._core.partition_count(stream)
+        chosen = partitioner.partition(stream, key, value, count)
+        if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
+            raise ConfigurationError(
+                f"partitioner returned {chosen!r}, not a partition of {stream!r} (0..{count - 1})"
+            )
+        return chosen
+
+    def publish_async(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[Ack | None]:
+        """Publish a message without waiting; the future resolves with its :class:`Ack`.
+
+        All publishes of a client share one pipelined ``PublishAsync`` stream, so messages
+        to one partition keep the order in which they were submitted. If the stream
+        breaks (server restart, broker failure) it is reopened and unacknowledged
+        messages are re-sent in order: delivery is **at-least-once**.
+
+        Args:
+            stream: Stream name.
+            value: Payload, bytes-like (``str`` raises ``TypeError``: encode it).
+            key: Optional key (compaction, key partitioning).
+            partition: Target partition (default 0 unless a partitioner is given).
+            partitioner: Chooses the partition, e.g. :class:`~liftbridge_sync.ByKey`; the
+                partition count is taken from (or fetched into) the metadata cache.
+            headers: ``str`` to bytes-like headers.
+            ack_policy: ``LEADER`` (default), ``ALL``, or ``NONE`` (the future resolves
+                with ``None`` once the message is sent).
+            expected_offset: Optimistic concurrency: the offset the message must get
+                (streams created with ``optimistic_concurrency_control=True``).
+            correlation_id: Id echoed in the ack (default: a unique generated id).
+            timeout: Seconds until the future fails with :class:`AckTimeoutError`
+                (default ``ack_timeout``, 5 s).
+
+        Returns:
+            A ``concurrent.futures.Future``. It fails with a typed error:
+            :class:`NoSuchPartitionError`, :class:`ReadonlyPartitionError`,
+            :class:`IncorrectOffsetError`, :class:`PermissionDeniedError`,
+            :class:`PublishRejectedError` (``code``: TOO_LARGE, BAD_REQUEST, ...),
+            :class:`AckTimeoutError` or :class:`ClientClosedError`. Done-callbacks run on
+            the publisher thread; they may publish, flush or close.
+
+        Raises:
+            TypeError: ``value``/``key``/``headers`` are not bytes-like.
+            ConfigurationError: other bad arguments, before anything is sent.
+            PublishQueueFullError: ``max_in_flight`` reached and no slot freed in time.
+            ClientClosedError: the client is closed.
+        """
+        self._check()
+        request = build_request(
+            stream,
+            value,
+            partition=0,
+            key=key,
+            headers=headers,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id="",
+        )
+        if correlation_id is not None and (
+            not isinstance(correlation_id, str) or not correlation_id
+        ):
+            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
+        ack_timeout = self._ack_timeout(timeout)
+        request.partition = self._choose_partition(
+            stream, request.key or None, request.value, partition, partitioner
+        )
+        publisher = self._get_publisher()
+        request.correlationId = correlation_id or publisher.next_correlation_id()
+        return publisher.submit(request, timeout=ack_timeout)
+
+    def publish(
+        self,
+        stream: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        expected_offset: int | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish a message and wait for its :class:`Ack` (``None`` for AckPolicy.NONE).
+
+        Same arguments and errors as :meth:`publish_async`, raised here instead of set on
+        a future. Many threads calling ``publish`` share one pipelined stream.
+        """
+        future = self.publish_async(
+            stream,
+            value,
+            key=key,
+            partition=partition,
+            partitioner=partitioner,
+            headers=headers,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation_id,
+            timeout=timeout,
+        )
+        publisher = self._publisher
+        assert publisher is not None
+        # The future's own ack timer bounds this wait.
+        return publisher.wait(future, None)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every publish made so far has been acknowledged or has failed.
+
+        Raises:
+            TimeoutError: if publishes are still pending after ``timeout`` seconds.
+        """
+        self._check()
+        publisher = self._publisher
+        if publisher is not None:
+            publisher.flush(timeout)
+
+    def publish_to_subject(
+        self,
+        subject: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, bytes] | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        ack_inbox: str | None = None,
+        correlation_id: str | None = None,
+        timeout: float | None = None,
+    ) -> Ack | None:
+        """Publish to a literal NATS subject (any stream listening on it stores it).
+
+        Headers are sent (the Go client drops them). When an ack is wanted the call
+        carries a deadline, so the server waits for the first ack.
+
+        Returns:
+            The first :class:`Ack`, or ``None`` for AckPolicy.NONE.
+
+        Raises:
+            AckTimeoutError: no stream acknowledged the message within ``timeout``.
+            PublishRejectedError, IncorrectOffsetError: the leader refused the message.
+        """
+        core = self._check()
+        check_subject("subject", subject)
+        payload = check_bytes("value", value)
+        key_bytes = check_bytes("key", key, optional=True)
+        if not isinstance(ack_policy, AckPolicy):
+            raise ConfigurationError("'ack_policy' must be an AckPolicy")
+        for name, text in (("ack_inbox", ack_inbox), ("correlation_id", correlation_id)):
+            if text is not None and (not isinstance(text, str) or not text):
+                raise ConfigurationError(f"{name!r} must be a non-empty str or None")
+        if ack_inbox is not None:
+            check_subject("ack_inbox", ack_inbox)
+        ack_timeout = self._ack_timeout(timeout)
+        request = api_pb2.PublishToSubjectRequest(
+            subject=subject,
+            value=payload,
+            key=key_bytes or b"",
+            headers=check_headers(headers),
+            ackInbox=ack_inbox or "",
+            correlationId=correlation_id or "",
+            ackPolicy=int(ack_policy),  # type: ignore[arg-type]
+        )
+        try:
+            response = core.call_any("PublishToSubject", request, timeout=ack_timeout)
+        except DeadlineExceededError as exc:
+            raise AckTimeoutError(
+                f"no ack for the message on {subject!r} within {ack_timeout}s",
+                code=exc.code,
+                details=exc.details,
+            ) from None
+        if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
+            return None
+        ack = Ack.from_proto(response.ack, partition=_partition_of(response.ack))
+        if ack.ack_error is not None:
+            raise error_from_ack_error(ack.ack_error)
+        return ack
+
     # ------------------------------------------------------------------ subscribe
 
     def subscribe(
@@ -507,6 +741,15 @@ class Client:
             read_isr_replica=read_isr_replica,
             resume=resume,
         )
+
+
+def _partition_of(ack: api_pb2.Ack) -> int:
+    """The partition an ack is for, from its subjects (``<subject>.<N>`` is partition N)."""
+    if ack.msgSubject == ack.partitionSubject:
+        return 0
+    prefix = ack.partitionSubject + "."
+    suffix = ack.msgSubject[len(prefix) :] if ack.msgSubject.startswith(prefix) else ""
+    return int(suffix) if suffix.isdigit() else -1
 
 
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:

@@ -32,7 +32,9 @@ Errors produced from a gRPC status carry ``code`` (a :class:`grpc.StatusCode` na
 exceptions between processes.
 
 :func:`error_from_status` is the only function that turns a gRPC status into one of
-these exceptions; callers say in which :class:`CallContext` the status arrived, since the
+these exceptions; its siblings :func:`error_from_async_error` and
+:func:`error_from_ack_error` do the same for the per-message failures of
+``PublishAsync``. Callers say in which :class:`CallContext` a status arrived, since the
 same code means different things on different RPCs (NOT_FOUND is a missing stream for
 DeleteStream but a deleted stream in the middle of a subscription).
 """
@@ -70,6 +72,8 @@ __all__ = [
     "StreamDeletedError",
     "StreamExistsError",
     "UnsupportedError",
+    "error_from_ack_error",
+    "error_from_async_error",
     "error_from_rpc_error",
     "error_from_status",
 ]
@@ -332,3 +336,46 @@ def error_from_rpc_error(
     if not isinstance(code, grpc.StatusCode):
         code = grpc.StatusCode.UNKNOWN
     return error_from_status(code, details or "", context)
+
+
+#: ``PublishAsyncError.Code`` numbers (liftbridge-api) to names.
+_ASYNC_CODES = {
+    0: "UNKNOWN",
+    1: "BAD_REQUEST",
+    2: "NOT_FOUND",
+    3: "INTERNAL",
+    4: "READONLY",
+    5: "INCORRECT_OFFSET",
+    6: "ENCRYPTION_FAILED",
+    7: "PERMISSION_DENIED",
+}
+
+
+def error_from_async_error(code: int, message: str) -> LiftbridgeError:
+    """Map a ``PublishAsyncError`` (a refused message on the PublishAsync stream)."""
+    name = _ASYNC_CODES.get(code, "UNKNOWN")
+    text = f"publish: {message or name}"
+    if name == "NOT_FOUND":
+        cls = NoSuchStreamError if "stream" in message.lower() else NoSuchPartitionError
+        return cls(text, code=name, details=message)
+    if name == "READONLY":
+        return ReadonlyPartitionError(text, code=name, details=message)
+    if name == "INCORRECT_OFFSET":
+        return IncorrectOffsetError(text, code=name, details=message)
+    if name == "PERMISSION_DENIED":
+        return PermissionDeniedError(text, code=name, details=message)
+    return PublishRejectedError(text, code=name, details=message)
+
+
+def error_from_ack_error(ack_error: str) -> LiftbridgeError:
+    """Map the name of a leader's ``Ack.Error`` (e.g. ``"TOO_LARGE"``)."""
+    if ack_error == "INCORRECT_OFFSET":
+        return IncorrectOffsetError(
+            "publish: expected offset did not match", code=ack_error, details=ack_error
+        )
+    if ack_error == "TOO_LARGE":
+        text = "publish: message exceeds the server's clustering.replication.max.bytes"
+        return PublishRejectedError(text, code=ack_error, details=ack_error)
+    return PublishRejectedError(
+        f"publish: the leader refused the message ({ack_error})", code=ack_error, details=ack_error
+    )

@@ -1,0 +1,142 @@
+"""The transport seam under the publisher: one bidirectional ``PublishAsync`` stream.
+
+The publisher only needs to send requests and to be told about responses and the end of
+the stream. :class:`GrpcPublishStream` does that with grpcio's public API; a faster
+transport (coalesced writes below grpcio's per-message operation, performance.md §10)
+can replace it by implementing :class:`PublishStream` and a matching opener, without
+touching the publisher.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Protocol
+
+import grpc
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport import Stub
+from liftbridge_sync.errors import CallContext, LiftbridgeError, error_from_rpc_error
+
+__all__ = [
+    "GrpcPublishStream",
+    "PublishStream",
+    "StreamClosed",
+    "StreamEvent",
+    "StreamOpener",
+    "StreamResponse",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamResponse:
+    """A response read from stream number ``epoch``."""
+
+    epoch: int
+    response: api_pb2.PublishResponse
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamClosed:
+    """Stream number ``epoch`` ended; ``error`` is ``None`` for a clean end."""
+
+    epoch: int
+    error: LiftbridgeError | None
+
+
+StreamEvent = StreamResponse | StreamClosed
+
+
+class PublishStream(Protocol):
+    """One open ``PublishAsync`` stream. Implementations must be thread-safe for ``send``."""
+
+    def send(self, request: api_pb2.PublishRequest) -> None:
+        """Queue a request for sending; never blocks."""
+
+    def close(self) -> None:
+        """Half-close: no more requests; responses keep arriving until the server ends."""
+
+    def cancel(self) -> None:
+        """Abort the stream; a :class:`StreamClosed` event follows."""
+
+    def join(self, timeout: float | None) -> None:
+        """Wait for the stream's reader to finish."""
+
+
+#: Opens stream ``epoch`` on a stub; every response and the end go to ``on_event``.
+StreamOpener = Callable[[Stub, int, Callable[[StreamEvent], None]], PublishStream]
+
+_END = object()
+
+
+class GrpcPublishStream:
+    """``PublishAsync`` over grpcio's public streaming API.
+
+    Requests go through a queue to gRPC's request-iterator thread; a reader thread named
+    ``liftbridge-publish-reader`` turns each response into an event and holds no state of
+    its own. Thread-safe.
+    """
+
+    def __init__(self, stub: Stub, epoch: int, on_event: Callable[[StreamEvent], None]) -> None:
+        self._epoch = epoch
+        self._on_event = on_event
+        self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._finished = threading.Event()
+        self._call = stub.PublishAsync(self._request_iterator())
+        self._reader = threading.Thread(
+            target=self._read, name="liftbridge-publish-reader", daemon=True
+        )
+        self._reader.start()
+
+    def _request_iterator(self) -> Iterator[api_pb2.PublishRequest]:
+        # Poll with a timeout so that gRPC's consumer thread exits once the call is over,
+        # even if nobody enqueues the end marker (grpc#21995).
+        while not self._finished.is_set():
+            try:
+                item = self._requests.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            if item is _END:
+                return
+            assert isinstance(item, api_pb2.PublishRequest)
+            yield item
+
+    def _read(self) -> None:
+        error: LiftbridgeError | None = None
+        try:
+            for response in self._call:
+                self._on_event(StreamResponse(self._epoch, response))
+        except grpc.RpcError as exc:
+            error = error_from_rpc_error(exc, CallContext.GENERIC)
+        finally:
+            self._finished.set()
+            self._on_event(StreamClosed(self._epoch, error))
+
+    def send(self, request: api_pb2.PublishRequest) -> None:
+        """Queue ``request`` for gRPC's request-iterator thread."""
+        self._requests.put(request)
+
+    def close(self) -> None:
+        """Half-close the stream after the queued requests."""
+        self._requests.put(_END)
+
+    def cancel(self) -> None:
+        """Abort the call."""
+        self._finished.set()
+        self._requests.put(_END)
+        self._call.cancel()
+
+    def join(self, timeout: float | None) -> None:
+        """Wait for the reader thread."""
+        if threading.current_thread() is not self._reader:
+            self._reader.join(timeout)
+
+
+def open_grpc_stream(
+    stub: Stub, epoch: int, on_event: Callable[[StreamEvent], None]
+) -> PublishStream:
+    """The default :data:`StreamOpener`."""
+    return GrpcPublishStream(stub, epoch, on_event)
