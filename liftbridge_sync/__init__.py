@@ -43,6 +43,7 @@ from liftbridge_sync.models import (
     StreamInfo,
 )
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
 
 __version__ = "0.1.0"
@@ -55,6 +56,7 @@ __all__ = [
     "AckTimeoutError",
     "BrokerInfo",
     "BrokerUnavailableError",
+    "ByKey",
     "Client",
     "ClientClosedError",
     "ClientOptions",
@@ -75,12 +77,14 @@ __all__ = [
     "PartitionInfo",
     "PartitionMetadata",
     "PartitionPausedError",
+    "Partitioner",
     "PermissionDeniedError",
     "PublishError",
     "PublishQueueFullError",
     "PublishRejectedError",
     "ReadonlyPartitionError",
     "RetryPolicy",
+    "RoundRobin",
     "ServerError",
     "StartAt",
     "StopAt",

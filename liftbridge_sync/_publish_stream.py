@@ -28,6 +28,7 @@ __all__ = [
     "StreamEvent",
     "StreamOpener",
     "StreamResponse",
+    "StreamSent",
 ]
 
 
@@ -40,6 +41,14 @@ class StreamResponse:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StreamSent:
+    """A request that asked for it was handed to the transport on stream ``epoch``."""
+
+    epoch: int
+    correlation_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StreamClosed:
     """Stream number ``epoch`` ended; ``error`` is ``None`` for a clean end."""
 
@@ -47,14 +56,18 @@ class StreamClosed:
     error: LiftbridgeError | None
 
 
-StreamEvent = StreamResponse | StreamClosed
+StreamEvent = StreamResponse | StreamSent | StreamClosed
 
 
 class PublishStream(Protocol):
     """One open ``PublishAsync`` stream. Implementations must be thread-safe for ``send``."""
 
-    def send(self, request: api_pb2.PublishRequest) -> None:
-        """Queue a request for sending; never blocks."""
+    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
+        """Queue a request for sending; never blocks.
+
+        With ``notify_sent`` a :class:`StreamSent` event follows once the transport has
+        written it (AckPolicy.NONE publishes complete then).
+        """
 
     def close(self) -> None:
         """Half-close: no more requests; responses keep arriving until the server ends."""
@@ -70,6 +83,11 @@ class PublishStream(Protocol):
 StreamOpener = Callable[[Stub, int, Callable[[StreamEvent], None]], PublishStream]
 
 _END = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Notify:
+    request: api_pb2.PublishRequest
 
 
 class GrpcPublishStream:
@@ -101,6 +119,11 @@ class GrpcPublishStream:
                 continue
             if item is _END:
                 return
+            if isinstance(item, _Notify):
+                yield item.request
+                # gRPC asks for the next request only after this one's send completed.
+                self._on_event(StreamSent(self._epoch, item.request.correlationId))
+                continue
             assert isinstance(item, api_pb2.PublishRequest)
             yield item
 
@@ -115,9 +138,9 @@ class GrpcPublishStream:
             self._finished.set()
             self._on_event(StreamClosed(self._epoch, error))
 
-    def send(self, request: api_pb2.PublishRequest) -> None:
+    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Queue ``request`` for gRPC's request-iterator thread."""
-        self._requests.put(request)
+        self._requests.put(_Notify(request) if notify_sent else request)
 
     def close(self) -> None:
         """Half-close the stream after the queued requests."""

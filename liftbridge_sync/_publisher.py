@@ -42,6 +42,7 @@ from liftbridge_sync._publish_stream import (
     StreamClosed,
     StreamOpener,
     StreamResponse,
+    StreamSent,
     open_grpc_stream,
 )
 from liftbridge_sync._timerwheel import TimerHandle, TimerWheel
@@ -352,6 +353,12 @@ class Publisher:
                 self._on_response(event.response)
         elif isinstance(event, _Submit):
             self._on_submit(event.entry)
+        elif isinstance(event, StreamSent):
+            entry = self._pending.get(event.correlation_id)
+            if event.epoch == self._epoch and entry is not None and not entry.wants_ack:
+                del self._pending[event.correlation_id]
+                self._cancel_timer(entry)
+                self._resolve(entry, None)
         elif isinstance(event, StreamClosed):
             if event.epoch == self._epoch:
                 self._on_stream_closed(event.error)
@@ -380,12 +387,9 @@ class Publisher:
 
     def _send(self, entry: _Entry) -> None:
         assert self._stream is not None
-        self._stream.send(entry.request)
-        if not entry.wants_ack:
-            # AckPolicy.NONE: the server never answers a success, so "sent" is done.
-            self._pending.pop(entry.request.correlationId, None)
-            self._cancel_timer(entry)
-            self._resolve(entry, None)
+        # AckPolicy.NONE: the server never answers a success, so the publish is done once
+        # the transport has written it (a StreamSent event).
+        self._stream.send(entry.request, notify_sent=not entry.wants_ack)
 
     def _connect(self) -> None:
         addresses = self._core.addresses()
@@ -486,6 +490,10 @@ class Publisher:
                 self._fail(event.entry, ClientClosedError("publisher is closed"))
         stream, self._stream = self._stream, None
         if stream is not None:
+            # Half-close first so that requests already queued are written, then give
+            # the server a moment to end the call before aborting it.
+            stream.close()
+            stream.join(2.0)
             stream.cancel()
             stream.join(5.0)
 

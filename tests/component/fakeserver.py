@@ -17,7 +17,8 @@ import grpc
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 
 #: Decides what happens to one PublishAsync request: "ack", "drop" (never answer),
-#: "abort" (end the stream with UNAVAILABLE), or a PublishAsyncError code number.
+#: "abort" (end the stream with UNAVAILABLE), a PublishAsyncError code number, or
+#: ("error_then_ack", code) to mimic the server's PERMISSION_DENIED quirk.
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
 
 
@@ -105,13 +106,15 @@ class FakeLiftbridge(api_pb2_grpc.APIServicer):
                 continue
             if action == "abort":
                 context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: broker going away")
-            if isinstance(action, int):
+            code = action[1] if isinstance(action, tuple) else action
+            if isinstance(code, int):
                 yield api_pb2.PublishResponse(
                     correlationId=request.correlationId,
-                    asyncError=api_pb2.PublishAsyncError(code=action, message="scripted"),
+                    asyncError=api_pb2.PublishAsyncError(code=code, message="scripted"),
                     ack=api_pb2.Ack(),
                 )
-                continue
+                if not isinstance(action, tuple):
+                    continue
             key = (request.stream, request.partition)
             with self.lock:
                 offset = self._offsets.get(key, -1) + 1

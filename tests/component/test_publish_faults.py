@@ -1,0 +1,172 @@
+"""Publisher behaviour under faults the real server cannot produce on demand."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import AckPolicy, Client, RetryPolicy
+from liftbridge_sync._proto import api_pb2
+
+from .fakeserver import FakeLiftbridge
+
+FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0.05, jitter=0.0)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLiftbridge]:
+    with FakeLiftbridge() as server:
+        yield server
+
+
+def _client(fake: FakeLiftbridge, **options: object) -> Client:
+    return Client([fake.address], retry=FAST_RETRY, **options)  # type: ignore[arg-type]
+
+
+def test_lost_ack_fails_only_that_future_with_ack_timeout(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
+    with _client(fake) as client:
+        started = time.monotonic()
+        lost = client.publish_async("s", b"lost", timeout=0.3)
+        kept = client.publish_async("s", b"kept", timeout=5)
+        assert kept.result(timeout=5).offset == 0  # type: ignore[union-attr]
+        with pytest.raises(lb.AckTimeoutError):
+            lost.result(timeout=5)
+        assert 0.25 <= time.monotonic() - started < 3
+
+
+def test_unavailable_mid_stream_reopens_and_resends_in_order(fake: FakeLiftbridge) -> None:
+    aborted = threading.Event()
+
+    def script(req: api_pb2.PublishRequest, n: int) -> object:
+        if req.value == b"m5" and not aborted.is_set():
+            aborted.set()
+            return "abort"
+        return "ack"
+
+    fake.publish_script = script
+    with _client(fake) as client:
+        futures = [client.publish_async("s", b"m%d" % i, timeout=10) for i in range(10)]
+        acks = [f.result(timeout=10) for f in futures]
+    assert all(ack is not None for ack in acks)
+    assert fake.streams_opened == 2
+    values = [r.value for r in fake.received]
+    # m5 went out on the first stream, was never acked, and was sent again first on the
+    # new stream; everything after it follows in the original order.
+    resent = values[values.index(b"m5") + 1 :]
+    tail = [v for v in resent if v != b"m5"]
+    assert tail == sorted(set(tail), key=lambda v: int(v[1:]))
+    assert b"m5" in resent
+    assert {v for v in values} == {b"m%d" % i for i in range(10)}
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (api_pb2.PublishAsyncError.NOT_FOUND, lb.NotFoundError),
+        (api_pb2.PublishAsyncError.READONLY, lb.ReadonlyPartitionError),
+        (api_pb2.PublishAsyncError.INCORRECT_OFFSET, lb.IncorrectOffsetError),
+        (api_pb2.PublishAsyncError.ENCRYPTION_FAILED, lb.PublishRejectedError),
+        (api_pb2.PublishAsyncError.BAD_REQUEST, lb.PublishRejectedError),
+        (api_pb2.PublishAsyncError.UNKNOWN, lb.PublishRejectedError),
+    ],
+)
+def test_async_errors_are_typed(fake: FakeLiftbridge, code: int, error: type) -> None:
+    fake.publish_script = lambda req, n: code
+    with _client(fake) as client:
+        with pytest.raises(error) as info:
+            client.publish("s", b"x")
+    assert info.value.code == api_pb2.PublishAsyncError.Code.Name(code)
+
+
+def test_error_followed_by_ack_for_same_id_is_handled_once(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: (
+        "error_then_ack",
+        api_pb2.PublishAsyncError.PERMISSION_DENIED,
+    )
+    with _client(fake) as client:
+        first = client.publish_async("s", b"a")
+        with pytest.raises(lb.PermissionDeniedError):
+            first.result(timeout=5)
+        # The stray ack that follows is ignored; the next publish gets its own answer.
+        fake.publish_script = lambda req, n: "ack"
+        assert client.publish("s", b"b") is not None
+
+
+def test_ack_policy_none_resolves_once_sent(fake: FakeLiftbridge) -> None:
+    with _client(fake) as client:
+        assert client.publish("s", b"fire", ack_policy=AckPolicy.NONE, timeout=0.5) is None
+        client.flush(5)
+    assert [r.value for r in fake.received] == [b"fire"]
+
+
+def test_backpressure_raises_queue_full(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop"
+    with _client(fake, max_in_flight=2, enqueue_timeout=0.2) as client:
+        client.publish_async("s", b"1", timeout=30)
+        client.publish_async("s", b"2", timeout=30)
+        started = time.monotonic()
+        with pytest.raises(lb.PublishQueueFullError):
+            client.publish_async("s", b"3")
+        assert time.monotonic() - started >= 0.15
+        client.close(timeout=0.1)
+
+
+def test_close_fails_what_is_still_pending(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop"
+    client = _client(fake)
+    future = client.publish_async("s", b"never-acked", timeout=60)
+    client.close(timeout=0.2)
+    with pytest.raises(lb.ClientClosedError):
+        future.result(timeout=1)
+    with pytest.raises(lb.ClientClosedError):
+        client.publish_async("s", b"late")
+
+
+def test_done_callbacks_may_publish_flush_and_close_without_deadlock(fake: FakeLiftbridge) -> None:
+    client = _client(fake, max_in_flight=1)
+    results: list[object] = []
+    finished = threading.Event()
+
+    def callback(future: concurrent.futures.Future[object]) -> None:
+        # max_in_flight=1 and the slot of `future` is released just before this runs;
+        # publish() here must keep the publisher thread working while it waits.
+        results.append(client.publish("s", b"from-callback"))
+        client.flush(5)
+        client.close()
+        finished.set()
+
+    client.publish_async("s", b"first").add_done_callback(callback)
+    assert finished.wait(10), "done-callback deadlocked"
+    assert results and results[0] is not None
+    assert client.closed
+
+
+def test_flush_waits_for_everything_and_times_out(fake: FakeLiftbridge) -> None:
+    with _client(fake) as client:
+        futures = [client.publish_async("s", b"%d" % i) for i in range(50)]
+        client.flush(5)
+        assert all(f.done() for f in futures)
+        fake.publish_script = lambda req, n: "drop"
+        client.publish_async("s", b"stuck", timeout=30)
+        with pytest.raises(TimeoutError):
+            client.flush(0.2)
+        client.close(timeout=0.1)
+
+
+def test_unreachable_seed_is_skipped(fake: FakeLiftbridge) -> None:
+    # The first seed refuses connections: UNAVAILABLE is retried on the next broker.
+    with Client(["127.0.0.1:1", fake.address], retry=FAST_RETRY) as client:
+        assert "fake" in [b.id for b in client.fetch_metadata().brokers]
+
+
+def test_not_leader_refreshes_and_retries(fake: FakeLiftbridge) -> None:
+    fake.not_leader_times = 2
+    with _client(fake) as client:
+        assert client.fetch_partition_metadata("s", 1).id == 1
+    assert fake.partition_metadata_calls == 3
