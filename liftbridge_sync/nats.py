@@ -205,9 +205,6 @@ class NatsPublisher:
             server_list = list(servers)
         if not server_list or not all(isinstance(s, str) and s for s in server_list):
             raise ConfigurationError("'servers' must be a non-empty str or sequence of str")
-        for reserved in ("servers", "connect_timeout"):
-            if reserved in nats_options:
-                raise ConfigurationError(f"pass {reserved!r} as an argument of NatsPublisher")
         self._servers = server_list
         ack = _check_timeout("ack_timeout", ack_timeout, optional=False)
         conn = _check_timeout("connect_timeout", connect_timeout, optional=False)

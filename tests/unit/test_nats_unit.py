@@ -1,0 +1,304 @@
+"""Unit tests of ``liftbridge_sync.nats`` that need no NATS server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_sync.errors import (
+    BrokerUnavailableError,
+    ClientClosedError,
+    ConfigurationError,
+)
+from liftbridge_sync.models import AckPolicy
+from liftbridge_sync.nats import NatsPublisher, partition_subject
+
+
+def _nats_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "liftbridge-nats"]
+
+
+def _closed_port_url() -> str:
+    """A URL on loopback where nothing listens (the port was just released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"nats://127.0.0.1:{port}"
+
+
+@pytest.fixture
+def publisher() -> Iterator[NatsPublisher]:
+    """A publisher that is never connected (its URL is not used by these tests)."""
+    pub = NatsPublisher(_closed_port_url(), connect_timeout=0.5)
+    yield pub
+    pub.close()
+
+
+# ---------------------------------------------------------------- subjects
+
+
+@pytest.mark.parametrize(
+    ("subject", "partition", "expected"),
+    [
+        ("foo", 0, "foo"),
+        ("foo", 1, "foo.1"),
+        ("foo.bar", 12, "foo.bar.12"),
+        ("a", 2**31 - 1, f"a.{2**31 - 1}"),
+    ],
+)
+def test_partition_subject(subject: str, partition: int, expected: str) -> None:
+    assert partition_subject(subject, partition) == expected
+
+
+def test_partition_subject_defaults_to_partition_zero() -> None:
+    assert partition_subject("orders") == "orders"
+
+
+@pytest.mark.parametrize("subject", ["", "a..b", ".a", "a.", "has space", "tab\t", 3, None])
+def test_partition_subject_rejects_bad_subjects(subject: object) -> None:
+    with pytest.raises(ConfigurationError):
+        partition_subject(subject, 0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("partition", [-1, 2**31, True, 1.0, "1", None])
+def test_partition_subject_rejects_bad_partitions(partition: object) -> None:
+    with pytest.raises(ConfigurationError):
+        partition_subject("foo", partition)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- construction
+
+
+def test_no_thread_after_construction() -> None:
+    before = len(_nats_threads())
+    pub = NatsPublisher("nats://127.0.0.1:4222")
+    try:
+        assert len(_nats_threads()) == before
+        assert "idle" in repr(pub)
+        assert not pub.closed
+    finally:
+        pub.close()
+    assert pub.closed
+    assert len(_nats_threads()) == before
+
+
+def test_close_without_use_is_idempotent_and_later_use_fails() -> None:
+    pub = NatsPublisher("nats://127.0.0.1:4222")
+    with pub:
+        pass
+    pub.close()
+    assert "closed" in repr(pub)
+    with pytest.raises(ClientClosedError):
+        pub.publish_async("foo", b"x")
+    with pytest.raises(ClientClosedError):
+        pub.publish_raw("foo", b"x")
+    with pytest.raises(ClientClosedError):
+        pub.flush(1)
+    assert not _nats_threads()
+
+
+def test_flush_before_any_publish_returns_without_starting() -> None:
+    with NatsPublisher("nats://127.0.0.1:4222") as pub:
+        pub.flush(1)
+        assert not _nats_threads()
+
+
+def test_accepts_sequence_of_servers() -> None:
+    with NatsPublisher(["nats://127.0.0.1:4222", "nats://127.0.0.1:4223"]) as pub:
+        assert "4223" in repr(pub)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"ack_timeout": 0},
+        {"ack_timeout": -1.0},
+        {"ack_timeout": float("nan")},
+        {"ack_timeout": True},
+        {"connect_timeout": 0},
+        {"connect_timeout": "2"},
+    ],
+)
+def test_bad_constructor_arguments(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ConfigurationError):
+        NatsPublisher("nats://127.0.0.1:4222", **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("servers", ["", [], [""], [3]])
+def test_bad_servers(servers: object) -> None:
+    with pytest.raises(ConfigurationError):
+        NatsPublisher(servers)  # type: ignore[arg-type]
+
+
+def test_ack_inbox_shape_and_uniqueness() -> None:
+    first = NatsPublisher("nats://127.0.0.1:4222")
+    second = NatsPublisher("nats://127.0.0.1:4222")
+    custom = NatsPublisher("nats://127.0.0.1:4222", inbox_prefix="_MY.INBOX")
+    try:
+        assert first.ack_inbox.startswith("_INBOX.")
+        assert first.ack_inbox.endswith(".acks")
+        assert first.ack_inbox != second.ack_inbox
+        assert custom.ack_inbox.startswith("_MY.INBOX.")
+    finally:
+        for pub in (first, second, custom):
+            pub.close()
+
+
+def test_correlation_ids_are_unique_across_threads(publisher: NatsPublisher) -> None:
+    ids: list[str] = []
+    lock = threading.Lock()
+
+    def make() -> None:
+        local = [publisher.next_correlation_id() for _ in range(500)]
+        with lock:
+            ids.extend(local)
+
+    threads = [threading.Thread(target=make) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(ids)) == 2000
+
+
+# ---------------------------------------------------------------- argument validation
+
+
+def test_str_value_is_a_type_error(publisher: NatsPublisher) -> None:
+    with pytest.raises(TypeError, match="encode"):
+        publisher.publish_async("foo", "text")  # type: ignore[arg-type]
+    assert not _nats_threads()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"key": "text"},
+        {"key": 3},
+        {"headers": {"h": "text"}},
+        {"headers": {"": b"x"}},
+        {"headers": [("h", b"x")]},
+        {"ack_policy": 0},
+        {"ack_policy": "LEADER"},
+    ],
+)
+def test_wrong_types_are_type_errors(publisher: NatsPublisher, kwargs: dict[str, object]) -> None:
+    with pytest.raises(TypeError):
+        publisher.publish_async("foo", b"x", **kwargs)  # type: ignore[arg-type]
+    assert not _nats_threads()
+
+
+def test_expected_offset_with_ack_policy_none_is_refused(publisher: NatsPublisher) -> None:
+    with pytest.raises(ConfigurationError, match="expected_offset"):
+        publisher.publish_async("foo", b"x", ack_policy=AckPolicy.NONE, expected_offset=3)
+    with pytest.raises(ConfigurationError, match="expected_offset"):
+        publisher.publish("foo", b"x", ack_policy=AckPolicy.NONE, expected_offset=0)
+    assert not _nats_threads()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"partition": -1},
+        {"partition": True},
+        {"expected_offset": -2},
+        {"timeout": 0},
+        {"timeout": -1},
+        {"timeout": float("inf")},
+        {"timeout": "1"},
+        {"correlation_id": ""},
+        {"correlation_id": 5},
+        {"crc": 1},
+    ],
+)
+def test_bad_values_are_configuration_errors(
+    publisher: NatsPublisher, kwargs: dict[str, object]
+) -> None:
+    with pytest.raises(ConfigurationError):
+        publisher.publish_async("foo", b"x", **kwargs)  # type: ignore[arg-type]
+    assert not _nats_threads()
+
+
+@pytest.mark.parametrize("subject", ["", "a b", "a..b"])
+def test_bad_stream_subject(publisher: NatsPublisher, subject: str) -> None:
+    with pytest.raises(ConfigurationError):
+        publisher.publish_async(subject, b"x")
+
+
+def test_publish_raw_validation(publisher: NatsPublisher) -> None:
+    with pytest.raises(TypeError):
+        publisher.publish_raw("foo", "text")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        publisher.publish_raw("", b"x")
+    with pytest.raises(ConfigurationError):
+        publisher.publish_raw("foo", b"x", reply="bad reply")
+    assert not _nats_threads()
+
+
+def test_flush_and_close_validate_timeouts(publisher: NatsPublisher) -> None:
+    with pytest.raises(ConfigurationError):
+        publisher.flush(-1)
+    with pytest.raises(ConfigurationError):
+        publisher.close(0)
+
+
+# ---------------------------------------------------------------- connection failure
+
+
+def test_connect_failure_raises_and_joins_thread() -> None:
+    pub = NatsPublisher(_closed_port_url(), connect_timeout=0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError, match="cannot connect to NATS"):
+            pub.publish_async("foo", b"x")
+        assert time.monotonic() - started < 5.0
+        assert not _nats_threads()
+        # A later call tries again (and fails again) instead of hanging.
+        with pytest.raises(BrokerUnavailableError):
+            pub.publish_raw("foo", b"x")
+        assert not _nats_threads()
+    finally:
+        pub.close()
+
+
+# ---------------------------------------------------------------- optional dependency
+
+
+def test_missing_nats_py_gives_install_hint() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["nats"] = None  # makes `import nats` raise ImportError
+        import liftbridge_sync  # must not need nats-py
+        from liftbridge_sync.nats import NatsPublisher, partition_subject
+        assert partition_subject("foo", 2) == "foo.2"
+        try:
+            NatsPublisher("nats://127.0.0.1:4222")
+        except ImportError as exc:
+            print("IMPORT-ERROR:", exc)
+        else:
+            raise SystemExit("no ImportError")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "IMPORT-ERROR:" in result.stdout
+    assert "pip install liftbridge-sync[nats]" in result.stdout
+
+
+def test_import_liftbridge_sync_does_not_import_nats() -> None:
+    code = "import sys, liftbridge_sync; print('nats' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
