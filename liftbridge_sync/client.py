@@ -433,8 +433,8 @@ class Client:
         resumes at cursor + 1.
         """
         core = self._check()
-        target = self._cursor_target(cursor_id, stream, partition)
         check_int("offset", offset, minimum=-1)
+        target = self._cursor_target(cursor_id, stream, partition)
         request = api_pb2.SetCursorRequest(
             stream=stream, partition=partition, cursorId=cursor_id, offset=offset
         )
