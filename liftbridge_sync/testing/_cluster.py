@@ -131,6 +131,11 @@ class LiftbridgeCluster:
         return self._nats.url
 
     @property
+    def nats_pid(self) -> int | None:
+        """PID of the shared ``nats-server`` while it runs."""
+        return None if self._nats is None else self._nats.pid
+
+    @property
     def run_dir(self) -> Path:
         """The temporary directory (exists once started, until closed)."""
         if self._run_dir is None:

@@ -9,10 +9,14 @@ the server advertises, so metadata-based reconnects work.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
+import socket
 import time
+import urllib.parse
+import warnings
 from types import TracebackType
 from typing import Any
 
@@ -27,8 +31,29 @@ DEFAULT_IMAGE = "liftbridge/standalone-dev:latest"
 _NATS_CONTAINER_PORT = 4222
 
 
+def _socket_problem(timeout: float) -> str | None:
+    """Check ``DOCKER_HOST`` with a plain socket (docker-py leaks sockets on failure)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    parsed = urllib.parse.urlparse(host)
+    try:
+        if parsed.scheme in ("unix", "http+unix"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(timeout)
+                sock.connect(parsed.path)
+        elif parsed.scheme in ("tcp", "http", "https") and parsed.hostname:
+            port = parsed.port or (2376 if parsed.scheme == "https" else 2375)
+            with socket.create_connection((parsed.hostname, port), timeout=timeout):
+                pass
+    except OSError as exc:
+        return f"{host}: {exc}"
+    return None
+
+
 def docker_unavailable_reason(timeout: float = 5.0) -> str | None:
     """Return why Docker cannot be used, or None when an engine answers a ping."""
+    problem = _socket_problem(timeout)
+    if problem is not None:
+        return f"Docker engine not reachable: {problem}"
     try:
         docker = importlib.import_module("docker")
     except ImportError as exc:
@@ -40,6 +65,9 @@ def docker_unavailable_reason(timeout: float = 5.0) -> str | None:
         finally:
             client.close()
     except Exception as exc:  # docker raises many unrelated types here
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()  # reap the socket docker-py leaks on a failed connect
         return f"Docker engine not reachable: {exc}"
     return None
 

@@ -1,0 +1,379 @@
+"""Tests of the real-server harness in ``liftbridge_sync.testing``.
+
+They start real Go Liftbridge servers (built on first use) and an external
+``nats-server`` for the cluster. Waits are condition polls with deadlines.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.testing import (
+    LEADER_LOG_LINE,
+    InstalledServer,
+    LiftbridgeCluster,
+    LiftbridgeEndpoint,
+    LiftbridgeServer,
+    ServerInstallError,
+    ServerStartError,
+    _install,
+    docker_unavailable_reason,
+    install_server,
+)
+from liftbridge_sync.testing._config import check_keys, render_yaml
+from liftbridge_sync.testing._rpc import create_stream, fetch_metadata
+from liftbridge_sync.testing._versions import (
+    PINNED_PSEUDO_VERSION,
+    compare_versions,
+    supports_reverse,
+    supports_telemetry_key,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until it holds or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def listening_hosts(port: int) -> set[str]:
+    """Local addresses with a listening TCP socket on ``port`` (from /proc/net/tcp*)."""
+    hosts = set()
+    for table, family in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 6)):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            host_hex, port_hex = local.split(":")
+            if state != "0A" or int(port_hex, 16) != port:
+                continue
+            if family == 4:
+                hosts.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(host_hex)[::-1]))
+            else:
+                raw = bytes.fromhex(host_hex)
+                words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
+                hosts.add(socket.inet_ntop(socket.AF_INET6, words))
+    return hosts
+
+
+def stream_meta(response: api_pb2.FetchMetadataResponse, name: str) -> api_pb2.StreamMetadata:
+    for meta in response.streamMetadata:
+        if meta.name == name:
+            return meta
+    raise AssertionError(
+        f"stream {name!r} not in metadata: {[m.name for m in response.streamMetadata]}"
+    )
+
+
+@pytest.fixture(scope="module")
+def installed() -> InstalledServer:
+    return install_server()
+
+
+@pytest.fixture(scope="module")
+def server(installed: InstalledServer) -> Iterator[LiftbridgeServer]:
+    with LiftbridgeServer(installed=installed) as srv:
+        yield srv
+
+
+# -- single server ---------------------------------------------------------------------------
+
+
+def test_single_server_is_ready_with_internal_streams(server: LiftbridgeServer) -> None:
+    assert server.running and server.pid is not None
+    assert server.address == f"127.0.0.1:{server.port}"
+    assert server.nats_url == f"nats://127.0.0.1:{server.nats_port}"
+    assert LEADER_LOG_LINE in server.log_path.read_text()
+    assert server.data_dir.is_dir()
+
+    response = fetch_metadata(server.address)
+    assert [(b.id, b.host, b.port) for b in response.brokers] == [
+        (server.server_id, "127.0.0.1", server.port)
+    ]
+    cursors = stream_meta(response, "__cursors")
+    assert sorted(cursors.partitions) == [0, 1]
+    assert all(p.leader == server.server_id for p in cursors.partitions.values())
+    activity = stream_meta(response, "__activity")
+    assert activity.subject == f"{server.namespace}.activity"
+
+
+def test_single_server_listens_on_loopback_only(server: LiftbridgeServer) -> None:
+    assert listening_hosts(server.port) == {"127.0.0.1"}
+    assert listening_hosts(server.nats_port) == {"127.0.0.1"}
+
+
+def test_config_file_matches_server_version(server: LiftbridgeServer) -> None:
+    text = server.config_path.read_text()
+    assert '"cursors.stream.auto.pause.time": "0s"' in text
+    assert '"clustering.raft.bootstrap.seed": true' in text
+    assert ('"telemetry.enabled": false' in text) == server.installed.supports_telemetry_key
+
+
+def test_plugin_fixture_serves_an_address(
+    liftbridge_server: LiftbridgeEndpoint, liftbridge_address: str
+) -> None:
+    assert liftbridge_address == liftbridge_server.address
+    assert len(fetch_metadata(liftbridge_address).brokers) >= 1
+
+
+def test_restart_keeps_data_and_address(installed: InstalledServer) -> None:
+    with LiftbridgeServer(installed=installed, config={"logging": {"level": "debug"}}) as srv:
+        address, first_pid = srv.address, srv.pid
+        assert '"logging.level": "debug"' in srv.config_path.read_text()
+        create_stream(srv.address, "harness-restart", partitions=2, timeout=10)
+
+        srv.restart()
+        assert srv.address == address and srv.pid not in (None, first_pid)
+        meta = stream_meta(
+            fetch_metadata(srv.address, streams=["harness-restart"]), "harness-restart"
+        )
+        assert meta.error == api_pb2.StreamMetadata.OK and sorted(meta.partitions) == [0, 1]
+
+        srv.restart(kill=True)  # crash, then recover from the same data dir
+        meta = stream_meta(
+            fetch_metadata(srv.address, streams=["harness-restart"]), "harness-restart"
+        )
+        assert meta.error == api_pb2.StreamMetadata.OK
+
+
+def test_close_stops_process_and_removes_temp_dir(installed: InstalledServer) -> None:
+    srv = LiftbridgeServer(installed=installed)
+    with srv:
+        pid, run_dir = srv.pid, srv.run_dir
+        assert pid is not None and run_dir.is_dir()
+    assert not srv.running and srv.pid is None
+    assert process_gone(pid)
+    assert not run_dir.exists()
+
+
+def test_stop_is_graceful(installed: InstalledServer) -> None:
+    with LiftbridgeServer(installed=installed) as srv:
+        assert srv.stop() == 0
+        assert not srv.running
+        assert srv.run_dir.is_dir()  # kept until the context exits
+
+
+def test_startup_failure_reports_log_tail(installed: InstalledServer) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ServerStartError) as info:
+            with LiftbridgeServer(installed=installed, port=port, startup_timeout=20):
+                pass
+    assert "address already in use" in str(info.value)
+    assert info.value.address_in_use
+
+
+def test_unknown_config_key_is_rejected_before_start(installed: InstalledServer) -> None:
+    if compare_versions(installed.version, PINNED_PSEUDO_VERSION) > 0:
+        pytest.skip("key lists are only known up to the pinned commit")
+    with pytest.raises(ValueError, match="streams.sync.interval"):
+        with LiftbridgeServer(installed=installed, config={"streams.sync.interval": "1s"}):
+            pass
+
+
+# -- cluster ---------------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+def test_cluster_failover_and_rejoin(installed: InstalledServer) -> None:
+    started = time.monotonic()
+    cluster = LiftbridgeCluster(3, installed=installed)
+    with cluster:
+        ids = {node.server_id for node in cluster.servers}
+        response = cluster.metadata()
+        assert {b.id for b in response.brokers} == ids
+        assert len(set(cluster.addresses)) == 3
+        cursors = stream_meta(response, "__cursors")
+        assert sorted(cursors.partitions) == [0, 1]
+        assert set(cursors.partitions[0].replicas) == ids
+
+        create_stream(cluster.addresses[0], "harness-failover", replication_factor=3, timeout=10)
+        old = cluster.wait_for_partition_leader("harness-failover", 0, timeout=10)
+
+        killed_at = time.monotonic()
+        cluster.kill(old)
+        assert not cluster.servers[old].running
+        new = cluster.wait_for_new_leader("harness-failover", 0, old, timeout=20)
+        failover = time.monotonic() - killed_at
+        assert new != old and cluster.servers[new].running
+
+        cluster.restart(old)
+        rejoined = cluster.servers[old]
+        assert rejoined.running
+
+        def rejoined_sees_new_leader() -> bool:
+            view = fetch_metadata(rejoined.address, streams=["harness-failover"])
+            part = stream_meta(view, "harness-failover").partitions[0]
+            return len(view.brokers) == 3 and part.leader == cluster.servers[new].server_id
+
+        wait_until(rejoined_sees_new_leader, 20, "the restarted node to rejoin")
+        pids = [n.pid for n in cluster.servers]
+        nats_pid = cluster.nats_pid
+        run_dir = cluster.run_dir
+    assert all(pid is not None and process_gone(pid) for pid in pids)
+    assert nats_pid is not None and process_gone(nats_pid)
+    assert not run_dir.exists()
+    print(f"failover {failover:.1f}s, total {time.monotonic() - started:.1f}s")
+
+
+# -- installer and config (no server needed) -------------------------------------------------
+
+
+def test_versions_and_feature_flags() -> None:
+    assert compare_versions("v1.9.0", PINNED_PSEUDO_VERSION) < 0
+    assert compare_versions("v1.9.1", PINNED_PSEUDO_VERSION) > 0
+    assert not supports_reverse("v1.9.0") and not supports_telemetry_key("v1.9.0")
+    assert supports_reverse(PINNED_PSEUDO_VERSION) and supports_telemetry_key(PINNED_PSEUDO_VERSION)
+    assert supports_telemetry_key("v1.9.1-0.20251229185935-945498b4281c")
+    assert not supports_reverse("v1.9.1-0.20251229185935-945498b4281c")
+
+
+def test_render_yaml_and_key_check() -> None:
+    text = render_yaml({"clustering": {"raft.bootstrap.peers": ["a", "b"]}, "port": 1})
+    assert text == '"clustering.raft.bootstrap.peers": ["a", "b"]\n"port": 1\n'
+    with pytest.raises(ValueError, match="telemetry.enabled"):
+        check_keys(["telemetry.enabled"], "v1.9.0", telemetry=False)
+    check_keys(["telemetry.enabled"], PINNED_PSEUDO_VERSION, telemetry=True)
+
+
+FAKE_GO = """#!/bin/sh
+case "$1" in
+  install) echo "go: reading https://proxy.golang.org/...: 403 Forbidden" >&2; exit 1 ;;
+  build)
+    while [ "$1" != "-o" ]; do shift; done
+    printf '#!/bin/sh\\necho "liftbridge version v1.9.0"\\n' > "$2"; chmod +x "$2"; exit 0 ;;
+  *) exit 1 ;;
+esac
+"""
+
+
+@pytest.fixture
+def fresh_install_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    monkeypatch.setenv("LIFTBRIDGE_SYNC_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("LIFTBRIDGE_BIN", raising=False)
+    monkeypatch.delenv("LIFTBRIDGE_SERVER_VERSION", raising=False)
+    monkeypatch.setattr(_install, "_memo", {})
+    return tmp_path
+
+
+def test_auto_install_falls_back_to_release_with_warning(
+    fresh_install_state: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    bindir = fresh_install_state / "fakebin"
+    bindir.mkdir()
+    (bindir / "go").write_text(FAKE_GO)
+    (bindir / "go").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+
+    server = install_server()
+    assert server.target == "v1.9.0" and server.version == "v1.9.0"
+    assert server.path == fresh_install_state / "cache" / "v1.9.0" / "bin" / "liftbridge"
+    assert not server.supports_reverse and not server.supports_telemetry_key
+    assert (server.path.parent.parent / "installed.json").is_file()
+    assert any(
+        "403 Forbidden" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records
+    )
+
+    # Reused from the marker without running go again.
+    _install._memo.clear()
+    (bindir / "go").unlink()
+    assert install_server("v1.9.0") == server
+
+
+def test_missing_go_is_a_clear_error(
+    fresh_install_state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(fresh_install_state))
+    with pytest.raises(ServerInstallError, match="`go` was not found"):
+        install_server("pinned")
+
+
+def test_liftbridge_bin_is_used_as_is(
+    fresh_install_state: Path, monkeypatch: pytest.MonkeyPatch, installed: InstalledServer
+) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_BIN", str(installed.path))
+    server = install_server()
+    assert server.path == installed.path and server.target == "custom"
+    assert server.version == installed.version
+
+
+# -- plugin in a child pytest ----------------------------------------------------------------
+
+CHILD_TESTS = """
+import pytest
+
+def test_address(liftbridge_server, liftbridge_address):
+    assert liftbridge_address == liftbridge_server.address
+
+def test_cluster(liftbridge_cluster):
+    pass
+
+def test_client(liftbridge_client):
+    assert type(liftbridge_client).__name__ == "Client"
+"""
+
+
+def run_child_pytest(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_child.py").write_text(textwrap.dedent(CHILD_TESTS))
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    child_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_plugin_with_external_address(server: LiftbridgeServer, tmp_path: Path) -> None:
+    result = run_child_pytest(
+        tmp_path, {"LIFTBRIDGE_ADDRESS": server.address, "LIFTBRIDGE_NATS_URL": server.nats_url}
+    )
+    out = result.stdout + result.stderr
+    assert f"liftbridge: external server at {server.address}" in out
+    assert "LIFTBRIDGE_ADDRESS is set" in out
+    assert "2 passed, 1 skipped" in out, out
+
+
+def test_plugin_docker_backend_skips_without_engine(tmp_path: Path) -> None:
+    reason = docker_unavailable_reason()
+    if reason is None:
+        pytest.skip("a Docker engine is reachable here")
+    result = run_child_pytest(tmp_path, {"LIFTBRIDGE_BACKEND": "docker"})
+    out = result.stdout + result.stderr
+    assert "liftbridge: docker image liftbridge/standalone-dev:latest" in out
+    assert "LIFTBRIDGE_BACKEND=docker but Docker engine not reachable" in out, out
+    assert "3 skipped" in out, out
