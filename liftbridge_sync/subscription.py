@@ -1,23 +1,545 @@
-"""Subscriptions: blocking iterators over stream partitions (being implemented)."""
+"""Subscriptions: blocking iterators over one partition or over a whole stream.
+
+A :class:`Subscription` reads its gRPC stream on the caller's thread (through the channel
+with single-threaded streaming reads) and starts no thread of its own. A blocked read is
+bounded by the client's shared ``liftbridge-timer`` thread, which cancels the gRPC call
+when ``get(timeout)`` expires; the next read then resubscribes from ``last_offset + 1``,
+so a timeout loses and repeats nothing.
+
+Start positions that depend on the moment of subscribing (new-only, latest, a time delta,
+a cursor, stop-at-latest) are pinned to fixed offsets or times when the subscription
+opens, so that every later resubscribe asks for exactly what the first request meant.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import collections
+import dataclasses
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Any
 
-from liftbridge_sync.positions import StartAt, StopAt
+import grpc
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._retry import build_retrying, is_retryable
+from liftbridge_sync._scheduler import Scheduler, TimerHandle, scheduler_for
+from liftbridge_sync._validate import check_bool, check_name, check_partition
+from liftbridge_sync.errors import (
+    BrokerUnavailableError,
+    CallContext,
+    ClientClosedError,
+    ConfigurationError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    NotLeaderError,
+    StreamDeletedError,
+    UnsupportedError,
+    error_from_rpc_error,
+)
+from liftbridge_sync.models import Message
+from liftbridge_sync.options import RetryPolicy
+from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 
 if TYPE_CHECKING:
+    from liftbridge_sync._core import ClientCore
     from liftbridge_sync.client import Client
 
 __all__ = ["StreamSubscription", "Subscription", "open_stream_subscription", "open_subscription"]
 
+_SC = grpc.StatusCode
+#: Messages a whole-stream subscription buffers ahead of its consumer.
+STREAM_BUFFER = 1024
+#: Server details of INTERNAL when a reverse read finds an empty log.
+_EMPTY_LOG_HINTS = ("segment not found", "empty")
+#: Server details of INVALID_ARGUMENT when the stop offset is already behind us.
+_STOP_BEFORE_START = "stop offset is before start offset"
+
+
+class _Ended(Exception):
+    """The server says there is nothing (more) to read."""
+
+
+class _Closed(Exception):
+    """The subscription was closed while connecting."""
+
+
+class _ReadTimeout(Exception):
+    """The caller's ``get`` deadline passed while connecting."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    """What to read; fixed for the life of the subscription."""
+
+    stream: str
+    partition: int
+    #: The original request, with moment-dependent positions already pinned.
+    request: api_pb2.SubscribeRequest
+    read_isr_replica: bool
+    reverse: bool
+
 
 class Subscription:
-    """Placeholder until the subscription module lands."""
+    """Iterate messages of one partition; resubscribes after failover from last_offset + 1.
+
+    Use it as an iterator (``for msg in sub``) and a context manager. :meth:`get` waits at
+    most ``timeout`` seconds. After a lost connection, a broker restart or a leader
+    change, the subscription transparently reconnects (to the current leader, or a random
+    in-sync replica) for up to ``ClientOptions.resubscribe_wait`` seconds and continues
+    after the last delivered offset, with no gap and no duplicate. Terminal conditions
+    raise at the point of iteration: :class:`~liftbridge_sync.errors.StreamDeletedError`,
+    :class:`~liftbridge_sync.errors.PartitionPausedError`,
+    :class:`~liftbridge_sync.errors.PermissionDeniedError`. A stop position, the end of a
+    read-only partition or :meth:`close` end the iteration with ``StopIteration``.
+
+    Not thread-safe for iteration; close() may be called from any thread.
+    """
+
+    close_accepts_timeout = False
+
+    def __init__(self, client: Client, target: _Target) -> None:
+        self._client = client
+        self._core: ClientCore = client._core
+        self._target = target
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._call: Any = None
+        self._done = False
+        self._last_offset: int | None = None
+        self._broken_since: float | None = None
+        self._scheduler: Scheduler = scheduler_for(client)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def stream(self) -> str:
+        """The stream name."""
+        return self._target.stream
+
+    @property
+    def partition(self) -> int:
+        """The partition id."""
+        return self._target.partition
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset of the last delivered message, ``None`` before the first one."""
+        return self._last_offset
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed.is_set()
+
+    def __iter__(self) -> Subscription:
+        return self
+
+    def __next__(self) -> Message:
+        return self._read(None)
+
+    def get(self, timeout: float | None = None) -> Message:
+        """The next message, waiting at most ``timeout`` seconds (``None``: forever).
+
+        Raises:
+            TimeoutError: if no message arrived in time; the subscription stays usable
+                and the next read continues after the last delivered offset.
+            StopIteration: if the subscription has ended or was closed.
+            StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
+                conditions reported by the server.
+        """
+        if timeout is not None and timeout < 0:
+            raise ConfigurationError("'timeout' must be >= 0 or None")
+        return self._read(timeout)
+
+    def checkpoint(self, cursor_id: str) -> int | None:
+        """Store the last delivered offset under ``cursor_id`` (the Go client's semantics).
+
+        Resume later with ``start=StartAt.cursor(cursor_id)``.
+
+        Returns:
+            The stored offset, or ``None`` when nothing was delivered yet (nothing stored).
+        """
+        offset = self._last_offset
+        if offset is None:
+            return None
+        self._client.set_cursor(cursor_id, self._target.stream, self._target.partition, offset)
+        return offset
+
+    def close(self) -> None:
+        """End the subscription; a blocked read ends with ``StopIteration``. Idempotent."""
+        with self._lock:
+            self._closed.set()
+            call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "ended" if self._done else "open"
+        return (
+            f"<Subscription {self._target.stream}/{self._target.partition} "
+            f"last_offset={self._last_offset} {state}>"
+        )
+
+    # ------------------------------------------------------------------ reading
+
+    def _read(self, timeout: float | None) -> Message:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            call = self._call
+            if call is None:
+                call = self._reconnect(deadline)
+            timer: TimerHandle | None = None
+            if deadline is not None:
+                timer = self._scheduler.call_later(deadline - time.monotonic(), call.cancel)
+            try:
+                pb = next(call)
+            except StopIteration:
+                # The server closed the stream with OK: it will send nothing more.
+                self._finish(call)
+                raise
+            except grpc.RpcError as exc:
+                self._on_broken(call, exc, timer)
+                continue
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            offset = pb.offset
+            last = self._last_offset
+            if self._target.reverse and last is not None and offset > last:
+                self._finish(call)
+                raise UnsupportedError(
+                    "the server does not support reverse subscriptions: it delivered offset "
+                    f"{offset} after {last} (servers up to v1.9.0 ignore 'reverse')"
+                )
+            self._last_offset = offset
+            return Message.from_proto(pb)
+
+    def _finish(self, call: Any) -> None:
+        self._done = True
+        with self._lock:
+            if self._call is call:
+                self._call = None
+        call.cancel()
+
+    def _on_broken(self, call: Any, exc: grpc.RpcError, timer: TimerHandle | None) -> None:
+        """Decide what a failed read means; returns only if a resubscribe should follow."""
+        with self._lock:
+            if self._call is call:
+                self._call = None
+        if self._closed.is_set():
+            raise StopIteration
+        code = exc.code()
+        if timer is not None and timer.fired and code is _SC.CANCELLED:
+            self._broken_since = time.monotonic()
+            raise TimeoutError("no message arrived within the timeout")
+        if code is _SC.RESOURCE_EXHAUSTED:
+            # End of a read-only partition, or the stop position was delivered.
+            self._done = True
+            raise StopIteration
+        if self._target.reverse and code is _SC.UNKNOWN and _is_eof(exc):
+            self._done = True
+            raise StopIteration
+        if code in (_SC.UNAVAILABLE, _SC.CANCELLED):
+            # A lost connection or a cancel we did not ask for (e.g. a timer that fired
+            # just as a message arrived): reconnect after the last offset.
+            self._broken_since = time.monotonic()
+            return
+        error = error_from_rpc_error(exc, CallContext.SUBSCRIPTION)
+        if error.retryable:
+            self._broken_since = time.monotonic()
+            return
+        self._done = True
+        raise error
+
+    # ------------------------------------------------------------------ connecting
+
+    def _resume_request(self) -> api_pb2.SubscribeRequest:
+        """The request that continues after the last delivered offset."""
+        original = self._target.request
+        last = self._last_offset
+        if last is None:
+            return original
+        request = api_pb2.SubscribeRequest()
+        request.CopyFrom(original)
+        request.startPosition = api_pb2.OFFSET
+        request.startOffset = last - 1 if self._target.reverse else last + 1
+        return request
+
+    def _exhausted(self) -> bool:
+        """Whether the last delivered offset already reached the end of the read."""
+        last = self._last_offset
+        if last is None:
+            return False
+        if self._target.reverse:
+            return last <= 0
+        request = self._target.request
+        return request.stopPosition == api_pb2.STOP_OFFSET and last >= request.stopOffset
+
+    def _connect(self, policy: RetryPolicy, deadline: float | None, *, resubscribing: bool) -> None:
+        """Open the stream and consume the handshake, retrying under ``policy``."""
+        if self._done or self._exhausted():
+            self._done = True
+            raise StopIteration
+        refresh = resubscribing
+        retrying = build_retrying(
+            policy, label=f"subscribe {self._target.stream}", retry_if=is_retryable
+        ).copy(sleep=lambda seconds: self._backoff(seconds, deadline))
+        try:
+            for trial in retrying:
+                with trial:
+                    if self._closed.is_set():
+                        raise _Closed
+                    try:
+                        self._open(refresh, deadline, resubscribing=resubscribing)
+                    except (NotLeaderError, BrokerUnavailableError):
+                        refresh = True
+                        raise
+                    return
+        except _Ended:
+            self._done = True
+            raise StopIteration from None
+        except NoSuchPartitionError as exc:
+            if not resubscribing:
+                raise
+            self._done = True
+            raise StreamDeletedError(
+                f"stream {self._target.stream!r} was deleted: {exc}",
+                code=exc.code,
+                details=exc.details,
+            ) from None
+        except LiftbridgeError:
+            if resubscribing:
+                self._done = True
+            raise
+
+    def _backoff(self, seconds: float, deadline: float | None) -> None:
+        if deadline is not None and time.monotonic() + seconds > deadline:
+            # Keep the broken state: the next read goes on resubscribing.
+            self._closed.wait(max(0.0, deadline - time.monotonic()))
+            raise _ReadTimeout
+        self._closed.wait(seconds)
+
+    def _reconnect(self, deadline: float | None) -> Any:
+        """Resubscribe after the last offset within what is left of ``resubscribe_wait``."""
+        options = self._core.options
+        since = self._broken_since if self._broken_since is not None else time.monotonic()
+        remaining = options.resubscribe_wait - (time.monotonic() - since)
+        policy = dataclasses.replace(
+            options.retry, max_attempts=1_000_000, max_delay=max(0.0, remaining)
+        )
+        try:
+            self._connect(policy, deadline, resubscribing=True)
+        except _Closed:
+            raise StopIteration from None
+        except _ReadTimeout:
+            raise TimeoutError("no message arrived within the timeout") from None
+        self._broken_since = None
+        call = self._call
+        if call is None:  # closed right after connecting
+            raise StopIteration
+        return call
+
+    def _address(self, refresh: bool) -> str:
+        target, core = self._target, self._core
+        if target.read_isr_replica:
+            info = core.partition_info(target.stream, target.partition, refresh=refresh)
+            snapshot = core.metadata.get()
+            brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
+            if brokers:
+                return random.choice(brokers).address
+        return core.leader_address(target.stream, target.partition, refresh=refresh)
+
+    def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
+        """One attempt: send Subscribe and consume the server's empty handshake message."""
+        address = self._address(refresh)
+        stub = self._core.pool.stub(address, streaming_reads=True)
+        call = stub.Subscribe(self._resume_request())
+        with self._lock:
+            if self._closed.is_set():
+                call.cancel()
+                raise _Closed
+            self._call = call
+        wait = self._core.options.rpc_timeout
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+        guard = self._scheduler.call_later(wait, call.cancel)
+        try:
+            next(call)
+        except StopIteration:
+            raise _Ended from None
+        except grpc.RpcError as exc:
+            with self._lock:
+                if self._call is call:
+                    self._call = None
+            self._open_failed(exc, address, guard, deadline, resubscribing=resubscribing)
+        finally:
+            guard.cancel()
+
+    def _open_failed(
+        self,
+        exc: grpc.RpcError,
+        address: str,
+        guard: TimerHandle,
+        deadline: float | None,
+        *,
+        resubscribing: bool,
+    ) -> None:
+        if self._closed.is_set():
+            raise _Closed
+        code = exc.code()
+        if guard.fired and code is _SC.CANCELLED:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise _ReadTimeout
+            raise BrokerUnavailableError(f"subscribe: no handshake from {address} in time")
+        if code is _SC.CANCELLED:
+            raise BrokerUnavailableError(f"subscribe: call to {address} was cancelled")
+        if code is _SC.RESOURCE_EXHAUSTED:
+            raise _Ended  # STOP_LATEST on an empty partition, or nothing left to read
+        details = (exc.details() or "").lower()
+        if self._target.reverse and code is _SC.INTERNAL and _has(details, _EMPTY_LOG_HINTS):
+            raise _Ended
+        if resubscribing and code is _SC.INVALID_ARGUMENT and _STOP_BEFORE_START in details:
+            raise _Ended  # the stop position was delivered just before the stream broke
+        raise error_from_rpc_error(exc, CallContext.SUBSCRIBE_OPEN) from None
 
 
-class StreamSubscription:
-    """Placeholder until the subscription module lands."""
+def _has(text: str, hints: tuple[str, ...]) -> bool:
+    return any(hint in text for hint in hints)
+
+
+def _is_eof(exc: grpc.RpcError) -> bool:
+    return (exc.details() or "").strip().lower() == "eof"
+
+
+# ---------------------------------------------------------------------- opening
+
+
+def _check_positions(start: StartAt | None, stop: StopAt | None) -> StartAt:
+    if start is None:
+        return StartAt.new_only()
+    if not isinstance(start, StartAt):
+        raise ConfigurationError("'start' must be a StartAt or None")
+    if stop is not None and not isinstance(stop, StopAt):
+        raise ConfigurationError("'stop' must be a StopAt or None")
+    return start
+
+
+def _build_request(
+    client: Client,
+    stream: str,
+    partition: int,
+    start: StartAt,
+    stop: StopAt | None,
+    *,
+    read_isr_replica: bool,
+    resume: bool,
+    reverse: bool,
+) -> api_pb2.SubscribeRequest | None:
+    """The SubscribeRequest with moment-dependent positions pinned; ``None`` if empty."""
+    request = api_pb2.SubscribeRequest(
+        stream=stream,
+        partition=partition,
+        readISRReplica=read_isr_replica,
+        resume=resume,
+        reverse=reverse,
+    )
+    kind = start.kind
+    pin_start = not reverse and kind in (StartKind.NEW_ONLY, StartKind.LATEST)
+    pin_stop = not reverse and stop is not None and stop.kind is StopKind.LATEST
+    newest = -1
+    if pin_start or pin_stop:
+        newest = client.fetch_partition_metadata(stream, partition).newest_offset
+    if pin_start:
+        # The server computes the same offsets at subscribe time; fixing them here makes
+        # a resubscribe before the first message resume exactly where this one began.
+        request.startPosition = api_pb2.OFFSET
+        request.startOffset = newest + 1 if kind is StartKind.NEW_ONLY else max(newest, 0)
+    elif kind is StartKind.NEW_ONLY:
+        request.startPosition = api_pb2.NEW_ONLY
+    elif kind is StartKind.LATEST:
+        request.startPosition = api_pb2.LATEST
+    elif kind is StartKind.EARLIEST:
+        request.startPosition = api_pb2.EARLIEST
+    elif kind is StartKind.OFFSET:
+        request.startPosition = api_pb2.OFFSET
+        request.startOffset = start.at_offset
+    elif kind in (StartKind.TIMESTAMP, StartKind.TIME_DELTA):
+        request.startPosition = api_pb2.TIMESTAMP
+        request.startTimestamp = start.resolve_timestamp_ns()
+    elif kind is StartKind.CURSOR:
+        cursor = client.fetch_cursor(start.cursor_id, stream, partition)
+        if cursor < 0:
+            request.startPosition = api_pb2.EARLIEST
+        else:
+            request.startPosition = api_pb2.OFFSET
+            request.startOffset = cursor + 1
+    else:  # pragma: no cover - exhaustive over StartKind
+        raise ConfigurationError(f"unsupported start position {kind}")
+    if stop is None:
+        return request
+    if pin_stop:
+        if newest < 0:
+            return None  # the server would answer "Stream is empty"
+        request.stopPosition = api_pb2.STOP_OFFSET
+        request.stopOffset = newest
+    elif stop.kind is StopKind.LATEST:
+        request.stopPosition = api_pb2.STOP_LATEST
+    elif stop.kind is StopKind.OFFSET:
+        request.stopPosition = api_pb2.STOP_OFFSET
+        request.stopOffset = stop.at_offset
+    else:
+        request.stopPosition = api_pb2.STOP_TIMESTAMP
+        request.stopTimestamp = stop.at_timestamp_ns
+    return request
+
+
+def _open_partition(
+    client: Client,
+    stream: str,
+    partition: int,
+    start: StartAt,
+    stop: StopAt | None,
+    *,
+    read_isr_replica: bool,
+    resume: bool,
+    reverse: bool,
+) -> Subscription:
+    request = _build_request(
+        client,
+        stream,
+        partition,
+        start,
+        stop,
+        read_isr_replica=read_isr_replica,
+        resume=resume,
+        reverse=reverse,
+    )
+    target = _Target(
+        stream=stream,
+        partition=partition,
+        request=request if request is not None else api_pb2.SubscribeRequest(),
+        read_isr_replica=read_isr_replica,
+        reverse=reverse,
+    )
+    sub = Subscription(client, target)
+    if request is None:
+        sub._done = True
+        return sub
+    try:
+        sub._connect(client._core.options.retry, None, resubscribing=False)
+    except StopIteration:
+        pass  # nothing to read: an empty, finished subscription
+    except _Closed:
+        raise ClientClosedError("subscription closed while opening") from None
+    return sub
 
 
 def open_subscription(
@@ -31,8 +553,217 @@ def open_subscription(
     resume: bool,
     reverse: bool,
 ) -> Subscription:
-    """Open a subscription on one partition."""
-    raise NotImplementedError
+    """Open a subscription on one partition (see :meth:`Client.subscribe`).
+
+    Raises:
+        ConfigurationError: on a bad argument.
+        NoSuchPartitionError: if the stream or partition does not exist.
+        BrokerUnavailableError: if no broker answered within the retry policy.
+    """
+    check_name("stream", stream, allow_reserved=True)
+    check_partition("partition", partition)
+    start = _check_positions(start, stop)
+    sub = _open_partition(
+        client,
+        stream,
+        partition,
+        start,
+        stop,
+        read_isr_replica=check_bool("read_isr_replica", read_isr_replica),
+        resume=check_bool("resume", resume),
+        reverse=check_bool("reverse", reverse),
+    )
+    try:
+        client._register(sub)
+    except BaseException:
+        sub.close()
+        raise
+    return sub
+
+
+# ---------------------------------------------------------------------- whole stream
+
+
+class _Mailbox:
+    """A bounded FIFO between partition reader threads and the consumer.
+
+    Thread-safe.
+    """
+
+    def __init__(self, capacity: int, producers: int) -> None:
+        lock = threading.Lock()
+        self._not_empty = threading.Condition(lock)
+        self._not_full = threading.Condition(lock)
+        self._items: collections.deque[Message | BaseException] = collections.deque()
+        self._capacity = capacity
+        self._producers = producers
+        self._closed = False
+
+    def put(self, item: Message | BaseException) -> bool:
+        """Queue ``item`` (errors skip the bound); ``False`` once closed."""
+        with self._not_full:
+            if isinstance(item, Message):
+                while len(self._items) >= self._capacity and not self._closed:
+                    self._not_full.wait()
+            if self._closed:
+                return False
+            self._items.append(item)
+            self._not_empty.notify()
+            return True
+
+    def producer_done(self) -> None:
+        with self._not_empty:
+            self._producers -= 1
+            self._not_empty.notify_all()
+
+    def get(self, timeout: float | None) -> Message | BaseException:
+        """The next item; ``StopIteration`` when closed or every producer ended."""
+        with self._not_empty:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self._items:
+                if self._closed or self._producers <= 0:
+                    raise StopIteration
+                if deadline is None:
+                    self._not_empty.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("no message arrived within the timeout")
+                self._not_empty.wait(remaining)
+            item = self._items.popleft()
+            self._not_full.notify()
+            return item
+
+    def close(self) -> None:
+        with self._not_empty:
+            self._closed = True
+            self._items.clear()
+            self._not_empty.notify_all()
+            self._not_full.notify_all()
+
+
+class StreamSubscription:
+    """Iterate messages of every partition of a stream, merged into one iterator.
+
+    Order is kept within each partition; ``msg.partition`` and ``msg.offset`` say where
+    each message came from. One daemon reader thread per partition
+    (``liftbridge-subscribe-<stream>-<partition>``) feeds a bounded buffer; each
+    partition resubscribes on its own after failover. The iterator finishes when every
+    partition has ended (with a stop position, or read-only partitions); a terminal error
+    in any partition is raised at iteration and ends the whole subscription.
+
+    Not thread-safe for iteration; close() may be called from any thread.
+    """
+
+    close_accepts_timeout = True
+
+    def __init__(self, client: Client, stream: str, subs: list[Subscription]) -> None:
+        self._client = client
+        self._stream = stream
+        self._subs = subs
+        self._delivered: dict[int, int] = {}
+        self._box = _Mailbox(STREAM_BUFFER, len(subs))
+        self._closed = False
+        self._threads = [
+            threading.Thread(
+                target=self._pump,
+                args=(sub,),
+                name=f"liftbridge-subscribe-{stream}-{sub.partition}",
+                daemon=True,
+            )
+            for sub in subs
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def stream(self) -> str:
+        """The stream name."""
+        return self._stream
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partition ids being read."""
+        return tuple(sub.partition for sub in self._subs)
+
+    @property
+    def last_offsets(self) -> dict[int, int]:
+        """Offset of the last delivered message per partition (partitions with one)."""
+        return dict(self._delivered)
+
+    def _pump(self, sub: Subscription) -> None:
+        box = self._box
+        try:
+            for msg in sub:
+                if not box.put(msg):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised at iteration
+            box.put(exc)
+        finally:
+            box.producer_done()
+
+    def __iter__(self) -> StreamSubscription:
+        return self
+
+    def __next__(self) -> Message:
+        return self.get(None)
+
+    def get(self, timeout: float | None = None) -> Message:
+        """The next message from any partition, waiting at most ``timeout`` seconds.
+
+        Raises:
+            TimeoutError: if no message arrived in time (the subscription stays usable).
+            StopIteration: if every partition has ended, or the subscription was closed.
+            StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
+                conditions of any partition; the whole subscription is then closed.
+        """
+        if timeout is not None and timeout < 0:
+            raise ConfigurationError("'timeout' must be >= 0 or None")
+        item = self._box.get(timeout)
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        self._delivered[item.partition] = item.offset
+        return item
+
+    def checkpoint(self, cursor_id: str) -> dict[int, int]:
+        """Store each partition's last delivered offset under ``cursor_id``.
+
+        Returns:
+            The stored offsets by partition (partitions with no delivered message are
+            left untouched).
+        """
+        stored = dict(self._delivered)
+        for partition, offset in stored.items():
+            self._client.set_cursor(cursor_id, self._stream, partition, offset)
+        return stored
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop every partition reader and join the threads. Idempotent.
+
+        Args:
+            timeout: Seconds to wait for the reader threads (``None``: until they end).
+        """
+        self._closed = True
+        for sub in self._subs:
+            sub.close()
+        self._box.close()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                thread.join(left)
+
+    def __enter__(self) -> StreamSubscription:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<StreamSubscription {self._stream} partitions={len(self._subs)} {state}>"
 
 
 def open_stream_subscription(
@@ -44,5 +775,40 @@ def open_stream_subscription(
     read_isr_replica: bool,
     resume: bool,
 ) -> StreamSubscription:
-    """Open a subscription on every partition of a stream."""
-    raise NotImplementedError
+    """Open a subscription on every partition of a stream (see :meth:`Client.subscribe_stream`).
+
+    Raises:
+        ConfigurationError: on a bad argument.
+        NoSuchStreamError: if the stream does not exist.
+    """
+    check_name("stream", stream, allow_reserved=True)
+    start = _check_positions(start, stop)
+    read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
+    resume = check_bool("resume", resume)
+    count = client._core.stream_info_partitions(stream)
+    subs: list[Subscription] = []
+    try:
+        for partition in range(count):
+            subs.append(
+                _open_partition(
+                    client,
+                    stream,
+                    partition,
+                    start,
+                    stop,
+                    read_isr_replica=read_isr_replica,
+                    resume=resume,
+                    reverse=False,
+                )
+            )
+    except BaseException:
+        for sub in subs:
+            sub.close()
+        raise
+    result = StreamSubscription(client, stream, subs)
+    try:
+        client._register(result)
+    except BaseException:
+        result.close()
+        raise
+    return result

@@ -1,0 +1,142 @@
+"""One shared timer thread per client, for timeouts of blocking subscription reads.
+
+A subscription reads its gRPC stream on the caller's thread, and a blocked ``next()``
+on a gRPC call has no timeout of its own; the only way to bound it is to cancel the call
+from elsewhere. Rather than a thread per subscription, every subscription of a client
+shares this one lazily started thread, which runs short callbacks (``call.cancel()``)
+at their deadlines.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from liftbridge_sync.errors import ClientClosedError
+
+if TYPE_CHECKING:
+    from liftbridge_sync.client import Client
+
+__all__ = ["Scheduler", "TimerHandle", "scheduler_for"]
+
+THREAD_NAME = "liftbridge-timer"
+
+
+class TimerHandle:
+    """A scheduled callback; :meth:`cancel` stops it from running.
+
+    Thread-safe.
+    """
+
+    __slots__ = ("deadline", "callback", "cancelled", "fired")
+
+    def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
+        self.deadline = deadline
+        self.callback = callback
+        self.cancelled = False
+        self.fired = False
+
+    def cancel(self) -> bool:
+        """Prevent the callback from running; returns ``False`` if it already ran."""
+        # Lazy removal: the scheduler skips cancelled entries when they reach the top,
+        # so cancelling costs no lock and no heap reordering.
+        self.cancelled = True
+        return not self.fired
+
+
+class Scheduler:
+    """Runs callbacks at deadlines on one daemon thread named ``liftbridge-timer``.
+
+    The thread starts on the first :meth:`call_later` and is stopped and joined by
+    :meth:`close`. Callbacks must be short and must not raise. Thread-safe.
+    """
+
+    close_accepts_timeout = True
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
+        """Run ``callback`` on the timer thread after ``delay`` seconds.
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        handle = TimerHandle(time.monotonic() + max(delay, 0.0), callback)
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError("client is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+                self._thread.start()
+            earliest = self._heap[0][0] if self._heap else None
+            heapq.heappush(self._heap, (handle.deadline, next(self._seq), handle))
+            # Only a new earliest deadline changes how long the thread must sleep.
+            if earliest is None or handle.deadline < earliest:
+                self._cond.notify()
+        return handle
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                due = self._next_due()
+                if due is None:
+                    return
+            if not due.cancelled:
+                due.fired = True
+                due.callback()
+
+    def _next_due(self) -> TimerHandle | None:
+        # Called with the lock held; returns None once closed.
+        while not self._closed:
+            if not self._heap:
+                self._cond.wait()
+                continue
+            deadline, _, handle = self._heap[0]
+            if handle.cancelled:
+                heapq.heappop(self._heap)
+                continue
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                heapq.heappop(self._heap)
+                return handle
+            self._cond.wait(wait)
+        return None
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread (pending callbacks are dropped) and join it. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._heap.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+
+_LOCK = threading.Lock()
+_SCHEDULERS: weakref.WeakKeyDictionary[Client, Scheduler] = weakref.WeakKeyDictionary()
+
+
+def scheduler_for(client: Client) -> Scheduler:
+    """The client's shared scheduler, created (and registered for close) on first use.
+
+    Raises:
+        ClientClosedError: if the client is closed.
+    """
+    with _LOCK:
+        scheduler = _SCHEDULERS.get(client)
+        if scheduler is None:
+            scheduler = Scheduler()
+            client._register(scheduler)
+            _SCHEDULERS[client] = scheduler
+        return scheduler
