@@ -1,0 +1,266 @@
+"""Publishing against the real Liftbridge server."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import AckPolicy, ByKey, Client, Message, RoundRobin, StartAt, StopAt
+from liftbridge_sync.testing import LiftbridgeServer
+
+from .conftest import StreamFactory, unique
+
+pytestmark = pytest.mark.integration
+
+
+def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:
+    """Every message currently in a partition, in order."""
+    if client.fetch_partition_metadata(stream, partition).newest_offset < 0:
+        return []
+    with client.subscribe(
+        stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+    ) as sub:
+        return list(sub)
+
+
+def test_ack_describes_the_stored_message(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    name = new_stream(partitions=2)
+    before = time.time_ns()
+    ack = liftbridge_client.publish(
+        name, b"payload", key=b"key", partition=1, headers={"trace": b"abc"}, correlation_id="c-1"
+    )
+    assert ack is not None
+    assert (ack.stream, ack.partition, ack.offset, ack.correlation_id) == (name, 1, 0, "c-1")
+    assert ack.partition_subject == name and ack.message_subject == f"{name}.1"
+    assert ack.ack_policy is AckPolicy.LEADER and ack.ack_error is None
+    assert before <= ack.reception_timestamp_ns <= ack.commit_timestamp_ns <= time.time_ns()
+    (stored,) = read_all(liftbridge_client, name, 1)
+    assert (stored.offset, stored.key, stored.value, stored.partition) == (0, b"key", b"payload", 1)
+    assert stored.headers["trace"] == b"abc"
+    assert stored.timestamp_ns == ack.reception_timestamp_ns
+
+
+def test_offsets_are_contiguous_and_order_is_kept(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    name = new_stream()
+    futures = [liftbridge_client.publish_async(name, b"%d" % i) for i in range(500)]
+    offsets = [f.result(timeout=30).offset for f in futures]  # type: ignore[union-attr]
+    assert offsets == list(range(500))
+    assert [m.value for m in read_all(liftbridge_client, name)] == [b"%d" % i for i in range(500)]
+
+
+def test_ack_policies(liftbridge_client: Client, new_stream: StreamFactory) -> None:
+    name = new_stream()
+    assert liftbridge_client.publish(name, b"all", ack_policy=AckPolicy.ALL).ack_policy is (  # type: ignore[union-attr]
+        AckPolicy.ALL
+    )
+    assert liftbridge_client.publish(name, b"none", ack_policy=AckPolicy.NONE) is None
+    future = liftbridge_client.publish_async(name, b"none-async", ack_policy=AckPolicy.NONE)
+    assert future.result(timeout=5) is None
+    liftbridge_client.publish(name, b"leader")
+    assert [m.value for m in read_all(liftbridge_client, name)] == [
+        b"all",
+        b"none",
+        b"none-async",
+        b"leader",
+    ]
+
+
+def test_partitioners_match_the_go_client(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    name = new_stream(partitions=4)
+    keys = [b"user-%d" % i for i in range(40)]
+    acks = [liftbridge_client.publish(name, b"v", key=k, partitioner=ByKey()) for k in keys]
+    assert [a.partition for a in acks] == [zlib.crc32(k) % 4 for k in keys]  # type: ignore[union-attr]
+    for partition in range(4):
+        stored = read_all(liftbridge_client, name, partition)
+        assert [m.key for m in stored] == [k for k in keys if zlib.crc32(k) % 4 == partition]
+    round_robin = RoundRobin()
+    chosen = [
+        liftbridge_client.publish(name, b"rr", partitioner=round_robin).partition  # type: ignore[union-attr]
+        for _ in range(6)
+    ]
+    assert chosen == [0, 1, 2, 3, 0, 1]
+
+
+def test_partitioner_waits_for_a_just_created_stream(liftbridge_client: Client) -> None:
+    name = unique()
+    liftbridge_client.create_stream(name, name, partitions=3)
+    ack = liftbridge_client.publish(name, b"v", key=b"k", partitioner=ByKey())
+    assert ack is not None and ack.partition == zlib.crc32(b"k") % 3
+    liftbridge_client.delete_stream(name)
+
+
+def test_optimistic_concurrency(liftbridge_client: Client, new_stream: StreamFactory) -> None:
+    name = new_stream(optimistic_concurrency_control=True)
+    assert liftbridge_client.publish(name, b"a", expected_offset=0).offset == 0  # type: ignore[union-attr]
+    assert liftbridge_client.publish(name, b"b", expected_offset=1).offset == 1  # type: ignore[union-attr]
+    with pytest.raises(lb.IncorrectOffsetError):
+        liftbridge_client.publish(name, b"stale", expected_offset=1)
+    # No expected offset: no check (sent as -1, never the proto default 0).
+    assert liftbridge_client.publish(name, b"c").offset == 2  # type: ignore[union-attr]
+    with pytest.raises(lb.ConfigurationError):
+        liftbridge_client.publish(name, b"x", expected_offset=3, ack_policy=AckPolicy.NONE)
+    assert [m.value for m in read_all(liftbridge_client, name)] == [b"a", b"b", b"c"]
+
+
+def test_publish_errors_are_typed(liftbridge_client: Client, new_stream: StreamFactory) -> None:
+    name = new_stream(partitions=2)
+    with pytest.raises(lb.NoSuchStreamError):
+        liftbridge_client.publish(unique(), b"x")
+    with pytest.raises(lb.NoSuchPartitionError):
+        liftbridge_client.publish(name, b"x", partition=5)
+    liftbridge_client.set_stream_readonly(name, partitions=[1])
+    with pytest.raises(lb.ReadonlyPartitionError):
+        liftbridge_client.publish(name, b"x", partition=1)
+    with pytest.raises(lb.PublishRejectedError) as too_large:
+        liftbridge_client.publish(name, b"x" * (1024 * 1024 + 1))
+    # Above NATS' 1 MB max_payload the server cannot even forward it: INTERNAL.
+    assert too_large.value.code == "INTERNAL"
+    assert "maximum payload" in too_large.value.details
+    with pytest.raises(TypeError, match="encode"):
+        liftbridge_client.publish(name, "text")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        liftbridge_client.publish(name, b"x", key="text")  # type: ignore[arg-type]
+    with pytest.raises(lb.ConfigurationError):
+        liftbridge_client.publish(name, b"x", partition=0, partitioner=ByKey())
+    with pytest.raises(lb.ConfigurationError):
+        liftbridge_client.publish(name, b"x", timeout=0)
+    # Nothing above reached partition 0 except what the server refused.
+    assert read_all(liftbridge_client, name, 0) == []
+
+
+def test_leader_refuses_messages_above_the_replication_limit() -> None:
+    """A TOO_LARGE ack from the leader fails the publish (BAD_REQUEST async error)."""
+    limited = {"clustering": {"replication.max.bytes": 4096}}
+    with LiftbridgeServer(config=limited) as server, Client(server.address) as client:
+        name = unique()
+        client.create_stream(name, name)
+        with pytest.raises(lb.PublishRejectedError) as info:
+            client.publish(name, b"x" * 8192)
+        assert info.value.code == "BAD_REQUEST"
+        assert "max replication size" in info.value.details
+        with pytest.raises(lb.PublishRejectedError) as direct:
+            client.publish_to_subject(name, b"y" * 8192)
+        assert direct.value.code == "TOO_LARGE"
+        assert client.publish(name, b"small").offset == 0  # type: ignore[union-attr]
+
+
+def test_encrypted_stream_round_trip() -> None:
+    key = {"LIFTBRIDGE_ENCRYPTION_KEY": "t7w!z%C*F-JaNcRf"}
+    with LiftbridgeServer(env=key) as server, Client(server.address) as client:
+        name = unique()
+        client.create_stream(name, name, encryption=True)
+        client.publish(name, b"secret", headers={"h": b"1"})
+        (stored,) = read_all(client, name)
+        assert (stored.value, stored.headers["h"]) == (b"secret", b"1")
+
+
+def test_publish_to_subject_keeps_headers(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    name = new_stream(partitions=2)
+    ack = liftbridge_client.publish_to_subject(
+        f"{name}.1", b"direct", key=b"k", headers={"origin": b"subject"}, correlation_id="x"
+    )
+    assert ack is not None and (ack.stream, ack.partition, ack.offset) == (name, 1, 0)
+    assert ack.correlation_id == "x"
+    (stored,) = read_all(liftbridge_client, name, 1)
+    assert (stored.value, stored.key, stored.headers["origin"]) == (b"direct", b"k", b"subject")
+    assert liftbridge_client.publish_to_subject(name, b"n", ack_policy=AckPolicy.NONE) is None
+    with pytest.raises(lb.AckTimeoutError):
+        liftbridge_client.publish_to_subject(f"{unique()}.nobody", b"x", timeout=0.5)
+
+
+def test_fifty_threads_thousand_keyed_publishes_each(
+    liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    name = new_stream(partitions=4)
+    baseline = {t.name for t in threading.enumerate()}
+    client = Client(liftbridge_address, max_in_flight=4096)
+    per_thread, threads = 1000, 50
+
+    def produce(worker: int) -> list[Future[lb.Ack | None]]:
+        return [
+            client.publish_async(
+                name, b"%d:%d" % (worker, i), key=b"w%d" % worker, partitioner=ByKey()
+            )
+            for i in range(per_thread)
+        ]
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        batches = list(pool.map(produce, range(threads)))
+    client.flush(timeout=120)
+    acks = [f.result(timeout=0) for batch in batches for f in batch]
+    assert len(acks) == per_thread * threads and all(a is not None for a in acks)
+    by_partition: dict[int, list[int]] = collections.defaultdict(list)
+    for ack in acks:
+        by_partition[ack.partition].append(ack.offset)  # type: ignore[union-attr]
+    for partition, offsets in by_partition.items():
+        assert sorted(offsets) == list(range(len(offsets))), f"gap/dup in {partition}"
+        newest = client.fetch_partition_metadata(name, partition).newest_offset
+        assert newest == len(offsets) - 1
+        stored = read_all(client, name, partition)
+        assert len(stored) == len(offsets)
+        # Per key (one key per thread), the order of publishing is kept.
+        seen: dict[bytes, int] = {}
+        for message in stored:
+            worker, index = message.value.split(b":")
+            assert int(index) == seen.get(worker, -1) + 1
+            seen[worker] = int(index)
+    client.close()
+    assert {t.name for t in threading.enumerate() if t.name.startswith("liftbridge-")} <= {
+        n for n in baseline if n.startswith("liftbridge-")
+    }
+
+
+def test_server_restart_during_pipelined_publishing() -> None:
+    """No future hangs across a restart, and every acked message is in the stream."""
+    with LiftbridgeServer() as server:
+        client = Client(server.address, ack_timeout=8.0, max_in_flight=256)
+        name = unique()
+        client.create_stream(name, name)
+        futures: list[Future[lb.Ack | None]] = []
+        restarted = threading.Event()
+
+        def produce() -> None:
+            for i in range(3000):
+                futures.append(client.publish_async(name, b"%d" % i))
+                if i == 1000:
+                    server.restart()
+                    restarted.set()
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        producer.join(timeout=120)
+        assert not producer.is_alive() and restarted.is_set()
+        acked: dict[int, bytes] = {}
+        failures = 0
+        deadline = time.monotonic() + 60
+        for i, future in enumerate(futures):
+            try:
+                ack = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except lb.LiftbridgeError:
+                failures += 1
+                continue
+            assert ack is not None
+            acked[ack.offset] = b"%d" % i
+        assert all(f.done() for f in futures)
+        assert len(acked) > 1000  # most publishes survive the restart
+        # Publish once more: a write moves the high watermark past anything the restart
+        # left uncheckpointed, so every acked message is readable.
+        client.publish(name, b"final")
+        stored = {m.offset: m.value for m in read_all(client, name)}
+        for offset, value in acked.items():
+            assert stored.get(offset) == value, f"acked message at {offset} missing"
+        client.close()
