@@ -1,44 +1,80 @@
 """Test harness: build, run and cluster real Liftbridge servers on loopback.
 
 Also a pytest plugin (:mod:`liftbridge_sync.testing.plugin`) and a CLI
-(``python -m liftbridge_sync.testing install|serve``).
+(``python -m liftbridge_sync.testing install|serve``). Names are imported
+lazily, so importing this package (as the pytest plugin does) stays cheap.
 """
 
 from __future__ import annotations
 
-from liftbridge_sync.testing._cluster import FAST_FAILOVER, ClusterNode, LiftbridgeCluster
-from liftbridge_sync.testing._docker import DockerLiftbridgeServer, docker_unavailable_reason
-from liftbridge_sync.testing._external import ExternalLiftbridge, LiftbridgeEndpoint
-from liftbridge_sync.testing._install import (
-    COMPAT_VERSION,
-    PINNED_COMMIT,
-    InstalledServer,
-    ServerInstallError,
-    cache_dir,
-    detect_version,
-    find_installed,
-    install_server,
-)
-from liftbridge_sync.testing._nats import NatsServer, find_nats_server
-from liftbridge_sync.testing._process import LEADER_LOG_LINE, LiftbridgeProcess, ServerStartError
-from liftbridge_sync.testing._server import LiftbridgeServer
-from liftbridge_sync.testing._versions import PINNED_PSEUDO_VERSION
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from liftbridge_sync.testing._cluster import FAST_FAILOVER, ClusterNode, LiftbridgeCluster
+    from liftbridge_sync.testing._docker import DockerLiftbridgeServer, docker_unavailable_reason
+    from liftbridge_sync.testing._external import ExternalLiftbridge, LiftbridgeEndpoint
+    from liftbridge_sync.testing._install import (
+        InstalledServer,
+        ServerInstallError,
+        cache_dir,
+        detect_version,
+        find_installed,
+        install_server,
+    )
+    from liftbridge_sync.testing._nats import NatsServer, find_nats_server
+    from liftbridge_sync.testing._process import (
+        LEADER_LOG_LINE,
+        LiftbridgeProcess,
+        ServerStartError,
+    )
+    from liftbridge_sync.testing._server import LiftbridgeServer
+    from liftbridge_sync.testing._versions import (
+        COMPAT_VERSION,
+        PINNED_COMMIT,
+        PINNED_PSEUDO_VERSION,
+    )
+
+_EXPORTS = {
+    "COMPAT_VERSION": "_versions",
+    "FAST_FAILOVER": "_cluster",
+    "LEADER_LOG_LINE": "_process",
+    "PINNED_COMMIT": "_versions",
+    "PINNED_PSEUDO_VERSION": "_versions",
+    "ClusterNode": "_cluster",
+    "DockerLiftbridgeServer": "_docker",
+    "ExternalLiftbridge": "_external",
+    "InstalledServer": "_install",
+    "LiftbridgeCluster": "_cluster",
+    "LiftbridgeEndpoint": "_external",
+    "LiftbridgeProcess": "_process",
+    "LiftbridgeServer": "_server",
+    "NatsServer": "_nats",
+    "ServerInstallError": "_install",
+    "ServerStartError": "_process",
+    "cache_dir": "_install",
+    "detect_version": "_install",
+    "docker_unavailable_reason": "_docker",
+    "find_installed": "_install",
+    "find_nats_server": "_nats",
+    "install_server": "_install",
+}
 
 __all__ = [
     "COMPAT_VERSION",
-    "FAST_FAILOVER",
-    "LEADER_LOG_LINE",
-    "PINNED_COMMIT",
-    "PINNED_PSEUDO_VERSION",
     "ClusterNode",
     "DockerLiftbridgeServer",
     "ExternalLiftbridge",
+    "FAST_FAILOVER",
     "InstalledServer",
+    "LEADER_LOG_LINE",
     "LiftbridgeCluster",
     "LiftbridgeEndpoint",
     "LiftbridgeProcess",
     "LiftbridgeServer",
     "NatsServer",
+    "PINNED_COMMIT",
+    "PINNED_PSEUDO_VERSION",
     "ServerInstallError",
     "ServerStartError",
     "cache_dir",
@@ -48,3 +84,16 @@ __all__ = [
     "find_nats_server",
     "install_server",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
