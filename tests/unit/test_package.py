@@ -1,0 +1,77 @@
+"""The package surface: exports, typing marker, generated code, import side effects."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import liftbridge_sync
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_all_is_sorted_and_importable() -> None:
+    assert liftbridge_sync.__all__ == sorted(liftbridge_sync.__all__)
+    for name in liftbridge_sync.__all__:
+        assert hasattr(liftbridge_sync, name), name
+
+
+def test_py_typed_is_shipped() -> None:
+    assert (ROOT / "liftbridge_sync" / "py.typed").exists()
+    setup_cfg = (ROOT / "setup.cfg").read_text()
+    assert "py.typed" in setup_cfg and "_proto/*.pyi" in setup_cfg
+
+
+def test_import_has_no_side_effects() -> None:
+    """Importing and constructing a client starts no thread and opens no connection."""
+    script = textwrap.dedent(
+        """
+        import threading, sys
+        before = threading.active_count()
+        import liftbridge_sync
+        client = liftbridge_sync.Client("127.0.0.1:1")
+        assert threading.active_count() == before, threading.enumerate()
+        assert not client._core.pool.connected
+        assert "nats" not in sys.modules
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_generated_code_matches_the_proto(tmp_path: Path) -> None:
+    """Regenerating liftbridge_sync/_proto from protos/ gives byte-identical files."""
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"--proto_path={ROOT / 'protos'}",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            str(ROOT / "protos" / "liftbridge_sync" / "_proto" / "api.proto"),
+        ],
+        check=True,
+    )
+    generated = tmp_path / "liftbridge_sync" / "_proto"
+    committed = ROOT / "liftbridge_sync" / "_proto"
+    names = ["api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py"]
+    match, mismatch, errors = filecmp.cmpfiles(generated, committed, names, shallow=False)
+    assert not mismatch and not errors, (
+        f"stale generated code: {mismatch + errors}; run make codegen"
+    )
+    assert sorted(match) == names
+
+
+def test_generated_code_imports_from_inside_the_package() -> None:
+    from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+
+    assert api_pb2.DESCRIPTOR.package == "proto"
+    assert "/proto.API/PublishAsync" in Path(api_pb2_grpc.__file__).read_text()
+    # The v2 reverse flag is field 12, as the server's liftbridge-api v2 module says.
+    assert api_pb2.SubscribeRequest.DESCRIPTOR.fields_by_name["reverse"].number == 12
