@@ -17,13 +17,21 @@ What a direct publish does **not** do, unlike ``Client.publish`` (gRPC):
 * There is **no error for a missing stream or partition**: nobody listens on the
   subject, so the publish ends with :class:`~liftbridge_sync.errors.AckTimeoutError`
   (or, with ``AckPolicy.NONE``, succeeds and the message is lost).
-* No read-only check, no authorization on the stream (NATS permissions on the subject
-  apply instead), no per-stream OCC check for ``AckPolicy.NONE``.
+* A **read-only partition** gives no ``ReadonlyPartitionError``: the message is not
+  stored and the publish ends with an ack timeout.
+* No authorization on the stream (NATS permissions on the subject apply instead), and
+  ``AckPolicy.NONE`` is accepted on streams with optimistic concurrency control (the
+  gRPC path refuses it).
 * Anything that is not a valid envelope (e.g. :meth:`NatsPublisher.publish_raw`) is
   stored verbatim as the message value, without key or ack.
 
 The leader still refuses a message with an error ack (``INCORRECT_OFFSET``,
 ``TOO_LARGE``, ``ENCRYPTION``); those fail the publish with a typed error.
+
+Delivery is at-most-once: nothing is re-sent. If the NATS connection drops, nats-py
+reconnects and buffers publishes meanwhile (up to its ``pending_size``), but acks sent
+while disconnected are lost, so those publishes fail with ``AckTimeoutError`` although
+the message may have been stored.
 
 Threading: nats-py is asyncio-only, so each publisher runs a private event loop in one
 daemon thread named ``liftbridge-nats``, started on first use and joined by
@@ -175,8 +183,9 @@ class NatsPublisher:
     publish. Use it as a context manager or call :meth:`close`.
 
     Direct NATS publishes bypass the gRPC checks (see the module docs): a paused
-    partition is not resumed and its messages are not stored, and a missing stream
-    gives no error, just an ack timeout.
+    partition is not resumed and its messages are not stored, and a missing stream or a
+    read-only partition gives no error, just an ack timeout. Nothing is re-sent
+    (at-most-once delivery).
 
     Futures returned by :meth:`publish_async` are resolved on the ``liftbridge-nats``
     thread, so their done-callbacks run there; such a callback may call
@@ -395,8 +404,8 @@ class NatsPublisher:
         are raised here.
 
         Raises:
-            AckTimeoutError: No ack within ``timeout`` (e.g. no such stream or a paused
-                partition: direct NATS publishes cannot tell).
+            AckTimeoutError: No ack within ``timeout`` (e.g. no such stream, a paused or
+                read-only partition: direct NATS publishes cannot tell).
             IncorrectOffsetError: ``expected_offset`` did not match.
             RuntimeError: Called on the ``liftbridge-nats`` thread (a done-callback).
 
@@ -779,7 +788,7 @@ class NatsPublisher:
                     job.future,
                     error=AckTimeoutError(
                         f"no ack for {job.subject!r} (correlation id {cid!r}) in time; "
-                        "the stream may not exist or the partition may be paused"
+                        "the stream may not exist, or the partition may be paused or read-only"
                     ),
                 )
         self._arm_timer()

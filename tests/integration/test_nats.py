@@ -361,6 +361,18 @@ def test_paused_partition_is_not_resumed(
     assert ack is not None and ack.offset == 1
 
 
+def test_readonly_partition_gives_an_ack_timeout(
+    publisher: NatsPublisher, liftbridge_client: Client
+) -> None:
+    subject, name = make_stream(liftbridge_client)
+    assert publisher.publish(subject, b"before") is not None
+    liftbridge_client.set_stream_readonly(name)
+    wait_until(lambda: liftbridge_client.fetch_partition_metadata(name).readonly, 10.0, "read-only")
+    with pytest.raises(AckTimeoutError):
+        publisher.publish(subject, b"refused", timeout=0.5)
+    assert newest_offset(liftbridge_client, name) == 0
+
+
 def test_too_large_for_nats_is_rejected(publisher: NatsPublisher) -> None:
     subject = f"nobody-listens.{uuid.uuid4().hex}"
     with pytest.raises(PublishRejectedError) as excinfo:
