@@ -1,0 +1,43 @@
+"""Client behaviour across a partition-leader failure in a real 3-node cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from liftbridge_sync import AckPolicy, Client, StartAt, StopAt
+from liftbridge_sync.testing import LiftbridgeCluster
+
+from .conftest import unique
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+def test_leader_killed_publish_and_leader_calls_move_to_the_new_leader(
+    liftbridge_cluster: LiftbridgeCluster,
+) -> None:
+    cluster = liftbridge_cluster
+    with Client(cluster.addresses, ack_timeout=15.0) as client:
+        name = unique()
+        client.create_stream(name, name, replication_factor=3)
+        old = cluster.wait_for_partition_leader(name, 0)
+        for i in range(50):
+            client.publish(name, b"%d" % i, ack_policy=AckPolicy.ALL)
+        assert client.fetch_partition_metadata(name, 0).isr.__len__() == 3
+        client.set_cursor("c", name, 0, 49)
+
+        cluster.kill(old)
+        try:
+            new = cluster.wait_for_new_leader(name, 0, old, timeout=30)
+            assert new != old
+            # The publish stream may have been on the dead node: it is reopened elsewhere.
+            acks = [client.publish(name, b"%d" % i) for i in range(50, 100)]
+            assert [a.offset for a in acks] == list(range(50, 100))  # type: ignore[union-attr]
+            # Leader-routed calls refresh the cached leader and reach the new one.
+            meta = client.fetch_partition_metadata(name, 0)
+            assert meta.leader == cluster.servers[new].server_id
+            assert meta.newest_offset == 99
+            with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+                assert [m.value for m in sub] == [b"%d" % i for i in range(100)]
+        finally:
+            cluster.restart(old)
+        client.delete_stream(name)
