@@ -31,6 +31,7 @@ from liftbridge_sync.errors import (
     CallContext,
     ClientClosedError,
     ConfigurationError,
+    DeadlineExceededError,
     LiftbridgeError,
     NoSuchPartitionError,
     NotLeaderError,
@@ -38,7 +39,7 @@ from liftbridge_sync.errors import (
     UnsupportedError,
     error_from_rpc_error,
 )
-from liftbridge_sync.models import Message
+from liftbridge_sync.models import Message, Metadata
 from liftbridge_sync.options import RetryPolicy
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 
@@ -109,6 +110,7 @@ class Subscription:
         self._done = False
         self._last_offset: int | None = None
         self._broken_since: float | None = None
+        self._rotation = 0
         self._scheduler: Scheduler = scheduler_for(client)
 
     # ------------------------------------------------------------------ public API
@@ -341,25 +343,73 @@ class Subscription:
             raise StopIteration from None
         except _ReadTimeout:
             raise TimeoutError("no message arrived within the timeout") from None
+        except Exception:
+            if self._closed.is_set():
+                # Closing (or closing the client) broke the attempt in flight.
+                raise StopIteration from None
+            raise
         self._broken_since = None
         call = self._call
         if call is None:  # closed right after connecting
             raise StopIteration
         return call
 
-    def _address(self, refresh: bool) -> str:
+    def _address(self, refresh: bool, deadline: float | None) -> str:
+        """Where to subscribe: the leader, or a random in-sync replica if allowed."""
         target, core = self._target, self._core
-        if target.read_isr_replica:
-            info = core.partition_info(target.stream, target.partition, refresh=refresh)
+        if refresh:
+            self._refresh_metadata(deadline)
             snapshot = core.metadata.get()
+            info = snapshot.partition(target.stream, target.partition)
+            if info is None:
+                raise NoSuchPartitionError(
+                    f"no such partition: stream {target.stream!r} partition {target.partition}",
+                    code="NOT_FOUND",
+                )
+        else:
+            info = core.partition_info(target.stream, target.partition, refresh=False)
+            snapshot = core.metadata.get()
+        if target.read_isr_replica:
             brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
             if brokers:
                 return random.choice(brokers).address
-        return core.leader_address(target.stream, target.partition, refresh=refresh)
+        leader = snapshot.broker(info.leader) if info.leader else None
+        if leader is None:
+            raise NotLeaderError(
+                f"partition {target.stream!r}/{target.partition} has no known leader yet"
+            )
+        return leader.address
+
+    def _refresh_metadata(self, deadline: float | None) -> None:
+        """One pass over the brokers for fresh metadata of this stream.
+
+        Unlike the client's own refresh this does not retry: the resubscribe loop owns
+        the back-off, and must stay within the caller's ``get`` deadline.
+        """
+        core = self._core
+        request = api_pb2.FetchMetadataRequest(streams=[self._target.stream])
+        candidates = core.addresses()
+        self._rotation += 1
+        shift = self._rotation % len(candidates)
+        error: LiftbridgeError | None = None
+        for address in candidates[shift:] + candidates[:shift]:
+            timeout = core.options.rpc_timeout
+            if deadline is not None:
+                timeout = max(0.01, min(timeout, deadline - time.monotonic()))
+            try:
+                response = core.invoke(
+                    address, "FetchMetadata", request, context=CallContext.GENERIC, timeout=timeout
+                )
+            except (BrokerUnavailableError, DeadlineExceededError) as exc:
+                error = exc
+                continue
+            core.metadata.merge(Metadata.from_proto(response, fetched_at=time.monotonic()))
+            return
+        raise BrokerUnavailableError(f"subscribe: no broker answered FetchMetadata ({error})")
 
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
-        address = self._address(refresh)
+        address = self._address(refresh, deadline)
         stub = self._core.pool.stub(address, streaming_reads=True)
         call = stub.Subscribe(self._resume_request())
         with self._lock:
@@ -423,13 +473,11 @@ def _is_eof(exc: grpc.RpcError) -> bool:
 
 
 def _check_positions(start: StartAt | None, stop: StopAt | None) -> StartAt:
-    if start is None:
-        return StartAt.new_only()
-    if not isinstance(start, StartAt):
+    if start is not None and not isinstance(start, StartAt):
         raise ConfigurationError("'start' must be a StartAt or None")
     if stop is not None and not isinstance(stop, StopAt):
         raise ConfigurationError("'stop' must be a StopAt or None")
-    return start
+    return StartAt.new_only() if start is None else start
 
 
 def _build_request(

@@ -6,6 +6,7 @@ Independent of the client's publisher so that subscription tests do not depend o
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,6 +50,7 @@ def publish(
     """
     records = [v if isinstance(v, Record) else Record(v) for v in values]
     ids = [f"pubdata-{next(_ids)}" for _ in records]
+    acked = threading.Event()
 
     def requests() -> Iterator[api_pb2.PublishRequest]:
         for cid, record in zip(ids, records, strict=True):
@@ -62,18 +64,25 @@ def publish(
                 ackPolicy=ack_policy,  # type: ignore[arg-type]
                 expectedOffset=-1,
             )
+        # Half-closing the request stream makes the server end the call, dropping acks
+        # still on their way: keep it open until every ack is in.
+        acked.wait(timeout)
 
     offsets: dict[str, int] = {}
     with grpc.insecure_channel(address) as channel:
         stub = api_pb2_grpc.APIStub(channel)  # type: ignore[no-untyped-call]
         call = stub.PublishAsync(requests(), timeout=timeout)
-        for response in call:
-            assert not response.HasField("asyncError"), response.asyncError
-            assert response.ack.ackError == 0, response.ack
-            offsets[response.correlationId] = response.ack.offset
-            if len(offsets) == len(ids):
-                call.cancel()
-                break
+        try:
+            for response in call:
+                assert not response.HasField("asyncError"), response.asyncError
+                assert response.ack.ackError == 0, response.ack
+                offsets[response.correlationId] = response.ack.offset
+                if len(offsets) == len(ids):
+                    break
+        finally:
+            acked.set()
+            call.cancel()
+    assert len(offsets) == len(ids), f"only {len(offsets)} of {len(ids)} acks arrived"
     return [offsets[cid] for cid in ids]
 
 
