@@ -24,6 +24,7 @@ from liftbridge_sync._transport import ChannelPool
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     CallContext,
+    DeadlineExceededError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
@@ -35,6 +36,9 @@ from liftbridge_sync.options import ClientOptions, RetryPolicy
 __all__ = ["ClientCore"]
 
 _log = logging.getLogger("liftbridge_sync.client")
+
+#: RPCs whose deadline is enforced by the client only (see ``_invoke_with_local_deadline``).
+_LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
 
 
 class ClientCore:
@@ -76,10 +80,28 @@ class ClientCore:
     ) -> Any:
         """One attempt of a unary RPC on one broker; gRPC errors become LiftbridgeErrors."""
         stub = self.pool.stub(address)
+        deadline = timeout or self.options.rpc_timeout
         try:
-            return getattr(stub, method)(request, timeout=timeout or self.options.rpc_timeout)
+            if method in _LOCAL_DEADLINE_METHODS:
+                return self._invoke_with_local_deadline(getattr(stub, method), request, deadline)
+            return getattr(stub, method)(request, timeout=deadline)
         except grpc.RpcError as exc:
             raise error_from_rpc_error(exc, context) from None
+
+    @staticmethod
+    def _invoke_with_local_deadline(rpc: Any, request: Any, deadline: float) -> Any:
+        # The server surveys its peers for FetchMetadata until the call's deadline, or
+        # for 3 s when the call has none. With a peer down, any deadline we send would be
+        # used up by the survey and the answer would arrive just too late; so the wait is
+        # bounded here instead and the server keeps its own shorter survey limit.
+        future = rpc.future(request)
+        try:
+            return future.result(timeout=deadline)
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            raise DeadlineExceededError(
+                f"no answer within {deadline}s", code="DEADLINE_EXCEEDED"
+            ) from None
 
     def call_any(
         self,
@@ -171,12 +193,15 @@ class ClientCore:
             NoSuchPartitionError: the partition does not exist.
             NotLeaderError: the partition has no reachable leader right now (retryable).
         """
-        info = self.partition_info(stream, partition, refresh=refresh)
-        snapshot = self.metadata.get()
-        broker = snapshot.broker(info.leader) if info.leader else None
+        return self.leader_address_of(self.partition_info(stream, partition, refresh=refresh))
+
+    def leader_address_of(self, info: PartitionInfo) -> str:
+        """``host:port`` of the leader named in ``info`` (per the cached broker list)."""
+        broker = self.metadata.get().broker(info.leader) if info.leader else None
         if broker is None:
             raise NotLeaderError(
-                f"partition {stream!r}/{partition} has no known leader yet (leader={info.leader!r})"
+                f"partition {info.stream!r}/{info.id} has no known leader yet "
+                f"(leader={info.leader!r})"
             )
         return broker.address
 
@@ -188,14 +213,26 @@ class ClientCore:
         request: Any,
         *,
         context: CallContext = CallContext.LEADER,
+        settle: Callable[[PartitionInfo], Any] | None = None,
     ) -> Any:
-        """Call an RPC that the partition leader must serve; refresh and retry on not-leader."""
+        """Call an RPC that the partition leader must serve; refresh and retry on not-leader.
+
+        Args:
+            settle: After a not-leader answer, the refreshed partition metadata is passed
+                here; a non-``None`` result is returned instead of retrying (for a paused
+                partition there is no running leader to find).
+        """
         refresh = False
 
         def attempt(number: int) -> Any:
             nonlocal refresh
             try:
-                address = self.leader_address(stream, partition, refresh=refresh)
+                info = self.partition_info(stream, partition, refresh=refresh)
+                if refresh and settle is not None:
+                    settled = settle(info)
+                    if settled is not None:
+                        return settled
+                address = self.leader_address_of(info)
                 return self.invoke(address, method, request, context=context)
             except (NotLeaderError, BrokerUnavailableError):
                 refresh = True

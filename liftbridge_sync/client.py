@@ -35,12 +35,11 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     DeadlineExceededError,
     ForkedClientError,
-    NotLeaderError,
     ServerError,
     StreamExistsError,
     error_from_ack_error,
 )
-from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
+from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionInfo, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
@@ -256,15 +255,19 @@ class Client:
         check_name("stream", stream, allow_reserved=True)
         check_partition("partition", partition)
         request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-        try:
-            response = core.call_leader(stream, partition, "FetchPartitionMetadata", request)
-        except NotLeaderError:
-            # A paused partition has no running leader to ask; the cluster metadata then
-            # is the best available view (and says it is paused).
-            info = core.fetch_metadata([stream]).partition(stream, partition)
-            if info is None or not info.paused:
-                raise
+
+        def paused_view(info: PartitionInfo) -> PartitionMetadata | None:
+            # A paused partition has no running leader to ask; the cluster metadata is
+            # then the best available view (and says it is paused).
+            if not info.paused:
+                return None
             return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
+
+        response = core.call_leader(
+            stream, partition, "FetchPartitionMetadata", request, settle=paused_view
+        )
+        if isinstance(response, PartitionMetadata):
+            return response
         return PartitionMetadata.from_proto(stream, response.metadata)
 
     # ------------------------------------------------------------------ streams
