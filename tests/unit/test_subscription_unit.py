@@ -1,0 +1,256 @@
+"""Pure parts of subscriptions: request building, the timer thread, the merge buffer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+
+from liftbridge_sync import Client, ClientClosedError, StartAt, StopAt
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._scheduler import THREAD_NAME, Scheduler, scheduler_for
+from liftbridge_sync.models import Message
+from liftbridge_sync.subscription import _build_request, _Mailbox
+
+# ---------------------------------------------------------------------- requests
+
+
+@dataclass
+class _Meta:
+    newest_offset: int
+
+
+class FakeClient:
+    """Answers the two look-ups that pinning needs, and counts them."""
+
+    def __init__(self, newest: int = -1, cursor: int = -1) -> None:
+        self.newest = newest
+        self.cursor = cursor
+        self.calls: list[str] = []
+
+    def fetch_partition_metadata(self, stream: str, partition: int) -> _Meta:
+        self.calls.append("metadata")
+        return _Meta(self.newest)
+
+    def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        self.calls.append(f"cursor {cursor_id} {stream} {partition}")
+        return self.cursor
+
+
+def build(
+    start: StartAt,
+    stop: StopAt | None = None,
+    *,
+    client: FakeClient | None = None,
+    reverse: bool = False,
+) -> api_pb2.SubscribeRequest | None:
+    return _build_request(
+        cast(Client, client or FakeClient()),
+        "s",
+        2,
+        start,
+        stop,
+        read_isr_replica=True,
+        resume=True,
+        reverse=reverse,
+    )
+
+
+def test_fixed_positions_map_to_fields_without_lookups() -> None:
+    client = FakeClient()
+    request = build(StartAt.earliest(), StopAt.offset(9), client=client)
+    assert request is not None
+    assert (request.stream, request.partition) == ("s", 2)
+    assert request.readISRReplica and request.resume and not request.reverse
+    assert request.startPosition == api_pb2.EARLIEST
+    assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 9)
+    request = build(StartAt.offset(5), StopAt.timestamp(77), client=client)
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 5)
+    assert (request.stopPosition, request.stopTimestamp) == (api_pb2.STOP_TIMESTAMP, 77)
+    assert client.calls == []
+
+
+def test_timestamps_are_unix_nanoseconds() -> None:
+    when = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+    request = build(StartAt.timestamp(when))
+    assert request is not None
+    assert request.startPosition == api_pb2.TIMESTAMP
+    assert request.startTimestamp == int(when.timestamp()) * 10**9 + 678901000
+    before = time.time_ns()
+    request = build(StartAt.time_delta(1.5))
+    assert request is not None
+    assert before - 1_500_000_000 <= request.startTimestamp <= time.time_ns() - 1_500_000_000
+
+
+def test_new_only_and_latest_are_pinned_to_offsets() -> None:
+    request = build(StartAt.new_only(), client=FakeClient(newest=41))
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 42)
+    request = build(StartAt.latest(), client=FakeClient(newest=41))
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 41)
+    empty = FakeClient(newest=-1)
+    request = build(StartAt.latest(), client=empty)
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 0)
+
+
+def test_stop_latest_is_pinned_with_one_lookup() -> None:
+    client = FakeClient(newest=9)
+    request = build(StartAt.new_only(), StopAt.latest(), client=client)
+    assert request is not None
+    assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 9)
+    assert client.calls == ["metadata"]
+    assert build(StartAt.earliest(), StopAt.latest(), client=FakeClient(newest=-1)) is None
+
+
+def test_reverse_positions_are_left_to_the_server() -> None:
+    client = FakeClient(newest=9)
+    request = build(StartAt.latest(), StopAt.latest(), client=client, reverse=True)
+    assert request is not None
+    assert request.reverse
+    assert request.startPosition == api_pb2.LATEST
+    assert request.stopPosition == api_pb2.STOP_LATEST
+    request = build(StartAt.new_only(), client=client, reverse=True)
+    assert request is not None
+    assert request.startPosition == api_pb2.NEW_ONLY
+    assert client.calls == []
+
+
+def test_cursor_start_resumes_after_the_stored_offset() -> None:
+    client = FakeClient(cursor=6)
+    request = build(StartAt.cursor("c"), client=client)
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 7)
+    assert client.calls == ["cursor c s 2"]
+    request = build(StartAt.cursor("c"), client=FakeClient(cursor=-1))
+    assert request is not None
+    assert request.startPosition == api_pb2.EARLIEST
+
+
+# ---------------------------------------------------------------------- scheduler
+
+
+def _timer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME]
+
+
+def test_scheduler_starts_lazily_runs_in_order_and_joins_on_close() -> None:
+    before = len(_timer_threads())
+    scheduler = Scheduler()
+    assert len(_timer_threads()) == before
+    ran: list[str] = []
+    done = threading.Event()
+    scheduler.call_later(0.06, lambda: (ran.append("late"), done.set()))
+    scheduler.call_later(0.02, lambda: ran.append("early"))
+    cancelled = scheduler.call_later(0.01, lambda: ran.append("cancelled"))
+    assert cancelled.cancel()
+    thread = _timer_threads()[-1]
+    assert thread.daemon
+    assert done.wait(5)
+    assert ran == ["early", "late"]
+    scheduler.close()
+    assert not thread.is_alive()
+    with pytest.raises(ClientClosedError):
+        scheduler.call_later(0, lambda: None)
+    scheduler.close()  # idempotent
+
+
+def test_scheduler_marks_fired_handles() -> None:
+    scheduler = Scheduler()
+    fired = threading.Event()
+    handle = scheduler.call_later(0, fired.set)
+    assert fired.wait(5)
+    assert handle.fired
+    assert not handle.cancel()
+    scheduler.close()
+
+
+def test_close_drops_pending_callbacks() -> None:
+    scheduler = Scheduler()
+    ran: list[int] = []
+    scheduler.call_later(30, lambda: ran.append(1))
+    started = time.monotonic()
+    scheduler.close()
+    assert time.monotonic() - started < 1
+    assert ran == []
+
+
+def test_one_scheduler_per_client_closed_with_the_client() -> None:
+    client = Client("127.0.0.1:1")  # never connects
+    scheduler = scheduler_for(client)
+    assert scheduler_for(client) is scheduler
+    other = Client("127.0.0.1:1")
+    assert scheduler_for(other) is not scheduler
+    scheduler.call_later(30, lambda: None)
+    thread = _timer_threads()[-1]
+    client.close()
+    other.close()
+    assert not thread.is_alive()
+    with pytest.raises(ClientClosedError):
+        scheduler_for(client).call_later(0, lambda: None)
+    closed = Client("127.0.0.1:1")
+    closed.close()
+    with pytest.raises(ClientClosedError):
+        scheduler_for(closed)  # a new scheduler is never attached to a closed client
+
+
+# ---------------------------------------------------------------------- merge buffer
+
+
+def _msg(offset: int, partition: int = 0) -> Message:
+    return Message(
+        offset=offset,
+        key=None,
+        value=b"",
+        partition=partition,
+        stream="s",
+        subject="s",
+        reply_subject="",
+    )
+
+
+def test_mailbox_is_fifo_and_ends_when_every_producer_is_done() -> None:
+    box = _Mailbox(capacity=4, producers=2)
+    assert box.put(_msg(0)) and box.put(_msg(1))
+    box.producer_done()
+    assert cast(Message, box.get(0)).offset == 0
+    assert cast(Message, box.get(0)).offset == 1
+    with pytest.raises(TimeoutError):
+        box.get(0.01)
+    box.producer_done()
+    with pytest.raises(StopIteration):
+        box.get(None)
+
+
+def test_mailbox_bounds_messages_but_not_errors() -> None:
+    box = _Mailbox(capacity=1, producers=1)
+    assert box.put(_msg(0))
+    error = RuntimeError("terminal")
+    assert box.put(error)  # does not block although full
+    blocked_put: list[bool] = []
+    producer = threading.Thread(target=lambda: blocked_put.append(box.put(_msg(1))))
+    producer.start()
+    assert cast(Message, box.get(1)).offset == 0
+    assert box.get(1) is error
+    producer.join(5)
+    assert blocked_put == [True]
+    assert cast(Message, box.get(1)).offset == 1
+
+
+def test_mailbox_close_releases_blocked_producers_and_consumers() -> None:
+    box = _Mailbox(capacity=1, producers=1)
+    assert box.put(_msg(0))
+    results: list[Any] = []
+    producer = threading.Thread(target=lambda: results.append(box.put(_msg(1))))
+    producer.start()
+    box.close()
+    producer.join(5)
+    assert results == [False]
+    with pytest.raises(StopIteration):
+        box.get(None)
