@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import random
 import threading
 import time
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["StreamSubscription", "Subscription", "open_stream_subscription", "open_subscription"]
 
+_log = logging.getLogger("liftbridge_sync.subscription")
 _SC = grpc.StatusCode
 #: Messages a whole-stream subscription buffers ahead of its consumer.
 STREAM_BUFFER = 1024
@@ -72,7 +74,10 @@ class _ReadTimeout(Exception):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Target:
-    """What to read; fixed for the life of the subscription."""
+    """What to read; fixed for the life of the subscription.
+
+    Immutable (the request is never mutated; resubscribes copy it).
+    """
 
     stream: str
     partition: int
@@ -200,7 +205,10 @@ class Subscription:
                 call = self._reconnect(deadline)
             timer: TimerHandle | None = None
             if deadline is not None:
-                timer = self._scheduler.call_later(deadline - time.monotonic(), call.cancel)
+                try:
+                    timer = self._arm(deadline - time.monotonic(), call)
+                except _Closed:
+                    raise StopIteration from None
             try:
                 pb = next(call)
             except StopIteration:
@@ -223,6 +231,15 @@ class Subscription:
                 )
             self._last_offset = offset
             return Message.from_proto(pb)
+
+    def _arm(self, delay: float, call: Any) -> TimerHandle:
+        """Cancel ``call`` after ``delay`` seconds unless the returned timer is cancelled."""
+        try:
+            return self._scheduler.call_later(delay, call.cancel)
+        except ClientClosedError:
+            # The client is closing and closes this subscription too; do not wait for it.
+            self.close()
+            raise _Closed from None
 
     def _finish(self, call: Any) -> None:
         self._done = True
@@ -249,13 +266,20 @@ class Subscription:
         if self._target.reverse and code is _SC.UNKNOWN and _is_eof(exc):
             self._done = True
             raise StopIteration
-        if code in (_SC.UNAVAILABLE, _SC.CANCELLED):
-            # A lost connection or a cancel we did not ask for (e.g. a timer that fired
-            # just as a message arrived): reconnect after the last offset.
+        if code is _SC.CANCELLED:
+            # A cancel we did not ask for, e.g. a get() timer that fired just as its
+            # message arrived: quietly continue after the last offset.
             self._broken_since = time.monotonic()
             return
         error = error_from_rpc_error(exc, CallContext.SUBSCRIPTION)
-        if error.retryable:
+        if code is _SC.UNAVAILABLE or error.retryable:
+            _log.warning(
+                "subscription %s/%d lost its stream (%s); resubscribing after offset %s",
+                self._target.stream,
+                self._target.partition,
+                error,
+                self._last_offset,
+            )
             self._broken_since = time.monotonic()
             return
         self._done = True
@@ -291,9 +315,11 @@ class Subscription:
             self._done = True
             raise StopIteration
         refresh = resubscribing
-        retrying = build_retrying(
-            policy, label=f"subscribe {self._target.stream}", retry_if=is_retryable
-        ).copy(sleep=lambda seconds: self._backoff(seconds, deadline))
+        target = self._target
+        label = f"subscribe {target.stream}/{target.partition} after offset {self._last_offset}"
+        retrying = build_retrying(policy, label=label, retry_if=is_retryable).copy(
+            sleep=lambda seconds: self._backoff(seconds, deadline)
+        )
         try:
             for trial in retrying:
                 with trial:
@@ -420,7 +446,7 @@ class Subscription:
         wait = self._core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
-        guard = self._scheduler.call_later(wait, call.cancel)
+        guard = self._arm(wait, call)
         try:
             next(call)
         except StopIteration:
