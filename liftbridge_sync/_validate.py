@@ -123,11 +123,13 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
-        raise TypeError(f"{name} must be bytes, not str; encode it first, e.g. {name}.encode()")
+        raise TypeError(
+            f"{name} must be bytes-like, not str; encode it first, e.g. {name}.encode()"
+        )
     raise TypeError(f"{name} must be bytes-like, not {type(value).__name__}")
 
 
-def check_headers(value: Mapping[str, bytes] | None) -> dict[str, bytes]:
+def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
     """Headers: a mapping of non-empty str keys to bytes-like values."""
     if value is None:
         return {}
@@ -137,6 +139,10 @@ def check_headers(value: Mapping[str, bytes] | None) -> dict[str, bytes]:
     for key, item in value.items():
         if not isinstance(key, str) or not key:
             raise TypeError(f"header names must be non-empty str, got {key!r}")
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(f"header name {key!r} is not valid UTF-8") from exc
         checked = check_bytes(f"headers[{key!r}]", item)
         assert checked is not None
         result[key] = checked

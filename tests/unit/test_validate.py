@@ -68,6 +68,9 @@ def test_payloads_must_be_bytes_like() -> None:
         check_headers({"a": "1"})  # type: ignore[dict-item]
     with pytest.raises(TypeError):
         check_headers({"": b"1"})
+    # protobuf would raise a bare ValueError on a name that is not valid UTF-8.
+    with pytest.raises(ConfigurationError, match="UTF-8"):
+        check_headers({"\ud800": b"1"})
 
 
 def _request(**changes: object) -> object:
