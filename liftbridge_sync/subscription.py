@@ -114,7 +114,10 @@ class Subscription:
         self._call: Any = None
         self._done = False
         self._last_offset: int | None = None
+        #: When the stream was lost (None: not lost, or lost by our own timeout cancel).
         self._broken_since: float | None = None
+        #: Whether the cached leader may be wrong (the stream broke, not timed out).
+        self._stale = False
         self._rotation = 0
         self._scheduler: Scheduler = scheduler_for(client)
 
@@ -257,7 +260,8 @@ class Subscription:
             raise StopIteration
         code = exc.code()
         if timer is not None and timer.fired and code is _SC.CANCELLED:
-            self._broken_since = time.monotonic()
+            # Our own cancel: the connection is fine, so the next read resubscribes
+            # without asking for metadata, with a fresh resubscribe budget.
             raise TimeoutError("no message arrived within the timeout")
         if code is _SC.RESOURCE_EXHAUSTED:
             # End of a read-only partition, or the stop position was delivered.
@@ -269,7 +273,6 @@ class Subscription:
         if code is _SC.CANCELLED:
             # A cancel we did not ask for, e.g. a get() timer that fired just as its
             # message arrived: quietly continue after the last offset.
-            self._broken_since = time.monotonic()
             return
         error = error_from_rpc_error(exc, CallContext.SUBSCRIPTION)
         if code is _SC.UNAVAILABLE or error.retryable:
@@ -281,6 +284,7 @@ class Subscription:
                 self._last_offset,
             )
             self._broken_since = time.monotonic()
+            self._stale = True
             return
         self._done = True
         raise error
@@ -314,7 +318,7 @@ class Subscription:
         if self._done or self._exhausted():
             self._done = True
             raise StopIteration
-        refresh = resubscribing
+        refresh = self._stale
         target = self._target
         label = f"subscribe {target.stream}/{target.partition} after offset {self._last_offset}"
         retrying = build_retrying(policy, label=label, retry_if=is_retryable).copy(
@@ -375,6 +379,7 @@ class Subscription:
                 raise StopIteration from None
             raise
         self._broken_since = None
+        self._stale = False
         call = self._call
         if call is None:  # closed right after connecting
             raise StopIteration

@@ -409,6 +409,7 @@ def test_get_timeout_cancels_and_the_next_read_resumes_exactly(
     broker.scripts = [serve([0, 1], "hang"), serve([], "hang"), serve([2], "hang")]
     sub = client.subscribe("s", start=StartAt.earliest())
     assert values([sub.get(1), sub.get(1)]) == [0, 1]
+    metadata_calls = broker.metadata_calls
     for _ in range(2):
         started = time.monotonic()
         with pytest.raises(TimeoutError):
@@ -416,6 +417,7 @@ def test_get_timeout_cancels_and_the_next_read_resumes_exactly(
         assert time.monotonic() - started < 0.5
     assert sub.get(1).offset == 2
     assert broker.starts() == [(api_pb2.EARLIEST, 0), (api_pb2.OFFSET, 2), (api_pb2.OFFSET, 2)]
+    assert broker.metadata_calls == metadata_calls  # a timeout is not a reason to refresh
     sub.close()
 
 
