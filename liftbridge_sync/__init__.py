@@ -45,6 +45,7 @@ from liftbridge_sync.models import (
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.subscription import StreamSubscription, Subscription
 
 __version__ = "0.1.0"
 
@@ -91,6 +92,8 @@ __all__ = [
     "StreamDeletedError",
     "StreamExistsError",
     "StreamInfo",
+    "StreamSubscription",
+    "Subscription",
     "TLSOptions",
     "UnsupportedError",
     "__version__",

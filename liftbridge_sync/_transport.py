@@ -24,12 +24,17 @@ __all__ = ["ChannelPool", "Stub"]
 Stub = api_pb2_grpc.APIStub
 
 #: Defaults that avoid failures rather than add speed: large messages are legal up to the
-#: server's limits, and brokers on private addresses must not be sent through an HTTP
-#: proxy picked up from the environment.
+#: server's limits; brokers on private addresses must not be sent through an HTTP proxy
+#: picked up from the environment; and a restarted broker is redialled within a second or
+#: two instead of gRPC's default back-off (1 s growing to 120 s), which would otherwise
+#: dominate failover time.
 _BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.enable_http_proxy", 0),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 )
 
 
