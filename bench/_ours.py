@@ -1,0 +1,166 @@
+"""Worker for liftbridge_sync: ``python -m bench._ours publish|subscribe ...``.
+
+Runs in its own process so that its CPU time is attributable. Prints one JSON object
+on stdout; per-message ack latencies (nanoseconds) go to ``--latencies-out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from bench._stats import cpu_seconds, save_latencies
+
+__all__ = ["main", "run_publish", "run_subscribe"]
+
+
+def make_payloads(messages: int, size: int) -> list[bytes]:
+    """Pre-generate ``messages`` random payloads of ``size`` bytes."""
+    flat = os.urandom(messages * size)
+    return [flat[i * size : (i + 1) * size] for i in range(messages)]
+
+
+def run_publish(
+    servers: str,
+    stream: str,
+    *,
+    messages: int,
+    size: int,
+    mode: str,
+    window: int,
+    latencies: bool = True,
+) -> tuple[dict[str, Any], list[int]]:
+    """Publish ``messages`` payloads to partition 0 of ``stream`` with ack LEADER.
+
+    Modes: ``sync`` (``client.publish`` one at a time), ``batch`` (fire ``window``
+    ``publish_async`` calls, then wait for all of them with ``flush``, like the Go
+    bench's ``--pub-batch``), ``sliding`` (``max_in_flight=window``, publish all, flush).
+
+    Returns:
+        The result record and the per-message latencies in nanoseconds.
+    """
+    from liftbridge_sync import Client
+
+    payloads = make_payloads(messages, size)
+    in_flight = window if mode == "sliding" else max(window, 1024)
+    client = Client([servers], max_in_flight=in_flight, ack_timeout=60.0)
+    try:
+        # Open the channel and the PublishAsync stream before timing, as Go's Connect does.
+        client.publish(stream, b"warm-up")
+        lat = [0] * messages
+        futures: list[Any] = []
+        clock = time.perf_counter_ns
+        user0, sys0 = cpu_seconds()
+        start = time.perf_counter()
+        if mode == "sync":
+            publish = client.publish
+            for i, value in enumerate(payloads):
+                t0 = clock()
+                publish(stream, value)
+                lat[i] = clock() - t0
+        else:
+            publish_async = client.publish_async
+            step = window if mode == "batch" else messages
+            for base in range(0, messages, step):
+                for i in range(base, min(base + step, messages)):
+                    t0 = clock()
+                    future = publish_async(stream, payloads[i])
+                    if latencies:
+                        future.add_done_callback(
+                            lambda _f, i=i, t0=t0: lat.__setitem__(i, clock() - t0)
+                        )
+                    futures.append(future)
+                client.flush()
+        elapsed = time.perf_counter() - start
+        user1, sys1 = cpu_seconds()
+        errors = sum(1 for f in futures if f.exception() is not None)
+    finally:
+        client.close()
+    result = {
+        "client": "ours",
+        "duration": elapsed,
+        "total_messages": messages,
+        "messages_per_second": messages / elapsed,
+        "cpu_user_s": user1 - user0,
+        "cpu_sys_s": sys1 - sys0,
+        "errors": errors,
+    }
+    return result, lat if latencies else []
+
+
+def run_subscribe(servers: str, stream: str, *, expected: int) -> dict[str, Any]:
+    """Read ``stream`` partition 0 from earliest to latest; count messages and bytes."""
+    from liftbridge_sync import Client, StartAt, StopAt
+
+    client = Client([servers])
+    try:
+        client.fetch_metadata(stream)  # open the channel before timing
+        count = 0
+        nbytes = 0
+        user0, sys0 = cpu_seconds()
+        start = time.perf_counter()
+        for msg in client.subscribe(stream, start=StartAt.earliest(), stop=StopAt.latest()):
+            count += 1
+            nbytes += len(msg.value)
+        elapsed = time.perf_counter() - start
+        user1, sys1 = cpu_seconds()
+    finally:
+        client.close()
+    return {
+        "client": "ours",
+        "duration": elapsed,
+        "total_messages": count,
+        "total_bytes": nbytes,
+        "messages_per_second": count / elapsed,
+        "cpu_user_s": user1 - user0,
+        "cpu_sys_s": sys1 - sys0,
+        "errors": 0 if count == expected else 1,
+    }
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench._ours")
+    commands = parser.add_subparsers(dest="command", required=True)
+    pub = commands.add_parser("publish")
+    pub.add_argument("--servers", required=True)
+    pub.add_argument("--stream", required=True)
+    pub.add_argument("--messages", type=int, required=True)
+    pub.add_argument("--message-size", type=int, default=256)
+    pub.add_argument("--mode", choices=("sync", "batch", "sliding"), default="batch")
+    pub.add_argument("--window", type=int, default=100)
+    pub.add_argument("--latencies-out", default=None)
+    sub = commands.add_parser("subscribe")
+    sub.add_argument("--servers", required=True)
+    sub.add_argument("--stream", required=True)
+    sub.add_argument("--expected", type=int, required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Worker entry point."""
+    args = _parser().parse_args(argv)
+    if args.command == "publish":
+        result, lat = run_publish(
+            args.servers,
+            args.stream,
+            messages=args.messages,
+            size=args.message_size,
+            mode=args.mode,
+            window=args.window,
+        )
+        if args.latencies_out:
+            save_latencies(args.latencies_out, lat)
+    else:
+        result = run_subscribe(args.servers, args.stream, expected=args.expected)
+    json.dump(result, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Markdown tables: medians over rounds with min–max, and ratios to the Go client."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from bench._runner import RunRecord
+from bench._stats import spread
+
+__all__ = ["num", "scenario_table"]
+
+_METRICS_PUBLISH = (
+    ("msgs/s", "msgs_per_s"),
+    ("ack p50 µs", "p50_us"),
+    ("ack p99 µs", "p99_us"),
+    ("client CPU µs/msg", "client_cpu_us_per_msg"),
+)
+_METRICS_SUBSCRIBE = (
+    ("msgs/s", "msgs_per_s"),
+    ("client CPU µs/msg", "client_cpu_us_per_msg"),
+)
+
+
+def num(value: float) -> str:
+    """Compact number: thousands separators for large values, 2 significant decimals."""
+    if math.isnan(value):
+        return "–"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    if abs(value) >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _cell(values: Sequence[float]) -> tuple[str, float]:
+    s = spread(values)
+    if s["n"] == 0:
+        return "–", math.nan
+    return f"{num(s['median'])} ({num(s['min'])}–{num(s['max'])})", s["median"]
+
+
+def _ratio(value: float, base: float) -> str:
+    if math.isnan(value) or math.isnan(base) or base == 0:
+        return "–"
+    return f"{value / base:.2f}×"
+
+
+def scenario_table(
+    records: Iterable[RunRecord], scenario: str, clients: Sequence[str], subscribe: bool = False
+) -> str:
+    """One markdown table for ``scenario``: a row per client, ratios against ``go``."""
+    rows = [r for r in records if r.scenario == scenario]
+    metrics = _METRICS_SUBSCRIBE if subscribe else _METRICS_PUBLISH
+    header = ["client"]
+    for title, _ in metrics:
+        header += [title, "×Go"]
+    header += ["server CPU µs/msg", "runs", "errors"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    go_medians: dict[str, float] = {}
+    for attr in (attr for _, attr in metrics):
+        go_medians[attr] = spread([getattr(r, attr) for r in rows if r.client == "go"])["median"]
+    for client in clients:
+        mine = [r for r in rows if r.client == client]
+        if not mine:
+            continue
+        cells = [client]
+        for _, attr in metrics:
+            text, median = _cell([getattr(r, attr) for r in mine])
+            cells += [text, _ratio(median, go_medians[attr])]
+        server_text, _ = _cell([r.server_cpu_us_per_msg for r in mine])
+        cells += [server_text, str(len(mine)), str(sum(r.errors for r in mine))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
