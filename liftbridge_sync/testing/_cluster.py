@@ -31,6 +31,9 @@ FAST_FAILOVER: Mapping[str, object] = {
     "clustering.replica.max.leader.timeout": "1s",
     "clustering.replica.max.idle.wait": "500ms",
     "clustering.replica.fetch.timeout": "500ms",
+    # A dead replica leaves the ISR after this long; until then nothing new commits
+    # and committed-only reads stall (the default is 15 s). Must exceed max.idle.wait.
+    "clustering.replica.max.lag.time": "2s",
     "groups.consumer.timeout": "3s",
     "groups.coordinator.timeout": "3s",
 }

@@ -30,16 +30,6 @@ def take(sub: Subscription | StreamSubscription, n: int, timeout: float = 30.0) 
     return [sub.get(max(0.0, deadline - time.monotonic())) for _ in range(n)]
 
 
-@pytest.fixture(scope="module")
-def liftbridge_cluster() -> Iterator[LiftbridgeCluster]:
-    """Our own cluster: a dead follower leaves the ISR after 2 s instead of 15 s.
-
-    Until it does, nothing new commits, and reads only return committed messages.
-    """
-    with LiftbridgeCluster(size=3, config={"clustering.replica.max.lag.time": "2s"}) as cluster:
-        yield cluster
-
-
 @pytest.fixture
 def client(liftbridge_cluster: LiftbridgeCluster) -> Iterator[Client]:
     with Client(liftbridge_cluster.addresses, grpc_options=FAST_RECONNECT) as client:
