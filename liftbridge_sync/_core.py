@@ -25,6 +25,7 @@ from liftbridge_sync.errors import (
     BrokerUnavailableError,
     CallContext,
     DeadlineExceededError,
+    LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
@@ -135,6 +136,34 @@ class ClientCore:
         snapshot = self._fetch_metadata(streams)
         self.metadata.merge(snapshot)
         return snapshot
+
+    def refresh_once(self, streams: Sequence[str], deadline: float | None) -> None:
+        """One pass over the brokers for fresh metadata of ``streams``, without retries.
+
+        For callers that own their back-off and must keep within a deadline (the
+        resubscribe loop): each broker gets at most the time left.
+
+        Raises:
+            BrokerUnavailableError: no broker answered.
+        """
+        request = api_pb2.FetchMetadataRequest(streams=list(streams))
+        candidates = self.addresses()
+        shift = next(self._rotation) % len(candidates)
+        error: LiftbridgeError | None = None
+        for address in candidates[shift:] + candidates[:shift]:
+            timeout = self.options.rpc_timeout
+            if deadline is not None:
+                timeout = max(0.01, min(timeout, deadline - time.monotonic()))
+            try:
+                response = self.invoke(
+                    address, "FetchMetadata", request, context=CallContext.GENERIC, timeout=timeout
+                )
+            except (BrokerUnavailableError, DeadlineExceededError) as exc:
+                error = exc
+                continue
+            self.metadata.merge(Metadata.from_proto(response, fetched_at=time.monotonic()))
+            return
+        raise BrokerUnavailableError(f"no broker answered FetchMetadata ({error})")
 
     def stream_info_partitions(self, stream: str, *, refresh: bool = False) -> int:
         """Number of partitions of ``stream`` (fetching metadata when unknown).

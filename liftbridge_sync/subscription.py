@@ -32,7 +32,6 @@ from liftbridge_sync.errors import (
     CallContext,
     ClientClosedError,
     ConfigurationError,
-    DeadlineExceededError,
     LiftbridgeError,
     NoSuchPartitionError,
     NotLeaderError,
@@ -40,7 +39,7 @@ from liftbridge_sync.errors import (
     UnsupportedError,
     error_from_rpc_error,
 )
-from liftbridge_sync.models import Message, Metadata
+from liftbridge_sync.models import Message
 from liftbridge_sync.options import RetryPolicy
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 
@@ -118,7 +117,6 @@ class Subscription:
         self._broken_since: float | None = None
         #: Whether the cached leader may be wrong (the stream broke, not timed out).
         self._stale = False
-        self._rotation = 0
         self._scheduler: Scheduler = scheduler_for(client)
 
     # ------------------------------------------------------------------ public API
@@ -389,7 +387,7 @@ class Subscription:
         """Where to subscribe: the leader, or a random in-sync replica if allowed."""
         target, core = self._target, self._core
         if refresh:
-            self._refresh_metadata(deadline)
+            core.refresh_once([target.stream], deadline)
             snapshot = core.metadata.get()
             info = snapshot.partition(target.stream, target.partition)
             if info is None:
@@ -404,39 +402,7 @@ class Subscription:
             brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
             if brokers:
                 return random.choice(brokers).address
-        leader = snapshot.broker(info.leader) if info.leader else None
-        if leader is None:
-            raise NotLeaderError(
-                f"partition {target.stream!r}/{target.partition} has no known leader yet"
-            )
-        return leader.address
-
-    def _refresh_metadata(self, deadline: float | None) -> None:
-        """One pass over the brokers for fresh metadata of this stream.
-
-        Unlike the client's own refresh this does not retry: the resubscribe loop owns
-        the back-off, and must stay within the caller's ``get`` deadline.
-        """
-        core = self._core
-        request = api_pb2.FetchMetadataRequest(streams=[self._target.stream])
-        candidates = core.addresses()
-        self._rotation += 1
-        shift = self._rotation % len(candidates)
-        error: LiftbridgeError | None = None
-        for address in candidates[shift:] + candidates[:shift]:
-            timeout = core.options.rpc_timeout
-            if deadline is not None:
-                timeout = max(0.01, min(timeout, deadline - time.monotonic()))
-            try:
-                response = core.invoke(
-                    address, "FetchMetadata", request, context=CallContext.GENERIC, timeout=timeout
-                )
-            except (BrokerUnavailableError, DeadlineExceededError) as exc:
-                error = exc
-                continue
-            core.metadata.merge(Metadata.from_proto(response, fetched_at=time.monotonic()))
-            return
-        raise BrokerUnavailableError(f"subscribe: no broker answered FetchMetadata ({error})")
+        return core.leader_address_of(info)
 
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
