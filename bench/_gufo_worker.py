@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from typing import Any
 
 
-def _cpu() -> tuple[float, float]:
+def _cpu() -> tuple[float, float, int]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime, usage.ru_stime
+    return usage.ru_utime, usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
 
 
 async def publish(args: argparse.Namespace) -> tuple[dict[str, Any], list[int]]:
@@ -56,7 +56,7 @@ async def publish(args: argparse.Namespace) -> tuple[dict[str, Any], list[int]]:
                     payloads[i], stream=args.stream, correlation_id=str(i)
                 )
 
-        user0, sys0 = _cpu()
+        user0, sys0, switches0 = _cpu()
         start = time.perf_counter()
         for base in range(0, n, window):
             # publish_bulk yields the raw PublishResponse of each request.
@@ -67,7 +67,7 @@ async def publish(args: argparse.Namespace) -> tuple[dict[str, Any], list[int]]:
                 i = int(resp.ack.correlationId)
                 lat[i] = clock() - starts[i]
         elapsed = time.perf_counter() - start
-        user1, sys1 = _cpu()
+        user1, sys1, switches1 = _cpu()
     errors += sum(1 for v in lat if v == 0)
     return {
         "client": "gufo",
@@ -76,6 +76,7 @@ async def publish(args: argparse.Namespace) -> tuple[dict[str, Any], list[int]]:
         "messages_per_second": n / elapsed,
         "cpu_user_s": user1 - user0,
         "cpu_sys_s": sys1 - sys0,
+        "context_switches": switches1 - switches0,
         "errors": errors,
     }, lat
 
@@ -88,7 +89,7 @@ async def subscribe(args: argparse.Namespace) -> dict[str, Any]:
     nbytes = 0
     async with LiftbridgeClient([args.servers]) as client:
         await client.get_metadata()  # connect before timing
-        user0, sys0 = _cpu()
+        user0, sys0, switches0 = _cpu()
         start = time.perf_counter()
         async for msg in client.subscribe(
             args.stream, partition=0, start_position=StartPosition.EARLIEST
@@ -98,7 +99,7 @@ async def subscribe(args: argparse.Namespace) -> dict[str, Any]:
             if count >= args.expected:
                 break
         elapsed = time.perf_counter() - start
-        user1, sys1 = _cpu()
+        user1, sys1, switches1 = _cpu()
     return {
         "client": "gufo",
         "duration": elapsed,
@@ -107,6 +108,7 @@ async def subscribe(args: argparse.Namespace) -> dict[str, Any]:
         "messages_per_second": count / elapsed,
         "cpu_user_s": user1 - user0,
         "cpu_sys_s": sys1 - sys0,
+        "context_switches": switches1 - switches0,
         "errors": 0 if count == args.expected else 1,
     }
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench._stats import cpu_seconds, save_latencies
+from bench._stats import context_switches, cpu_seconds, save_latencies
 
 __all__ = ["main", "run_publish", "run_subscribe"]
 
@@ -55,6 +55,7 @@ def run_publish(
         lat = [0] * messages
         futures: list[Any] = []
         clock = time.perf_counter_ns
+        switches0 = context_switches()
         user0, sys0 = cpu_seconds()
         start = time.perf_counter()
         if mode == "sync":
@@ -78,6 +79,7 @@ def run_publish(
                 client.flush()
         elapsed = time.perf_counter() - start
         user1, sys1 = cpu_seconds()
+        switches = context_switches() - switches0
         errors = sum(1 for f in futures if f.exception() is not None)
     finally:
         client.close()
@@ -88,6 +90,7 @@ def run_publish(
         "messages_per_second": messages / elapsed,
         "cpu_user_s": user1 - user0,
         "cpu_sys_s": sys1 - sys0,
+        "context_switches": switches,
         "errors": errors,
     }
     return result, lat if latencies else []
@@ -102,6 +105,7 @@ def run_subscribe(servers: str, stream: str, *, expected: int) -> dict[str, Any]
         client.fetch_metadata(stream)  # open the channel before timing
         count = 0
         nbytes = 0
+        switches0 = context_switches()
         user0, sys0 = cpu_seconds()
         start = time.perf_counter()
         for msg in client.subscribe(stream, start=StartAt.earliest(), stop=StopAt.latest()):
@@ -109,6 +113,7 @@ def run_subscribe(servers: str, stream: str, *, expected: int) -> dict[str, Any]
             nbytes += len(msg.value)
         elapsed = time.perf_counter() - start
         user1, sys1 = cpu_seconds()
+        switches = context_switches() - switches0
     finally:
         client.close()
     return {
@@ -119,6 +124,7 @@ def run_subscribe(servers: str, stream: str, *, expected: int) -> dict[str, Any]
         "messages_per_second": count / elapsed,
         "cpu_user_s": user1 - user0,
         "cpu_sys_s": sys1 - sys0,
+        "context_switches": switches,
         "errors": 0 if count == expected else 1,
     }
 

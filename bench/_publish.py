@@ -113,6 +113,7 @@ def run(
                     f"  p50 {num(rec.p50_us):>7} µs  p99 {num(rec.p99_us):>7} µs"
                     f"  client {num(rec.client_cpu_us_per_msg):>5} µs/msg"
                     f"  server {num(rec.server_cpu_us_per_msg):>5} µs/msg"
+                    f"  ctxsw {num(rec.context_switches_per_msg):>5}/msg"
                     + (f"  ERRORS {rec.errors}" if rec.errors else ""),
                     file=sys.stderr,
                 )

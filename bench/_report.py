@@ -55,7 +55,7 @@ def scenario_table(
     header = ["client"]
     for title, _ in metrics:
         header += [title, "×Go"]
-    header += ["server CPU µs/msg", "runs", "errors"]
+    header += ["client ctx switches/msg", "server CPU µs/msg", "runs", "errors"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     go_medians: dict[str, float] = {}
     for attr in (attr for _, attr in metrics):
@@ -68,7 +68,8 @@ def scenario_table(
         for _, attr in metrics:
             text, median = _cell([getattr(r, attr) for r in mine])
             cells += [text, _ratio(median, go_medians[attr])]
+        switches_text, _ = _cell([r.context_switches_per_msg for r in mine])
         server_text, _ = _cell([r.server_cpu_us_per_msg for r in mine])
-        cells += [server_text, str(len(mine)), str(sum(r.errors for r in mine))]
+        cells += [switches_text, server_text, str(len(mine)), str(sum(r.errors for r in mine))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

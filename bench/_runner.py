@@ -36,6 +36,7 @@ class RunRecord:
     p99_us: float
     client_cpu_us_per_msg: float
     server_cpu_us_per_msg: float
+    context_switches_per_msg: float
     errors: int
     duration_s: float
 
@@ -127,6 +128,7 @@ def run_worker(
         p99_us=float(result.get("latency_p99_us", math.nan)),
         client_cpu_us_per_msg=(result["cpu_user_s"] + result["cpu_sys_s"]) / messages * 1e6,
         server_cpu_us_per_msg=server_cpu,
+        context_switches_per_msg=float(result.get("context_switches", math.nan)) / messages,
         errors=int(result.get("errors", 0)),
         duration_s=float(result["duration"]),
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "context_switches",
     "cpu_seconds",
     "load_latencies",
     "percentile",
@@ -65,6 +66,12 @@ def cpu_seconds() -> tuple[float, float]:
     """User and system CPU seconds of this process (all threads) so far."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime, usage.ru_stime
+
+
+def context_switches() -> int:
+    """Voluntary plus involuntary context switches of this process (all threads) so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def proc_cpu_seconds(pid: int) -> float | None:

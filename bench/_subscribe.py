@@ -60,6 +60,7 @@ def run(
                     f"  subscribe {client:>4}: {num(rec.msgs_per_s):>8} msgs/s"
                     f"  client {num(rec.client_cpu_us_per_msg):>5} µs/msg"
                     f"  server {num(rec.server_cpu_us_per_msg):>5} µs/msg"
+                    f"  ctxsw {num(rec.context_switches_per_msg):>5}/msg"
                     + (f"  ERRORS {rec.errors}" if rec.errors else ""),
                     file=sys.stderr,
                 )

@@ -81,7 +81,7 @@ func run(servers, stream string, partition int32, expected int64, duration time.
 		subErr       error
 		once         sync.Once
 	)
-	user0, sys0 := stats.CPUSeconds()
+	usage0 := stats.Now()
 	begin := time.Now()
 	err = client.Subscribe(ctx, stream, func(msg *lift.Message, err error) {
 		if err != nil {
@@ -110,7 +110,7 @@ func run(servers, stream string, partition int32, expected int64, duration time.
 		last = time.Now()
 	}
 	elapsed := last.Sub(begin)
-	user1, sys1 := stats.CPUSeconds()
+	usage1 := stats.Now()
 	n := count.Load()
 	result := map[string]any{
 		"client":              "go",
@@ -118,10 +118,9 @@ func run(servers, stream string, partition int32, expected int64, duration time.
 		"total_messages":      n,
 		"total_bytes":         bytes.Load(),
 		"messages_per_second": float64(n) / elapsed.Seconds(),
-		"cpu_user_s":          user1 - user0,
-		"cpu_sys_s":           sys1 - sys0,
 		"errors":              0,
 	}
+	stats.AddUsage(result, usage0, usage1)
 	if subErr != nil {
 		result["errors"] = 1
 		result["error"] = subErr.Error()

@@ -118,7 +118,7 @@ func run(c config) error {
 	latencies := make([]time.Duration, c.messages)
 	var errCount atomic.Int64
 
-	user0, sys0 := stats.CPUSeconds()
+	usage0 := stats.Now()
 	start := time.Now()
 	switch {
 	case c.pubBatch == 1:
@@ -153,10 +153,10 @@ func run(c config) error {
 		}
 	}
 	elapsed := time.Since(start)
-	user1, sys1 := stats.CPUSeconds()
+	usage1 := stats.Now()
 
 	sorted := stats.Sort(latencies)
-	stats.Emit(c.output, map[string]any{
+	result := map[string]any{
 		"client":              "go",
 		"duration":            elapsed.Seconds(),
 		"total_messages":      c.messages,
@@ -165,10 +165,10 @@ func run(c config) error {
 		"latency_p50_us":      stats.Micros(stats.Percentile(sorted, 50)),
 		"latency_p99_us":      stats.Micros(stats.Percentile(sorted, 99)),
 		"latency_max_us":      stats.Micros(sorted[len(sorted)-1]),
-		"cpu_user_s":          user1 - user0,
-		"cpu_sys_s":           sys1 - sys0,
 		"errors":              errCount.Load(),
-	})
+	}
+	stats.AddUsage(result, usage0, usage1)
+	stats.Emit(c.output, result)
 	return nil
 }
 

@@ -33,14 +33,27 @@ func Sort(lat []time.Duration) []time.Duration {
 	return lat
 }
 
-// CPUSeconds returns the user and system CPU time of this process so far.
-func CPUSeconds() (float64, float64) {
+// Usage is a snapshot of this process's resource usage.
+type Usage struct {
+	User, Sys float64 // CPU seconds
+	Switches  int64   // voluntary + involuntary context switches
+}
+
+// Now returns the resource usage of this process (all threads) so far.
+func Now() Usage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, 0
+		return Usage{}
 	}
 	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime), tv(ru.Stime)
+	return Usage{tv(ru.Utime), tv(ru.Stime), ru.Nvcsw + ru.Nivcsw}
+}
+
+// AddUsage puts the usage between before and after into result.
+func AddUsage(result map[string]any, before, after Usage) {
+	result["cpu_user_s"] = after.User - before.User
+	result["cpu_sys_s"] = after.Sys - before.Sys
+	result["context_switches"] = after.Switches - before.Switches
 }
 
 // Emit prints result as one JSON object (format "json") or as "key: value" lines.
