@@ -16,7 +16,10 @@ import argparse
 import cProfile
 import io
 import pstats
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from types import FrameType
@@ -25,6 +28,7 @@ from typing import Any
 from bench._fill import fill_stream
 from bench._ours import make_payloads
 from bench._report import num
+from bench._runner import REPO_ROOT, publish_command
 from bench._server import BenchServer
 from bench._stats import cpu_seconds
 
@@ -38,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--profile-window", type=int, default=1000, help="batch window (1000)")
     parser.add_argument("--profile-top", type=int, default=25, help="rows per listing (25)")
+    parser.add_argument(
+        "--perf",
+        action="store_true",
+        help="also sample the publish worker with `perf record` (native + kernel view)",
+    )
 
 
 class _ThreadProfiles:
@@ -158,8 +167,55 @@ def _profile_subscribe(args: argparse.Namespace, server: BenchServer) -> str:
     return _report(profiles, args.profile_top, header)
 
 
+def _perf_table(data: str, sort: str, top: int) -> str:
+    out = subprocess.run(
+        ["perf", "report", "-i", data, "--no-children", "--sort", sort, "-g", "none", "--stdio"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    return "\n".join(rows[:top])
+
+
+def _perf_publish(args: argparse.Namespace, server: BenchServer) -> str:
+    """Sample the (unprofiled) publish worker process with ``perf record``."""
+    if shutil.which("perf") is None:
+        return "## perf: not available (no `perf` on PATH)"
+    n, window = args.profile_messages, args.profile_window
+    stream = server.fresh_stream("perf")
+    try:
+        with tempfile.TemporaryDirectory(prefix="lbbench-perf-") as tmp:
+            data = f"{tmp}/perf.data"
+            worker = publish_command(
+                "ours", server.address, stream, n, args.message_size, "batch", window
+            )
+            proc = subprocess.run(
+                ["perf", "record", "-q", "-F", "999", "-g", "-o", data, "--", *worker],
+                cwd=REPO_ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if proc.returncode != 0:
+                return f"## perf: `perf record` failed: {proc.stderr.strip()[-500:]}"
+            by_dso = _perf_table(data, "dso", 12)
+            by_sym = _perf_table(data, "dso,sym", args.profile_top)
+    finally:
+        server.drop_stream(stream)
+    return (
+        f"## perf: liftbridge_sync publish worker, batch window {window}, {n:,} × "
+        f"{args.message_size} B (whole process incl. start-up; 999 Hz samples)\n\n"
+        f"Worker result: {proc.stdout.strip()}\n\nBy shared object:\n{by_dso}\n\n"
+        f"Top symbols:\n{by_sym}"
+    )
+
+
 def run(args: argparse.Namespace, server: BenchServer) -> str:
     """Run the profile selected by ``args.what`` (default publish) and return the report."""
     if getattr(args, "what", "publish") == "subscribe":
         return _profile_subscribe(args, server)
-    return _profile_publish(args, server)
+    report = _profile_publish(args, server)
+    if args.perf:
+        report += "\n\n" + _perf_publish(args, server)
+    return report
