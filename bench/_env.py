@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import subprocess
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,19 @@ def _pkg(name: str) -> str:
         return "not installed"
 
 
+def git_revision() -> str:
+    """Short commit of the checkout, with ``+dirty`` if liftbridge_sync/ has local changes."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*argv: str) -> str:
+        return subprocess.run(
+            ["git", *argv], cwd=root, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    revision = git("rev-parse", "--short", "HEAD") or "unknown"
+    return revision + ("+dirty" if git("status", "--porcelain", "liftbridge_sync") else "")
+
+
 def load_average() -> float:
     """The 1-minute load average."""
     return os.getloadavg()[0]
@@ -66,7 +80,7 @@ def environment(extra: dict[str, Any]) -> dict[str, Any]:
         "python": platform.python_version(),
         "grpcio": _pkg("grpcio"),
         "protobuf": _pkg("protobuf"),
-        "liftbridge_sync": liftbridge_sync.__version__,
+        "liftbridge_sync": f"{liftbridge_sync.__version__} (git {git_revision()})",
         "load_average_start": load_average(),
     }
     info.update(extra)

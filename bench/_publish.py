@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from bench._env import load_average, steal_ticks
 from bench._report import num, scenario_table
-from bench._runner import RunRecord, publish_command, run_worker
+from bench._runner import RunRecord, WorkerFailed, publish_command, run_worker
 from bench._server import BenchServer
 
 __all__ = ["Scenario", "add_arguments", "run", "scenarios"]
@@ -74,6 +74,7 @@ def run(
     """Warm-up round, then ``args.rounds`` measured rounds; returns records and tables."""
     selected = scenarios(args, clients)
     records: list[RunRecord] = []
+    failures: list[str] = []
     for round_no in range(-1, args.rounds):
         warmup = round_no < 0
         steal0 = steal_ticks()
@@ -106,6 +107,12 @@ def run(
                         messages=messages,
                         latencies=True,
                     )
+                except WorkerFailed as exc:
+                    print(
+                        f"  {sc.name:>13} {client:>4}: FAILED: {_last_line(exc)}", file=sys.stderr
+                    )
+                    failures.append(f"round {round_no + 1} {sc.name} {client}: {_last_line(exc)}")
+                    continue
                 finally:
                     server.drop_stream(stream)
                 print(
@@ -114,7 +121,8 @@ def run(
                     f"  client {num(rec.client_cpu_us_per_msg):>5} µs/msg"
                     f"  server {num(rec.server_cpu_us_per_msg):>5} µs/msg"
                     f"  ctxsw {num(rec.context_switches_per_msg):>5}/msg"
-                    + (f"  ERRORS {rec.errors}" if rec.errors else ""),
+                    + (f"  ERRORS {rec.errors}" if rec.errors else "")
+                    + (f"  STALLED WINDOWS {rec.stalled_windows}" if rec.stalled_windows else ""),
                     file=sys.stderr,
                 )
                 if not warmup:
@@ -126,4 +134,13 @@ def run(
     for sc in selected:
         title = f"### publish {sc.name}: {sc.messages:,} × {args.message_size} B, ack LEADER"
         tables.append(title + "\n\n" + scenario_table(records, sc.name, sc.clients))
+    if failures:
+        tables.append(
+            "Failed publish runs (no record):\n\n" + "\n".join(f"* {f}" for f in failures)
+        )
     return records, tables
+
+
+def _last_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else repr(exc)

@@ -70,6 +70,10 @@ def scenario_table(
             cells += [text, _ratio(median, go_medians[attr])]
         switches_text, _ = _cell([r.context_switches_per_msg for r in mine])
         server_text, _ = _cell([r.server_cpu_us_per_msg for r in mine])
-        cells += [switches_text, server_text, str(len(mine)), str(sum(r.errors for r in mine))]
+        errors = str(sum(r.errors for r in mine))
+        stalled = sum(r.stalled_windows for r in mine)
+        if stalled:
+            errors += f" ({stalled} stalled windows)"
+        cells += [switches_text, server_text, str(len(mine)), errors]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

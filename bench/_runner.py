@@ -15,11 +15,22 @@ from bench import _go, _gufo
 from bench._server import BenchServer
 from bench._stats import load_latencies, proc_cpu_seconds, summarize_latencies
 
-__all__ = ["CLIENTS", "RunRecord", "publish_command", "run_worker", "subscribe_command"]
+__all__ = [
+    "CLIENTS",
+    "RunRecord",
+    "WorkerFailed",
+    "publish_command",
+    "run_worker",
+    "subscribe_command",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ("go", "ours", "gufo")
 _TIMEOUT = 600.0
+
+
+class WorkerFailed(RuntimeError):
+    """A worker process exited with an error (the bench goes on without its record)."""
 
 
 @dataclass
@@ -39,6 +50,7 @@ class RunRecord:
     context_switches_per_msg: float
     errors: int
     duration_s: float
+    stalled_windows: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """Plain dict for JSON."""
@@ -108,7 +120,7 @@ def run_worker(
         )
         server_after = proc_cpu_seconds(server.pid) if server.pid else None
         if proc.returncode != 0:
-            raise RuntimeError(
+            raise WorkerFailed(
                 f"{client} {scenario} failed ({proc.returncode}): {proc.stderr[-2000:]}"
             )
         result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -131,4 +143,5 @@ def run_worker(
         context_switches_per_msg=float(result.get("context_switches", math.nan)) / messages,
         errors=int(result.get("errors", 0)),
         duration_s=float(result["duration"]),
+        stalled_windows=int(result.get("failed_windows", 0)),
     )

@@ -8,7 +8,7 @@ import sys
 from bench._env import load_average
 from bench._fill import fill_stream
 from bench._report import num, scenario_table
-from bench._runner import RunRecord, run_worker, subscribe_command
+from bench._runner import RunRecord, WorkerFailed, run_worker, subscribe_command
 from bench._server import BenchServer
 
 __all__ = ["add_arguments", "run"]
@@ -35,6 +35,7 @@ def run(
     print(f"[subscribe] filled {total:,} messages at {num(rate)} msgs/s", file=sys.stderr)
     fill_stream(server.address, warm_stream, args.warmup_messages, args.message_size, 1000)
     records: list[RunRecord] = []
+    failures: list[str] = []
     try:
         for round_no in range(-1, args.rounds):
             warmup = round_no < 0
@@ -46,16 +47,22 @@ def run(
             )
             k = max(round_no, 0) % len(clients)
             for client in clients[k:] + clients[:k]:
-                rec = run_worker(
-                    subscribe_command(client, server.address, target, expected),
-                    server,
-                    bench="subscribe",
-                    scenario="subscribe",
-                    client=client,
-                    round_no=round_no,
-                    messages=expected,
-                    latencies=False,
-                )
+                try:
+                    rec = run_worker(
+                        subscribe_command(client, server.address, target, expected),
+                        server,
+                        bench="subscribe",
+                        scenario="subscribe",
+                        client=client,
+                        round_no=round_no,
+                        messages=expected,
+                        latencies=False,
+                    )
+                except WorkerFailed as exc:
+                    last = str(exc).strip().splitlines()[-1:] or [repr(exc)]
+                    print(f"  subscribe {client:>4}: FAILED: {last[0]}", file=sys.stderr)
+                    failures.append(f"round {round_no + 1} {client}: {last[0]}")
+                    continue
                 print(
                     f"  subscribe {client:>4}: {num(rec.msgs_per_s):>8} msgs/s"
                     f"  client {num(rec.client_cpu_us_per_msg):>5} µs/msg"
@@ -74,4 +81,9 @@ def run(
         f"(fill: liftbridge_sync publish_async, window {args.fill_window:,}: "
         f"{num(rate)} msgs/s)"
     )
-    return records, [title + "\n\n" + scenario_table(records, "subscribe", clients, True)]
+    tables = [title + "\n\n" + scenario_table(records, "subscribe", clients, True)]
+    if failures:
+        tables.append(
+            "Failed subscribe runs (no record):\n\n" + "\n".join(f"* {f}" for f in failures)
+        )
+    return records, tables
