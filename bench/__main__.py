@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
             _subscribe.add_arguments(sub)
         if name == "all":
             _profile.add_arguments(sub)
+    report = commands.add_parser("report", help="re-render the tables of a --json file")
+    report.add_argument("file", help="a file written by --json")
     prof = commands.add_parser("profile", help="cProfile our pipelined publish (or subscribe)")
     prof.add_argument("--servers", default=None, help="existing server (default: start one)")
     prof.add_argument("--server-target", default="auto", help="harness server build (auto)")
@@ -77,6 +79,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench._server import bench_server
 
     args = _parser().parse_args(argv)
+    if args.command == "report":
+        from bench._report import tables_from_json
+
+        print("\n\n".join(tables_from_json(json.loads(Path(args.file).read_text()))))
+        return 0
     if args.command == "profile":
         with bench_server(args.servers, args.server_target) as server:
             print(_profile.run(args, server))

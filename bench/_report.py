@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from bench._runner import RunRecord
 from bench._stats import spread
 
-__all__ = ["num", "scenario_table"]
+__all__ = ["num", "scenario_table", "tables_from_json"]
 
 _METRICS_PUBLISH = (
     ("msgs/s", "msgs_per_s"),
@@ -56,6 +57,7 @@ def scenario_table(
     for title, _ in metrics:
         header += [title, "×Go"]
     header += ["client ctx switches/msg", "server CPU µs/msg", "runs", "errors"]
+    header.insert(3, "×Go msgs/s, paired by round")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     go_medians: dict[str, float] = {}
     for attr in (attr for _, attr in metrics):
@@ -68,6 +70,11 @@ def scenario_table(
         for _, attr in metrics:
             text, median = _cell([getattr(r, attr) for r in mine])
             cells += [text, _ratio(median, go_medians[attr])]
+        go_by_round = {r.round: r.msgs_per_s for r in rows if r.client == "go"}
+        paired = [r.msgs_per_s / go_by_round[r.round] for r in mine if r.round in go_by_round]
+        ps = spread(paired)
+        paired_text = f"{ps['median']:.2f}× ({ps['min']:.2f}–{ps['max']:.2f})" if ps["n"] else "–"
+        cells.insert(3, paired_text)
         switches_text, _ = _cell([r.context_switches_per_msg for r in mine])
         server_text, _ = _cell([r.server_cpu_us_per_msg for r in mine])
         errors = str(sum(r.errors for r in mine))
@@ -77,3 +84,25 @@ def scenario_table(
         cells += [switches_text, server_text, str(len(mine)), errors]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def tables_from_json(payload: dict[str, Any]) -> list[str]:
+    """Re-render the tables of a ``--json`` file (``python -m bench report FILE``)."""
+    records = [RunRecord(**r) for r in payload["records"]]
+    tables = []
+    for bench in ("publish", "subscribe"):
+        scenarios = list(dict.fromkeys(r.scenario for r in records if r.bench == bench))
+        for scenario in scenarios:
+            mine = [r for r in records if r.bench == bench and r.scenario == scenario]
+            clients = list(dict.fromkeys(r.client for r in sorted(mine, key=_client_order)))
+            messages = mine[0].messages
+            title = f"### {bench} {scenario}: {messages:,} messages"
+            tables.append(
+                title + "\n\n" + scenario_table(mine, scenario, clients, bench == "subscribe")
+            )
+    return tables
+
+
+def _client_order(record: RunRecord) -> int:
+    order = ("go", "ours", "gufo")
+    return order.index(record.client) if record.client in order else len(order)
