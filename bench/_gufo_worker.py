@@ -33,7 +33,7 @@ def _cpu() -> tuple[float, float, int]:
 
 
 async def publish(args: argparse.Namespace) -> tuple[dict[str, Any], list[int]]:
-    from gufo.liftbridge.client import LiftbridgeClient
+    from gufo.liftbridge.client import LiftbridgeClient  # type: ignore[import-not-found,unused-ignore]
 
     n, size = args.messages, args.message_size
     flat = os.urandom(n * size)
@@ -88,8 +88,8 @@ async def publish(args: argparse.Namespace) -> tuple[dict[str, Any], list[int]]:
 
 
 async def subscribe(args: argparse.Namespace) -> dict[str, Any]:
-    from gufo.liftbridge.client import LiftbridgeClient
-    from gufo.liftbridge.types import StartPosition
+    from gufo.liftbridge.client import LiftbridgeClient  # type: ignore[import-not-found,unused-ignore]
+    from gufo.liftbridge.types import StartPosition  # type: ignore[import-not-found,unused-ignore]
 
     count = 0
     nbytes = 0

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench._stats import context_switches, cpu_seconds, save_latencies
@@ -23,6 +23,16 @@ def make_payloads(messages: int, size: int) -> list[bytes]:
     """Pre-generate ``messages`` random payloads of ``size`` bytes."""
     flat = os.urandom(messages * size)
     return [flat[i * size : (i + 1) * size] for i in range(messages)]
+
+
+def _recorder(lat: list[int], i: int, t0: int) -> Callable[[object], None]:
+    """A done-callback storing message ``i``'s ack latency (ns since ``t0``)."""
+    clock = time.perf_counter_ns
+
+    def done(_future: object) -> None:
+        lat[i] = clock() - t0
+
+    return done
 
 
 def run_publish(
@@ -72,9 +82,7 @@ def run_publish(
                     t0 = clock()
                     future = publish_async(stream, payloads[i])
                     if latencies:
-                        future.add_done_callback(
-                            lambda _f, i=i, t0=t0: lat.__setitem__(i, clock() - t0)
-                        )
+                        future.add_done_callback(_recorder(lat, i, t0))
                     futures.append(future)
                 client.flush()
         elapsed = time.perf_counter() - start

@@ -64,10 +64,10 @@ class _ThreadProfiles:
         profile.enable()
 
     def install(self) -> None:
-        threading.setprofile(self._hook)  # type: ignore[arg-type]
+        threading.setprofile(self._hook)
 
     def uninstall(self) -> None:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
 
     def add_current(self, name: str) -> cProfile.Profile:
         profile = cProfile.Profile(time.thread_time)
