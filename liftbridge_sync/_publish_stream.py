@@ -17,6 +17,7 @@ from typing import Protocol
 
 import grpc
 
+from liftbridge_sync._core import ClientCore
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import Stub
 from liftbridge_sync.errors import CallContext, LiftbridgeError, error_from_rpc_error
@@ -79,8 +80,9 @@ class PublishStream(Protocol):
         """Wait for the stream's reader to finish."""
 
 
-#: Opens stream ``epoch`` on a stub; every response and the end go to ``on_event``.
-StreamOpener = Callable[[Stub, int, Callable[[StreamEvent], None]], PublishStream]
+#: Opens stream ``epoch`` to the broker at ``address`` (channels and TLS settings come
+#: from the core); every response and the end of the stream go to ``on_event``.
+StreamOpener = Callable[[ClientCore, str, int, Callable[[StreamEvent], None]], PublishStream]
 
 _END = object()
 
@@ -159,7 +161,7 @@ class GrpcPublishStream:
 
 
 def open_grpc_stream(
-    stub: Stub, epoch: int, on_event: Callable[[StreamEvent], None]
+    core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
 ) -> PublishStream:
-    """The default :data:`StreamOpener`."""
-    return GrpcPublishStream(stub, epoch, on_event)
+    """The default :data:`StreamOpener`: grpcio's public streaming API."""
+    return GrpcPublishStream(core.pool.stub(address), epoch, on_event)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import importlib
 import itertools
 import logging
 import os
@@ -90,6 +91,15 @@ class _Close:
     deadline: float | None
 
 
+def _opener_for(transport: str) -> StreamOpener:
+    if transport == "h2":
+        # Imported on demand: it needs the optional h2 package.
+        module = importlib.import_module("liftbridge_sync._h2stream")
+        opener: StreamOpener = module.open_h2_stream
+        return opener
+    return open_grpc_stream
+
+
 def build_request(
     stream: str,
     value: object,
@@ -143,12 +153,12 @@ class Publisher:
         self,
         core: ClientCore,
         *,
-        opener: StreamOpener = open_grpc_stream,
+        opener: StreamOpener | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = core
         self._options = core.options
-        self._opener = opener
+        self._opener = opener or _opener_for(core.options.publish_transport)
         self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._permits = threading.Semaphore(self._options.max_in_flight)
@@ -396,10 +406,14 @@ class Publisher:
         address = addresses[self._epoch % len(addresses)]
         self._epoch += 1
         try:
-            stub = self._core.pool.stub(address)
-            self._stream = self._opener(stub, self._epoch, self._inbox.put)
+            self._stream = self._opener(self._core, address, self._epoch, self._inbox.put)
         except ClientClosedError as exc:
             self._fail_all(exc)
+            return
+        except LiftbridgeError as exc:
+            # A transport that connects eagerly (h2) fails here instead of with an event.
+            self._stream = None
+            self._on_stream_closed(exc)
             return
         if self._pending:
             _log.info(

@@ -67,6 +67,7 @@ class ClientKwargs(TypedDict, total=False):
     enqueue_timeout: float | None
     resubscribe_wait: float
     grpc_options: tuple[tuple[str, Any], ...]
+    publish_transport: str
 
 
 _PER_PROCESS_LOCK = threading.Lock()
