@@ -91,6 +91,10 @@ class _Close:
     deadline: float | None
 
 
+#: Stream names that passed validation: publishing checks each name once, not per message.
+_valid_streams: set[str] = set()
+
+
 def _opener_for(transport: str) -> StreamOpener:
     if transport == "h2":
         # Imported on demand: it needs the optional h2 package.
@@ -112,7 +116,11 @@ def build_request(
     correlation_id: str,
 ) -> api_pb2.PublishRequest:
     """Validate publish arguments and build the wire request (raises before any I/O)."""
-    check_name("stream", stream, allow_reserved=True)
+    if not isinstance(stream, str) or stream not in _valid_streams:
+        check_name("stream", stream, allow_reserved=True)
+        if len(_valid_streams) >= 4096:
+            _valid_streams.clear()
+        _valid_streams.add(stream)
     payload = check_bytes("value", value)
     key_bytes = check_bytes("key", key, optional=True)
     if not isinstance(ack_policy, AckPolicy):

@@ -63,7 +63,18 @@ class FrozenMap(Mapping[_K, _V]):
     __slots__ = ("_data",)
 
     def __init__(self, data: Mapping[_K, _V] | None = None) -> None:
-        self._data: dict[_K, _V] = dict(data) if data else {}
+        self._data: Mapping[_K, _V] = dict(data) if data else {}
+
+    @classmethod
+    def wrap(cls, data: Mapping[_K, _V]) -> FrozenMap[_K, _V]:
+        """A view of ``data`` without copying it; the caller must never change ``data``.
+
+        Used for the headers of received messages: copying the protobuf map for every
+        message would cost about a microsecond each.
+        """
+        view: FrozenMap[_K, _V] = cls.__new__(cls)
+        view._data = data
+        return view
 
     def __getitem__(self, key: _K) -> _V:
         return self._data[key]
@@ -75,7 +86,7 @@ class FrozenMap(Mapping[_K, _V]):
         return len(self._data)
 
     def __repr__(self) -> str:
-        return f"FrozenMap({self._data!r})"
+        return f"FrozenMap({dict(self._data)!r})"
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):
@@ -86,7 +97,7 @@ class FrozenMap(Mapping[_K, _V]):
         return hash(frozenset(self._data.items()))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (FrozenMap, (self._data,))
+        return (FrozenMap, (dict(self._data),))
 
 
 _EMPTY_HEADERS: FrozenMap[str, bytes] = FrozenMap()
@@ -146,7 +157,7 @@ class Message:
             stream=pb.stream,
             subject=pb.subject,
             reply_subject=pb.replySubject,
-            headers=FrozenMap(headers) if headers else _EMPTY_HEADERS,
+            headers=FrozenMap.wrap(headers) if headers else _EMPTY_HEADERS,
             timestamp_ns=pb.timestamp,
         )
 
