@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from liftbridge_sync._stream_subscription import StreamSubscription
 from liftbridge_sync.client import Client
 from liftbridge_sync.errors import (
     AckTimeoutError,
@@ -45,7 +46,7 @@ from liftbridge_sync.models import (
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.subscription import StreamSubscription, Subscription
+from liftbridge_sync.subscription import Subscription
 
 __version__ = "0.1.0"
 

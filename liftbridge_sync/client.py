@@ -16,6 +16,7 @@ from liftbridge_sync._core import ClientCore
 from liftbridge_sync._cursors import cursor_partition
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publisher import Publisher, build_request
+from liftbridge_sync._stream_subscription import StreamSubscription, open_stream_subscription
 from liftbridge_sync._validate import (
     INT32_MAX,
     check_bool,
@@ -43,12 +44,7 @@ from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionInfo, Part
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.subscription import (
-    StreamSubscription,
-    Subscription,
-    open_stream_subscription,
-    open_subscription,
-)
+from liftbridge_sync.subscription import Subscription, open_subscription
 
 __all__ = ["Client"]
 

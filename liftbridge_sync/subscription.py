@@ -1,4 +1,4 @@
-"""Subscriptions: blocking iterators over one partition or over a whole stream.
+"""Subscriptions: a blocking iterator over one stream partition.
 
 A :class:`Subscription` reads its gRPC stream on the caller's thread (through the channel
 with single-threaded streaming reads) and starts no thread of its own. A blocked read is
@@ -13,7 +13,6 @@ opens, so that every later resubscribe asks for exactly what the first request m
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import logging
 import random
@@ -47,12 +46,10 @@ if TYPE_CHECKING:
     from liftbridge_sync._core import ClientCore
     from liftbridge_sync.client import Client
 
-__all__ = ["StreamSubscription", "Subscription", "open_stream_subscription", "open_subscription"]
+__all__ = ["Subscription", "open_subscription"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
 _SC = grpc.StatusCode
-#: Messages a whole-stream subscription buffers ahead of its consumer.
-STREAM_BUFFER = 1024
 #: Server details of INTERNAL when a reverse read finds an empty log.
 _EMPTY_LOG_HINTS = ("segment not found", "empty")
 #: Server details of INVALID_ARGUMENT when the stop offset is already behind us.
@@ -624,236 +621,3 @@ def open_subscription(
         sub.close()
         raise
     return sub
-
-
-# ---------------------------------------------------------------------- whole stream
-
-
-class _Mailbox:
-    """A bounded FIFO between partition reader threads and the consumer.
-
-    Thread-safe.
-    """
-
-    def __init__(self, capacity: int, producers: int) -> None:
-        lock = threading.Lock()
-        self._not_empty = threading.Condition(lock)
-        self._not_full = threading.Condition(lock)
-        self._items: collections.deque[Message | BaseException] = collections.deque()
-        self._capacity = capacity
-        self._producers = producers
-        self._closed = False
-
-    def put(self, item: Message | BaseException) -> bool:
-        """Queue ``item`` (errors skip the bound); ``False`` once closed."""
-        with self._not_full:
-            if isinstance(item, Message):
-                while len(self._items) >= self._capacity and not self._closed:
-                    self._not_full.wait()
-            if self._closed:
-                return False
-            self._items.append(item)
-            self._not_empty.notify()
-            return True
-
-    def producer_done(self) -> None:
-        with self._not_empty:
-            self._producers -= 1
-            self._not_empty.notify_all()
-
-    def get(self, timeout: float | None) -> Message | BaseException:
-        """The next item; ``StopIteration`` when closed or every producer ended."""
-        with self._not_empty:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._items:
-                if self._closed or self._producers <= 0:
-                    raise StopIteration
-                if deadline is None:
-                    self._not_empty.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("no message arrived within the timeout")
-                self._not_empty.wait(remaining)
-            item = self._items.popleft()
-            self._not_full.notify()
-            return item
-
-    def close(self) -> None:
-        with self._not_empty:
-            self._closed = True
-            self._items.clear()
-            self._not_empty.notify_all()
-            self._not_full.notify_all()
-
-
-class StreamSubscription:
-    """Iterate messages of every partition of a stream, merged into one iterator.
-
-    Order is kept within each partition; ``msg.partition`` and ``msg.offset`` say where
-    each message came from. One daemon reader thread per partition
-    (``liftbridge-subscribe-<stream>-<partition>``) feeds a bounded buffer; each
-    partition resubscribes on its own after failover. The iterator finishes when every
-    partition has ended (with a stop position, or read-only partitions); a terminal error
-    in any partition is raised at iteration and ends the whole subscription.
-
-    Not thread-safe for iteration; close() may be called from any thread.
-    """
-
-    close_accepts_timeout = True
-
-    def __init__(self, client: Client, stream: str, subs: list[Subscription]) -> None:
-        self._client = client
-        self._stream = stream
-        self._subs = subs
-        self._delivered: dict[int, int] = {}
-        self._box = _Mailbox(STREAM_BUFFER, len(subs))
-        self._closed = False
-        self._threads = [
-            threading.Thread(
-                target=self._pump,
-                args=(sub,),
-                name=f"liftbridge-subscribe-{stream}-{sub.partition}",
-                daemon=True,
-            )
-            for sub in subs
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    @property
-    def stream(self) -> str:
-        """The stream name."""
-        return self._stream
-
-    @property
-    def partitions(self) -> tuple[int, ...]:
-        """The partition ids being read."""
-        return tuple(sub.partition for sub in self._subs)
-
-    @property
-    def last_offsets(self) -> dict[int, int]:
-        """Offset of the last delivered message per partition (partitions with one)."""
-        return dict(self._delivered)
-
-    def _pump(self, sub: Subscription) -> None:
-        box = self._box
-        try:
-            for msg in sub:
-                if not box.put(msg):
-                    return
-        except BaseException as exc:  # handed to the consumer, raised at iteration
-            box.put(exc)
-        finally:
-            box.producer_done()
-
-    def __iter__(self) -> StreamSubscription:
-        return self
-
-    def __next__(self) -> Message:
-        return self.get(None)
-
-    def get(self, timeout: float | None = None) -> Message:
-        """The next message from any partition, waiting at most ``timeout`` seconds.
-
-        Raises:
-            TimeoutError: if no message arrived in time (the subscription stays usable).
-            StopIteration: if every partition has ended, or the subscription was closed.
-            StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
-                conditions of any partition; the whole subscription is then closed.
-        """
-        if timeout is not None and timeout < 0:
-            raise ConfigurationError("'timeout' must be >= 0 or None")
-        item = self._box.get(timeout)
-        if isinstance(item, BaseException):
-            self.close()
-            raise item
-        self._delivered[item.partition] = item.offset
-        return item
-
-    def checkpoint(self, cursor_id: str) -> dict[int, int]:
-        """Store each partition's last delivered offset under ``cursor_id``.
-
-        Returns:
-            The stored offsets by partition (partitions with no delivered message are
-            left untouched).
-        """
-        stored = dict(self._delivered)
-        for partition, offset in stored.items():
-            self._client.set_cursor(cursor_id, self._stream, partition, offset)
-        return stored
-
-    def close(self, timeout: float | None = None) -> None:
-        """Stop every partition reader and join the threads. Idempotent.
-
-        Args:
-            timeout: Seconds to wait for the reader threads (``None``: until they end).
-        """
-        self._closed = True
-        for sub in self._subs:
-            sub.close()
-        self._box.close()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        current = threading.current_thread()
-        for thread in self._threads:
-            if thread is not current:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                thread.join(left)
-
-    def __enter__(self) -> StreamSubscription:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<StreamSubscription {self._stream} partitions={len(self._subs)} {state}>"
-
-
-def open_stream_subscription(
-    client: Client,
-    stream: str,
-    *,
-    start: StartAt | None,
-    stop: StopAt | None,
-    read_isr_replica: bool,
-    resume: bool,
-) -> StreamSubscription:
-    """Open a subscription on every partition of a stream (see :meth:`Client.subscribe_stream`).
-
-    Raises:
-        ConfigurationError: on a bad argument.
-        NoSuchStreamError: if the stream does not exist.
-    """
-    check_name("stream", stream, allow_reserved=True)
-    start = _check_positions(start, stop)
-    read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
-    resume = check_bool("resume", resume)
-    count = client._core.stream_info_partitions(stream)
-    subs: list[Subscription] = []
-    try:
-        for partition in range(count):
-            subs.append(
-                _open_partition(
-                    client,
-                    stream,
-                    partition,
-                    start,
-                    stop,
-                    read_isr_replica=read_isr_replica,
-                    resume=resume,
-                    reverse=False,
-                )
-            )
-    except BaseException:
-        for sub in subs:
-            sub.close()
-        raise
-    result = StreamSubscription(client, stream, subs)
-    try:
-        client._register(result)
-    except BaseException:
-        result.close()
-        raise
-    return result

@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import Client, StartAt, StopAt
+from liftbridge_sync import Client, StartAt, StopAt, StreamSubscription, Subscription
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models import Message
-from liftbridge_sync.subscription import StreamSubscription, Subscription
 from liftbridge_sync.testing import LiftbridgeServer
 
 from ._pubdata import Record, publish, publish_values

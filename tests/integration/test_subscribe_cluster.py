@@ -7,10 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_sync import Client, StartAt, StopAt
+from liftbridge_sync import Client, StartAt, StopAt, StreamSubscription, Subscription
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models import Message
-from liftbridge_sync.subscription import StreamSubscription, Subscription
 from liftbridge_sync.testing import LiftbridgeCluster
 
 from ._pubdata import publish_values

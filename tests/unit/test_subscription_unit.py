@@ -13,8 +13,9 @@ import pytest
 from liftbridge_sync import Client, ClientClosedError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._scheduler import THREAD_NAME, Scheduler, scheduler_for
+from liftbridge_sync._stream_subscription import _Mailbox
 from liftbridge_sync.models import Message
-from liftbridge_sync.subscription import _build_request, _Mailbox
+from liftbridge_sync.subscription import _build_request
 
 # ---------------------------------------------------------------------- requests
 

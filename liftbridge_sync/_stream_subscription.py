@@ -1,0 +1,259 @@
+"""Whole-stream subscriptions: every partition of a stream merged into one iterator.
+
+Merging blocking gRPC reads needs a thread per partition: each runs a
+:class:`~liftbridge_sync.subscription.Subscription` and feeds a bounded mailbox that the
+consumer reads. Order is kept within each partition; each partition resubscribes on its
+own after failover.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from liftbridge_sync._validate import check_bool, check_name
+from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.models import Message
+from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.subscription import Subscription, _check_positions, _open_partition
+
+if TYPE_CHECKING:
+    from liftbridge_sync.client import Client
+
+__all__ = ["STREAM_BUFFER", "StreamSubscription", "open_stream_subscription"]
+
+#: Messages buffered between the partition readers and the consumer; a full buffer
+#: blocks the readers, which lets gRPC flow control slow the server down.
+STREAM_BUFFER = 1024
+
+
+class _Mailbox:
+    """A bounded FIFO between partition reader threads and the consumer.
+
+    Thread-safe.
+    """
+
+    def __init__(self, capacity: int, producers: int) -> None:
+        lock = threading.Lock()
+        self._not_empty = threading.Condition(lock)
+        self._not_full = threading.Condition(lock)
+        self._items: collections.deque[Message | BaseException] = collections.deque()
+        self._capacity = capacity
+        self._producers = producers
+        self._closed = False
+
+    def put(self, item: Message | BaseException) -> bool:
+        """Queue ``item`` (errors skip the bound); ``False`` once closed."""
+        with self._not_full:
+            if isinstance(item, Message):
+                while len(self._items) >= self._capacity and not self._closed:
+                    self._not_full.wait()
+            if self._closed:
+                return False
+            self._items.append(item)
+            self._not_empty.notify()
+            return True
+
+    def producer_done(self) -> None:
+        with self._not_empty:
+            self._producers -= 1
+            self._not_empty.notify_all()
+
+    def get(self, timeout: float | None) -> Message | BaseException:
+        """The next item; ``StopIteration`` when closed or every producer ended."""
+        with self._not_empty:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not self._items:
+                if self._closed or self._producers <= 0:
+                    raise StopIteration
+                if deadline is None:
+                    self._not_empty.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("no message arrived within the timeout")
+                self._not_empty.wait(remaining)
+            item = self._items.popleft()
+            self._not_full.notify()
+            return item
+
+    def close(self) -> None:
+        with self._not_empty:
+            self._closed = True
+            self._items.clear()
+            self._not_empty.notify_all()
+            self._not_full.notify_all()
+
+
+class StreamSubscription:
+    """Iterate messages of every partition of a stream, merged into one iterator.
+
+    Order is kept within each partition; ``msg.partition`` and ``msg.offset`` say where
+    each message came from. One daemon reader thread per partition
+    (``liftbridge-subscribe-<stream>-<partition>``) feeds a bounded buffer; each
+    partition resubscribes on its own after failover. The iterator finishes when every
+    partition has ended (with a stop position, or read-only partitions); a terminal error
+    in any partition is raised at iteration and ends the whole subscription.
+
+    Not thread-safe for iteration; close() may be called from any thread.
+    """
+
+    close_accepts_timeout = True
+
+    def __init__(self, client: Client, stream: str, subs: list[Subscription]) -> None:
+        self._client = client
+        self._stream = stream
+        self._subs = subs
+        self._delivered: dict[int, int] = {}
+        self._box = _Mailbox(STREAM_BUFFER, len(subs))
+        self._closed = False
+        self._threads = [
+            threading.Thread(
+                target=self._pump,
+                args=(sub,),
+                name=f"liftbridge-subscribe-{stream}-{sub.partition}",
+                daemon=True,
+            )
+            for sub in subs
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def stream(self) -> str:
+        """The stream name."""
+        return self._stream
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """The partition ids being read."""
+        return tuple(sub.partition for sub in self._subs)
+
+    @property
+    def last_offsets(self) -> dict[int, int]:
+        """Offset of the last delivered message per partition (partitions with one)."""
+        return dict(self._delivered)
+
+    def _pump(self, sub: Subscription) -> None:
+        box = self._box
+        try:
+            for msg in sub:
+                if not box.put(msg):
+                    return
+        except BaseException as exc:  # handed to the consumer, raised at iteration
+            box.put(exc)
+        finally:
+            box.producer_done()
+
+    def __iter__(self) -> StreamSubscription:
+        return self
+
+    def __next__(self) -> Message:
+        return self.get(None)
+
+    def get(self, timeout: float | None = None) -> Message:
+        """The next message from any partition, waiting at most ``timeout`` seconds.
+
+        Raises:
+            TimeoutError: if no message arrived in time (the subscription stays usable).
+            StopIteration: if every partition has ended, or the subscription was closed.
+            StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
+                conditions of any partition; the whole subscription is then closed.
+        """
+        if timeout is not None and timeout < 0:
+            raise ConfigurationError("'timeout' must be >= 0 or None")
+        item = self._box.get(timeout)
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        self._delivered[item.partition] = item.offset
+        return item
+
+    def checkpoint(self, cursor_id: str) -> dict[int, int]:
+        """Store each partition's last delivered offset under ``cursor_id``.
+
+        Returns:
+            The stored offsets by partition (partitions with no delivered message are
+            left untouched).
+        """
+        stored = dict(self._delivered)
+        for partition, offset in stored.items():
+            self._client.set_cursor(cursor_id, self._stream, partition, offset)
+        return stored
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop every partition reader and join the threads. Idempotent.
+
+        Args:
+            timeout: Seconds to wait for the reader threads (``None``: until they end).
+        """
+        self._closed = True
+        for sub in self._subs:
+            sub.close()
+        self._box.close()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                thread.join(left)
+
+    def __enter__(self) -> StreamSubscription:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<StreamSubscription {self._stream} partitions={len(self._subs)} {state}>"
+
+
+def open_stream_subscription(
+    client: Client,
+    stream: str,
+    *,
+    start: StartAt | None,
+    stop: StopAt | None,
+    read_isr_replica: bool,
+    resume: bool,
+) -> StreamSubscription:
+    """Open a subscription on every partition of a stream (see :meth:`Client.subscribe_stream`).
+
+    Raises:
+        ConfigurationError: on a bad argument.
+        NoSuchStreamError: if the stream does not exist.
+    """
+    check_name("stream", stream, allow_reserved=True)
+    start = _check_positions(start, stop)
+    read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
+    resume = check_bool("resume", resume)
+    count = client._core.stream_info_partitions(stream)
+    subs: list[Subscription] = []
+    try:
+        for partition in range(count):
+            subs.append(
+                _open_partition(
+                    client,
+                    stream,
+                    partition,
+                    start,
+                    stop,
+                    read_isr_replica=read_isr_replica,
+                    resume=resume,
+                    reverse=False,
+                )
+            )
+    except BaseException:
+        for sub in subs:
+            sub.close()
+        raise
+    result = StreamSubscription(client, stream, subs)
+    try:
+        client._register(result)
+    except BaseException:
+        result.close()
+        raise
+    return result
