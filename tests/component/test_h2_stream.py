@@ -1,0 +1,263 @@
+"""The ``"h2"`` publish transport against the in-process fake broker (a real gRPC server)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import AckPolicy, Client, RetryPolicy
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publish_stream import StreamClosed, StreamEvent, StreamResponse
+
+from .fakeserver import FakeLiftbridge
+
+FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0.05, jitter=0.0)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLiftbridge]:
+    with FakeLiftbridge() as server:
+        yield server
+
+
+def _client(address: str | list[str], **options: object) -> Client:
+    addresses = [address] if isinstance(address, str) else address
+    return Client(addresses, retry=FAST_RETRY, publish_transport="h2", **options)  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound and released): connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _io_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "liftbridge-publish-io"]
+
+
+def test_acks_arrive_with_offsets(fake: FakeLiftbridge) -> None:
+    with _client(fake.address) as client:
+        first = client.publish("s", b"a", key=b"k", headers={"h": b"v"})
+        second = client.publish("s", b"b")
+        assert _io_threads(), "the h2 transport was not used"
+    assert first is not None and second is not None
+    assert (first.offset, second.offset) == (0, 1)
+    assert fake.received[0].key == b"k" and fake.received[0].headers["h"] == b"v"
+
+
+def test_pipelined_publishes_resolve_in_order(fake: FakeLiftbridge) -> None:
+    with _client(fake.address, max_in_flight=1000) as client:
+        pending = [client.publish_async("s", b"m%d" % i, timeout=30) for i in range(5000)]
+        offsets = [f.result(timeout=30).offset for f in pending]  # type: ignore[union-attr]
+    assert offsets == list(range(5000))
+    assert [r.value for r in fake.received] == [b"m%d" % i for i in range(5000)]
+
+
+def test_ack_policy_none_completes_once_written(fake: FakeLiftbridge) -> None:
+    with _client(fake.address) as client:
+        results = [
+            client.publish("s", b"fire%d" % i, ack_policy=AckPolicy.NONE, timeout=2)
+            for i in range(3)
+        ]
+        client.flush(5)
+    assert results == [None, None, None]
+    assert [r.value for r in fake.received] == [b"fire0", b"fire1", b"fire2"]
+
+
+def test_lost_ack_times_out(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
+    with _client(fake.address) as client:
+        lost = client.publish_async("s", b"lost", timeout=0.3)
+        kept = client.publish_async("s", b"kept", timeout=5)
+        assert kept.result(timeout=5).offset == 0  # type: ignore[union-attr]
+        with pytest.raises(lb.AckTimeoutError):
+            lost.result(timeout=5)
+
+
+def test_unavailable_mid_stream_reconnects_and_resolves(fake: FakeLiftbridge) -> None:
+    aborted = threading.Event()
+
+    def script(req: api_pb2.PublishRequest, n: int) -> object:
+        if req.value == b"m5" and not aborted.is_set():
+            aborted.set()
+            return "abort"
+        return "ack"
+
+    fake.publish_script = script
+    with _client(fake.address) as client:
+        pending = [client.publish_async("s", b"m%d" % i, timeout=10) for i in range(10)]
+        acks = [f.result(timeout=10) for f in pending]
+    assert all(ack is not None for ack in acks)
+    assert fake.streams_opened == 2
+    assert {r.value for r in fake.received} == {b"m%d" % i for i in range(10)}
+
+
+def test_unavailable_as_first_answer_is_retried(fake: FakeLiftbridge) -> None:
+    # Nothing was sent on the first stream before UNAVAILABLE: a trailers-only answer.
+    calls: list[int] = []
+
+    def script(req: api_pb2.PublishRequest, n: int) -> object:
+        calls.append(n)
+        return "abort" if n == 1 else "ack"
+
+    fake.publish_script = script
+    with _client(fake.address) as client:
+        assert client.publish("s", b"x", timeout=10) is not None
+    assert fake.streams_opened == 2
+
+
+def test_refused_connection_skips_to_next_broker(
+    fake: FakeLiftbridge, caplog: pytest.LogCaptureFixture
+) -> None:
+    with _client([f"127.0.0.1:{free_port()}", fake.address]) as client:
+        ack = client.publish("s", b"x", timeout=10)
+    assert ack is not None and ack.offset == 0
+    assert "cannot connect" in caplog.text  # the refused seed was tried first
+
+
+def test_close_fails_leftovers_and_joins_io_thread(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop"
+    client = _client(fake.address)
+    future = client.publish_async("s", b"never-acked", timeout=60)
+    deadline = time.monotonic() + 5
+    while not fake.received and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _io_threads()
+    client.close(timeout=0.2)
+    with pytest.raises(lb.ClientClosedError):
+        future.result(timeout=1)
+    assert not _io_threads()
+
+
+@pytest.mark.parametrize("size", [1 << 20, 3 << 20])
+def test_large_messages_arrive_intact(fake: FakeLiftbridge, size: int) -> None:
+    # Far larger than the 64 KiB initial windows and 16 KiB frames: split and
+    # flow-controlled.
+    payloads = [bytes([i]) * size for i in range(3)]
+    with _client(fake.address) as client:
+        pending = [client.publish_async("s", p, timeout=30) for p in payloads]
+        offsets = [f.result(timeout=30).offset for f in pending]  # type: ignore[union-attr]
+    assert offsets == [0, 1, 2]
+    assert [r.value for r in fake.received] == payloads
+
+
+class _Unimplemented(grpc.GenericRpcHandler):
+    """Knows FetchMetadata (from the fake) but no PublishAsync: trailers-only UNIMPLEMENTED."""
+
+    def __init__(self, fake: FakeLiftbridge) -> None:
+        self._fetch = grpc.unary_unary_rpc_method_handler(
+            fake.FetchMetadata,
+            request_deserializer=api_pb2.FetchMetadataRequest.FromString,
+            response_serializer=api_pb2.FetchMetadataResponse.SerializeToString,
+        )
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        if handler_call_details.method == "/proto.API/FetchMetadata":  # type: ignore[attr-defined]
+            return self._fetch
+        return None
+
+
+def test_unimplemented_is_a_typed_permanent_error(fake: FakeLiftbridge) -> None:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((_Unimplemented(fake),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with _client(f"127.0.0.1:{port}") as client:
+            future = client.publish_async("s", b"x", timeout=10)
+            with pytest.raises(lb.UnsupportedError) as info:
+                future.result(timeout=10)
+        assert not info.value.retryable
+    finally:
+        server.stop(grace=None).wait()
+
+
+# ---------------------------------------------------------------- the stream on its own
+
+
+def _open(address: str) -> tuple[object, list[StreamEvent], threading.Event]:
+    from liftbridge_sync._h2stream import open_h2_stream
+
+    events: list[StreamEvent] = []
+    closed = threading.Event()
+
+    def on_event(event: StreamEvent) -> None:
+        events.append(event)
+        if isinstance(event, StreamClosed):
+            closed.set()
+
+    client = _client(address)
+    try:
+        stream = open_h2_stream(client._core, address, 7, on_event)  # noqa: SLF001
+    finally:
+        client.close()
+    return stream, events, closed
+
+
+def _request(i: int) -> api_pb2.PublishRequest:
+    return api_pb2.PublishRequest(stream="s", value=b"v%d" % i, correlationId=str(i))
+
+
+def test_half_close_ends_cleanly_after_the_acks(fake: FakeLiftbridge) -> None:
+    stream, events, closed = _open(fake.address)
+    send: Callable[..., None] = stream.send  # type: ignore[attr-defined]
+    for i in range(100):
+        send(_request(i))
+    stream.close()  # type: ignore[attr-defined]
+    assert closed.wait(10)
+    stream.join(5)  # type: ignore[attr-defined]
+    responses = [e.response.correlationId for e in events if isinstance(e, StreamResponse)]
+    assert responses == [str(i) for i in range(100)]
+    assert events[-1] == StreamClosed(7, None)
+    assert sum(isinstance(e, StreamClosed) for e in events) == 1
+
+
+def test_cancel_closes_exactly_once(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop"
+    stream, events, closed = _open(fake.address)
+    stream.send(_request(1))  # type: ignore[attr-defined]
+    stream.cancel()  # type: ignore[attr-defined]
+    assert closed.wait(5)
+    stream.join(5)  # type: ignore[attr-defined]
+    stream.cancel()  # type: ignore[attr-defined]
+    stream.close()  # type: ignore[attr-defined]
+    stream.send(_request(2))  # type: ignore[attr-defined] # dropped, no error
+    closes = [e for e in events if isinstance(e, StreamClosed)]
+    assert len(closes) == 1 and closes[0].error is not None
+
+
+def test_broker_going_away_is_retryable(fake: FakeLiftbridge) -> None:
+    fake.publish_script = lambda req, n: "drop"
+    stream, events, closed = _open(fake.address)
+    stream.send(_request(1))  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 5
+    while not fake.received and time.monotonic() < deadline:
+        time.sleep(0.01)
+    fake.__exit__(None, None, None)
+    assert closed.wait(10)
+    stream.join(5)  # type: ignore[attr-defined]
+    error = events[-1].error  # type: ignore[union-attr]
+    assert isinstance(error, lb.BrokerUnavailableError) and error.retryable
+
+
+def test_connect_refused_raises_broker_unavailable() -> None:
+    from liftbridge_sync._h2stream import open_h2_stream
+
+    address = f"127.0.0.1:{free_port()}"
+    client = _client(address)
+    try:
+        with pytest.raises(lb.BrokerUnavailableError):
+            open_h2_stream(client._core, address, 1, lambda event: None)  # noqa: SLF001
+    finally:
+        client.close()
