@@ -66,6 +66,11 @@ class ChannelPool:
             merged["grpc.ssl_target_name_override"] = tls.server_name
             merged["grpc.default_authority"] = tls.server_name
         merged.update(dict(self._options.grpc_options))
+        # grpcio enables single-threaded reads by the option's mere presence; a falsy
+        # value in grpc_options is taken as "off" and removes it.
+        single = grpc.experimental.ChannelOptions.SingleThreadedUnaryStream
+        if single in merged and not merged[single]:
+            del merged[single]
         return list(merged.items())
 
     def _make_channel(self, address: str, channel_options: list[tuple[str, Any]]) -> grpc.Channel:

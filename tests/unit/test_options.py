@@ -101,3 +101,14 @@ def test_tls_rejects_half_a_client_identity_and_missing_files(tmp_path: Path) ->
         TLSOptions(client_cert=b"cert")
     with pytest.raises(ConfigurationError, match="cannot read"):
         TLSOptions(ca_cert=str(tmp_path / "missing.pem"))
+
+
+def test_single_threaded_reads_can_be_switched_off() -> None:
+    from liftbridge_sync._transport import ChannelPool
+
+    key = "SingleThreadedUnaryStream"
+    default = ChannelPool(ClientOptions(addresses=("h:1",)))
+    assert key in dict(default._channel_options(streaming_reads=True))
+    assert key not in dict(default._channel_options(streaming_reads=False))
+    off = ChannelPool(ClientOptions(addresses=("h:1",), grpc_options=((key, 0),)))
+    assert key not in dict(off._channel_options(streaming_reads=True))
