@@ -62,6 +62,21 @@ def test_pipelined_publishes_resolve_in_order(fake: FakeLiftbridge) -> None:
     assert [r.value for r in fake.received] == [b"m%d" % i for i in range(5000)]
 
 
+def test_small_receive_window_is_refilled(
+    fake: FakeLiftbridge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Acks read on the fast path bypass h2: our own WINDOW_UPDATEs must keep the broker
+    # sending once far more than one window's worth of acks has arrived.
+    import liftbridge_sync._h2stream as h2stream
+
+    monkeypatch.setattr(h2stream, "_RECV_WINDOW", 65535)
+    monkeypatch.setattr(h2stream, "_CREDIT_AT", 4096)
+    with _client(fake.address, max_in_flight=500) as client:
+        pending = [client.publish_async("s", b"m%d" % i, timeout=30) for i in range(3000)]
+        offsets = [f.result(timeout=30).offset for f in pending]  # type: ignore[union-attr]
+    assert offsets == list(range(3000))
+
+
 def test_ack_policy_none_completes_once_written(fake: FakeLiftbridge) -> None:
     with _client(fake.address) as client:
         results = [
