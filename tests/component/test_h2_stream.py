@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
+from pathlib import Path
 
 import grpc
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import AckPolicy, Client, RetryPolicy
-from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._publish_stream import StreamClosed, StreamEvent, StreamResponse
 
 from .fakeserver import FakeLiftbridge
@@ -276,3 +279,57 @@ def test_connect_refused_raises_broker_unavailable() -> None:
             open_h2_stream(client._core, address, 1, lambda event: None)  # noqa: SLF001
     finally:
         client.close()
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, bytes]:
+    """A throw-away CA with a server (localhost, 127.0.0.1) and a client certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+             "-subj", "/CN=test-ca", cwd=tmp_path)  # fmt: skip
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", f"/CN={name}", cwd=tmp_path)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "1",
+                 "-extfile", "san.ext", cwd=tmp_path)  # fmt: skip
+    return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".pem", ".key")}
+
+
+def test_mutual_tls_with_alpn(tls_files: dict[str, bytes]) -> None:
+    fake = FakeLiftbridge()  # its plaintext port is never started; serve it over TLS instead
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    api_pb2_grpc.add_APIServicer_to_server(fake, server)
+    credentials = grpc.ssl_server_credentials(
+        [(tls_files["server.key"], tls_files["server.pem"])],
+        root_certificates=tls_files["ca.pem"],
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    fake.port = port
+    server.start()
+    tls = lb.TLSOptions(
+        ca_cert=tls_files["ca.pem"],
+        client_cert=tls_files["client.pem"],
+        client_key=tls_files["client.key"],
+        server_name="localhost",
+    )
+    try:
+        with _client(f"127.0.0.1:{port}", tls=tls) as client:
+            pending = [client.publish_async("s", b"t%d" % i, timeout=10) for i in range(200)]
+            offsets = [f.result(timeout=10).offset for f in pending]  # type: ignore[union-attr]
+            big = client.publish("s", b"B" * (1 << 20), timeout=10)
+        assert offsets == list(range(200)) and big is not None
+        assert fake.received[-1].value == b"B" * (1 << 20)
+    finally:
+        server.stop(grace=None).wait()
