@@ -44,6 +44,7 @@ from liftbridge_sync._publish_stream import (
     StreamClosed,
     StreamEvent,
     StreamResponse,
+    StreamResponses,
     StreamSent,
 )
 from liftbridge_sync.errors import (
@@ -479,10 +480,10 @@ class H2PublishStream:
             pos = end
         if pos:
             del rbuf[:pos]
-        emit = self._on_event
-        epoch = self._epoch
-        for response in responses:
-            emit(StreamResponse(epoch, response))
+        if len(responses) == 1:
+            self._on_event(StreamResponse(self._epoch, responses[0]))
+        elif responses:
+            self._on_event(StreamResponses(self._epoch, responses))
 
     def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         fields = dict(headers)

@@ -29,6 +29,7 @@ __all__ = [
     "StreamEvent",
     "StreamOpener",
     "StreamResponse",
+    "StreamResponses",
     "StreamSent",
 ]
 
@@ -39,6 +40,14 @@ class StreamResponse:
 
     epoch: int
     response: api_pb2.PublishResponse
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamResponses:
+    """Several responses read at once from stream ``epoch`` (one inbox item, not many)."""
+
+    epoch: int
+    responses: list[api_pb2.PublishResponse]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,7 +66,7 @@ class StreamClosed:
     error: LiftbridgeError | None
 
 
-StreamEvent = StreamResponse | StreamSent | StreamClosed
+StreamEvent = StreamResponse | StreamResponses | StreamSent | StreamClosed
 
 
 class PublishStream(Protocol):

@@ -43,6 +43,7 @@ from liftbridge_sync._publish_stream import (
     StreamClosed,
     StreamOpener,
     StreamResponse,
+    StreamResponses,
     StreamSent,
     open_grpc_stream,
 )
@@ -365,7 +366,12 @@ class Publisher:
             self._nesting -= 1
 
     def _handle(self, event: object) -> None:
-        if isinstance(event, StreamResponse):
+        if isinstance(event, StreamResponses):
+            if event.epoch == self._epoch:
+                self._failures = 0
+                for response in event.responses:
+                    self._on_response(response)
+        elif isinstance(event, StreamResponse):
             if event.epoch == self._epoch:
                 self._failures = 0
                 self._on_response(event.response)
