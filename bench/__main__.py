@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_profile.run(args, server))
         return 0
     clients = tuple(c.strip() for c in args.clients.split(",") if c.strip())
-    unknown = set(clients) - {"go", "ours", "gufo"}
+    unknown = set(clients) - {"go", "ours", "ours-h2", "gufo"}
     if unknown:
         print(f"unknown clients: {sorted(unknown)}", file=sys.stderr)
         return 2

@@ -44,6 +44,7 @@ def run_publish(
     mode: str,
     window: int,
     latencies: bool = True,
+    transport: str = "grpc",
 ) -> tuple[dict[str, Any], list[int]]:
     """Publish ``messages`` payloads to partition 0 of ``stream`` with ack LEADER.
 
@@ -58,7 +59,9 @@ def run_publish(
 
     payloads = make_payloads(messages, size)
     in_flight = window if mode == "sliding" else max(window, 1024)
-    client = Client([servers], max_in_flight=in_flight, ack_timeout=60.0)
+    client = Client(
+        [servers], max_in_flight=in_flight, ack_timeout=60.0, publish_transport=transport
+    )
     try:
         # Open the channel and the PublishAsync stream before timing, as Go's Connect does.
         client.publish(stream, b"warm-up")
@@ -92,7 +95,7 @@ def run_publish(
     finally:
         client.close()
     result = {
-        "client": "ours",
+        "client": "ours" if transport == "grpc" else "ours-h2",
         "duration": elapsed,
         "total_messages": messages,
         "messages_per_second": messages / elapsed,
@@ -148,6 +151,7 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--mode", choices=("sync", "batch", "sliding"), default="batch")
     pub.add_argument("--window", type=int, default=100)
     pub.add_argument("--latencies-out", default=None)
+    pub.add_argument("--publish-transport", choices=("grpc", "h2"), default="grpc")
     sub = commands.add_parser("subscribe")
     sub.add_argument("--servers", required=True)
     sub.add_argument("--stream", required=True)
@@ -166,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             size=args.message_size,
             mode=args.mode,
             window=args.window,
+            transport=args.publish_transport,
         )
         if args.latencies_out:
             save_latencies(args.latencies_out, lat)

@@ -104,5 +104,5 @@ def tables_from_json(payload: dict[str, Any]) -> list[str]:
 
 
 def _client_order(record: RunRecord) -> int:
-    order = ("go", "ours", "gufo")
+    order = ("go", "ours", "ours-h2", "gufo")
     return order.index(record.client) if record.client in order else len(order)

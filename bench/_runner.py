@@ -25,7 +25,8 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CLIENTS = ("go", "ours", "gufo")
+#: ``ours-h2`` is liftbridge_sync with ``publish_transport="h2"`` (publish only).
+CLIENTS = ("go", "ours", "ours-h2", "gufo")
 _TIMEOUT = 600.0
 
 
@@ -77,6 +78,11 @@ def publish_command(
     tail = ["--mode", mode, "--window", str(window)]
     if client == "ours":
         return [sys.executable, "-m", "bench._ours", "publish", *common, *tail]
+    if client == "ours-h2":
+        return [sys.executable, "-m", "bench._ours", "publish", *common, *tail] + [
+            "--publish-transport",
+            "h2",
+        ]
     if client == "gufo":
         return [str(_gufo.python()), str(_gufo.WORKER), "publish", *common, *tail]
     raise ValueError(f"unknown client {client!r}")
