@@ -96,6 +96,15 @@ class _Close:
 _valid_streams: set[str] = set()
 
 
+def _fail_submit(entry: _Entry) -> None:
+    """Fail a submitted entry that the owner thread will never handle (idempotent)."""
+    try:
+        if entry.future.set_running_or_notify_cancel():
+            entry.future.set_exception(ClientClosedError("publisher is closed"))
+    except (RuntimeError, concurrent.futures.InvalidStateError):
+        pass  # the other side of the race got there first
+
+
 def _opener_for(transport: str) -> StreamOpener:
     if transport == "h2":
         # Imported on demand: it needs the optional h2 package.
@@ -175,6 +184,8 @@ class Publisher:
         self._outstanding: set[AckFuture] = set()
         self._thread: threading.Thread | None = None
         self._closing = False
+        #: Set by the owner thread just before its final drain of the inbox.
+        self._finished = False
         self._ids = itertools.count()
         self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."
         # Owner-thread state below: touched only by the liftbridge-publisher thread.
@@ -208,15 +219,23 @@ class Publisher:
         if self._closing:
             raise ClientClosedError("publisher is closed")
         self._acquire_permit()
-        future: AckFuture = concurrent.futures.Future()
-        with self._lock:
-            if self._closing:
+        if self._thread is None:
+            try:
+                self._start_thread()
+            except ClientClosedError:
                 self._permits.release()
-                raise ClientClosedError("publisher is closed")
-            self._outstanding.add(future)
-            self._ensure_thread()
+                raise
+        future: AckFuture = concurrent.futures.Future()
         future.add_done_callback(self._on_done)
-        self._inbox.put(_Submit(_Entry(request, future, timeout)))
+        # No lock on the per-message path: set add/discard/copy are atomic under the GIL,
+        # and a submit racing with close() is settled by the check below.
+        self._outstanding.add(future)
+        entry = _Entry(request, future, timeout)
+        self._inbox.put(_Submit(entry))
+        if self._finished:
+            # The owner thread has drained its inbox for the last time: nobody else will
+            # take this entry out of it, so fail it here (the drain may have too).
+            _fail_submit(entry)
         return future
 
     def _acquire_permit(self) -> None:
@@ -238,15 +257,17 @@ class Publisher:
 
     def _on_done(self, future: AckFuture) -> None:
         self._permits.release()
-        with self._lock:
-            self._outstanding.discard(future)
+        self._outstanding.discard(future)
 
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="liftbridge-publisher", daemon=True
-            )
-            self._thread.start()
+    def _start_thread(self) -> None:
+        with self._lock:
+            if self._closing:
+                raise ClientClosedError("publisher is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="liftbridge-publisher", daemon=True
+                )
+                self._thread.start()
 
     def wait(self, future: AckFuture, timeout: float | None) -> Ack | None:
         """Wait for ``future``; on the owner thread, process events meanwhile."""
@@ -263,8 +284,7 @@ class Publisher:
         Raises:
             TimeoutError: if some are still pending after ``timeout`` seconds.
         """
-        with self._lock:
-            waiting = list(self._outstanding)
+        waiting = self._outstanding.copy()
         if not waiting:
             return
         if self._on_owner_thread():
@@ -508,14 +528,14 @@ class Publisher:
 
     def _shutdown(self) -> None:
         self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
+        self._finished = True
         while True:
             try:
                 event = self._inbox.get_nowait()
             except queue.Empty:
                 break
             if isinstance(event, _Submit):
-                event.entry.future.set_running_or_notify_cancel()
-                self._fail(event.entry, ClientClosedError("publisher is closed"))
+                _fail_submit(event.entry)
         stream, self._stream = self._stream, None
         if stream is not None:
             # Half-close first so that requests already queued are written, then give

@@ -170,3 +170,37 @@ def test_not_leader_refreshes_and_retries(fake: FakeLiftbridge) -> None:
     with _client(fake) as client:
         assert client.fetch_partition_metadata("s", 1).id == 1
     assert fake.partition_metadata_calls == 3
+
+
+def test_publishing_while_closing_never_leaves_a_future_pending(fake: FakeLiftbridge) -> None:
+    client = _client(fake, max_in_flight=64)
+    futures: list[concurrent.futures.Future[object]] = []
+    refused = [0]
+    started = threading.Barrier(5)
+    filling = threading.Event()
+
+    def produce() -> None:
+        started.wait()
+        for i in range(2000):
+            try:
+                futures.append(client.publish_async("s", b"%d" % i, timeout=5))
+                if len(futures) >= 200:
+                    filling.set()
+            except lb.ClientClosedError:
+                refused[0] += 1
+                return
+
+    producers = [threading.Thread(target=produce) for _ in range(4)]
+    for thread in producers:
+        thread.start()
+    started.wait()
+    assert filling.wait(10)  # the pipeline is busy: close under it
+    client.close(timeout=0.5)
+    for thread in producers:
+        thread.join(10)
+    done, pending = concurrent.futures.wait(list(futures), timeout=10)
+    assert not pending, f"{len(pending)} futures never resolved"
+    for future in done:
+        error = future.exception()
+        assert error is None or isinstance(error, lb.ClientClosedError), error
+    assert refused[0] == 4  # every producer was eventually refused

@@ -10,7 +10,7 @@ import concurrent.futures
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -29,20 +29,12 @@ from liftbridge_sync.errors import (
 from liftbridge_sync.models import Ack, AckPolicy, Message, PartitionInfo
 from liftbridge_sync.nats import NatsPublisher
 from liftbridge_sync.testing import LiftbridgeEndpoint
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
 
 # ---------------------------------------------------------------- helpers
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``condition`` until it holds or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def read_messages(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -14,6 +14,7 @@ from liftbridge_sync import Client, StartAt, StopAt, StreamSubscription, Subscri
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models import Message
 from liftbridge_sync.testing import LiftbridgeServer
+from tests.waiting import wait_until
 
 from ._pubdata import Record, publish, publish_values
 from .conftest import StreamFactory
@@ -29,13 +30,6 @@ def take(sub: Subscription | StreamSubscription, n: int, timeout: float = 10.0) 
 
 def offsets(messages: list[Message]) -> list[int]:
     return [m.offset for m in messages]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -194,7 +188,7 @@ def test_close_from_another_thread_ends_a_blocked_iteration(
 
     thread = threading.Thread(target=consume)
     thread.start()
-    wait_for(lambda: len(seen) == 5)
+    wait_until(lambda: len(seen) == 5)
     started = time.monotonic()
     sub.close()
     assert done.wait(5)
