@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import AckPolicy, Client, RetryPolicy
+from liftbridge_sync import Client, RetryPolicy
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._publish_stream import StreamClosed, StreamEvent, StreamResponse
 
@@ -78,45 +78,6 @@ def test_small_receive_window_is_refilled(
         pending = [client.publish_async("s", b"m%d" % i, timeout=30) for i in range(3000)]
         offsets = [f.result(timeout=30).offset for f in pending]  # type: ignore[union-attr]
     assert offsets == list(range(3000))
-
-
-def test_ack_policy_none_completes_once_written(fake: FakeLiftbridge) -> None:
-    with _client(fake.address) as client:
-        results = [
-            client.publish("s", b"fire%d" % i, ack_policy=AckPolicy.NONE, timeout=2)
-            for i in range(3)
-        ]
-        client.flush(5)
-    assert results == [None, None, None]
-    assert [r.value for r in fake.received] == [b"fire0", b"fire1", b"fire2"]
-
-
-def test_lost_ack_times_out(fake: FakeLiftbridge) -> None:
-    fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
-    with _client(fake.address) as client:
-        lost = client.publish_async("s", b"lost", timeout=0.3)
-        kept = client.publish_async("s", b"kept", timeout=5)
-        assert kept.result(timeout=5).offset == 0  # type: ignore[union-attr]
-        with pytest.raises(lb.AckTimeoutError):
-            lost.result(timeout=5)
-
-
-def test_unavailable_mid_stream_reconnects_and_resolves(fake: FakeLiftbridge) -> None:
-    aborted = threading.Event()
-
-    def script(req: api_pb2.PublishRequest, n: int) -> object:
-        if req.value == b"m5" and not aborted.is_set():
-            aborted.set()
-            return "abort"
-        return "ack"
-
-    fake.publish_script = script
-    with _client(fake.address) as client:
-        pending = [client.publish_async("s", b"m%d" % i, timeout=10) for i in range(10)]
-        acks = [f.result(timeout=10) for f in pending]
-    assert all(ack is not None for ack in acks)
-    assert fake.streams_opened == 2
-    assert {r.value for r in fake.received} == {b"m%d" % i for i in range(10)}
 
 
 def test_unavailable_as_first_answer_is_retried(fake: FakeLiftbridge) -> None:

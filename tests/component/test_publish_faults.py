@@ -24,13 +24,26 @@ def fake() -> Iterator[FakeLiftbridge]:
         yield server
 
 
-def _client(fake: FakeLiftbridge, **options: object) -> Client:
-    return Client([fake.address], retry=FAST_RETRY, **options)  # type: ignore[arg-type]
+@pytest.fixture(params=["grpc", "h2"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every publisher behaviour below holds for both PublishAsync transports."""
+    return str(request.param)
 
 
-def test_lost_ack_fails_only_that_future_with_ack_timeout(fake: FakeLiftbridge) -> None:
+def _client(fake: FakeLiftbridge, transport: str = "grpc", **options: object) -> Client:
+    return Client(
+        [fake.address],
+        retry=FAST_RETRY,
+        publish_transport=transport,
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def test_lost_ack_fails_only_that_future_with_ack_timeout(
+    fake: FakeLiftbridge, transport: str
+) -> None:
     fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
-    with _client(fake) as client:
+    with _client(fake, transport) as client:
         started = time.monotonic()
         lost = client.publish_async("s", b"lost", timeout=0.3)
         kept = client.publish_async("s", b"kept", timeout=5)
@@ -40,7 +53,9 @@ def test_lost_ack_fails_only_that_future_with_ack_timeout(fake: FakeLiftbridge) 
         assert 0.25 <= time.monotonic() - started < 3
 
 
-def test_unavailable_mid_stream_reopens_and_resends_in_order(fake: FakeLiftbridge) -> None:
+def test_unavailable_mid_stream_reopens_and_resends_in_order(
+    fake: FakeLiftbridge, transport: str
+) -> None:
     aborted = threading.Event()
 
     def script(req: api_pb2.PublishRequest, n: int) -> object:
@@ -50,7 +65,7 @@ def test_unavailable_mid_stream_reopens_and_resends_in_order(fake: FakeLiftbridg
         return "ack"
 
     fake.publish_script = script
-    with _client(fake) as client:
+    with _client(fake, transport) as client:
         futures = [client.publish_async("s", b"m%d" % i, timeout=10) for i in range(10)]
         acks = [f.result(timeout=10) for f in futures]
     assert all(ack is not None for ack in acks)
@@ -76,20 +91,24 @@ def test_unavailable_mid_stream_reopens_and_resends_in_order(fake: FakeLiftbridg
         (api_pb2.PublishAsyncError.UNKNOWN, lb.PublishRejectedError),
     ],
 )
-def test_async_errors_are_typed(fake: FakeLiftbridge, code: int, error: type) -> None:
+def test_async_errors_are_typed(
+    fake: FakeLiftbridge, code: int, error: type, transport: str
+) -> None:
     fake.publish_script = lambda req, n: code
-    with _client(fake) as client:
+    with _client(fake, transport) as client:
         with pytest.raises(error) as info:
             client.publish("s", b"x")
     assert info.value.code == api_pb2.PublishAsyncError.Code.Name(code)
 
 
-def test_error_followed_by_ack_for_same_id_is_handled_once(fake: FakeLiftbridge) -> None:
+def test_error_followed_by_ack_for_same_id_is_handled_once(
+    fake: FakeLiftbridge, transport: str
+) -> None:
     fake.publish_script = lambda req, n: (
         "error_then_ack",
         api_pb2.PublishAsyncError.PERMISSION_DENIED,
     )
-    with _client(fake) as client:
+    with _client(fake, transport) as client:
         first = client.publish_async("s", b"a")
         with pytest.raises(lb.PermissionDeniedError):
             first.result(timeout=5)
@@ -98,16 +117,16 @@ def test_error_followed_by_ack_for_same_id_is_handled_once(fake: FakeLiftbridge)
         assert client.publish("s", b"b") is not None
 
 
-def test_ack_policy_none_resolves_once_sent(fake: FakeLiftbridge) -> None:
-    with _client(fake) as client:
+def test_ack_policy_none_resolves_once_sent(fake: FakeLiftbridge, transport: str) -> None:
+    with _client(fake, transport) as client:
         assert client.publish("s", b"fire", ack_policy=AckPolicy.NONE, timeout=0.5) is None
         client.flush(5)
     assert [r.value for r in fake.received] == [b"fire"]
 
 
-def test_backpressure_raises_queue_full(fake: FakeLiftbridge) -> None:
+def test_backpressure_raises_queue_full(fake: FakeLiftbridge, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop"
-    with _client(fake, max_in_flight=2, enqueue_timeout=0.2) as client:
+    with _client(fake, transport, max_in_flight=2, enqueue_timeout=0.2) as client:
         client.publish_async("s", b"1", timeout=30)
         client.publish_async("s", b"2", timeout=30)
         started = time.monotonic()
@@ -117,9 +136,9 @@ def test_backpressure_raises_queue_full(fake: FakeLiftbridge) -> None:
         client.close(timeout=0.1)
 
 
-def test_close_fails_what_is_still_pending(fake: FakeLiftbridge) -> None:
+def test_close_fails_what_is_still_pending(fake: FakeLiftbridge, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop"
-    client = _client(fake)
+    client = _client(fake, transport)
     future = client.publish_async("s", b"never-acked", timeout=60)
     client.close(timeout=0.2)
     with pytest.raises(lb.ClientClosedError):
@@ -128,8 +147,10 @@ def test_close_fails_what_is_still_pending(fake: FakeLiftbridge) -> None:
         client.publish_async("s", b"late")
 
 
-def test_done_callbacks_may_publish_flush_and_close_without_deadlock(fake: FakeLiftbridge) -> None:
-    client = _client(fake, max_in_flight=1)
+def test_done_callbacks_may_publish_flush_and_close_without_deadlock(
+    fake: FakeLiftbridge, transport: str
+) -> None:
+    client = _client(fake, transport, max_in_flight=1)
     results: list[object] = []
     finished = threading.Event()
 
@@ -147,8 +168,8 @@ def test_done_callbacks_may_publish_flush_and_close_without_deadlock(fake: FakeL
     assert client.closed
 
 
-def test_flush_waits_for_everything_and_times_out(fake: FakeLiftbridge) -> None:
-    with _client(fake) as client:
+def test_flush_waits_for_everything_and_times_out(fake: FakeLiftbridge, transport: str) -> None:
+    with _client(fake, transport) as client:
         futures = [client.publish_async("s", b"%d" % i) for i in range(50)]
         client.flush(5)
         assert all(f.done() for f in futures)
@@ -172,8 +193,10 @@ def test_not_leader_refreshes_and_retries(fake: FakeLiftbridge) -> None:
     assert fake.partition_metadata_calls == 3
 
 
-def test_publishing_while_closing_never_leaves_a_future_pending(fake: FakeLiftbridge) -> None:
-    client = _client(fake, max_in_flight=64)
+def test_publishing_while_closing_never_leaves_a_future_pending(
+    fake: FakeLiftbridge, transport: str
+) -> None:
+    client = _client(fake, transport, max_in_flight=64)
     futures: list[concurrent.futures.Future[object]] = []
     refused = [0]
     started = threading.Barrier(5)

@@ -224,10 +224,13 @@ def test_fifty_threads_thousand_keyed_publishes_each(
     }
 
 
-def test_server_restart_during_pipelined_publishing() -> None:
+@pytest.mark.parametrize("transport", ["grpc", "h2"])
+def test_server_restart_during_pipelined_publishing(transport: str) -> None:
     """No future hangs across a restart, and every acked message is in the stream."""
     with LiftbridgeServer() as server:
-        client = Client(server.address, ack_timeout=8.0, max_in_flight=256)
+        client = Client(
+            server.address, ack_timeout=8.0, max_in_flight=256, publish_transport=transport
+        )
         name = unique()
         client.create_stream(name, name)
         futures: list[Future[lb.Ack | None]] = []
