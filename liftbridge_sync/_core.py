@@ -185,17 +185,14 @@ class ClientCore:
         Raises:
             NoSuchStreamError: if the stream is still unknown after a short wait.
         """
-        snapshot = self.metadata.snapshot
-        info = snapshot.streams.get(stream) if snapshot is not None else None
-        if info is not None:
-            return len(info.partitions)
-        # Metadata is answered from each server's replicated view, which may trail a
+        # The first attempt may answer from the cache; later ones ask again, because
+        # metadata comes from each server's replicated view, which may trail a
         # CreateStream that just returned by a few milliseconds.
         settle = RetryPolicy(max_attempts=6, max_delay=1.0, initial=0.05, maximum=0.2, jitter=0.0)
         return call_with_retry(
             settle,
             "partition count",
-            lambda _: self.stream_info_partitions(stream, refresh=True),
+            lambda attempt: self.stream_info_partitions(stream, refresh=attempt > 1),
             retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
         )
 
@@ -214,15 +211,6 @@ class ClientCore:
                 f"no such partition: stream {stream!r} partition {partition}", code="NOT_FOUND"
             )
         return info
-
-    def leader_address(self, stream: str, partition: int, *, refresh: bool = False) -> str:
-        """``host:port`` of the partition's leader.
-
-        Raises:
-            NoSuchPartitionError: the partition does not exist.
-            NotLeaderError: the partition has no reachable leader right now (retryable).
-        """
-        return self.leader_address_of(self.partition_info(stream, partition, refresh=refresh))
 
     def leader_address_of(self, info: PartitionInfo) -> str:
         """``host:port`` of the leader named in ``info`` (per the cached broker list)."""

@@ -34,7 +34,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from liftbridge_sync._core import ClientCore
 from liftbridge_sync._proto import api_pb2
@@ -544,7 +543,3 @@ class Publisher:
             stream.join(2.0)
             stream.cancel()
             stream.join(5.0)
-
-    def stats(self) -> dict[str, Any]:
-        """Counts for diagnostics (approximate when read from another thread)."""
-        return {"pending": len(self._pending), "epoch": self._epoch, "closing": self._closing}

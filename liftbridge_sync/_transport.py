@@ -109,11 +109,6 @@ class ChannelPool:
                 self._used = True
             return entry[1]
 
-    def channel(self, address: str) -> grpc.Channel:
-        """The unary/publish channel for ``address`` (created on first use)."""
-        self.stub(address)
-        return self._stubs[(address, False)][0]
-
     @property
     def connected(self) -> bool:
         """Whether any channel was ever created."""
