@@ -479,7 +479,9 @@ class Client:
             return check_partition("partition", partition)
         if partitioner is None:
             return 0
-        if not isinstance(partitioner, Partitioner):
+        # Not isinstance(..., Partitioner): a runtime Protocol check costs ~3 µs per
+        # publish and tests no more than this (that a callable ``partition`` exists).
+        if not callable(getattr(partitioner, "partition", None)):
             raise ConfigurationError(
                 "'partitioner' must have partition(stream, key, value, partition_count)"
             )

@@ -141,3 +141,13 @@ def test_create_stream_options_map_to_nullable_wrappers() -> None:
     assert req.HasField("compactEnabled") and not req.compactEnabled.value  # type: ignore[attr-defined]
     assert not req.HasField("retentionMaxBytes")  # type: ignore[attr-defined]
     assert req.minIsr.value == 2 and req.optimisticConcurrencyControl.value  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", [object(), type("NotCallable", (), {"partition": 5})()])
+def test_partitioner_without_a_callable_partition_is_refused(bad: object) -> None:
+    from liftbridge_sync import Client
+
+    # Nothing listens on port 1: reaching the network would raise something else.
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(ConfigurationError, match="partitioner"):
+            client.publish_async("s", b"v", partitioner=bad)  # type: ignore[arg-type]
