@@ -50,24 +50,93 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
-def check_name(name: str, value: object, *, allow_reserved: bool = False) -> str:
-    """A stream name: non-empty, printable, without whitespace, not reserved."""
+# The server turns a stream name into NATS subjects (``<namespace>.<name>.<id>.replicate``)
+# and into a directory (``<data dir>/streams/<name>/<id>``), both inside its Raft state
+# machine: a name that fails either panics the server on apply and again on every restart
+# (the entry stays in the Raft log). NAME_MAX on Linux file systems is 255 bytes.
+STREAM_NAME_MAX_BYTES = 255
+# A subject and a queue group travel in one NATS control line (4 KiB by default) together
+# with the server's own prefixes and reply inboxes; 1 KiB each keeps well inside it.
+SUBJECT_MAX_BYTES = 1024
+NATS_WILDCARDS = frozenset({"*", ">"})
+
+
+def _check_printable(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise ConfigurationError(f"{name!r} must be a str, got {type(value).__name__}")
     if not value:
         raise ConfigurationError(f"{name!r} must not be empty")
     if any(ch.isspace() or not ch.isprintable() for ch in value):
         raise ConfigurationError(f"{name!r} must not contain whitespace or control characters")
-    if not allow_reserved and value in RESERVED_STREAMS:
-        raise ConfigurationError(f"{name!r}: {value!r} is reserved by the server")
     return value
 
 
+def _check_tokens(name: str, value: str, *, what: str) -> None:
+    if any(not token for token in value.split(".")):
+        raise ConfigurationError(
+            f"{name!r}: {value!r} is not a valid {what}: it has an empty dot-separated token "
+            "(a leading, trailing or doubled '.')"
+        )
+
+
+def check_name(
+    name: str, value: object, *, allow_reserved: bool = False, creating: bool = False
+) -> str:
+    """A stream name the server can turn into a NATS subject token and a directory.
+
+    The rules, taken from the server's code (v1.9.0):
+
+    * a non-empty ``str`` without whitespace or control characters;
+    * no empty dot-separated token: not ``"."``, ``".."``, ``".a"``, ``"a."`` or
+      ``"a..b"`` (the name is a token run of the subject ``<namespace>.<name>.<id>...``);
+    * no token that is a NATS wildcard (``"*"`` or ``">"``), which would subscribe the
+      partition to other streams' replication traffic;
+    * at most 255 bytes of UTF-8 (one directory name);
+    * when creating, no ``"/"`` or ``"\\"``: the name is joined into a path, so
+      ``"../x"`` escapes the data directory and ``"a/b"`` nests inside stream ``"a"``
+      (deleting ``"a"`` would delete it);
+    * not ``"__activity"`` or ``"__cursors"`` unless ``allow_reserved`` (reads may name them).
+
+    Any name that breaks one of the first four rules would have killed the server at
+    creation, so refusing it for reads too loses nothing.
+
+    Raises:
+        ConfigurationError: naming the argument and the rule.
+    """
+    stream = _check_printable(name, value)
+    _check_tokens(name, stream, what="stream name")
+    if any(token in NATS_WILDCARDS for token in stream.split(".")):
+        raise ConfigurationError(
+            f"{name!r}: {stream!r} is not a valid stream name: '*' and '>' tokens are NATS "
+            "wildcards"
+        )
+    if len(stream.encode("utf-8", "surrogatepass")) > STREAM_NAME_MAX_BYTES:
+        raise ConfigurationError(
+            f"{name!r} must be at most {STREAM_NAME_MAX_BYTES} bytes of UTF-8 "
+            "(the server stores each stream in a directory of that name)"
+        )
+    if creating and ("/" in stream or "\\" in stream):
+        raise ConfigurationError(
+            f"{name!r}: {stream!r} is not a valid stream name: '/' and '\\' would make the "
+            "server store it outside its own directory"
+        )
+    if not allow_reserved and stream in RESERVED_STREAMS:
+        raise ConfigurationError(f"{name!r}: {stream!r} is reserved by the server")
+    return stream
+
+
 def check_subject(name: str, value: object) -> str:
-    """A NATS subject: dot-separated non-empty tokens, no whitespace."""
-    subject = check_name(name, value, allow_reserved=True)
-    if any(not token for token in subject.split(".")):
-        raise ConfigurationError(f"{name!r}: {subject!r} has an empty token")
+    """A NATS subject: dot-separated non-empty tokens, no whitespace, at most 1 KiB.
+
+    Wildcard tokens are allowed (a stream may listen on ``"orders.*"``).
+
+    Raises:
+        ConfigurationError: naming the argument and the rule.
+    """
+    subject = _check_printable(name, value)
+    _check_tokens(name, subject, what="NATS subject")
+    if len(subject.encode("utf-8", "surrogatepass")) > SUBJECT_MAX_BYTES:
+        raise ConfigurationError(f"{name!r} must be at most {SUBJECT_MAX_BYTES} bytes of UTF-8")
     return subject
 
 

@@ -785,7 +785,7 @@ def _create_stream_request(
 ) -> api_pb2.CreateStreamRequest:
     request = api_pb2.CreateStreamRequest(
         subject=check_subject("subject", subject),
-        name=check_name("name", name),
+        name=check_name("name", name, creating=True),
         partitions=check_int("partitions", partitions, minimum=1, maximum=INT32_MAX),
     )
     replication_factor = check_int(

@@ -109,6 +109,27 @@ def test_server_side_refusals_are_typed(liftbridge_client: Client) -> None:
         liftbridge_client.create_stream(unique(), unique(), encryption=True)
 
 
+# One of each class that panicked a v1.9.0 server inside its Raft apply, for good.
+SERVER_KILLING_NAMES = [".", "..", ".a", "orders.", "a..b", "../x", "a/b", "*", "n" * 256]
+
+
+@pytest.mark.parametrize("bad", SERVER_KILLING_NAMES)
+def test_stream_names_that_would_kill_the_server_are_refused(
+    liftbridge_client: Client, bad: str
+) -> None:
+    with pytest.raises(lb.ConfigurationError, match="'name'"):
+        liftbridge_client.create_stream("orders.x", bad)
+    # The server is still up and serves a good stream end to end.
+    name = unique()
+    liftbridge_client.create_stream(name, name)
+    try:
+        streams = liftbridge_client.fetch_metadata().streams
+        assert name in streams and bad not in streams
+        assert liftbridge_client.publish(name, b"alive").offset == 0
+    finally:
+        liftbridge_client.delete_stream(name)
+
+
 def test_delete_stream(liftbridge_client: Client) -> None:
     name = unique()
     liftbridge_client.create_stream(name, name)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from liftbridge_sync import ConfigurationError
+from liftbridge_sync import Client, ConfigurationError, RetryPolicy
 from liftbridge_sync._validate import (
     check_bytes,
     check_headers,
@@ -28,6 +28,36 @@ def test_bad_stream_names(bad: object) -> None:
 def test_bad_subjects(bad: str) -> None:
     with pytest.raises(ConfigurationError):
         check_subject("subject", bad)
+
+
+# Each of these killed a v1.9.0 server for good (panic in its Raft apply, again on restart).
+SERVER_KILLING_NAMES = [".", "..", ".a", "a.", "a..b", "../x", "orders.", "*", "a.>", "n" * 256]
+
+
+@pytest.mark.parametrize("bad", SERVER_KILLING_NAMES)
+def test_names_the_server_cannot_store_are_refused(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="'name'"):
+        check_name("name", bad)
+    # Nothing listens on port 1: reaching the wire would raise BrokerUnavailableError.
+    with Client("127.0.0.1:1", retry=RetryPolicy.no_retry()) as client:
+        with pytest.raises(ConfigurationError):
+            client.create_stream("s", bad)
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..\\x", "/abs"])
+def test_path_separators_are_refused_at_creation_only(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="outside its own directory|token"):
+        check_name("name", bad, creating=True)
+
+
+def test_longest_names_and_subjects_allowed() -> None:
+    assert check_name("name", "n" * 255) == "n" * 255
+    assert check_name("name", "é" * 127)  # 254 bytes
+    with pytest.raises(ConfigurationError, match="255 bytes"):
+        check_name("name", "é" * 128)  # 256 bytes
+    assert check_subject("subject", "s" * 1024)
+    with pytest.raises(ConfigurationError, match="1024 bytes"):
+        check_subject("subject", "s" * 1025)
 
 
 def test_good_subject_and_reserved_name_when_allowed() -> None:
