@@ -30,6 +30,7 @@ from liftbridge_sync.errors import (
     ServerError,
     StreamDeletedError,
     StreamExistsError,
+    UnobservedPublishFailuresError,
     UnsupportedError,
 )
 from liftbridge_sync.models import (
@@ -96,6 +97,7 @@ __all__ = [
     "StreamSubscription",
     "Subscription",
     "TLSOptions",
+    "UnobservedPublishFailuresError",
     "UnsupportedError",
     "__version__",
 ]

@@ -54,6 +54,7 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     LiftbridgeError,
     PublishQueueFullError,
+    UnobservedPublishFailuresError,
     error_from_ack_error,
     error_from_async_error,
 )
@@ -65,7 +66,63 @@ _log = logging.getLogger("liftbridge_sync.publisher")
 
 AckFuture = concurrent.futures.Future[Ack | None]
 _MAX_NESTING = 32
+#: How many unobserved failures ``flush()`` quotes in its error.
+_FAILURES_QUOTED = 10
 _ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
+
+
+class _FailureLedger:
+    """Publishes that failed and that nobody has looked at yet, for ``flush()`` to report.
+
+    Thread-safe: failures are recorded on the owner thread, observations on any thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._unobserved: dict[int, BaseException] = {}  # id(future) -> error, in order
+        self._count = 0
+
+    def failed(self, future: _PublishFuture, error: BaseException) -> None:
+        with self._lock:
+            future.ledger = self
+            self._count += 1
+            if len(self._unobserved) < _FAILURES_QUOTED * 100:
+                self._unobserved[id(future)] = error
+
+    def observed(self, future: _PublishFuture) -> None:
+        with self._lock:
+            if future.ledger is self:
+                future.ledger = None
+                self._count -= 1
+                self._unobserved.pop(id(future), None)
+
+    def take(self) -> tuple[int, list[BaseException]]:
+        """The unobserved failures so far, forgetting them."""
+        with self._lock:
+            count, errors = self._count, list(self._unobserved.values())[:_FAILURES_QUOTED]
+            self._count = 0
+            self._unobserved.clear()
+        return count, errors
+
+
+class _PublishFuture(concurrent.futures.Future[Ack | None]):
+    """A real ``concurrent.futures.Future`` that notes when its outcome is looked at."""
+
+    ledger: _FailureLedger | None = None
+
+    def result(self, timeout: float | None = None) -> Ack | None:
+        try:
+            return super().result(timeout)
+        finally:
+            if self.ledger is not None and self.done():
+                self.ledger.observed(self)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        try:
+            return super().exception(timeout)
+        finally:
+            if self.ledger is not None and self.done():
+                self.ledger.observed(self)
 
 
 @dataclasses.dataclass(slots=True, eq=False)
@@ -181,6 +238,7 @@ class Publisher:
         self._permits = threading.Semaphore(self._options.max_in_flight)
         self._lock = threading.Lock()
         self._outstanding: set[AckFuture] = set()
+        self._failures_ledger = _FailureLedger()
         self._thread: threading.Thread | None = None
         self._closing = False
         #: Set by the owner thread just before its final drain of the inbox.
@@ -224,7 +282,7 @@ class Publisher:
             except ClientClosedError:
                 self._permits.release()
                 raise
-        future: AckFuture = concurrent.futures.Future()
+        future: AckFuture = _PublishFuture()
         future.add_done_callback(self._on_done)
         # No lock on the per-message path: set add/discard/copy are atomic under the GIL,
         # and a submit racing with close() is settled by the check below.
@@ -282,10 +340,17 @@ class Publisher:
 
         Raises:
             TimeoutError: if some are still pending after ``timeout`` seconds.
+            UnobservedPublishFailuresError: if publishes failed since the previous flush
+                and nobody called ``result()`` or ``exception()`` on their futures.
         """
         waiting = self._outstanding.copy()
-        if not waiting:
-            return
+        if waiting:
+            self._wait_all(waiting, timeout)
+        count, errors = self._failures_ledger.take()
+        if count:
+            raise UnobservedPublishFailuresError(count=count, errors=errors)
+
+    def _wait_all(self, waiting: set[AckFuture], timeout: float | None) -> None:
         if self._on_owner_thread():
             deadline = None if timeout is None else self._clock() + timeout
             self._run_nested(lambda: all(f.done() for f in waiting), deadline)
@@ -518,10 +583,14 @@ class Publisher:
         except concurrent.futures.InvalidStateError:  # pragma: no cover - already done
             pass
 
-    @staticmethod
-    def _fail(entry: _Entry, error: BaseException) -> None:
+    def _fail(self, entry: _Entry, error: BaseException) -> None:
+        future = entry.future
+        if isinstance(future, _PublishFuture):
+            # Recorded before the callbacks run, so a callback that looks at the outcome
+            # marks it observed.
+            self._failures_ledger.failed(future, error)
         try:
-            entry.future.set_exception(error)
+            future.set_exception(error)
         except concurrent.futures.InvalidStateError:  # pragma: no cover - already done
             pass
 

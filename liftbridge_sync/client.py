@@ -606,8 +606,16 @@ class Client:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.
 
+        No failure passes silently: if any publish failed since the previous ``flush()``
+        and nobody called ``result()`` or ``exception()`` on its future, this raises
+        :class:`~liftbridge_sync.errors.UnobservedPublishFailuresError` with the count and
+        the first causes (then forgets them). A sink that calls ``publish_async`` per row
+        and ``flush()`` at the end therefore fails loudly instead of losing rows. With
+        several threads publishing, a flush reports every thread's unobserved failures.
+
         Raises:
             TimeoutError: if publishes are still pending after ``timeout`` seconds.
+            UnobservedPublishFailuresError: see above.
         """
         self._check()
         publisher = self._publisher

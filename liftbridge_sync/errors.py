@@ -25,7 +25,8 @@ Every exception derives from :class:`LiftbridgeError`::
         ├── AckTimeoutError (TimeoutError)   no ack within the ack timeout
         ├── IncorrectOffsetError             optimistic concurrency: expected offset mismatch
         ├── PublishRejectedError             server refused the message (carries ``code``)
-        └── PublishQueueFullError            max_in_flight reached and enqueue timed out
+        ├── PublishQueueFullError            max_in_flight reached and enqueue timed out
+        └── UnobservedPublishFailuresError   flush(): publishes failed and nobody looked
 
 Errors produced from a gRPC status carry ``code`` (a :class:`grpc.StatusCode` name) and
 ``details`` (the server's message). Every error survives pickling, because Spark ships
@@ -42,6 +43,7 @@ DeleteStream but a deleted stream in the middle of a subscription).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -71,6 +73,7 @@ __all__ = [
     "ServerError",
     "StreamDeletedError",
     "StreamExistsError",
+    "UnobservedPublishFailuresError",
     "UnsupportedError",
     "error_from_ack_error",
     "error_from_async_error",
@@ -217,6 +220,35 @@ class PublishRejectedError(PublishError):
 
 class PublishQueueFullError(PublishError):
     """``max_in_flight`` publishes are pending and no slot freed within the enqueue timeout."""
+
+
+class UnobservedPublishFailuresError(PublishError):
+    """``flush()`` found publishes that failed since the last flush and nobody looked at.
+
+    A publish counts as observed once its future's ``result()`` or ``exception()`` has been
+    called (``publish()`` does so itself; a done-callback that inspects the future does
+    too). Failures are reported by one ``flush()`` only, then forgotten.
+
+    Attributes:
+        count: How many publishes failed unobserved since the previous flush.
+        errors: The first of their errors (at most 10), in the order they failed.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        count: int = 0,
+        errors: Sequence[BaseException] = (),
+        code: str | None = None,
+        details: str = "",
+    ) -> None:
+        if not message:
+            first = f"; first: {type(errors[0]).__name__}: {errors[0]}" if errors else ""
+            message = f"{count} publish(es) failed since the last flush, unobserved{first}"
+        super().__init__(message, code=code, details=details)
+        self.count = count
+        self.errors = list(errors)
 
 
 class CallContext(enum.Enum):

@@ -180,6 +180,24 @@ def test_flush_waits_for_everything_and_times_out(fake: FakeLiftbridge, transpor
         client.close(timeout=0.1)
 
 
+def test_flush_reports_failures_observed_in_callbacks_only_once(
+    fake: FakeLiftbridge, transport: str
+) -> None:
+    fake.publish_script = lambda req, n: "drop" if req.value.startswith(b"lost") else "ack"
+    inspected: list[BaseException | None] = []
+    with _client(fake, transport) as client:
+        watched = client.publish_async("s", b"lost-watched", timeout=0.2)
+        watched.add_done_callback(lambda f: inspected.append(f.exception()))
+        client.publish_async("s", b"lost-ignored", timeout=0.2)
+        client.publish_async("s", b"kept", timeout=5)
+        with pytest.raises(lb.UnobservedPublishFailuresError) as raised:
+            client.flush(5)
+        assert raised.value.count == 1
+        assert isinstance(raised.value.errors[0], lb.AckTimeoutError)
+        assert isinstance(inspected[0], lb.AckTimeoutError)
+        client.flush(5)
+
+
 def test_unreachable_seed_is_skipped(fake: FakeLiftbridge) -> None:
     # The first seed refuses connections: UNAVAILABLE is retried on the next broker.
     with Client(["127.0.0.1:1", fake.address], retry=FAST_RETRY) as client:

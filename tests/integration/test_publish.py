@@ -140,6 +140,38 @@ def test_publish_errors_are_typed(liftbridge_client: Client, new_stream: StreamF
     assert read_all(liftbridge_client, name, 0) == []
 
 
+def test_flush_raises_for_failures_nobody_looked_at(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """The README's sink pattern (publish_async per row, then flush) cannot lose rows quietly."""
+    name = new_stream()
+    liftbridge_client.set_stream_readonly(name)
+    for i in range(2000):
+        liftbridge_client.publish_async(name, b"row %d" % i)
+    with pytest.raises(lb.UnobservedPublishFailuresError) as raised:
+        liftbridge_client.flush(30)
+    assert raised.value.count == 2000
+    assert 1 <= len(raised.value.errors) <= 10
+    assert all(isinstance(e, lb.ReadonlyPartitionError) for e in raised.value.errors)
+    liftbridge_client.flush(30)  # reported once, then forgotten
+
+    # Failures the caller looked at (result/exception, or publish() raising) are not reported.
+    seen = [liftbridge_client.publish_async(name, b"seen") for _ in range(5)]
+    assert all(isinstance(f.exception(timeout=30), lb.ReadonlyPartitionError) for f in seen)
+    with pytest.raises(lb.ReadonlyPartitionError):
+        liftbridge_client.publish(name, b"sync")
+    liftbridge_client.flush(30)
+
+    # A mix: only the unobserved one is counted.
+    looked_at = liftbridge_client.publish_async(name, b"a")
+    liftbridge_client.publish_async(name, b"b")
+    with pytest.raises(lb.ReadonlyPartitionError):
+        looked_at.result(timeout=30)
+    with pytest.raises(lb.UnobservedPublishFailuresError) as raised:
+        liftbridge_client.flush(30)
+    assert raised.value.count == 1
+
+
 def test_leader_refuses_messages_above_the_replication_limit() -> None:
     """A TOO_LARGE ack from the leader fails the publish (BAD_REQUEST async error)."""
     limited = {"clustering": {"replication.max.bytes": 4096}}
