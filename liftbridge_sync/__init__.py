@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 
-from liftbridge_sync._stream_subscription import StreamSubscription
 from liftbridge_sync.client import Client
 from liftbridge_sync.errors import (
     AckTimeoutError,
@@ -48,6 +47,7 @@ from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription import Subscription
+from liftbridge_sync.subscription.stream import StreamSubscription
 
 __version__ = "0.1.0"
 

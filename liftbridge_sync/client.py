@@ -3,53 +3,48 @@
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import os
 import threading
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
-from liftbridge_sync import _fork
-from liftbridge_sync._core import ClientCore
-from liftbridge_sync._cursors import cursor_partition
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publisher import Publisher, build_request
-from liftbridge_sync._stream_subscription import StreamSubscription, open_stream_subscription
-from liftbridge_sync._validate import (
-    INT32_MAX,
+from liftbridge_sync._publishing.publisher import Publisher
+from liftbridge_sync._runtime import fork as _fork
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.requests import (
+    build_publish_request,
+    create_stream_request,
+    partition_of,
+    publish_to_subject_request,
+)
+from liftbridge_sync._wire.status import (
+    CallContext,
+    error_from_ack_error,
+)
+from liftbridge_sync._wire.validate import (
     check_bool,
-    check_bytes,
-    check_headers,
-    check_int,
     check_name,
     check_partition,
     check_partitions,
-    check_subject,
-    duration_ms,
 )
 from liftbridge_sync.errors import (
     AckTimeoutError,
-    CallContext,
     ClientClosedError,
     ConfigurationError,
     DeadlineExceededError,
     ForkedClientError,
-    ServerError,
     StreamExistsError,
-    error_from_ack_error,
 )
-from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionInfo, PartitionMetadata
+from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.subscription import Subscription, open_subscription
+from liftbridge_sync.subscription.partition import Subscription, open_subscription
+from liftbridge_sync.subscription.stream import StreamSubscription, open_stream_subscription
 
 __all__ = ["Client"]
-
-CURSORS_STREAM = "__cursors"
-_PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
 
 
 class ClientKwargs(TypedDict, total=False):
@@ -107,7 +102,6 @@ class Client:
         self._pid = os.getpid()
         self._closed = False
         self._forked_connected = False
-        self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
         self._publisher: Publisher | None = None
         _fork.track(self)
 
@@ -172,20 +166,11 @@ class Client:
         self._forked_connected = self._core.pool.connected
         if not self._forked_connected:
             self._core = ClientCore(self._options)
-        self._closeables = weakref.WeakSet()
         self._publisher = None
 
     def _close_at_exit(self) -> None:
         if self._pid == os.getpid() and not self._closed:
             self.close(timeout=5.0)
-
-    def _register(self, closeable: Any) -> None:
-        """Track a publisher or subscription so that :meth:`close` closes it too."""
-        with self._lock:
-            if self._closed:
-                closeable.close()
-                raise ClientClosedError("client is closed")
-            self._closeables.add(closeable)
 
     def close(self, timeout: float | None = None) -> None:
         """Close subscriptions and the publisher, then the channels. Idempotent.
@@ -198,15 +183,9 @@ class Client:
             if self._closed:
                 return
             self._closed = True
-            closeables = list(self._closeables)
         if self._pid != os.getpid():
             return  # a forked child must not touch its parent's channels
-        for closeable in closeables:
-            if _accepts_timeout(closeable):
-                closeable.close(timeout=timeout)
-            else:
-                closeable.close()
-        self._core.close()
+        self._core.close(timeout)
 
     def __enter__(self) -> Client:
         self._check()
@@ -248,24 +227,7 @@ class Client:
         Raises:
             NoSuchPartitionError: if the stream or partition does not exist.
         """
-        core = self._check()
-        check_name("stream", stream, allow_reserved=True)
-        check_partition("partition", partition)
-        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-
-        def paused_view(info: PartitionInfo) -> PartitionMetadata | None:
-            # A paused partition has no running leader to ask; the cluster metadata is
-            # then the best available view (and says it is paused).
-            if not info.paused:
-                return None
-            return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
-
-        response = core.call_leader(
-            stream, partition, "FetchPartitionMetadata", request, settle=paused_view
-        )
-        if isinstance(response, PartitionMetadata):
-            return response
-        return PartitionMetadata.from_proto(stream, response.metadata)
+        return self._check().fetch_partition_metadata(stream, partition)
 
     # ------------------------------------------------------------------ streams
 
@@ -323,7 +285,7 @@ class Client:
             StreamExistsError: if the name is taken and not ``exist_ok``.
         """
         core = self._check()
-        request = _create_stream_request(
+        request = create_stream_request(
             subject=subject,
             name=name,
             partitions=partitions,
@@ -410,43 +372,17 @@ class Client:
 
     # ------------------------------------------------------------------ cursors
 
-    def _cursor_target(self, cursor_id: str, stream: str, partition: int) -> int:
-        if not isinstance(cursor_id, str) or not cursor_id:
-            raise ConfigurationError("'cursor_id' must be a non-empty str")
-        check_name("stream", stream, allow_reserved=True)
-        check_partition("partition", partition)
-        core = self._core
-        info = core.metadata.get().streams.get(CURSORS_STREAM)
-        if info is None:
-            info = core.fetch_metadata([CURSORS_STREAM]).streams.get(CURSORS_STREAM)
-        if info is None or not info.partitions:
-            raise ServerError(
-                "the server has no __cursors stream: cursors are disabled "
-                "(set cursors.stream.partitions > 0 in the server configuration)"
-            )
-        return cursor_partition(cursor_id, stream, partition, len(info.partitions))
-
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         """Store ``offset`` under ``cursor_id`` for a stream partition.
 
         Following the Go client, a cursor holds the last *processed* offset; reading
         resumes at cursor + 1.
         """
-        core = self._check()
-        check_int("offset", offset, minimum=-1)
-        target = self._cursor_target(cursor_id, stream, partition)
-        request = api_pb2.SetCursorRequest(
-            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
-        )
-        core.call_leader(CURSORS_STREAM, target, "SetCursor", request)
+        self._check().set_cursor(cursor_id, stream, partition, offset)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored under ``cursor_id``, or ``-1`` if none was stored."""
-        core = self._check()
-        target = self._cursor_target(cursor_id, stream, partition)
-        request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
-        response = core.call_leader(CURSORS_STREAM, target, "FetchCursor", request)
-        return int(response.offset)
+        return self._check().fetch_cursor(cursor_id, stream, partition)
 
     # ------------------------------------------------------------------ publish
 
@@ -454,7 +390,7 @@ class Client:
         with self._lock:
             if self._publisher is None:
                 publisher = Publisher(self._core)
-                self._register(publisher)
+                self._core.register(publisher)
                 self._publisher = publisher
             return self._publisher
 
@@ -545,7 +481,7 @@ class Client:
             ClientClosedError: the client is closed.
         """
         self._check()
-        request = build_request(
+        request = build_publish_request(
             stream,
             value,
             partition=0,
@@ -647,26 +583,16 @@ class Client:
             PublishRejectedError, IncorrectOffsetError: the leader refused the message.
         """
         core = self._check()
-        check_subject("subject", subject)
-        payload = check_bytes("value", value)
-        key_bytes = check_bytes("key", key, optional=True)
-        if not isinstance(ack_policy, AckPolicy):
-            raise ConfigurationError("'ack_policy' must be an AckPolicy")
-        for name, text in (("ack_inbox", ack_inbox), ("correlation_id", correlation_id)):
-            if text is not None and (not isinstance(text, str) or not text):
-                raise ConfigurationError(f"{name!r} must be a non-empty str or None")
-        if ack_inbox is not None:
-            check_subject("ack_inbox", ack_inbox)
-        ack_timeout = self._ack_timeout(timeout)
-        request = api_pb2.PublishToSubjectRequest(
-            subject=subject,
-            value=payload,
-            key=key_bytes or b"",
-            headers=check_headers(headers),
-            ackInbox=ack_inbox or "",
-            correlationId=correlation_id or "",
-            ackPolicy=int(ack_policy),  # type: ignore[arg-type]
+        request = publish_to_subject_request(
+            subject,
+            value,
+            key=key,
+            headers=headers,
+            ack_policy=ack_policy,
+            ack_inbox=ack_inbox,
+            correlation_id=correlation_id,
         )
+        ack_timeout = self._ack_timeout(timeout)
         try:
             response = core.call_any("PublishToSubject", request, timeout=ack_timeout)
         except DeadlineExceededError as exc:
@@ -677,7 +603,7 @@ class Client:
             ) from None
         if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
             return None
-        ack = Ack.from_proto(response.ack, partition=_partition_of(response.ack))
+        ack = Ack.from_proto(response.ack, partition=partition_of(response.ack))
         if ack.ack_error is not None:
             raise error_from_ack_error(ack.ack_error)
         return ack
@@ -718,7 +644,7 @@ class Client:
         """
         self._check()
         return open_subscription(
-            self,
+            self._core,
             stream,
             partition=partition,
             start=start,
@@ -744,7 +670,7 @@ class Client:
         """
         self._check()
         return open_stream_subscription(
-            self,
+            self._core,
             stream,
             start=start,
             stop=stop,
@@ -753,98 +679,5 @@ class Client:
         )
 
 
-def _partition_of(ack: api_pb2.Ack) -> int:
-    """The partition an ack is for, from its subjects (``<subject>.<N>`` is partition N)."""
-    if ack.msgSubject == ack.partitionSubject:
-        return 0
-    prefix = ack.partitionSubject + "."
-    suffix = ack.msgSubject[len(prefix) :] if ack.msgSubject.startswith(prefix) else ""
-    return int(suffix) if suffix.isdigit() else -1
-
-
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:
     return [addresses] if isinstance(addresses, str) else addresses
-
-
-def _accepts_timeout(closeable: Any) -> bool:
-    return bool(getattr(closeable, "close_accepts_timeout", False))
-
-
-def _create_stream_request(
-    *,
-    subject: str,
-    name: str,
-    partitions: int,
-    replication_factor: int,
-    group: str | None,
-    retention_max_bytes: int | None,
-    retention_max_messages: int | None,
-    retention_max_age: float | timedelta | None,
-    cleaner_interval: float | timedelta | None,
-    segment_max_bytes: int | None,
-    segment_max_age: float | timedelta | None,
-    compact_enabled: bool | None,
-    compact_max_goroutines: int | None,
-    auto_pause_time: float | timedelta | None,
-    auto_pause_disable_if_subscribers: bool | None,
-    min_isr: int | None,
-    optimistic_concurrency_control: bool | None,
-    encryption: bool | None,
-) -> api_pb2.CreateStreamRequest:
-    request = api_pb2.CreateStreamRequest(
-        subject=check_subject("subject", subject),
-        name=check_name("name", name, creating=True),
-        partitions=check_int("partitions", partitions, minimum=1, maximum=INT32_MAX),
-    )
-    replication_factor = check_int(
-        "replication_factor", replication_factor, minimum=-1, maximum=INT32_MAX
-    )
-    if replication_factor == 0:
-        raise ConfigurationError("'replication_factor' must be >= 1, or -1 for every server")
-    request.replicationFactor = replication_factor
-    if group is not None:
-        request.group = check_subject("group", group)
-
-    def int64(field: str, value: int | None, minimum: int) -> None:
-        if value is not None:
-            getattr(request, _camel(field)).value = check_int(field, value, minimum=minimum)
-
-    def int32(field: str, value: int | None, minimum: int) -> None:
-        if value is not None:
-            getattr(request, _camel(field)).value = check_int(
-                field, value, minimum=minimum, maximum=INT32_MAX
-            )
-
-    def millis(field: str, value: float | timedelta | None, allow_zero: bool = True) -> None:
-        ms = duration_ms(field, value, allow_zero=allow_zero)
-        if ms is not None:
-            getattr(request, _camel(field)).value = ms
-
-    def flag(field: str, value: bool | None) -> None:
-        if value is not None:
-            getattr(request, _camel(field)).value = check_bool(field, value)
-
-    int64("retention_max_bytes", retention_max_bytes, 0)
-    int64("retention_max_messages", retention_max_messages, 0)
-    millis("retention_max_age", retention_max_age)
-    # The server's cleaner is a ticker: a zero interval would crash it.
-    millis("cleaner_interval", cleaner_interval, allow_zero=False)
-    int64("segment_max_bytes", segment_max_bytes, 1)
-    millis("segment_max_age", segment_max_age)
-    flag("compact_enabled", compact_enabled)
-    int32("compact_max_goroutines", compact_max_goroutines, 1)
-    millis("auto_pause_time", auto_pause_time)
-    flag("auto_pause_disable_if_subscribers", auto_pause_disable_if_subscribers)
-    int32("min_isr", min_isr, 1)
-    if min_isr is not None and replication_factor > 0 and min_isr > replication_factor:
-        raise ConfigurationError(
-            f"'min_isr' ({min_isr}) cannot exceed 'replication_factor' ({replication_factor})"
-        )
-    flag("optimistic_concurrency_control", optimistic_concurrency_control)
-    flag("encryption", encryption)
-    return request
-
-
-def _camel(snake: str) -> str:
-    first, *rest = snake.split("_")
-    return first + "".join(part.capitalize() for part in rest)

@@ -58,8 +58,16 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from liftbridge_sync._timerwheel import TimerHandle, TimerWheel
-from liftbridge_sync._validate import check_bytes, check_headers, check_partition, check_subject
+from liftbridge_sync._runtime.timerwheel import TimerHandle, TimerWheel
+from liftbridge_sync._wire.status import (
+    error_from_ack_error,
+)
+from liftbridge_sync._wire.validate import (
+    check_bytes,
+    check_headers,
+    check_partition,
+    check_subject,
+)
 from liftbridge_sync.envelope import new_message, unmarshal_ack
 from liftbridge_sync.errors import (
     AckTimeoutError,
@@ -70,7 +78,6 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     PublishError,
     PublishRejectedError,
-    error_from_ack_error,
 )
 from liftbridge_sync.models import Ack, AckPolicy
 

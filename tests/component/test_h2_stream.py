@@ -17,7 +17,12 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import Client, RetryPolicy
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
-from liftbridge_sync._publish_stream import StreamClosed, StreamEvent, StreamResponse
+from liftbridge_sync._transport.publish_stream import (
+    StreamClosed,
+    StreamEvent,
+    StreamResponse,
+    StreamResponses,
+)
 
 from .fakeserver import FakeLiftbridge
 
@@ -70,7 +75,7 @@ def test_small_receive_window_is_refilled(
 ) -> None:
     # Acks read on the fast path bypass h2: our own WINDOW_UPDATEs must keep the broker
     # sending once far more than one window's worth of acks has arrived.
-    import liftbridge_sync._h2stream as h2stream
+    import liftbridge_sync._transport.h2stream as h2stream
 
     monkeypatch.setattr(h2stream, "_RECV_WINDOW", 65535)
     monkeypatch.setattr(h2stream, "_CREDIT_AT", 4096)
@@ -166,7 +171,7 @@ def test_unimplemented_is_a_typed_permanent_error(fake: FakeLiftbridge) -> None:
 
 
 def _open(address: str) -> tuple[object, list[StreamEvent], threading.Event]:
-    from liftbridge_sync._h2stream import open_h2_stream
+    from liftbridge_sync._transport.h2stream import open_h2_stream
 
     events: list[StreamEvent] = []
     closed = threading.Event()
@@ -196,7 +201,18 @@ def test_half_close_ends_cleanly_after_the_acks(fake: FakeLiftbridge) -> None:
     stream.close()  # type: ignore[attr-defined]
     assert closed.wait(10)
     stream.join(5)  # type: ignore[attr-defined]
-    responses = [e.response.correlationId for e in events if isinstance(e, StreamResponse)]
+    # Acks read together arrive as one StreamResponses event.
+    responses = [
+        r.correlationId
+        for e in events
+        for r in (
+            [e.response]
+            if isinstance(e, StreamResponse)
+            else e.responses
+            if isinstance(e, StreamResponses)
+            else []
+        )
+    ]
     assert responses == [str(i) for i in range(100)]
     assert events[-1] == StreamClosed(7, None)
     assert sum(isinstance(e, StreamClosed) for e in events) == 1
@@ -231,7 +247,7 @@ def test_broker_going_away_is_retryable(fake: FakeLiftbridge) -> None:
 
 
 def test_connect_refused_raises_broker_unavailable() -> None:
-    from liftbridge_sync._h2stream import open_h2_stream
+    from liftbridge_sync._transport.h2stream import open_h2_stream
 
     address = f"127.0.0.1:{free_port()}"
     client = _client(address)

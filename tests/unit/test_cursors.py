@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from liftbridge_sync._cursors import cursor_key, cursor_partition
+from liftbridge_sync._wire.cursors import cursor_key, cursor_partition
 from liftbridge_sync.errors import ConfigurationError
 
 

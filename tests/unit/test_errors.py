@@ -10,7 +10,11 @@ import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import errors
-from liftbridge_sync.errors import CallContext, error_from_rpc_error, error_from_status
+from liftbridge_sync._wire.status import (
+    CallContext,
+    error_from_rpc_error,
+    error_from_status,
+)
 
 SC = grpc.StatusCode
 ALL_ERRORS = [

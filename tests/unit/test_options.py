@@ -104,7 +104,7 @@ def test_tls_rejects_half_a_client_identity_and_missing_files(tmp_path: Path) ->
 
 
 def test_single_threaded_reads_can_be_switched_off() -> None:
-    from liftbridge_sync._transport import ChannelPool
+    from liftbridge_sync._transport.channels import ChannelPool
 
     key = "SingleThreadedUnaryStream"
     default = ChannelPool(ClientOptions(addresses=("h:1",)))

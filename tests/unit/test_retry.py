@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liftbridge_sync import BrokerUnavailableError, NoSuchStreamError, RetryPolicy
-from liftbridge_sync._retry import build_retrying, call_with_retry
+from liftbridge_sync._transport.retry import build_retrying, call_with_retry
 
 FAST = RetryPolicy(max_attempts=4, max_delay=5.0, initial=0.0, maximum=0.0, jitter=0.0)
 

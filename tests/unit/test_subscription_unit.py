@@ -12,10 +12,10 @@ import pytest
 
 from liftbridge_sync import Client, ClientClosedError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._scheduler import THREAD_NAME, Scheduler, scheduler_for
-from liftbridge_sync._stream_subscription import _Mailbox
+from liftbridge_sync._runtime.scheduler import THREAD_NAME, Scheduler
 from liftbridge_sync.models import Message
-from liftbridge_sync.subscription import _build_request
+from liftbridge_sync.subscription.partition import _build_request
+from liftbridge_sync.subscription.stream import _Mailbox
 
 # ---------------------------------------------------------------------- requests
 
@@ -184,21 +184,21 @@ def test_close_drops_pending_callbacks() -> None:
 
 def test_one_scheduler_per_client_closed_with_the_client() -> None:
     client = Client("127.0.0.1:1")  # never connects
-    scheduler = scheduler_for(client)
-    assert scheduler_for(client) is scheduler
+    scheduler = client._core.scheduler()
+    assert client._core.scheduler() is scheduler
     other = Client("127.0.0.1:1")
-    assert scheduler_for(other) is not scheduler
+    assert other._core.scheduler() is not scheduler
     scheduler.call_later(30, lambda: None)
     thread = _timer_threads()[-1]
     client.close()
     other.close()
     assert not thread.is_alive()
     with pytest.raises(ClientClosedError):
-        scheduler_for(client).call_later(0, lambda: None)
+        client._core.scheduler().call_later(0, lambda: None)
     closed = Client("127.0.0.1:1")
     closed.close()
     with pytest.raises(ClientClosedError):
-        scheduler_for(closed)  # a new scheduler is never attached to a closed client
+        closed._core.scheduler()  # a new scheduler is never attached to a closed client
 
 
 # ---------------------------------------------------------------------- merge buffer

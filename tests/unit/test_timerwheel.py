@@ -17,7 +17,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from liftbridge_sync._timerwheel import TimerHandle, TimerWheel
+from liftbridge_sync._runtime.timerwheel import TimerHandle, TimerWheel
 
 
 def test_empty_wheel() -> None:

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from liftbridge_sync import Client, ConfigurationError, RetryPolicy
-from liftbridge_sync._validate import (
+from liftbridge_sync._wire.requests import create_stream_request
+from liftbridge_sync._wire.validate import (
     check_bytes,
     check_headers,
     check_name,
@@ -15,7 +16,6 @@ from liftbridge_sync._validate import (
     check_subject,
     duration_ms,
 )
-from liftbridge_sync.client import _create_stream_request
 
 
 @pytest.mark.parametrize("bad", ["", " ", "a b", "tab\t", "nl\n", "\x00", "__cursors", 3])
@@ -125,7 +125,7 @@ def _request(**changes: object) -> object:
         encryption=None,
     )
     args.update(changes)
-    return _create_stream_request(**args)  # type: ignore[arg-type]
+    return create_stream_request(**args)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -9,29 +9,40 @@ metadata and try again.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
-from liftbridge_sync._metadata import MetadataCache
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._retry import call_with_retry
-from liftbridge_sync._transport import ChannelPool
+from liftbridge_sync._runtime.scheduler import Scheduler
+from liftbridge_sync._transport.channels import ChannelPool
+from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync._transport.retry import call_with_retry
+from liftbridge_sync._wire.cursors import cursor_partition
+from liftbridge_sync._wire.status import (
+    CallContext,
+    error_from_rpc_error,
+)
+from liftbridge_sync._wire.validate import check_int, check_name, check_partition
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
-    CallContext,
+    ClientClosedError,
+    ConfigurationError,
     DeadlineExceededError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
-    error_from_rpc_error,
+    ServerError,
 )
-from liftbridge_sync.models import Metadata, PartitionInfo
+from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy
 
 __all__ = ["ClientCore"]
@@ -40,10 +51,16 @@ _log = logging.getLogger("liftbridge_sync.client")
 
 #: RPCs whose deadline is enforced by the client only (see ``_invoke_with_local_deadline``).
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
+CURSORS_STREAM = "__cursors"
+_PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
 
 
 class ClientCore:
-    """Channels, metadata and RPC routing shared by the client's parts.
+    """Channels, metadata, RPC routing and the lifetime of everything a client opens.
+
+    The publisher and subscriptions get this object, never the :class:`Client`, so the
+    layers below the facade do not import it. Everything they open is registered here
+    and closed by :meth:`close`.
 
     Thread-safe.
     """
@@ -58,6 +75,53 @@ class ClientCore:
         self.pool = ChannelPool(options, channel_factory=channel_factory)
         self.metadata = MetadataCache(self._fetch_metadata)
         self._rotation = itertools.count()
+        self._lock = threading.Lock()
+        self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._scheduler: Scheduler | None = None
+        self.closed = False
+
+    # ------------------------------------------------------------------ lifetime
+
+    def register(self, closeable: Any) -> None:
+        """Track a publisher, subscription or timer so that :meth:`close` closes it.
+
+        Raises:
+            ClientClosedError: if already closed (``closeable`` is closed first).
+        """
+        with self._lock:
+            if not self.closed:
+                self._closeables.add(closeable)
+                return
+        closeable.close()
+        raise ClientClosedError("client is closed")
+
+    def scheduler(self) -> Scheduler:
+        """The shared ``liftbridge-timer`` scheduler, created on first use.
+
+        Raises:
+            ClientClosedError: if closed.
+        """
+        with self._lock:
+            if self.closed:
+                raise ClientClosedError("client is closed")
+            if self._scheduler is None:
+                self._scheduler = Scheduler()
+                self._closeables.add(self._scheduler)
+            return self._scheduler
+
+    def close(self, timeout: float | None = None) -> None:
+        """Close what was registered (publishes get ``timeout``), then the channels."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            closeables = list(self._closeables)
+        for closeable in closeables:
+            if getattr(closeable, "close_accepts_timeout", False):
+                closeable.close(timeout=timeout)
+            else:
+                closeable.close()
+        self.pool.close()
 
     # ------------------------------------------------------------------ brokers
 
@@ -257,6 +321,55 @@ class ClientCore:
 
         return call_with_retry(self.options.retry, method, attempt)
 
-    def close(self) -> None:
-        """Close all channels."""
-        self.pool.close()
+    # ------------------------------------------------------------------ leader RPCs
+
+    def fetch_partition_metadata(self, stream: str, partition: int) -> PartitionMetadata:
+        """Authoritative partition state from its leader (see ``Client``)."""
+        check_name("stream", stream, allow_reserved=True)
+        check_partition("partition", partition)
+        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+
+        def paused_view(info: PartitionInfo) -> PartitionMetadata | None:
+            # A paused partition has no running leader to ask; the cluster metadata is
+            # then the best available view (and says it is paused).
+            if not info.paused:
+                return None
+            return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
+
+        response = self.call_leader(
+            stream, partition, "FetchPartitionMetadata", request, settle=paused_view
+        )
+        if isinstance(response, PartitionMetadata):
+            return response
+        return PartitionMetadata.from_proto(stream, response.metadata)
+
+    def _cursor_target(self, cursor_id: str, stream: str, partition: int) -> int:
+        if not isinstance(cursor_id, str) or not cursor_id:
+            raise ConfigurationError("'cursor_id' must be a non-empty str")
+        check_name("stream", stream, allow_reserved=True)
+        check_partition("partition", partition)
+        info = self.metadata.get().streams.get(CURSORS_STREAM)
+        if info is None:
+            info = self.fetch_metadata([CURSORS_STREAM]).streams.get(CURSORS_STREAM)
+        if info is None or not info.partitions:
+            raise ServerError(
+                "the server has no __cursors stream: cursors are disabled "
+                "(set cursors.stream.partitions > 0 in the server configuration)"
+            )
+        return cursor_partition(cursor_id, stream, partition, len(info.partitions))
+
+    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        """Store ``offset`` under ``cursor_id`` (routed to the cursor partition's leader)."""
+        check_int("offset", offset, minimum=-1)
+        target = self._cursor_target(cursor_id, stream, partition)
+        request = api_pb2.SetCursorRequest(
+            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
+        )
+        self.call_leader(CURSORS_STREAM, target, "SetCursor", request)
+
+    def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
+        """The offset stored under ``cursor_id``, or ``-1``."""
+        target = self._cursor_target(cursor_id, stream, partition)
+        request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
+        response = self.call_leader(CURSORS_STREAM, target, "FetchCursor", request)
+        return int(response.offset)

@@ -17,10 +17,16 @@ from typing import Protocol
 
 import grpc
 
-from liftbridge_sync._core import ClientCore
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._transport import Stub
-from liftbridge_sync.errors import CallContext, LiftbridgeError, error_from_rpc_error
+from liftbridge_sync._transport.channels import Stub
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.status import (
+    CallContext,
+    error_from_rpc_error,
+)
+from liftbridge_sync.errors import (
+    LiftbridgeError,
+)
 
 __all__ = [
     "GrpcPublishStream",

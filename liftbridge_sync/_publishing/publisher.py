@@ -33,11 +33,12 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from liftbridge_sync._core import ClientCore
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publish_stream import (
+from liftbridge_sync._runtime.timerwheel import TimerHandle, TimerWheel
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.publish_stream import (
     PublishStream,
     StreamClosed,
     StreamOpener,
@@ -46,8 +47,10 @@ from liftbridge_sync._publish_stream import (
     StreamSent,
     open_grpc_stream,
 )
-from liftbridge_sync._timerwheel import TimerHandle, TimerWheel
-from liftbridge_sync._validate import check_bytes, check_headers, check_int, check_name
+from liftbridge_sync._wire.status import (
+    error_from_ack_error,
+    error_from_async_error,
+)
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -55,12 +58,10 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     PublishQueueFullError,
     UnobservedPublishFailuresError,
-    error_from_ack_error,
-    error_from_async_error,
 )
-from liftbridge_sync.models import Ack, AckPolicy
+from liftbridge_sync.models import Ack
 
-__all__ = ["Publisher", "build_request"]
+__all__ = ["Publisher"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
@@ -148,10 +149,6 @@ class _Close:
     deadline: float | None
 
 
-#: Stream names that passed validation: publishing checks each name once, not per message.
-_valid_streams: set[str] = set()
-
-
 def _fail_submit(entry: _Entry) -> None:
     """Fail a submitted entry that the owner thread will never handle (idempotent)."""
     try:
@@ -164,52 +161,10 @@ def _fail_submit(entry: _Entry) -> None:
 def _opener_for(transport: str) -> StreamOpener:
     if transport == "h2":
         # Imported on demand: it needs the optional h2 package.
-        module = importlib.import_module("liftbridge_sync._h2stream")
+        module = importlib.import_module("liftbridge_sync._transport.h2stream")
         opener: StreamOpener = module.open_h2_stream
         return opener
     return open_grpc_stream
-
-
-def build_request(
-    stream: str,
-    value: object,
-    *,
-    partition: int,
-    key: object,
-    headers: Mapping[str, bytes] | None,
-    ack_policy: AckPolicy,
-    expected_offset: int | None,
-    correlation_id: str,
-) -> api_pb2.PublishRequest:
-    """Validate publish arguments and build the wire request (raises before any I/O)."""
-    if not isinstance(stream, str) or stream not in _valid_streams:
-        check_name("stream", stream, allow_reserved=True)
-        if len(_valid_streams) >= 4096:
-            _valid_streams.clear()
-        _valid_streams.add(stream)
-    payload = check_bytes("value", value)
-    key_bytes = check_bytes("key", key, optional=True)
-    if not isinstance(ack_policy, AckPolicy):
-        raise ConfigurationError("'ack_policy' must be an AckPolicy")
-    if expected_offset is None:
-        offset = -1  # "no check"; the proto default 0 would demand offset 0 on OCC streams
-    else:
-        offset = check_int("expected_offset", expected_offset, minimum=0)
-        if ack_policy is AckPolicy.NONE:
-            raise ConfigurationError(
-                "expected_offset needs an ack: the server refuses AckPolicy.NONE on "
-                "optimistic-concurrency streams"
-            )
-    return api_pb2.PublishRequest(
-        stream=stream,
-        partition=partition,
-        value=payload,
-        key=key_bytes or b"",
-        headers=check_headers(headers),
-        ackPolicy=int(ack_policy),  # type: ignore[arg-type]
-        expectedOffset=offset,
-        correlationId=correlation_id,
-    )
 
 
 class Publisher:

@@ -13,16 +13,11 @@ import heapq
 import itertools
 import threading
 import time
-import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from liftbridge_sync.errors import ClientClosedError
 
-if TYPE_CHECKING:
-    from liftbridge_sync.client import Client
-
-__all__ = ["Scheduler", "TimerHandle", "scheduler_for"]
+__all__ = ["THREAD_NAME", "Scheduler", "TimerHandle"]
 
 THREAD_NAME = "liftbridge-timer"
 
@@ -121,22 +116,3 @@ class Scheduler:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
-
-
-_LOCK = threading.Lock()
-_SCHEDULERS: weakref.WeakKeyDictionary[Client, Scheduler] = weakref.WeakKeyDictionary()
-
-
-def scheduler_for(client: Client) -> Scheduler:
-    """The client's shared scheduler, created (and registered for close) on first use.
-
-    Raises:
-        ClientClosedError: if the client is closed.
-    """
-    with _LOCK:
-        scheduler = _SCHEDULERS.get(client)
-        if scheduler is None:
-            scheduler = Scheduler()
-            client._register(scheduler)
-            _SCHEDULERS[client] = scheduler
-        return scheduler

@@ -13,8 +13,11 @@ from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.models import AckPolicy
 
 __all__ = [
+    "check_ack_policy",
+    "check_optional_text",
     "INT32_MAX",
     "INT64_MAX",
     "RESERVED_STREAMS",
@@ -138,6 +141,19 @@ def check_subject(name: str, value: object) -> str:
     if len(subject.encode("utf-8", "surrogatepass")) > SUBJECT_MAX_BYTES:
         raise ConfigurationError(f"{name!r} must be at most {SUBJECT_MAX_BYTES} bytes of UTF-8")
     return subject
+
+
+def check_ack_policy(value: object) -> None:
+    """An :class:`~liftbridge_sync.models.AckPolicy` member."""
+    if not isinstance(value, AckPolicy):
+        raise ConfigurationError(f"'ack_policy' must be an AckPolicy, got {value!r}")
+
+
+def check_optional_text(name: str, value: object) -> str | None:
+    """``None`` or a non-empty ``str`` (ids, inboxes)."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigurationError(f"{name!r} must be a non-empty str or None")
+    return value
 
 
 def check_partition(name: str, value: object) -> int:

@@ -11,16 +11,13 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING
 
-from liftbridge_sync._validate import check_bool, check_name
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.validate import check_bool, check_name
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.subscription import Subscription, _check_positions, _open_partition
-
-if TYPE_CHECKING:
-    from liftbridge_sync.client import Client
+from liftbridge_sync.subscription.partition import Subscription, _check_positions, _open_partition
 
 __all__ = ["STREAM_BUFFER", "StreamSubscription", "open_stream_subscription"]
 
@@ -102,8 +99,8 @@ class StreamSubscription:
 
     close_accepts_timeout = True
 
-    def __init__(self, client: Client, stream: str, subs: list[Subscription]) -> None:
-        self._client = client
+    def __init__(self, core: ClientCore, stream: str, subs: list[Subscription]) -> None:
+        self._core = core
         self._stream = stream
         self._subs = subs
         self._delivered: dict[int, int] = {}
@@ -180,7 +177,7 @@ class StreamSubscription:
         """
         stored = dict(self._delivered)
         for partition, offset in stored.items():
-            self._client.set_cursor(cursor_id, self._stream, partition, offset)
+            self._core.set_cursor(cursor_id, self._stream, partition, offset)
         return stored
 
     def close(self, timeout: float | None = None) -> None:
@@ -212,7 +209,7 @@ class StreamSubscription:
 
 
 def open_stream_subscription(
-    client: Client,
+    core: ClientCore,
     stream: str,
     *,
     start: StartAt | None,
@@ -230,13 +227,13 @@ def open_stream_subscription(
     start = _check_positions(start, stop)
     read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
     resume = check_bool("resume", resume)
-    count = client._core.stream_info_partitions(stream)
+    count = core.stream_info_partitions(stream)
     subs: list[Subscription] = []
     try:
         for partition in range(count):
             subs.append(
                 _open_partition(
-                    client,
+                    core,
                     stream,
                     partition,
                     start,
@@ -250,9 +247,9 @@ def open_stream_subscription(
         for sub in subs:
             sub.close()
         raise
-    result = StreamSubscription(client, stream, subs)
+    result = StreamSubscription(core, stream, subs)
     try:
-        client._register(result)
+        core.register(result)
     except BaseException:
         result.close()
         raise

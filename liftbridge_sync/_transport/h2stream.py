@@ -37,9 +37,9 @@ import h2.exceptions
 import h2.settings
 from google.protobuf.message import DecodeError
 
-from liftbridge_sync._core import ClientCore
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publish_stream import (
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.publish_stream import (
     PublishStream,
     StreamClosed,
     StreamEvent,
@@ -47,11 +47,13 @@ from liftbridge_sync._publish_stream import (
     StreamResponses,
     StreamSent,
 )
+from liftbridge_sync._wire.status import (
+    CallContext,
+    error_from_status,
+)
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
-    CallContext,
     LiftbridgeError,
-    error_from_status,
 )
 from liftbridge_sync.options import TLSOptions, parse_address
 

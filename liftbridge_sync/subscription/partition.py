@@ -18,17 +18,21 @@ import logging
 import random
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._retry import build_retrying, is_retryable
-from liftbridge_sync._scheduler import Scheduler, TimerHandle, scheduler_for
-from liftbridge_sync._validate import check_bool, check_name, check_partition
+from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.retry import build_retrying, is_retryable
+from liftbridge_sync._wire.status import (
+    CallContext,
+    error_from_rpc_error,
+)
+from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
-    CallContext,
     ClientClosedError,
     ConfigurationError,
     LiftbridgeError,
@@ -36,15 +40,10 @@ from liftbridge_sync.errors import (
     NotLeaderError,
     StreamDeletedError,
     UnsupportedError,
-    error_from_rpc_error,
 )
 from liftbridge_sync.models import Message
 from liftbridge_sync.options import RetryPolicy
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
-
-if TYPE_CHECKING:
-    from liftbridge_sync._core import ClientCore
-    from liftbridge_sync.client import Client
 
 __all__ = ["Subscription", "open_subscription"]
 
@@ -101,9 +100,8 @@ class Subscription:
 
     close_accepts_timeout = False
 
-    def __init__(self, client: Client, target: _Target) -> None:
-        self._client = client
-        self._core: ClientCore = client._core
+    def __init__(self, core: ClientCore, target: _Target) -> None:
+        self._core = core
         self._target = target
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -114,7 +112,7 @@ class Subscription:
         self._broken_since: float | None = None
         #: Whether the cached leader may be wrong (the stream broke, not timed out).
         self._stale = False
-        self._scheduler: Scheduler = scheduler_for(client)
+        self._scheduler: Scheduler = core.scheduler()
 
     # ------------------------------------------------------------------ public API
 
@@ -169,7 +167,7 @@ class Subscription:
         offset = self._last_offset
         if offset is None:
             return None
-        self._client.set_cursor(cursor_id, self._target.stream, self._target.partition, offset)
+        self._core.set_cursor(cursor_id, self._target.stream, self._target.partition, offset)
         return offset
 
     def close(self) -> None:
@@ -475,7 +473,7 @@ def _check_positions(start: StartAt | None, stop: StopAt | None) -> StartAt:
 
 
 def _build_request(
-    client: Client,
+    core: ClientCore,
     stream: str,
     partition: int,
     start: StartAt,
@@ -498,7 +496,7 @@ def _build_request(
     pin_stop = not reverse and stop is not None and stop.kind is StopKind.LATEST
     newest = -1
     if pin_start or pin_stop:
-        newest = client.fetch_partition_metadata(stream, partition).newest_offset
+        newest = core.fetch_partition_metadata(stream, partition).newest_offset
     if pin_start:
         # The server computes the same offsets at subscribe time; fixing them here makes
         # a resubscribe before the first message resume exactly where this one began.
@@ -517,7 +515,7 @@ def _build_request(
         request.startPosition = api_pb2.TIMESTAMP
         request.startTimestamp = start.resolve_timestamp_ns()
     elif kind is StartKind.CURSOR:
-        cursor = client.fetch_cursor(start.cursor_id, stream, partition)
+        cursor = core.fetch_cursor(start.cursor_id, stream, partition)
         if cursor < 0:
             request.startPosition = api_pb2.EARLIEST
         else:
@@ -544,7 +542,7 @@ def _build_request(
 
 
 def _open_partition(
-    client: Client,
+    core: ClientCore,
     stream: str,
     partition: int,
     start: StartAt,
@@ -555,7 +553,7 @@ def _open_partition(
     reverse: bool,
 ) -> Subscription:
     request = _build_request(
-        client,
+        core,
         stream,
         partition,
         start,
@@ -571,12 +569,12 @@ def _open_partition(
         read_isr_replica=read_isr_replica,
         reverse=reverse,
     )
-    sub = Subscription(client, target)
+    sub = Subscription(core, target)
     if request is None:
         sub._done = True
         return sub
     try:
-        sub._connect(client._core.options.retry, None, resubscribing=False)
+        sub._connect(core.options.retry, None, resubscribing=False)
     except StopIteration:
         pass  # nothing to read: an empty, finished subscription
     except _Closed:
@@ -585,7 +583,7 @@ def _open_partition(
 
 
 def open_subscription(
-    client: Client,
+    core: ClientCore,
     stream: str,
     *,
     partition: int,
@@ -606,7 +604,7 @@ def open_subscription(
     check_partition("partition", partition)
     start = _check_positions(start, stop)
     sub = _open_partition(
-        client,
+        core,
         stream,
         partition,
         start,
@@ -616,7 +614,7 @@ def open_subscription(
         reverse=check_bool("reverse", reverse),
     )
     try:
-        client._register(sub)
+        core.register(sub)
     except BaseException:
         sub.close()
         raise

@@ -1,0 +1,1 @@
+"""Publishing: the ``liftbridge-publisher`` thread that owns the ``PublishAsync`` stream."""

@@ -1,0 +1,6 @@
+"""Process-level machinery with no knowledge of Liftbridge: fork hooks and timers.
+
+* :mod:`.fork`: ``os.register_at_fork`` hooks for clients.
+* :mod:`.scheduler`: the shared ``liftbridge-timer`` thread for subscription timeouts.
+* :mod:`.timerwheel`: the hashed timer wheel of the publisher thread.
+"""

@@ -1,0 +1,9 @@
+"""The transport layer: channels, metadata, routed and retried RPCs, publish streams.
+
+* :mod:`.channels`: one gRPC channel per broker (:class:`ChannelPool`).
+* :mod:`.metadata`: the cluster metadata cache.
+* :mod:`.retry`: the tenacity seam (every retry loop goes through it).
+* :mod:`.core`: :class:`ClientCore`, broker selection, leader routing and deadlines.
+* :mod:`.publish_stream`: the ``PublishAsync`` stream seam and its grpcio opener.
+* :mod:`.h2stream`: the same stream over our own HTTP/2 framing.
+"""

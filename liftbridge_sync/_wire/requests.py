@@ -1,0 +1,200 @@
+"""Request building: public arguments in, validated protobuf requests out.
+
+Every request the client sends is built here (subscriptions excepted: their positions
+are pinned with RPCs, see ``subscription.opening``), so the client, the publisher and
+the NATS publisher share one set of rules and raise the same error for the same
+mistake. Pure functions that raise before any I/O: thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire.validate import (
+    INT32_MAX,
+    check_ack_policy,
+    check_bool,
+    check_bytes,
+    check_headers,
+    check_int,
+    check_name,
+    check_optional_text,
+    check_subject,
+    duration_ms,
+)
+from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.models import AckPolicy
+
+__all__ = [
+    "build_publish_request",
+    "create_stream_request",
+    "partition_of",
+    "publish_to_subject_request",
+]
+
+
+#: Stream names that passed validation: publishing checks each name once, not per message.
+_valid_streams: set[str] = set()
+
+
+def build_publish_request(
+    stream: str,
+    value: object,
+    *,
+    partition: int,
+    key: object,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    correlation_id: str,
+) -> api_pb2.PublishRequest:
+    """Validate publish arguments and build the wire request (raises before any I/O)."""
+    if not isinstance(stream, str) or stream not in _valid_streams:
+        check_name("stream", stream, allow_reserved=True)
+        if len(_valid_streams) >= 4096:
+            _valid_streams.clear()
+        _valid_streams.add(stream)
+    payload = check_bytes("value", value)
+    key_bytes = check_bytes("key", key, optional=True)
+    check_ack_policy(ack_policy)
+    if expected_offset is None:
+        offset = -1  # "no check"; the proto default 0 would demand offset 0 on OCC streams
+    else:
+        offset = check_int("expected_offset", expected_offset, minimum=0)
+        if ack_policy is AckPolicy.NONE:
+            raise ConfigurationError(
+                "expected_offset needs an ack: the server refuses AckPolicy.NONE on "
+                "optimistic-concurrency streams"
+            )
+    return api_pb2.PublishRequest(
+        stream=stream,
+        partition=partition,
+        value=payload,
+        key=key_bytes or b"",
+        headers=check_headers(headers),
+        ackPolicy=int(ack_policy),  # type: ignore[arg-type]
+        expectedOffset=offset,
+        correlationId=correlation_id,
+    )
+
+
+def publish_to_subject_request(
+    subject: str,
+    value: object,
+    *,
+    key: object,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    ack_inbox: str | None,
+    correlation_id: str | None,
+) -> api_pb2.PublishToSubjectRequest:
+    """Validate ``publish_to_subject`` arguments and build the wire request."""
+    check_subject("subject", subject)
+    payload = check_bytes("value", value)
+    key_bytes = check_bytes("key", key, optional=True)
+    check_ack_policy(ack_policy)
+    check_optional_text("ack_inbox", ack_inbox)
+    check_optional_text("correlation_id", correlation_id)
+    if ack_inbox is not None:
+        check_subject("ack_inbox", ack_inbox)
+    return api_pb2.PublishToSubjectRequest(
+        subject=subject,
+        value=payload,
+        key=key_bytes or b"",
+        headers=check_headers(headers),
+        ackInbox=ack_inbox or "",
+        correlationId=correlation_id or "",
+        ackPolicy=int(ack_policy),  # type: ignore[arg-type]
+    )
+
+
+def partition_of(ack: api_pb2.Ack) -> int:
+    """The partition an ack is for, from its subjects (``<subject>.<N>`` is partition N)."""
+    if ack.msgSubject == ack.partitionSubject:
+        return 0
+    prefix = ack.partitionSubject + "."
+    suffix = ack.msgSubject[len(prefix) :] if ack.msgSubject.startswith(prefix) else ""
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def create_stream_request(
+    *,
+    subject: str,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    group: str | None,
+    retention_max_bytes: int | None,
+    retention_max_messages: int | None,
+    retention_max_age: float | timedelta | None,
+    cleaner_interval: float | timedelta | None,
+    segment_max_bytes: int | None,
+    segment_max_age: float | timedelta | None,
+    compact_enabled: bool | None,
+    compact_max_goroutines: int | None,
+    auto_pause_time: float | timedelta | None,
+    auto_pause_disable_if_subscribers: bool | None,
+    min_isr: int | None,
+    optimistic_concurrency_control: bool | None,
+    encryption: bool | None,
+) -> api_pb2.CreateStreamRequest:
+    """Validate ``create_stream`` arguments and build the wire request."""
+    request = api_pb2.CreateStreamRequest(
+        subject=check_subject("subject", subject),
+        name=check_name("name", name, creating=True),
+        partitions=check_int("partitions", partitions, minimum=1, maximum=INT32_MAX),
+    )
+    replication_factor = check_int(
+        "replication_factor", replication_factor, minimum=-1, maximum=INT32_MAX
+    )
+    if replication_factor == 0:
+        raise ConfigurationError("'replication_factor' must be >= 1, or -1 for every server")
+    request.replicationFactor = replication_factor
+    if group is not None:
+        request.group = check_subject("group", group)
+
+    def int64(field: str, value: int | None, minimum: int) -> None:
+        if value is not None:
+            getattr(request, _camel(field)).value = check_int(field, value, minimum=minimum)
+
+    def int32(field: str, value: int | None, minimum: int) -> None:
+        if value is not None:
+            getattr(request, _camel(field)).value = check_int(
+                field, value, minimum=minimum, maximum=INT32_MAX
+            )
+
+    def millis(field: str, value: float | timedelta | None, allow_zero: bool = True) -> None:
+        ms = duration_ms(field, value, allow_zero=allow_zero)
+        if ms is not None:
+            getattr(request, _camel(field)).value = ms
+
+    def flag(field: str, value: bool | None) -> None:
+        if value is not None:
+            getattr(request, _camel(field)).value = check_bool(field, value)
+
+    int64("retention_max_bytes", retention_max_bytes, 0)
+    int64("retention_max_messages", retention_max_messages, 0)
+    millis("retention_max_age", retention_max_age)
+    # The server's cleaner is a ticker: a zero interval would crash it.
+    millis("cleaner_interval", cleaner_interval, allow_zero=False)
+    int64("segment_max_bytes", segment_max_bytes, 1)
+    millis("segment_max_age", segment_max_age)
+    flag("compact_enabled", compact_enabled)
+    int32("compact_max_goroutines", compact_max_goroutines, 1)
+    millis("auto_pause_time", auto_pause_time)
+    flag("auto_pause_disable_if_subscribers", auto_pause_disable_if_subscribers)
+    int32("min_isr", min_isr, 1)
+    if min_isr is not None and replication_factor > 0 and min_isr > replication_factor:
+        raise ConfigurationError(
+            f"'min_isr' ({min_isr}) cannot exceed 'replication_factor' ({replication_factor})"
+        )
+    flag("optimistic_concurrency_control", optimistic_concurrency_control)
+    flag("encryption", encryption)
+    return request
+
+
+def _camel(snake: str) -> str:
+    first, *rest = snake.split("_")
+    return first + "".join(part.capitalize() for part in rest)

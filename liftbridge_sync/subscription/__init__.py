@@ -1,0 +1,12 @@
+"""Subscriptions: blocking iterators over one partition, or every partition of a stream.
+
+* :mod:`.partition`: :class:`Subscription`, one partition's gRPC stream read on the
+  caller's thread, resubscribing from the last offset after failover.
+* :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscriber`` thread per
+  partition merged into one iterator.
+"""
+
+from liftbridge_sync.subscription.partition import Subscription
+from liftbridge_sync.subscription.stream import StreamSubscription
+
+__all__ = ["StreamSubscription", "Subscription"]
