@@ -41,7 +41,8 @@ from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.subscription.partition import Subscription, open_subscription
+from liftbridge_sync.subscription.opening import open_subscription
+from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stream import StreamSubscription, open_stream_subscription
 
 __all__ = ["Client"]

@@ -17,7 +17,8 @@ from liftbridge_sync._wire.validate import check_bool, check_name
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.subscription.partition import Subscription, _check_positions, _open_partition
+from liftbridge_sync.subscription.opening import check_positions, open_partition
+from liftbridge_sync.subscription.partition import Subscription
 
 __all__ = ["STREAM_BUFFER", "StreamSubscription", "open_stream_subscription"]
 
@@ -224,7 +225,7 @@ def open_stream_subscription(
         NoSuchStreamError: if the stream does not exist.
     """
     check_name("stream", stream, allow_reserved=True)
-    start = _check_positions(start, stop)
+    start = check_positions(start, stop)
     read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
     resume = check_bool("resume", resume)
     count = core.stream_info_partitions(stream)
@@ -232,7 +233,7 @@ def open_stream_subscription(
     try:
         for partition in range(count):
             subs.append(
-                _open_partition(
+                open_partition(
                     core,
                     stream,
                     partition,

@@ -14,7 +14,7 @@ from liftbridge_sync import Client, ClientClosedError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import THREAD_NAME, Scheduler
 from liftbridge_sync.models import Message
-from liftbridge_sync.subscription.partition import _build_request
+from liftbridge_sync.subscription.opening import build_subscribe_request as _build_request
 from liftbridge_sync.subscription.stream import _Mailbox
 
 # ---------------------------------------------------------------------- requests
