@@ -7,6 +7,7 @@ import logging
 from liftbridge_sync.client import Client
 from liftbridge_sync.errors import (
     AckTimeoutError,
+    ArgumentTypeError,
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
@@ -53,10 +54,24 @@ __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
+
+def _show_public_module() -> None:
+    # Names defined in internal modules (client, subscription.partition, ...) say
+    # ``liftbridge_sync.Client`` in reprs, docs and tracebacks, as httpx does. Pickling
+    # still works: the class is reachable under that name.
+    public = {"liftbridge_sync.errors", "liftbridge_sync.models", "liftbridge_sync.options"}
+    public |= {"liftbridge_sync.positions", "liftbridge_sync.partitioners"}
+    for name in __all__:
+        obj = globals()[name]
+        if isinstance(obj, type) and obj.__module__ not in public:
+            obj.__module__ = __name__
+
+
 __all__ = [
     "Ack",
     "AckPolicy",
     "AckTimeoutError",
+    "ArgumentTypeError",
     "BrokerInfo",
     "BrokerUnavailableError",
     "ByKey",
@@ -101,3 +116,5 @@ __all__ = [
     "UnsupportedError",
     "__version__",
 ]
+
+_show_public_module()

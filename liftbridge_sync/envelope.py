@@ -17,11 +17,18 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Mapping
-from typing import Final, TypeAlias, cast
+from typing import Final, TypeAlias
 
 import crc32c
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire.validate import (
+    check_ack_policy,
+    check_bytes,
+    check_headers,
+    check_int,
+    check_optional_text,
+)
 from liftbridge_sync.errors import ConfigurationError, EnvelopeError
 from liftbridge_sync.models import Ack, AckPolicy, Message
 
@@ -245,72 +252,34 @@ def new_message(
         The envelope bytes.
 
     Raises:
-        TypeError: An argument has the wrong type (e.g. a ``str`` value: encode it).
-        ConfigurationError: An argument has an invalid value.
+        ArgumentTypeError: An argument has the wrong type (e.g. a ``str`` value: encode
+            it); it is also a ``TypeError``.
+        ConfigurationError: An argument has an invalid value (the same checks as
+            ``Client.publish``).
     """
     pb = api_pb2.Message(
         offset=_check_offset(expected_offset),
-        value=_as_bytes(value, "value"),
-        ackPolicy=_check_policy(ack_policy),
+        value=check_bytes("value", value),
+        ackPolicy=int(check_ack_policy(ack_policy)),  # type: ignore[arg-type]
     )
     if key is not None:
-        pb.key = _as_bytes(key, "key")
+        pb.key = check_bytes("key", key) or b""
     if headers is not None:
-        pb.headers.update(_check_headers(headers))
+        pb.headers.update(check_headers(headers))
     if ack_inbox is not None:
-        pb.ackInbox = _check_str(ack_inbox, "ack_inbox")
+        pb.ackInbox = check_optional_text("ack_inbox", ack_inbox) or ""
     if correlation_id is not None:
-        pb.correlationId = _check_str(correlation_id, "correlation_id")
+        pb.correlationId = check_optional_text("correlation_id", correlation_id) or ""
     return encode_envelope(pb.SerializeToString(), MessageType.PUBLISH, crc=crc)
 
 
-def _as_bytes(value: object, name: str) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, str):
-        raise TypeError(
-            f"{name} must be bytes-like, not str; encode it first (e.g. with .encode())"
-        )
-    raise TypeError(f"{name} must be bytes, bytearray or memoryview, not {type(value).__name__}")
-
-
-def _check_str(value: object, name: str) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ConfigurationError(f"{name} is not encodable as UTF-8: {exc}") from exc
-    return value
-
-
-def _check_headers(headers: object) -> dict[str, bytes]:
-    if not isinstance(headers, Mapping):
-        raise TypeError(f"headers must be a mapping, not {type(headers).__name__}")
-    checked: dict[str, bytes] = {}
-    for name, value in headers.items():
-        _check_str(name, "header name")
-        checked[name] = _as_bytes(value, f"header {name!r}")
-    return checked
-
-
 def _check_offset(expected_offset: object) -> int:
-    if expected_offset is None:
+    if expected_offset is None or expected_offset == -1:
         return -1
-    if isinstance(expected_offset, bool) or not isinstance(expected_offset, int):
-        raise TypeError(
-            f"expected_offset must be an int or None, not {type(expected_offset).__name__}"
-        )
-    if not -1 <= expected_offset <= _INT64_MAX:
-        raise ConfigurationError(
-            f"expected_offset must be -1 (no check) or an offset >= 0, got {expected_offset}"
-        )
-    return expected_offset
+    return check_int("expected_offset", expected_offset, minimum=0)
 
 
-def _check_policy(ack_policy: object) -> api_pb2.AckPolicy:
-    if not isinstance(ack_policy, AckPolicy):
-        raise TypeError(f"ack_policy must be an AckPolicy, not {type(ack_policy).__name__}")
-    return cast("api_pb2.AckPolicy", int(ack_policy))
+def _as_bytes(value: object, name: str) -> bytes:
+    checked = check_bytes(name, value)
+    assert checked is not None  # check_bytes returns None only when optional
+    return checked

@@ -4,6 +4,7 @@ Every exception derives from :class:`LiftbridgeError`::
 
     LiftbridgeError
     ├── ConfigurationError (ValueError)      bad argument or option, caught before the wire
+    │   └── ArgumentTypeError (TypeError)    an argument of the wrong type
     ├── EnvelopeError (ValueError)           malformed Liftbridge NATS envelope
     ├── ClientClosedError                    the client (or subscription) was closed
     ├── ForkedClientError                    a connected client was used in a forked child
@@ -43,6 +44,7 @@ from typing import Any
 
 __all__ = [
     "AckTimeoutError",
+    "ArgumentTypeError",
     "BrokerUnavailableError",
     "ClientClosedError",
     "ConfigurationError",
@@ -107,6 +109,10 @@ class LiftbridgeError(Exception):
 
 class ConfigurationError(LiftbridgeError, ValueError):
     """An argument or option is invalid; raised before anything is sent."""
+
+
+class ArgumentTypeError(ConfigurationError, TypeError):
+    """An argument has the wrong type (e.g. a ``str`` payload); also a ``TypeError``."""
 
 
 class EnvelopeError(LiftbridgeError, ValueError):

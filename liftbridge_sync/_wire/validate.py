@@ -1,4 +1,4 @@
-"""Argument checks that run before anything reaches the wire.
+"""Argument checks that run before anything reaches the wire: the only ones in the package.
 
 The server trusts its clients on several inputs (a negative partition count crashes its
 CreateStream handler), so every public entry point validates here and raises
@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import AckPolicy
 
 __all__ = [
@@ -40,7 +40,7 @@ RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
 def check_int(name: str, value: object, *, minimum: int, maximum: int = INT64_MAX) -> int:
     """An int (not bool) within ``[minimum, maximum]``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigurationError(f"{name!r} must be an int, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name!r} must be an int, got {type(value).__name__}")
     if not minimum <= value <= maximum:
         raise ConfigurationError(f"{name!r} must be between {minimum} and {maximum}, got {value}")
     return value
@@ -49,7 +49,7 @@ def check_int(name: str, value: object, *, minimum: int, maximum: int = INT64_MA
 def check_bool(name: str, value: object) -> bool:
     """A real bool."""
     if not isinstance(value, bool):
-        raise ConfigurationError(f"{name!r} must be a bool, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name!r} must be a bool, got {type(value).__name__}")
     return value
 
 
@@ -66,7 +66,7 @@ NATS_WILDCARDS = frozenset({"*", ">"})
 
 def _check_printable(name: str, value: object) -> str:
     if not isinstance(value, str):
-        raise ConfigurationError(f"{name!r} must be a str, got {type(value).__name__}")
+        raise ArgumentTypeError(f"{name!r} must be a str, got {type(value).__name__}")
     if not value:
         raise ConfigurationError(f"{name!r} must not be empty")
     if any(ch.isspace() or not ch.isprintable() for ch in value):
@@ -143,16 +143,23 @@ def check_subject(name: str, value: object) -> str:
     return subject
 
 
-def check_ack_policy(value: object) -> None:
+def check_ack_policy(value: object) -> AckPolicy:
     """An :class:`~liftbridge_sync.models.AckPolicy` member."""
     if not isinstance(value, AckPolicy):
-        raise ConfigurationError(f"'ack_policy' must be an AckPolicy, got {value!r}")
+        raise ArgumentTypeError(f"'ack_policy' must be an AckPolicy, got {value!r}")
+    return value
 
 
 def check_optional_text(name: str, value: object) -> str | None:
     """``None`` or a non-empty ``str`` (ids, inboxes)."""
-    if value is not None and (not isinstance(value, str) or not value):
+    if value is not None and not isinstance(value, str):
+        raise ArgumentTypeError(f"{name!r} must be a str or None, got {type(value).__name__}")
+    if value == "":
         raise ConfigurationError(f"{name!r} must be a non-empty str or None")
+    try:
+        value is None or value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(f"{name!r} is not valid UTF-8") from exc
     return value
 
 
@@ -208,10 +215,10 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     if isinstance(value, str):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{name} must be bytes-like, not str; encode it first, e.g. {name}.encode()"
         )
-    raise TypeError(f"{name} must be bytes-like, not {type(value).__name__}")
+    raise ArgumentTypeError(f"{name} must be bytes-like, not {type(value).__name__}")
 
 
 def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
@@ -219,11 +226,13 @@ def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise TypeError("headers must be a mapping of str to bytes")
+        raise ArgumentTypeError("headers must be a mapping of str to bytes")
     result: dict[str, bytes] = {}
     for key, item in value.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"header names must be non-empty str, got {key!r}")
+        if not isinstance(key, str):
+            raise ArgumentTypeError(f"header names must be str, got {key!r}")
+        if not key:
+            raise ConfigurationError("header names must not be empty")
         try:
             key.encode("utf-8")
         except UnicodeEncodeError as exc:

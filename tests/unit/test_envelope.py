@@ -23,7 +23,7 @@ from liftbridge_sync.envelope import (
     unmarshal_ack,
     unmarshal_message,
 )
-from liftbridge_sync.errors import ConfigurationError, EnvelopeError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError, EnvelopeError
 from liftbridge_sync.models import Ack, AckPolicy, Message
 
 # liftbridge-api.md §3.6
@@ -323,45 +323,58 @@ def test_str_key_raises_type_error() -> None:
 
 @pytest.mark.parametrize("bad", [None, 1, 1.5, ["a"]])
 def test_value_of_wrong_type(bad: object) -> None:
-    with pytest.raises(TypeError, match="value must be bytes, bytearray or memoryview"):
+    with pytest.raises(TypeError, match="value must be bytes-like"):
         new_message(bad)  # type: ignore[arg-type]
 
 
 def test_headers_validation() -> None:
     with pytest.raises(TypeError, match="headers must be a mapping"):
         new_message(b"v", headers=[("a", b"b")])  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="header name must be a str"):
+    with pytest.raises(TypeError, match="header names must be str"):
         new_message(b"v", headers={b"a": b"b"})  # type: ignore[dict-item]
-    with pytest.raises(TypeError, match=r"header 'a' must be bytes-like, not str"):
+    with pytest.raises(TypeError, match=r"headers\['a'\] must be bytes-like, not str"):
         new_message(b"v", headers={"a": "b"})  # type: ignore[dict-item]
-    with pytest.raises(ConfigurationError, match="header name is not encodable as UTF-8"):
+    with pytest.raises(ConfigurationError, match="not valid UTF-8"):
         new_message(b"v", headers={"\ud800": b"x"})
 
 
 @pytest.mark.parametrize("bad", [-2, -100, 2**63])
 def test_expected_offset_out_of_range(bad: int) -> None:
-    with pytest.raises(ConfigurationError, match="expected_offset must be -1"):
+    with pytest.raises(ConfigurationError, match="'expected_offset' must be between 0"):
         new_message(b"v", expected_offset=bad)
 
 
 @pytest.mark.parametrize("bad", [True, 1.0, "3"])
 def test_expected_offset_wrong_type(bad: object) -> None:
-    with pytest.raises(TypeError, match="expected_offset must be an int or None"):
+    with pytest.raises(ArgumentTypeError, match="'expected_offset' must be an int"):
         new_message(b"v", expected_offset=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("bad", [1, "ALL", None])
 def test_ack_policy_must_be_enum(bad: object) -> None:
-    with pytest.raises(TypeError, match="ack_policy must be an AckPolicy"):
+    with pytest.raises(ArgumentTypeError, match="'ack_policy' must be an AckPolicy"):
         new_message(b"v", ack_policy=bad)  # type: ignore[arg-type]
 
 
+def test_envelope_and_client_share_one_rule_per_mistake() -> None:
+    """One validation module: the same mistake raises the same error type everywhere."""
+    with pytest.raises(ConfigurationError, match="header names must not be empty"):
+        new_message(b"v", headers={"": b"x"})
+    with pytest.raises(ConfigurationError, match="non-empty"):
+        new_message(b"v", correlation_id="")
+    # Wrong types are ArgumentTypeError: a ConfigurationError and a TypeError at once.
+    with pytest.raises(ConfigurationError):
+        new_message(b"v", ack_policy=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        new_message(b"v", ack_policy=1)  # type: ignore[arg-type]
+
+
 def test_string_field_validation() -> None:
-    with pytest.raises(TypeError, match="ack_inbox must be a str"):
+    with pytest.raises(TypeError, match="'ack_inbox' must be a str"):
         new_message(b"v", ack_inbox=b"inbox")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="correlation_id must be a str"):
+    with pytest.raises(TypeError, match="'correlation_id' must be a str"):
         new_message(b"v", correlation_id=1)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="correlation_id is not encodable"):
+    with pytest.raises(ConfigurationError, match="not valid UTF-8"):
         new_message(b"v", correlation_id="\udcff")
 
 
@@ -378,14 +391,14 @@ def test_encode_envelope_validation() -> None:
 
 # --- properties ---------------------------------------------------------------------
 
-_header_names = st.text(max_size=8)
+_header_names = st.text(min_size=1, max_size=8)
 _messages = st.fixed_dictionaries(
     {
         "value": st.binary(max_size=64),
         "key": st.none() | st.binary(min_size=1, max_size=16),
         "headers": st.none() | st.dictionaries(_header_names, st.binary(max_size=8), max_size=4),
-        "ack_inbox": st.none() | st.text(max_size=16),
-        "correlation_id": st.none() | st.text(max_size=16),
+        "ack_inbox": st.none() | st.text(min_size=1, max_size=16),
+        "correlation_id": st.none() | st.text(min_size=1, max_size=16),
         "ack_policy": st.sampled_from(AckPolicy),
         "expected_offset": st.none() | st.integers(min_value=-1, max_value=2**63 - 1),
         "crc": st.booleans(),

@@ -147,7 +147,7 @@ def test_scheduler_starts_lazily_runs_in_order_and_joins_on_close() -> None:
     assert len(_timer_threads()) == before
     ran: list[str] = []
     done = threading.Event()
-    scheduler.call_later(0.06, lambda: (ran.append("late"), done.set()))
+    scheduler.call_later(0.5, lambda: (ran.append("late"), done.set()))
     scheduler.call_later(0.02, lambda: ran.append("early"))
     cancelled = scheduler.call_later(0.01, lambda: ran.append("cancelled"))
     assert cancelled.cancel()

@@ -96,7 +96,7 @@ def test_payloads_must_be_bytes_like() -> None:
     assert check_headers({"a": b"1"}) == {"a": b"1"}
     with pytest.raises(TypeError):
         check_headers({"a": "1"})  # type: ignore[dict-item]
-    with pytest.raises(TypeError):
+    with pytest.raises(ConfigurationError, match="must not be empty"):
         check_headers({"": b"1"})
     # protobuf would raise a bare ValueError on a name that is not valid UTF-8.
     with pytest.raises(ConfigurationError, match="UTF-8"):
