@@ -264,13 +264,16 @@ class ClientCore:
         """The partition's metadata, refreshing once if the cache lacks it.
 
         Raises:
-            NoSuchPartitionError: if the server does not know the stream or partition.
+            NoSuchStreamError: if the server does not know the stream.
+            NoSuchPartitionError: if the stream has no such partition.
         """
         snapshot = self.metadata.refresh() if refresh else self.metadata.get()
         info = snapshot.partition(stream, partition)
         if info is None and not refresh:
             info = self.metadata.refresh().partition(stream, partition)
         if info is None:
+            if stream not in self.metadata.get().streams:
+                raise NoSuchStreamError(f"no such stream: {stream!r}", code="NOT_FOUND")
             raise NoSuchPartitionError(
                 f"no such partition: stream {stream!r} partition {partition}", code="NOT_FOUND"
             )

@@ -35,6 +35,7 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     LiftbridgeError,
     NoSuchPartitionError,
+    NoSuchStreamError,
     NotLeaderError,
     StreamDeletedError,
     UnsupportedError,
@@ -340,11 +341,14 @@ class Subscription:
                     except (NotLeaderError, BrokerUnavailableError):
                         refresh = True
                         raise
+                    except NoSuchPartitionError as exc:
+                        refresh = True
+                        raise self._explain_not_found(exc, deadline) from None
                     return
         except _Ended:
             self._done = True
             raise StopIteration from None
-        except NoSuchPartitionError as exc:
+        except (NoSuchStreamError, NoSuchPartitionError) as exc:
             if not resubscribing:
                 raise
             self._done = True
@@ -357,6 +361,34 @@ class Subscription:
             if resubscribing:
                 self._done = True
             raise
+
+    def _explain_not_found(
+        self, exc: NoSuchPartitionError, deadline: float | None
+    ) -> LiftbridgeError:
+        """What a NOT_FOUND answer means, asked of fresh metadata.
+
+        A restarted server answers NOT_FOUND while it recovers its partitions, so the
+        answer alone never ends a subscription: only metadata without the stream (or
+        the partition) confirms a deletion. A stream the metadata still lists is retried.
+        """
+        target = self._target
+        try:
+            self._core.refresh_once([target.stream], deadline)
+        except BrokerUnavailableError as unreachable:
+            return unreachable  # retryable: ask again on the next attempt
+        snapshot = self._core.metadata.get()
+        if target.stream not in snapshot.streams:
+            return NoSuchStreamError(
+                f"no such stream: {target.stream!r}", code=exc.code, details=exc.details
+            )
+        if snapshot.partition(target.stream, target.partition) is None:
+            return exc
+        return BrokerUnavailableError(
+            f"partition {target.stream!r}/{target.partition} is not served yet "
+            f"(the server is recovering it): {exc}",
+            code=exc.code,
+            details=exc.details,
+        )
 
     def _backoff(self, seconds: float, deadline: float | None) -> None:
         if deadline is not None and time.monotonic() + seconds > deadline:

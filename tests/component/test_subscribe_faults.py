@@ -176,12 +176,25 @@ def test_handshake_is_never_shown(broker: FakeBroker, client: Client) -> None:
 def test_open_error_before_the_handshake_is_raised_by_subscribe(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [refuse(SC.NOT_FOUND, "No such partition")]
-    with pytest.raises(lb.NoSuchPartitionError):
-        client.subscribe("s", start=StartAt.earliest())
     broker.scripts = [refuse(SC.INTERNAL, "failed to find log segment for timestamp: EOF")]
     with pytest.raises(lb.ServerError, match="failed to find log segment"):
         client.subscribe("s", start=StartAt.timestamp(10))
+
+
+def test_not_found_for_a_partition_the_metadata_lists_is_retried(
+    broker: FakeBroker, client: Client
+) -> None:
+    """A restarted server answers NOT_FOUND while it recovers: not a missing partition."""
+    broker.scripts = [refuse(SC.NOT_FOUND, "No such partition")] * 2 + [serve([0], "end")]
+    assert values(client.subscribe("s", start=StartAt.earliest())) == [0]
+    assert len(broker.requests) == 3
+
+
+def test_not_found_that_persists_names_the_recovering_partition(broker: FakeBroker) -> None:
+    broker.scripts = [refuse(SC.NOT_FOUND, "No such partition")] * 5
+    with make_client(broker) as client:
+        with pytest.raises(lb.BrokerUnavailableError, match="not served yet"):
+            client.subscribe("s", start=StartAt.earliest())
 
 
 def test_missing_handshake_times_out_and_is_retried(broker: FakeBroker) -> None:

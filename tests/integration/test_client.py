@@ -187,7 +187,7 @@ def test_partition_metadata_is_authoritative(
     assert meta.messages_received.latest is not None
     with pytest.raises(lb.NoSuchPartitionError):
         liftbridge_client.fetch_partition_metadata(name, 3)
-    with pytest.raises(lb.NoSuchPartitionError):
+    with pytest.raises(lb.NoSuchStreamError):
         liftbridge_client.fetch_partition_metadata(unique(), 0)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -146,7 +147,7 @@ def test_stop_before_start_is_rejected(liftbridge_client: Client, stream5: str) 
 
 
 def test_missing_stream_or_partition(liftbridge_client: Client, stream5: str) -> None:
-    with pytest.raises(lb.NoSuchPartitionError):
+    with pytest.raises(lb.NoSuchStreamError):
         liftbridge_client.subscribe("no-such-stream-here", start=StartAt.earliest())
     with pytest.raises(lb.NoSuchPartitionError):
         liftbridge_client.subscribe(stream5, partition=3)
@@ -443,3 +444,52 @@ def test_get_timeout_while_the_server_is_down(
     publish_values(restart_server.address, "down", 2, start=2, ack_policy=api_pb2.ALL)
     assert [m.value for m in take(sub, 2, timeout=30)] == [b"m2", b"m3"]
     sub.close()
+
+
+def test_a_read_blocked_across_a_restart_is_not_a_deletion(
+    restart_server: LiftbridgeServer, restart_client: Client
+) -> None:
+    """NOT_FOUND while the restarted server recovers its partitions is not a deletion."""
+    restart_client.create_stream("blocked", "blocked")
+    publish_values(restart_server.address, "blocked", 3)
+    sub = restart_client.subscribe("blocked", start=StartAt.earliest())
+    assert offsets(take(sub, 3)) == [0, 1, 2]
+    outcome: list[object] = []
+    reader = threading.Thread(target=lambda: outcome.append(_next_or_error(sub)))
+    reader.start()  # blocks in next(): nothing more is stored yet
+    for _ in range(2):
+        restart_server.restart()
+    publish_values(restart_server.address, "blocked", 2, start=3, ack_policy=api_pb2.ALL)
+    reader.join(60)
+    assert not reader.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], Message), outcome
+    assert (outcome[0].offset, outcome[0].value) == (3, b"m3")
+    assert [m.offset for m in take(sub, 1, timeout=30)] == [4]
+    sub.close()
+
+
+def test_a_deleted_stream_is_confirmed_and_reported(
+    restart_server: LiftbridgeServer, restart_client: Client
+) -> None:
+    restart_client.create_stream("doomed", "doomed")
+    sub = restart_client.subscribe("doomed", start=StartAt.earliest())
+    outcome: list[object] = []
+    reader = threading.Thread(target=lambda: outcome.append(_next_or_error(sub)))
+    reader.start()
+    restart_client.delete_stream("doomed")
+    reader.join(60)
+    assert not reader.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], lb.StreamDeletedError), outcome
+    sub.close()
+
+
+def test_subscribing_to_a_missing_stream_says_so(liftbridge_client: Client) -> None:
+    with pytest.raises(lb.NoSuchStreamError):
+        liftbridge_client.subscribe("missing-" + uuid.uuid4().hex[:8])
+
+
+def _next_or_error(sub: Subscription) -> object:
+    try:
+        return next(sub)
+    except Exception as exc:  # the test inspects what the reader saw
+        return exc
