@@ -40,6 +40,8 @@ from liftbridge_sync.sbp import (
 
 Event = Frame | DiscardedFrame
 
+# Every @given test runs with deadline=None: a loaded CI machine must not make it flaky.
+
 # The spec's table of frame types, as printed.
 SPEC_TABLE = {
     0x0001: "PING",
@@ -178,6 +180,7 @@ def test_opcode_table_matches_the_spec() -> None:
     assert int(HeaderFormat.FLATBUFFERS) == 1
 
 
+@settings(deadline=None)
 @given(frames())
 def test_round_trip(frame: Frame) -> None:
     data = encode_frame(frame)
@@ -187,6 +190,7 @@ def test_round_trip(frame: Frame) -> None:
     assert encode_frame(decoded) == data  # unused flag bits and the format survive
 
 
+@settings(deadline=None)
 @given(frames())
 def test_encoding_matches_the_hand_built_frame(frame: Frame) -> None:
     assert encode_frame(frame) == raw_frame(
@@ -266,7 +270,7 @@ def test_max_frame_size_is_checked(bad: int) -> None:
 # --- the incremental decoder ----------------------------------------------------------
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(frames(), max_size=8), st.lists(st.integers(0, 2000), max_size=30))
 def test_any_chunking_gives_the_same_frames(frame_list: list[Frame], cuts: list[int]) -> None:
     data = b"".join(encode_frame(f) for f in frame_list)
@@ -331,7 +335,7 @@ def test_unknown_header_format_is_not_discarded() -> None:
     )
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.one_of(
@@ -412,6 +416,7 @@ def test_header_past_the_end_of_the_frame_is_malformed() -> None:
         decode_frame(raw_frame(header_length=4, payload=b"abc"))
 
 
+@settings(deadline=None)
 @given(st.lists(frames(), min_size=1, max_size=5), st.data())
 def test_truncated_stream_is_a_clean_error(frame_list: list[Frame], data: st.DataObject) -> None:
     stream = b"".join(map(encode_frame, frame_list))
@@ -428,7 +433,7 @@ def test_truncated_stream_is_a_clean_error(frame_list: list[Frame], data: st.Dat
     decoder.close()  # closing twice is harmless
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=600), st.lists(st.integers(0, 600), max_size=10), st.data())
 def test_garbage_gives_clean_errors_and_bounded_buffering(
     garbage: bytes, cuts: list[int], data: st.DataObject
@@ -494,7 +499,7 @@ def interleaved_sequences(draw: st.DrawFn) -> tuple[list[Frame], dict[int, list[
     return stream, sequences
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(interleaved_sequences())
 def test_interleaved_sequences_are_reassembled(
     case: tuple[list[Frame], dict[int, list[Frame]]],
@@ -633,7 +638,7 @@ def test_errors_are_liftbridge_errors_and_pickle(error: SBPError) -> None:
     assert str(copy) == str(error)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(
     st.lists(frames(), min_size=1, max_size=6),
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), min_size=1, max_size=4),
