@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from liftbridge_sync.errors import LiftbridgeError
 
-if TYPE_CHECKING:
-    from liftbridge_sync.sbp._frame import DiscardedFrame, Frame
+# Frames are typed ``object`` here: the frame module raises these errors, so naming its
+# classes would make the two modules import each other (tests/unit/test_architecture.py).
 
 
 class SBPError(LiftbridgeError):
@@ -40,7 +40,7 @@ class FramingError(SBPError):
         message: str = "",
         *,
         offset: int | None = None,
-        events: tuple[Frame | DiscardedFrame, ...] = (),
+        events: tuple[object, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)
@@ -121,8 +121,8 @@ class SBPSystemError(SBPError):
         message: str = "",
         *,
         stream_id: int = 0,
-        frame: Frame | None = None,
-        partial: tuple[Frame, ...] = (),
+        frame: object | None = None,
+        partial: tuple[object, ...] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)

@@ -658,5 +658,5 @@ def test_corrupted_streams_give_clean_errors(
             assert decoder.buffered < 4096
         decoder.close()
     except FramingError as error:
-        events.extend(error.events)
+        events.extend(error.events)  # type: ignore[arg-type]
     assert len(events) <= len(frame_list) + len(data) // 16
