@@ -27,7 +27,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 type: venv
-	$(BIN)/mypy liftbridge_sync
+	$(BIN)/mypy liftbridge_sync tests bench
 
 ## Regenerate liftbridge_sync/_proto from protos/ (tests check it is up to date).
 codegen: venv

@@ -110,7 +110,7 @@ class FakeLiftbridge(api_pb2_grpc.APIServicer):
             if isinstance(code, int):
                 yield api_pb2.PublishResponse(
                     correlationId=request.correlationId,
-                    asyncError=api_pb2.PublishAsyncError(code=code, message="scripted"),
+                    asyncError=api_pb2.PublishAsyncError(code=code, message="scripted"),  # type: ignore[arg-type]
                     ack=api_pb2.Ack(),
                 )
                 if not isinstance(action, tuple):

@@ -98,6 +98,7 @@ def test_async_errors_are_typed(
     with _client(fake, transport) as client:
         with pytest.raises(error) as info:
             client.publish("s", b"x")
+    assert isinstance(info.value, lb.LiftbridgeError)
     assert info.value.code == api_pb2.PublishAsyncError.Code.Name(code)
 
 
@@ -154,7 +155,7 @@ def test_done_callbacks_may_publish_flush_and_close_without_deadlock(
     results: list[object] = []
     finished = threading.Event()
 
-    def callback(future: concurrent.futures.Future[object]) -> None:
+    def callback(future: concurrent.futures.Future[lb.Ack | None]) -> None:
         # max_in_flight=1 and the slot of `future` is released just before this runs;
         # publish() here must keep the publisher thread working while it waits.
         results.append(client.publish("s", b"from-callback"))
@@ -215,7 +216,7 @@ def test_publishing_while_closing_never_leaves_a_future_pending(
     fake: FakeLiftbridge, transport: str
 ) -> None:
     client = _client(fake, transport, max_in_flight=64)
-    futures: list[concurrent.futures.Future[object]] = []
+    futures: list[concurrent.futures.Future[lb.Ack | None]] = []
     refused = [0]
     started = threading.Barrier(5)
     filling = threading.Event()

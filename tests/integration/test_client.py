@@ -125,7 +125,8 @@ def test_stream_names_that_would_kill_the_server_are_refused(
     try:
         streams = liftbridge_client.fetch_metadata().streams
         assert name in streams and bad not in streams
-        assert liftbridge_client.publish(name, b"alive").offset == 0
+        ack = liftbridge_client.publish(name, b"alive")
+        assert ack is not None and ack.offset == 0
     finally:
         liftbridge_client.delete_stream(name)
 

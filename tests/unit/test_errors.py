@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import pickle
+from typing import Any
 
 import grpc
 import pytest
@@ -136,10 +137,10 @@ class _FakeRpcError(grpc.RpcError):
     def __init__(self, code: object, details: object) -> None:
         self._code, self._details = code, details
 
-    def code(self) -> object:
+    def code(self) -> Any:
         return self._code
 
-    def details(self) -> object:
+    def details(self) -> Any:
         return self._details
 
 

@@ -114,7 +114,7 @@ def test_start_and_stop_positions() -> None:
     for bad in (
         lambda: StartAt.offset(-1),
         lambda: StopAt.offset(True),
-        lambda: StartAt.timestamp("yesterday"),
+        lambda: StartAt.timestamp("yesterday"),  # type: ignore[arg-type]
         lambda: StartAt.time_delta(-1),
         lambda: StartAt.cursor(""),
     ):

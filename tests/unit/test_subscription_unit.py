@@ -13,6 +13,7 @@ import pytest
 from liftbridge_sync import Client, ClientClosedError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import THREAD_NAME, Scheduler
+from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.opening import build_subscribe_request as _build_request
 from liftbridge_sync.subscription.stream import _Mailbox
@@ -50,7 +51,7 @@ def build(
     reverse: bool = False,
 ) -> api_pb2.SubscribeRequest | None:
     return _build_request(
-        cast(Client, client or FakeClient()),
+        cast(ClientCore, client or FakeClient()),
         "s",
         2,
         start,
@@ -147,7 +148,12 @@ def test_scheduler_starts_lazily_runs_in_order_and_joins_on_close() -> None:
     assert len(_timer_threads()) == before
     ran: list[str] = []
     done = threading.Event()
-    scheduler.call_later(0.5, lambda: (ran.append("late"), done.set()))
+
+    def late() -> None:
+        ran.append("late")
+        done.set()
+
+    scheduler.call_later(0.5, late)
     scheduler.call_later(0.02, lambda: ran.append("early"))
     cancelled = scheduler.call_later(0.01, lambda: ran.append("cancelled"))
     assert cancelled.cancel()
