@@ -28,13 +28,13 @@ from liftbridge_sync._wire.validate import (
     check_name,
     check_partition,
     check_partitions,
+    check_timeout,
 )
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
     ConfigurationError,
     DeadlineExceededError,
-    ForkedClientError,
     StreamExistsError,
 )
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
@@ -62,10 +62,6 @@ class ClientKwargs(TypedDict, total=False):
     publish_transport: str
 
 
-_PER_PROCESS_LOCK = threading.Lock()
-_PER_PROCESS: dict[tuple[int, ClientOptions], Client] = {}
-
-
 class Client:
     """A Liftbridge client for synchronous code.
 
@@ -88,9 +84,11 @@ class Client:
     Raises:
         ConfigurationError: if an address or option is invalid.
 
-    Thread-safe: share one client between all threads of a process. Not fork-safe once
-    connected (a child gets :class:`ForkedClientError`); not picklable (ship
-    :class:`ClientOptions` and call :meth:`for_process` instead).
+    Thread-safe: share one client between all threads of a process. Fork-safe: in a
+    forked child the client reconnects on first use with fresh channels, as redis-py
+    does, and never touches its parent's connections (a subscription or future carried
+    across the fork raises :class:`ForkedClientError`). Not picklable: ship
+    :class:`ClientOptions` and call :meth:`for_process` instead.
     """
 
     def __init__(self, addresses: str | Sequence[str], **options: Unpack[ClientKwargs]) -> None:
@@ -102,7 +100,6 @@ class Client:
         self._lock = threading.RLock()
         self._pid = os.getpid()
         self._closed = False
-        self._forked_connected = False
         self._publisher: Publisher | None = None
         _fork.track(self)
 
@@ -123,15 +120,12 @@ class Client:
         ship the picklable ``options`` and call this in the worker. A forked child gets
         its own client, never its parent's.
         """
-        key = (os.getpid(), options)
-        with _PER_PROCESS_LOCK:
-            client = _PER_PROCESS.get(key)
-            if client is None or client._closed:
-                for stale in [k for k in _PER_PROCESS if k[0] != key[0]]:
-                    del _PER_PROCESS[stale]
-                client = cls.from_options(options)
-                _PER_PROCESS[key] = client
-            return client
+        if not isinstance(options, ClientOptions):
+            raise ConfigurationError("options must be a ClientOptions")
+        client: Client = _fork.per_process(
+            options, lambda: cls.from_options(options), usable=lambda c: not c.closed
+        )
+        return client
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -146,28 +140,24 @@ class Client:
         return self._closed
 
     def _check(self) -> ClientCore:
-        """Guard at every public entry point: not closed, not used across a fork."""
+        """Guard at every public entry point: not closed; fresh after a fork."""
         if self._closed:
             raise ClientClosedError("client is closed")
         if self._pid != os.getpid():
-            if self._forked_connected:
-                raise ForkedClientError(
-                    "this Client was connected before the process forked; gRPC channels "
-                    "cannot cross fork(). Create clients in the child, or use "
-                    "Client.for_process(options) in worker code."
-                )
-            # Never connected in the parent: simply adopt the client in this process.
-            self._pid = os.getpid()
+            # The at-fork hook normally did this already (a fork through os.fork); a
+            # child made some other way (a raw clone) lands here.
+            self._after_fork_in_child()
         return self._core
 
     def _after_fork_in_child(self) -> None:
         # Runs in the child right after fork: locks may have been held by parent threads
-        # that do not exist here, so replace them. gRPC objects are left untouched.
+        # that do not exist here, so replace them, and start over with a fresh core. The
+        # parent's gRPC objects are left untouched (and unused) in the child.
         self._lock = threading.RLock()
-        self._forked_connected = self._core.pool.connected
-        if not self._forked_connected:
-            self._core = ClientCore(self._options)
+        self._core.abandon_after_fork()
+        self._core = ClientCore(self._options)
         self._publisher = None
+        self._pid = os.getpid()
 
     def _close_at_exit(self) -> None:
         if self._pid == os.getpid() and not self._closed:
@@ -180,13 +170,14 @@ class Client:
             timeout: Seconds to wait for pending publishes to be acknowledged before
                 they fail with :class:`ClientClosedError` (``None``: wait for them).
         """
+        seconds = check_timeout("timeout", timeout)
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         if self._pid != os.getpid():
             return  # a forked child must not touch its parent's channels
-        self._core.close(timeout)
+        self._core.close(seconds)
 
     def __enter__(self) -> Client:
         self._check()
@@ -398,9 +389,13 @@ class Client:
     def _ack_timeout(self, timeout: float | None) -> float:
         if timeout is None:
             return self._options.ack_timeout
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ConfigurationError(f"'timeout' must be a number > 0 or None, got {timeout!r}")
-        return float(timeout)
+        seconds = check_timeout("timeout", timeout, allow_zero=False)
+        if seconds is None:
+            raise ConfigurationError(
+                "'timeout' must be finite: an ack that never comes must fail some time "
+                "(None means the client's ack_timeout)"
+            )
+        return seconds
 
     def _choose_partition(
         self,
@@ -555,9 +550,10 @@ class Client:
             UnobservedPublishFailuresError: see above.
         """
         self._check()
+        seconds = check_timeout("timeout", timeout)
         publisher = self._publisher
         if publisher is not None:
-            publisher.flush(timeout)
+            publisher.flush(seconds)
 
     def publish_to_subject(
         self,

@@ -16,7 +16,7 @@ import grpc
 import grpc.experimental
 
 from liftbridge_sync._proto import api_pb2_grpc
-from liftbridge_sync.errors import ClientClosedError
+from liftbridge_sync.errors import ClientClosedError, ForkedClientError
 from liftbridge_sync.options import ClientOptions
 
 __all__ = ["ChannelPool", "Stub"]
@@ -54,6 +54,7 @@ class ChannelPool:
         self._lock = threading.Lock()
         self._stubs: dict[tuple[str, bool], tuple[grpc.Channel, Stub]] = {}
         self._closed = False
+        self._forked = False
         self._used = False
         self._factory = channel_factory or self._make_channel
 
@@ -94,6 +95,11 @@ class ChannelPool:
         Raises:
             ClientClosedError: after :meth:`close`.
         """
+        if self._forked:
+            raise ForkedClientError(
+                "this object was created before the process forked and uses the parent's "
+                "connections; the Client itself reconnects in the child: call it again"
+            )
         key = (address, streaming_reads)
         entry = self._stubs.get(key)
         if entry is not None:
@@ -113,6 +119,14 @@ class ChannelPool:
     def connected(self) -> bool:
         """Whether any channel was ever created."""
         return self._used
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: refuse further use, leaving the parent's channels alone.
+
+        Takes no lock (a parent thread may have held it at fork time) and closes nothing
+        (the channels belong to the parent's gRPC runtime).
+        """
+        self._forked = True
 
     def close(self) -> None:
         """Close every channel; idempotent."""

@@ -79,6 +79,8 @@ class ClientCore:
         self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
         self._scheduler: Scheduler | None = None
         self.closed = False
+        #: Set in a forked child: everything opened through this core is the parent's.
+        self.forked = False
 
     # ------------------------------------------------------------------ lifetime
 
@@ -108,6 +110,16 @@ class ClientCore:
                 self._scheduler = Scheduler()
                 self._closeables.add(self._scheduler)
             return self._scheduler
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: everything opened through this core is the parent's.
+
+        Publishers and subscriptions carried across the fork raise ``ForkedClientError``
+        on their next RPC. Takes no lock, joins no thread (none of them exists here).
+        """
+        self.forked = True
+        self.closed = True
+        self.pool.abandon_after_fork()
 
     def close(self, timeout: float | None = None) -> None:
         """Close what was registered (publishes get ``timeout``), then the channels."""

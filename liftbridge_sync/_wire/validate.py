@@ -16,6 +16,8 @@ from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import AckPolicy
 
 __all__ = [
+    "TIMEOUT_MAX_SECONDS",
+    "check_timeout",
     "check_ack_policy",
     "check_optional_text",
     "INT32_MAX",
@@ -161,6 +163,39 @@ def check_optional_text(name: str, value: object) -> str | None:
     except UnicodeEncodeError as exc:
         raise ConfigurationError(f"{name!r} is not valid UTF-8") from exc
     return value
+
+
+#: The longest wait any call accepts (about 24 days): beyond it, threading and gRPC
+#: timeouts overflow.
+TIMEOUT_MAX_SECONDS = 2_000_000.0
+
+
+def check_timeout(name: str, value: object, *, allow_zero: bool = True) -> float | None:
+    """Seconds to wait: ``None`` or ``inf`` for no limit, else a finite number >= 0.
+
+    NaN, negative and huge values are refused here so that they can never reach a timer
+    (where a NaN deadline would stall every other timer on the same thread).
+
+    Raises:
+        ArgumentTypeError: not a number.
+        ConfigurationError: NaN, negative, zero when not allowed, or above ~24 days.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArgumentTypeError(f"{name!r} must be seconds (int/float) or None, got {value!r}")
+    seconds = float(value)
+    if math.isinf(seconds) and seconds > 0:
+        return None
+    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ConfigurationError(f"{name!r} must be a number {bound} or None, got {value!r}")
+    if seconds > TIMEOUT_MAX_SECONDS:
+        raise ConfigurationError(
+            f"{name!r} must be at most {TIMEOUT_MAX_SECONDS:.0f} s, got {value!r}; "
+            "use None for no limit"
+        )
+    return seconds
 
 
 def check_partition(name: str, value: object) -> int:

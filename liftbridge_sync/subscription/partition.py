@@ -29,10 +29,11 @@ from liftbridge_sync._wire.status import (
     CallContext,
     error_from_rpc_error,
 )
+from liftbridge_sync._wire.validate import check_timeout
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
-    ConfigurationError,
+    ForkedClientError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -154,7 +155,7 @@ class Subscription:
         return self
 
     def __next__(self) -> Message:
-        return self._read(None)
+        return self.get(None)
 
     def get(self, timeout: float | None = None) -> Message:
         """The next message, waiting at most ``timeout`` seconds (``None``: forever).
@@ -166,9 +167,12 @@ class Subscription:
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions reported by the server.
         """
-        if timeout is not None and timeout < 0:
-            raise ConfigurationError("'timeout' must be >= 0 or None")
-        return self._read(timeout)
+        if self._core.forked:
+            raise ForkedClientError(
+                "this subscription was opened before the process forked; subscribe again "
+                "in the child (the client itself reconnects there)"
+            )
+        return self._read(check_timeout("timeout", timeout))
 
     def checkpoint(self, cursor_id: str) -> int | None:
         """Store the last delivered offset under ``cursor_id`` (the Go client's semantics).

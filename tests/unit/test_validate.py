@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from liftbridge_sync._wire.validate import (
     check_name,
     check_partitions,
     check_subject,
+    check_timeout,
     duration_ms,
 )
 
@@ -181,3 +183,25 @@ def test_partitioner_without_a_callable_partition_is_refused(bad: object) -> Non
     with Client("127.0.0.1:1") as client:
         with pytest.raises(ConfigurationError, match="partitioner"):
             client.publish_async("s", b"v", partitioner=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1, -0.5, 3e6, float("-inf")])
+def test_timeouts_that_could_break_a_timer_are_refused(bad: float) -> None:
+    with pytest.raises(ConfigurationError):
+        check_timeout("timeout", bad)
+    with Client("127.0.0.1:1", retry=RetryPolicy.no_retry()) as client:
+        with pytest.raises(ConfigurationError):
+            client.publish_async("s", b"x", timeout=bad)
+        with pytest.raises(ConfigurationError):
+            client.flush(bad)
+        assert not [t for t in threading.enumerate() if t.name.startswith("liftbridge-")]
+
+
+def test_infinite_waits_mean_no_limit_but_never_for_acks() -> None:
+    assert check_timeout("timeout", float("inf")) is None
+    assert check_timeout("timeout", 0) == 0.0
+    with pytest.raises(ConfigurationError, match="finite"):
+        with Client("127.0.0.1:1", retry=RetryPolicy.no_retry()) as client:
+            client.publish_async("s", b"x", timeout=float("inf"))
+    with pytest.raises(ConfigurationError):
+        check_timeout("timeout", "1")
