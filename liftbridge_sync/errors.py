@@ -26,6 +26,8 @@ Every exception derives from :class:`LiftbridgeError`::
         ├── AckTimeoutError (TimeoutError)   no ack within the ack timeout
         ├── IncorrectOffsetError             optimistic concurrency: expected offset mismatch
         ├── PublishRejectedError             server refused the message (carries ``code``)
+        │   └── MessageTooLargeError         over the server's 4 MiB limit (also a
+        │                                    ConfigurationError: refused before the wire)
         ├── PublishQueueFullError            max_in_flight reached and enqueue timed out
         └── UnobservedPublishFailuresError   flush(): publishes failed and nobody looked
 
@@ -54,6 +56,7 @@ __all__ = [
     "IncorrectOffsetError",
     "InvalidArgumentError",
     "LiftbridgeError",
+    "MessageTooLargeError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotFoundError",
@@ -209,6 +212,15 @@ class PublishRejectedError(PublishError):
     ``code`` is the name of the ``PublishAsyncError`` code (``"BAD_REQUEST"``,
     ``"ENCRYPTION_FAILED"``, ``"INTERNAL"``, ``"UNKNOWN"``) or of the ack error
     (``"TOO_LARGE"``, ``"ENCRYPTION"``) that caused it.
+    """
+
+
+class MessageTooLargeError(ConfigurationError, PublishRejectedError):
+    """The encoded request exceeds the server's 4 MiB gRPC message limit; never sent.
+
+    Raised by ``publish``/``publish_async`` before the wire (the server would otherwise
+    end the whole publish stream, failing the messages queued beside it). ``code`` is
+    ``"TOO_LARGE"``.
     """
 
 

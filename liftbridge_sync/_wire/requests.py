@@ -24,10 +24,12 @@ from liftbridge_sync._wire.validate import (
     check_subject,
     duration_ms,
 )
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ConfigurationError, MessageTooLargeError
 from liftbridge_sync.models import AckPolicy
 
 __all__ = [
+    "SERVER_MAX_REQUEST_BYTES",
+    "check_request_size",
     "build_publish_request",
     "create_stream_request",
     "partition_of",
@@ -68,7 +70,7 @@ def build_publish_request(
                 "expected_offset needs an ack: the server refuses AckPolicy.NONE on "
                 "optimistic-concurrency streams"
             )
-    return api_pb2.PublishRequest(
+    request = api_pb2.PublishRequest(
         stream=stream,
         partition=partition,
         value=payload,
@@ -78,6 +80,33 @@ def build_publish_request(
         expectedOffset=offset,
         correlationId=correlation_id,
     )
+    if len(request.value) + len(request.key) > _SIZE_CHECK_FROM or headers:
+        check_request_size(request)
+    return request
+
+
+#: The gRPC server's default receive limit, which Liftbridge does not change: a larger
+#: request ends the whole PublishAsync stream with RESOURCE_EXHAUSTED.
+SERVER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
+#: Room for the partition and correlation id set after building (not yet in ByteSize).
+_ID_ROOM = 128
+#: Below this payload size the exact (costlier) size check cannot fail.
+_SIZE_CHECK_FROM = SERVER_MAX_REQUEST_BYTES - 64 * 1024
+
+
+def check_request_size(request: api_pb2.PublishRequest | api_pb2.PublishToSubjectRequest) -> None:
+    """Refuse a request the server's gRPC layer would reject.
+
+    Raises:
+        MessageTooLargeError: with the size and the limit.
+    """
+    size = request.ByteSize() + _ID_ROOM
+    if size > SERVER_MAX_REQUEST_BYTES:
+        raise MessageTooLargeError(
+            f"message is {size:,} bytes on the wire; the server accepts at most "
+            f"{SERVER_MAX_REQUEST_BYTES:,} (value, key and headers together)",
+            code="TOO_LARGE",
+        )
 
 
 def publish_to_subject_request(
@@ -99,7 +128,7 @@ def publish_to_subject_request(
     check_optional_text("correlation_id", correlation_id)
     if ack_inbox is not None:
         check_subject("ack_inbox", ack_inbox)
-    return api_pb2.PublishToSubjectRequest(
+    request = api_pb2.PublishToSubjectRequest(
         subject=subject,
         value=payload,
         key=key_bytes or b"",
@@ -108,6 +137,8 @@ def publish_to_subject_request(
         correlationId=correlation_id or "",
         ackPolicy=int(ack_policy),  # type: ignore[arg-type]
     )
+    check_request_size(request)
+    return request
 
 
 def partition_of(ack: api_pb2.Ack) -> int:

@@ -20,6 +20,7 @@ from liftbridge_sync.errors import (
     IncorrectOffsetError,
     InvalidArgumentError,
     LiftbridgeError,
+    MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
@@ -128,9 +129,13 @@ def error_from_status(
         return make(ServerError)
 
     if code is sc.RESOURCE_EXHAUSTED:
-        # Subscriptions: end of a read-only partition, stop position reached, or
-        # STOP_LATEST on an empty partition. All mean "no more data will come".
-        return make(ReadonlyPartitionError)
+        if context in (CallContext.SUBSCRIBE_OPEN, CallContext.SUBSCRIPTION):
+            # End of a read-only partition, stop position reached, or STOP_LATEST on an
+            # empty partition. All mean "no more data will come".
+            return make(ReadonlyPartitionError)
+        if "larger than max" in text.lower():
+            return make(MessageTooLargeError, f"{where}: message too large: {text}")
+        return make(ServerError)
 
     if code is sc.UNKNOWN and "not authorized" in text.lower():
         return make(PermissionDeniedError)

@@ -172,6 +172,26 @@ def test_flush_raises_for_failures_nobody_looked_at(
     assert raised.value.count == 1
 
 
+def test_messages_above_the_server_limit_are_refused_before_the_wire(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """Over 4 MiB the server would end the whole stream; neighbours must not fail."""
+    name = new_stream()
+    neighbours = [liftbridge_client.publish_async(name, b"n%d" % i) for i in range(20)]
+    for too_big in (
+        {"value": b"x" * (4 * 1024 * 1024)},
+        {"value": b"x", "key": b"k" * (8 * 1024 * 1024)},
+        {"value": b"x", "headers": {"h": b"v" * (5 * 1024 * 1024)}},
+        {"value": b"x" * (65 * 1024 * 1024)},
+    ):
+        with pytest.raises(lb.MessageTooLargeError, match="at most 4,194,304"):
+            liftbridge_client.publish_async(name, **too_big)  # type: ignore[arg-type]
+    with pytest.raises(lb.MessageTooLargeError):
+        liftbridge_client.publish_to_subject(name, b"x" * (4 * 1024 * 1024))
+    assert [f.result(10).offset for f in neighbours] == list(range(20))  # type: ignore[union-attr]
+    liftbridge_client.flush(10)
+
+
 def test_leader_refuses_messages_above_the_replication_limit() -> None:
     """A TOO_LARGE ack from the leader fails the publish (BAD_REQUEST async error)."""
     limited = {"clustering": {"replication.max.bytes": 4096}}

@@ -89,6 +89,13 @@ def test_tree_shape_documented_in_module_docstring() -> None:
             CallContext.SUBSCRIPTION,
             lb.ReadonlyPartitionError,
         ),
+        (
+            SC.RESOURCE_EXHAUSTED,
+            "grpc: received message larger than max (5000000 vs. 4194304)",
+            CallContext.GENERIC,
+            lb.MessageTooLargeError,
+        ),
+        (SC.RESOURCE_EXHAUSTED, "quota", CallContext.GENERIC, lb.ServerError),
         (SC.PERMISSION_DENIED, "", CallContext.GENERIC, lb.PermissionDeniedError),
         (
             SC.UNKNOWN,
