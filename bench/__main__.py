@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    from bench import _profile, _publish, _subscribe
+    from bench import _fuzz, _profile, _publish, _subscribe
 
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -34,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
             _subscribe.add_arguments(sub)
         if name == "all":
             _profile.add_arguments(sub)
+    fuzz = commands.add_parser("fuzz", help="feed generated inputs to the byte decoders")
+    _fuzz.add_arguments(fuzz)
     report = commands.add_parser("report", help="re-render the tables of a --json file")
     report.add_argument("file", help="a file written by --json")
     prof = commands.add_parser("profile", help="cProfile our pipelined publish (or subscribe)")
@@ -79,6 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench._server import bench_server
 
     args = _parser().parse_args(argv)
+    if args.command == "fuzz":
+        from bench import _fuzz
+
+        return _fuzz.main(args)
     if args.command == "report":
         from bench._report import tables_from_json
 
