@@ -30,6 +30,7 @@ from liftbridge_sync.errors import (
     ServerError,
     StreamDeletedError,
     StreamExistsError,
+    TLSError,
     UnobservedPublishFailuresError,
     UnsupportedError,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "StreamInfo",
     "StreamSubscription",
     "Subscription",
+    "TLSError",
     "TLSOptions",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
