@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, StartAt, StopAt, TLSOptions
+from liftbridge_sync._transport import channels
 from liftbridge_sync.testing import (
     PROBE_CLIENT,
     LiftbridgeServer,
@@ -163,6 +165,27 @@ def test_admin_publish_subscribe_and_cursors(
 
         client.delete_stream(name)
         assert name not in client.fetch_metadata().streams
+
+
+def test_one_tls_preflight_per_broker(
+    mtls_server: LiftbridgeServer, certs: TestCertificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = channels.preflight_tls
+
+    def counting(address: str, *args: Any) -> None:
+        calls.append(address)
+        real(address, *args)
+
+    monkeypatch.setattr(channels, "preflight_tls", counting)
+    name = unique("tls")
+    with _client(mtls_server, _as(certs, "alice")) as client:
+        client.create_stream(name, name)
+        client.publish(name, b"x")
+        with client.subscribe(name, start=StartAt.earliest()) as sub:
+            assert sub.get(timeout=10).value == b"x"
+        client.delete_stream(name)
+    assert calls == [mtls_server.address]
 
 
 # ---------------------------------------------------------------- what fails, and how
