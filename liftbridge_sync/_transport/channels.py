@@ -38,7 +38,7 @@ import grpc.experimental
 
 from liftbridge_sync._proto import api_pb2_grpc
 from liftbridge_sync._wire.status import error_from_tls_exception
-from liftbridge_sync.errors import ClientClosedError
+from liftbridge_sync.errors import ClientClosedError, ConfigurationError
 from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
 
 __all__ = ["ChannelPool", "Stub", "preflight_tls", "tls_context"]
@@ -81,8 +81,18 @@ def tls_context(tls: TLSOptions) -> ssl.SSLContext:
     """An ``ssl`` client context that trusts and presents what gRPC's credentials do.
 
     Raises:
-        ssl.SSLError: if the client certificate and key do not load.
+        ConfigurationError: if the CA or the client certificate and key do not load.
     """
+    try:
+        return _build_context(tls)
+    except ssl.SSLError as exc:
+        raise ConfigurationError(
+            f"TLSOptions: the CA certificate or the client certificate and key do not load "
+            f"(not PEM, or a key that does not match the certificate): {exc}"
+        ) from None
+
+
+def _build_context(tls: TLSOptions) -> ssl.SSLContext:
     ca = tls.ca_cert
     if isinstance(ca, bytes):
         context = ssl.create_default_context(cadata=ca.decode("ascii"))
@@ -131,6 +141,8 @@ def preflight_tls(address: str, tls: TLSOptions, context: ssl.SSLContext, timeou
             with context.wrap_socket(raw, server_hostname=tls.server_name or host) as conn:
                 conn.sendall(_H2_PREFACE)
                 conn.recv(64)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            return  # closed without a TLS verdict (e.g. a broker shutting down)
         except ssl.SSLError as exc:
             raise error_from_tls_exception(address, exc) from None
         except OSError:
@@ -223,17 +235,14 @@ class ChannelPool:
 
         Raises:
             TLSError: the handshake failed for a TLS reason (checked again next time).
+            ConfigurationError: the TLS options' certificates do not load.
         """
         tls = self._options.tls
         if tls is None or address in self._checked or self._factory != self._make_channel:
             return
         context = self._tls_context
         if context is None:
-            try:
-                context = tls_context(tls)
-            except ssl.SSLError as exc:
-                raise error_from_tls_exception(address, exc) from None
-            self._tls_context = context
+            context = self._tls_context = tls_context(tls)
         timeout = min(self._options.rpc_timeout, _PREFLIGHT_TIMEOUT)
         preflight_tls(address, tls, context, timeout)
         with self._lock:

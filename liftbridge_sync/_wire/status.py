@@ -86,7 +86,7 @@ _CLIENT_CERT_FIX = (
     "the broker requires a client certificate signed by a CA it trusts (mutual TLS): "
     "set TLSOptions(client_cert=..., client_key=...) to one it accepts"
 )
-#: (reason, what to tell the user), per cause; see TLSError.
+#: What to tell the user, per ``TLSError.reason``.
 _TLS_CAUSES: dict[str, str] = {
     "client_certificate_required": (
         "the broker requires a client certificate (mutual TLS) and none was sent: "
@@ -97,8 +97,8 @@ _TLS_CAUSES: dict[str, str] = {
         "client authentication); " + _CLIENT_CERT_FIX
     ),
     "client_certificate_missing_or_rejected": (
-        "the broker closed the connection right after the TLS handshake: it sent no "
-        "client certificate or one the broker does not accept; " + _CLIENT_CERT_FIX
+        "the broker closed the connection right after the TLS handshake: the client sent "
+        "no certificate or one the broker does not accept; " + _CLIENT_CERT_FIX
     ),
     "server_certificate_untrusted": (
         "the broker's certificate is not signed by a trusted CA: set TLSOptions(ca_cert=...) "
@@ -250,7 +250,6 @@ def error_from_status(
         tls_error = _tls_error(name, details, where)
         if tls_error is not None:
             return tls_error
-    if code is sc.UNAVAILABLE:
         return make(BrokerUnavailableError, f"{where}: broker unavailable: {text}")
     if code is sc.DEADLINE_EXCEEDED:
         return make(DeadlineExceededError, f"{where}: deadline exceeded: {text}")

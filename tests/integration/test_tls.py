@@ -348,6 +348,16 @@ def test_tls_against_plaintext(
     _expect_tls_error(capfd, liftbridge_address, tls, operation, "server_not_tls", "plaintext")
 
 
+def test_a_key_that_does_not_match_the_certificate_is_a_configuration_error(
+    mtls_server: LiftbridgeServer, certs: TestCertificates
+) -> None:
+    cert, _ = certs.client("alice")
+    _, other_key = certs.client("bob")
+    tls = TLSOptions(ca_cert=str(certs.ca_cert), client_cert=str(cert), client_key=str(other_key))
+    with _client(mtls_server, tls) as client, pytest.raises(lb.ConfigurationError, match="key"):
+        client.fetch_metadata()
+
+
 # ---------------------------------------------------------------- ACLs
 
 
