@@ -91,8 +91,7 @@ class LiftbridgeServer:
 
         certs = generate_certificates(tmp_path, clients=["alice"])
         with LiftbridgeServer(tls=certs.server_tls(mutual=True)) as server:
-            options = server.tls.client_options(*certs.client("alice"))
-            client = Client([server.address], tls=options)
+            client = Client([server.address], tls=server.client_tls(*certs.client("alice")))
 
     Not thread-safe: start, stop and restart it from one thread.
 

@@ -20,6 +20,7 @@ from liftbridge_sync import Client, StartAt, StopAt, TLSOptions
 from liftbridge_sync._transport import channels
 from liftbridge_sync.testing import (
     PROBE_CLIENT,
+    LiftbridgeCluster,
     LiftbridgeServer,
     ServerStartError,
     TestCertificates,
@@ -186,6 +187,44 @@ def test_one_tls_preflight_per_broker(
             assert sub.get(timeout=10).value == b"x"
         client.delete_stream(name)
     assert calls == [mtls_server.address]
+
+
+@pytest.mark.cluster
+def test_mutual_tls_cluster_reaches_every_leader(
+    certs: TestCertificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seeded with one node, the client learns the others from metadata and must reach
+    # each partition leader over TLS with the same certificates, with either transport.
+    checked: list[str] = []
+    real = channels.preflight_tls
+
+    def recording(address: str, *args: Any) -> None:
+        checked.append(address)
+        real(address, *args)
+
+    monkeypatch.setattr(channels, "preflight_tls", recording)
+    with LiftbridgeCluster(3, tls=certs.server_tls(mutual=True)) as cluster:
+        for transport in TRANSPORTS:
+            checked.clear()
+            name = unique(f"tlscluster-{transport}")
+            seed = cluster.addresses[:1]
+            with Client(seed, tls=_as(certs, "alice"), publish_transport=transport) as client:
+                client.create_stream(name, name, partitions=3, replication_factor=3)
+                metadata = client.fetch_metadata(name)
+                leaders = {
+                    metadata.broker(info.leader).address  # type: ignore[union-attr]
+                    for info in metadata.streams[name].partitions.values()
+                }
+                for partition in range(3):
+                    value = f"{transport}-{partition}".encode()
+                    ack = client.publish(name, value, partition=partition)
+                    assert ack is not None and ack.partition == partition
+                    with client.subscribe(
+                        name, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+                    ) as sub:
+                        assert [m.value for m in sub] == [value]
+            assert leaders <= set(checked), (leaders, checked)
+            assert len(checked) == len(set(checked)), "one pre-flight per broker"
 
 
 # ---------------------------------------------------------------- what fails, and how
