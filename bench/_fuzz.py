@@ -111,7 +111,9 @@ def _sbp(data: bytes) -> None:
     decoder.close()
 
 
-TARGETS: dict[str, tuple[Callable[[random.Random], list[bytes]], Callable[[bytes], None], type]] = {
+TARGETS: dict[
+    str, tuple[Callable[[random.Random], list[bytes]], Callable[[bytes], None], type[Exception]]
+] = {
     "envelope": (_seeds_envelope, _envelope, EnvelopeError),
     "sbp": (_seeds_sbp, _sbp, SBPError),
 }

@@ -9,6 +9,7 @@ Every exception derives from :class:`LiftbridgeError`::
     ├── ClientClosedError                    the client (or subscription) was closed
     ├── ForkedClientError                    a connected client was used in a forked child
     ├── BrokerUnavailableError               no broker reachable (UNAVAILABLE, no metadata leader)
+    │   └── TLSError                         TLS set-up failed: certificates, names, TLS vs plain
     ├── NotLeaderError                       request reached a broker that does not lead
     ├── DeadlineExceededError (TimeoutError) an RPC deadline expired
     ├── StreamExistsError                    CreateStream: name already taken
@@ -70,6 +71,7 @@ __all__ = [
     "ServerError",
     "StreamDeletedError",
     "StreamExistsError",
+    "TLSError",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
 ]
@@ -140,6 +142,48 @@ class BrokerUnavailableError(LiftbridgeError):
     retryable = True
 
 
+class TLSError(BrokerUnavailableError):
+    """The connection to a broker failed its TLS set-up; retrying cannot help.
+
+    Raised at once, not after retries, since a configuration problem on one side or
+    the other does not go away by itself. The message names the cause and the fix;
+    ``reason`` names it for programs:
+
+    * ``"client_certificate_required"``: the broker requires a client certificate
+      (mutual TLS) and the client sent none.
+    * ``"client_certificate_rejected"``: the broker refused the client certificate
+      (not signed by a CA it trusts, expired, ...).
+    * ``"client_certificate_missing_or_rejected"``: one of the two above; gRPC's status
+      does not say which (the client's own TLS pre-flight usually does first).
+    * ``"server_certificate_untrusted"``: the broker's certificate is not signed by
+      ``TLSOptions.ca_cert`` (or the system roots).
+    * ``"server_name_mismatch"``: the broker's certificate is not valid for the address
+      (or ``TLSOptions.server_name``).
+    * ``"server_requires_tls"``: the client speaks plaintext to a broker that only
+      speaks TLS (the broker closed the connection at once).
+    * ``"server_not_tls"``: the client speaks TLS to a plaintext broker.
+    * ``"handshake_failed"``: any other TLS failure.
+
+    Attributes:
+        reason: One of the strings above.
+
+    Instances are immutable values and safe to share between threads.
+    """
+
+    retryable = False
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        reason: str = "handshake_failed",
+        code: str | None = None,
+        details: str = "",
+    ) -> None:
+        super().__init__(message, code=code, details=details)
+        self.reason = reason
+
+
 class NotLeaderError(LiftbridgeError):
     """The broker that received the request does not lead the partition."""
 
@@ -179,7 +223,29 @@ class ReadonlyPartitionError(LiftbridgeError):
 
 
 class PermissionDeniedError(LiftbridgeError):
-    """The server's authorization refused the call."""
+    """The server's authorization (ACLs on the client certificate's CN) refused the call.
+
+    Attributes:
+        operation: The RPC the server checked (e.g. ``"CreateStream"``, ``"Publish"``),
+            or ``None`` if its message did not say.
+        resource: The stream (the subject for ``PublishToSubject``, ``"*"`` for
+            ``FetchMetadata``), or ``None`` if its message did not say.
+
+    Instances are immutable values and safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        operation: str | None = None,
+        resource: str | None = None,
+        code: str | None = None,
+        details: str = "",
+    ) -> None:
+        super().__init__(message, code=code, details=details)
+        self.operation = operation
+        self.resource = resource
 
 
 class ServerError(LiftbridgeError):

@@ -4,22 +4,44 @@ Two channels are kept per address: one for unary RPCs and the ``PublishAsync`` s
 and one for ``Subscribe`` that uses gRPC's experimental ``SingleThreadedUnaryStream``
 option, which reads a server stream on the calling thread with no hand-off (measured 5-8x
 cheaper per message than the default on a 2-core VM; performance.md §6.3).
+
+With TLS, the first channel to each broker is preceded by a *pre-flight*: one TLS
+handshake made with Python's ``ssl`` and the same certificates (see :func:`preflight_tls`).
+It exists because gRPC reports a failed handshake poorly: as UNAVAILABLE (retried for
+seconds), with "TSI_DATA_CORRUPTED" for both a missing and an unknown client certificate,
+and with the real cause only in lines the C-core writes to the process's stderr. The
+pre-flight names the cause in a non-retryable :class:`~liftbridge_sync.errors.TLSError` at
+once, and gRPC never makes the failing handshake, so it has nothing to print.
+
+Why not ``GRPC_VERBOSITY=NONE`` instead: gRPC reads it once, when the C-core starts,
+and it applies to the whole process. Setting it from a library would silence every
+other gRPC user in the process (their real errors included), and would only work if
+we were imported before anything else touched grpc. The pre-flight is scoped to our own
+connections; an application that wants no C-core logging at all can still set
+``GRPC_VERBOSITY=NONE`` itself before starting.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
+import ssl
+import tempfile
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.experimental
 
 from liftbridge_sync._proto import api_pb2_grpc
-from liftbridge_sync.errors import ClientClosedError, ForkedClientError
-from liftbridge_sync.options import ClientOptions
+from liftbridge_sync._wire.status import error_from_tls_exception
+from liftbridge_sync.errors import ClientClosedError, ConfigurationError, ForkedClientError
+from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
 
-__all__ = ["ChannelPool", "Stub"]
+__all__ = ["ChannelPool", "Stub", "preflight_tls", "tls_context"]
 
 Stub = api_pb2_grpc.APIStub
 
@@ -38,8 +60,100 @@ _BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
 )
 
 
+#: The HTTP/2 client preface and an empty SETTINGS frame: a gRPC server answers it with
+#: its own SETTINGS, which proves the connection was accepted (TLS 1.3 servers judge the
+#: client certificate after the client's handshake has already "succeeded").
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: Upper bound of one pre-flight, seconds (it is also bounded by ``rpc_timeout``).
+_PREFLIGHT_TIMEOUT = 5.0
+
+
+def _grpc_roots() -> str | None:
+    """The CA file gRPC trusts when ``ca_cert`` is None (its env override or its bundle)."""
+    override = os.environ.get("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")
+    if override:
+        return override
+    bundled = Path(grpc.__file__).parent / "_cython" / "_credentials" / "roots.pem"
+    return str(bundled) if bundled.is_file() else None
+
+
+def tls_context(tls: TLSOptions) -> ssl.SSLContext:
+    """An ``ssl`` client context that trusts and presents what gRPC's credentials do.
+
+    Raises:
+        ConfigurationError: if the CA or the client certificate and key do not load.
+    """
+    try:
+        return _build_context(tls)
+    except ssl.SSLError as exc:
+        raise ConfigurationError(
+            f"TLSOptions: the CA certificate or the client certificate and key do not load "
+            f"(not PEM, or a key that does not match the certificate): {exc}"
+        ) from None
+
+
+def _build_context(tls: TLSOptions) -> ssl.SSLContext:
+    ca = tls.ca_cert
+    if isinstance(ca, bytes):
+        context = ssl.create_default_context(cadata=ca.decode("ascii"))
+    else:
+        context = ssl.create_default_context(cafile=_grpc_roots())
+    if tls.client_cert is not None and tls.client_key is not None:
+        # load_cert_chain only reads files; the key stays on disk (0600) just for the call.
+        fd, path = tempfile.mkstemp(prefix="liftbridge-", suffix=".pem")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for part in (tls.client_cert, tls.client_key):
+                    handle.write(part if isinstance(part, bytes) else part.encode())
+                    handle.write(b"\n")
+            context.load_cert_chain(path)
+        finally:
+            os.unlink(path)
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def preflight_tls(address: str, tls: TLSOptions, context: ssl.SSLContext, timeout: float) -> None:
+    """One TLS handshake to ``address`` with ``tls``; raise if it fails for a TLS reason.
+
+    Sends the HTTP/2 preface and waits for the first bytes back, so that a TLS 1.3
+    server's verdict on the client certificate (an alert after the handshake) is seen.
+    Anything that is not a TLS failure (refused, unreachable, timed out, closed without
+    a TLS error) is left to gRPC and its retries: the pre-flight then returns quietly.
+
+    Args:
+        address: ``host:port`` of the broker.
+        tls: The client's TLS options (``server_name`` overrides the checked name).
+        context: From :func:`tls_context`.
+        timeout: Seconds for the connect and for each read.
+
+    Raises:
+        TLSError: naming the cause (missing or rejected client certificate, untrusted
+            server certificate, name mismatch, plaintext server).
+    """
+    host, port = parse_address(address)
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError:
+        return  # not a TLS problem; gRPC reports and retries it
+    with contextlib.closing(raw):
+        try:
+            with context.wrap_socket(raw, server_hostname=tls.server_name or host) as conn:
+                conn.sendall(_H2_PREFACE)
+                conn.recv(64)
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
+            return  # closed without a TLS verdict (e.g. a broker shutting down)
+        except ssl.SSLError as exc:
+            raise error_from_tls_exception(address, exc) from None
+        except OSError:
+            return
+
+
 class ChannelPool:
     """Lazily created gRPC channels and stubs keyed by ``host:port``.
+
+    With TLS, the first channel to each broker is created only after a
+    :func:`preflight_tls` to it passed (or was inconclusive).
 
     Thread-safe.
     """
@@ -57,6 +171,8 @@ class ChannelPool:
         self._forked = False
         self._used = False
         self._factory = channel_factory or self._make_channel
+        self._checked: set[str] = set()
+        self._tls_context: ssl.SSLContext | None = None
 
     def _channel_options(self, streaming_reads: bool) -> list[tuple[str, Any]]:
         merged = dict(_BASE_OPTIONS)
@@ -104,6 +220,7 @@ class ChannelPool:
         entry = self._stubs.get(key)
         if entry is not None:
             return entry[1]
+        self.check_tls(address)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("client is closed")
@@ -114,6 +231,28 @@ class ChannelPool:
                 self._stubs[key] = entry
                 self._used = True
             return entry[1]
+
+    def check_tls(self, address: str) -> None:
+        """Run :func:`preflight_tls` once per broker (outside the lock: it does I/O).
+
+        Called before the first channel to ``address`` is made; a transport that opens
+        its own sockets (the ``"h2"`` publish stream) should call it too. Without TLS,
+        or once the broker passed, it returns at once.
+
+        Raises:
+            TLSError: the handshake failed for a TLS reason (checked again next time).
+            ConfigurationError: the TLS options' certificates do not load.
+        """
+        tls = self._options.tls
+        if tls is None or address in self._checked or self._factory != self._make_channel:
+            return
+        context = self._tls_context
+        if context is None:
+            context = self._tls_context = tls_context(tls)
+        timeout = min(self._options.rpc_timeout, _PREFLIGHT_TIMEOUT)
+        preflight_tls(address, tls, context, timeout)
+        with self._lock:
+            self._checked.add(address)
 
     @property
     def connected(self) -> bool:

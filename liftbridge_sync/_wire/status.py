@@ -5,12 +5,22 @@ siblings :func:`error_from_async_error` and :func:`error_from_ack_error` do the 
 the per-message failures of ``PublishAsync``. Callers say in which :class:`CallContext`
 a status arrived, since the same code means different things on different RPCs
 (NOT_FOUND is a missing stream for DeleteStream but a deleted stream in the middle of a
-subscription). Pure functions: thread-safe.
+subscription). :func:`error_from_tls_exception` classifies the ``ssl`` errors of a
+handshake made by this package itself (the TLS pre-flight of
+``_transport.channels``) with the same causes as the gRPC statuses.
+
+TLS failures reach us from gRPC as UNAVAILABLE with the C-core's last connection error
+in the details; :func:`_tls_error` turns those into a non-retryable
+:class:`~liftbridge_sync.errors.TLSError` naming the cause, instead of a
+:class:`~liftbridge_sync.errors.BrokerUnavailableError` that is retried for seconds.
+Pure functions: thread-safe.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import ssl
 
 import grpc
 
@@ -31,6 +41,7 @@ from liftbridge_sync.errors import (
     ServerError,
     StreamDeletedError,
     StreamExistsError,
+    TLSError,
     UnsupportedError,
 )
 
@@ -40,6 +51,7 @@ __all__ = [
     "error_from_async_error",
     "error_from_rpc_error",
     "error_from_status",
+    "error_from_tls_exception",
 ]
 
 
@@ -71,6 +83,146 @@ def _contains(details: str, hints: tuple[str, ...]) -> bool:
     return any(hint in lowered for hint in hints)
 
 
+_CLIENT_CERT_FIX = (
+    "the broker requires a client certificate signed by a CA it trusts (mutual TLS): "
+    "set TLSOptions(client_cert=..., client_key=...) to one it accepts"
+)
+#: What to tell the user, per ``TLSError.reason``.
+_TLS_CAUSES: dict[str, str] = {
+    "client_certificate_required": (
+        "the broker requires a client certificate (mutual TLS) and none was sent: "
+        "set TLSOptions(client_cert=..., client_key=...)"
+    ),
+    "client_certificate_rejected": (
+        "the broker rejected the client certificate (unknown CA, expired or not for "
+        "client authentication); " + _CLIENT_CERT_FIX
+    ),
+    "client_certificate_missing_or_rejected": (
+        "the broker closed the connection right after the TLS handshake: the client sent "
+        "no certificate or one the broker does not accept; " + _CLIENT_CERT_FIX
+    ),
+    "server_certificate_untrusted": (
+        "the broker's certificate is not signed by a trusted CA: set TLSOptions(ca_cert=...) "
+        "to the CA that signed it"
+    ),
+    "server_name_mismatch": (
+        "the broker's certificate is not valid for the name connected to: connect by a "
+        "name or IP address in its subjectAltName, or set TLSOptions(server_name=...)"
+    ),
+    "server_requires_tls": (
+        "the broker closed the plaintext connection at once: it most likely requires TLS "
+        "(set ClientOptions.tls / Client(tls=TLSOptions(...))), or a proxy in front of it "
+        "refused the connection"
+    ),
+    "server_not_tls": (
+        "the broker does not speak TLS (plaintext server): leave out ClientOptions.tls"
+    ),
+    "handshake_failed": "the TLS handshake failed",
+}
+
+#: Substrings of gRPC's connection errors, first match wins: (hint, reason).
+#: ``Unwrap failed (TSI_DATA_CORRUPTED)`` is what gRPC reports when the server's alert
+#: (certificate required / unknown CA) arrives after the client finished a TLS 1.3
+#: handshake; the alert itself only goes to the C-core's log, so both client-certificate
+#: causes look the same here (the pre-flight in ``_transport.channels`` tells them apart).
+_GRPC_TLS_HINTS: tuple[tuple[str, str], ...] = (
+    ("certificate_required", "client_certificate_required"),
+    ("alert_unknown_ca", "client_certificate_rejected"),
+    ("alert_bad_certificate", "client_certificate_rejected"),
+    ("tsi_data_corrupted", "client_certificate_missing_or_rejected"),
+    ("hostname verification", "server_name_mismatch"),
+    ("peer name", "server_name_mismatch"),
+    ("wrong_version_number", "server_not_tls"),
+    ("certificate_verify_failed", "server_certificate_untrusted"),
+    ("tls handshake failed", "handshake_failed"),
+    ("handshake failed", "handshake_failed"),
+    ("handshake read failed", "handshake_failed"),
+    ("tsi_", "handshake_failed"),
+    ("ssl_error", "handshake_failed"),
+)
+#: A plaintext connection the broker closed before HTTP/2 started (not a broken stream,
+#: which reads just "Socket closed" without the connect prefix).
+_CLOSED_AT_CONNECT = re.compile(r"failed to connect to all addresses.*socket closed", re.I | re.S)
+
+
+def _tls_message(reason: str, where: str, detail: str) -> str:
+    return f"{where}: TLS failure: {_TLS_CAUSES[reason]} ({detail})"
+
+
+def _tls_error(code_name: str, details: str, where: str) -> TLSError | None:
+    """A :class:`TLSError` if a gRPC connection error is a TLS failure, else None."""
+    lowered = details.lower()
+    for hint, reason in _GRPC_TLS_HINTS:
+        if hint in lowered:
+            return TLSError(
+                _tls_message(reason, where, details), reason=reason, code=code_name, details=details
+            )
+    if _CLOSED_AT_CONNECT.search(details):
+        reason = "server_requires_tls"
+        return TLSError(
+            _tls_message(reason, where, details), reason=reason, code=code_name, details=details
+        )
+    return None
+
+
+#: OpenSSL reason codes of ``ssl.SSLError`` (``exc.reason``) to causes.
+_SSL_REASONS: dict[str, str] = {
+    "TLSV13_ALERT_CERTIFICATE_REQUIRED": "client_certificate_required",
+    "TLSV1_ALERT_UNKNOWN_CA": "client_certificate_rejected",
+    "SSLV3_ALERT_BAD_CERTIFICATE": "client_certificate_rejected",
+    "SSLV3_ALERT_CERTIFICATE_EXPIRED": "client_certificate_rejected",
+    "SSLV3_ALERT_UNSUPPORTED_CERTIFICATE": "client_certificate_rejected",
+    "TLSV1_ALERT_DECRYPT_ERROR": "client_certificate_rejected",
+    "WRONG_VERSION_NUMBER": "server_not_tls",
+    "RECORD_LAYER_FAILURE": "server_not_tls",
+    "PACKET_LENGTH_TOO_LONG": "server_not_tls",
+    "HTTP_REQUEST": "server_not_tls",
+}
+
+
+def error_from_tls_exception(address: str, error: ssl.SSLError) -> TLSError:
+    """Classify the ``ssl`` error of a handshake this package made itself.
+
+    Args:
+        address: ``host:port`` of the broker.
+        error: What ``ssl`` raised during the handshake or the first read after it (a
+            TLS 1.3 server sends its verdict on the client certificate only then).
+
+    Returns:
+        The :class:`TLSError` to raise, naming the cause.
+    """
+    where = f"TLS to {address}"
+    detail = str(error)
+    if isinstance(error, ssl.SSLCertVerificationError):
+        text = (error.verify_message or detail).lower()
+        reason = "server_name_mismatch" if "mismatch" in text else "server_certificate_untrusted"
+    else:
+        reason = _SSL_REASONS.get(str(error.reason or ""), "handshake_failed")
+    return TLSError(_tls_message(reason, where, detail), reason=reason, details=detail)
+
+
+_DENIED = re.compile(r"not authorized to call (\S+) on resource (\S*)", re.I)
+
+
+def _permission_denied(where: str, details: str, code: str) -> PermissionDeniedError:
+    """A :class:`PermissionDeniedError` naming the refused operation and stream, if known."""
+    match = _DENIED.search(details)
+    if match is None:
+        return PermissionDeniedError(
+            f"{where}: permission denied: {details or code}", code=code, details=details
+        )
+    operation, resource = match.group(1), match.group(2)
+    what = "all streams" if resource == "*" else f"{resource!r}"
+    return PermissionDeniedError(
+        f"{where}: permission denied: the server's ACL does not allow this client "
+        f"certificate's identity to call {operation} on {what} ({details})",
+        operation=operation,
+        resource=resource,
+        code=code,
+        details=details,
+    )
+
+
 def error_from_status(
     code: grpc.StatusCode, details: str, context: CallContext = CallContext.GENERIC
 ) -> LiftbridgeError:
@@ -96,13 +248,16 @@ def error_from_status(
 
     sc = grpc.StatusCode
     if code is sc.UNAVAILABLE:
+        tls_error = _tls_error(name, details, where)
+        if tls_error is not None:
+            return tls_error
         return make(BrokerUnavailableError, f"{where}: broker unavailable: {text}")
     if code is sc.DEADLINE_EXCEEDED:
         return make(DeadlineExceededError, f"{where}: deadline exceeded: {text}")
     if code is sc.ALREADY_EXISTS:
         return make(StreamExistsError)
     if code in (sc.PERMISSION_DENIED, sc.UNAUTHENTICATED):
-        return make(PermissionDeniedError)
+        return _permission_denied(where, details, name)
     if code is sc.UNIMPLEMENTED:
         return make(UnsupportedError, f"{where}: the server does not support this RPC: {text}")
     if code is sc.INVALID_ARGUMENT:
@@ -138,7 +293,7 @@ def error_from_status(
         return make(ServerError)
 
     if code is sc.UNKNOWN and "not authorized" in text.lower():
-        return make(PermissionDeniedError)
+        return _permission_denied(where, details, name)
 
     if code is sc.INTERNAL and _contains(text, _NO_METADATA_LEADER_HINTS):
         return make(BrokerUnavailableError, f"{where}: no metadata leader yet: {text}")
@@ -191,7 +346,7 @@ def error_from_async_error(code: int, message: str) -> LiftbridgeError:
     if name == "INCORRECT_OFFSET":
         return IncorrectOffsetError(text, code=name, details=message)
     if name == "PERMISSION_DENIED":
-        return PermissionDeniedError(text, code=name, details=message)
+        return _permission_denied("publish", message, name)
     return PublishRejectedError(text, code=name, details=message)
 
 

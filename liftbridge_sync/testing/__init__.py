@@ -29,6 +29,14 @@ if TYPE_CHECKING:
         ServerStartError,
     )
     from liftbridge_sync.testing._server import LiftbridgeServer
+    from liftbridge_sync.testing._tls import (
+        AUTHZ_MODEL,
+        PROBE_CLIENT,
+        ServerTLS,
+        TestCertificates,
+        generate_certificates,
+        write_policy,
+    )
     from liftbridge_sync.testing._versions import (
         COMPAT_VERSION,
         PINNED_COMMIT,
@@ -36,6 +44,12 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AUTHZ_MODEL": "_tls",
+    "PROBE_CLIENT": "_tls",
+    "ServerTLS": "_tls",
+    "TestCertificates": "_tls",
+    "generate_certificates": "_tls",
+    "write_policy": "_tls",
     "COMPAT_VERSION": "_versions",
     "FAST_FAILOVER": "_cluster",
     "LEADER_LOG_LINE": "_process",
@@ -61,6 +75,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AUTHZ_MODEL",
     "COMPAT_VERSION",
     "ClusterNode",
     "DockerLiftbridgeServer",
@@ -75,14 +90,19 @@ __all__ = [
     "NatsServer",
     "PINNED_COMMIT",
     "PINNED_PSEUDO_VERSION",
+    "PROBE_CLIENT",
     "ServerInstallError",
     "ServerStartError",
+    "ServerTLS",
+    "TestCertificates",
     "cache_dir",
     "detect_version",
     "docker_unavailable_reason",
     "find_installed",
     "find_nats_server",
+    "generate_certificates",
     "install_server",
+    "write_policy",
 ]
 
 

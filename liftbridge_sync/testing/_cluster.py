@@ -20,6 +20,7 @@ from liftbridge_sync.testing._net import free_port
 from liftbridge_sync.testing._process import LiftbridgeProcess, ServerStartError, internal_streams
 from liftbridge_sync.testing._rpc import fetch_metadata
 from liftbridge_sync.testing._server import base_config, unique_name
+from liftbridge_sync.testing._tls import ServerTLS
 
 __all__ = ["FAST_FAILOVER", "ClusterNode", "LiftbridgeCluster"]
 
@@ -80,6 +81,8 @@ class LiftbridgeCluster:
         startup_timeout: Seconds to wait for the cluster to be ready.
         base_dir: Parent of the temporary directory.
         namespace: ``clustering.namespace`` (default: unique).
+        tls: TLS, mutual TLS and ACL settings of every node (default: plaintext); the
+            nodes talk to each other over NATS, so only clients and probes use it.
     """
 
     def __init__(
@@ -95,9 +98,13 @@ class LiftbridgeCluster:
         startup_timeout: float = 60.0,
         base_dir: str | Path | None = None,
         namespace: str | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("size must be >= 1")
+        if tls is not None and not isinstance(tls, ServerTLS):
+            raise TypeError(f"tls must be a ServerTLS or None, got {type(tls).__name__}")
+        self.tls = tls
         self.size = size
         self._installed = installed
         self._cursors_partitions = cursors_partitions
@@ -169,6 +176,8 @@ class LiftbridgeCluster:
             )
             config["clustering.raft.bootstrap.peers"] = list(ids)
             config.update(FAST_FAILOVER)
+            if self.tls is not None:
+                config.update(self.tls.server_config(run_dir))
             config.update(self._extra_config)
             check_keys(config.keys(), installed.version, installed.supports_telemetry_key)
             node = ClusterNode(
@@ -183,6 +192,7 @@ class LiftbridgeCluster:
                 env=self._env,
                 require_leader=False,
                 startup_timeout=self.startup_timeout,
+                tls=self.tls,
             )
             node.index = index
             nodes.append(node)
@@ -287,7 +297,7 @@ class LiftbridgeCluster:
         node.wait_ready(timeout)
         while True:
             try:
-                brokers = fetch_metadata(node.address).brokers
+                brokers = fetch_metadata(node.address, tls=self.tls).brokers
                 if len(brokers) >= self.size:
                     return
             except (grpc.RpcError, TimeoutError):
@@ -333,7 +343,9 @@ class LiftbridgeCluster:
             if not node.running:
                 continue
             try:
-                return fetch_metadata(node.address, timeout=timeout, streams=streams or ())
+                return fetch_metadata(
+                    node.address, timeout=timeout, streams=streams or (), tls=self.tls
+                )
             except grpc.RpcError as exc:
                 errors.append(f"{node.address}: {exc.code()}")
             except TimeoutError as exc:

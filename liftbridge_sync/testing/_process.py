@@ -9,10 +9,14 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from liftbridge_sync.testing._config import KNOWN_KEYS_V1_9_0, TELEMETRY_KEYS, write_config
 from liftbridge_sync.testing._install import InstalledServer
 from liftbridge_sync.testing._reaper import track, untrack
+
+if TYPE_CHECKING:
+    from liftbridge_sync.testing._tls import ServerTLS
 
 __all__ = ["LEADER_LOG_LINE", "LiftbridgeProcess", "ServerStartError", "internal_streams"]
 
@@ -74,6 +78,9 @@ class LiftbridgeProcess:
         require_leader: Readiness also requires the metadata-leader log line
             (true for single nodes; cluster followers never log it).
         startup_timeout: Seconds to wait for readiness.
+        tls: The server's TLS settings (its ``tls.*`` keys must be in ``config``);
+            the readiness probe then speaks TLS with them, presenting
+            ``tls.client_cert`` under mutual TLS. ``None``: plaintext.
     """
 
     def __init__(
@@ -90,6 +97,7 @@ class LiftbridgeProcess:
         env: Mapping[str, str] | None = None,
         require_leader: bool = True,
         startup_timeout: float = 30.0,
+        tls: ServerTLS | None = None,
     ) -> None:
         self.installed = installed
         self.run_dir = run_dir
@@ -104,6 +112,8 @@ class LiftbridgeProcess:
         self.log_path = run_dir / f"liftbridge-{server_id}.log"
         self.require_leader = require_leader
         self.startup_timeout = startup_timeout
+        self.tls = tls
+        self._probe_error: str | None = None
         self._extra_env = dict(env or {})
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_offset = 0
@@ -202,9 +212,22 @@ class LiftbridgeProcess:
         from liftbridge_sync.testing._rpc import fetch_metadata
 
         try:
-            response = fetch_metadata(self.address, timeout=5.0)
-        except (grpc.RpcError, TimeoutError):
+            response = fetch_metadata(self.address, timeout=5.0, tls=self.tls)
+        except TimeoutError as exc:
+            self._probe_error = str(exc)
             return False
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details()
+            self._probe_error = f"{code.name}: {details}"
+            if "not authorized" in (details or ""):
+                # ACLs deny the probe's identity: waiting cannot help.
+                self.kill()
+                raise self._start_error(
+                    f"refused the readiness probe's FetchMetadata ({details}); the authz "
+                    "policy must allow the probe's client certificate CN FetchMetadata on '*'"
+                ) from None
+            return False
+        self._probe_error = None
         streams = {meta.name for meta in response.streamMetadata}
         return len(response.brokers) > 0 and internal_streams(self.config) <= streams
 
@@ -246,7 +269,8 @@ class LiftbridgeProcess:
                 return
             if time.monotonic() >= deadline:
                 self.kill()
-                raise self._start_error(f"was not ready within {budget:.0f}s")
+                last = f" (last probe: {self._probe_error})" if self._probe_error else ""
+                raise self._start_error(f"was not ready within {budget:.0f}s{last}")
             time.sleep(_POLL_INTERVAL)
 
     def _start_error(self, what: str) -> ServerStartError:

@@ -4,28 +4,49 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+
+if TYPE_CHECKING:
+    from liftbridge_sync.testing._tls import ServerTLS
 
 __all__ = ["create_stream", "fetch_metadata", "stub"]
 
 _CHANNEL_OPTIONS = [("grpc.enable_http_proxy", 0)]
 
 
+def _channel(address: str, tls: ServerTLS | None) -> grpc.Channel:
+    if tls is None:
+        return grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    client_cert = tls.client_cert.read_bytes() if tls.client_cert is not None else None
+    client_key = tls.client_key.read_bytes() if tls.client_key is not None else None
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca.read_bytes(),
+        private_key=client_key,
+        certificate_chain=client_cert,
+    )
+    options: list[tuple[str, Any]] = list(_CHANNEL_OPTIONS)
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return grpc.secure_channel(address, credentials, options=options)
+
+
 @contextlib.contextmanager
-def stub(address: str) -> Iterator[api_pb2_grpc.APIStub]:
-    """Yield an API stub on a fresh insecure channel, closed afterwards.
+def stub(address: str, tls: ServerTLS | None = None) -> Iterator[api_pb2_grpc.APIStub]:
+    """Yield an API stub on a fresh channel, closed afterwards.
 
     Args:
         address: ``host:port`` of a broker.
+        tls: Speak TLS with these settings (the probe's client certificate under
+            mutual TLS); ``None`` for plaintext.
 
     Yields:
         The stub.
     """
-    channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+    channel = _channel(address, tls)
     try:
         yield api_pb2_grpc.APIStub(channel)  # type: ignore[no-untyped-call]
     finally:
@@ -33,7 +54,11 @@ def stub(address: str) -> Iterator[api_pb2_grpc.APIStub]:
 
 
 def fetch_metadata(
-    address: str, timeout: float = 10.0, streams: Iterable[str] = ()
+    address: str,
+    timeout: float = 10.0,
+    streams: Iterable[str] = (),
+    *,
+    tls: ServerTLS | None = None,
 ) -> api_pb2.FetchMetadataResponse:
     """Call FetchMetadata on one broker.
 
@@ -48,6 +73,7 @@ def fetch_metadata(
         address: ``host:port`` of the broker.
         timeout: Seconds to wait for the answer (keep it above 3).
         streams: Stream names to ask for (default: all).
+        tls: TLS settings of the server (``None``: plaintext).
 
     Returns:
         The response.
@@ -56,7 +82,7 @@ def fetch_metadata(
         grpc.RpcError: If the call fails.
         TimeoutError: If there is no answer within ``timeout``.
     """
-    with stub(address) as api:
+    with stub(address, tls) as api:
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
         future = api.FetchMetadata.future(request)
         try:
@@ -74,6 +100,7 @@ def create_stream(
     partitions: int = 1,
     replication_factor: int = 1,
     timeout: float = 10.0,
+    tls: ServerTLS | None = None,
 ) -> None:
     """Call CreateStream on one broker (the deadline doubles as a leader wait).
 
@@ -84,11 +111,12 @@ def create_stream(
         partitions: Number of partitions.
         replication_factor: Replication factor (-1 = all brokers).
         timeout: gRPC deadline in seconds.
+        tls: TLS settings of the server (``None``: plaintext).
 
     Raises:
         grpc.RpcError: If the call fails.
     """
-    with stub(address) as api:
+    with stub(address, tls) as api:
         request = api_pb2.CreateStreamRequest(
             name=name,
             subject=subject or name,

@@ -9,11 +9,16 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from liftbridge_sync.testing._config import check_keys, flatten
 from liftbridge_sync.testing._install import InstalledServer, install_server
 from liftbridge_sync.testing._net import LOOPBACK, free_port
 from liftbridge_sync.testing._process import LiftbridgeProcess, ServerStartError
+from liftbridge_sync.testing._tls import ServerTLS
+
+if TYPE_CHECKING:
+    from liftbridge_sync.options import TLSOptions
 
 __all__ = ["LiftbridgeServer", "unique_name"]
 
@@ -80,6 +85,14 @@ class LiftbridgeServer:
     context manager; leaving the block stops the server and removes the
     directory.
 
+    With ``tls`` the server speaks TLS only (mutual TLS and casbin ACLs too, as the
+    :class:`~liftbridge_sync.testing.ServerTLS` says), and the readiness probe uses
+    the same settings. Certificates can be made at test time::
+
+        certs = generate_certificates(tmp_path, clients=["alice"])
+        with LiftbridgeServer(tls=certs.server_tls(mutual=True)) as server:
+            client = Client([server.address], tls=server.client_tls(*certs.client("alice")))
+
     Not thread-safe: start, stop and restart it from one thread.
 
     Args:
@@ -95,6 +108,7 @@ class LiftbridgeServer:
         base_dir: Parent of the temporary directory (default: the system temp dir).
         namespace: ``clustering.namespace`` (default: unique).
         server_id: ``clustering.server.id`` (default: unique).
+        tls: TLS, mutual TLS and ACL settings (default: plaintext).
     """
 
     def __init__(
@@ -112,7 +126,10 @@ class LiftbridgeServer:
         base_dir: str | Path | None = None,
         namespace: str | None = None,
         server_id: str | None = None,
+        tls: ServerTLS | None = None,
     ) -> None:
+        if tls is not None and not isinstance(tls, ServerTLS):
+            raise TypeError(f"tls must be a ServerTLS or None, got {type(tls).__name__}")
         self._installed = installed
         self._fixed_ports = port is not None or nats_port is not None
         self._port = port if port is not None else free_port()
@@ -128,6 +145,7 @@ class LiftbridgeServer:
         self.server_id = server_id or unique_name("s")
         self._run_dir: Path | None = None
         self._node: LiftbridgeProcess | None = None
+        self._tls = tls
 
     # -- properties ----------------------------------------------------------------------
 
@@ -145,6 +163,22 @@ class LiftbridgeServer:
     def address(self) -> str:
         """``"127.0.0.1:<port>"``."""
         return f"{LOOPBACK}:{self._port}"
+
+    @property
+    def tls(self) -> ServerTLS | None:
+        """The TLS settings, or None for a plaintext server."""
+        return self._tls
+
+    def client_tls(
+        self, cert: str | Path | None = None, key: str | Path | None = None
+    ) -> TLSOptions | None:
+        """Client :class:`~liftbridge_sync.TLSOptions` for this server (None if plaintext).
+
+        Args:
+            cert: Client certificate (default: the probe's, under mutual TLS).
+            key: Its private key.
+        """
+        return None if self._tls is None else self._tls.client_options(cert, key)
 
     @property
     def nats_port(self) -> int:
@@ -220,6 +254,8 @@ class LiftbridgeServer:
         )
         config["clustering.raft.bootstrap.seed"] = True
         config["nats.embedded.config"] = str(nats_conf)
+        if self._tls is not None:
+            config.update(self._tls.server_config(run_dir))
         config.update(self._extra_config)
         check_keys(config.keys(), installed.version, installed.supports_telemetry_key)
         return LiftbridgeProcess(
@@ -234,6 +270,7 @@ class LiftbridgeServer:
             env=self._env,
             require_leader=True,
             startup_timeout=self._startup_timeout,
+            tls=self._tls,
         )
 
     def start(self) -> LiftbridgeServer:
