@@ -18,8 +18,8 @@ from liftbridge_sync import (
     StreamExistsError,
 )
 from liftbridge_sync.cli.errors import ExitCode, exit_code_for
-from liftbridge_sync.cli.output import format_message
 from liftbridge_sync.cli.positions import parse_start, parse_stop
+from liftbridge_sync.tail import format_message
 
 
 @pytest.mark.parametrize(
