@@ -21,7 +21,10 @@ __all__ = ["CommandFailed", "ExitCode", "PipeClosed", "exit_code_for"]
 
 
 class ExitCode(enum.IntEnum):
-    """Process exit status of ``liftbridge-sync``."""
+    """Process exit status of ``liftbridge-sync``.
+
+    Immutable; safe to share between threads.
+    """
 
     #: Success.
     OK = 0
@@ -44,11 +47,17 @@ class ExitCode(enum.IntEnum):
 
 
 class PipeClosed(Exception):
-    """Standard output was closed by its reader; raised instead of ``BrokenPipeError``."""
+    """Standard output was closed by its reader; raised instead of ``BrokenPipeError``.
+
+    Immutable; safe to share between threads.
+    """
 
 
 class CommandFailed(Exception):
-    """A command failed: print ``message`` on one line and exit with ``code``."""
+    """A command failed: print ``message`` on one line and exit with ``code``.
+
+    Immutable; safe to share between threads.
+    """
 
     def __init__(self, message: str, code: ExitCode) -> None:
         super().__init__(message)

@@ -7,17 +7,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
-__all__ = ["Progress", "progress"]
+__all__ = ["Progress", "Silent", "progress"]
 
 
 class Progress(Protocol):
-    """Something to report progress to."""
+    """Something to report progress to.
+
+    Not thread-safe: advance it from one thread.
+    """
 
     def advance(self, amount: float) -> None:
         """Count ``amount`` more units done."""
 
 
-class _Silent:
+class Silent:
+    """Progress that shows nothing.
+
+    Thread-safe: it has no state.
+    """
+
     def advance(self, amount: float) -> None:
         pass
 
@@ -38,7 +46,7 @@ def progress(description: str, total: float | None) -> Iterator[Progress]:
     Not thread-safe: advance it from one thread.
     """
     if not sys.stdout.isatty() or not sys.stderr.isatty():
-        yield _Silent()
+        yield Silent()
         return
     from rich.console import Console
     from rich.progress import Progress as RichProgress

@@ -25,7 +25,7 @@ from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, exit_code_for
 from liftbridge_sync.cli.output import Output
-from liftbridge_sync.cli.progress import Progress, progress
+from liftbridge_sync.cli.progress import Progress, Silent, progress
 
 __all__ = ["publish"]
 
@@ -57,7 +57,10 @@ def _partitioner(name: str | None) -> Partitioner | None:
 
 
 class _Tracker:
-    """Futures in submission order; reports acks in order and keeps the first failure."""
+    """Futures in submission order; reports acks in order and keeps the first failure.
+
+    Not thread-safe: used by the command's main thread only.
+    """
 
     def __init__(self, print_acks: bool) -> None:
         self.pending: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
@@ -206,7 +209,7 @@ def _publish_file(
         _send(
             client,
             stream,
-            _lines(sys.stdin.buffer, _NoBar()),
+            _lines(sys.stdin.buffer, Silent()),
             tracker,
             key,
             key_separator,
@@ -236,11 +239,6 @@ def _publish_file(
             partitioner,
             policy,
         )
-
-
-class _NoBar:
-    def advance(self, amount: float) -> None:
-        pass
 
 
 def _send(

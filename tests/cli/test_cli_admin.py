@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -100,12 +101,9 @@ def test_refused_connection_is_one_line_and_exit_5(liftbridge_address: str) -> N
 
 
 def test_console_script_and_help(liftbridge_address: str) -> None:
-    script = [
-        sys.executable,
-        "-c",
-        "from liftbridge_sync.cli import main; raise SystemExit(main())",
-    ]
-    for command in (script, CLI):
+    script = Path(sys.executable).with_name("liftbridge-sync")
+    assert script.exists(), "the console script is not installed: pip install -e '.[cli]'"
+    for command in ([str(script)], CLI):
         result = subprocess.run(
             [*command, "--help"],
             capture_output=True,
@@ -118,6 +116,16 @@ def test_console_script_and_help(liftbridge_address: str) -> None:
             assert name in result.stdout
     usage = subprocess.run([*CLI, "frobnicate"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "No such command" in usage.stderr
+
+
+def test_without_the_cli_extra_python_m_explains() -> None:
+    script = (
+        "import sys, runpy; sys.modules['click'] = None; "
+        "runpy.run_module('liftbridge_sync', run_name='__main__')"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "liftbridge-sync[cli]" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_bench(run: Run) -> None:

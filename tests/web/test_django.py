@@ -84,3 +84,49 @@ def test_django_example_under_gunicorn(
         requests=1000,
         async_requests=200,
     )
+
+
+CHECKS_SCRIPT = """
+import json
+import django
+from django.conf import settings
+from django.core.checks import run_checks
+from django.test import override_settings
+
+settings.configure(INSTALLED_APPS=["liftbridge_sync.django"], LIFTBRIDGE={"ADDRESSES": "a:1"})
+django.setup()
+cases = {
+    "good": {"ADDRESSES": ["a:1", "b:2"], "RETRY": {"max_attempts": 2}},
+    "missing": None,
+    "not-a-dict": "a:1",
+    "no-addresses": {"ACK_TIMEOUT": 1},
+    "unknown": {"ADDRESSES": "a:1", "ADRESSES": "b:1"},
+    "bad-tls": {"ADDRESSES": "a:1", "TLS": {"client_cert": b"x"}},
+}
+result = {}
+for name, value in cases.items():
+    with override_settings(LIFTBRIDGE=value):
+        if value is None:
+            del settings.LIFTBRIDGE
+        result[name] = [(m.id, m.msg) for m in run_checks(tags=["liftbridge"])]
+print(json.dumps(result))
+"""
+
+
+def test_system_check_messages() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CHECKS_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found.pop("good") == []
+    expected = {
+        "missing": "settings.LIFTBRIDGE is not set",
+        "not-a-dict": "must be a dict",
+        "no-addresses": "LIFTBRIDGE['ADDRESSES'] is required",
+        "unknown": "LIFTBRIDGE['ADRESSES']",
+        "bad-tls": "'client_cert' and 'client_key' must be given together",
+    }
+    for case, text in expected.items():
+        [(check_id, message)] = found[case]
+        assert check_id == "liftbridge_sync.E001" and text in message, (case, message)

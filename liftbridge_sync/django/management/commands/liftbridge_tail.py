@@ -47,6 +47,9 @@ class Command(BaseCommand):
             self._tail(options)
         except LiftbridgeError as exc:
             raise CommandError(str(exc)) from None
+        except KeyboardInterrupt:
+            sys.stderr.write("interrupted\n")
+            sys.exit(130)
         except BrokenPipeError:
             # The reader went away (``| head``): send the rest, and the final flush,
             # to /dev/null instead of printing a traceback.
