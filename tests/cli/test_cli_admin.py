@@ -134,3 +134,54 @@ def test_bench(run: Run) -> None:
     record = json.loads(result.stdout)
     assert record["received"] == record["messages"] == 300
     assert record["publish_per_second"] > 0
+
+
+def test_progress_bars_only_on_a_terminal(liftbridge_address: str, tmp_path: Path) -> None:
+    """bench and publish --file draw progress on a terminal, and nothing into a pipe."""
+    source = tmp_path / "lines.txt"
+    source.write_text("".join(f"line {i}\n" for i in range(300)))
+    name = unique("cli")
+    env = cli_env(liftbridge_address)
+    piped = subprocess.run(
+        [*CLI, "bench", "--count", "300", "--stream", name, "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert piped.returncode == 3  # --stream names a stream that does not exist yet
+    assert subprocess.run([*CLI, "create", name], env=env, timeout=60).returncode == 0
+    try:
+        for args in (
+            ["bench", "--count", "300", "--stream", name],
+            ["publish", name, "-f", str(source)],
+        ):
+            piped = subprocess.run(
+                [*CLI, *args], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert piped.returncode == 0 and "publishing" not in piped.stderr + piped.stdout
+            assert _on_a_terminal([*CLI, *args], env)
+    finally:
+        subprocess.run([*CLI, "delete", name], env=env, timeout=60)
+
+
+def _on_a_terminal(command: list[str], env: dict[str, str]) -> bool:
+    """Run ``command`` with a pseudo-terminal as stdout and stderr; whether a bar was drawn."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
+        env={**env, "TERM": "xterm", "COLUMNS": "100"},
+    )  # fmt: skip
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the terminal closed
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert process.wait(timeout=60) == 0, output
+    return b"publishing" in output
