@@ -8,6 +8,7 @@ import click
 
 from liftbridge_sync import ConfigurationError, __version__
 from liftbridge_sync.cli.context import CliSettings
+from liftbridge_sync.cli.errors import CommandFailed, ExitCode
 
 __all__ = ["cli"]
 
@@ -54,7 +55,7 @@ def cli(ctx: click.Context, addresses: tuple[str, ...], timeout: float, debug: b
     try:
         settings.client_options()
     except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--address") from None
+        raise CommandFailed(f"--address: {exc}", ExitCode.USAGE) from None
 
 
 def settings_of(ctx: click.Context) -> CliSettings:

@@ -100,6 +100,8 @@ def test_subscribe_positions_and_formats(run: Run, stream: str, liftbridge_clien
     binary = run("subscribe", stream, "-P", "0", "-s", "offset:6", "-o", "json")
     record = json.loads(binary.stdout)
     assert record["value_base64"] is True and record["offset"] == 6
+    empty = run("subscribe", stream, "-P", "1")  # nothing yet: ends at once
+    assert (empty.returncode, empty.stdout) == (0, "")
     both = run("subscribe", stream)  # every partition, to the latest
     assert both.returncode == 0 and len(both.stdout.splitlines()) == 7
     bad = run("subscribe", stream, "--start", "yesterday")
