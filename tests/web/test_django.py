@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -130,3 +131,32 @@ def test_system_check_messages() -> None:
     for case, text in expected.items():
         [(check_id, message)] = found[case]
         assert check_id == "liftbridge_sync.E001" and text in message, (case, message)
+
+
+def test_liftbridge_tail_follow_and_pipes(
+    liftbridge_address: str, liftbridge_client: Client, web_stream: str
+) -> None:
+    liftbridge_client.create_stream(web_stream, web_stream)
+    futures = [liftbridge_client.publish_async(web_stream, b"z" * 1024) for _ in range(300)]
+    for future in futures:
+        future.result()
+    env = {**os.environ, "LIFTBRIDGE_ADDRESSES": liftbridge_address}
+    piped = subprocess.run(
+        ["bash", "-c", f"{sys.executable} manage.py liftbridge_tail {web_stream} | head -n 1"],
+        cwd=PROJECT, capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert piped.stdout == "z" * 1024 + "\n" and piped.stderr == "", piped.stderr
+
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "liftbridge_tail", web_stream, "-F", "-s", "offset:299"],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"z" * 1024 + b"\n"  # blocks until printed
+        liftbridge_client.publish(web_stream, b"after")
+        assert process.stdout.readline() == b"after\n"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 130 and b"Traceback" not in err, err
