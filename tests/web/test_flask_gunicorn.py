@@ -28,6 +28,6 @@ def test_flask_example_under_gunicorn(
         env={"LIFTBRIDGE_ADDRESSES": liftbridge_address, "EXAMPLE_STREAM": web_stream},
         client=liftbridge_client,
         stream=web_stream,
-        requests=1500,
+        requests=1000,
         async_requests=200,
     )
