@@ -23,6 +23,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (1, ["liftbridge_sync.models", "liftbridge_sync.options", "liftbridge_sync._runtime"]),
     (2, ["liftbridge_sync.positions", "liftbridge_sync.partitioners"]),
     (3, ["liftbridge_sync._wire", "liftbridge_sync.envelope", "liftbridge_sync.sbp"]),
+    (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
     (4, ["liftbridge_sync._transport"]),
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
     (6, ["liftbridge_sync.client"]),
@@ -93,7 +94,11 @@ def _imports(module: str, path: Path, known: set[str]) -> set[str]:
                 anchor = anchor if is_package else anchor[:-1]
                 anchor = anchor[: len(anchor) - node.level + 1]
                 base = ".".join([*anchor, base] if base else anchor)
-            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            submodules = [f"{base}.{alias.name}" for alias in node.names]
+            # ``from package import module`` depends on the module, not on the package's
+            # face (which Python runs anyway, as it does for any import of a submodule).
+            names_only = [m for m in submodules if m not in known]
+            targets = submodules + ([base] if names_only else [])
         for target in targets:
             while target and target not in known:
                 target = target.rpartition(".")[0]

@@ -75,3 +75,20 @@ def test_generated_code_imports_from_inside_the_package() -> None:
     assert "/proto.API/PublishAsync" in Path(api_pb2_grpc.__file__).read_text()
     # The v2 reverse flag is field 12, as the server's liftbridge-api v2 module says.
     assert api_pb2.SubscribeRequest.DESCRIPTOR.fields_by_name["reverse"].number == 12
+
+
+def test_import_does_not_load_the_extras() -> None:
+    """The core stays light: web frameworks and CLI libraries load only when asked for."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import liftbridge_sync
+        heavy = ("click", "rich", "flask", "django", "gunicorn", "werkzeug", "typer")
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+        assert not loaded, loaded
+        assert "liftbridge_sync.cli" not in sys.modules
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr

@@ -1,0 +1,118 @@
+"""Stream administration: ``create``, ``delete``, ``pause``, ``readonly``, ``cursor``."""
+
+from __future__ import annotations
+
+import click
+
+from liftbridge_sync.cli.app import cli, settings_of
+from liftbridge_sync.cli.context import open_client
+
+__all__ = ["create", "cursor", "delete", "pause", "readonly"]
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-s", "--subject", help="NATS subject (default: the stream name).")
+@click.option("-p", "--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("-r", "--replication-factor", type=int, default=1, show_default=True)
+@click.option("--group", help="NATS queue group.")
+@click.option("--retention-max-messages", type=click.IntRange(min=0))
+@click.option("--retention-max-bytes", type=click.IntRange(min=0))
+@click.option("--retention-max-age", type=click.FloatRange(min=0), help="Seconds.")
+@click.option("--compact/--no-compact", default=None, help="Keep the latest message per key.")
+@click.option("--exist-ok", is_flag=True, help="Succeed if the stream already exists.")
+@click.pass_context
+def create(
+    ctx: click.Context,
+    name: str,
+    subject: str | None,
+    partitions: int,
+    replication_factor: int,
+    group: str | None,
+    retention_max_messages: int | None,
+    retention_max_bytes: int | None,
+    retention_max_age: float | None,
+    compact: bool | None,
+    exist_ok: bool,
+) -> None:
+    """Create stream NAME."""
+    with open_client(settings_of(ctx)) as client:
+        created = client.create_stream(
+            subject or name,
+            name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            group=group,
+            retention_max_messages=retention_max_messages,
+            retention_max_bytes=retention_max_bytes,
+            retention_max_age=retention_max_age,
+            compact_enabled=compact,
+            exist_ok=exist_ok,
+        )
+    click.echo(f"created stream {name}" if created else f"stream {name} already exists", err=True)
+
+
+@cli.command()
+@click.argument("name")
+@click.pass_context
+def delete(ctx: click.Context, name: str) -> None:
+    """Delete stream NAME."""
+    with open_client(settings_of(ctx)) as client:
+        client.delete_stream(name)
+    click.echo(f"deleted stream {name}", err=True)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-P", "--partition", "partitions", type=int, multiple=True, help="Repeatable.")
+@click.option("--resume-all", is_flag=True, help="A publish to any partition resumes all.")
+@click.pass_context
+def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all: bool) -> None:
+    """Pause partitions of stream NAME (all by default)."""
+    with open_client(settings_of(ctx)) as client:
+        client.pause_stream(name, partitions=partitions or None, resume_all=resume_all)
+    click.echo(f"paused stream {name}", err=True)
+
+
+@cli.command()
+@click.argument("name")
+@click.option("-P", "--partition", "partitions", type=int, multiple=True, help="Repeatable.")
+@click.option("--off", is_flag=True, help="Make the partitions writable again.")
+@click.pass_context
+def readonly(ctx: click.Context, name: str, partitions: tuple[int, ...], off: bool) -> None:
+    """Make partitions of stream NAME read-only (all by default), or writable with --off."""
+    with open_client(settings_of(ctx)) as client:
+        client.set_stream_readonly(name, partitions=partitions or None, readonly=not off)
+    click.echo(f"stream {name} is {'writable' if off else 'read-only'}", err=True)
+
+
+@cli.group()
+def cursor() -> None:
+    """Read or store a consumer cursor (the last processed offset)."""
+
+
+@cursor.command("get")
+@click.argument("stream")
+@click.argument("cursor_id")
+@click.option("-P", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
+@click.pass_context
+def cursor_get(ctx: click.Context, stream: str, cursor_id: str, partition: int) -> None:
+    """Print the offset stored under CURSOR_ID for STREAM (-1 when none)."""
+    with open_client(settings_of(ctx)) as client:
+        offset = client.fetch_cursor(cursor_id, stream, partition)
+    click.echo(str(offset))
+
+
+@cursor.command("set")
+@click.argument("stream")
+@click.argument("cursor_id")
+@click.argument("offset", type=click.IntRange(min=-1))
+@click.option("-P", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
+@click.pass_context
+def cursor_set(
+    ctx: click.Context, stream: str, cursor_id: str, offset: int, partition: int
+) -> None:
+    """Store OFFSET under CURSOR_ID for STREAM."""
+    with open_client(settings_of(ctx)) as client:
+        client.set_cursor(cursor_id, stream, partition, offset)
+    click.echo(f"cursor {cursor_id} of {stream}[{partition}] = {offset}", err=True)

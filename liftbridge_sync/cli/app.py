@@ -1,0 +1,68 @@
+"""The ``liftbridge-sync`` click group and its global options."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from liftbridge_sync import ConfigurationError, __version__
+from liftbridge_sync.cli.context import CliSettings
+from liftbridge_sync.cli.errors import CommandFailed, ExitCode
+
+__all__ = ["cli"]
+
+
+def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
+    items = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    return tuple(items) or ("localhost:9292",)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "-a",
+    "--address",
+    "addresses",
+    multiple=True,
+    envvar="LIFTBRIDGE_ADDRESSES",
+    help="Seed broker host:port; repeat or comma-separate (env LIFTBRIDGE_ADDRESSES; "
+    "default localhost:9292).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    envvar="LIFTBRIDGE_TIMEOUT",
+    help="Seconds for each request and for reaching a broker.",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
+@click.version_option(__version__, "-V", "--version", prog_name="liftbridge-sync")
+@click.pass_context
+def cli(ctx: click.Context, addresses: tuple[str, ...], timeout: float, debug: bool) -> None:
+    """Manage and use Liftbridge streams from the shell.
+
+    Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 exists, 5 broker unavailable,
+    6 publish failed, 130 interrupted, 141 output pipe closed.
+    """
+    if isinstance(addresses, str):  # an envvar with multiple=True may arrive split or not
+        addresses = (addresses,)
+    settings = CliSettings(addresses=_addresses(addresses), timeout=timeout, debug=debug)
+    state = ctx.ensure_object(dict)
+    state["settings"] = settings
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+    try:
+        settings.client_options()
+    except ConfigurationError as exc:
+        raise CommandFailed(f"--address: {exc}", ExitCode.USAGE) from None
+
+
+def settings_of(ctx: click.Context) -> CliSettings:
+    """The :class:`CliSettings` of the running command.
+
+    Thread-safe: reads the click context.
+    """
+    settings = ctx.find_root().ensure_object(dict)["settings"]
+    assert isinstance(settings, CliSettings)
+    return settings

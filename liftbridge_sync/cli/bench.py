@@ -1,0 +1,98 @@
+"""``bench``: quick publish and subscribe throughput against a server."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import uuid
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from liftbridge_sync import NoSuchStreamError, StartAt, StopAt
+from liftbridge_sync.cli.app import cli, settings_of
+from liftbridge_sync.cli.context import open_client
+from liftbridge_sync.cli.errors import CommandFailed, ExitCode
+from liftbridge_sync.cli.output import Output
+from liftbridge_sync.cli.progress import progress
+
+__all__ = ["bench"]
+
+
+@cli.command()
+@click.option("-n", "--count", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option(
+    "--size", type=click.IntRange(min=0), default=100, show_default=True, help="Bytes per message."
+)
+@click.option("--stream", help="Use this existing stream (default: a temporary one).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_context
+def bench(ctx: click.Context, count: int, size: int, stream: str | None, as_json: bool) -> None:
+    """Publish COUNT messages with publish_async, then read them back; print the rates."""
+    payload = b"x" * size
+    with open_client(settings_of(ctx)) as client:
+        temporary = stream is None
+        name = stream or f"liftbridge-sync-bench-{uuid.uuid4().hex[:8]}"
+        if temporary:
+            client.create_stream(name, name)
+        try:
+            first = client.fetch_partition_metadata(name, 0).newest_offset + 1
+            begin = time.perf_counter()
+            failures = 0
+            with progress("publishing", count) as bar:
+                futures = []
+                for _ in range(count):
+                    futures.append(client.publish_async(name, payload, partition=0))
+                    bar.advance(1)
+                for future in futures:
+                    failures += future.exception() is not None
+            published = time.perf_counter() - begin
+            if failures:
+                raise CommandFailed(
+                    f"{failures} of {count} publishes failed", ExitCode.PUBLISH_FAILED
+                )
+            begin = time.perf_counter()
+            received = 0
+            with (
+                progress("subscribing", count) as bar,
+                client.subscribe(
+                    name, start=StartAt.offset(first), stop=StopAt.offset(first + count - 1)
+                ) as sub,
+            ):
+                for _ in sub:
+                    received += 1
+                    bar.advance(1)
+            read = time.perf_counter() - begin
+        finally:
+            if temporary:
+                try:
+                    client.delete_stream(name)
+                except NoSuchStreamError:
+                    pass
+    results = {
+        "messages": count,
+        "bytes": size,
+        "publish_seconds": round(published, 4),
+        "publish_per_second": round(count / published),
+        "subscribe_seconds": round(read, 4),
+        "subscribe_per_second": round(received / read) if read else 0,
+        "received": received,
+    }
+    out = Output()
+    if as_json:
+        out.write(json.dumps(results).encode() + b"\n")
+    else:
+        table = Table(title=f"bench: {count} messages of {size} bytes")
+        for column in ("phase", "seconds", "msg/s", "MB/s"):
+            table.add_column(column, justify="right")
+        for phase, seconds in (("publish", published), ("subscribe", read)):
+            rate = count / seconds if seconds else 0.0
+            table.add_row(phase, f"{seconds:.3f}", f"{rate:,.0f}", f"{rate * size / 1e6:.2f}")
+        buffer = io.StringIO()
+        Console(file=buffer, width=100).print(table)
+        out.write(buffer.getvalue().encode())
+    out.flush()
+    if received != count:
+        raise CommandFailed(f"read back {received} of {count} messages", ExitCode.ERROR)

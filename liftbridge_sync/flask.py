@@ -1,0 +1,92 @@
+"""Flask integration (extra ``flask``): one Liftbridge client per worker process.
+
+Example::
+
+    from flask import Flask
+    from liftbridge_sync.flask import Liftbridge
+
+    app = Flask(__name__)
+    app.config["LIFTBRIDGE_ADDRESSES"] = "localhost:9292"
+    liftbridge = Liftbridge(app)
+
+    @app.post("/orders")
+    def create_order():
+        ack = liftbridge.client.publish("orders", request.get_data())
+        return {"offset": ack.offset}
+
+Settings are ``LIFTBRIDGE_<NAME>`` keys of ``app.config`` with the names of
+:mod:`liftbridge_sync.settings` (``LIFTBRIDGE_ADDRESSES``, ``LIFTBRIDGE_TLS``,
+``LIFTBRIDGE_RPC_TIMEOUT``, ...). They are checked by :meth:`Liftbridge.init_app`.
+
+The client is :meth:`Client.for_process <liftbridge_sync.Client.for_process>`: created
+lazily on first use in each process, never carried across a fork (a pre-forking server's
+master may use it before forking its workers), and flushed and closed when the process
+exits, not after each request.
+"""
+
+from __future__ import annotations
+
+from flask import Flask, current_app
+
+from liftbridge_sync import Client, ClientOptions, ConfigurationError
+from liftbridge_sync.settings import options_from_settings
+
+__all__ = ["EXTENSION_KEY", "Liftbridge", "get_client", "options_from_config"]
+
+#: Key of the extension in ``app.extensions``.
+EXTENSION_KEY = "liftbridge"
+_PREFIX = "LIFTBRIDGE_"
+
+
+def options_from_config(config: dict[str, object]) -> ClientOptions:
+    """Client options from the ``LIFTBRIDGE_*`` keys of a Flask config.
+
+    Raises:
+        ConfigurationError: naming the bad ``LIFTBRIDGE_*`` key.
+
+    Thread-safe: a pure function.
+    """
+    settings = {
+        key[len(_PREFIX) :]: value for key, value in config.items() if key.startswith(_PREFIX)
+    }
+    return options_from_settings(settings, label=lambda name: _PREFIX + name)
+
+
+class Liftbridge:
+    """The Flask extension: ``Liftbridge(app)`` or ``Liftbridge()`` then ``init_app(app)``.
+
+    Thread-safe: :attr:`client` may be used from every request thread; each process
+    gets its own client.
+    """
+
+    def __init__(self, app: Flask | None = None) -> None:
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        """Check ``app.config`` and register the extension in ``app.extensions``.
+
+        Raises:
+            ConfigurationError: if a ``LIFTBRIDGE_*`` setting is missing or invalid.
+        """
+        app.extensions[EXTENSION_KEY] = options_from_config(app.config)
+
+    @property
+    def client(self) -> Client:
+        """The client of the current app in this process (needs an app context)."""
+        return get_client()
+
+
+def get_client(app: Flask | None = None) -> Client:
+    """The per-process client of ``app`` (default: the current app).
+
+    Raises:
+        ConfigurationError: if the app was not set up with :class:`Liftbridge`.
+
+    Thread-safe: see :meth:`liftbridge_sync.Client.for_process`.
+    """
+    target = app if app is not None else current_app
+    options = target.extensions.get(EXTENSION_KEY)
+    if not isinstance(options, ClientOptions):
+        raise ConfigurationError("Liftbridge(app) or init_app(app) was not called for this app")
+    return Client.for_process(options)

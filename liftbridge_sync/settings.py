@@ -1,0 +1,101 @@
+"""Client options from framework settings (Flask ``app.config``, Django ``settings``).
+
+Both frameworks name options in upper case: Flask as ``LIFTBRIDGE_<NAME>`` keys of
+``app.config``, Django as ``<NAME>`` keys of the ``LIFTBRIDGE`` dict. Names:
+
+* ``ADDRESSES``: ``"host:port"``, a comma-separated str or a list (required).
+* ``TLS``: ``None`` or a dict of :class:`~liftbridge_sync.TLSOptions` fields
+  (``ca_cert``, ``client_cert``, ``client_key``, ``server_name``; PEM bytes or paths).
+* ``RETRY``: a dict of :class:`~liftbridge_sync.RetryPolicy` fields.
+* ``RPC_TIMEOUT``, ``ACK_TIMEOUT``, ``MAX_IN_FLIGHT``, ``ENQUEUE_TIMEOUT``,
+  ``RESUBSCRIBE_WAIT``, ``PUBLISH_TRANSPORT``, ``GRPC_OPTIONS``: the
+  :class:`~liftbridge_sync.ClientOptions` fields of the same (lower-case) name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+
+__all__ = ["SETTING_NAMES", "options_from_settings"]
+
+_SCALARS = (
+    "RPC_TIMEOUT",
+    "ACK_TIMEOUT",
+    "MAX_IN_FLIGHT",
+    "ENQUEUE_TIMEOUT",
+    "RESUBSCRIBE_WAIT",
+    "PUBLISH_TRANSPORT",
+    "GRPC_OPTIONS",
+)
+
+#: Every setting name understood by :func:`options_from_settings`.
+SETTING_NAMES = ("ADDRESSES", "TLS", "RETRY", *_SCALARS)
+
+
+def _group(value: object, cls: Callable[..., Any], label: str) -> Any:
+    if value is None or isinstance(value, TLSOptions | RetryPolicy):
+        return value
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(f"{label} must be a dict, got {type(value).__name__}")
+    fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(map(str, value)) - fields)
+    if unknown:
+        raise ConfigurationError(
+            f"{label} has unknown keys {unknown}; expected some of {sorted(fields)}"
+        )
+    try:
+        return cls(**{str(k).lower(): v for k, v in value.items()})
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{label}: {exc}") from None
+
+
+def options_from_settings(
+    settings: Mapping[str, object], *, label: Callable[[str], str] = str
+) -> ClientOptions:
+    """Build :class:`ClientOptions` from upper-case settings (see the module docstring).
+
+    Args:
+        settings: Setting name (without any framework prefix) to value.
+        label: How to name a setting in error messages, e.g.
+            ``lambda n: f"LIFTBRIDGE_{n}"`` for Flask.
+
+    Raises:
+        ConfigurationError: naming the setting that is missing, unknown or invalid.
+
+    Thread-safe: a pure function.
+    """
+    unknown = sorted(set(settings) - set(SETTING_NAMES))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown Liftbridge settings {[label(n) for n in unknown]}; "
+            f"known: {', '.join(label(n) for n in SETTING_NAMES)}"
+        )
+    addresses = settings.get("ADDRESSES")
+    if not addresses:
+        raise ConfigurationError(f"{label('ADDRESSES')} is required (e.g. 'localhost:9292')")
+    kwargs: dict[str, Any] = {}
+    for name in _SCALARS:
+        if name in settings:
+            kwargs[name.lower()] = settings[name]
+    if "TLS" in settings:
+        kwargs["tls"] = _group(settings["TLS"], TLSOptions, label("TLS"))
+    if "RETRY" in settings and settings["RETRY"] is not None:
+        kwargs["retry"] = _group(settings["RETRY"], RetryPolicy, label("RETRY"))
+    if isinstance(addresses, list | tuple):
+        addresses = tuple(addresses)
+    elif not isinstance(addresses, str):
+        raise ConfigurationError(f"{label('ADDRESSES')} must be a str or a list of 'host:port'")
+    try:
+        return ClientOptions(addresses=addresses, **kwargs)  # type: ignore[arg-type]
+    except (ConfigurationError, TypeError) as exc:
+        message = str(exc)
+        for name in SETTING_NAMES:
+            message = message.replace(f"'{name.lower()}'", label(name))
+        if "address" in message and label("ADDRESSES") not in message:
+            message = f"{label('ADDRESSES')}: {message}"
+        raise ConfigurationError(message) from None

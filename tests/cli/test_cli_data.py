@@ -1,0 +1,179 @@
+"""publish and subscribe end to end, including shell pipes and follow mode."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from liftbridge_sync import Client, StartAt, StopAt
+from tests.cli.conftest import CLI, Run, cli_env
+
+pytestmark = pytest.mark.integration
+
+
+def _read_all(client: Client, stream: str, partition: int = 0) -> list[tuple[bytes | None, bytes]]:
+    with client.subscribe(
+        stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+    ) as sub:
+        return [(m.key, m.value) for m in sub]
+
+
+def test_publish_arguments_with_key_headers_and_acks(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    result = run(
+        "publish",
+        stream,
+        "one",
+        "two",
+        "-k",
+        "k1",
+        "-H",
+        "trace=abc",
+        "-H",
+        "n=1",
+        "-P",
+        "1",
+        "--ack-policy",
+        "all",
+        "--print-acks",
+    )
+    assert result.returncode == 0, result.stderr
+    acks = [json.loads(line) for line in result.stdout.splitlines()]
+    assert acks == [
+        {"stream": stream, "partition": 1, "offset": 0},
+        {"stream": stream, "partition": 1, "offset": 1},
+    ]
+    out = run("subscribe", stream, "-P", "1", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["offset"], r["key"], r["value"]) for r in records] == [
+        (0, "k1", "one"),
+        (1, "k1", "two"),
+    ]
+    assert records[0]["headers"]["trace"] == "abc" and records[0]["headers"]["n"] == "1"
+
+
+def test_publish_from_a_shell_pipe_and_a_file(
+    liftbridge_address: str, run: Run, stream: str, liftbridge_client: Client, tmp_path: Path
+) -> None:
+    command = f"seq 1 500 | {shlex.join(CLI)} publish {stream} --partitioner round-robin"
+    piped = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        capture_output=True,
+        text=True,
+        env=cli_env(liftbridge_address),
+        timeout=60,
+    )
+    assert piped.returncode == 0, piped.stderr
+    values = sorted(int(v) for p in (0, 1) for _, v in _read_all(liftbridge_client, stream, p))
+    assert values == list(range(1, 501))
+    assert len(_read_all(liftbridge_client, stream, 1)) == 250
+
+    source = tmp_path / "data.txt"
+    source.write_bytes(b"a:1\nb:2\nno-key\n\xff\xfe:binary\n")
+    from_file = run("publish", stream, "-f", str(source), "-K", ":", "--partitioner", "key")
+    assert from_file.returncode == 0, from_file.stderr
+    everything = [m for p in (0, 1) for m in _read_all(liftbridge_client, stream, p)]
+    assert {(b"a", b"1"), (b"b", b"2"), (None, b"no-key"), (b"\xff\xfe", b"binary")} <= set(
+        everything
+    )
+    absent = run("publish", stream, "-f", str(tmp_path / "absent.txt"))
+    assert absent.returncode == 2 and "Traceback" not in absent.stderr
+
+
+def test_subscribe_positions_and_formats(run: Run, stream: str, liftbridge_client: Client) -> None:
+    for i in range(6):
+        liftbridge_client.publish(stream, f"m{i}".encode(), partition=0)
+    liftbridge_client.publish(stream, b"\x00\xffbin", partition=0)
+    window = run("subscribe", stream, "-P", "0", "--start", "offset:2", "--stop", "offset:4")
+    assert window.stdout.splitlines() == ["m2", "m3", "m4"]
+    counted = run("subscribe", stream, "-P", "0", "-n", "2")
+    assert counted.stdout.splitlines() == ["m0", "m1"]
+    binary = run("subscribe", stream, "-P", "0", "-s", "offset:6", "-o", "json")
+    record = json.loads(binary.stdout)
+    assert record["value_base64"] is True and record["offset"] == 6
+    empty = run("subscribe", stream, "-P", "1")  # nothing yet: ends at once
+    assert (empty.returncode, empty.stdout) == (0, "")
+    both = run("subscribe", stream)  # every partition, to the latest
+    assert both.returncode == 0 and len(both.stdout.splitlines()) == 7
+    bad = run("subscribe", stream, "--start", "yesterday")
+    assert bad.returncode == 2 and "unknown start position" in bad.stderr
+    unknown = run("subscribe", stream + "-absent")
+    assert unknown.returncode == 3 and "Traceback" not in unknown.stderr
+
+
+def test_raw_output_is_the_bytes(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    liftbridge_client.publish(stream, b"\x00\x01", partition=0)
+    liftbridge_client.publish(stream, b"\xff", partition=0)
+    raw = subprocess.run(
+        [*CLI, "subscribe", stream, "-P", "0", "-o", "raw"],
+        capture_output=True,
+        env=cli_env(liftbridge_address),
+        timeout=60,
+    )
+    assert raw.returncode == 0 and raw.stdout == b"\x00\x01\xff"
+
+
+def test_subscribe_into_head_has_no_broken_pipe_traceback(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    big = b"y" * 1024
+    futures = [liftbridge_client.publish_async(stream, big, partition=0) for _ in range(400)]
+    for future in futures:
+        future.result()
+    command = f"{shlex.join(CLI)} subscribe {stream} -P 0 | head -n 2"
+    result = subprocess.run(
+        ["bash", "-c", f'{command}; echo "status=${{PIPESTATUS[0]}}" >&2'],
+        capture_output=True,
+        text=True,
+        env=cli_env(liftbridge_address),
+        timeout=60,
+    )
+    assert result.stdout.splitlines() == [big.decode()] * 2
+    assert result.stderr.strip() == "status=141", result.stderr
+
+
+def test_follow_prints_new_messages_until_interrupted(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    process = subprocess.Popen(
+        [*CLI, "subscribe", stream, "-P", "0", "--follow", "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(liftbridge_address),
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
+    reader.start()
+    try:
+        # new-only: keep publishing until the subscription has seen one, then two more.
+        deadline = time.monotonic() + 30
+        while not lines and time.monotonic() < deadline:
+            liftbridge_client.publish(stream, b"early", partition=0)
+            reader.join(timeout=0.2)
+        assert lines, "follow printed nothing"
+        liftbridge_client.publish(stream, b"late-1", partition=0)
+        liftbridge_client.publish(stream, b"late-2", partition=0)
+        deadline = time.monotonic() + 30
+        while sum("late" in line for line in lines) < 2 and time.monotonic() < deadline:
+            reader.join(timeout=0.05)
+        values = [json.loads(line)["value"] for line in lines]
+        assert values[-2:] == ["late-1", "late-2"]
+        offsets = [json.loads(line)["offset"] for line in lines]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert "Traceback" not in err

@@ -1,0 +1,95 @@
+"""Command-line parsing and rendering that need no server."""
+
+from __future__ import annotations
+
+import json
+
+import click
+import pytest
+
+from liftbridge_sync import (
+    AckTimeoutError,
+    BrokerUnavailableError,
+    Message,
+    NoSuchPartitionError,
+    ServerError,
+    StartAt,
+    StopAt,
+    StreamExistsError,
+)
+from liftbridge_sync.cli.errors import ExitCode, exit_code_for
+from liftbridge_sync.cli.positions import parse_start, parse_stop
+from liftbridge_sync.tail import format_message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("earliest", StartAt.earliest()),
+        ("latest", StartAt.latest()),
+        ("new", StartAt.new_only()),
+        ("offset:7", StartAt.offset(7)),
+        ("ago:1.5", StartAt.time_delta(1.5)),
+        ("cursor:billing", StartAt.cursor("billing")),
+        ("time:1970-01-01T00:00:01+00:00", StartAt.timestamp(1_000_000_000)),
+    ],
+)
+def test_start_positions(text: str, expected: StartAt) -> None:
+    assert parse_start(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "offset:", "offset:-1", "offset:x", "cursor:", "soon", "ago:x"]
+)
+def test_bad_start_positions(text: str) -> None:
+    with pytest.raises(click.BadParameter):
+        parse_start(text)
+
+
+def test_stop_positions() -> None:
+    assert parse_stop("latest") == StopAt.latest()
+    assert parse_stop("offset:3") == StopAt.offset(3)
+    with pytest.raises(click.BadParameter):
+        parse_stop("earliest")
+
+
+def _message(value: bytes, key: bytes | None, headers: dict[str, bytes]) -> Message:
+    return Message(
+        offset=4,
+        key=key,
+        value=value,
+        partition=1,
+        stream="s",
+        subject="s.1",
+        reply_subject="",
+        headers=headers,
+        timestamp_ns=5,
+    )
+
+
+def test_formats() -> None:
+    text = _message(b"hello", b"k", {"h": b"v"})
+    assert format_message(text, "plain") == b"hello\n"
+    assert format_message(text, "raw") == b"hello"
+    record = json.loads(format_message(text, "json"))
+    assert record == {
+        "stream": "s",
+        "partition": 1,
+        "offset": 4,
+        "timestamp_ns": 5,
+        "key": "k",
+        "value": "hello",
+        "headers": {"h": "v"},
+    }
+    binary = json.loads(format_message(_message(b"\xff", None, {"h": b"\xfe"}), "json"))
+    assert binary["value"] == "/w==" and binary["value_base64"] is True
+    assert binary["headers"] == {"h": "/g=="} and binary["headers_base64"] is True
+    assert binary["key"] is None
+
+
+def test_exit_codes() -> None:
+    assert exit_code_for(NoSuchPartitionError("x")) is ExitCode.NOT_FOUND
+    assert exit_code_for(StreamExistsError("x")) is ExitCode.EXISTS
+    assert exit_code_for(BrokerUnavailableError("x")) is ExitCode.UNAVAILABLE
+    assert exit_code_for(AckTimeoutError("x")) is ExitCode.PUBLISH_FAILED
+    assert exit_code_for(ServerError("x")) is ExitCode.ERROR

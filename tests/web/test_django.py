@@ -1,0 +1,162 @@
+"""examples/django_project: system checks, liftbridge_tail, and a real gunicorn."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from liftbridge_sync import Client
+from tests.web.drive import drive_and_check
+from tests.web.gunicorn import ROOT
+
+pytestmark = pytest.mark.integration
+
+PROJECT = ROOT / "examples" / "django_project"
+
+CONFIGS = {
+    "sync-preload": ["-k", "sync", "-w", "3", "--preload"],
+    "gthread": ["-k", "gthread", "-w", "2", "--threads", "8"],
+}
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        env={**os.environ, **env},
+        timeout=60,
+    )
+
+
+def test_system_checks() -> None:
+    good = manage("check", "--tag", "liftbridge", LIFTBRIDGE_ADDRESSES="lb:9292")
+    assert good.returncode == 0 and "no issues" in good.stdout, good.stderr
+    bad = manage("check", LIFTBRIDGE_ADDRESSES="lb-without-port")
+    assert bad.returncode != 0
+    assert "liftbridge_sync.E001" in bad.stderr and "LIFTBRIDGE['ADDRESSES']" in bad.stderr
+    timeout = manage("check", LIFTBRIDGE_ADDRESSES="lb:9292", LIFTBRIDGE_ACK_TIMEOUT="0")
+    assert timeout.returncode != 0
+    assert "LIFTBRIDGE['ACK_TIMEOUT']" in timeout.stderr
+
+
+def test_liftbridge_tail(
+    liftbridge_address: str, liftbridge_client: Client, web_stream: str
+) -> None:
+    liftbridge_client.create_stream(web_stream, web_stream, partitions=2)
+    for i in range(5):
+        liftbridge_client.publish(web_stream, f"m{i}".encode(), partition=i % 2)
+    env = {"LIFTBRIDGE_ADDRESSES": liftbridge_address}
+    everything = manage("liftbridge_tail", web_stream, "-o", "json", **env)
+    assert everything.returncode == 0, everything.stderr
+    records = [json.loads(line) for line in everything.stdout.splitlines()]
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in records) == [
+        (0, 0, "m0"), (0, 1, "m2"), (0, 2, "m4"), (1, 0, "m1"), (1, 1, "m3"),
+    ]  # fmt: skip
+    window = manage(
+        "liftbridge_tail", web_stream, "-P", "0", "--start", "offset:1", "--stop", "offset:1", **env
+    )
+    assert window.stdout.splitlines() == ["m2"]
+    missing = manage("liftbridge_tail", web_stream + "-absent", **env)
+    assert missing.returncode == 1 and "CommandError" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    bad = manage("liftbridge_tail", web_stream, "--start", "soon", **env)
+    assert bad.returncode == 1 and "unknown start position" in bad.stderr
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+def test_django_example_under_gunicorn(
+    config: str, web_stream: str, liftbridge_address: str, liftbridge_client: Client
+) -> None:
+    drive_and_check(
+        "liftbridge_demo.wsgi:application",
+        CONFIGS[config],
+        chdir=PROJECT,
+        env={"LIFTBRIDGE_ADDRESSES": liftbridge_address, "EXAMPLE_STREAM": web_stream},
+        client=liftbridge_client,
+        stream=web_stream,
+        requests=1000,
+        async_requests=200,
+    )
+
+
+CHECKS_SCRIPT = """
+import json
+import django
+from django.conf import settings
+from django.core.checks import run_checks
+from django.test import override_settings
+
+settings.configure(INSTALLED_APPS=["liftbridge_sync.django"], LIFTBRIDGE={"ADDRESSES": "a:1"})
+django.setup()
+cases = {
+    "good": {"ADDRESSES": ["a:1", "b:2"], "RETRY": {"max_attempts": 2}},
+    "missing": None,
+    "not-a-dict": "a:1",
+    "no-addresses": {"ACK_TIMEOUT": 1},
+    "unknown": {"ADDRESSES": "a:1", "ADRESSES": "b:1"},
+    "bad-tls": {"ADDRESSES": "a:1", "TLS": {"client_cert": b"x"}},
+}
+result = {}
+for name, value in cases.items():
+    with override_settings(LIFTBRIDGE=value):
+        if value is None:
+            del settings.LIFTBRIDGE
+        result[name] = [(m.id, m.msg) for m in run_checks(tags=["liftbridge"])]
+print(json.dumps(result))
+"""
+
+
+def test_system_check_messages() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", CHECKS_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert found.pop("good") == []
+    expected = {
+        "missing": "settings.LIFTBRIDGE is not set",
+        "not-a-dict": "must be a dict",
+        "no-addresses": "LIFTBRIDGE['ADDRESSES'] is required",
+        "unknown": "LIFTBRIDGE['ADRESSES']",
+        "bad-tls": "'client_cert' and 'client_key' must be given together",
+    }
+    for case, text in expected.items():
+        [(check_id, message)] = found[case]
+        assert check_id == "liftbridge_sync.E001" and text in message, (case, message)
+
+
+def test_liftbridge_tail_follow_and_pipes(
+    liftbridge_address: str, liftbridge_client: Client, web_stream: str
+) -> None:
+    liftbridge_client.create_stream(web_stream, web_stream)
+    futures = [liftbridge_client.publish_async(web_stream, b"z" * 1024) for _ in range(300)]
+    for future in futures:
+        future.result()
+    env = {**os.environ, "LIFTBRIDGE_ADDRESSES": liftbridge_address}
+    piped = subprocess.run(
+        ["bash", "-c", f"{sys.executable} manage.py liftbridge_tail {web_stream} | head -n 1"],
+        cwd=PROJECT, capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert piped.stdout == "z" * 1024 + "\n" and piped.stderr == "", piped.stderr
+
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "liftbridge_tail", web_stream, "-F", "-s", "offset:299"],
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == b"z" * 1024 + b"\n"  # blocks until printed
+        liftbridge_client.publish(web_stream, b"after")
+        assert process.stdout.readline() == b"after\n"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 130 and b"Traceback" not in err, err

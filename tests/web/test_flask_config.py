@@ -1,0 +1,70 @@
+"""liftbridge_sync.flask: configuration checks at init_app, and the client it hands out."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+
+from liftbridge_sync import Client, ConfigurationError, RetryPolicy, TLSOptions
+from liftbridge_sync.flask import EXTENSION_KEY, Liftbridge, get_client
+
+
+def _app(**config: object) -> Flask:
+    app = Flask("test")
+    app.config.update(config)
+    return app
+
+
+def test_init_app_reads_the_config() -> None:
+    app = _app(
+        LIFTBRIDGE_ADDRESSES=["a:1", "b:2"],
+        LIFTBRIDGE_RPC_TIMEOUT=3,
+        LIFTBRIDGE_RETRY={"max_attempts": 2},
+        LIFTBRIDGE_TLS={"server_name": "lb.example"},
+    )
+    Liftbridge().init_app(app)
+    options = app.extensions[EXTENSION_KEY]
+    assert options.addresses == ("a:1", "b:2") and options.rpc_timeout == 3
+    assert options.retry == RetryPolicy(max_attempts=2)
+    assert options.tls == TLSOptions(server_name="lb.example")
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({}, "LIFTBRIDGE_ADDRESSES is required"),
+        ({"LIFTBRIDGE_ADDRESSES": "nohost"}, "LIFTBRIDGE_ADDRESSES"),
+        ({"LIFTBRIDGE_ADDRESSES": "h:1", "LIFTBRIDGE_RPC_TIMEOUT": -1}, "LIFTBRIDGE_RPC_TIMEOUT"),
+        ({"LIFTBRIDGE_ADDRESSES": "h:1", "LIFTBRIDGE_ADRESSES": "x"}, "LIFTBRIDGE_ADRESSES"),
+        ({"LIFTBRIDGE_ADDRESSES": "h:1", "LIFTBRIDGE_TLS": "yes"}, "LIFTBRIDGE_TLS must be a dict"),
+        ({"LIFTBRIDGE_ADDRESSES": "h:1", "LIFTBRIDGE_RETRY": {"tries": 1}}, "unknown keys"),
+    ],
+)
+def test_bad_config_fails_at_init_app(config: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Liftbridge(_app(**config))
+
+
+def test_get_client_without_init_app() -> None:
+    with _app().app_context(), pytest.raises(ConfigurationError, match="init_app"):
+        get_client()
+
+
+@pytest.mark.integration
+def test_one_client_per_process_across_requests(liftbridge_address: str) -> None:
+    app = _app(LIFTBRIDGE_ADDRESSES=liftbridge_address)
+    liftbridge = Liftbridge(app)
+    seen: list[Client] = []
+
+    @app.get("/")
+    def index() -> dict[str, object]:
+        seen.append(liftbridge.client)
+        return {"brokers": len(liftbridge.client.fetch_metadata().brokers)}
+
+    with app.test_client() as http:
+        for _ in range(3):
+            response = http.get("/")
+            assert response.status_code == 200 and response.json == {"brokers": 1}
+    assert len({id(c) for c in seen}) == 1 and not seen[0].closed
+    assert get_client(app) is seen[0]
+    seen[0].close()
