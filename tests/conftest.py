@@ -1,4 +1,4 @@
-"""Suite-wide fixtures: no ``liftbridge-*`` thread may outlive a test."""
+"""Suite-wide fixtures: no ``liftbridge-*`` thread may outlive a test; hypothesis profile."""
 
 from __future__ import annotations
 
@@ -7,6 +7,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests check behaviour, not speed: a loaded 2-core CI machine must not fail
+# them on hypothesis' per-example deadline or its "too slow" health check.
+settings.register_profile("liftbridge", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("liftbridge")
 
 
 def _liftbridge_threads() -> list[threading.Thread]:

@@ -7,7 +7,7 @@ import math
 import random
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -354,7 +354,12 @@ class TimerWheelMachine(RuleBasedStateMachine):
             assert bound == earliest
 
 
-TimerWheelMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60)
+TimerWheelMachine.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=60,
+    deadline=None,  # a loaded machine must not fail a model check
+    suppress_health_check=[HealthCheck.too_slow],
+)
 test_timer_wheel_matches_heapq_model = TimerWheelMachine.TestCase
 
 
