@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from liftbridge_sync.testing._cluster import FAST_FAILOVER, ClusterNode, LiftbridgeCluster
     from liftbridge_sync.testing._docker import DockerLiftbridgeServer, docker_unavailable_reason
     from liftbridge_sync.testing._external import ExternalLiftbridge, LiftbridgeEndpoint
+    from liftbridge_sync.testing._fake import (
+        FakeBroker,
+        FakeCluster,
+        PublishScript,
+        SubscribeScript,
+        fake_message,
+        refuse,
+        serve,
+        silent,
+    )
     from liftbridge_sync.testing._install import (
         InstalledServer,
         ServerInstallError,
@@ -44,6 +54,14 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "FakeBroker": "_fake",
+    "FakeCluster": "_fake",
+    "PublishScript": "_fake",
+    "SubscribeScript": "_fake",
+    "fake_message": "_fake",
+    "refuse": "_fake",
+    "serve": "_fake",
+    "silent": "_fake",
     "AUTHZ_MODEL": "_tls",
     "PROBE_CLIENT": "_tls",
     "ServerTLS": "_tls",
@@ -81,6 +99,8 @@ __all__ = [
     "DockerLiftbridgeServer",
     "ExternalLiftbridge",
     "FAST_FAILOVER",
+    "FakeBroker",
+    "FakeCluster",
     "InstalledServer",
     "LEADER_LOG_LINE",
     "LiftbridgeCluster",
@@ -91,17 +111,23 @@ __all__ = [
     "PINNED_COMMIT",
     "PINNED_PSEUDO_VERSION",
     "PROBE_CLIENT",
+    "PublishScript",
     "ServerInstallError",
     "ServerStartError",
     "ServerTLS",
+    "SubscribeScript",
     "TestCertificates",
     "cache_dir",
     "detect_version",
     "docker_unavailable_reason",
+    "fake_message",
     "find_installed",
     "find_nats_server",
     "generate_certificates",
     "install_server",
+    "refuse",
+    "serve",
+    "silent",
     "write_policy",
 ]
 

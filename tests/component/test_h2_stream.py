@@ -23,15 +23,19 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
 )
-
-from .fakeserver import FakeLiftbridge
+from liftbridge_sync.testing import FakeBroker, FakeCluster
 
 FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0.05, jitter=0.0)
 
 
+def _fake_broker() -> FakeBroker:
+    """A fake broker whose metadata lists every stream asked for, with four partitions."""
+    return FakeBroker(cluster=FakeCluster(leader="fake", partitions=4))
+
+
 @pytest.fixture
-def fake() -> Iterator[FakeLiftbridge]:
-    with FakeLiftbridge() as server:
+def fake() -> Iterator[FakeBroker]:
+    with _fake_broker() as server:
         yield server
 
 
@@ -52,7 +56,7 @@ def _io_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "liftbridge-publish-io"]
 
 
-def test_acks_arrive_with_offsets(fake: FakeLiftbridge) -> None:
+def test_acks_arrive_with_offsets(fake: FakeBroker) -> None:
     with _client(fake.address) as client:
         first = client.publish("s", b"a", key=b"k", headers={"h": b"v"})
         second = client.publish("s", b"b")
@@ -62,7 +66,7 @@ def test_acks_arrive_with_offsets(fake: FakeLiftbridge) -> None:
     assert fake.received[0].key == b"k" and fake.received[0].headers["h"] == b"v"
 
 
-def test_pipelined_publishes_resolve_in_order(fake: FakeLiftbridge) -> None:
+def test_pipelined_publishes_resolve_in_order(fake: FakeBroker) -> None:
     with _client(fake.address, max_in_flight=1000) as client:
         pending = [client.publish_async("s", b"m%d" % i, timeout=30) for i in range(5000)]
         offsets = [f.result(timeout=30).offset for f in pending]  # type: ignore[union-attr]
@@ -71,7 +75,7 @@ def test_pipelined_publishes_resolve_in_order(fake: FakeLiftbridge) -> None:
 
 
 def test_small_receive_window_is_refilled(
-    fake: FakeLiftbridge, monkeypatch: pytest.MonkeyPatch
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Acks read on the fast path bypass h2: our own WINDOW_UPDATEs must keep the broker
     # sending once far more than one window's worth of acks has arrived.
@@ -85,7 +89,7 @@ def test_small_receive_window_is_refilled(
     assert offsets == list(range(3000))
 
 
-def test_unavailable_as_first_answer_is_retried(fake: FakeLiftbridge) -> None:
+def test_unavailable_as_first_answer_is_retried(fake: FakeBroker) -> None:
     # Nothing was sent on the first stream before UNAVAILABLE: a trailers-only answer.
     calls: list[int] = []
 
@@ -100,7 +104,7 @@ def test_unavailable_as_first_answer_is_retried(fake: FakeLiftbridge) -> None:
 
 
 def test_refused_connection_skips_to_next_broker(
-    fake: FakeLiftbridge, caplog: pytest.LogCaptureFixture
+    fake: FakeBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
     with _client([f"127.0.0.1:{free_port()}", fake.address]) as client:
         ack = client.publish("s", b"x", timeout=10)
@@ -108,7 +112,7 @@ def test_refused_connection_skips_to_next_broker(
     assert "cannot connect" in caplog.text  # the refused seed was tried first
 
 
-def test_close_fails_leftovers_and_joins_io_thread(fake: FakeLiftbridge) -> None:
+def test_close_fails_leftovers_and_joins_io_thread(fake: FakeBroker) -> None:
     fake.publish_script = lambda req, n: "drop"
     client = _client(fake.address)
     future = client.publish_async("s", b"never-acked", timeout=60)
@@ -123,7 +127,7 @@ def test_close_fails_leftovers_and_joins_io_thread(fake: FakeLiftbridge) -> None
 
 
 @pytest.mark.parametrize("size", [1 << 20, 3 << 20])
-def test_large_messages_arrive_intact(fake: FakeLiftbridge, size: int) -> None:
+def test_large_messages_arrive_intact(fake: FakeBroker, size: int) -> None:
     # Far larger than the 64 KiB initial windows and 16 KiB frames: split and
     # flow-controlled.
     payloads = [bytes([i]) * size for i in range(3)]
@@ -137,7 +141,7 @@ def test_large_messages_arrive_intact(fake: FakeLiftbridge, size: int) -> None:
 class _Unimplemented(grpc.GenericRpcHandler):
     """Knows FetchMetadata (from the fake) but no PublishAsync: trailers-only UNIMPLEMENTED."""
 
-    def __init__(self, fake: FakeLiftbridge) -> None:
+    def __init__(self, fake: FakeBroker) -> None:
         self._fetch = grpc.unary_unary_rpc_method_handler(
             fake.FetchMetadata,
             request_deserializer=api_pb2.FetchMetadataRequest.FromString,
@@ -152,7 +156,7 @@ class _Unimplemented(grpc.GenericRpcHandler):
         return None
 
 
-def test_unimplemented_is_a_typed_permanent_error(fake: FakeLiftbridge) -> None:
+def test_unimplemented_is_a_typed_permanent_error(fake: FakeBroker) -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     server.add_generic_rpc_handlers((_Unimplemented(fake),))
     port = server.add_insecure_port("127.0.0.1:0")
@@ -193,7 +197,7 @@ def _request(i: int) -> api_pb2.PublishRequest:
     return api_pb2.PublishRequest(stream="s", value=b"v%d" % i, correlationId=str(i))
 
 
-def test_half_close_ends_cleanly_after_the_acks(fake: FakeLiftbridge) -> None:
+def test_half_close_ends_cleanly_after_the_acks(fake: FakeBroker) -> None:
     stream, events, closed = _open(fake.address)
     send: Callable[..., None] = stream.send  # type: ignore[attr-defined]
     for i in range(100):
@@ -218,7 +222,7 @@ def test_half_close_ends_cleanly_after_the_acks(fake: FakeLiftbridge) -> None:
     assert sum(isinstance(e, StreamClosed) for e in events) == 1
 
 
-def test_cancel_closes_exactly_once(fake: FakeLiftbridge) -> None:
+def test_cancel_closes_exactly_once(fake: FakeBroker) -> None:
     fake.publish_script = lambda req, n: "drop"
     stream, events, closed = _open(fake.address)
     stream.send(_request(1))  # type: ignore[attr-defined]
@@ -232,7 +236,7 @@ def test_cancel_closes_exactly_once(fake: FakeLiftbridge) -> None:
     assert len(closes) == 1 and closes[0].error is not None
 
 
-def test_broker_going_away_is_retryable(fake: FakeLiftbridge) -> None:
+def test_broker_going_away_is_retryable(fake: FakeBroker) -> None:
     fake.publish_script = lambda req, n: "drop"
     stream, events, closed = _open(fake.address)
     stream.send(_request(1))  # type: ignore[attr-defined]
@@ -284,7 +288,7 @@ def tls_files(tmp_path: Path) -> dict[str, bytes]:
 
 
 def test_mutual_tls_with_alpn(tls_files: dict[str, bytes]) -> None:
-    fake = FakeLiftbridge()  # its plaintext port is never started; serve it over TLS instead
+    fake = _fake_broker()  # its plaintext port is never started; serve it over TLS instead
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_APIServicer_to_server(fake, server)
     credentials = grpc.ssl_server_credentials(

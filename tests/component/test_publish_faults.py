@@ -12,15 +12,19 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import AckPolicy, Client, RetryPolicy
 from liftbridge_sync._proto import api_pb2
-
-from .fakeserver import FakeLiftbridge
+from liftbridge_sync.testing import FakeBroker, FakeCluster
 
 FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0.05, jitter=0.0)
 
 
+def _fake_broker() -> FakeBroker:
+    """A fake broker whose metadata lists every stream asked for, with four partitions."""
+    return FakeBroker(cluster=FakeCluster(leader="fake", partitions=4))
+
+
 @pytest.fixture
-def fake() -> Iterator[FakeLiftbridge]:
-    with FakeLiftbridge() as server:
+def fake() -> Iterator[FakeBroker]:
+    with _fake_broker() as server:
         yield server
 
 
@@ -30,7 +34,7 @@ def transport(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _client(fake: FakeLiftbridge, transport: str = "grpc", **options: object) -> Client:
+def _client(fake: FakeBroker, transport: str = "grpc", **options: object) -> Client:
     return Client(
         [fake.address],
         retry=FAST_RETRY,
@@ -39,9 +43,7 @@ def _client(fake: FakeLiftbridge, transport: str = "grpc", **options: object) ->
     )
 
 
-def test_lost_ack_fails_only_that_future_with_ack_timeout(
-    fake: FakeLiftbridge, transport: str
-) -> None:
+def test_lost_ack_fails_only_that_future_with_ack_timeout(fake: FakeBroker, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
     with _client(fake, transport) as client:
         started = time.monotonic()
@@ -54,7 +56,7 @@ def test_lost_ack_fails_only_that_future_with_ack_timeout(
 
 
 def test_unavailable_mid_stream_reopens_and_resends_in_order(
-    fake: FakeLiftbridge, transport: str
+    fake: FakeBroker, transport: str
 ) -> None:
     aborted = threading.Event()
 
@@ -91,9 +93,7 @@ def test_unavailable_mid_stream_reopens_and_resends_in_order(
         (api_pb2.PublishAsyncError.UNKNOWN, lb.PublishRejectedError),
     ],
 )
-def test_async_errors_are_typed(
-    fake: FakeLiftbridge, code: int, error: type, transport: str
-) -> None:
+def test_async_errors_are_typed(fake: FakeBroker, code: int, error: type, transport: str) -> None:
     fake.publish_script = lambda req, n: code
     with _client(fake, transport) as client:
         with pytest.raises(error) as info:
@@ -103,7 +103,7 @@ def test_async_errors_are_typed(
 
 
 def test_error_followed_by_ack_for_same_id_is_handled_once(
-    fake: FakeLiftbridge, transport: str
+    fake: FakeBroker, transport: str
 ) -> None:
     fake.publish_script = lambda req, n: (
         "error_then_ack",
@@ -118,14 +118,14 @@ def test_error_followed_by_ack_for_same_id_is_handled_once(
         assert client.publish("s", b"b") is not None
 
 
-def test_ack_policy_none_resolves_once_sent(fake: FakeLiftbridge, transport: str) -> None:
+def test_ack_policy_none_resolves_once_sent(fake: FakeBroker, transport: str) -> None:
     with _client(fake, transport) as client:
         assert client.publish("s", b"fire", ack_policy=AckPolicy.NONE, timeout=0.5) is None
         client.flush(5)
     assert [r.value for r in fake.received] == [b"fire"]
 
 
-def test_backpressure_raises_queue_full(fake: FakeLiftbridge, transport: str) -> None:
+def test_backpressure_raises_queue_full(fake: FakeBroker, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop"
     with _client(fake, transport, max_in_flight=2, enqueue_timeout=0.2) as client:
         client.publish_async("s", b"1", timeout=30)
@@ -137,7 +137,7 @@ def test_backpressure_raises_queue_full(fake: FakeLiftbridge, transport: str) ->
         client.close(timeout=0.1)
 
 
-def test_close_fails_what_is_still_pending(fake: FakeLiftbridge, transport: str) -> None:
+def test_close_fails_what_is_still_pending(fake: FakeBroker, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop"
     client = _client(fake, transport)
     future = client.publish_async("s", b"never-acked", timeout=60)
@@ -149,7 +149,7 @@ def test_close_fails_what_is_still_pending(fake: FakeLiftbridge, transport: str)
 
 
 def test_done_callbacks_may_publish_flush_and_close_without_deadlock(
-    fake: FakeLiftbridge, transport: str
+    fake: FakeBroker, transport: str
 ) -> None:
     client = _client(fake, transport, max_in_flight=1)
     results: list[object] = []
@@ -169,7 +169,7 @@ def test_done_callbacks_may_publish_flush_and_close_without_deadlock(
     assert client.closed
 
 
-def test_flush_waits_for_everything_and_times_out(fake: FakeLiftbridge, transport: str) -> None:
+def test_flush_waits_for_everything_and_times_out(fake: FakeBroker, transport: str) -> None:
     with _client(fake, transport) as client:
         futures = [client.publish_async("s", b"%d" % i) for i in range(50)]
         client.flush(5)
@@ -182,7 +182,7 @@ def test_flush_waits_for_everything_and_times_out(fake: FakeLiftbridge, transpor
 
 
 def test_flush_reports_failures_observed_in_callbacks_only_once(
-    fake: FakeLiftbridge, transport: str
+    fake: FakeBroker, transport: str
 ) -> None:
     fake.publish_script = lambda req, n: "drop" if req.value.startswith(b"lost") else "ack"
     inspected: list[BaseException | None] = []
@@ -199,13 +199,13 @@ def test_flush_reports_failures_observed_in_callbacks_only_once(
         client.flush(5)
 
 
-def test_unreachable_seed_is_skipped(fake: FakeLiftbridge) -> None:
+def test_unreachable_seed_is_skipped(fake: FakeBroker) -> None:
     # The first seed refuses connections: UNAVAILABLE is retried on the next broker.
     with Client(["127.0.0.1:1", fake.address], retry=FAST_RETRY) as client:
         assert "fake" in [b.id for b in client.fetch_metadata().brokers]
 
 
-def test_not_leader_refreshes_and_retries(fake: FakeLiftbridge) -> None:
+def test_not_leader_refreshes_and_retries(fake: FakeBroker) -> None:
     fake.not_leader_times = 2
     with _client(fake) as client:
         assert client.fetch_partition_metadata("s", 1).id == 1
@@ -213,7 +213,7 @@ def test_not_leader_refreshes_and_retries(fake: FakeLiftbridge) -> None:
 
 
 def test_publishing_while_closing_never_leaves_a_future_pending(
-    fake: FakeLiftbridge, transport: str
+    fake: FakeBroker, transport: str
 ) -> None:
     client = _client(fake, transport, max_in_flight=64)
     futures: list[concurrent.futures.Future[lb.Ack | None]] = []

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -18,133 +17,23 @@ import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, RetryPolicy, StartAt, StopAt
-from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.testing import (
+    FakeBroker,
+    FakeCluster,
+    SubscribeScript,
+    refuse,
+    serve,
+    silent,
+)
 
 SC = grpc.StatusCode
-Script = Callable[[api_pb2.SubscribeRequest, grpc.ServicerContext], Iterator[api_pb2.Message]]
 FAST_RETRY = RetryPolicy(max_attempts=5, max_delay=2.0, initial=0.01, maximum=0.05, jitter=0.0)
-
-
-def msg(offset: int, partition: int = 0) -> api_pb2.Message:
-    return api_pb2.Message(
-        offset=offset, value=b"v%d" % offset, stream="s", partition=partition, subject="s"
-    )
-
-
-def wait_until_cancelled(context: grpc.ServicerContext) -> None:
-    # The fake's handler thread must notice the client going away.
-    while context.is_active():
-        time.sleep(0.02)
-
-
-def serve(
-    offsets: list[int] | range,
-    then: tuple[grpc.StatusCode, str] | str = "hang",
-    *,
-    handshake: bool = True,
-) -> Script:
-    """Handshake, the messages at ``offsets``, then hang, ``"end"`` (OK) or abort."""
-
-    def script(
-        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
-    ) -> Iterator[api_pb2.Message]:
-        if handshake:
-            yield api_pb2.Message()
-        for offset in offsets:
-            yield msg(offset, request.partition)
-        if then == "hang":
-            wait_until_cancelled(context)
-        elif isinstance(then, tuple):
-            context.abort(*then)
-
-    return script
-
-
-def refuse(code: grpc.StatusCode, details: str) -> Script:
-    """End the call before the handshake."""
-    return serve([], (code, details), handshake=False)
-
-
-def silent() -> Script:
-    """Never answer, not even the handshake."""
-    return serve([], "hang", handshake=False)
-
-
-class FakeBroker(api_pb2_grpc.APIServicer):
-    """A broker that serves metadata for stream ``s`` and scripted subscriptions.
-
-    ``state`` is shared by the brokers of one fake cluster. Thread-safe.
-    """
-
-    def __init__(self, broker_id: str, state: dict[str, Any]) -> None:
-        self.broker_id = broker_id
-        self.state = state
-        self.lock = threading.Lock()
-        self.scripts: list[Script] = []
-        self.requests: list[api_pb2.SubscribeRequest] = []
-        self.metadata_calls = 0
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-        api_pb2_grpc.add_APIServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port("127.0.0.1:0")
-        self.address = f"127.0.0.1:{self.port}"
-        state.setdefault("brokers", []).append(self)
-
-    def start(self) -> FakeBroker:
-        self._server.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.stop(grace=None).wait()
-
-    def FetchMetadata(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
-    ) -> api_pb2.FetchMetadataResponse:
-        with self.lock:
-            self.metadata_calls += 1
-        leader = self.state["leader"]
-        ids = [b.broker_id for b in self.state["brokers"]]
-        partitions = {
-            p: api_pb2.PartitionMetadata(id=p, leader=leader, replicas=ids, isr=ids)
-            for p in range(self.state.get("partitions", 1))
-        }
-        return api_pb2.FetchMetadataResponse(
-            brokers=[
-                api_pb2.Broker(id=b.broker_id, host="127.0.0.1", port=b.port)
-                for b in self.state["brokers"]
-            ],
-            streamMetadata=[api_pb2.StreamMetadata(name="s", subject="s", partitions=partitions)],
-        )
-
-    def FetchPartitionMetadata(  # noqa: N802
-        self, request: api_pb2.FetchPartitionMetadataRequest, context: grpc.ServicerContext
-    ) -> api_pb2.FetchPartitionMetadataResponse:
-        newest = self.state.get("newest", -1)
-        return api_pb2.FetchPartitionMetadataResponse(
-            metadata=api_pb2.PartitionMetadata(
-                id=request.partition,
-                leader=self.broker_id,
-                newestOffset=newest,
-                highWatermark=newest,
-            )
-        )
-
-    def Subscribe(  # noqa: N802
-        self, request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
-    ) -> Iterator[api_pb2.Message]:
-        with self.lock:
-            self.requests.append(request)
-            script = self.scripts.pop(0) if self.scripts else silent()
-        yield from script(request, context)
-
-    def starts(self) -> list[tuple[int, int]]:
-        """(startPosition, startOffset) of every Subscribe received."""
-        with self.lock:
-            return [(r.startPosition, r.startOffset) for r in self.requests]
 
 
 @pytest.fixture
 def broker() -> Iterator[FakeBroker]:
-    fake = FakeBroker("a", {"leader": "a"}).start()
+    fake = FakeBroker("a").start()
     yield fake
     fake.stop()
 
@@ -169,14 +58,16 @@ def values(messages: Iterator[lb.Message] | list[lb.Message]) -> list[int]:
 
 
 def test_handshake_is_never_shown(broker: FakeBroker, client: Client) -> None:
-    broker.scripts = [serve([0, 1], "end")]
+    broker.subscribe_scripts = [serve([0, 1], "end")]
     assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1]
 
 
 def test_open_error_before_the_handshake_is_raised_by_subscribe(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [refuse(SC.INTERNAL, "failed to find log segment for timestamp: EOF")]
+    broker.subscribe_scripts = [
+        refuse(SC.INTERNAL, "failed to find log segment for timestamp: EOF")
+    ]
     with pytest.raises(lb.ServerError, match="failed to find log segment"):
         client.subscribe("s", start=StartAt.timestamp(10))
 
@@ -185,41 +76,41 @@ def test_not_found_for_a_partition_the_metadata_lists_is_retried(
     broker: FakeBroker, client: Client
 ) -> None:
     """A restarted server answers NOT_FOUND while it recovers: not a missing partition."""
-    broker.scripts = [refuse(SC.NOT_FOUND, "No such partition")] * 2 + [serve([0], "end")]
+    broker.subscribe_scripts = [refuse(SC.NOT_FOUND, "No such partition")] * 2 + [serve([0], "end")]
     assert values(client.subscribe("s", start=StartAt.earliest())) == [0]
-    assert len(broker.requests) == 3
+    assert len(broker.subscribe_requests) == 3
 
 
 def test_not_found_that_persists_names_the_recovering_partition(broker: FakeBroker) -> None:
-    broker.scripts = [refuse(SC.NOT_FOUND, "No such partition")] * 5
+    broker.subscribe_scripts = [refuse(SC.NOT_FOUND, "No such partition")] * 5
     with make_client(broker) as client:
         with pytest.raises(lb.BrokerUnavailableError, match="not served yet"):
             client.subscribe("s", start=StartAt.earliest())
 
 
 def test_missing_handshake_times_out_and_is_retried(broker: FakeBroker) -> None:
-    broker.scripts = [silent(), serve([0], "end")]
+    broker.subscribe_scripts = [silent(), serve([0], "end")]
     with make_client(broker, rpc_timeout=0.2) as client:
         started = time.monotonic()
         sub = client.subscribe("s", start=StartAt.earliest())
         assert time.monotonic() - started < 2.0
         assert values(sub) == [0]
-    assert len(broker.starts()) == 2
+    assert len(broker.subscribe_starts()) == 2
 
 
 def test_stop_latest_on_an_empty_partition(broker: FakeBroker, client: Client) -> None:
     # Pinned from partition metadata: newest offset -1 means nothing to read, no Subscribe.
     assert list(client.subscribe("s", start=StartAt.earliest(), stop=StopAt.latest())) == []
-    assert broker.starts() == []
-    broker.scripts = [refuse(SC.RESOURCE_EXHAUSTED, "Stream is empty")]
+    assert broker.subscribe_starts() == []
+    broker.subscribe_scripts = [refuse(SC.RESOURCE_EXHAUSTED, "Stream is empty")]
     assert list(client.subscribe("s", start=StartAt.earliest(), stop=StopAt.offset(0))) == []
 
 
 def test_stop_latest_is_pinned_to_an_offset(broker: FakeBroker, client: Client) -> None:
-    broker.state["newest"] = 7
-    broker.scripts = [serve([6, 7], (SC.RESOURCE_EXHAUSTED, "Stop offset reached"))]
+    broker.cluster.newest_offset = 7
+    broker.subscribe_scripts = [serve([6, 7], (SC.RESOURCE_EXHAUSTED, "Stop offset reached"))]
     assert values(client.subscribe("s", start=StartAt.offset(6), stop=StopAt.latest())) == [6, 7]
-    request = broker.requests[0]
+    request = broker.subscribe_requests[0]
     assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 7)
 
 
@@ -229,21 +120,21 @@ def test_stop_latest_is_pinned_to_an_offset(broker: FakeBroker, client: Client) 
 def test_unavailable_mid_stream_resumes_after_the_last_offset(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [
+    broker.subscribe_scripts = [
         serve([0, 1, 2], (SC.UNAVAILABLE, "connection lost")),
         serve([3, 4], "end"),
     ]
     assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1, 2, 3, 4]
-    assert broker.starts() == [(api_pb2.EARLIEST, 0), (api_pb2.OFFSET, 3)]
+    assert broker.subscribe_starts() == [(api_pb2.EARLIEST, 0), (api_pb2.OFFSET, 3)]
 
 
 def test_nothing_received_resubscribes_from_the_original_start(
     broker: FakeBroker, client: Client
 ) -> None:
     # go-liftbridge #51/#69: it resumed at offset 1 (lastOffset + 1 with lastOffset = 0).
-    broker.scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([5], "end")]
+    broker.subscribe_scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([5], "end")]
     assert values(client.subscribe("s", start=StartAt.timestamp(123))) == [5]
-    assert [(r.startPosition, r.startTimestamp) for r in broker.requests] == [
+    assert [(r.startPosition, r.startTimestamp) for r in broker.subscribe_requests] == [
         (api_pb2.TIMESTAMP, 123),
         (api_pb2.TIMESTAMP, 123),
     ]
@@ -252,58 +143,58 @@ def test_nothing_received_resubscribes_from_the_original_start(
 def test_new_only_is_pinned_so_a_resubscribe_misses_nothing(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.state["newest"] = 41
-    broker.scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([42], "end")]
+    broker.cluster.newest_offset = 41
+    broker.subscribe_scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([42], "end")]
     assert values(client.subscribe("s")) == [42]
-    assert broker.starts() == [(api_pb2.OFFSET, 42), (api_pb2.OFFSET, 42)]
+    assert broker.subscribe_starts() == [(api_pb2.OFFSET, 42), (api_pb2.OFFSET, 42)]
 
 
 def test_time_delta_is_resolved_once(broker: FakeBroker, client: Client) -> None:
-    broker.scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([], "end")]
+    broker.subscribe_scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([], "end")]
     before = time.time_ns()
     list(client.subscribe("s", start=StartAt.time_delta(10)))
-    stamps = {r.startTimestamp for r in broker.requests}
+    stamps = {r.startTimestamp for r in broker.subscribe_requests}
     assert len(stamps) == 1
     assert before - 10_000_000_000 <= stamps.pop() <= time.time_ns() - 10_000_000_000
 
 
 def test_not_leader_at_open_refreshes_metadata_and_moves() -> None:
-    state: dict[str, Any] = {"leader": "a"}
-    a = FakeBroker("a", state).start()
-    b = FakeBroker("b", state).start()
+    cluster = FakeCluster(leader="a")
+    a = FakeBroker("a", cluster).start()
+    b = FakeBroker("b", cluster).start()
     try:
-        a.scripts = [refuse(SC.FAILED_PRECONDITION, "Server not partition leader")]
-        b.scripts = [serve([0, 1], "end")]
+        a.subscribe_scripts = [refuse(SC.FAILED_PRECONDITION, "Server not partition leader")]
+        b.subscribe_scripts = [serve([0, 1], "end")]
         with make_client(a) as client:
             client.fetch_metadata()  # cache says: leader a
-            state["leader"] = "b"
+            cluster.leader = "b"
             assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1]
-        assert len(a.requests) == 1 and len(b.requests) == 1
+        assert len(a.subscribe_requests) == 1 and len(b.subscribe_requests) == 1
     finally:
         a.stop()
         b.stop()
 
 
 def test_leader_dies_mid_stream_and_the_new_leader_continues() -> None:
-    state: dict[str, Any] = {"leader": "a"}
-    a = FakeBroker("a", state).start()
-    b = FakeBroker("b", state).start()
+    cluster = FakeCluster(leader="a")
+    a = FakeBroker("a", cluster).start()
+    b = FakeBroker("b", cluster).start()
     try:
-        a.scripts = [serve([0, 1, 2], (SC.UNAVAILABLE, "node died"))]
-        b.scripts = [serve([3], "end")]
+        a.subscribe_scripts = [serve([0, 1, 2], (SC.UNAVAILABLE, "node died"))]
+        b.subscribe_scripts = [serve([3], "end")]
         with make_client(a, b) as client:
             sub = client.subscribe("s", start=StartAt.earliest())
             assert values([next(sub) for _ in range(3)]) == [0, 1, 2]
-            state["leader"] = "b"
+            cluster.leader = "b"
             a.stop()
             assert values(sub) == [3]
-        assert b.starts() == [(api_pb2.OFFSET, 3)]
+        assert b.subscribe_starts() == [(api_pb2.OFFSET, 3)]
     finally:
         b.stop()
 
 
 def test_resubscribe_gives_up_after_resubscribe_wait(broker: FakeBroker) -> None:
-    broker.scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
+    broker.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
         refuse(SC.UNAVAILABLE, "still gone") for _ in range(1000)
     ]
     with make_client(broker, resubscribe_wait=0.5) as client:
@@ -320,16 +211,16 @@ def test_resubscribe_gives_up_after_resubscribe_wait(broker: FakeBroker) -> None
 def test_stop_offset_delivered_just_before_the_stream_broke(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [serve([0, 1], (SC.UNAVAILABLE, "gone"))]
+    broker.subscribe_scripts = [serve([0, 1], (SC.UNAVAILABLE, "gone"))]
     sub = client.subscribe("s", start=StartAt.earliest(), stop=StopAt.offset(1))
     assert values(sub) == [0, 1]
-    assert len(broker.requests) == 1  # no pointless resubscribe
+    assert len(broker.subscribe_requests) == 1  # no pointless resubscribe
 
 
 def test_stop_timestamp_reached_just_before_the_stream_broke(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [
+    broker.subscribe_scripts = [
         serve([0, 1], (SC.UNAVAILABLE, "gone")),
         refuse(SC.INVALID_ARGUMENT, "Stop offset is before start offset: 1 < 2"),
     ]
@@ -356,22 +247,22 @@ def test_terminal_statuses_mid_stream(
     details: str,
     error: type[Exception],
 ) -> None:
-    broker.scripts = [serve([0], (code, details))]
+    broker.subscribe_scripts = [serve([0], (code, details))]
     sub = client.subscribe("s", start=StartAt.earliest())
     assert next(sub).offset == 0
     with pytest.raises(error):
         next(sub)
     with pytest.raises(StopIteration):
         next(sub)
-    assert len(broker.requests) == 1
+    assert len(broker.subscribe_requests) == 1
 
 
 def test_end_of_readonly_partition_and_ok_status_end_the_iteration(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [serve([0], (SC.RESOURCE_EXHAUSTED, "End of readonly partition"))]
+    broker.subscribe_scripts = [serve([0], (SC.RESOURCE_EXHAUSTED, "End of readonly partition"))]
     assert values(client.subscribe("s", start=StartAt.earliest())) == [0]
-    broker.scripts = [serve([0], "end")]
+    broker.subscribe_scripts = [serve([0], "end")]
     assert values(client.subscribe("s", start=StartAt.earliest())) == [0]
 
 
@@ -381,26 +272,28 @@ def test_end_of_readonly_partition_and_ok_status_end_the_iteration(
 def test_reverse_reads_down_to_eof_and_resumes_below_the_last_offset(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [
+    broker.subscribe_scripts = [
         serve([9, 8], (SC.UNAVAILABLE, "gone")),
         serve([7, 6], (SC.UNKNOWN, "EOF")),
     ]
     sub = client.subscribe("s", start=StartAt.latest(), reverse=True)
     assert values(sub) == [9, 8, 7, 6]
-    assert broker.starts() == [(api_pb2.LATEST, 0), (api_pb2.OFFSET, 7)]
-    assert all(r.reverse for r in broker.requests)
+    assert broker.subscribe_starts() == [(api_pb2.LATEST, 0), (api_pb2.OFFSET, 7)]
+    assert all(r.reverse for r in broker.subscribe_requests)
 
 
 def test_reverse_on_an_empty_log(broker: FakeBroker, client: Client) -> None:
-    broker.scripts = [refuse(SC.INTERNAL, "Failed to create stream reader: segment not found")]
+    broker.subscribe_scripts = [
+        refuse(SC.INTERNAL, "Failed to create stream reader: segment not found")
+    ]
     assert list(client.subscribe("s", start=StartAt.earliest(), reverse=True)) == []
-    broker.scripts = [refuse(SC.INTERNAL, "something else broke")]
+    broker.subscribe_scripts = [refuse(SC.INTERNAL, "something else broke")]
     with pytest.raises(lb.ServerError):
         client.subscribe("s", start=StartAt.earliest(), reverse=True)
 
 
 def test_reverse_ignored_by_the_server_is_unsupported(broker: FakeBroker, client: Client) -> None:
-    broker.scripts = [serve([3, 4], "hang")]
+    broker.subscribe_scripts = [serve([3, 4], "hang")]
     sub = client.subscribe("s", start=StartAt.offset(3), reverse=True)
     assert next(sub).offset == 3
     with pytest.raises(lb.UnsupportedError, match="does not support reverse"):
@@ -408,9 +301,9 @@ def test_reverse_ignored_by_the_server_is_unsupported(broker: FakeBroker, client
 
 
 def test_reverse_stops_after_offset_zero(broker: FakeBroker, client: Client) -> None:
-    broker.scripts = [serve([1, 0], (SC.UNAVAILABLE, "gone"))]
+    broker.subscribe_scripts = [serve([1, 0], (SC.UNAVAILABLE, "gone"))]
     assert values(client.subscribe("s", start=StartAt.offset(1), reverse=True)) == [1, 0]
-    assert len(broker.requests) == 1
+    assert len(broker.subscribe_requests) == 1
 
 
 # ---------------------------------------------------------------------- timeouts and close
@@ -419,7 +312,7 @@ def test_reverse_stops_after_offset_zero(broker: FakeBroker, client: Client) -> 
 def test_get_timeout_cancels_and_the_next_read_resumes_exactly(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.scripts = [serve([0, 1], "hang"), serve([], "hang"), serve([2], "hang")]
+    broker.subscribe_scripts = [serve([0, 1], "hang"), serve([], "hang"), serve([2], "hang")]
     sub = client.subscribe("s", start=StartAt.earliest())
     assert values([sub.get(1), sub.get(1)]) == [0, 1]
     metadata_calls = broker.metadata_calls
@@ -429,13 +322,17 @@ def test_get_timeout_cancels_and_the_next_read_resumes_exactly(
             sub.get(0.1)
         assert time.monotonic() - started < 0.5
     assert sub.get(1).offset == 2
-    assert broker.starts() == [(api_pb2.EARLIEST, 0), (api_pb2.OFFSET, 2), (api_pb2.OFFSET, 2)]
+    assert broker.subscribe_starts() == [
+        (api_pb2.EARLIEST, 0),
+        (api_pb2.OFFSET, 2),
+        (api_pb2.OFFSET, 2),
+    ]
     assert broker.metadata_calls == metadata_calls  # a timeout is not a reason to refresh
     sub.close()
 
 
 def test_close_while_resubscribing_stops_promptly(broker: FakeBroker) -> None:
-    broker.scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
+    broker.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
         refuse(SC.UNAVAILABLE, "still gone") for _ in range(1000)
     ]
     slow = RetryPolicy(max_attempts=5, initial=0.5, maximum=0.5, jitter=0.0)
@@ -446,7 +343,7 @@ def test_close_while_resubscribing_stops_promptly(broker: FakeBroker) -> None:
         reader = threading.Thread(target=lambda: result.append(list(sub)))
         reader.start()
         deadline = time.monotonic() + 5
-        while len(broker.requests) < 2 and time.monotonic() < deadline:
+        while len(broker.subscribe_requests) < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         started = time.monotonic()
         sub.close()
@@ -456,7 +353,7 @@ def test_close_while_resubscribing_stops_promptly(broker: FakeBroker) -> None:
 
 
 def test_get_timeout_bounds_a_resubscribe_in_progress(broker: FakeBroker) -> None:
-    broker.scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
+    broker.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
         refuse(SC.UNAVAILABLE, "still gone") for _ in range(1000)
     ]
     slow = RetryPolicy(initial=0.3, maximum=0.3, jitter=0.0)
@@ -467,7 +364,7 @@ def test_get_timeout_bounds_a_resubscribe_in_progress(broker: FakeBroker) -> Non
         with pytest.raises(TimeoutError):
             sub.get(0.1)
         assert time.monotonic() - started < 0.3
-        broker.scripts = [serve([1], "hang")]
+        broker.subscribe_scripts = [serve([1], "hang")]
         assert sub.get(5).offset == 1
         sub.close()
 
@@ -476,10 +373,10 @@ def test_get_timeout_bounds_a_resubscribe_in_progress(broker: FakeBroker) -> Non
 
 
 def test_whole_stream_partitions_resubscribe_independently() -> None:
-    state: dict[str, Any] = {"leader": "a", "partitions": 2}
-    a = FakeBroker("a", state).start()
+    cluster = FakeCluster(leader="a", partitions=2)
+    a = FakeBroker("a", cluster).start()
     try:
-        scripts: dict[int, list[Script]] = {
+        scripts: dict[int, list[SubscribeScript]] = {
             0: [serve([0, 1], (SC.UNAVAILABLE, "gone")), serve([2], "end")],
             1: [serve([0], "end")],
         }
@@ -489,7 +386,7 @@ def test_whole_stream_partitions_resubscribe_independently() -> None:
         ) -> Iterator[api_pb2.Message]:
             yield from scripts[request.partition].pop(0)(request, context)
 
-        a.scripts = [by_partition] * 3
+        a.subscribe_scripts = [by_partition] * 3
         with make_client(a) as client:
             sub = client.subscribe_stream("s", start=StartAt.earliest())
             got = sorted((m.partition, m.offset) for m in sub)
@@ -499,8 +396,8 @@ def test_whole_stream_partitions_resubscribe_independently() -> None:
 
 
 def test_whole_stream_terminal_error_is_raised_and_closes_everything() -> None:
-    state: dict[str, Any] = {"leader": "a", "partitions": 2}
-    a = FakeBroker("a", state).start()
+    cluster = FakeCluster(leader="a", partitions=2)
+    a = FakeBroker("a", cluster).start()
     try:
 
         def by_partition(
@@ -511,7 +408,7 @@ def test_whole_stream_terminal_error_is_raised_and_closes_everything() -> None:
             else:
                 yield from serve([], "hang")(request, context)
 
-        a.scripts = [by_partition] * 2
+        a.subscribe_scripts = [by_partition] * 2
         with make_client(a) as client:
             sub = client.subscribe_stream("s", start=StartAt.earliest())
             assert sub.get(5).offset == 0

@@ -1,0 +1,307 @@
+"""A scripted, in-process fake Liftbridge broker for fault injection in tests.
+
+Like httpx's ``MockTransport``, it lets you test how *your* code behaves when Liftbridge
+misbehaves, without a server: brokers that answer UNAVAILABLE, leaders that move, acks
+that are lost or slow, subscriptions that break mid-stream. It is not a Liftbridge
+server: it stores nothing, and its metadata is whatever you script. Test real behaviour
+against a real server (:class:`~liftbridge_sync.testing.LiftbridgeServer`).
+
+Example::
+
+    from liftbridge_sync import Client
+    from liftbridge_sync.testing import FakeBroker, refuse, serve
+
+    with FakeBroker() as broker:
+        broker.publish_script = lambda request, n: "drop" if n == 2 else "ack"
+        broker.subscribe_scripts = [serve([0, 1], then=("UNAVAILABLE", "gone")), serve([2])]
+        with Client(broker.address) as client:
+            ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+
+__all__ = [
+    "FakeBroker",
+    "FakeCluster",
+    "PublishScript",
+    "SubscribeScript",
+    "fake_message",
+    "refuse",
+    "serve",
+    "silent",
+]
+
+#: Decides what happens to one ``PublishAsync`` request (the request, and how many
+#: requests the broker has received so far, this one included):
+#:
+#: * ``"ack"``: acknowledge it (offsets count up per stream partition);
+#: * ``"drop"``: never answer (a lost ack);
+#: * ``"abort"``: end the whole stream with UNAVAILABLE (a broker going away);
+#: * ``("delay", seconds)``: acknowledge it after ``seconds`` (a slow ack);
+#: * an ``int``: answer with that ``PublishAsyncError`` code (e.g. 4 = READONLY);
+#: * ``("error_then_ack", code)``: that error, then an ack for the same id (a quirk of
+#:   the real server on PERMISSION_DENIED).
+PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
+
+#: Runs one ``Subscribe`` call: yields the messages to send (the first being the
+#: server's empty handshake message) and may end the call with ``context.abort``.
+SubscribeScript = Callable[
+    [api_pb2.SubscribeRequest, grpc.ServicerContext], Iterator[api_pb2.Message]
+]
+
+
+@dataclasses.dataclass
+class FakeCluster:
+    """What the brokers of one fake cluster say in their metadata. Change it any time.
+
+    Attributes:
+        leader: Id of the broker that leads every partition.
+        streams: Stream names listed when metadata for all streams is asked.
+        partitions: Partitions per stream.
+        newest_offset: Reported by ``FetchPartitionMetadata`` (-1: empty).
+        brokers: The brokers registered so far (in order of creation).
+
+    Not thread-safe to mutate while calls are in flight, except by plain attribute
+    assignment (which tests do between steps).
+    """
+
+    leader: str = "fake"
+    streams: tuple[str, ...] = ("s",)
+    partitions: int = 1
+    newest_offset: int = -1
+    brokers: list[FakeBroker] = dataclasses.field(default_factory=list)
+
+
+def fake_message(offset: int, partition: int = 0, stream: str = "s") -> api_pb2.Message:
+    """A message at ``offset`` with value ``b"v<offset>"``."""
+    return api_pb2.Message(
+        offset=offset, value=b"v%d" % offset, stream=stream, partition=partition, subject=stream
+    )
+
+
+def _wait_until_cancelled(context: grpc.ServicerContext) -> None:
+    while context.is_active():
+        time.sleep(0.02)
+
+
+def serve(
+    offsets: Sequence[int] = (),
+    then: tuple[str | grpc.StatusCode, str] | str = "hang",
+    *,
+    handshake: bool = True,
+) -> SubscribeScript:
+    """A subscribe script: the handshake, the messages at ``offsets``, then ``then``.
+
+    Args:
+        offsets: Offsets of the messages to send.
+        then: ``"hang"`` (keep the call open until the client cancels), ``"end"`` (end
+            with OK), or ``(code, details)`` to end with that status; ``code`` is a
+            ``grpc.StatusCode`` or its name.
+        handshake: Send the server's empty first message.
+    """
+
+    def script(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        if handshake:
+            yield api_pb2.Message()
+        for offset in offsets:
+            yield fake_message(offset, request.partition, request.stream or "s")
+        if then == "hang":
+            _wait_until_cancelled(context)
+        elif isinstance(then, tuple):
+            code, details = then
+            status = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode[code]
+            context.abort(status, details)
+
+    return script
+
+
+def refuse(code: str | grpc.StatusCode, details: str) -> SubscribeScript:
+    """A subscribe script that ends the call with a status before the handshake."""
+    return serve([], (code, details), handshake=False)
+
+
+def silent() -> SubscribeScript:
+    """A subscribe script that never answers, not even the handshake."""
+    return serve([], "hang", handshake=False)
+
+
+class FakeBroker(api_pb2_grpc.APIServicer):
+    """A scripted fake broker listening on ``127.0.0.1:<random port>``.
+
+    Args:
+        broker_id: The broker's id in metadata.
+        cluster: Shared with the other brokers of a fake cluster (default: a cluster of
+            its own, led by this broker).
+        max_workers: Threads serving calls.
+
+    Attributes:
+        address: ``host:port`` to give a ``Client``.
+        publish_script: See :data:`PublishScript` (default: ack everything).
+        subscribe_scripts: Scripts for the next ``Subscribe`` calls, used in order; when
+            none is left, a call gets :func:`silent`.
+        not_leader_times: Answer the next N ``FetchPartitionMetadata`` calls with
+            "not partition leader".
+        received: Every ``PublishRequest`` received.
+        subscribe_requests: Every ``SubscribeRequest`` received.
+        streams_opened, metadata_calls, partition_metadata_calls: Counters.
+
+    Use it as a context manager (or :meth:`start` / :meth:`stop`). Thread-safe: gRPC
+    calls its methods from a thread pool; counters and lists are updated under a lock.
+    """
+
+    def __init__(
+        self, broker_id: str = "fake", cluster: FakeCluster | None = None, max_workers: int = 16
+    ) -> None:
+        self.broker_id = broker_id
+        self.cluster = cluster if cluster is not None else FakeCluster(leader=broker_id)
+        self.cluster.brokers.append(self)
+        self.lock = threading.Lock()
+        self.publish_script: PublishScript = lambda request, count: "ack"
+        self.subscribe_scripts: list[SubscribeScript] = []
+        self.not_leader_times = 0
+        self.received: list[api_pb2.PublishRequest] = []
+        self.subscribe_requests: list[api_pb2.SubscribeRequest] = []
+        self.streams_opened = 0
+        self.metadata_calls = 0
+        self.partition_metadata_calls = 0
+        self._offsets: dict[tuple[str, int], int] = {}
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+        api_pb2_grpc.add_APIServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+        self.address = f"127.0.0.1:{self.port}"
+
+    def start(self) -> FakeBroker:
+        """Start serving."""
+        self._server.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop at once: calls in flight end with UNAVAILABLE (a broker dying)."""
+        self._server.stop(grace=None).wait()
+
+    def __enter__(self) -> FakeBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def subscribe_starts(self) -> list[tuple[int, int]]:
+        """``(startPosition, startOffset)`` of every ``Subscribe`` received."""
+        with self.lock:
+            return [(r.startPosition, r.startOffset) for r in self.subscribe_requests]
+
+    # ------------------------------------------------------------------ metadata
+
+    def FetchMetadata(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchMetadataResponse:
+        with self.lock:
+            self.metadata_calls += 1
+        cluster = self.cluster
+        ids = [b.broker_id for b in cluster.brokers]
+        partitions = {
+            p: api_pb2.PartitionMetadata(id=p, leader=cluster.leader, replicas=ids, isr=ids)
+            for p in range(cluster.partitions)
+        }
+        names = list(request.streams) or list(cluster.streams)
+        return api_pb2.FetchMetadataResponse(
+            brokers=[
+                api_pb2.Broker(id=b.broker_id, host="127.0.0.1", port=b.port)
+                for b in cluster.brokers
+            ],
+            streamMetadata=[
+                api_pb2.StreamMetadata(name=name, subject=name, partitions=partitions)
+                for name in names
+            ],
+        )
+
+    def FetchPartitionMetadata(  # noqa: N802
+        self, request: api_pb2.FetchPartitionMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchPartitionMetadataResponse:
+        with self.lock:
+            self.partition_metadata_calls += 1
+            refuse_now = self.not_leader_times > 0
+            if refuse_now:
+                self.not_leader_times -= 1
+        if refuse_now:
+            context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "The request should be sent to partition leader",
+            )
+        newest = self.cluster.newest_offset
+        return api_pb2.FetchPartitionMetadataResponse(
+            metadata=api_pb2.PartitionMetadata(
+                id=request.partition,
+                leader=self.broker_id,
+                newestOffset=newest,
+                highWatermark=newest,
+            )
+        )
+
+    # ------------------------------------------------------------------ subscribing
+
+    def Subscribe(  # noqa: N802
+        self, request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        with self.lock:
+            self.subscribe_requests.append(request)
+            script = self.subscribe_scripts.pop(0) if self.subscribe_scripts else silent()
+        yield from script(request, context)
+
+    # ------------------------------------------------------------------ publishing
+
+    def PublishAsync(  # noqa: N802
+        self, request_iterator: Iterator[api_pb2.PublishRequest], context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.PublishResponse]:
+        with self.lock:
+            self.streams_opened += 1
+        for request in request_iterator:
+            with self.lock:
+                self.received.append(request)
+                count = len(self.received)
+            action = self.publish_script(request, count)
+            if action == "drop" or (action == "ack" and request.ackPolicy == api_pb2.NONE):
+                continue
+            if action == "abort":
+                context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: broker going away")
+            if isinstance(action, tuple) and action[0] == "delay":
+                time.sleep(float(action[1]))
+                action = "ack"
+            code = action[1] if isinstance(action, tuple) else action
+            if isinstance(code, int):
+                yield api_pb2.PublishResponse(
+                    correlationId=request.correlationId,
+                    asyncError=api_pb2.PublishAsyncError(code=code, message="scripted"),  # type: ignore[arg-type]
+                    ack=api_pb2.Ack(),
+                )
+                if not isinstance(action, tuple):
+                    continue
+            yield self._ack(request)
+
+    def _ack(self, request: api_pb2.PublishRequest) -> api_pb2.PublishResponse:
+        key = (request.stream, request.partition)
+        with self.lock:
+            offset = self._offsets.get(key, -1) + 1
+            self._offsets[key] = offset
+        return api_pb2.PublishResponse(
+            correlationId=request.correlationId,
+            ack=api_pb2.Ack(
+                stream=request.stream,
+                offset=offset,
+                correlationId=request.correlationId,
+                ackPolicy=request.ackPolicy,
+            ),
+        )

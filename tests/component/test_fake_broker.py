@@ -1,0 +1,56 @@
+"""The fault-injecting fake broker that ``liftbridge_sync.testing`` ships for users."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import Client, RetryPolicy, StartAt
+from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve
+
+QUICK = RetryPolicy(max_attempts=3, max_delay=2.0, initial=0.01, maximum=0.05, jitter=0.0)
+
+
+def test_users_script_slow_and_lost_acks() -> None:
+    with FakeBroker() as broker:
+        broker.publish_script = lambda request, n: {
+            b"slow": ("delay", 0.3),
+            b"lost": "drop",
+        }.get(request.value, "ack")
+        with Client(broker.address, retry=QUICK) as client:
+            started = time.monotonic()
+            slow = client.publish("s", b"slow")
+            assert slow is not None and slow.offset == 0
+            assert time.monotonic() - started >= 0.3
+            lost = client.publish_async("s", b"lost", timeout=0.2)
+            with pytest.raises(lb.AckTimeoutError):
+                lost.result(5)
+            assert [r.value for r in broker.received] == [b"slow", b"lost"]
+
+
+def test_users_script_a_readonly_refusal_and_a_broken_subscription() -> None:
+    with FakeBroker(cluster=FakeCluster(leader="fake", newest_offset=5)) as broker:
+        broker.publish_script = lambda request, n: 4  # PublishAsyncError READONLY
+        broker.subscribe_scripts = [
+            serve([0, 1], then=("UNAVAILABLE", "gone")),
+            serve([2], then="end"),
+        ]
+        with Client(broker.address, retry=QUICK) as client:
+            with pytest.raises(lb.ReadonlyPartitionError):
+                client.publish("s", b"x")
+            got = [m.offset for m in client.subscribe("s", start=StartAt.earliest())]
+        assert got == [0, 1, 2]
+        assert broker.subscribe_starts()[-1][1] == 2  # resumed after the last offset
+
+
+def test_users_script_not_leader_and_a_refused_subscribe() -> None:
+    with FakeBroker() as broker:
+        broker.not_leader_times = 1
+        broker.subscribe_scripts = [refuse("PERMISSION_DENIED", "not authorized")]
+        with Client(broker.address, retry=QUICK) as client:
+            assert client.fetch_partition_metadata("s", 0).newest_offset == -1
+            assert broker.partition_metadata_calls == 2  # refused once, then retried
+            with pytest.raises(lb.PermissionDeniedError):
+                client.subscribe("s", start=StartAt.earliest())
