@@ -13,6 +13,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.requests import (
     build_publish_request,
     create_stream_request,
@@ -299,7 +300,7 @@ class Client:
         )
         check_bool("exist_ok", exist_ok)
         try:
-            core.call_any("CreateStream", request, context=CallContext.CREATE_STREAM)
+            core.call_any(rpcs.CREATE_STREAM, request, context=CallContext.CREATE_STREAM)
         except StreamExistsError:
             if exist_ok:
                 return False
@@ -315,7 +316,7 @@ class Client:
         core = self._check()
         check_name("name", name)
         core.call_any(
-            "DeleteStream",
+            rpcs.DELETE_STREAM,
             api_pb2.DeleteStreamRequest(name=name),
             context=CallContext.DELETE_STREAM,
         )
@@ -342,7 +343,7 @@ class Client:
             partitions=check_partitions("partitions", partitions),
             resumeAll=check_bool("resume_all", resume_all),
         )
-        core.call_any("PauseStream", request, context=CallContext.STREAM_ADMIN)
+        core.call_any(rpcs.PAUSE_STREAM, request, context=CallContext.STREAM_ADMIN)
 
     def set_stream_readonly(
         self, name: str, *, partitions: Iterable[int] | None = None, readonly: bool = True
@@ -360,7 +361,7 @@ class Client:
             partitions=check_partitions("partitions", partitions),
             readonly=check_bool("readonly", readonly),
         )
-        core.call_any("SetStreamReadonly", request, context=CallContext.STREAM_ADMIN)
+        core.call_any(rpcs.SET_STREAM_READONLY, request, context=CallContext.STREAM_ADMIN)
 
     # ------------------------------------------------------------------ cursors
 
@@ -591,7 +592,7 @@ class Client:
         )
         ack_timeout = self._ack_timeout(timeout)
         try:
-            response = core.call_any("PublishToSubject", request, timeout=ack_timeout)
+            response = core.call_any(rpcs.PUBLISH_TO_SUBJECT, request, timeout=ack_timeout)
         except DeadlineExceededError as exc:
             raise AckTimeoutError(
                 f"no ack for the message on {subject!r} within {ack_timeout}s",

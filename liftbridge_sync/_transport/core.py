@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import grpc
 
@@ -25,7 +25,9 @@ from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.metadata import MetadataCache
 from liftbridge_sync._transport.retry import call_with_retry
+from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.cursors import cursor_partition
+from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
 from liftbridge_sync._wire.status import (
     CallContext,
     error_from_rpc_error,
@@ -46,6 +48,8 @@ from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy
 
 __all__ = ["ClientCore"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("liftbridge_sync.client")
 
@@ -149,19 +153,22 @@ class ClientCore:
     def invoke(
         self,
         address: str,
-        method: str,
-        request: Any,
+        rpc: Rpc[Req, Resp],
+        request: Req,
         *,
         context: CallContext,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> Resp:
         """One attempt of a unary RPC on one broker; gRPC errors become LiftbridgeErrors."""
         stub = self.pool.stub(address)
         deadline = timeout or self.options.rpc_timeout
+        method = getattr(stub, rpc.name)
         try:
-            if method in _LOCAL_DEADLINE_METHODS:
-                return self._invoke_with_local_deadline(getattr(stub, method), request, deadline)
-            return getattr(stub, method)(request, timeout=deadline)
+            if rpc.name in _LOCAL_DEADLINE_METHODS:
+                response: Resp = self._invoke_with_local_deadline(method, request, deadline)
+            else:
+                response = method(request, timeout=deadline)
+            return response
         except grpc.RpcError as exc:
             raise error_from_rpc_error(exc, context) from None
 
@@ -182,27 +189,27 @@ class ClientCore:
 
     def call_any(
         self,
-        method: str,
-        request: Any,
+        rpc: Rpc[Req, Resp],
+        request: Req,
         *,
         context: CallContext = CallContext.GENERIC,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors."""
         start = next(self._rotation)
 
-        def attempt(number: int) -> Any:
+        def attempt(number: int) -> Resp:
             candidates = self.addresses()
             address = candidates[(start + number - 1) % len(candidates)]
-            return self.invoke(address, method, request, context=context, timeout=timeout)
+            return self.invoke(address, rpc, request, context=context, timeout=timeout)
 
-        return call_with_retry(self.options.retry, method, attempt)
+        return call_with_retry(self.options.retry, rpc.name, attempt)
 
     # ------------------------------------------------------------------ metadata
 
     def _fetch_metadata(self, streams: Sequence[str]) -> Metadata:
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
-        response = self.call_any("FetchMetadata", request)
+        response = self.call_any(rpcs.FETCH_METADATA, request)
         return Metadata.from_proto(response, fetched_at=time.monotonic())
 
     def fetch_metadata(self, streams: Sequence[str] = ()) -> Metadata:
@@ -232,7 +239,11 @@ class ClientCore:
                 timeout = max(0.01, min(timeout, deadline - time.monotonic()))
             try:
                 response = self.invoke(
-                    address, "FetchMetadata", request, context=CallContext.GENERIC, timeout=timeout
+                    address,
+                    rpcs.FETCH_METADATA,
+                    request,
+                    context=CallContext.GENERIC,
+                    timeout=timeout,
                 )
             except (BrokerUnavailableError, DeadlineExceededError) as exc:
                 error = exc
@@ -301,16 +312,40 @@ class ClientCore:
             )
         return broker.address
 
+    @overload
     def call_leader(
         self,
         stream: str,
         partition: int,
-        method: str,
-        request: Any,
+        rpc: Rpc[Req, Resp],
+        request: Req,
+        *,
+        context: CallContext = ...,
+        settle: None = None,
+    ) -> Resp: ...
+
+    @overload
+    def call_leader(
+        self,
+        stream: str,
+        partition: int,
+        rpc: Rpc[Req, Resp],
+        request: Req,
+        *,
+        context: CallContext = ...,
+        settle: Callable[[PartitionInfo], T | None],
+    ) -> Resp | T: ...
+
+    def call_leader(
+        self,
+        stream: str,
+        partition: int,
+        rpc: Rpc[Req, Resp],
+        request: Req,
         *,
         context: CallContext = CallContext.LEADER,
-        settle: Callable[[PartitionInfo], Any] | None = None,
-    ) -> Any:
+        settle: Callable[[PartitionInfo], T | None] | None = None,
+    ) -> Resp | T:
         """Call an RPC that the partition leader must serve; refresh and retry on not-leader.
 
         Args:
@@ -320,7 +355,7 @@ class ClientCore:
         """
         refresh = False
 
-        def attempt(number: int) -> Any:
+        def attempt(number: int) -> Resp | T:
             nonlocal refresh
             try:
                 info = self.partition_info(stream, partition, refresh=refresh)
@@ -329,12 +364,12 @@ class ClientCore:
                     if settled is not None:
                         return settled
                 address = self.leader_address_of(info)
-                return self.invoke(address, method, request, context=context)
+                return self.invoke(address, rpc, request, context=context)
             except (NotLeaderError, BrokerUnavailableError):
                 refresh = True
                 raise
 
-        return call_with_retry(self.options.retry, method, attempt)
+        return call_with_retry(self.options.retry, rpc.name, attempt)
 
     # ------------------------------------------------------------------ leader RPCs
 
@@ -352,7 +387,7 @@ class ClientCore:
             return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
 
         response = self.call_leader(
-            stream, partition, "FetchPartitionMetadata", request, settle=paused_view
+            stream, partition, rpcs.FETCH_PARTITION_METADATA, request, settle=paused_view
         )
         if isinstance(response, PartitionMetadata):
             return response
@@ -380,11 +415,11 @@ class ClientCore:
         request = api_pb2.SetCursorRequest(
             stream=stream, partition=partition, cursorId=cursor_id, offset=offset
         )
-        self.call_leader(CURSORS_STREAM, target, "SetCursor", request)
+        self.call_leader(CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored under ``cursor_id``, or ``-1``."""
         target = self._cursor_target(cursor_id, stream, partition)
         request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
-        response = self.call_leader(CURSORS_STREAM, target, "FetchCursor", request)
+        response = self.call_leader(CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request)
         return int(response.offset)
