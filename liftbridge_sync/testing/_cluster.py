@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 
 import grpc
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.testing._config import check_keys, flatten
 from liftbridge_sync.testing._install import InstalledServer, install_server
+from liftbridge_sync.testing._lifecycle import Lifecycle
 from liftbridge_sync.testing._nats import NatsServer
 from liftbridge_sync.testing._net import free_port
 from liftbridge_sync.testing._process import LiftbridgeProcess, ServerStartError, internal_streams
@@ -59,7 +58,7 @@ class ClusterNode(LiftbridgeProcess):
         return f"<ClusterNode {self.index} {self.server_id} {self.address} {state}>"
 
 
-class LiftbridgeCluster:
+class LiftbridgeCluster(Lifecycle):
     """``size`` Liftbridge nodes on 127.0.0.1 with one external ``nats-server``.
 
     Every node lists all server ids in ``clustering.raft.bootstrap.peers`` (so
@@ -444,24 +443,8 @@ class LiftbridgeCluster:
         try:
             self.stop()
         finally:
-            if self._run_dir is not None:
-                shutil.rmtree(self._run_dir, ignore_errors=True)
+            self.remove_run_dir(self._run_dir)
             self._run_dir = None
-
-    def __enter__(self) -> LiftbridgeCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<LiftbridgeCluster {self.namespace} {self.addresses}>"

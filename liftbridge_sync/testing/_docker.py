@@ -17,9 +17,9 @@ import socket
 import time
 import urllib.parse
 import warnings
-from types import TracebackType
 from typing import Any
 
+from liftbridge_sync.testing._lifecycle import Lifecycle
 from liftbridge_sync.testing._net import LOOPBACK, free_port
 from liftbridge_sync.testing._process import LEADER_LOG_LINE, ServerStartError
 
@@ -72,7 +72,7 @@ def docker_unavailable_reason(timeout: float = 5.0) -> str | None:
     return None
 
 
-class DockerLiftbridgeServer:
+class DockerLiftbridgeServer(Lifecycle):
     """A single Liftbridge server in a container, ports published on 127.0.0.1.
 
     Not thread-safe.
@@ -178,15 +178,6 @@ class DockerLiftbridgeServer:
             self._container.stop()
             self._container = None
 
-    close = stop
-
-    def __enter__(self) -> DockerLiftbridgeServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Stop the container (the same as :meth:`stop`)."""
         self.stop()

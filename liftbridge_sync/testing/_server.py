@@ -8,11 +8,11 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from liftbridge_sync.testing._config import check_keys, flatten
 from liftbridge_sync.testing._install import InstalledServer, install_server
+from liftbridge_sync.testing._lifecycle import Lifecycle
 from liftbridge_sync.testing._net import LOOPBACK, free_port
 from liftbridge_sync.testing._process import LiftbridgeProcess, ServerStartError
 from liftbridge_sync.testing._tls import ServerTLS
@@ -77,7 +77,7 @@ def base_config(
     return config
 
 
-class LiftbridgeServer:
+class LiftbridgeServer(Lifecycle):
     """A single-node Liftbridge server on 127.0.0.1 with embedded NATS.
 
     Each instance owns a fresh temporary directory (config, log, data dir),
@@ -354,25 +354,9 @@ class LiftbridgeServer:
         try:
             self.stop()
         finally:
-            if self._run_dir is not None:
-                shutil.rmtree(self._run_dir, ignore_errors=True)
+            self.remove_run_dir(self._run_dir)
             self._run_dir = None
             self._node = None
-
-    def __enter__(self) -> LiftbridgeServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
