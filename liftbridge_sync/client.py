@@ -60,6 +60,7 @@ class ClientKwargs(TypedDict, total=False):
     resubscribe_wait: float
     grpc_options: tuple[tuple[str, Any], ...]
     publish_transport: str
+    subscribe_transport: str
 
 
 _PER_PROCESS_LOCK = threading.Lock()

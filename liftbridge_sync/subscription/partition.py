@@ -415,8 +415,14 @@ class Subscription:
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
         address = self._address(refresh, deadline)
-        stub = self._core.pool.stub(address, streaming_reads=True)
-        call = stub.Subscribe(self._resume_request())
+        options = self._core.options
+        if options.subscribe_transport == "h2":
+            from liftbridge_sync._transport import h2_subscribe  # noqa: PLC0415 (h2 is optional)
+
+            call = h2_subscribe.open_call(address, self._resume_request(), options)
+        else:
+            stub = self._core.pool.stub(address, streaming_reads=True)
+            call = stub.Subscribe(self._resume_request())
         with self._lock:
             if self._closed.is_set():
                 call.cancel()
