@@ -110,6 +110,12 @@ class Subscription:
         #: Whether the cached leader may be wrong (the stream broke, not timed out).
         self._stale = False
         self._scheduler: Scheduler = core.scheduler()
+        #: Wire messages read in bulk (h2 transport) and the index of the next one; the
+        #: iterating thread's only, except close(), which empties it.
+        self._buf: list[api_pb2.Message] = []
+        self._pos = 0
+        #: Whether the current call hands out messages in batches (``read_batch``).
+        self._batched = False
 
     def open(self, *, empty: bool) -> None:
         """Connect for the first time (``empty``: there is nothing to read at all).
@@ -153,6 +159,14 @@ class Subscription:
         return self
 
     def __next__(self) -> Message:
+        buf = self._buf
+        i = self._pos
+        if i < len(buf):
+            # Fast path: a message already read in bulk.
+            self._pos = i + 1
+            pb = buf[i]
+            self._last_offset = pb.offset
+            return Message.from_proto(pb)
         return self._read(None)
 
     def get(self, timeout: float | None = None) -> Message:
@@ -167,6 +181,13 @@ class Subscription:
         """
         if timeout is not None and timeout < 0:
             raise ConfigurationError("'timeout' must be >= 0 or None")
+        buf = self._buf
+        i = self._pos
+        if i < len(buf):
+            self._pos = i + 1
+            pb = buf[i]
+            self._last_offset = pb.offset
+            return Message.from_proto(pb)
         return self._read(timeout)
 
     def checkpoint(self, cursor_id: str) -> int | None:
@@ -188,6 +209,7 @@ class Subscription:
         with self._lock:
             self._closed.set()
             call, self._call = self._call, None
+            self._buf = []  # messages read but not delivered are dropped
         if call is not None:
             call.cancel()
 
@@ -219,7 +241,15 @@ class Subscription:
                 except _Closed:
                     raise StopIteration from None
             try:
-                pb = next(call)
+                if self._batched:
+                    batch = call.read_batch()
+                    if self._closed.is_set():
+                        raise StopIteration
+                    self._buf = batch
+                    self._pos = 1
+                    pb = batch[0]
+                else:
+                    pb = next(call)
             except StopIteration:
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
@@ -420,14 +450,18 @@ class Subscription:
             from liftbridge_sync._transport import h2_subscribe  # noqa: PLC0415 (h2 is optional)
 
             call = h2_subscribe.open_call(address, self._resume_request(), options)
+            # Reverse reads check every offset as it is delivered: one at a time.
+            batched = not self._target.reverse
         else:
             stub = self._core.pool.stub(address, streaming_reads=True)
             call = stub.Subscribe(self._resume_request())
+            batched = False
         with self._lock:
             if self._closed.is_set():
                 call.cancel()
                 raise _Closed
             self._call = call
+            self._batched = batched
         wait = self._core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
