@@ -55,8 +55,9 @@ _PATH = b"/proto.API/Subscribe"
 _PREFIX = struct.Struct(">BI")
 #: HTTP/2 frame header: 24-bit length and 8-bit type (as one int), flags, stream id.
 _FRAME_HEADER = struct.Struct(">IBI")
-#: A DATA frame header followed by the gRPC prefix of the message it starts.
-_DATA_HEAD = struct.Struct(">IBIBI")
+#: A DATA frame header followed by the gRPC prefix of the message it starts: length and
+#: type; flags, stream id and compressed flag (compared as bytes); message length.
+_DATA_HEAD = struct.Struct(">I6sI")
 #: WINDOW_UPDATE frame: length (24 bits) as 16+8, type, flags, stream id, increment.
 _WINDOW_UPDATE = struct.Struct(">HBBBII")
 #: One ``recv()``.
@@ -292,9 +293,10 @@ class H2SubscribeCall:
         """Split ``data`` into frames: our stream's plain DATA frames are read here, the
         rest goes to h2 (only whole frames, so h2 never buffers anything between calls).
 
-        The broker sends each message in a DATA frame of its own, so the loop's first
-        branch reads frame header and message prefix with one ``unpack`` and decodes the
-        message straight from the received bytes.
+        The broker sends each message in a DATA frame of its own, so the inner loop takes
+        runs of such frames with one ``unpack`` per frame (frame header and message prefix
+        together) and only slices the message bytes out; the run is then decoded with
+        one list comprehension. Anything else goes through the general path.
         """
         inbuf = self._inbuf
         if inbuf:
@@ -303,42 +305,49 @@ class H2SubscribeCall:
         else:
             buf = data
         size = len(buf)
+        last_head = size - 14  # the last position a frame header + prefix fits
         pos = 0
         slow = -1  # start of a run of frames for h2
         sid = self._stream_id
         conn = self._conn
         assert conn is not None
         limit = conn.max_inbound_frame_size
-        # Largest message the first branch may take (a bigger one goes through _decode).
+        # Largest message the inner loop may take (a bigger one goes through _decode).
         cap = min(limit - 5, self._max_message)
+        # Flags 0, our stream id, compressed flag 0: a single-message DATA frame.
+        plain = b"\0" + sid.to_bytes(4, "big") + b"\0"
         consumed = 0
         rbuf = self._rbuf
-        ready = self._ready
-        append = ready.append
-        parse = api_pb2.Message.FromString
+        bodies: list[bytes | bytearray] = []
+        add = bodies.append
         unpack = _FRAME_HEADER.unpack_from
         head = _DATA_HEAD.unpack_from
         fast = self._fast
         whole = fast and not rbuf  # frames start on message boundaries
         while size - pos >= 9:
-            if whole and size - pos >= 14:
-                length_type, flags, stream, flag, mlen = head(buf, pos)
-                end = pos + 14 + mlen
-                if (
-                    length_type == (mlen + 5) << 8
-                    and end <= size
-                    and not (flags or flag)
-                    and stream == sid
-                    and mlen <= cap
-                ):
-                    consumed += mlen + 5
-                    try:
-                        append(parse(buf[pos + 14 : end]))  # type: ignore[arg-type]
-                    except DecodeError as exc:
-                        self._end(_SC.INTERNAL, f"bad message: {exc}")
-                        fast = whole = False
+            if whole and slow < 0:
+                run = pos
+                count = len(bodies)
+                while pos <= last_head:
+                    length_type, middle, mlen = head(buf, pos)
+                    end = pos + 14 + mlen
+                    if (
+                        middle != plain
+                        or length_type != (mlen + 5) << 8
+                        or end > size
+                        or mlen > cap
+                    ):
+                        break
+                    add(buf[pos + 14 : end])
                     pos = end
+                if pos != run:
+                    consumed += pos - run - 9 * (len(bodies) - count)
                     continue
+            if bodies:
+                # Keep the order: what the general path decodes comes after the run.
+                self._parse(bodies)
+                fast = self._fast
+                whole = fast and not rbuf
             length_type, flags, stream = unpack(buf, pos)
             length = length_type >> 8
             end = pos + 9 + length
@@ -362,6 +371,8 @@ class H2SubscribeCall:
             if slow < 0:
                 slow = pos
             pos = end
+        if bodies:
+            self._parse(bodies)
         if slow >= 0:
             self._handle(conn.receive_data(bytes(buf[slow:pos])))
         if inbuf:
@@ -376,6 +387,21 @@ class H2SubscribeCall:
                 self._outbuf += _WINDOW_UPDATE.pack(0, 4, 8, 0, 0, credit)
                 self._outbuf += _WINDOW_UPDATE.pack(0, 4, 8, 0, sid, credit)
                 self._credit = 0
+
+    def _parse(self, bodies: list[bytes | bytearray]) -> None:
+        """Decode message bodies in order onto the ready list, then empty ``bodies``."""
+        parse = api_pb2.Message.FromString
+        try:
+            self._ready += [parse(body) for body in bodies]  # type: ignore[arg-type]
+        except DecodeError:
+            ready = self._ready
+            for body in bodies:
+                try:
+                    ready.append(parse(body))  # type: ignore[arg-type]
+                except DecodeError as exc:
+                    self._end(_SC.INTERNAL, f"bad message: {exc}")
+                    break
+        bodies.clear()
 
     def _decode(self) -> None:
         """Decode every whole message in the DATA buffer."""

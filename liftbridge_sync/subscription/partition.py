@@ -39,7 +39,8 @@ from liftbridge_sync.errors import (
     StreamDeletedError,
     UnsupportedError,
 )
-from liftbridge_sync.models import Message
+from liftbridge_sync.models import Message, _set_message_pb
+from liftbridge_sync.models import _new_object as _new_message
 from liftbridge_sync.options import RetryPolicy
 
 __all__ = ["Subscription", "SubscriptionTarget"]
@@ -166,7 +167,9 @@ class Subscription:
             self._pos = i + 1
             pb = buf[i]
             self._last_offset = pb.offset
-            return Message.from_proto(pb)
+            msg = _new_message(Message)  # Message.from_proto without its call frame
+            _set_message_pb(msg, pb)
+            return msg
         return self._read(None)
 
     def get(self, timeout: float | None = None) -> Message:
