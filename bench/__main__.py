@@ -56,7 +56,9 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--message-size", type=int, default=256, help="payload bytes (256)")
     parser.add_argument(
-        "--clients", default="go,ours,gufo", help="comma-separated subset of go,ours,gufo"
+        "--clients",
+        default="go,ours,gufo",
+        help="comma-separated subset of go,ours,ours-h2,ours-grpc,gufo",
     )
     parser.add_argument("--json", default=None, help="also write all records to this file")
 
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_profile.run(args, server))
         return 0
     clients = tuple(c.strip() for c in args.clients.split(",") if c.strip())
-    unknown = set(clients) - {"go", "ours", "ours-h2", "gufo"}
+    unknown = set(clients) - {"go", "ours", "ours-h2", "ours-grpc", "gufo"}
     if unknown:
         print(f"unknown clients: {sorted(unknown)}", file=sys.stderr)
         return 2

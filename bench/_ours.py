@@ -107,11 +107,13 @@ def run_publish(
     return result, lat if latencies else []
 
 
-def run_subscribe(servers: str, stream: str, *, expected: int) -> dict[str, Any]:
+def run_subscribe(
+    servers: str, stream: str, *, expected: int, transport: str = "h2"
+) -> dict[str, Any]:
     """Read ``stream`` partition 0 from earliest to latest; count messages and bytes."""
     from liftbridge_sync import Client, StartAt, StopAt
 
-    client = Client([servers])
+    client = Client([servers], subscribe_transport=transport)
     try:
         client.fetch_metadata(stream)  # open the channel before timing
         count = 0
@@ -128,7 +130,7 @@ def run_subscribe(servers: str, stream: str, *, expected: int) -> dict[str, Any]
     finally:
         client.close()
     return {
-        "client": "ours",
+        "client": "ours" if transport == "h2" else "ours-grpc",
         "duration": elapsed,
         "total_messages": count,
         "total_bytes": nbytes,
@@ -156,6 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--servers", required=True)
     sub.add_argument("--stream", required=True)
     sub.add_argument("--expected", type=int, required=True)
+    sub.add_argument("--subscribe-transport", choices=("grpc", "h2"), default="h2")
     return parser
 
 
@@ -175,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.latencies_out:
             save_latencies(args.latencies_out, lat)
     else:
-        result = run_subscribe(args.servers, args.stream, expected=args.expected)
+        result = run_subscribe(
+            args.servers, args.stream, expected=args.expected, transport=args.subscribe_transport
+        )
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0

@@ -25,8 +25,9 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: ``ours-h2`` is liftbridge_sync with ``publish_transport="h2"`` (publish only).
-CLIENTS = ("go", "ours", "ours-h2", "gufo")
+#: ``ours-h2`` is liftbridge_sync with ``publish_transport="h2"`` (publish only);
+#: ``ours-grpc`` is liftbridge_sync with ``subscribe_transport="grpc"`` (subscribe only).
+CLIENTS = ("go", "ours", "ours-h2", "ours-grpc", "gufo")
 _TIMEOUT = 600.0
 
 
@@ -95,6 +96,11 @@ def subscribe_command(client: str, address: str, stream: str, expected: int) -> 
         return [str(_go.binary("consumer")), *common, "--start", "earliest", "--output", "json"]
     if client == "ours":
         return [sys.executable, "-m", "bench._ours", "subscribe", *common]
+    if client == "ours-grpc":
+        return [sys.executable, "-m", "bench._ours", "subscribe", *common] + [
+            "--subscribe-transport",
+            "grpc",
+        ]
     if client == "gufo":
         return [str(_gufo.python()), str(_gufo.WORKER), "subscribe", *common]
     raise ValueError(f"unknown client {client!r}")

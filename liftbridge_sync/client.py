@@ -61,6 +61,7 @@ class ClientKwargs(TypedDict, total=False):
     resubscribe_wait: float
     grpc_options: tuple[tuple[str, Any], ...]
     publish_transport: str
+    subscribe_transport: str
 
 
 class Client:

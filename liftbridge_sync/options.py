@@ -185,6 +185,10 @@ class ClientOptions:
     #: Transport of the ``PublishAsync`` stream: ``"grpc"`` (grpcio, the default) or
     #: ``"h2"`` (our own HTTP/2 framing that coalesces writes; extra ``fast``).
     publish_transport: str = "grpc"
+    #: Transport of ``Subscribe`` streams: ``"h2"`` (the default: our own HTTP/2 reader,
+    #: messages decoded in bulk on the iterating thread) or ``"grpc"`` (grpcio with
+    #: single-threaded streaming reads).
+    subscribe_transport: str = "h2"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
@@ -209,6 +213,14 @@ class ClientOptions:
         if self.publish_transport == "h2" and importlib.util.find_spec("h2") is None:
             raise ConfigurationError(
                 "'publish_transport' 'h2' needs the h2 package: pip install 'liftbridge-sync[fast]'"
+            )
+
+        if self.subscribe_transport not in ("grpc", "h2"):
+            raise ConfigurationError("'subscribe_transport' must be 'grpc' or 'h2'")
+        if self.subscribe_transport == "h2" and importlib.util.find_spec("h2") is None:
+            raise ConfigurationError(
+                "'subscribe_transport' 'h2' needs the h2 package: pip install h2, "
+                "or choose subscribe_transport='grpc'"
             )
 
     def replace(self, **changes: Any) -> ClientOptions:

@@ -41,7 +41,8 @@ from liftbridge_sync.errors import (
     StreamDeletedError,
     UnsupportedError,
 )
-from liftbridge_sync.models import Message
+from liftbridge_sync.models import Message, _set_message_pb
+from liftbridge_sync.models import _new_object as _new_message
 from liftbridge_sync.options import RetryPolicy
 
 __all__ = ["Subscription", "SubscriptionTarget"]
@@ -112,6 +113,12 @@ class Subscription:
         #: Whether the cached leader may be wrong (the stream broke, not timed out).
         self._stale = False
         self._scheduler: Scheduler = core.scheduler()
+        #: Wire messages read in bulk (h2 transport) and the index of the next one; the
+        #: iterating thread's only, except close(), which empties it.
+        self._buf: list[api_pb2.Message] = []
+        self._pos = 0
+        #: Whether the current call hands out messages in batches (``read_batch``).
+        self._batched = False
 
     def open(self, *, empty: bool) -> None:
         """Connect for the first time (``empty``: there is nothing to read at all).
@@ -155,7 +162,17 @@ class Subscription:
         return self
 
     def __next__(self) -> Message:
-        return self.get(None)
+        buf = self._buf
+        i = self._pos
+        if i < len(buf):
+            # Fast path: a message already read in bulk.
+            self._pos = i + 1
+            pb = buf[i]
+            self._last_offset = pb.offset
+            msg = _new_message(Message)  # Message.from_proto without its call frame
+            _set_message_pb(msg, pb)
+            return msg
+        return self._read(None)
 
     def get(self, timeout: float | None = None) -> Message:
         """The next message, waiting at most ``timeout`` seconds (``None``: forever).
@@ -167,12 +184,15 @@ class Subscription:
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions reported by the server.
         """
-        if self._core.forked:
-            raise ForkedClientError(
-                "this subscription was opened before the process forked; subscribe again "
-                "in the child (the client itself reconnects there)"
-            )
-        return self._read(check_timeout("timeout", timeout))
+        seconds = check_timeout("timeout", timeout)
+        buf = self._buf
+        i = self._pos
+        if i < len(buf):
+            self._pos = i + 1
+            pb = buf[i]
+            self._last_offset = pb.offset
+            return Message.from_proto(pb)
+        return self._read(seconds)
 
     def checkpoint(self, cursor_id: str) -> int | None:
         """Store the last delivered offset under ``cursor_id`` (the Go client's semantics).
@@ -193,6 +213,7 @@ class Subscription:
         with self._lock:
             self._closed.set()
             call, self._call = self._call, None
+            self._buf = []  # messages read but not delivered are dropped
         if call is not None:
             call.cancel()
 
@@ -212,6 +233,11 @@ class Subscription:
     # ------------------------------------------------------------------ reading
 
     def _read(self, timeout: float | None) -> Message:
+        if self._core.forked:
+            raise ForkedClientError(
+                "this subscription was opened before the process forked; subscribe again "
+                "in the child (the client itself reconnects there)"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             call = self._call
@@ -224,7 +250,15 @@ class Subscription:
                 except _Closed:
                     raise StopIteration from None
             try:
-                pb = next(call)
+                if self._batched:
+                    batch = call.read_batch()
+                    if self._closed.is_set():
+                        raise StopIteration
+                    self._buf = batch
+                    self._pos = 1
+                    pb = batch[0]
+                else:
+                    pb = next(call)
             except StopIteration:
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
@@ -451,13 +485,23 @@ class Subscription:
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
         address = self._address(refresh, deadline)
-        stub = self._core.pool.stub(address, streaming_reads=True)
-        call = stub.Subscribe(self._resume_request())
+        options = self._core.options
+        if options.subscribe_transport == "h2":
+            from liftbridge_sync._transport import h2_subscribe  # noqa: PLC0415 (h2 is optional)
+
+            call = h2_subscribe.open_call(address, self._resume_request(), options)
+            # Reverse reads check every offset as it is delivered: one at a time.
+            batched = not self._target.reverse
+        else:
+            stub = self._core.pool.stub(address, streaming_reads=True)
+            call = stub.Subscribe(self._resume_request())
+            batched = False
         with self._lock:
             if self._closed.is_set():
                 call.cancel()
                 raise _Closed
             self._call = call
+            self._batched = batched
         wait = self._core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())

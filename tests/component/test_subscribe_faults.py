@@ -38,8 +38,20 @@ def broker() -> Iterator[FakeBroker]:
     fake.stop()
 
 
+#: Subscribe transport of the clients made here (every test runs on both).
+TRANSPORT = {"name": "h2"}
+
+
+@pytest.fixture(autouse=True, params=["h2", "grpc"])
+def transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    TRANSPORT["name"] = request.param
+    yield request.param
+    TRANSPORT["name"] = "h2"
+
+
 def make_client(*brokers: FakeBroker, **options: Any) -> Client:
     options.setdefault("retry", FAST_RETRY)
+    options.setdefault("subscribe_transport", TRANSPORT["name"])
     options.setdefault("resubscribe_wait", 5.0)
     return Client([b.address for b in brokers], **options)
 

@@ -1,0 +1,311 @@
+"""The ``"h2"`` Subscribe reader (the default) on its own: flow control, frames spread or
+bunched across reads, limits, cancel from another thread, TLS, and garbage from the wire.
+
+The subscription-level faults (resubscribe offsets, timeouts, terminal errors) run on
+both transports in test_subscribe_faults.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import h2.config
+import h2.connection
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import liftbridge_sync as lb
+from liftbridge_sync import ClientOptions, StartAt, StopAt
+from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+from liftbridge_sync._transport import h2_subscribe
+from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall, SubscribeRpcError
+
+from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
+
+from .test_subscribe_faults import make_client
+
+SC = grpc.StatusCode
+
+
+@pytest.fixture
+def broker() -> Iterator[FakeBroker]:
+    fake = FakeBroker("a", FakeCluster(leader="a")).start()
+    yield fake
+    fake.stop()
+
+
+def _request() -> api_pb2.SubscribeRequest:
+    return api_pb2.SubscribeRequest(stream="s", partition=0)
+
+
+def _big(offsets: range, size: int) -> object:
+    """Like ``serve`` (then OK) but with ``size``-byte values."""
+
+    def script(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()
+        for offset in offsets:
+            yield api_pb2.Message(offset=offset, value=bytes([offset % 251]) * size, stream="s")
+
+    return script
+
+
+def test_default_transport_is_h2() -> None:
+    assert ClientOptions(addresses=("127.0.0.1:1",)).subscribe_transport == "h2"
+    with pytest.raises(lb.ConfigurationError):
+        ClientOptions(addresses=("127.0.0.1:1",), subscribe_transport="quic")
+
+
+def test_small_windows_are_returned_by_our_window_updates(
+    broker: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DATA frames read on the fast path bypass h2: without our WINDOW_UPDATEs the broker
+    # would stall after 64 KiB.
+    monkeypatch.setattr(h2_subscribe, "_RECV_WINDOW", 65535)
+    monkeypatch.setattr(h2_subscribe, "_CREDIT_AT", 4096)
+    broker.subscribe_scripts = [_big(range(2000), 1000)]  # type: ignore[list-item]
+    with make_client(broker) as client:
+        got = list(client.subscribe("s", start=StartAt.earliest()))
+    assert [m.offset for m in got] == list(range(2000))
+    assert all(m.value == bytes([m.offset % 251]) * 1000 for m in got)
+
+
+def test_messages_larger_than_a_frame(broker: FakeBroker) -> None:
+    broker.subscribe_scripts = [_big(range(5), 200_000)]  # type: ignore[list-item]
+    with make_client(broker) as client:
+        got = list(client.subscribe("s", start=StartAt.earliest()))
+    assert [len(m.value) for m in got] == [200_000] * 5
+
+
+def test_message_over_the_limit_raises_instead_of_ending_quietly(broker: FakeBroker) -> None:
+    broker.subscribe_scripts = [_big(range(3), 5000)]  # type: ignore[list-item]
+    options = {"grpc_options": (("grpc.max_receive_message_length", 4096),)}
+    with make_client(broker, **options) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        with pytest.raises(lb.LiftbridgeError, match="larger than the limit"):
+            next(sub)
+
+
+def test_cancel_from_another_thread_ends_a_blocked_read(broker: FakeBroker) -> None:
+    broker.subscribe_scripts = [serve([0], "hang")]
+    options = ClientOptions(addresses=(broker.address,))
+    call = H2SubscribeCall(broker.address, _request(), options)
+    assert next(call).offset == 0  # the handshake
+    assert next(call).offset == 0
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            next(call)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    reader = threading.Thread(target=read, name="liftbridge-test-reader", daemon=True)
+    reader.start()
+    reader.join(0.2)
+    call.cancel()
+    reader.join(10)
+    assert not reader.is_alive()
+    assert isinstance(errors[0], SubscribeRpcError) and errors[0].code() is SC.CANCELLED
+    call.cancel()  # idempotent
+    with pytest.raises(SubscribeRpcError):
+        next(call)
+
+
+def test_cancel_before_the_first_read() -> None:
+    options = ClientOptions(addresses=("127.0.0.1:1",))
+    call = H2SubscribeCall("127.0.0.1:1", _request(), options)
+    call.cancel()
+    with pytest.raises(SubscribeRpcError) as info:
+        next(call)
+    assert info.value.code() is SC.CANCELLED
+
+
+def test_refused_connection_is_unavailable() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    call = H2SubscribeCall(address, _request(), ClientOptions(addresses=(address,)))
+    with pytest.raises(SubscribeRpcError) as info:
+        next(call)
+    assert info.value.code() is SC.UNAVAILABLE
+
+
+# ---------------------------------------------------------------- bytes from the wire
+
+
+def _server_bytes(count: int, trailers: list[tuple[bytes, bytes]]) -> bytes:
+    """What a gRPC server sends for a Subscribe: handshake, ``count`` messages, trailers."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    client.send_headers(1, [(":method", "POST"), (":scheme", "http"), (":path", "/x"),
+                            (":authority", "a"), ("te", "trailers")])  # fmt: skip
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    server.send_headers(1, [(b":status", b"200"), (b"content-type", b"application/grpc")])
+    for offset in [0, *range(count)]:
+        body = api_pb2.Message(offset=offset, value=b"v%d" % offset).SerializeToString()
+        server.send_data(1, b"\0" + len(body).to_bytes(4, "big") + body)
+    server.send_headers(1, trailers, end_stream=True)
+    return server.data_to_send()
+
+
+class _RawServer:
+    """Answers every connection with canned bytes (split into given chunks), then closes.
+
+    Thread-safe enough for one client at a time.
+    """
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._run, name="liftbridge-test-raw", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    for chunk in self.chunks:
+                        conn.sendall(chunk)
+                    conn.shutdown(socket.SHUT_WR)
+                    while conn.recv(65536):
+                        pass
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="module")
+def raw() -> Iterator[_RawServer]:
+    server = _RawServer()
+    yield server
+    server.close()
+
+
+def _read_all(address: str) -> tuple[list[int], BaseException | None]:
+    call = H2SubscribeCall(address, _request(), ClientOptions(addresses=(address,)))
+    offsets: list[int] = []
+    try:
+        for message in call:
+            offsets.append(message.offset)
+    except SubscribeRpcError as exc:
+        return offsets, exc
+    finally:
+        call.cancel()
+    return offsets, None
+
+
+def _split(data: bytes, cuts: list[int]) -> list[bytes]:
+    points = sorted({min(c, len(data)) for c in cuts} | {0, len(data)})
+    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=4000), max_size=12))
+def test_any_split_of_a_good_stream_reads_the_same(raw: _RawServer, cuts: list[int]) -> None:
+    data = _server_bytes(50, [(b"grpc-status", b"0")])
+    raw.chunks = _split(data, cuts)
+    offsets, error = _read_all(raw.address)
+    assert error is None
+    assert offsets == [0, *range(50)]
+
+
+def test_error_status_after_the_messages(raw: _RawServer) -> None:
+    raw.chunks = [_server_bytes(3, [(b"grpc-status", b"14"), (b"grpc-message", b"gone%20away")])]
+    offsets, error = _read_all(raw.address)
+    assert offsets == [0, 0, 1, 2]  # every message before the status is delivered
+    assert isinstance(error, SubscribeRpcError)
+    assert error.code() is SC.UNAVAILABLE and error.details() == "gone away"
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    cut=st.integers(min_value=0, max_value=2000),
+    flips=st.lists(st.tuples(st.integers(min_value=0, max_value=2000), st.integers(0, 255))),
+    junk=st.binary(max_size=64),
+)
+def test_truncated_or_garbled_streams_fail_cleanly(
+    raw: _RawServer, cut: int, flips: list[tuple[int, int]], junk: bytes
+) -> None:
+    data = bytearray(_server_bytes(20, [(b"grpc-status", b"0")])[:cut])
+    for index, value in flips:
+        if index < len(data):
+            data[index] = value
+    raw.chunks = [bytes(data) + junk]
+    offsets, error = _read_all(raw.address)
+    # Either the stream happened to stay valid, or it ends with a typed gRPC error; the
+    # messages delivered are always a prefix of what was sent (or garbled values of it).
+    assert error is None or isinstance(error, SubscribeRpcError)
+    assert len(offsets) <= 21
+
+
+# ---------------------------------------------------------------- TLS
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_mutual_tls_with_alpn(tmp_path: Path) -> None:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
+             "-subj", "/CN=test-ca", cwd=tmp_path)  # fmt: skip
+    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                 "-subj", f"/CN={name}", cwd=tmp_path)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "1",
+                 "-extfile", "san.ext", cwd=tmp_path)  # fmt: skip
+    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".pem", ".key")}
+    fake = FakeBroker("a", FakeCluster(leader="a"))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    api_pb2_grpc.add_APIServicer_to_server(fake, server)
+    credentials = grpc.ssl_server_credentials(
+        [(files["server.key"], files["server.pem"])],
+        root_certificates=files["ca.pem"],
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    fake.port = port
+    fake.address = f"127.0.0.1:{port}"
+    server.start()
+    try:
+        fake.subscribe_scripts = [serve(range(100), "end")]
+        tls = lb.TLSOptions(
+            ca_cert=files["ca.pem"],
+            client_cert=files["client.pem"],
+            client_key=files["client.key"],
+            server_name="localhost",
+        )
+        with make_client(fake, tls=tls) as client:
+            got = client.subscribe("s", start=StartAt.earliest(), stop=StopAt.offset(99))
+            assert [m.offset for m in got] == list(range(100))
+    finally:
+        server.stop(grace=None).wait()
