@@ -61,6 +61,8 @@ class ClientKwargs(TypedDict, total=False):
     resubscribe_wait: float
     grpc_options: tuple[tuple[str, Any], ...]
     publish_transport: str
+    keepalive_interval: float | None
+    keepalive_timeout: float
     subscribe_transport: str
 
 

@@ -189,6 +189,14 @@ class ClientOptions:
     #: messages decoded in bulk on the iterating thread) or ``"grpc"`` (grpcio with
     #: single-threaded streaming reads).
     subscribe_transport: str = "h2"
+    #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
+    #: PING to check the connection (``None``: never). The default respects the server's
+    #: gRPC keepalive policy (grpc-go refuses pings more often than every 5 minutes on a
+    #: stream without data, answering with GOAWAY ``too_many_pings``).
+    keepalive_interval: float | None = 300.0
+    #: Seconds to wait for any sign of life after such a PING before the connection is
+    #: declared dead (the subscription then resubscribes).
+    keepalive_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
@@ -200,6 +208,8 @@ class ClientOptions:
         _positive("ack_timeout", self.ack_timeout)
         _positive("enqueue_timeout", self.enqueue_timeout, allow_none=True)
         _positive("resubscribe_wait", self.resubscribe_wait)
+        _positive("keepalive_interval", self.keepalive_interval, allow_none=True)
+        _positive("keepalive_timeout", self.keepalive_timeout)
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
             raise ConfigurationError("'max_in_flight' must be an int")
         if self.max_in_flight < 1:

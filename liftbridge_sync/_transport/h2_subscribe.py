@@ -32,6 +32,7 @@ import ssl
 import struct
 import tempfile
 import threading
+import time
 import urllib.parse
 from typing import Any
 
@@ -90,6 +91,10 @@ _RESET_CODES = {
     h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: _SC.RESOURCE_EXHAUSTED,
     h2.errors.ErrorCodes.INADEQUATE_SECURITY: _SC.PERMISSION_DENIED,
 }
+
+
+class _DeadConnection(Exception):
+    """A keepalive PING went unanswered."""
 
 
 class SubscribeRpcError(grpc.RpcError):
@@ -247,7 +252,10 @@ class H2SubscribeCall:
                 raise self._cancelled_error()
             self._reading = True
         try:
-            data = sock.recv(_RECV_SIZE)
+            data = self._recv_alive(sock)
+        except _DeadConnection as exc:
+            data = b""
+            failure = str(exc)
         except OSError as exc:
             data = b""
             failure = f"receive from {self._address} failed: {exc}"
@@ -265,6 +273,41 @@ class H2SubscribeCall:
             self._error = SubscribeRpcError(_SC.UNAVAILABLE, failure)
             raise self._error
         return data
+
+    def _recv_alive(self, sock: socket.socket) -> bytes:
+        """One ``recv()``, PINGing a connection that stays silent (keepalive).
+
+        An idle stream is legitimate (nothing is published), so silence alone ends
+        nothing: after ``keepalive_interval`` seconds a PING goes out, and if nothing at
+        all arrives within ``keepalive_timeout`` after it, the connection is dead (a
+        crashed host, a black-holing firewall): the subscription resubscribes.
+
+        Raises:
+            _DeadConnection: no sign of life after a PING.
+            OSError: the socket failed (or was closed by ``cancel``).
+        """
+        interval = self._options.keepalive_interval
+        if interval is None:
+            return sock.recv(_RECV_SIZE)
+        pinged_at: float | None = None
+        while True:
+            wait = interval if pinged_at is None else self._options.keepalive_timeout
+            sock.settimeout(wait)
+            try:
+                return sock.recv(_RECV_SIZE)
+            except TimeoutError:
+                if pinged_at is not None:
+                    raise _DeadConnection(
+                        f"{self._address} did not answer a keepalive PING within "
+                        f"{self._options.keepalive_timeout}s: the connection is dead"
+                    ) from None
+            conn = self._conn
+            if conn is None:
+                raise _DeadConnection(f"{self._address}: no HTTP/2 connection")
+            conn.ping(b"lb-alive")
+            sock.settimeout(self._options.keepalive_timeout)
+            sock.sendall(conn.data_to_send())
+            pinged_at = time.monotonic()
 
     def _cancelled_error(self) -> SubscribeRpcError:
         self._ended = True

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         LiftbridgeProcess,
         ServerStartError,
     )
+    from liftbridge_sync.testing._proxy import TcpProxy
     from liftbridge_sync.testing._server import LiftbridgeServer
     from liftbridge_sync.testing._tls import (
         AUTHZ_MODEL,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "TcpProxy": "_proxy",
     "FakeBroker": "_fake",
     "FakeCluster": "_fake",
     "PublishScript": "_fake",
@@ -116,6 +118,7 @@ __all__ = [
     "ServerStartError",
     "ServerTLS",
     "SubscribeScript",
+    "TcpProxy",
     "TestCertificates",
     "cache_dir",
     "detect_version",

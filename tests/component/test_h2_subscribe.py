@@ -27,7 +27,6 @@ from liftbridge_sync import ClientOptions, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport import h2_subscribe
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall, SubscribeRpcError
-
 from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
 
 from .test_subscribe_faults import make_client
