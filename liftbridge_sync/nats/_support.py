@@ -1,0 +1,122 @@
+"""Pieces of the NATS publisher shared by its caller side and its loop side.
+
+Jobs handed to the writer, settling futures, argument checks, and importing nats-py on
+demand. Functions and plain data: thread-safe where they say so.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import importlib
+import logging
+import math
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from liftbridge_sync._runtime.timerwheel import TimerHandle
+from liftbridge_sync._wire.validate import (
+    check_partition,
+    check_subject,
+)
+from liftbridge_sync.errors import (
+    ConfigurationError,
+)
+from liftbridge_sync.models import Ack
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "DEFAULT_FLUSH_TIMEOUT",
+    "INSTALL_HINT",
+    "THREAD_NAME",
+    "AckFuture",
+    "Job",
+    "check_timeout_arg",
+    "import_nats",
+    "partition_subject",
+    "settle",
+]
+
+_log = logging.getLogger("liftbridge_sync.nats")
+
+AckFuture = concurrent.futures.Future[Ack | None]
+
+INSTALL_HINT = "pip install liftbridge-sync[nats]"
+THREAD_NAME = "liftbridge-nats"
+DEFAULT_FLUSH_TIMEOUT = 10.0
+
+
+def import_nats() -> ModuleType:
+    """Import nats-py, or explain how to install it."""
+    try:
+        return importlib.import_module("nats")
+    except ImportError as exc:
+        raise ImportError(
+            f"liftbridge_sync.nats needs nats-py, which is not installed: {INSTALL_HINT}"
+        ) from exc
+
+
+def partition_subject(stream_subject: str, partition: int = 0) -> str:
+    """The NATS subject a stream partition's leader listens on.
+
+    Args:
+        stream_subject: The stream's subject (as given to ``create_stream``).
+        partition: Partition id (>= 0).
+
+    Returns:
+        ``stream_subject`` for partition 0, ``"<stream_subject>.<partition>"`` otherwise.
+
+    Raises:
+        ConfigurationError: The subject or partition is invalid.
+
+    Pure function; safe to call from any thread.
+    """
+    subject = check_subject("stream_subject", stream_subject)
+    number = check_partition("partition", partition)
+    return subject if number == 0 else f"{subject}.{number}"
+
+
+def check_timeout_arg(name: str, value: object, *, optional: bool) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"{name!r} must be a number of seconds, got {value!r}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(f"{name!r} must be a finite number of seconds > 0, got {value!r}")
+    return seconds
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Job:
+    """One unit of work for the writer: a publish, a raw publish or a flush marker."""
+
+    kind: str  # "ack" (wants an ack), "none" (AckPolicy.NONE), "raw", "flush"
+    future: concurrent.futures.Future[Any]
+    subject: str = ""
+    payload: bytes = b""
+    reply: str = ""
+    correlation_id: str = ""
+    partition: int = -1
+    #: Monotonic ack deadline ("ack", "none"); for "flush", the NATS flush timeout.
+    deadline: float = 0.0
+    handle: TimerHandle[str] | None = None
+
+
+def settle(
+    future: concurrent.futures.Future[Any],
+    result: object = None,
+    error: BaseException | None = None,
+) -> None:
+    """Resolve ``future`` unless it is already done (e.g. cancelled by its owner)."""
+    if future.done():
+        return
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:  # cancelled concurrently
+        pass
