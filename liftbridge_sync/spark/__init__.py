@@ -13,6 +13,8 @@ for the data source (lazily, on first attribute access).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from liftbridge_sync.spark.sink import (
     PartitionPublisher,
     PublishSummary,
@@ -20,9 +22,22 @@ from liftbridge_sync.spark.sink import (
     publish_partition,
 )
 
+if TYPE_CHECKING:
+    from liftbridge_sync.spark.datasource import LiftbridgeDataSource, register
+
 __all__ = [
+    "LiftbridgeDataSource",
     "PartitionPublisher",
     "PublishSummary",
     "SinkOptions",
     "publish_partition",
+    "register",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("LiftbridgeDataSource", "register"):
+        from liftbridge_sync.spark import datasource
+
+        return getattr(datasource, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
