@@ -42,9 +42,18 @@ READ_OPTIONS = frozenset(
     }
 )
 
-#: Options the writer understands (lower case).
+#: Options the writer understands (lower case); Spark adds ``checkpointLocation``.
 WRITE_OPTIONS = frozenset(
-    {"brokers", "stream", "path", "partitioner", "ackpolicy", "maxinflight", "acktimeoutms"}
+    {
+        "brokers",
+        "stream",
+        "path",
+        "partitioner",
+        "ackpolicy",
+        "maxinflight",
+        "acktimeoutms",
+        "checkpointlocation",
+    }
 )
 
 

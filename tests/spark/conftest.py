@@ -57,6 +57,8 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        # Generous on a loaded 2-core machine: Python workers connect back to the JVM.
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
         .config("spark.local.dir", str(tmp / "local"))
         .getOrCreate()

@@ -10,7 +10,7 @@ import pytest
 from liftbridge_sync import Client
 from tests.integration.conftest import StreamFactory
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
 def _fill(client: Client, stream: str, partitions: int, per_partition: int) -> None:

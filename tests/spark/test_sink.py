@@ -14,7 +14,7 @@ from tests.integration.conftest import StreamFactory
 from tests.spark._helpers import FailFirstAttempt, gated_rows, read_all
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 
 def test_round_trip_100k_rows(
