@@ -176,7 +176,7 @@ class PartitionPublisher:
         window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
         limit = options.max_in_flight
         try:
-            for message in _messages(rows, options.stream):
+            for message in _messages(rows):
                 stream = options.stream or message.stream
                 if stream is None:
                     raise ConfigurationError(
@@ -209,8 +209,9 @@ class PartitionPublisher:
         return summary
 
 
-def _messages(rows: Iterable[Any], stream: str | None) -> Iterator[RowMessage]:
+def _messages(rows: Iterable[Any]) -> Iterator[RowMessage]:
     columns: Columns | None = None
+    names: list[str] = []
     for row in rows:
         if isinstance(row, bytes | bytearray | str):
             yield RowMessage(
@@ -223,15 +224,16 @@ def _messages(rows: Iterable[Any], stream: str | None) -> Iterator[RowMessage]:
             )
             continue
         if columns is None:
-            names = _field_names(row)
-            if names is None:
+            found = _field_names(row)
+            if found is None:
                 raise ConfigurationError(
                     "rows must be pyspark Rows, mappings, or bytes/str values; "
                     f"got {type(row).__name__}"
                 )
+            names = found
             columns = column_index(names)
         if isinstance(row, Mapping):
-            row = tuple(row.values())
+            row = tuple(row.get(name) for name in names)
         yield to_message(row, columns)
 
 

@@ -130,3 +130,13 @@ def test_sink_options() -> None:
         SinkOptions.from_strings({"brokers": "a:1", "ackPolicy": "most"})
     with pytest.raises(ConfigurationError, match="'partitioner' must be one of"):
         SinkOptions.from_strings({"brokers": "a:1", "partitioner": "hash"})
+
+
+def test_mapping_rows_are_read_by_name() -> None:
+    from liftbridge_sync.spark.sink import _messages
+
+    rows = [{"value": b"a", "key": "k"}, {"key": "j", "value": b"b"}, b"raw"]
+    got = [(m.key, m.value) for m in _messages(rows)]
+    assert got == [(b"k", b"a"), (b"j", b"b"), (None, b"raw")]
+    with pytest.raises(ConfigurationError, match="rows must be pyspark Rows"):
+        list(_messages([42]))
