@@ -13,7 +13,7 @@ all: test
 $(STAMP): setup.cfg setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,nats]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,nats,spark]'
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,0 +1,83 @@
+"""The ``liftbridge`` Spark 4 Python Data Source.
+
+Usage::
+
+    df = spark.read.format("liftbridge").option("brokers", "lb:9292").load("orders")
+    df.write.format("liftbridge").option("brokers", "lb:9292").option("stream", "copy") \\
+        .mode("append").save()
+
+It registers itself in every SparkSession through the top-level module
+``pyspark_liftbridge``; :func:`register` registers it on a given session by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.types import StructType
+
+from liftbridge_sync import ConfigurationError
+from liftbridge_sync.spark.ranges import schema_ddl
+from liftbridge_sync.spark.readers import BatchReader, StreamReader
+from liftbridge_sync.spark.sink import SinkOptions
+from liftbridge_sync.spark.source_options import WRITE_OPTIONS, SourceOptions, check_known
+from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
+
+__all__ = ["LiftbridgeDataSource", "register"]
+
+
+def _sink_options(options: Any, overwrite: bool) -> SinkOptions:
+    if overwrite:
+        raise ConfigurationError(
+            "liftbridge streams are append-only: use .mode('append') (overwrite is refused)"
+        )
+    lowered = {str(k).lower(): v for k, v in options.items()}
+    check_known(lowered, WRITE_OPTIONS, "write")
+    return SinkOptions.from_strings(lowered)
+
+
+class LiftbridgeDataSource(DataSource):
+    """Read Liftbridge streams into DataFrames and write DataFrames to streams.
+
+    Schema: ``key binary, value binary, stream string, partition int, offset long,
+    timestamp timestamp, subject string, replySubject string, correlationId string``
+    plus ``headers map<string,binary>`` with ``includeHeaders=true``. Written rows need
+    ``value`` and may carry ``key``, ``partition``, ``headers``, ``correlationId`` and
+    ``stream``.
+
+    Spark pickles it to its workers; it holds only the option strings. Not thread-safe.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        """The short name: ``spark.read.format("liftbridge")``."""
+        return "liftbridge"
+
+    def _source(self) -> SourceOptions:
+        return SourceOptions.parse(self.options)
+
+    def schema(self) -> str:
+        """The source schema (checks the read options first)."""
+        return schema_ddl(self._source().include_headers)
+
+    def reader(self, schema: StructType) -> BatchReader:
+        """A batch reader."""
+        return BatchReader(self._source())
+
+    def streamReader(self, schema: StructType) -> StreamReader:  # noqa: N802 - Spark's name
+        """A micro-batch stream reader."""
+        return StreamReader(self._source())
+
+    def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
+        """A batch writer; refuses overwrite."""
+        return BatchWriter(_sink_options(self.options, overwrite))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: N802
+        """A streaming writer; refuses complete-mode overwrite."""
+        return StreamWriter(_sink_options(self.options, overwrite))
+
+
+def register(spark: Any) -> None:
+    """Register the data source on ``spark`` (needed only without auto-registration)."""
+    spark.dataSource.register(LiftbridgeDataSource)

@@ -1,0 +1,175 @@
+"""Resolve offset specifications to concrete per-partition offsets.
+
+Offsets follow the Kafka connector's conventions: ``earliest``, ``latest``, or JSON
+``{"orders": {"0": 23, "1": -2}}`` where ``-2`` means earliest and ``-1`` latest. Every
+offset is the *next offset to read*: latest is the high watermark + 1. Streaming
+offsets in the checkpoint use the same JSON shape, so progress output can be pasted
+into ``startingOffsets``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from liftbridge_sync import (
+    Client,
+    ConfigurationError,
+    NoSuchStreamError,
+    StartAt,
+    StopAt,
+)
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "Offsets",
+    "from_json_dict",
+    "high_watermarks",
+    "parse_spec",
+    "resolve",
+    "stream_partitions",
+    "to_json_dict",
+]
+
+EARLIEST = -2
+LATEST = -1
+
+#: Partition id to offset.
+Offsets = dict[int, int]
+
+
+def stream_partitions(client: Client, stream: str, wanted: tuple[int, ...] | None) -> list[int]:
+    """The partition ids to read: all of ``stream``'s, or ``wanted`` after checking them.
+
+    Raises:
+        NoSuchStreamError: the stream does not exist.
+        ConfigurationError: a wanted partition does not exist.
+    """
+    info = client.fetch_metadata(stream).streams.get(stream)
+    if info is None:
+        raise NoSuchStreamError(f"stream {stream!r} does not exist (option 'stream')")
+    existing = sorted(info.partitions)
+    if wanted is None:
+        return existing
+    missing = sorted(set(wanted) - set(existing))
+    if missing:
+        raise ConfigurationError(
+            f"option 'partitions': stream {stream!r} has no partition {missing} (it has {existing})"
+        )
+    return list(wanted)
+
+
+def parse_spec(
+    option: str, raw: str | None, stream: str, partitions: list[int], default: int
+) -> Offsets:
+    """Turn ``earliest``/``latest``/JSON into partition -> offset (or -2/-1 markers).
+
+    Partitions the JSON leaves out get ``default``.
+
+    Raises:
+        ConfigurationError: the value is not ``earliest``, ``latest`` or valid JSON of
+            the right shape; the message names ``option``.
+    """
+    if raw is None:
+        return dict.fromkeys(partitions, default)
+    text = raw.strip()
+    if text.lower() == "earliest":
+        return dict.fromkeys(partitions, EARLIEST)
+    if text.lower() == "latest":
+        return dict.fromkeys(partitions, LATEST)
+    example = f'\'{{"{stream}": {{"0": 23, "1": -2}}}}\''
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"option {option!r} must be 'earliest', 'latest' or JSON like {example}: {exc}"
+        ) from None
+    if not isinstance(parsed, dict) or set(parsed) != {stream}:
+        raise ConfigurationError(
+            f"option {option!r} must be a JSON object keyed by the stream {stream!r}, "
+            f"like {example}; got {text!r}"
+        )
+    per_partition = parsed[stream]
+    if not isinstance(per_partition, dict):
+        raise ConfigurationError(f"option {option!r}: {stream!r} must map partitions to offsets")
+    result = dict.fromkeys(partitions, default)
+    for key, value in per_partition.items():
+        try:
+            partition = int(key)
+        except ValueError:
+            raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id") from None
+        if partition not in result:
+            raise ConfigurationError(
+                f"option {option!r}: partition {partition} is not read (partitions {partitions})"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < EARLIEST:
+            raise ConfigurationError(
+                f"option {option!r}: offset of partition {partition} must be an int >= -2, "
+                f"got {value!r}"
+            )
+        result[partition] = value
+    return result
+
+
+def high_watermarks(client: Client, stream: str, partitions: list[int]) -> Offsets:
+    """The high watermark (last committed offset, -1 when empty) of each partition."""
+    return {p: client.fetch_partition_metadata(stream, p).high_watermark for p in partitions}
+
+
+def _first_offset(client: Client, stream: str, partition: int, start: StartAt, hw: int) -> int:
+    """Offset of the first message at ``start`` up to ``hw``, or ``hw + 1`` if none."""
+    if hw < 0:
+        return 0
+    with client.subscribe(stream, partition=partition, start=start, stop=StopAt.offset(hw)) as sub:
+        for message in sub:
+            return message.offset
+    return hw + 1
+
+
+def resolve(
+    client: Client,
+    stream: str,
+    spec: Mapping[int, int],
+    hws: Mapping[int, int],
+    *,
+    timestamp_ms: int | None = None,
+) -> Offsets:
+    """Replace the -2/-1 markers (or a start timestamp) with real next-offsets.
+
+    Earliest is the oldest retained offset (read from the server), latest is HW + 1.
+    Explicit offsets are kept as they are.
+    """
+    result: Offsets = {}
+    for partition, offset in spec.items():
+        hw = hws[partition]
+        if timestamp_ms is not None:
+            at = StartAt.timestamp(timestamp_ms * 1_000_000)
+            result[partition] = _first_offset(client, stream, partition, at, hw)
+        elif offset == EARLIEST:
+            result[partition] = _first_offset(client, stream, partition, StartAt.earliest(), hw)
+        elif offset == LATEST:
+            result[partition] = hw + 1
+        else:
+            result[partition] = offset
+    return result
+
+
+def to_json_dict(stream: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
+    """``{stream: {"<partition>": offset}}``: the checkpoint and progress format."""
+    return {stream: {str(p): o for p, o in sorted(offsets.items())}}
+
+
+def from_json_dict(stream: str, value: Mapping[str, object]) -> Offsets:
+    """Inverse of :func:`to_json_dict` (string keys, as Spark's checkpoint returns them).
+
+    Raises:
+        ConfigurationError: the checkpoint offset is for another stream.
+    """
+    inner = value.get(stream)
+    if not isinstance(inner, Mapping):
+        raise ConfigurationError(
+            f"checkpointed offset {dict(value)!r} is not for stream {stream!r}; "
+            "use a new checkpointLocation when changing the stream"
+        )
+    return {int(p): int(o) for p, o in inner.items()}

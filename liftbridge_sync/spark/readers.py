@@ -1,0 +1,151 @@
+"""Batch and streaming readers of the ``liftbridge`` data source.
+
+Planning (offset resolution, splitting) runs in Spark's planner or streaming-source
+Python process; :meth:`read` runs on executors, one :class:`OffsetRange` per task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from liftbridge_sync import Client, ConfigurationError
+from liftbridge_sync.spark.admission import cap_offsets
+from liftbridge_sync.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    Offsets,
+    from_json_dict,
+    high_watermarks,
+    parse_spec,
+    resolve,
+    stream_partitions,
+    to_json_dict,
+)
+from liftbridge_sync.spark.ranges import OffsetRange, read_range, split_ranges
+from liftbridge_sync.spark.source_options import SourceOptions
+
+__all__ = ["BatchReader", "StreamReader"]
+
+
+class BatchReader(DataSourceReader):
+    """Reads ``[startingOffsets, endingOffsets)`` of each partition once.
+
+    Defaults: from the earliest retained offset to the high watermark at planning time.
+
+    Not thread-safe; Spark calls it from one thread per process.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """Resolve the offsets and cut them into ranges (planner process, once)."""
+        opts = self.options
+        client = Client.for_process(opts.client)
+        ids = stream_partitions(client, opts.stream, opts.partitions)
+        hws = high_watermarks(client, opts.stream, ids)
+        start_spec = parse_spec(
+            "startingOffsets", opts.starting_offsets, opts.stream, ids, EARLIEST
+        )
+        end_spec = parse_spec("endingOffsets", opts.ending_offsets, opts.stream, ids, LATEST)
+        if EARLIEST in end_spec.values():
+            raise ConfigurationError("option 'endingOffsets' may not be earliest (-2)")
+        starts = resolve(
+            client, opts.stream, start_spec, hws, timestamp_ms=opts.starting_timestamp_ms
+        )
+        ends = resolve(client, opts.stream, end_spec, hws)
+        # Never wait for messages that do not exist yet: cap the end at HW + 1.
+        ends = {p: min(ends[p], hws[p] + 1) for p in ends}
+        return split_ranges(opts.stream, starts, ends, opts.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Read one range (executor)."""
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # Spark's placeholder partition when there is nothing to read
+        return read_range(self.options, partition)
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader; offsets ``{stream: {"<partition>": next_offset}}``.
+
+    The checkpoint, not the source, is the truth: a restarted query resumes at the
+    checkpointed end offset. ``maxOffsetsPerTrigger`` bounds each micro-batch, and
+    ``Trigger.AvailableNow`` stops at the high watermarks seen when the query started.
+
+    Not thread-safe; Spark calls it from one thread in the streaming-source process.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._target: Offsets | None = None
+
+    def _client(self) -> Client:
+        return Client.for_process(self.options.client)
+
+    def _latest(self) -> Offsets:
+        opts = self.options
+        client = self._client()
+        ids = stream_partitions(client, opts.stream, opts.partitions)
+        return {p: hw + 1 for p, hw in high_watermarks(client, opts.stream, ids).items()}
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        """Where a new query starts: ``startingOffsets`` (default latest)."""
+        opts = self.options
+        client = self._client()
+        ids = stream_partitions(client, opts.stream, opts.partitions)
+        hws = high_watermarks(client, opts.stream, ids)
+        spec = parse_spec("startingOffsets", opts.starting_offsets, opts.stream, ids, LATEST)
+        offsets = resolve(client, opts.stream, spec, hws, timestamp_ms=opts.starting_timestamp_ms)
+        return to_json_dict(opts.stream, offsets)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else everything available."""
+        limit = self.options.max_offsets_per_trigger
+        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        """Fix the end of an ``availableNow`` run at today's high watermarks."""
+        self._target = self._latest()
+
+    def latestOffset(  # noqa: N802 - Spark's name
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """The end of the next micro-batch, within ``limit`` and the availableNow target."""
+        stream = self.options.stream
+        latest = self._target if self._target is not None else self._latest()
+        begin = from_json_dict(stream, start) if start else {}
+        if isinstance(limit, ReadMaxRows):
+            end = cap_offsets(begin, latest, limit.max_rows)
+        else:
+            end = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
+        return to_json_dict(stream, end)
+
+    def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        """The current high watermarks + 1, for query progress."""
+        return to_json_dict(self.options.stream, self._latest())
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Ranges between two checkpointed offsets (partitions new since ``start`` at 0)."""
+        stream = self.options.stream
+        ends = from_json_dict(stream, end)
+        begin = from_json_dict(stream, start)
+        starts = {p: begin.get(p, 0) for p in ends}
+        return split_ranges(stream, starts, ends, self.options.max_records_per_partition)
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Read one range (executor)."""
+        if not isinstance(partition, OffsetRange):
+            return iter(())  # Spark's placeholder partition when there is nothing to read
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: Spark's checkpoint records progress."""

@@ -1,0 +1,290 @@
+"""Publish the rows of one Spark partition: the ``foreachPartition`` sink.
+
+``df.foreachPartition(publish_partition("lb1:9292", "orders"))`` publishes every row of
+each partition with ``publish_async`` through the worker process's shared client
+(:meth:`liftbridge_sync.Client.for_process`), keeps at most ``max_in_flight`` messages
+unacknowledged, and waits for every ack before the task returns. Any failed ack raises,
+so Spark retries the task: delivery is at-least-once (a retried task may duplicate the
+messages its failed attempt had published, never lose one).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from liftbridge_sync import (
+    Ack,
+    AckPolicy,
+    ByKey,
+    Client,
+    ClientOptions,
+    ConfigurationError,
+    Partitioner,
+    RoundRobin,
+)
+from liftbridge_sync.spark.config import client_options, get_float, get_int, lower_keys
+from liftbridge_sync.spark.rows import Columns, RowMessage, column_index, to_message
+
+__all__ = ["PartitionPublisher", "PublishSummary", "SinkOptions", "publish_partition"]
+
+_PARTITIONERS = ("key", "roundrobin", "none")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SinkOptions:
+    """How a partition is published. Immutable and picklable; safe to share.
+
+    Attributes:
+        client: Options of the per-process client.
+        stream: Target stream; ``None`` reads it from each row's ``stream`` column.
+        partitioner: ``"key"`` (CRC-32 of the key, Go-compatible), ``"roundrobin"`` or
+            ``"none"`` (partition 0) for rows without a ``partition`` value.
+        ack_policy: Ack policy of every publish.
+        max_in_flight: Unacknowledged messages a task may have at once.
+        ack_timeout: Seconds to wait for each ack (``None``: the client's).
+    """
+
+    client: ClientOptions
+    stream: str | None = None
+    partitioner: str = "none"
+    ack_policy: AckPolicy = AckPolicy.LEADER
+    max_in_flight: int = 1024
+    ack_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.client, ClientOptions):
+            raise ConfigurationError("'client' must be a ClientOptions")
+        if self.stream is not None and (not isinstance(self.stream, str) or not self.stream):
+            raise ConfigurationError("'stream' must be a non-empty str or None")
+        if self.partitioner not in _PARTITIONERS:
+            raise ConfigurationError(
+                f"'partitioner' must be one of {_PARTITIONERS}, got {self.partitioner!r}"
+            )
+        if not isinstance(self.ack_policy, AckPolicy):
+            raise ConfigurationError("'ack_policy' must be an AckPolicy")
+        if (
+            isinstance(self.max_in_flight, bool)
+            or not isinstance(self.max_in_flight, int)
+            or self.max_in_flight < 1
+        ):
+            raise ConfigurationError(f"'max_in_flight' must be an int >= 1: {self.max_in_flight!r}")
+        timeout = self.ack_timeout
+        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
+            raise ConfigurationError(f"'ack_timeout' must be > 0 or None: {timeout!r}")
+
+    @classmethod
+    def from_strings(cls, options: Mapping[str, str]) -> SinkOptions:
+        """Build from data-source style string options (case-insensitive keys).
+
+        Reads ``brokers``, ``stream``, ``partitioner``, ``ackPolicy`` (``leader``,
+        ``all``, ``none``), ``maxInFlight``, ``ackTimeoutMs`` and ``liftbridge.*``.
+
+        Raises:
+            ConfigurationError: an option is missing or invalid; the message names it.
+        """
+        lowered = lower_keys(options)
+        policy_name = lowered.get("ackpolicy", "leader").strip().upper()
+        if policy_name not in AckPolicy.__members__:
+            raise ConfigurationError(
+                f"option 'ackPolicy' must be leader, all or none, got {lowered['ackpolicy']!r}"
+            )
+        timeout_ms = get_float(lowered, "ackTimeoutMs", 0.0) if "acktimeoutms" in lowered else 0
+        return cls(
+            client=client_options(lowered.get("brokers"), lowered),
+            stream=lowered.get("stream") or lowered.get("path") or None,
+            partitioner=lowered.get("partitioner", "none").strip().lower(),
+            ack_policy=AckPolicy[policy_name],
+            max_in_flight=get_int(lowered, "maxInFlight", 1024, minimum=1),
+            ack_timeout=timeout_ms / 1000.0 if timeout_ms else None,
+        )
+
+
+@dataclasses.dataclass(slots=True)
+class PublishSummary:
+    """What one partition published: row count and acked ``[first, last]`` offsets.
+
+    ``acked`` maps stream name to partition id to ``[first_offset, last_offset]``.
+    Not thread-safe: built by one task.
+    """
+
+    count: int = 0
+    acked: dict[str, dict[int, list[int]]] = dataclasses.field(default_factory=dict)
+
+    def add(self, ack: Ack | None) -> None:
+        """Count one publish and widen the acked range of its partition."""
+        self.count += 1
+        if ack is None:
+            return
+        ranges = self.acked.setdefault(ack.stream, {})
+        span = ranges.get(ack.partition)
+        if span is None:
+            ranges[ack.partition] = [ack.offset, ack.offset]
+        else:
+            span[0] = min(span[0], ack.offset)
+            span[1] = max(span[1], ack.offset)
+
+
+def _partitioner(name: str) -> Partitioner | None:
+    if name == "key":
+        return ByKey()
+    if name == "roundrobin":
+        return RoundRobin()
+    return None
+
+
+def _field_names(row: Any) -> list[str] | None:
+    fields = getattr(row, "__fields__", None)
+    if fields is not None:
+        return list(fields)
+    if isinstance(row, Mapping):
+        return list(row)
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionPublisher:
+    """A picklable ``foreachPartition`` function: ``df.foreachPartition(publisher)``.
+
+    Rows may be ``pyspark.sql.Row`` objects, mappings, or plain ``bytes``/``str``
+    values (RDDs). The first row's field names fix the column layout of the partition.
+
+    Immutable; each call runs in one task and is independent of any other.
+    """
+
+    options: SinkOptions
+
+    def __call__(self, rows: Iterable[Any]) -> None:
+        """Publish ``rows`` and wait for every ack (``foreachPartition`` entry point)."""
+        self.publish(rows)
+
+    def publish(self, rows: Iterable[Any]) -> PublishSummary:
+        """Publish ``rows``; return once every message is acknowledged.
+
+        Raises:
+            ConfigurationError: a row lacks ``value``/``stream`` or has a bad cell type.
+            PublishError: a publish failed (nack, ack timeout, unreachable broker); the
+                task fails and Spark retries it.
+        """
+        options = self.options
+        client = Client.for_process(options.client)
+        partitioner = _partitioner(options.partitioner)
+        summary = PublishSummary()
+        window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
+        limit = options.max_in_flight
+        try:
+            for message in _messages(rows):
+                stream = options.stream or message.stream
+                if stream is None:
+                    raise ConfigurationError(
+                        "no target stream: set the 'stream' option or a 'stream' column"
+                    )
+                part = message.partition
+                window.append(
+                    client.publish_async(
+                        stream,
+                        message.value,
+                        key=message.key,
+                        partition=part,
+                        partitioner=partitioner if part is None else None,
+                        headers=message.headers,
+                        ack_policy=options.ack_policy,
+                        correlation_id=message.correlation_id,
+                        timeout=options.ack_timeout,
+                    )
+                )
+                if len(window) >= limit:
+                    summary.add(window.popleft().result())
+            while window:
+                summary.add(window.popleft().result())
+        finally:
+            # A failed task must not leave its futures to a later task of this worker:
+            # observe every outstanding one so that no failure is reported twice.
+            for future in window:
+                if not future.cancel():
+                    future.exception()
+        return summary
+
+
+def _messages(rows: Iterable[Any]) -> Iterator[RowMessage]:
+    columns: Columns | None = None
+    names: list[str] = []
+    for row in rows:
+        if isinstance(row, bytes | bytearray | str):
+            yield RowMessage(
+                value=row.encode() if isinstance(row, str) else bytes(row),
+                key=None,
+                partition=None,
+                headers=None,
+                correlation_id=None,
+                stream=None,
+            )
+            continue
+        if columns is None:
+            found = _field_names(row)
+            if found is None:
+                raise ConfigurationError(
+                    "rows must be pyspark Rows, mappings, or bytes/str values; "
+                    f"got {type(row).__name__}"
+                )
+            names = found
+            columns = column_index(names)
+        if isinstance(row, Mapping):
+            row = tuple(row.get(name) for name in names)
+        yield to_message(row, columns)
+
+
+def publish_partition(
+    brokers: str,
+    stream: str | None = None,
+    *,
+    partitioner: str = "none",
+    ack_policy: AckPolicy = AckPolicy.LEADER,
+    max_in_flight: int = 1024,
+    ack_timeout: float | None = None,
+    client_options: ClientOptions | None = None,
+) -> PartitionPublisher:
+    """A ``foreachPartition`` function that publishes each row to Liftbridge.
+
+    Example::
+
+        df.foreachPartition(publish_partition("lb1:9292,lb2:9292", "orders", partitioner="key"))
+
+    Args:
+        brokers: Seed brokers, ``"host:port[,host:port...]"`` (ignored when
+            ``client_options`` is given).
+        stream: Target stream; ``None`` takes it from each row's ``stream`` column.
+        partitioner: ``"key"``, ``"roundrobin"`` or ``"none"`` for rows whose
+            ``partition`` column is absent or null.
+        ack_policy: Ack policy of every publish.
+        max_in_flight: Unacknowledged messages per task at most.
+        ack_timeout: Seconds to wait for each ack (default: the client's, 5 s).
+        client_options: Full client options (TLS, retries) instead of ``brokers``.
+
+    Returns:
+        A picklable :class:`PartitionPublisher`.
+
+    Raises:
+        ConfigurationError: an argument is invalid (raised on the driver, at once).
+
+    Thread-safe: the returned object is immutable; each task uses its worker's client.
+    """
+    options = client_options if client_options is not None else client_options_for(brokers)
+    return PartitionPublisher(
+        SinkOptions(
+            client=options,
+            stream=stream,
+            partitioner=partitioner,
+            ack_policy=ack_policy,
+            max_in_flight=max_in_flight,
+            ack_timeout=ack_timeout,
+        )
+    )
+
+
+def client_options_for(brokers: str) -> ClientOptions:
+    """``ClientOptions`` for a ``"host:port,..."`` broker list (no other settings)."""
+    return client_options(brokers, {})

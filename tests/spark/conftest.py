@@ -1,0 +1,91 @@
+"""One local SparkSession for every Spark test, plus stream helpers.
+
+Spark tests need PySpark (extra ``spark``) and Java 17+; they are skipped cleanly
+without them. The session runs ``local[2,2]`` so that a failed task is retried once.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import Client, NoSuchStreamError
+from tests.integration.conftest import StreamFactory, unique
+
+__all__ = ["StreamFactory", "new_stream", "spark"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _java_missing() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return False
+    return shutil.which("java") is None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The shared SparkSession (``local[2,2]``, UI off, UTC, loopback only)."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if _java_missing():
+        pytest.skip("no Java runtime (need Java 17+)")
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    paths = [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    tmp = Path(tempfile.mkdtemp(prefix="lb-spark-"))
+    session = (
+        SparkSession.builder.master("local[2,2]")
+        .appName("liftbridge-sync-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        # Generous on a loaded 2-core machine: Python workers connect back to the JVM.
+        .config("spark.python.authenticate.socketTimeout", "120s")
+        .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
+        .config("spark.local.dir", str(tmp / "local"))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def new_stream(liftbridge_client: Client) -> Iterator[StreamFactory]:
+    """Create streams (subject = name) for one test and delete them afterwards."""
+    created: list[str] = []
+
+    def make(partitions: int = 1, **options: object) -> str:
+        name = unique("spark")
+        liftbridge_client.create_stream(name, name, partitions=partitions, **options)  # type: ignore[arg-type]
+        created.append(name)
+        return name
+
+    yield make
+    if not liftbridge_client.closed:
+        for name in created:
+            try:
+                liftbridge_client.delete_stream(name)
+            except NoSuchStreamError:
+                pass

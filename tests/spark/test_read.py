@@ -1,0 +1,161 @@
+"""Batch reads through the ``liftbridge`` data source against the real server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import Client
+from tests.integration.conftest import StreamFactory
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+
+def _fill(client: Client, stream: str, partitions: int, per_partition: int) -> None:
+    futures = [
+        client.publish_async(
+            stream,
+            f"p{p}-{i}".encode(),
+            key=f"k{i}".encode(),
+            partition=p,
+            headers={"n": str(i).encode()},
+        )
+        for p in range(partitions)
+        for i in range(per_partition)
+    ]
+    for future in futures:
+        future.result()
+
+
+def _reader(spark: Any, address: str, stream: str) -> Any:
+    return spark.read.format("liftbridge").option("brokers", address).option("stream", stream)
+
+
+def test_batch_read_matches_published_with_every_column(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    stream = new_stream(partitions=3)
+    _fill(liftbridge_client, stream, 3, 20)
+    df = _reader(spark, liftbridge_address, stream).option("includeHeaders", "true").load()
+    assert df.columns == [
+        "key",
+        "value",
+        "stream",
+        "partition",
+        "offset",
+        "timestamp",
+        "subject",
+        "replySubject",
+        "correlationId",
+        "headers",
+    ]
+    rows = df.collect()
+    assert len(rows) == 60
+    expected = {(p, i) for p in range(3) for i in range(20)}
+    assert {(r.partition, r.offset) for r in rows} == expected
+    for r in rows:
+        assert bytes(r.value) == f"p{r.partition}-{r.offset}".encode()
+        assert bytes(r.key) == f"k{r.offset}".encode()
+        assert r.stream == stream
+        assert r.subject == (stream if r.partition == 0 else f"{stream}.{r.partition}")
+        assert r.replySubject is None
+        assert bytes(r.headers["n"]) == str(r.offset).encode()
+        assert r.timestamp is not None and r.timestamp.year >= 2024
+    # The default schema has no headers column; load(path) names the stream.
+    plain = spark.read.format("liftbridge").option("brokers", liftbridge_address).load(stream)
+    assert "headers" not in plain.columns
+    assert plain.filter("partition = 1").count() == 20
+
+
+def test_offset_ranges_and_splits(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    stream = new_stream(partitions=3)
+    _fill(liftbridge_client, stream, 3, 30)
+    starting = json.dumps({stream: {"0": 25, "1": -2, "2": 29}})
+    ending = json.dumps({stream: {"0": 30, "1": 3, "2": -1}})
+    df = (
+        _reader(spark, liftbridge_address, stream)
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .load()
+    )
+    counts = {r.partition: r["count"] for r in df.groupBy("partition").count().collect()}
+    assert counts == {0: 5, 1: 3, 2: 1}
+    split = _reader(spark, liftbridge_address, stream).option("maxRecordsPerPartition", "7").load()
+    assert split.rdd.getNumPartitions() == 15  # ceil(30 / 7) = 5 per partition
+    assert split.count() == 90
+    only = _reader(spark, liftbridge_address, stream).option("partitions", "0,2").load()
+    assert sorted({r.partition for r in only.select("partition").collect()}) == [0, 2]
+
+
+def test_starting_timestamp(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    stream = new_stream()
+    _fill(liftbridge_client, stream, 1, 5)
+    middle = liftbridge_client.fetch_partition_metadata(stream, 0)
+    assert middle.high_watermark == 4
+    rows = _reader(spark, liftbridge_address, stream).load().orderBy("offset").collect()
+    cut = rows[3].timestamp
+    epoch_ms = int(cut.timestamp() * 1000)
+    later = _reader(spark, liftbridge_address, stream).option("startingTimestamp", str(epoch_ms))
+    offsets = [r.offset for r in later.load().collect()]
+    assert offsets and min(offsets) <= 3 and max(offsets) == 4
+    assert all(r.timestamp >= rows[offsets[0]].timestamp for r in later.load().collect())
+
+
+def test_empty_stream_reads_no_rows(
+    spark: Any, liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    stream = new_stream(partitions=2)
+    assert _reader(spark, liftbridge_address, stream).load().count() == 0
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("startingOffset", "earliest", "unknown read option 'startingoffset'"),
+        ("startingOffsets", "{not json", "option 'startingOffsets' must be 'earliest'"),
+        ("startingOffsets", '{"other": {"0": 1}}', "keyed by the stream"),
+        ("endingOffsets", "earliest", "may not be earliest"),
+        ("maxOffsetsPerTrigger", "many", "option 'maxOffsetsPerTrigger' must be an integer"),
+        ("includeHeaders", "yes", "option 'includeHeaders' must be 'true' or 'false'"),
+        ("partitions", "0,7", "has no partition [7]"),
+        ("liftbridge.bogus", "1", "unknown option 'liftbridge.bogus'"),
+    ],
+)
+def test_bad_options_name_the_problem(
+    spark: Any,
+    liftbridge_address: str,
+    new_stream: StreamFactory,
+    option: str,
+    value: str,
+    message: str,
+) -> None:
+    stream = new_stream()
+    with pytest.raises(Exception, match=_escape(message)):
+        _reader(spark, liftbridge_address, stream).option(option, value).load().collect()
+
+
+def test_missing_stream_and_unreachable_broker(spark: Any, liftbridge_address: str) -> None:
+    with pytest.raises(Exception, match="stream 'no-such-stream' does not exist"):
+        _reader(spark, liftbridge_address, "no-such-stream").load().collect()
+    with pytest.raises(Exception, match="option 'stream' is required"):
+        spark.read.format("liftbridge").option("brokers", liftbridge_address).load().collect()
+    with pytest.raises(Exception, match="BrokerUnavailable|unavailable|Unavailable"):
+        (
+            _reader(spark, "127.0.0.1:1", "orders")
+            .option("liftbridge.retry.maxDelayMs", "500")
+            .option("liftbridge.rpcTimeoutMs", "1000")
+            .load()
+            .collect()
+        )
+
+
+def _escape(text: str) -> str:
+    import re
+
+    return re.escape(text)

@@ -1,0 +1,105 @@
+"""Structured Streaming reads and writes through the ``liftbridge`` data source."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import Client
+from tests.integration.conftest import StreamFactory
+from tests.spark._helpers import read_all
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+TIMEOUT = 180
+
+
+def _publish(client: Client, stream: str, values: list[str], partitions: int) -> None:
+    futures = [
+        client.publish_async(stream, v.encode(), partition=i % partitions)
+        for i, v in enumerate(values)
+    ]
+    for future in futures:
+        future.result()
+
+
+def _run_to_parquet(spark: Any, address: str, stream: str, out: Path, checkpoint: Path) -> Any:
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", address)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "20")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(TIMEOUT), "availableNow query did not finish"
+    assert query.exception() is None
+    return query
+
+
+def test_stream_read_restarts_from_checkpoint_exactly_once(
+    spark: Any,
+    liftbridge_address: str,
+    liftbridge_client: Client,
+    new_stream: StreamFactory,
+    tmp_path: Path,
+) -> None:
+    stream = new_stream(partitions=2)
+    first = [f"a{i}" for i in range(30)]
+    _publish(liftbridge_client, stream, first, 2)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+
+    query = _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert sum(batches) == 30
+    assert max(batches) <= 20 and len(batches) >= 2, batches  # maxOffsetsPerTrigger held
+    end = json.loads(query.lastProgress["sources"][0]["endOffset"])
+    assert end == {stream: {"0": 15, "1": 15}}
+
+    second = [f"b{i}" for i in range(15)]
+    _publish(liftbridge_client, stream, second, 2)
+    query = _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
+    assert sum(p["numInputRows"] for p in query.recentProgress) == 15  # only the new ones
+
+    rows = spark.read.parquet(str(out)).select("value", "partition", "offset").collect()
+    assert len(rows) == 45
+    assert sorted(bytes(r.value).decode() for r in rows) == sorted(first + second)
+    assert len({(r.partition, r.offset) for r in rows}) == 45
+
+
+def test_stream_write_copies_a_stream(
+    spark: Any,
+    liftbridge_address: str,
+    liftbridge_client: Client,
+    new_stream: StreamFactory,
+    tmp_path: Path,
+) -> None:
+    source, target = new_stream(partitions=2), new_stream()
+    values = [f"m{i}" for i in range(40)]
+    _publish(liftbridge_client, source, values, 2)
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", liftbridge_address)
+        .option("stream", source)
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("key", "value", "concat(stream, '-', partition, '-', offset) as correlationId")
+        .writeStream.format("liftbridge")
+        .option("brokers", liftbridge_address)
+        .option("stream", target)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(TIMEOUT), "availableNow query did not finish"
+    assert query.exception() is None
+    copied = read_all(liftbridge_client, target)
+    assert sorted(m.value.decode() for m in copied) == sorted(values)

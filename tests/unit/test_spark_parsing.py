@@ -1,0 +1,142 @@
+"""Pure parts of liftbridge_sync.spark: option parsing, row mapping, admission control.
+
+None of these import PySpark, so they run without the ``spark`` extra.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from liftbridge_sync import AckPolicy, ConfigurationError
+from liftbridge_sync.spark.admission import cap_offsets
+from liftbridge_sync.spark.config import client_options
+from liftbridge_sync.spark.offsets import EARLIEST, LATEST, from_json_dict, parse_spec, to_json_dict
+from liftbridge_sync.spark.rows import column_index, to_message
+from liftbridge_sync.spark.sink import SinkOptions, publish_partition
+from liftbridge_sync.spark.source_options import SourceOptions
+
+
+def test_importing_the_package_does_not_import_pyspark() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, liftbridge_sync, liftbridge_sync.spark;"
+        "assert 'pyspark' not in sys.modules, 'pyspark imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_client_options_passthrough() -> None:
+    options = client_options(
+        "a:1, b:2",
+        {
+            "liftbridge.rpctimeoutms": "1500",
+            "liftbridge.maxinflight": "7",
+            "liftbridge.retry.maxattempts": "2",
+            "liftbridge.tls.servername": "lb.example",
+        },
+    )
+    assert options.addresses == ("a:1", "b:2")
+    assert options.rpc_timeout == 1.5 and options.max_in_flight == 7
+    assert options.retry.max_attempts == 2
+    assert options.tls is not None and options.tls.server_name == "lb.example"
+    with pytest.raises(ConfigurationError, match="unknown option 'liftbridge.nope'"):
+        client_options("a:1", {"liftbridge.nope": "1"})
+    with pytest.raises(ConfigurationError, match="'liftbridge.maxinflight' must be an integer"):
+        client_options("a:1", {"liftbridge.maxinflight": "x"})
+    with pytest.raises(ConfigurationError, match="'brokers' is required"):
+        client_options(None, {})
+
+
+def test_source_options_are_case_insensitive_and_picklable() -> None:
+    parsed = SourceOptions.parse(
+        {"Brokers": "a:1", "path": "orders", "MAXOFFSETSPERTRIGGER": "5", "includeHeaders": "TRUE"}
+    )
+    assert parsed.stream == "orders" and parsed.max_offsets_per_trigger == 5
+    assert parsed.include_headers is True
+    assert pickle.loads(pickle.dumps(parsed)) == parsed
+    with pytest.raises(ConfigurationError, match="unknown read option 'startingoffset'"):
+        SourceOptions.parse({"brokers": "a:1", "stream": "s", "startingOffset": "earliest"})
+
+
+def test_parse_spec() -> None:
+    assert parse_spec("startingOffsets", None, "s", [0, 1], EARLIEST) == {0: -2, 1: -2}
+    assert parse_spec("x", "Latest", "s", [0], EARLIEST) == {0: LATEST}
+    assert parse_spec("x", '{"s": {"1": 7}}', "s", [0, 1], LATEST) == {0: -1, 1: 7}
+    for bad, message in [
+        ("{", "must be 'earliest', 'latest' or JSON"),
+        ('{"t": {"0": 1}}', "keyed by the stream 's'"),
+        ('{"s": {"9": 1}}', "partition 9 is not read"),
+        ('{"s": {"0": -3}}', "must be an int >= -2"),
+        ('{"s": {"0": "1"}}', "must be an int >= -2"),
+    ]:
+        with pytest.raises(ConfigurationError, match="option 'x'"):
+            parse_spec("x", bad, "s", [0, 1], LATEST)
+        with pytest.raises(ConfigurationError, match=message.replace("(", r"\(")):
+            parse_spec("x", bad, "s", [0, 1], LATEST)
+
+
+def test_offset_json_round_trip() -> None:
+    offsets = {1: 5, 0: 3}
+    as_json = to_json_dict("s", offsets)
+    assert as_json == {"s": {"0": 3, "1": 5}}
+    assert from_json_dict("s", as_json) == offsets
+    with pytest.raises(ConfigurationError, match="new checkpointLocation"):
+        from_json_dict("other", as_json)
+
+
+def test_cap_offsets_splits_the_budget_in_proportion() -> None:
+    assert cap_offsets({0: 0, 1: 0}, {0: 10, 1: 10}, 100) == {0: 10, 1: 10}
+    assert cap_offsets({0: 0, 1: 0, 2: 0}, {0: 30, 1: 30, 2: 30}, 40) == {0: 14, 1: 13, 2: 13}
+    assert cap_offsets({0: 5}, {0: 5, 1: 8}, 4) == {0: 5, 1: 4}  # new partition starts at 0
+    assert cap_offsets({0: 9}, {0: 5}, 4) == {0: 9}  # never below the start
+    capped = cap_offsets({0: 0, 1: 0}, {0: 1000, 1: 1}, 10)
+    assert sum(capped.values()) == 10
+
+
+def test_rows_map_to_messages() -> None:
+    columns = column_index(["key", "value", "partition", "headers", "correlationId", "extra"])
+    message = to_message(("k", b"v", 2, {"h": "x", "b": b"y"}, "c-1", object()), columns)
+    assert (message.key, message.value, message.partition) == (b"k", b"v", 2)
+    assert message.headers == {"h": b"x", "b": b"y"}
+    assert message.correlation_id == "c-1" and message.stream is None
+    pairs = to_message(("k", "v", None, [("a", b"1")], None, None), columns)
+    assert pairs.headers == {"a": b"1"} and pairs.value == b"v" and pairs.partition is None
+    for row, name in [
+        ((None, 5, None, None, None, None), "column 'value' must be binary or string"),
+        ((1, b"v", None, None, None, None), "column 'key' must be binary or string"),
+        ((None, b"v", True, None, None, None), "column 'partition' must be an integer"),
+        ((None, b"v", None, "h", None, None), "column 'headers' must be a map"),
+        ((None, b"v", None, {1: b"x"}, None, None), "column 'headers': keys must be strings"),
+        ((None, b"v", None, None, 7, None), "column 'correlationId' must be a string"),
+    ]:
+        with pytest.raises(ConfigurationError, match=name):
+            to_message(row, columns)
+    with pytest.raises(ConfigurationError, match="need a 'value' column"):
+        column_index(["key"])
+
+
+def test_sink_options() -> None:
+    sink = publish_partition("a:1", "s", partitioner="roundrobin", max_in_flight=10)
+    assert pickle.loads(pickle.dumps(sink)) == sink
+    parsed = SinkOptions.from_strings(
+        {"brokers": "a:1", "stream": "s", "ackPolicy": "all", "ackTimeoutMs": "2500"}
+    )
+    assert parsed.ack_policy is AckPolicy.ALL and parsed.ack_timeout == 2.5
+    with pytest.raises(ConfigurationError, match="'ackPolicy' must be leader, all or none"):
+        SinkOptions.from_strings({"brokers": "a:1", "ackPolicy": "most"})
+    with pytest.raises(ConfigurationError, match="'partitioner' must be one of"):
+        SinkOptions.from_strings({"brokers": "a:1", "partitioner": "hash"})
+
+
+def test_mapping_rows_are_read_by_name() -> None:
+    from liftbridge_sync.spark.sink import _messages
+
+    rows = [{"value": b"a", "key": "k"}, {"key": "j", "value": b"b"}, b"raw"]
+    got = [(m.key, m.value) for m in _messages(rows)]
+    assert got == [(b"k", b"a"), (b"j", b"b"), (None, b"raw")]
+    with pytest.raises(ConfigurationError, match="rows must be pyspark Rows"):
+        list(_messages([42]))
