@@ -10,11 +10,11 @@ from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing.encoding import encode_publish
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.requests import (
-    build_publish_request,
     create_stream_request,
     partition_of,
     publish_to_subject_request,
@@ -25,6 +25,7 @@ from liftbridge_sync._wire.status import (
 )
 from liftbridge_sync._wire.validate import (
     check_bool,
+    check_bytes,
     check_name,
     check_partition,
     check_partitions,
@@ -35,6 +36,7 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     DeadlineExceededError,
     ForkedClientError,
+    LiftbridgeError,
     StreamExistsError,
 )
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
@@ -481,27 +483,35 @@ class Client:
             ClientClosedError: the client is closed.
         """
         self._check()
-        request = build_publish_request(
+        publisher = self._publisher or self._get_publisher()
+        if correlation_id is None:
+            correlation_id = publisher.next_correlation_id()
+        elif not isinstance(correlation_id, str) or not correlation_id:
+            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
+        if partition is None and partitioner is None:
+            chosen = 0
+        else:
+            if partitioner is not None:  # it gets validated bytes
+                value = check_bytes("value", value)  # type: ignore[assignment]
+                key = check_bytes("key", key, optional=True)
+            chosen = self._choose_partition(stream, key, value, partition, partitioner)
+        framed = encode_publish(
             stream,
             value,
-            partition=0,
+            partition=chosen,
             key=key,
             headers=headers,
             ack_policy=ack_policy,
             expected_offset=expected_offset,
-            correlation_id="",
+            correlation_id=correlation_id,
         )
-        if correlation_id is not None and (
-            not isinstance(correlation_id, str) or not correlation_id
-        ):
-            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
-        ack_timeout = self._ack_timeout(timeout)
-        request.partition = self._choose_partition(
-            stream, request.key or None, request.value, partition, partitioner
+        return publisher.submit(
+            framed,
+            correlation_id,
+            partition=chosen,
+            wants_ack=ack_policy is not AckPolicy.NONE,
+            timeout=self._ack_timeout(timeout),
         )
-        publisher = self._get_publisher()
-        request.correlationId = correlation_id or publisher.next_correlation_id()
-        return publisher.submit(request, timeout=ack_timeout)
 
     def publish(
         self,
@@ -538,6 +548,90 @@ class Client:
         assert publisher is not None
         # The future's own ack timer bounds this wait.
         return publisher.wait(future, None)
+
+    def publish_batch(
+        self,
+        stream: str,
+        messages: Iterable[bytes | tuple[bytes | None, bytes]],
+        *,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+    ) -> list[Ack | None | LiftbridgeError]:
+        """Publish many messages in order and wait for all of them: the bulk API.
+
+        Messages are pipelined on the client's one ``PublishAsync`` stream, as many at a
+        time as ``max_in_flight`` allows (so a batch larger than that waits for acks as
+        it goes), and written together. Delivery is **at-least-once** and, per
+        partition, in the order given (a broken stream is reopened and what was not
+        acknowledged is re-sent in order).
+
+        Args:
+            stream: Stream name.
+            messages: Values (bytes-like), or ``(key, value)`` pairs.
+            partition: Target partition of every message (default 0 unless a
+                partitioner is given).
+            partitioner: Chooses each message's partition, e.g.
+                :class:`~liftbridge_sync.ByKey`.
+            ack_policy: ``LEADER`` (default), ``ALL`` or ``NONE``.
+            timeout: Seconds each message may wait for its ack once sent (default
+                ``ack_timeout``).
+
+        Returns:
+            One outcome per message, in order: its :class:`Ack` (``None`` with
+            AckPolicy.NONE), or the typed error that failed it
+            (:class:`~liftbridge_sync.errors.PublishError` subclasses such as
+            :class:`AckTimeoutError`, :class:`PublishRejectedError`,
+            :class:`ReadonlyPartitionError`, or :class:`ClientClosedError`). Returned
+            errors count as observed: ``flush()`` does not report them again.
+
+        Raises:
+            TypeError: a value or key is not bytes-like (before anything is sent).
+            ConfigurationError: other bad arguments (before anything is sent).
+            ClientClosedError: the client is closed.
+
+        Thread-safe: batches and single publishes from several threads share the stream.
+        """
+        self._check()
+        publisher = self._publisher or self._get_publisher()
+        ack_timeout = self._ack_timeout(timeout)
+        wants_ack = ack_policy is not AckPolicy.NONE
+        next_id = publisher.next_correlation_id
+        requests: list[tuple[bytes, str, int, bool]] = []
+        for item in messages:
+            if isinstance(item, tuple):
+                key, value = item
+            else:
+                key, value = None, item
+            if partition is None and partitioner is None:
+                chosen = 0
+            else:
+                if partitioner is not None:
+                    value = check_bytes("value", value)  # type: ignore[assignment]
+                    key = check_bytes("key", key, optional=True)
+                chosen = self._choose_partition(stream, key, value, partition, partitioner)
+            correlation_id = next_id()
+            framed = encode_publish(
+                stream,
+                value,
+                partition=chosen,
+                key=key,
+                headers=None,
+                ack_policy=ack_policy,
+                expected_offset=None,
+                correlation_id=correlation_id,
+            )
+            requests.append((framed, correlation_id, chosen, wants_ack))
+        futures = publisher.submit_many(requests, timeout=ack_timeout)
+        for future in reversed(futures):  # acks arrive in order: the last one first
+            if not future.done():
+                publisher.wait_done(future)
+        outcomes: list[Ack | None | LiftbridgeError] = []
+        for future in futures:
+            error = future.exception()  # marks failures observed
+            outcomes.append(error if isinstance(error, LiftbridgeError) else future.result())
+        return outcomes
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.

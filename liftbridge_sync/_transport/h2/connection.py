@@ -1,16 +1,19 @@
-"""``PublishAsync`` over our own HTTP/2 framing (the ``"h2"`` publish transport).
+"""``PublishAsync`` over our own HTTP/2 connection (the default ``"h2"`` publish transport).
 
 grpcio's public API writes one HTTP/2 DATA frame with one syscall per message and hands
 every message across several threads (performance.md §4, §10). This transport owns the
 connection instead: callers append framed requests to a list under a short lock, and
 one I/O thread, woken only on the idle → busy transition, writes everything pending
 with as few DATA frames as flow control allows and one ``send()``. Responses are
-decoded in bulk from each ``recv()``.
+decoded in bulk from each ``recv()``: our stream's plain DATA frames are cut out by
+:mod:`.framing` and never reach the ``h2`` state machine (which spends ~10 µs of pure
+Python per frame); ``h2`` handles the rest (HPACK headers and trailers, SETTINGS, PING,
+GOAWAY, RST_STREAM, outbound flow control).
 
-The HTTP/2 state machine is the ``h2`` package (the optional ``fast`` extra); this
-module adds the gRPC layer on top: request headers, length-prefixed message framing,
-``grpc-status`` trailers (also trailers-only responses) and the mapping of connection
-failures to :class:`~liftbridge_sync.errors.BrokerUnavailableError`.
+Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
+after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
+that long without reading anything; nothing read within ``grpc.keepalive_timeout_ms``
+(default 20 s) after it ends the connection as unavailable, so the publisher reconnects.
 """
 
 from __future__ import annotations
@@ -21,17 +24,15 @@ import os
 import selectors
 import socket
 import ssl
-import struct
 import tempfile
 import threading
-import urllib.parse
+import time
 from collections import deque
 from collections.abc import Callable
 
 import grpc
 import h2.config
 import h2.connection
-import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -39,6 +40,22 @@ from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.h2.framing import (
+    CODES,
+    DATA,
+    END_STREAM,
+    HTTP_CODES,
+    MAX_FRAME_SIZE,
+    PADDED,
+    PREFIX,
+    RESET_CODES,
+    FrameError,
+    grpc_status,
+    ping_frame,
+    split_frames,
+    split_messages,
+    window_update,
+)
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
     StreamClosed,
@@ -47,57 +64,25 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
     StreamSent,
 )
-from liftbridge_sync._wire.status import (
-    CallContext,
-    error_from_status,
-)
-from liftbridge_sync.errors import (
-    BrokerUnavailableError,
-    LiftbridgeError,
-)
-from liftbridge_sync.options import TLSOptions, parse_address
+from liftbridge_sync._wire.status import CallContext, error_from_status
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
+from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
 
 __all__ = ["H2PublishStream", "open_h2_stream"]
 
 _log = logging.getLogger(__name__)
 
 _PATH = b"/proto.API/PublishAsync"
-#: gRPC message prefix: compressed flag (always 0 here) and big-endian length.
-_PREFIX = struct.Struct(">BI")
 #: One ``recv()``; a full buffer means more may be waiting, so read again.
 _RECV_SIZE = 256 * 1024
 #: Our receive window (stream and connection): acks are small, so this is only about
 #: sending fewer WINDOW_UPDATE frames.
 _RECV_WINDOW = 4 << 20
-#: HTTP/2 frame header: 24-bit length and 8-bit type (as one int), flags, stream id.
-_FRAME_HEADER = struct.Struct(">IBI")
-#: WINDOW_UPDATE frame: length (24 bits) as 16+8, type, flags, stream id, increment.
-_WINDOW_UPDATE = struct.Struct(">HBBBII")
 #: Return fast-path DATA window in steps of this (far below the 4 MiB windows).
 _CREDIT_AT = 64 * 1024
 #: Compact the unsent buffer once this much of its head has been framed.
 _COMPACT_AT = 1 << 20
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-#: HTTP status of a non-gRPC answer → gRPC code (gRPC's http-grpc-status-mapping.md).
-_HTTP_CODES = {
-    400: grpc.StatusCode.INTERNAL,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.UNIMPLEMENTED,
-    429: grpc.StatusCode.UNAVAILABLE,
-    502: grpc.StatusCode.UNAVAILABLE,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.UNAVAILABLE,
-}
-#: RST_STREAM code → gRPC code (gRPC's PROTOCOL-HTTP2.md); anything else is INTERNAL.
-_RESET_CODES = {
-    h2.errors.ErrorCodes.REFUSED_STREAM: grpc.StatusCode.UNAVAILABLE,
-    h2.errors.ErrorCodes.CANCEL: grpc.StatusCode.CANCELLED,
-    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    h2.errors.ErrorCodes.INADEQUATE_SECURITY: grpc.StatusCode.PERMISSION_DENIED,
-}
 
 
 class _ConnectionLost(Exception):
@@ -108,13 +93,25 @@ def _unavailable(message: str) -> BrokerUnavailableError:
     return BrokerUnavailableError(f"publish stream: {message}", code="UNAVAILABLE")
 
 
+def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
+    """(seconds without reads before a PING or None, seconds to wait for its answer)."""
+    settings = dict(options.grpc_options)
+    time_ms = settings.get("grpc.keepalive_time_ms")
+    timeout_ms = settings.get("grpc.keepalive_timeout_ms")
+    every = float(time_ms) / 1000 if isinstance(time_ms, int | float) and time_ms > 0 else None
+    wait = (
+        float(timeout_ms) / 1000 if isinstance(timeout_ms, int | float) and timeout_ms > 0 else 20.0
+    )
+    return every, wait
+
+
 class H2PublishStream:
     """One ``PublishAsync`` call on its own HTTP/2 connection.
 
-    ``send``, ``close`` and ``cancel`` only touch a list and a few flags under a short
-    lock and wake the I/O thread (``liftbridge-publish-io``) when it is idle; that
-    thread does all socket and HTTP/2 work and emits every event, ending with exactly
-    one :class:`StreamClosed`. Thread-safe.
+    ``send_framed``, ``close``, ``cancel`` and ``probe`` only touch a list and a few
+    flags under a short lock and wake the I/O thread (``liftbridge-publish-io``) when it
+    is idle; that thread does all socket and HTTP/2 work and emits every event, ending
+    with exactly one :class:`StreamClosed`. Thread-safe.
     """
 
     def __init__(
@@ -124,6 +121,8 @@ class H2PublishStream:
         stream_id: int,
         epoch: int,
         on_event: Callable[[StreamEvent], None],
+        *,
+        keepalive: tuple[float | None, float] = (None, 20.0),
     ) -> None:
         self._sock = sock
         self._conn = conn
@@ -131,6 +130,7 @@ class H2PublishStream:
         self._epoch = epoch
         self._on_event = on_event
         self._tls = isinstance(sock, ssl.SSLSocket)
+        self._ping_every, self._ping_wait = keepalive
 
         # Shared with callers, guarded by _lock.
         self._lock = threading.Lock()
@@ -140,6 +140,7 @@ class H2PublishStream:
         self._signalled = False  # a wake-up byte is on its way to the I/O thread
         self._close_requested = False
         self._cancel_requested = False
+        self._probe_requested = False
         self._done = False  # the I/O thread has finished; sends are dropped
 
         # I/O thread only.
@@ -147,7 +148,7 @@ class H2PublishStream:
         self._unsent_pos = 0
         self._framed_bytes = 0  # message bytes given to h2 (and so to the socket buffer)
         self._waiting_notes: deque[tuple[int, str]] = deque()
-        self._outbuf = bytearray()  # h2 output the socket did not take yet
+        self._outbuf = bytearray()  # output the socket did not take yet
         self._inbuf = bytearray()  # received bytes not yet forming a whole frame
         self._rbuf = bytearray()  # response bytes not yet forming a whole message
         self._headers_seen = False  # a valid response HEADERS frame arrived
@@ -158,6 +159,8 @@ class H2PublishStream:
         self._error: LiftbridgeError | None = None
         self._status: int | None = None
         self._message = ""
+        self._last_read = time.monotonic()
+        self._ping_deadline: float | None = None  # a PING is out: read something by then
 
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -171,17 +174,32 @@ class H2PublishStream:
 
     # ------------------------------------------------------------------ callers
 
-    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
-        """Queue ``request``; never blocks. Dropped once the stream has ended."""
-        data = request.SerializeToString()
-        framed = _PREFIX.pack(0, len(data)) + data
+    def send_framed(self, framed: bytes, note: str | None = None) -> None:
+        """Queue a framed request; never blocks. Dropped once the stream has ended."""
         with self._lock:
             if self._done or self._close_requested:
                 return  # the publisher re-sends pending requests on its next stream
             self._queue.append(framed)
-            self._queued_bytes += len(framed)
-            if notify_sent:
-                self._notes.append((self._queued_bytes, request.correlationId))
+            if note is not None:
+                self._queued_bytes += len(framed)
+                self._notes.append((self._queued_bytes, note))
+            else:
+                self._queued_bytes += len(framed)
+            if not self._signalled:
+                self._wake()
+
+    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
+        """Serialize and queue ``request`` (see :meth:`send_framed`)."""
+        data = request.SerializeToString()
+        framed = PREFIX.pack(0, len(data)) + data
+        self.send_framed(framed, request.correlationId if notify_sent else None)
+
+    def probe(self) -> None:
+        """Send a PING; no answer within the keepalive timeout ends the connection."""
+        with self._lock:
+            if self._done or self._probe_requested:
+                return
+            self._probe_requested = True
             if not self._signalled:
                 self._wake()
 
@@ -223,6 +241,8 @@ class H2PublishStream:
             error = self._loop()
         except _ConnectionLost as exc:
             error = _unavailable(str(exc) or "connection lost")
+        except FrameError as exc:
+            error = _unavailable(f"HTTP/2 framing error: {exc}")
         except h2.exceptions.ProtocolError as exc:
             error = _unavailable(f"HTTP/2 protocol error: {exc!r}")
         except Exception as exc:  # pragma: no cover - a bug must still end the stream
@@ -237,11 +257,34 @@ class H2PublishStream:
             self._wake_w.close()
         self._on_event(StreamClosed(self._epoch, error))
 
+    def _timeout(self) -> float | None:
+        """Seconds until the next keepalive step (``None``: none planned)."""
+        if self._ping_deadline is not None:
+            return max(0.0, self._ping_deadline - time.monotonic())
+        if self._ping_every is not None:
+            return max(0.0, self._last_read + self._ping_every - time.monotonic())
+        return None
+
+    def _keepalive(self) -> None:
+        now = time.monotonic()
+        if self._ping_deadline is not None:
+            if now >= self._ping_deadline:
+                raise _ConnectionLost(
+                    f"no answer from the broker within {self._ping_wait:g}s of a PING"
+                )
+        elif self._ping_every is not None and now >= self._last_read + self._ping_every:
+            self._ping()
+
+    def _ping(self) -> None:
+        if self._ping_deadline is None:
+            self._outbuf += ping_frame(os.urandom(8))
+            self._ping_deadline = time.monotonic() + self._ping_wait
+
     def _loop(self) -> LiftbridgeError | None:
         select = self._selector.select
         sock = self._sock
         while True:
-            for key, mask in select():
+            for key, mask in select(self._timeout()):
                 if key.fileobj is sock:
                     if mask & selectors.EVENT_READ:
                         self._read()
@@ -253,11 +296,13 @@ class H2PublishStream:
                 return self._error
             if self._cancel_requested:
                 with contextlib.suppress(h2.exceptions.ProtocolError):
-                    self._conn.reset_stream(self._stream_id, h2.errors.ErrorCodes.CANCEL)
+                    self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
                 self._goodbye()
                 return error_from_status(
                     grpc.StatusCode.CANCELLED, "publish stream cancelled", CallContext.GENERIC
                 )
+            if self._ping_every is not None or self._ping_deadline is not None:
+                self._keepalive()
             self._take_queue()
             self._pump()
             if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
@@ -271,10 +316,12 @@ class H2PublishStream:
             batch = self._queue
             notes = self._notes
             closing = self._close_requested
+            probe = self._probe_requested
             if batch:
                 self._queue = []
             if notes:
                 self._notes = []
+            self._probe_requested = False
             self._signalled = False
         if batch:
             self._unsent += b"".join(batch)
@@ -282,6 +329,8 @@ class H2PublishStream:
             self._waiting_notes.extend(notes)
         if closing:
             self._closing = True
+        if probe:
+            self._ping()
 
     def _pump(self) -> None:
         """Give h2 as many pending bytes as the flow-control windows allow."""
@@ -362,6 +411,9 @@ class H2PublishStream:
                 raise _ConnectionLost(f"receive failed: {exc}") from exc
             if not data:
                 raise _ConnectionLost("the broker closed the connection")
+            if self._ping_every is not None or self._ping_deadline is not None:
+                self._last_read = time.monotonic()
+                self._ping_deadline = None
             self._receive(data)
             if self._ended:
                 return
@@ -369,58 +421,42 @@ class H2PublishStream:
                 return
 
     def _receive(self, data: bytes) -> None:
-        """Split ``data`` into frames: our stream's plain DATA frames are read here, the rest
-        goes to h2.
+        """Split ``data`` into frames: our stream's plain DATA frames are read here, the
+        rest goes to h2 (whole frames only, so its buffer holds nothing between calls).
 
-        The broker sends one DATA frame per ack, and h2 spends ~10 µs of pure Python on each
-        (it even formats a trace message per frame); taking the message bytes straight
-        out of unpadded, non-final DATA frames of an open stream is what keeps acks cheap.
-        h2 never sees those frames, so its own flow-control accounting stays consistent;
-        their window is returned by our own WINDOW_UPDATE frames. h2 only ever gets whole
-        frames, so its buffer holds nothing between calls.
+        h2 never sees the fast-path frames, so its own flow-control accounting stays
+        consistent; their window is returned by our own WINDOW_UPDATE frames.
         """
         inbuf = self._inbuf
         inbuf += data
-        size = len(inbuf)
-        pos = 0
-        slow = -1  # start of a run of frames for h2
+        frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE)
         rbuf = self._rbuf
         sid = self._stream_id
-        limit = self._conn.max_inbound_frame_size
         fast = self._headers_seen and not self._ended
+        slow = -1  # start of a run of frames for h2
         consumed = 0
-        unpack = _FRAME_HEADER.unpack_from
-        while size - pos >= 9:
-            length_type, flags, stream = unpack(inbuf, pos)
-            length = length_type >> 8
-            end = pos + 9 + length
-            if end > size:
-                break
-            # Type 0 is DATA; flags 0x1 (END_STREAM) and 0x8 (PADDED) need h2.
-            if length_type & 0xFF == 0 and not flags & 0x09 and stream == sid and length <= limit:
+        for kind, flags, stream, start, end in frames:
+            # Flags END_STREAM and PADDED need h2.
+            if kind == DATA and not flags & (END_STREAM | PADDED) and stream == sid:
                 if slow >= 0:
-                    self._handle(self._conn.receive_data(bytes(inbuf[slow:pos])))
+                    self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
                     slow = -1
                     fast = self._headers_seen and not self._ended
                 if fast:
-                    rbuf += inbuf[pos + 9 : end]
-                    consumed += length
-                    pos = end
+                    rbuf += inbuf[start:end]
+                    consumed += end - start
                     continue
             if slow < 0:
-                slow = pos
-            pos = end
+                slow = start - 9
         if slow >= 0:
-            self._handle(self._conn.receive_data(bytes(inbuf[slow:pos])))
-        if pos:
-            del inbuf[:pos]
+            self._handle(self._conn.receive_data(bytes(inbuf[slow:consumed_to])))
+        if consumed_to:
+            del inbuf[:consumed_to]
         if consumed:
             self._credit += consumed
             if self._credit >= _CREDIT_AT and not self._ended:
                 # Connection and stream windows, both (frames h2 did not see).
-                credit = _WINDOW_UPDATE.pack(0, 4, 8, 0, 0, self._credit)
-                credit += _WINDOW_UPDATE.pack(0, 4, 8, 0, sid, self._credit)
-                self._outbuf += credit
+                self._outbuf += window_update(0, self._credit) + window_update(sid, self._credit)
                 self._credit = 0
             if len(rbuf) >= 5:
                 self._decode()
@@ -445,7 +481,7 @@ class H2PublishStream:
                 self._end(self._final_error())
             elif kind is h2.events.StreamReset:
                 assert isinstance(event, h2.events.StreamReset)
-                code = _RESET_CODES.get(event.error_code, grpc.StatusCode.INTERNAL)  # type: ignore[call-overload]
+                code = RESET_CODES.get(int(event.error_code or 0), grpc.StatusCode.INTERNAL)
                 self._end(error_from_status(code, f"stream reset ({event.error_code!r})"))
             elif kind is h2.events.ConnectionTerminated:
                 assert isinstance(event, h2.events.ConnectionTerminated)
@@ -460,28 +496,24 @@ class H2PublishStream:
 
     def _decode(self) -> None:
         rbuf = self._rbuf
-        size = len(rbuf)
-        pos = 0
-        parse = api_pb2.PublishResponse.FromString
-        responses = []
-        while size - pos >= 5:
-            flag, length = _PREFIX.unpack_from(rbuf, pos)
-            end = pos + 5 + length
-            if end > size:
-                break
-            if flag:
-                self._end(
-                    error_from_status(grpc.StatusCode.INTERNAL, "compressed response not asked for")
-                )
-                break
-            try:
-                responses.append(parse(bytes(rbuf[pos + 5 : end])))
-            except DecodeError as exc:
-                self._end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
-                break
-            pos = end
+        try:
+            messages, pos = split_messages(rbuf)
+        except FrameError as exc:
+            code = (
+                grpc.StatusCode.INTERNAL
+                if exc.code == "INTERNAL"
+                else grpc.StatusCode.RESOURCE_EXHAUSTED
+            )
+            self._end(error_from_status(code, str(exc)))
+            return
         if pos:
             del rbuf[:pos]
+        parse = api_pb2.PublishResponse.FromString
+        try:
+            responses = [parse(message) for message in messages]
+        except DecodeError as exc:
+            self._end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
+            return
         if len(responses) == 1:
             self._on_event(StreamResponse(self._epoch, responses[0]))
         elif responses:
@@ -495,7 +527,7 @@ class H2PublishStream:
                 http = int(status)
             except ValueError:
                 http = 0
-            code = _HTTP_CODES.get(http, grpc.StatusCode.UNKNOWN)
+            code = HTTP_CODES.get(http, grpc.StatusCode.UNKNOWN)
             self._end(error_from_status(code, f"HTTP status {status.decode(errors='replace')}"))
             return
         content_type = fields.get(b"content-type", b"")
@@ -512,23 +544,18 @@ class H2PublishStream:
             self._on_status(headers)
 
     def _on_status(self, headers: list[tuple[bytes, bytes]]) -> None:
-        fields = dict(headers)
-        raw = fields.get(b"grpc-status")
-        if raw is not None:
-            try:
-                self._status = int(raw)
-            except ValueError:
-                self._status = grpc.StatusCode.UNKNOWN.value[0]
-        message = fields.get(b"grpc-message")
+        status, message = grpc_status(dict(headers))
+        if status is not None:
+            self._status = status
         if message:
-            self._message = urllib.parse.unquote_to_bytes(message).decode("utf-8", "replace")
+            self._message = message
 
     def _final_error(self) -> LiftbridgeError | None:
         if self._status is None:
             return error_from_status(grpc.StatusCode.INTERNAL, "stream ended without grpc-status")
         if self._status == 0:
             return None
-        code = _CODES.get(self._status, grpc.StatusCode.UNKNOWN)
+        code = CODES.get(self._status, grpc.StatusCode.UNKNOWN)
         return error_from_status(code, self._message, CallContext.GENERIC)
 
     def _end(self, error: LiftbridgeError | None) -> None:
@@ -560,7 +587,7 @@ def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
 def open_h2_stream(
     core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
 ) -> PublishStream:
-    """The ``"h2"`` :data:`~liftbridge_sync._publish_stream.StreamOpener`.
+    """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
     Connects (bounded by ``rpc_timeout``), negotiates TLS with ALPN ``h2`` when
     configured, sends the connection preface and the request headers, then hands the
@@ -609,7 +636,9 @@ def open_h2_stream(
             ],
         )
         sock.sendall(conn.data_to_send())
-        return H2PublishStream(sock, conn, stream_id, epoch, on_event)
+        return H2PublishStream(
+            sock, conn, stream_id, epoch, on_event, keepalive=_keepalive(options)
+        )
     except LiftbridgeError:
         sock.close()
         raise

@@ -1,0 +1,159 @@
+"""Cheap publish futures: real ``concurrent.futures.Future`` objects, resolved in bulk.
+
+``Future()`` builds a ``threading.Condition`` (about 2 µs) and ``set_result`` takes it and
+notifies under it, then runs the callbacks: with one internal done-callback that is
+8–9 µs per publish, more than the whole rest of the pipelined path. A
+:class:`PublishFuture` starts ``RUNNING`` (an in-flight publish cannot be cancelled),
+creates its condition and waiter list only when some thread needs them (``result()``
+on an unfinished future, ``concurrent.futures.wait``/``as_completed``), and is resolved
+by :func:`settle` together with the other futures of the same batch of acks: one lock
+for the batch, a notify only for futures somebody waits on.
+
+Why this is safe: a future is resolved by exactly one thread (the one that removed its
+entry from the publisher's pending table). :func:`settle` sets the outcome and the state
+*before* it looks for a condition; a waiter creates the condition *before* it looks at
+the state (under the condition). Either the waiter sees ``FINISHED``, or :func:`settle`
+sees the condition and notifies under it. Done-callbacks are registered and taken under
+one module-wide lock, so each runs exactly once.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+__all__ = ["PublishFuture", "Unobserved", "settle"]
+
+_log = logging.getLogger("liftbridge_sync.publisher")
+
+T = TypeVar("T")
+_FINISHED = "FINISHED"
+_RUNNING = "RUNNING"
+_DONE = frozenset((_FINISHED, "CANCELLED", "CANCELLED_AND_NOTIFIED"))
+#: Guards the lazy creation of conditions (rare: only when somebody blocks).
+_LAZY = threading.Lock()
+#: Guards every publish future's callback list against its resolution.
+_CALLBACKS = threading.Lock()
+
+
+class Unobserved:
+    """Where failures nobody looked at are recorded (see the publisher's ledger)."""
+
+    def observed(self, future: PublishFuture[Any]) -> None:
+        """``future``'s outcome was looked at."""
+        raise NotImplementedError
+
+
+class PublishFuture(concurrent.futures.Future[T]):
+    """A ``concurrent.futures.Future`` with a lazily created condition.
+
+    Works with ``result``, ``exception``, ``add_done_callback``, ``wait`` and
+    ``as_completed`` like any other; ``cancel()`` returns ``False`` (it starts running).
+    Notes when its outcome is looked at (``result``/``exception``) in its ``ledger``.
+    Thread-safe.
+    """
+
+    ledger: Unobserved | None = None
+
+    def __init__(self) -> None:  # noqa: D107 - no super().__init__: see the module docstring
+        self._state = _RUNNING
+        self._result = None
+        self._exception = None
+        self._done_callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "_condition" and name != "_waiters":
+            raise AttributeError(name)
+        fields = self.__dict__
+        with _LAZY:
+            if "_condition" not in fields:
+                fields["_waiters"] = []
+                fields["_condition"] = threading.Condition()
+        return fields[name]
+
+    def done(self) -> bool:
+        """True once resolved (publish futures cannot be cancelled)."""
+        return self._state in _DONE
+
+    def result(self, timeout: float | None = None) -> T:
+        """The ack; raises the publish's typed error."""
+        try:
+            if self._state == _FINISHED:
+                if self._exception is not None:
+                    raise self._exception
+                return self._result  # type: ignore[return-value]
+            return super().result(timeout)
+        finally:
+            if self.ledger is not None and self._state == _FINISHED:
+                self.ledger.observed(self)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The publish's error, ``None`` on success."""
+        try:
+            if self._state == _FINISHED:
+                return self._exception
+            return super().exception(timeout)
+        finally:
+            if self.ledger is not None and self._state == _FINISHED:
+                self.ledger.observed(self)
+
+    def add_done_callback(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
+        """Run ``fn(self)`` once resolved (at once, on this thread, if it already is)."""
+        with _CALLBACKS:
+            if self._state != _FINISHED:
+                self._done_callbacks.append(fn)
+                return
+        try:
+            fn(self)
+        except Exception:
+            _log.exception("exception calling callback for %r", self)
+
+    def set_result(self, result: T) -> None:
+        """Resolve (publisher use; raises ``InvalidStateError`` if already resolved)."""
+        if not settle(((self, result, None),)):
+            raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        """Fail (publisher use; raises ``InvalidStateError`` if already resolved)."""
+        if not settle(((self, None, exception),)):
+            raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+
+
+def settle(outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | None]]) -> int:
+    """Resolve futures in bulk: ``(future, result, error)``; returns how many changed.
+
+    Futures already resolved are skipped. Waiters are woken, then done-callbacks run on
+    the calling thread (a failing callback is logged, as ``concurrent.futures`` does).
+    """
+    ready: list[PublishFuture[Any]] = []
+    with _CALLBACKS:
+        for future, result, error in outcomes:
+            if future._state == _FINISHED:
+                continue
+            future._result = result
+            future._exception = error
+            future._state = _FINISHED
+            ready.append(future)
+    for future in ready:
+        fields = future.__dict__
+        condition = fields.get("_condition")
+        if condition is not None:
+            with condition:
+                for waiter in fields["_waiters"]:
+                    if future._exception is None:
+                        waiter.add_result(future)
+                    else:
+                        waiter.add_exception(future)
+                condition.notify_all()
+        callbacks = future._done_callbacks
+        if callbacks:
+            future._done_callbacks = []
+            for callback in callbacks:
+                try:
+                    callback(future)
+                except Exception:
+                    _log.exception("exception calling callback for %r", future)
+    return len(ready)
