@@ -484,6 +484,23 @@ class Client:
         """
         self._check()
         publisher = self._publisher or self._get_publisher()
+        if (
+            type(value) is bytes
+            and key is None
+            and partitioner is None
+            and headers is None
+            and expected_offset is None
+            and correlation_id is None
+            and type(stream) is str
+            and type(ack_policy) is AckPolicy
+        ):
+            return publisher.submit_value(
+                stream,
+                value,
+                0 if partition is None else check_partition("partition", partition),
+                ack_policy,
+                self._options.ack_timeout if timeout is None else self._ack_timeout(timeout),
+            )
         if correlation_id is None:
             correlation_id = publisher.next_correlation_id()
         elif not isinstance(correlation_id, str) or not correlation_id:

@@ -18,7 +18,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.requests import build_publish_request
 from liftbridge_sync.models import Ack, AckPolicy
 
-__all__ = ["ack_from_proto", "encode_publish", "frame", "varint"]
+__all__ = ["ack_from_proto", "encode_publish", "frame", "frame_simple", "head", "varint"]
 
 #: gRPC message prefix: compressed flag (always 0) and big-endian length.
 _PREFIX = struct.Struct(">BI")
@@ -36,12 +36,51 @@ def varint(n: int) -> bytes:
     """Protobuf base-128 varint of ``n`` (``0 <= n < 2**64``)."""
     if n < 128:
         return _SMALL[n]
+    cached = _varints.get(n)
+    if cached is not None:
+        return cached
     out = bytearray()
-    while n >= 128:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    m = n
+    while m >= 128:
+        out.append((m & 0x7F) | 0x80)
+        m >>= 7
+    out.append(m)
+    if len(_varints) < 8192:
+        _varints[n] = bytes(out)
     return bytes(out)
+
+
+#: Varints of lengths seen (payload sizes repeat).
+_varints: dict[int, bytes] = {}
+
+
+def head(stream: str, partition: int, ack_policy: AckPolicy) -> bytes:
+    """The cached serialized fields of a request other than its value and id.
+
+    Validates ``stream`` and ``ack_policy`` on first use (raises like the builder).
+    """
+    cached = _heads.get((stream, partition, int(ack_policy)))
+    return cached if cached is not None else _head(stream, partition, ack_policy)
+
+
+def frame_simple(head: bytes, value: bytes, correlation_id: bytes) -> bytes:
+    """The framed request made of a :func:`head`, a value and an (ASCII) id."""
+    size = len(value)
+    size_varint = _SMALL[size] if size < 128 else varint(size)
+    id_size = len(correlation_id)
+    total = len(head) + len(size_varint) + size + id_size + 3
+    return b"".join(
+        (
+            _pack_prefix(0, total),
+            head,
+            _VALUE_TAG,
+            size_varint,
+            value,
+            _ID_TAG,
+            _SMALL[id_size],
+            correlation_id,
+        )
+    )
 
 
 def frame(message: bytes) -> bytes:

@@ -128,7 +128,8 @@ def settle(outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | Non
     Futures already resolved are skipped. Waiters are woken, then done-callbacks run on
     the calling thread (a failing callback is logged, as ``concurrent.futures`` does).
     """
-    ready: list[PublishFuture[Any]] = []
+    changed = 0
+    ready: list[PublishFuture[Any]] = []  # those with callbacks or a condition
     with _CALLBACKS:
         for future, result, error in outcomes:
             if future._state == _FINISHED:
@@ -136,7 +137,11 @@ def settle(outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | Non
             future._result = result
             future._exception = error
             future._state = _FINISHED
-            ready.append(future)
+            changed += 1
+            if future._done_callbacks or "_condition" in future.__dict__:
+                ready.append(future)
+    # A condition created after the check above was created after the state was set:
+    # its waiter sees FINISHED without being notified.
     for future in ready:
         fields = future.__dict__
         condition = fields.get("_condition")
@@ -156,4 +161,4 @@ def settle(outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | Non
                     callback(future)
                 except Exception:
                     _log.exception("exception calling callback for %r", future)
-    return len(ready)
+    return changed

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import ack_from_proto
+from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
 from liftbridge_sync._publishing.futures import PublishFuture, Unobserved, settle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
@@ -68,7 +68,7 @@ from liftbridge_sync.errors import (
     PublishRejectedError,
     UnobservedPublishFailuresError,
 )
-from liftbridge_sync.models import Ack
+from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = ["AckFuture", "Publisher"]
 
@@ -256,6 +256,55 @@ class Publisher:
             self._clock() + timeout,
         )
         self._enter((entry,))
+        return future
+
+    def submit_value(
+        self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy, timeout: float
+    ) -> AckFuture:
+        """:meth:`submit` for the common case, everything inline: a value (``bytes``) to a
+        partition, no key, headers, expected offset or own correlation id.
+
+        Raises:
+            ConfigurationError: a bad stream name or ack policy (before anything is sent).
+            ClientClosedError, PublishQueueFullError: as :meth:`submit`.
+        """
+        if self._closing:
+            raise ClientClosedError("publisher is closed")
+        correlation_id = f"{self._id_prefix}{next(self._ids)}"
+        framed = frame_simple(head(stream, partition, ack_policy), value, correlation_id.encode())
+        if len(framed) > self._max_message:
+            raise self._too_large(len(framed))
+        wants_ack = ack_policy is not AckPolicy.NONE
+        future: AckFuture = PublishFuture()
+        deadline = self._clock() + timeout
+        pending = self._pending
+        with self._send_lock:
+            stream_ = self._live
+            if (
+                stream_ is not None
+                and len(pending) < self._max_in_flight
+                and not self._finished
+                and correlation_id not in pending
+            ):
+                entry = _Entry(
+                    framed, correlation_id, partition, wants_ack, future, timeout, deadline
+                )
+                entry.seq = self._seq = next(self._seqs)
+                pending[correlation_id] = entry
+                expiry = self._expiry.get(timeout)
+                if expiry is None:
+                    expiry = self._expiry[timeout] = collections.deque()
+                expiry.append(entry)
+                stream_.send_framed(framed, None if wants_ack else correlation_id)
+                if deadline < self._sleep_until:
+                    self._inbox.put(_WAKE)
+                return future
+        # Not connected yet, full, or closing: the general path.
+        if self._thread is None:
+            self._start_thread()
+        self._enter(
+            (_Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline),)
+        )
         return future
 
     def submit_many(
@@ -683,6 +732,7 @@ class Publisher:
     def _on_responses(self, responses: Sequence[api_pb2.PublishResponse]) -> None:
         pending = self._pending
         outcomes: list[_Outcome] = []
+        append = outcomes.append
         for response in responses:
             ack = response.ack
             correlation_id = ack.correlationId
@@ -705,7 +755,7 @@ class Publisher:
                 failure = error_from_ack_error(_ACK_ERRORS.get(ack.ackError, "UNKNOWN"))
                 outcomes.append(self._failure(entry, failure))
             else:
-                outcomes.append((entry.future, ack_from_proto(ack, entry.partition), None))
+                append((entry.future, ack_from_proto(ack, entry.partition), None))
         if outcomes:
             settle(outcomes)
             self._wake_waiters()

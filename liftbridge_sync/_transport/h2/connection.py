@@ -151,6 +151,7 @@ class H2PublishStream:
         self._outbuf = bytearray()  # output the socket did not take yet
         self._inbuf = bytearray()  # received bytes not yet forming a whole frame
         self._rbuf = bytearray()  # response bytes not yet forming a whole message
+        self._parsed: list[api_pb2.PublishResponse] = []  # emitted once per recv()
         self._headers_seen = False  # a valid response HEADERS frame arrived
         self._credit = 0  # bytes of fast-path DATA not yet returned with WINDOW_UPDATE
         self._closing = False
@@ -435,20 +436,40 @@ class H2PublishStream:
         fast = self._headers_seen and not self._ended
         slow = -1  # start of a run of frames for h2
         consumed = 0
-        for kind, flags, stream, start, end in frames:
-            # Flags END_STREAM and PADDED need h2.
-            if kind == DATA and not flags & (END_STREAM | PADDED) and stream == sid:
-                if slow >= 0:
-                    self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
-                    slow = -1
-                    fast = self._headers_seen and not self._ended
-                if fast:
-                    rbuf += inbuf[start:end]
-                    consumed += end - start
-                    continue
-            if slow < 0:
-                slow = start - 9
-        if slow >= 0:
+        parsed = self._parsed
+        parse = api_pb2.PublishResponse.FromString
+        unpack = PREFIX.unpack_from
+        try:
+            for kind, flags, stream, start, end in frames:
+                # Flags END_STREAM and PADDED need h2.
+                if kind == DATA and not flags & (END_STREAM | PADDED) and stream == sid:
+                    if slow >= 0:
+                        self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
+                        slow = -1
+                        fast = self._headers_seen and not self._ended
+                    if fast:
+                        consumed += end - start
+                        # The broker writes one response per frame: parse it in place.
+                        if (
+                            not rbuf
+                            and end - start >= 5
+                            and unpack(inbuf, start)
+                            == (
+                                0,
+                                end - start - 5,
+                            )
+                        ):
+                            parsed.append(parse(bytes(inbuf[start + 5 : end])))
+                        else:
+                            rbuf += inbuf[start:end]
+                            if len(rbuf) >= 5:
+                                self._decode()
+                        continue
+                if slow < 0:
+                    slow = start - 9
+        except DecodeError as exc:
+            self._end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
+        if slow >= 0 and not self._ended:
             self._handle(self._conn.receive_data(bytes(inbuf[slow:consumed_to])))
         if consumed_to:
             del inbuf[:consumed_to]
@@ -458,8 +479,12 @@ class H2PublishStream:
                 # Connection and stream windows, both (frames h2 did not see).
                 self._outbuf += window_update(0, self._credit) + window_update(sid, self._credit)
                 self._credit = 0
-            if len(rbuf) >= 5:
-                self._decode()
+        if parsed:
+            self._parsed = []
+            if len(parsed) == 1:
+                self._on_event(StreamResponse(self._epoch, parsed[0]))
+            else:
+                self._on_event(StreamResponses(self._epoch, parsed))
 
     def _handle(self, events: list[h2.events.Event]) -> None:
         consumed = 0
@@ -510,14 +535,9 @@ class H2PublishStream:
             del rbuf[:pos]
         parse = api_pb2.PublishResponse.FromString
         try:
-            responses = [parse(message) for message in messages]
+            self._parsed += [parse(message) for message in messages]
         except DecodeError as exc:
             self._end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
-            return
-        if len(responses) == 1:
-            self._on_event(StreamResponse(self._epoch, responses[0]))
-        elif responses:
-            self._on_event(StreamResponses(self._epoch, responses))
 
     def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         fields = dict(headers)
