@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["PublishFuture", "Unobserved", "settle"]
+__all__ = ["PublishFuture", "Unobserved", "settle", "settle_plain"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
@@ -41,6 +41,10 @@ _CALLBACKS = threading.Lock()
 
 class Unobserved:
     """Where failures nobody looked at are recorded (see the publisher's ledger)."""
+
+    def failed(self, future: PublishFuture[Any], error: BaseException) -> None:
+        """``future`` failed with ``error``."""
+        raise NotImplementedError
 
     def observed(self, future: PublishFuture[Any]) -> None:
         """``future``'s outcome was looked at."""
@@ -113,23 +117,53 @@ class PublishFuture(concurrent.futures.Future[T]):
 
     def set_result(self, result: T) -> None:
         """Resolve (publisher use; raises ``InvalidStateError`` if already resolved)."""
-        if not settle(((self, result, None),)):
+        if not settle(((self, result, None),), self.ledger):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Fail (publisher use; raises ``InvalidStateError`` if already resolved)."""
-        if not settle(((self, None, exception),)):
+        if not settle(((self, None, exception),), self.ledger):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
 
-def settle(outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | None]]) -> int:
+def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int]:
+    """Resolve with results the futures that have no done-callbacks; the positions of
+    the others (left alone: with callbacks, so that they run where the caller wants, or
+    already resolved)."""
+    skipped: list[int] = []
+    waited: list[PublishFuture[Any]] = []
+    with _CALLBACKS:
+        for i, (future, result) in enumerate(outcomes):
+            if future._done_callbacks or future._state == _FINISHED:
+                skipped.append(i)
+                continue
+            future._result = result
+            future._state = _FINISHED
+            if "_condition" in future.__dict__:
+                waited.append(future)
+    for future in waited:
+        condition = future.__dict__["_condition"]
+        with condition:
+            for waiter in future.__dict__["_waiters"]:
+                waiter.add_result(future)
+            condition.notify_all()
+    return skipped
+
+
+def settle(
+    outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | None]],
+    ledger: Unobserved | None = None,
+) -> int:
     """Resolve futures in bulk: ``(future, result, error)``; returns how many changed.
 
-    Futures already resolved are skipped. Waiters are woken, then done-callbacks run on
-    the calling thread (a failing callback is logged, as ``concurrent.futures`` does).
+    Futures already resolved are skipped. Failures are recorded in ``ledger`` (before
+    any callback runs, so a callback that looks at one marks it observed). Waiters are
+    woken, then done-callbacks run on the calling thread (a failing callback is logged,
+    as ``concurrent.futures`` does).
     """
     changed = 0
     ready: list[PublishFuture[Any]] = []  # those with callbacks or a condition
+    failed: list[tuple[PublishFuture[Any], BaseException]] = []
     with _CALLBACKS:
         for future, result, error in outcomes:
             if future._state == _FINISHED:
@@ -138,8 +172,13 @@ def settle(outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | Non
             future._exception = error
             future._state = _FINISHED
             changed += 1
+            if error is not None:
+                failed.append((future, error))
             if future._done_callbacks or "_condition" in future.__dict__:
                 ready.append(future)
+    if ledger is not None:
+        for future, error in failed:
+            ledger.failed(future, error)
     # A condition created after the check above was created after the state was set:
     # its waiter sees FINISHED without being notified.
     for future in ready:

@@ -44,7 +44,12 @@ from typing import Any
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
-from liftbridge_sync._publishing.futures import PublishFuture, Unobserved, settle
+from liftbridge_sync._publishing.futures import (
+    PublishFuture,
+    Unobserved,
+    settle,
+    settle_plain,
+)
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
@@ -136,6 +141,14 @@ class _Close:
     deadline: float | None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Forwarded:
+    """Responses the stream's thread left for the owner (failures, done-callbacks)."""
+
+    epoch: int
+    responses: list[api_pb2.PublishResponse]
+
+
 _WAKE = object()  # a publish with an earlier deadline than the owner sleeps until
 _KICK = object()  # publishes are pending and no stream is open
 
@@ -204,6 +217,11 @@ class Publisher:
         self._live: PublishStream | None = None  # the open stream publishers write to
         #: The owner sleeps until then; a publish due earlier wakes it.
         self._sleep_until = _INF
+        #: Response batches the stream's thread handed to the owner, and those the owner
+        #: has handled (each counter has one writer); the stream's thread resolves acks
+        #: itself only while they are equal.
+        self._forwarded = 0
+        self._handled = 0
         # Owner-thread state below: touched only by the liftbridge-publisher thread.
         self._stream: PublishStream | None = None
         self._epoch = 0
@@ -351,7 +369,7 @@ class Publisher:
             if not entered:
                 raise
             # Part of the batch is on its way: the rest fails with the same error.
-            settle([self._failure(entry, exc) for entry in entries[entered:]])
+            settle([self._failure(e, exc) for e in entries[entered:]], self._failures_ledger)
         return futures
 
     def _too_large(self, size: int) -> PublishRejectedError:
@@ -399,7 +417,7 @@ class Publisher:
             correlation_id = entry.correlation_id
             if correlation_id in pending:
                 error = ConfigurationError(f"correlation id {correlation_id!r} in use")
-                settle((self._failure(entry, error),))
+                settle((self._failure(entry, error),), self._failures_ledger)
                 continue
             entry.seq = self._seq = next(self._seqs)
             pending[correlation_id] = entry
@@ -595,7 +613,8 @@ class Publisher:
                     continue
                 if entry.deadline <= now:
                     queue_.popleft()
-                    del pending[entry.correlation_id]
+                    if pending.pop(entry.correlation_id, None) is not entry:
+                        continue  # the stream's thread resolved it just now
                     what = "no ack" if entry.wants_ack else "not sent"
                     error = AckTimeoutError(f"{what} within {entry.timeout}s")
                     timed_out.append(self._failure(entry, error))
@@ -608,7 +627,7 @@ class Publisher:
                 for key in [k for k, q in self._expiry.items() if not q]:
                     del self._expiry[key]
         if timed_out:
-            settle(timed_out)
+            settle(timed_out, self._failures_ledger)
             self._wake_waiters()
             if self._stream is not None:
                 self._stream.probe()  # a dead peer ends the stream: we reconnect
@@ -633,6 +652,63 @@ class Publisher:
             if self._pending:
                 self._connect()
 
+    def _on_stream_event(self, event: object) -> None:
+        """Stream events arrive here on the stream's thread.
+
+        Plain acks of futures without done-callbacks are resolved right here (a
+        ``publish()`` waiting for one wakes without a hop through the publisher thread);
+        everything else goes to the publisher thread's inbox.
+        """
+        responses: Sequence[api_pb2.PublishResponse]
+        if type(event) is StreamResponses and event.epoch == self._epoch:
+            responses = event.responses
+        elif type(event) is StreamResponse and event.epoch == self._epoch:
+            responses = (event.response,)
+        else:
+            self._inbox.put(event)
+            return
+        self._failures = 0  # the stream works (reconnect back-off starts afresh)
+        rest = self._resolve_plain(responses)
+        if rest:
+            # Only this (the current stream's) thread counts up, only the owner down.
+            self._forwarded += 1
+            self._inbox.put(_Forwarded(event.epoch, rest))
+
+    def _resolve_plain(
+        self, responses: Sequence[api_pb2.PublishResponse]
+    ) -> list[api_pb2.PublishResponse]:
+        """Resolve successful acks of callback-less futures; the responses left over."""
+        if self._forwarded != self._handled:
+            # The owner has responses of this stream still to handle: keep the order
+            # (an error and then an ack for the same message must be seen in turn).
+            return list(responses)
+        pending = self._pending
+        rest: list[api_pb2.PublishResponse] = []
+        taken: list[tuple[_Entry, api_pb2.PublishResponse]] = []
+        outcomes: list[tuple[PublishFuture[Any], Any]] = []
+        for response in responses:
+            ack = response.ack
+            correlation_id = ack.correlationId
+            entry = pending.get(correlation_id) if correlation_id and not rest else None
+            if entry is None or ack.ackError or entry.future._done_callbacks:
+                rest.append(response)
+                continue
+            taken.append((entry, response))
+            outcomes.append((entry.future, ack_from_proto(ack, entry.partition)))
+        if outcomes:
+            # Resolve first (the future's state decides who did: the owner may be timing
+            # it out right now), then take the entries out of the pending table.
+            skipped = settle_plain(outcomes)
+            for i in skipped:
+                rest.append(taken[i][1])  # a callback was added meanwhile: the owner
+            if skipped:
+                taken = [t for i, t in enumerate(taken) if i not in set(skipped)]
+            for entry, _ in taken:
+                if pending.get(entry.correlation_id) is entry:
+                    pending.pop(entry.correlation_id, None)
+            self._wake_waiters()
+        return rest
+
     def _run_nested(self, until: Callable[[], bool], deadline: float | None) -> bool:
         if self._nesting >= _MAX_NESTING:
             raise RuntimeError("publish calls nested too deeply in done-callbacks")
@@ -651,7 +727,11 @@ class Publisher:
             self._nesting -= 1
 
     def _handle(self, event: object) -> None:
-        if isinstance(event, StreamResponses):
+        if type(event) is _Forwarded:
+            if event.epoch == self._epoch:
+                self._on_responses(event.responses)
+            self._handled += 1
+        elif isinstance(event, StreamResponses):
             if event.epoch == self._epoch:
                 self._failures = 0
                 self._on_responses(event.responses)
@@ -682,7 +762,7 @@ class Publisher:
         address = addresses[self._epoch % len(addresses)]
         self._epoch += 1
         try:
-            stream = self._opener(self._core, address, self._epoch, self._inbox.put)
+            stream = self._opener(self._core, address, self._epoch, self._on_stream_event)
         except ClientClosedError as exc:
             self._fail_all(exc)
             return
@@ -757,19 +837,17 @@ class Publisher:
             else:
                 append((entry.future, ack_from_proto(ack, entry.partition), None))
         if outcomes:
-            settle(outcomes)
+            settle(outcomes, self._failures_ledger)
             self._wake_waiters()
 
-    def _failure(self, entry: _Entry, error: BaseException) -> _Outcome:
-        # Recorded before the callbacks run, so a callback that looks at the outcome
-        # marks it observed.
-        self._failures_ledger.failed(entry.future, error)
+    @staticmethod
+    def _failure(entry: _Entry, error: BaseException) -> _Outcome:
         return (entry.future, None, error)
 
     def _fail_all(self, error: BaseException) -> None:
         entries = list(self._pending.values())
         self._pending.clear()
-        settle([self._failure(entry, error) for entry in entries])
+        settle([self._failure(e, error) for e in entries], self._failures_ledger)
         self._wake_waiters()
 
     def _shutdown(self) -> None:
