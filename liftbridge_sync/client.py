@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import encode_publish
+from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
@@ -24,6 +24,7 @@ from liftbridge_sync._wire.status import (
     error_from_ack_error,
 )
 from liftbridge_sync._wire.validate import (
+    check_ack_policy,
     check_bool,
     check_bytes,
     check_name,
@@ -613,10 +614,27 @@ class Client:
         self._check()
         publisher = self._publisher or self._get_publisher()
         ack_timeout = self._ack_timeout(timeout)
+        check_ack_policy(ack_policy)
         wants_ack = ack_policy is not AckPolicy.NONE
         next_id = publisher.next_correlation_id
         requests: list[tuple[bytes, str, int, bool]] = []
+        add = requests.append
+        fixed = None
+        if partitioner is None:
+            fixed = 0 if partition is None else check_partition("partition", partition)
+            fixed_head = head(stream, fixed, ack_policy)  # validates the stream name
         for item in messages:
+            if fixed is not None and type(item) is bytes:  # the common case, inline
+                correlation_id = next_id()
+                add(
+                    (
+                        frame_simple(fixed_head, item, correlation_id.encode()),
+                        correlation_id,
+                        fixed,
+                        wants_ack,
+                    )
+                )
+                continue
             if isinstance(item, tuple):
                 key, value = item
             else:
@@ -639,16 +657,12 @@ class Client:
                 expected_offset=None,
                 correlation_id=correlation_id,
             )
-            requests.append((framed, correlation_id, chosen, wants_ack))
+            add((framed, correlation_id, chosen, wants_ack))
         futures = publisher.submit_many(requests, timeout=ack_timeout)
         for future in reversed(futures):  # acks arrive in order: the last one first
             if not future.done():
                 publisher.wait_done(future)
-        outcomes: list[Ack | None | LiftbridgeError] = []
-        for future in futures:
-            error = future.exception()  # marks failures observed
-            outcomes.append(error if isinstance(error, LiftbridgeError) else future.result())
-        return outcomes
+        return publisher.outcomes(futures)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.

@@ -345,22 +345,21 @@ class Publisher:
             raise ClientClosedError("publisher is closed")
         if self._thread is None:
             self._start_thread()
-        clock = self._clock
         futures: list[AckFuture] = []
         entries: list[_Entry] = []
         limit = self._max_message
         for framed, _, _, _ in requests:
             if len(framed) > limit:
                 raise self._too_large(len(framed))
+        deadline = self._clock() + timeout
+        add_future = futures.append
+        add_entry = entries.append
         for framed, correlation_id, partition, wants_ack in requests:
             future: AckFuture = PublishFuture()
-            futures.append(future)
-            entries.append(
-                _Entry(framed, correlation_id, partition, wants_ack, future, timeout, 0.0)
+            add_future(future)
+            add_entry(
+                _Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline)
             )
-        deadline = clock() + timeout
-        for entry in entries:
-            entry.deadline = deadline
         entered = 0
         try:
             entered = self._enter(entries)
@@ -412,6 +411,9 @@ class Publisher:
         pending = self._pending
         stream = self._live
         earliest = _INF
+        seqs = self._seqs
+        expiry = self._expiry
+        batch: list[bytes] = []  # acked requests, written together
         for i in range(start, end):
             entry = entries[i]
             correlation_id = entry.correlation_id
@@ -419,18 +421,28 @@ class Publisher:
                 error = ConfigurationError(f"correlation id {correlation_id!r} in use")
                 settle((self._failure(entry, error),), self._failures_ledger)
                 continue
-            entry.seq = self._seq = next(self._seqs)
+            entry.seq = next(seqs)
             pending[correlation_id] = entry
-            queue_ = self._expiry.get(entry.timeout)
+            queue_ = expiry.get(entry.timeout)
             if queue_ is None:
-                queue_ = self._expiry[entry.timeout] = collections.deque()
+                queue_ = expiry[entry.timeout] = collections.deque()
             queue_.append(entry)
             if entry.deadline < earliest:
                 earliest = entry.deadline
             if stream is not None:
-                # AckPolicy.NONE: the server never answers a success, so the publish is
-                # done once the transport has written it (a StreamSent event).
-                stream.send_framed(entry.framed, None if entry.wants_ack else correlation_id)
+                if entry.wants_ack:
+                    batch.append(entry.framed)
+                else:
+                    # AckPolicy.NONE: the server never answers a success, so the publish
+                    # is done once the transport has written it (a StreamSent event).
+                    if batch:
+                        stream.send_many(batch)
+                        batch = []
+                    stream.send_framed(entry.framed, correlation_id)
+        if end > start:
+            self._seq = entries[end - 1].seq
+        if batch and stream is not None:
+            stream.send_many(batch)
         if stream is None:
             self._inbox.put(_KICK)
         elif earliest < self._sleep_until:
@@ -498,6 +510,21 @@ class Publisher:
             if not future.done():
                 raise TimeoutError("publish did not complete in time")
         return future.result(timeout=timeout)
+
+    @staticmethod
+    def outcomes(futures: Sequence[AckFuture]) -> list[Ack | None | LiftbridgeError]:
+        """Each resolved future's ack, or its error (marked observed: it is returned)."""
+        result: list[Ack | None | LiftbridgeError] = []
+        add = result.append
+        for future in futures:
+            error = future._exception
+            if error is None:
+                add(future._result)
+                continue
+            if future.ledger is not None:
+                future.ledger.observed(future)
+            add(error if isinstance(error, LiftbridgeError) else ClientClosedError(str(error)))
+        return result
 
     def wait_done(self, future: AckFuture) -> None:
         """Wait until ``future`` has resolved (its own deadline bounds the wait)."""

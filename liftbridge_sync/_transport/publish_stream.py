@@ -92,6 +92,9 @@ class PublishStream(Protocol):
         once the transport has written it.
         """
 
+    def send_many(self, framed: list[bytes]) -> None:
+        """:meth:`send_framed` for several requests at once (no notes)."""
+
     def probe(self) -> None:
         """Check that the peer is alive (a PING); a dead one ends the stream."""
 
@@ -173,6 +176,11 @@ class GrpcPublishStream:
         """Queue a framed request (parsed back into a message: grpcio serializes it)."""
         request = api_pb2.PublishRequest.FromString(framed[5:])
         self._requests.put(request if note is None else _Notify(request))
+
+    def send_many(self, framed: list[bytes]) -> None:
+        """Queue several framed requests."""
+        for item in framed:
+            self.send_framed(item)
 
     def probe(self) -> None:
         """Nothing to do: grpcio's own keepalive (``grpc_options``) watches the peer."""

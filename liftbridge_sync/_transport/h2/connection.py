@@ -189,6 +189,16 @@ class H2PublishStream:
             if not self._signalled:
                 self._wake()
 
+    def send_many(self, framed: list[bytes]) -> None:
+        """Queue several framed requests at once (see :meth:`send_framed`)."""
+        with self._lock:
+            if self._done or self._close_requested:
+                return
+            self._queue += framed
+            self._queued_bytes += sum(map(len, framed))
+            if not self._signalled:
+                self._wake()
+
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Serialize and queue ``request`` (see :meth:`send_framed`)."""
         data = request.SerializeToString()
