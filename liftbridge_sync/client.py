@@ -548,8 +548,30 @@ class Client:
         """Publish a message and wait for its :class:`Ack` (``None`` for AckPolicy.NONE).
 
         Same arguments and errors as :meth:`publish_async`, raised here instead of set on
-        a future. Many threads calling ``publish`` share one pipelined stream.
+        a future. Many threads calling ``publish`` share one pipelined stream; the
+        calling thread writes its message itself when the stream's I/O thread is idle.
         """
+        self._check()
+        publisher = self._publisher or self._get_publisher()
+        if (
+            type(value) is bytes
+            and key is None
+            and partitioner is None
+            and headers is None
+            and expected_offset is None
+            and correlation_id is None
+            and type(stream) is str
+            and type(ack_policy) is AckPolicy
+        ):
+            fast = publisher.submit_value(
+                stream,
+                value,
+                0 if partition is None else check_partition("partition", partition),
+                ack_policy,
+                self._options.ack_timeout if timeout is None else self._ack_timeout(timeout),
+                direct=True,
+            )
+            return publisher.wait(fast, None)
         future = self.publish_async(
             stream,
             value,
@@ -562,8 +584,6 @@ class Client:
             correlation_id=correlation_id,
             timeout=timeout,
         )
-        publisher = self._publisher
-        assert publisher is not None
         # The future's own ack timer bounds this wait.
         return publisher.wait(future, None)
 

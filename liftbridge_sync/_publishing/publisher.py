@@ -277,10 +277,17 @@ class Publisher:
         return future
 
     def submit_value(
-        self, stream: str, value: bytes, partition: int, ack_policy: AckPolicy, timeout: float
+        self,
+        stream: str,
+        value: bytes,
+        partition: int,
+        ack_policy: AckPolicy,
+        timeout: float,
+        direct: bool = False,
     ) -> AckFuture:
         """:meth:`submit` for the common case, everything inline: a value (``bytes``) to a
-        partition, no key, headers, expected offset or own correlation id.
+        partition, no key, headers, expected offset or own correlation id. ``direct``: the
+        caller waits for the ack next (``publish``), so it writes on its own thread.
 
         Raises:
             ConfigurationError: a bad stream name or ack policy (before anything is sent).
@@ -313,7 +320,7 @@ class Publisher:
                 if expiry is None:
                     expiry = self._expiry[timeout] = collections.deque()
                 expiry.append(entry)
-                stream_.send_framed(framed, None if wants_ack else correlation_id)
+                stream_.send_framed(framed, None if wants_ack else correlation_id, direct)
                 if deadline < self._sleep_until:
                     self._inbox.put(_WAKE)
                 return future

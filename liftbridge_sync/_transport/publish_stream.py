@@ -85,11 +85,12 @@ class PublishStream(Protocol):
         written it (AckPolicy.NONE publishes complete then).
         """
 
-    def send_framed(self, framed: bytes, note: str | None = None) -> None:
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
         """Queue a serialized request with its gRPC length prefix; never blocks.
 
         With ``note`` (the request's correlation id) a :class:`StreamSent` event follows
-        once the transport has written it.
+        once the transport has written it. ``direct`` hints that the caller waits for
+        the answer next, so writing on the calling thread may save a hand-off.
         """
 
     def send_many(self, framed: list[bytes]) -> None:
@@ -172,7 +173,7 @@ class GrpcPublishStream:
         """Queue ``request`` for gRPC's request-iterator thread."""
         self._requests.put(_Notify(request) if notify_sent else request)
 
-    def send_framed(self, framed: bytes, note: str | None = None) -> None:
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
         """Queue a framed request (parsed back into a message: grpcio serializes it)."""
         request = api_pb2.PublishRequest.FromString(framed[5:])
         self._requests.put(request if note is None else _Notify(request))

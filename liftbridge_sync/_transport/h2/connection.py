@@ -85,6 +85,9 @@ _COMPACT_AT = 1 << 20
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
+_GO_ON = object()  # a loop turn that did not end the stream
+
+
 class _ConnectionLost(Exception):
     """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
 
@@ -134,6 +137,9 @@ class H2PublishStream:
 
         # Shared with callers, guarded by _lock.
         self._lock = threading.Lock()
+        #: Held by whoever does socket and h2 work: the I/O thread between selects, or a
+        #: caller writing directly (only ever acquired without blocking under _lock).
+        self._io_lock = threading.Lock()
         self._queue: list[bytes] = []
         self._queued_bytes = 0  # total message bytes ever queued
         self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
@@ -175,19 +181,42 @@ class H2PublishStream:
 
     # ------------------------------------------------------------------ callers
 
-    def send_framed(self, framed: bytes, note: str | None = None) -> None:
-        """Queue a framed request; never blocks. Dropped once the stream has ended."""
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
+        """Queue a framed request; never blocks. Dropped once the stream has ended.
+
+        With ``direct`` (a caller about to wait for the answer) and the I/O thread idle,
+        the caller writes it itself: no wake-up of the I/O thread on the way out.
+        """
         with self._lock:
             if self._done or self._close_requested:
                 return  # the publisher re-sends pending requests on its next stream
             self._queue.append(framed)
+            self._queued_bytes += len(framed)
             if note is not None:
-                self._queued_bytes += len(framed)
                 self._notes.append((self._queued_bytes, note))
-            else:
-                self._queued_bytes += len(framed)
-            if not self._signalled:
+            if self._signalled:
+                return
+            if not (direct and self._io_lock.acquire(blocking=False)):
                 self._wake()
+                return
+        self._write_here()
+
+    def _write_here(self) -> None:
+        """Frame and send what is queued on the calling thread; holds ``_io_lock``."""
+        try:
+            if not self._done:
+                self._take_queue()
+                self._pump()
+                self._flush()
+            failed = False
+        except Exception:  # the I/O thread sees the broken socket and ends the stream
+            failed = True
+        finally:
+            self._io_lock.release()
+        if failed:
+            with self._lock:
+                if not self._signalled and not self._done:
+                    self._wake()
 
     def send_many(self, framed: list[bytes]) -> None:
         """Queue several framed requests at once (see :meth:`send_framed`)."""
@@ -260,12 +289,13 @@ class H2PublishStream:
             _log.exception("publish I/O thread failed")
             error = _unavailable(f"transport failure: {exc!r}")
         finally:
-            with self._lock:
-                self._done = True
-            self._selector.close()
-            self._sock.close()
-            self._wake_r.close()
-            self._wake_w.close()
+            with self._io_lock:
+                with self._lock:
+                    self._done = True
+                self._selector.close()
+                self._sock.close()
+                self._wake_r.close()
+                self._wake_w.close()
         self._on_event(StreamClosed(self._epoch, error))
 
     def _timeout(self) -> float | None:
@@ -295,32 +325,42 @@ class H2PublishStream:
         select = self._selector.select
         sock = self._sock
         while True:
-            for key, mask in select(self._timeout()):
-                if key.fileobj is sock:
-                    if mask & selectors.EVENT_READ:
-                        self._read()
-                else:
-                    with contextlib.suppress(*_WOULD_BLOCK):
-                        self._wake_r.recv(4096)
-            if self._ended:
-                self._goodbye()
-                return self._error
-            if self._cancel_requested:
-                with contextlib.suppress(h2.exceptions.ProtocolError):
-                    self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
-                self._goodbye()
-                return error_from_status(
-                    grpc.StatusCode.CANCELLED, "publish stream cancelled", CallContext.GENERIC
-                )
-            if self._ping_every is not None or self._ping_deadline is not None:
-                self._keepalive()
-            self._take_queue()
-            self._pump()
-            if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
-                # Everything queued before close() has been framed: END_STREAM after it.
-                self._half_closed = True
-                self._conn.end_stream(self._stream_id)
-            self._flush()
+            events = select(self._timeout())
+            with self._io_lock:
+                result = self._step(events, sock)
+            if result is not _GO_ON:
+                return result  # type: ignore[return-value]
+
+    def _step(self, events: list[tuple[selectors.SelectorKey, int]], sock: socket.socket) -> object:
+        """One loop turn under ``_io_lock``: the stream's end (error or ``None``) or
+        ``_GO_ON``."""
+        for key, mask in events:
+            if key.fileobj is sock:
+                if mask & selectors.EVENT_READ:
+                    self._read()
+            else:
+                with contextlib.suppress(*_WOULD_BLOCK):
+                    self._wake_r.recv(4096)
+        if self._ended:
+            self._goodbye()
+            return self._error
+        if self._cancel_requested:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
+            self._goodbye()
+            return error_from_status(
+                grpc.StatusCode.CANCELLED, "publish stream cancelled", CallContext.GENERIC
+            )
+        if self._ping_every is not None or self._ping_deadline is not None:
+            self._keepalive()
+        self._take_queue()
+        self._pump()
+        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
+            # Everything queued before close() has been framed: END_STREAM after it.
+            self._half_closed = True
+            self._conn.end_stream(self._stream_id)
+        self._flush()
+        return _GO_ON
 
     def _take_queue(self) -> None:
         with self._lock:
