@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
+from typing import Any
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.requests import build_publish_request
@@ -163,23 +164,50 @@ def encode_publish(
 
 
 _new = object.__new__
-_set = object.__setattr__
+#: The slot descriptors' setters of the frozen ``Ack`` (cheaper than object.__setattr__).
+_SETTERS: dict[str, Any] = {
+    name: getattr(Ack, name).__set__
+    for name in (
+        "stream",
+        "partition",
+        "partition_subject",
+        "message_subject",
+        "offset",
+        "ack_inbox",
+        "correlation_id",
+        "ack_policy",
+        "reception_timestamp_ns",
+        "commit_timestamp_ns",
+        "ack_error",
+    )
+}
+_set_stream = _SETTERS["stream"]
+_set_partition = _SETTERS["partition"]
+_set_partition_subject = _SETTERS["partition_subject"]
+_set_message_subject = _SETTERS["message_subject"]
+_set_offset = _SETTERS["offset"]
+_set_ack_inbox = _SETTERS["ack_inbox"]
+_set_correlation_id = _SETTERS["correlation_id"]
+_set_ack_policy = _SETTERS["ack_policy"]
+_set_reception = _SETTERS["reception_timestamp_ns"]
+_set_commit = _SETTERS["commit_timestamp_ns"]
+_set_ack_error = _SETTERS["ack_error"]
 
 
 def ack_from_proto(pb: api_pb2.Ack, partition: int) -> Ack:
-    """Same as ``Ack.from_proto(pb, partition=partition)``, four times cheaper."""
+    """Same as ``Ack.from_proto(pb, partition=partition)``, several times cheaper."""
     ack: Ack = _new(Ack)
-    _set(ack, "stream", pb.stream)
-    _set(ack, "partition", partition)
-    _set(ack, "partition_subject", pb.partitionSubject)
-    _set(ack, "message_subject", pb.msgSubject)
-    _set(ack, "offset", pb.offset)
-    _set(ack, "ack_inbox", pb.ackInbox)
-    _set(ack, "correlation_id", pb.correlationId)
+    _set_stream(ack, pb.stream)
+    _set_partition(ack, partition)
+    _set_partition_subject(ack, pb.partitionSubject)
+    _set_message_subject(ack, pb.msgSubject)
+    _set_offset(ack, pb.offset)
+    _set_ack_inbox(ack, pb.ackInbox)
+    _set_correlation_id(ack, pb.correlationId)
     policy = pb.ackPolicy
-    _set(ack, "ack_policy", _POLICIES[policy] if 0 <= policy < 3 else AckPolicy.LEADER)
-    _set(ack, "reception_timestamp_ns", pb.receptionTimestamp)
-    _set(ack, "commit_timestamp_ns", pb.commitTimestamp)
+    _set_ack_policy(ack, _POLICIES[policy] if 0 <= policy < 3 else AckPolicy.LEADER)
+    _set_reception(ack, pb.receptionTimestamp)
+    _set_commit(ack, pb.commitTimestamp)
     error = pb.ackError
-    _set(ack, "ack_error", _ACK_ERRORS.get(error, "UNKNOWN") if error else None)
+    _set_ack_error(ack, _ACK_ERRORS.get(error, "UNKNOWN") if error else None)
     return ack
