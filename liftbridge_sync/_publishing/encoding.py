@@ -6,7 +6,8 @@ about 4 µs per publish; a request that only varies in its value and correlation
 offset) is the same bytes around those two, so its framed form is concatenated from a
 cached prefix instead (< 1 µs). Everything else goes through the validating builder and
 protobuf. On the way back, :func:`ack_from_proto` fills a slotted :class:`Ack` without
-its frozen dataclass ``__init__`` (4 µs → about 1 µs).
+its frozen dataclass ``__init__``. Thread-safe: the caches are dicts written with single,
+idempotent operations.
 """
 
 from __future__ import annotations

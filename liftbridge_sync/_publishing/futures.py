@@ -14,7 +14,7 @@ entry from the publisher's pending table). :func:`settle` sets the outcome and t
 *before* it looks for a condition; a waiter creates the condition *before* it looks at
 the state (under the condition). Either the waiter sees ``FINISHED``, or :func:`settle`
 sees the condition and notifies under it. Done-callbacks are registered and taken under
-one module-wide lock, so each runs exactly once.
+one module-wide lock, so each runs exactly once. Everything here is thread-safe.
 """
 
 from __future__ import annotations
@@ -40,7 +40,10 @@ _CALLBACKS = threading.Lock()
 
 
 class Unobserved:
-    """Where failures nobody looked at are recorded (see the publisher's ledger)."""
+    """Where failures nobody looked at are recorded (see the publisher's ledger).
+
+    Implementations must be thread-safe: failures and observations come from any thread.
+    """
 
     def failed(self, future: PublishFuture[Any], error: BaseException) -> None:
         """``future`` failed with ``error``."""

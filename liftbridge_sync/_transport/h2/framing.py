@@ -5,7 +5,8 @@ checks what RFC 9113 §4–§6 demands of their lengths and stream ids (so that 
 sending garbage fails the connection with a :class:`FrameError` instead of something
 untyped); :func:`split_messages` does the same for gRPC's length-prefixed messages
 inside DATA frames. The status tables map HTTP statuses and RST_STREAM codes to gRPC
-codes (gRPC's ``http-grpc-status-mapping.md`` and ``PROTOCOL-HTTP2.md``).
+codes (gRPC's ``http-grpc-status-mapping.md`` and ``PROTOCOL-HTTP2.md``). Every function
+here is pure and thread-safe.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ RESET_CODES = {
 class FrameError(BrokerUnavailableError):
     """The broker sent bytes that are not valid HTTP/2 framing or gRPC messages.
 
-    The connection is unusable; the publisher reconnects (it is retryable).
+    The connection is unusable; the publisher reconnects (it is retryable). Immutable;
+    safe to share between threads.
     """
 
     retryable = True
