@@ -41,6 +41,7 @@ _valid_frames = st.one_of(
 )
 
 
+@settings(deadline=None)  # no timing in tests; a loaded machine is slow
 @given(st.lists(_valid_frames, max_size=20), st.data())
 def test_valid_frames_split_whole_and_truncation_waits(
     frames: list[bytes], data: st.DataObject
@@ -58,7 +59,7 @@ def test_valid_frames_split_whole_and_truncation_waits(
     assert used_cut == sum(len(f) for f in frames[: len(parsed_cut)])
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=400))
 def test_garbage_frames_fail_cleanly(garbage: bytes) -> None:
     try:
@@ -71,6 +72,7 @@ def test_garbage_frames_fail_cleanly(garbage: bytes) -> None:
         assert 9 <= start <= end <= used
 
 
+@settings(deadline=None)  # no timing in tests; a loaded machine is slow
 @given(st.integers(MAX_FRAME_SIZE + 1, (1 << 24) - 1), st.integers(0, 9))
 def test_oversized_frames_are_refused_before_their_payload_arrives(length: int, kind: int) -> None:
     header = FRAME_HEADER.pack(length << 8 | kind, 0, 1)
@@ -97,6 +99,7 @@ def test_frames_breaking_the_rules_are_typed_errors(
         split_frames(_frame(kind, flags, stream, payload))
 
 
+@settings(deadline=None)  # no timing in tests; a loaded machine is slow
 @given(st.lists(st.binary(max_size=300), max_size=20), st.data())
 def test_messages_split_whole(payloads: list[bytes], data: st.DataObject) -> None:
     buf = b"".join(_message(p) for p in payloads)
@@ -107,7 +110,7 @@ def test_messages_split_whole(payloads: list[bytes], data: st.DataObject) -> Non
     assert partial == payloads[: len(partial)] and used_cut <= cut
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=300))
 def test_garbage_messages_fail_cleanly(garbage: bytes) -> None:
     try:

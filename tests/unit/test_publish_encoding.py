@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftbridge_sync._proto import api_pb2
@@ -14,6 +14,7 @@ from liftbridge_sync.models import Ack, AckPolicy
 _streams = st.from_regex(r"[a-z][a-z0-9_-]{0,30}", fullmatch=True)
 
 
+@settings(deadline=None)  # no timing in tests; a loaded machine is slow
 @given(
     _streams,
     st.binary(max_size=70_000),
