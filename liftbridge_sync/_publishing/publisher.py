@@ -164,7 +164,7 @@ def _max_message(grpc_options: tuple[tuple[str, Any], ...]) -> int:
 
 def _opener_for(transport: str) -> StreamOpener:
     if transport == "h2":
-        module = importlib.import_module("liftbridge_sync._transport.h2.connection")
+        module = importlib.import_module("liftbridge_sync._transport.h2.dial")
         opener: StreamOpener = module.open_h2_stream
         return opener
     return open_grpc_stream

@@ -2,6 +2,7 @@
 
 * :mod:`.framing`: frames, gRPC length-prefixed messages and status tables as bytes (no
   I/O, no state);
-* :mod:`.connection`: the socket (TLS and ALPN), the I/O thread, flow control,
-  keepalive and the one stream.
+* :mod:`.responses`: received bytes to responses and the stream's end;
+* :mod:`.connection`: the socket, the I/O thread, writes and flow control, keepalive;
+* :mod:`.dial`: TCP, TLS with ALPN, the preface and the request headers.
 """

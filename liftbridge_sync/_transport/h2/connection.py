@@ -4,11 +4,10 @@ grpcio's public API writes one HTTP/2 DATA frame with one syscall per message an
 every message across several threads (performance.md §4, §10). This transport owns the
 connection instead: callers append framed requests to a list under a short lock, and
 one I/O thread, woken only on the idle → busy transition, writes everything pending
-with as few DATA frames as flow control allows and one ``send()``. Responses are
-decoded in bulk from each ``recv()``: our stream's plain DATA frames are cut out by
-:mod:`.framing` and never reach the ``h2`` state machine (which spends ~10 µs of pure
-Python per frame); ``h2`` handles the rest (HPACK headers and trailers, SETTINGS, PING,
-GOAWAY, RST_STREAM, outbound flow control).
+with as few DATA frames as flow control allows and one ``send()``; a caller about to
+wait for its answer writes itself when the I/O thread is idle. Responses are decoded in
+bulk from each ``recv()`` by :class:`~.responses.ResponseReader`; ``h2`` keeps outbound
+flow control and the connection-level frames. :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
@@ -24,40 +23,19 @@ import os
 import selectors
 import socket
 import ssl
-import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 
 import grpc
-import h2.config
 import h2.connection
-import h2.events
 import h2.exceptions
-import h2.settings
-from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._transport.h2.framing import (
-    CODES,
-    DATA,
-    END_STREAM,
-    HTTP_CODES,
-    MAX_FRAME_SIZE,
-    PADDED,
-    PREFIX,
-    RESET_CODES,
-    FrameError,
-    grpc_status,
-    ping_frame,
-    split_frames,
-    split_messages,
-    window_update,
-)
+from liftbridge_sync._transport.h2.framing import PREFIX, FrameError, ping_frame
+from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.publish_stream import (
-    PublishStream,
     StreamClosed,
     StreamEvent,
     StreamResponse,
@@ -65,21 +43,17 @@ from liftbridge_sync._transport.publish_stream import (
     StreamSent,
 )
 from liftbridge_sync._wire.status import CallContext, error_from_status
-from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
-from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
+from liftbridge_sync.errors import LiftbridgeError
 
-__all__ = ["H2PublishStream", "open_h2_stream"]
+__all__ = ["H2PublishStream"]
 
 _log = logging.getLogger(__name__)
 
-_PATH = b"/proto.API/PublishAsync"
 #: One ``recv()``; a full buffer means more may be waiting, so read again.
 _RECV_SIZE = 256 * 1024
 #: Our receive window (stream and connection): acks are small, so this is only about
 #: sending fewer WINDOW_UPDATE frames.
 _RECV_WINDOW = 4 << 20
-#: Return fast-path DATA window in steps of this (far below the 4 MiB windows).
-_CREDIT_AT = 64 * 1024
 #: Compact the unsent buffer once this much of its head has been framed.
 _COMPACT_AT = 1 << 20
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -90,22 +64,6 @@ _GO_ON = object()  # a loop turn that did not end the stream
 
 class _ConnectionLost(Exception):
     """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
-
-
-def _unavailable(message: str) -> BrokerUnavailableError:
-    return BrokerUnavailableError(f"publish stream: {message}", code="UNAVAILABLE")
-
-
-def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
-    """(seconds without reads before a PING or None, seconds to wait for its answer)."""
-    settings = dict(options.grpc_options)
-    time_ms = settings.get("grpc.keepalive_time_ms")
-    timeout_ms = settings.get("grpc.keepalive_timeout_ms")
-    every = float(time_ms) / 1000 if isinstance(time_ms, int | float) and time_ms > 0 else None
-    wait = (
-        float(timeout_ms) / 1000 if isinstance(timeout_ms, int | float) and timeout_ms > 0 else 20.0
-    )
-    return every, wait
 
 
 class H2PublishStream:
@@ -155,17 +113,9 @@ class H2PublishStream:
         self._framed_bytes = 0  # message bytes given to h2 (and so to the socket buffer)
         self._waiting_notes: deque[tuple[int, str]] = deque()
         self._outbuf = bytearray()  # output the socket did not take yet
-        self._inbuf = bytearray()  # received bytes not yet forming a whole frame
-        self._rbuf = bytearray()  # response bytes not yet forming a whole message
-        self._parsed: list[api_pb2.PublishResponse] = []  # emitted once per recv()
-        self._headers_seen = False  # a valid response HEADERS frame arrived
-        self._credit = 0  # bytes of fast-path DATA not yet returned with WINDOW_UPDATE
+        self._reader = ResponseReader(conn, stream_id)
         self._closing = False
         self._half_closed = False
-        self._ended = False
-        self._error: LiftbridgeError | None = None
-        self._status: int | None = None
-        self._message = ""
         self._last_read = time.monotonic()
         self._ping_deadline: float | None = None  # a PING is out: read something by then
 
@@ -280,14 +230,14 @@ class H2PublishStream:
         try:
             error = self._loop()
         except _ConnectionLost as exc:
-            error = _unavailable(str(exc) or "connection lost")
+            error = unavailable(str(exc) or "connection lost")
         except FrameError as exc:
-            error = _unavailable(f"HTTP/2 framing error: {exc}")
+            error = unavailable(f"HTTP/2 framing error: {exc}")
         except h2.exceptions.ProtocolError as exc:
-            error = _unavailable(f"HTTP/2 protocol error: {exc!r}")
+            error = unavailable(f"HTTP/2 protocol error: {exc!r}")
         except Exception as exc:  # pragma: no cover - a bug must still end the stream
             _log.exception("publish I/O thread failed")
-            error = _unavailable(f"transport failure: {exc!r}")
+            error = unavailable(f"transport failure: {exc!r}")
         finally:
             with self._io_lock:
                 with self._lock:
@@ -341,9 +291,9 @@ class H2PublishStream:
             else:
                 with contextlib.suppress(*_WOULD_BLOCK):
                     self._wake_r.recv(4096)
-        if self._ended:
+        if self._reader.ended:
             self._goodbye()
-            return self._error
+            return self._reader.error
         if self._cancel_requested:
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
@@ -465,253 +415,17 @@ class H2PublishStream:
             if self._ping_every is not None or self._ping_deadline is not None:
                 self._last_read = time.monotonic()
                 self._ping_deadline = None
-            self._receive(data)
-            if self._ended:
+            responses = self._reader.receive(data)
+            credit = self._reader.credit_frames
+            if credit:
+                self._outbuf += credit
+                credit.clear()
+            if responses:
+                if len(responses) == 1:
+                    self._on_event(StreamResponse(self._epoch, responses[0]))
+                else:
+                    self._on_event(StreamResponses(self._epoch, responses))
+            if self._reader.ended:
                 return
             if len(data) < _RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 return
-
-    def _receive(self, data: bytes) -> None:
-        """Split ``data`` into frames: our stream's plain DATA frames are read here, the
-        rest goes to h2 (whole frames only, so its buffer holds nothing between calls).
-
-        h2 never sees the fast-path frames, so its own flow-control accounting stays
-        consistent; their window is returned by our own WINDOW_UPDATE frames.
-        """
-        inbuf = self._inbuf
-        inbuf += data
-        frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE)
-        rbuf = self._rbuf
-        sid = self._stream_id
-        fast = self._headers_seen and not self._ended
-        slow = -1  # start of a run of frames for h2
-        consumed = 0
-        parsed = self._parsed
-        parse = api_pb2.PublishResponse.FromString
-        unpack = PREFIX.unpack_from
-        try:
-            for kind, flags, stream, start, end in frames:
-                # Flags END_STREAM and PADDED need h2.
-                if kind == DATA and not flags & (END_STREAM | PADDED) and stream == sid:
-                    if slow >= 0:
-                        self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
-                        slow = -1
-                        fast = self._headers_seen and not self._ended
-                    if fast:
-                        consumed += end - start
-                        # The broker writes one response per frame: parse it in place.
-                        if (
-                            not rbuf
-                            and end - start >= 5
-                            and unpack(inbuf, start)
-                            == (
-                                0,
-                                end - start - 5,
-                            )
-                        ):
-                            parsed.append(parse(bytes(inbuf[start + 5 : end])))
-                        else:
-                            rbuf += inbuf[start:end]
-                            if len(rbuf) >= 5:
-                                self._decode()
-                        continue
-                if slow < 0:
-                    slow = start - 9
-        except DecodeError as exc:
-            self._end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
-        if slow >= 0 and not self._ended:
-            self._handle(self._conn.receive_data(bytes(inbuf[slow:consumed_to])))
-        if consumed_to:
-            del inbuf[:consumed_to]
-        if consumed:
-            self._credit += consumed
-            if self._credit >= _CREDIT_AT and not self._ended:
-                # Connection and stream windows, both (frames h2 did not see).
-                self._outbuf += window_update(0, self._credit) + window_update(sid, self._credit)
-                self._credit = 0
-        if parsed:
-            self._parsed = []
-            if len(parsed) == 1:
-                self._on_event(StreamResponse(self._epoch, parsed[0]))
-            else:
-                self._on_event(StreamResponses(self._epoch, parsed))
-
-    def _handle(self, events: list[h2.events.Event]) -> None:
-        consumed = 0
-        rbuf = self._rbuf
-        for event in events:
-            kind = type(event)
-            if kind is h2.events.DataReceived:
-                assert isinstance(event, h2.events.DataReceived)
-                consumed += event.flow_controlled_length or 0
-                if event.data:
-                    rbuf += event.data
-            elif kind is h2.events.ResponseReceived:
-                assert isinstance(event, h2.events.ResponseReceived)
-                self._on_headers(event.headers or [])
-            elif kind is h2.events.TrailersReceived:
-                assert isinstance(event, h2.events.TrailersReceived)
-                self._on_status(event.headers or [])
-            elif kind is h2.events.StreamEnded:
-                self._end(self._final_error())
-            elif kind is h2.events.StreamReset:
-                assert isinstance(event, h2.events.StreamReset)
-                code = RESET_CODES.get(int(event.error_code or 0), grpc.StatusCode.INTERNAL)
-                self._end(error_from_status(code, f"stream reset ({event.error_code!r})"))
-            elif kind is h2.events.ConnectionTerminated:
-                assert isinstance(event, h2.events.ConnectionTerminated)
-                self._end(_unavailable(f"the broker sent GOAWAY ({event.error_code!r})"))
-            # SETTINGS and PING are acknowledged by h2 itself (flushed by the loop);
-            # WindowUpdated needs nothing: the loop pumps pending data after each read.
-        if consumed and not self._ended:
-            # One WINDOW_UPDATE decision per recv() instead of one per frame.
-            self._conn.acknowledge_received_data(consumed, self._stream_id)
-        if len(rbuf) >= 5:
-            self._decode()
-
-    def _decode(self) -> None:
-        rbuf = self._rbuf
-        try:
-            messages, pos = split_messages(rbuf)
-        except FrameError as exc:
-            code = (
-                grpc.StatusCode.INTERNAL
-                if exc.code == "INTERNAL"
-                else grpc.StatusCode.RESOURCE_EXHAUSTED
-            )
-            self._end(error_from_status(code, str(exc)))
-            return
-        if pos:
-            del rbuf[:pos]
-        parse = api_pb2.PublishResponse.FromString
-        try:
-            self._parsed += [parse(message) for message in messages]
-        except DecodeError as exc:
-            self._end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
-
-    def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
-        fields = dict(headers)
-        status = fields.get(b":status", b"")
-        if status != b"200":
-            try:
-                http = int(status)
-            except ValueError:
-                http = 0
-            code = HTTP_CODES.get(http, grpc.StatusCode.UNKNOWN)
-            self._end(error_from_status(code, f"HTTP status {status.decode(errors='replace')}"))
-            return
-        content_type = fields.get(b"content-type", b"")
-        if not content_type.startswith(b"application/grpc"):
-            self._end(
-                error_from_status(
-                    grpc.StatusCode.UNKNOWN,
-                    f"not a gRPC response (content-type {content_type.decode(errors='replace')!r})",
-                )
-            )
-            return
-        self._headers_seen = True
-        if b"grpc-status" in fields:  # trailers-only response
-            self._on_status(headers)
-
-    def _on_status(self, headers: list[tuple[bytes, bytes]]) -> None:
-        status, message = grpc_status(dict(headers))
-        if status is not None:
-            self._status = status
-        if message:
-            self._message = message
-
-    def _final_error(self) -> LiftbridgeError | None:
-        if self._status is None:
-            return error_from_status(grpc.StatusCode.INTERNAL, "stream ended without grpc-status")
-        if self._status == 0:
-            return None
-        code = CODES.get(self._status, grpc.StatusCode.UNKNOWN)
-        return error_from_status(code, self._message, CallContext.GENERIC)
-
-    def _end(self, error: LiftbridgeError | None) -> None:
-        # The first reason wins (e.g. trailers followed by the broker's RST_STREAM).
-        if not self._ended:
-            self._ended = True
-            self._error = error
-
-
-def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
-    ca = tls.ca_cert
-    context = ssl.create_default_context(cadata=ca.decode("ascii") if isinstance(ca, bytes) else ca)
-    if tls.client_cert is not None and tls.client_key is not None:
-        # load_cert_chain only reads files; keep the key on disk just for the call.
-        fd, path = tempfile.mkstemp(prefix="liftbridge-", suffix=".pem")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                cert, key = tls.client_cert, tls.client_key
-                handle.write(cert if isinstance(cert, bytes) else cert.encode())
-                handle.write(b"\n")
-                handle.write(key if isinstance(key, bytes) else key.encode())
-            context.load_cert_chain(path)
-        finally:
-            os.unlink(path)
-    context.set_alpn_protocols(["h2"])
-    return context
-
-
-def open_h2_stream(
-    core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
-) -> PublishStream:
-    """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
-
-    Connects (bounded by ``rpc_timeout``), negotiates TLS with ALPN ``h2`` when
-    configured, sends the connection preface and the request headers, then hands the
-    socket to a new :class:`H2PublishStream`. Called on the publisher's owner thread.
-
-    Raises:
-        BrokerUnavailableError: if the broker cannot be reached or TLS fails.
-    """
-    options = core.options
-    host, port = parse_address(address)
-    tls = options.tls
-    try:
-        sock = socket.create_connection((host, port), timeout=options.rpc_timeout)
-    except OSError as exc:
-        raise _unavailable(f"cannot connect to {address}: {exc}") from exc
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            sock = _tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
-            if sock.selected_alpn_protocol() != "h2":
-                raise _unavailable(f"{address} did not negotiate HTTP/2 (ALPN h2)")
-        conn = h2.connection.H2Connection(
-            config=h2.config.H2Configuration(client_side=True, header_encoding=None)
-        )
-        conn.initiate_connection()
-        conn.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _RECV_WINDOW,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            }
-        )
-        if _RECV_WINDOW > 65535:
-            conn.increment_flow_control_window(_RECV_WINDOW - 65535)
-        stream_id = conn.get_next_available_stream_id()
-        authority = address.strip().encode()
-        conn.send_headers(
-            stream_id,
-            [
-                (b":method", b"POST"),
-                (b":scheme", b"https" if tls is not None else b"http"),
-                (b":path", _PATH),
-                (b":authority", authority),
-                (b"content-type", b"application/grpc"),
-                (b"te", b"trailers"),
-                (b"user-agent", b"liftbridge-sync"),
-            ],
-        )
-        sock.sendall(conn.data_to_send())
-        return H2PublishStream(
-            sock, conn, stream_id, epoch, on_event, keepalive=_keepalive(options)
-        )
-    except LiftbridgeError:
-        sock.close()
-        raise
-    except OSError as exc:
-        sock.close()
-        raise _unavailable(f"cannot open a stream to {address}: {exc}") from exc
