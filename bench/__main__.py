@@ -57,8 +57,10 @@ def _common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--message-size", type=int, default=256, help="payload bytes (256)")
     parser.add_argument(
         "--clients",
-        default="go,ours,gufo",
-        help="comma-separated subset of go,ours,ours-h2,ours-grpc,gufo",
+        default="go,ours,ours-grpc,ours-batch,gufo",
+        help="comma-separated subset of go,ours,ours-grpc,ours-h2,ours-batch,gufo "
+        "(ours = the default Client([addr]); ours-grpc/ours-h2 force a publish transport; "
+        "ours-batch = publish_batch)",
     )
     parser.add_argument("--json", default=None, help="also write all records to this file")
 
@@ -80,6 +82,7 @@ def _prepare(clients: tuple[str, ...]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point."""
     from bench import _env, _profile, _publish, _subscribe
+    from bench._runner import CLIENTS
     from bench._server import bench_server
 
     args = _parser().parse_args(argv)
@@ -97,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_profile.run(args, server))
         return 0
     clients = tuple(c.strip() for c in args.clients.split(",") if c.strip())
-    unknown = set(clients) - {"go", "ours", "ours-h2", "ours-grpc", "gufo"}
+    unknown = set(clients) - set(CLIENTS)
     if unknown:
         print(f"unknown clients: {sorted(unknown)}", file=sys.stderr)
         return 2

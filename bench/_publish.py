@@ -44,7 +44,9 @@ def scenarios(args: argparse.Namespace, clients: tuple[str, ...]) -> list[Scenar
     """The scenarios selected by the flags (gufo has no sliding-window API)."""
     result = []
     if not args.no_sync:
-        result.append(Scenario("sync", "sync", 1, args.sync_messages, clients))
+        # publish_batch of one message is not a scenario of its own.
+        sync_clients = tuple(c for c in clients if c != "ours-batch")
+        result.append(Scenario("sync", "sync", 1, args.sync_messages, sync_clients))
     for window in (int(w) for w in args.windows.split(",") if w.strip()):
         result.append(Scenario(f"batch-{window}", "batch", window, args.async_messages, clients))
     if args.sliding:

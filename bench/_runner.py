@@ -18,6 +18,7 @@ from bench._stats import load_latencies, proc_cpu_seconds, summarize_latencies
 __all__ = [
     "CLIENTS",
     "RunRecord",
+    "SUBSCRIBE_CLIENTS",
     "WorkerFailed",
     "publish_command",
     "run_worker",
@@ -25,9 +26,12 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-#: ``ours-h2`` is liftbridge_sync with ``publish_transport="h2"`` (publish only);
-#: ``ours-grpc`` is liftbridge_sync with ``subscribe_transport="grpc"`` (subscribe only).
-CLIENTS = ("go", "ours", "ours-h2", "ours-grpc", "gufo")
+#: ``ours`` is liftbridge_sync as configured by default (``Client([addr])``: the h2
+#: transports); ``ours-grpc`` forces grpcio for publishing and for subscribing;
+#: ``ours-h2`` forces the h2 publish transport; ``ours-batch`` publishes with the bulk API
+#: ``publish_batch``.
+CLIENTS = ("go", "ours", "ours-grpc", "ours-h2", "ours-batch", "gufo")
+SUBSCRIBE_CLIENTS = ("go", "ours", "ours-grpc", "gufo")
 _TIMEOUT = 600.0
 
 
@@ -77,13 +81,13 @@ def publish_command(
             "json",
         ]
     tail = ["--mode", mode, "--window", str(window)]
+    ours = [sys.executable, "-m", "bench._ours", "publish", *common, *tail]
     if client == "ours":
-        return [sys.executable, "-m", "bench._ours", "publish", *common, *tail]
-    if client == "ours-h2":
-        return [sys.executable, "-m", "bench._ours", "publish", *common, *tail] + [
-            "--publish-transport",
-            "h2",
-        ]
+        return ours
+    if client in ("ours-grpc", "ours-h2"):
+        return [*ours, "--publish-transport", client.removeprefix("ours-")]
+    if client == "ours-batch":
+        return [*ours, "--api", "batch"]
     if client == "gufo":
         return [str(_gufo.python()), str(_gufo.WORKER), "publish", *common, *tail]
     raise ValueError(f"unknown client {client!r}")

@@ -8,7 +8,7 @@ import sys
 from bench._env import load_average
 from bench._fill import fill_stream
 from bench._report import num, scenario_table
-from bench._runner import RunRecord, WorkerFailed, run_worker, subscribe_command
+from bench._runner import SUBSCRIBE_CLIENTS, RunRecord, WorkerFailed, run_worker, subscribe_command
 from bench._server import BenchServer
 
 __all__ = ["add_arguments", "run"]
@@ -28,6 +28,8 @@ def run(
     args: argparse.Namespace, server: BenchServer, clients: tuple[str, ...]
 ) -> tuple[list[RunRecord], list[str]]:
     """Fill one stream, warm up on a small one, then ``args.rounds`` rounds of reads."""
+    # The publish-only variants of our client (transport, bulk API) do not subscribe.
+    clients = tuple(c for c in clients if c in SUBSCRIBE_CLIENTS)
     total = args.subscribe_messages
     stream = server.fresh_stream("subscribe")
     warm_stream = server.fresh_stream("subscribe-warmup")

@@ -10,12 +10,12 @@ from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.requests import (
-    build_publish_request,
     create_stream_request,
     partition_of,
     publish_to_subject_request,
@@ -25,7 +25,9 @@ from liftbridge_sync._wire.status import (
     error_from_ack_error,
 )
 from liftbridge_sync._wire.validate import (
+    check_ack_policy,
     check_bool,
+    check_bytes,
     check_name,
     check_partition,
     check_partitions,
@@ -36,6 +38,7 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     DeadlineExceededError,
+    LiftbridgeError,
     StreamExistsError,
 )
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
@@ -481,27 +484,52 @@ class Client:
             ClientClosedError: the client is closed.
         """
         self._check()
-        request = build_publish_request(
+        publisher = self._publisher or self._get_publisher()
+        if (
+            type(value) is bytes
+            and key is None
+            and partitioner is None
+            and headers is None
+            and expected_offset is None
+            and correlation_id is None
+            and type(stream) is str
+            and type(ack_policy) is AckPolicy
+        ):
+            return publisher.submit_value(
+                stream,
+                value,
+                0 if partition is None else check_partition("partition", partition),
+                ack_policy,
+                self._options.ack_timeout if timeout is None else self._ack_timeout(timeout),
+            )
+        if correlation_id is None:
+            correlation_id = publisher.next_correlation_id()
+        elif not isinstance(correlation_id, str) or not correlation_id:
+            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
+        if partition is None and partitioner is None:
+            chosen = 0
+        else:
+            if partitioner is not None:  # it gets validated bytes
+                value = check_bytes("value", value)  # type: ignore[assignment]
+                key = check_bytes("key", key, optional=True)
+            chosen = self._choose_partition(stream, key, value, partition, partitioner)
+        framed = encode_publish(
             stream,
             value,
-            partition=0,
+            partition=chosen,
             key=key,
             headers=headers,
             ack_policy=ack_policy,
             expected_offset=expected_offset,
-            correlation_id="",
+            correlation_id=correlation_id,
         )
-        if correlation_id is not None and (
-            not isinstance(correlation_id, str) or not correlation_id
-        ):
-            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
-        ack_timeout = self._ack_timeout(timeout)
-        request.partition = self._choose_partition(
-            stream, request.key or None, request.value, partition, partitioner
+        return publisher.submit(
+            framed,
+            correlation_id,
+            partition=chosen,
+            wants_ack=ack_policy is not AckPolicy.NONE,
+            timeout=self._ack_timeout(timeout),
         )
-        publisher = self._get_publisher()
-        request.correlationId = correlation_id or publisher.next_correlation_id()
-        return publisher.submit(request, timeout=ack_timeout)
 
     def publish(
         self,
@@ -520,8 +548,30 @@ class Client:
         """Publish a message and wait for its :class:`Ack` (``None`` for AckPolicy.NONE).
 
         Same arguments and errors as :meth:`publish_async`, raised here instead of set on
-        a future. Many threads calling ``publish`` share one pipelined stream.
+        a future. Many threads calling ``publish`` share one pipelined stream; the
+        calling thread writes its message itself when the stream's I/O thread is idle.
         """
+        self._check()
+        publisher = self._publisher or self._get_publisher()
+        if (
+            type(value) is bytes
+            and key is None
+            and partitioner is None
+            and headers is None
+            and expected_offset is None
+            and correlation_id is None
+            and type(stream) is str
+            and type(ack_policy) is AckPolicy
+        ):
+            fast = publisher.submit_value(
+                stream,
+                value,
+                0 if partition is None else check_partition("partition", partition),
+                ack_policy,
+                self._options.ack_timeout if timeout is None else self._ack_timeout(timeout),
+                direct=True,
+            )
+            return publisher.wait(fast, None)
         future = self.publish_async(
             stream,
             value,
@@ -534,10 +584,105 @@ class Client:
             correlation_id=correlation_id,
             timeout=timeout,
         )
-        publisher = self._publisher
-        assert publisher is not None
         # The future's own ack timer bounds this wait.
         return publisher.wait(future, None)
+
+    def publish_batch(
+        self,
+        stream: str,
+        messages: Iterable[bytes | tuple[bytes | None, bytes]],
+        *,
+        partition: int | None = None,
+        partitioner: Partitioner | None = None,
+        ack_policy: AckPolicy = AckPolicy.LEADER,
+        timeout: float | None = None,
+    ) -> list[Ack | None | LiftbridgeError]:
+        """Publish many messages in order and wait for all of them: the bulk API.
+
+        Messages are pipelined on the client's one ``PublishAsync`` stream, as many at a
+        time as ``max_in_flight`` allows (so a batch larger than that waits for acks as
+        it goes), and written together. Delivery is **at-least-once** and, per
+        partition, in the order given (a broken stream is reopened and what was not
+        acknowledged is re-sent in order).
+
+        Args:
+            stream: Stream name.
+            messages: Values (bytes-like), or ``(key, value)`` pairs.
+            partition: Target partition of every message (default 0 unless a
+                partitioner is given).
+            partitioner: Chooses each message's partition, e.g.
+                :class:`~liftbridge_sync.ByKey`.
+            ack_policy: ``LEADER`` (default), ``ALL`` or ``NONE``.
+            timeout: Seconds each message may wait for its ack once sent (default
+                ``ack_timeout``).
+
+        Returns:
+            One outcome per message, in order: its :class:`Ack` (``None`` with
+            AckPolicy.NONE), or the typed error that failed it
+            (:class:`~liftbridge_sync.errors.PublishError` subclasses such as
+            :class:`AckTimeoutError`, :class:`PublishRejectedError`,
+            :class:`ReadonlyPartitionError`, or :class:`ClientClosedError`). Returned
+            errors count as observed: ``flush()`` does not report them again.
+
+        Raises:
+            TypeError: a value or key is not bytes-like (before anything is sent).
+            ConfigurationError: other bad arguments (before anything is sent).
+            ClientClosedError: the client is closed.
+
+        Thread-safe: batches and single publishes from several threads share the stream.
+        """
+        self._check()
+        publisher = self._publisher or self._get_publisher()
+        ack_timeout = self._ack_timeout(timeout)
+        check_ack_policy(ack_policy)
+        wants_ack = ack_policy is not AckPolicy.NONE
+        next_id = publisher.next_correlation_id
+        requests: list[tuple[bytes, str, int, bool]] = []
+        add = requests.append
+        fixed = None
+        if partitioner is None:
+            fixed = 0 if partition is None else check_partition("partition", partition)
+            fixed_head = head(stream, fixed, ack_policy)  # validates the stream name
+        for item in messages:
+            if fixed is not None and type(item) is bytes:  # the common case, inline
+                correlation_id = next_id()
+                add(
+                    (
+                        frame_simple(fixed_head, item, correlation_id.encode()),
+                        correlation_id,
+                        fixed,
+                        wants_ack,
+                    )
+                )
+                continue
+            if isinstance(item, tuple):
+                key, value = item
+            else:
+                key, value = None, item
+            if partition is None and partitioner is None:
+                chosen = 0
+            else:
+                if partitioner is not None:
+                    value = check_bytes("value", value)  # type: ignore[assignment]
+                    key = check_bytes("key", key, optional=True)
+                chosen = self._choose_partition(stream, key, value, partition, partitioner)
+            correlation_id = next_id()
+            framed = encode_publish(
+                stream,
+                value,
+                partition=chosen,
+                key=key,
+                headers=None,
+                ack_policy=ack_policy,
+                expected_offset=None,
+                correlation_id=correlation_id,
+            )
+            add((framed, correlation_id, chosen, wants_ack))
+        futures = publisher.submit_many(requests, timeout=ack_timeout)
+        for future in reversed(futures):  # acks arrive in order: the last one first
+            if not future.done():
+                publisher.wait_done(future)
+        return publisher.outcomes(futures)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.

@@ -8,7 +8,6 @@ ship them to executors) and checked in ``__post_init__``, which raises
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import math
 import os
 from collections.abc import Sequence
@@ -182,9 +181,9 @@ class ClientOptions:
     resubscribe_wait: float = 30.0
     #: Extra gRPC channel options, e.g. ``(("grpc.max_receive_message_length", 8 << 20),)``.
     grpc_options: tuple[tuple[str, Any], ...] = ()
-    #: Transport of the ``PublishAsync`` stream: ``"grpc"`` (grpcio, the default) or
-    #: ``"h2"`` (our own HTTP/2 framing that coalesces writes; extra ``fast``).
-    publish_transport: str = "grpc"
+    #: Transport of the ``PublishAsync`` stream: ``"h2"`` (the default: our own HTTP/2
+    #: connection that coalesces writes and reads acks in bulk) or ``"grpc"`` (grpcio).
+    publish_transport: str = "h2"
     #: Transport of ``Subscribe`` streams: ``"h2"`` (the default: our own HTTP/2 reader,
     #: messages decoded in bulk on the iterating thread) or ``"grpc"`` (grpcio with
     #: single-threaded streaming reads).
@@ -220,18 +219,9 @@ class ClientOptions:
         object.__setattr__(self, "grpc_options", options)
         if self.publish_transport not in ("grpc", "h2"):
             raise ConfigurationError("'publish_transport' must be 'grpc' or 'h2'")
-        if self.publish_transport == "h2" and importlib.util.find_spec("h2") is None:
-            raise ConfigurationError(
-                "'publish_transport' 'h2' needs the h2 package: pip install 'liftbridge-sync[fast]'"
-            )
 
         if self.subscribe_transport not in ("grpc", "h2"):
             raise ConfigurationError("'subscribe_transport' must be 'grpc' or 'h2'")
-        if self.subscribe_transport == "h2" and importlib.util.find_spec("h2") is None:
-            raise ConfigurationError(
-                "'subscribe_transport' 'h2' needs the h2 package: pip install h2, "
-                "or choose subscribe_transport='grpc'"
-            )
 
     def replace(self, **changes: Any) -> ClientOptions:
         """A copy with some fields changed (validated again)."""

@@ -5,5 +5,5 @@
 * :mod:`.retry`: the tenacity seam (every retry loop goes through it).
 * :mod:`.core`: :class:`ClientCore`, broker selection, leader routing and deadlines.
 * :mod:`.publish_stream`: the ``PublishAsync`` stream seam and its grpcio opener.
-* :mod:`.h2stream`: the same stream over our own HTTP/2 framing.
+* :mod:`.h2`: the same stream over our own HTTP/2 framing (the default).
 """

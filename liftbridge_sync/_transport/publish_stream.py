@@ -85,6 +85,20 @@ class PublishStream(Protocol):
         written it (AckPolicy.NONE publishes complete then).
         """
 
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
+        """Queue a serialized request with its gRPC length prefix; never blocks.
+
+        With ``note`` (the request's correlation id) a :class:`StreamSent` event follows
+        once the transport has written it. ``direct`` hints that the caller waits for
+        the answer next, so writing on the calling thread may save a hand-off.
+        """
+
+    def send_many(self, framed: list[bytes]) -> None:
+        """:meth:`send_framed` for several requests at once (no notes)."""
+
+    def probe(self) -> None:
+        """Check that the peer is alive (a PING); a dead one ends the stream."""
+
     def close(self) -> None:
         """Half-close: no more requests; responses keep arriving until the server ends."""
 
@@ -158,6 +172,19 @@ class GrpcPublishStream:
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Queue ``request`` for gRPC's request-iterator thread."""
         self._requests.put(_Notify(request) if notify_sent else request)
+
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
+        """Queue a framed request (parsed back into a message: grpcio serializes it)."""
+        request = api_pb2.PublishRequest.FromString(framed[5:])
+        self._requests.put(request if note is None else _Notify(request))
+
+    def send_many(self, framed: list[bytes]) -> None:
+        """Queue several framed requests."""
+        for item in framed:
+            self.send_framed(item)
+
+    def probe(self) -> None:
+        """Nothing to do: grpcio's own keepalive (``grpc_options``) watches the peer."""
 
     def close(self) -> None:
         """Half-close the stream after the queued requests."""

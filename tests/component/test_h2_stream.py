@@ -79,10 +79,11 @@ def test_small_receive_window_is_refilled(
 ) -> None:
     # Acks read on the fast path bypass h2: our own WINDOW_UPDATEs must keep the broker
     # sending once far more than one window's worth of acks has arrived.
-    import liftbridge_sync._transport.h2stream as h2stream
+    import liftbridge_sync._transport.h2.connection as h2stream
+    import liftbridge_sync._transport.h2.responses as h2responses
 
     monkeypatch.setattr(h2stream, "_RECV_WINDOW", 65535)
-    monkeypatch.setattr(h2stream, "_CREDIT_AT", 4096)
+    monkeypatch.setattr(h2responses, "_CREDIT_AT", 4096)
     with _client(fake.address, max_in_flight=500) as client:
         pending = [client.publish_async("s", b"m%d" % i, timeout=30) for i in range(3000)]
         offsets = [f.result(timeout=30).offset for f in pending]  # type: ignore[union-attr]
@@ -175,7 +176,7 @@ def test_unimplemented_is_a_typed_permanent_error(fake: FakeBroker) -> None:
 
 
 def _open(address: str) -> tuple[object, list[StreamEvent], threading.Event]:
-    from liftbridge_sync._transport.h2stream import open_h2_stream
+    from liftbridge_sync._transport.h2.dial import open_h2_stream
 
     events: list[StreamEvent] = []
     closed = threading.Event()
@@ -251,7 +252,7 @@ def test_broker_going_away_is_retryable(fake: FakeBroker) -> None:
 
 
 def test_connect_refused_raises_broker_unavailable() -> None:
-    from liftbridge_sync._transport.h2stream import open_h2_stream
+    from liftbridge_sync._transport.h2.dial import open_h2_stream
 
     address = f"127.0.0.1:{free_port()}"
     client = _client(address)

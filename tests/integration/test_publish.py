@@ -320,3 +320,44 @@ def test_server_restart_during_pipelined_publishing(transport: str) -> None:
         for offset, value in acked.items():
             assert stored.get(offset) == value, f"acked message at {offset} missing"
         client.close()
+
+
+def test_publish_batch_is_ordered_bounded_and_typed(
+    liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    name = new_stream(partitions=2)
+    with Client([liftbridge_address], max_in_flight=100) as client:
+        # 2,500 messages through a window of 100: in order, one outcome each.
+        values = [b"%d" % i for i in range(2500)]
+        outcomes = client.publish_batch(name, values)
+        assert [o.offset for o in outcomes] == list(range(2500))  # type: ignore[union-attr]
+        assert [m.value for m in read_all(client, name)] == values
+        # (key, value) pairs with a partitioner; AckPolicy.NONE gives None per message.
+        keyed = client.publish_batch(name, [(b"k", b"x"), (b"k", b"y")], partitioner=ByKey())
+        assert {o.partition for o in keyed} == {ByKey().partition(name, b"k", b"x", 2)}  # type: ignore[union-attr]
+        assert client.publish_batch(name, [b"n"] * 3, ack_policy=AckPolicy.NONE) == [None] * 3
+        # Refusals are returned per message, typed, and count as observed.
+        client.set_stream_readonly(name)
+        refused = client.publish_batch(name, [b"r1", b"r2"])
+        assert all(isinstance(o, lb.ReadonlyPartitionError) for o in refused)
+        client.flush(30)
+        with pytest.raises(TypeError):
+            client.publish_batch(name, ["text"])  # type: ignore[list-item]
+
+
+def test_futures_work_with_wait_as_completed_and_callbacks(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    import concurrent.futures
+
+    name = new_stream()
+    futures = [liftbridge_client.publish_async(name, b"%d" % i) for i in range(300)]
+    done, not_done = concurrent.futures.wait(futures, timeout=30)
+    assert len(done) == 300 and not not_done
+    more = [liftbridge_client.publish_async(name, b"m") for _ in range(50)]
+    assert len(list(concurrent.futures.as_completed(more, timeout=30))) == 50
+    seen: list[int] = []
+    last = liftbridge_client.publish_async(name, b"last")
+    last.add_done_callback(lambda f: seen.append(f.result().offset))  # type: ignore[union-attr]
+    liftbridge_client.flush(30)
+    assert seen == [350] and last.done() and not last.cancel()

@@ -269,14 +269,7 @@ OPERATIONS: dict[str, tuple[Operation, str]] = {
     "publish-h2": (_publish, "h2"),
     "subscribe": (_subscribe, "grpc"),
 }
-_H2_XFAIL = pytest.mark.xfail(
-    reason="h2 publish stream does not call ChannelPool.check_tls yet (h2stream.py)",
-    raises=lb.AckTimeoutError,
-    strict=True,
-)
-OPERATION_PARAMS = [
-    pytest.param(name, marks=_H2_XFAIL if name == "publish-h2" else ()) for name in OPERATIONS
-]
+OPERATION_PARAMS = [pytest.param(name) for name in OPERATIONS]
 
 
 def _expect_tls_error(
@@ -361,7 +354,7 @@ def test_server_name_mismatch(
 
 _H2_PLAINTEXT_XFAIL = pytest.mark.xfail(
     reason="h2 publish stream maps a connection closed before the server's SETTINGS to a "
-    "retried BrokerUnavailableError (h2stream.py); it should use the status mapping",
+    "retried BrokerUnavailableError (_transport/h2/connection.py); it should use the status mapping",
     raises=lb.AckTimeoutError,
     strict=True,
 )

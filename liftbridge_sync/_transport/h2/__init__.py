@@ -1,0 +1,8 @@
+"""The ``"h2"`` publish transport: ``PublishAsync`` over our own HTTP/2 connection.
+
+* :mod:`.framing`: frames, gRPC length-prefixed messages and status tables as bytes (no
+  I/O, no state);
+* :mod:`.responses`: received bytes to responses and the stream's end;
+* :mod:`.connection`: the socket, the I/O thread, writes and flow control, keepalive;
+* :mod:`.dial`: TCP, TLS with ALPN, the preface and the request headers.
+"""

@@ -1,0 +1,431 @@
+"""``PublishAsync`` over our own HTTP/2 connection (the default ``"h2"`` publish transport).
+
+grpcio's public API writes one HTTP/2 DATA frame with one syscall per message and hands
+every message across several threads (performance.md §4, §10). This transport owns the
+connection instead: callers append framed requests to a list under a short lock, and
+one I/O thread, woken only on the idle → busy transition, writes everything pending
+with as few DATA frames as flow control allows and one ``send()``; a caller about to
+wait for its answer writes itself when the I/O thread is idle. Responses are decoded in
+bulk from each ``recv()`` by :class:`~.responses.ResponseReader`; ``h2`` keeps outbound
+flow control and the connection-level frames. :mod:`.dial` opens the connection.
+
+Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
+after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
+that long without reading anything; nothing read within ``grpc.keepalive_timeout_ms``
+(default 20 s) after it ends the connection as unavailable, so the publisher reconnects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import selectors
+import socket
+import ssl
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import grpc
+import h2.connection
+import h2.exceptions
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.h2.framing import PREFIX, FrameError, ping_frame
+from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
+from liftbridge_sync._transport.publish_stream import (
+    StreamClosed,
+    StreamEvent,
+    StreamResponse,
+    StreamResponses,
+    StreamSent,
+)
+from liftbridge_sync._wire.status import CallContext, error_from_status
+from liftbridge_sync.errors import LiftbridgeError
+
+__all__ = ["H2PublishStream"]
+
+_log = logging.getLogger(__name__)
+
+#: One ``recv()``; a full buffer means more may be waiting, so read again.
+_RECV_SIZE = 256 * 1024
+#: Our receive window (stream and connection): acks are small, so this is only about
+#: sending fewer WINDOW_UPDATE frames.
+_RECV_WINDOW = 4 << 20
+#: Compact the unsent buffer once this much of its head has been framed.
+_COMPACT_AT = 1 << 20
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+_GO_ON = object()  # a loop turn that did not end the stream
+
+
+class _ConnectionLost(Exception):
+    """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
+
+
+class H2PublishStream:
+    """One ``PublishAsync`` call on its own HTTP/2 connection.
+
+    ``send_framed``, ``close``, ``cancel`` and ``probe`` only touch a list and a few
+    flags under a short lock and wake the I/O thread (``liftbridge-publish-io``) when it
+    is idle; that thread does all socket and HTTP/2 work and emits every event, ending
+    with exactly one :class:`StreamClosed`. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        conn: h2.connection.H2Connection,
+        stream_id: int,
+        epoch: int,
+        on_event: Callable[[StreamEvent], None],
+        *,
+        keepalive: tuple[float | None, float] = (None, 20.0),
+    ) -> None:
+        self._sock = sock
+        self._conn = conn
+        self._stream_id = stream_id
+        self._epoch = epoch
+        self._on_event = on_event
+        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._ping_every, self._ping_wait = keepalive
+
+        # Shared with callers, guarded by _lock.
+        self._lock = threading.Lock()
+        #: Held by whoever does socket and h2 work: the I/O thread between selects, or a
+        #: caller writing directly (only ever acquired without blocking under _lock).
+        self._io_lock = threading.Lock()
+        self._queue: list[bytes] = []
+        self._queued_bytes = 0  # total message bytes ever queued
+        self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
+        self._signalled = False  # a wake-up byte is on its way to the I/O thread
+        self._close_requested = False
+        self._cancel_requested = False
+        self._probe_requested = False
+        self._done = False  # the I/O thread has finished; sends are dropped
+
+        # I/O thread only.
+        self._unsent = bytearray()  # message bytes not yet given to h2
+        self._unsent_pos = 0
+        self._framed_bytes = 0  # message bytes given to h2 (and so to the socket buffer)
+        self._waiting_notes: deque[tuple[int, str]] = deque()
+        self._outbuf = bytearray()  # output the socket did not take yet
+        self._reader = ResponseReader(conn, stream_id)
+        self._closing = False
+        self._half_closed = False
+        self._last_read = time.monotonic()
+        self._ping_deadline: float | None = None  # a PING is out: read something by then
+
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sock.setblocking(False)
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._sock, selectors.EVENT_READ)
+        self._selector.register(self._wake_r, selectors.EVENT_READ)
+        self._want_write = False
+        self._thread = threading.Thread(target=self._run, name="liftbridge-publish-io", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ callers
+
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
+        """Queue a framed request; never blocks. Dropped once the stream has ended.
+
+        With ``direct`` (a caller about to wait for the answer) and the I/O thread idle,
+        the caller writes it itself: no wake-up of the I/O thread on the way out.
+        """
+        with self._lock:
+            if self._done or self._close_requested:
+                return  # the publisher re-sends pending requests on its next stream
+            self._queue.append(framed)
+            self._queued_bytes += len(framed)
+            if note is not None:
+                self._notes.append((self._queued_bytes, note))
+            if self._signalled:
+                return
+            if not (direct and self._io_lock.acquire(blocking=False)):
+                self._wake()
+                return
+        self._write_here()
+
+    def _write_here(self) -> None:
+        """Frame and send what is queued on the calling thread; holds ``_io_lock``."""
+        try:
+            if not self._done:
+                self._take_queue()
+                self._pump()
+                self._flush()
+            failed = False
+        except Exception:  # the I/O thread sees the broken socket and ends the stream
+            failed = True
+        finally:
+            self._io_lock.release()
+        if failed:
+            with self._lock:
+                if not self._signalled and not self._done:
+                    self._wake()
+
+    def send_many(self, framed: list[bytes]) -> None:
+        """Queue several framed requests at once (see :meth:`send_framed`)."""
+        with self._lock:
+            if self._done or self._close_requested:
+                return
+            self._queue += framed
+            self._queued_bytes += sum(map(len, framed))
+            if not self._signalled:
+                self._wake()
+
+    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
+        """Serialize and queue ``request`` (see :meth:`send_framed`)."""
+        data = request.SerializeToString()
+        framed = PREFIX.pack(0, len(data)) + data
+        self.send_framed(framed, request.correlationId if notify_sent else None)
+
+    def probe(self) -> None:
+        """Send a PING; no answer within the keepalive timeout ends the connection."""
+        with self._lock:
+            if self._done or self._probe_requested:
+                return
+            self._probe_requested = True
+            if not self._signalled:
+                self._wake()
+
+    def close(self) -> None:
+        """Half-close once everything queued is written; responses keep arriving."""
+        with self._lock:
+            if self._done or self._close_requested:
+                return
+            self._close_requested = True
+            if not self._signalled:
+                self._wake()
+
+    def cancel(self) -> None:
+        """Reset the stream and drop the connection; :class:`StreamClosed` follows."""
+        with self._lock:
+            if self._done or self._cancel_requested:
+                return
+            self._cancel_requested = True
+            if not self._signalled:
+                self._wake()
+
+    def join(self, timeout: float | None) -> None:
+        """Wait for the I/O thread to finish (no-op when called from it)."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _wake(self) -> None:
+        # Called under _lock, so the I/O thread cannot close the socket meanwhile; only
+        # one byte per idle → busy transition, so the socketpair never fills up.
+        self._signalled = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    # ------------------------------------------------------------------ I/O thread
+
+    def _run(self) -> None:
+        error: LiftbridgeError | None
+        try:
+            error = self._loop()
+        except _ConnectionLost as exc:
+            error = unavailable(str(exc) or "connection lost")
+        except FrameError as exc:
+            error = unavailable(f"HTTP/2 framing error: {exc}")
+        except h2.exceptions.ProtocolError as exc:
+            error = unavailable(f"HTTP/2 protocol error: {exc!r}")
+        except Exception as exc:  # pragma: no cover - a bug must still end the stream
+            _log.exception("publish I/O thread failed")
+            error = unavailable(f"transport failure: {exc!r}")
+        finally:
+            with self._io_lock:
+                with self._lock:
+                    self._done = True
+                self._selector.close()
+                self._sock.close()
+                self._wake_r.close()
+                self._wake_w.close()
+        self._on_event(StreamClosed(self._epoch, error))
+
+    def _timeout(self) -> float | None:
+        """Seconds until the next keepalive step (``None``: none planned)."""
+        if self._ping_deadline is not None:
+            return max(0.0, self._ping_deadline - time.monotonic())
+        if self._ping_every is not None:
+            return max(0.0, self._last_read + self._ping_every - time.monotonic())
+        return None
+
+    def _keepalive(self) -> None:
+        now = time.monotonic()
+        if self._ping_deadline is not None:
+            if now >= self._ping_deadline:
+                raise _ConnectionLost(
+                    f"no answer from the broker within {self._ping_wait:g}s of a PING"
+                )
+        elif self._ping_every is not None and now >= self._last_read + self._ping_every:
+            self._ping()
+
+    def _ping(self) -> None:
+        if self._ping_deadline is None:
+            self._outbuf += ping_frame(os.urandom(8))
+            self._ping_deadline = time.monotonic() + self._ping_wait
+
+    def _loop(self) -> LiftbridgeError | None:
+        select = self._selector.select
+        sock = self._sock
+        while True:
+            events = select(self._timeout())
+            with self._io_lock:
+                result = self._step(events, sock)
+            if result is not _GO_ON:
+                return result  # type: ignore[return-value]
+
+    def _step(self, events: list[tuple[selectors.SelectorKey, int]], sock: socket.socket) -> object:
+        """One loop turn under ``_io_lock``: the stream's end (error or ``None``) or
+        ``_GO_ON``."""
+        for key, mask in events:
+            if key.fileobj is sock:
+                if mask & selectors.EVENT_READ:
+                    self._read()
+            else:
+                with contextlib.suppress(*_WOULD_BLOCK):
+                    self._wake_r.recv(4096)
+        if self._reader.ended:
+            self._goodbye()
+            return self._reader.error
+        if self._cancel_requested:
+            with contextlib.suppress(h2.exceptions.ProtocolError):
+                self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
+            self._goodbye()
+            return error_from_status(
+                grpc.StatusCode.CANCELLED, "publish stream cancelled", CallContext.GENERIC
+            )
+        if self._ping_every is not None or self._ping_deadline is not None:
+            self._keepalive()
+        self._take_queue()
+        self._pump()
+        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
+            # Everything queued before close() has been framed: END_STREAM after it.
+            self._half_closed = True
+            self._conn.end_stream(self._stream_id)
+        self._flush()
+        return _GO_ON
+
+    def _take_queue(self) -> None:
+        with self._lock:
+            batch = self._queue
+            notes = self._notes
+            closing = self._close_requested
+            probe = self._probe_requested
+            if batch:
+                self._queue = []
+            if notes:
+                self._notes = []
+            self._probe_requested = False
+            self._signalled = False
+        if batch:
+            self._unsent += b"".join(batch)
+        if notes:
+            self._waiting_notes.extend(notes)
+        if closing:
+            self._closing = True
+        if probe:
+            self._ping()
+
+    def _pump(self) -> None:
+        """Give h2 as many pending bytes as the flow-control windows allow."""
+        unsent = self._unsent
+        pos = self._unsent_pos
+        size = len(unsent)
+        if pos == size:
+            return
+        conn = self._conn
+        sid = self._stream_id
+        frame = conn.max_outbound_frame_size
+        while pos < size:
+            window = conn.local_flow_control_window(sid)
+            if window <= 0:
+                break  # a WindowUpdated event brings us back here
+            n = min(window, frame, size - pos)
+            with memoryview(unsent) as view:
+                conn.send_data(sid, bytes(view[pos : pos + n]))
+            pos += n
+        self._framed_bytes += pos - self._unsent_pos
+        if pos == size:
+            unsent.clear()
+            pos = 0
+        elif pos >= _COMPACT_AT:
+            del unsent[:pos]
+            pos = 0
+        self._unsent_pos = pos
+
+    def _flush(self) -> None:
+        data = self._conn.data_to_send()
+        out = self._outbuf
+        if data:
+            if out:
+                out += data
+            else:
+                sent = self._send_some(data)
+                if sent < len(data):
+                    out += data[sent:]
+        while out:
+            sent = self._send_some(out)
+            if not sent:
+                break
+            del out[:sent]
+        if bool(out) != self._want_write:
+            self._want_write = bool(out)
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
+            self._selector.modify(self._sock, events)
+        if not out and self._waiting_notes:
+            notes = self._waiting_notes
+            framed = self._framed_bytes
+            emit = self._on_event
+            while notes and notes[0][0] <= framed:
+                emit(StreamSent(self._epoch, notes.popleft()[1]))
+
+    def _send_some(self, data: bytes | bytearray) -> int:
+        try:
+            return self._sock.send(data)
+        except _WOULD_BLOCK:
+            return 0
+        except OSError as exc:
+            raise _ConnectionLost(f"send failed: {exc}") from exc
+
+    def _goodbye(self) -> None:
+        """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._conn.close_connection()
+        with contextlib.suppress(_ConnectionLost):
+            self._flush()
+
+    def _read(self) -> None:
+        sock = self._sock
+        while True:
+            try:
+                data = sock.recv(_RECV_SIZE)
+            except _WOULD_BLOCK:
+                return
+            except OSError as exc:
+                raise _ConnectionLost(f"receive failed: {exc}") from exc
+            if not data:
+                raise _ConnectionLost("the broker closed the connection")
+            if self._ping_every is not None or self._ping_deadline is not None:
+                self._last_read = time.monotonic()
+                self._ping_deadline = None
+            responses = self._reader.receive(data)
+            credit = self._reader.credit_frames
+            if credit:
+                self._outbuf += credit
+                credit.clear()
+            if responses:
+                if len(responses) == 1:
+                    self._on_event(StreamResponse(self._epoch, responses[0]))
+                else:
+                    self._on_event(StreamResponses(self._epoch, responses))
+            if self._reader.ended:
+                return
+            if len(data) < _RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+                return

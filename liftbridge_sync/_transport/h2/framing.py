@@ -1,0 +1,204 @@
+"""HTTP/2 frames and gRPC messages as bytes: splitting, checking, building.
+
+No I/O and no state: :func:`split_frames` cuts whole frames out of a receive buffer and
+checks what RFC 9113 §4–§6 demands of their lengths and stream ids (so that a broker
+sending garbage fails the connection with a :class:`FrameError` instead of something
+untyped); :func:`split_messages` does the same for gRPC's length-prefixed messages
+inside DATA frames. The status tables map HTTP statuses and RST_STREAM codes to gRPC
+codes (gRPC's ``http-grpc-status-mapping.md`` and ``PROTOCOL-HTTP2.md``). Every function
+here is pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+import struct
+import urllib.parse
+
+import grpc
+
+from liftbridge_sync.errors import BrokerUnavailableError
+
+__all__ = [
+    "CODES",
+    "DATA",
+    "END_STREAM",
+    "FRAME_HEADER",
+    "FrameError",
+    "HTTP_CODES",
+    "MAX_FRAME_SIZE",
+    "PADDED",
+    "PREFIX",
+    "RESET_CODES",
+    "grpc_status",
+    "ping_frame",
+    "split_frames",
+    "split_messages",
+    "window_update",
+]
+
+#: HTTP/2 frame header: 24-bit length and 8-bit type (as one int), flags, stream id.
+FRAME_HEADER = struct.Struct(">IBI")
+#: gRPC message prefix: compressed flag (always 0 here) and big-endian length.
+PREFIX = struct.Struct(">BI")
+#: WINDOW_UPDATE frame: length (24 bits) as 16+8, type, flags, stream id, increment.
+_WINDOW_UPDATE = struct.Struct(">HBBBII")
+#: The SETTINGS_MAX_FRAME_SIZE we announce (the protocol default).
+MAX_FRAME_SIZE = 16384
+#: gRPC's default limit on a received message (grpc.max_receive_message_length).
+MAX_MESSAGE_SIZE = 4 << 20
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0, 1, 2, 3, 4
+PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 5, 6, 7, 8, 9
+END_STREAM, ACK, PADDED = 0x1, 0x1, 0x8
+_STREAM_ID = 0x7FFFFFFF
+
+CODES = {code.value[0]: code for code in grpc.StatusCode}
+#: HTTP status of a non-gRPC answer → gRPC code.
+HTTP_CODES = {
+    400: grpc.StatusCode.INTERNAL,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.UNIMPLEMENTED,
+    429: grpc.StatusCode.UNAVAILABLE,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.UNAVAILABLE,
+}
+#: RST_STREAM code → gRPC code; anything else is INTERNAL.
+RESET_CODES = {
+    0x7: grpc.StatusCode.UNAVAILABLE,  # REFUSED_STREAM
+    0x8: grpc.StatusCode.CANCELLED,  # CANCEL
+    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,  # ENHANCE_YOUR_CALM
+    0xC: grpc.StatusCode.PERMISSION_DENIED,  # INADEQUATE_SECURITY
+}
+
+
+class FrameError(BrokerUnavailableError):
+    """The broker sent bytes that are not valid HTTP/2 framing or gRPC messages.
+
+    The connection is unusable; the publisher reconnects (it is retryable). Immutable;
+    safe to share between threads.
+    """
+
+    retryable = True
+
+
+#: Frame types that must (True) or must not (False) be on stream 0.
+_CONNECTION_LEVEL = {
+    DATA: False,
+    HEADERS: False,
+    PRIORITY: False,
+    RST_STREAM: False,
+    SETTINGS: True,
+    PUSH_PROMISE: False,
+    PING: True,
+    GOAWAY: True,
+    CONTINUATION: False,
+}
+#: Exact payload lengths.
+_LENGTHS = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+
+
+def _check(
+    kind: int, flags: int, stream: int, length: int, buf: bytes | bytearray, at: int
+) -> None:
+    """RFC 9113's framing-level rules for one (non-fast-path) frame."""
+    on_zero = _CONNECTION_LEVEL.get(kind)
+    if on_zero is not None and on_zero != (stream == 0):
+        raise FrameError(f"frame type {kind} on stream {stream}", code="UNAVAILABLE")
+    expected = _LENGTHS.get(kind)
+    if expected is not None and length != expected:
+        raise FrameError(f"frame type {kind} of length {length}", code="UNAVAILABLE")
+    if kind == SETTINGS and length % 6:
+        raise FrameError(f"SETTINGS of length {length}", code="UNAVAILABLE")
+    if kind == GOAWAY and length < 8:
+        raise FrameError(f"GOAWAY of length {length}", code="UNAVAILABLE")
+    if flags & PADDED and kind in (DATA, HEADERS, PUSH_PROMISE):
+        if length < 1 or buf[at] >= length:
+            raise FrameError(f"padding of {length}-byte frame too long", code="UNAVAILABLE")
+
+
+def split_frames(
+    buf: bytes | bytearray, max_size: int = MAX_FRAME_SIZE
+) -> tuple[list[tuple[int, int, int, int, int]], int]:
+    """The whole frames at the start of ``buf`` and how many bytes they take.
+
+    Each frame is ``(type, flags, stream id, payload start, payload end)``; a partial
+    frame at the end is left for the next call.
+
+    Raises:
+        FrameError: a frame longer than ``max_size``, or one that breaks the rules on
+            stream ids, lengths or padding.
+    """
+    frames: list[tuple[int, int, int, int, int]] = []
+    size = len(buf)
+    pos = 0
+    unpack = FRAME_HEADER.unpack_from
+    while size - pos >= 9:
+        length_type, flags, stream = unpack(buf, pos)
+        length = length_type >> 8
+        if length > max_size:
+            raise FrameError(f"{length}-byte frame (limit {max_size})", code="UNAVAILABLE")
+        end = pos + 9 + length
+        if end > size:
+            break
+        kind = length_type & 0xFF
+        stream &= _STREAM_ID
+        if kind or flags & PADDED or not stream:
+            _check(kind, flags, stream, length, buf, pos + 9)
+        frames.append((kind, flags, stream, pos + 9, end))
+        pos = end
+    return frames, pos
+
+
+def split_messages(
+    buf: bytes | bytearray, max_size: int = MAX_MESSAGE_SIZE
+) -> tuple[list[bytes], int]:
+    """The whole gRPC messages at the start of ``buf`` and how many bytes they take.
+
+    Raises:
+        FrameError: a compressed message (we never ask for compression) or one longer
+            than ``max_size``.
+    """
+    messages: list[bytes] = []
+    size = len(buf)
+    pos = 0
+    unpack = PREFIX.unpack_from
+    while size - pos >= 5:
+        flag, length = unpack(buf, pos)
+        if flag:
+            raise FrameError("compressed response not asked for", code="INTERNAL")
+        if length > max_size:
+            raise FrameError(
+                f"{length}-byte response (limit {max_size})", code="RESOURCE_EXHAUSTED"
+            )
+        end = pos + 5 + length
+        if end > size:
+            break
+        messages.append(bytes(buf[pos + 5 : end]))
+        pos = end
+    return messages, pos
+
+
+def window_update(stream: int, increment: int) -> bytes:
+    """A WINDOW_UPDATE frame."""
+    return _WINDOW_UPDATE.pack(0, 4, WINDOW_UPDATE, 0, stream, increment)
+
+
+def ping_frame(payload: bytes) -> bytes:
+    """A PING frame (not an ACK) with an 8-byte payload."""
+    return FRAME_HEADER.pack(8 << 8 | PING, 0, 0) + payload
+
+
+def grpc_status(fields: dict[bytes, bytes]) -> tuple[int | None, str]:
+    """``grpc-status`` (``None`` if absent) and the decoded ``grpc-message``."""
+    raw = fields.get(b"grpc-status")
+    status: int | None = None
+    if raw is not None:
+        try:
+            status = int(raw)
+        except ValueError:
+            status = grpc.StatusCode.UNKNOWN.value[0]
+    message = fields.get(b"grpc-message")
+    text = urllib.parse.unquote_to_bytes(message).decode("utf-8", "replace") if message else ""
+    return status, text

@@ -1,0 +1,231 @@
+"""The response side of the ``PublishAsync`` stream: frames in, responses and the end out.
+
+:class:`ResponseReader` turns received bytes into ``PublishResponse`` messages: our
+stream's plain DATA frames are cut out by :mod:`.framing` and parsed in place (the broker
+writes one response per frame); everything else goes to the ``h2`` state machine
+(headers and trailers through HPACK, SETTINGS, PING, GOAWAY, RST_STREAM), and the first
+reason the stream ended is kept. Used by the connection's I/O thread only (not
+thread-safe on its own).
+"""
+
+from __future__ import annotations
+
+import grpc
+import h2.connection
+import h2.events
+from google.protobuf.message import DecodeError
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.h2.framing import (
+    CODES,
+    DATA,
+    END_STREAM,
+    HTTP_CODES,
+    MAX_FRAME_SIZE,
+    PADDED,
+    PREFIX,
+    RESET_CODES,
+    FrameError,
+    grpc_status,
+    split_frames,
+    split_messages,
+    window_update,
+)
+from liftbridge_sync._wire.status import CallContext, error_from_status
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
+
+__all__ = ["ResponseReader", "unavailable"]
+
+#: Return fast-path DATA window in steps of this (far below the 4 MiB windows).
+_CREDIT_AT = 64 * 1024
+
+
+def unavailable(message: str) -> BrokerUnavailableError:
+    """The error of a publish stream whose connection is gone."""
+    return BrokerUnavailableError(f"publish stream: {message}", code="UNAVAILABLE")
+
+
+class ResponseReader:
+    """Reads stream ``stream_id``'s responses off connection ``conn`` (I/O thread only)."""
+
+    def __init__(self, conn: h2.connection.H2Connection, stream_id: int) -> None:
+        self._conn = conn
+        self._stream_id = stream_id
+        self._inbuf = bytearray()  # received bytes not yet forming a whole frame
+        self._rbuf = bytearray()  # response bytes not yet forming a whole message
+        self._parsed: list[api_pb2.PublishResponse] = []
+        self._headers_seen = False  # a valid response HEADERS frame arrived
+        self._credit = 0  # bytes of fast-path DATA not yet returned with WINDOW_UPDATE
+        self._status: int | None = None
+        self._message = ""
+        #: WINDOW_UPDATE frames the connection must send (it clears this).
+        self.credit_frames = bytearray()
+        #: The stream has ended (``error``: why; ``None`` for a clean end).
+        self.ended = False
+        self.error: LiftbridgeError | None = None
+
+    def receive(self, data: bytes) -> list[api_pb2.PublishResponse]:
+        """Split ``data`` into frames: our stream's plain DATA frames are read here, the
+        rest goes to h2 (whole frames only, so its buffer holds nothing between calls).
+
+        h2 never sees the fast-path frames, so its own flow-control accounting stays
+        consistent; their window is returned by our own WINDOW_UPDATE frames (collected in
+        ``credit_frames`` for the connection to send). Returns the responses read.
+
+        Raises:
+            FrameError: framing the broker should never send.
+        """
+        inbuf = self._inbuf
+        inbuf += data
+        frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE)
+        rbuf = self._rbuf
+        sid = self._stream_id
+        fast = self._headers_seen and not self.ended
+        slow = -1  # start of a run of frames for h2
+        consumed = 0
+        parsed = self._parsed
+        parse = api_pb2.PublishResponse.FromString
+        unpack = PREFIX.unpack_from
+        try:
+            for kind, flags, stream, start, end in frames:
+                # Flags END_STREAM and PADDED need h2.
+                if kind == DATA and not flags & (END_STREAM | PADDED) and stream == sid:
+                    if slow >= 0:
+                        self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
+                        slow = -1
+                        fast = self._headers_seen and not self.ended
+                    if fast:
+                        consumed += end - start
+                        # The broker writes one response per frame: parse it in place.
+                        if (
+                            not rbuf
+                            and end - start >= 5
+                            and unpack(inbuf, start)
+                            == (
+                                0,
+                                end - start - 5,
+                            )
+                        ):
+                            parsed.append(parse(bytes(inbuf[start + 5 : end])))
+                        else:
+                            rbuf += inbuf[start:end]
+                            if len(rbuf) >= 5:
+                                self._decode()
+                        continue
+                if slow < 0:
+                    slow = start - 9
+        except DecodeError as exc:
+            self.end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
+        if slow >= 0 and not self.ended:
+            self._handle(self._conn.receive_data(bytes(inbuf[slow:consumed_to])))
+        if consumed_to:
+            del inbuf[:consumed_to]
+        if consumed:
+            self._credit += consumed
+            if self._credit >= _CREDIT_AT and not self.ended:
+                # Connection and stream windows, both (frames h2 did not see).
+                self.credit_frames += window_update(0, self._credit) + window_update(
+                    sid, self._credit
+                )
+                self._credit = 0
+        if parsed:
+            self._parsed = []
+        return parsed
+
+    def _handle(self, events: list[h2.events.Event]) -> None:
+        consumed = 0
+        rbuf = self._rbuf
+        for event in events:
+            kind = type(event)
+            if kind is h2.events.DataReceived:
+                assert isinstance(event, h2.events.DataReceived)
+                consumed += event.flow_controlled_length or 0
+                if event.data:
+                    rbuf += event.data
+            elif kind is h2.events.ResponseReceived:
+                assert isinstance(event, h2.events.ResponseReceived)
+                self._on_headers(event.headers or [])
+            elif kind is h2.events.TrailersReceived:
+                assert isinstance(event, h2.events.TrailersReceived)
+                self._on_status(event.headers or [])
+            elif kind is h2.events.StreamEnded:
+                self.end(self._final_error())
+            elif kind is h2.events.StreamReset:
+                assert isinstance(event, h2.events.StreamReset)
+                code = RESET_CODES.get(int(event.error_code or 0), grpc.StatusCode.INTERNAL)
+                self.end(error_from_status(code, f"stream reset ({event.error_code!r})"))
+            elif kind is h2.events.ConnectionTerminated:
+                assert isinstance(event, h2.events.ConnectionTerminated)
+                self.end(unavailable(f"the broker sent GOAWAY ({event.error_code!r})"))
+            # SETTINGS and PING are acknowledged by h2 itself (flushed by the loop);
+            # WindowUpdated needs nothing: the loop pumps pending data after each read.
+        if consumed and not self.ended:
+            # One WINDOW_UPDATE decision per recv() instead of one per frame.
+            self._conn.acknowledge_received_data(consumed, self._stream_id)
+        if len(rbuf) >= 5:
+            self._decode()
+
+    def _decode(self) -> None:
+        rbuf = self._rbuf
+        try:
+            messages, pos = split_messages(rbuf)
+        except FrameError as exc:
+            code = (
+                grpc.StatusCode.INTERNAL
+                if exc.code == "INTERNAL"
+                else grpc.StatusCode.RESOURCE_EXHAUSTED
+            )
+            self.end(error_from_status(code, str(exc)))
+            return
+        if pos:
+            del rbuf[:pos]
+        parse = api_pb2.PublishResponse.FromString
+        try:
+            self._parsed += [parse(message) for message in messages]
+        except DecodeError as exc:
+            self.end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
+
+    def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
+        fields = dict(headers)
+        status = fields.get(b":status", b"")
+        if status != b"200":
+            try:
+                http = int(status)
+            except ValueError:
+                http = 0
+            code = HTTP_CODES.get(http, grpc.StatusCode.UNKNOWN)
+            self.end(error_from_status(code, f"HTTP status {status.decode(errors='replace')}"))
+            return
+        content_type = fields.get(b"content-type", b"")
+        if not content_type.startswith(b"application/grpc"):
+            self.end(
+                error_from_status(
+                    grpc.StatusCode.UNKNOWN,
+                    f"not a gRPC response (content-type {content_type.decode(errors='replace')!r})",
+                )
+            )
+            return
+        self._headers_seen = True
+        if b"grpc-status" in fields:  # trailers-only response
+            self._on_status(headers)
+
+    def _on_status(self, headers: list[tuple[bytes, bytes]]) -> None:
+        status, message = grpc_status(dict(headers))
+        if status is not None:
+            self._status = status
+        if message:
+            self._message = message
+
+    def _final_error(self) -> LiftbridgeError | None:
+        if self._status is None:
+            return error_from_status(grpc.StatusCode.INTERNAL, "stream ended without grpc-status")
+        if self._status == 0:
+            return None
+        code = CODES.get(self._status, grpc.StatusCode.UNKNOWN)
+        return error_from_status(code, self._message, CallContext.GENERIC)
+
+    def end(self, error: LiftbridgeError | None) -> None:
+        # The first reason wins (e.g. trailers followed by the broker's RST_STREAM).
+        if not self.ended:
+            self.ended = True
+            self.error = error
