@@ -18,14 +18,16 @@ class MetadataCache:
 
     Snapshots are immutable and swapped atomically, so readers never lock. Concurrent
     refreshes collapse into one RPC: a thread that waited for another thread's refresh
-    uses its result. Thread-safe.
+    uses its result, provided that refresh *started* after it asked (one that started
+    earlier may predate, say, the stream the waiting thread just created). Thread-safe.
     """
 
     def __init__(self, fetch: Fetcher) -> None:
         self._fetch = fetch
         self._snapshot: Metadata | None = None
         self._refresh_lock = threading.Lock()
-        self._generation = 0
+        #: Full refreshes started so far (each runs entirely under the lock).
+        self._started = 0
 
     @property
     def snapshot(self) -> Metadata | None:
@@ -42,13 +44,13 @@ class MetadataCache:
 
         If another thread is already refreshing, wait for it and return its snapshot.
         """
-        generation = self._generation
+        asked = self._started
         with self._refresh_lock:
-            if self._generation != generation and self._snapshot is not None:
-                return self._snapshot
+            if self._started > asked and self._snapshot is not None:
+                return self._snapshot  # a refresh that began after we asked has finished
+            self._started += 1
             snapshot = self._fetch(())
             self._snapshot = snapshot
-            self._generation += 1
             return snapshot
 
     def merge(self, partial: Metadata) -> None:
@@ -65,7 +67,6 @@ class MetadataCache:
                     streams=FrozenMap(streams),
                     fetched_at=time.monotonic(),
                 )
-            self._generation += 1
 
     def forget_stream(self, name: str) -> None:
         """Drop a stream from the cache (after it was deleted)."""

@@ -1,0 +1,62 @@
+"""The metadata cache collapses concurrent refreshes without returning stale snapshots."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync.models import FrozenMap, Metadata
+from tests.waiting import wait_until
+
+
+def test_a_refresh_that_began_before_the_caller_asked_is_not_reused() -> None:
+    fetches: list[int] = []
+    release_first = threading.Event()
+    first_started = threading.Event()
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        number = len(fetches)
+        fetches.append(number)
+        if number == 0:
+            first_started.set()
+            assert release_first.wait(10)
+        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=float(number))
+
+    cache = MetadataCache(fetch)
+    results: dict[str, Metadata] = {}
+    early = threading.Thread(target=lambda: results.setdefault("early", cache.refresh()))
+    early.start()
+    assert first_started.wait(10)
+    # Asks while the first fetch is in flight: that fetch may predate what it needs.
+    late = threading.Thread(target=lambda: results.setdefault("late", cache.refresh()))
+    late.start()
+    release_first.set()
+    early.join(10)
+    late.join(10)
+    assert results["early"].fetched_at == 0.0
+    assert results["late"].fetched_at == 1.0
+    assert fetches == [0, 1]
+
+
+def test_waiters_share_a_refresh_that_began_after_they_asked() -> None:
+    fetches: list[int] = []
+    gate = threading.Lock()
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        fetches.append(len(fetches))
+        with gate:  # held by the test while waiters pile up
+            pass
+        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=float(len(fetches)))
+
+    cache = MetadataCache(fetch)
+    gate.acquire()
+    threads = [threading.Thread(target=cache.refresh) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: bool(fetches), what="the first waiter inside its fetch")
+    gate.release()
+    for thread in threads:
+        thread.join(10)
+    # Whoever asked during the first fetch shares one second fetch: at most two in all.
+    assert 1 <= len(fetches) <= 2
