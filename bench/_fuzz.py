@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from liftbridge_sync import AckPolicy
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.h2 import framing
 from liftbridge_sync.envelope import (
     MessageType,
     encode_envelope,
@@ -63,6 +64,32 @@ def _seeds_sbp(rng: random.Random) -> list[bytes]:
         Frame(opcode=list(Opcode)[-1], stream_id=7, header=b"hdr", payload=b"x" * 50),
     ]
     return [b"".join(encode_frame(f) for f in frames), encode_frame(frames[0])]
+
+
+def _seeds_h2(rng: random.Random) -> list[bytes]:
+    def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+        return framing.FRAME_HEADER.pack(len(payload) << 8 | kind, flags, stream) + payload
+
+    ack = api_pb2.PublishResponse(ack=api_pb2.Ack(stream="s", offset=1, correlationId="c"))
+    body = ack.SerializeToString()
+    grpc_message = framing.PREFIX.pack(0, len(body)) + body
+    return [
+        frame(framing.SETTINGS, 0, 0, b"\x00\x04\x00\x01\x00\x00")
+        + frame(framing.DATA, 0, 1, grpc_message * 3)
+        + frame(framing.PING, 0, 0, b"12345678"),
+        frame(framing.GOAWAY, 0, 0, b"\x00" * 8) + frame(framing.RST_STREAM, 0, 1, b"\x00" * 4),
+        frame(framing.DATA, framing.PADDED, 1, b"\x02" + grpc_message + b"\x00\x00"),
+    ]
+
+
+def _h2(data: bytes) -> None:
+    """Our own HTTP/2 reader: split frames, then the gRPC messages in DATA frames."""
+    frames, _ = framing.split_frames(data, max_size=1 << 14)
+    body = bytearray()
+    for kind, _flags, _stream, start, end in frames:
+        if kind == framing.DATA:
+            body += data[start:end]
+    framing.split_messages(body, max_size=1 << 16)
 
 
 def _mutate(rng: random.Random, seed: bytes) -> bytes:
@@ -116,6 +143,7 @@ TARGETS: dict[
 ] = {
     "envelope": (_seeds_envelope, _envelope, EnvelopeError),
     "sbp": (_seeds_sbp, _sbp, SBPError),
+    "h2": (_seeds_h2, _h2, framing.FrameError),
 }
 
 
