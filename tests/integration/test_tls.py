@@ -354,7 +354,8 @@ def test_server_name_mismatch(
 
 _H2_PLAINTEXT_XFAIL = pytest.mark.xfail(
     reason="h2 publish stream maps a connection closed before the server's SETTINGS to a "
-    "retried BrokerUnavailableError (_transport/h2/connection.py); it should use the status mapping",
+    "retried BrokerUnavailableError (_transport/h2/connection.py); it should use the "
+    "status mapping",
     raises=lb.AckTimeoutError,
     strict=True,
 )
