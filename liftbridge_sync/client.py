@@ -1,4 +1,11 @@
-"""The :class:`Client`: one object, shared by every thread of a process."""
+"""The :class:`Client`: one object, shared by every thread of a process.
+
+A facade: each method validates its arguments and delegates to the layers below
+(``_wire`` builds requests, ``_transport.core`` routes and retries RPCs, ``_publishing``
+publishes, ``subscription`` reads). Its length (~800 lines) is the public API's
+signatures and their documentation, about a third of it docstrings; no logic lives here
+that another module could own.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ from typing import Any, TypedDict, Unpack
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
+from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
@@ -393,45 +401,6 @@ class Client:
                 self._publisher = publisher
             return self._publisher
 
-    def _ack_timeout(self, timeout: float | None) -> float:
-        if timeout is None:
-            return self._options.ack_timeout
-        seconds = check_timeout("timeout", timeout, allow_zero=False)
-        if seconds is None:
-            raise ConfigurationError(
-                "'timeout' must be finite: an ack that never comes must fail some time "
-                "(None means the client's ack_timeout)"
-            )
-        return seconds
-
-    def _choose_partition(
-        self,
-        stream: str,
-        key: bytes | None,
-        value: bytes,
-        partition: int | None,
-        partitioner: Partitioner | None,
-    ) -> int:
-        if partition is not None:
-            if partitioner is not None:
-                raise ConfigurationError("give either 'partition' or 'partitioner', not both")
-            return check_partition("partition", partition)
-        if partitioner is None:
-            return 0
-        # Not isinstance(..., Partitioner): a runtime Protocol check costs ~3 µs per
-        # publish and tests no more than this (that a callable ``partition`` exists).
-        if not callable(getattr(partitioner, "partition", None)):
-            raise ConfigurationError(
-                "'partitioner' must have partition(stream, key, value, partition_count)"
-            )
-        count = self._core.partition_count(stream)
-        chosen = partitioner.partition(stream, key, value, count)
-        if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
-            raise ConfigurationError(
-                f"partitioner returned {chosen!r}, not a partition of {stream!r} (0..{count - 1})"
-            )
-        return chosen
-
     def publish_async(
         self,
         stream: str,
@@ -500,7 +469,9 @@ class Client:
                 value,
                 0 if partition is None else check_partition("partition", partition),
                 ack_policy,
-                self._options.ack_timeout if timeout is None else self._ack_timeout(timeout),
+                self._options.ack_timeout
+                if timeout is None
+                else resolve_ack_timeout(timeout, self._options.ack_timeout),
             )
         if correlation_id is None:
             correlation_id = publisher.next_correlation_id()
@@ -512,7 +483,7 @@ class Client:
             if partitioner is not None:  # it gets validated bytes
                 value = check_bytes("value", value)  # type: ignore[assignment]
                 key = check_bytes("key", key, optional=True)
-            chosen = self._choose_partition(stream, key, value, partition, partitioner)
+            chosen = choose_partition(self._core, stream, key, value, partition, partitioner)
         framed = encode_publish(
             stream,
             value,
@@ -528,7 +499,7 @@ class Client:
             correlation_id,
             partition=chosen,
             wants_ack=ack_policy is not AckPolicy.NONE,
-            timeout=self._ack_timeout(timeout),
+            timeout=resolve_ack_timeout(timeout, self._options.ack_timeout),
         )
 
     def publish(
@@ -568,7 +539,9 @@ class Client:
                 value,
                 0 if partition is None else check_partition("partition", partition),
                 ack_policy,
-                self._options.ack_timeout if timeout is None else self._ack_timeout(timeout),
+                self._options.ack_timeout
+                if timeout is None
+                else resolve_ack_timeout(timeout, self._options.ack_timeout),
                 direct=True,
             )
             return publisher.wait(fast, None)
@@ -633,7 +606,7 @@ class Client:
         """
         self._check()
         publisher = self._publisher or self._get_publisher()
-        ack_timeout = self._ack_timeout(timeout)
+        ack_timeout = resolve_ack_timeout(timeout, self._options.ack_timeout)
         check_ack_policy(ack_policy)
         wants_ack = ack_policy is not AckPolicy.NONE
         next_id = publisher.next_correlation_id
@@ -665,7 +638,7 @@ class Client:
                 if partitioner is not None:
                     value = check_bytes("value", value)  # type: ignore[assignment]
                     key = check_bytes("key", key, optional=True)
-                chosen = self._choose_partition(stream, key, value, partition, partitioner)
+                chosen = choose_partition(self._core, stream, key, value, partition, partitioner)
             correlation_id = next_id()
             framed = encode_publish(
                 stream,
@@ -738,7 +711,7 @@ class Client:
             ack_inbox=ack_inbox,
             correlation_id=correlation_id,
         )
-        ack_timeout = self._ack_timeout(timeout)
+        ack_timeout = resolve_ack_timeout(timeout, self._options.ack_timeout)
         try:
             response = core.call_any(rpcs.PUBLISH_TO_SUBJECT, request, timeout=ack_timeout)
         except DeadlineExceededError as exc:
