@@ -521,9 +521,12 @@ class Client:
         Same arguments and errors as :meth:`publish_async`, raised here instead of set on
         a future. Many threads calling ``publish`` share one pipelined stream; the
         calling thread writes its message itself when the stream's I/O thread is idle.
+        In a done-callback nested more than 32 deep it raises ``PublishError`` before
+        anything is sent (publish_async never has that limit).
         """
         self._check()
         publisher = self._publisher or self._get_publisher()
+        publisher.check_can_wait()  # before anything is sent: no false failures
         if (
             type(value) is bytes
             and key is None

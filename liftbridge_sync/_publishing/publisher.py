@@ -70,6 +70,7 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     LiftbridgeError,
     MessageTooLargeError,
+    PublishError,
     PublishQueueFullError,
     UnobservedPublishFailuresError,
 )
@@ -81,6 +82,10 @@ _log = logging.getLogger("liftbridge_sync.publisher")
 
 AckFuture = PublishFuture[Ack | None]
 _MAX_NESTING = 32
+_TOO_DEEP = (
+    f"done-callbacks that wait (publish, flush, a full window) are nested more than "
+    f"{_MAX_NESTING} deep; nothing was sent. Use publish_async in deeply chained callbacks"
+)
 #: How many unobserved failures ``flush()`` quotes in its error.
 _FAILURES_QUOTED = 10
 _ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
@@ -455,6 +460,19 @@ class Publisher:
         elif earliest < self._sleep_until:
             self._inbox.put(_WAKE)
 
+    def check_can_wait(self) -> None:
+        """Refuse, before anything is sent, a blocking call that could not wait here.
+
+        A done-callback runs on the publisher thread; a blocking call there processes
+        events while it waits, nesting one level per callback. Past the limit the call
+        fails *before* its message is sent, so a failure never hides a stored message.
+
+        Raises:
+            PublishError: the nesting limit is reached.
+        """
+        if self._nesting >= _MAX_NESTING and self._on_owner_thread():
+            raise PublishError(_TOO_DEEP)
+
     def _wait_for_space(self) -> None:
         enqueue_timeout = self._options.enqueue_timeout
         deadline = None if enqueue_timeout is None else self._clock() + enqueue_timeout
@@ -745,7 +763,7 @@ class Publisher:
 
     def _run_nested(self, until: Callable[[], bool], deadline: float | None) -> bool:
         if self._nesting >= _MAX_NESTING:
-            raise RuntimeError("publish calls nested too deeply in done-callbacks")
+            raise PublishError(_TOO_DEEP)
         self._nesting += 1
         try:
             while not until():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -246,3 +246,40 @@ def test_publishing_while_closing_never_leaves_a_future_pending(
         error = future.exception()
         assert error is None or isinstance(error, lb.ClientClosedError), error
     assert refused[0] == 4  # every producer was eventually refused
+
+
+def test_deeply_nested_callbacks_fail_typed_and_never_falsely(
+    fake: FakeBroker, transport: str
+) -> None:
+    """Each level publishes synchronously, then chains the next level and flushes, so
+    every level nests one deeper on the publisher thread. Past the limit, publish raises
+    a typed error *before* sending: no message is reported failed that the broker got."""
+    outcomes: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    with _client(fake, transport) as client:
+
+        def level(depth: int) -> Callable[[concurrent.futures.Future[lb.Ack | None]], None]:
+            def callback(_: concurrent.futures.Future[lb.Ack | None]) -> None:
+                try:
+                    client.publish("s", b"sync-%d" % depth)
+                    outcomes.append(("ok", depth))
+                except lb.PublishError:
+                    outcomes.append(("refused", depth))
+                    done.set()
+                    return
+                client.publish_async("s", b"chain-%d" % depth).add_done_callback(level(depth + 1))
+                try:
+                    client.flush(10)
+                except lb.PublishError:
+                    pass  # the next level is deeper than the limit: typed, nothing lost
+
+            return callback
+
+        client.publish_async("s", b"start").add_done_callback(level(0))
+        assert done.wait(30), "the chain never reached the nesting limit"
+        client.flush(10)
+    received = [r.value for r in fake.received]
+    refused = [d for kind, d in outcomes if kind == "refused"]
+    assert refused and all(b"sync-%d" % d not in received for d in refused)
+    assert all(received.count(b"sync-%d" % d) == 1 for kind, d in outcomes if kind == "ok")
