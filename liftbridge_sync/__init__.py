@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import logging
 
+from liftbridge_sync.activity import (
+    ActivityEvent,
+    ConsumerJoinedGroup,
+    ConsumerLeftGroup,
+    StreamCreated,
+    StreamDeleted,
+    StreamPaused,
+    StreamReadonlySet,
+    StreamResumed,
+    UnknownActivity,
+)
 from liftbridge_sync.client import Client
 from liftbridge_sync.errors import (
     AckTimeoutError,
@@ -50,6 +61,7 @@ from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription import Subscription
+from liftbridge_sync.subscription.activity import ActivityStream
 from liftbridge_sync.subscription.stream import StreamSubscription
 
 __version__ = "0.1.0"
@@ -63,6 +75,7 @@ def _show_public_module() -> None:
     # still works: the class is reachable under that name.
     public = {"liftbridge_sync.errors", "liftbridge_sync.models", "liftbridge_sync.options"}
     public |= {"liftbridge_sync.positions", "liftbridge_sync.partitioners"}
+    public |= {"liftbridge_sync.activity"}
     for name in __all__:
         obj = globals()[name]
         if isinstance(obj, type) and obj.__module__ not in public:
@@ -73,6 +86,8 @@ __all__ = [
     "Ack",
     "AckPolicy",
     "AckTimeoutError",
+    "ActivityEvent",
+    "ActivityStream",
     "ArgumentTypeError",
     "BrokerInfo",
     "BrokerUnavailableError",
@@ -81,6 +96,8 @@ __all__ = [
     "ClientClosedError",
     "ClientOptions",
     "ConfigurationError",
+    "ConsumerJoinedGroup",
+    "ConsumerLeftGroup",
     "DeadlineExceededError",
     "EnvelopeError",
     "EventTimestamps",
@@ -109,13 +126,19 @@ __all__ = [
     "ServerError",
     "StartAt",
     "StopAt",
+    "StreamCreated",
+    "StreamDeleted",
     "StreamDeletedError",
     "StreamExistsError",
     "StreamInfo",
+    "StreamPaused",
+    "StreamReadonlySet",
+    "StreamResumed",
     "StreamSubscription",
     "Subscription",
     "TLSError",
     "TLSOptions",
+    "UnknownActivity",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
     "__version__",

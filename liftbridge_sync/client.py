@@ -41,6 +41,7 @@ from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.subscription.activity import ActivityStream, open_activity_stream
 from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stream import StreamSubscription, open_stream_subscription
@@ -674,6 +675,29 @@ class Client:
             read_isr_replica=read_isr_replica,
             resume=resume,
         )
+
+    # ------------------------------------------------------------------ activity, groups
+
+    def activity(self, *, start: StartAt | None = None) -> ActivityStream:
+        """Read the cluster's activity stream as typed events (see :mod:`.activity`).
+
+        Example::
+
+            with client.activity(start=StartAt.earliest()) as events:
+                for event in events:
+                    print(event)  # StreamCreated(id=..., stream='orders', ...)
+
+        Args:
+            start: Where to begin in ``__activity`` (default :meth:`StartAt.new_only`).
+
+        Returns:
+            An :class:`~liftbridge_sync.subscription.activity.ActivityStream`; it
+            resubscribes after failover like any subscription and drops repeated events.
+
+        Raises:
+            NoSuchPartitionError: if the server runs without ``activity.stream.enabled``.
+        """
+        return open_activity_stream(self._check(), start)
 
 
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:
