@@ -30,6 +30,7 @@ from liftbridge_sync._wire.validate import (
     check_partitions,
     check_timeout,
 )
+from liftbridge_sync.consumer.group import Consumer
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -698,6 +699,54 @@ class Client:
             NoSuchPartitionError: if the server runs without ``activity.stream.enabled``.
         """
         return open_activity_stream(self._check(), start)
+
+    def consumer(
+        self,
+        group: str,
+        *,
+        streams: Sequence[str],
+        auto_commit: float | None,
+        start: StartAt | None = None,
+        consumer_id: str | None = None,
+    ) -> Consumer:
+        """Join a consumer group and read the partitions the server assigns to this member.
+
+        Example::
+
+            with client.consumer("billing", streams=["orders"], auto_commit=5.0) as c:
+                for msg in c:
+                    handle(msg)
+
+        Args:
+            group: Group id; the group is created by its first member.
+            streams: Streams to consume (they must exist).
+            auto_commit: Seconds between automatic commits of processed positions (also
+                committed when a partition moves away and on close), or ``None`` to
+                commit only with :meth:`Consumer.commit`. Required: the choice is yours.
+            start: Where a partition with no committed cursor begins:
+                ``StartAt.new_only()`` (default), ``StartAt.earliest()`` or
+                ``StartAt.latest()``.
+            consumer_id: This member's id, unique in the group (default: generated).
+
+        Returns:
+            A joined :class:`~liftbridge_sync.consumer.Consumer`; close it (or use
+            ``with``) to leave the group.
+
+        Raises:
+            ConfigurationError: on a bad argument.
+            NoSuchStreamError: if a stream does not exist.
+        """
+        core = self._check()
+        consumer = Consumer(
+            core, group, streams, consumer_id=consumer_id, start=start, auto_commit=auto_commit
+        )
+        consumer.join()
+        try:
+            core.register(consumer)
+        except BaseException:
+            consumer.close()
+            raise
+        return consumer
 
 
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:

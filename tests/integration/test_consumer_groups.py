@@ -1,0 +1,206 @@
+"""Consumer groups against the real server (short consumer timeout: fast rebalances)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_sync import (
+    Client,
+    ConsumerGroupNotFoundError,
+    CoordinatorMismatchError,
+    Message,
+    NotGroupMemberError,
+    StartAt,
+)
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync.consumer import Consumer
+from liftbridge_sync.testing import LiftbridgeServer
+from tests.waiting import wait_until
+
+from .conftest import unique
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+ALL = frozenset(range(PARTITIONS))
+
+
+@pytest.fixture(scope="module")
+def group_server() -> Iterator[LiftbridgeServer]:
+    """A server whose members must poll every 2 s (heartbeats every 0.8 s)."""
+    config = {"groups.consumer.timeout": "2s", "groups.coordinator.timeout": "2s"}
+    with LiftbridgeServer(config=config) as server:
+        yield server
+
+
+@pytest.fixture
+def client(group_server: LiftbridgeServer) -> Iterator[Client]:
+    with Client(group_server.address) as c:
+        yield c
+
+
+@pytest.fixture
+def stream(client: Client) -> str:
+    name = unique("grp")
+    client.create_stream(name, name, partitions=PARTITIONS)
+    return name
+
+
+def publish_batch(client: Client, stream: str, tag: str, n: int) -> set[bytes]:
+    values = {f"{tag}-{i}".encode() for i in range(n)}
+    for i, value in enumerate(sorted(values)):
+        client.publish(stream, value, partition=i % PARTITIONS)
+    return values
+
+
+def partitions_of(consumer: Consumer) -> set[int]:
+    return {p for _, p in consumer.assignment()}
+
+
+def split_evenly(*consumers: Consumer) -> bool:
+    parts = [partitions_of(c) for c in consumers]
+    return all(len(p) == PARTITIONS // len(consumers) for p in parts) and set().union(
+        *parts
+    ) == set(ALL)
+
+
+class Collector:
+    """Iterates a consumer on its own thread until stopped; records what it got."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.messages: list[Message] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self.consumer.get(0.2))
+            except TimeoutError:
+                continue
+            except StopIteration:
+                return
+            except BaseException as exc:
+                self.errors.append(exc)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert not self._thread.is_alive()
+
+    def values(self) -> list[bytes]:
+        return [m.value for m in self.messages]
+
+
+def test_two_members_split_four_partitions_and_see_each_message_once(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    with (
+        client.consumer(group, streams=[stream], auto_commit=None, start=start) as a,
+        client.consumer(group, streams=[stream], auto_commit=None, start=start) as b,
+    ):
+        wait_until(lambda: split_evenly(a, b), 15, "two partitions each")
+        assert a.epoch == b.epoch
+        ca, cb = Collector(a), Collector(b)
+        sent = publish_batch(client, stream, "m", 200)
+        wait_until(lambda: len(ca.messages) + len(cb.messages) >= len(sent), 20, "all messages")
+        ca.stop()
+        cb.stop()
+        assert not ca.errors and not cb.errors
+        got = ca.values() + cb.values()
+        assert sorted(got) == sorted(sent)  # every message, none twice
+        assert {m.partition for m in ca.messages} == partitions_of(a)
+        assert {m.partition for m in cb.messages} == partitions_of(b)
+        # Per partition, offsets arrive in order.
+        for collector in (ca, cb):
+            for p in ALL:
+                offs = [m.offset for m in collector.messages if m.partition == p]
+                assert offs == sorted(offs)
+        committed = a.commit()
+        assert set(committed) == {(stream, p) for p in partitions_of(a)}
+        for (s, p), offset in committed.items():
+            assert client.fetch_cursor(f"__group:{group}", s, p) == offset
+
+
+def test_partitions_of_a_closed_member_move_and_resume_from_its_cursors(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    b = client.consumer(group, streams=[stream], auto_commit=0.5, start=start)
+    try:
+        with client.consumer(group, streams=[stream], auto_commit=30.0, start=start) as a:
+            wait_until(lambda: split_evenly(a, b), 15, "two partitions each")
+            a_parts = partitions_of(a)
+            ca, cb = Collector(a), Collector(b)
+            first = publish_batch(client, stream, "first", 100)
+            wait_until(lambda: len(ca.messages) + len(cb.messages) >= len(first), 20, "batch 1")
+            ca.stop()
+            assert ca.messages and not ca.errors
+            # Leaving the `with` block commits what `a` processed, then leaves the group.
+        for p in a_parts:
+            assert client.fetch_cursor(f"__group:{group}", stream, p) >= 0
+        wait_until(lambda: partitions_of(b) == set(ALL), 15, "b owns every partition")
+        second = publish_batch(client, stream, "second", 100)
+        wait_until(lambda: len(cb.messages) >= len(first) - len(ca.messages) + len(second), 20)
+        cb.stop()
+        assert not cb.errors
+        # b saw its own half of batch 1 and all of batch 2: a's positions were resumed
+        # after its commits, with nothing lost and nothing repeated.
+        assert sorted(ca.values() + cb.values()) == sorted(first | second)
+        moved = [m for m in cb.messages if m.partition in a_parts]
+        assert moved and all(m.value.startswith(b"second") for m in moved)
+    finally:
+        b.close()
+    assert b.closed and not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def _threads() -> list[threading.Thread]:
+    # Reader threads of a closed consumer are joined by close().
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        alive = [t for t in threading.enumerate() if t.name.startswith("liftbridge-consumer")]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+def test_group_errors_are_typed(client: Client, stream: str) -> None:
+    core = client._core
+    group = unique("g")
+    with client.consumer(group, streams=[stream], auto_commit=None) as member:
+        wait_until(lambda: len(member.assignment()) == PARTITIONS, 15, "assignment")
+        with pytest.raises(NotGroupMemberError):
+            core.call_any(
+                "LeaveConsumerGroup",
+                api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId="stranger"),
+                context=CallContext.GROUP,
+            )
+        address = client.fetch_metadata().brokers[0].address
+        with pytest.raises(CoordinatorMismatchError):
+            core.invoke(
+                address,
+                "FetchConsumerGroupAssignments",
+                api_pb2.FetchConsumerGroupAssignmentsRequest(
+                    groupId=group, consumerId=member.consumer_id, epoch=member.epoch + 100
+                ),
+                context=CallContext.GROUP,
+            )
+    with pytest.raises(ConsumerGroupNotFoundError):
+        core.call_any(
+            "LeaveConsumerGroup",
+            api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId="x"),
+            context=CallContext.GROUP,
+        )
