@@ -16,6 +16,7 @@ from liftbridge_sync.activity import (
     UnknownActivity,
 )
 from liftbridge_sync.client import Client
+from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ArgumentTypeError,
@@ -100,6 +101,7 @@ __all__ = [
     "ClientClosedError",
     "ClientOptions",
     "ConfigurationError",
+    "Consumer",
     "ConsumerGroupError",
     "ConsumerGroupNotFoundError",
     "ConsumerJoinedGroup",
