@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -204,3 +206,107 @@ def test_group_errors_are_typed(client: Client, stream: str) -> None:
             api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId="x"),
             context=CallContext.GROUP,
         )
+
+
+CHILD = """
+import sys
+from liftbridge_sync import Client, StartAt
+address, group, stream = sys.argv[1:4]
+with Client(address) as client:
+    with client.consumer(group, streams=[stream], auto_commit=0.2, consumer_id="child",
+                         start=StartAt.earliest()) as consumer:
+        print("joined", flush=True)
+        for msg in consumer:
+            print(msg.partition, msg.value.decode(), flush=True)
+"""
+
+
+def test_a_killed_member_expires_and_the_other_resumes_without_loss(
+    client: Client, stream: str, group_server: LiftbridgeServer
+) -> None:
+    from liftbridge_sync import ConsumerLeftGroup
+
+    group = unique("g")
+    b = client.consumer(group, streams=[stream], auto_commit=0.5, start=StartAt.earliest())
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, group_server.address, group, stream],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(child.stdout.readline, "")),  # type: ignore[union-attr]
+        daemon=True,
+    )
+    reader.start()
+    try:
+        with client.activity() as events:
+            wait_until(lambda: len(partitions_of(b)) == PARTITIONS // 2, 20, "child joined")
+            cb = Collector(b)
+            first = publish_batch(client, stream, "first", 100)
+
+            def child_values() -> list[str]:
+                return [line.split()[1] for line in list(lines) if line[0].isdigit()]
+
+            wait_until(lambda: len(child_values()) + len(cb.messages) >= 100, 20, "batch 1")
+            child_parts = {int(line.split()[0]) for line in list(lines) if line[0].isdigit()}
+            assert child_parts == set(ALL) - partitions_of(b)
+            # The child's auto-commit stored positions before it dies.
+            wait_until(
+                lambda: all(
+                    client.fetch_cursor(f"__group:{group}", stream, p) >= 0 for p in child_parts
+                ),
+                10,
+                "child commits",
+            )
+            child.kill()
+            child.wait(10)
+            second = publish_batch(client, stream, "second", 100)
+            # The server expires the child after its 2 s consumer timeout; b takes over.
+            wait_until(lambda: partitions_of(b) == set(ALL), 20, "b owns every partition")
+            seen = set(child_values()) | {v.decode() for v in cb.values()}
+            wait_until(
+                lambda: (
+                    {v.decode() for v in cb.values()} | set(child_values())
+                    >= {v.decode() for v in first | second}
+                ),
+                20,
+                "every message",
+            )
+            cb.stop()
+            left = take_event(
+                events, lambda e: isinstance(e, ConsumerLeftGroup) and e.group_id == group
+            )
+            assert isinstance(left, ConsumerLeftGroup)
+            assert left.consumer_id == "child" and left.expired is True
+        assert not cb.errors
+        seen = set(child_values()) | {v.decode() for v in cb.values()}
+        assert seen == {v.decode() for v in first | second}  # nothing lost
+        # Only what the child processed after its last commit can come twice.
+        b_values = cb.values()
+        assert len(b_values) == len(set(b_values))
+        child_seen = set(child_values())
+        repeated = [m for m in cb.messages if m.value.decode() in child_seen]
+        assert all(m.partition in child_parts for m in repeated)
+    finally:
+        child.kill()
+        child.wait(10)
+        reader.join(10)
+        if child.stdout is not None:
+            child.stdout.close()
+        b.close()
+
+
+def take_event(events: object, match: object) -> object:
+    from liftbridge_sync import ActivityStream
+
+    assert isinstance(events, ActivityStream) and callable(match)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            event = events.get(max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        if match(event):
+            return event
+    pytest.fail("no matching activity event")
