@@ -216,6 +216,7 @@ class Consumer:
         self._coordinator = ""
         self._epoch = 0
         self._interval = 1.0
+        self._consumer_timeout = 15.0
         self._coordinator_timeout = 15.0
         self._threads: list[threading.Thread] = []
 
@@ -236,6 +237,7 @@ class Consumer:
             self._coordinator = response.coordinator
             self._epoch = int(response.epoch)
             consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
+            self._consumer_timeout = consumer_timeout
             self._interval = _HEARTBEAT_FRACTION * consumer_timeout
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
         self._start_thread(f"liftbridge-consumer-{self._group}", self._heartbeat_loop)
@@ -414,30 +416,55 @@ class Consumer:
     # ------------------------------------------------------------------ heartbeat
 
     def _heartbeat_loop(self) -> None:
+        try:
+            self._heartbeat()
+        except BaseException as exc:  # never die silently: the iterator raises it
+            if not self._stop.is_set():
+                _log.exception("consumer %s: heartbeat thread failed", self._group)
+                self._mailbox.fail(exc)
+
+    def _heartbeat(self) -> None:
         last_contact = time.monotonic()
+        #: Since when the cluster says this member (or the group) does not exist.
+        unknown_since: float | None = None
         while not self._stop.is_set():
             wait = self._interval
             try:
-                response = self._fetch_assignments()
-                last_contact = time.monotonic()
-                self._reconcile(response.assignments, int(response.epoch))
-            except CoordinatorMismatchError as exc:
-                _log.info("consumer %s: %s; reading the group's metadata", self._group, exc)
-                wait = 0.0 if self._refresh_group() else _RETRY_WAIT
+                try:
+                    response = self._fetch_assignments()
+                    last_contact = time.monotonic()
+                    unknown_since = None
+                    self._reconcile(response.assignments, int(response.epoch))
+                except CoordinatorMismatchError as exc:
+                    _log.info("consumer %s: %s; reading the group's metadata", self._group, exc)
+                    wait = 0.0 if self._refresh_group() else _RETRY_WAIT
+                except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
+                    raise
+                except LiftbridgeError as exc:
+                    _log.warning(
+                        "consumer %s: polling the coordinator failed: %s", self._group, exc
+                    )
+                    wait = min(_RETRY_WAIT, self._interval)
+                    if not self._safe_refresh() and (
+                        time.monotonic() - last_contact > self._coordinator_timeout
+                    ):
+                        self._report_coordinator()
             except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
-                if not self._stop.is_set():
-                    _log.error("consumer %s: dropped by the server: %s", self._group, exc)
-                    self._mailbox.fail(exc)
-                return
+                # In a cluster a broker may not have applied the join yet: only an
+                # answer that persists for a consumer timeout means we were dropped.
+                now = time.monotonic()
+                unknown_since = now if unknown_since is None else unknown_since
+                if now - unknown_since >= self._consumer_timeout:
+                    if not self._stop.is_set():
+                        _log.error("consumer %s: dropped by the server: %s", self._group, exc)
+                        self._mailbox.fail(exc)
+                    return
+                wait = min(_RETRY_WAIT, self._interval)
             except ClientClosedError:
                 return
             except LiftbridgeError as exc:
-                _log.warning("consumer %s: polling the coordinator failed: %s", self._group, exc)
+                _log.warning("consumer %s: %s", self._group, exc)
                 wait = min(_RETRY_WAIT, self._interval)
-                if not self._safe_refresh() and (
-                    time.monotonic() - last_contact > self._coordinator_timeout
-                ):
-                    self._report_coordinator()
             if wait > 0:
                 self._stop.wait(wait)
 
