@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -309,3 +312,126 @@ def take_event(events: ActivityStream, match: Callable[[ActivityEvent], bool]) -
         if match(event):
             return event
     pytest.fail("no matching activity event")
+
+
+GO_CONSUMER = Path(__file__).parent / "go_consumer"
+
+
+@pytest.fixture(scope="module")
+def go_consumer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The go-liftbridge v2.4.0 consumer of ``go_consumer/``, built offline."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("no Go toolchain")
+    binary = tmp_path_factory.mktemp("go") / "go_consumer"
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOSUMDB": "off"}
+    built = subprocess.run(
+        [go, "build", "-o", str(binary), "."],
+        cwd=GO_CONSUMER,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if built.returncode != 0:
+        pytest.skip(f"go-liftbridge v2.4.0 is not available offline: {built.stderr[-500:]}")
+    return binary
+
+
+class GoMember:
+    """A go-liftbridge consumer process; lines it printed are collected."""
+
+    def __init__(self, binary: Path, address: str, group: str, stream: str, name: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(binary), address, group, stream, name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+        self._reader = threading.Thread(
+            target=lambda: self.lines.extend(line.strip() for line in iter(stdout.readline, "")),
+            daemon=True,
+        )
+        self._reader.start()
+
+    def values(self) -> list[str]:
+        return [line.split()[1] for line in list(self.lines) if line[:1].isdigit()]
+
+    def partitions(self) -> set[int]:
+        return {int(line.split()[0]) for line in list(self.lines) if line[:1].isdigit()}
+
+    def close(self) -> None:
+        """Checkpoint and leave the group (Go's Consumer.Close)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        wait_until(lambda: "closed" in self.lines, 20, "the Go consumer to close")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self._reader.join(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+@pytest.fixture(scope="module")
+def go_server() -> Iterator[LiftbridgeServer]:
+    """A server with a 6 s consumer timeout: go-liftbridge sleeps 2 s after any failed
+    poll (e.g. the first one after a rebalance), which a 2 s timeout would expire."""
+    with LiftbridgeServer(config={"groups.consumer.timeout": "6s"}) as server:
+        yield server
+
+
+def test_go_and_python_members_share_a_group_and_continue_each_others_work(
+    go_server: LiftbridgeServer, go_consumer: Path
+) -> None:
+    with Client(go_server.address) as client:
+        stream = unique("grp")
+        client.create_stream(stream, stream, partitions=PARTITIONS)
+        go_and_python(client, stream, go_server, go_consumer)
+
+
+def go_and_python(
+    client: Client, stream: str, group_server: LiftbridgeServer, go_consumer: Path
+) -> None:
+    group = unique("g")
+    py = client.consumer(group, streams=[stream], auto_commit=0.2, start=StartAt.earliest())
+    go = GoMember(go_consumer, group_server.address, group, stream, "go")
+    go2: GoMember | None = None
+    try:
+        wait_until(lambda: "joined" in go.lines, 20, "the Go consumer to join")
+        wait_until(lambda: len(partitions_of(py)) == PARTITIONS // 2, 20, "a rebalance")
+        cpy = Collector(py)
+        first = {v.decode() for v in publish_batch(client, stream, "first", 100)}
+        wait_until(lambda: len(cpy.messages) + len(go.values()) >= 100, 20, "batch 1")
+        # Together, exactly once; each on its own partitions.
+        assert sorted([v.decode() for v in cpy.values()] + go.values()) == sorted(first)
+        assert go.partitions() == set(ALL) - partitions_of(py)
+        go_parts = go.partitions()
+
+        # The Go member checkpoints and leaves: Python resumes from Go's cursors.
+        go.close()
+        wait_until(lambda: partitions_of(py) == set(ALL), 20, "Python owns every partition")
+        second = {v.decode() for v in publish_batch(client, stream, "second", 100)}
+        wait_until(lambda: len(cpy.messages) >= 50 + 100, 20, "batch 2")
+        cpy.stop()
+        got = [v.decode() for v in cpy.values()]
+        assert len(got) == len(set(got)) and set(got) | set(go.values()) == first | second
+        assert all(m.value.startswith(b"second") for m in cpy.messages if m.partition in go_parts)
+
+        # Python commits and leaves: a new Go member resumes from Python's cursors.
+        py.close()
+        go2 = GoMember(go_consumer, group_server.address, group, stream, "go2")
+        wait_until(lambda: "joined" in go2.lines, 20, "the second Go consumer to join")
+        third = {v.decode() for v in publish_batch(client, stream, "third", 40)}
+        wait_until(lambda: len(go2.values()) >= 40, 30, "batch 3 in Go")
+        assert sorted(go2.values()) == sorted(third)
+    finally:
+        py.close()
+        go.kill()
+        if go2 is not None:
+            go2.kill()
