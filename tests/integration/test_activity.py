@@ -20,7 +20,6 @@ from liftbridge_sync import (
     StreamReadonlySet,
     StreamResumed,
 )
-from liftbridge_sync._proto import api_pb2
 
 from .conftest import unique
 
@@ -89,21 +88,16 @@ def test_consumer_group_join_and_leave_are_announced(liftbridge_client: Client) 
     name = unique("actg")
     group = unique("group")
     liftbridge_client.create_stream(name, name)
-    core = liftbridge_client._core
     try:
         with liftbridge_client.activity() as events:
-            for consumer in ("c1", "c2"):
-                core.call_any(
-                    "JoinConsumerGroup",
-                    api_pb2.JoinConsumerGroupRequest(
-                        groupId=group, consumerId=consumer, streams=[name]
-                    ),
-                )
-            for consumer in ("c1", "c2"):
-                core.call_any(
-                    "LeaveConsumerGroup",
-                    api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=consumer),
-                )
+            c1 = liftbridge_client.consumer(
+                group, streams=[name], auto_commit=None, consumer_id="c1"
+            )
+            c2 = liftbridge_client.consumer(
+                group, streams=[name], auto_commit=None, consumer_id="c2"
+            )
+            c1.close()
+            c2.close()
             got = take_matching(events, 4, lambda e: getattr(e, "group_id", None) == group)
     finally:
         liftbridge_client.delete_stream(name)
