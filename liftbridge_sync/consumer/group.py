@@ -283,7 +283,7 @@ class Consumer:
     def assignment(self) -> frozenset[tuple[str, int]]:
         """The (stream, partition) pairs currently assigned to and read by this member."""
         with self._lock:
-            return frozenset(k for k, r in self._readers.items() if not r.stopped)
+            return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
 
     def close(self) -> None:
         """Stop reading, commit (with auto-commit), leave the group, join threads.
@@ -309,7 +309,7 @@ class Consumer:
                 thread.join(timeout)
         if self._auto_commit is not None:
             try:
-                self._commit_done()
+                self._commit_done((r.stream, r.partition) for r in readers)
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: final commit failed: %s", self._group, exc)
         self._mailbox.close()
@@ -375,6 +375,9 @@ class Consumer:
     def commit(self) -> dict[tuple[str, int], int]:
         """Commit the positions of every message delivered so far, the last one included.
 
+        Only partitions still assigned to this member are committed: a partition that
+        moved away may already have progressed under its new owner.
+
         Returns:
             The offsets stored by this call, per (stream, partition).
 
@@ -390,9 +393,10 @@ class Consumer:
             return dict(self._committed)
 
     def _commit_done(self, keys: Iterable[_Key] | None = None) -> dict[_Key, int]:
+        """Commit processed positions of ``keys`` (default: the partitions assigned now)."""
         with self._commit_lock:
             with self._lock:
-                wanted = set(self._done) if keys is None else set(keys)
+                wanted = set(self._readers) if keys is None else set(keys)
                 todo = {
                     k: self._done[k]
                     for k in wanted
