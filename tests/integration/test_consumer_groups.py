@@ -120,6 +120,10 @@ def test_two_members_split_four_partitions_and_see_each_message_once(
     ):
         wait_until(lambda: split_evenly(a, b), 15, "two partitions each")
         assert a.epoch == b.epoch
+        # Heartbeat and one reader per partition: named liftbridge-*, daemonic.
+        ours = [t for t in threading.enumerate() if t.name.startswith("liftbridge-consumer")]
+        assert len(ours) >= 2 + PARTITIONS and all(t.daemon for t in ours)
+        assert {f"liftbridge-consumer-{stream}-{p}" for p in ALL} <= {t.name for t in ours}
         ca, cb = Collector(a), Collector(b)
         sent = publish_batch(client, stream, "m", 200)
         wait_until(lambda: len(ca.messages) + len(cb.messages) >= len(sent), 20, "all messages")
