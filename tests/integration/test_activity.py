@@ -128,3 +128,17 @@ def test_activity_needs_an_activity_stream_enabled_server() -> None:
     with LiftbridgeServer(activity=False) as server, Client(server.address) as client:
         with pytest.raises(NotFoundError):
             client.activity()
+
+
+def test_the_activity_stream_resubscribes_across_a_server_restart() -> None:
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        with client.activity() as events:
+            client.create_stream("before", "before")
+            (before,) = take_matching(events, 1, about("before"))
+            server.restart()
+            client.create_stream("after", "after")
+            (after,) = take_matching(events, 1, about("after"), timeout=40)
+        assert isinstance(before, StreamCreated) and isinstance(after, StreamCreated)
+        assert after.id > before.id and after.offset > before.offset
