@@ -439,3 +439,27 @@ def go_and_python(
         go.kill()
         if go2 is not None:
             go2.kill()
+
+
+def test_with_manual_commits_only_committed_positions_are_skipped_by_the_next_member(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+
+    def read(consumer: Consumer, n: int) -> list[bytes]:
+        wait_until(lambda: len(consumer.assignment()) == PARTITIONS, 15, "assignment")
+        return [consumer.get(10).value for _ in range(n)]
+
+    with client.consumer(group, streams=[stream], auto_commit=None, start=start) as a:
+        first = publish_batch(client, stream, "first", 40)
+        assert sorted(read(a, 40)) == sorted(first)
+        assert len(a.commit()) == PARTITIONS
+        second = publish_batch(client, stream, "second", 40)
+        assert sorted(read(a, 40)) == sorted(second)
+        # No commit for the second batch; closing does not commit with auto_commit=None.
+    with client.consumer(group, streams=[stream], auto_commit=None, start=start) as b:
+        again = read(b, 40)
+        assert sorted(again) == sorted(second)  # redelivered: at-least-once
+        with pytest.raises(TimeoutError):
+            b.get(0.5)  # and nothing before the committed positions
