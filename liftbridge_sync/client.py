@@ -696,7 +696,7 @@ class Client:
             resubscribes after failover like any subscription and drops repeated events.
 
         Raises:
-            NoSuchPartitionError: if the server runs without ``activity.stream.enabled``.
+            NoSuchStreamError: if the server runs without ``activity.stream.enabled``.
         """
         return open_activity_stream(self._check(), start)
 

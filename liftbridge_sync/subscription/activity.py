@@ -91,7 +91,7 @@ def open_activity_stream(core: ClientCore, start: StartAt | None) -> ActivityStr
     """Subscribe to ``__activity`` (see :meth:`Client.activity`).
 
     Raises:
-        NoSuchPartitionError: if the server runs without the activity stream.
+        NoSuchStreamError: if the server runs without the activity stream.
     """
     sub = open_subscription(
         core,

@@ -122,11 +122,11 @@ def test_start_earliest_replays_past_events(liftbridge_client: Client) -> None:
 
 
 def test_activity_needs_an_activity_stream_enabled_server() -> None:
-    from liftbridge_sync import NotFoundError
+    from liftbridge_sync import NoSuchStreamError
     from liftbridge_sync.testing import LiftbridgeServer
 
     with LiftbridgeServer(activity=False) as server, Client(server.address) as client:
-        with pytest.raises(NotFoundError):
+        with pytest.raises(NoSuchStreamError, match="__activity"):
             client.activity()
 
 
