@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import logging
 
+from liftbridge_sync.activity import (
+    ActivityEvent,
+    ConsumerJoinedGroup,
+    ConsumerLeftGroup,
+    StreamCreated,
+    StreamDeleted,
+    StreamPaused,
+    StreamReadonlySet,
+    StreamResumed,
+    UnknownActivity,
+)
 from liftbridge_sync.client import Client
+from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ArgumentTypeError,
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
+    ConsumerGroupError,
+    ConsumerGroupNotFoundError,
+    CoordinatorMismatchError,
     DeadlineExceededError,
     EnvelopeError,
     ForkedClientError,
@@ -21,6 +36,7 @@ from liftbridge_sync.errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
     NotFoundError,
+    NotGroupMemberError,
     NotLeaderError,
     PartitionPausedError,
     PermissionDeniedError,
@@ -50,6 +66,7 @@ from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription import Subscription
+from liftbridge_sync.subscription.activity import ActivityStream
 from liftbridge_sync.subscription.stream import StreamSubscription
 
 __version__ = "0.1.0"
@@ -63,6 +80,7 @@ def _show_public_module() -> None:
     # still works: the class is reachable under that name.
     public = {"liftbridge_sync.errors", "liftbridge_sync.models", "liftbridge_sync.options"}
     public |= {"liftbridge_sync.positions", "liftbridge_sync.partitioners"}
+    public |= {"liftbridge_sync.activity"}
     for name in __all__:
         obj = globals()[name]
         if isinstance(obj, type) and obj.__module__ not in public:
@@ -73,6 +91,8 @@ __all__ = [
     "Ack",
     "AckPolicy",
     "AckTimeoutError",
+    "ActivityEvent",
+    "ActivityStream",
     "ArgumentTypeError",
     "BrokerInfo",
     "BrokerUnavailableError",
@@ -81,6 +101,12 @@ __all__ = [
     "ClientClosedError",
     "ClientOptions",
     "ConfigurationError",
+    "Consumer",
+    "ConsumerGroupError",
+    "ConsumerGroupNotFoundError",
+    "ConsumerJoinedGroup",
+    "ConsumerLeftGroup",
+    "CoordinatorMismatchError",
     "DeadlineExceededError",
     "EnvelopeError",
     "EventTimestamps",
@@ -94,6 +120,7 @@ __all__ = [
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotFoundError",
+    "NotGroupMemberError",
     "NotLeaderError",
     "PartitionInfo",
     "PartitionMetadata",
@@ -109,13 +136,19 @@ __all__ = [
     "ServerError",
     "StartAt",
     "StopAt",
+    "StreamCreated",
+    "StreamDeleted",
     "StreamDeletedError",
     "StreamExistsError",
     "StreamInfo",
+    "StreamPaused",
+    "StreamReadonlySet",
+    "StreamResumed",
     "StreamSubscription",
     "Subscription",
     "TLSError",
     "TLSOptions",
+    "UnknownActivity",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
     "__version__",

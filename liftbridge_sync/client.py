@@ -41,6 +41,7 @@ from liftbridge_sync._wire.validate import (
     check_partitions,
     check_timeout,
 )
+from liftbridge_sync.consumer.group import Consumer
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -53,6 +54,7 @@ from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.subscription.activity import ActivityStream, open_activity_stream
 from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stream import StreamSubscription, open_stream_subscription
@@ -799,6 +801,77 @@ class Client:
             read_isr_replica=read_isr_replica,
             resume=resume,
         )
+
+    # ------------------------------------------------------------------ activity, groups
+
+    def activity(self, *, start: StartAt | None = None) -> ActivityStream:
+        """Read the cluster's activity stream as typed events (see :mod:`.activity`).
+
+        Example::
+
+            with client.activity(start=StartAt.earliest()) as events:
+                for event in events:
+                    print(event)  # StreamCreated(id=..., stream='orders', ...)
+
+        Args:
+            start: Where to begin in ``__activity`` (default :meth:`StartAt.new_only`).
+
+        Returns:
+            An :class:`~liftbridge_sync.subscription.activity.ActivityStream`; it
+            resubscribes after failover like any subscription and drops repeated events.
+
+        Raises:
+            NoSuchStreamError: if the server runs without ``activity.stream.enabled``.
+        """
+        return open_activity_stream(self._check(), start)
+
+    def consumer(
+        self,
+        group: str,
+        *,
+        streams: Sequence[str],
+        auto_commit: float | None,
+        start: StartAt | None = None,
+        consumer_id: str | None = None,
+    ) -> Consumer:
+        """Join a consumer group and read the partitions the server assigns to this member.
+
+        Example::
+
+            with client.consumer("billing", streams=["orders"], auto_commit=5.0) as c:
+                for msg in c:
+                    handle(msg)
+
+        Args:
+            group: Group id; the group is created by its first member.
+            streams: Streams to consume (they must exist).
+            auto_commit: Seconds between automatic commits of processed positions (also
+                committed when a partition moves away and on close), or ``None`` to
+                commit only with :meth:`Consumer.commit`. Required: the choice is yours.
+            start: Where a partition with no committed cursor begins:
+                ``StartAt.new_only()`` (default), ``StartAt.earliest()`` or
+                ``StartAt.latest()``.
+            consumer_id: This member's id, unique in the group (default: generated).
+
+        Returns:
+            A joined :class:`~liftbridge_sync.consumer.Consumer`; close it (or use
+            ``with``) to leave the group.
+
+        Raises:
+            ConfigurationError: on a bad argument.
+            NoSuchStreamError: if a stream does not exist.
+        """
+        core = self._check()
+        consumer = Consumer(
+            core, group, streams, consumer_id=consumer_id, start=start, auto_commit=auto_commit
+        )
+        consumer.join()
+        try:
+            core.register(consumer)
+        except BaseException:
+            consumer.close()
+            raise
+        return consumer
 
 
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:

@@ -16,7 +16,12 @@ Every exception derives from :class:`LiftbridgeError`::
     ├── NotFoundError
     │   ├── NoSuchStreamError
     │   ├── NoSuchPartitionError
-    │   └── StreamDeletedError               stream deleted under a subscription
+    │   ├── StreamDeletedError               stream deleted under a subscription
+    │   └── ConsumerGroupNotFoundError       the consumer group does not exist (also below)
+    ├── ConsumerGroupError                   consumer groups
+    │   ├── ConsumerGroupNotFoundError       unknown group (also a NotFoundError)
+    │   ├── CoordinatorMismatchError         not the group's coordinator, or a stale epoch
+    │   └── NotGroupMemberError              the consumer is not (or no longer) a member
     ├── PartitionPausedError                 partition paused under a subscription
     ├── ReadonlyPartitionError               partition is read-only
     ├── PermissionDeniedError                server-side authorization refused the call
@@ -51,6 +56,9 @@ __all__ = [
     "BrokerUnavailableError",
     "ClientClosedError",
     "ConfigurationError",
+    "ConsumerGroupError",
+    "ConsumerGroupNotFoundError",
+    "CoordinatorMismatchError",
     "DeadlineExceededError",
     "EnvelopeError",
     "ForkedClientError",
@@ -61,6 +69,7 @@ __all__ = [
     "NoSuchPartitionError",
     "NoSuchStreamError",
     "NotFoundError",
+    "NotGroupMemberError",
     "NotLeaderError",
     "PartitionPausedError",
     "PermissionDeniedError",
@@ -212,6 +221,26 @@ class NoSuchPartitionError(NotFoundError):
 
 class StreamDeletedError(NotFoundError):
     """The stream was deleted while it was being read."""
+
+
+class ConsumerGroupError(LiftbridgeError):
+    """Base class of the consumer-group errors."""
+
+
+class ConsumerGroupNotFoundError(ConsumerGroupError, NotFoundError):
+    """The consumer group does not exist (its last member left or expired)."""
+
+
+class CoordinatorMismatchError(ConsumerGroupError):
+    """The request reached a broker that is not the group's coordinator, or named an
+    epoch that is no longer the group's (the assignments or the coordinator changed).
+
+    A consumer recovers by reading the group's metadata again; ``Consumer`` does so.
+    """
+
+
+class NotGroupMemberError(ConsumerGroupError):
+    """The consumer is not a member of the group (it left, or the server expired it)."""
 
 
 class PartitionPausedError(LiftbridgeError):

@@ -21,11 +21,14 @@ from __future__ import annotations
 import enum
 import re
 import ssl
+from collections.abc import Callable
 
 import grpc
 
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
+    ConsumerGroupNotFoundError,
+    CoordinatorMismatchError,
     DeadlineExceededError,
     IncorrectOffsetError,
     InvalidArgumentError,
@@ -33,6 +36,7 @@ from liftbridge_sync.errors import (
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
+    NotGroupMemberError,
     NotLeaderError,
     PartitionPausedError,
     PermissionDeniedError,
@@ -72,6 +76,8 @@ class CallContext(enum.Enum):
     SUBSCRIBE_OPEN = "subscribe_open"
     #: A status that ended an established subscription.
     SUBSCRIPTION = "subscription"
+    #: Consumer-group RPCs (join, leave, fetch assignments, report coordinator).
+    GROUP = "consumer_group"
 
 
 _NOT_LEADER_HINTS = ("not partition leader", "not leader", "partition leader", "not cursor")
@@ -263,6 +269,18 @@ def error_from_status(
     if code is sc.INVALID_ARGUMENT:
         return make(InvalidArgumentError)
 
+    if context is CallContext.GROUP:
+        group_error = _group_error(code, text, make)
+        if group_error is not None:
+            return group_error
+    if (
+        context is CallContext.SUBSCRIBE_OPEN
+        and code is sc.FAILED_PRECONDITION
+        and "not currently assigned" in text.lower()
+    ):
+        # A consumer-group member with an older epoch than the partition's current one.
+        return make(CoordinatorMismatchError)
+
     if code is sc.NOT_FOUND:
         if context is CallContext.SUBSCRIPTION:
             return make(StreamDeletedError)
@@ -306,6 +324,31 @@ def error_from_status(
         )
 
     return make(ServerError)
+
+
+#: FAILED_PRECONDITION texts of the consumer-group RPCs (server groups.go, metadata.go).
+_NOT_MEMBER_HINTS = ("not a member",)
+_NO_GROUP_HINTS = ("no such consumer group", "group does not exist")
+_MISMATCH_HINTS = ("not the consumer group coordinator", "epoch", "generation mismatch")
+
+
+def _group_error(
+    code: grpc.StatusCode, text: str, make: Callable[..., LiftbridgeError]
+) -> LiftbridgeError | None:
+    """The consumer-group meaning of a status, if it has one."""
+    if code is grpc.StatusCode.NOT_FOUND:
+        return make(ConsumerGroupNotFoundError)
+    if code is not grpc.StatusCode.FAILED_PRECONDITION:
+        return None
+    if _contains(text, _NO_GROUP_HINTS):
+        return make(ConsumerGroupNotFoundError)
+    if _contains(text, _MISMATCH_HINTS):
+        return make(CoordinatorMismatchError)
+    if _contains(text, _NOT_MEMBER_HINTS):
+        return make(NotGroupMemberError)
+    if "stream does not exist" in text.lower():
+        return make(NoSuchStreamError)
+    return None
 
 
 def error_from_rpc_error(

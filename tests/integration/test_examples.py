@@ -56,3 +56,10 @@ def test_demo_starts_its_own_server() -> None:
     assert "Published 10 messages" in out
     assert out.count("batch=demo") == 10
     assert out.rstrip().endswith("Done.")
+
+
+def test_consumer_group(liftbridge_address: str) -> None:
+    out = run_example("consumer_group.py", liftbridge_address)
+    assert "consumed: ['order 0', 'order 1', 'order 2', 'order 3']" in out
+    assert "cursor of partition 1: 1" in out
+    assert "activity: ['created" in out and "True joined" in out

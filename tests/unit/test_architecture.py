@@ -23,9 +23,11 @@ LAYERS: list[tuple[int, list[str]]] = [
     (1, ["liftbridge_sync.models", "liftbridge_sync.options", "liftbridge_sync._runtime"]),
     (2, ["liftbridge_sync.positions", "liftbridge_sync.partitioners"]),
     (3, ["liftbridge_sync._wire", "liftbridge_sync.envelope", "liftbridge_sync.sbp"]),
+    (3, ["liftbridge_sync.activity"]),  # activity stream events (models)
     (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
     (4, ["liftbridge_sync._transport"]),
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
+    (5, ["liftbridge_sync.consumer"]),  # consumer groups
     (6, ["liftbridge_sync.client"]),
     (7, ["liftbridge_sync"]),  # the package's face (__init__): re-exports the public names
     (
@@ -44,6 +46,7 @@ LAYERS: list[tuple[int, list[str]]] = [
 
 #: Modules whose public names users import directly (besides ``liftbridge_sync``).
 PUBLIC_MODULES = [
+    "liftbridge_sync.activity",
     "liftbridge_sync.errors",
     "liftbridge_sync.models",
     "liftbridge_sync.options",

@@ -118,6 +118,63 @@ def test_tree_shape_documented_in_module_docstring() -> None:
         ),
         (SC.UNIMPLEMENTED, "", CallContext.GENERIC, lb.UnsupportedError),
         (SC.INTERNAL, "boom", CallContext.GENERIC, lb.ServerError),
+        # Consumer groups: texts of server v1.9.0 (groups.go, metadata.go, partition.go).
+        (
+            SC.NOT_FOUND,
+            "consumer group does not exist",
+            CallContext.GROUP,
+            lb.ConsumerGroupNotFoundError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "No such consumer group g",
+            CallContext.GROUP,
+            lb.ConsumerGroupNotFoundError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "broker is not the consumer group coordinator",
+            CallContext.GROUP,
+            lb.CoordinatorMismatchError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "client-provided group epoch differs from broker group epoch",
+            CallContext.GROUP,
+            lb.CoordinatorMismatchError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "Coordinator generation mismatch, current coordinator: a epoch: 3, got ...",
+            CallContext.GROUP,
+            lb.CoordinatorMismatchError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "consumer is not a member of the consumer group",
+            CallContext.GROUP,
+            lb.NotGroupMemberError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "Consumer c is not a member of consumer group g",
+            CallContext.GROUP,
+            lb.NotGroupMemberError,
+        ),
+        (
+            SC.FAILED_PRECONDITION,
+            "consumer is already a member of the consumer group",
+            CallContext.GROUP,
+            lb.ServerError,
+        ),
+        (SC.FAILED_PRECONDITION, "stream does not exist", CallContext.GROUP, lb.NoSuchStreamError),
+        (
+            SC.FAILED_PRECONDITION,
+            "Consumer is not currently assigned this partition",
+            CallContext.SUBSCRIBE_OPEN,
+            lb.CoordinatorMismatchError,
+        ),
+        (SC.UNAVAILABLE, "connection refused", CallContext.GROUP, lb.BrokerUnavailableError),
     ],
 )
 def test_status_mapping(

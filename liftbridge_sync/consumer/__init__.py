@@ -1,0 +1,9 @@
+"""Consumer groups (Liftbridge v1.8+, beta), compatible with go-liftbridge's consumer.
+
+* :mod:`.group`: :class:`Consumer`, a group member that reads its assigned partitions
+  as one iterator and commits positions as cursors under ``__group:<group>``.
+"""
+
+from liftbridge_sync.consumer.group import Consumer, group_cursor_id
+
+__all__ = ["Consumer", "group_cursor_id"]

@@ -1,0 +1,106 @@
+"""The activity stream as an iterator of typed events (see :meth:`Client.activity`).
+
+An :class:`ActivityStream` is a :class:`~liftbridge_sync.subscription.Subscription` on
+the reserved ``__activity`` stream whose messages are decoded with
+:func:`liftbridge_sync.activity.decode_event`. It resubscribes after failover exactly
+like any subscription, and drops events whose id it has already delivered (the server
+publishes at-least-once).
+"""
+
+from __future__ import annotations
+
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync.activity import ACTIVITY_STREAM, ActivityEvent, decode_event
+from liftbridge_sync.positions import StartAt
+from liftbridge_sync.subscription.opening import open_subscription
+from liftbridge_sync.subscription.partition import Subscription
+
+__all__ = ["ActivityStream", "open_activity_stream"]
+
+
+class ActivityStream:
+    """Iterate typed activity events, in the order the cluster applied the changes.
+
+    Use it as an iterator and a context manager, like a
+    :class:`~liftbridge_sync.subscription.Subscription`::
+
+        with client.activity(start=StartAt.earliest()) as events:
+            for event in events:
+                if isinstance(event, StreamCreated):
+                    ...
+
+    Not thread-safe for iteration; close() may be called from any thread.
+    """
+
+    def __init__(self, subscription: Subscription) -> None:
+        self._sub = subscription
+        self._last_id: int | None = None
+
+    @property
+    def subscription(self) -> Subscription:
+        """The underlying subscription on ``__activity``."""
+        return self._sub
+
+    @property
+    def last_offset(self) -> int | None:
+        """Offset in ``__activity`` of the last delivered event, ``None`` before the first."""
+        return self._sub.last_offset
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._sub.closed
+
+    def __iter__(self) -> ActivityStream:
+        return self
+
+    def __next__(self) -> ActivityEvent:
+        return self.get(None)
+
+    def get(self, timeout: float | None = None) -> ActivityEvent:
+        """The next event, waiting at most ``timeout`` seconds (``None``: forever).
+
+        Raises:
+            TimeoutError: if no new event arrived in time; the stream stays usable.
+            StopIteration: if closed.
+            ServerError: if a message on ``__activity`` is not an activity event.
+        """
+        while True:
+            msg = self._sub.get(timeout)
+            event = decode_event(msg.value, offset=msg.offset, timestamp_ns=msg.timestamp_ns)
+            if self._last_id is not None and event.id <= self._last_id:
+                continue  # a repeat after a metadata-leader change
+            self._last_id = event.id
+            return event
+
+    def close(self) -> None:
+        """End the iteration; a blocked read ends with ``StopIteration``. Idempotent."""
+        self._sub.close()
+
+    def __enter__(self) -> ActivityStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<ActivityStream last_offset={self.last_offset} last_id={self._last_id}>"
+
+
+def open_activity_stream(core: ClientCore, start: StartAt | None) -> ActivityStream:
+    """Subscribe to ``__activity`` (see :meth:`Client.activity`).
+
+    Raises:
+        NoSuchStreamError: if the server runs without the activity stream.
+    """
+    sub = open_subscription(
+        core,
+        ACTIVITY_STREAM,
+        partition=0,
+        start=start,
+        stop=None,
+        read_isr_replica=False,
+        resume=False,
+        reverse=False,
+    )
+    return ActivityStream(sub)

@@ -1,0 +1,144 @@
+"""The activity stream against the real server (started with activity.stream.enabled)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from liftbridge_sync import (
+    ActivityEvent,
+    ActivityStream,
+    Client,
+    ConsumerJoinedGroup,
+    ConsumerLeftGroup,
+    StartAt,
+    StreamCreated,
+    StreamDeleted,
+    StreamPaused,
+    StreamReadonlySet,
+    StreamResumed,
+)
+
+from .conftest import unique
+
+pytestmark = pytest.mark.integration
+
+
+def take_matching(
+    events: ActivityStream,
+    n: int,
+    match: Callable[[ActivityEvent], bool],
+    timeout: float = 15.0,
+) -> list[ActivityEvent]:
+    """The next ``n`` events that ``match`` (others, from other tests, are skipped)."""
+    deadline = time.monotonic() + timeout
+    found: list[ActivityEvent] = []
+    while len(found) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pytest.fail(f"only {len(found)} of {n} events within {timeout}s: {found}")
+        try:
+            event = events.get(remaining)
+        except TimeoutError:
+            continue
+        if match(event):
+            found.append(event)
+    return found
+
+
+def about(name: str) -> Callable[[ActivityEvent], bool]:
+    return lambda event: getattr(event, "stream", None) == name
+
+
+def test_stream_events_arrive_in_order_with_their_fields(liftbridge_client: Client) -> None:
+    name = unique("act")
+    with liftbridge_client.activity() as events:
+        liftbridge_client.create_stream(name, name, partitions=3)
+        liftbridge_client.pause_stream(name, partitions=[1, 2], resume_all=True)
+        # A publish to a paused partition resumes it (all of them: resume_all).
+        liftbridge_client.publish(name, b"wake", partition=1)
+        liftbridge_client.set_stream_readonly(name, partitions=[0])
+        liftbridge_client.set_stream_readonly(name, partitions=[0], readonly=False)
+        liftbridge_client.delete_stream(name)
+        got = take_matching(events, 6, about(name))
+
+    created, paused, resumed, readonly, writable, deleted = got
+    assert isinstance(created, StreamCreated)
+    assert created.partitions == (0, 1, 2)
+    assert isinstance(paused, StreamPaused)
+    assert sorted(paused.partitions) == [1, 2] and paused.resume_all is True
+    assert isinstance(resumed, StreamResumed)
+    assert sorted(resumed.partitions) == [1, 2]
+    assert isinstance(readonly, StreamReadonlySet)
+    assert readonly.partitions == (0,) and readonly.readonly is True
+    assert isinstance(writable, StreamReadonlySet)
+    assert writable.readonly is False
+    assert isinstance(deleted, StreamDeleted)
+    # Ids are Raft indexes and offsets positions in __activity: both strictly increase.
+    ids = [e.id for e in got]
+    assert ids == sorted(set(ids))
+    offsets = [e.offset for e in got]
+    assert offsets == sorted(set(offsets))
+    assert all(e.timestamp is not None for e in got)
+
+
+def test_consumer_group_join_and_leave_are_announced(liftbridge_client: Client) -> None:
+    name = unique("actg")
+    group = unique("group")
+    liftbridge_client.create_stream(name, name)
+    try:
+        with liftbridge_client.activity() as events:
+            c1 = liftbridge_client.consumer(
+                group, streams=[name], auto_commit=None, consumer_id="c1"
+            )
+            c2 = liftbridge_client.consumer(
+                group, streams=[name], auto_commit=None, consumer_id="c2"
+            )
+            c1.close()
+            c2.close()
+            got = take_matching(events, 4, lambda e: getattr(e, "group_id", None) == group)
+    finally:
+        liftbridge_client.delete_stream(name)
+    joined1, joined2, left1, left2 = got
+    # The first join creates the group; the server announces it as a join too.
+    assert isinstance(joined1, ConsumerJoinedGroup)
+    assert (joined1.consumer_id, joined1.streams) == ("c1", (name,))
+    assert isinstance(joined2, ConsumerJoinedGroup) and joined2.consumer_id == "c2"
+    assert isinstance(left1, ConsumerLeftGroup)
+    assert (left1.consumer_id, left1.expired) == ("c1", False)
+    assert isinstance(left2, ConsumerLeftGroup) and left2.consumer_id == "c2"
+
+
+def test_start_earliest_replays_past_events(liftbridge_client: Client) -> None:
+    name = unique("actp")
+    liftbridge_client.create_stream(name, name)
+    liftbridge_client.delete_stream(name)
+    with liftbridge_client.activity(start=StartAt.earliest()) as events:
+        created, deleted = take_matching(events, 2, about(name))
+    assert isinstance(created, StreamCreated) and isinstance(deleted, StreamDeleted)
+    assert created.id < deleted.id
+
+
+def test_activity_needs_an_activity_stream_enabled_server() -> None:
+    from liftbridge_sync import NoSuchStreamError
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    with LiftbridgeServer(activity=False) as server, Client(server.address) as client:
+        with pytest.raises(NoSuchStreamError, match="__activity"):
+            client.activity()
+
+
+def test_the_activity_stream_resubscribes_across_a_server_restart() -> None:
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        with client.activity() as events:
+            client.create_stream("before", "before")
+            (before,) = take_matching(events, 1, about("before"))
+            server.restart()
+            client.create_stream("after", "after")
+            (after,) = take_matching(events, 1, about("after"), timeout=40)
+        assert isinstance(before, StreamCreated) and isinstance(after, StreamCreated)
+        assert after.id > before.id and after.offset > before.offset

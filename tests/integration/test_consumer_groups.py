@@ -1,0 +1,466 @@
+"""Consumer groups against the real server (short consumer timeout: fast rebalances)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from liftbridge_sync import (
+    ActivityEvent,
+    ActivityStream,
+    Client,
+    ConsumerGroupNotFoundError,
+    ConsumerLeftGroup,
+    CoordinatorMismatchError,
+    Message,
+    NotGroupMemberError,
+    StartAt,
+)
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync.consumer import Consumer
+from liftbridge_sync.testing import LiftbridgeServer
+from tests.waiting import wait_until
+
+from .conftest import unique
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 4
+ALL = frozenset(range(PARTITIONS))
+
+
+@pytest.fixture(scope="module")
+def group_server() -> Iterator[LiftbridgeServer]:
+    """A server whose members must poll every 2 s (heartbeats every 0.8 s)."""
+    config = {"groups.consumer.timeout": "2s", "groups.coordinator.timeout": "2s"}
+    with LiftbridgeServer(config=config) as server:
+        yield server
+
+
+@pytest.fixture
+def client(group_server: LiftbridgeServer) -> Iterator[Client]:
+    with Client(group_server.address) as c:
+        yield c
+
+
+@pytest.fixture
+def stream(client: Client) -> str:
+    name = unique("grp")
+    client.create_stream(name, name, partitions=PARTITIONS)
+    return name
+
+
+def publish_batch(client: Client, stream: str, tag: str, n: int) -> set[bytes]:
+    values = {f"{tag}-{i}".encode() for i in range(n)}
+    for i, value in enumerate(sorted(values)):
+        client.publish(stream, value, partition=i % PARTITIONS)
+    return values
+
+
+def partitions_of(consumer: Consumer) -> set[int]:
+    return {p for _, p in consumer.assignment()}
+
+
+def split_evenly(*consumers: Consumer) -> bool:
+    parts = [partitions_of(c) for c in consumers]
+    return all(len(p) == PARTITIONS // len(consumers) for p in parts) and set().union(
+        *parts
+    ) == set(ALL)
+
+
+class Collector:
+    """Iterates a consumer on its own thread until stopped; records what it got."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.messages: list[Message] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self.consumer.get(0.2))
+            except TimeoutError:
+                continue
+            except StopIteration:
+                return
+            except BaseException as exc:
+                self.errors.append(exc)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert not self._thread.is_alive()
+
+    def values(self) -> list[bytes]:
+        return [m.value for m in self.messages]
+
+
+def test_two_members_split_four_partitions_and_see_each_message_once(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    with (
+        client.consumer(group, streams=[stream], auto_commit=None, start=start) as a,
+        client.consumer(group, streams=[stream], auto_commit=None, start=start) as b,
+    ):
+        wait_until(lambda: split_evenly(a, b), 15, "two partitions each")
+        assert a.epoch == b.epoch
+        # Heartbeat and one reader per partition: named liftbridge-*, daemonic.
+        ours = [t for t in threading.enumerate() if t.name.startswith("liftbridge-consumer")]
+        assert len(ours) >= 2 + PARTITIONS and all(t.daemon for t in ours)
+        assert {f"liftbridge-consumer-{stream}-{p}" for p in ALL} <= {t.name for t in ours}
+        ca, cb = Collector(a), Collector(b)
+        sent = publish_batch(client, stream, "m", 200)
+        wait_until(lambda: len(ca.messages) + len(cb.messages) >= len(sent), 20, "all messages")
+        ca.stop()
+        cb.stop()
+        assert not ca.errors and not cb.errors
+        got = ca.values() + cb.values()
+        assert sorted(got) == sorted(sent)  # every message, none twice
+        assert {m.partition for m in ca.messages} == partitions_of(a)
+        assert {m.partition for m in cb.messages} == partitions_of(b)
+        # Per partition, offsets arrive in order.
+        for collector in (ca, cb):
+            for p in ALL:
+                offs = [m.offset for m in collector.messages if m.partition == p]
+                assert offs == sorted(offs)
+        committed = a.commit()
+        assert set(committed) == {(stream, p) for p in partitions_of(a)}
+        for (s, p), offset in committed.items():
+            assert client.fetch_cursor(f"__group:{group}", s, p) == offset
+
+
+def test_partitions_of_a_closed_member_move_and_resume_from_its_cursors(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    b = client.consumer(group, streams=[stream], auto_commit=0.5, start=start)
+    try:
+        with client.consumer(group, streams=[stream], auto_commit=30.0, start=start) as a:
+            wait_until(lambda: split_evenly(a, b), 15, "two partitions each")
+            a_parts = partitions_of(a)
+            ca, cb = Collector(a), Collector(b)
+            first = publish_batch(client, stream, "first", 100)
+            wait_until(lambda: len(ca.messages) + len(cb.messages) >= len(first), 20, "batch 1")
+            ca.stop()
+            assert ca.messages and not ca.errors
+            # Leaving the `with` block commits what `a` processed, then leaves the group.
+        for p in a_parts:
+            assert client.fetch_cursor(f"__group:{group}", stream, p) >= 0
+        wait_until(lambda: partitions_of(b) == set(ALL), 15, "b owns every partition")
+        second = publish_batch(client, stream, "second", 100)
+        wait_until(lambda: len(cb.messages) >= len(first) - len(ca.messages) + len(second), 20)
+        cb.stop()
+        assert not cb.errors
+        # b saw its own half of batch 1 and all of batch 2: a's positions were resumed
+        # after its commits, with nothing lost and nothing repeated.
+        assert sorted(ca.values() + cb.values()) == sorted(first | second)
+        moved = [m for m in cb.messages if m.partition in a_parts]
+        assert moved and all(m.value.startswith(b"second") for m in moved)
+    finally:
+        b.close()
+    assert b.closed and not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def _threads() -> list[threading.Thread]:
+    # Reader threads of a closed consumer are joined by close().
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        alive = [t for t in threading.enumerate() if t.name.startswith("liftbridge-consumer")]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+def test_group_errors_are_typed(client: Client, stream: str) -> None:
+    core = client._core
+    group = unique("g")
+    with client.consumer(group, streams=[stream], auto_commit=None) as member:
+        wait_until(lambda: len(member.assignment()) == PARTITIONS, 15, "assignment")
+        with pytest.raises(NotGroupMemberError):
+            core.call_any(
+                rpcs.LEAVE_CONSUMER_GROUP,
+                api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId="stranger"),
+                context=CallContext.GROUP,
+            )
+        address = client.fetch_metadata().brokers[0].address
+        with pytest.raises(CoordinatorMismatchError):
+            core.invoke(
+                address,
+                rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
+                api_pb2.FetchConsumerGroupAssignmentsRequest(
+                    groupId=group, consumerId=member.consumer_id, epoch=member.epoch + 100
+                ),
+                context=CallContext.GROUP,
+            )
+    with pytest.raises(ConsumerGroupNotFoundError):
+        core.call_any(
+            rpcs.LEAVE_CONSUMER_GROUP,
+            api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId="x"),
+            context=CallContext.GROUP,
+        )
+
+
+CHILD = """
+import sys
+from liftbridge_sync import Client, StartAt
+address, group, stream = sys.argv[1:4]
+with Client(address) as client:
+    with client.consumer(group, streams=[stream], auto_commit=0.2, consumer_id="child",
+                         start=StartAt.earliest()) as consumer:
+        print("joined", flush=True)
+        for msg in consumer:
+            print(msg.partition, msg.value.decode(), flush=True)
+"""
+
+
+def test_a_killed_member_expires_and_the_other_resumes_without_loss(
+    client: Client, stream: str, group_server: LiftbridgeServer
+) -> None:
+    group = unique("g")
+    b = client.consumer(group, streams=[stream], auto_commit=0.5, start=StartAt.earliest())
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, group_server.address, group, stream],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(iter(child.stdout.readline, "")),  # type: ignore[union-attr]
+        daemon=True,
+    )
+    reader.start()
+    try:
+        wait_until(lambda: len(partitions_of(b)) == PARTITIONS // 2, 20, "child joined")
+        cb = Collector(b)
+        first = publish_batch(client, stream, "first", 100)
+
+        def child_values() -> list[str]:
+            return [line.split()[1] for line in list(lines) if line[0].isdigit()]
+
+        wait_until(lambda: len(child_values()) + len(cb.messages) >= 100, 20, "batch 1")
+        child_parts = {int(line.split()[0]) for line in list(lines) if line[0].isdigit()}
+        assert child_parts == set(ALL) - partitions_of(b)
+        # The child's auto-commit stored positions before it dies.
+        wait_until(
+            lambda: all(
+                client.fetch_cursor(f"__group:{group}", stream, p) >= 0 for p in child_parts
+            ),
+            10,
+            "child commits",
+        )
+        child.kill()
+        child.wait(10)
+        second = publish_batch(client, stream, "second", 100)
+        # The server expires the child after its 2 s consumer timeout; b takes over.
+        wait_until(lambda: partitions_of(b) == set(ALL), 20, "b owns every partition")
+        wait_until(
+            lambda: (
+                {v.decode() for v in cb.values()} | set(child_values())
+                >= {v.decode() for v in first | second}
+            ),
+            20,
+            "every message",
+        )
+        cb.stop()
+        # The activity stream records the expiry (replayed from the start: the event may
+        # trail the reassignment, as the server publishes it after applying it).
+        with client.activity(start=StartAt.earliest()) as events:
+            left = take_event(
+                events, lambda e: isinstance(e, ConsumerLeftGroup) and e.group_id == group
+            )
+            assert isinstance(left, ConsumerLeftGroup)
+            assert left.consumer_id == "child" and left.expired is True
+        assert not cb.errors
+        seen = set(child_values()) | {v.decode() for v in cb.values()}
+        assert seen == {v.decode() for v in first | second}  # nothing lost
+        # Only what the child processed after its last commit can come twice.
+        b_values = cb.values()
+        assert len(b_values) == len(set(b_values))
+        child_seen = set(child_values())
+        repeated = [m for m in cb.messages if m.value.decode() in child_seen]
+        assert all(m.partition in child_parts for m in repeated)
+    finally:
+        child.kill()
+        child.wait(10)
+        reader.join(10)
+        if child.stdout is not None:
+            child.stdout.close()
+        b.close()
+
+
+def take_event(events: ActivityStream, match: Callable[[ActivityEvent], bool]) -> ActivityEvent:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            event = events.get(max(0.01, deadline - time.monotonic()))
+        except TimeoutError:
+            break
+        if match(event):
+            return event
+    pytest.fail("no matching activity event")
+
+
+GO_CONSUMER = Path(__file__).parent / "go_consumer"
+
+
+@pytest.fixture(scope="module")
+def go_consumer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The go-liftbridge v2.4.0 consumer of ``go_consumer/``, built offline."""
+    go = shutil.which("go")
+    if go is None:
+        pytest.skip("no Go toolchain")
+    binary = tmp_path_factory.mktemp("go") / "go_consumer"
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOPROXY": "off", "GOSUMDB": "off"}
+    built = subprocess.run(
+        [go, "build", "-o", str(binary), "."],
+        cwd=GO_CONSUMER,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if built.returncode != 0:
+        pytest.skip(f"go-liftbridge v2.4.0 is not available offline: {built.stderr[-500:]}")
+    return binary
+
+
+class GoMember:
+    """A go-liftbridge consumer process; lines it printed are collected."""
+
+    def __init__(self, binary: Path, address: str, group: str, stream: str, name: str) -> None:
+        self.proc = subprocess.Popen(
+            [str(binary), address, group, stream, name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        assert self.proc.stdout is not None
+        stdout = self.proc.stdout
+        self._reader = threading.Thread(
+            target=lambda: self.lines.extend(line.strip() for line in iter(stdout.readline, "")),
+            daemon=True,
+        )
+        self._reader.start()
+
+    def values(self) -> list[str]:
+        return [line.split()[1] for line in list(self.lines) if line[:1].isdigit()]
+
+    def partitions(self) -> set[int]:
+        return {int(line.split()[0]) for line in list(self.lines) if line[:1].isdigit()}
+
+    def close(self) -> None:
+        """Checkpoint and leave the group (Go's Consumer.Close)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        wait_until(lambda: "closed" in self.lines, 20, "the Go consumer to close")
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+        self._reader.join(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+@pytest.fixture(scope="module")
+def go_server() -> Iterator[LiftbridgeServer]:
+    """A server with a 6 s consumer timeout: go-liftbridge sleeps 2 s after any failed
+    poll (e.g. the first one after a rebalance), which a 2 s timeout would expire."""
+    with LiftbridgeServer(config={"groups.consumer.timeout": "6s"}) as server:
+        yield server
+
+
+def test_go_and_python_members_share_a_group_and_continue_each_others_work(
+    go_server: LiftbridgeServer, go_consumer: Path
+) -> None:
+    with Client(go_server.address) as client:
+        stream = unique("grp")
+        client.create_stream(stream, stream, partitions=PARTITIONS)
+        go_and_python(client, stream, go_server, go_consumer)
+
+
+def go_and_python(
+    client: Client, stream: str, group_server: LiftbridgeServer, go_consumer: Path
+) -> None:
+    group = unique("g")
+    py = client.consumer(group, streams=[stream], auto_commit=0.2, start=StartAt.earliest())
+    go = GoMember(go_consumer, group_server.address, group, stream, "go")
+    go2: GoMember | None = None
+    try:
+        wait_until(lambda: "joined" in go.lines, 20, "the Go consumer to join")
+        wait_until(lambda: len(partitions_of(py)) == PARTITIONS // 2, 20, "a rebalance")
+        cpy = Collector(py)
+        first = {v.decode() for v in publish_batch(client, stream, "first", 100)}
+        wait_until(lambda: len(cpy.messages) + len(go.values()) >= 100, 20, "batch 1")
+        # Together, exactly once; each on its own partitions.
+        assert sorted([v.decode() for v in cpy.values()] + go.values()) == sorted(first)
+        assert go.partitions() == set(ALL) - partitions_of(py)
+        go_parts = go.partitions()
+
+        # The Go member checkpoints and leaves: Python resumes from Go's cursors.
+        go.close()
+        wait_until(lambda: partitions_of(py) == set(ALL), 20, "Python owns every partition")
+        second = {v.decode() for v in publish_batch(client, stream, "second", 100)}
+        wait_until(lambda: len(cpy.messages) >= 50 + 100, 20, "batch 2")
+        cpy.stop()
+        got = [v.decode() for v in cpy.values()]
+        assert len(got) == len(set(got)) and set(got) | set(go.values()) == first | second
+        assert all(m.value.startswith(b"second") for m in cpy.messages if m.partition in go_parts)
+
+        # Python commits and leaves: a new Go member resumes from Python's cursors.
+        py.close()
+        go2 = GoMember(go_consumer, group_server.address, group, stream, "go2")
+        wait_until(lambda: "joined" in go2.lines, 20, "the second Go consumer to join")
+        third = {v.decode() for v in publish_batch(client, stream, "third", 40)}
+        wait_until(lambda: len(go2.values()) >= 40, 30, "batch 3 in Go")
+        assert sorted(go2.values()) == sorted(third)
+    finally:
+        py.close()
+        go.kill()
+        if go2 is not None:
+            go2.kill()
+
+
+def test_with_manual_commits_only_committed_positions_are_skipped_by_the_next_member(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+
+    def read(consumer: Consumer, n: int) -> list[bytes]:
+        wait_until(lambda: len(consumer.assignment()) == PARTITIONS, 15, "assignment")
+        return [consumer.get(10).value for _ in range(n)]
+
+    with client.consumer(group, streams=[stream], auto_commit=None, start=start) as a:
+        first = publish_batch(client, stream, "first", 40)
+        assert sorted(read(a, 40)) == sorted(first)
+        assert len(a.commit()) == PARTITIONS
+        second = publish_batch(client, stream, "second", 40)
+        assert sorted(read(a, 40)) == sorted(second)
+        # No commit for the second batch; closing does not commit with auto_commit=None.
+    with client.consumer(group, streams=[stream], auto_commit=None, start=start) as b:
+        again = read(b, 40)
+        assert sorted(again) == sorted(second)  # redelivered: at-least-once
+        with pytest.raises(TimeoutError):
+            b.get(0.5)  # and nothing before the committed positions

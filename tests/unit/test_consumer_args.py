@@ -1,0 +1,48 @@
+"""Consumer arguments are checked before anything is sent; cursor ids follow Go's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import Client, ConfigurationError, StartAt
+from liftbridge_sync.consumer import group_cursor_id
+
+
+@pytest.mark.parametrize(
+    ("group", "kwargs", "match"),
+    [
+        ("", {"streams": ["s"]}, "'group'"),
+        ("g", {"streams": "s"}, "'streams'"),
+        ("g", {"streams": []}, "'streams'"),
+        ("g", {"streams": ["bad name"]}, "streams"),
+        ("g", {"streams": ["s"], "start": StartAt.offset(3)}, "'start'"),
+        ("g", {"streams": ["s"], "start": StartAt.cursor("c")}, "'start'"),
+        ("g", {"streams": ["s"], "consumer_id": ""}, "'consumer_id'"),
+    ],
+)
+def test_bad_arguments_raise_before_the_wire(
+    group: str, kwargs: dict[str, Any], match: str
+) -> None:
+    # Port 1: nothing listens; an attempt to connect would fail differently and slowly.
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(ConfigurationError, match=match):
+            client.consumer(group, auto_commit=None, **kwargs)
+
+
+@pytest.mark.parametrize("interval", [0, -1.0, float("nan")])
+def test_auto_commit_must_be_a_positive_interval_or_none(interval: float) -> None:
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(ConfigurationError, match="auto_commit"):
+            client.consumer("g", streams=["s"], auto_commit=interval)
+
+
+def test_auto_commit_is_a_required_choice() -> None:
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(TypeError, match="auto_commit"):
+            client.consumer("g", streams=["s"])  # type: ignore[call-arg]
+
+
+def test_cursor_id_is_go_liftbridges() -> None:
+    assert group_cursor_id("billing") == "__group:billing"
