@@ -7,10 +7,9 @@ import time
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import Client, RetryPolicy, StartAt
+from liftbridge_sync import Client, StartAt
 from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve
-
-QUICK = RetryPolicy(max_attempts=3, max_delay=2.0, initial=0.01, maximum=0.05, jitter=0.0)
+from tests.constants import SHORT_RETRY
 
 
 def test_users_script_slow_and_lost_acks() -> None:
@@ -19,7 +18,7 @@ def test_users_script_slow_and_lost_acks() -> None:
             b"slow": ("delay", 0.3),
             b"lost": "drop",
         }.get(request.value, "ack")
-        with Client(broker.address, retry=QUICK) as client:
+        with Client(broker.address, retry=SHORT_RETRY) as client:
             started = time.monotonic()
             slow = client.publish("s", b"slow")
             assert slow is not None and slow.offset == 0
@@ -37,7 +36,7 @@ def test_users_script_a_readonly_refusal_and_a_broken_subscription() -> None:
             serve([0, 1], then=("UNAVAILABLE", "gone")),
             serve([2], then="end"),
         ]
-        with Client(broker.address, retry=QUICK) as client:
+        with Client(broker.address, retry=SHORT_RETRY) as client:
             with pytest.raises(lb.ReadonlyPartitionError):
                 client.publish("s", b"x")
             got = [m.offset for m in client.subscribe("s", start=StartAt.earliest())]
@@ -49,7 +48,7 @@ def test_users_script_not_leader_and_a_refused_subscribe() -> None:
     with FakeBroker() as broker:
         broker.not_leader_times = 1
         broker.subscribe_scripts = [refuse("PERMISSION_DENIED", "not authorized")]
-        with Client(broker.address, retry=QUICK) as client:
+        with Client(broker.address, retry=SHORT_RETRY) as client:
             assert client.fetch_partition_metadata("s", 0).newest_offset == -1
             assert broker.partition_metadata_calls == 2  # refused once, then retried
             with pytest.raises(lb.PermissionDeniedError):

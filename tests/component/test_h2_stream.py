@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import Client, RetryPolicy
+from liftbridge_sync import Client
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
@@ -24,8 +24,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
 )
 from liftbridge_sync.testing import FakeBroker, FakeCluster
-
-FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0.05, jitter=0.0)
+from tests.constants import FAST_RETRY
 
 
 def _fake_broker() -> FakeBroker:

@@ -10,11 +10,10 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import AckPolicy, Client, RetryPolicy
+from liftbridge_sync import AckPolicy, Client
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.testing import FakeBroker, FakeCluster
-
-FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0.05, jitter=0.0)
+from tests.constants import FAST_RETRY
 
 
 def _fake_broker() -> FakeBroker:

@@ -26,9 +26,9 @@ from liftbridge_sync.testing import (
     serve,
     silent,
 )
+from tests.constants import SHORT_RETRY
 
 SC = grpc.StatusCode
-FAST_RETRY = RetryPolicy(max_attempts=5, max_delay=2.0, initial=0.01, maximum=0.05, jitter=0.0)
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def transport(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def make_client(*brokers: FakeBroker, **options: Any) -> Client:
-    options.setdefault("retry", FAST_RETRY)
+    options.setdefault("retry", SHORT_RETRY)
     options.setdefault("subscribe_transport", TRANSPORT["name"])
     options.setdefault("resubscribe_wait", 5.0)
     return Client([b.address for b in brokers], **options)

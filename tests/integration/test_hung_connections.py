@@ -10,9 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import Client, Message, RetryPolicy, StartAt
+from liftbridge_sync import Client, Message, StartAt
 from liftbridge_sync.testing import LiftbridgeServer, TcpProxy
 from liftbridge_sync.testing._net import free_port
+from tests.constants import PATIENT_RETRY
 from tests.waiting import wait_until
 
 from ._pubdata import publish_values
@@ -41,10 +42,9 @@ def test_a_black_holed_subscription_is_noticed_and_resumes(
     with Client(direct) as admin:
         admin.create_stream(name, name)
     publish_values(direct, name, 3)
-    retry = RetryPolicy(max_attempts=100, max_delay=30, initial=0.05, maximum=0.2, jitter=0)
     with Client(
         proxy.address,
-        retry=retry,
+        retry=PATIENT_RETRY,
         rpc_timeout=1.0,
         resubscribe_wait=60,
         keepalive_interval=0.5,
@@ -85,8 +85,7 @@ def test_publishes_into_a_black_hole_time_out_then_publishing_resumes(
     name = unique()
     with Client(direct) as admin:
         admin.create_stream(name, name)
-    retry = RetryPolicy(max_attempts=100, max_delay=30, initial=0.05, maximum=0.2, jitter=0)
-    with Client(proxy.address, retry=retry, rpc_timeout=1.0, ack_timeout=1.0) as client:
+    with Client(proxy.address, retry=PATIENT_RETRY, rpc_timeout=1.0, ack_timeout=1.0) as client:
         first = client.publish(name, b"before")
         assert first is not None and first.offset == 0
         proxy.blackhole()
