@@ -26,11 +26,8 @@ delivered offset as it does on grpcio.
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
-import ssl
 import struct
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -46,7 +43,9 @@ import h2.settings
 from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
+from liftbridge_sync._transport.h2 import framing
+from liftbridge_sync._transport.h2.dial import tls_context
+from liftbridge_sync.options import ClientOptions, parse_address
 
 __all__ = ["H2SubscribeCall", "SubscribeRpcError"]
 
@@ -73,24 +72,7 @@ _DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: HTTP status of a non-gRPC answer → gRPC code (gRPC's http-grpc-status-mapping.md).
-_HTTP_CODES = {
-    400: _SC.INTERNAL,
-    401: _SC.UNAUTHENTICATED,
-    403: _SC.PERMISSION_DENIED,
-    404: _SC.UNIMPLEMENTED,
-    429: _SC.UNAVAILABLE,
-    502: _SC.UNAVAILABLE,
-    503: _SC.UNAVAILABLE,
-    504: _SC.UNAVAILABLE,
-}
-#: RST_STREAM code → gRPC code (gRPC's PROTOCOL-HTTP2.md); anything else is INTERNAL.
-_RESET_CODES = {
-    h2.errors.ErrorCodes.NO_ERROR: _SC.INTERNAL,
-    h2.errors.ErrorCodes.REFUSED_STREAM: _SC.UNAVAILABLE,
-    h2.errors.ErrorCodes.CANCEL: _SC.CANCELLED,
-    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: _SC.RESOURCE_EXHAUSTED,
-    h2.errors.ErrorCodes.INADEQUATE_SECURITY: _SC.PERMISSION_DENIED,
-}
+_HTTP_CODES = framing.HTTP_CODES
 
 
 class _DeadConnection(Exception):
@@ -501,7 +483,7 @@ class H2SubscribeCall:
                 self._on_stream_ended()
             elif kind is h2.events.StreamReset:
                 assert isinstance(event, h2.events.StreamReset)
-                code = _RESET_CODES.get(event.error_code, _SC.INTERNAL)  # type: ignore[call-overload]
+                code = framing.RESET_CODES.get(int(event.error_code), _SC.INTERNAL)
                 self._end(code, f"stream reset by the broker ({event.error_code!r})")
             elif kind is h2.events.ConnectionTerminated:
                 assert isinstance(event, h2.events.ConnectionTerminated)
@@ -583,7 +565,7 @@ class H2SubscribeCall:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if tls is not None:
-                sock = _tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
+                sock = tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
                 if sock.selected_alpn_protocol() != "h2":
                     raise OSError("the broker did not negotiate HTTP/2 (ALPN h2)")
             conn = h2.connection.H2Connection(
@@ -630,25 +612,6 @@ class H2SubscribeCall:
             self._sock = sock
         self._conn = conn
         self._stream_id = sid
-
-
-def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
-    ca = tls.ca_cert
-    context = ssl.create_default_context(cadata=ca.decode("ascii") if isinstance(ca, bytes) else ca)
-    if tls.client_cert is not None and tls.client_key is not None:
-        # load_cert_chain only reads files; keep the key on disk just for the call.
-        fd, path = tempfile.mkstemp(prefix="liftbridge-", suffix=".pem")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                cert, key = tls.client_cert, tls.client_key
-                handle.write(cert if isinstance(cert, bytes) else cert.encode())
-                handle.write(b"\n")
-                handle.write(key if isinstance(key, bytes) else key.encode())
-            context.load_cert_chain(path)
-        finally:
-            os.unlink(path)
-    context.set_alpn_protocols(["h2"])
-    return context
 
 
 def open_call(address: str, request: api_pb2.SubscribeRequest, options: ClientOptions) -> Any:

@@ -21,7 +21,7 @@ from liftbridge_sync._transport.publish_stream import PublishStream, StreamEvent
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
 
-__all__ = ["open_h2_stream"]
+__all__ = ["open_h2_stream", "tls_context"]
 
 _PATH = b"/proto.API/PublishAsync"
 
@@ -38,7 +38,8 @@ def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
     return every, wait
 
 
-def _tls_context(tls: TLSOptions) -> ssl.SSLContext:
+def tls_context(tls: TLSOptions) -> ssl.SSLContext:
+    """An SSL context for ``tls`` offering ALPN ``h2`` (shared by our HTTP/2 transports)."""
     ca = tls.ca_cert
     context = ssl.create_default_context(cadata=ca.decode("ascii") if isinstance(ca, bytes) else ca)
     if tls.client_cert is not None and tls.client_key is not None:
@@ -82,7 +83,7 @@ def open_h2_stream(
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls is not None:
-            sock = _tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
+            sock = tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
             if sock.selected_alpn_protocol() != "h2":
                 raise _unavailable(f"{address} did not negotiate HTTP/2 (ALPN h2)")
         conn = h2.connection.H2Connection(
