@@ -254,11 +254,16 @@ class Subscription:
                     batch = call.read_batch()
                     if self._closed.is_set():
                         raise StopIteration
+                    batch = self._after_last(batch)
+                    if not batch:
+                        continue
                     self._buf = batch
                     self._pos = 1
                     pb = batch[0]
                 else:
                     pb = next(call)
+                    if not self._after_last([pb]):
+                        continue
             except StopIteration:
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
@@ -279,6 +284,27 @@ class Subscription:
                 )
             self._last_offset = offset
             return Message.from_proto(pb)
+
+    def _after_last(self, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
+        """``batch`` without messages at or before the last delivered offset.
+
+        A resubscribe asks for ``last_offset + 1``, but a server that has just restarted
+        (its high watermark not yet re-learnt) can answer from the start of the log; what
+        was delivered already is dropped here, so a restart never repeats a message.
+        """
+        last = self._last_offset
+        if not batch or last is None or self._target.reverse or batch[0].offset > last:
+            return batch
+        fresh = [m for m in batch if m.offset > last]
+        _log.warning(
+            "subscription %s/%d: the server re-sent %d message(s) at or before offset %d; "
+            "skipped",
+            self._target.stream,
+            self._target.partition,
+            len(batch) - len(fresh),
+            last,
+        )
+        return fresh
 
     def _arm(self, delay: float, call: Any) -> TimerHandle:
         """Cancel ``call`` after ``delay`` seconds unless the returned timer is cancelled."""

@@ -140,6 +140,18 @@ def test_unavailable_mid_stream_resumes_after_the_last_offset(
     assert broker.subscribe_starts() == [(api_pb2.EARLIEST, 0), (api_pb2.OFFSET, 3)]
 
 
+def test_a_server_that_resends_from_the_start_after_a_restart_causes_no_duplicate(
+    broker: FakeBroker, client: Client
+) -> None:
+    """Seen on v1.9.0: asked for offset 3 right after a restart, it served from 0."""
+    broker.subscribe_scripts = [
+        serve([0, 1, 2], (SC.UNAVAILABLE, "restarting")),
+        serve([0, 1, 2, 3, 4], "end"),
+    ]
+    assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1, 2, 3, 4]
+    assert broker.subscribe_starts()[-1] == (api_pb2.OFFSET, 3)
+
+
 def test_nothing_received_resubscribes_from_the_original_start(
     broker: FakeBroker, client: Client
 ) -> None:
