@@ -297,8 +297,7 @@ class Subscription:
             return batch
         fresh = [m for m in batch if m.offset > last]
         _log.warning(
-            "subscription %s/%d: the server re-sent %d message(s) at or before offset %d; "
-            "skipped",
+            "subscription %s/%d: the server re-sent %d message(s) at or before offset %d; skipped",
             self._target.stream,
             self._target.partition,
             len(batch) - len(fresh),
