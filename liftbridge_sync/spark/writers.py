@@ -22,7 +22,7 @@ from liftbridge_sync.spark.sink import PartitionPublisher, SinkOptions
 
 __all__ = ["BatchWriter", "PublishCommit", "StreamWriter"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("liftbridge_sync.spark")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,7 +47,7 @@ from liftbridge_sync.errors import LiftbridgeError
 
 __all__ = ["H2PublishStream"]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("liftbridge_sync.transport")
 
 #: One ``recv()``; a full buffer means more may be waiting, so read again.
 _RECV_SIZE = 256 * 1024
