@@ -50,6 +50,7 @@ from liftbridge_sync.errors import (
 )
 
 __all__ = [
+    "plaintext_refused_error",
     "CallContext",
     "error_from_ack_error",
     "error_from_async_error",
@@ -153,6 +154,18 @@ _CLOSED_AT_CONNECT = re.compile(r"failed to connect to all addresses.*socket clo
 
 def _tls_message(reason: str, where: str, detail: str) -> str:
     return f"{where}: TLS failure: {_TLS_CAUSES[reason]} ({detail})"
+
+
+def plaintext_refused_error(where: str, details: str) -> TLSError:
+    """A plaintext connection the broker ended before any valid HTTP/2 frame.
+
+    That is what a TLS-only broker does with a plaintext client (our own HTTP/2
+    transports see it as a closed connection or garbage where SETTINGS should be).
+    """
+    reason = "server_requires_tls"
+    return TLSError(
+        _tls_message(reason, where, details), reason=reason, code="UNAVAILABLE", details=details
+    )
 
 
 def _tls_error(code_name: str, details: str, where: str) -> TLSError | None:

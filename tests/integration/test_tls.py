@@ -352,18 +352,9 @@ def test_server_name_mismatch(
     _expect_tls_error(capfd, tls_server, tls, operation, "server_name_mismatch", "server_name")
 
 
-_H2_PLAINTEXT_XFAIL = pytest.mark.xfail(
-    reason="h2 publish stream maps a connection closed before the server's SETTINGS to a "
-    "retried BrokerUnavailableError (_transport/h2/connection.py); it should use the "
-    "status mapping",
-    raises=lb.AckTimeoutError,
-    strict=True,
-)
-
-
 @pytest.mark.parametrize(
     "operation",
-    [pytest.param(n, marks=_H2_PLAINTEXT_XFAIL if n == "publish-h2" else ()) for n in OPERATIONS],
+    [pytest.param(n) for n in OPERATIONS],
 )
 def test_plaintext_against_tls(
     tls_server: LiftbridgeServer, capfd: pytest.CaptureFixture[str], operation: str

@@ -42,7 +42,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
     StreamSent,
 )
-from liftbridge_sync._wire.status import CallContext, error_from_status
+from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
 
 __all__ = ["H2PublishStream"]
@@ -60,6 +60,25 @@ _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSL
 
 
 _GO_ON = object()  # a loop turn that did not end the stream
+
+
+def _speaks_tls(peer: tuple[str, int]) -> bool:
+    """Whether ``peer`` answers a TLS ClientHello (certificates are not checked: this
+    only tells a TLS-only broker from one that merely closed a connection)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection(peer, timeout=2.0) as raw:
+            with context.wrap_socket(raw):
+                return True
+    except ssl.SSLError as exc:
+        # An alert (say, a client certificate is required) is still TLS talking; a
+        # plaintext peer gives a record-layer or version error instead.
+        text = str(exc).upper()
+        return not ("WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "EOF" in text)
+    except OSError:
+        return False
 
 
 class _ConnectionLost(Exception):
@@ -91,6 +110,9 @@ class H2PublishStream:
         self._epoch = epoch
         self._on_event = on_event
         self._tls = isinstance(sock, ssl.SSLSocket)
+        #: Whether any bytes from the broker parsed as HTTP/2 (see _plaintext_refused).
+        self._frames_ok = False
+        self._peer: tuple[str, int] = sock.getpeername()[:2]
         self._ping_every, self._ping_wait = keepalive
 
         # Shared with callers, guarded by _lock.
@@ -225,16 +247,25 @@ class H2PublishStream:
 
     # ------------------------------------------------------------------ I/O thread
 
+    def _plaintext_refused(self, detail: str) -> LiftbridgeError | None:
+        """A TLSError when a plaintext connection died before any valid frame arrived
+        and the broker answers a TLS handshake (so a restart race stays retryable)."""
+        if self._tls or self._frames_ok or not _speaks_tls(self._peer):
+            return None
+        return plaintext_refused_error("publish", detail)
+
     def _run(self) -> None:
         error: LiftbridgeError | None
         try:
             error = self._loop()
         except _ConnectionLost as exc:
-            error = unavailable(str(exc) or "connection lost")
+            error = self._plaintext_refused(str(exc)) or unavailable(str(exc) or "connection lost")
         except FrameError as exc:
-            error = unavailable(f"HTTP/2 framing error: {exc}")
+            error = self._plaintext_refused(str(exc)) or unavailable(f"HTTP/2 framing error: {exc}")
         except h2.exceptions.ProtocolError as exc:
-            error = unavailable(f"HTTP/2 protocol error: {exc!r}")
+            error = self._plaintext_refused(repr(exc)) or unavailable(
+                f"HTTP/2 protocol error: {exc!r}"
+            )
         except Exception as exc:  # pragma: no cover - a bug must still end the stream
             _log.exception("publish I/O thread failed")
             error = unavailable(f"transport failure: {exc!r}")
@@ -416,6 +447,7 @@ class H2PublishStream:
                 self._last_read = time.monotonic()
                 self._ping_deadline = None
             responses = self._reader.receive(data)
+            self._frames_ok = True
             credit = self._reader.credit_frames
             if credit:
                 self._outbuf += credit
