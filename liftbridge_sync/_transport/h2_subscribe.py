@@ -72,7 +72,6 @@ _DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: HTTP status of a non-gRPC answer → gRPC code (gRPC's http-grpc-status-mapping.md).
-_HTTP_CODES = framing.HTTP_CODES
 
 
 class _DeadConnection(Exception):
@@ -496,12 +495,8 @@ class H2SubscribeCall:
     def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         fields = dict(headers)
         status = fields.get(b":status", b"")
-        if status != b"200":
-            try:
-                http = int(status)
-            except ValueError:
-                http = 0
-            code = _HTTP_CODES.get(http, _SC.UNKNOWN)
+        code = framing.http_status_code(status)
+        if code is not None:
             self._end(code, f"HTTP status {status.decode(errors='replace')}")
             return
         content_type = fields.get(b"content-type", b"")

@@ -73,6 +73,17 @@ RESET_CODES = {
 }
 
 
+def http_status_code(status: bytes) -> grpc.StatusCode | None:
+    """The gRPC code for a response's ``:status`` (``None`` for 200: no error)."""
+    if status == b"200":
+        return None
+    try:
+        http = int(status)
+    except ValueError:
+        http = 0
+    return HTTP_CODES.get(http, grpc.StatusCode.UNKNOWN)
+
+
 class FrameError(BrokerUnavailableError):
     """The broker sent bytes that are not valid HTTP/2 framing or gRPC messages.
 

@@ -20,13 +20,13 @@ from liftbridge_sync._transport.h2.framing import (
     CODES,
     DATA,
     END_STREAM,
-    HTTP_CODES,
     MAX_FRAME_SIZE,
     PADDED,
     PREFIX,
     RESET_CODES,
     FrameError,
     grpc_status,
+    http_status_code,
     split_frames,
     split_messages,
     window_update,
@@ -188,12 +188,8 @@ class ResponseReader:
     def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
         fields = dict(headers)
         status = fields.get(b":status", b"")
-        if status != b"200":
-            try:
-                http = int(status)
-            except ValueError:
-                http = 0
-            code = HTTP_CODES.get(http, grpc.StatusCode.UNKNOWN)
+        code = http_status_code(status)
+        if code is not None:
             self.end(error_from_status(code, f"HTTP status {status.decode(errors='replace')}"))
             return
         content_type = fields.get(b"content-type", b"")
