@@ -18,6 +18,11 @@ correlation id) and in a deadline queue, and gives its framed bytes to the open 
 * the end of a stream: it reopens it (rotating brokers, with back-off from the retry
   policy) and re-sends every unacknowledged message in order, under the send lock, so
   delivery stays at-least-once and ordered;
+* silence: when a partition's oldest unacknowledged publish is older than
+  ``resend_after``, a :class:`~liftbridge_sync._publishing.failover.LeaderProbe` asks
+  its leader whether the publishes were lost (a leader failover or a NATS restart loses
+  them without ending the stream); if so, the partition's silent publishes are re-sent
+  in order;
 * :meth:`Publisher.close`.
 
 A future always resolves or fails: at the latest when its timeout expires or the
@@ -44,12 +49,14 @@ from typing import Any
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
+from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
 from liftbridge_sync._publishing.futures import (
     PublishFuture,
     Unobserved,
     settle,
     settle_plain,
 )
+from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
@@ -63,11 +70,13 @@ from liftbridge_sync._transport.publish_stream import (
 from liftbridge_sync._wire.status import (
     error_from_ack_error,
     error_from_async_error,
+    is_transient_async_error,
 )
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
     ConfigurationError,
+    InternalThreadError,
     LiftbridgeError,
     MessageTooLargeError,
     PublishError,
@@ -139,6 +148,20 @@ class _Entry:
     timeout: float
     deadline: float
     seq: int = 0
+    #: When it was last re-sent (0: never; it was sent at ``deadline - timeout``).
+    resent_at: float = 0.0
+    #: ``(stream, partition)``, read from ``framed`` when first needed (rarely).
+    key: PartitionKey | None = None
+
+    def sent_at(self) -> float:
+        return self.resent_at or self.deadline - self.timeout
+
+    def partition_key(self) -> PartitionKey:
+        key = self.key
+        if key is None:
+            request = api_pb2.PublishRequest.FromString(self.framed[5:])
+            key = self.key = (request.stream, request.partition)
+        return key
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -236,8 +259,45 @@ class Publisher:
         self._close_deadline: float | None = None
         self._linger_until: float | None = None
         self._nesting = 0
+        #: Why the owner thread died, if it did (see InternalThreadError).
+        self._crash: BaseException | None = None
+        self._resend_after = core.options.resend_after
+        self._probe = LeaderProbe(core, self._inbox.put, clock=clock)
+        self._probing: set[PartitionKey] = set()
+        self._next_stall_check = 0.0
+        self._connects = 0
+        self._resent_after_reconnect = 0
+        self._resent_after_stall = 0
+        self._stall_probes = 0
+        #: Publishes the server could not hand to NATS, to send again at the time below.
+        self._refused: list[_Entry] = []
+        self._resend_refused_at: float | None = None
+        self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
+        self._resent_after_refusal = 0
 
     # ------------------------------------------------------------------ any thread
+
+    def _closed_error(self) -> LiftbridgeError:
+        crash = self._crash
+        if crash is None:
+            return ClientClosedError("publisher is closed")
+        error = InternalThreadError(
+            f"the liftbridge-publisher thread died ({crash!r}), so this client can no longer "
+            "publish; close it and create a new one"
+        )
+        error.__cause__ = crash
+        return error
+
+    def stats(self) -> PublisherStats:
+        """Counters so far (a snapshot; see :class:`PublisherStats`)."""
+        return PublisherStats(
+            in_flight=len(self._pending),
+            connects=self._connects,
+            resent_after_reconnect=self._resent_after_reconnect,
+            resent_after_stall=self._resent_after_stall,
+            resent_after_refusal=self._resent_after_refusal,
+            stall_probes=self._stall_probes,
+        )
 
     def next_correlation_id(self) -> str:
         """A correlation id unique to this publisher (prefix + counter: cheap and unique)."""
@@ -259,11 +319,12 @@ class Publisher:
 
         Raises:
             ClientClosedError: after :meth:`close`.
+            InternalThreadError: the publisher thread died (a bug): nothing was sent.
             PublishQueueFullError: ``max_in_flight`` pending and no slot within the
                 enqueue timeout.
         """
         if self._closing:
-            raise ClientClosedError("publisher is closed")
+            raise self._closed_error()
         if len(framed) > self._max_message:
             raise self._too_large(len(framed))
         if self._thread is None:
@@ -299,7 +360,7 @@ class Publisher:
             ClientClosedError, PublishQueueFullError: as :meth:`submit`.
         """
         if self._closing:
-            raise ClientClosedError("publisher is closed")
+            raise self._closed_error()
         correlation_id = f"{self._id_prefix}{next(self._ids)}"
         framed = frame_simple(head(stream, partition, ack_policy), value, correlation_id.encode())
         if len(framed) > self._max_message:
@@ -354,7 +415,7 @@ class Publisher:
                 before are attached to the error as ``futures``.
         """
         if self._closing:
-            raise ClientClosedError("publisher is closed")
+            raise self._closed_error()
         if self._thread is None:
             self._start_thread()
         futures: list[AckFuture] = []
@@ -375,7 +436,7 @@ class Publisher:
         entered = 0
         try:
             entered = self._enter(entries)
-        except (ClientClosedError, PublishQueueFullError) as exc:
+        except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             entered = getattr(exc, "entered", 0)
             if not entered:
                 raise
@@ -406,7 +467,7 @@ class Publisher:
             while start < total:
                 with self._send_lock:
                     if self._finished:
-                        raise ClientClosedError("publisher is closed")
+                        raise self._closed_error()
                     room = limit - len(pending)
                     if room > 0:
                         end = min(total, start + room)
@@ -414,7 +475,7 @@ class Publisher:
                         start = end
                         continue
                 self._wait_for_space()
-        except (ClientClosedError, PublishQueueFullError) as exc:
+        except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             vars(exc)["entered"] = start
             raise
         return total
@@ -518,7 +579,7 @@ class Publisher:
     def _start_thread(self) -> None:
         with self._lock:
             if self._closing:
-                raise ClientClosedError("publisher is closed")
+                raise self._closed_error()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="liftbridge-publisher", daemon=True
@@ -617,8 +678,9 @@ class Publisher:
         try:
             while not (self._close_requested and self._drained()):
                 self._step(self._plan())
-        except BaseException:  # pragma: no cover - a bug must not leave futures hanging
-            _log.exception("publisher thread crashed; failing pending publishes")
+        except BaseException as exc:  # a bug must not leave futures hanging
+            _log.exception("the liftbridge-publisher thread crashed; failing pending publishes")
+            self._crash = exc
             with self._lock:
                 self._closing = True
         finally:
@@ -645,7 +707,18 @@ class Publisher:
                 head = self._linger_until
         else:
             self._linger_until = None
-        upcoming = [c for c in (head, self._reconnect_at, self._close_deadline) if c is not None]
+        stall_check = self._watch_stalls(now)
+        upcoming = [
+            c
+            for c in (
+                head,
+                self._reconnect_at,
+                self._close_deadline,
+                stall_check,
+                self._resend_refused_at,
+            )
+            if c is not None
+        ]
         if not upcoming:
             return None
         until = min(upcoming)
@@ -685,6 +758,66 @@ class Publisher:
                 self._stream.probe()  # a dead peer ends the stream: we reconnect
         return earliest
 
+    def _watch_stalls(self, now: float) -> float | None:
+        """Probe partitions whose publishes went silent; when to look again."""
+        resend_after = self._resend_after
+        pending = self._pending
+        if resend_after is None or not pending or self._stream is None:
+            return None
+        if now < self._next_stall_check:
+            return self._next_stall_check
+        try:
+            oldest = next(iter(pending.values()))
+        except (StopIteration, RuntimeError):  # emptied or changed by the stream's thread
+            return None
+        due = oldest.sent_at() + resend_after
+        if due > now and not self._probing:
+            # Re-sent entries are not in send order, so this is a lower bound; the scan
+            # below looks at them all once something is silent.
+            self._next_stall_check = due
+            return due
+        cutoff = now - resend_after
+        silent: set[PartitionKey] = set()
+        for entry in list(pending.values()):
+            if entry.wants_ack and entry.sent_at() <= cutoff:
+                silent.add(entry.partition_key())
+        for key in silent - self._probing:
+            self._probing.add(key)
+            self._stall_probes += 1
+            self._probe.request(key, now)
+        # While a partition is silent, look again now and then (not on every event).
+        self._next_stall_check = now + min(resend_after, 0.25)
+        return self._next_stall_check
+
+    def _on_probe_result(self, result: ProbeResult) -> None:
+        self._probing.discard(result.key)
+        if not result.resend:
+            _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
+            return
+        now = self._clock()
+        with self._send_lock:
+            stream = self._live
+            if stream is None:
+                return  # reconnecting: everything pending is re-sent then
+            entries = [
+                e
+                for e in self._pending.values()
+                if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
+            ]
+            if not entries:
+                return
+            stream.send_many([e.framed for e in entries])
+            for entry in entries:
+                entry.resent_at = now
+        self._resent_after_stall += len(entries)
+        self._next_stall_check = now + (self._resend_after or 0.0)
+        _log.warning(
+            "partition %s/%d went silent (%s); re-sent %d unacknowledged publishes",
+            *result.key,
+            result.detail,
+            len(entries),
+        )
+
     def _step(self, wait: float | None) -> None:
         try:
             event: object | None = self._inbox.get(timeout=wait) if wait != 0 else None
@@ -699,10 +832,13 @@ class Publisher:
             except queue.Empty:
                 break
             self._handle(event)
-        if self._reconnect_at is not None and self._clock() >= self._reconnect_at:
+        now = self._clock()
+        if self._reconnect_at is not None and now >= self._reconnect_at:
             self._reconnect_at = None
             if self._pending:
                 self._connect()
+        if self._resend_refused_at is not None and now >= self._resend_refused_at:
+            self._resend_refused()
 
     def _on_stream_event(self, event: object) -> None:
         """Stream events arrive here on the stream's thread.
@@ -805,6 +941,8 @@ class Publisher:
         elif isinstance(event, StreamClosed):
             if event.epoch == self._epoch:
                 self._on_stream_closed(event.error)
+        elif isinstance(event, ProbeResult):
+            self._on_probe_result(event)
         elif isinstance(event, _Close):
             self._close_requested = True
             self._close_deadline = event.deadline
@@ -824,6 +962,8 @@ class Publisher:
             self._on_stream_closed(exc)
             return
         self._stream = stream
+        self._connects += 1
+        now = self._clock()
         with self._send_lock:
             entries = list(self._pending.values())
             if entries:
@@ -832,8 +972,11 @@ class Publisher:
                 )
             for entry in entries:
                 stream.send_framed(entry.framed, None if entry.wants_ack else entry.correlation_id)
+                entry.resent_at = now
             if not self._finished:
                 self._live = stream
+        if self._connects > 1:
+            self._resent_after_reconnect += len(entries)
 
     def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
         with self._send_lock:
@@ -850,9 +993,7 @@ class Publisher:
         # Keep reconnecting while anything is pending: each entry's own deadline bounds
         # how long it waits, so giving up earlier would only fail work that may succeed.
         self._failures += 1
-        policy = self._options.retry
-        delay = min(policy.maximum, policy.initial * 2 ** min(self._failures - 1, 30))
-        delay += random.uniform(0, policy.jitter)
+        delay = self._backoff(self._failures)
         _log.warning(
             "publish stream broke (%s); reconnecting in %.3fs, then re-sending %d",
             error or "ended by server",
@@ -871,9 +1012,16 @@ class Publisher:
             if not correlation_id:
                 # An asyncError (or an ack without an id): the id is on the response.
                 if response.HasField("asyncError"):
+                    error = response.asyncError
+                    if is_transient_async_error(error.code, error.message):
+                        # Not stored: stays pending and goes again shortly (its own
+                        # deadline still bounds it).
+                        entry = pending.get(response.correlationId)
+                        if entry is not None:
+                            self._refused.append(entry)
+                        continue
                     entry = pending.pop(response.correlationId, None)
                     if entry is not None:
-                        error = response.asyncError
                         failure = error_from_async_error(error.code, error.message)
                         outcomes.append(self._failure(entry, failure))
                     continue
@@ -891,6 +1039,37 @@ class Publisher:
         if outcomes:
             settle(outcomes, self._failures_ledger)
             self._wake_waiters()
+        if not self._refused:
+            self._refusals = 0
+        elif self._resend_refused_at is None:
+            self._refusals += 1
+            self._resend_refused_at = self._clock() + self._backoff(self._refusals)
+
+    def _resend_refused(self) -> None:
+        """Send again, in order, what the server could not hand to NATS."""
+        refused, self._refused = self._refused, []
+        self._resend_refused_at = None
+        with self._send_lock:
+            stream = self._live
+            entries = [e for e in refused if self._pending.get(e.correlation_id) is e]
+            if stream is None or not entries:
+                return  # a new stream re-sends everything pending anyway
+            entries.sort(key=lambda e: e.seq)
+            stream.send_many([e.framed for e in entries])
+            now = self._clock()
+            for entry in entries:
+                entry.resent_at = now
+        self._resent_after_refusal += len(entries)
+        _log.warning(
+            "the server could not hand %d publishes to NATS (its NATS connection is down); "
+            "sent them again",
+            len(entries),
+        )
+
+    def _backoff(self, failures: int) -> float:
+        policy = self._options.retry
+        delay = min(policy.maximum, policy.initial * 2.0 ** min(failures - 1, 30))
+        return float(delay + random.uniform(0, policy.jitter))
 
     @staticmethod
     def _failure(entry: _Entry, error: BaseException) -> _Outcome:
@@ -906,7 +1085,11 @@ class Publisher:
         with self._send_lock:
             self._finished = True
             self._live = None
-        self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
+        self._probe.close()
+        if self._crash is not None:
+            self._fail_all(self._closed_error())
+        else:
+            self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
         self._expiry.clear()
         stream, self._stream = self._stream, None
         if stream is not None:
