@@ -20,7 +20,16 @@ PACKAGE = Path(liftbridge_sync.__file__).parent
 #: (layer number, module prefixes), from the ground up. Longest prefix wins.
 LAYERS: list[tuple[int, list[str]]] = [
     (0, ["liftbridge_sync.errors", "liftbridge_sync._proto"]),
+    (0, ["liftbridge_sync.models._timestamps", "liftbridge_sync.models._frozen_map"]),
     (1, ["liftbridge_sync.models", "liftbridge_sync.options", "liftbridge_sync._runtime"]),
+    (
+        1,
+        [
+            "liftbridge_sync.models._message",
+            "liftbridge_sync.models._ack",
+            "liftbridge_sync.models._metadata",
+        ],
+    ),
     (2, ["liftbridge_sync.positions", "liftbridge_sync.partitioners"]),
     (3, ["liftbridge_sync._wire", "liftbridge_sync.envelope", "liftbridge_sync.sbp"]),
     (3, ["liftbridge_sync.activity"]),  # activity stream events (models)
