@@ -37,6 +37,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (4, ["liftbridge_sync._transport"]),
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
+    (5, ["liftbridge_sync.consumer._membership", "liftbridge_sync.consumer._mailbox"]),
     (6, ["liftbridge_sync.client"]),
     (7, ["liftbridge_sync"]),  # the package's face (__init__): re-exports the public names
     (
