@@ -52,6 +52,7 @@ LAYERS: list[tuple[int, list[str]]] = [
             "liftbridge_sync.__main__",
         ],
     ),
+    (8, ["liftbridge_sync.nats._handoff"]),  # the NATS publisher's thread hand-off
 ]
 
 #: Modules whose public names users import directly (besides ``liftbridge_sync``).
