@@ -36,6 +36,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
     (4, ["liftbridge_sync._transport"]),
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
+    (5, ["liftbridge_sync.subscription.connection"]),  # opening and reopening a call
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
     (5, ["liftbridge_sync.consumer._membership", "liftbridge_sync.consumer._mailbox"]),
     (6, ["liftbridge_sync.client"]),
