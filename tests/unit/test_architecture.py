@@ -35,6 +35,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (3, ["liftbridge_sync.activity"]),  # activity stream events (models)
     (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
     (4, ["liftbridge_sync._transport"]),
+    (4, ["liftbridge_sync._transport.h2.subscribe_receiver"]),  # Subscribe bytes to messages
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
     (5, ["liftbridge_sync.subscription.connection"]),  # opening and reopening a call
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
