@@ -26,6 +26,7 @@ import liftbridge_sync as lb
 from liftbridge_sync import ClientOptions, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport import h2_subscribe
+from liftbridge_sync._transport.h2 import subscribe_receiver
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall, SubscribeRpcError
 from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
 
@@ -70,7 +71,7 @@ def test_small_windows_are_returned_by_our_window_updates(
     # DATA frames read on the fast path bypass h2: without our WINDOW_UPDATEs the broker
     # would stall after 64 KiB.
     monkeypatch.setattr(h2_subscribe, "_RECV_WINDOW", 65535)
-    monkeypatch.setattr(h2_subscribe, "_CREDIT_AT", 4096)
+    monkeypatch.setattr(subscribe_receiver, "_CREDIT_AT", 4096)
     broker.subscribe_scripts = [_big(range(2000), 1000)]  # type: ignore[list-item]
     with make_client(broker) as client:
         got = list(client.subscribe("s", start=StartAt.earliest()))
