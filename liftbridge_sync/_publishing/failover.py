@@ -6,17 +6,19 @@ nobody stores or answers them. The publish stream itself stays open, so only sil
 tells. The publisher notices the silence (a partition's oldest unacknowledged publish is
 older than ``resend_after``) and asks a :class:`LeaderProbe` about that partition, which
 asks the partition's current leader (per fresh metadata) for its state twice, a moment
-apart:
+apart. The publisher re-sends the partition's silent publishes only when both hold:
 
-* no leader answers (it is dead, or none is elected yet): not now, ask again later;
-* the leader holds messages that are not committed yet (newest offset above the high
-  watermark): they may still be acknowledged once a follower catches up or leaves the
-  ISR, so not now;
-* the log did not move between the two answers and all of it is committed: our
-  publishes are not on their way, so the publisher re-sends them.
+* **trouble was seen** since they were sent: a look found no leader answering (dead, or
+  none elected yet), the leader is not the one the client knew before, the publish
+  stream broke, or a broker refused publishes because its NATS connection was down.
+  Silence alone is no proof of loss: on an overloaded machine publishes can sit in
+  queues (ours, the kernel's, the server's) for longer than ``resend_after``;
+* **the leader is idle**: everything in its log is committed (newest offset equal to
+  the high watermark; otherwise acks may still come once a follower catches up or leaves
+  the ISR) and the log did not move between the two looks.
 
-A slow but working server keeps its log moving and is left alone. A re-send duplicates
-a message that was stored but whose ack was lost (delivery is at-least-once).
+A re-send duplicates a message that was stored but whose ack was lost (delivery is
+at-least-once).
 """
 
 from __future__ import annotations
@@ -55,8 +57,11 @@ class ProbeResult:
     key: PartitionKey
     #: When the probe was asked for: publishes sent before then are the silent ones.
     started: float
-    resend: bool
-    #: Why, for the log.
+    #: The leader answered twice, its log all committed and not moving.
+    idle: bool
+    #: No leader answered, or it is not the one the client knew before.
+    trouble: bool
+    #: What was seen, for the log.
     detail: str
 
 
@@ -112,28 +117,34 @@ class LeaderProbe:
                 return
             key, started = item
             try:
-                resend, detail = self._verdict(*key)
+                idle, trouble, detail = self._verdict(*key)
             except Exception as exc:  # a probe must never end the thread
                 _log.exception("probing %s/%d failed", *key)
-                resend, detail = False, f"probe failed: {exc!r}"
+                idle, trouble, detail = False, False, f"probe failed: {exc!r}"
             if not self._stop.is_set():
-                self._report(ProbeResult(key, started, resend, detail))
+                self._report(ProbeResult(key, started, idle, trouble, detail))
 
-    def _verdict(self, stream: str, partition: int) -> tuple[bool, str]:
+    def _verdict(self, stream: str, partition: int) -> tuple[bool, bool, str]:
+        """``(idle, trouble, detail)`` for the partition."""
+        snapshot = self._core.metadata.snapshot
+        known = None if snapshot is None else snapshot.partition(stream, partition)
         first = self._look(stream, partition)
         if isinstance(first, str):
-            return False, first
+            return False, True, first
         leader, newest, committed = first
+        moved = known is not None and bool(known.leader) and known.leader != leader
         if newest > committed:
-            return False, f"leader {leader} has offsets {committed + 1}..{newest} uncommitted"
+            uncommitted = f"leader {leader} has offsets {committed + 1}..{newest} uncommitted"
+            return False, moved, uncommitted
         if self._stop.wait(_SETTLE):
-            return False, "closing"
+            return False, moved, "closing"
         second = self._look(stream, partition)
         if isinstance(second, str):
-            return False, second
+            return False, True, second
         if second != first:
-            return False, f"the log moved ({first} -> {second})"
-        return True, f"leader {leader} is idle at offset {newest}"
+            return False, moved, f"the log moved ({first} -> {second})"
+        was = f" (was {known.leader})" if moved and known is not None else ""
+        return True, moved, f"leader {leader}{was} is idle at offset {newest}"
 
     def _look(self, stream: str, partition: int) -> tuple[str, int, int] | str:
         """``(leader, newest offset, high watermark)`` from the leader, or why not."""

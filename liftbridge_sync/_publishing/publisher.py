@@ -6,24 +6,14 @@ without a deadline is fire-and-forget on the server).
 The per-message path has no thread hand-off. The calling thread, under one short send
 lock that fixes the order of messages, enters the publish in the pending table (keyed by
 correlation id) and in a deadline queue, and gives its framed bytes to the open stream
-(which coalesces writes; :mod:`~liftbridge_sync._transport.h2`). The
-``liftbridge-publisher`` thread does everything else, woken only by whole batches:
+(which coalesces writes; :mod:`~liftbridge_sync._transport.h2`). That callers' side is
+this module. The rest is in three parts, joined here into one class:
 
-* responses read together (one inbox item per ``recv()``): it pops their entries and
-  resolves their futures in bulk (:func:`~liftbridge_sync._publishing.futures.settle`),
-  so done-callbacks run on this thread;
-* ack timeouts: it sleeps until the oldest deadline (a deque per timeout value, in send
-  order; no timer per message) and is woken by a publisher only if that one's deadline
-  comes earlier;
-* the end of a stream: it reopens it (rotating brokers, with back-off from the retry
-  policy) and re-sends every unacknowledged message in order, under the send lock, so
-  delivery stays at-least-once and ordered;
-* silence: when a partition's oldest unacknowledged publish is older than
-  ``resend_after``, a :class:`~liftbridge_sync._publishing.failover.LeaderProbe` asks
-  its leader whether the publishes were lost (a leader failover or a NATS restart loses
-  them without ending the stream); if so, the partition's silent publishes are re-sent
-  in order;
-* :meth:`Publisher.close`.
+* :mod:`.owner`: the ``liftbridge-publisher`` thread, woken only by whole batches: ack
+  timeouts, reopening a broken stream and re-sending what is unacknowledged, closing;
+* :mod:`.answers`: acks and refusals (resolved in bulk, on the stream's thread when
+  nothing else needs doing), refusals re-sent, silent partitions probed and re-sent;
+* :mod:`.pending`: the per-publish entry, the failure ledger, the loop's events.
 
 A future always resolves or fails: at the latest when its timeout expires or the
 publisher closes. A done-callback may call ``publish``, ``publish_async``, ``flush`` or
@@ -35,45 +25,29 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
-import importlib
-import itertools
 import logging
-import os
-import queue
-import random
 import threading
-import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
-from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
-from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
+from liftbridge_sync._publishing.answers import AnswerHandling
+from liftbridge_sync._publishing.encoding import frame_simple, head
 from liftbridge_sync._publishing.futures import (
     PublishFuture,
-    Unobserved,
     settle,
-    settle_plain,
+)
+from liftbridge_sync._publishing.pending import (
+    INF,
+    KICK,
+    MAX_NESTING,
+    TOO_DEEP,
+    WAKE,
+    AckFuture,
+    Close,
+    Entry,
+    failure,
 )
 from liftbridge_sync._publishing.stats import PublisherStats
-from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._transport.publish_stream import (
-    PublishStream,
-    StreamClosed,
-    StreamOpener,
-    StreamResponse,
-    StreamResponses,
-    StreamSent,
-    open_grpc_stream,
-)
-from liftbridge_sync._wire.status import (
-    error_from_ack_error,
-    error_from_async_error,
-    is_transient_async_error,
-)
 from liftbridge_sync.errors import (
-    AckTimeoutError,
     ClientClosedError,
     ConfigurationError,
     InternalThreadError,
@@ -89,116 +63,8 @@ __all__ = ["AckFuture", "Publisher"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
-AckFuture = PublishFuture[Ack | None]
-_MAX_NESTING = 32
-_TOO_DEEP = (
-    f"done-callbacks that wait (publish, flush, a full window) are nested more than "
-    f"{_MAX_NESTING} deep; nothing was sent. Use publish_async in deeply chained callbacks"
-)
-#: How many unobserved failures ``flush()`` quotes in its error.
-_FAILURES_QUOTED = 10
-_ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
-_INF = float("inf")
-_Outcome = tuple[PublishFuture[Any], Any, BaseException | None]
 
-
-class _FailureLedger(Unobserved):
-    """Publishes that failed and that nobody has looked at yet, for ``flush()`` to report.
-
-    Thread-safe: failures are recorded on the owner thread, observations on any thread.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._unobserved: dict[int, BaseException] = {}  # id(future) -> error, in order
-        self._count = 0
-
-    def failed(self, future: PublishFuture[Any], error: BaseException) -> None:
-        with self._lock:
-            future.ledger = self
-            self._count += 1
-            if len(self._unobserved) < _FAILURES_QUOTED * 100:
-                self._unobserved[id(future)] = error
-
-    def observed(self, future: PublishFuture[Any]) -> None:
-        with self._lock:
-            if future.ledger is self:
-                future.ledger = None
-                self._count -= 1
-                self._unobserved.pop(id(future), None)
-
-    def take(self) -> tuple[int, list[BaseException]]:
-        """The unobserved failures so far, forgetting them."""
-        with self._lock:
-            count, errors = self._count, list(self._unobserved.values())[:_FAILURES_QUOTED]
-            self._count = 0
-            self._unobserved.clear()
-        return count, errors
-
-
-@dataclasses.dataclass(slots=True, eq=False)
-class _Entry:
-    """One publish: its framed request and what resolving it needs."""
-
-    framed: bytes
-    correlation_id: str
-    partition: int
-    wants_ack: bool
-    future: AckFuture
-    timeout: float
-    deadline: float
-    seq: int = 0
-    #: When it was last re-sent (0: never; it was sent at ``deadline - timeout``).
-    resent_at: float = 0.0
-    #: ``(stream, partition)``, read from ``framed`` when first needed (rarely).
-    key: PartitionKey | None = None
-
-    def sent_at(self) -> float:
-        return self.resent_at or self.deadline - self.timeout
-
-    def partition_key(self) -> PartitionKey:
-        key = self.key
-        if key is None:
-            request = api_pb2.PublishRequest.FromString(self.framed[5:])
-            key = self.key = (request.stream, request.partition)
-        return key
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Close:
-    deadline: float | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Forwarded:
-    """Responses the stream's thread left for the owner (failures, done-callbacks)."""
-
-    epoch: int
-    responses: list[api_pb2.PublishResponse]
-
-
-_WAKE = object()  # a publish with an earlier deadline than the owner sleeps until
-_KICK = object()  # publishes are pending and no stream is open
-
-
-def _max_message(grpc_options: tuple[tuple[str, Any], ...]) -> int:
-    """The largest request to send: ``grpc.max_send_message_length``, else 4 MiB (what a
-    Liftbridge server, on grpc-go's defaults, accepts)."""
-    limit = dict(grpc_options).get("grpc.max_send_message_length")
-    if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
-        return limit
-    return 4 << 20
-
-
-def _opener_for(transport: str) -> StreamOpener:
-    if transport == "h2":
-        module = importlib.import_module("liftbridge_sync._transport.h2.dial")
-        opener: StreamOpener = module.open_h2_stream
-        return opener
-    return open_grpc_stream
-
-
-class Publisher:
+class Publisher(AnswerHandling):
     """Pipelined publishing over one ``PublishAsync`` stream.
 
     Created by the :class:`~liftbridge_sync.Client` on first publish. Thread-safe:
@@ -208,85 +74,6 @@ class Publisher:
 
     #: The client passes its close timeout through.
     close_accepts_timeout = True
-
-    def __init__(
-        self,
-        core: ClientCore,
-        *,
-        opener: StreamOpener | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._core = core
-        self._options = core.options
-        self._max_in_flight = core.options.max_in_flight
-        self._max_message = _max_message(core.options.grpc_options) + 5  # framed
-        self._opener = opener or _opener_for(core.options.publish_transport)
-        self._clock = clock
-        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
-        self._lock = threading.Lock()  # thread start and close
-        #: Orders messages: entering a publish in ``_pending`` and handing it to the
-        #: stream happen together under it, and so does re-sending on a new stream.
-        self._send_lock = threading.Lock()
-        #: Publishers waiting for a free slot and flushers wait here.
-        self._space = threading.Condition(threading.Lock())
-        self._blocked = 0
-        self._failures_ledger = _FailureLedger()
-        self._thread: threading.Thread | None = None
-        self._closing = False
-        #: Set (under the send lock) just before pending publishes are failed for good.
-        self._finished = False
-        self._ids = itertools.count()
-        self._seqs = itertools.count(1)
-        self._seq = 0  # the last sequence number handed out (under the send lock)
-        self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."
-        # Shared: written under the send lock, popped by the owner thread only.
-        self._pending: dict[str, _Entry] = {}
-        self._expiry: dict[float, collections.deque[_Entry]] = {}
-        self._live: PublishStream | None = None  # the open stream publishers write to
-        #: The owner sleeps until then; a publish due earlier wakes it.
-        self._sleep_until = _INF
-        #: Response batches the stream's thread handed to the owner, and those the owner
-        #: has handled (each counter has one writer); the stream's thread resolves acks
-        #: itself only while they are equal.
-        self._forwarded = 0
-        self._handled = 0
-        # Owner-thread state below: touched only by the liftbridge-publisher thread.
-        self._stream: PublishStream | None = None
-        self._epoch = 0
-        self._failures = 0
-        self._reconnect_at: float | None = None
-        self._close_requested = False
-        self._close_deadline: float | None = None
-        self._linger_until: float | None = None
-        self._nesting = 0
-        #: Why the owner thread died, if it did (see InternalThreadError).
-        self._crash: BaseException | None = None
-        self._resend_after = core.options.resend_after
-        self._probe = LeaderProbe(core, self._inbox.put, clock=clock)
-        self._probing: set[PartitionKey] = set()
-        self._next_stall_check = 0.0
-        self._connects = 0
-        self._resent_after_reconnect = 0
-        self._resent_after_stall = 0
-        self._stall_probes = 0
-        #: Publishes the server could not hand to NATS, to send again at the time below.
-        self._refused: list[_Entry] = []
-        self._resend_refused_at: float | None = None
-        self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
-        self._resent_after_refusal = 0
-
-    # ------------------------------------------------------------------ any thread
-
-    def _closed_error(self) -> LiftbridgeError:
-        crash = self._crash
-        if crash is None:
-            return ClientClosedError("publisher is closed")
-        error = InternalThreadError(
-            f"the liftbridge-publisher thread died ({crash!r}), so this client can no longer "
-            "publish; close it and create a new one"
-        )
-        error.__cause__ = crash
-        return error
 
     def stats(self) -> PublisherStats:
         """Counters so far (a snapshot; see :class:`PublisherStats`)."""
@@ -302,9 +89,6 @@ class Publisher:
     def next_correlation_id(self) -> str:
         """A correlation id unique to this publisher (prefix + counter: cheap and unique)."""
         return f"{self._id_prefix}{next(self._ids)}"
-
-    def _on_owner_thread(self) -> bool:
-        return self._thread is not None and threading.current_thread() is self._thread
 
     def submit(
         self,
@@ -330,7 +114,7 @@ class Publisher:
         if self._thread is None:
             self._start_thread()
         future: AckFuture = PublishFuture()
-        entry = _Entry(
+        entry = Entry(
             framed,
             correlation_id,
             partition,
@@ -377,7 +161,7 @@ class Publisher:
                 and not self._finished
                 and correlation_id not in pending
             ):
-                entry = _Entry(
+                entry = Entry(
                     framed, correlation_id, partition, wants_ack, future, timeout, deadline
                 )
                 entry.seq = self._seq = next(self._seqs)
@@ -388,13 +172,13 @@ class Publisher:
                 expiry.append(entry)
                 stream_.send_framed(framed, None if wants_ack else correlation_id, direct)
                 if deadline < self._sleep_until:
-                    self._inbox.put(_WAKE)
+                    self._inbox.put(WAKE)
                 return future
         # Not connected yet, full, or closing: the general path.
         if self._thread is None:
             self._start_thread()
         self._enter(
-            (_Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline),)
+            (Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline),)
         )
         return future
 
@@ -419,7 +203,7 @@ class Publisher:
         if self._thread is None:
             self._start_thread()
         futures: list[AckFuture] = []
-        entries: list[_Entry] = []
+        entries: list[Entry] = []
         limit = self._max_message
         for framed, _, _, _ in requests:
             if len(framed) > limit:
@@ -431,7 +215,7 @@ class Publisher:
             future: AckFuture = PublishFuture()
             add_future(future)
             add_entry(
-                _Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline)
+                Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline)
             )
         entered = 0
         try:
@@ -441,7 +225,7 @@ class Publisher:
             if not entered:
                 raise
             # Part of the batch is on its way: the rest fails with the same error.
-            settle([self._failure(e, exc) for e in entries[entered:]], self._failures_ledger)
+            settle([failure(e, exc) for e in entries[entered:]], self._failures_ledger)
         return futures
 
     def _too_large(self, size: int) -> MessageTooLargeError:
@@ -452,7 +236,7 @@ class Publisher:
             code="TOO_LARGE",
         )
 
-    def _enter(self, entries: Sequence[_Entry]) -> int:
+    def _enter(self, entries: Sequence[Entry]) -> int:
         """Enter ``entries`` in the pending table and send them, in order.
 
         Raises:
@@ -480,10 +264,10 @@ class Publisher:
             raise
         return total
 
-    def _enter_locked(self, entries: Sequence[_Entry], start: int, end: int) -> None:
+    def _enter_locked(self, entries: Sequence[Entry], start: int, end: int) -> None:
         pending = self._pending
         stream = self._live
-        earliest = _INF
+        earliest = INF
         seqs = self._seqs
         expiry = self._expiry
         batch: list[bytes] = []  # acked requests, written together
@@ -492,7 +276,7 @@ class Publisher:
             correlation_id = entry.correlation_id
             if correlation_id in pending:
                 error = ConfigurationError(f"correlation id {correlation_id!r} in use")
-                settle((self._failure(entry, error),), self._failures_ledger)
+                settle((failure(entry, error),), self._failures_ledger)
                 continue
             entry.seq = next(seqs)
             pending[correlation_id] = entry
@@ -517,9 +301,9 @@ class Publisher:
         if batch and stream is not None:
             stream.send_many(batch)
         if stream is None:
-            self._inbox.put(_KICK)
+            self._inbox.put(KICK)
         elif earliest < self._sleep_until:
-            self._inbox.put(_WAKE)
+            self._inbox.put(WAKE)
 
     def check_can_wait(self) -> None:
         """Refuse, before anything is sent, a blocking call that could not wait here.
@@ -531,8 +315,8 @@ class Publisher:
         Raises:
             PublishError: the nesting limit is reached.
         """
-        if self._nesting >= _MAX_NESTING and self._on_owner_thread():
-            raise PublishError(_TOO_DEEP)
+        if self._nesting >= MAX_NESTING and self._on_owner_thread():
+            raise PublishError(TOO_DEEP)
 
     def _wait_for_space(self) -> None:
         enqueue_timeout = self._options.enqueue_timeout
@@ -570,11 +354,6 @@ class Publisher:
                 return True
             finally:
                 self._blocked -= 1
-
-    def _wake_waiters(self) -> None:
-        if self._blocked:
-            with self._space:
-                self._space.notify_all()
 
     def _start_thread(self) -> None:
         with self._lock:
@@ -668,434 +447,6 @@ class Publisher:
             return
         if not already:
             deadline = None if timeout is None else self._clock() + timeout
-            self._inbox.put(_Close(deadline))
+            self._inbox.put(Close(deadline))
         if threading.current_thread() is not thread:
             thread.join()
-
-    # ------------------------------------------------------------------ owner thread
-
-    def _run(self) -> None:
-        try:
-            while not (self._close_requested and self._drained()):
-                self._step(self._plan())
-        except BaseException as exc:  # a bug must not leave futures hanging
-            _log.exception("the liftbridge-publisher thread crashed; failing pending publishes")
-            self._crash = exc
-            with self._lock:
-                self._closing = True
-        finally:
-            self._shutdown()
-
-    def _drained(self) -> bool:
-        if not self._pending:
-            return True
-        deadline = self._close_deadline
-        return deadline is not None and self._clock() >= deadline
-
-    def _plan(self) -> float | None:
-        """Expire what is due; how long to sleep (``None``: until an event)."""
-        # Publishers entering now wake us: we may not see their entries below.
-        self._sleep_until = _INF
-        now = self._clock()
-        head = self._expire(now)
-        if head is None and not self._pending:
-            # Nothing to time: linger for one ack timeout before sleeping for good, so a
-            # one-at-a-time publisher (due later than that) does not wake us every time.
-            if self._linger_until is None:
-                self._linger_until = now + self._options.ack_timeout
-            if now < self._linger_until:
-                head = self._linger_until
-        else:
-            self._linger_until = None
-        stall_check = self._watch_stalls(now)
-        upcoming = [
-            c
-            for c in (
-                head,
-                self._reconnect_at,
-                self._close_deadline,
-                stall_check,
-                self._resend_refused_at,
-            )
-            if c is not None
-        ]
-        if not upcoming:
-            return None
-        until = min(upcoming)
-        self._sleep_until = until
-        return max(0.0, until - now)
-
-    def _expire(self, now: float) -> float | None:
-        """Fail publishes past their deadline; the earliest deadline still to come."""
-        pending = self._pending
-        earliest: float | None = None
-        timed_out: list[_Outcome] = []
-        for queue_ in list(self._expiry.values()):
-            while queue_:
-                entry = queue_[0]
-                if pending.get(entry.correlation_id) is not entry:
-                    queue_.popleft()  # resolved
-                    continue
-                if entry.deadline <= now:
-                    queue_.popleft()
-                    if pending.pop(entry.correlation_id, None) is not entry:
-                        continue  # the stream's thread resolved it just now
-                    what = "no ack" if entry.wants_ack else "not sent"
-                    error = AckTimeoutError(f"{what} within {entry.timeout}s")
-                    timed_out.append(self._failure(entry, error))
-                    continue
-                if earliest is None or entry.deadline < earliest:
-                    earliest = entry.deadline
-                break
-        if len(self._expiry) > 16:
-            with self._send_lock:
-                for key in [k for k, q in self._expiry.items() if not q]:
-                    del self._expiry[key]
-        if timed_out:
-            settle(timed_out, self._failures_ledger)
-            self._wake_waiters()
-            if self._stream is not None:
-                self._stream.probe()  # a dead peer ends the stream: we reconnect
-        return earliest
-
-    def _watch_stalls(self, now: float) -> float | None:
-        """Probe partitions whose publishes went silent; when to look again."""
-        resend_after = self._resend_after
-        pending = self._pending
-        if resend_after is None or not pending or self._stream is None:
-            return None
-        if now < self._next_stall_check:
-            return self._next_stall_check
-        try:
-            oldest = next(iter(pending.values()))
-        except (StopIteration, RuntimeError):  # emptied or changed by the stream's thread
-            return None
-        due = oldest.sent_at() + resend_after
-        if due > now and not self._probing:
-            # Re-sent entries are not in send order, so this is a lower bound; the scan
-            # below looks at them all once something is silent.
-            self._next_stall_check = due
-            return due
-        cutoff = now - resend_after
-        silent: set[PartitionKey] = set()
-        for entry in list(pending.values()):
-            if entry.wants_ack and entry.sent_at() <= cutoff:
-                silent.add(entry.partition_key())
-        for key in silent - self._probing:
-            self._probing.add(key)
-            self._stall_probes += 1
-            self._probe.request(key, now)
-        # While a partition is silent, look again now and then (not on every event).
-        self._next_stall_check = now + min(resend_after, 0.25)
-        return self._next_stall_check
-
-    def _on_probe_result(self, result: ProbeResult) -> None:
-        self._probing.discard(result.key)
-        if not result.resend:
-            _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
-            return
-        now = self._clock()
-        with self._send_lock:
-            stream = self._live
-            if stream is None:
-                return  # reconnecting: everything pending is re-sent then
-            entries = [
-                e
-                for e in self._pending.values()
-                if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
-            ]
-            if not entries:
-                return
-            stream.send_many([e.framed for e in entries])
-            for entry in entries:
-                entry.resent_at = now
-        self._resent_after_stall += len(entries)
-        self._next_stall_check = now + (self._resend_after or 0.0)
-        _log.warning(
-            "partition %s/%d went silent (%s); re-sent %d unacknowledged publishes",
-            *result.key,
-            result.detail,
-            len(entries),
-        )
-
-    def _step(self, wait: float | None) -> None:
-        try:
-            event: object | None = self._inbox.get(timeout=wait) if wait != 0 else None
-        except queue.Empty:
-            event = None
-        if event is not None:
-            self._handle(event)
-        # Drain what else is queued (bounded, so timers are never starved).
-        for _ in range(4096):
-            try:
-                event = self._inbox.get_nowait()
-            except queue.Empty:
-                break
-            self._handle(event)
-        now = self._clock()
-        if self._reconnect_at is not None and now >= self._reconnect_at:
-            self._reconnect_at = None
-            if self._pending:
-                self._connect()
-        if self._resend_refused_at is not None and now >= self._resend_refused_at:
-            self._resend_refused()
-
-    def _on_stream_event(self, event: object) -> None:
-        """Stream events arrive here on the stream's thread.
-
-        Plain acks of futures without done-callbacks are resolved right here (a
-        ``publish()`` waiting for one wakes without a hop through the publisher thread);
-        everything else goes to the publisher thread's inbox.
-        """
-        responses: Sequence[api_pb2.PublishResponse]
-        if type(event) is StreamResponses and event.epoch == self._epoch:
-            responses = event.responses
-        elif type(event) is StreamResponse and event.epoch == self._epoch:
-            responses = (event.response,)
-        else:
-            self._inbox.put(event)
-            return
-        self._failures = 0  # the stream works (reconnect back-off starts afresh)
-        rest = self._resolve_plain(responses)
-        if rest:
-            # Only this (the current stream's) thread counts up, only the owner down.
-            self._forwarded += 1
-            self._inbox.put(_Forwarded(event.epoch, rest))
-
-    def _resolve_plain(
-        self, responses: Sequence[api_pb2.PublishResponse]
-    ) -> list[api_pb2.PublishResponse]:
-        """Resolve successful acks of callback-less futures; the responses left over."""
-        if self._forwarded != self._handled:
-            # The owner has responses of this stream still to handle: keep the order
-            # (an error and then an ack for the same message must be seen in turn).
-            return list(responses)
-        pending = self._pending
-        rest: list[api_pb2.PublishResponse] = []
-        taken: list[tuple[_Entry, api_pb2.PublishResponse]] = []
-        outcomes: list[tuple[PublishFuture[Any], Any]] = []
-        for response in responses:
-            ack = response.ack
-            correlation_id = ack.correlationId
-            entry = pending.get(correlation_id) if correlation_id and not rest else None
-            if entry is None or ack.ackError or entry.future._done_callbacks:
-                rest.append(response)
-                continue
-            taken.append((entry, response))
-            outcomes.append((entry.future, ack_from_proto(ack, entry.partition)))
-        if outcomes:
-            # Resolve first (the future's state decides who did: the owner may be timing
-            # it out right now), then take the entries out of the pending table.
-            skipped = settle_plain(outcomes)
-            for i in skipped:
-                rest.append(taken[i][1])  # a callback was added meanwhile: the owner
-            if skipped:
-                taken = [t for i, t in enumerate(taken) if i not in set(skipped)]
-            for entry, _ in taken:
-                if pending.get(entry.correlation_id) is entry:
-                    pending.pop(entry.correlation_id, None)
-            self._wake_waiters()
-        return rest
-
-    def _run_nested(self, until: Callable[[], bool], deadline: float | None) -> bool:
-        if self._nesting >= _MAX_NESTING:
-            raise PublishError(_TOO_DEEP)
-        self._nesting += 1
-        try:
-            while not until():
-                if deadline is not None and self._clock() >= deadline:
-                    return False
-                wait = self._plan()
-                if deadline is not None:
-                    remaining = max(0.0, deadline - self._clock())
-                    wait = remaining if wait is None else min(wait, remaining)
-                self._step(min(wait, 0.05) if wait is not None else 0.05)
-            return True
-        finally:
-            self._nesting -= 1
-
-    def _handle(self, event: object) -> None:
-        if type(event) is _Forwarded:
-            if event.epoch == self._epoch:
-                self._on_responses(event.responses)
-            self._handled += 1
-        elif isinstance(event, StreamResponses):
-            if event.epoch == self._epoch:
-                self._failures = 0
-                self._on_responses(event.responses)
-        elif isinstance(event, StreamResponse):
-            if event.epoch == self._epoch:
-                self._failures = 0
-                self._on_responses((event.response,))
-        elif event is _WAKE:
-            pass  # _plan() looks at the new deadlines
-        elif event is _KICK:
-            if self._stream is None and self._reconnect_at is None and self._pending:
-                self._connect()
-        elif isinstance(event, StreamSent):
-            entry = self._pending.get(event.correlation_id)
-            if event.epoch == self._epoch and entry is not None and not entry.wants_ack:
-                del self._pending[event.correlation_id]
-                settle(((entry.future, None, None),))
-                self._wake_waiters()
-        elif isinstance(event, StreamClosed):
-            if event.epoch == self._epoch:
-                self._on_stream_closed(event.error)
-        elif isinstance(event, ProbeResult):
-            self._on_probe_result(event)
-        elif isinstance(event, _Close):
-            self._close_requested = True
-            self._close_deadline = event.deadline
-
-    def _connect(self) -> None:
-        addresses = self._core.addresses()
-        address = addresses[self._epoch % len(addresses)]
-        self._epoch += 1
-        try:
-            stream = self._opener(self._core, address, self._epoch, self._on_stream_event)
-        except ClientClosedError as exc:
-            self._fail_all(exc)
-            return
-        except LiftbridgeError as exc:
-            # A transport that connects eagerly (h2) fails here instead of with an event.
-            self._stream = None
-            self._on_stream_closed(exc)
-            return
-        self._stream = stream
-        self._connects += 1
-        now = self._clock()
-        with self._send_lock:
-            entries = list(self._pending.values())
-            if entries:
-                _log.info(
-                    "publish stream %d open on %s; sending %d", self._epoch, address, len(entries)
-                )
-            for entry in entries:
-                stream.send_framed(entry.framed, None if entry.wants_ack else entry.correlation_id)
-                entry.resent_at = now
-            if not self._finished:
-                self._live = stream
-        if self._connects > 1:
-            self._resent_after_reconnect += len(entries)
-
-    def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
-        with self._send_lock:
-            self._live = None
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.join(1.0)
-        if not self._pending:
-            return  # reopen lazily on the next publish
-        if error is not None and not error.retryable:
-            _log.warning("publish stream failed: %s", error)
-            self._fail_all(error)
-            return
-        # Keep reconnecting while anything is pending: each entry's own deadline bounds
-        # how long it waits, so giving up earlier would only fail work that may succeed.
-        self._failures += 1
-        delay = self._backoff(self._failures)
-        _log.warning(
-            "publish stream broke (%s); reconnecting in %.3fs, then re-sending %d",
-            error or "ended by server",
-            delay,
-            len(self._pending),
-        )
-        self._reconnect_at = self._clock() + delay
-
-    def _on_responses(self, responses: Sequence[api_pb2.PublishResponse]) -> None:
-        pending = self._pending
-        outcomes: list[_Outcome] = []
-        append = outcomes.append
-        for response in responses:
-            ack = response.ack
-            correlation_id = ack.correlationId
-            if not correlation_id:
-                # An asyncError (or an ack without an id): the id is on the response.
-                if response.HasField("asyncError"):
-                    error = response.asyncError
-                    if is_transient_async_error(error.code, error.message):
-                        # Not stored: stays pending and goes again shortly (its own
-                        # deadline still bounds it).
-                        entry = pending.get(response.correlationId)
-                        if entry is not None:
-                            self._refused.append(entry)
-                        continue
-                    entry = pending.pop(response.correlationId, None)
-                    if entry is not None:
-                        failure = error_from_async_error(error.code, error.message)
-                        outcomes.append(self._failure(entry, failure))
-                    continue
-                correlation_id = response.correlationId
-            # A PERMISSION_DENIED error can be followed by an ack for the same id (server
-            # quirk): the entry is gone by then, so the ack is ignored.
-            entry = pending.pop(correlation_id, None)
-            if entry is None:
-                continue
-            if ack.ackError:
-                failure = error_from_ack_error(_ACK_ERRORS.get(ack.ackError, "UNKNOWN"))
-                outcomes.append(self._failure(entry, failure))
-            else:
-                append((entry.future, ack_from_proto(ack, entry.partition), None))
-        if outcomes:
-            settle(outcomes, self._failures_ledger)
-            self._wake_waiters()
-        if not self._refused:
-            self._refusals = 0
-        elif self._resend_refused_at is None:
-            self._refusals += 1
-            self._resend_refused_at = self._clock() + self._backoff(self._refusals)
-
-    def _resend_refused(self) -> None:
-        """Send again, in order, what the server could not hand to NATS."""
-        refused, self._refused = self._refused, []
-        self._resend_refused_at = None
-        with self._send_lock:
-            stream = self._live
-            entries = [e for e in refused if self._pending.get(e.correlation_id) is e]
-            if stream is None or not entries:
-                return  # a new stream re-sends everything pending anyway
-            entries.sort(key=lambda e: e.seq)
-            stream.send_many([e.framed for e in entries])
-            now = self._clock()
-            for entry in entries:
-                entry.resent_at = now
-        self._resent_after_refusal += len(entries)
-        _log.warning(
-            "the server could not hand %d publishes to NATS (its NATS connection is down); "
-            "sent them again",
-            len(entries),
-        )
-
-    def _backoff(self, failures: int) -> float:
-        policy = self._options.retry
-        delay = min(policy.maximum, policy.initial * 2.0 ** min(failures - 1, 30))
-        return float(delay + random.uniform(0, policy.jitter))
-
-    @staticmethod
-    def _failure(entry: _Entry, error: BaseException) -> _Outcome:
-        return (entry.future, None, error)
-
-    def _fail_all(self, error: BaseException) -> None:
-        entries = list(self._pending.values())
-        self._pending.clear()
-        settle([self._failure(e, error) for e in entries], self._failures_ledger)
-        self._wake_waiters()
-
-    def _shutdown(self) -> None:
-        with self._send_lock:
-            self._finished = True
-            self._live = None
-        self._probe.close()
-        if self._crash is not None:
-            self._fail_all(self._closed_error())
-        else:
-            self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
-        self._expiry.clear()
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            # Half-close first so that requests already queued are written, then give
-            # the server a moment to end the call before aborting it.
-            stream.close()
-            stream.join(2.0)
-            stream.cancel()
-            stream.join(5.0)

@@ -36,11 +36,13 @@ def _client(fake: FakeBroker, transport: str, **options: object) -> Client:
     return Client([fake.address], retry=FAST_RETRY, publish_transport=transport, **options)  # type: ignore[arg-type]
 
 
-def test_lost_publishes_are_resent_when_the_leader_is_idle(
+def test_lost_publishes_are_resent_once_trouble_was_seen_and_the_leader_is_idle(
     fake: FakeBroker, transport: str
 ) -> None:
-    # The first five requests vanish (as into a dead leader's NATS subscription).
+    # The first five requests vanish (as into a dead leader's NATS subscription), and
+    # the first look for the leader finds none (as during an election).
     fake.publish_script = lambda request, n: "drop" if n <= 5 else "ack"
+    fake.not_leader_times = 1
     with _client(fake, transport, resend_after=0.2) as client:
         futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(5)]
         acks = [f.result(timeout=10) for f in futures]
@@ -50,7 +52,21 @@ def test_lost_publishes_are_resent_when_the_leader_is_idle(
     assert [r.value for r in fake.received] == [b"%d" % i for i in range(5)] * 2
     assert stats.resent_after_stall == 5
     assert stats.stall_probes >= 1
-    assert fake.partition_metadata_calls >= 2  # two looks at the leader's log
+    assert fake.partition_metadata_calls >= 3  # the failed look, then two looks at the log
+
+
+def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
+    # The leader answers and is idle, nothing broke: the publishes may still be queued
+    # somewhere on an overloaded machine, so they are not duplicated; they time out.
+    fake.publish_script = lambda request, n: "drop"
+    with _client(fake, transport, resend_after=0.1) as client:
+        future = client.publish_async("s", b"x", partition=0, timeout=1.0)
+        with pytest.raises(lb.AckTimeoutError):
+            future.result(timeout=10)
+        stats = client.publisher_stats()
+    assert stats.stall_probes >= 1
+    assert stats.resent_after_stall == 0
+    assert len(fake.received) == 1
 
 
 def test_uncommitted_messages_at_the_leader_hold_the_resend_back(
