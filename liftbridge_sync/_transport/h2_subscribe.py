@@ -254,7 +254,13 @@ class H2SubscribeCall(SubscribeReceiver):
         try:
             sock.sendall(data)
         except OSError as exc:
-            if not self._ended:
+            if self._ended:
+                return
+            if self._cancelled:
+                # cancel() closed the socket under us (a get() timeout, close()): that
+                # is our own CANCELLED, not a broker failure worth a resubscribe.
+                self._cancelled_error()
+            else:
                 self._end(_SC.UNAVAILABLE, f"send to {self._address} failed: {exc}")
 
     def _close(self) -> None:

@@ -309,3 +309,21 @@ def test_mutual_tls_with_alpn(tmp_path: Path) -> None:
             assert [m.offset for m in got] == list(range(100))
     finally:
         server.stop(grace=None).wait()
+
+
+def test_a_cancel_that_closes_the_socket_under_a_send_is_a_cancel() -> None:
+    # The race behind a get() timeout: cancel() closes the socket while the reading
+    # thread writes a WINDOW_UPDATE. That must end the call as CANCELLED (the caller's
+    # own timeout), not as an unavailable broker that sets off a resubscribe.
+    call = H2SubscribeCall(
+        "127.0.0.1:1", api_pb2.SubscribeRequest(stream="s"), ClientOptions(addresses=("x:1",))
+    )
+    left, right = socket.socketpair()
+    right.close()
+    call._sock = left
+    call._outbuf += b"window update"
+    call.cancel()  # not reading: closes the socket and forgets it
+    call._sock = left  # ... after the writer had already picked it up
+    call._send_out()
+    assert isinstance(call._error, SubscribeRpcError)
+    assert call._error.code() is grpc.StatusCode.CANCELLED
