@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
+from liftbridge_sync._publishing.encoding import ack_from_proto, head, set_ack_partition
 from liftbridge_sync._publishing.futures import (
     PublishFuture,
     Unobserved,
@@ -60,6 +60,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamSent,
     open_grpc_stream,
 )
+from liftbridge_sync._wire.speedups import frame_id
 from liftbridge_sync._wire.status import (
     error_from_ack_error,
     error_from_async_error,
@@ -91,6 +92,8 @@ _FAILURES_QUOTED = 10
 _ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
 _INF = float("inf")
 _Outcome = tuple[PublishFuture[Any], Any, BaseException | None]
+#: A response as the stream hands it over: the C reader gives successful acks as Acks.
+_Response = api_pb2.PublishResponse | Ack
 
 
 class _FailureLedger(Unobserved):
@@ -151,7 +154,7 @@ class _Forwarded:
     """Responses the stream's thread left for the owner (failures, done-callbacks)."""
 
     epoch: int
-    responses: list[api_pb2.PublishResponse]
+    responses: list[_Response]
 
 
 _WAKE = object()  # a publish with an earlier deadline than the owner sleeps until
@@ -300,8 +303,9 @@ class Publisher:
         """
         if self._closing:
             raise ClientClosedError("publisher is closed")
-        correlation_id = f"{self._id_prefix}{next(self._ids)}"
-        framed = frame_simple(head(stream, partition, ack_policy), value, correlation_id.encode())
+        framed, correlation_id = frame_id(
+            head(stream, partition, ack_policy), value, self._id_prefix, next(self._ids)
+        )
         if len(framed) > self._max_message:
             raise self._too_large(len(framed))
         wants_ack = ack_policy is not AckPolicy.NONE
@@ -711,7 +715,7 @@ class Publisher:
         ``publish()`` waiting for one wakes without a hop through the publisher thread);
         everything else goes to the publisher thread's inbox.
         """
-        responses: Sequence[api_pb2.PublishResponse]
+        responses: Sequence[_Response]
         if type(event) is StreamResponses and event.epoch == self._epoch:
             responses = event.responses
         elif type(event) is StreamResponse and event.epoch == self._epoch:
@@ -726,19 +730,26 @@ class Publisher:
             self._forwarded += 1
             self._inbox.put(_Forwarded(event.epoch, rest))
 
-    def _resolve_plain(
-        self, responses: Sequence[api_pb2.PublishResponse]
-    ) -> list[api_pb2.PublishResponse]:
+    def _resolve_plain(self, responses: Sequence[_Response]) -> list[_Response]:
         """Resolve successful acks of callback-less futures; the responses left over."""
         if self._forwarded != self._handled:
             # The owner has responses of this stream still to handle: keep the order
             # (an error and then an ack for the same message must be seen in turn).
             return list(responses)
         pending = self._pending
-        rest: list[api_pb2.PublishResponse] = []
-        taken: list[tuple[_Entry, api_pb2.PublishResponse]] = []
+        rest: list[_Response] = []
+        taken: list[tuple[_Entry, _Response]] = []
         outcomes: list[tuple[PublishFuture[Any], Any]] = []
         for response in responses:
+            if isinstance(response, Ack):  # decoded by the C reader: a successful ack
+                entry = pending.get(response.correlation_id) if not rest else None
+                if entry is None or entry.future._done_callbacks:
+                    rest.append(response)
+                    continue
+                set_ack_partition(response, entry.partition)
+                taken.append((entry, response))
+                outcomes.append((entry.future, response))
+                continue
             ack = response.ack
             correlation_id = ack.correlationId
             entry = pending.get(correlation_id) if correlation_id and not rest else None
@@ -861,11 +872,17 @@ class Publisher:
         )
         self._reconnect_at = self._clock() + delay
 
-    def _on_responses(self, responses: Sequence[api_pb2.PublishResponse]) -> None:
+    def _on_responses(self, responses: Sequence[_Response]) -> None:
         pending = self._pending
         outcomes: list[_Outcome] = []
         append = outcomes.append
         for response in responses:
+            if isinstance(response, Ack):  # decoded by the C reader: a successful ack
+                entry = pending.pop(response.correlation_id, None)
+                if entry is not None:
+                    set_ack_partition(response, entry.partition)
+                    append((entry.future, response, None))
+                continue
             ack = response.ack
             correlation_id = ack.correlationId
             if not correlation_id:
