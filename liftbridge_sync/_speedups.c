@@ -22,6 +22,14 @@
  *       WINDOW_UPDATE) met on the way are skipped
  *       and returned, concatenated, in control (for h2: their order relative to our
  *       stream's DATA does not matter).
+ *   settle_acks(acks, pending, lock) -> (count, waited)
+ *       Resolves, under lock (the futures module's callback lock), the leading run of
+ *       acks (Ack objects from scan_acks) whose publisher entry (pending[correlation
+ *       id]: .future, .partition) is there and whose future has no done-callback and
+ *       is not finished: sets the ack's partition, the future's _result and _state,
+ *       and removes the entry from pending. Returns how many it took and the futures
+ *       somebody waits on (a _condition in their __dict__: the caller notifies them).
+ *       Stops at the first ack it cannot take (Python handles it and the rest).
  *   setup(ack_type, policies)
  *       The Ack class and the AckPolicy members (LEADER, ALL, NONE).
  */
@@ -562,6 +570,107 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ settling */
+
+static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_condition, *n_dict,
+    *n_acquire, *n_release, *s_finished;
+
+/* settle_acks(acks, pending, lock) -> (count, waited): see the module comment. */
+static PyObject *
+settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "settle_acks(acks: list, pending: dict, lock)");
+        return NULL;
+    }
+    if (ack_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() not called");
+        return NULL;
+    }
+    PyObject *acks = args[0], *pending = args[1], *lock = args[2];
+    PyObject *waited = PyList_New(0);
+    if (waited == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, n_acquire);
+    if (r == NULL) {
+        Py_DECREF(waited);
+        return NULL;
+    }
+    Py_DECREF(r);
+    Py_ssize_t i = 0;
+    int failed = 0;
+    for (; i < PyList_GET_SIZE(acks); i++) {
+        PyObject *ack = PyList_GET_ITEM(acks, i);
+        if ((PyObject *)Py_TYPE(ack) != ack_type)
+            break;
+        Py_INCREF(ack);
+        PyObject *cid = PyObject_GetAttr(ack, n_correlation_id);
+        PyObject *entry = cid == NULL ? NULL : PyDict_GetItemWithError(pending, cid);
+        Py_XINCREF(entry);
+        PyObject *future = entry == NULL ? NULL : PyObject_GetAttr(entry, n_future);
+        PyObject *callbacks = future == NULL ? NULL : PyObject_GetAttr(future, n_done_callbacks);
+        PyObject *state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
+        int stop = 1;
+        if (state != NULL) {
+            int has_callbacks = PyObject_IsTrue(callbacks);
+            int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
+            if (has_callbacks < 0 || finished < 0)
+                failed = 1;
+            else if (!has_callbacks && !finished) {
+                PyObject *partition = PyObject_GetAttr(entry, n_partition);
+                if (partition == NULL || PyObject_GenericSetAttr(ack, n_partition, partition) < 0 ||
+                    PyObject_SetAttr(future, n_result, ack) < 0 ||
+                    PyObject_SetAttr(future, n_state, s_finished) < 0)
+                    failed = 1;
+                Py_XDECREF(partition);
+                if (!failed) {
+                    stop = 0;
+                    PyObject *dict = PyObject_GenericGetDict(future, NULL);
+                    if (dict == NULL)
+                        failed = 1;
+                    else {
+                        int waits = PyDict_Contains(dict, n_condition);
+                        if (waits < 0 || (waits && PyList_Append(waited, future) < 0))
+                            failed = 1;
+                        Py_DECREF(dict);
+                    }
+                    /* Out of the pending table (if still the same entry). */
+                    if (!failed && PyDict_GetItemWithError(pending, cid) == entry &&
+                        PyDict_DelItem(pending, cid) < 0)
+                        failed = 1;
+                }
+            }
+        }
+        else if (PyErr_Occurred()) {
+            failed = 1;
+        }
+        Py_XDECREF(state);
+        Py_XDECREF(callbacks);
+        Py_XDECREF(future);
+        Py_XDECREF(entry);
+        Py_XDECREF(cid);
+        Py_DECREF(ack);
+        if (failed || stop)
+            break;
+    }
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (failed)
+        PyErr_Fetch(&type, &value, &tb);
+    r = PyObject_CallMethodNoArgs(lock, n_release);
+    if (failed) {
+        Py_XDECREF(r);
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(waited);
+        return NULL;
+    }
+    if (r == NULL) {
+        Py_DECREF(waited);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return Py_BuildValue("(nN)", i, waited);
+}
+
 static PyObject *
 setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -579,6 +688,7 @@ static PyMethodDef methods[] = {
     {"frame_id", (PyCFunction)(void (*)(void))frame_id, METH_FASTCALL, NULL},
     {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
     {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, NULL},
+    {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -608,6 +718,15 @@ PyInit__speedups(void)
     INTERN(n_reception, "reception_timestamp_ns");
     INTERN(n_commit, "commit_timestamp_ns");
     INTERN(n_ack_error, "ack_error");
+    INTERN(n_future, "future");
+    INTERN(n_done_callbacks, "_done_callbacks");
+    INTERN(n_state, "_state");
+    INTERN(n_result, "_result");
+    INTERN(n_condition, "_condition");
+    INTERN(n_dict, "__dict__");
+    INTERN(n_acquire, "acquire");
+    INTERN(n_release, "release");
+    INTERN(s_finished, "FINISHED");
     empty_str = PyUnicode_FromStringAndSize("", 0);
     minus_one = PyLong_FromLong(-1);
     zero = PyLong_FromLong(0);

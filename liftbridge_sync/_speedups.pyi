@@ -1,5 +1,7 @@
 """Stub of the optional C extension (liftbridge_sync/_speedups.c)."""
 
+from typing import Any
+
 from liftbridge_sync.models import Ack, AckPolicy
 
 def setup(ack_type: type[Ack], policies: tuple[AckPolicy, AckPolicy, AckPolicy], /) -> None: ...
@@ -10,3 +12,6 @@ def frame_values(
 def scan_acks(
     buf: bytearray, pos: int, stream_id: int, max_frame: int, /
 ) -> tuple[int, list[Ack], int, bytes]: ...
+def settle_acks(
+    acks: list[Any], pending: dict[str, Any], lock: Any, /
+) -> tuple[int, list[Any]]: ...

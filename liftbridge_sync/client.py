@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
+from os import getpid as _getpid
 from typing import Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
@@ -455,7 +456,8 @@ class Client:
             PublishQueueFullError: ``max_in_flight`` reached and no slot freed in time.
             ClientClosedError: the client is closed.
         """
-        self._check()
+        if self._closed or self._pid != _getpid():
+            self._check()
         publisher = self._publisher or self._get_publisher()
         if (
             type(value) is bytes

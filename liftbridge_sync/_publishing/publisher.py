@@ -48,6 +48,7 @@ from liftbridge_sync._publishing.futures import (
     PublishFuture,
     Unobserved,
     settle,
+    settle_acks,
     settle_plain,
 )
 from liftbridge_sync._transport.core import ClientCore
@@ -719,7 +720,7 @@ class Publisher:
         if type(event) is StreamResponses and event.epoch == self._epoch:
             responses = event.responses
         elif type(event) is StreamResponse and event.epoch == self._epoch:
-            responses = (event.response,)
+            responses = [event.response]
         else:
             self._inbox.put(event)
             return
@@ -737,6 +738,13 @@ class Publisher:
             # (an error and then an ack for the same message must be seen in turn).
             return list(responses)
         pending = self._pending
+        # C speedups: the leading run of plain acks resolved in one call.
+        taken_now = settle_acks(responses, pending) if type(responses) is list else 0
+        if taken_now:
+            self._wake_waiters()
+            if taken_now == len(responses):
+                return []
+            responses = responses[taken_now:]
         rest: list[_Response] = []
         taken: list[tuple[_Entry, _Response]] = []
         outcomes: list[tuple[PublishFuture[Any], Any]] = []

@@ -13,6 +13,8 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   reads successful acks straight from received HTTP/2 frames into :class:`Ack` objects
   with ``partition == -1``, setting aside the connection's SETTINGS, PING and
   WINDOW_UPDATE frames (see the C source for what it leaves to Python).
+* :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
+  run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
 
 Pure functions; thread-safe.
 """
@@ -21,10 +23,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from liftbridge_sync.models import Ack, AckPolicy
 
-__all__ = ["ACTIVE", "frame_id", "frame_values", "scan_acks"]
+__all__ = ["ACTIVE", "frame_id", "frame_values", "scan_acks", "settle_acks"]
 
 _PREFIX_BYTES = 5
 
@@ -75,6 +78,8 @@ frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]
 #: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload_bytes, control)``:
 #: ``control`` holds the connection's SETTINGS/PING/WINDOW_UPDATE frames skipped on the way.
 scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes]] | None = None
+#: ``settle_acks(acks, pending, lock) -> (count, waited_futures)``.
+settle_acks: Callable[[list[Any], dict[str, Any], Any], tuple[int, list[Any]]] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -87,4 +92,5 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         frame_id = _speedups.frame_id
         frame_values = _speedups.frame_values
         scan_acks = _speedups.scan_acks
+        settle_acks = _speedups.settle_acks
         ACTIVE = True

@@ -12,13 +12,18 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
+import time
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing import futures as futures_module
 from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
+from liftbridge_sync._publishing.futures import PublishFuture, settle_acks
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER
 from liftbridge_sync._wire import speedups
 from liftbridge_sync.models import AckPolicy
@@ -191,3 +196,46 @@ def test_scan_acks_on_garbage_stops_cleanly(garbage: bytes, start: int) -> None:
     assert payload <= len(data)
     for ack in got:
         assert ack.correlation_id and ack.ack_error is None and ack.partition == -1
+
+
+class _Entry:
+    def __init__(self, future: PublishFuture[Any], partition: int) -> None:
+        self.future = future
+        self.partition = partition
+
+
+@needs_c
+def test_settle_acks_resolves_the_leading_plain_acks_in_bulk() -> None:
+    acks = [ack_from_proto(api_pb2.Ack(correlationId=f"c{i}", offset=i), -1) for i in range(6)]
+    futures: list[PublishFuture[Any]] = [PublishFuture() for _ in acks]
+    pending: dict[str, Any] = {f"c{i}": _Entry(f, 7) for i, f in enumerate(futures)}
+    del pending["c4"]  # unknown id: stops there
+    waiter = threading.Thread(target=futures[2].result, args=(10,))
+    waiter.start()
+    while "_condition" not in futures[2].__dict__:
+        time.sleep(0.001)
+    assert settle_acks(acks, pending) == 4
+    waiter.join(5)
+    assert not waiter.is_alive()
+    for i in range(4):
+        assert futures[i].result(0) is acks[i] and acks[i].partition == 7
+    assert not futures[5].done() and list(pending) == ["c5"]
+    # A future with a done-callback, or already resolved, is left to Python.
+    late = [ack_from_proto(api_pb2.Ack(correlationId=f"d{i}"), -1) for i in range(2)]
+    with_callback: PublishFuture[Any] = PublishFuture()
+    with_callback.add_done_callback(lambda f: None)
+    pending = {"d0": _Entry(with_callback, 0), "d1": _Entry(PublishFuture(), 0)}
+    assert settle_acks(late, pending) == 0 and len(pending) == 2
+    resolved: PublishFuture[Any] = PublishFuture()
+    resolved.set_result(None)
+    pending = {"d0": _Entry(resolved, 0)}
+    assert settle_acks(late, pending) == 0 and len(pending) == 1
+    # Not an Ack (a PublishResponse the Python reader parsed): left to Python.
+    assert settle_acks([api_pb2.PublishResponse()], {}) == 0
+
+
+def test_settle_acks_takes_nothing_without_the_speedups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(futures_module, "_settle_acks", None)
+    ack = ack_from_proto(api_pb2.Ack(correlationId="c"), -1)
+    pending: dict[str, Any] = {"c": _Entry(PublishFuture(), 0)}
+    assert settle_acks([ack], pending) == 0 and len(pending) == 1
