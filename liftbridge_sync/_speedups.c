@@ -22,14 +22,17 @@
  *       WINDOW_UPDATE) met on the way are skipped
  *       and returned, concatenated, in control (for h2: their order relative to our
  *       stream's DATA does not matter).
- *   settle_acks(acks, pending, lock) -> (count, waited)
+ *   settle_acks(acks, pending, lock, owner) -> (count, ready)
  *       Resolves, under lock (the futures module's callback lock), the leading run of
- *       acks (Ack objects from scan_acks) whose publisher entry (pending[correlation
- *       id]: .future, .partition) is there and whose future has no done-callback and
- *       is not finished: sets the ack's partition, the future's _result and _state,
- *       and removes the entry from pending. Returns how many it took and the futures
- *       somebody waits on (a _condition in their __dict__: the caller notifies them).
- *       Stops at the first ack it cannot take (Python handles it and the rest).
+ *       Ack objects (from scan_acks) with the publisher's entries (pending[correlation
+ *       id]: .future, .partition): sets the ack's partition and the future's _result
+ *       and _state. I/O thread (owner false): stops at an ack without an entry or
+ *       whose future has a done-callback or is resolved; takes the entry out of
+ *       pending. Owner thread (owner true): pops every entry; an ack without one,
+ *       or for a future resolved meanwhile, is dropped. Returns how many acks it went
+ *       through and the futures resolved that have done-callbacks or waiters (a
+ *       _condition in their __dict__): the caller runs and notifies those, in order.
+ *       Stops at the first object that is not an Ack (Python handles it and the rest).
  *   setup(ack_type, policies)
  *       The Ack class and the AckPolicy members (LEADER, ALL, NONE).
  */
@@ -575,12 +578,83 @@ fail:
 static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_condition, *n_dict,
     *n_acquire, *n_release, *s_finished;
 
-/* settle_acks(acks, pending, lock) -> (count, waited): see the module comment. */
+/* Resolve one ack's future; 1 taken, 0 left (not an error), -1 error. */
+static int
+settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
+{
+    int rc = -1;
+    PyObject *future = NULL, *callbacks = NULL, *state = NULL, *partition = NULL, *dict = NULL;
+    PyObject *cid = PyObject_GetAttr(ack, n_correlation_id);
+    if (cid == NULL)
+        return -1;
+    PyObject *entry = PyDict_GetItemWithError(pending, cid);
+    if (entry == NULL) {
+        rc = PyErr_Occurred() ? -1 : owner; /* the owner ignores an ack nobody waits for */
+        Py_DECREF(cid);
+        return rc;
+    }
+    Py_INCREF(entry);
+    future = PyObject_GetAttr(entry, n_future);
+    if (future == NULL)
+        goto done;
+    callbacks = PyObject_GetAttr(future, n_done_callbacks);
+    state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
+    if (state == NULL)
+        goto done;
+    int has_callbacks = PyObject_IsTrue(callbacks);
+    int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
+    if (has_callbacks < 0 || finished < 0)
+        goto done;
+    if (!owner && (has_callbacks || finished)) {
+        rc = 0; /* the I/O thread leaves these to the owner */
+        goto done;
+    }
+    if (owner && PyDict_DelItem(pending, cid) < 0)
+        goto done;
+    if (finished) {
+        rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
+        goto done;
+    }
+    partition = PyObject_GetAttr(entry, n_partition);
+    if (partition == NULL || PyObject_GenericSetAttr(ack, n_partition, partition) < 0 ||
+        PyObject_SetAttr(future, n_result, ack) < 0 ||
+        PyObject_SetAttr(future, n_state, s_finished) < 0)
+        goto done;
+    dict = PyObject_GenericGetDict(future, NULL);
+    if (dict == NULL)
+        goto done;
+    int waits = PyDict_Contains(dict, n_condition);
+    if (waits < 0)
+        goto done;
+    if ((waits || has_callbacks) && PyList_Append(ready, future) < 0)
+        goto done;
+    if (!owner) {
+        /* Out of the pending table (if still the same entry). */
+        PyObject *now = PyDict_GetItemWithError(pending, cid);
+        if (now == NULL && PyErr_Occurred())
+            goto done;
+        if (now == entry && PyDict_DelItem(pending, cid) < 0)
+            goto done;
+    }
+    rc = 1;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(partition);
+    Py_XDECREF(state);
+    Py_XDECREF(callbacks);
+    Py_XDECREF(future);
+    Py_DECREF(entry);
+    Py_DECREF(cid);
+    return rc;
+}
+
+/* settle_acks(acks, pending, lock, owner) -> (count, ready): see the module comment. */
 static PyObject *
 settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 3 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "settle_acks(acks: list, pending: dict, lock)");
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "settle_acks(acks: list, pending: dict, lock, owner: bool)");
         return NULL;
     }
     if (ack_type == NULL) {
@@ -588,12 +662,15 @@ settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *acks = args[0], *pending = args[1], *lock = args[2];
-    PyObject *waited = PyList_New(0);
-    if (waited == NULL)
+    int owner = PyObject_IsTrue(args[3]);
+    if (owner < 0)
+        return NULL;
+    PyObject *ready = PyList_New(0);
+    if (ready == NULL)
         return NULL;
     PyObject *r = PyObject_CallMethodNoArgs(lock, n_acquire);
     if (r == NULL) {
-        Py_DECREF(waited);
+        Py_DECREF(ready);
         return NULL;
     }
     Py_DECREF(r);
@@ -604,53 +681,11 @@ settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if ((PyObject *)Py_TYPE(ack) != ack_type)
             break;
         Py_INCREF(ack);
-        PyObject *cid = PyObject_GetAttr(ack, n_correlation_id);
-        PyObject *entry = cid == NULL ? NULL : PyDict_GetItemWithError(pending, cid);
-        Py_XINCREF(entry);
-        PyObject *future = entry == NULL ? NULL : PyObject_GetAttr(entry, n_future);
-        PyObject *callbacks = future == NULL ? NULL : PyObject_GetAttr(future, n_done_callbacks);
-        PyObject *state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
-        int stop = 1;
-        if (state != NULL) {
-            int has_callbacks = PyObject_IsTrue(callbacks);
-            int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
-            if (has_callbacks < 0 || finished < 0)
-                failed = 1;
-            else if (!has_callbacks && !finished) {
-                PyObject *partition = PyObject_GetAttr(entry, n_partition);
-                if (partition == NULL || PyObject_GenericSetAttr(ack, n_partition, partition) < 0 ||
-                    PyObject_SetAttr(future, n_result, ack) < 0 ||
-                    PyObject_SetAttr(future, n_state, s_finished) < 0)
-                    failed = 1;
-                Py_XDECREF(partition);
-                if (!failed) {
-                    stop = 0;
-                    PyObject *dict = PyObject_GenericGetDict(future, NULL);
-                    if (dict == NULL)
-                        failed = 1;
-                    else {
-                        int waits = PyDict_Contains(dict, n_condition);
-                        if (waits < 0 || (waits && PyList_Append(waited, future) < 0))
-                            failed = 1;
-                        Py_DECREF(dict);
-                    }
-                    /* Out of the pending table (if still the same entry). */
-                    if (!failed && PyDict_GetItemWithError(pending, cid) == entry &&
-                        PyDict_DelItem(pending, cid) < 0)
-                        failed = 1;
-                }
-            }
-        }
-        else if (PyErr_Occurred()) {
-            failed = 1;
-        }
-        Py_XDECREF(state);
-        Py_XDECREF(callbacks);
-        Py_XDECREF(future);
-        Py_XDECREF(entry);
-        Py_XDECREF(cid);
+        int rc = settle_one(ack, pending, owner, ready);
         Py_DECREF(ack);
-        if (failed || stop)
+        if (rc < 0)
+            failed = 1;
+        if (rc <= 0)
             break;
     }
     PyObject *type = NULL, *value = NULL, *tb = NULL;
@@ -660,15 +695,15 @@ settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (failed) {
         Py_XDECREF(r);
         PyErr_Restore(type, value, tb);
-        Py_DECREF(waited);
+        Py_DECREF(ready);
         return NULL;
     }
     if (r == NULL) {
-        Py_DECREF(waited);
+        Py_DECREF(ready);
         return NULL;
     }
     Py_DECREF(r);
-    return Py_BuildValue("(nN)", i, waited);
+    return Py_BuildValue("(nN)", i, ready);
 }
 
 static PyObject *

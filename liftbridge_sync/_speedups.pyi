@@ -13,5 +13,5 @@ def scan_acks(
     buf: bytearray, pos: int, stream_id: int, max_frame: int, /
 ) -> tuple[int, list[Ack], int, bytes]: ...
 def settle_acks(
-    acks: list[Any], pending: dict[str, Any], lock: Any, /
+    acks: list[Any], pending: dict[str, Any], lock: Any, owner: bool, /
 ) -> tuple[int, list[Any]]: ...

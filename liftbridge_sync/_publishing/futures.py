@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
 
-__all__ = ["PublishFuture", "Unobserved", "settle", "settle_acks", "settle_plain"]
+__all__ = ["PublishFuture", "Unobserved", "settle", "settle_acks", "settle_plain", "take_acks"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
@@ -175,25 +175,38 @@ def settle_acks(acks: list[Any], pending: dict[str, Any]) -> int:
     many it took (always 0 without the speedups); the rest is left to the caller."""
     if _settle_acks is None:
         return 0
-    count, waited = _settle_acks(acks, pending, _CALLBACKS)
+    count, waited = _settle_acks(acks, pending, _CALLBACKS, False)
     if waited:
         _notify(waited)
     return count
 
 
+def take_acks(acks: list[Any], pending: dict[str, Any]) -> tuple[int, list[PublishFuture[Any]]]:
+    """With the C speedups, on the publisher (owner) thread: pop the entries of the
+    leading run of C-decoded acks from ``pending`` and resolve their futures (an ack
+    with no entry, or for a future already resolved, is dropped). Returns how many acks
+    it went through and the resolved futures with done-callbacks or waiters, for
+    :func:`settle` (``resolved=``) to run and wake. ``(0, [])`` without the speedups."""
+    if _settle_acks is None:
+        return 0, []
+    return _settle_acks(acks, pending, _CALLBACKS, True)
+
+
 def settle(
     outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | None]],
     ledger: Unobserved | None = None,
+    resolved: Iterable[PublishFuture[Any]] = (),
 ) -> int:
     """Resolve futures in bulk: ``(future, result, error)``; returns how many changed.
 
     Futures already resolved are skipped. Failures are recorded in ``ledger`` (before
     any callback runs, so a callback that looks at one marks it observed). Waiters are
     woken, then done-callbacks run on the calling thread (a failing callback is logged,
-    as ``concurrent.futures`` does).
+    as ``concurrent.futures`` does), first those of ``resolved`` (futures already
+    resolved by :func:`take_acks`, whose waiters and callbacks are still to run).
     """
     changed = 0
-    ready: list[PublishFuture[Any]] = []  # those with callbacks or a condition
+    ready: list[PublishFuture[Any]] = list(resolved)  # those with callbacks or a condition
     failed: list[tuple[PublishFuture[Any], BaseException]] = []
     with _CALLBACKS:
         for future, result, error in outcomes:

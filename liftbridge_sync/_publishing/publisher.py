@@ -50,6 +50,7 @@ from liftbridge_sync._publishing.futures import (
     settle,
     settle_acks,
     settle_plain,
+    take_acks,
 )
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
@@ -882,6 +883,11 @@ class Publisher:
 
     def _on_responses(self, responses: Sequence[_Response]) -> None:
         pending = self._pending
+        # C speedups: the leading run of plain acks popped and resolved in one call;
+        # their callbacks run in settle() below, first.
+        taken_now, resolved = take_acks(responses, pending) if type(responses) is list else (0, [])
+        if taken_now:
+            responses = responses[taken_now:]
         outcomes: list[_Outcome] = []
         append = outcomes.append
         for response in responses:
@@ -913,8 +919,8 @@ class Publisher:
                 outcomes.append(self._failure(entry, failure))
             else:
                 append((entry.future, ack_from_proto(ack, entry.partition), None))
-        if outcomes:
-            settle(outcomes, self._failures_ledger)
+        if outcomes or taken_now:
+            settle(outcomes, self._failures_ledger, resolved)
             self._wake_waiters()
 
     @staticmethod

@@ -78,8 +78,8 @@ frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]
 #: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload_bytes, control)``:
 #: ``control`` holds the connection's SETTINGS/PING/WINDOW_UPDATE frames skipped on the way.
 scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes]] | None = None
-#: ``settle_acks(acks, pending, lock) -> (count, waited_futures)``.
-settle_acks: Callable[[list[Any], dict[str, Any], Any], tuple[int, list[Any]]] | None = None
+#: ``settle_acks(acks, pending, lock, owner) -> (count, futures_to_wake_or_call_back)``.
+settle_acks: Callable[[list[Any], dict[str, Any], Any, bool], tuple[int, list[Any]]] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing import futures as futures_module
 from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
-from liftbridge_sync._publishing.futures import PublishFuture, settle_acks
+from liftbridge_sync._publishing.futures import PublishFuture, settle, settle_acks, take_acks
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER
 from liftbridge_sync._wire import speedups
 from liftbridge_sync.models import AckPolicy
@@ -239,3 +239,23 @@ def test_settle_acks_takes_nothing_without_the_speedups(monkeypatch: pytest.Monk
     ack = ack_from_proto(api_pb2.Ack(correlationId="c"), -1)
     pending: dict[str, Any] = {"c": _Entry(PublishFuture(), 0)}
     assert settle_acks([ack], pending) == 0 and len(pending) == 1
+
+
+@needs_c
+def test_take_acks_pops_every_entry_and_leaves_callbacks_to_settle() -> None:
+    acks = [ack_from_proto(api_pb2.Ack(correlationId=f"c{i}", offset=i), -1) for i in range(5)]
+    futures: list[PublishFuture[Any]] = [PublishFuture() for _ in acks]
+    called: list[int] = []
+    futures[1].add_done_callback(lambda f: called.append(1))
+    futures[3].set_exception(RuntimeError("timed out meanwhile"))
+    pending: dict[str, Any] = {f"c{i}": _Entry(f, 2) for i, f in enumerate(futures)}
+    del pending["c2"]  # no entry: the ack is dropped
+    tail = api_pb2.PublishResponse()  # not an Ack: where it stops
+    count, ready = take_acks([*acks, tail], pending)
+    assert count == 5 and not pending
+    assert ready == [futures[1]] and not called  # callbacks are settle()'s job
+    settle((), None, ready)
+    assert called == [1]
+    assert futures[0].result(0) is acks[0] and futures[4].result(0).partition == 2
+    assert not futures[2].done()
+    assert isinstance(futures[3].exception(0), RuntimeError)
