@@ -11,15 +11,16 @@
  *       (prefix + decimal n).
  *   frame_values(head, values, base) -> (framed_list, id_list)
  *       The same for the leading exact-bytes items of a list, ids base + "." + index.
- *   scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload_bytes, control)
+ *   scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs)
  *       Reads, from pos on, whole HTTP/2 DATA frames of stream_id without flags, each
  *       holding whole gRPC messages only, each a PublishResponse with a successful
  *       ack carrying a correlation id, straight into Ack objects (partition -1: the
  *       caller knows it). Stops at the first frame that is anything else (partial,
  *       too long, other type/stream/flags, several or split messages, errors, odd or
  *       invalid encodings): the Python reader handles it and what follows. The
- *       connection's SETTINGS, PING and WINDOW_UPDATE frames (and our stream's
- *       WINDOW_UPDATE) met on the way are skipped
+ *       connection's PINGs met on the way are answered (their ACK frames returned
+ *       in pongs, for the connection to send; PING ACKs are dropped); its SETTINGS and
+ *       WINDOW_UPDATE frames (and our stream's WINDOW_UPDATE) are skipped
  *       and returned, concatenated, in control (for h2: their order relative to our
  *       stream's DATA does not matter).
  *   settle_acks(acks, pending, lock, owner) -> (count, ready)
@@ -482,8 +483,8 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *acks = PyList_New(0);
     PyObject *last[STRING_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
     Py_ssize_t payload = 0;
-    char *control = NULL;
-    Py_ssize_t control_len = 0, control_cap = 0;
+    char *control = NULL, *pong = NULL;
+    Py_ssize_t control_len = 0, control_cap = 0, pong_len = 0, pong_cap = 0;
     if (acks == NULL)
         goto fail;
     if (pos < 0)
@@ -497,6 +498,28 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (end > size)
             break;
         long stream = (long)(be32(h + 5) & 0x7FFFFFFF);
+        if (stream == 0 && h[3] == 6 && length == 8) {
+            /* PING: answered here (the broker's BDP pings come with every response when
+             * publishing one at a time; h2 keeps no state for them). An ACK (the answer
+             * to our keepalive probe) needs nothing: any read counts. */
+            if (!(h[4] & 0x01)) {
+                if (pong_len + 17 > pong_cap) {
+                    Py_ssize_t cap = (pong_len + 17) * 2 + 64;
+                    char *grown = PyMem_Realloc(pong, (size_t)cap);
+                    if (grown == NULL) {
+                        PyErr_NoMemory();
+                        goto fail;
+                    }
+                    pong = grown;
+                    pong_cap = cap;
+                }
+                memcpy(pong + pong_len, h, 17);
+                pong[pong_len + 4] = 0x01; /* ACK */
+                pong_len += 17;
+            }
+            pos = end;
+            continue;
+        }
         if ((stream == 0 && (h[3] == 4 || h[3] == 6 || h[3] == 8)) ||
             (stream == sid && h[3] == 8)) {
             /* SETTINGS, PING, WINDOW_UPDATE of the connection and our stream's
@@ -558,14 +581,19 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     for (int i = 0; i < STRING_FIELDS; i++)
         Py_XDECREF(last[i]);
     PyObject *frames = PyBytes_FromStringAndSize(control, control_len);
+    PyObject *pongs = PyBytes_FromStringAndSize(pong, pong_len);
     PyMem_Free(control);
-    if (frames == NULL) {
+    PyMem_Free(pong);
+    if (frames == NULL || pongs == NULL) {
+        Py_XDECREF(frames);
+        Py_XDECREF(pongs);
         Py_DECREF(acks);
         return NULL;
     }
-    return Py_BuildValue("(nNnN)", pos, acks, payload, frames);
+    return Py_BuildValue("(nNnNN)", pos, acks, payload, frames, pongs);
 fail:
     PyMem_Free(control);
+    PyMem_Free(pong);
     PyBuffer_Release(&view);
     for (int i = 0; i < STRING_FIELDS; i++)
         Py_XDECREF(last[i]);

@@ -11,8 +11,8 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   ``base + "." + index``.
 * :data:`scan_acks`: ``None`` in pure Python (the reader parses with protobuf); in C,
   reads successful acks straight from received HTTP/2 frames into :class:`Ack` objects
-  with ``partition == -1``, setting aside the connection's SETTINGS, PING and
-  WINDOW_UPDATE frames (see the C source for what it leaves to Python).
+  with ``partition == -1``, answering the connection's PINGs and setting aside its
+  SETTINGS and WINDOW_UPDATE frames (see the C source for what it leaves to Python).
 * :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
 
@@ -75,9 +75,12 @@ def _py_frame_values(head: bytes, values: list[object], base: str) -> tuple[list
 
 frame_id: Callable[[bytes, bytes, str, int], tuple[bytes, str]] = _py_frame_id
 frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]] = _py_frame_values
-#: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload_bytes, control)``:
-#: ``control`` holds the connection's SETTINGS/PING/WINDOW_UPDATE frames skipped on the way.
-scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes]] | None = None
+#: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs)``:
+#: ``control`` holds the SETTINGS/WINDOW_UPDATE frames skipped on the way (for h2),
+#: ``pongs`` the PING ACK frames answering the connection's PINGs (to send).
+scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes, bytes]] | None = (
+    None
+)
 #: ``settle_acks(acks, pending, lock, owner) -> (count, futures_to_wake_or_call_back)``.
 settle_acks: Callable[[list[Any], dict[str, Any], Any, bool], tuple[int, list[Any]]] | None = None
 ACTIVE = False

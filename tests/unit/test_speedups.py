@@ -132,11 +132,23 @@ def test_scan_acks_reads_what_protobuf_reads(acks: list[api_pb2.Ack], per_frame:
     for i in range(0, len(messages), per_frame):
         data += _frame(b"".join(messages[i : i + per_frame]))
         data += _frame(b"\0\0\0\1", sid=0, kind=8)  # WINDOW_UPDATE: left for h2
-    pos, got, payload, control = _speedups.scan_acks(data, 0, 1, 16384)
+    pos, got, payload, control, pongs = _speedups.scan_acks(data, 0, 1, 16384)
     assert pos == len(data)
     assert got == [ack_from_proto(a, -1) for a in acks]
     assert payload == sum(map(len, messages))
     assert len(control) == 13 * len(range(0, len(messages), per_frame))
+    assert pongs == b""
+
+
+@needs_c
+def test_scan_acks_answers_pings_and_drops_ping_acks() -> None:
+    good = _frame(_message(api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="a"))))
+    ping = _frame(b"12345678", sid=0, kind=6)
+    ping_ack = _frame(b"abcdefgh", sid=0, kind=6, flags=1)
+    data = bytearray(good + ping + ping_ack + good + ping)
+    pos, got, _, control, pongs = _speedups.scan_acks(data, 0, 1, 16384)
+    assert pos == len(data) and len(got) == 2 and control == b""
+    assert pongs == 2 * _frame(b"12345678", sid=0, kind=6, flags=1)
 
 
 @needs_c
@@ -175,10 +187,10 @@ def test_scan_acks_leaves_everything_else_to_python() -> None:
     others.append(_frame(_message_raw(b"\x0a" + bytes([len(bad_utf8)]) + bad_utf8)))
     for other in others:
         data = bytearray(good + other + good)
-        pos, got, _, _ = _speedups.scan_acks(data, 0, 1, 16384)
+        pos, got, _, _, _ = _speedups.scan_acks(data, 0, 1, 16384)
         assert (pos, len(got)) == (len(good), 1), other
     for partial in range(1, len(good)):
-        pos, got, _, _ = _speedups.scan_acks(bytearray(good + good[:partial]), 0, 1, 16384)
+        pos, got, _, _, _ = _speedups.scan_acks(bytearray(good + good[:partial]), 0, 1, 16384)
         assert (pos, len(got)) == (len(good), 1)
 
 
@@ -191,7 +203,7 @@ def _message_raw(data: bytes) -> bytes:
 @given(garbage=st.binary(max_size=200), start=st.integers(0, 20))
 def test_scan_acks_on_garbage_stops_cleanly(garbage: bytes, start: int) -> None:
     data = bytearray(garbage)
-    pos, got, payload, control = _speedups.scan_acks(data, start, 1, 16384)
+    pos, got, payload, control, pongs = _speedups.scan_acks(data, start, 1, 16384)
     assert pos == start or start <= pos <= len(data)
     assert payload <= len(data)
     for ack in got:

@@ -90,10 +90,12 @@ class ResponseReader:
         start_at = 0
         if fast and not rbuf and scan_acks is not None:
             # C: the leading run of plain successful acks; Python does what follows.
-            start_at, acks, consumed, control = scan_acks(inbuf, 0, sid, MAX_FRAME_SIZE)
+            start_at, acks, consumed, control, pongs = scan_acks(inbuf, 0, sid, MAX_FRAME_SIZE)
             if acks:
                 parsed += acks
-            if control:  # the connection's SETTINGS, PING, WINDOW_UPDATE met on the way
+            if pongs:  # PING ACKs answering the broker's PINGs, sent with the credit
+                self.credit_frames += pongs
+            if control:  # the connection's SETTINGS and WINDOW_UPDATEs met on the way
                 self._handle(self._conn.receive_data(control))
                 fast = self._headers_seen and not self.ended
         frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE, start_at)
