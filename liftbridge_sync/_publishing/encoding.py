@@ -69,7 +69,8 @@ def head(stream: str, partition: int, ack_policy: AckPolicy) -> bytes:
 
     Validates ``stream`` and ``ack_policy`` on first use (raises like the builder).
     """
-    cached = _heads.get((stream, partition, int(ack_policy)))
+    # An AckPolicy hashes and compares like its int: no int() call on the hot path.
+    cached = _heads.get((stream, partition, ack_policy))
     return cached if cached is not None else _head(stream, partition, ack_policy)
 
 
