@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync.activity import (
     ActivityEvent,
     ConsumerJoinedGroup,
@@ -30,6 +31,7 @@ from liftbridge_sync.errors import (
     EnvelopeError,
     ForkedClientError,
     IncorrectOffsetError,
+    InternalThreadError,
     InvalidArgumentError,
     LiftbridgeError,
     MessageTooLargeError,
@@ -112,6 +114,7 @@ __all__ = [
     "EventTimestamps",
     "ForkedClientError",
     "IncorrectOffsetError",
+    "InternalThreadError",
     "InvalidArgumentError",
     "LiftbridgeError",
     "Message",
@@ -130,6 +133,7 @@ __all__ = [
     "PublishError",
     "PublishQueueFullError",
     "PublishRejectedError",
+    "PublisherStats",
     "ReadonlyPartitionError",
     "RetryPolicy",
     "RoundRobin",

@@ -21,6 +21,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
+from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
@@ -73,6 +74,7 @@ class ClientKwargs(TypedDict, total=False):
     ack_timeout: float
     max_in_flight: int
     enqueue_timeout: float | None
+    resend_after: float | None
     resubscribe_wait: float
     grpc_options: tuple[tuple[str, Any], ...]
     publish_transport: str
@@ -695,6 +697,16 @@ class Client:
         publisher = self._publisher
         if publisher is not None:
             publisher.flush(seconds)
+
+    def publisher_stats(self) -> PublisherStats:
+        """What the publisher has done so far: in flight, stream (re)connects, re-sends.
+
+        Each re-send (after a broken stream, or after a leader failover or NATS restart
+        silently lost publishes; see ``resend_after``) may have stored a duplicate:
+        delivery is at-least-once. All zero before the first publish.
+        """
+        publisher = self._publisher
+        return PublisherStats() if publisher is None else publisher.stats()
 
     def publish_to_subject(
         self,

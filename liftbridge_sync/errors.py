@@ -8,6 +8,7 @@ Every exception derives from :class:`LiftbridgeError`::
     ├── EnvelopeError (ValueError)           malformed Liftbridge NATS envelope
     ├── ClientClosedError                    the client (or subscription) was closed
     ├── ForkedClientError                    a connected client was used in a forked child
+    ├── InternalThreadError                  a thread of the client died: it cannot go on
     ├── BrokerUnavailableError               no broker reachable (UNAVAILABLE, no metadata leader)
     │   └── TLSError                         TLS set-up failed: certificates, names, TLS vs plain
     ├── NotLeaderError                       request reached a broker that does not lead
@@ -63,6 +64,7 @@ __all__ = [
     "EnvelopeError",
     "ForkedClientError",
     "IncorrectOffsetError",
+    "InternalThreadError",
     "InvalidArgumentError",
     "LiftbridgeError",
     "MessageTooLargeError",
@@ -142,6 +144,16 @@ class ForkedClientError(LiftbridgeError):
 
     gRPC channels cannot cross a fork. Create the client in the child, or use
     ``Client.for_process(options)`` which keeps one client per process.
+    """
+
+
+class InternalThreadError(LiftbridgeError):
+    """A thread of the client (named in the message) died from an unexpected error.
+
+    This is a bug in liftbridge-sync, never the caller's fault. What that thread served
+    (publishing, subscription timeouts) can no longer work: every later call that needs
+    it raises this error, with the original one as ``__cause__``. Close the client and
+    create a new one (and please report the traceback that was logged).
     """
 
 

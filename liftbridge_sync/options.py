@@ -171,12 +171,22 @@ class ClientOptions:
     retry: RetryPolicy = RetryPolicy()
     #: Deadline of each unary RPC attempt, seconds.
     rpc_timeout: float = 10.0
-    #: Seconds until an unacknowledged publish fails with ``AckTimeoutError``.
-    ack_timeout: float = 5.0
+    #: Seconds until an unacknowledged publish fails with ``AckTimeoutError``. Long
+    #: enough to ride out a partition leader failover on a server with default settings
+    #: (``clustering.replica.max.leader.timeout`` is 15 s), during which the publish is
+    #: re-sent to the new leader (``resend_after``).
+    ack_timeout: float = 30.0
     #: Publishes awaiting an ack before ``publish_async`` blocks.
     max_in_flight: int = 1024
-    #: Seconds ``publish_async`` blocks for a free slot (``None``: forever).
-    enqueue_timeout: float | None = 10.0
+    #: Seconds ``publish_async`` blocks for a free slot (``None``: forever). Not shorter
+    #: than ``ack_timeout`` by default: a slot frees at the latest when the oldest
+    #: publish in flight times out, so a failover never fails a publish for want of room.
+    enqueue_timeout: float | None = 30.0
+    #: Seconds the oldest unacknowledged publish to a partition may wait before the
+    #: client checks with the partition's leader whether it was lost (a leader failover
+    #: or a NATS restart loses publishes in flight) and, if so, re-sends the partition's
+    #: unacknowledged publishes in order (``None``: never; they then time out).
+    resend_after: float | None = 1.0
     #: Seconds a subscription keeps trying to resubscribe after losing its stream.
     resubscribe_wait: float = 30.0
     #: Extra gRPC channel options, e.g. ``(("grpc.max_receive_message_length", 8 << 20),)``.
@@ -206,6 +216,7 @@ class ClientOptions:
         _positive("rpc_timeout", self.rpc_timeout)
         _positive("ack_timeout", self.ack_timeout)
         _positive("enqueue_timeout", self.enqueue_timeout, allow_none=True)
+        _positive("resend_after", self.resend_after, allow_none=True)
         _positive("resubscribe_wait", self.resubscribe_wait)
         _positive("keepalive_interval", self.keepalive_interval, allow_none=True)
         _positive("keepalive_timeout", self.keepalive_timeout)

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
 
-from liftbridge_sync.errors import ClientClosedError
+from liftbridge_sync.errors import ClientClosedError, InternalThreadError
 
 __all__ = ["THREAD_NAME", "Scheduler", "TimerHandle"]
 
 THREAD_NAME = "liftbridge-timer"
+
+_log = logging.getLogger("liftbridge_sync.subscription")
 
 
 class TimerHandle:
@@ -48,7 +51,8 @@ class Scheduler:
     """Runs callbacks at deadlines on one daemon thread named ``liftbridge-timer``.
 
     The thread starts on the first :meth:`call_later` and is stopped and joined by
-    :meth:`close`. Callbacks must be short and must not raise. Thread-safe.
+    :meth:`close`. Callbacks must be short; one that raises is logged and the thread
+    goes on. Thread-safe.
     """
 
     close_accepts_timeout = True
@@ -70,6 +74,11 @@ class Scheduler:
         with self._cond:
             if self._closed:
                 raise ClientClosedError("client is closed")
+            if self._thread is not None and not self._thread.is_alive():
+                raise InternalThreadError(
+                    f"the {THREAD_NAME} thread died, so timeouts can no longer be kept; "
+                    "close the client and create a new one"
+                )
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
                 self._thread.start()
@@ -88,7 +97,10 @@ class Scheduler:
                     return
             if not due.cancelled:
                 due.fired = True
-                due.callback()
+                try:
+                    due.callback()
+                except Exception:  # one bad callback must not stop every other timeout
+                    _log.exception("a timer callback failed")
 
     def _next_due(self) -> TimerHandle | None:
         # Called with the lock held; returns None once closed.

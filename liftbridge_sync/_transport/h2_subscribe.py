@@ -21,81 +21,48 @@ The call object looks like a grpcio streaming call to
 otherwise; ``cancel()`` from any thread ends a blocked ``next()`` with ``CANCELLED``.
 Connection failures are ``UNAVAILABLE``, so the subscription resubscribes after the last
 delivered offset as it does on grpcio.
+
+This module is the call's connection: dialing, the request, ``recv()`` with keepalive
+PINGs, writes and cancellation. What is done with the received bytes (frames, messages,
+the stream's end) is :mod:`liftbridge_sync._transport.h2.subscribe_receiver`'s.
+Thread-safe as :class:`H2SubscribeCall` says.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-import struct
 import threading
 import time
-import urllib.parse
 from typing import Any
 
 import grpc
 import h2.config
 import h2.connection
-import h2.errors
-import h2.events
 import h2.exceptions
 import h2.settings
-from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2 import framing
 from liftbridge_sync._transport.h2.dial import tls_context
+from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver, SubscribeRpcError
 from liftbridge_sync.options import ClientOptions, parse_address
 
 __all__ = ["H2SubscribeCall", "SubscribeRpcError"]
 
 _SC = grpc.StatusCode
 _PATH = b"/proto.API/Subscribe"
-#: gRPC message prefix: compressed flag and big-endian length.
-_PREFIX = struct.Struct(">BI")
-#: HTTP/2 frame header: 24-bit length and 8-bit type (as one int), flags, stream id.
-_FRAME_HEADER = struct.Struct(">IBI")
-#: A DATA frame header followed by the gRPC prefix of the message it starts: length and
-#: type; flags, stream id and compressed flag (compared as bytes); message length.
-_DATA_HEAD = struct.Struct(">I6sI")
-#: WINDOW_UPDATE frame: length (24 bits) as 16+8, type, flags, stream id, increment.
-_WINDOW_UPDATE = struct.Struct(">HBBBII")
 #: One ``recv()``.
 _RECV_SIZE = 256 * 1024
 #: Our receive window (stream and connection). A consumer that stops iterating stops
 #: reading, so at most this much is buffered before the broker has to wait.
 _RECV_WINDOW = 4 << 20
-#: Return the window of the DATA frames we read ourselves in steps of this.
-_CREDIT_AT = 256 * 1024
 #: Largest message accepted (grpcio's limit on our channels; ``grpc_options`` may change it).
 _DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-#: HTTP status of a non-gRPC answer → gRPC code (gRPC's http-grpc-status-mapping.md).
 
 
 class _DeadConnection(Exception):
     """A keepalive PING went unanswered."""
-
-
-class SubscribeRpcError(grpc.RpcError):
-    """How a Subscribe call over our HTTP/2 reader ended, shaped like grpcio's error.
-
-    Immutable; safe to share between threads.
-    """
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        """The gRPC status code."""
-        return self._code
-
-    def details(self) -> str:
-        """The status message."""
-        return self._details
 
 
 def max_message_size(options: ClientOptions) -> int:
@@ -109,7 +76,7 @@ def max_message_size(options: ClientOptions) -> int:
     return _DEFAULT_MAX_MESSAGE
 
 
-class H2SubscribeCall:
+class H2SubscribeCall(SubscribeReceiver):
     """One ``Subscribe`` call on its own HTTP/2 connection, read by the iterating thread.
 
     Nothing happens on construction; the first ``next()`` connects (bounded by
@@ -123,28 +90,11 @@ class H2SubscribeCall:
         self._address = address
         self._request = request
         self._options = options
-        self._max_message = max_message_size(options)
+        super().__init__(max_message_size(options))
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._cancelled = False
         self._reading = False  # the iterating thread may be inside recv()
-        self._conn: h2.connection.H2Connection | None = None
-        self._stream_id = 1
-        #: Decoded messages not handed out yet, and the index of the next one.
-        self._ready: list[api_pb2.Message] = []
-        self._next = 0
-        self._inbuf = bytearray()  # received bytes not yet forming a whole frame
-        self._rbuf = bytearray()  # DATA bytes not yet forming a whole message
-        self._outbuf = bytearray()  # frames to write after this read
-        self._credit = 0
-        self._headers_seen = False
-        self._fast = False  # plain DATA frames may bypass h2
-        #: Set once the stream is over: None for OK, else the error (raised after
-        #: every message received before it was handed out).
-        self._ended = False
-        self._error: SubscribeRpcError | None = None
-        self._status: int | None = None
-        self._message = ""
 
     # ------------------------------------------------------------------ grpcio-like API
 
@@ -304,7 +254,13 @@ class H2SubscribeCall:
         try:
             sock.sendall(data)
         except OSError as exc:
-            if not self._ended:
+            if self._ended:
+                return
+            if self._cancelled:
+                # cancel() closed the socket under us (a get() timeout, close()): that
+                # is our own CANCELLED, not a broker failure worth a resubscribe.
+                self._cancelled_error()
+            else:
                 self._end(_SC.UNAVAILABLE, f"send to {self._address} failed: {exc}")
 
     def _close(self) -> None:
@@ -312,234 +268,6 @@ class H2SubscribeCall:
             sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
-
-    def _receive(self, data: bytes) -> None:
-        """Split ``data`` into frames: our stream's plain DATA frames are read here, the
-        rest goes to h2 (only whole frames, so h2 never buffers anything between calls).
-
-        The broker sends each message in a DATA frame of its own, so the inner loop takes
-        runs of such frames with one ``unpack`` per frame (frame header and message prefix
-        together) and only slices the message bytes out; the run is then decoded with
-        one list comprehension. Anything else goes through the general path.
-        """
-        inbuf = self._inbuf
-        if inbuf:
-            inbuf += data
-            buf: bytes | bytearray = inbuf
-        else:
-            buf = data
-        size = len(buf)
-        last_head = size - 14  # the last position a frame header + prefix fits
-        pos = 0
-        slow = -1  # start of a run of frames for h2
-        sid = self._stream_id
-        conn = self._conn
-        assert conn is not None
-        limit = conn.max_inbound_frame_size
-        # Largest message the inner loop may take (a bigger one goes through _decode).
-        cap = min(limit - 5, self._max_message)
-        # Flags 0, our stream id, compressed flag 0: a single-message DATA frame.
-        plain = b"\0" + sid.to_bytes(4, "big") + b"\0"
-        consumed = 0
-        rbuf = self._rbuf
-        bodies: list[bytes | bytearray] = []
-        add = bodies.append
-        unpack = _FRAME_HEADER.unpack_from
-        head = _DATA_HEAD.unpack_from
-        fast = self._fast
-        whole = fast and not rbuf  # frames start on message boundaries
-        while size - pos >= 9:
-            if whole and slow < 0:
-                run = pos
-                count = len(bodies)
-                while pos <= last_head:
-                    length_type, middle, mlen = head(buf, pos)
-                    end = pos + 14 + mlen
-                    if (
-                        middle != plain
-                        or length_type != (mlen + 5) << 8
-                        or end > size
-                        or mlen > cap
-                    ):
-                        break
-                    add(buf[pos + 14 : end])
-                    pos = end
-                if pos != run:
-                    consumed += pos - run - 9 * (len(bodies) - count)
-                    continue
-            if bodies:
-                # Keep the order: what the general path decodes comes after the run.
-                self._parse(bodies)
-                fast = self._fast
-                whole = fast and not rbuf
-            length_type, flags, stream = unpack(buf, pos)
-            length = length_type >> 8
-            end = pos + 9 + length
-            if end > size:
-                break
-            # Type 0 is DATA; flags 0x1 (END_STREAM) and 0x8 (PADDED) need h2.
-            if length_type & 0xFF == 0 and not flags & 0x09 and stream == sid:
-                if slow >= 0:
-                    self._handle(conn.receive_data(bytes(buf[slow:pos])))
-                    slow = -1
-                    fast = self._fast
-                    whole = fast and not rbuf
-                if fast and length <= limit:
-                    consumed += length
-                    rbuf += buf[pos + 9 : end]
-                    pos = end
-                    self._decode()
-                    fast = self._fast
-                    whole = fast and not rbuf
-                    continue
-            if slow < 0:
-                slow = pos
-            pos = end
-        if bodies:
-            self._parse(bodies)
-        if slow >= 0:
-            self._handle(conn.receive_data(bytes(buf[slow:pos])))
-        if inbuf:
-            del inbuf[:pos]
-        elif pos < size:
-            inbuf += data[pos:]
-        if consumed:
-            self._credit += consumed
-            if self._credit >= _CREDIT_AT and not self._ended:
-                # Connection and stream windows, both (frames h2 did not see).
-                credit = self._credit
-                self._outbuf += _WINDOW_UPDATE.pack(0, 4, 8, 0, 0, credit)
-                self._outbuf += _WINDOW_UPDATE.pack(0, 4, 8, 0, sid, credit)
-                self._credit = 0
-
-    def _parse(self, bodies: list[bytes | bytearray]) -> None:
-        """Decode message bodies in order onto the ready list, then empty ``bodies``."""
-        parse = api_pb2.Message.FromString
-        try:
-            self._ready += [parse(body) for body in bodies]  # type: ignore[arg-type]
-        except DecodeError:
-            ready = self._ready
-            for body in bodies:
-                try:
-                    ready.append(parse(body))  # type: ignore[arg-type]
-                except DecodeError as exc:
-                    self._end(_SC.INTERNAL, f"bad message: {exc}")
-                    break
-        bodies.clear()
-
-    def _decode(self) -> None:
-        """Decode every whole message in the DATA buffer."""
-        rbuf = self._rbuf
-        size = len(rbuf)
-        pos = 0
-        ready = self._ready
-        parse = api_pb2.Message.FromString
-        while size - pos >= 5 and not self._ended:
-            flag, length = _PREFIX.unpack_from(rbuf, pos)
-            if flag:
-                self._end(_SC.INTERNAL, "compressed message not asked for")
-                break
-            if length > self._max_message:
-                # INTERNAL, not grpcio's RESOURCE_EXHAUSTED: a subscription reads that
-                # as the end of a read-only partition and would stop without a word.
-                self._end(
-                    _SC.INTERNAL,
-                    f"message of {length} bytes is larger than the limit ({self._max_message}; "
-                    "raise it with grpc_options grpc.max_receive_message_length)",
-                )
-                break
-            end = pos + 5 + length
-            if end > size:
-                break
-            try:
-                ready.append(parse(bytes(rbuf[pos + 5 : end])))
-            except DecodeError as exc:
-                self._end(_SC.INTERNAL, f"bad message: {exc}")
-                break
-            pos = end
-        if pos:
-            del rbuf[:pos]
-
-    def _handle(self, events: list[h2.events.Event]) -> None:
-        conn = self._conn
-        assert conn is not None
-        consumed = 0
-        for event in events:
-            kind = type(event)
-            if kind is h2.events.DataReceived:
-                assert isinstance(event, h2.events.DataReceived)
-                consumed += event.flow_controlled_length or 0
-                if event.data and not self._ended:
-                    self._rbuf += event.data
-                    self._decode()
-            elif kind is h2.events.ResponseReceived:
-                assert isinstance(event, h2.events.ResponseReceived)
-                self._on_headers(event.headers or [])
-            elif kind is h2.events.TrailersReceived:
-                assert isinstance(event, h2.events.TrailersReceived)
-                self._on_status(event.headers or [])
-            elif kind is h2.events.StreamEnded:
-                self._on_stream_ended()
-            elif kind is h2.events.StreamReset:
-                assert isinstance(event, h2.events.StreamReset)
-                code = framing.RESET_CODES.get(int(event.error_code), _SC.INTERNAL)
-                self._end(code, f"stream reset by the broker ({event.error_code!r})")
-            elif kind is h2.events.ConnectionTerminated:
-                assert isinstance(event, h2.events.ConnectionTerminated)
-                self._end(_SC.UNAVAILABLE, f"the broker sent GOAWAY ({event.error_code!r})")
-            # SETTINGS and PING are acknowledged by h2 itself (sent after this read).
-        if consumed and not self._ended:
-            conn.acknowledge_received_data(consumed, self._stream_id)
-        self._outbuf += conn.data_to_send()
-
-    def _on_headers(self, headers: list[tuple[bytes, bytes]]) -> None:
-        fields = dict(headers)
-        status = fields.get(b":status", b"")
-        code = framing.http_status_code(status)
-        if code is not None:
-            self._end(code, f"HTTP status {status.decode(errors='replace')}")
-            return
-        content_type = fields.get(b"content-type", b"")
-        if not content_type.startswith(b"application/grpc"):
-            shown = content_type.decode(errors="replace")
-            self._end(_SC.UNKNOWN, f"not a gRPC response (content-type {shown!r})")
-            return
-        self._headers_seen = True
-        self._fast = not self._ended
-        if b"grpc-status" in fields:  # trailers-only response
-            self._on_status(headers)
-
-    def _on_status(self, headers: list[tuple[bytes, bytes]]) -> None:
-        fields = dict(headers)
-        raw = fields.get(b"grpc-status")
-        if raw is not None:
-            try:
-                self._status = int(raw)
-            except ValueError:
-                self._status = _SC.UNKNOWN.value[0]
-        message = fields.get(b"grpc-message")
-        if message:
-            self._message = urllib.parse.unquote_to_bytes(message).decode("utf-8", "replace")
-
-    def _on_stream_ended(self) -> None:
-        if self._ended:
-            return
-        if self._status is None:
-            self._end(_SC.INTERNAL, "stream ended without grpc-status")
-        elif self._rbuf:
-            self._end(_SC.INTERNAL, "stream ended inside a message")
-        elif self._status == 0:
-            self._ended = True
-            self._fast = False
-        else:
-            self._end(_CODES.get(self._status, _SC.UNKNOWN), self._message)
-
-    def _end(self, code: grpc.StatusCode, details: str) -> None:
-        # The first reason wins (e.g. trailers followed by the broker's RST_STREAM).
-        if not self._ended:
-            self._ended = True
-            self._fast = False
-            self._error = SubscribeRpcError(code, details)
 
     # ------------------------------------------------------------------ connecting
 
@@ -590,7 +318,7 @@ class H2SubscribeCall:
                 ],
             )
             body = self._request.SerializeToString()
-            conn.send_data(sid, _PREFIX.pack(0, len(body)) + body, end_stream=True)
+            conn.send_data(sid, framing.PREFIX.pack(0, len(body)) + body, end_stream=True)
             sock.sendall(conn.data_to_send())
             sock.settimeout(None)
         except (OSError, h2.exceptions.ProtocolError) as exc:

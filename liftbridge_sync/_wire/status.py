@@ -57,6 +57,7 @@ __all__ = [
     "error_from_rpc_error",
     "error_from_status",
     "error_from_tls_exception",
+    "is_transient_async_error",
 ]
 
 
@@ -388,6 +389,34 @@ _ASYNC_CODES = {
     6: "ENCRYPTION_FAILED",
     7: "PERMISSION_DENIED",
 }
+
+
+#: How the server words a publish it could not hand to NATS. Nothing was stored.
+_NATS_PUBLISH_FAILED = "failed to publish to NATS: "
+#: The nats.go errors among those that mean its connection is down for now (closed,
+#: reconnecting with a full buffer, draining, stale). Others, such as "nats: maximum
+#: payload exceeded", are about the message and would fail again.
+_NATS_CONNECTION_DOWN = (
+    "nats: connection closed",
+    "nats: outbound buffer limit exceeded",
+    "nats: connection reconnecting",
+    "nats: connection draining",
+    "nats: stale connection",
+    "nats: no servers available for connection",
+)
+
+
+def is_transient_async_error(code: int, message: str) -> bool:
+    """Whether a ``PublishAsyncError`` means "not stored, try again shortly".
+
+    The server answers INTERNAL "failed to publish to NATS: <nats error>" when it could
+    not hand the message to NATS; when that error says its NATS connection is down
+    (closed, reconnecting, ...), the message never reached NATS and sending it again
+    shortly cannot duplicate it.
+    """
+    if _ASYNC_CODES.get(code) != "INTERNAL" or not message.startswith(_NATS_PUBLISH_FAILED):
+        return False
+    return message[len(_NATS_PUBLISH_FAILED) :].startswith(_NATS_CONNECTION_DOWN)
 
 
 def error_from_async_error(code: int, message: str) -> LiftbridgeError:

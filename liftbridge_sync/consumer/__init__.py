@@ -2,6 +2,8 @@
 
 * :mod:`.group`: :class:`Consumer`, a group member that reads its assigned partitions
   as one iterator and commits positions as cursors under ``__group:<group>``.
+* :mod:`._membership`: joining, the heartbeat poll, coordinator failover, leaving.
+* :mod:`._mailbox`: the partition readers and the queue between them and the iterator.
 """
 
 from liftbridge_sync.consumer.group import Consumer, group_cursor_id

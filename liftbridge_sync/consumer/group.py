@@ -17,32 +17,27 @@ The protocol (server ``groups.go``, go-liftbridge ``consumer.go``):
   processed offset; a newly assigned partition starts at cursor + 1, or at the
   configured start position when it has no cursor.
 * ``LeaveConsumerGroup`` on close.
+
+This module is the :class:`Consumer` itself: arguments, lifecycle, iteration, commits
+and a reader thread per assigned partition. The group RPCs and the heartbeat poll are
+:mod:`._membership`'s; the queue between the readers and the iterator is
+:mod:`._mailbox`'s. Thread-safe as :class:`Consumer` says.
 """
 
 from __future__ import annotations
 
-import collections
-import dataclasses
+import functools
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync._wire.validate import check_name, check_timeout
-from liftbridge_sync.errors import (
-    BrokerUnavailableError,
-    ClientClosedError,
-    ConfigurationError,
-    ConsumerGroupNotFoundError,
-    CoordinatorMismatchError,
-    LiftbridgeError,
-    NotGroupMemberError,
-)
+from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
+from liftbridge_sync.consumer._membership import Membership
+from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
 from liftbridge_sync.subscription.opening import build_subscribe_request
@@ -54,10 +49,6 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 
 #: Messages buffered between the partition readers and the iterating thread.
 CONSUMER_BUFFER = 1024
-#: go-liftbridge's heartbeat: this fraction of the server's consumer timeout.
-_HEARTBEAT_FRACTION = 0.4
-#: Wait before polling again after a failed poll (the Go client waits 2 s).
-_RETRY_WAIT = 0.5
 _START_KINDS = (StartKind.EARLIEST, StartKind.LATEST, StartKind.NEW_ONLY)
 
 _Key = tuple[str, int]
@@ -66,82 +57,6 @@ _Key = tuple[str, int]
 def group_cursor_id(group: str) -> str:
     """The cursor id under which a group's positions are stored (go-liftbridge's)."""
     return f"__group:{group}"
-
-
-@dataclasses.dataclass(eq=False)
-class _Reader:
-    """One assigned partition being read. Mutable; guarded by the consumer's lock."""
-
-    stream: str
-    partition: int
-    epoch: int
-    thread: threading.Thread | None = None
-    sub: Subscription | None = None
-    stopped: bool = False
-    failed: bool = False
-
-
-class _Mailbox:
-    """Bounded FIFO of (reader, message) between reader threads and the iterator.
-
-    Thread-safe.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self._cond = threading.Condition()
-        self._items: collections.deque[tuple[_Reader, Message]] = collections.deque()
-        self._capacity = capacity
-        self._closed = False
-        self._error: BaseException | None = None
-
-    def put(self, reader: _Reader, msg: Message) -> bool:
-        """Queue ``msg``; ``False`` once the reader was stopped or the mailbox closed."""
-        with self._cond:
-            while len(self._items) >= self._capacity and not (self._closed or reader.stopped):
-                self._cond.wait(0.5)
-            if self._closed or reader.stopped:
-                return False
-            self._items.append((reader, msg))
-            self._cond.notify_all()
-            return True
-
-    def fail(self, error: BaseException) -> None:
-        with self._cond:
-            if self._error is None:
-                self._error = error
-            self._cond.notify_all()
-
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
-
-    def get(self, timeout: float | None) -> Message:
-        """The next message of a partition still assigned."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
-                while self._items:
-                    reader, msg = self._items.popleft()
-                    self._cond.notify_all()
-                    if not reader.stopped:
-                        return msg
-                if self._error is not None:
-                    raise self._error
-                if self._closed:
-                    raise StopIteration
-                if deadline is None:
-                    self._cond.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("no message arrived within the timeout")
-                self._cond.wait(remaining)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._items.clear()
-            self._cond.notify_all()
 
 
 class Consumer:
@@ -209,16 +124,12 @@ class Consumer:
         self._commit_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
-        self._mailbox = _Mailbox(buffer)
-        self._readers: dict[_Key, _Reader] = {}
+        self._mailbox = Mailbox(buffer)
+        self._membership = Membership(core, group, self._consumer_id, self._streams, self._lock)
+        self._readers: dict[_Key, PartitionReader] = {}
         self._done: dict[_Key, int] = {}
         self._committed: dict[_Key, int] = {}
         self._pending: tuple[_Key, int] | None = None
-        self._coordinator = ""
-        self._epoch = 0
-        self._interval = 1.0
-        self._consumer_timeout = 15.0
-        self._coordinator_timeout = 15.0
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -230,18 +141,11 @@ class Consumer:
             NoSuchStreamError: if a stream does not exist.
             ServerError: if the server refused the join (e.g. the id is already a member).
         """
-        request = api_pb2.JoinConsumerGroupRequest(
-            groupId=self._group, consumerId=self._consumer_id, streams=list(self._streams)
+        self._membership.join()
+        heartbeat = functools.partial(
+            self._membership.heartbeat, self._stop, self._reconcile, self._mailbox.fail
         )
-        response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
-        with self._lock:
-            self._coordinator = response.coordinator
-            self._epoch = int(response.epoch)
-            consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
-            self._consumer_timeout = consumer_timeout
-            self._interval = _HEARTBEAT_FRACTION * consumer_timeout
-            self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
-        self._start_thread(f"liftbridge-consumer-{self._group}", self._heartbeat_loop)
+        self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
         if self._auto_commit is not None:
             self._start_thread(f"liftbridge-consumer-commit-{self._group}", self._commit_loop)
 
@@ -269,12 +173,12 @@ class Consumer:
     @property
     def epoch(self) -> int:
         """The group epoch of the current assignment."""
-        return self._epoch
+        return self._membership.epoch
 
     @property
     def coordinator(self) -> str:
         """Broker id of the group's coordinator, as last known."""
-        return self._coordinator
+        return self._membership.coordinator
 
     @property
     def closed(self) -> bool:
@@ -314,18 +218,7 @@ class Consumer:
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: final commit failed: %s", self._group, exc)
         self._mailbox.close()
-        try:
-            self._core.call_any(
-                rpcs.LEAVE_CONSUMER_GROUP,
-                api_pb2.LeaveConsumerGroupRequest(
-                    groupId=self._group, consumerId=self._consumer_id
-                ),
-                context=CallContext.GROUP,
-            )
-        except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
-            pass  # already out of the group
-        except LiftbridgeError as exc:
-            _log.warning("consumer %s: leaving the group failed: %s", self._group, exc)
+        self._membership.leave()
 
     def __enter__(self) -> Consumer:
         return self
@@ -336,7 +229,7 @@ class Consumer:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"epoch={self._epoch}"
+        state = "closed" if self._closed else f"epoch={self._membership.epoch}"
         return f"<Consumer {self._group}/{self._consumer_id} {state}>"
 
     # ------------------------------------------------------------------ iteration
@@ -418,140 +311,6 @@ class Consumer:
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: auto-commit failed: %s", self._group, exc)
 
-    # ------------------------------------------------------------------ heartbeat
-
-    def _heartbeat_loop(self) -> None:
-        try:
-            self._heartbeat()
-        except BaseException as exc:  # never die silently: the iterator raises it
-            if not self._stop.is_set():
-                _log.exception("consumer %s: heartbeat thread failed", self._group)
-                self._mailbox.fail(exc)
-
-    def _heartbeat(self) -> None:
-        last_contact = time.monotonic()
-        #: Since when the cluster says this member (or the group) does not exist.
-        unknown_since: float | None = None
-        while not self._stop.is_set():
-            wait = self._interval
-            try:
-                try:
-                    response = self._fetch_assignments()
-                    last_contact = time.monotonic()
-                    unknown_since = None
-                    self._reconcile(response.assignments, int(response.epoch))
-                except CoordinatorMismatchError as exc:
-                    _log.info("consumer %s: %s; reading the group's metadata", self._group, exc)
-                    wait = 0.0 if self._refresh_group() else _RETRY_WAIT
-                except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
-                    raise
-                except LiftbridgeError as exc:
-                    _log.warning(
-                        "consumer %s: polling the coordinator failed: %s", self._group, exc
-                    )
-                    wait = min(_RETRY_WAIT, self._interval)
-                    if not self._safe_refresh() and (
-                        time.monotonic() - last_contact > self._coordinator_timeout
-                    ):
-                        self._report_coordinator()
-            except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
-                # In a cluster a broker may not have applied the join yet: only an
-                # answer that persists for a consumer timeout means we were dropped.
-                now = time.monotonic()
-                unknown_since = now if unknown_since is None else unknown_since
-                if now - unknown_since >= self._consumer_timeout:
-                    if not self._stop.is_set():
-                        _log.error("consumer %s: dropped by the server: %s", self._group, exc)
-                        self._mailbox.fail(exc)
-                    return
-                wait = min(_RETRY_WAIT, self._interval)
-            except ClientClosedError:
-                return
-            except LiftbridgeError as exc:
-                _log.warning("consumer %s: %s", self._group, exc)
-                wait = min(_RETRY_WAIT, self._interval)
-            if wait > 0:
-                self._stop.wait(wait)
-
-    def _fetch_assignments(self) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
-        with self._lock:
-            coordinator, epoch = self._coordinator, self._epoch
-        broker = self._core.metadata.get().broker(coordinator)
-        if broker is None:
-            broker = self._core.metadata.refresh().broker(coordinator)
-        if broker is None:
-            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
-        request = api_pb2.FetchConsumerGroupAssignmentsRequest(
-            groupId=self._group, consumerId=self._consumer_id, epoch=epoch
-        )
-        response: api_pb2.FetchConsumerGroupAssignmentsResponse = self._core.invoke(
-            broker.address,
-            rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
-            request,
-            context=CallContext.GROUP,
-        )
-        return response
-
-    def _refresh_group(self) -> bool:
-        """Read the group's coordinator and epoch; whether either changed.
-
-        Raises:
-            ConsumerGroupNotFoundError: if the group no longer exists.
-        """
-        response = self._core.call_any(
-            rpcs.FETCH_METADATA, api_pb2.FetchMetadataRequest(groups=[self._group])
-        )
-        for group in response.groupMetadata:
-            if group.groupId != self._group:
-                continue
-            if group.error == api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP:
-                raise ConsumerGroupNotFoundError(f"consumer group {self._group!r} does not exist")
-            with self._lock:
-                changed = (group.coordinator, int(group.epoch)) != (
-                    self._coordinator,
-                    self._epoch,
-                )
-                self._coordinator, self._epoch = group.coordinator, int(group.epoch)
-            if changed:
-                _log.info(
-                    "consumer %s: coordinator %s, epoch %d",
-                    self._group,
-                    group.coordinator,
-                    group.epoch,
-                )
-            return changed
-        return False
-
-    def _safe_refresh(self) -> bool:
-        try:
-            return self._refresh_group()
-        except ConsumerGroupNotFoundError:
-            raise
-        except LiftbridgeError as exc:
-            _log.warning("consumer %s: no group metadata: %s", self._group, exc)
-            return False
-
-    def _report_coordinator(self) -> None:
-        with self._lock:
-            coordinator, epoch = self._coordinator, self._epoch
-        _log.warning(
-            "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
-            self._group,
-            coordinator,
-            self._coordinator_timeout,
-        )
-        request = api_pb2.ReportConsumerGroupCoordinatorRequest(
-            groupId=self._group, consumerId=self._consumer_id, coordinator=coordinator, epoch=epoch
-        )
-        try:
-            self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
-            )
-        except CoordinatorMismatchError:
-            pass  # already replaced
-        except LiftbridgeError as exc:
-            _log.warning("consumer %s: reporting the coordinator failed: %s", self._group, exc)
-
     # ------------------------------------------------------------------ assignments
 
     def _reconcile(self, assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> None:
@@ -559,7 +318,7 @@ class Consumer:
         with self._lock:
             if self._closed:
                 return
-            self._epoch = epoch
+            self._membership.epoch = epoch
             revoked = [r for k, r in self._readers.items() if k not in wanted or r.failed]
             for reader in revoked:
                 del self._readers[(reader.stream, reader.partition)]
@@ -579,7 +338,7 @@ class Consumer:
                 except LiftbridgeError as exc:
                     _log.warning("consumer %s: commit on revoke failed: %s", self._group, exc)
         for stream, partition in added:
-            reader = _Reader(stream, partition, epoch)
+            reader = PartitionReader(stream, partition, epoch)
             with self._lock:
                 if self._closed:
                     return
@@ -594,7 +353,7 @@ class Consumer:
         if added:
             _log.info("consumer %s: epoch %d: reading %s", self._group, epoch, added)
 
-    def _stop_reader(self, reader: _Reader) -> None:
+    def _stop_reader(self, reader: PartitionReader) -> None:
         with self._lock:
             reader.stopped = True
             sub = reader.sub
@@ -611,7 +370,7 @@ class Consumer:
             return StartAt.offset(cursor + 1)
         return self._start
 
-    def _read(self, reader: _Reader) -> None:
+    def _read(self, reader: PartitionReader) -> None:
         """Reader thread: subscribe as a group member and feed the mailbox."""
         core, stream, partition = self._core, reader.stream, reader.partition
         try:

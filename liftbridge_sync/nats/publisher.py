@@ -1,8 +1,9 @@
 """The caller side of the NATS publisher: :class:`NatsPublisher` and its public API.
 
 Validation, correlation ids, handing jobs to the writer on the ``liftbridge-nats``
-thread, flush and close. The loop side lives in :mod:`._loop`. Most of its length is
-the public methods' documentation.
+thread, flush and close. Starting that thread and queueing jobs for it is
+:mod:`._handoff`'s; the loop side lives in :mod:`._loop`. Most of this module's length
+is the public methods' documentation. Thread-safe as :class:`NatsPublisher` says.
 """
 
 from __future__ import annotations
@@ -29,10 +30,8 @@ from liftbridge_sync._wire.validate import (
 )
 from liftbridge_sync.envelope import new_message
 from liftbridge_sync.errors import (
-    BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
-    LiftbridgeError,
 )
 from liftbridge_sync.models import Ack, AckPolicy
 
@@ -42,10 +41,9 @@ if TYPE_CHECKING:
 __all__ = ["NatsPublisher"]
 
 
-from liftbridge_sync.nats._loop import LoopSide
+from liftbridge_sync.nats._handoff import Handoff
 from liftbridge_sync.nats._support import (
     DEFAULT_FLUSH_TIMEOUT,
-    THREAD_NAME,
     AckFuture,
     Job,
     check_timeout_arg,
@@ -56,7 +54,7 @@ from liftbridge_sync.nats._support import (
 _log = logging.getLogger("liftbridge_sync.nats")
 
 
-class NatsPublisher(LoopSide):
+class NatsPublisher(Handoff):
     """Publish to Liftbridge streams directly over NATS, synchronously.
 
     Args:
@@ -435,85 +433,3 @@ class NatsPublisher(LoopSide):
                 _log.exception("NatsPublisher shutdown failed")
                 loop.call_soon_threadsafe(loop.stop)
         thread.join()
-
-    # ------------------------------------------------------------------ any thread
-
-    def _forbid_loop_thread(self, name: str) -> None:
-        if self._thread is not None and threading.current_thread() is self._thread:
-            raise RuntimeError(
-                f"NatsPublisher.{name} blocks and cannot run on the {THREAD_NAME} thread "
-                "(in a future's done-callback); use publish_async there"
-            )
-
-    def _submit(self, job: Job) -> None:
-        """Register ``job`` and hand it to the writer on the loop thread."""
-        loop = self._ensure_started()
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("NatsPublisher is closed")
-            if job.kind == "ack":
-                if job.correlation_id in self._pending:
-                    raise ConfigurationError(
-                        f"correlation id {job.correlation_id!r} is already awaiting an ack"
-                    )
-                self._pending[job.correlation_id] = job
-            self._outstanding.add(job.future)
-            self._queue.append(job)
-            wake = not self._wake_pending
-            self._wake_pending = True
-        job.future.add_done_callback(self._on_done)
-        if wake:
-            loop.call_soon_threadsafe(self._wake_writer)
-
-    def _on_done(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._outstanding.discard(future)
-
-    def _ensure_started(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if loop is not None:
-            return loop
-        with self._start_lock:
-            if self._closed:
-                raise ClientClosedError("NatsPublisher is closed")
-            if self._loop is not None:
-                return self._loop
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name=THREAD_NAME, daemon=True
-            )
-            thread.start()
-            connected = asyncio.run_coroutine_threadsafe(self._connect(), loop)
-            try:
-                # _connect bounds itself by connect_timeout; the margin covers cleanup.
-                connected.result(timeout=self._connect_timeout + 10.0)
-            except BaseException as exc:
-                connected.cancel()
-                loop.call_soon_threadsafe(loop.stop)
-                thread.join()
-                if isinstance(exc, LiftbridgeError):
-                    raise
-                raise BrokerUnavailableError(
-                    f"cannot connect to NATS at {', '.join(self._servers)}: "
-                    f"{exc or type(exc).__name__}"
-                ) from exc
-            self._thread = thread
-            self._loop = loop
-            return loop
-
-    @staticmethod
-    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            try:
-                tasks = asyncio.all_tasks(loop)
-                for task in tasks:
-                    task.cancel()
-                if tasks:
-                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()

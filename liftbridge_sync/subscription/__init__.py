@@ -2,6 +2,8 @@
 
 * :mod:`.partition`: :class:`Subscription`, one partition's gRPC stream read on the
   caller's thread, resubscribing from the last offset after failover.
+* :mod:`.connection`: opening and reopening that stream (broker choice, retries, the
+  handshake, a deletion told apart from a restart).
 * :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscriber`` thread per
   partition merged into one iterator.
 """

@@ -144,6 +144,16 @@ class LiftbridgeCluster(Lifecycle):
         """PID of the shared ``nats-server`` while it runs."""
         return None if self._nats is None else self._nats.pid
 
+    def restart_nats(self, *, kill: bool = False) -> None:
+        """Restart the shared ``nats-server`` on the same port (SIGKILL with ``kill``).
+
+        The nodes reconnect by themselves; this returns once NATS accepts connections,
+        not once every node has reconnected.
+        """
+        if self._nats is None:
+            raise RuntimeError("the cluster has not been started")
+        self._nats.restart(kill=kill)
+
     @property
     def run_dir(self) -> Path:
         """The temporary directory (exists once started, until closed)."""

@@ -50,6 +50,9 @@ __all__ = [
 #: * ``"abort"``: end the whole stream with UNAVAILABLE (a broker going away);
 #: * ``("delay", seconds)``: acknowledge it after ``seconds`` (a slow ack);
 #: * an ``int``: answer with that ``PublishAsyncError`` code (e.g. 4 = READONLY);
+#: * ``("error", code, message)``: that ``PublishAsyncError`` with that message (e.g.
+#:   ``(3, "failed to publish to NATS: nats: connection closed")``, what the real server
+#:   answers while its NATS connection is down);
 #: * ``("error_then_ack", code)``: that error, then an ack for the same id (a quirk of
 #:   the real server on PERMISSION_DENIED).
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
@@ -70,6 +73,8 @@ class FakeCluster:
         streams: Stream names listed when metadata for all streams is asked.
         partitions: Partitions per stream.
         newest_offset: Reported by ``FetchPartitionMetadata`` (-1: empty).
+        high_watermark: Reported by ``FetchPartitionMetadata`` (``None``: the newest
+            offset, everything committed).
         brokers: The brokers registered so far (in order of creation).
 
     Not thread-safe to mutate while calls are in flight, except by plain attribute
@@ -80,6 +85,7 @@ class FakeCluster:
     streams: tuple[str, ...] = ("s",)
     partitions: int = 1
     newest_offset: int = -1
+    high_watermark: int | None = None
     brokers: list[FakeBroker] = dataclasses.field(default_factory=list)
 
 
@@ -242,12 +248,13 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 "The request should be sent to partition leader",
             )
         newest = self.cluster.newest_offset
+        committed = self.cluster.high_watermark
         return api_pb2.FetchPartitionMetadataResponse(
             metadata=api_pb2.PartitionMetadata(
                 id=request.partition,
                 leader=self.broker_id,
                 newestOffset=newest,
-                highWatermark=newest,
+                highWatermark=newest if committed is None else committed,
             )
         )
 
@@ -280,11 +287,14 @@ class FakeBroker(api_pb2_grpc.APIServicer):
             if isinstance(action, tuple) and action[0] == "delay":
                 time.sleep(float(action[1]))
                 action = "ack"
+            message = "scripted"
+            if isinstance(action, tuple) and action[0] == "error":
+                action, message = action[1], action[2]
             code = action[1] if isinstance(action, tuple) else action
             if isinstance(code, int):
                 yield api_pb2.PublishResponse(
                     correlationId=request.correlationId,
-                    asyncError=api_pb2.PublishAsyncError(code=code, message="scripted"),  # type: ignore[arg-type]
+                    asyncError=api_pb2.PublishAsyncError(code=code, message=message),  # type: ignore[arg-type]
                     ack=api_pb2.Ack(),
                 )
                 if not isinstance(action, tuple):

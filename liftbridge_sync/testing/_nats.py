@@ -87,7 +87,8 @@ class NatsServer:
         return int(str(urls[0]).rsplit(":", 1)[1])
 
     def start(self) -> NatsServer:
-        """Start it and wait until it accepts TCP connections.
+        """Start it (again on its old port, if it ran before) and wait until it accepts
+        TCP connections.
 
         Returns:
             self.
@@ -103,7 +104,8 @@ class NatsServer:
                     "-a",
                     LOOPBACK,
                     "-p",
-                    "-1",
+                    # A restart keeps the port: the Liftbridge nodes reconnect to it.
+                    str(self.port) if self.port is not None else "-1",
                     "--ports_file_dir",
                     str(self.run_dir),
                 ],
@@ -161,3 +163,11 @@ class NatsServer:
             proc.kill()
             proc.wait()
         untrack(self)
+
+    def restart(self, *, kill: bool = False) -> None:
+        """Stop (SIGINT, or SIGKILL with ``kill``) and start again on the same port."""
+        if kill:
+            self.kill()
+        else:
+            self.stop()
+        self.start()

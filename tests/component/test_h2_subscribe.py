@@ -26,6 +26,7 @@ import liftbridge_sync as lb
 from liftbridge_sync import ClientOptions, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport import h2_subscribe
+from liftbridge_sync._transport.h2 import subscribe_receiver
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall, SubscribeRpcError
 from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
 
@@ -70,7 +71,7 @@ def test_small_windows_are_returned_by_our_window_updates(
     # DATA frames read on the fast path bypass h2: without our WINDOW_UPDATEs the broker
     # would stall after 64 KiB.
     monkeypatch.setattr(h2_subscribe, "_RECV_WINDOW", 65535)
-    monkeypatch.setattr(h2_subscribe, "_CREDIT_AT", 4096)
+    monkeypatch.setattr(subscribe_receiver, "_CREDIT_AT", 4096)
     broker.subscribe_scripts = [_big(range(2000), 1000)]  # type: ignore[list-item]
     with make_client(broker) as client:
         got = list(client.subscribe("s", start=StartAt.earliest()))
@@ -308,3 +309,21 @@ def test_mutual_tls_with_alpn(tmp_path: Path) -> None:
             assert [m.offset for m in got] == list(range(100))
     finally:
         server.stop(grace=None).wait()
+
+
+def test_a_cancel_that_closes_the_socket_under_a_send_is_a_cancel() -> None:
+    # The race behind a get() timeout: cancel() closes the socket while the reading
+    # thread writes a WINDOW_UPDATE. That must end the call as CANCELLED (the caller's
+    # own timeout), not as an unavailable broker that sets off a resubscribe.
+    call = H2SubscribeCall(
+        "127.0.0.1:1", api_pb2.SubscribeRequest(stream="s"), ClientOptions(addresses=("x:1",))
+    )
+    left, right = socket.socketpair()
+    right.close()
+    call._sock = left
+    call._outbuf += b"window update"
+    call.cancel()  # not reading: closes the socket and forgets it
+    call._sock = left  # ... after the writer had already picked it up
+    call._send_out()
+    assert isinstance(call._error, SubscribeRpcError)
+    assert call._error.code() is grpc.StatusCode.CANCELLED

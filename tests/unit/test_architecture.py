@@ -21,14 +21,26 @@ PACKAGE = Path(liftbridge_sync.__file__).parent
 LAYERS: list[tuple[int, list[str]]] = [
     (0, ["liftbridge_sync.errors", "liftbridge_sync._proto"]),
     (0, ["liftbridge_sync._speedups"]),  # optional C extension (no imports; setup() wires it)
+    (0, ["liftbridge_sync.models._timestamps", "liftbridge_sync.models._frozen_map"]),
     (1, ["liftbridge_sync.models", "liftbridge_sync.options", "liftbridge_sync._runtime"]),
+    (
+        1,
+        [
+            "liftbridge_sync.models._message",
+            "liftbridge_sync.models._ack",
+            "liftbridge_sync.models._metadata",
+        ],
+    ),
     (2, ["liftbridge_sync.positions", "liftbridge_sync.partitioners"]),
     (3, ["liftbridge_sync._wire", "liftbridge_sync.envelope", "liftbridge_sync.sbp"]),
     (3, ["liftbridge_sync.activity"]),  # activity stream events (models)
     (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
     (4, ["liftbridge_sync._transport"]),
+    (4, ["liftbridge_sync._transport.h2.subscribe_receiver"]),  # Subscribe bytes to messages
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
+    (5, ["liftbridge_sync.subscription.connection"]),  # opening and reopening a call
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
+    (5, ["liftbridge_sync.consumer._membership", "liftbridge_sync.consumer._mailbox"]),
     (6, ["liftbridge_sync.client"]),
     (7, ["liftbridge_sync"]),  # the package's face (__init__): re-exports the public names
     (
@@ -43,6 +55,7 @@ LAYERS: list[tuple[int, list[str]]] = [
             "liftbridge_sync.__main__",
         ],
     ),
+    (8, ["liftbridge_sync.nats._handoff"]),  # the NATS publisher's thread hand-off
 ]
 
 #: Modules whose public names users import directly (besides ``liftbridge_sync``).

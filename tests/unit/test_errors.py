@@ -15,6 +15,7 @@ from liftbridge_sync._wire.status import (
     CallContext,
     error_from_rpc_error,
     error_from_status,
+    is_transient_async_error,
 )
 
 SC = grpc.StatusCode
@@ -214,3 +215,21 @@ def test_rpc_error_adapter_tolerates_missing_parts() -> None:
     odd = error_from_rpc_error(_FakeRpcError(None, None))
     assert type(odd) is lb.ServerError
     assert odd.code == "UNKNOWN"
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "transient"),
+    [
+        (3, "failed to publish to NATS: nats: outbound buffer limit exceeded", True),
+        (3, "failed to publish to NATS: nats: connection closed", True),
+        (3, "failed to publish to NATS: nats: connection reconnecting", True),
+        # About the message, not the connection: it would fail again.
+        (3, "failed to publish to NATS: nats: maximum payload exceeded", False),
+        (3, "failed to resume stream: boom", False),
+        (0, "failed to publish to NATS: nats: connection closed", False),
+    ],
+)
+def test_only_a_broker_without_nats_is_a_transient_publish_refusal(
+    code: int, message: str, transient: bool
+) -> None:
+    assert is_transient_async_error(code, message) is transient

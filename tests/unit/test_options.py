@@ -14,7 +14,12 @@ from liftbridge_sync.options import parse_addresses
 
 def test_defaults_are_sane_and_picklable() -> None:
     options = ClientOptions(addresses=("localhost:9292",))
-    assert options.ack_timeout == 5.0
+    # Long enough for a leader failover on a server with default settings (15 s leader
+    # timeout); a full window never fails a publish before the oldest one times out.
+    assert options.ack_timeout == 30.0
+    assert options.enqueue_timeout is not None
+    assert options.enqueue_timeout >= options.ack_timeout
+    assert options.resend_after == 1.0
     assert options.max_in_flight == 1024
     assert options.resubscribe_wait == 30.0
     assert pickle.loads(pickle.dumps(options)) == options

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import pytest
 
-from liftbridge_sync import Client, ClientClosedError, StartAt, StopAt
+from liftbridge_sync import Client, ClientClosedError, InternalThreadError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import THREAD_NAME, Scheduler
 from liftbridge_sync._transport.core import ClientCore
@@ -176,6 +176,39 @@ def test_scheduler_marks_fired_handles() -> None:
     assert handle.fired
     assert not handle.cancel()
     scheduler.close()
+
+
+def test_a_failing_callback_does_not_stop_the_other_timeouts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    scheduler = Scheduler()
+
+    def broken() -> None:
+        raise RuntimeError("bug in a callback")
+
+    fired = threading.Event()
+    scheduler.call_later(0, broken)
+    scheduler.call_later(0.01, fired.set)
+    try:
+        assert fired.wait(5)
+        assert "a timer callback failed" in caplog.text
+    finally:
+        scheduler.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_dead_timer_thread_is_reported_not_hidden() -> None:
+    scheduler = Scheduler()
+    # Only a BaseException can end the thread now; that stands for any bug.
+    scheduler.call_later(0, lambda: (_ for _ in ()).throw(SystemExit()))
+    thread = next(t for t in threading.enumerate() if t.name == THREAD_NAME)
+    thread.join(5)
+    assert not thread.is_alive()
+    try:
+        with pytest.raises(InternalThreadError, match="liftbridge-timer thread died"):
+            scheduler.call_later(1, lambda: None)
+    finally:
+        scheduler.close()
 
 
 def test_close_drops_pending_callbacks() -> None:

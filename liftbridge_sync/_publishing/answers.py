@@ -1,0 +1,274 @@
+"""What the server answers, and what the publisher does when it does not answer.
+
+Acks arrive on the stream's thread: plain successes of futures without done-callbacks
+are resolved right there (a waiting ``publish()`` wakes without a hop), everything else
+goes to the owner thread, which resolves futures in bulk. Publishes the server could
+not hand to NATS are sent again after a back-off; partitions that went silent are
+probed (:mod:`.failover`) and their silent publishes re-sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing.encoding import ack_from_proto, set_ack_partition
+from liftbridge_sync._publishing.failover import PartitionKey, ProbeResult
+from liftbridge_sync._publishing.futures import (
+    PublishFuture,
+    settle,
+    settle_acks,
+    settle_plain,
+    take_acks,
+)
+from liftbridge_sync._publishing.owner import OwnerLoop
+from liftbridge_sync._publishing.pending import (
+    INF,
+    Entry,
+    Forwarded,
+    Outcome,
+    failure,
+)
+from liftbridge_sync._transport.publish_stream import (
+    StreamResponse,
+    StreamResponses,
+)
+from liftbridge_sync._wire.status import (
+    error_from_ack_error,
+    error_from_async_error,
+    is_transient_async_error,
+)
+from liftbridge_sync.models import Ack
+
+__all__ = ["AnswerHandling"]
+
+_log = logging.getLogger("liftbridge_sync.publisher")
+
+_ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
+#: A response as the stream hands it over: the C reader gives successful acks as Acks.
+_Response = api_pb2.PublishResponse | Ack
+
+
+class AnswerHandling(OwnerLoop):
+    """Acks, refusals and silences. Runs on the stream's and the owner's threads."""
+
+    def _on_stream_event(self, event: object) -> None:
+        """Stream events arrive here on the stream's thread.
+
+        Plain acks of futures without done-callbacks are resolved right here (a
+        ``publish()`` waiting for one wakes without a hop through the publisher thread);
+        everything else goes to the publisher thread's inbox.
+        """
+        responses: Sequence[_Response]
+        if type(event) is StreamResponses and event.epoch == self._epoch:
+            responses = event.responses
+        elif type(event) is StreamResponse and event.epoch == self._epoch:
+            responses = [event.response]
+        else:
+            self._inbox.put(event)
+            return
+        self._failures = 0  # the stream works (reconnect back-off starts afresh)
+        rest = self._resolve_plain(responses)
+        if rest:
+            # Only this (the current stream's) thread counts up, only the owner down.
+            self._forwarded += 1
+            self._inbox.put(Forwarded(event.epoch, rest))
+
+    def _resolve_plain(self, responses: Sequence[_Response]) -> list[_Response]:
+        """Resolve successful acks of callback-less futures; the responses left over."""
+        if self._forwarded != self._handled:
+            # The owner has responses of this stream still to handle: keep the order
+            # (an error and then an ack for the same message must be seen in turn).
+            return list(responses)
+        pending = self._pending
+        # C speedups: the leading run of plain acks resolved in one call.
+        taken_now = settle_acks(responses, pending) if type(responses) is list else 0
+        if taken_now:
+            self._wake_waiters()
+            if taken_now == len(responses):
+                return []
+            responses = responses[taken_now:]
+        rest: list[_Response] = []
+        taken: list[tuple[Entry, _Response]] = []
+        outcomes: list[tuple[PublishFuture[Any], Any]] = []
+        for response in responses:
+            if isinstance(response, Ack):  # decoded by the C reader: a successful ack
+                entry = pending.get(response.correlation_id) if not rest else None
+                if entry is None or entry.future._done_callbacks:
+                    rest.append(response)
+                    continue
+                set_ack_partition(response, entry.partition)
+                taken.append((entry, response))
+                outcomes.append((entry.future, response))
+                continue
+            ack = response.ack
+            correlation_id = ack.correlationId
+            entry = pending.get(correlation_id) if correlation_id and not rest else None
+            if entry is None or ack.ackError or entry.future._done_callbacks:
+                rest.append(response)
+                continue
+            taken.append((entry, response))
+            outcomes.append((entry.future, ack_from_proto(ack, entry.partition)))
+        if outcomes:
+            # Resolve first (the future's state decides who did: the owner may be timing
+            # it out right now), then take the entries out of the pending table.
+            skipped = settle_plain(outcomes)
+            for i in skipped:
+                rest.append(taken[i][1])  # a callback was added meanwhile: the owner
+            if skipped:
+                taken = [t for i, t in enumerate(taken) if i not in set(skipped)]
+            for entry, _ in taken:
+                if pending.get(entry.correlation_id) is entry:
+                    pending.pop(entry.correlation_id, None)
+            self._wake_waiters()
+        return rest
+
+    def _on_responses(self, responses: Sequence[_Response]) -> None:
+        pending = self._pending
+        # C speedups: the leading run of plain acks popped and resolved in one call;
+        # their callbacks run in settle() below, first.
+        taken_now, resolved = take_acks(responses, pending) if type(responses) is list else (0, [])
+        if taken_now:
+            responses = responses[taken_now:]
+        outcomes: list[Outcome] = []
+        append = outcomes.append
+        for response in responses:
+            if isinstance(response, Ack):  # decoded by the C reader: a successful ack
+                entry = pending.pop(response.correlation_id, None)
+                if entry is not None:
+                    set_ack_partition(response, entry.partition)
+                    append((entry.future, response, None))
+                continue
+            ack = response.ack
+            correlation_id = ack.correlationId
+            if not correlation_id:
+                # An asyncError (or an ack without an id): the id is on the response.
+                if response.HasField("asyncError"):
+                    error = response.asyncError
+                    if is_transient_async_error(error.code, error.message):
+                        # Not stored: stays pending and goes again shortly (its own
+                        # deadline still bounds it).
+                        entry = pending.get(response.correlationId)
+                        if entry is not None:
+                            self._refused.append(entry)
+                            self._disrupted_at = self._clock()
+                        continue
+                    entry = pending.pop(response.correlationId, None)
+                    if entry is not None:
+                        refusal = error_from_async_error(error.code, error.message)
+                        outcomes.append(failure(entry, refusal))
+                    continue
+                correlation_id = response.correlationId
+            # A PERMISSION_DENIED error can be followed by an ack for the same id (server
+            # quirk): the entry is gone by then, so the ack is ignored.
+            entry = pending.pop(correlation_id, None)
+            if entry is None:
+                continue
+            if ack.ackError:
+                refusal = error_from_ack_error(_ACK_ERRORS.get(ack.ackError, "UNKNOWN"))
+                outcomes.append(failure(entry, refusal))
+            else:
+                append((entry.future, ack_from_proto(ack, entry.partition), None))
+        if outcomes or taken_now:
+            settle(outcomes, self._failures_ledger, resolved)
+            self._wake_waiters()
+        if not self._refused:
+            self._refusals = 0
+        elif self._resend_refused_at is None:
+            self._refusals += 1
+            self._resend_refused_at = self._clock() + self._backoff(self._refusals)
+
+    def _watch_stalls(self, now: float) -> float | None:
+        """Probe partitions whose publishes went silent; when to look again."""
+        resend_after = self._resend_after
+        pending = self._pending
+        if resend_after is None or not pending or self._stream is None:
+            return None
+        if now < self._next_stall_check:
+            return self._next_stall_check
+        try:
+            oldest = next(iter(pending.values()))
+        except (StopIteration, RuntimeError):  # emptied or changed by the stream's thread
+            return None
+        due = oldest.sent_at() + resend_after
+        if due > now and not self._probing:
+            # Re-sent entries are not in send order, so this is a lower bound; the scan
+            # below looks at them all once something is silent.
+            self._next_stall_check = due
+            return due
+        cutoff = now - resend_after
+        first_sent: dict[PartitionKey, float] = {}
+        for entry in list(pending.values()):
+            if entry.wants_ack and entry.sent_at() <= cutoff:
+                key = entry.partition_key()
+                sent = entry.deadline - entry.timeout
+                if sent < first_sent.get(key, INF):
+                    first_sent[key] = sent
+        silent = set(first_sent)
+        # Trouble counts for the silence it may explain: a broken stream or a refusal
+        # since (or just before) the partition's oldest silent publish was sent.
+        self._troubled &= silent
+        for key, sent in first_sent.items():
+            if self._disrupted_at >= sent - resend_after:
+                self._troubled.add(key)
+        for key in silent - self._probing:
+            self._probing.add(key)
+            self._stall_probes += 1
+            self._probe.request(key, now)
+        # While a partition is silent, look again now and then (not on every event).
+        self._next_stall_check = now + min(resend_after, 0.25)
+        return self._next_stall_check
+
+    def _on_probe_result(self, result: ProbeResult) -> None:
+        self._probing.discard(result.key)
+        if result.trouble:
+            self._troubled.add(result.key)
+        if not (result.idle and result.key in self._troubled):
+            _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
+            return
+        now = self._clock()
+        with self._send_lock:
+            stream = self._live
+            if stream is None:
+                return  # reconnecting: everything pending is re-sent then
+            entries = [
+                e
+                for e in self._pending.values()
+                if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
+            ]
+            if not entries:
+                return
+            stream.send_many([e.framed for e in entries])
+            for entry in entries:
+                entry.resent_at = now
+        self._resent_after_stall += len(entries)
+        self._next_stall_check = now + (self._resend_after or 0.0)
+        _log.warning(
+            "partition %s/%d went silent (%s); re-sent %d unacknowledged publishes",
+            *result.key,
+            result.detail,
+            len(entries),
+        )
+
+    def _resend_refused(self) -> None:
+        """Send again, in order, what the server could not hand to NATS."""
+        refused, self._refused = self._refused, []
+        self._resend_refused_at = None
+        with self._send_lock:
+            stream = self._live
+            entries = [e for e in refused if self._pending.get(e.correlation_id) is e]
+            if stream is None or not entries:
+                return  # a new stream re-sends everything pending anyway
+            entries.sort(key=lambda e: e.seq)
+            stream.send_many([e.framed for e in entries])
+            now = self._clock()
+            for entry in entries:
+                entry.resent_at = now
+        self._resent_after_refusal += len(entries)
+        _log.warning(
+            "the server could not hand %d publishes to NATS (its NATS connection is down); "
+            "sent them again",
+            len(entries),
+        )

@@ -1,0 +1,169 @@
+"""Deciding, off the publisher thread, whether a silent partition lost its publishes.
+
+A partition leader that dies, or a NATS server that restarts, loses the publishes that
+were on their way: the broker that took them from our stream handed them to NATS, and
+nobody stores or answers them. The publish stream itself stays open, so only silence
+tells. The publisher notices the silence (a partition's oldest unacknowledged publish is
+older than ``resend_after``) and asks a :class:`LeaderProbe` about that partition, which
+asks the partition's current leader (per fresh metadata) for its state twice, a moment
+apart. The publisher re-sends the partition's silent publishes only when both hold:
+
+* **trouble was seen** since they were sent: a look found no leader answering (dead, or
+  none elected yet), the leader is not the one the client knew before, the publish
+  stream broke, or a broker refused publishes because its NATS connection was down.
+  Silence alone is no proof of loss: on an overloaded machine publishes can sit in
+  queues (ours, the kernel's, the server's) for longer than ``resend_after``;
+* **the leader is idle**: everything in its log is committed (newest offset equal to
+  the high watermark; otherwise acks may still come once a follower catches up or leaves
+  the ISR) and the log did not move between the two looks.
+
+A re-send duplicates a message that was stored but whose ack was lost (delivery is
+at-least-once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync.errors import LiftbridgeError
+
+__all__ = ["THREAD_NAME", "LeaderProbe", "ProbeResult"]
+
+THREAD_NAME = "liftbridge-publisher-probe"
+
+_log = logging.getLogger("liftbridge_sync.publisher")
+
+#: Seconds between the two looks at the leader's log.
+_SETTLE = 0.2
+#: Bound on each look (metadata refresh, then the leader's answer).
+_LOOK_TIMEOUT = 2.0
+
+PartitionKey = tuple[str, int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """The verdict on one partition, reported to the publisher thread."""
+
+    key: PartitionKey
+    #: When the probe was asked for: publishes sent before then are the silent ones.
+    started: float
+    #: The leader answered twice, its log all committed and not moving.
+    idle: bool
+    #: No leader answered, or it is not the one the client knew before.
+    trouble: bool
+    #: What was seen, for the log.
+    detail: str
+
+
+class LeaderProbe:
+    """Probes silent partitions on a lazily started ``liftbridge-publisher-probe`` thread.
+
+    Args:
+        core: The client's core (metadata and leader calls).
+        report: Called on the probe thread with each :class:`ProbeResult`.
+        clock: Monotonic clock.
+
+    Thread-safe: :meth:`request` and :meth:`close` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        core: ClientCore,
+        report: Callable[[ProbeResult], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._core = core
+        self._report = report
+        self._clock = clock
+        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | None] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def request(self, key: PartitionKey, started: float) -> None:
+        """Probe ``key``; the verdict arrives through ``report``. Ignored once closed."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+                self._thread.start()
+        self._requests.put((key, started))
+
+    def close(self) -> None:
+        """Stop the thread (a probe under way is abandoned) and join it. Idempotent."""
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
+        self._requests.put(None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            item = self._requests.get()
+            if item is None:
+                return
+            key, started = item
+            try:
+                idle, trouble, detail = self._verdict(*key)
+            except Exception as exc:  # a probe must never end the thread
+                _log.exception("probing %s/%d failed", *key)
+                idle, trouble, detail = False, False, f"probe failed: {exc!r}"
+            if not self._stop.is_set():
+                self._report(ProbeResult(key, started, idle, trouble, detail))
+
+    def _verdict(self, stream: str, partition: int) -> tuple[bool, bool, str]:
+        """``(idle, trouble, detail)`` for the partition."""
+        snapshot = self._core.metadata.snapshot
+        known = None if snapshot is None else snapshot.partition(stream, partition)
+        first = self._look(stream, partition)
+        if isinstance(first, str):
+            return False, True, first
+        leader, newest, committed = first
+        moved = known is not None and bool(known.leader) and known.leader != leader
+        if newest > committed:
+            uncommitted = f"leader {leader} has offsets {committed + 1}..{newest} uncommitted"
+            return False, moved, uncommitted
+        if self._stop.wait(_SETTLE):
+            return False, moved, "closing"
+        second = self._look(stream, partition)
+        if isinstance(second, str):
+            return False, True, second
+        if second != first:
+            return False, moved, f"the log moved ({first} -> {second})"
+        was = f" (was {known.leader})" if moved and known is not None else ""
+        return True, moved, f"leader {leader}{was} is idle at offset {newest}"
+
+    def _look(self, stream: str, partition: int) -> tuple[str, int, int] | str:
+        """``(leader, newest offset, high watermark)`` from the leader, or why not."""
+        core = self._core
+        try:
+            core.refresh_once([stream], self._clock() + _LOOK_TIMEOUT)
+            info = core.metadata.get().partition(stream, partition)
+            if info is None:
+                return "the partition is not in the metadata"
+            address = core.leader_address_of(info)
+            request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+            response = core.invoke(
+                address,
+                rpcs.FETCH_PARTITION_METADATA,
+                request,
+                context=CallContext.LEADER,
+                timeout=_LOOK_TIMEOUT,
+            )
+        except LiftbridgeError as exc:
+            return f"no answer from a leader ({exc})"
+        state = response.metadata
+        return state.leader, state.newestOffset, state.highWatermark

@@ -1,0 +1,132 @@
+"""What the publisher keeps per publish, and the events its thread receives.
+
+Pure data and one small thread-safe ledger, shared by the publisher's parts: the
+callers' side (:mod:`.publisher`), the owner thread (:mod:`.owner`) and the handling
+of answers (:mod:`.answers`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing.failover import PartitionKey
+from liftbridge_sync._publishing.futures import (
+    PublishFuture,
+    Unobserved,
+)
+from liftbridge_sync.models import Ack
+
+__all__ = [
+    "FAILURES_QUOTED",
+    "INF",
+    "KICK",
+    "MAX_NESTING",
+    "TOO_DEEP",
+    "WAKE",
+    "AckFuture",
+    "Close",
+    "Entry",
+    "FailureLedger",
+    "Forwarded",
+    "Outcome",
+    "failure",
+]
+
+AckFuture = PublishFuture[Ack | None]
+MAX_NESTING = 32
+TOO_DEEP = (
+    f"done-callbacks that wait (publish, flush, a full window) are nested more than "
+    f"{MAX_NESTING} deep; nothing was sent. Use publish_async in deeply chained callbacks"
+)
+#: How many unobserved failures ``flush()`` quotes in its error.
+FAILURES_QUOTED = 10
+INF = float("inf")
+Outcome = tuple[PublishFuture[Any], Any, BaseException | None]
+
+
+class FailureLedger(Unobserved):
+    """Publishes that failed and that nobody has looked at yet, for ``flush()`` to report.
+
+    Thread-safe: failures are recorded on the owner thread, observations on any thread.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._unobserved: dict[int, BaseException] = {}  # id(future) -> error, in order
+        self._count = 0
+
+    def failed(self, future: PublishFuture[Any], error: BaseException) -> None:
+        with self._lock:
+            future.ledger = self
+            self._count += 1
+            if len(self._unobserved) < FAILURES_QUOTED * 100:
+                self._unobserved[id(future)] = error
+
+    def observed(self, future: PublishFuture[Any]) -> None:
+        with self._lock:
+            if future.ledger is self:
+                future.ledger = None
+                self._count -= 1
+                self._unobserved.pop(id(future), None)
+
+    def take(self) -> tuple[int, list[BaseException]]:
+        """The unobserved failures so far, forgetting them."""
+        with self._lock:
+            count, errors = self._count, list(self._unobserved.values())[:FAILURES_QUOTED]
+            self._count = 0
+            self._unobserved.clear()
+        return count, errors
+
+
+@dataclasses.dataclass(slots=True, eq=False)
+class Entry:
+    """One publish: its framed request and what resolving it needs."""
+
+    framed: bytes
+    correlation_id: str
+    partition: int
+    wants_ack: bool
+    future: AckFuture
+    timeout: float
+    deadline: float
+    seq: int = 0
+    #: When it was last re-sent (0: never; it was sent at ``deadline - timeout``).
+    resent_at: float = 0.0
+    #: ``(stream, partition)``, read from ``framed`` when first needed (rarely).
+    key: PartitionKey | None = None
+
+    def sent_at(self) -> float:
+        return self.resent_at or self.deadline - self.timeout
+
+    def partition_key(self) -> PartitionKey:
+        key = self.key
+        if key is None:
+            request = api_pb2.PublishRequest.FromString(self.framed[5:])
+            key = self.key = (request.stream, request.partition)
+        return key
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Close:
+    deadline: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Forwarded:
+    """Responses the stream's thread left for the owner (failures, done-callbacks)."""
+
+    epoch: int
+    #: The C reader (speedups) hands successful acks over as ``Ack`` objects.
+    responses: list[api_pb2.PublishResponse | Ack]
+
+
+WAKE = object()  # a publish with an earlier deadline than the owner sleeps until
+KICK = object()  # publishes are pending and no stream is open
+
+
+def failure(entry: Entry, error: BaseException) -> Outcome:
+    """The settle tuple that fails ``entry``'s future with ``error``."""
+    return (entry.future, None, error)

@@ -1,0 +1,96 @@
+"""Between a consumer's partition readers and its iterating thread.
+
+A :class:`PartitionReader` is one assigned partition being read; the :class:`Mailbox`
+is the bounded queue its messages wait in until the consumer's iterator takes them, and
+drops those of a partition taken away in the meantime.
+
+The mailbox is thread-safe; a reader's fields are guarded by the consumer's lock.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+
+from liftbridge_sync.models import Message
+from liftbridge_sync.subscription.partition import Subscription
+
+__all__ = ["Mailbox", "PartitionReader"]
+
+
+@dataclasses.dataclass(eq=False)
+class PartitionReader:
+    """One assigned partition being read. Mutable; guarded by the consumer's lock."""
+
+    stream: str
+    partition: int
+    epoch: int
+    thread: threading.Thread | None = None
+    sub: Subscription | None = None
+    stopped: bool = False
+    failed: bool = False
+
+
+class Mailbox:
+    """Bounded FIFO of (reader, message) between reader threads and the iterator.
+
+    Thread-safe.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self._cond = threading.Condition()
+        self._items: collections.deque[tuple[PartitionReader, Message]] = collections.deque()
+        self._capacity = capacity
+        self._closed = False
+        self._error: BaseException | None = None
+
+    def put(self, reader: PartitionReader, msg: Message) -> bool:
+        """Queue ``msg``; ``False`` once the reader was stopped or the mailbox closed."""
+        with self._cond:
+            while len(self._items) >= self._capacity and not (self._closed or reader.stopped):
+                self._cond.wait(0.5)
+            if self._closed or reader.stopped:
+                return False
+            self._items.append((reader, msg))
+            self._cond.notify_all()
+            return True
+
+    def fail(self, error: BaseException) -> None:
+        with self._cond:
+            if self._error is None:
+                self._error = error
+            self._cond.notify_all()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def get(self, timeout: float | None) -> Message:
+        """The next message of a partition still assigned."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                while self._items:
+                    reader, msg = self._items.popleft()
+                    self._cond.notify_all()
+                    if not reader.stopped:
+                        return msg
+                if self._error is not None:
+                    raise self._error
+                if self._closed:
+                    raise StopIteration
+                if deadline is None:
+                    self._cond.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("no message arrived within the timeout")
+                self._cond.wait(remaining)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._cond.notify_all()

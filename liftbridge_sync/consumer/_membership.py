@@ -1,0 +1,244 @@
+"""A consumer's membership of its group: join, the heartbeat poll, coordinator failover, leave.
+
+The protocol is described in :mod:`liftbridge_sync.consumer.group`. :class:`Membership`
+makes the group RPCs and keeps what they answer (coordinator, epoch, the server's
+timeouts); what to do with an assignment is the consumer's, handed in as a callback.
+
+Thread-safe: the coordinator and epoch are guarded by the lock shared with the consumer;
+the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync.errors import (
+    BrokerUnavailableError,
+    ClientClosedError,
+    ConsumerGroupNotFoundError,
+    CoordinatorMismatchError,
+    LiftbridgeError,
+    NotGroupMemberError,
+)
+
+__all__ = ["Membership"]
+
+_log = logging.getLogger("liftbridge_sync.consumer")
+
+#: go-liftbridge's heartbeat: this fraction of the server's consumer timeout.
+_HEARTBEAT_FRACTION = 0.4
+#: Wait before polling again after a failed poll (the Go client waits 2 s).
+_RETRY_WAIT = 0.5
+
+#: Called with each polled assignment and its epoch.
+Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
+#: Called with what ends the membership (the iterator raises it).
+Fail = Callable[[BaseException], None]
+
+
+class Membership:
+    """One member's standing in a consumer group, as the group RPCs report it.
+
+    Thread-safe: ``coordinator`` and ``epoch`` are read and written under ``lock``.
+    """
+
+    def __init__(
+        self,
+        core: ClientCore,
+        group: str,
+        consumer_id: str,
+        streams: Sequence[str],
+        lock: threading.Lock,
+    ) -> None:
+        self._core = core
+        self._group = group
+        self._consumer_id = consumer_id
+        self._streams = tuple(streams)
+        self._lock = lock
+        #: Broker id of the group's coordinator, as last known.
+        self.coordinator = ""
+        #: The group epoch of the current assignment.
+        self.epoch = 0
+        self._interval = 1.0
+        self._consumer_timeout = 15.0
+        self._coordinator_timeout = 15.0
+
+    def join(self) -> None:
+        """Join the group and learn its coordinator, epoch and the server's timeouts.
+
+        Raises:
+            NoSuchStreamError: if a stream does not exist.
+            ServerError: if the server refused the join (e.g. the id is already a member).
+        """
+        request = api_pb2.JoinConsumerGroupRequest(
+            groupId=self._group, consumerId=self._consumer_id, streams=list(self._streams)
+        )
+        response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
+        with self._lock:
+            self.coordinator = response.coordinator
+            self.epoch = int(response.epoch)
+            consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
+            self._consumer_timeout = consumer_timeout
+            self._interval = _HEARTBEAT_FRACTION * consumer_timeout
+            self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
+
+    def leave(self) -> None:
+        """Leave the group; a member the server already dropped is not an error."""
+        try:
+            self._core.call_any(
+                rpcs.LEAVE_CONSUMER_GROUP,
+                api_pb2.LeaveConsumerGroupRequest(
+                    groupId=self._group, consumerId=self._consumer_id
+                ),
+                context=CallContext.GROUP,
+            )
+        except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
+            pass  # already out of the group
+        except LiftbridgeError as exc:
+            _log.warning("consumer %s: leaving the group failed: %s", self._group, exc)
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def heartbeat(self, stop: threading.Event, reconcile: Reconcile, fail: Fail) -> None:
+        """Poll the coordinator until ``stop`` is set (the ``liftbridge-consumer`` thread).
+
+        Each answer is handed to ``reconcile``; what ends the membership (this member
+        dropped, or the thread itself failing) is handed to ``fail``.
+        """
+        try:
+            self._heartbeat(stop, reconcile, fail)
+        except BaseException as exc:  # never die silently: the iterator raises it
+            if not stop.is_set():
+                _log.exception("consumer %s: heartbeat thread failed", self._group)
+                fail(exc)
+
+    def _heartbeat(self, stop: threading.Event, reconcile: Reconcile, fail: Fail) -> None:
+        last_contact = time.monotonic()
+        #: Since when the cluster says this member (or the group) does not exist.
+        unknown_since: float | None = None
+        while not stop.is_set():
+            wait = self._interval
+            try:
+                try:
+                    response = self._fetch_assignments()
+                    last_contact = time.monotonic()
+                    unknown_since = None
+                    reconcile(response.assignments, int(response.epoch))
+                except CoordinatorMismatchError as exc:
+                    _log.info("consumer %s: %s; reading the group's metadata", self._group, exc)
+                    wait = 0.0 if self._refresh_group() else _RETRY_WAIT
+                except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
+                    raise
+                except LiftbridgeError as exc:
+                    _log.warning(
+                        "consumer %s: polling the coordinator failed: %s", self._group, exc
+                    )
+                    wait = min(_RETRY_WAIT, self._interval)
+                    if not self._safe_refresh() and (
+                        time.monotonic() - last_contact > self._coordinator_timeout
+                    ):
+                        self._report_coordinator()
+            except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
+                # In a cluster a broker may not have applied the join yet: only an
+                # answer that persists for a consumer timeout means we were dropped.
+                now = time.monotonic()
+                unknown_since = now if unknown_since is None else unknown_since
+                if now - unknown_since >= self._consumer_timeout:
+                    if not stop.is_set():
+                        _log.error("consumer %s: dropped by the server: %s", self._group, exc)
+                        fail(exc)
+                    return
+                wait = min(_RETRY_WAIT, self._interval)
+            except ClientClosedError:
+                return
+            except LiftbridgeError as exc:
+                _log.warning("consumer %s: %s", self._group, exc)
+                wait = min(_RETRY_WAIT, self._interval)
+            if wait > 0:
+                stop.wait(wait)
+
+    def _fetch_assignments(self) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+        with self._lock:
+            coordinator, epoch = self.coordinator, self.epoch
+        broker = self._core.metadata.get().broker(coordinator)
+        if broker is None:
+            broker = self._core.metadata.refresh().broker(coordinator)
+        if broker is None:
+            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
+        request = api_pb2.FetchConsumerGroupAssignmentsRequest(
+            groupId=self._group, consumerId=self._consumer_id, epoch=epoch
+        )
+        response: api_pb2.FetchConsumerGroupAssignmentsResponse = self._core.invoke(
+            broker.address,
+            rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
+            request,
+            context=CallContext.GROUP,
+        )
+        return response
+
+    def _refresh_group(self) -> bool:
+        """Read the group's coordinator and epoch; whether either changed.
+
+        Raises:
+            ConsumerGroupNotFoundError: if the group no longer exists.
+        """
+        response = self._core.call_any(
+            rpcs.FETCH_METADATA, api_pb2.FetchMetadataRequest(groups=[self._group])
+        )
+        for group in response.groupMetadata:
+            if group.groupId != self._group:
+                continue
+            if group.error == api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP:
+                raise ConsumerGroupNotFoundError(f"consumer group {self._group!r} does not exist")
+            with self._lock:
+                changed = (group.coordinator, int(group.epoch)) != (
+                    self.coordinator,
+                    self.epoch,
+                )
+                self.coordinator, self.epoch = group.coordinator, int(group.epoch)
+            if changed:
+                _log.info(
+                    "consumer %s: coordinator %s, epoch %d",
+                    self._group,
+                    group.coordinator,
+                    group.epoch,
+                )
+            return changed
+        return False
+
+    def _safe_refresh(self) -> bool:
+        try:
+            return self._refresh_group()
+        except ConsumerGroupNotFoundError:
+            raise
+        except LiftbridgeError as exc:
+            _log.warning("consumer %s: no group metadata: %s", self._group, exc)
+            return False
+
+    def _report_coordinator(self) -> None:
+        with self._lock:
+            coordinator, epoch = self.coordinator, self.epoch
+        _log.warning(
+            "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
+            self._group,
+            coordinator,
+            self._coordinator_timeout,
+        )
+        request = api_pb2.ReportConsumerGroupCoordinatorRequest(
+            groupId=self._group, consumerId=self._consumer_id, coordinator=coordinator, epoch=epoch
+        )
+        try:
+            self._core.call_any(
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+            )
+        except CoordinatorMismatchError:
+            pass  # already replaced
+        except LiftbridgeError as exc:
+            _log.warning("consumer %s: reporting the coordinator failed: %s", self._group, exc)

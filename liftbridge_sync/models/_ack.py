@@ -1,0 +1,92 @@
+"""A publish's acknowledgement and the ack policies that ask for one.
+
+Immutable values; thread-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from datetime import datetime
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.models._timestamps import datetime_from_ns
+
+__all__ = ["Ack", "AckPolicy"]
+
+
+class AckPolicy(enum.IntEnum):
+    """When the server acknowledges a published message (values are the wire enum)."""
+
+    #: Ack once the partition leader has written the message (the default).
+    LEADER = 0
+    #: Ack once every in-sync replica has the message.
+    ALL = 1
+    #: No ack; the publish completes once the message is handed to the server.
+    NONE = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Ack:
+    """The server's acknowledgement of a published message.
+
+    Immutable; safe to share between threads.
+    """
+
+    #: Stream the message was written to.
+    stream: str
+    #: Partition the client chose (the wire ack does not carry it; ``-1`` if unknown).
+    partition: int
+    #: The stream's base subject.
+    partition_subject: str
+    #: NATS subject the message arrived on (``<subject>.<N>`` for partition N > 0).
+    message_subject: str
+    #: Offset the message was written at.
+    offset: int
+    #: Inbox the ack was sent to.
+    ack_inbox: str
+    #: Correlation id of the publish.
+    correlation_id: str
+    #: Ack policy of the publish.
+    ack_policy: AckPolicy
+    #: When the leader received the message, Unix nanoseconds (0 if unknown).
+    reception_timestamp_ns: int = 0
+    #: When the ack was emitted, Unix nanoseconds (0 if unknown).
+    commit_timestamp_ns: int = 0
+    #: Name of the wire ``Ack.Error`` when the leader refused the message
+    #: (``"INCORRECT_OFFSET"``, ``"TOO_LARGE"``, ``"ENCRYPTION"``, ``"UNKNOWN"``), else ``None``.
+    ack_error: str | None = None
+
+    @property
+    def reception_timestamp(self) -> datetime | None:
+        """When the leader received the message (aware UTC)."""
+        return datetime_from_ns(self.reception_timestamp_ns)
+
+    @property
+    def commit_timestamp(self) -> datetime | None:
+        """When the ack was emitted: at write for LEADER, at commit for ALL (aware UTC)."""
+        return datetime_from_ns(self.commit_timestamp_ns)
+
+    @classmethod
+    def from_proto(cls, pb: api_pb2.Ack, *, partition: int = -1) -> Ack:
+        """Build from a wire ``Ack``; ``partition`` is what the client chose."""
+        try:
+            policy = AckPolicy(pb.ackPolicy)
+        except ValueError:
+            policy = AckPolicy.LEADER
+        return cls(
+            stream=pb.stream,
+            partition=partition,
+            partition_subject=pb.partitionSubject,
+            message_subject=pb.msgSubject,
+            offset=pb.offset,
+            ack_inbox=pb.ackInbox,
+            correlation_id=pb.correlationId,
+            ack_policy=policy,
+            reception_timestamp_ns=pb.receptionTimestamp,
+            commit_timestamp_ns=pb.commitTimestamp,
+            ack_error=_ACK_ERROR_NAMES.get(pb.ackError, "UNKNOWN") if pb.ackError else None,
+        )
+
+
+_ACK_ERROR_NAMES = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}

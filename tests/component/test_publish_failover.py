@@ -1,0 +1,144 @@
+"""Re-sending lost publishes, retrying refused ones, and a publisher thread that dies.
+
+The fake broker scripts what a real cluster does only during a failover (publishes lost
+without an answer, "failed to publish to NATS" refusals); the real-server versions of
+these runs are in ``tests/integration/test_publish_failover.py``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import Client
+from liftbridge_sync.testing import FakeBroker, FakeCluster
+from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
+
+NATS_DOWN = "failed to publish to NATS: nats: outbound buffer limit exceeded"
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBroker]:
+    with FakeBroker(cluster=FakeCluster(leader="fake", partitions=1)) as server:
+        yield server
+
+
+@pytest.fixture(params=["grpc", "h2"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _client(fake: FakeBroker, transport: str, **options: object) -> Client:
+    return Client([fake.address], retry=FAST_RETRY, publish_transport=transport, **options)  # type: ignore[arg-type]
+
+
+def test_lost_publishes_are_resent_once_trouble_was_seen_and_the_leader_is_idle(
+    fake: FakeBroker, transport: str
+) -> None:
+    # The first five requests vanish (as into a dead leader's NATS subscription), and
+    # the first look for the leader finds none (as during an election).
+    fake.publish_script = lambda request, n: "drop" if n <= 5 else "ack"
+    fake.not_leader_times = 1
+    with _client(fake, transport, resend_after=0.2) as client:
+        futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(5)]
+        acks = [f.result(timeout=10) for f in futures]
+        stats = client.publisher_stats()
+    # Re-sent once each, in their order, and then acknowledged in that order.
+    assert [a.offset for a in acks] == [0, 1, 2, 3, 4]  # type: ignore[union-attr]
+    assert [r.value for r in fake.received] == [b"%d" % i for i in range(5)] * 2
+    assert stats.resent_after_stall == 5
+    assert stats.stall_probes >= 1
+    assert fake.partition_metadata_calls >= 3  # the failed look, then two looks at the log
+
+
+def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
+    # The leader answers and is idle, nothing broke: the publishes may still be queued
+    # somewhere on an overloaded machine, so they are not duplicated; they time out.
+    fake.publish_script = lambda request, n: "drop"
+    with _client(fake, transport, resend_after=0.1) as client:
+        future = client.publish_async("s", b"x", partition=0, timeout=1.0)
+        with pytest.raises(lb.AckTimeoutError):
+            future.result(timeout=10)
+        stats = client.publisher_stats()
+    assert stats.stall_probes >= 1
+    assert stats.resent_after_stall == 0
+    assert len(fake.received) == 1
+
+
+def test_uncommitted_messages_at_the_leader_hold_the_resend_back(
+    fake: FakeBroker, transport: str
+) -> None:
+    # The leader holds offsets it has not committed: acks may still come, so nothing is
+    # re-sent and the publish fails only at its own timeout.
+    fake.cluster.newest_offset, fake.cluster.high_watermark = 10, 5
+    fake.publish_script = lambda request, n: "drop"
+    with _client(fake, transport, resend_after=0.1) as client:
+        future = client.publish_async("s", b"x", partition=0, timeout=1.0)
+        with pytest.raises(lb.AckTimeoutError):
+            future.result(timeout=10)
+        stats = client.publisher_stats()
+    assert stats.stall_probes >= 1
+    assert stats.resent_after_stall == 0
+    assert len(fake.received) == 1
+
+
+def test_without_resend_after_a_lost_publish_times_out(fake: FakeBroker, transport: str) -> None:
+    fake.publish_script = lambda request, n: "drop"
+    with _client(fake, transport, resend_after=None) as client:
+        with pytest.raises(lb.AckTimeoutError):
+            client.publish("s", b"x", partition=0, timeout=0.5)
+        assert client.publisher_stats().stall_probes == 0
+    assert len(fake.received) == 1
+
+
+def test_nats_refusals_are_sent_again_and_succeed(fake: FakeBroker, transport: str) -> None:
+    # The broker's NATS connection is down for its first three requests.
+    fake.publish_script = lambda request, n: ("error", 3, NATS_DOWN) if n <= 3 else "ack"
+    with _client(fake, transport) as client:
+        futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
+        acks = [f.result(timeout=10) for f in futures]
+        stats = client.publisher_stats()
+    assert sorted(a.offset for a in acks) == [0, 1, 2]  # type: ignore[union-attr]
+    assert stats.resent_after_refusal == 3
+    assert stats.resent_after_stall == 0
+
+
+def test_other_internal_errors_still_fail_the_publish(fake: FakeBroker, transport: str) -> None:
+    fake.publish_script = lambda request, n: ("error", 3, "failed to resume stream: boom")
+    with _client(fake, transport) as client:
+        with pytest.raises(lb.PublishRejectedError, match="failed to resume stream"):
+            client.publish("s", b"x", partition=0)
+        assert client.publisher_stats().resent == 0
+
+
+def test_a_dead_publisher_thread_says_so_on_the_next_call(fake: FakeBroker, transport: str) -> None:
+    fake.publish_script = lambda request, n: "drop" if n > 1 else "ack"
+    with _client(fake, transport, resend_after=None) as client:
+        client.publish("s", b"first", partition=0)
+        publisher = client._publisher
+        assert publisher is not None
+        pending = client.publish_async("s", b"pending", partition=0)
+        owner = next(t for t in threading.enumerate() if t.name == "liftbridge-publisher")
+
+        def crash(*_: object) -> None:
+            raise RuntimeError("injected bug")
+
+        publisher._plan = crash  # type: ignore[method-assign]
+        publisher._inbox.put(object())  # wake the owner thread into the bug
+        wait_until(lambda: not owner.is_alive(), timeout=10, what="publisher thread to die")
+
+        # What was in flight fails with the same, typed, explicit error...
+        with pytest.raises(lb.InternalThreadError, match="liftbridge-publisher thread died"):
+            pending.result(timeout=5)
+        # ... and so does every later call, instead of a silent "publisher is closed".
+        for call in (
+            lambda: client.publish_async("s", b"x", partition=0),
+            lambda: client.publish("s", b"x", partition=0),
+        ):
+            with pytest.raises(lb.InternalThreadError) as caught:
+                call()
+            assert isinstance(caught.value.__cause__, RuntimeError)
