@@ -10,7 +10,7 @@ export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
 
 all: test
 
-$(STAMP): setup.cfg setup.py pyproject.toml
+$(STAMP): setup.cfg setup.py pyproject.toml liftbridge_sync/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,nats,spark]'
@@ -47,4 +47,4 @@ bench: venv server
 	$(BIN)/python -m bench all
 
 clean:
-	rm -rf $(VENV) .cache .mypy_cache .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .cache .mypy_cache .pytest_cache .ruff_cache build *.egg-info liftbridge_sync/*.so

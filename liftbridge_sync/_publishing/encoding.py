@@ -20,7 +20,15 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.requests import build_publish_request
 from liftbridge_sync.models import Ack, AckPolicy
 
-__all__ = ["ack_from_proto", "encode_publish", "frame", "frame_simple", "head", "varint"]
+__all__ = [
+    "ack_from_proto",
+    "encode_publish",
+    "frame",
+    "frame_simple",
+    "head",
+    "set_ack_partition",
+    "varint",
+]
 
 #: gRPC message prefix: compressed flag (always 0) and big-endian length.
 _PREFIX = struct.Struct(">BI")
@@ -61,7 +69,8 @@ def head(stream: str, partition: int, ack_policy: AckPolicy) -> bytes:
 
     Validates ``stream`` and ``ack_policy`` on first use (raises like the builder).
     """
-    cached = _heads.get((stream, partition, int(ack_policy)))
+    # An AckPolicy hashes and compares like its int: no int() call on the hot path.
+    cached = _heads.get((stream, partition, ack_policy))
     return cached if cached is not None else _head(stream, partition, ack_policy)
 
 
@@ -193,6 +202,9 @@ _set_ack_policy = _SETTERS["ack_policy"]
 _set_reception = _SETTERS["reception_timestamp_ns"]
 _set_commit = _SETTERS["commit_timestamp_ns"]
 _set_ack_error = _SETTERS["ack_error"]
+#: ``set_ack_partition(ack, partition)``: fills in the partition of an :class:`Ack` the
+#: C reader built (``-1`` there) before anybody else sees it.
+set_ack_partition: Any = _set_partition
 
 
 def ack_from_proto(pb: api_pb2.Ack, partition: int) -> Ack:

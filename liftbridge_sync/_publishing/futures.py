@@ -25,7 +25,9 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["PublishFuture", "Unobserved", "settle", "settle_plain"]
+from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
+
+__all__ = ["PublishFuture", "Unobserved", "settle", "settle_acks", "settle_plain", "take_acks"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
@@ -64,12 +66,16 @@ class PublishFuture(concurrent.futures.Future[T]):
     """
 
     ledger: Unobserved | None = None
+    # Class-level defaults: a new future costs no attribute stores at all (the instance
+    # dict is created when it resolves). ``_done_callbacks`` is an empty tuple until the
+    # first callback is added (a list from then on).
+    _state = _RUNNING
+    _result: Any = None
+    _exception: BaseException | None = None
+    _done_callbacks: Any = ()
 
     def __init__(self) -> None:  # noqa: D107 - no super().__init__: see the module docstring
-        self._state = _RUNNING
-        self._result = None
-        self._exception = None
-        self._done_callbacks: list[Callable[[concurrent.futures.Future[T]], object]] = []
+        pass
 
     def __getattr__(self, name: str) -> Any:
         if name != "_condition" and name != "_waiters":
@@ -91,7 +97,7 @@ class PublishFuture(concurrent.futures.Future[T]):
             if self._state == _FINISHED:
                 if self._exception is not None:
                     raise self._exception
-                return self._result  # type: ignore[return-value]
+                return self._result  # type: ignore[no-any-return]
             return super().result(timeout)
         finally:
             if self.ledger is not None and self._state == _FINISHED:
@@ -111,7 +117,10 @@ class PublishFuture(concurrent.futures.Future[T]):
         """Run ``fn(self)`` once resolved (at once, on this thread, if it already is)."""
         with _CALLBACKS:
             if self._state != _FINISHED:
-                self._done_callbacks.append(fn)
+                if self._done_callbacks:
+                    self._done_callbacks.append(fn)
+                else:
+                    self._done_callbacks = [fn]
                 return
         try:
             fn(self)
@@ -144,28 +153,60 @@ def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int
             future._state = _FINISHED
             if "_condition" in future.__dict__:
                 waited.append(future)
+    _notify(waited)
+    return skipped
+
+
+def _notify(waited: Iterable[PublishFuture[Any]]) -> None:
+    """Wake the waiters of futures just resolved with a result."""
     for future in waited:
         condition = future.__dict__["_condition"]
         with condition:
             for waiter in future.__dict__["_waiters"]:
                 waiter.add_result(future)
             condition.notify_all()
-    return skipped
+
+
+def settle_acks(acks: list[Any], pending: dict[str, Any]) -> int:
+    """With the C speedups: resolve in bulk the leading run of ``acks`` (C-decoded
+    :class:`~liftbridge_sync.models.Ack` objects) whose entry in the publisher's
+    ``pending`` table (``.future``, ``.partition``) has a future without done-callbacks,
+    as :func:`settle_plain` would, taking the entries out of ``pending``. Returns how
+    many it took (always 0 without the speedups); the rest is left to the caller."""
+    if _settle_acks is None:
+        return 0
+    count, waited = _settle_acks(acks, pending, _CALLBACKS, False)
+    if waited:
+        _notify(waited)
+    return count
+
+
+def take_acks(acks: list[Any], pending: dict[str, Any]) -> tuple[int, list[PublishFuture[Any]]]:
+    """With the C speedups, on the publisher (owner) thread: pop the entries of the
+    leading run of C-decoded acks from ``pending`` and resolve their futures (an ack
+    with no entry, or for a future already resolved, is dropped). Returns how many acks
+    it went through and the resolved futures with done-callbacks or waiters, for
+    :func:`settle` (``resolved=``) to run and wake. ``(0, [])`` without the speedups."""
+    if _settle_acks is None:
+        return 0, []
+    return _settle_acks(acks, pending, _CALLBACKS, True)
 
 
 def settle(
     outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | None]],
     ledger: Unobserved | None = None,
+    resolved: Iterable[PublishFuture[Any]] = (),
 ) -> int:
     """Resolve futures in bulk: ``(future, result, error)``; returns how many changed.
 
     Futures already resolved are skipped. Failures are recorded in ``ledger`` (before
     any callback runs, so a callback that looks at one marks it observed). Waiters are
     woken, then done-callbacks run on the calling thread (a failing callback is logged,
-    as ``concurrent.futures`` does).
+    as ``concurrent.futures`` does), first those of ``resolved`` (futures already
+    resolved by :func:`take_acks`, whose waiters and callbacks are still to run).
     """
     changed = 0
-    ready: list[PublishFuture[Any]] = []  # those with callbacks or a condition
+    ready: list[PublishFuture[Any]] = list(resolved)  # those with callbacks or a condition
     failed: list[tuple[PublishFuture[Any], BaseException]] = []
     with _CALLBACKS:
         for future, result, error in outcomes:

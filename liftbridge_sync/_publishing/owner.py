@@ -55,6 +55,7 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     PublishError,
 )
+from liftbridge_sync.models import Ack
 
 __all__ = ["OwnerLoop"]
 
@@ -421,7 +422,7 @@ class OwnerLoop:
     def _on_stream_event(self, event: object) -> None:
         raise NotImplementedError
 
-    def _on_responses(self, responses: Sequence[api_pb2.PublishResponse]) -> None:
+    def _on_responses(self, responses: Sequence[api_pb2.PublishResponse | Ack]) -> None:
         raise NotImplementedError
 
     def _watch_stalls(self, now: float) -> float | None:

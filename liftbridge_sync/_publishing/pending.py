@@ -119,7 +119,8 @@ class Forwarded:
     """Responses the stream's thread left for the owner (failures, done-callbacks)."""
 
     epoch: int
-    responses: list[api_pb2.PublishResponse]
+    #: The C reader (speedups) hands successful acks over as ``Ack`` objects.
+    responses: list[api_pb2.PublishResponse | Ack]
 
 
 WAKE = object()  # a publish with an earlier deadline than the owner sleeps until

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._publishing.answers import AnswerHandling
-from liftbridge_sync._publishing.encoding import frame_simple, head
+from liftbridge_sync._publishing.encoding import head
 from liftbridge_sync._publishing.futures import (
     PublishFuture,
     settle,
@@ -47,6 +47,7 @@ from liftbridge_sync._publishing.pending import (
     failure,
 )
 from liftbridge_sync._publishing.stats import PublisherStats
+from liftbridge_sync._wire.speedups import frame_id
 from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
@@ -145,8 +146,9 @@ class Publisher(AnswerHandling):
         """
         if self._closing:
             raise self._closed_error()
-        correlation_id = f"{self._id_prefix}{next(self._ids)}"
-        framed = frame_simple(head(stream, partition, ack_policy), value, correlation_id.encode())
+        framed, correlation_id = frame_id(
+            head(stream, partition, ack_policy), value, self._id_prefix, next(self._ids)
+        )
         if len(framed) > self._max_message:
             raise self._too_large(len(framed))
         wants_ack = ack_policy is not AckPolicy.NONE

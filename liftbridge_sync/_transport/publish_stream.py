@@ -27,6 +27,7 @@ from liftbridge_sync._wire.status import (
 from liftbridge_sync.errors import (
     LiftbridgeError,
 )
+from liftbridge_sync.models import Ack
 
 __all__ = [
     "GrpcPublishStream",
@@ -42,10 +43,11 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StreamResponse:
-    """A response read from stream number ``epoch``."""
+    """A response read from stream number ``epoch`` (a successful one may come as the
+    :class:`Ack` itself, with ``partition`` -1: see the h2 transport's C speedups)."""
 
     epoch: int
-    response: api_pb2.PublishResponse
+    response: api_pb2.PublishResponse | Ack
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ class StreamResponses:
     """Several responses read at once from stream ``epoch`` (one inbox item, not many)."""
 
     epoch: int
-    responses: list[api_pb2.PublishResponse]
+    responses: list[api_pb2.PublishResponse | Ack]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

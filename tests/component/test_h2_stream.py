@@ -23,6 +23,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
 )
+from liftbridge_sync.models import Ack
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
 
@@ -207,7 +208,7 @@ def test_half_close_ends_cleanly_after_the_acks(fake: FakeBroker) -> None:
     stream.join(5)  # type: ignore[attr-defined]
     # Acks read together arrive as one StreamResponses event.
     responses = [
-        r.correlationId
+        r.correlation_id if isinstance(r, Ack) else r.correlationId  # Ack: the C reader
         for e in events
         for r in (
             [e.response]

@@ -130,9 +130,9 @@ def _check(
 
 
 def split_frames(
-    buf: bytes | bytearray, max_size: int = MAX_FRAME_SIZE
+    buf: bytes | bytearray, max_size: int = MAX_FRAME_SIZE, start: int = 0
 ) -> tuple[list[tuple[int, int, int, int, int]], int]:
-    """The whole frames at the start of ``buf`` and how many bytes they take.
+    """The whole frames of ``buf`` from ``start`` on, and where they end.
 
     Each frame is ``(type, flags, stream id, payload start, payload end)``; a partial
     frame at the end is left for the next call.
@@ -143,7 +143,7 @@ def split_frames(
     """
     frames: list[tuple[int, int, int, int, int]] = []
     size = len(buf)
-    pos = 0
+    pos = start
     unpack = FRAME_HEADER.unpack_from
     while size - pos >= 9:
         length_type, flags, stream = unpack(buf, pos)

@@ -31,8 +31,10 @@ from liftbridge_sync._transport.h2.framing import (
     split_messages,
     window_update,
 )
+from liftbridge_sync._wire.speedups import scan_acks
 from liftbridge_sync._wire.status import CallContext, error_from_status
 from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
+from liftbridge_sync.models import Ack
 
 __all__ = ["ResponseReader", "unavailable"]
 
@@ -53,7 +55,7 @@ class ResponseReader:
         self._stream_id = stream_id
         self._inbuf = bytearray()  # received bytes not yet forming a whole frame
         self._rbuf = bytearray()  # response bytes not yet forming a whole message
-        self._parsed: list[api_pb2.PublishResponse] = []
+        self._parsed: list[api_pb2.PublishResponse | Ack] = []
         self._headers_seen = False  # a valid response HEADERS frame arrived
         self._credit = 0  # bytes of fast-path DATA not yet returned with WINDOW_UPDATE
         self._status: int | None = None
@@ -64,26 +66,39 @@ class ResponseReader:
         self.ended = False
         self.error: LiftbridgeError | None = None
 
-    def receive(self, data: bytes) -> list[api_pb2.PublishResponse]:
+    def receive(self, data: bytes) -> list[api_pb2.PublishResponse | Ack]:
         """Split ``data`` into frames: our stream's plain DATA frames are read here, the
         rest goes to h2 (whole frames only, so its buffer holds nothing between calls).
 
         h2 never sees the fast-path frames, so its own flow-control accounting stays
         consistent; their window is returned by our own WINDOW_UPDATE frames (collected in
-        ``credit_frames`` for the connection to send). Returns the responses read.
+        ``credit_frames`` for the connection to send). Returns the responses read: with
+        the C speedups, successful acks come as :class:`Ack` objects (``partition`` -1,
+        for the publisher to set) instead of ``PublishResponse`` messages.
 
         Raises:
             FrameError: framing the broker should never send.
         """
         inbuf = self._inbuf
         inbuf += data
-        frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE)
         rbuf = self._rbuf
         sid = self._stream_id
         fast = self._headers_seen and not self.ended
         slow = -1  # start of a run of frames for h2
         consumed = 0
         parsed = self._parsed
+        start_at = 0
+        if fast and not rbuf and scan_acks is not None:
+            # C: the leading run of plain successful acks; Python does what follows.
+            start_at, acks, consumed, control, pongs = scan_acks(inbuf, 0, sid, MAX_FRAME_SIZE)
+            if acks:
+                parsed += acks
+            if pongs:  # PING ACKs answering the broker's PINGs, sent with the credit
+                self.credit_frames += pongs
+            if control:  # the connection's SETTINGS and WINDOW_UPDATEs met on the way
+                self._handle(self._conn.receive_data(control))
+                fast = self._headers_seen and not self.ended
+        frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE, start_at)
         parse = api_pb2.PublishResponse.FromString
         unpack = PREFIX.unpack_from
         try:

@@ -1,0 +1,799 @@
+/*
+ * Optional C speedups of the publish hot path (CPython C API only).
+ *
+ * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
+ * every function here (used when this module is not built, or when the environment
+ * variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is set). Every function is pure apart from
+ * allocating objects, runs no Python code and is thread-safe under the GIL.
+ *
+ *   frame_id(head, value, prefix, n) -> (framed, correlation_id)
+ *       A framed PublishRequest (gRPC prefix, cached head, value, id) and its id
+ *       (prefix + decimal n).
+ *   frame_values(head, values, base) -> (framed_list, id_list)
+ *       The same for the leading exact-bytes items of a list, ids base + "." + index.
+ *   scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs)
+ *       Reads, from pos on, whole HTTP/2 DATA frames of stream_id without flags, each
+ *       holding whole gRPC messages only, each a PublishResponse with a successful
+ *       ack carrying a correlation id, straight into Ack objects (partition -1: the
+ *       caller knows it). Stops at the first frame that is anything else (partial,
+ *       too long, other type/stream/flags, several or split messages, errors, odd or
+ *       invalid encodings): the Python reader handles it and what follows. The
+ *       connection's PINGs met on the way are answered (their ACK frames returned
+ *       in pongs, for the connection to send; PING ACKs are dropped); its SETTINGS and
+ *       WINDOW_UPDATE frames (and our stream's WINDOW_UPDATE) are skipped
+ *       and returned, concatenated, in control (for h2: their order relative to our
+ *       stream's DATA does not matter).
+ *   settle_acks(acks, pending, lock, owner) -> (count, ready)
+ *       Resolves, under lock (the futures module's callback lock), the leading run of
+ *       Ack objects (from scan_acks) with the publisher's entries (pending[correlation
+ *       id]: .future, .partition): sets the ack's partition and the future's _result
+ *       and _state. I/O thread (owner false): stops at an ack without an entry or
+ *       whose future has a done-callback or is resolved; takes the entry out of
+ *       pending. Owner thread (owner true): pops every entry; an ack without one,
+ *       or for a future resolved meanwhile, is dropped. Returns how many acks it went
+ *       through and the futures resolved that have done-callbacks or waiters (a
+ *       _condition in their __dict__): the caller runs and notifies those, in order.
+ *       Stops at the first object that is not an Ack (Python handles it and the rest).
+ *   setup(ack_type, policies)
+ *       The Ack class and the AckPolicy members (LEADER, ALL, NONE).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static PyObject *ack_type = NULL;
+static PyObject *policies = NULL; /* tuple of 3 */
+static PyObject *empty_str = NULL;
+static PyObject *minus_one = NULL;
+static PyObject *zero = NULL;
+
+static PyObject *n_stream, *n_partition, *n_partition_subject, *n_message_subject, *n_offset,
+    *n_ack_inbox, *n_correlation_id, *n_ack_policy, *n_reception, *n_commit, *n_ack_error;
+
+static size_t
+put_varint(uint8_t *p, uint64_t v)
+{
+    size_t n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+static size_t
+varint_size(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+/* The framed request of head + value + id (id bytes given). New reference. */
+static PyObject *
+build_frame(const char *head, Py_ssize_t head_len, const char *value, Py_ssize_t value_len,
+            const char *id, Py_ssize_t id_len)
+{
+    size_t message = (size_t)head_len + 1 + varint_size((uint64_t)value_len) + (size_t)value_len +
+                     1 + varint_size((uint64_t)id_len) + (size_t)id_len;
+    if (message > 0xFFFFFFFFu) {
+        PyErr_SetString(PyExc_OverflowError, "request too large");
+        return NULL;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(message + 5));
+    if (out == NULL)
+        return NULL;
+    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
+    p[0] = 0;
+    p[1] = (uint8_t)(message >> 24);
+    p[2] = (uint8_t)(message >> 16);
+    p[3] = (uint8_t)(message >> 8);
+    p[4] = (uint8_t)message;
+    p += 5;
+    memcpy(p, head, (size_t)head_len);
+    p += head_len;
+    *p++ = 0x12; /* field 2 (value), length-delimited */
+    p += put_varint(p, (uint64_t)value_len);
+    memcpy(p, value, (size_t)value_len);
+    p += value_len;
+    *p++ = 0x3a; /* field 7 (correlationId), length-delimited */
+    p += put_varint(p, (uint64_t)id_len);
+    memcpy(p, id, (size_t)id_len);
+    return out;
+}
+
+/* An ASCII str from bytes. New reference. */
+static PyObject *
+ascii_str(const char *data, Py_ssize_t size)
+{
+    PyObject *s = PyUnicode_New(size, 127);
+    if (s == NULL)
+        return NULL;
+    memcpy(PyUnicode_1BYTE_DATA(s), data, (size_t)size);
+    return s;
+}
+
+static int
+ascii_prefix(PyObject *prefix, const char **data, Py_ssize_t *size)
+{
+    if (!PyUnicode_CheckExact(prefix) || !PyUnicode_IS_ASCII(prefix)) {
+        PyErr_SetString(PyExc_TypeError, "prefix must be an ASCII str");
+        return -1;
+    }
+    *data = (const char *)PyUnicode_1BYTE_DATA(prefix);
+    *size = PyUnicode_GET_LENGTH(prefix);
+    return 0;
+}
+
+static PyObject *
+frame_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "frame_id(head, value, prefix, n)");
+        return NULL;
+    }
+    PyObject *head = args[0], *value = args[1];
+    if (!PyBytes_CheckExact(head) || !PyBytes_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "head and value must be bytes");
+        return NULL;
+    }
+    const char *prefix;
+    Py_ssize_t prefix_len;
+    if (ascii_prefix(args[2], &prefix, &prefix_len) < 0)
+        return NULL;
+    long long n = PyLong_AsLongLong(args[3]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    char small[256];
+    char *id = small;
+    Py_ssize_t cap = prefix_len + 24;
+    if (cap > (Py_ssize_t)sizeof(small)) {
+        id = PyMem_Malloc((size_t)cap);
+        if (id == NULL)
+            return PyErr_NoMemory();
+    }
+    memcpy(id, prefix, (size_t)prefix_len);
+    int digits = snprintf(id + prefix_len, 24, "%lld", n);
+    Py_ssize_t id_len = prefix_len + digits;
+    PyObject *framed = build_frame(PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head),
+                                   PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value), id, id_len);
+    PyObject *cid = framed == NULL ? NULL : ascii_str(id, id_len);
+    if (id != small)
+        PyMem_Free(id);
+    if (cid == NULL) {
+        Py_XDECREF(framed);
+        return NULL;
+    }
+    PyObject *result = PyTuple_New(2);
+    if (result == NULL) {
+        Py_DECREF(framed);
+        Py_DECREF(cid);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, framed);
+    PyTuple_SET_ITEM(result, 1, cid);
+    return result;
+}
+
+static PyObject *
+frame_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "frame_values(head, values, base)");
+        return NULL;
+    }
+    PyObject *head = args[0], *values = args[1];
+    if (!PyBytes_CheckExact(head) || !PyList_CheckExact(values)) {
+        PyErr_SetString(PyExc_TypeError, "head must be bytes and values a list");
+        return NULL;
+    }
+    const char *base;
+    Py_ssize_t base_len;
+    if (ascii_prefix(args[2], &base, &base_len) < 0)
+        return NULL;
+    Py_ssize_t cap = base_len + 24;
+    char *id = PyMem_Malloc((size_t)cap);
+    if (id == NULL)
+        return PyErr_NoMemory();
+    memcpy(id, base, (size_t)base_len);
+    id[base_len] = '.';
+    PyObject *framed_list = PyList_New(0);
+    PyObject *ids = PyList_New(0);
+    if (framed_list == NULL || ids == NULL)
+        goto fail;
+    const char *head_data = PyBytes_AS_STRING(head);
+    Py_ssize_t head_len = PyBytes_GET_SIZE(head);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
+        PyObject *value = PyList_GET_ITEM(values, i);
+        if (!PyBytes_CheckExact(value))
+            break;
+        int digits = snprintf(id + base_len + 1, 22, "%zd", i);
+        Py_ssize_t id_len = base_len + 1 + digits;
+        PyObject *framed = build_frame(head_data, head_len, PyBytes_AS_STRING(value),
+                                       PyBytes_GET_SIZE(value), id, id_len);
+        if (framed == NULL)
+            goto fail;
+        int rc = PyList_Append(framed_list, framed);
+        Py_DECREF(framed);
+        if (rc < 0)
+            goto fail;
+        PyObject *cid = ascii_str(id, id_len);
+        if (cid == NULL)
+            goto fail;
+        rc = PyList_Append(ids, cid);
+        Py_DECREF(cid);
+        if (rc < 0)
+            goto fail;
+    }
+    PyMem_Free(id);
+    PyObject *result = PyTuple_Pack(2, framed_list, ids);
+    Py_DECREF(framed_list);
+    Py_DECREF(ids);
+    return result;
+fail:
+    PyMem_Free(id);
+    Py_XDECREF(framed_list);
+    Py_XDECREF(ids);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ acks */
+
+/* 1: read, 0: malformed (truncated or longer than 10 bytes). */
+static int
+get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    int shift = 0;
+    const uint8_t *q = *p;
+    while (q < end && shift < 70) {
+        uint8_t b = *q++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *p = q;
+            *out = v;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+/* Skip a field of wire type wt: 1 done, 0 malformed/unsupported. */
+static int
+skip_field(const uint8_t **p, const uint8_t *end, unsigned wt)
+{
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return get_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return 0;
+        *p += 8;
+        return 1;
+    case 2:
+        if (!get_varint(p, end, &v) || v > (uint64_t)(end - *p))
+            return 0;
+        *p += v;
+        return 1;
+    case 5:
+        if (end - *p < 4)
+            return 0;
+        *p += 4;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+typedef struct {
+    const uint8_t *ptr;
+    Py_ssize_t len;
+    int set;
+} span;
+
+/* The str of a span, reusing *last when it holds the same text. New reference, or
+ * NULL with an error set (memory) or without (invalid UTF-8). */
+static PyObject *
+text(span s, PyObject **last)
+{
+    if (!s.set || s.len == 0) {
+        Py_INCREF(empty_str);
+        return empty_str;
+    }
+    if (*last != NULL) {
+        Py_ssize_t size;
+        const char *data = PyUnicode_AsUTF8AndSize(*last, &size);
+        if (data != NULL && size == s.len && memcmp(data, s.ptr, (size_t)s.len) == 0) {
+            Py_INCREF(*last);
+            return *last;
+        }
+        PyErr_Clear();
+    }
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.ptr, s.len, NULL);
+    if (str == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear(); /* protobuf raises for it: leave it to the slow path */
+        return NULL;
+    }
+    Py_XSETREF(*last, Py_NewRef(str));
+    return str;
+}
+
+static int
+set_slot(PyObject *obj, PyObject *name, PyObject *value)
+{
+    /* The slot's descriptor, bypassing the frozen dataclass's __setattr__. */
+    if (value == NULL)
+        return -1;
+    int rc = PyObject_GenericSetAttr(obj, name, value);
+    Py_DECREF(value);
+    return rc;
+}
+
+#define STRING_FIELDS 5
+enum { F_STREAM, F_PSUBJECT, F_MSUBJECT, F_INBOX, F_CID };
+
+/* 1: *out is an Ack; 0: not a plain successful ack (no error set); -1: error. */
+static int
+parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject **out)
+{
+    span ack = {NULL, 0, 0};
+    uint64_t v;
+    while (p < end) {
+        uint64_t tag;
+        if (!get_varint(&p, end, &tag))
+            return 0;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        if (field == 1) {
+            if (wt != 2 || ack.set || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                return 0;
+            ack.ptr = p;
+            ack.len = (Py_ssize_t)v;
+            ack.set = 1;
+            p += v;
+        }
+        else if (field == 2 || field == 0) {
+            return 0; /* asyncError (or an invalid field number) */
+        }
+        else if (!skip_field(&p, end, wt)) {
+            return 0;
+        }
+    }
+    if (!ack.set)
+        return 0;
+    span strings[STRING_FIELDS];
+    memset(strings, 0, sizeof(strings));
+    uint64_t offset = 0, policy = 0, reception = 0, commit = 0, error = 0;
+    p = ack.ptr;
+    end = ack.ptr + ack.len;
+    while (p < end) {
+        uint64_t tag;
+        if (!get_varint(&p, end, &tag))
+            return 0;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        int index = -1;
+        uint64_t *number = NULL;
+        switch (field) {
+        case 1: index = F_STREAM; break;
+        case 2: index = F_PSUBJECT; break;
+        case 3: index = F_MSUBJECT; break;
+        case 5: index = F_INBOX; break;
+        case 6: index = F_CID; break;
+        case 4: number = &offset; break;
+        case 7: number = &policy; break;
+        case 8: number = &reception; break;
+        case 9: number = &commit; break;
+        case 10: number = &error; break;
+        case 0: return 0;
+        default:
+            if (!skip_field(&p, end, wt))
+                return 0;
+            continue;
+        }
+        if (index >= 0) {
+            if (wt != 2 || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                return 0;
+            strings[index].ptr = p;
+            strings[index].len = (Py_ssize_t)v;
+            strings[index].set = 1;
+            p += v;
+        }
+        else {
+            if (wt != 0 || !get_varint(&p, end, number))
+                return 0;
+        }
+    }
+    if ((int32_t)error != 0 || !strings[F_CID].set || strings[F_CID].len == 0)
+        return 0;
+    PyObject *values[STRING_FIELDS];
+    for (int i = 0; i < STRING_FIELDS; i++) {
+        values[i] = text(strings[i], &last[i]);
+        if (values[i] == NULL) {
+            for (int j = 0; j < i; j++)
+                Py_DECREF(values[j]);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    PyTypeObject *type = (PyTypeObject *)ack_type;
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL) {
+        for (int i = 0; i < STRING_FIELDS; i++)
+            Py_DECREF(values[i]);
+        return -1;
+    }
+    int32_t wire_policy = (int32_t)policy;
+    PyObject *policy_obj = PyTuple_GET_ITEM(policies, 0 <= wire_policy && wire_policy < 3 ? wire_policy : 0);
+    int failed = 0;
+    failed |= set_slot(obj, n_stream, values[F_STREAM]);
+    failed |= set_slot(obj, n_partition, Py_NewRef(minus_one));
+    failed |= set_slot(obj, n_partition_subject, values[F_PSUBJECT]);
+    failed |= set_slot(obj, n_message_subject, values[F_MSUBJECT]);
+    failed |= set_slot(obj, n_offset, PyLong_FromLongLong((long long)(int64_t)offset));
+    failed |= set_slot(obj, n_ack_inbox, values[F_INBOX]);
+    failed |= set_slot(obj, n_correlation_id, values[F_CID]);
+    failed |= set_slot(obj, n_ack_policy, Py_NewRef(policy_obj));
+    failed |= set_slot(obj, n_reception,
+                       reception ? PyLong_FromLongLong((long long)(int64_t)reception)
+                                 : Py_NewRef(zero));
+    failed |= set_slot(obj, n_commit,
+                       commit ? PyLong_FromLongLong((long long)(int64_t)commit) : Py_NewRef(zero));
+    failed |= set_slot(obj, n_ack_error, Py_NewRef(Py_None));
+    if (failed) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    *out = obj;
+    return 1;
+}
+
+static uint32_t
+be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static PyObject *
+scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_acks(buf, pos, stream_id, max_frame)");
+        return NULL;
+    }
+    if (ack_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() not called");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long sid = PyLong_AsLong(args[2]);
+    Py_ssize_t max_frame = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t size = view.len;
+    PyObject *acks = PyList_New(0);
+    PyObject *last[STRING_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t payload = 0;
+    char *control = NULL, *pong = NULL;
+    Py_ssize_t control_len = 0, control_cap = 0, pong_len = 0, pong_cap = 0;
+    if (acks == NULL)
+        goto fail;
+    if (pos < 0)
+        pos = 0;
+    while (size - pos >= 9) {
+        const uint8_t *h = b + pos;
+        Py_ssize_t length = ((Py_ssize_t)h[0] << 16) | ((Py_ssize_t)h[1] << 8) | h[2];
+        if (length > max_frame)
+            break;
+        Py_ssize_t end = pos + 9 + length;
+        if (end > size)
+            break;
+        long stream = (long)(be32(h + 5) & 0x7FFFFFFF);
+        if (stream == 0 && h[3] == 6 && length == 8) {
+            /* PING: answered here (the broker's BDP pings come with every response when
+             * publishing one at a time; h2 keeps no state for them). An ACK (the answer
+             * to our keepalive probe) needs nothing: any read counts. */
+            if (!(h[4] & 0x01)) {
+                if (pong_len + 17 > pong_cap) {
+                    Py_ssize_t cap = (pong_len + 17) * 2 + 64;
+                    char *grown = PyMem_Realloc(pong, (size_t)cap);
+                    if (grown == NULL) {
+                        PyErr_NoMemory();
+                        goto fail;
+                    }
+                    pong = grown;
+                    pong_cap = cap;
+                }
+                memcpy(pong + pong_len, h, 17);
+                pong[pong_len + 4] = 0x01; /* ACK */
+                pong_len += 17;
+            }
+            pos = end;
+            continue;
+        }
+        if ((stream == 0 && (h[3] == 4 || h[3] == 6 || h[3] == 8)) ||
+            (stream == sid && h[3] == 8)) {
+            /* SETTINGS, PING, WINDOW_UPDATE of the connection and our stream's
+             * WINDOW_UPDATE: collected for h2. */
+            if ((h[3] == 4 && length % 6) || (h[3] == 6 && length != 8) ||
+                (h[3] == 8 && length != 4))
+                break; /* Python raises the FrameError */
+            if (control_len + 9 + length > control_cap) {
+                Py_ssize_t cap = (control_len + 9 + length) * 2 + 64;
+                char *grown = PyMem_Realloc(control, (size_t)cap);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                control = grown;
+                control_cap = cap;
+            }
+            memcpy(control + control_len, h, (size_t)(9 + length));
+            control_len += 9 + length;
+            pos = end;
+            continue;
+        }
+        if (h[3] != 0 || (h[4] & 0x09) || stream != sid)
+            break;
+        /* One or more whole gRPC messages filling the frame exactly, all plain acks. */
+        const uint8_t *m = h + 9, *frame_end = b + end;
+        Py_ssize_t before = PyList_GET_SIZE(acks);
+        int whole = length > 0;
+        while (whole && m < frame_end) {
+            if (frame_end - m < 5 || m[0] != 0 || (Py_ssize_t)be32(m + 1) > frame_end - m - 5) {
+                whole = 0;
+                break;
+            }
+            const uint8_t *next = m + 5 + be32(m + 1);
+            PyObject *ack = NULL;
+            int rc = parse_response(m + 5, next, last, &ack);
+            if (rc < 0)
+                goto fail;
+            if (rc == 0) {
+                whole = 0;
+                break;
+            }
+            rc = PyList_Append(acks, ack);
+            Py_DECREF(ack);
+            if (rc < 0)
+                goto fail;
+            m = next;
+        }
+        if (!whole) {
+            /* Python reads this frame: drop what was taken from it. */
+            if (PyList_SetSlice(acks, before, PyList_GET_SIZE(acks), NULL) < 0)
+                goto fail;
+            break;
+        }
+        payload += length;
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    for (int i = 0; i < STRING_FIELDS; i++)
+        Py_XDECREF(last[i]);
+    PyObject *frames = PyBytes_FromStringAndSize(control, control_len);
+    PyObject *pongs = PyBytes_FromStringAndSize(pong, pong_len);
+    PyMem_Free(control);
+    PyMem_Free(pong);
+    if (frames == NULL || pongs == NULL) {
+        Py_XDECREF(frames);
+        Py_XDECREF(pongs);
+        Py_DECREF(acks);
+        return NULL;
+    }
+    return Py_BuildValue("(nNnNN)", pos, acks, payload, frames, pongs);
+fail:
+    PyMem_Free(control);
+    PyMem_Free(pong);
+    PyBuffer_Release(&view);
+    for (int i = 0; i < STRING_FIELDS; i++)
+        Py_XDECREF(last[i]);
+    Py_XDECREF(acks);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ settling */
+
+static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_condition, *n_dict,
+    *n_acquire, *n_release, *s_finished;
+
+/* Resolve one ack's future; 1 taken, 0 left (not an error), -1 error. */
+static int
+settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
+{
+    int rc = -1;
+    PyObject *future = NULL, *callbacks = NULL, *state = NULL, *partition = NULL, *dict = NULL;
+    PyObject *cid = PyObject_GetAttr(ack, n_correlation_id);
+    if (cid == NULL)
+        return -1;
+    PyObject *entry = PyDict_GetItemWithError(pending, cid);
+    if (entry == NULL) {
+        rc = PyErr_Occurred() ? -1 : owner; /* the owner ignores an ack nobody waits for */
+        Py_DECREF(cid);
+        return rc;
+    }
+    Py_INCREF(entry);
+    future = PyObject_GetAttr(entry, n_future);
+    if (future == NULL)
+        goto done;
+    callbacks = PyObject_GetAttr(future, n_done_callbacks);
+    state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
+    if (state == NULL)
+        goto done;
+    int has_callbacks = PyObject_IsTrue(callbacks);
+    int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
+    if (has_callbacks < 0 || finished < 0)
+        goto done;
+    if (!owner && (has_callbacks || finished)) {
+        rc = 0; /* the I/O thread leaves these to the owner */
+        goto done;
+    }
+    if (owner && PyDict_DelItem(pending, cid) < 0)
+        goto done;
+    if (finished) {
+        rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
+        goto done;
+    }
+    partition = PyObject_GetAttr(entry, n_partition);
+    if (partition == NULL || PyObject_GenericSetAttr(ack, n_partition, partition) < 0 ||
+        PyObject_SetAttr(future, n_result, ack) < 0 ||
+        PyObject_SetAttr(future, n_state, s_finished) < 0)
+        goto done;
+    dict = PyObject_GenericGetDict(future, NULL);
+    if (dict == NULL)
+        goto done;
+    int waits = PyDict_Contains(dict, n_condition);
+    if (waits < 0)
+        goto done;
+    if ((waits || has_callbacks) && PyList_Append(ready, future) < 0)
+        goto done;
+    if (!owner) {
+        /* Out of the pending table (if still the same entry). */
+        PyObject *now = PyDict_GetItemWithError(pending, cid);
+        if (now == NULL && PyErr_Occurred())
+            goto done;
+        if (now == entry && PyDict_DelItem(pending, cid) < 0)
+            goto done;
+    }
+    rc = 1;
+done:
+    Py_XDECREF(dict);
+    Py_XDECREF(partition);
+    Py_XDECREF(state);
+    Py_XDECREF(callbacks);
+    Py_XDECREF(future);
+    Py_DECREF(entry);
+    Py_DECREF(cid);
+    return rc;
+}
+
+/* settle_acks(acks, pending, lock, owner) -> (count, ready): see the module comment. */
+static PyObject *
+settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "settle_acks(acks: list, pending: dict, lock, owner: bool)");
+        return NULL;
+    }
+    if (ack_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() not called");
+        return NULL;
+    }
+    PyObject *acks = args[0], *pending = args[1], *lock = args[2];
+    int owner = PyObject_IsTrue(args[3]);
+    if (owner < 0)
+        return NULL;
+    PyObject *ready = PyList_New(0);
+    if (ready == NULL)
+        return NULL;
+    PyObject *r = PyObject_CallMethodNoArgs(lock, n_acquire);
+    if (r == NULL) {
+        Py_DECREF(ready);
+        return NULL;
+    }
+    Py_DECREF(r);
+    Py_ssize_t i = 0;
+    int failed = 0;
+    for (; i < PyList_GET_SIZE(acks); i++) {
+        PyObject *ack = PyList_GET_ITEM(acks, i);
+        if ((PyObject *)Py_TYPE(ack) != ack_type)
+            break;
+        Py_INCREF(ack);
+        int rc = settle_one(ack, pending, owner, ready);
+        Py_DECREF(ack);
+        if (rc < 0)
+            failed = 1;
+        if (rc <= 0)
+            break;
+    }
+    PyObject *type = NULL, *value = NULL, *tb = NULL;
+    if (failed)
+        PyErr_Fetch(&type, &value, &tb);
+    r = PyObject_CallMethodNoArgs(lock, n_release);
+    if (failed) {
+        Py_XDECREF(r);
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(ready);
+        return NULL;
+    }
+    if (r == NULL) {
+        Py_DECREF(ready);
+        return NULL;
+    }
+    Py_DECREF(r);
+    return Py_BuildValue("(nN)", i, ready);
+}
+
+static PyObject *
+setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_CheckExact(args[1]) ||
+        PyTuple_GET_SIZE(args[1]) != 3) {
+        PyErr_SetString(PyExc_TypeError, "setup(Ack, (LEADER, ALL, NONE))");
+        return NULL;
+    }
+    Py_XSETREF(ack_type, Py_NewRef(args[0]));
+    Py_XSETREF(policies, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"frame_id", (PyCFunction)(void (*)(void))frame_id, METH_FASTCALL, NULL},
+    {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
+    {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, NULL},
+    {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "C speedups of the publish hot path.", -1, methods,
+};
+
+#define INTERN(var, text)                                                                      \
+    do {                                                                                       \
+        var = PyUnicode_InternFromString(text);                                                \
+        if (var == NULL)                                                                       \
+            return NULL;                                                                       \
+    } while (0)
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    INTERN(n_stream, "stream");
+    INTERN(n_partition, "partition");
+    INTERN(n_partition_subject, "partition_subject");
+    INTERN(n_message_subject, "message_subject");
+    INTERN(n_offset, "offset");
+    INTERN(n_ack_inbox, "ack_inbox");
+    INTERN(n_correlation_id, "correlation_id");
+    INTERN(n_ack_policy, "ack_policy");
+    INTERN(n_reception, "reception_timestamp_ns");
+    INTERN(n_commit, "commit_timestamp_ns");
+    INTERN(n_ack_error, "ack_error");
+    INTERN(n_future, "future");
+    INTERN(n_done_callbacks, "_done_callbacks");
+    INTERN(n_state, "_state");
+    INTERN(n_result, "_result");
+    INTERN(n_condition, "_condition");
+    INTERN(n_dict, "__dict__");
+    INTERN(n_acquire, "acquire");
+    INTERN(n_release, "release");
+    INTERN(s_finished, "FINISHED");
+    empty_str = PyUnicode_FromStringAndSize("", 0);
+    minus_one = PyLong_FromLong(-1);
+    zero = PyLong_FromLong(0);
+    if (empty_str == NULL || minus_one == NULL || zero == NULL)
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,99 @@
+"""The optional C speedups of the publish path, or their pure-Python equivalents.
+
+``liftbridge_sync._speedups`` (``liftbridge_sync/_speedups.c``) is built by ``setup.py``
+when a C compiler is present; without it, or with the environment variable
+``LIFTBRIDGE_SYNC_NO_SPEEDUPS`` set to anything but ``""``/``"0"`` at import time, the
+functions below are pure Python with the same results. :data:`ACTIVE` tells which.
+
+* :func:`frame_id`: a framed ``PublishRequest`` from a cached head, a value and a
+  correlation id made of a prefix and a counter, and that id.
+* :func:`frame_values`: the same for the leading ``bytes`` items of a list, with ids
+  ``base + "." + index``.
+* :data:`scan_acks`: ``None`` in pure Python (the reader parses with protobuf); in C,
+  reads successful acks straight from received HTTP/2 frames into :class:`Ack` objects
+  with ``partition == -1``, answering the connection's PINGs and setting aside its
+  SETTINGS and WINDOW_UPDATE frames (see the C source for what it leaves to Python).
+* :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
+  run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
+
+Pure functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from liftbridge_sync.models import Ack, AckPolicy
+
+__all__ = ["ACTIVE", "frame_id", "frame_values", "scan_acks", "settle_acks"]
+
+_PREFIX_BYTES = 5
+
+
+def _py_varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 128:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _py_frame(head: bytes, value: bytes, correlation_id: bytes) -> bytes:
+    message = b"".join(
+        (
+            head,
+            b"\x12",
+            _py_varint(len(value)),
+            value,
+            b"\x3a",
+            _py_varint(len(correlation_id)),
+            correlation_id,
+        )
+    )
+    return len(message).to_bytes(_PREFIX_BYTES, "big") + message
+
+
+def _py_frame_id(head: bytes, value: bytes, prefix: str, n: int) -> tuple[bytes, str]:
+    correlation_id = f"{prefix}{n}"
+    return _py_frame(head, value, correlation_id.encode()), correlation_id
+
+
+def _py_frame_values(head: bytes, values: list[object], base: str) -> tuple[list[bytes], list[str]]:
+    framed: list[bytes] = []
+    ids: list[str] = []
+    for i, value in enumerate(values):
+        if type(value) is not bytes:
+            break
+        correlation_id = f"{base}.{i}"
+        framed.append(_py_frame(head, value, correlation_id.encode()))
+        ids.append(correlation_id)
+    return framed, ids
+
+
+frame_id: Callable[[bytes, bytes, str, int], tuple[bytes, str]] = _py_frame_id
+frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]] = _py_frame_values
+#: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs)``:
+#: ``control`` holds the SETTINGS/WINDOW_UPDATE frames skipped on the way (for h2),
+#: ``pongs`` the PING ACK frames answering the connection's PINGs (to send).
+scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes, bytes]] | None = (
+    None
+)
+#: ``settle_acks(acks, pending, lock, owner) -> (count, futures_to_wake_or_call_back)``.
+settle_acks: Callable[[list[Any], dict[str, Any], Any, bool], tuple[int, list[Any]]] | None = None
+ACTIVE = False
+
+if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
+    try:
+        from liftbridge_sync import _speedups
+    except ImportError:  # not built (no C compiler at install time)
+        pass
+    else:
+        _speedups.setup(Ack, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
+        frame_id = _speedups.frame_id
+        frame_values = _speedups.frame_values
+        scan_acks = _speedups.scan_acks
+        settle_acks = _speedups.settle_acks
+        ACTIVE = True

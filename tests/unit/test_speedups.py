@@ -1,0 +1,273 @@
+"""The optional C speedups (liftbridge_sync/_speedups.c) against their Python equivalents.
+
+Run with the extension built (``setup.py build_ext --inplace`` or ``pip install -e .``
+with a C compiler) to compare both; without it, the C-only tests are skipped and the
+fallback is what the rest of the suite runs on. ``LIFTBRIDGE_SYNC_NO_SPEEDUPS=1`` forces
+the fallback for a whole run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing import futures as futures_module
+from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
+from liftbridge_sync._publishing.futures import PublishFuture, settle, settle_acks, take_acks
+from liftbridge_sync._transport.h2.framing import FRAME_HEADER
+from liftbridge_sync._wire import speedups
+from liftbridge_sync.models import AckPolicy
+
+BUILT = importlib.util.find_spec("liftbridge_sync._speedups") is not None
+FORCED_OFF = os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") not in ("", "0")
+needs_c = pytest.mark.skipif(not speedups.ACTIVE, reason="C speedups not built or disabled")
+
+if BUILT:
+    from liftbridge_sync import _speedups
+
+
+def test_the_active_implementation_is_the_expected_one() -> None:
+    assert speedups.ACTIVE == (BUILT and not FORCED_OFF)
+    if not speedups.ACTIVE:  # reported in the run's summary (-ra)
+        pytest.skip("liftbridge_sync._speedups is not active: the pure-Python fallback runs")
+
+
+_PRINT_ACTIVE = "from liftbridge_sync._wire import speedups; print(speedups.ACTIVE)"
+
+
+def test_the_environment_variable_forces_the_fallback() -> None:
+    env = {**os.environ, "LIFTBRIDGE_SYNC_NO_SPEEDUPS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", _PRINT_ACTIVE],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+
+
+_HEAD = head("stream-name", 3, AckPolicy.ALL)
+_ascii = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=40)
+
+
+@given(value=st.binary(max_size=600), prefix=_ascii, n=st.integers(0, 2**63 - 1))
+def test_frame_id_matches_the_python_framing(value: bytes, prefix: str, n: int) -> None:
+    expected = (frame_simple(_HEAD, value, f"{prefix}{n}".encode()), f"{prefix}{n}")
+    assert speedups._py_frame_id(_HEAD, value, prefix, n) == expected
+    if BUILT:
+        assert _speedups.frame_id(_HEAD, value, prefix, n) == expected
+
+
+@given(
+    values=st.lists(
+        st.one_of(st.binary(max_size=300), st.tuples(st.none(), st.binary())), max_size=20
+    ),
+    base=_ascii,
+)
+def test_frame_values_matches_the_python_framing(values: list[object], base: str) -> None:
+    expected = speedups._py_frame_values(_HEAD, values, base)
+    leading = next((i for i, v in enumerate(values) if type(v) is not bytes), len(values))
+    assert len(expected[0]) == len(expected[1]) == leading
+    for i in range(leading):
+        assert expected[1][i] == f"{base}.{i}"
+        value = values[i]
+        assert isinstance(value, bytes)
+        assert expected[0][i] == frame_simple(_HEAD, value, f"{base}.{i}".encode())
+    if BUILT:
+        assert _speedups.frame_values(_HEAD, values, base) == expected
+
+
+@needs_c
+def test_frame_functions_refuse_wrong_types() -> None:
+    with pytest.raises(TypeError):
+        _speedups.frame_id(_HEAD, "text", "p", 1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _speedups.frame_id(_HEAD, b"v", "ünicode", 1)
+    with pytest.raises(TypeError):
+        _speedups.frame_values(_HEAD, (b"a",), "p")  # type: ignore[arg-type]
+
+
+def _frame(payload: bytes, sid: int = 1, kind: int = 0, flags: int = 0) -> bytes:
+    return FRAME_HEADER.pack(len(payload) << 8 | kind, flags, sid) + payload
+
+
+def _message(response: api_pb2.PublishResponse) -> bytes:
+    data = response.SerializeToString()
+    return len(data).to_bytes(5, "big") + data
+
+
+_text = st.text(max_size=20)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+_acks = st.builds(
+    api_pb2.Ack,
+    stream=_text,
+    partitionSubject=_text,
+    msgSubject=_text,
+    offset=_int64,
+    ackInbox=_text,
+    correlationId=st.text(min_size=1, max_size=30),
+    ackPolicy=st.integers(0, 5),
+    receptionTimestamp=_int64,
+    commitTimestamp=_int64,
+)
+
+
+@needs_c
+@settings(max_examples=200)
+@given(acks=st.lists(_acks, min_size=1, max_size=8), per_frame=st.integers(1, 3))
+def test_scan_acks_reads_what_protobuf_reads(acks: list[api_pb2.Ack], per_frame: int) -> None:
+    messages = [_message(api_pb2.PublishResponse(ack=a)) for a in acks]
+    data = bytearray()
+    for i in range(0, len(messages), per_frame):
+        data += _frame(b"".join(messages[i : i + per_frame]))
+        data += _frame(b"\0\0\0\1", sid=0, kind=8)  # WINDOW_UPDATE: left for h2
+    pos, got, payload, control, pongs = _speedups.scan_acks(data, 0, 1, 16384)
+    assert pos == len(data)
+    assert got == [ack_from_proto(a, -1) for a in acks]
+    assert payload == sum(map(len, messages))
+    assert len(control) == 13 * len(range(0, len(messages), per_frame))
+    assert pongs == b""
+
+
+@needs_c
+def test_scan_acks_answers_pings_and_drops_ping_acks() -> None:
+    good = _frame(_message(api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="a"))))
+    ping = _frame(b"12345678", sid=0, kind=6)
+    ping_ack = _frame(b"abcdefgh", sid=0, kind=6, flags=1)
+    data = bytearray(good + ping + ping_ack + good + ping)
+    pos, got, _, control, pongs = _speedups.scan_acks(data, 0, 1, 16384)
+    assert pos == len(data) and len(got) == 2 and control == b""
+    assert pongs == 2 * _frame(b"12345678", sid=0, kind=6, flags=1)
+
+
+@needs_c
+def test_scan_acks_leaves_everything_else_to_python() -> None:
+    good = _frame(_message(api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="a"))))
+    others = [
+        _frame(
+            _message(
+                api_pb2.PublishResponse(
+                    ack=api_pb2.Ack(correlationId="x", ackError="INCORRECT_OFFSET")
+                )
+            )
+        ),
+        _frame(
+            _message(
+                api_pb2.PublishResponse(
+                    asyncError=api_pb2.PublishAsyncError(code="NOT_FOUND"), correlationId="x"
+                )
+            )
+        ),
+        _frame(_message(api_pb2.PublishResponse(ack=api_pb2.Ack(stream="no id")))),
+        _frame(_message(api_pb2.PublishResponse())),
+        _frame(good[9:], sid=3),  # another stream
+        _frame(good[9:], flags=1),  # END_STREAM
+        _frame(good[9:], flags=8),  # PADDED
+        _frame(good[9:] + good[9:14]),  # a message split across frames
+        _frame(b""),
+        _frame(b"\1" + good[10:]),  # compressed
+        _frame(b"\0\0\0\0\3\x0a\x01\xff"),  # truncated ack
+        _frame(b"\0\0\0\0\3\x0a\x01\xff"),
+        _frame(b"\x00" * 8, sid=0, kind=7),  # GOAWAY
+        _frame(b"\x00" * 7, sid=0, kind=6),  # a PING of the wrong length
+        _frame(b"\x00" * 5, sid=1, kind=1),  # HEADERS
+    ]
+    bad_utf8 = api_pb2.Ack(correlationId="x").SerializeToString() + b"\x0a\x02\xff\xfe"
+    others.append(_frame(_message_raw(b"\x0a" + bytes([len(bad_utf8)]) + bad_utf8)))
+    for other in others:
+        data = bytearray(good + other + good)
+        pos, got, _, _, _ = _speedups.scan_acks(data, 0, 1, 16384)
+        assert (pos, len(got)) == (len(good), 1), other
+    for partial in range(1, len(good)):
+        pos, got, _, _, _ = _speedups.scan_acks(bytearray(good + good[:partial]), 0, 1, 16384)
+        assert (pos, len(got)) == (len(good), 1)
+
+
+def _message_raw(data: bytes) -> bytes:
+    return len(data).to_bytes(5, "big") + data
+
+
+@needs_c
+@settings(max_examples=500)
+@given(garbage=st.binary(max_size=200), start=st.integers(0, 20))
+def test_scan_acks_on_garbage_stops_cleanly(garbage: bytes, start: int) -> None:
+    data = bytearray(garbage)
+    pos, got, payload, control, pongs = _speedups.scan_acks(data, start, 1, 16384)
+    assert pos == start or start <= pos <= len(data)
+    assert payload <= len(data)
+    for ack in got:
+        assert ack.correlation_id and ack.ack_error is None and ack.partition == -1
+
+
+class _Entry:
+    def __init__(self, future: PublishFuture[Any], partition: int) -> None:
+        self.future = future
+        self.partition = partition
+
+
+@needs_c
+def test_settle_acks_resolves_the_leading_plain_acks_in_bulk() -> None:
+    acks = [ack_from_proto(api_pb2.Ack(correlationId=f"c{i}", offset=i), -1) for i in range(6)]
+    futures: list[PublishFuture[Any]] = [PublishFuture() for _ in acks]
+    pending: dict[str, Any] = {f"c{i}": _Entry(f, 7) for i, f in enumerate(futures)}
+    del pending["c4"]  # unknown id: stops there
+    waiter = threading.Thread(target=futures[2].result, args=(10,))
+    waiter.start()
+    while "_condition" not in futures[2].__dict__:
+        time.sleep(0.001)
+    assert settle_acks(acks, pending) == 4
+    waiter.join(5)
+    assert not waiter.is_alive()
+    for i in range(4):
+        assert futures[i].result(0) is acks[i] and acks[i].partition == 7
+    assert not futures[5].done() and list(pending) == ["c5"]
+    # A future with a done-callback, or already resolved, is left to Python.
+    late = [ack_from_proto(api_pb2.Ack(correlationId=f"d{i}"), -1) for i in range(2)]
+    with_callback: PublishFuture[Any] = PublishFuture()
+    with_callback.add_done_callback(lambda f: None)
+    pending = {"d0": _Entry(with_callback, 0), "d1": _Entry(PublishFuture(), 0)}
+    assert settle_acks(late, pending) == 0 and len(pending) == 2
+    resolved: PublishFuture[Any] = PublishFuture()
+    resolved.set_result(None)
+    pending = {"d0": _Entry(resolved, 0)}
+    assert settle_acks(late, pending) == 0 and len(pending) == 1
+    # Not an Ack (a PublishResponse the Python reader parsed): left to Python.
+    assert settle_acks([api_pb2.PublishResponse()], {}) == 0
+
+
+def test_settle_acks_takes_nothing_without_the_speedups(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(futures_module, "_settle_acks", None)
+    ack = ack_from_proto(api_pb2.Ack(correlationId="c"), -1)
+    pending: dict[str, Any] = {"c": _Entry(PublishFuture(), 0)}
+    assert settle_acks([ack], pending) == 0 and len(pending) == 1
+
+
+@needs_c
+def test_take_acks_pops_every_entry_and_leaves_callbacks_to_settle() -> None:
+    acks = [ack_from_proto(api_pb2.Ack(correlationId=f"c{i}", offset=i), -1) for i in range(5)]
+    futures: list[PublishFuture[Any]] = [PublishFuture() for _ in acks]
+    called: list[int] = []
+    futures[1].add_done_callback(lambda f: called.append(1))
+    futures[3].set_exception(RuntimeError("timed out meanwhile"))
+    pending: dict[str, Any] = {f"c{i}": _Entry(f, 2) for i, f in enumerate(futures)}
+    del pending["c2"]  # no entry: the ack is dropped
+    tail = api_pb2.PublishResponse()  # not an Ack: where it stops
+    count, ready = take_acks([*acks, tail], pending)
+    assert count == 5 and not pending
+    assert ready == [futures[1]] and not called  # callbacks are settle()'s job
+    settle((), None, ready)
+    assert called == [1]
+    assert futures[0].result(0) is acks[0] and futures[4].result(0).partition == 2
+    assert not futures[2].done()
+    assert isinstance(futures[3].exception(0), RuntimeError)
