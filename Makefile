@@ -34,8 +34,11 @@ codegen: venv
 	$(BIN)/python -m grpc_tools.protoc --proto_path=protos --python_out=. --pyi_out=. \
 		--grpc_python_out=. protos/liftbridge_sync/_proto/api.proto
 
+## The whole suite with the C speedups (required: a machine with a C compiler builds
+## them), then the unit and component tests again on the pure-Python fallback.
 test: venv server lint type
-	$(BIN)/python -m pytest
+	LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS=1 $(BIN)/python -m pytest
+	LIFTBRIDGE_SYNC_NO_SPEEDUPS=1 $(BIN)/python -m pytest -q tests/unit tests/component
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit

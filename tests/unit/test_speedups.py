@@ -3,7 +3,8 @@
 Run with the extension built (``setup.py build_ext --inplace`` or ``pip install -e .``
 with a C compiler) to compare both; without it, the C-only tests are skipped and the
 fallback is what the rest of the suite runs on. ``LIFTBRIDGE_SYNC_NO_SPEEDUPS=1`` forces
-the fallback for a whole run.
+the fallback for a whole run; ``make test`` sets ``LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS=1``, which
+fails the run if the extension was not built.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ if BUILT:
 
 def test_the_active_implementation_is_the_expected_one() -> None:
     assert speedups.ACTIVE == (BUILT and not FORCED_OFF)
+    if os.environ.get("LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS") == "1":
+        # `make test` sets this: there the extension must have been built, so the C
+        # tests below run instead of being skipped.
+        assert BUILT, "liftbridge_sync._speedups was not built (is a C compiler installed?)"
     if not speedups.ACTIVE:  # reported in the run's summary (-ra)
         pytest.skip("liftbridge_sync._speedups is not active: the pure-Python fallback runs")
 
