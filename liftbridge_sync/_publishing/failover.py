@@ -35,6 +35,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.models import PartitionInfo
 
 __all__ = ["THREAD_NAME", "LeaderProbe", "ProbeResult"]
 
@@ -48,6 +49,8 @@ _SETTLE = 0.2
 _LOOK_TIMEOUT = 2.0
 
 PartitionKey = tuple[str, int]
+#: One look at a leader: ``(leader id, newest offset, high watermark)``.
+_Look = tuple[str, int, int]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,33 +115,67 @@ class LeaderProbe:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            # Everything asked for meanwhile is probed together: a broker that led many
+            # partitions makes them all silent at once, and they share one settle wait.
+            batch: list[tuple[PartitionKey, float]] = []
             item = self._requests.get()
+            while item is not None:
+                batch.append(item)
+                try:
+                    item = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+            if batch:
+                try:
+                    results = self._probe_all(batch)
+                except Exception as exc:  # a probe must never end the thread
+                    _log.exception("probing silent partitions failed")
+                    results = [
+                        ProbeResult(key, started, False, False, f"probe failed: {exc!r}")
+                        for key, started in batch
+                    ]
+                if self._stop.is_set():
+                    return
+                for result in results:
+                    self._report(result)
             if item is None:
                 return
-            key, started = item
-            try:
-                idle, trouble, detail = self._verdict(*key)
-            except Exception as exc:  # a probe must never end the thread
-                _log.exception("probing %s/%d failed", *key)
-                idle, trouble, detail = False, False, f"probe failed: {exc!r}"
-            if not self._stop.is_set():
-                self._report(ProbeResult(key, started, idle, trouble, detail))
 
-    def _verdict(self, stream: str, partition: int) -> tuple[bool, bool, str]:
-        """``(idle, trouble, detail)`` for the partition."""
-        snapshot = self._core.metadata.snapshot
-        known = None if snapshot is None else snapshot.partition(stream, partition)
-        first = self._look(stream, partition)
+    def _probe_all(self, batch: list[tuple[PartitionKey, float]]) -> list[ProbeResult]:
+        core = self._core
+        snapshot = core.metadata.snapshot
+        known = {key: None if snapshot is None else snapshot.partition(*key) for key, _ in batch}
+        streams = sorted({key[0] for key, _ in batch})
+        unreachable: str | None = None
+        try:
+            core.refresh_once(streams, self._clock() + _LOOK_TIMEOUT)
+        except LiftbridgeError as exc:
+            unreachable = f"no broker answered for metadata ({exc})"
+        first = {key: unreachable or self._look(*key) for key, _ in batch}
+        settled = [
+            k for k, look in first.items() if not isinstance(look, str) and look[1] <= look[2]
+        ]
+        if settled and self._stop.wait(_SETTLE):
+            return []
+        second = {key: self._look(*key) for key in settled}
+        results = []
+        for key, started in batch:
+            idle, trouble, detail = self._verdict(known[key], first[key], second.get(key))
+            results.append(ProbeResult(key, started, idle, trouble, detail))
+        return results
+
+    @staticmethod
+    def _verdict(
+        known: PartitionInfo | None, first: _Look | str, second: _Look | str | None
+    ) -> tuple[bool, bool, str]:
+        """``(idle, trouble, detail)`` from what the client knew and the two looks."""
         if isinstance(first, str):
             return False, True, first
         leader, newest, committed = first
         moved = known is not None and bool(known.leader) and known.leader != leader
-        if newest > committed:
+        if newest > committed or second is None:
             uncommitted = f"leader {leader} has offsets {committed + 1}..{newest} uncommitted"
             return False, moved, uncommitted
-        if self._stop.wait(_SETTLE):
-            return False, moved, "closing"
-        second = self._look(stream, partition)
         if isinstance(second, str):
             return False, True, second
         if second != first:
@@ -146,11 +183,11 @@ class LeaderProbe:
         was = f" (was {known.leader})" if moved and known is not None else ""
         return True, moved, f"leader {leader}{was} is idle at offset {newest}"
 
-    def _look(self, stream: str, partition: int) -> tuple[str, int, int] | str:
-        """``(leader, newest offset, high watermark)`` from the leader, or why not."""
+    def _look(self, stream: str, partition: int) -> _Look | str:
+        """``(leader, newest offset, high watermark)`` from the leader the (just refreshed)
+        metadata names, or why not."""
         core = self._core
         try:
-            core.refresh_once([stream], self._clock() + _LOOK_TIMEOUT)
             info = core.metadata.get().partition(stream, partition)
             if info is None:
                 return "the partition is not in the metadata"

@@ -55,6 +55,25 @@ def test_lost_publishes_are_resent_once_trouble_was_seen_and_the_leader_is_idle(
     assert fake.partition_metadata_calls >= 3  # the failed look, then two looks at the log
 
 
+def test_every_silent_partition_is_probed_and_resent(transport: str) -> None:
+    # A broker that led several partitions dies: all of them go silent at once.
+    with FakeBroker(cluster=FakeCluster(leader="fake", partitions=4)) as fake:
+        fake.publish_script = lambda request, n: "drop" if n <= 8 else "ack"
+        fake.not_leader_times = 4  # no leader at first, for each partition's first look
+        with _client(fake, transport, resend_after=0.2) as client:
+            futures = [
+                client.publish_async("s", b"%d-%d" % (p, i), partition=p)
+                for i in range(2)
+                for p in range(4)
+            ]
+            acks = [f.result(timeout=10) for f in futures]
+            stats = client.publisher_stats()
+    assert sorted((a.partition, a.offset) for a in acks) == [  # type: ignore[union-attr]
+        (p, o) for p in range(4) for o in range(2)
+    ]
+    assert stats.resent_after_stall == 8
+
+
 def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
     # The leader answers and is idle, nothing broke: the publishes may still be queued
     # somewhere on an overloaded machine, so they are not duplicated; they time out.
