@@ -165,3 +165,43 @@ def test_nats_restarted_mid_publish_nothing_fails(
         # While NATS was down the brokers refused publishes, or lost them: either way
         # they went again.
         assert client.publisher_stats().resent > 0
+
+
+def test_a_broker_leading_several_partitions_killed_nothing_fails(
+    liftbridge_cluster: LiftbridgeCluster,
+) -> None:
+    # Six partitions over three nodes; the node that leads the most of them (on v1.9.0
+    # often all six) is killed, and their publishes all go silent at once.
+    cluster = liftbridge_cluster
+    name = unique()
+    partitions = 6
+    with Client(cluster.addresses) as client:
+        client.create_stream(name, name, partitions=partitions, replication_factor=3)
+        leaders = [cluster.wait_for_partition_leader(name, p) for p in range(partitions)]
+        victim = max(set(leaders), key=leaders.count)
+        try:
+            futures = []
+            for i in range(6_000):
+                futures.append(
+                    client.publish_async(
+                        name, b"%d" % i, partition=i % partitions, ack_policy=AckPolicy.ALL
+                    )
+                )
+                if i == 2_000:
+                    cluster.kill(victim)
+            failed = [e for e in (f.exception(timeout=60) for f in futures) if e is not None]
+            assert not failed, f"{len(failed)} failed, e.g. {failed[:3]}"
+            values: set[int] = set()
+            for p in range(partitions):
+                with client.subscribe(
+                    name, partition=p, start=StartAt.earliest(), stop=StopAt.latest()
+                ) as sub:
+                    values.update(int(m.value) for m in sub)
+            assert values == set(range(6_000))
+            stats = client.publisher_stats()
+            print(f"\n{leaders.count(victim)} of {partitions} partitions' leader killed: {stats}")
+            assert stats.resent > 0
+        finally:
+            cluster.start_node(victim)
+            cluster.wait_ready()
+            client.delete_stream(name)
