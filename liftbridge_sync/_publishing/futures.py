@@ -74,8 +74,9 @@ class PublishFuture(concurrent.futures.Future[T]):
     _exception: BaseException | None = None
     _done_callbacks: Any = ()
 
-    def __init__(self) -> None:  # noqa: D107 - no super().__init__: see the module docstring
-        pass
+    # No super().__init__ (see the module docstring), and no Python frame either: object's
+    # own C ``__init__`` (a publish creates one future; a frame costs about 0.1 µs).
+    __init__ = object.__init__
 
     def __getattr__(self, name: str) -> Any:
         if name != "_condition" and name != "_waiters":

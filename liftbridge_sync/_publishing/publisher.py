@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._publishing.answers import AnswerHandling
-from liftbridge_sync._publishing.encoding import head
+from liftbridge_sync._publishing.encoding import _heads, head
 from liftbridge_sync._publishing.futures import (
     PublishFuture,
     settle,
@@ -63,6 +63,7 @@ from liftbridge_sync.models import Ack, AckPolicy
 __all__ = ["AckFuture", "Publisher"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
+_NO_ACK = AckPolicy.NONE
 
 
 class Publisher(AnswerHandling):
@@ -146,12 +147,17 @@ class Publisher(AnswerHandling):
         """
         if self._closing:
             raise self._closed_error()
+        # head()'s cache lookup inline: one Python call less per message.
+        cached = _heads.get((stream, partition, ack_policy))
         framed, correlation_id = frame_id(
-            head(stream, partition, ack_policy), value, self._id_prefix, next(self._ids)
+            cached if cached is not None else head(stream, partition, ack_policy),
+            value,
+            self._id_prefix,
+            next(self._ids),
         )
         if len(framed) > self._max_message:
             raise self._too_large(len(framed))
-        wants_ack = ack_policy is not AckPolicy.NONE
+        wants_ack = ack_policy is not _NO_ACK
         future: AckFuture = PublishFuture()
         deadline = self._clock() + timeout
         pending = self._pending
@@ -163,10 +169,10 @@ class Publisher(AnswerHandling):
                 and not self._finished
                 and correlation_id not in pending
             ):
+                self._seq = seq = next(self._seqs)
                 entry = Entry(
-                    framed, correlation_id, partition, wants_ack, future, timeout, deadline
+                    framed, correlation_id, partition, wants_ack, future, timeout, deadline, seq
                 )
-                entry.seq = self._seq = next(self._seqs)
                 pending[correlation_id] = entry
                 expiry = self._expiry.get(timeout)
                 if expiry is None:
