@@ -10,7 +10,7 @@ probed (:mod:`.failover`) and their silent publishes re-sent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from liftbridge_sync._proto import api_pb2
@@ -35,18 +35,19 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
 )
+from liftbridge_sync._transport.retry import backoff_delay
 from liftbridge_sync._wire.status import (
     error_from_ack_error,
     error_from_async_error,
     is_transient_async_error,
 )
 from liftbridge_sync.models import Ack
+from liftbridge_sync.models._ack import ACK_ERROR_NAMES
 
 __all__ = ["AnswerHandling"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
-_ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
 #: A response as the stream hands it over: the C reader gives successful acks as Acks.
 _Response = api_pb2.PublishResponse | Ack
 
@@ -167,7 +168,7 @@ class AnswerHandling(OwnerLoop):
             if entry is None:
                 continue
             if ack.ackError:
-                refusal = error_from_ack_error(_ACK_ERRORS.get(ack.ackError, "UNKNOWN"))
+                refusal = error_from_ack_error(ACK_ERROR_NAMES.get(ack.ackError, "UNKNOWN"))
                 outcomes.append(failure(entry, refusal))
             else:
                 append((entry.future, ack_from_proto(ack, entry.partition), None))
@@ -178,7 +179,8 @@ class AnswerHandling(OwnerLoop):
             self._refusals = 0
         elif self._resend_refused_at is None:
             self._refusals += 1
-            self._resend_refused_at = self._clock() + self._backoff(self._refusals)
+            delay = backoff_delay(self._options.retry, self._refusals)
+            self._resend_refused_at = self._clock() + delay
 
     def _watch_stalls(self, now: float) -> float | None:
         """Probe partitions whose publishes went silent; when to look again."""
@@ -228,47 +230,57 @@ class AnswerHandling(OwnerLoop):
         if not (result.idle and result.key in self._troubled):
             _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
             return
-        now = self._clock()
-        with self._send_lock:
-            stream = self._live
-            if stream is None:
-                return  # reconnecting: everything pending is re-sent then
-            entries = [
+
+        def silent() -> list[Entry]:
+            return [
                 e
                 for e in self._pending.values()
                 if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
             ]
-            if not entries:
-                return
-            stream.send_many([e.framed for e in entries])
-            for entry in entries:
-                entry.resent_at = now
-        self._resent_after_stall += len(entries)
-        self._next_stall_check = now + (self._resend_after or 0.0)
+
+        count = self._send_again(silent)
+        if not count:
+            return
+        self._resent_after_stall += count
+        self._next_stall_check = self._clock() + (self._resend_after or 0.0)
         _log.warning(
             "partition %s/%d went silent (%s); re-sent %d unacknowledged publishes",
             *result.key,
             result.detail,
-            len(entries),
+            count,
         )
 
     def _resend_refused(self) -> None:
         """Send again, in order, what the server could not hand to NATS."""
         refused, self._refused = self._refused, []
         self._resend_refused_at = None
-        with self._send_lock:
-            stream = self._live
+
+        def still_pending() -> list[Entry]:
             entries = [e for e in refused if self._pending.get(e.correlation_id) is e]
-            if stream is None or not entries:
-                return  # a new stream re-sends everything pending anyway
-            entries.sort(key=lambda e: e.seq)
-            stream.send_many([e.framed for e in entries])
-            now = self._clock()
-            for entry in entries:
-                entry.resent_at = now
-        self._resent_after_refusal += len(entries)
+            return sorted(entries, key=lambda e: e.seq)
+
+        count = self._send_again(still_pending)
+        if not count:
+            return
+        self._resent_after_refusal += count
         _log.warning(
             "the server could not hand %d publishes to NATS (its NATS connection is down); "
             "sent them again",
-            len(entries),
+            count,
         )
+
+    def _send_again(self, pick: Callable[[], list[Entry]]) -> int:
+        """Send again, in the order given, the pending entries ``pick`` chooses (called
+        under the send lock); how many. None without a live stream: the next stream
+        re-sends everything pending anyway."""
+        with self._send_lock:
+            stream = self._live
+            if stream is None:
+                return 0
+            entries = pick()
+            if entries:
+                stream.send_many([e.framed for e in entries])
+                now = self._clock()
+                for entry in entries:
+                    entry.resent_at = now
+        return len(entries)

@@ -19,6 +19,7 @@ from typing import Any
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.requests import build_publish_request
 from liftbridge_sync.models import Ack, AckPolicy
+from liftbridge_sync.models._ack import ACK_ERROR_NAMES
 
 __all__ = [
     "ack_from_proto",
@@ -38,7 +39,6 @@ _heads: dict[tuple[str, int, int], bytes] = {}
 _VALUE_TAG = b"\x12"  # field 2 (value), length-delimited
 _ID_TAG = b"\x3a"  # field 7 (correlationId), length-delimited
 _POLICIES = (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE)
-_ACK_ERRORS = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
 _SMALL = [bytes([n]) for n in range(128)]
 
 
@@ -222,5 +222,5 @@ def ack_from_proto(pb: api_pb2.Ack, partition: int) -> Ack:
     _set_reception(ack, pb.receptionTimestamp)
     _set_commit(ack, pb.commitTimestamp)
     error = pb.ackError
-    _set_ack_error(ack, _ACK_ERRORS.get(error, "UNKNOWN") if error else None)
+    _set_ack_error(ack, ACK_ERROR_NAMES.get(error, "UNKNOWN") if error else None)
     return ack

@@ -48,6 +48,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamSent,
     open_grpc_stream,
 )
+from liftbridge_sync._transport.retry import backoff_delay
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -378,7 +379,7 @@ class OwnerLoop:
         # Keep reconnecting while anything is pending: each entry's own deadline bounds
         # how long it waits, so giving up earlier would only fail work that may succeed.
         self._failures += 1
-        delay = self._backoff(self._failures)
+        delay = backoff_delay(self._options.retry, self._failures)
         _log.warning(
             "publish stream broke (%s); reconnecting in %.3fs, then re-sending %d",
             error or "ended by server",
@@ -386,11 +387,6 @@ class OwnerLoop:
             len(self._pending),
         )
         self._reconnect_at = self._clock() + delay
-
-    def _backoff(self, failures: int) -> float:
-        policy = self._options.retry
-        delay = min(policy.maximum, policy.initial * 2.0 ** min(failures - 1, 30))
-        return float(delay + random.uniform(0, policy.jitter))
 
     def _fail_all(self, error: BaseException) -> None:
         entries = list(self._pending.values())

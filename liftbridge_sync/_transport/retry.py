@@ -8,6 +8,7 @@ per-call state and are not safe to share between threads.
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -15,7 +16,7 @@ import tenacity
 
 from liftbridge_sync.options import RetryPolicy
 
-__all__ = ["build_retrying", "call_with_retry", "is_retryable"]
+__all__ = ["backoff_delay", "build_retrying", "call_with_retry", "is_retryable"]
 
 _log = logging.getLogger("liftbridge_sync.retry")
 _T = TypeVar("_T")
@@ -24,6 +25,17 @@ _T = TypeVar("_T")
 def is_retryable(error: BaseException) -> bool:
     """Whether an attempt that raised ``error`` may be retried (its ``retryable`` flag)."""
     return bool(getattr(error, "retryable", False))
+
+
+def backoff_delay(policy: RetryPolicy, failures: int) -> float:
+    """Seconds to wait after ``failures`` failed attempts in a row: exponential from
+    ``policy.initial``, capped at ``policy.maximum``, plus up to ``policy.jitter``.
+
+    The one back-off formula: tenacity's waits below and the publisher's reconnects and
+    re-sends, which keep their own loop, both use it.
+    """
+    delay = min(policy.maximum, policy.initial * 2.0 ** min(failures - 1, 30))
+    return float(delay + random.uniform(0, policy.jitter))
 
 
 def build_retrying(
@@ -57,8 +69,7 @@ def build_retrying(
     return tenacity.Retrying(
         stop=tenacity.stop_after_attempt(policy.max_attempts)
         | tenacity.stop_after_delay(policy.max_delay),
-        wait=tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
-        + tenacity.wait_random(0, policy.jitter),
+        wait=lambda state: backoff_delay(policy, state.attempt_number),
         retry=tenacity.retry_if_exception(retry_if),
         before_sleep=log_retry,
         reraise=True,

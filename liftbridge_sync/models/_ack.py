@@ -85,8 +85,9 @@ class Ack:
             ack_policy=policy,
             reception_timestamp_ns=pb.receptionTimestamp,
             commit_timestamp_ns=pb.commitTimestamp,
-            ack_error=_ACK_ERROR_NAMES.get(pb.ackError, "UNKNOWN") if pb.ackError else None,
+            ack_error=ACK_ERROR_NAMES.get(pb.ackError, "UNKNOWN") if pb.ackError else None,
         )
 
 
-_ACK_ERROR_NAMES = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
+#: ``Ack.Error`` codes to names (0, OK, is no error); the one table the client uses.
+ACK_ERROR_NAMES = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
