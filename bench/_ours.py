@@ -25,12 +25,26 @@ def make_payloads(messages: int, size: int) -> list[bytes]:
     return [flat[i * size : (i + 1) * size] for i in range(messages)]
 
 
-def _recorder(lat: list[int], i: int, t0: int) -> Callable[[object], None]:
-    """A done-callback storing message ``i``'s ack latency (ns since ``t0``)."""
+def _recorder(lat: list[int], i: int, t0: int, errors: list[int]) -> Callable[[Any], None]:
+    """A done-callback storing message ``i``'s ack latency (ns since ``t0``) and counting
+    a failure in ``errors[0]``, as the Go bench's callback does: nothing keeps the future
+    once it has resolved."""
     clock = time.perf_counter_ns
 
-    def done(_future: object) -> None:
+    def done(future: Any) -> None:
         lat[i] = clock() - t0
+        if future.exception() is not None:
+            errors[0] += 1
+
+    return done
+
+
+def _counter(errors: list[int]) -> Callable[[Any], None]:
+    """A done-callback counting failures in ``errors[0]`` (no latencies recorded)."""
+
+    def done(future: Any) -> None:
+        if future.exception() is not None:
+            errors[0] += 1
 
     return done
 
@@ -70,7 +84,8 @@ def run_publish(
         # Open the channel and the PublishAsync stream before timing, as Go's Connect does.
         client.publish(stream, b"warm-up")
         lat = [0] * messages
-        futures: list[Any] = []
+        failed = [0]  # futures that failed, counted by their done-callbacks
+        count_failure = _counter(failed)
         clock = time.perf_counter_ns
         errors_seen = 0
         switches0 = context_switches()
@@ -97,16 +112,16 @@ def run_publish(
                 for i in range(base, min(base + step, messages)):
                     t0 = clock()
                     future = publish_async(stream, payloads[i])
-                    if latencies:
-                        future.add_done_callback(_recorder(lat, i, t0))
-                    futures.append(future)
+                    future.add_done_callback(
+                        _recorder(lat, i, t0, failed) if latencies else count_failure
+                    )
                 client.flush()
         elapsed = time.perf_counter() - start
         user1, sys1 = cpu_seconds()
         switches = context_switches() - switches0
-        errors = errors_seen + sum(1 for f in futures if f.exception() is not None)
     finally:
-        client.close()
+        client.close()  # joins the thread that runs the last done-callbacks
+    errors = errors_seen + failed[0]
     result = {
         "client": "ours"
         + (f"-{transport}" if transport else "")

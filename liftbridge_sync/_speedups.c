@@ -449,6 +449,11 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
         Py_DECREF(obj);
         return -1;
     }
+    /* An Ack holds only str, int, None and an AckPolicy member: it can never be part of a
+     * reference cycle, so the cyclic GC has no reason to walk it (CPython untracks tuples
+     * and dicts of such values the same way). One fewer tracked object per publish makes
+     * every collection cheaper while acks are held. */
+    PyObject_GC_UnTrack(obj);
     *out = obj;
     return 1;
 }
@@ -603,7 +608,7 @@ fail:
 
 /* ------------------------------------------------------------------ settling */
 
-static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_condition, *n_dict,
+static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_waited,
     *n_acquire, *n_release, *s_finished;
 
 /* Resolve one ack's future; 1 taken, 0 left (not an error), -1 error. */
@@ -611,7 +616,7 @@ static int
 settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
 {
     int rc = -1;
-    PyObject *future = NULL, *callbacks = NULL, *state = NULL, *partition = NULL, *dict = NULL;
+    PyObject *future = NULL, *callbacks = NULL, *state = NULL, *partition = NULL, *waited = NULL;
     PyObject *cid = PyObject_GetAttr(ack, n_correlation_id);
     if (cid == NULL)
         return -1;
@@ -648,10 +653,12 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         PyObject_SetAttr(future, n_result, ack) < 0 ||
         PyObject_SetAttr(future, n_state, s_finished) < 0)
         goto done;
-    dict = PyObject_GenericGetDict(future, NULL);
-    if (dict == NULL)
+    /* A flag, not a look into __dict__ (which would build the dict: one more object
+     * per publish for the cyclic GC to walk). */
+    waited = PyObject_GetAttr(future, n_waited);
+    if (waited == NULL)
         goto done;
-    int waits = PyDict_Contains(dict, n_condition);
+    int waits = PyObject_IsTrue(waited);
     if (waits < 0)
         goto done;
     if ((waits || has_callbacks) && PyList_Append(ready, future) < 0)
@@ -666,7 +673,7 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
     }
     rc = 1;
 done:
-    Py_XDECREF(dict);
+    Py_XDECREF(waited);
     Py_XDECREF(partition);
     Py_XDECREF(state);
     Py_XDECREF(callbacks);
@@ -785,8 +792,7 @@ PyInit__speedups(void)
     INTERN(n_done_callbacks, "_done_callbacks");
     INTERN(n_state, "_state");
     INTERN(n_result, "_result");
-    INTERN(n_condition, "_condition");
-    INTERN(n_dict, "__dict__");
+    INTERN(n_waited, "_waited");
     INTERN(n_acquire, "acquire");
     INTERN(n_release, "release");
     INTERN(s_finished, "FINISHED");

@@ -88,6 +88,7 @@ class AnswerHandling(OwnerLoop):
         taken_now = settle_acks(responses, pending) if type(responses) is list else 0
         if taken_now:
             self._wake_waiters()
+            self._drop_answered()
             if taken_now == len(responses):
                 return []
             responses = responses[taken_now:]
@@ -124,6 +125,7 @@ class AnswerHandling(OwnerLoop):
                 if pending.get(entry.correlation_id) is entry:
                     pending.pop(entry.correlation_id, None)
             self._wake_waiters()
+            self._drop_answered()
         return rest
 
     def _on_responses(self, responses: Sequence[_Response]) -> None:

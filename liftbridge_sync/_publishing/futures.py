@@ -73,6 +73,10 @@ class PublishFuture(concurrent.futures.Future[T]):
     _result: Any = None
     _exception: BaseException | None = None
     _done_callbacks: Any = ()
+    #: Set (with ``_condition`` and ``_waiters``) once some thread needs to block on it.
+    #: A flag rather than a look into ``__dict__``: that look would build the instance's
+    #: dict, one more object per publish for the cyclic garbage collector to walk.
+    _waited = False
 
     # No super().__init__ (see the module docstring), and no Python frame either: object's
     # own C ``__init__`` (a publish creates one future; a frame costs about 0.1 µs).
@@ -86,6 +90,7 @@ class PublishFuture(concurrent.futures.Future[T]):
             if "_condition" not in fields:
                 fields["_waiters"] = []
                 fields["_condition"] = threading.Condition()
+                fields["_waited"] = True
         return fields[name]
 
     def done(self) -> bool:
@@ -139,6 +144,23 @@ class PublishFuture(concurrent.futures.Future[T]):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
 
+def _prime_attribute_layout() -> None:
+    """Store every attribute a publish future ever gets once, on a throwaway instance.
+
+    CPython 3.11 keeps instance attributes in a per-class shared layout and stops
+    adding names to it once many instances exist. Futures are created by the thousand
+    before the first one resolves, so ``_result`` and ``_state`` would be refused by the
+    layout, and every future from then on would carry a dict of its own: one more
+    object per publish for the garbage collector.
+    """
+    future: PublishFuture[Any] = PublishFuture()
+    for name in ("_result", "_exception", "_state", "_done_callbacks", "ledger", "_waited"):
+        setattr(future, name, getattr(future, name))
+
+
+_prime_attribute_layout()
+
+
 def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int]:
     """Resolve with results the futures that have no done-callbacks; the positions of
     the others (left alone: with callbacks, so that they run where the caller wants, or
@@ -152,7 +174,7 @@ def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int
                 continue
             future._result = result
             future._state = _FINISHED
-            if "_condition" in future.__dict__:
+            if future._waited:
                 waited.append(future)
     _notify(waited)
     return skipped
@@ -161,9 +183,9 @@ def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int
 def _notify(waited: Iterable[PublishFuture[Any]]) -> None:
     """Wake the waiters of futures just resolved with a result."""
     for future in waited:
-        condition = future.__dict__["_condition"]
+        condition = future._condition
         with condition:
-            for waiter in future.__dict__["_waiters"]:
+            for waiter in future._waiters:
                 waiter.add_result(future)
             condition.notify_all()
 
@@ -219,7 +241,7 @@ def settle(
             changed += 1
             if error is not None:
                 failed.append((future, error))
-            if future._done_callbacks or "_condition" in future.__dict__:
+            if future._done_callbacks or future._waited:
                 ready.append(future)
     if ledger is not None:
         for future, error in failed:
@@ -227,16 +249,14 @@ def settle(
     # A condition created after the check above was created after the state was set:
     # its waiter sees FINISHED without being notified.
     for future in ready:
-        fields = future.__dict__
-        condition = fields.get("_condition")
-        if condition is not None:
-            with condition:
-                for waiter in fields["_waiters"]:
+        if future._waited:
+            with future._condition:
+                for waiter in future._waiters:
                     if future._exception is None:
                         waiter.add_result(future)
                     else:
                         waiter.add_exception(future)
-                condition.notify_all()
+                future._condition.notify_all()
         callbacks = future._done_callbacks
         if callbacks:
             future._done_callbacks = []

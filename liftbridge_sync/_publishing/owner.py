@@ -232,25 +232,27 @@ class OwnerLoop:
         pending = self._pending
         earliest: float | None = None
         timed_out: list[Outcome] = []
-        for queue_ in list(self._expiry.values()):
-            while queue_:
-                entry = queue_[0]
-                if pending.get(entry.correlation_id) is not entry:
-                    queue_.popleft()  # resolved
-                    continue
-                if entry.deadline <= now:
-                    queue_.popleft()
-                    if pending.pop(entry.correlation_id, None) is not entry:
-                        continue  # the stream's thread resolved it just now
-                    what = "no ack" if entry.wants_ack else "not sent"
-                    error = AckTimeoutError(f"{what} within {entry.timeout}s")
-                    timed_out.append(failure(entry, error))
-                    continue
-                if earliest is None or entry.deadline < earliest:
-                    earliest = entry.deadline
-                break
-        if len(self._expiry) > 16:
-            with self._send_lock:
+        # Under the send lock: the stream's thread also pops answered entries
+        # (_drop_answered), and two threads popping one deque could drop a live entry.
+        with self._send_lock:
+            for queue_ in self._expiry.values():
+                while queue_:
+                    entry = queue_[0]
+                    if pending.get(entry.correlation_id) is not entry:
+                        queue_.popleft()  # resolved
+                        continue
+                    if entry.deadline <= now:
+                        queue_.popleft()
+                        if pending.pop(entry.correlation_id, None) is not entry:
+                            continue  # the stream's thread resolved it just now
+                        what = "no ack" if entry.wants_ack else "not sent"
+                        error = AckTimeoutError(f"{what} within {entry.timeout}s")
+                        timed_out.append(failure(entry, error))
+                        continue
+                    if earliest is None or entry.deadline < earliest:
+                        earliest = entry.deadline
+                    break
+            if len(self._expiry) > 16:
                 for key in [k for k, q in self._expiry.items() if not q]:
                     del self._expiry[key]
         if timed_out:
@@ -259,6 +261,23 @@ class OwnerLoop:
             if self._stream is not None:
                 self._stream.probe()  # a dead peer ends the stream: we reconnect
         return earliest
+
+    def _drop_answered(self) -> None:
+        """Pop answered publishes off the heads of the deadline queues.
+
+        Called on the stream's thread after it resolved acks. Otherwise the queues keep
+        every answered entry (with its future, ack and request bytes) until the owner
+        next wakes, up to a second of traffic: objects that age into the garbage
+        collector's oldest generation and make its full collections slow.
+        """
+        pending = self._pending
+        with self._send_lock:
+            for queue_ in self._expiry.values():
+                while queue_:
+                    entry = queue_[0]
+                    if pending.get(entry.correlation_id) is entry:
+                        break
+                    queue_.popleft()
 
     def _step(self, wait: float | None) -> None:
         try:

@@ -9,6 +9,7 @@ fails the run if the extension was not built.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import subprocess
@@ -276,3 +277,30 @@ def test_take_acks_pops_every_entry_and_leaves_callbacks_to_settle() -> None:
     assert futures[0].result(0) is acks[0] and futures[4].result(0).partition == 2
     assert not futures[2].done()
     assert isinstance(futures[3].exception(0), RuntimeError)
+
+
+_BULK_FUTURES = """
+import gc
+from liftbridge_sync._publishing.futures import PublishFuture, settle
+futures = [PublishFuture() for _ in range(500)]
+settle([(f, i, None) for i, f in enumerate(futures)])
+print(sum(any(type(r) is dict for r in gc.get_referents(f)) for f in futures))
+"""
+
+
+def test_futures_created_in_bulk_before_any_resolves_carry_no_dict() -> None:
+    # A fresh interpreter: the attribute layout is per class and per process. Without
+    # priming it, every future would get a dict of its own (one more object per
+    # publish for the garbage collector).
+    out = subprocess.run(
+        [sys.executable, "-c", _BULK_FUTURES], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "0"
+
+
+@needs_c
+def test_an_ack_read_by_the_c_reader_is_not_tracked_by_the_garbage_collector() -> None:
+    data = _frame(_message(api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="a"))))
+    _, acks, _, _, _ = _speedups.scan_acks(bytearray(data), 0, 1, 16384)
+    assert [a.correlation_id for a in acks] == ["a"]
+    assert not gc.is_tracked(acks[0])
