@@ -36,11 +36,24 @@
  *       Stops at the first object that is not an Ack (Python handles it and the rest).
  *   setup(ack_type, policies)
  *       The Ack class and the AckPolicy members (LEADER, ALL, NONE).
+ *   send_held(fd, data) -> int
+ *       One non-blocking send() of a bytes-like object on a socket file descriptor,
+ *       *keeping the GIL*: the bytes sent, 0 if the socket would block; OSError
+ *       otherwise. socket.send releases the GIL around the call, and a thread that
+ *       released it waits up to the switch interval (5 ms) to get it back while
+ *       another thread runs Python; the publish stream's I/O lock is held meanwhile.
+ *       A non-blocking send on a connected socket takes microseconds.
+ *   recv_held(fd, size) -> bytes | None
+ *       The same for one non-blocking recv() of up to size bytes: the bytes read
+ *       (b"" at end of stream), None if none are waiting; OSError otherwise.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 static PyObject *ack_type = NULL;
 static PyObject *policies = NULL; /* tuple of 3 */
@@ -754,12 +767,91 @@ setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ socket I/O */
+
+/* A file descriptor from a Python int; -1 with an exception set if it is not one. */
+static int
+socket_fd(PyObject *obj)
+{
+    long fd = PyLong_AsLong(obj);
+    if (fd == -1 && PyErr_Occurred())
+        return -1;
+    if (fd < 0 || fd > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "not a file descriptor");
+        return -1;
+    }
+    return (int)fd;
+}
+
+static PyObject *
+send_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "send_held(fd: int, data: bytes-like)");
+        return NULL;
+    }
+    int fd = socket_fd(args[0]);
+    if (fd < 0)
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    ssize_t n;
+    do {
+        n = send(fd, view.buf, (size_t)view.len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } while (n < 0 && errno == EINTR);
+    PyBuffer_Release(&view);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return PyLong_FromLong(0);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(n);
+}
+
+static PyObject *
+recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyLong_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "recv_held(fd: int, size: int)");
+        return NULL;
+    }
+    int fd = socket_fd(args[0]);
+    if (fd < 0)
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "recv_held: size must be positive");
+        return NULL;
+    }
+    PyObject *data = PyBytes_FromStringAndSize(NULL, size);
+    if (data == NULL)
+        return NULL;
+    ssize_t n;
+    do {
+        n = recv(fd, PyBytes_AS_STRING(data), (size_t)size, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        Py_DECREF(data);
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            Py_RETURN_NONE;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (n != size && _PyBytes_Resize(&data, n) < 0)
+        return NULL;
+    return data;
+}
+
 static PyMethodDef methods[] = {
     {"frame_id", (PyCFunction)(void (*)(void))frame_id, METH_FASTCALL, NULL},
     {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
     {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, NULL},
     {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
+    {"send_held", (PyCFunction)(void (*)(void))send_held, METH_FASTCALL, NULL},
+    {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -270,14 +270,21 @@ class OwnerLoop:
         next wakes, up to a second of traffic: objects that age into the garbage
         collector's oldest generation and make its full collections slow.
         """
-        pending = self._pending
-        with self._send_lock:
+        # Never wait for the lock: publishing threads take it for every message, and the
+        # stream's thread would hold its I/O lock meanwhile, so nobody could write.
+        # What is left now goes with the next batch of acks.
+        if not self._send_lock.acquire(blocking=False):
+            return
+        try:
+            pending = self._pending
             for queue_ in self._expiry.values():
                 while queue_:
                     entry = queue_[0]
                     if pending.get(entry.correlation_id) is entry:
                         break
                     queue_.popleft()
+        finally:
+            self._send_lock.release()
 
     def _step(self, wait: float | None) -> None:
         try:

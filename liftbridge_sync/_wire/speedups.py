@@ -15,6 +15,9 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   SETTINGS and WINDOW_UPDATE frames (see the C source for what it leaves to Python).
 * :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
+* :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
+  ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
+  why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
 
 Pure functions; thread-safe.
 """
@@ -27,7 +30,15 @@ from typing import Any
 
 from liftbridge_sync.models import Ack, AckPolicy
 
-__all__ = ["ACTIVE", "frame_id", "frame_values", "scan_acks", "settle_acks"]
+__all__ = [
+    "ACTIVE",
+    "frame_id",
+    "frame_values",
+    "recv_held",
+    "scan_acks",
+    "send_held",
+    "settle_acks",
+]
 
 _PREFIX_BYTES = 5
 
@@ -83,6 +94,10 @@ scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes
 )
 #: ``settle_acks(acks, pending, lock, owner) -> (count, futures_to_wake_or_call_back)``.
 settle_acks: Callable[[list[Any], dict[str, Any], Any, bool], tuple[int, list[Any]]] | None = None
+#: ``send_held(fd, data) -> bytes sent`` (0: would block); raises ``OSError``.
+send_held: Callable[[int, bytes | bytearray], int] | None = None
+#: ``recv_held(fd, size) -> bytes`` (``b""`` at end of stream; ``None``: would block).
+recv_held: Callable[[int, int], bytes | None] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -96,4 +111,6 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         frame_values = _speedups.frame_values
         scan_acks = _speedups.scan_acks
         settle_acks = _speedups.settle_acks
+        send_held = _speedups.send_held
+        recv_held = _speedups.recv_held
         ACTIVE = True

@@ -304,3 +304,45 @@ def test_an_ack_read_by_the_c_reader_is_not_tracked_by_the_garbage_collector() -
     _, acks, _, _, _ = _speedups.scan_acks(bytearray(data), 0, 1, 16384)
     assert [a.correlation_id for a in acks] == ["a"]
     assert not gc.is_tracked(acks[0])
+
+
+@needs_c
+def test_send_held_and_recv_held_move_bytes_over_a_socket() -> None:
+    import socket
+
+    left, right = socket.socketpair()
+    with left, right:
+        left.setblocking(False)
+        right.setblocking(False)
+        assert _speedups.recv_held(right.fileno(), 1024) is None  # nothing waiting yet
+        assert _speedups.send_held(left.fileno(), b"hello") == 5
+        assert _speedups.send_held(left.fileno(), bytearray(b" world")) == 6
+        assert _speedups.recv_held(right.fileno(), 1024) == b"hello world"
+        # A full socket buffer: a partial send, then 0 (would block), never an error.
+        sent = [_speedups.send_held(left.fileno(), b"x" * 65536) for _ in range(64)]
+        assert sent[-1] == 0 and sum(sent) > 0
+        left.close()
+        received = 0
+        while (chunk := _speedups.recv_held(right.fileno(), 1 << 20)) != b"":
+            assert chunk is not None, "everything sent is readable once the peer closed"
+            received += len(chunk)
+        assert received == sum(sent)  # then b"": the end of the stream
+
+
+@needs_c
+def test_send_held_and_recv_held_raise_typed_errors() -> None:
+    import socket
+
+    with pytest.raises(TypeError):
+        _speedups.send_held("3", b"x")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        _speedups.recv_held(-1, 10)
+    with pytest.raises(ValueError):
+        _speedups.recv_held(0, 0)
+    left, right = socket.socketpair()
+    with left:
+        right.close()
+        with pytest.raises(OSError):  # EPIPE: the peer is gone
+            _speedups.send_held(left.fileno(), b"x")
+    with pytest.raises(OSError):  # EBADF: no such descriptor
+        _speedups.recv_held(2**30, 10)

@@ -42,6 +42,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
     StreamSent,
 )
+from liftbridge_sync._wire.speedups import recv_held, send_held
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
 
@@ -54,6 +55,11 @@ _RECV_SIZE = 256 * 1024
 #: Our receive window (stream and connection): acks are small, so this is only about
 #: sending fewer WINDOW_UPDATE frames.
 _RECV_WINDOW = 4 << 20
+#: A caller queueing a request writes the queue itself, when no other thread is
+#: writing, once this many bytes wait. A thread publishing in a loop holds the GIL, and
+#: the I/O thread may wait a whole switch interval (5 ms) to get it: without this, a
+#: burst went out only when its caller stopped, and the broker sat idle meanwhile.
+_WRITE_HERE_AT = 16 * 1024
 #: Compact the unsent buffer once this much of its head has been framed.
 _COMPACT_AT = 1 << 20
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
@@ -110,6 +116,11 @@ class H2PublishStream:
         self._epoch = epoch
         self._on_event = on_event
         self._tls = isinstance(sock, ssl.SSLSocket)
+        #: With the C speedups, plaintext socket calls keep the GIL (see send_held):
+        #: whoever holds _io_lock never waits for the GIL in the middle of its turn.
+        self._held_fd: int | None = (
+            None if self._tls or send_held is None or recv_held is None else sock.fileno()
+        )
         #: Whether any bytes from the broker parsed as HTTP/2 (see _plaintext_refused).
         self._frames_ok = False
         self._peer: tuple[str, int] = sock.getpeername()[:2]
@@ -122,6 +133,7 @@ class H2PublishStream:
         self._io_lock = threading.Lock()
         self._queue: list[bytes] = []
         self._queued_bytes = 0  # total message bytes ever queued
+        self._taken_bytes = 0  # of those, taken off the queue to be written
         self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
         self._signalled = False  # a wake-up byte is on its way to the I/O thread
         self._close_requested = False
@@ -157,19 +169,27 @@ class H2PublishStream:
         """Queue a framed request; never blocks. Dropped once the stream has ended.
 
         With ``direct`` (a caller about to wait for the answer) and the I/O thread idle,
-        the caller writes it itself: no wake-up of the I/O thread on the way out.
+        the caller writes it itself: no wake-up of the I/O thread on the way out. A
+        caller also writes itself once ``_WRITE_HERE_AT`` bytes wait (see there).
         """
         with self._lock:
             if self._done or self._close_requested:
                 return  # the publisher re-sends pending requests on its next stream
             self._queue.append(framed)
-            self._queued_bytes += len(framed)
+            queued = self._queued_bytes = self._queued_bytes + len(framed)
             if note is not None:
-                self._notes.append((self._queued_bytes, note))
-            if self._signalled:
-                return
-            if not (direct and self._io_lock.acquire(blocking=False)):
-                self._wake()
+                self._notes.append((queued, note))
+            if direct:
+                if self._signalled:
+                    return
+                if not self._io_lock.acquire(blocking=False):
+                    self._wake()
+                    return
+            elif queued - self._taken_bytes < _WRITE_HERE_AT or not self._io_lock.acquire(
+                blocking=False
+            ):
+                if not self._signalled:
+                    self._wake()
                 return
         self._write_here()
 
@@ -177,7 +197,7 @@ class H2PublishStream:
         """Frame and send what is queued on the calling thread; holds ``_io_lock``."""
         try:
             if not self._done:
-                self._take_queue()
+                self._take_queue(on_io_thread=False)
                 self._pump()
                 self._flush()
             failed = False
@@ -196,9 +216,14 @@ class H2PublishStream:
             if self._done or self._close_requested:
                 return
             self._queue += framed
-            self._queued_bytes += sum(map(len, framed))
-            if not self._signalled:
-                self._wake()
+            queued = self._queued_bytes = self._queued_bytes + sum(map(len, framed))
+            if queued - self._taken_bytes < _WRITE_HERE_AT or not self._io_lock.acquire(
+                blocking=False
+            ):
+                if not self._signalled:
+                    self._wake()
+                return
+        self._write_here()
 
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Serialize and queue ``request`` (see :meth:`send_framed`)."""
@@ -320,8 +345,7 @@ class H2PublishStream:
                 if mask & selectors.EVENT_READ:
                     self._read()
             else:
-                with contextlib.suppress(*_WOULD_BLOCK):
-                    self._wake_r.recv(4096)
+                self._drain_wake_ups()
         if self._reader.ended:
             self._goodbye()
             return self._reader.error
@@ -343,7 +367,7 @@ class H2PublishStream:
         self._flush()
         return _GO_ON
 
-    def _take_queue(self) -> None:
+    def _take_queue(self, on_io_thread: bool = True) -> None:
         with self._lock:
             batch = self._queue
             notes = self._notes
@@ -351,10 +375,14 @@ class H2PublishStream:
             probe = self._probe_requested
             if batch:
                 self._queue = []
+                self._taken_bytes = self._queued_bytes
             if notes:
                 self._notes = []
             self._probe_requested = False
-            self._signalled = False
+            if on_io_thread:
+                # Only the I/O thread reads the wake-up byte: a caller writing itself
+                # leaves the flag set, so no second byte is sent while one is on its way.
+                self._signalled = False
         if batch:
             self._unsent += b"".join(batch)
         if notes:
@@ -417,13 +445,34 @@ class H2PublishStream:
             while notes and notes[0][0] <= framed:
                 emit(StreamSent(self._epoch, notes.popleft()[1]))
 
+    def _drain_wake_ups(self) -> None:
+        if self._held_fd is not None and recv_held is not None:
+            with contextlib.suppress(OSError):
+                recv_held(self._wake_r.fileno(), 4096)
+            return
+        with contextlib.suppress(*_WOULD_BLOCK):
+            self._wake_r.recv(4096)
+
     def _send_some(self, data: bytes | bytearray) -> int:
         try:
+            if self._held_fd is not None and send_held is not None:
+                return send_held(self._held_fd, data)
             return self._sock.send(data)
         except _WOULD_BLOCK:
             return 0
         except OSError as exc:
             raise _ConnectionLost(f"send failed: {exc}") from exc
+
+    def _recv_some(self) -> bytes | None:
+        """What the socket has (``b""``: the broker closed it; ``None``: nothing yet)."""
+        try:
+            if self._held_fd is not None and recv_held is not None:
+                return recv_held(self._held_fd, _RECV_SIZE)
+            return self._sock.recv(_RECV_SIZE)
+        except _WOULD_BLOCK:
+            return None
+        except OSError as exc:
+            raise _ConnectionLost(f"receive failed: {exc}") from exc
 
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
@@ -435,12 +484,9 @@ class H2PublishStream:
     def _read(self) -> None:
         sock = self._sock
         while True:
-            try:
-                data = sock.recv(_RECV_SIZE)
-            except _WOULD_BLOCK:
+            data = self._recv_some()
+            if data is None:
                 return
-            except OSError as exc:
-                raise _ConnectionLost(f"receive failed: {exc}") from exc
             if not data:
                 raise _ConnectionLost("the broker closed the connection")
             if self._ping_every is not None or self._ping_deadline is not None:
