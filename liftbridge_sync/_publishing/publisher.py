@@ -161,7 +161,10 @@ class Publisher(AnswerHandling):
         future: AckFuture = PublishFuture()
         deadline = self._clock() + timeout
         pending = self._pending
-        with self._send_lock:
+        lock = self._send_lock
+        # acquire/release rather than ``with``: half the cost, on every publish.
+        lock.acquire()
+        try:
             stream_ = self._live
             if (
                 stream_ is not None
@@ -182,6 +185,8 @@ class Publisher(AnswerHandling):
                 if deadline < self._sleep_until:
                     self._inbox.put(WAKE)
                 return future
+        finally:
+            lock.release()
         # Not connected yet, full, or closing: the general path.
         if self._thread is None:
             self._start_thread()
@@ -213,13 +218,12 @@ class Publisher(AnswerHandling):
         futures: list[AckFuture] = []
         entries: list[Entry] = []
         limit = self._max_message
-        for framed, _, _, _ in requests:
-            if len(framed) > limit:
-                raise self._too_large(len(framed))
         deadline = self._clock() + timeout
         add_future = futures.append
         add_entry = entries.append
         for framed, correlation_id, partition, wants_ack in requests:
+            if len(framed) > limit:
+                raise self._too_large(len(framed))  # nothing was entered yet
             future: AckFuture = PublishFuture()
             add_future(future)
             add_entry(
@@ -279,6 +283,10 @@ class Publisher(AnswerHandling):
         seqs = self._seqs
         expiry = self._expiry
         batch: list[bytes] = []  # acked requests, written together
+        add_framed = batch.append
+        # Entries of one call share a timeout: one deadline-queue lookup per change.
+        queue_timeout: float | None = None
+        queue_: collections.deque[Entry] = collections.deque()
         for i in range(start, end):
             entry = entries[i]
             correlation_id = entry.correlation_id
@@ -288,21 +296,25 @@ class Publisher(AnswerHandling):
                 continue
             entry.seq = next(seqs)
             pending[correlation_id] = entry
-            queue_ = expiry.get(entry.timeout)
-            if queue_ is None:
-                queue_ = expiry[entry.timeout] = collections.deque()
+            if entry.timeout != queue_timeout:
+                queue_timeout = entry.timeout
+                found = expiry.get(queue_timeout)
+                if found is None:
+                    found = expiry[queue_timeout] = collections.deque()
+                queue_ = found
             queue_.append(entry)
             if entry.deadline < earliest:
                 earliest = entry.deadline
             if stream is not None:
                 if entry.wants_ack:
-                    batch.append(entry.framed)
+                    add_framed(entry.framed)
                 else:
                     # AckPolicy.NONE: the server never answers a success, so the publish
                     # is done once the transport has written it (a StreamSent event).
                     if batch:
                         stream.send_many(batch)
                         batch = []
+                        add_framed = batch.append
                     stream.send_framed(entry.framed, correlation_id)
         if end > start:
             self._seq = entries[end - 1].seq

@@ -172,7 +172,9 @@ class H2PublishStream:
         the caller writes it itself: no wake-up of the I/O thread on the way out. A
         caller also writes itself once ``_WRITE_HERE_AT`` bytes wait (see there).
         """
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: half the cost, on every publish
+        try:
             if self._done or self._close_requested:
                 return  # the publisher re-sends pending requests on its next stream
             self._queue.append(framed)
@@ -191,6 +193,8 @@ class H2PublishStream:
                 if not self._signalled:
                     self._wake()
                 return
+        finally:
+            lock.release()
         self._write_here()
 
     def _write_here(self) -> None:
