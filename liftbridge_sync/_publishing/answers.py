@@ -95,22 +95,24 @@ class AnswerHandling(OwnerLoop):
         rest: list[_Response] = []
         taken: list[tuple[Entry, _Response]] = []
         outcomes: list[tuple[PublishFuture[Any], Any]] = []
-        for response in responses:
+        for index, response in enumerate(responses):
+            # The first response left to the owner takes everything after it along
+            # (in order), in one step rather than one look per response.
             if isinstance(response, Ack):  # decoded by the C reader: a successful ack
-                entry = pending.get(response.correlation_id) if not rest else None
+                entry = pending.get(response.correlation_id)
                 if entry is None or entry.future._done_callbacks:
-                    rest.append(response)
-                    continue
+                    rest.extend(responses[index:])
+                    break
                 set_ack_partition(response, entry.partition)
                 taken.append((entry, response))
                 outcomes.append((entry.future, response))
                 continue
             ack = response.ack
             correlation_id = ack.correlationId
-            entry = pending.get(correlation_id) if correlation_id and not rest else None
+            entry = pending.get(correlation_id) if correlation_id else None
             if entry is None or ack.ackError or entry.future._done_callbacks:
-                rest.append(response)
-                continue
+                rest.extend(responses[index:])
+                break
             taken.append((entry, response))
             outcomes.append((entry.future, ack_from_proto(ack, entry.partition)))
         if outcomes:

@@ -121,13 +121,16 @@ class PublishFuture(concurrent.futures.Future[T]):
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
         """Run ``fn(self)`` once resolved (at once, on this thread, if it already is)."""
-        with _CALLBACKS:
+        _CALLBACKS.acquire()  # not ``with``: half the cost, once per publish
+        try:
             if self._state != _FINISHED:
                 if self._done_callbacks:
                     self._done_callbacks.append(fn)
                 else:
                     self._done_callbacks = [fn]
                 return
+        finally:
+            _CALLBACKS.release()
         try:
             fn(self)
         except Exception:
@@ -259,7 +262,9 @@ def settle(
                 future._condition.notify_all()
         callbacks = future._done_callbacks
         if callbacks:
-            future._done_callbacks = []
+            # The class default (an empty tuple) again: no new list per publish, and
+            # add_done_callback never appends to a resolved future's callbacks.
+            future._done_callbacks = ()
             for callback in callbacks:
                 try:
                     callback(future)
