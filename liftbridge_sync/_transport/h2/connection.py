@@ -5,7 +5,10 @@ every message across several threads (performance.md §4, §10). This transport 
 connection instead: callers append framed requests to a list under a short lock, and
 one I/O thread, woken only on the idle → busy transition, writes everything pending
 with as few DATA frames as flow control allows and one ``send()``; a caller about to
-wait for its answer writes itself when the I/O thread is idle. Responses are decoded in
+wait for its answer writes itself when the I/O thread is idle, and so does a caller in
+front of whom 16 KiB wait (a loop of ``publish_async`` holds the GIL, and the I/O thread
+could wait a switch interval for it). With the C speedups, socket calls on plaintext
+connections keep the GIL, so whoever holds the I/O lock never waits for the GIL. Responses are decoded in
 bulk from each ``recv()`` by :class:`~.responses.ResponseReader`; ``h2`` keeps outbound
 flow control and the connection-level frames. :mod:`.dial` opens the connection.
 
