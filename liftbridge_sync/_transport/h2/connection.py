@@ -8,9 +8,10 @@ with as few DATA frames as flow control allows and one ``send()``; a caller abou
 wait for its answer writes itself when the I/O thread is idle, and so does a caller in
 front of whom 16 KiB wait (a loop of ``publish_async`` holds the GIL, and the I/O thread
 could wait a switch interval for it). With the C speedups, socket calls on plaintext
-connections keep the GIL, so whoever holds the I/O lock never waits for the GIL. Responses are decoded in
-bulk from each ``recv()`` by :class:`~.responses.ResponseReader`; ``h2`` keeps outbound
-flow control and the connection-level frames. :mod:`.dial` opens the connection.
+connections keep the GIL, so whoever holds the I/O lock never waits for the GIL.
+Responses are decoded in bulk from each ``recv()`` by
+:class:`~.responses.ResponseReader`; ``h2`` keeps outbound flow control and the
+connection-level frames. :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
