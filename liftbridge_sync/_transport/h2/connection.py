@@ -39,6 +39,12 @@ import h2.exceptions
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import PREFIX, FrameError, ping_frame
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
+from liftbridge_sync._transport.h2.sockets import (
+    RECV_SIZE,
+    ConnectionLost,
+    SocketCalls,
+    speaks_tls,
+)
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
     StreamEvent,
@@ -46,7 +52,6 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
     StreamSent,
 )
-from liftbridge_sync._wire.speedups import recv_held, send_held
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
 
@@ -54,8 +59,6 @@ __all__ = ["H2PublishStream"]
 
 _log = logging.getLogger("liftbridge_sync.transport")
 
-#: One ``recv()``; a full buffer means more may be waiting, so read again.
-_RECV_SIZE = 256 * 1024
 #: Our receive window (stream and connection): acks are small, so this is only about
 #: sending fewer WINDOW_UPDATE frames.
 _RECV_WINDOW = 4 << 20
@@ -66,33 +69,9 @@ _RECV_WINDOW = 4 << 20
 _WRITE_HERE_AT = 16 * 1024
 #: Compact the unsent buffer once this much of its head has been framed.
 _COMPACT_AT = 1 << 20
-_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
 _GO_ON = object()  # a loop turn that did not end the stream
-
-
-def _speaks_tls(peer: tuple[str, int]) -> bool:
-    """Whether ``peer`` answers a TLS ClientHello (certificates are not checked: this
-    only tells a TLS-only broker from one that merely closed a connection)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    try:
-        with socket.create_connection(peer, timeout=2.0) as raw:
-            with context.wrap_socket(raw):
-                return True
-    except ssl.SSLError as exc:
-        # An alert (say, a client certificate is required) is still TLS talking; a
-        # plaintext peer gives a record-layer or version error instead.
-        text = str(exc).upper()
-        return not ("WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "EOF" in text)
-    except OSError:
-        return False
-
-
-class _ConnectionLost(Exception):
-    """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
 
 
 class H2PublishStream:
@@ -120,11 +99,6 @@ class H2PublishStream:
         self._epoch = epoch
         self._on_event = on_event
         self._tls = isinstance(sock, ssl.SSLSocket)
-        #: With the C speedups, plaintext socket calls keep the GIL (see send_held):
-        #: whoever holds _io_lock never waits for the GIL in the middle of its turn.
-        self._held_fd: int | None = (
-            None if self._tls or send_held is None or recv_held is None else sock.fileno()
-        )
         #: Whether any bytes from the broker parsed as HTTP/2 (see _plaintext_refused).
         self._frames_ok = False
         self._peer: tuple[str, int] = sock.getpeername()[:2]
@@ -160,6 +134,7 @@ class H2PublishStream:
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._sock.setblocking(False)
+        self._calls = SocketCalls(sock, self._wake_r)
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
@@ -283,7 +258,7 @@ class H2PublishStream:
     def _plaintext_refused(self, detail: str) -> LiftbridgeError | None:
         """A TLSError when a plaintext connection died before any valid frame arrived
         and the broker answers a TLS handshake (so a restart race stays retryable)."""
-        if self._tls or self._frames_ok or not _speaks_tls(self._peer):
+        if self._tls or self._frames_ok or not speaks_tls(self._peer):
             return None
         return plaintext_refused_error("publish", detail)
 
@@ -291,7 +266,7 @@ class H2PublishStream:
         error: LiftbridgeError | None
         try:
             error = self._loop()
-        except _ConnectionLost as exc:
+        except ConnectionLost as exc:
             error = self._plaintext_refused(str(exc)) or unavailable(str(exc) or "connection lost")
         except FrameError as exc:
             error = self._plaintext_refused(str(exc)) or unavailable(f"HTTP/2 framing error: {exc}")
@@ -324,7 +299,7 @@ class H2PublishStream:
         now = time.monotonic()
         if self._ping_deadline is not None:
             if now >= self._ping_deadline:
-                raise _ConnectionLost(
+                raise ConnectionLost(
                     f"no answer from the broker within {self._ping_wait:g}s of a PING"
                 )
         elif self._ping_every is not None and now >= self._last_read + self._ping_every:
@@ -353,7 +328,7 @@ class H2PublishStream:
                 if mask & selectors.EVENT_READ:
                     self._read()
             else:
-                self._drain_wake_ups()
+                self._calls.drain_wake_ups()
         if self._reader.ended:
             self._goodbye()
             return self._reader.error
@@ -434,11 +409,11 @@ class H2PublishStream:
             if out:
                 out += data
             else:
-                sent = self._send_some(data)
+                sent = self._calls.send_some(data)
                 if sent < len(data):
                     out += data[sent:]
         while out:
-            sent = self._send_some(out)
+            sent = self._calls.send_some(out)
             if not sent:
                 break
             del out[:sent]
@@ -453,50 +428,21 @@ class H2PublishStream:
             while notes and notes[0][0] <= framed:
                 emit(StreamSent(self._epoch, notes.popleft()[1]))
 
-    def _drain_wake_ups(self) -> None:
-        if self._held_fd is not None and recv_held is not None:
-            with contextlib.suppress(OSError):
-                recv_held(self._wake_r.fileno(), 4096)
-            return
-        with contextlib.suppress(*_WOULD_BLOCK):
-            self._wake_r.recv(4096)
-
-    def _send_some(self, data: bytes | bytearray) -> int:
-        try:
-            if self._held_fd is not None and send_held is not None:
-                return send_held(self._held_fd, data)
-            return self._sock.send(data)
-        except _WOULD_BLOCK:
-            return 0
-        except OSError as exc:
-            raise _ConnectionLost(f"send failed: {exc}") from exc
-
-    def _recv_some(self) -> bytes | None:
-        """What the socket has (``b""``: the broker closed it; ``None``: nothing yet)."""
-        try:
-            if self._held_fd is not None and recv_held is not None:
-                return recv_held(self._held_fd, _RECV_SIZE)
-            return self._sock.recv(_RECV_SIZE)
-        except _WOULD_BLOCK:
-            return None
-        except OSError as exc:
-            raise _ConnectionLost(f"receive failed: {exc}") from exc
-
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self._conn.close_connection()
-        with contextlib.suppress(_ConnectionLost):
+        with contextlib.suppress(ConnectionLost):
             self._flush()
 
     def _read(self) -> None:
         sock = self._sock
         while True:
-            data = self._recv_some()
+            data = self._calls.recv_some()
             if data is None:
                 return
             if not data:
-                raise _ConnectionLost("the broker closed the connection")
+                raise ConnectionLost("the broker closed the connection")
             if self._ping_every is not None or self._ping_deadline is not None:
                 self._last_read = time.monotonic()
                 self._ping_deadline = None
@@ -513,5 +459,5 @@ class H2PublishStream:
                     self._on_event(StreamResponses(self._epoch, responses))
             if self._reader.ended:
                 return
-            if len(data) < _RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+            if len(data) < RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 return

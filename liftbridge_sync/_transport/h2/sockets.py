@@ -1,0 +1,102 @@
+"""Socket calls of the h2 publish stream: non-blocking, and with the C speedups holding
+the GIL.
+
+``socket.send``/``recv`` release the GIL around the system call. The stream's I/O lock
+is held across them, and a thread that released the GIL may wait a whole switch interval
+(5 ms) to get it back while another thread runs Python: nobody could write meanwhile.
+On plaintext sockets the C speedups' ``send_held``/``recv_held`` make the same
+non-blocking calls without releasing it (they take microseconds). TLS sockets go
+through :mod:`ssl` as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+
+from liftbridge_sync._wire.speedups import recv_held, send_held
+
+__all__ = ["ConnectionLost", "SocketCalls", "speaks_tls"]
+
+#: One ``recv()``; a full buffer means more may be waiting, so read again.
+RECV_SIZE = 256 * 1024
+_WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+class ConnectionLost(Exception):
+    """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
+
+
+def speaks_tls(peer: tuple[str, int]) -> bool:
+    """Whether ``peer`` answers a TLS ClientHello (certificates are not checked: this
+    only tells a TLS-only broker from one that merely closed a connection)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection(peer, timeout=2.0) as raw:
+            with context.wrap_socket(raw):
+                return True
+    except ssl.SSLError as exc:
+        # An alert (say, a client certificate is required) is still TLS talking; a
+        # plaintext peer gives a record-layer or version error instead.
+        text = str(exc).upper()
+        return not ("WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "EOF" in text)
+    except OSError:
+        return False
+
+
+class SocketCalls:
+    """Non-blocking send/receive on the stream's socket and its wake-up socket.
+
+    Used under the stream's I/O lock only (one thread at a time).
+    """
+
+    def __init__(self, sock: socket.socket, wake_r: socket.socket) -> None:
+        self._sock = sock
+        self._wake_r = wake_r
+        held = not isinstance(sock, ssl.SSLSocket) and send_held is not None
+        self._send_held = send_held if held else None
+        self._recv_held = recv_held if held else None
+        self._fd = sock.fileno()
+        self._wake_fd = wake_r.fileno()
+
+    def send_some(self, data: bytes | bytearray) -> int:
+        """Bytes of ``data`` the socket took (0: it would block).
+
+        Raises:
+            ConnectionLost: the send failed.
+        """
+        try:
+            if self._send_held is not None:
+                return self._send_held(self._fd, data)
+            return self._sock.send(data)
+        except _WOULD_BLOCK:
+            return 0
+        except OSError as exc:
+            raise ConnectionLost(f"send failed: {exc}") from exc
+
+    def recv_some(self) -> bytes | None:
+        """What the socket has (``b""``: the broker closed it; ``None``: nothing yet).
+
+        Raises:
+            ConnectionLost: the receive failed.
+        """
+        try:
+            if self._recv_held is not None:
+                return self._recv_held(self._fd, RECV_SIZE)
+            return self._sock.recv(RECV_SIZE)
+        except _WOULD_BLOCK:
+            return None
+        except OSError as exc:
+            raise ConnectionLost(f"receive failed: {exc}") from exc
+
+    def drain_wake_ups(self) -> None:
+        """Read the wake-up bytes waiting (their number does not matter)."""
+        if self._recv_held is not None:
+            with contextlib.suppress(OSError):
+                self._recv_held(self._wake_fd, 4096)
+            return
+        with contextlib.suppress(*_WOULD_BLOCK):
+            self._wake_r.recv(4096)
