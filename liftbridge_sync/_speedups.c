@@ -43,6 +43,12 @@
  *       released it waits up to the switch interval (5 ms) to get it back while
  *       another thread runs Python; the publish stream's I/O lock is held meanwhile.
  *       A non-blocking send on a connected socket takes microseconds.
+ *   setup_entries(entry_type, future_type)
+ *       The publisher's Entry class (a slots dataclass) and its future class.
+ *   make_entries(framed, ids, partition, wants_ack, timeout, deadline) -> (entries, futures)
+ *       For two lists of equal length (framed requests, correlation ids): one new future
+ *       (future_type()) and one Entry per request, the Entry's slots filled as its
+ *       __init__ would (seq 0, resent_at 0.0, key None) without running it.
  *   recv_held(fd, size) -> bytes | None
  *       The same for one non-blocking recv() of up to size bytes: the bytes read
  *       (b"" at end of stream), None if none are waiting; OSError otherwise.
@@ -54,6 +60,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <structmember.h>
 
 static PyObject *ack_type = NULL;
 static PyObject *policies = NULL; /* tuple of 3 */
@@ -844,6 +851,94 @@ recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return data;
 }
 
+/* ------------------------------------------------------------------ entries */
+
+enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
+       E_RESENT_AT, E_KEY, ENTRY_FIELDS };
+static const char *entry_fields[ENTRY_FIELDS] = {
+    "framed", "correlation_id", "partition", "wants_ack", "future",
+    "timeout", "deadline", "seq", "resent_at", "key",
+};
+static PyTypeObject *entry_type = NULL;
+static PyObject *future_type = NULL;
+static Py_ssize_t entry_offsets[ENTRY_FIELDS];
+static PyObject *zero_float = NULL;
+
+static PyObject *
+setup_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup_entries(Entry, PublishFuture)");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+        PyErr_SetString(PyExc_TypeError, "setup_entries: Entry must use __slots__ only");
+        return NULL;
+    }
+    Py_ssize_t offsets[ENTRY_FIELDS];
+    for (int i = 0; i < ENTRY_FIELDS; i++) {
+        /* The slot's member descriptor, on the class itself (not a base). */
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, entry_fields[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "setup_entries: Entry has no slot %s",
+                         entry_fields[i]);
+            return NULL;
+        }
+        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    memcpy(entry_offsets, offsets, sizeof offsets);
+    Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(type));
+    Py_XSETREF(future_type, Py_NewRef(args[1]));
+    Py_RETURN_NONE;
+}
+
+/* make_entries(framed, ids, partition, wants_ack, timeout, deadline): see the top. */
+static PyObject *
+make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) ||
+        PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "make_entries(framed: list, ids: list of the same length, partition, "
+                        "wants_ack, timeout, deadline)");
+        return NULL;
+    }
+    if (entry_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(args[0]);
+    PyObject *entries = PyList_New(n);
+    PyObject *futures = entries == NULL ? NULL : PyList_New(n);
+    if (futures == NULL) {
+        Py_XDECREF(entries);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *future = PyObject_CallNoArgs(future_type);
+        if (future == NULL)
+            goto error;
+        PyList_SET_ITEM(futures, i, future);
+        PyObject *entry = entry_type->tp_alloc(entry_type, 0);
+        if (entry == NULL)
+            goto error;
+        PyList_SET_ITEM(entries, i, entry);
+        PyObject *values[ENTRY_FIELDS] = {
+            PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i), args[2], args[3],
+            future, args[4], args[5], zero, zero_float, Py_None,
+        };
+        for (int f = 0; f < ENTRY_FIELDS; f++)
+            *(PyObject **)((char *)entry + entry_offsets[f]) = Py_NewRef(values[f]);
+    }
+    return Py_BuildValue("(NN)", entries, futures);
+error:
+    Py_DECREF(entries);
+    Py_DECREF(futures);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"frame_id", (PyCFunction)(void (*)(void))frame_id, METH_FASTCALL, NULL},
     {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
@@ -851,6 +946,8 @@ static PyMethodDef methods[] = {
     {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"send_held", (PyCFunction)(void (*)(void))send_held, METH_FASTCALL, NULL},
+    {"setup_entries", (PyCFunction)(void (*)(void))setup_entries, METH_FASTCALL, NULL},
+    {"make_entries", (PyCFunction)(void (*)(void))make_entries, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -891,7 +988,8 @@ PyInit__speedups(void)
     empty_str = PyUnicode_FromStringAndSize("", 0);
     minus_one = PyLong_FromLong(-1);
     zero = PyLong_FromLong(0);
-    if (empty_str == NULL || minus_one == NULL || zero == NULL)
+    zero_float = PyFloat_FromDouble(0.0);
+    if (empty_str == NULL || minus_one == NULL || zero == NULL || zero_float == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

@@ -19,7 +19,7 @@ from typing import Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
-from liftbridge_sync._publishing.publisher import Publisher
+from liftbridge_sync._publishing.publisher import AckFuture, Publisher
 from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
@@ -630,6 +630,11 @@ class Client:
             # The leading run of plain values at once (C speedups when built); ids are
             # one generated id + "." + index, unique like the others.
             framed_values, ids = frame_values(fixed_head, items, next_id())
+            if ids and len(ids) == len(items):  # all of them: the fastest path
+                futures = publisher.submit_values(
+                    framed_values, ids, partition=fixed, wants_ack=wants_ack, timeout=ack_timeout
+                )
+                return self._batch_outcomes(publisher, futures)
             if ids:
                 count = len(ids)
                 requests = list(
@@ -673,6 +678,13 @@ class Client:
             )
             add((framed, correlation_id, chosen, wants_ack))
         futures = publisher.submit_many(requests, timeout=ack_timeout)
+        return self._batch_outcomes(publisher, futures)
+
+    @staticmethod
+    def _batch_outcomes(
+        publisher: Publisher, futures: list[AckFuture]
+    ) -> list[Ack | None | LiftbridgeError]:
+        """Wait until every future of a batch resolved; their outcomes, in order."""
         for future in reversed(futures):  # acks arrive in order: the last one first
             if future._state != "FINISHED":  # done() inline: one call less per message
                 publisher.wait_done(future)

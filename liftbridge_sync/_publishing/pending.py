@@ -17,6 +17,7 @@ from liftbridge_sync._publishing.futures import (
     PublishFuture,
     Unobserved,
 )
+from liftbridge_sync._wire import speedups
 from liftbridge_sync.models import Ack
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Forwarded",
     "Outcome",
     "failure",
+    "new_entries",
 ]
 
 AckFuture = PublishFuture[Ack | None]
@@ -107,6 +109,42 @@ class Entry:
             request = api_pb2.PublishRequest.FromString(self.framed[5:])
             key = self.key = (request.stream, request.partition)
         return key
+
+
+def _py_new_entries(
+    framed: list[bytes],
+    ids: list[str],
+    partition: int,
+    wants_ack: bool,
+    timeout: float,
+    deadline: float,
+) -> tuple[list[Entry], list[AckFuture]]:
+    futures: list[AckFuture] = [PublishFuture() for _ in framed]
+    entries = [
+        Entry(request, correlation_id, partition, wants_ack, future, timeout, deadline)
+        for request, correlation_id, future in zip(framed, ids, futures, strict=True)
+    ]
+    return entries, futures
+
+
+def new_entries(
+    framed: list[bytes],
+    ids: list[str],
+    partition: int,
+    wants_ack: bool,
+    timeout: float,
+    deadline: float,
+) -> tuple[list[Entry], list[AckFuture]]:
+    """An :class:`Entry` and a new future for each framed request (the same lengths),
+    all to one partition with one timeout and deadline. With the C speedups, built
+    without running ``Entry.__init__`` (a third of a batched publish's caller CPU).
+    """
+    return _py_new_entries(framed, ids, partition, wants_ack, timeout, deadline)
+
+
+if speedups.make_entries is not None and speedups.setup_entries is not None:
+    speedups.setup_entries(Entry, PublishFuture)
+    new_entries = speedups.make_entries  # noqa: F811 - the same function, in C
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

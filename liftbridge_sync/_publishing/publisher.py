@@ -45,6 +45,7 @@ from liftbridge_sync._publishing.pending import (
     Close,
     Entry,
     failure,
+    new_entries,
 )
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._wire.speedups import frame_id
@@ -229,16 +230,48 @@ class Publisher(AnswerHandling):
             add_entry(
                 Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline)
             )
-        entered = 0
+        self._enter_batch(entries)
+        return futures
+
+    def submit_values(
+        self,
+        framed: list[bytes],
+        ids: list[str],
+        *,
+        partition: int,
+        wants_ack: bool,
+        timeout: float,
+    ) -> list[AckFuture]:
+        """:meth:`submit_many` for framed requests to one partition (the common
+        ``publish_batch``), their entries and futures built in one call.
+
+        Raises:
+            As :meth:`submit_many`.
+        """
+        if self._closing:
+            raise self._closed_error()
+        if self._thread is None:
+            self._start_thread()
+        limit = self._max_message
+        for request in framed:
+            if len(request) > limit:
+                raise self._too_large(len(request))
+        deadline = self._clock() + timeout
+        entries, futures = new_entries(framed, ids, partition, wants_ack, timeout, deadline)
+        self._enter_batch(entries)
+        return futures
+
+    def _enter_batch(self, entries: list[Entry]) -> None:
+        """:meth:`_enter` for a batch: what could not be entered fails with the error,
+        which is raised only when nothing was entered."""
         try:
-            entered = self._enter(entries)
+            self._enter(entries)
         except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             entered = getattr(exc, "entered", 0)
             if not entered:
                 raise
             # Part of the batch is on its way: the rest fails with the same error.
             settle([failure(e, exc) for e in entries[entered:]], self._failures_ledger)
-        return futures
 
     def _too_large(self, size: int) -> MessageTooLargeError:
         return MessageTooLargeError(

@@ -15,6 +15,9 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   SETTINGS and WINDOW_UPDATE frames (see the C source for what it leaves to Python).
 * :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
+* :data:`make_entries`: ``None`` in pure Python; in C, the publisher's entries and
+  futures for a batch of framed requests (see
+  :func:`~liftbridge_sync._publishing.pending.new_entries`).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -34,10 +37,12 @@ __all__ = [
     "ACTIVE",
     "frame_id",
     "frame_values",
+    "make_entries",
     "recv_held",
     "scan_acks",
     "send_held",
     "settle_acks",
+    "setup_entries",
 ]
 
 _PREFIX_BYTES = 5
@@ -98,6 +103,10 @@ settle_acks: Callable[[list[Any], dict[str, Any], Any, bool], tuple[int, list[An
 send_held: Callable[[int, bytes | bytearray], int] | None = None
 #: ``recv_held(fd, size) -> bytes`` (``b""`` at end of stream; ``None``: would block).
 recv_held: Callable[[int, int], bytes | None] | None = None
+#: ``setup_entries(Entry, PublishFuture)`` once, then ``make_entries(framed, ids,
+#: partition, wants_ack, timeout, deadline) -> (entries, futures)``.
+setup_entries: Callable[[type, type], None] | None = None
+make_entries: Callable[..., tuple[list[Any], list[Any]]] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -113,4 +122,6 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         settle_acks = _speedups.settle_acks
         send_held = _speedups.send_held
         recv_held = _speedups.recv_held
+        setup_entries = _speedups.setup_entries
+        make_entries = _speedups.make_entries
         ACTIVE = True

@@ -346,3 +346,33 @@ def test_send_held_and_recv_held_raise_typed_errors() -> None:
             _speedups.send_held(left.fileno(), b"x")
     with pytest.raises(OSError):  # EBADF: no such descriptor
         _speedups.recv_held(2**30, 10)
+
+
+def test_new_entries_match_the_python_construction() -> None:
+    from liftbridge_sync._publishing import pending
+
+    framed, ids = [b"\0\0\0\0\1a", b"\0\0\0\0\1b"], ["x.0", "x.1"]
+    built = pending.new_entries(framed, ids, 3, True, 5.0, 105.0)
+    expected = pending._py_new_entries(framed, ids, 3, True, 5.0, 105.0)
+    for entries, futures in (built, expected):
+        assert [e.future for e in entries] == futures
+        assert all(type(f) is PublishFuture and not f.done() for f in futures)
+    fields = ("framed", "correlation_id", "partition", "wants_ack", "timeout", "deadline")
+    more = ("seq", "resent_at", "key")
+    assert [[getattr(e, n) for n in fields + more] for e in built[0]] == [
+        [getattr(e, n) for n in fields + more] for e in expected[0]
+    ]
+    # Real entries: the fields stay writable, as the publisher needs.
+    built[0][0].seq = 7
+    assert built[0][0].seq == 7
+    assert pending.new_entries([], [], 0, False, 1.0, 2.0) == ([], [])
+
+
+@needs_c
+def test_make_entries_refuses_bad_arguments() -> None:
+    with pytest.raises(TypeError):
+        _speedups.make_entries([b"a"], [], 0, True, 1.0, 2.0)  # lengths differ
+    with pytest.raises(TypeError):
+        _speedups.make_entries((b"a",), ("x",), 0, True, 1.0, 2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _speedups.setup_entries(dict, PublishFuture)  # no such slots
