@@ -49,6 +49,8 @@
  *       For two lists of equal length (framed requests, correlation ids): one new future
  *       (future_type()) and one Entry per request, the Entry's slots filled as its
  *       __init__ would (seq 0, resent_at 0.0, key None) without running it.
+ *   make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline) -> entry
+ *       The same for one request (its future is entry.future).
  *   recv_held(fd, size) -> bytes | None
  *       The same for one non-blocking recv() of up to size bytes: the bytes read
  *       (b"" at end of stream), None if none are waiting; OSError otherwise.
@@ -894,6 +896,47 @@ setup_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
+/* A new Entry with a new future, its slots filled as Entry.__init__ would; NULL on error. */
+static PyObject *
+new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest, PyObject **future_out)
+{
+    PyObject *future = PyObject_CallNoArgs(future_type);
+    if (future == NULL)
+        return NULL;
+    PyObject *entry = entry_type->tp_alloc(entry_type, 0);
+    if (entry == NULL) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    PyObject *values[ENTRY_FIELDS] = {
+        framed, cid, rest[0], rest[1], future, rest[2], rest[3], zero, zero_float, Py_None,
+    };
+    for (int f = 0; f < ENTRY_FIELDS; f++)
+        *(PyObject **)((char *)entry + entry_offsets[f]) = Py_NewRef(values[f]);
+    *future_out = future; /* the caller owns this reference */
+    return entry;
+}
+
+/* make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline) */
+static PyObject *
+make_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "make_entry(framed, correlation_id, partition, wants_ack, timeout, "
+                        "deadline)");
+        return NULL;
+    }
+    if (entry_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+        return NULL;
+    }
+    PyObject *future = NULL;
+    PyObject *entry = new_entry(args[0], args[1], args + 2, &future);
+    Py_XDECREF(future);
+    return entry;
+}
+
 /* make_entries(framed, ids, partition, wants_ack, timeout, deadline): see the top. */
 static PyObject *
 make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -917,20 +960,13 @@ make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *future = PyObject_CallNoArgs(future_type);
-        if (future == NULL)
-            goto error;
-        PyList_SET_ITEM(futures, i, future);
-        PyObject *entry = entry_type->tp_alloc(entry_type, 0);
+        PyObject *future = NULL;
+        PyObject *entry =
+            new_entry(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i), args + 2, &future);
         if (entry == NULL)
             goto error;
         PyList_SET_ITEM(entries, i, entry);
-        PyObject *values[ENTRY_FIELDS] = {
-            PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i), args[2], args[3],
-            future, args[4], args[5], zero, zero_float, Py_None,
-        };
-        for (int f = 0; f < ENTRY_FIELDS; f++)
-            *(PyObject **)((char *)entry + entry_offsets[f]) = Py_NewRef(values[f]);
+        PyList_SET_ITEM(futures, i, future);
     }
     return Py_BuildValue("(NN)", entries, futures);
 error:
@@ -948,6 +984,7 @@ static PyMethodDef methods[] = {
     {"send_held", (PyCFunction)(void (*)(void))send_held, METH_FASTCALL, NULL},
     {"setup_entries", (PyCFunction)(void (*)(void))setup_entries, METH_FASTCALL, NULL},
     {"make_entries", (PyCFunction)(void (*)(void))make_entries, METH_FASTCALL, NULL},
+    {"make_entry", (PyCFunction)(void (*)(void))make_entry, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };

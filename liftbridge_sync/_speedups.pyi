@@ -27,3 +27,12 @@ def make_entries(
     deadline: float,
     /,
 ) -> tuple[list[Any], list[Any]]: ...
+def make_entry(
+    framed: bytes,
+    correlation_id: str,
+    partition: int,
+    wants_ack: bool,
+    timeout: float,
+    deadline: float,
+    /,
+) -> Any: ...

@@ -35,6 +35,7 @@ __all__ = [
     "Outcome",
     "failure",
     "new_entries",
+    "new_entry",
 ]
 
 AckFuture = PublishFuture[Ack | None]
@@ -142,9 +143,26 @@ def new_entries(
     return _py_new_entries(framed, ids, partition, wants_ack, timeout, deadline)
 
 
-if speedups.make_entries is not None and speedups.setup_entries is not None:
+def new_entry(
+    framed: bytes,
+    correlation_id: str,
+    partition: int,
+    wants_ack: bool,
+    timeout: float,
+    deadline: float,
+) -> Entry:
+    """An :class:`Entry` with a new future (``entry.future``), as :func:`new_entries`."""
+    return Entry(framed, correlation_id, partition, wants_ack, PublishFuture(), timeout, deadline)
+
+
+if (
+    speedups.make_entries is not None
+    and speedups.make_entry is not None
+    and speedups.setup_entries is not None
+):
     speedups.setup_entries(Entry, PublishFuture)
-    new_entries = speedups.make_entries  # noqa: F811 - the same function, in C
+    new_entries = speedups.make_entries  # noqa: F811 - the same functions, in C
+    new_entry = speedups.make_entry  # noqa: F811
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

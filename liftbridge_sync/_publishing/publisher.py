@@ -46,6 +46,7 @@ from liftbridge_sync._publishing.pending import (
     Entry,
     failure,
     new_entries,
+    new_entry,
 )
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._wire.speedups import frame_id
@@ -159,8 +160,9 @@ class Publisher(AnswerHandling):
         if len(framed) > self._max_message:
             raise self._too_large(len(framed))
         wants_ack = ack_policy is not _NO_ACK
-        future: AckFuture = PublishFuture()
         deadline = self._clock() + timeout
+        entry = new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
+        future: AckFuture = entry.future
         pending = self._pending
         lock = self._send_lock
         # acquire/release rather than ``with``: half the cost, on every publish.
@@ -173,10 +175,7 @@ class Publisher(AnswerHandling):
                 and not self._finished
                 and correlation_id not in pending
             ):
-                self._seq = seq = next(self._seqs)
-                entry = Entry(
-                    framed, correlation_id, partition, wants_ack, future, timeout, deadline, seq
-                )
+                self._seq = entry.seq = next(self._seqs)
                 pending[correlation_id] = entry
                 expiry = self._expiry.get(timeout)
                 if expiry is None:
@@ -191,9 +190,7 @@ class Publisher(AnswerHandling):
         # Not connected yet, full, or closing: the general path.
         if self._thread is None:
             self._start_thread()
-        self._enter(
-            (Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline),)
-        )
+        self._enter((entry,))
         return future
 
     def submit_many(

@@ -15,8 +15,8 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   SETTINGS and WINDOW_UPDATE frames (see the C source for what it leaves to Python).
 * :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
-* :data:`make_entries`: ``None`` in pure Python; in C, the publisher's entries and
-  futures for a batch of framed requests (see
+* :data:`make_entries` / :data:`make_entry`: ``None`` in pure Python; in C, the
+  publisher's entries and futures for framed requests (see
   :func:`~liftbridge_sync._publishing.pending.new_entries`).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
@@ -38,6 +38,7 @@ __all__ = [
     "frame_id",
     "frame_values",
     "make_entries",
+    "make_entry",
     "recv_held",
     "scan_acks",
     "send_held",
@@ -107,6 +108,8 @@ recv_held: Callable[[int, int], bytes | None] | None = None
 #: partition, wants_ack, timeout, deadline) -> (entries, futures)``.
 setup_entries: Callable[[type, type], None] | None = None
 make_entries: Callable[..., tuple[list[Any], list[Any]]] | None = None
+#: ``make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)``.
+make_entry: Callable[..., Any] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -124,4 +127,5 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         recv_held = _speedups.recv_held
         setup_entries = _speedups.setup_entries
         make_entries = _speedups.make_entries
+        make_entry = _speedups.make_entry
         ACTIVE = True

@@ -376,3 +376,24 @@ def test_make_entries_refuses_bad_arguments() -> None:
         _speedups.make_entries((b"a",), ("x",), 0, True, 1.0, 2.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         _speedups.setup_entries(dict, PublishFuture)  # no such slots
+
+
+def test_new_entry_matches_the_python_construction() -> None:
+    from liftbridge_sync._publishing import pending
+
+    built = pending.new_entry(b"\0\0\0\0\1a", "x.0", 2, False, 5.0, 105.0)
+    assert type(built) is pending.Entry and type(built.future) is PublishFuture
+    assert not built.future.done()
+    assert (built.framed, built.correlation_id, built.partition, built.wants_ack) == (
+        b"\0\0\0\0\1a",
+        "x.0",
+        2,
+        False,
+    )
+    assert (built.timeout, built.deadline, built.seq, built.resent_at, built.key) == (
+        5.0,
+        105.0,
+        0,
+        0.0,
+        None,
+    )
