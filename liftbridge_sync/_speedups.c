@@ -34,6 +34,12 @@
  *       through and the futures resolved that have done-callbacks or waiters (a
  *       _condition in their __dict__): the caller runs and notifies those, in order.
  *       Stops at the first object that is not an Ack (Python handles it and the rest).
+ *   run_callbacks(futures, start) -> (index, errors)
+ *       From futures[start] on, for resolved futures nobody waits on (_waited false):
+ *       takes their _done_callbacks (leaving the empty tuple) and calls each with the
+ *       future, in order. Stops at the first future with waiters and returns its index
+ *       (len(futures) at the end), with (future, exception) for each callback that
+ *       raised an Exception (the caller logs them); any other BaseException propagates.
  *   setup(ack_type, policies)
  *       The Ack class and the AckPolicy members (LEADER, ALL, NONE).
  *   send_held(fd, data) -> int
@@ -763,6 +769,86 @@ settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nN)", i, ready);
 }
 
+static PyObject *empty_tuple = NULL;
+
+/* run_callbacks(futures, start) -> (index, errors): see the top. */
+static PyObject *
+run_callbacks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "run_callbacks(futures: list, start: int)");
+        return NULL;
+    }
+    PyObject *futures = args[0];
+    Py_ssize_t i = PyLong_AsSsize_t(args[1]);
+    if (i < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "run_callbacks: negative start");
+        return NULL;
+    }
+    PyObject *errors = PyList_New(0);
+    if (errors == NULL)
+        return NULL;
+    /* The list may change under us only through callbacks; re-read its size each time. */
+    for (; i < PyList_GET_SIZE(futures); i++) {
+        PyObject *future = Py_NewRef(PyList_GET_ITEM(futures, i));
+        PyObject *waited = PyObject_GetAttr(future, n_waited);
+        int waits = waited == NULL ? -1 : PyObject_IsTrue(waited);
+        Py_XDECREF(waited);
+        if (waits != 0) {
+            Py_DECREF(future);
+            if (waits < 0)
+                goto error;
+            break; /* the caller wakes its waiters, then runs its callbacks */
+        }
+        PyObject *callbacks = PyObject_GetAttr(future, n_done_callbacks);
+        if (callbacks == NULL) {
+            Py_DECREF(future);
+            goto error;
+        }
+        int any = PyObject_IsTrue(callbacks);
+        if (any > 0 && PyObject_SetAttr(future, n_done_callbacks, empty_tuple) < 0)
+            any = -1;
+        if (any > 0) {
+            PyObject *list = PySequence_Fast(callbacks, "callbacks must be a sequence");
+            if (list == NULL)
+                any = -1;
+            for (Py_ssize_t c = 0; any > 0 && c < PySequence_Fast_GET_SIZE(list); c++) {
+                PyObject *r = PyObject_CallOneArg(PySequence_Fast_GET_ITEM(list, c), future);
+                if (r != NULL) {
+                    Py_DECREF(r);
+                    continue;
+                }
+                if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                    any = -1; /* KeyboardInterrupt and the like: propagate */
+                    break;
+                }
+                PyObject *type, *value, *tb;
+                PyErr_Fetch(&type, &value, &tb);
+                PyErr_NormalizeException(&type, &value, &tb);
+                if (tb != NULL && value != NULL)
+                    PyException_SetTraceback(value, tb);
+                PyObject *pair = PyTuple_Pack(2, future, value != NULL ? value : Py_None);
+                Py_XDECREF(type);
+                Py_XDECREF(value);
+                Py_XDECREF(tb);
+                if (pair == NULL || PyList_Append(errors, pair) < 0)
+                    any = -1;
+                Py_XDECREF(pair);
+            }
+            Py_XDECREF(list);
+        }
+        Py_DECREF(callbacks);
+        Py_DECREF(future);
+        if (any < 0)
+            goto error;
+    }
+    return Py_BuildValue("(nN)", i, errors);
+error:
+    Py_DECREF(errors);
+    return NULL;
+}
+
 static PyObject *
 setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -985,6 +1071,7 @@ static PyMethodDef methods[] = {
     {"setup_entries", (PyCFunction)(void (*)(void))setup_entries, METH_FASTCALL, NULL},
     {"make_entries", (PyCFunction)(void (*)(void))make_entries, METH_FASTCALL, NULL},
     {"make_entry", (PyCFunction)(void (*)(void))make_entry, METH_FASTCALL, NULL},
+    {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -1026,7 +1113,9 @@ PyInit__speedups(void)
     minus_one = PyLong_FromLong(-1);
     zero = PyLong_FromLong(0);
     zero_float = PyFloat_FromDouble(0.0);
-    if (empty_str == NULL || minus_one == NULL || zero == NULL || zero_float == NULL)
+    empty_tuple = PyTuple_New(0);
+    if (empty_str == NULL || minus_one == NULL || zero == NULL || zero_float == NULL ||
+        empty_tuple == NULL)
         return NULL;
     return PyModule_Create(&module);
 }

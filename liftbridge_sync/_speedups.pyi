@@ -36,3 +36,6 @@ def make_entry(
     deadline: float,
     /,
 ) -> Any: ...
+def run_callbacks(
+    futures: list[Any], start: int, /
+) -> tuple[int, list[tuple[Any, BaseException]]]: ...

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
 
 __all__ = ["PublishFuture", "Unobserved", "settle", "settle_acks", "settle_plain", "take_acks"]
@@ -251,7 +252,18 @@ def settle(
             ledger.failed(future, error)
     # A condition created after the check above was created after the state was set:
     # its waiter sees FINISHED without being notified.
-    for future in ready:
+    index = 0
+    while index < len(ready):
+        if _run_callbacks is not None:
+            # C speedups: the callbacks of futures nobody waits on, up to the first
+            # future with waiters (handled below, then on again in C).
+            index, errors = _run_callbacks(ready, index)
+            for future, error in errors:
+                _log.error("exception calling callback for %r", future, exc_info=error)
+            if index >= len(ready):
+                break
+        future = ready[index]
+        index += 1
         if future._waited:
             with future._condition:
                 for waiter in future._waiters:

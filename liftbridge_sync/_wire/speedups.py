@@ -15,6 +15,8 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   SETTINGS and WINDOW_UPDATE frames (see the C source for what it leaves to Python).
 * :data:`settle_acks`: ``None`` in pure Python; in C, resolves the futures of a leading
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
+* :data:`run_callbacks`: ``None`` in pure Python; in C, runs the done-callbacks of
+  resolved futures nobody waits on (see :func:`~liftbridge_sync._publishing.futures.settle`).
 * :data:`make_entries` / :data:`make_entry`: ``None`` in pure Python; in C, the
   publisher's entries and futures for framed requests (see
   :func:`~liftbridge_sync._publishing.pending.new_entries`).
@@ -40,6 +42,7 @@ __all__ = [
     "make_entries",
     "make_entry",
     "recv_held",
+    "run_callbacks",
     "scan_acks",
     "send_held",
     "settle_acks",
@@ -108,6 +111,8 @@ recv_held: Callable[[int, int], bytes | None] | None = None
 #: partition, wants_ack, timeout, deadline) -> (entries, futures)``.
 setup_entries: Callable[[type, type], None] | None = None
 make_entries: Callable[..., tuple[list[Any], list[Any]]] | None = None
+#: ``run_callbacks(futures, start) -> (index of the first future with waiters, errors)``.
+run_callbacks: Callable[[list[Any], int], tuple[int, list[tuple[Any, BaseException]]]] | None = None
 #: ``make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)``.
 make_entry: Callable[..., Any] | None = None
 ACTIVE = False
@@ -128,4 +133,5 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         setup_entries = _speedups.setup_entries
         make_entries = _speedups.make_entries
         make_entry = _speedups.make_entry
+        run_callbacks = _speedups.run_callbacks
         ACTIVE = True

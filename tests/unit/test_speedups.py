@@ -397,3 +397,58 @@ def test_new_entry_matches_the_python_construction() -> None:
         0.0,
         None,
     )
+
+
+@needs_c
+def test_run_callbacks_runs_them_in_order_and_stops_at_a_waited_future() -> None:
+    calls: list[tuple[str, int]] = []
+    futures: list[Any] = [PublishFuture() for _ in range(4)]
+    for i, future in enumerate(futures):
+        future.add_done_callback(lambda f, i=i: calls.append(("a", i)))
+        future.add_done_callback(lambda f, i=i: calls.append(("b", i)))
+    boom = ValueError("boom")
+
+    def fail(_: object) -> None:
+        raise boom
+
+    futures[1].add_done_callback(fail)
+    futures[2]._condition  # noqa: B018 - somebody waits on this one
+    for future in futures:
+        future._state = "FINISHED"
+    index, errors = _speedups.run_callbacks(futures, 0)
+    assert index == 2
+    assert calls == [("a", 0), ("b", 0), ("a", 1), ("b", 1)]
+    assert errors == [(futures[1], boom)]
+    assert futures[0]._done_callbacks == () and futures[2]._done_callbacks != ()
+    index, errors = _speedups.run_callbacks(futures, 3)
+    assert (index, errors) == (4, [])
+    assert calls[-2:] == [("a", 3), ("b", 3)]
+
+
+@needs_c
+def test_run_callbacks_lets_a_keyboard_interrupt_through() -> None:
+    future: Any = PublishFuture()
+
+    def interrupt(_: object) -> None:
+        raise KeyboardInterrupt
+
+    future.add_done_callback(interrupt)
+    future._state = "FINISHED"
+    with pytest.raises(KeyboardInterrupt):
+        _speedups.run_callbacks([future], 0)
+
+
+def test_settle_logs_a_failing_callback_and_runs_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    futures: list[Any] = [PublishFuture() for _ in range(3)]
+    seen: list[int] = []
+    futures[0].add_done_callback(lambda f: seen.append(0))
+    futures[1].add_done_callback(lambda f: 1 / 0)
+    futures[2].add_done_callback(lambda f: seen.append(2))
+    with caplog.at_level("ERROR", logger="liftbridge_sync.publisher"):
+        assert settle([(f, i, None) for i, f in enumerate(futures)]) == 3
+    assert seen == [0, 2]
+    [record] = caplog.records
+    assert "exception calling callback" in record.getMessage()
+    assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
