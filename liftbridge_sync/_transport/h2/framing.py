@@ -29,6 +29,7 @@ __all__ = [
     "PADDED",
     "PREFIX",
     "RESET_CODES",
+    "data_frame_header",
     "grpc_status",
     "ping_frame",
     "split_frames",
@@ -194,6 +195,11 @@ def split_messages(
 def window_update(stream: int, increment: int) -> bytes:
     """A WINDOW_UPDATE frame."""
     return _WINDOW_UPDATE.pack(0, 4, WINDOW_UPDATE, 0, stream, increment)
+
+
+def data_frame_header(stream: int, length: int) -> bytes:
+    """The 9-byte header of a DATA frame of ``length`` bytes on ``stream``, no flags."""
+    return FRAME_HEADER.pack(length << 8, 0, stream)
 
 
 def ping_frame(payload: bytes) -> bytes:
