@@ -3,8 +3,9 @@
  *
  * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
  * every function here (used when this module is not built, or when the environment
- * variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is set). Every function is pure apart from
- * allocating objects, runs no Python code and is thread-safe under the GIL.
+ * variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is set). Every function is thread-safe under the
+ * GIL and keeps it throughout; none runs Python code except run_callbacks (the callbacks
+ * it is given) and the attribute and type calls on the publisher's own classes.
  *
  *   frame_id(head, value, prefix, n) -> (framed, correlation_id)
  *       A framed PublishRequest (gRPC prefix, cached head, value, id) and its id
@@ -31,8 +32,8 @@
  *       whose future has a done-callback or is resolved; takes the entry out of
  *       pending. Owner thread (owner true): pops every entry; an ack without one,
  *       or for a future resolved meanwhile, is dropped. Returns how many acks it went
- *       through and the futures resolved that have done-callbacks or waiters (a
- *       _condition in their __dict__): the caller runs and notifies those, in order.
+ *       through and the futures resolved that have done-callbacks or waiters
+ *       (_waited true): the caller runs and notifies those, in order.
  *       Stops at the first object that is not an Ack (Python handles it and the rest).
  *   run_callbacks(futures, start) -> (index, errors)
  *       From futures[start] on, for resolved futures nobody waits on (_waited false):
