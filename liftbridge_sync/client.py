@@ -19,7 +19,7 @@ from typing import Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
-from liftbridge_sync._publishing.publisher import AckFuture, Publisher
+from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
@@ -634,7 +634,7 @@ class Client:
                 futures = publisher.submit_values(
                     framed_values, ids, partition=fixed, wants_ack=wants_ack, timeout=ack_timeout
                 )
-                return self._batch_outcomes(publisher, futures)
+                return publisher.wait_all(futures)
             if ids:
                 count = len(ids)
                 requests = list(
@@ -678,17 +678,7 @@ class Client:
             )
             add((framed, correlation_id, chosen, wants_ack))
         futures = publisher.submit_many(requests, timeout=ack_timeout)
-        return self._batch_outcomes(publisher, futures)
-
-    @staticmethod
-    def _batch_outcomes(
-        publisher: Publisher, futures: list[AckFuture]
-    ) -> list[Ack | None | LiftbridgeError]:
-        """Wait until every future of a batch resolved; their outcomes, in order."""
-        for future in reversed(futures):  # acks arrive in order: the last one first
-            if future._state != "FINISHED":  # done() inline: one call less per message
-                publisher.wait_done(future)
-        return publisher.outcomes(futures)
+        return publisher.wait_all(futures)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.

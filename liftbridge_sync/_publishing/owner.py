@@ -80,6 +80,17 @@ def _opener_for(transport: str) -> StreamOpener:
     return open_grpc_stream
 
 
+def _pop_answered(queue_: collections.deque[Entry], pending: dict[str, Entry]) -> bool:
+    """Pop the answered entries (those no longer pending) off the head of a deadline
+    queue, under the send lock; whether a pending entry is left at its head."""
+    while queue_:
+        entry = queue_[0]
+        if pending.get(entry.correlation_id) is entry:
+            return True
+        queue_.popleft()
+    return False
+
+
 class OwnerLoop:
     """The publisher's shared state and what its owner thread runs.
 
@@ -236,11 +247,8 @@ class OwnerLoop:
         # (_drop_answered), and two threads popping one deque could drop a live entry.
         with self._send_lock:
             for queue_ in self._expiry.values():
-                while queue_:
+                while _pop_answered(queue_, pending):
                     entry = queue_[0]
-                    if pending.get(entry.correlation_id) is not entry:
-                        queue_.popleft()  # resolved
-                        continue
                     if entry.deadline <= now:
                         queue_.popleft()
                         if pending.pop(entry.correlation_id, None) is not entry:
@@ -276,13 +284,8 @@ class OwnerLoop:
         if not self._send_lock.acquire(blocking=False):
             return
         try:
-            pending = self._pending
             for queue_ in self._expiry.values():
-                while queue_:
-                    entry = queue_[0]
-                    if pending.get(entry.correlation_id) is entry:
-                        break
-                    queue_.popleft()
+                _pop_answered(queue_, self._pending)
         finally:
             self._send_lock.release()
 

@@ -32,7 +32,6 @@ from collections.abc import Callable, Sequence
 from liftbridge_sync._publishing.answers import AnswerHandling
 from liftbridge_sync._publishing.encoding import _heads, head
 from liftbridge_sync._publishing.futures import (
-    PublishFuture,
     settle,
 )
 from liftbridge_sync._publishing.pending import (
@@ -117,18 +116,11 @@ class Publisher(AnswerHandling):
             raise self._too_large(len(framed))
         if self._thread is None:
             self._start_thread()
-        future: AckFuture = PublishFuture()
-        entry = Entry(
-            framed,
-            correlation_id,
-            partition,
-            wants_ack,
-            future,
-            timeout,
-            self._clock() + timeout,
+        entry = new_entry(
+            framed, correlation_id, partition, wants_ack, timeout, self._clock() + timeout
         )
         self._enter((entry,))
-        return future
+        return entry.future
 
     def submit_value(
         self,
@@ -209,26 +201,13 @@ class Publisher(AnswerHandling):
             PublishQueueFullError: as :meth:`submit`; the futures of what was sent
                 before are attached to the error as ``futures``.
         """
-        if self._closing:
-            raise self._closed_error()
-        if self._thread is None:
-            self._start_thread()
-        futures: list[AckFuture] = []
-        entries: list[Entry] = []
-        limit = self._max_message
-        deadline = self._clock() + timeout
-        add_future = futures.append
-        add_entry = entries.append
-        for framed, correlation_id, partition, wants_ack in requests:
-            if len(framed) > limit:
-                raise self._too_large(len(framed))  # nothing was entered yet
-            future: AckFuture = PublishFuture()
-            add_future(future)
-            add_entry(
-                Entry(framed, correlation_id, partition, wants_ack, future, timeout, deadline)
-            )
+        deadline = self._admit_batch([framed for framed, _, _, _ in requests], timeout)
+        entries = [
+            new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
+            for framed, correlation_id, partition, wants_ack in requests
+        ]
         self._enter_batch(entries)
-        return futures
+        return [entry.future for entry in entries]
 
     def submit_values(
         self,
@@ -245,18 +224,26 @@ class Publisher(AnswerHandling):
         Raises:
             As :meth:`submit_many`.
         """
+        deadline = self._admit_batch(framed, timeout)
+        entries, futures = new_entries(framed, ids, partition, wants_ack, timeout, deadline)
+        self._enter_batch(entries)
+        return futures
+
+    def _admit_batch(self, framed: list[bytes], timeout: float) -> float:
+        """Checks before any of a batch is entered; the batch's ack deadline.
+
+        Raises:
+            ClientClosedError, MessageTooLargeError: nothing of the batch was sent.
+        """
         if self._closing:
             raise self._closed_error()
-        if self._thread is None:
-            self._start_thread()
         limit = self._max_message
         for request in framed:
             if len(request) > limit:
                 raise self._too_large(len(request))
-        deadline = self._clock() + timeout
-        entries, futures = new_entries(framed, ids, partition, wants_ack, timeout, deadline)
-        self._enter_batch(entries)
-        return futures
+        if self._thread is None:
+            self._start_thread()
+        return self._clock() + timeout
 
     def _enter_batch(self, entries: list[Entry]) -> None:
         """:meth:`_enter` for a batch: what could not be entered fails with the error,
@@ -440,6 +427,13 @@ class Publisher(AnswerHandling):
                 future.ledger.observed(future)
             add(error if isinstance(error, LiftbridgeError) else ClientClosedError(str(error)))
         return result
+
+    def wait_all(self, futures: list[AckFuture]) -> list[Ack | None | LiftbridgeError]:
+        """Wait until every future of a batch resolved; their :meth:`outcomes`, in order."""
+        for future in reversed(futures):  # acks arrive in order: the last one first
+            if future._state != "FINISHED":  # done() inline: one call less per message
+                self.wait_done(future)
+        return self.outcomes(futures)
 
     def wait_done(self, future: AckFuture) -> None:
         """Wait until ``future`` has resolved (its own deadline bounds the wait)."""

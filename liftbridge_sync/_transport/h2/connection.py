@@ -175,15 +175,21 @@ class H2PublishStream:
                 if not self._io_lock.acquire(blocking=False):
                     self._wake()
                     return
-            elif queued - self._taken_bytes < _WRITE_HERE_AT or not self._io_lock.acquire(
-                blocking=False
-            ):
-                if not self._signalled:
-                    self._wake()
+            elif not self._writes_here(queued):
                 return
         finally:
             lock.release()
         self._write_here()
+
+    def _writes_here(self, queued: int) -> bool:
+        """Under ``_lock``, after queueing: whether the caller writes the queue itself
+        (``_WRITE_HERE_AT`` bytes wait and nobody else is writing; ``_io_lock`` is then
+        held). If not, the I/O thread is woken unless it already is."""
+        if queued - self._taken_bytes >= _WRITE_HERE_AT and self._io_lock.acquire(blocking=False):
+            return True
+        if not self._signalled:
+            self._wake()
+        return False
 
     def _write_here(self) -> None:
         """Frame and send what is queued on the calling thread; holds ``_io_lock``."""
@@ -209,11 +215,7 @@ class H2PublishStream:
                 return
             self._queue += framed
             queued = self._queued_bytes = self._queued_bytes + sum(map(len, framed))
-            if queued - self._taken_bytes < _WRITE_HERE_AT or not self._io_lock.acquire(
-                blocking=False
-            ):
-                if not self._signalled:
-                    self._wake()
+            if not self._writes_here(queued):
                 return
         self._write_here()
 
