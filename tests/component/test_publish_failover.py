@@ -74,9 +74,9 @@ def test_every_silent_partition_is_probed_and_resent(transport: str) -> None:
     assert stats.resent_after_stall == 8
 
 
-def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
-    # The leader answers and is idle, nothing broke: the publishes may still be queued
-    # somewhere on an overloaded machine, so they are not duplicated; they time out.
+def _dropped_publish_is_probed_not_resent(fake: FakeBroker, transport: str) -> None:
+    """The broker drops the one publish: its partition is probed, nothing is re-sent,
+    and the publish fails at its own timeout."""
     fake.publish_script = lambda request, n: "drop"
     with _client(fake, transport, resend_after=0.1) as client:
         future = client.publish_async("s", b"x", partition=0, timeout=1.0)
@@ -86,6 +86,12 @@ def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) 
     assert stats.stall_probes >= 1
     assert stats.resent_after_stall == 0
     assert len(fake.received) == 1
+
+
+def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
+    # The leader answers and is idle, nothing broke: the publishes may still be queued
+    # somewhere on an overloaded machine, so they are not duplicated; they time out.
+    _dropped_publish_is_probed_not_resent(fake, transport)
 
 
 def test_uncommitted_messages_at_the_leader_hold_the_resend_back(
@@ -94,15 +100,7 @@ def test_uncommitted_messages_at_the_leader_hold_the_resend_back(
     # The leader holds offsets it has not committed: acks may still come, so nothing is
     # re-sent and the publish fails only at its own timeout.
     fake.cluster.newest_offset, fake.cluster.high_watermark = 10, 5
-    fake.publish_script = lambda request, n: "drop"
-    with _client(fake, transport, resend_after=0.1) as client:
-        future = client.publish_async("s", b"x", partition=0, timeout=1.0)
-        with pytest.raises(lb.AckTimeoutError):
-            future.result(timeout=10)
-        stats = client.publisher_stats()
-    assert stats.stall_probes >= 1
-    assert stats.resent_after_stall == 0
-    assert len(fake.received) == 1
+    _dropped_publish_is_probed_not_resent(fake, transport)
 
 
 def test_without_resend_after_a_lost_publish_times_out(fake: FakeBroker, transport: str) -> None:
