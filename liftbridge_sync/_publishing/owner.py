@@ -254,7 +254,11 @@ class OwnerLoop:
                         if pending.pop(entry.correlation_id, None) is not entry:
                             continue  # the stream's thread resolved it just now
                         what = "no ack" if entry.wants_ack else "not sent"
-                        error = AckTimeoutError(f"{what} within {entry.timeout}s")
+                        stream_name, partition = entry.partition_key()
+                        error = AckTimeoutError(
+                            f"{what} within {entry.timeout}s (stream {stream_name!r}, "
+                            f"partition {partition}, correlation id {entry.correlation_id})"
+                        )
                         timed_out.append(failure(entry, error))
                         continue
                     if earliest is None or entry.deadline < earliest:

@@ -46,10 +46,13 @@ def test_lost_ack_fails_only_that_future_with_ack_timeout(fake: FakeBroker, tran
     fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
     with _client(fake, transport) as client:
         started = time.monotonic()
-        lost = client.publish_async("s", b"lost", timeout=0.3)
+        lost = client.publish_async("s", b"lost", partition=1, timeout=0.3, correlation_id="c-7")
         kept = client.publish_async("s", b"kept", timeout=5)
         assert kept.result(timeout=5).offset == 0  # type: ignore[union-attr]
-        with pytest.raises(lb.AckTimeoutError):
+        # The error says which publish it was, for logs of many threads publishing.
+        with pytest.raises(
+            lb.AckTimeoutError, match=r"\(stream 's', partition 1, correlation id c-7\)"
+        ):
             lost.result(timeout=5)
         assert 0.25 <= time.monotonic() - started < 3
 

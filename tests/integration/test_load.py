@@ -34,22 +34,43 @@ def _library_threads() -> set[threading.Thread]:
 
 
 def test_two_hundred_threads_share_one_client(
-    liftbridge_address: str, new_stream: StreamFactory
+    liftbridge_server: object, liftbridge_address: str, new_stream: StreamFactory
 ) -> None:
     streams = [new_stream(partitions=2) for _ in range(3)]
     baseline = _library_threads()
-    # Correctness under contention, not speed: generous ack timeout for a loaded machine.
-    # Backpressure blocks (enqueue_timeout=None) instead of failing: the test is about
-    # every message arriving, not about how fast a loaded machine acks.
-    client = Client(liftbridge_address, ack_timeout=60, max_in_flight=4096, enqueue_timeout=None)
+    # Correctness under contention, not speed: generous ack and RPC timeouts for a loaded
+    # machine (under CPU starvation the server's Raft operations behind create_stream took
+    # over the default 10 s). Backpressure blocks (enqueue_timeout=None) instead of
+    # failing: the test is about every message arriving, not about how fast acks come.
+    client = Client(
+        liftbridge_address,
+        ack_timeout=60,
+        rpc_timeout=60,
+        max_in_flight=4096,
+        enqueue_timeout=None,
+    )
     try:
-        _run(client, streams)
+        _run(client, streams, liftbridge_server)
     finally:
         client.close()
     assert _library_threads() <= baseline
 
 
-def _run(client: Client, streams: list[str]) -> None:
+def _diagnosis(client: Client, futures: list[Future[Ack | None]], server: object) -> str:
+    """What a failed run leaves to look at: the publisher's counters, the failures per
+    partition and error type, and the server's log tail (local backend only)."""
+    failed: collections.Counter[str] = collections.Counter()
+    for future in futures:
+        if future.done() and future.exception() is not None:
+            error = future.exception()
+            where = str(error).partition("(")[2].partition(", correlation")[0]
+            failed[f"{type(error).__name__} {where}"] += 1
+    log_tail = getattr(server, "log_tail", None)
+    tail = log_tail(60) if callable(log_tail) else "(no log: external server)"
+    return f"{client.publisher_stats()}\nfailures: {dict(failed)}\nserver log:\n{tail}"
+
+
+def _run(client: Client, streams: list[str], server: object) -> None:
     futures: list[Future[Ack | None]] = []
     futures_lock = threading.Lock()
     errors: list[BaseException] = []
@@ -149,7 +170,11 @@ def _run(client: Client, streams: list[str]) -> None:
         thread.join(120)
     for thread in threads[PUBLISHERS + SUBSCRIBERS + CLOSERS : -READERS]:
         thread.join(120)  # admins
-    client.flush(120)
+    try:
+        client.flush(120)
+    except lb.UnobservedPublishFailuresError as exc:
+        with futures_lock:
+            raise AssertionError(f"{exc}\n{_diagnosis(client, futures, server)}") from exc
     stop.set()
     for thread in threads:
         thread.join(60)
