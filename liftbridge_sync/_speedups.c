@@ -37,7 +37,8 @@
  *       Stops at the first object that is not an Ack (Python handles it and the rest).
  *   run_callbacks(futures, start) -> (index, errors)
  *       From futures[start] on, for resolved futures nobody waits on (_waited false):
- *       takes their _done_callbacks (leaving the empty tuple) and calls each with the
+ *       takes their _done_callbacks (the empty tuple: none; a list: several; anything
+ *       else: the one callback), leaving the empty tuple, and calls each with the
  *       future, in order. Stops at the first future with waiters and returns its index
  *       (len(futures) at the end), with (future, exception) for each callback that
  *       raised an Exception (the caller logs them); any other BaseException propagates.
@@ -55,7 +56,8 @@
  *   make_entries(framed, ids, partition, wants_ack, timeout, deadline) -> (entries, futures)
  *       For two lists of equal length (framed requests, correlation ids): one new future
  *       (future_type()) and one Entry per request, the Entry's slots filled as its
- *       __init__ would (seq 0, resent_at 0.0, key None) without running it.
+ *       __init__ would (seq 0, resent_at 0.0, key None) without running it, and the
+ *       Entry untracked by the cyclic garbage collector (see new_entry).
  *   make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline) -> entry
  *       The same for one request (its future is entry.future).
  *   recv_held(fd, size) -> bytes | None
@@ -663,7 +665,7 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
     state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
     if (state == NULL)
         goto done;
-    int has_callbacks = PyObject_IsTrue(callbacks);
+    int has_callbacks = !(PyTuple_CheckExact(callbacks) && PyTuple_GET_SIZE(callbacks) == 0);
     int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
     if (has_callbacks < 0 || finished < 0)
         goto done;
@@ -773,6 +775,32 @@ settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 static PyObject *empty_tuple = NULL;
 
 /* run_callbacks(futures, start) -> (index, errors): see the top. */
+/* Call one done-callback; an Exception it raises is appended to errors as (future,
+ * exception) for the caller to log. 1 to go on, -1 to propagate (anything else). */
+static int
+call_callback(PyObject *callback, PyObject *future, PyObject *errors)
+{
+    PyObject *r = PyObject_CallOneArg(callback, future);
+    if (r != NULL) {
+        Py_DECREF(r);
+        return 1;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return -1; /* KeyboardInterrupt and the like: propagate */
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL && value != NULL)
+        PyException_SetTraceback(value, tb);
+    PyObject *pair = PyTuple_Pack(2, future, value != NULL ? value : Py_None);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    int rc = pair == NULL || PyList_Append(errors, pair) < 0 ? -1 : 1;
+    Py_XDECREF(pair);
+    return rc;
+}
+
 static PyObject *
 run_callbacks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -807,37 +835,21 @@ run_callbacks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(future);
             goto error;
         }
-        int any = PyObject_IsTrue(callbacks);
+        /* No callbacks: the empty tuple; one: the callable itself; more: a list. */
+        int any = !(PyTuple_CheckExact(callbacks) && PyTuple_GET_SIZE(callbacks) == 0);
         if (any > 0 && PyObject_SetAttr(future, n_done_callbacks, empty_tuple) < 0)
             any = -1;
         if (any > 0) {
-            PyObject *list = PySequence_Fast(callbacks, "callbacks must be a sequence");
-            if (list == NULL)
-                any = -1;
-            for (Py_ssize_t c = 0; any > 0 && c < PySequence_Fast_GET_SIZE(list); c++) {
-                PyObject *r = PyObject_CallOneArg(PySequence_Fast_GET_ITEM(list, c), future);
-                if (r != NULL) {
-                    Py_DECREF(r);
-                    continue;
+            if (PyList_CheckExact(callbacks)) {
+                for (Py_ssize_t c = 0; any > 0 && c < PyList_GET_SIZE(callbacks); c++) {
+                    PyObject *callback = Py_NewRef(PyList_GET_ITEM(callbacks, c));
+                    any = call_callback(callback, future, errors);
+                    Py_DECREF(callback);
                 }
-                if (!PyErr_ExceptionMatches(PyExc_Exception)) {
-                    any = -1; /* KeyboardInterrupt and the like: propagate */
-                    break;
-                }
-                PyObject *type, *value, *tb;
-                PyErr_Fetch(&type, &value, &tb);
-                PyErr_NormalizeException(&type, &value, &tb);
-                if (tb != NULL && value != NULL)
-                    PyException_SetTraceback(value, tb);
-                PyObject *pair = PyTuple_Pack(2, future, value != NULL ? value : Py_None);
-                Py_XDECREF(type);
-                Py_XDECREF(value);
-                Py_XDECREF(tb);
-                if (pair == NULL || PyList_Append(errors, pair) < 0)
-                    any = -1;
-                Py_XDECREF(pair);
             }
-            Py_XDECREF(list);
+            else {
+                any = call_callback(callbacks, future, errors);
+            }
         }
         Py_DECREF(callbacks);
         Py_DECREF(future);
@@ -1000,6 +1012,12 @@ new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest, PyObject **fut
     };
     for (int f = 0; f < ENTRY_FIELDS; f++)
         *(PyObject **)((char *)entry + entry_offsets[f]) = Py_NewRef(values[f]);
+    /* Out of the cyclic GC's sight: entries live in the publisher's tables for a whole
+     * ack round trip, so the collector would walk and promote thousands of them (and
+     * run full collections for them). No cycle can be left behind through one: only
+     * those tables (kept alive by the running publisher) and its own locals refer to an
+     * entry, so it is garbage, and freed by its reference count, once out of them. */
+    PyObject_GC_UnTrack(entry);
     *future_out = future; /* the caller owns this reference */
     return entry;
 }

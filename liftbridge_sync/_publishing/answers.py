@@ -17,6 +17,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import ack_from_proto, set_ack_partition
 from liftbridge_sync._publishing.failover import PartitionKey, ProbeResult
 from liftbridge_sync._publishing.futures import (
+    NO_CALLBACKS,
     PublishFuture,
     settle,
     settle_acks,
@@ -100,7 +101,7 @@ class AnswerHandling(OwnerLoop):
             # (in order), in one step rather than one look per response.
             if isinstance(response, Ack):  # decoded by the C reader: a successful ack
                 entry = pending.get(response.correlation_id)
-                if entry is None or entry.future._done_callbacks:
+                if entry is None or entry.future._done_callbacks is not NO_CALLBACKS:
                     rest.extend(responses[index:])
                     break
                 set_ack_partition(response, entry.partition)
@@ -110,7 +111,7 @@ class AnswerHandling(OwnerLoop):
             ack = response.ack
             correlation_id = ack.correlationId
             entry = pending.get(correlation_id) if correlation_id else None
-            if entry is None or ack.ackError or entry.future._done_callbacks:
+            if entry is None or ack.ackError or entry.future._done_callbacks is not NO_CALLBACKS:
                 rest.extend(responses[index:])
                 break
             taken.append((entry, response))

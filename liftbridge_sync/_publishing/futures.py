@@ -28,7 +28,15 @@ from typing import Any, TypeVar
 from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
 
-__all__ = ["PublishFuture", "Unobserved", "settle", "settle_acks", "settle_plain", "take_acks"]
+__all__ = [
+    "NO_CALLBACKS",
+    "PublishFuture",
+    "Unobserved",
+    "settle",
+    "settle_acks",
+    "settle_plain",
+    "take_acks",
+]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
@@ -38,8 +46,11 @@ _RUNNING = "RUNNING"
 _DONE = frozenset((_FINISHED, "CANCELLED", "CANCELLED_AND_NOTIFIED"))
 #: Guards the lazy creation of conditions (rare: only when somebody blocks).
 _LAZY = threading.Lock()
-#: Guards every publish future's callback list against its resolution.
+#: Guards every publish future's callbacks against its resolution.
 _CALLBACKS = threading.Lock()
+#: ``_done_callbacks`` of a future without any (compared by identity: a callable may
+#: well be falsy).
+NO_CALLBACKS: Any = ()
 
 
 class Unobserved:
@@ -68,12 +79,13 @@ class PublishFuture(concurrent.futures.Future[T]):
 
     ledger: Unobserved | None = None
     # Class-level defaults: a new future costs no attribute stores at all (the instance
-    # dict is created when it resolves). ``_done_callbacks`` is an empty tuple until the
-    # first callback is added (a list from then on).
+    # dict is created when it resolves). ``_done_callbacks`` is NO_CALLBACKS (an empty
+    # tuple) until the first callback is added, that callback alone (no list: one
+    # object less per publish for the garbage collector), and a list from the second on.
     _state = _RUNNING
     _result: Any = None
     _exception: BaseException | None = None
-    _done_callbacks: Any = ()
+    _done_callbacks: Any = NO_CALLBACKS
     #: Set (with ``_condition`` and ``_waiters``) once some thread needs to block on it.
     #: A flag rather than a look into ``__dict__``: that look would build the instance's
     #: dict, one more object per publish for the cyclic garbage collector to walk.
@@ -125,10 +137,13 @@ class PublishFuture(concurrent.futures.Future[T]):
         _CALLBACKS.acquire()  # not ``with``: half the cost, once per publish
         try:
             if self._state != _FINISHED:
-                if self._done_callbacks:
-                    self._done_callbacks.append(fn)
+                callbacks = self._done_callbacks
+                if callbacks is NO_CALLBACKS:
+                    self._done_callbacks = fn
+                elif type(callbacks) is list:
+                    callbacks.append(fn)
                 else:
-                    self._done_callbacks = [fn]
+                    self._done_callbacks = [callbacks, fn]
                 return
         finally:
             _CALLBACKS.release()
@@ -173,7 +188,7 @@ def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int
     waited: list[PublishFuture[Any]] = []
     with _CALLBACKS:
         for i, (future, result) in enumerate(outcomes):
-            if future._done_callbacks or future._state == _FINISHED:
+            if future._done_callbacks is not NO_CALLBACKS or future._state == _FINISHED:
                 skipped.append(i)
                 continue
             future._result = result
@@ -245,7 +260,7 @@ def settle(
             changed += 1
             if error is not None:
                 failed.append((future, error))
-            if future._done_callbacks or future._waited:
+            if future._done_callbacks is not NO_CALLBACKS or future._waited:
                 ready.append(future)
     if ledger is not None:
         for future, error in failed:
@@ -273,11 +288,11 @@ def settle(
                         waiter.add_exception(future)
                 future._condition.notify_all()
         callbacks = future._done_callbacks
-        if callbacks:
-            # The class default (an empty tuple) again: no new list per publish, and
-            # add_done_callback never appends to a resolved future's callbacks.
-            future._done_callbacks = ()
-            for callback in callbacks:
+        if callbacks is not NO_CALLBACKS:
+            # The class default again: add_done_callback never adds to a resolved
+            # future's callbacks.
+            future._done_callbacks = NO_CALLBACKS
+            for callback in callbacks if type(callbacks) is list else (callbacks,):
                 try:
                     callback(future)
                 except Exception:

@@ -244,6 +244,10 @@ def test_settle_acks_resolves_the_leading_plain_acks_in_bulk() -> None:
     with_callback.add_done_callback(lambda f: None)
     pending = {"d0": _Entry(with_callback, 0), "d1": _Entry(PublishFuture(), 0)}
     assert settle_acks(late, pending) == 0 and len(pending) == 2
+    falsy: PublishFuture[Any] = PublishFuture()
+    falsy.add_done_callback(_FalsyCallback([], "cb"))  # a callback, though false
+    pending = {"d0": _Entry(falsy, 0)}
+    assert settle_acks(late, pending) == 0 and len(pending) == 1
     resolved: PublishFuture[Any] = PublishFuture()
     resolved.set_result(None)
     pending = {"d0": _Entry(resolved, 0)}
@@ -452,3 +456,66 @@ def test_settle_logs_a_failing_callback_and_runs_the_others(
     [record] = caplog.records
     assert "exception calling callback" in record.getMessage()
     assert record.exc_info is not None and record.exc_info[0] is ZeroDivisionError
+
+
+class _FalsyCallback:
+    """A callable that is false in a boolean context (it has a length of 0)."""
+
+    def __init__(self, seen: list[object], tag: str) -> None:
+        self.seen = seen
+        self.tag = tag
+
+    def __len__(self) -> int:
+        return 0
+
+    def __call__(self, future: object) -> None:
+        self.seen.append((self.tag, future))
+
+
+def test_a_single_callback_is_kept_without_a_list_and_runs_even_if_falsy() -> None:
+    # One callback is stored as itself (one object less per publish); it must still
+    # count as a callback however it answers bool().
+    seen: list[object] = []
+    lone: Any = PublishFuture()
+    lone.add_done_callback(_FalsyCallback(seen, "lone"))
+    assert isinstance(lone._done_callbacks, _FalsyCallback)
+    pair: Any = PublishFuture()
+    pair.add_done_callback(_FalsyCallback(seen, "first"))
+    pair.add_done_callback(_FalsyCallback(seen, "second"))
+    assert [c.tag for c in pair._done_callbacks] == ["first", "second"]
+    assert settle([(lone, 1, None), (pair, 2, None)]) == 2
+    assert seen == [("lone", lone), ("first", pair), ("second", pair)]
+    assert [lone._done_callbacks, pair._done_callbacks] == [(), ()]
+
+
+def test_acks_for_a_future_with_a_falsy_callback_are_left_to_the_owner() -> None:
+    # The stream's thread resolves only callback-less futures; a falsy callable must
+    # not pass for "none" there either (C and Python paths alike).
+    seen: list[object] = []
+    future: Any = PublishFuture()
+    future.add_done_callback(_FalsyCallback(seen, "cb"))
+    skipped = futures_module.settle_plain([(future, "ack")])
+    assert skipped == [0] and not future.done() and seen == []
+
+
+@needs_c
+def test_run_callbacks_calls_a_single_falsy_callback() -> None:
+    seen: list[object] = []
+    future: Any = PublishFuture()
+    future.add_done_callback(_FalsyCallback(seen, "cb"))
+    future._state = "FINISHED"
+    assert _speedups.run_callbacks([future], 0) == (1, [])
+    assert seen == [("cb", future)] and future._done_callbacks == ()
+
+
+@needs_c
+def test_entries_built_in_c_are_not_tracked_by_the_cyclic_gc() -> None:
+    # Thousands of entries wait for their acks at once; the collector need not walk
+    # them (nothing but the publisher's tables refers to an entry). Their futures,
+    # which users hold and hang callbacks on, stay tracked.
+    from liftbridge_sync._publishing.pending import new_entries, new_entry
+
+    entry = new_entry(b"x", "c", 0, True, 1.0, 2.0)
+    entries, futures = new_entries([b"a", b"b"], ["c1", "c2"], 0, True, 1.0, 2.0)
+    assert not any(gc.is_tracked(e) for e in [entry, *entries])
+    assert all(gc.is_tracked(f) for f in [entry.future, *futures])
