@@ -60,6 +60,10 @@
  *       Entry untracked by the cyclic garbage collector (see new_entry).
  *   make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline) -> entry
  *       The same for one request (its future is entry.future).
+ *   frame_entry(head, value, prefix, n, max_size, partition, wants_ack, timeout,
+ *               deadline) -> entry | None
+ *       frame_id and make_entry in one call (a publish_async): the Entry of the framed
+ *       request, or None (no entry or future made) when it is longer than max_size bytes.
  *   recv_held(fd, size) -> bytes | None
  *       The same for one non-blocking recv() of up to size bytes: the bytes read
  *       (b"" at end of stream), None if none are waiting; OSError otherwise.
@@ -161,32 +165,32 @@ ascii_prefix(PyObject *prefix, const char **data, Py_ssize_t *size)
     return 0;
 }
 
-static PyObject *
-frame_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The framed request for head + value with the correlation id prefix + decimal n, and
+ * that id (new references in *framed_out, *cid_out); -1 on error. */
+static int
+frame_with_id(PyObject *head, PyObject *value, PyObject *prefix_obj, PyObject *n_obj,
+              PyObject **framed_out, PyObject **cid_out)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "frame_id(head, value, prefix, n)");
-        return NULL;
-    }
-    PyObject *head = args[0], *value = args[1];
     if (!PyBytes_CheckExact(head) || !PyBytes_CheckExact(value)) {
         PyErr_SetString(PyExc_TypeError, "head and value must be bytes");
-        return NULL;
+        return -1;
     }
     const char *prefix;
     Py_ssize_t prefix_len;
-    if (ascii_prefix(args[2], &prefix, &prefix_len) < 0)
-        return NULL;
-    long long n = PyLong_AsLongLong(args[3]);
+    if (ascii_prefix(prefix_obj, &prefix, &prefix_len) < 0)
+        return -1;
+    long long n = PyLong_AsLongLong(n_obj);
     if (n == -1 && PyErr_Occurred())
-        return NULL;
+        return -1;
     char small[256];
     char *id = small;
     Py_ssize_t cap = prefix_len + 24;
     if (cap > (Py_ssize_t)sizeof(small)) {
         id = PyMem_Malloc((size_t)cap);
-        if (id == NULL)
-            return PyErr_NoMemory();
+        if (id == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     memcpy(id, prefix, (size_t)prefix_len);
     int digits = snprintf(id + prefix_len, 24, "%lld", n);
@@ -198,8 +202,23 @@ frame_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyMem_Free(id);
     if (cid == NULL) {
         Py_XDECREF(framed);
+        return -1;
+    }
+    *framed_out = framed;
+    *cid_out = cid;
+    return 0;
+}
+
+static PyObject *
+frame_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "frame_id(head, value, prefix, n)");
         return NULL;
     }
+    PyObject *framed, *cid;
+    if (frame_with_id(args[0], args[1], args[2], args[3], &framed, &cid) < 0)
+        return NULL;
     PyObject *result = PyTuple_New(2);
     if (result == NULL) {
         Py_DECREF(framed);
@@ -1042,6 +1061,37 @@ make_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return entry;
 }
 
+/* frame_entry(head, value, prefix, n, max_size, partition, wants_ack, timeout, deadline) */
+static PyObject *
+frame_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError,
+                        "frame_entry(head, value, prefix, n, max_size, partition, wants_ack, "
+                        "timeout, deadline)");
+        return NULL;
+    }
+    if (entry_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+        return NULL;
+    }
+    Py_ssize_t max_size = PyLong_AsSsize_t(args[4]);
+    if (max_size == -1 && PyErr_Occurred())
+        return NULL;
+    PyObject *framed, *cid;
+    if (frame_with_id(args[0], args[1], args[2], args[3], &framed, &cid) < 0)
+        return NULL;
+    PyObject *entry = NULL, *future = NULL;
+    if (PyBytes_GET_SIZE(framed) <= max_size)
+        entry = new_entry(framed, cid, args + 5, &future);
+    else
+        entry = Py_NewRef(Py_None); /* too large: the caller raises */
+    Py_XDECREF(future);
+    Py_DECREF(framed);
+    Py_DECREF(cid);
+    return entry;
+}
+
 /* make_entries(framed, ids, partition, wants_ack, timeout, deadline): see the top. */
 static PyObject *
 make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1090,6 +1140,7 @@ static PyMethodDef methods[] = {
     {"setup_entries", (PyCFunction)(void (*)(void))setup_entries, METH_FASTCALL, NULL},
     {"make_entries", (PyCFunction)(void (*)(void))make_entries, METH_FASTCALL, NULL},
     {"make_entry", (PyCFunction)(void (*)(void))make_entry, METH_FASTCALL, NULL},
+    {"frame_entry", (PyCFunction)(void (*)(void))frame_entry, METH_FASTCALL, NULL},
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},

@@ -36,6 +36,18 @@ def make_entry(
     deadline: float,
     /,
 ) -> Any: ...
+def frame_entry(
+    head: bytes,
+    value: bytes,
+    prefix: str,
+    n: int,
+    max_size: int,
+    partition: int,
+    wants_ack: bool,
+    timeout: float,
+    deadline: float,
+    /,
+) -> Any: ...
 def run_callbacks(
     futures: list[Any], start: int, /
 ) -> tuple[int, list[tuple[Any, BaseException]]]: ...

@@ -18,6 +18,7 @@ from liftbridge_sync._publishing.futures import (
     Unobserved,
 )
 from liftbridge_sync._wire import speedups
+from liftbridge_sync._wire.speedups import frame_id
 from liftbridge_sync.models import Ack
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Outcome",
     "failure",
     "new_entries",
+    "frame_entry",
     "new_entry",
 ]
 
@@ -143,17 +145,41 @@ def new_entry(
     return Entry(framed, correlation_id, partition, wants_ack, PublishFuture(), timeout, deadline)
 
 
+def frame_entry(
+    head: bytes,
+    value: bytes,
+    prefix: str,
+    n: int,
+    max_size: int,
+    partition: int,
+    wants_ack: bool,
+    timeout: float,
+    deadline: float,
+) -> Entry | None:
+    """The :class:`Entry` (with a new future) of a value framed behind a cached
+    ``head`` with the correlation id ``prefix`` + ``n``, as :func:`frame_id` and
+    :func:`new_entry` would make it; ``None`` when the framed request is longer than
+    ``max_size`` bytes. One call per ``publish_async`` with the C speedups."""
+    framed, correlation_id = frame_id(head, value, prefix, n)
+    if len(framed) > max_size:
+        return None
+    return new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
+
+
 _py_new_entries = new_entries  # the pure-Python versions (the tests compare)
 _py_new_entry = new_entry
+_py_frame_entry = frame_entry
 
 if (
     speedups.make_entries is not None
     and speedups.make_entry is not None
+    and speedups.frame_entry is not None
     and speedups.setup_entries is not None
 ):
     speedups.setup_entries(Entry, PublishFuture)
     new_entries = speedups.make_entries  # noqa: F811 - the same functions, in C
     new_entry = speedups.make_entry  # noqa: F811
+    frame_entry = speedups.frame_entry  # noqa: F811
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

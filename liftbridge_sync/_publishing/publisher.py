@@ -44,6 +44,7 @@ from liftbridge_sync._publishing.pending import (
     Close,
     Entry,
     failure,
+    frame_entry,
     new_entries,
     new_entry,
 )
@@ -143,17 +144,26 @@ class Publisher(AnswerHandling):
             raise self._closed_error()
         # head()'s cache lookup inline: one Python call less per message.
         cached = _heads.get((stream, partition, ack_policy))
-        framed, correlation_id = frame_id(
-            cached if cached is not None else head(stream, partition, ack_policy),
-            value,
-            self._id_prefix,
-            next(self._ids),
-        )
-        if len(framed) > self._max_message:
-            raise self._too_large(len(framed))
+        if cached is None:
+            cached = head(stream, partition, ack_policy)
+        n = next(self._ids)
         wants_ack = ack_policy is not _NO_ACK
         deadline = self._clock() + timeout
-        entry = new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
+        entry = frame_entry(
+            cached,
+            value,
+            self._id_prefix,
+            n,
+            self._max_message,
+            partition,
+            wants_ack,
+            timeout,
+            deadline,
+        )
+        if entry is None:
+            raise self._too_large(len(frame_id(cached, value, self._id_prefix, n)[0]))
+        framed = entry.framed
+        correlation_id = entry.correlation_id
         future: AckFuture = entry.future
         pending = self._pending
         lock = self._send_lock

@@ -17,9 +17,10 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
 * :data:`run_callbacks`: ``None`` in pure Python; in C, runs the done-callbacks of
   resolved futures nobody waits on (see :func:`~liftbridge_sync._publishing.futures.settle`).
-* :data:`make_entries` / :data:`make_entry`: ``None`` in pure Python; in C, the
-  publisher's entries and futures for framed requests (see
-  :func:`~liftbridge_sync._publishing.pending.new_entries`).
+* :data:`make_entries` / :data:`make_entry` / :data:`frame_entry`: ``None`` in pure
+  Python; in C, the publisher's entries and futures for framed requests (see
+  :func:`~liftbridge_sync._publishing.pending.new_entries` and
+  :func:`~liftbridge_sync._publishing.pending.frame_entry`).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -37,6 +38,7 @@ from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = [
     "ACTIVE",
+    "frame_entry",
     "frame_id",
     "frame_values",
     "make_entries",
@@ -115,6 +117,9 @@ make_entries: Callable[..., tuple[list[Any], list[Any]]] | None = None
 run_callbacks: Callable[[list[Any], int], tuple[int, list[tuple[Any, BaseException]]]] | None = None
 #: ``make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)``.
 make_entry: Callable[..., Any] | None = None
+#: ``frame_entry(head, value, prefix, n, max_size, partition, wants_ack, timeout,
+#: deadline) -> entry | None`` (``None``: longer than ``max_size``).
+frame_entry: Callable[..., Any] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -133,5 +138,6 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         setup_entries = _speedups.setup_entries
         make_entries = _speedups.make_entries
         make_entry = _speedups.make_entry
+        frame_entry = _speedups.frame_entry
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True

@@ -403,6 +403,33 @@ def test_new_entry_matches_the_python_construction() -> None:
     )
 
 
+@pytest.mark.parametrize("which", ["active", "python"])
+def test_frame_entry_is_frame_id_and_new_entry_in_one(which: str) -> None:
+    from liftbridge_sync._publishing import pending
+
+    make = pending.frame_entry if which == "active" else pending._py_frame_entry
+    cached = head("orders", 3, AckPolicy.ALL)
+    value = b"v" * 300
+    framed, correlation_id = speedups.frame_id(cached, value, "p.", 41)
+    built = make(cached, value, "p.", 41, len(framed), 3, True, 2.0, 9.0)
+    assert type(built) is pending.Entry and type(built.future) is PublishFuture
+    assert (built.framed, built.correlation_id, built.partition, built.wants_ack) == (
+        framed,
+        correlation_id,
+        3,
+        True,
+    )
+    assert (built.timeout, built.deadline, built.seq, built.resent_at, built.key) == (
+        2.0,
+        9.0,
+        0,
+        0.0,
+        None,
+    )
+    # One byte over the limit: nothing is built.
+    assert make(cached, value, "p.", 41, len(framed) - 1, 3, True, 2.0, 9.0) is None
+
+
 @needs_c
 def test_run_callbacks_runs_them_in_order_and_stops_at_a_waited_future() -> None:
     calls: list[tuple[str, int]] = []
