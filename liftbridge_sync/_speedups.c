@@ -86,6 +86,54 @@ static PyObject *zero = NULL;
 static PyObject *n_stream, *n_partition, *n_partition_subject, *n_message_subject, *n_offset,
     *n_ack_inbox, *n_correlation_id, *n_ack_policy, *n_reception, *n_commit, *n_ack_error;
 
+enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
+       E_RESENT_AT, E_KEY, ENTRY_FIELDS };
+static const char *entry_fields[ENTRY_FIELDS] = {
+    "framed", "correlation_id", "partition", "wants_ack", "future",
+    "timeout", "deadline", "seq", "resent_at", "key",
+};
+static PyTypeObject *entry_type = NULL;
+static PyObject *future_type = NULL;
+static Py_ssize_t entry_offsets[ENTRY_FIELDS];
+static PyObject *zero_float = NULL;
+
+/* The Ack class's slots, in the order parse_response fills them. */
+enum { A_STREAM, A_PARTITION, A_PSUBJECT, A_MSUBJECT, A_OFFSET, A_INBOX, A_CID, A_POLICY,
+       A_RECEPTION, A_COMMIT, A_ERROR, ACK_FIELDS };
+static const char *ack_fields[ACK_FIELDS] = {
+    "stream", "partition", "partition_subject", "message_subject", "offset", "ack_inbox",
+    "correlation_id", "ack_policy", "reception_timestamp_ns", "commit_timestamp_ns",
+    "ack_error",
+};
+static Py_ssize_t ack_offsets[ACK_FIELDS];
+
+/* The offsets of a __slots__-only class's object slots (T_OBJECT_EX members defined on
+ * the class itself), so that hot paths read and write them directly instead of going
+ * through attribute lookup (and, for frozen dataclasses, around __setattr__); -1 with
+ * TypeError if the class is not laid out so. */
+static int
+slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
+             const char *what)
+{
+    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+        PyErr_Format(PyExc_TypeError, "%s must use __slots__ only", what);
+        return -1;
+    }
+    for (int i = 0; i < count; i++) {
+        PyObject *descr = PyDict_GetItemString(type->tp_dict, names[i]);
+        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s has no slot %s", what, names[i]);
+            return -1;
+        }
+        out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+    }
+    return 0;
+}
+
+/* The object in a slot (borrowed; NULL if unset). */
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
 static size_t
 put_varint(uint8_t *p, uint64_t v)
 {
@@ -376,17 +424,6 @@ text(span s, PyObject **last)
     return str;
 }
 
-static int
-set_slot(PyObject *obj, PyObject *name, PyObject *value)
-{
-    /* The slot's descriptor, bypassing the frozen dataclass's __setattr__. */
-    if (value == NULL)
-        return -1;
-    int rc = PyObject_GenericSetAttr(obj, name, value);
-    Py_DECREF(value);
-    return rc;
-}
-
 #define STRING_FIELDS 5
 enum { F_STREAM, F_PSUBJECT, F_MSUBJECT, F_INBOX, F_CID };
 
@@ -480,21 +517,27 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
     }
     int32_t wire_policy = (int32_t)policy;
     PyObject *policy_obj = PyTuple_GET_ITEM(policies, 0 <= wire_policy && wire_policy < 3 ? wire_policy : 0);
+    PyObject *slots[ACK_FIELDS] = {
+        values[F_STREAM],
+        Py_NewRef(minus_one),
+        values[F_PSUBJECT],
+        values[F_MSUBJECT],
+        PyLong_FromLongLong((long long)(int64_t)offset),
+        values[F_INBOX],
+        values[F_CID],
+        Py_NewRef(policy_obj),
+        reception ? PyLong_FromLongLong((long long)(int64_t)reception) : Py_NewRef(zero),
+        commit ? PyLong_FromLongLong((long long)(int64_t)commit) : Py_NewRef(zero),
+        Py_NewRef(Py_None),
+    };
+    /* Straight into the fresh object's (empty) slots: no attribute lookups, and around
+     * the frozen dataclass's __setattr__. The object owns every reference from here. */
     int failed = 0;
-    failed |= set_slot(obj, n_stream, values[F_STREAM]);
-    failed |= set_slot(obj, n_partition, Py_NewRef(minus_one));
-    failed |= set_slot(obj, n_partition_subject, values[F_PSUBJECT]);
-    failed |= set_slot(obj, n_message_subject, values[F_MSUBJECT]);
-    failed |= set_slot(obj, n_offset, PyLong_FromLongLong((long long)(int64_t)offset));
-    failed |= set_slot(obj, n_ack_inbox, values[F_INBOX]);
-    failed |= set_slot(obj, n_correlation_id, values[F_CID]);
-    failed |= set_slot(obj, n_ack_policy, Py_NewRef(policy_obj));
-    failed |= set_slot(obj, n_reception,
-                       reception ? PyLong_FromLongLong((long long)(int64_t)reception)
-                                 : Py_NewRef(zero));
-    failed |= set_slot(obj, n_commit,
-                       commit ? PyLong_FromLongLong((long long)(int64_t)commit) : Py_NewRef(zero));
-    failed |= set_slot(obj, n_ack_error, Py_NewRef(Py_None));
+    for (int i = 0; i < ACK_FIELDS; i++) {
+        if (slots[i] == NULL)
+            failed = 1;
+        SLOT(obj, ack_offsets[i]) = slots[i];
+    }
     if (failed) {
         Py_DECREF(obj);
         return -1;
@@ -667,9 +710,12 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
 {
     int rc = -1;
     PyObject *future = NULL, *callbacks = NULL, *state = NULL, *partition = NULL, *waited = NULL;
-    PyObject *cid = PyObject_GetAttr(ack, n_correlation_id);
-    if (cid == NULL)
+    /* The caller checked that ack is an Ack (so its slots are at ack_offsets). */
+    PyObject *cid = Py_XNewRef(SLOT(ack, ack_offsets[A_CID]));
+    if (cid == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "correlation_id");
         return -1;
+    }
     PyObject *entry = PyDict_GetItemWithError(pending, cid);
     if (entry == NULL) {
         rc = PyErr_Occurred() ? -1 : owner; /* the owner ignores an ack nobody waits for */
@@ -677,9 +723,14 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         return rc;
     }
     Py_INCREF(entry);
-    future = PyObject_GetAttr(entry, n_future);
-    if (future == NULL)
+    int slotted = entry_type != NULL && Py_IS_TYPE(entry, entry_type);
+    future = slotted ? Py_XNewRef(SLOT(entry, entry_offsets[E_FUTURE]))
+                     : PyObject_GetAttr(entry, n_future);
+    if (future == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "future");
         goto done;
+    }
     callbacks = PyObject_GetAttr(future, n_done_callbacks);
     state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
     if (state == NULL)
@@ -698,9 +749,15 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
         goto done;
     }
-    partition = PyObject_GetAttr(entry, n_partition);
-    if (partition == NULL || PyObject_GenericSetAttr(ack, n_partition, partition) < 0 ||
-        PyObject_SetAttr(future, n_result, ack) < 0 ||
+    partition = slotted ? Py_XNewRef(SLOT(entry, entry_offsets[E_PARTITION]))
+                        : PyObject_GetAttr(entry, n_partition);
+    if (partition == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_AttributeError, "partition");
+        goto done;
+    }
+    Py_XSETREF(SLOT(ack, ack_offsets[A_PARTITION]), Py_NewRef(partition));
+    if (PyObject_SetAttr(future, n_result, ack) < 0 ||
         PyObject_SetAttr(future, n_state, s_finished) < 0)
         goto done;
     /* A flag, not a look into __dict__ (which would build the dict: one more object
@@ -889,6 +946,10 @@ setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "setup(Ack, (LEADER, ALL, NONE))");
         return NULL;
     }
+    Py_ssize_t offsets[ACK_FIELDS];
+    if (slot_offsets((PyTypeObject *)args[0], ack_fields, ACK_FIELDS, offsets, "setup: Ack") < 0)
+        return NULL;
+    memcpy(ack_offsets, offsets, sizeof offsets);
     Py_XSETREF(ack_type, Py_NewRef(args[0]));
     Py_XSETREF(policies, Py_NewRef(args[1]));
     Py_RETURN_NONE;
@@ -973,16 +1034,6 @@ recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* ------------------------------------------------------------------ entries */
 
-enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
-       E_RESENT_AT, E_KEY, ENTRY_FIELDS };
-static const char *entry_fields[ENTRY_FIELDS] = {
-    "framed", "correlation_id", "partition", "wants_ack", "future",
-    "timeout", "deadline", "seq", "resent_at", "key",
-};
-static PyTypeObject *entry_type = NULL;
-static PyObject *future_type = NULL;
-static Py_ssize_t entry_offsets[ENTRY_FIELDS];
-static PyObject *zero_float = NULL;
 
 static PyObject *
 setup_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -992,22 +1043,9 @@ setup_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyTypeObject *type = (PyTypeObject *)args[0];
-    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
-        PyErr_SetString(PyExc_TypeError, "setup_entries: Entry must use __slots__ only");
-        return NULL;
-    }
     Py_ssize_t offsets[ENTRY_FIELDS];
-    for (int i = 0; i < ENTRY_FIELDS; i++) {
-        /* The slot's member descriptor, on the class itself (not a base). */
-        PyObject *descr = PyDict_GetItemString(type->tp_dict, entry_fields[i]);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "setup_entries: Entry has no slot %s",
-                         entry_fields[i]);
-            return NULL;
-        }
-        offsets[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
-    }
+    if (slot_offsets(type, entry_fields, ENTRY_FIELDS, offsets, "setup_entries: Entry") < 0)
+        return NULL;
     memcpy(entry_offsets, offsets, sizeof offsets);
     Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(type));
     Py_XSETREF(future_type, Py_NewRef(args[1]));

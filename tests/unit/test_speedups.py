@@ -546,3 +546,30 @@ def test_entries_built_in_c_are_not_tracked_by_the_cyclic_gc() -> None:
     entries, futures = new_entries([b"a", b"b"], ["c1", "c2"], 0, True, 1.0, 2.0)
     assert not any(gc.is_tracked(e) for e in [entry, *entries])
     assert all(gc.is_tracked(f) for f in [entry.future, *futures])
+
+
+@needs_c
+def test_settle_acks_reads_real_entries_through_their_slots() -> None:
+    # Entries of the publisher's own class are read by slot offset (other objects by
+    # attribute, as above); the ack's partition is written into its slot.
+    from liftbridge_sync._publishing.pending import new_entry
+
+    acks = [ack_from_proto(api_pb2.Ack(correlationId=f"e{i}", offset=i), -1) for i in range(3)]
+    entries = [new_entry(b"x", f"e{i}", 5 + i, True, 1.0, 2.0) for i in range(3)]
+    pending: dict[str, Any] = {e.correlation_id: e for e in entries}
+    assert settle_acks(acks, pending) == 3 and not pending
+    assert [e.future.result(0) for e in entries] == acks
+    assert [a.partition for a in acks] == [5, 6, 7]
+
+
+@needs_c
+def test_setup_refuses_an_ack_class_without_its_slots_and_keeps_the_old_one() -> None:
+    with pytest.raises(TypeError, match="slot"):
+        _speedups.setup(PublishFuture, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
+    # Still set up with the real Ack: decoding works as before.
+    ack = api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="z", offset=9))
+    message = ack.SerializeToString()
+    payload = b"\0" + len(message).to_bytes(4, "big") + message
+    frame = len(payload).to_bytes(3, "big") + b"\0\0" + (1).to_bytes(4, "big") + payload
+    _, got, _, _, _ = _speedups.scan_acks(bytearray(frame), 0, 1, 16384)
+    assert [(a.correlation_id, a.offset, a.partition) for a in got] == [("z", 9, -1)]
