@@ -12,7 +12,7 @@
  *       (prefix + decimal n).
  *   frame_values(head, values, base) -> (framed_list, id_list)
  *       The same for the leading exact-bytes items of a list, ids base + "." + index.
- *   scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs)
+ *   scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs, windows)
  *       Reads, from pos on, whole HTTP/2 DATA frames of stream_id without flags, each
  *       holding whole gRPC messages only, each a PublishResponse with a successful
  *       ack carrying a correlation id, straight into Ack objects (partition -1: the
@@ -23,7 +23,10 @@
  *       in pongs, for the connection to send; PING ACKs are dropped); its SETTINGS and
  *       WINDOW_UPDATE frames (and our stream's WINDOW_UPDATE) are skipped
  *       and returned, concatenated, in control (for h2: their order relative to our
- *       stream's DATA does not matter).
+ *       stream's DATA does not matter), except WINDOW_UPDATEs with a non-zero
+ *       increment: windows is None, or (connection increment, stream increment, their
+ *       frames) for the caller to add to h2's windows itself (h2 parses a frame in
+ *       tens of microseconds) or, where h2's state forbids that, to give h2.
  *   settle_acks(acks, pending, lock, owner) -> (count, ready)
  *       Resolves, under lock (the futures module's callback lock), the leading run of
  *       Ack objects (from scan_acks) with the publisher's entries (pending[correlation
@@ -64,6 +67,10 @@
  *               deadline) -> entry | None
  *       frame_id and make_entry in one call (a publish_async): the Entry of the framed
  *       request, or None (no entry or future made) when it is longer than max_size bytes.
+ *   pop_answered(queue, pending) -> bool
+ *       Pops the entries no longer in the publisher's pending table (pending[its
+ *       correlation id] is not that entry) off the head of a deadline queue (a deque);
+ *       whether a pending entry is left at its head.
  *   recv_held(fd, size) -> bytes | None
  *       The same for one non-blocking recv() of up to size bytes: the bytes read
  *       (b"" at end of stream), None if none are waiting; OSError otherwise.
@@ -583,6 +590,9 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t payload = 0;
     char *control = NULL, *pong = NULL;
     Py_ssize_t control_len = 0, control_cap = 0, pong_len = 0, pong_cap = 0;
+    char updates[13 * 64]; /* the WINDOW_UPDATE frames summed, as received */
+    Py_ssize_t updates_len = 0;
+    long long connection_increment = 0, stream_increment = 0;
     if (acks == NULL)
         goto fail;
     if (pos < 0)
@@ -621,10 +631,26 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if ((stream == 0 && (h[3] == 4 || h[3] == 6 || h[3] == 8)) ||
             (stream == sid && h[3] == 8)) {
             /* SETTINGS, PING, WINDOW_UPDATE of the connection and our stream's
-             * WINDOW_UPDATE: collected for h2. */
+             * WINDOW_UPDATE: collected for h2, except the WINDOW_UPDATEs with a valid
+             * increment, which are summed (the caller adds them to h2's windows when
+             * it may, and gives h2 their frames otherwise). */
             if ((h[3] == 4 && length % 6) || (h[3] == 6 && length != 8) ||
                 (h[3] == 8 && length != 4))
                 break; /* Python raises the FrameError */
+            uint32_t increment = h[3] == 8 ? be32(h + 9) & 0x7FFFFFFF : 0;
+            if (increment != 0) {
+                if (updates_len + 13 > (Py_ssize_t)sizeof(updates)) {
+                    break; /* more than fit: the Python reader takes what is left */
+                }
+                memcpy(updates + updates_len, h, 13);
+                updates_len += 13;
+                if (stream == 0)
+                    connection_increment += increment;
+                else
+                    stream_increment += increment;
+                pos = end;
+                continue;
+            }
             if (control_len + 9 + length > control_cap) {
                 Py_ssize_t cap = (control_len + 9 + length) * 2 + 64;
                 char *grown = PyMem_Realloc(control, (size_t)cap);
@@ -682,13 +708,17 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *pongs = PyBytes_FromStringAndSize(pong, pong_len);
     PyMem_Free(control);
     PyMem_Free(pong);
-    if (frames == NULL || pongs == NULL) {
+    PyObject *windows = updates_len == 0 ? Py_NewRef(Py_None)
+                                         : Py_BuildValue("(LLy#)", connection_increment,
+                                                         stream_increment, updates, updates_len);
+    if (frames == NULL || pongs == NULL || windows == NULL) {
         Py_XDECREF(frames);
         Py_XDECREF(pongs);
+        Py_XDECREF(windows);
         Py_DECREF(acks);
         return NULL;
     }
-    return Py_BuildValue("(nNnNN)", pos, acks, payload, frames, pongs);
+    return Py_BuildValue("(nNnNNN)", pos, acks, payload, frames, pongs, windows);
 fail:
     PyMem_Free(control);
     PyMem_Free(pong);
@@ -702,7 +732,7 @@ fail:
 /* ------------------------------------------------------------------ settling */
 
 static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_waited,
-    *n_acquire, *n_release, *s_finished;
+    *n_acquire, *n_release, *n_popleft, *s_finished;
 
 /* Resolve one ack's future; 1 taken, 0 left (not an error), -1 error. */
 static int
@@ -1099,6 +1129,52 @@ make_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return entry;
 }
 
+/* pop_answered(queue, pending) -> bool: see the top. */
+static PyObject *
+pop_answered(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "pop_answered(queue: deque, pending: dict)");
+        return NULL;
+    }
+    if (entry_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+        return NULL;
+    }
+    PyObject *queue = args[0], *pending = args[1];
+    for (;;) {
+        Py_ssize_t size = PyObject_Length(queue);
+        if (size < 0)
+            return NULL;
+        if (size == 0)
+            Py_RETURN_FALSE;
+        PyObject *head = PySequence_GetItem(queue, 0);
+        if (head == NULL)
+            return NULL;
+        PyObject *cid = Py_IS_TYPE(head, entry_type)
+                            ? Py_XNewRef(SLOT(head, entry_offsets[E_CID]))
+                            : PyObject_GetAttr(head, n_correlation_id);
+        if (cid == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_AttributeError, "correlation_id");
+            Py_DECREF(head);
+            return NULL;
+        }
+        PyObject *found = PyDict_GetItemWithError(pending, cid);
+        int still_pending = found == head;
+        Py_DECREF(cid);
+        Py_DECREF(head);
+        if (found == NULL && PyErr_Occurred())
+            return NULL;
+        if (still_pending)
+            Py_RETURN_TRUE;
+        PyObject *popped = PyObject_CallMethodNoArgs(queue, n_popleft);
+        if (popped == NULL)
+            return NULL;
+        Py_DECREF(popped);
+    }
+}
+
 /* frame_entry(head, value, prefix, n, max_size, partition, wants_ack, timeout, deadline) */
 static PyObject *
 frame_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -1179,6 +1255,7 @@ static PyMethodDef methods[] = {
     {"make_entries", (PyCFunction)(void (*)(void))make_entries, METH_FASTCALL, NULL},
     {"make_entry", (PyCFunction)(void (*)(void))make_entry, METH_FASTCALL, NULL},
     {"frame_entry", (PyCFunction)(void (*)(void))frame_entry, METH_FASTCALL, NULL},
+    {"pop_answered", (PyCFunction)(void (*)(void))pop_answered, METH_FASTCALL, NULL},
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
@@ -1216,6 +1293,7 @@ PyInit__speedups(void)
     INTERN(n_waited, "_waited");
     INTERN(n_acquire, "acquire");
     INTERN(n_release, "release");
+    INTERN(n_popleft, "popleft");
     INTERN(s_finished, "FINISHED");
     empty_str = PyUnicode_FromStringAndSize("", 0);
     minus_one = PyLong_FromLong(-1);

@@ -37,6 +37,7 @@ from liftbridge_sync._publishing.pending import (
     Forwarded,
     Outcome,
     failure,
+    pop_answered,
 )
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
@@ -78,17 +79,6 @@ def _opener_for(transport: str) -> StreamOpener:
         opener: StreamOpener = module.open_h2_stream
         return opener
     return open_grpc_stream
-
-
-def _pop_answered(queue_: collections.deque[Entry], pending: dict[str, Entry]) -> bool:
-    """Pop the answered entries (those no longer pending) off the head of a deadline
-    queue, under the send lock; whether a pending entry is left at its head."""
-    while queue_:
-        entry = queue_[0]
-        if pending.get(entry.correlation_id) is entry:
-            return True
-        queue_.popleft()
-    return False
 
 
 class OwnerLoop:
@@ -247,7 +237,7 @@ class OwnerLoop:
         # (_drop_answered), and two threads popping one deque could drop a live entry.
         with self._send_lock:
             for queue_ in self._expiry.values():
-                while _pop_answered(queue_, pending):
+                while pop_answered(queue_, pending):
                     entry = queue_[0]
                     if entry.deadline <= now:
                         queue_.popleft()
@@ -289,7 +279,7 @@ class OwnerLoop:
             return
         try:
             for queue_ in self._expiry.values():
-                _pop_answered(queue_, self._pending)
+                pop_answered(queue_, self._pending)
         finally:
             self._send_lock.release()
 

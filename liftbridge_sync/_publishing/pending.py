@@ -7,6 +7,7 @@ of answers (:mod:`.answers`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import threading
 from typing import Any
@@ -38,6 +39,7 @@ __all__ = [
     "new_entries",
     "frame_entry",
     "new_entry",
+    "pop_answered",
 ]
 
 AckFuture = PublishFuture[Ack | None]
@@ -166,20 +168,34 @@ def frame_entry(
     return new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
 
 
+def pop_answered(queue_: collections.deque[Entry], pending: dict[str, Entry]) -> bool:
+    """Pop the answered entries (those no longer pending) off the head of a deadline
+    queue, under the send lock; whether a pending entry is left at its head."""
+    while queue_:
+        entry = queue_[0]
+        if pending.get(entry.correlation_id) is entry:
+            return True
+        queue_.popleft()
+    return False
+
+
 _py_new_entries = new_entries  # the pure-Python versions (the tests compare)
 _py_new_entry = new_entry
 _py_frame_entry = frame_entry
+_py_pop_answered = pop_answered
 
 if (
     speedups.make_entries is not None
     and speedups.make_entry is not None
     and speedups.frame_entry is not None
+    and speedups.pop_answered is not None
     and speedups.setup_entries is not None
 ):
     speedups.setup_entries(Entry, PublishFuture)
     new_entries = speedups.make_entries  # noqa: F811 - the same functions, in C
     new_entry = speedups.make_entry  # noqa: F811
     frame_entry = speedups.frame_entry  # noqa: F811
+    pop_answered = speedups.pop_answered  # noqa: F811
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,10 +17,10 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   run of those acks in bulk (see :func:`~liftbridge_sync._publishing.futures.settle_acks`).
 * :data:`run_callbacks`: ``None`` in pure Python; in C, runs the done-callbacks of
   resolved futures nobody waits on (see :func:`~liftbridge_sync._publishing.futures.settle`).
-* :data:`make_entries` / :data:`make_entry` / :data:`frame_entry`: ``None`` in pure
-  Python; in C, the publisher's entries and futures for framed requests (see
-  :func:`~liftbridge_sync._publishing.pending.new_entries` and
-  :func:`~liftbridge_sync._publishing.pending.frame_entry`).
+* :data:`make_entries` / :data:`make_entry` / :data:`frame_entry` /
+  :data:`pop_answered`: ``None`` in pure Python; in C, the publisher's entries and
+  futures for framed requests, and answered entries off a deadline queue (see
+  :mod:`~liftbridge_sync._publishing.pending`).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -43,6 +43,7 @@ __all__ = [
     "frame_values",
     "make_entries",
     "make_entry",
+    "pop_answered",
     "recv_held",
     "run_callbacks",
     "scan_acks",
@@ -97,12 +98,18 @@ def _py_frame_values(head: bytes, values: list[object], base: str) -> tuple[list
 
 frame_id: Callable[[bytes, bytes, str, int], tuple[bytes, str]] = _py_frame_id
 frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]] = _py_frame_values
-#: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs)``:
-#: ``control`` holds the SETTINGS/WINDOW_UPDATE frames skipped on the way (for h2),
-#: ``pongs`` the PING ACK frames answering the connection's PINGs (to send).
-scan_acks: Callable[[bytearray, int, int, int], tuple[int, list[Ack], int, bytes, bytes]] | None = (
-    None
-)
+#: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs,
+#: windows)``: ``control`` holds the SETTINGS (and zero-increment WINDOW_UPDATE) frames
+#: skipped on the way (for h2), ``pongs`` the PING ACK frames answering the connection's
+#: PINGs (to send), ``windows`` ``None`` or the WINDOW_UPDATE increments of the
+#: connection and of the stream, with their frames.
+scan_acks: (
+    Callable[
+        [bytearray, int, int, int],
+        tuple[int, list[Ack], int, bytes, bytes, tuple[int, int, bytes] | None],
+    ]
+    | None
+) = None
 #: ``settle_acks(acks, pending, lock, owner) -> (count, futures_to_wake_or_call_back)``.
 settle_acks: Callable[[list[Any], dict[str, Any], Any, bool], tuple[int, list[Any]]] | None = None
 #: ``send_held(fd, data) -> bytes sent`` (0: would block); raises ``OSError``.
@@ -120,6 +127,8 @@ make_entry: Callable[..., Any] | None = None
 #: ``frame_entry(head, value, prefix, n, max_size, partition, wants_ack, timeout,
 #: deadline) -> entry | None`` (``None``: longer than ``max_size``).
 frame_entry: Callable[..., Any] | None = None
+#: ``pop_answered(deadline_queue, pending) -> whether a pending entry is at its head``.
+pop_answered: Callable[..., bool] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -139,5 +148,6 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         make_entries = _speedups.make_entries
         make_entry = _speedups.make_entry
         frame_entry = _speedups.frame_entry
+        pop_answered = _speedups.pop_answered
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True

@@ -135,14 +135,21 @@ _acks = st.builds(
 def test_scan_acks_reads_what_protobuf_reads(acks: list[api_pb2.Ack], per_frame: int) -> None:
     messages = [_message(api_pb2.PublishResponse(ack=a)) for a in acks]
     data = bytearray()
+    updates = bytearray()
     for i in range(0, len(messages), per_frame):
         data += _frame(b"".join(messages[i : i + per_frame]))
-        data += _frame(b"\0\0\0\1", sid=0, kind=8)  # WINDOW_UPDATE: left for h2
-    pos, got, payload, control, pongs = _speedups.scan_acks(data, 0, 1, 16384)
+        # WINDOW_UPDATEs, of the connection and of the stream: summed, frames kept.
+        update = _frame(b"\0\0\0\3", sid=0, kind=8) + _frame(b"\0\0\1\0", sid=1, kind=8)
+        data += update
+        updates += update
+    data += _frame(b"\0\0\0\0", sid=0, kind=8)  # a zero increment: left for h2 (an error)
+    pos, got, payload, control, pongs, windows = _speedups.scan_acks(data, 0, 1, 16384)
     assert pos == len(data)
     assert got == [ack_from_proto(a, -1) for a in acks]
     assert payload == sum(map(len, messages))
-    assert len(control) == 13 * len(range(0, len(messages), per_frame))
+    assert control == _frame(b"\0\0\0\0", sid=0, kind=8)
+    frames = len(range(0, len(messages), per_frame))
+    assert windows == (3 * frames, 256 * frames, bytes(updates))
     assert pongs == b""
 
 
@@ -152,8 +159,8 @@ def test_scan_acks_answers_pings_and_drops_ping_acks() -> None:
     ping = _frame(b"12345678", sid=0, kind=6)
     ping_ack = _frame(b"abcdefgh", sid=0, kind=6, flags=1)
     data = bytearray(good + ping + ping_ack + good + ping)
-    pos, got, _, control, pongs = _speedups.scan_acks(data, 0, 1, 16384)
-    assert pos == len(data) and len(got) == 2 and control == b""
+    pos, got, _, control, pongs, windows = _speedups.scan_acks(data, 0, 1, 16384)
+    assert pos == len(data) and len(got) == 2 and control == b"" and windows is None
     assert pongs == 2 * _frame(b"12345678", sid=0, kind=6, flags=1)
 
 
@@ -193,10 +200,10 @@ def test_scan_acks_leaves_everything_else_to_python() -> None:
     others.append(_frame(_message_raw(b"\x0a" + bytes([len(bad_utf8)]) + bad_utf8)))
     for other in others:
         data = bytearray(good + other + good)
-        pos, got, _, _, _ = _speedups.scan_acks(data, 0, 1, 16384)
+        pos, got, _, _, _, _ = _speedups.scan_acks(data, 0, 1, 16384)
         assert (pos, len(got)) == (len(good), 1), other
     for partial in range(1, len(good)):
-        pos, got, _, _, _ = _speedups.scan_acks(bytearray(good + good[:partial]), 0, 1, 16384)
+        pos, got, _, _, _, _ = _speedups.scan_acks(bytearray(good + good[:partial]), 0, 1, 16384)
         assert (pos, len(got)) == (len(good), 1)
 
 
@@ -209,7 +216,7 @@ def _message_raw(data: bytes) -> bytes:
 @given(garbage=st.binary(max_size=200), start=st.integers(0, 20))
 def test_scan_acks_on_garbage_stops_cleanly(garbage: bytes, start: int) -> None:
     data = bytearray(garbage)
-    pos, got, payload, control, pongs = _speedups.scan_acks(data, start, 1, 16384)
+    pos, got, payload, control, pongs, windows = _speedups.scan_acks(data, start, 1, 16384)
     assert pos == start or start <= pos <= len(data)
     assert payload <= len(data)
     for ack in got:
@@ -305,7 +312,7 @@ def test_futures_created_in_bulk_before_any_resolves_carry_no_dict() -> None:
 @needs_c
 def test_an_ack_read_by_the_c_reader_is_not_tracked_by_the_garbage_collector() -> None:
     data = _frame(_message(api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="a"))))
-    _, acks, _, _, _ = _speedups.scan_acks(bytearray(data), 0, 1, 16384)
+    _, acks, _, _, _, _ = _speedups.scan_acks(bytearray(data), 0, 1, 16384)
     assert [a.correlation_id for a in acks] == ["a"]
     assert not gc.is_tracked(acks[0])
 
@@ -571,5 +578,27 @@ def test_setup_refuses_an_ack_class_without_its_slots_and_keeps_the_old_one() ->
     message = ack.SerializeToString()
     payload = b"\0" + len(message).to_bytes(4, "big") + message
     frame = len(payload).to_bytes(3, "big") + b"\0\0" + (1).to_bytes(4, "big") + payload
-    _, got, _, _, _ = _speedups.scan_acks(bytearray(frame), 0, 1, 16384)
+    _, got, _, _, _, _ = _speedups.scan_acks(bytearray(frame), 0, 1, 16384)
     assert [(a.correlation_id, a.offset, a.partition) for a in got] == [("z", 9, -1)]
+
+
+@pytest.mark.parametrize("which", ["active", "python"])
+def test_pop_answered_pops_only_the_answered_head(which: str) -> None:
+    import collections
+
+    from liftbridge_sync._publishing import pending as pending_module
+
+    pop = pending_module.pop_answered if which == "active" else pending_module._py_pop_answered
+    entries = [pending_module.new_entry(b"x", f"q{i}", 0, True, 1.0, 2.0) for i in range(5)]
+    queue_ = collections.deque(entries)
+    # q0 answered, q1 re-entered under a new entry object (a re-send), q2 pending, q3
+    # answered behind it: only the head run goes.
+    pending: dict[str, Any] = {"q1": pending_module.new_entry(b"y", "q1", 0, True, 1.0, 2.0)}
+    pending["q2"] = entries[2]
+    pending["q4"] = entries[4]
+    assert pop(queue_, pending) is True
+    assert list(queue_) == entries[2:]
+    del pending["q2"]
+    assert pop(queue_, pending) is True and list(queue_) == entries[4:]
+    pending.clear()
+    assert pop(queue_, pending) is False and not queue_

@@ -1,0 +1,102 @@
+"""The publish stream's reader adds WINDOW_UPDATE increments to h2's windows itself.
+
+h2 parses a WINDOW_UPDATE frame in tens of microseconds and the broker sends them all
+the time, so the C reader sums them; the reader adds the sums as h2 would, and leaves
+the frames to h2 where h2 would do more than add (closed streams, overflowing windows).
+"""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import h2.exceptions
+import pytest
+
+from liftbridge_sync._transport.h2.framing import window_update
+from liftbridge_sync._transport.h2.responses import MAX_WINDOW, ResponseReader
+from liftbridge_sync._wire import speedups
+
+_HEADERS = [(":method", "POST"), (":scheme", "http"), (":path", "/p"), (":authority", "a")]
+
+
+def _opened() -> tuple[h2.connection.H2Connection, bytes]:
+    """A client with stream 1 open, and the server's answer (SETTINGS and response
+    headers) still to be received."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    client.initiate_connection()
+    client.send_headers(1, _HEADERS)
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    server.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
+    return client, server.data_to_send()
+
+
+def _pair() -> tuple[h2.connection.H2Connection, bytes]:
+    """A client with stream 1 open and answered."""
+    client, answer = _opened()
+    client.receive_data(answer)
+    client.data_to_send()
+    return client, answer
+
+
+def _windows(conn: h2.connection.H2Connection) -> tuple[int, int]:
+    return conn.outbound_flow_control_window, conn.streams[1].outbound_flow_control_window
+
+
+def test_increments_are_added_as_h2_adds_them() -> None:
+    ours, _ = _pair()
+    twin, _ = _pair()
+    frames = window_update(0, 70_000) + window_update(1, 5) + window_update(0, 3)
+    ResponseReader(ours, 1)._add_windows(70_003, 5, frames)
+    twin.receive_data(frames)
+    assert _windows(ours) == _windows(twin) == (65_535 + 70_003, 65_535 + 5)
+
+
+def test_a_stream_that_is_no_longer_open_leaves_the_frames_to_h2() -> None:
+    conn, _ = _pair()
+    conn.reset_stream(1)
+    reader = ResponseReader(conn, 1)
+    before = conn.outbound_flow_control_window
+    # h2 takes a late WINDOW_UPDATE on a reset stream quietly and adds nothing to it.
+    reader._add_windows(10, 7, window_update(0, 10) + window_update(1, 7))
+    assert conn.outbound_flow_control_window == before + 10
+    assert not reader.ended
+
+
+def test_a_connection_window_overflow_is_h2s_protocol_error() -> None:
+    conn, _ = _pair()
+    increment = MAX_WINDOW - conn.outbound_flow_control_window + 1
+    with pytest.raises(h2.exceptions.FlowControlError):
+        ResponseReader(conn, 1)._add_windows(increment, 0, window_update(0, increment))
+
+
+def test_a_stream_window_overflow_resets_the_stream() -> None:
+    conn, _ = _pair()
+    increment = MAX_WINDOW - conn.streams[1].outbound_flow_control_window + 1
+    reader = ResponseReader(conn, 1)
+    reader._add_windows(0, increment, window_update(1, increment))
+    assert reader.ended and reader.error is not None
+    assert conn.streams[1].outbound_flow_control_window == 65_535  # not added
+
+
+@pytest.mark.skipif(speedups.scan_acks is None, reason="C speedups not built or disabled")
+def test_received_window_updates_open_the_windows_through_the_reader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conn, answer = _opened()
+    reader = ResponseReader(conn, 1)
+    assert reader.receive(answer) == []  # the response headers: the C path is open
+    before = _windows(conn)
+    given_to_h2: list[bytes] = []
+    receive_data = conn.receive_data
+
+    def watched(data: bytes) -> object:
+        given_to_h2.append(data)
+        return receive_data(data)
+
+    monkeypatch.setattr(conn, "receive_data", watched)
+    assert reader.receive(window_update(0, 1000) + window_update(1, 2000)) == []
+    assert _windows(conn) == (before[0] + 1000, before[1] + 2000)
+    assert given_to_h2 == []  # added by the reader, not parsed by h2
+    assert not reader.ended
