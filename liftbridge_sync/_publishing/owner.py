@@ -108,7 +108,10 @@ class OwnerLoop:
         self._send_lock = threading.Lock()
         #: Publishers waiting for a free slot and flushers wait here.
         self._space = threading.Condition(threading.Lock())
-        self._blocked = 0
+        #: What each thread blocked on ``_space`` waits for (guarded by it): a wake-up
+        #: goes out only when one of them holds, so the many batches of acks that free
+        #: nothing a waiter needs (a flush waiting for its last publishes) wake nobody.
+        self._waits: list[Callable[[], bool]] = []
         self._failures_ledger = FailureLedger()
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -173,9 +176,10 @@ class OwnerLoop:
         return self._thread is not None and threading.current_thread() is self._thread
 
     def _wake_waiters(self) -> None:
-        if self._blocked:
+        if self._waits:
             with self._space:
-                self._space.notify_all()
+                if any(ready() for ready in self._waits):
+                    self._space.notify_all()
 
     def _run(self) -> None:
         try:

@@ -384,11 +384,16 @@ class Publisher(AnswerHandling):
         return len(self._pending) < self._max_in_flight or self._finished
 
     def _wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
-        """Block (not on the owner thread) until ``ready()``; False at ``deadline``."""
+        """Block (not on the owner thread) until ``ready()``; False at ``deadline``.
+
+        ``ready`` must be a cheap look at shared state that any thread may call: the
+        threads that change that state call it too, to wake this one only when it holds.
+        """
         with self._space:
-            # The owner changes what ``ready`` reads *before* it looks at _blocked; we
-            # count ourselves in *before* we look at ``ready``: no wake-up is lost.
-            self._blocked += 1
+            # The owner changes what ``ready`` reads *before* it looks at _waits (and
+            # calls ``ready`` under _space); we list ourselves *before* we look at
+            # ``ready``: no wake-up is lost. ``ready`` runs on the waking thread too.
+            self._waits.append(ready)
             try:
                 while not ready():
                     if deadline is None:
@@ -400,7 +405,7 @@ class Publisher(AnswerHandling):
                             return False
                 return True
             finally:
-                self._blocked -= 1
+                self._waits.remove(ready)
 
     def _start_thread(self) -> None:
         with self._lock:

@@ -285,3 +285,31 @@ def test_deeply_nested_callbacks_fail_typed_and_never_falsely(
     refused = [d for kind, d in outcomes if kind == "refused"]
     assert refused and all(b"sync-%d" % d not in received for d in refused)
     assert all(received.count(b"sync-%d" % d) == 1 for kind, d in outcomes if kind == "ok")
+
+
+def test_a_flush_wakes_when_it_is_done_not_at_every_batch_of_acks(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Acks arrive one by one over a third of a second, the last one later still: the
+    # flushing thread sleeps through them (each wake-up costs two context switches).
+    fake.publish_script = lambda req, n: (
+        ("delay", 0.6) if req.value == b"last" else ("delay", 0.015 * n)
+    )
+    with _client(fake, transport) as client:
+        client.publish("s", b"first")  # the publisher is running
+        publisher = client._publisher
+        assert publisher is not None
+        space = publisher._space
+        real_wait = space.wait
+        wake_ups: list[str] = []
+
+        def counted(timeout: float | None = None) -> bool:
+            wake_ups.append(threading.current_thread().name)
+            return real_wait(timeout)
+
+        space.wait = counted  # type: ignore[method-assign]
+        futures = [client.publish_async("s", b"m%d" % i) for i in range(20)]
+        futures.append(client.publish_async("s", b"last"))
+        client.flush(10)
+        assert all(f.done() and f.exception() is None for f in futures)
+        assert 1 <= len(wake_ups) <= 2, wake_ups
