@@ -7,12 +7,13 @@ The per-message path has no thread hand-off. The calling thread, under one short
 lock that fixes the order of messages, enters the publish in the pending table (keyed by
 correlation id) and in a deadline queue, and gives its framed bytes to the open stream
 (which coalesces writes; :mod:`~liftbridge_sync._transport.h2`). That callers' side is
-this module. The rest is in three parts, joined here into one class:
+this module. The rest is in four parts, joined here into one class:
 
 * :mod:`.owner`: the ``liftbridge-publisher`` thread, woken only by whole batches: ack
   timeouts, reopening a broken stream and re-sending what is unacknowledged, closing;
 * :mod:`.answers`: acks and refusals (resolved in bulk, on the stream's thread when
   nothing else needs doing), refusals re-sent, silent partitions probed and re-sent;
+* :mod:`.waiting`: callers waiting for futures, free slots and flushes;
 * :mod:`.pending`: the per-publish entry, the failure ledger, the loop's events.
 
 A future always resolves or fails: at the latest when its timeout expires or the
@@ -24,12 +25,10 @@ instead of blocking it.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from liftbridge_sync._publishing.answers import AnswerHandling
 from liftbridge_sync._publishing.encoding import _heads, head
 from liftbridge_sync._publishing.futures import (
     settle,
@@ -37,8 +36,6 @@ from liftbridge_sync._publishing.futures import (
 from liftbridge_sync._publishing.pending import (
     INF,
     KICK,
-    MAX_NESTING,
-    TOO_DEEP,
     WAKE,
     AckFuture,
     Close,
@@ -49,18 +46,16 @@ from liftbridge_sync._publishing.pending import (
     new_entry,
 )
 from liftbridge_sync._publishing.stats import PublisherStats
+from liftbridge_sync._publishing.waiting import Waiting
 from liftbridge_sync._wire.speedups import frame_id
 from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     InternalThreadError,
-    LiftbridgeError,
     MessageTooLargeError,
-    PublishError,
     PublishQueueFullError,
-    UnobservedPublishFailuresError,
 )
-from liftbridge_sync.models import Ack, AckPolicy
+from liftbridge_sync.models import AckPolicy
 
 __all__ = ["AckFuture", "Publisher"]
 
@@ -68,7 +63,7 @@ _log = logging.getLogger("liftbridge_sync.publisher")
 _NO_ACK = AckPolicy.NONE
 
 
-class Publisher(AnswerHandling):
+class Publisher(Waiting):
     """Pipelined publishing over one ``PublishAsync`` stream.
 
     Created by the :class:`~liftbridge_sync.Client` on first publish. Thread-safe:
@@ -352,61 +347,6 @@ class Publisher(AnswerHandling):
         elif earliest < self._sleep_until:
             self._inbox.put(WAKE)
 
-    def check_can_wait(self) -> None:
-        """Refuse, before anything is sent, a blocking call that could not wait here.
-
-        A done-callback runs on the publisher thread; a blocking call there processes
-        events while it waits, nesting one level per callback. Past the limit the call
-        fails *before* its message is sent, so a failure never hides a stored message.
-
-        Raises:
-            PublishError: the nesting limit is reached.
-        """
-        if self._nesting >= MAX_NESTING and self._on_owner_thread():
-            raise PublishError(TOO_DEEP)
-
-    def _wait_for_space(self) -> None:
-        enqueue_timeout = self._options.enqueue_timeout
-        deadline = None if enqueue_timeout is None else self._clock() + enqueue_timeout
-        if self._on_owner_thread():
-            # A done-callback publishing: blocking here would stop the very thread that
-            # frees slots, so keep processing events while waiting.
-            acquired = self._run_nested(self._has_room, deadline)
-        else:
-            acquired = self._wait_until(self._has_room, deadline)
-        if not acquired:
-            raise PublishQueueFullError(
-                f"{self._max_in_flight} publishes in flight and no slot freed within "
-                f"{enqueue_timeout}s (max_in_flight / enqueue_timeout)"
-            )
-
-    def _has_room(self) -> bool:
-        return len(self._pending) < self._max_in_flight or self._finished
-
-    def _wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
-        """Block (not on the owner thread) until ``ready()``; False at ``deadline``.
-
-        ``ready`` must be a cheap look at shared state that any thread may call: the
-        threads that change that state call it too, to wake this one only when it holds.
-        """
-        with self._space:
-            # The owner changes what ``ready`` reads *before* it looks at _waits (and
-            # calls ``ready`` under _space); we list ourselves *before* we look at
-            # ``ready``: no wake-up is lost. ``ready`` runs on the waking thread too.
-            self._waits.append(ready)
-            try:
-                while not ready():
-                    if deadline is None:
-                        self._space.wait()
-                        continue
-                    remaining = deadline - self._clock()
-                    if remaining <= 0 or not self._space.wait(remaining):
-                        if not ready():
-                            return False
-                return True
-            finally:
-                self._waits.remove(ready)
-
     def _start_thread(self) -> None:
         with self._lock:
             if self._closing:
@@ -416,80 +356,6 @@ class Publisher(AnswerHandling):
                     target=self._run, name="liftbridge-publisher", daemon=True
                 )
                 self._thread.start()
-
-    def wait(
-        self, future: concurrent.futures.Future[Ack | None], timeout: float | None
-    ) -> Ack | None:
-        """Wait for ``future``; on the owner thread, process events meanwhile."""
-        if self._on_owner_thread() and not future.done():
-            deadline = None if timeout is None else self._clock() + timeout
-            self._run_nested(future.done, deadline)
-            if not future.done():
-                raise TimeoutError("publish did not complete in time")
-        return future.result(timeout=timeout)
-
-    @staticmethod
-    def outcomes(futures: Sequence[AckFuture]) -> list[Ack | None | LiftbridgeError]:
-        """Each resolved future's ack, or its error (marked observed: it is returned)."""
-        result: list[Ack | None | LiftbridgeError] = []
-        add = result.append
-        for future in futures:
-            error = future._exception
-            if error is None:
-                add(future._result)
-                continue
-            if future.ledger is not None:
-                future.ledger.observed(future)
-            add(error if isinstance(error, LiftbridgeError) else ClientClosedError(str(error)))
-        return result
-
-    def wait_all(self, futures: list[AckFuture]) -> list[Ack | None | LiftbridgeError]:
-        """Wait until every future of a batch resolved; their :meth:`outcomes`, in order."""
-        for future in reversed(futures):  # acks arrive in order: the last one first
-            if future._state != "FINISHED":  # done() inline: one call less per message
-                self.wait_done(future)
-        return self.outcomes(futures)
-
-    def wait_done(self, future: AckFuture) -> None:
-        """Wait until ``future`` has resolved (its own deadline bounds the wait)."""
-        if future.done():
-            return
-        if self._on_owner_thread():
-            self._run_nested(future.done, None)
-        else:
-            concurrent.futures.wait((future,))
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until every publish submitted so far has resolved or failed.
-
-        Raises:
-            TimeoutError: if some are still pending after ``timeout`` seconds.
-            UnobservedPublishFailuresError: if publishes failed since the previous flush
-                and nobody called ``result()`` or ``exception()`` on their futures.
-        """
-        upto = self._seq
-
-        def flushed() -> bool:
-            # ``_pending`` is in sequence order (insertion order; re-sends keep it).
-            while True:
-                try:
-                    oldest = next(iter(self._pending.values()), None)
-                except RuntimeError:  # changed by another thread meanwhile
-                    continue
-                return oldest is None or oldest.seq > upto or self._finished
-
-        if not flushed():
-            deadline = None if timeout is None else self._clock() + timeout
-            if self._on_owner_thread():
-                done = self._run_nested(flushed, deadline)
-            else:
-                done = self._wait_until(flushed, deadline)
-            if not done:
-                left = sum(1 for e in list(self._pending.values()) if e.seq <= upto)
-                raise TimeoutError(f"{left} publishes still pending after {timeout}s")
-        count, errors = self._failures_ledger.take()
-        if count:
-            raise UnobservedPublishFailuresError(count=count, errors=errors)
 
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
