@@ -52,8 +52,8 @@ __all__ = ["H2SubscribeCall", "SubscribeRpcError"]
 
 _SC = grpc.StatusCode
 _PATH = b"/proto.API/Subscribe"
-#: One ``recv()``.
-_RECV_SIZE = 256 * 1024
+#: One ``recv()`` (below glibc's mmap threshold, see :data:`.h2.sockets.RECV_SIZE`).
+_RECV_SIZE = 120 * 1024
 #: Our receive window (stream and connection). A consumer that stops iterating stops
 #: reading, so at most this much is buffered before the broker has to wait.
 _RECV_WINDOW = 4 << 20

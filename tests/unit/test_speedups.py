@@ -341,6 +341,34 @@ def test_send_held_and_recv_held_move_bytes_over_a_socket() -> None:
 
 
 @needs_c
+def test_recv_held_reads_what_a_tcp_socket_holds_up_to_the_size() -> None:
+    # It asks the socket how much it holds (so a read of a few acks does not allocate
+    # the whole 256 KiB the caller allows): the bytes come back exact and in order.
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        left = socket.create_connection(server.getsockname())
+        right, _ = server.accept()
+        with left, right:
+            right.setblocking(False)
+            assert _speedups.recv_held(right.fileno(), 1 << 18) is None
+            left.sendall(b"abcdefgh")
+            deadline = time.monotonic() + 5
+            got = b""
+            while len(got) < 3 and time.monotonic() < deadline:
+                got += _speedups.recv_held(right.fileno(), 3 - len(got)) or b""
+            assert got == b"abc"  # capped at the size asked for
+            rest = b""
+            while len(rest) < 5 and time.monotonic() < deadline:
+                rest += _speedups.recv_held(right.fileno(), 1 << 18) or b""
+            assert rest == b"defgh"
+            left.close()
+            while (end := _speedups.recv_held(right.fileno(), 1 << 18)) is None:
+                assert time.monotonic() < deadline
+            assert end == b""
+
+
+@needs_c
 def test_send_held_and_recv_held_raise_typed_errors() -> None:
     import socket
 
