@@ -11,6 +11,8 @@ import h2.config
 import h2.connection
 import h2.exceptions
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from liftbridge_sync._transport.h2.framing import window_update
 from liftbridge_sync._transport.h2.responses import MAX_WINDOW, ResponseReader
@@ -100,3 +102,43 @@ def test_received_window_updates_open_the_windows_through_the_reader(
     assert _windows(conn) == (before[0] + 1000, before[1] + 2000)
     assert given_to_h2 == []  # added by the reader, not parsed by h2
     assert not reader.ended
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    updates=st.lists(
+        st.tuples(st.sampled_from([0, 1]), st.integers(1, MAX_WINDOW)), min_size=1, max_size=6
+    ),
+    closed=st.booleans(),
+)
+def test_the_sums_end_where_h2_frame_by_frame_ends(
+    updates: list[tuple[int, int]], closed: bool
+) -> None:
+    # Whatever the increments (overflowing or not) and the stream's state, adding the
+    # sums leaves the windows, the stream and the errors as h2's own handling does.
+    ours, _ = _pair()
+    twin, _ = _pair()
+    if closed:
+        ours.reset_stream(1)
+        twin.reset_stream(1)
+        ours.data_to_send()
+        twin.data_to_send()
+    frames = b"".join(window_update(sid, inc) for sid, inc in updates)
+    connection = sum(inc for sid, inc in updates if sid == 0)
+    stream = sum(inc for sid, inc in updates if sid == 1)
+    reader = ResponseReader(ours, 1)
+    our_error = twin_error = None
+    try:
+        reader._add_windows(connection, stream, frames)
+    except h2.exceptions.ProtocolError as exc:
+        our_error = type(exc)
+    try:
+        twin.receive_data(frames)
+    except h2.exceptions.ProtocolError as exc:
+        twin_error = type(exc)
+    assert our_error is twin_error
+    assert ours.outbound_flow_control_window == twin.outbound_flow_control_window
+    assert ours.streams[1].outbound_flow_control_window == (
+        twin.streams[1].outbound_flow_control_window
+    )
+    assert ours.streams[1].state_machine.state == twin.streams[1].state_machine.state
