@@ -2,10 +2,12 @@
 
 :class:`ResponseReader` turns received bytes into ``PublishResponse`` messages: our
 stream's plain DATA frames are cut out by :mod:`.framing` and parsed in place (the broker
-writes one response per frame); everything else goes to the ``h2`` state machine
-(headers and trailers through HPACK, SETTINGS, PING, GOAWAY, RST_STREAM), and the first
-reason the stream ended is kept. Used by the connection's I/O thread only (not
-thread-safe on its own).
+writes one response per frame; with the C speedups, successful acks go straight into
+``Ack`` objects), WINDOW_UPDATE increments are added to ``h2``'s send windows here (with
+the C speedups), and everything else goes to the ``h2`` state machine (headers and
+trailers through HPACK, SETTINGS, PING, GOAWAY, RST_STREAM), and the first reason the
+stream ended is kept. Used by the connection's I/O thread only (not thread-safe on its
+own).
 """
 
 from __future__ import annotations
