@@ -45,6 +45,7 @@ import h2.settings
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2 import framing
 from liftbridge_sync._transport.h2.dial import tls_context
+from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver, SubscribeRpcError
 from liftbridge_sync.options import ClientOptions, parse_address
 
@@ -52,8 +53,6 @@ __all__ = ["H2SubscribeCall", "SubscribeRpcError"]
 
 _SC = grpc.StatusCode
 _PATH = b"/proto.API/Subscribe"
-#: One ``recv()`` (below glibc's mmap threshold, see :data:`.h2.sockets.RECV_SIZE`).
-_RECV_SIZE = 120 * 1024
 #: Our receive window (stream and connection). A consumer that stops iterating stops
 #: reading, so at most this much is buffered before the broker has to wait.
 _RECV_WINDOW = 4 << 20
@@ -219,13 +218,13 @@ class H2SubscribeCall(SubscribeReceiver):
         """
         interval = self._options.keepalive_interval
         if interval is None:
-            return sock.recv(_RECV_SIZE)
+            return sock.recv(RECV_SIZE)
         pinged_at: float | None = None
         while True:
             wait = interval if pinged_at is None else self._options.keepalive_timeout
             sock.settimeout(wait)
             try:
-                return sock.recv(_RECV_SIZE)
+                return sock.recv(RECV_SIZE)
             except TimeoutError:
                 if pinged_at is not None:
                     raise _DeadConnection(

@@ -17,11 +17,12 @@ import ssl
 
 from liftbridge_sync._wire.speedups import recv_held, send_held
 
-__all__ = ["ConnectionLost", "SocketCalls", "speaks_tls"]
+__all__ = ["RECV_SIZE", "ConnectionLost", "SocketCalls", "speaks_tls"]
 
-#: One ``recv()``; a full buffer means more may be waiting, so read again. Below glibc's
-#: mmap threshold (128 KiB): ``socket.recv`` allocates its whole size first, and a larger
-#: buffer is mapped and unmapped on every read in a thread's malloc arena (about 15 µs).
+#: One ``recv()`` of the publish and subscribe streams; a full buffer means more may be
+#: waiting, so read again. Below glibc's mmap threshold (128 KiB): ``socket.recv``
+#: allocates its whole size first, and a larger buffer is mapped and unmapped on every
+#: read in a thread's malloc arena (about 15 µs).
 RECV_SIZE = 120 * 1024
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
