@@ -143,6 +143,30 @@ slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t
 /* The object in a slot (borrowed; NULL if unset). */
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
+/* A field of a pending entry (new reference): read through its slot when the entry is
+ * of the Entry class set up by setup_entries, by attribute otherwise (tests use other
+ * objects); NULL with an exception set if it has none. */
+static PyObject *
+entry_field(PyObject *entry, int field, PyObject *name)
+{
+    PyObject *value = entry_type != NULL && Py_IS_TYPE(entry, entry_type)
+                          ? Py_XNewRef(SLOT(entry, entry_offsets[field]))
+                          : PyObject_GetAttr(entry, name);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_AttributeError, name);
+    return value;
+}
+
+/* 0 once setup_entries() ran; -1 with RuntimeError before. */
+static int
+entries_set_up(void)
+{
+    if (entry_type != NULL)
+        return 0;
+    PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+    return -1;
+}
+
 static size_t
 put_varint(uint8_t *p, uint64_t v)
 {
@@ -755,14 +779,9 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         return rc;
     }
     Py_INCREF(entry);
-    int slotted = entry_type != NULL && Py_IS_TYPE(entry, entry_type);
-    future = slotted ? Py_XNewRef(SLOT(entry, entry_offsets[E_FUTURE]))
-                     : PyObject_GetAttr(entry, n_future);
-    if (future == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_AttributeError, "future");
+    future = entry_field(entry, E_FUTURE, n_future);
+    if (future == NULL)
         goto done;
-    }
     callbacks = PyObject_GetAttr(future, n_done_callbacks);
     state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
     if (state == NULL)
@@ -781,13 +800,9 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
         goto done;
     }
-    partition = slotted ? Py_XNewRef(SLOT(entry, entry_offsets[E_PARTITION]))
-                        : PyObject_GetAttr(entry, n_partition);
-    if (partition == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_AttributeError, "partition");
+    partition = entry_field(entry, E_PARTITION, n_partition);
+    if (partition == NULL)
         goto done;
-    }
     Py_XSETREF(SLOT(ack, ack_offsets[A_PARTITION]), Py_NewRef(partition));
     if (PyObject_SetAttr(future, n_result, ack) < 0 ||
         PyObject_SetAttr(future, n_state, s_finished) < 0)
@@ -1121,7 +1136,7 @@ new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest, PyObject **fut
         framed, cid, rest[0], rest[1], future, rest[2], rest[3], zero, zero_float, Py_None,
     };
     for (int f = 0; f < ENTRY_FIELDS; f++)
-        *(PyObject **)((char *)entry + entry_offsets[f]) = Py_NewRef(values[f]);
+        SLOT(entry, entry_offsets[f]) = Py_NewRef(values[f]);
     /* Out of the cyclic GC's sight: entries live in the publisher's tables for a whole
      * ack round trip, so the collector would walk and promote thousands of them (and
      * run full collections for them). No cycle can be left behind through one: only
@@ -1142,10 +1157,8 @@ make_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                         "deadline)");
         return NULL;
     }
-    if (entry_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+    if (entries_set_up() < 0)
         return NULL;
-    }
     PyObject *future = NULL;
     PyObject *entry = new_entry(args[0], args[1], args + 2, &future);
     Py_XDECREF(future);
@@ -1160,10 +1173,8 @@ pop_answered(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "pop_answered(queue: deque, pending: dict)");
         return NULL;
     }
-    if (entry_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+    if (entries_set_up() < 0)
         return NULL;
-    }
     PyObject *queue = args[0], *pending = args[1];
     for (;;) {
         Py_ssize_t size = PyObject_Length(queue);
@@ -1174,12 +1185,8 @@ pop_answered(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *head = PySequence_GetItem(queue, 0);
         if (head == NULL)
             return NULL;
-        PyObject *cid = Py_IS_TYPE(head, entry_type)
-                            ? Py_XNewRef(SLOT(head, entry_offsets[E_CID]))
-                            : PyObject_GetAttr(head, n_correlation_id);
+        PyObject *cid = entry_field(head, E_CID, n_correlation_id);
         if (cid == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_AttributeError, "correlation_id");
             Py_DECREF(head);
             return NULL;
         }
@@ -1208,10 +1215,8 @@ frame_entry(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                         "timeout, deadline)");
         return NULL;
     }
-    if (entry_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+    if (entries_set_up() < 0)
         return NULL;
-    }
     Py_ssize_t max_size = PyLong_AsSsize_t(args[4]);
     if (max_size == -1 && PyErr_Occurred())
         return NULL;
@@ -1240,10 +1245,8 @@ make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                         "wants_ack, timeout, deadline)");
         return NULL;
     }
-    if (entry_type == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "setup_entries() not called");
+    if (entries_set_up() < 0)
         return NULL;
-    }
     Py_ssize_t n = PyList_GET_SIZE(args[0]);
     PyObject *entries = PyList_New(n);
     PyObject *futures = entries == NULL ? NULL : PyList_New(n);
