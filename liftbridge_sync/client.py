@@ -77,6 +77,7 @@ class ClientKwargs(TypedDict, total=False):
     resubscribe_wait: float
     grpc_options: tuple[tuple[str, Any], ...]
     publish_transport: str
+    ack_read_delay: float | None
     keepalive_interval: float | None
     keepalive_timeout: float
     subscribe_transport: str

@@ -26,6 +26,7 @@ from liftbridge_sync._transport.publish_stream import (
 from liftbridge_sync.models import Ack
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
 
 
 def _fake_broker() -> FakeBroker:
@@ -125,6 +126,45 @@ def test_close_fails_leftovers_and_joins_io_thread(fake: FakeBroker) -> None:
     with pytest.raises(lb.ClientClosedError):
         future.result(timeout=1)
     assert not _io_threads()
+
+
+def test_acks_are_read_when_fewer_arrive_than_are_due(fake: FakeBroker) -> None:
+    # Every other publish is never answered, so the acks that do come stay below the
+    # bytes the I/O thread waits for (all forty acks due): only its bounded wait
+    # (ack_read_delay) reads them, long before their 60 s ack timeout.
+    fake.publish_script = lambda req, n: "drop" if req.value.endswith(b"odd") else "ack"
+    client = _client(fake.address, ack_read_delay=0.3, ack_timeout=60.0)
+    try:
+        client.publish("s", b"first")  # one ack read: its size is known
+        futures_ = [
+            client.publish_async("s", b"m%d-%s" % (i, b"odd" if i % 2 else b"even"))
+            for i in range(40)
+        ]
+        answered = futures_[0::2]
+        done, _ = futures.wait(answered, timeout=20)
+        assert len(done) == 20
+        assert [f.result().offset for f in answered] == list(range(1, 21))  # type: ignore[union-attr]
+        assert not any(f.done() for f in futures_[1::2])
+    finally:
+        client.close(timeout=0.2)
+
+
+def test_publish_is_not_held_back_by_gathered_acks(fake: FakeBroker) -> None:
+    # Fifty acks that never come are due, and the I/O thread may wait a minute for
+    # them: a publish() caller must still get its own ack at once (no gathering while
+    # somebody waits for an ack), well inside its 10 s timeout.
+    fake.publish_script = lambda req, n: "drop" if req.value.startswith(b"lost") else "ack"
+    client = _client(fake.address, ack_read_delay=60.0, ack_timeout=120.0)
+    try:
+        client.publish("s", b"first")
+        lost = [client.publish_async("s", b"lost%d" % i) for i in range(50)]
+        wait_until(lambda: len(fake.received) == 51, what="the lost publishes to arrive")
+        for i in range(3):
+            ack = client.publish("s", b"mine%d" % i, timeout=10.0)
+            assert ack is not None and ack.offset == 1 + i  # the fake counts acked ones
+        assert not any(f.done() for f in lost)
+    finally:
+        client.close(timeout=0.2)
 
 
 @pytest.mark.parametrize("size", [1 << 20, 3 << 20])

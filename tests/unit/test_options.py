@@ -20,6 +20,7 @@ def test_defaults_are_sane_and_picklable() -> None:
     assert options.enqueue_timeout is not None
     assert options.enqueue_timeout >= options.ack_timeout
     assert options.resend_after == 1.0
+    assert options.ack_read_delay == 0.001
     assert options.max_in_flight == 1024
     assert options.resubscribe_wait == 30.0
     assert pickle.loads(pickle.dumps(options)) == options
@@ -63,6 +64,10 @@ def test_bad_addresses_are_refused(bad: object) -> None:
         {"resend_after": float("inf")},
         {"resend_after": "1"},
         {"resend_after": True},
+        {"ack_read_delay": 0},
+        {"ack_read_delay": -0.001},
+        {"ack_read_delay": float("inf")},
+        {"ack_read_delay": "0.001"},
         {"retry": "fast"},
         {"tls": {}},
         {"grpc_options": (("only-a-name",),)},

@@ -10,8 +10,11 @@ front of whom 16 KiB wait (a loop of ``publish_async`` holds the GIL, and the I/
 could wait a switch interval for it). With the C speedups, socket calls on plaintext
 connections keep the GIL, so whoever holds the I/O lock never waits for the GIL.
 Responses are decoded in bulk from each ``recv()`` by
-:class:`~.responses.ResponseReader`; ``h2`` keeps outbound flow control and the
-connection-level frames. :mod:`.dial` opens the connection.
+:class:`~.responses.ResponseReader`; while the acks of many pipelined publishes are
+due, the I/O thread sleeps until all their bytes could be there or ``ack_read_delay``
+has passed (:mod:`.gathering`), so a burst of acks costs one or two wake-ups rather than
+one per TCP segment. ``h2`` keeps outbound flow control and the connection-level
+frames. :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
@@ -42,6 +45,7 @@ from liftbridge_sync._transport.h2.framing import (
     FrameError,
     ping_frame,
 )
+from liftbridge_sync._transport.h2.gathering import AckGathering
 from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
@@ -97,6 +101,7 @@ class H2PublishStream:
         on_event: Callable[[StreamEvent], None],
         *,
         keepalive: tuple[float | None, float] = (None, 20.0),
+        ack_read_delay: float | None = None,
     ) -> None:
         self._sock = sock
         self._conn = conn
@@ -144,6 +149,9 @@ class H2PublishStream:
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._want_write = False
+        #: How many bytes of acks the I/O thread waits for (see gathering).
+        self._gathering = AckGathering(sock, ack_read_delay)
+        self._gather_for: float | None = None  # the next wait's bound, if gathering
         self._thread = threading.Thread(target=self._run, name="liftbridge-publish-io", daemon=True)
         self._thread.start()
 
@@ -163,9 +171,13 @@ class H2PublishStream:
                 return  # the publisher re-sends pending requests on its next stream
             self._queue.append(framed)
             queued = self._queued_bytes = self._queued_bytes + len(framed)
+            gathering = self._gathering
             if note is not None:
                 self._notes.append((queued, note))
+            else:
+                gathering.asked += 1
             if direct:
+                gathering.direct_mark = gathering.asked
                 if self._signalled:
                     return
                 if not self._io_lock.acquire(blocking=False):
@@ -175,7 +187,7 @@ class H2PublishStream:
                 return
         finally:
             lock.release()
-        self._write_here()
+        self._write_here(direct)
 
     def _writes_here(self, queued: int) -> bool:
         """Under ``_lock``, after queueing: whether the caller writes the queue itself
@@ -187,13 +199,16 @@ class H2PublishStream:
             self._wake()
         return False
 
-    def _write_here(self) -> None:
-        """Frame and send what is queued on the calling thread; holds ``_io_lock``."""
+    def _write_here(self, direct: bool = False) -> None:
+        """Frame and send what is queued on the calling thread; holds ``_io_lock``.
+        ``direct``: the caller waits for its answer next, so acks are not gathered."""
         try:
             if not self._done:
                 self._take_queue(on_io_thread=False)
                 self._pump()
                 self._flush()
+                if direct:
+                    self._gathering.release()
             failed = False
         except Exception:  # the I/O thread sees the broken socket and ends the stream
             failed = True
@@ -210,6 +225,7 @@ class H2PublishStream:
             if self._done or self._close_requested:
                 return
             self._queue += framed
+            self._gathering.asked += len(framed)
             queued = self._queued_bytes = self._queued_bytes + sum(map(len, framed))
             if not self._writes_here(queued):
                 return
@@ -321,7 +337,11 @@ class H2PublishStream:
         select = self._selector.select
         sock = self._sock
         while True:
-            events = select(self._timeout())
+            timeout = self._timeout()
+            gather_for = self._gather_for
+            if gather_for is not None:
+                timeout = gather_for if timeout is None else min(timeout, gather_for)
+            events = select(timeout)
             with self._io_lock:
                 result = self._step(events, sock)
             if result is not _GO_ON:
@@ -336,6 +356,8 @@ class H2PublishStream:
                     self._read()
             else:
                 self._calls.drain_wake_ups()
+        if not events and self._gather_for is not None:
+            self._read()  # waited long enough for more acks: take what is there
         if self._reader.ended:
             self._goodbye()
             return self._reader.error
@@ -355,6 +377,8 @@ class H2PublishStream:
             self._half_closed = True
             self._conn.end_stream(self._stream_id)
         self._flush()
+        quiet = not self._closing and self._unsent_pos == len(self._unsent) and not self._outbuf
+        self._gather_for = self._gathering.plan(quiet)
         return _GO_ON
 
     def _take_queue(self, on_io_thread: bool = True) -> None:
@@ -381,6 +405,7 @@ class H2PublishStream:
             self._closing = True
         if probe:
             self._ping()
+            self._gathering.forget()  # an ack timed out: its answer may never come
 
     def _pump(self) -> None:
         """Frame as many pending bytes as the flow-control windows allow (into the output
@@ -445,6 +470,8 @@ class H2PublishStream:
                 self._ping_deadline = None
             responses = self._reader.receive(data)
             self._frames_ok = True
+            if responses:
+                self._gathering.answered(len(data), len(responses))
             credit = self._reader.credit_frames
             if credit:
                 self._outbuf += credit

@@ -114,7 +114,13 @@ def open_h2_stream(
         )
         sock.sendall(conn.data_to_send())
         return H2PublishStream(
-            sock, conn, stream_id, epoch, on_event, keepalive=_keepalive(options)
+            sock,
+            conn,
+            stream_id,
+            epoch,
+            on_event,
+            keepalive=_keepalive(options),
+            ack_read_delay=options.ack_read_delay,
         )
     except LiftbridgeError:
         sock.close()

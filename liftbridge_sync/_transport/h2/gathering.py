@@ -1,0 +1,94 @@
+"""Reading the acks of pipelined publishes in bulk: what the publish I/O thread waits for.
+
+A broker answers a burst of publishes in several TCP segments, and every wake-up of the
+I/O thread costs tens of microseconds (the poll, the GIL, a read, a hand-off to the
+publisher thread). While acks for many pipelined publishes are due, :class:`AckGathering`
+asks the kernel to report the socket readable only once the bytes of all of them could
+be there (``SO_RCVLOWAT``), and bounds the wait by ``ack_read_delay``: after that the
+thread reads whatever arrived. A burst of acks is then read in one or two turns instead
+of one per segment, at the price of the first acks of a burst resolving up to the delay
+later. Nothing is gathered while a ``publish()`` caller waits for its own ack, while
+requests are still unwritten (flow control: the window updates must wake the thread), or
+while the stream closes.
+"""
+
+from __future__ import annotations
+
+import socket
+
+__all__ = ["MOST_GATHERED", "AckGathering"]
+
+#: The most bytes waited for at once (a few hundred acks): beyond this, waiting longer
+#: saves little and only holds acks back.
+MOST_GATHERED = 64 * 1024
+_SO_RCVLOWAT: int | None = getattr(socket, "SO_RCVLOWAT", None)
+
+
+class AckGathering:
+    """The low-water mark of one publish connection's socket.
+
+    ``asked`` and ``direct_mark`` are written by publishing threads under the stream's
+    lock; everything else runs on the thread holding the stream's I/O lock. Not
+    thread-safe beyond that.
+    """
+
+    def __init__(self, sock: socket.socket, delay: float | None) -> None:
+        self._sock = sock
+        self._delay = delay if _SO_RCVLOWAT is not None else None
+        self._lowat = 1  # the socket's SO_RCVLOWAT as we last set it
+        self._per_ack = 0  # fewest bytes read per response so far (0: nothing read yet)
+        self._answered = 0  # responses read
+        #: Requests written that the broker answers (ack policy LEADER or ALL).
+        self.asked = 0
+        #: ``asked`` when a ``publish()`` caller last wrote its own request: until that
+        #: many responses are read, somebody waits for one, so nothing is gathered.
+        self.direct_mark = 0
+
+    @property
+    def due(self) -> int:
+        """Responses still to come (an estimate: lost answers count until forgotten)."""
+        return self.asked - self._answered
+
+    def answered(self, nbytes: int, responses: int) -> None:
+        """A read of ``nbytes`` brought ``responses`` whole responses."""
+        self._answered += responses
+        per_ack = nbytes // responses
+        if not self._per_ack or per_ack < self._per_ack:
+            # The smallest seen: an overestimate would wait for bytes that never come.
+            self._per_ack = per_ack
+
+    def forget(self) -> None:
+        """Stop waiting for answers that are overdue (after an ack timeout: the broker
+        may never send them)."""
+        self._answered = self.asked
+
+    def plan(self, quiet: bool) -> float | None:
+        """Before the I/O thread waits: set the socket's low-water mark for the acks
+        due; the longest to wait for them (``None``: no limit, any byte wakes it).
+
+        ``quiet``: everything queued is written and the stream is not closing.
+        """
+        want = 1
+        if quiet and self._delay is not None and self._per_ack:
+            due = self.asked - self._answered
+            if due > 1 and self.direct_mark <= self._answered:
+                want = min(due * self._per_ack, MOST_GATHERED)
+        if want != self._lowat:
+            self._set(want)
+        return self._delay if self._lowat > 1 else None
+
+    def release(self) -> None:
+        """Any byte wakes the reader again (a caller now waits for its own ack).
+        Lowering the mark reports the socket readable at once if enough is there."""
+        if self._lowat > 1:
+            self._set(1)
+
+    def _set(self, lowat: int) -> None:
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, _SO_RCVLOWAT or 0, lowat)
+        except OSError:
+            # A platform without it: read every segment as it comes, as before.
+            self._delay = None
+            self._lowat = 1
+            return
+        self._lowat = lowat
