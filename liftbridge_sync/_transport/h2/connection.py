@@ -63,6 +63,7 @@ from liftbridge_sync._transport.publish_stream import (
 )
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.models import Ack
 
 __all__ = ["H2PublishStream"]
 
@@ -149,6 +150,8 @@ class H2PublishStream:
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._want_write = False
+        #: Responses read this turn, emitted once the I/O lock is released.
+        self._arrived: list[api_pb2.PublishResponse | Ack] = []
         #: How many bytes of acks the I/O thread waits for (see gathering).
         self._gathering = AckGathering(sock, ack_read_delay)
         self._gather_for: float | None = None  # the next wait's bound, if gathering
@@ -301,6 +304,8 @@ class H2PublishStream:
             _log.exception("publish I/O thread failed")
             error = unavailable(f"transport failure: {exc!r}")
         finally:
+            if self._arrived:  # read before the connection failed: still answers
+                self._hand_over()
             with self._io_lock:
                 with self._lock:
                     self._done = True
@@ -344,8 +349,21 @@ class H2PublishStream:
             events = select(timeout)
             with self._io_lock:
                 result = self._step(events, sock)
+            if self._arrived:
+                self._hand_over()
             if result is not _GO_ON:
                 return result  # type: ignore[return-value]
+
+    def _hand_over(self) -> None:
+        """Emit the responses read, outside the I/O lock and after this turn's writes:
+        a ``publish()`` caller woken by its ack then finds the lock free and writes its
+        next request itself, and nothing is left between its wake-up and our next
+        poll (which releases the GIL it needs)."""
+        responses, self._arrived = self._arrived, []
+        if len(responses) == 1:
+            self._on_event(StreamResponse(self._epoch, responses[0]))
+        else:
+            self._on_event(StreamResponses(self._epoch, responses))
 
     def _step(self, events: list[tuple[selectors.SelectorKey, int]], sock: socket.socket) -> object:
         """One loop turn under ``_io_lock``: the stream's end (error or ``None``) or
@@ -477,10 +495,10 @@ class H2PublishStream:
                 self._outbuf += credit
                 credit.clear()
             if responses:
-                if len(responses) == 1:
-                    self._on_event(StreamResponse(self._epoch, responses[0]))
+                if self._arrived:
+                    self._arrived += responses
                 else:
-                    self._on_event(StreamResponses(self._epoch, responses))
+                    self._arrived = responses
             if self._reader.ended:
                 return
             if len(data) < RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
