@@ -142,3 +142,37 @@ def test_the_sums_end_where_h2_frame_by_frame_ends(
         twin.streams[1].outbound_flow_control_window
     )
     assert ours.streams[1].state_machine.state == twin.streams[1].state_machine.state
+
+
+@pytest.mark.parametrize("speedups_on", [True, False])
+def test_data_bytes_counts_only_the_responses_frames(
+    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The ack gatherer sizes its wait by this: the broker's PING and WINDOW_UPDATE in
+    # the same read must not make an ack look larger than it is.
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync._transport.h2 import responses
+    from liftbridge_sync._transport.h2.framing import PREFIX, data_frame_header, ping_frame
+
+    if speedups_on and speedups.scan_acks is None:
+        pytest.skip("C speedups not built or disabled")
+    if not speedups_on:
+        monkeypatch.setattr(responses, "scan_acks", None)
+    conn, answer = _opened()
+    reader = ResponseReader(conn, 1)
+    reader.receive(answer)
+    ack = api_pb2.PublishResponse(
+        ack=api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s", correlationId="7"),
+        correlationId="7",
+    ).SerializeToString()
+    message = PREFIX.pack(0, len(ack)) + ack
+    data = (
+        data_frame_header(1, len(message))
+        + message
+        + ping_frame(b"12345678")
+        + window_update(0, 30)
+        + data_frame_header(1, len(message))
+        + message
+    )
+    assert len(reader.receive(data)) == 2
+    assert reader.data_bytes == 2 * len(message)

@@ -489,7 +489,8 @@ class H2PublishStream:
             responses = self._reader.receive(data)
             self._frames_ok = True
             if responses:
-                self._gathering.answered(len(data), len(responses))
+                count = len(responses)
+                self._gathering.answered(self._reader.data_bytes + 9 * count, count)
             credit = self._reader.credit_frames
             if credit:
                 self._outbuf += credit

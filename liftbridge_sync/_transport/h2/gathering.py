@@ -50,7 +50,9 @@ class AckGathering:
         return self.asked - self._answered
 
     def answered(self, nbytes: int, responses: int) -> None:
-        """A read of ``nbytes`` brought ``responses`` whole responses."""
+        """A read brought ``responses`` whole responses, ``nbytes`` on the wire (their
+        DATA frames only: the broker's PINGs and WINDOW_UPDATEs in the same read would
+        make an ack look larger, and the reader wait for bytes that never come)."""
         self._answered += responses
         per_ack = nbytes // responses
         if not self._per_ack or per_ack < self._per_ack:

@@ -70,6 +70,9 @@ class ResponseReader:
         self._message = ""
         #: WINDOW_UPDATE frames the connection must send (it clears this).
         self.credit_frames = bytearray()
+        #: Payload bytes of the DATA frames the last :meth:`receive` read itself (the
+        #: responses' size on the wire, less 9 bytes of frame header each).
+        self.data_bytes = 0
         #: The stream has ended (``error``: why; ``None`` for a clean end).
         self.ended = False
         self.error: LiftbridgeError | None = None
@@ -148,6 +151,7 @@ class ResponseReader:
             self._handle(self._conn.receive_data(bytes(inbuf[slow:consumed_to])))
         if consumed_to:
             del inbuf[:consumed_to]
+        self.data_bytes = consumed
         if consumed:
             self._credit += consumed
             if self._credit >= _CREDIT_AT and not self.ended:
