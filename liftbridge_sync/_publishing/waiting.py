@@ -24,6 +24,10 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Ack
 
+#: Seconds between looks at a batch's last future while waiting for it (a safety net:
+#: every thread that resolves futures wakes the waiters whose condition then holds).
+_LOOK_AGAIN = 1.0
+
 __all__ = ["Waiting"]
 
 
@@ -120,13 +124,22 @@ class Waiting(AnswerHandling):
         return self.outcomes(futures)
 
     def wait_done(self, future: AckFuture) -> None:
-        """Wait until ``future`` has resolved (its own deadline bounds the wait)."""
+        """Wait until ``future`` has resolved (its own deadline bounds the wait).
+
+        On the publisher's own condition, like :meth:`flush`, rather than through
+        ``concurrent.futures.wait``: every thread that resolves futures already wakes
+        the waiters whose condition holds, so a batch costs no event, waiter or
+        condition of its own, and the thread resolving it no extra notify.
+        """
         if future.done():
             return
         if self._on_owner_thread():
             self._run_nested(future.done, None)
-        else:
-            concurrent.futures.wait((future,))
+            return
+        done = future.done
+        # The future's own deadline bounds this wait.
+        while not self._wait_until(done, self._clock() + _LOOK_AGAIN):
+            pass
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish submitted so far has resolved or failed.
