@@ -106,12 +106,14 @@ class OwnerLoop:
         #: Orders messages: entering a publish in ``_pending`` and handing it to the
         #: stream happen together under it, and so does re-sending on a new stream.
         self._send_lock = threading.Lock()
-        #: Publishers waiting for a free slot and flushers wait here.
-        self._space = threading.Condition(threading.Lock())
-        #: What each thread blocked on ``_space`` waits for (guarded by it): a wake-up
-        #: goes out only when one of them holds, so the many batches of acks that free
-        #: nothing a waiter needs (a flush waiting for its last publishes) wake nobody.
-        self._waits: list[Callable[[], bool]] = []
+        #: Guards ``_waits``.
+        self._space = threading.Lock()
+        #: Threads blocked until a condition holds (a free slot, a flush, a batch):
+        #: ``(condition, gate)``, each thread blocked on its own gate (a lock it holds).
+        #: Whoever changes what the conditions read releases the gates of those that
+        #: now hold, so the many batches of acks that free nothing a waiter needs wake
+        #: nobody, and one thread's batch done wakes that thread only.
+        self._waits: list[tuple[Callable[[], bool], threading.Lock]] = []
         self._failures_ledger = FailureLedger()
         self._thread: threading.Thread | None = None
         self._closing = False
@@ -178,8 +180,12 @@ class OwnerLoop:
     def _wake_waiters(self) -> None:
         if self._waits:
             with self._space:
-                if any(ready() for ready in self._waits):
-                    self._space.notify_all()
+                waits = self._waits
+                for i in range(len(waits) - 1, -1, -1):
+                    ready, gate = waits[i]
+                    if ready():
+                        del waits[i]
+                        gate.release()
 
     def _run(self) -> None:
         try:

@@ -1,16 +1,18 @@
 """Waiting on the publisher: for a future, a batch of futures, a free slot, a flush.
 
-A thread that waits blocks on the publisher's ``_space`` condition (free slots,
-flushes) or on a future's own condition, and is woken only once what it waits for
-holds: the threads that resolve publishes check each waiter's condition before waking
-it. On the publisher thread (a done-callback that waits) waiting means processing
-events meanwhile instead (:meth:`~.owner.OwnerLoop._run_nested`), or the thread that
-frees slots and resolves futures would stop.
+A thread that waits blocks on a gate of its own, listed with what it waits for (a free
+slot, a flush, a batch's last future), or on a future's own condition (``publish``), and
+is woken only once what it waits for holds: the threads that resolve publishes check
+each waiter's condition before opening its gate. On the publisher thread (a
+done-callback that waits) waiting means processing events meanwhile instead
+(:meth:`~.owner.OwnerLoop._run_nested`), or the thread that frees slots and resolves
+futures would stop.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._publishing.answers import AnswerHandling
@@ -70,25 +72,33 @@ class Waiting(AnswerHandling):
         """Block (not on the owner thread) until ``ready()``; False at ``deadline``.
 
         ``ready`` must be a cheap look at shared state that any thread may call: the
-        threads that change that state call it too, to wake this one only when it holds.
+        threads that change that state call it too, and release this thread's gate
+        only when it holds (:meth:`~.owner.OwnerLoop._wake_waiters`).
         """
-        with self._space:
-            # The owner changes what ``ready`` reads *before* it looks at _waits (and
-            # calls ``ready`` under _space); we list ourselves *before* we look at
-            # ``ready``: no wake-up is lost. ``ready`` runs on the waking thread too.
-            self._waits.append(ready)
-            try:
-                while not ready():
-                    if deadline is None:
-                        self._space.wait()
-                        continue
-                    remaining = deadline - self._clock()
-                    if remaining <= 0 or not self._space.wait(remaining):
-                        if not ready():
-                            return False
+        while True:
+            gate = threading.Lock()
+            gate.acquire()
+            entry = (ready, gate)
+            with self._space:
+                # Listed *before* the look at ``ready``, and whoever changes what it
+                # reads looks at the list *after* the change: no wake-up is lost.
+                self._waits.append(entry)
+                if ready():
+                    self._waits.remove(entry)
+                    return True
+            if deadline is None:
+                gate.acquire()
+            else:
+                remaining = deadline - self._clock()
+                if remaining <= 0 or not gate.acquire(timeout=remaining):
+                    with self._space:
+                        if entry in self._waits:
+                            self._waits.remove(entry)
+                    return ready()
+            if ready():
                 return True
-            finally:
-                self._waits.remove(ready)
+            # It held when the gate opened and no longer does (another thread took
+            # the free slot): wait again.
 
     def wait(
         self, future: concurrent.futures.Future[Ack | None], timeout: float | None

@@ -14,6 +14,7 @@ from liftbridge_sync import AckPolicy, Client
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
 
 
 def _fake_broker() -> FakeBroker:
@@ -287,6 +288,18 @@ def test_deeply_nested_callbacks_fail_typed_and_never_falsely(
     assert all(received.count(b"sync-%d" % d) == 1 for kind, d in outcomes if kind == "ok")
 
 
+class _CountedWaits(list):  # type: ignore[type-arg]
+    """The publisher's list of blocked threads, counting who went to sleep on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sleeps: list[str] = []
+
+    def append(self, item: object) -> None:
+        self.sleeps.append(threading.current_thread().name)
+        super().append(item)
+
+
 def test_a_flush_wakes_when_it_is_done_not_at_every_batch_of_acks(
     fake: FakeBroker, transport: str
 ) -> None:
@@ -299,17 +312,50 @@ def test_a_flush_wakes_when_it_is_done_not_at_every_batch_of_acks(
         client.publish("s", b"first")  # the publisher is running
         publisher = client._publisher
         assert publisher is not None
-        space = publisher._space
-        real_wait = space.wait
-        wake_ups: list[str] = []
-
-        def counted(timeout: float | None = None) -> bool:
-            wake_ups.append(threading.current_thread().name)
-            return real_wait(timeout)
-
-        space.wait = counted  # type: ignore[method-assign]
+        waits = publisher._waits = _CountedWaits()
         futures = [client.publish_async("s", b"m%d" % i) for i in range(20)]
         futures.append(client.publish_async("s", b"last"))
         client.flush(10)
         assert all(f.done() and f.exception() is None for f in futures)
-        assert 1 <= len(wake_ups) <= 2, wake_ups
+        # Listed once (a second time only if the first look raced an ack): each time
+        # it is listed it sleeps until its gate opens.
+        assert 1 <= len(waits.sleeps) <= 2, waits.sleeps
+
+
+def _voluntary_switches(native_id: int) -> int:
+    """How often a thread of this process blocked so far (Linux)."""
+    with open(f"/proc/self/task/{native_id}/status") as status:
+        for line in status:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches line")
+
+
+def test_a_finished_batch_wakes_its_own_thread_only(fake: FakeBroker, transport: str) -> None:
+    # One thread's flush waits for a slow ack while another thread's batches complete:
+    # their completions must not wake the flushing thread (with many threads waiting,
+    # each completion would wake them all). A blocked thread that nobody wakes does
+    # not run, so its count of voluntary context switches stays put.
+    fake.publish_script = lambda req, n: "drop" if req.value == b"never" else "ack"
+    with _client(fake, transport) as client:
+        client.publish("s", b"first")
+        publisher = client._publisher
+        assert publisher is not None
+        waits = publisher._waits = _CountedWaits()
+        slow = client.publish_async("s", b"never", timeout=5.0)  # fails in 5 s
+        slow.add_done_callback(lambda f: f.exception())  # observed: flush() returns
+        flusher = threading.Thread(target=client.flush, args=(30,), name="flusher")
+        flusher.start()
+        wait_until(lambda: "flusher" in waits.sleeps, what="the flush to block")
+        assert flusher.native_id is not None
+        before = _voluntary_switches(flusher.native_id)
+        for n in range(10):
+            outcomes = client.publish_batch("s", [b"b%d-%d" % (n, i) for i in range(20)])
+            assert all(isinstance(o, lb.Ack) for o in outcomes)
+        woken = _voluntary_switches(flusher.native_id) - before
+        assert not slow.done()  # the flush was blocked all along
+        flusher.join(30)
+        assert not flusher.is_alive()
+        assert isinstance(slow.exception(), lb.AckTimeoutError)
+    # At most the one switch of blocking, if it had not blocked yet when counted.
+    assert woken <= 1, f"the flushing thread ran {woken} times while other batches completed"
