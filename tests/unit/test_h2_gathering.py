@@ -29,6 +29,14 @@ def _lowat(sock: socket.socket) -> int:
     return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
 
 
+def _gathering(reader: socket.socket, due: int, delay: float | None = 0.001) -> AckGathering:
+    """A gathering that has read one 100-byte ack and has ``due`` more due."""
+    gathering = AckGathering(reader, delay)
+    gathering.answered(nbytes=100, responses=1)
+    gathering.asked = 1 + due
+    return gathering
+
+
 def _readable(sock: socket.socket) -> bool:
     return bool(select.select([sock], [], [], 0)[0])
 
@@ -58,9 +66,7 @@ def test_waits_for_the_bytes_of_every_ack_due(
 
 def test_the_mark_is_capped(tcp_pair: tuple[socket.socket, socket.socket]) -> None:
     reader, _ = tcp_pair
-    gathering = AckGathering(reader, 0.001)
-    gathering.answered(nbytes=100, responses=1)
-    gathering.asked = 100_000
+    gathering = _gathering(reader, due=99_999)
     gathering.plan(quiet=True)
     assert _lowat(reader) == MOST_GATHERED
 
@@ -82,9 +88,7 @@ def test_any_byte_wakes_the_reader_when(
     delay: float | None,
 ) -> None:
     reader, _ = tcp_pair
-    gathering = AckGathering(reader, delay)
-    gathering.answered(nbytes=100, responses=1)
-    gathering.asked = 51
+    gathering = _gathering(reader, due=50, delay=delay)
     gathering.plan(quiet=True)
     assert _lowat(reader) == (1 if delay is None else 50 * 100)
     gathering.asked, gathering.direct_mark = 1 + asked, 1 + direct_mark
@@ -96,9 +100,7 @@ def test_forgetting_overdue_answers_ends_the_wait(
     tcp_pair: tuple[socket.socket, socket.socket],
 ) -> None:
     reader, _ = tcp_pair
-    gathering = AckGathering(reader, 0.001)
-    gathering.answered(nbytes=100, responses=1)
-    gathering.asked = 41
+    gathering = _gathering(reader, due=40)
     assert gathering.plan(quiet=True) is not None
     gathering.forget()  # an ack timed out: its answer may never come
     assert gathering.due == 0
@@ -112,9 +114,7 @@ def test_the_kernel_holds_readiness_until_the_mark_and_release_lowers_it(
     # The mechanism itself, on this machine's kernel: below the mark the socket does
     # not poll readable (so the I/O thread sleeps on); release() makes it readable.
     reader, writer = tcp_pair
-    gathering = AckGathering(reader, 0.001)
-    gathering.answered(nbytes=100, responses=1)
-    gathering.asked = 11  # ten acks due: 1,000 bytes
+    gathering = _gathering(reader, due=10)  # ten acks due: 1,000 bytes
     gathering.plan(quiet=True)
     writer.sendall(b"x" * 400)
     assert select.select([reader], [], [], 0.2)[0] == []
