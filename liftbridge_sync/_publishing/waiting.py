@@ -136,10 +136,10 @@ class Waiting(AnswerHandling):
     def wait_done(self, future: AckFuture) -> None:
         """Wait until ``future`` has resolved (its own deadline bounds the wait).
 
-        On the publisher's own condition, like :meth:`flush`, rather than through
-        ``concurrent.futures.wait``: every thread that resolves futures already wakes
-        the waiters whose condition holds, so a batch costs no event, waiter or
-        condition of its own, and the thread resolving it no extra notify.
+        On a gate of its own, like :meth:`flush`, rather than through
+        ``concurrent.futures.wait``: every thread that resolves futures already opens
+        the gates of the waiters whose condition holds, so a batch costs no event,
+        waiter or condition of its own, and the thread resolving it no extra notify.
         """
         if future.done():
             return

@@ -342,7 +342,7 @@ def test_a_finished_batch_wakes_its_own_thread_only(fake: FakeBroker, transport:
         publisher = client._publisher
         assert publisher is not None
         waits = publisher._waits = _CountedWaits()
-        slow = client.publish_async("s", b"never", timeout=5.0)  # fails in 5 s
+        slow = client.publish_async("s", b"never", timeout=3.0)  # fails in 3 s
         slow.add_done_callback(lambda f: f.exception())  # observed: flush() returns
         flusher = threading.Thread(target=client.flush, args=(30,), name="flusher")
         flusher.start()

@@ -305,7 +305,10 @@ class H2PublishStream:
             error = unavailable(f"transport failure: {exc!r}")
         finally:
             if self._arrived:  # read before the connection failed: still answers
-                self._hand_over()
+                try:
+                    self._hand_over()
+                except Exception:  # pragma: no cover - a bug must still end the stream
+                    _log.exception("handing over the last responses failed")
             with self._io_lock:
                 with self._lock:
                     self._done = True
