@@ -37,7 +37,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_name, check_timeout
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
-from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
+from liftbridge_sync.errors import ConfigurationError, ForkedClientError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
 from liftbridge_sync.subscription.opening import build_subscribe_request
@@ -141,6 +141,7 @@ class Consumer:
             NoSuchStreamError: if a stream does not exist.
             ServerError: if the server refused the join (e.g. the id is already a member).
         """
+        self._refuse_if_forked()
         self._membership.join()
         heartbeat = functools.partial(
             self._membership.heartbeat, self._stop, self._reconcile, self._mailbox.fail
@@ -185,16 +186,30 @@ class Consumer:
         """Whether :meth:`close` was called."""
         return self._closed
 
+    def _refuse_if_forked(self) -> None:
+        # Checked before any lock is taken: a parent thread may have held it at fork.
+        if self._core.forked:
+            raise ForkedClientError(
+                f"consumer {self._group}/{self._consumer_id} was created before the "
+                "process forked: its membership, threads and connections are the "
+                "parent's; create a new consumer in the child"
+            )
+
     def assignment(self) -> frozenset[tuple[str, int]]:
         """The (stream, partition) pairs currently assigned to and read by this member."""
+        self._refuse_if_forked()
         with self._lock:
             return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
 
     def close(self) -> None:
         """Stop reading, commit (with auto-commit), leave the group, join threads.
 
-        Idempotent. A blocked iteration ends with ``StopIteration``.
+        Idempotent. A blocked iteration ends with ``StopIteration``. In a forked child
+        it only marks this object closed: the member and its threads are the parent's.
         """
+        if self._core.forked:
+            self._closed = True
+            return
         with self._lock:
             if self._closed:
                 return
@@ -224,7 +239,7 @@ class Consumer:
         return self
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
-        if exc_type is None:
+        if exc_type is None and not self._core.forked:
             self._mark_pending_done()
         self.close()
 
@@ -248,7 +263,9 @@ class Consumer:
             StopIteration: once closed.
             ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
                 member.
+            ForkedClientError: in a process forked after this consumer was created.
         """
+        self._refuse_if_forked()
         seconds = check_timeout("timeout", timeout)
         self._mark_pending_done()
         msg = self._mailbox.get(seconds)
@@ -276,13 +293,16 @@ class Consumer:
             The offsets stored by this call, per (stream, partition).
 
         Raises:
-            LiftbridgeError: if a cursor could not be stored (the others may have been).
+            LiftbridgeError: if a cursor could not be stored (the others may have been);
+                ForkedClientError in a process forked after this consumer was created.
         """
+        self._refuse_if_forked()
         self._mark_pending_done()
         return self._commit_done()
 
     def committed(self) -> dict[tuple[str, int], int]:
         """The offsets this member committed, per (stream, partition)."""
+        self._refuse_if_forked()
         with self._lock:
             return dict(self._committed)
 

@@ -1,0 +1,73 @@
+"""Objects with threads of their own refuse to work in a forked child, instead of hanging.
+
+A consumer group member and a whole-stream subscription are fed by threads that do not
+exist in a child made by ``fork()``, and their locks may have been held by parent
+threads at fork time. In the child they raise ``ForkedClientError`` at once (before
+taking any lock), and ``close()`` returns.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, sys, threading
+    from liftbridge_sync import Client, ForkedClientError
+    from liftbridge_sync.consumer import Consumer
+    from liftbridge_sync.subscription.stream import StreamSubscription
+
+    client = Client("127.0.0.1:1")  # never connects: no gRPC thread at fork time
+    consumer = Consumer(client._core, "g", ["s"], auto_commit=None)
+    merged = StreamSubscription(client._core, "s", [])
+    consumer._lock.acquire()  # as if a parent thread held it when the process forked
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
+        code = 0
+        calls = {
+            "get": lambda: consumer.get(0.2),
+            "commit": consumer.commit,
+            "assignment": consumer.assignment,
+            "committed": consumer.committed,
+            "join": consumer.join,
+            "merged get": lambda: merged.get(0.2),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+                print("no error from", name, flush=True)
+                code = code or 10
+            except ForkedClientError:
+                pass
+            except BaseException as exc:
+                print(name, "raised", repr(exc), flush=True)
+                code = code or 20
+        done = threading.Event()
+
+        def close_both():
+            consumer.close()
+            merged.close(timeout=1.0)
+            done.set()
+
+        threading.Thread(target=close_both, daemon=True).start()
+        if not done.wait(5.0):
+            print("close() blocked in the child", flush=True)
+            code = code or 30
+        os._exit(code)
+    consumer._lock.release()
+    _, status = os.waitpid(pid, 0)
+    merged.close()
+    client.close()
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_consumer_and_stream_subscription_refuse_in_a_forked_child() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
