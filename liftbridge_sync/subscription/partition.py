@@ -162,7 +162,16 @@ class Subscription(PartitionConnection):
         return offset
 
     def close(self) -> None:
-        """End the subscription; a blocked read ends with ``StopIteration``. Idempotent."""
+        """End the subscription; a blocked read ends with ``StopIteration``. Idempotent.
+
+        In a forked child the call is only dropped: cancelling it would shut down the
+        socket the parent still reads from.
+        """
+        if self._core.forked:
+            self._call = None
+            self._buf = []
+            self._closed.set()
+            return
         with self._lock:
             self._closed.set()
             call, self._call = self._call, None

@@ -1,9 +1,11 @@
-"""Objects with threads of their own refuse to work in a forked child, instead of hanging.
+"""Objects carried across ``fork()`` refuse to work in the child, instead of hanging or
+disturbing the parent.
 
 A consumer group member and a whole-stream subscription are fed by threads that do not
 exist in a child made by ``fork()``, and their locks may have been held by parent
 threads at fork time. In the child they raise ``ForkedClientError`` at once (before
-taking any lock), and ``close()`` returns.
+taking any lock), and ``close()`` returns. Closing a subscription in the child leaves
+the parent's call (and the socket both processes share) alone.
 """
 
 from __future__ import annotations
@@ -19,9 +21,24 @@ _SCRIPT = textwrap.dedent(
     from liftbridge_sync.consumer import Consumer
     from liftbridge_sync.subscription.stream import StreamSubscription
 
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync.subscription.connection import SubscriptionTarget
+    from liftbridge_sync.subscription.partition import Subscription
+
+    class ParentsCall:
+        # Stands for the parent's open subscribe call (its socket is shared with the
+        # child): cancelling it would shut that socket down under the parent.
+        cancelled = False
+
+        def cancel(self):
+            ParentsCall.cancelled = True
+
     client = Client("127.0.0.1:1")  # never connects: no gRPC thread at fork time
     consumer = Consumer(client._core, "g", ["s"], auto_commit=None)
     merged = StreamSubscription(client._core, "s", [])
+    target = SubscriptionTarget("s", 0, api_pb2.SubscribeRequest(stream="s"), False, False)
+    single = Subscription(client._core, target)
+    single._call = ParentsCall()
     consumer._lock.acquire()  # as if a parent thread held it when the process forked
     pid = os.fork()
     if pid == 0:
@@ -50,12 +67,16 @@ _SCRIPT = textwrap.dedent(
         def close_both():
             consumer.close()
             merged.close(timeout=1.0)
+            single.close()
             done.set()
 
         threading.Thread(target=close_both, daemon=True).start()
         if not done.wait(5.0):
             print("close() blocked in the child", flush=True)
             code = code or 30
+        if ParentsCall.cancelled or not single.closed:
+            print("the parent's subscribe call was cancelled from the child", flush=True)
+            code = code or 40
         os._exit(code)
     consumer._lock.release()
     _, status = os.waitpid(pid, 0)
@@ -66,7 +87,7 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def test_consumer_and_stream_subscription_refuse_in_a_forked_child() -> None:
+def test_objects_carried_across_fork_refuse_in_the_child() -> None:
     result = subprocess.run(
         [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60
     )
