@@ -117,8 +117,9 @@ class Subscription(PartitionConnection):
     def __next__(self) -> Message:
         buf = self._buf
         i = self._pos
-        if i < len(buf):
-            # Fast path: a message already read in bulk.
+        if i < len(buf) and not self._core.forked:
+            # Fast path: a message already read in bulk (by this process: a forked
+            # child must not hand out what the parent delivers too).
             self._pos = i + 1
             pb = buf[i]
             self._last_offset = pb.offset
@@ -140,7 +141,7 @@ class Subscription(PartitionConnection):
         seconds = check_timeout("timeout", timeout)
         buf = self._buf
         i = self._pos
-        if i < len(buf):
+        if i < len(buf) and not self._core.forked:
             self._pos = i + 1
             pb = buf[i]
             self._last_offset = pb.offset

@@ -39,6 +39,8 @@ _SCRIPT = textwrap.dedent(
     target = SubscriptionTarget("s", 0, api_pb2.SubscribeRequest(stream="s"), False, False)
     single = Subscription(client._core, target)
     single._call = ParentsCall()
+    buffered = Subscription(client._core, target)
+    buffered._buf = [api_pb2.Message(offset=7, value=b"read by the parent")]
     consumer._lock.acquire()  # as if a parent thread held it when the process forked
     pid = os.fork()
     if pid == 0:
@@ -51,6 +53,9 @@ _SCRIPT = textwrap.dedent(
             "committed": consumer.committed,
             "join": consumer.join,
             "merged get": lambda: merged.get(0.2),
+            # Read in bulk before the fork: the parent delivers it, the child must not.
+            "buffered next": lambda: next(buffered),
+            "buffered get": lambda: buffered.get(0.2),
         }
         for name, call in calls.items():
             try:
