@@ -26,10 +26,6 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Ack
 
-#: Seconds between looks at a batch's last future while waiting for it (a safety net:
-#: every thread that resolves futures wakes the waiters whose condition then holds).
-_LOOK_AGAIN = 1.0
-
 __all__ = ["Waiting"]
 
 
@@ -146,10 +142,7 @@ class Waiting(AnswerHandling):
         if self._on_owner_thread():
             self._run_nested(future.done, None)
             return
-        done = future.done
-        # The future's own deadline bounds this wait.
-        while not self._wait_until(done, self._clock() + _LOOK_AGAIN):
-            pass
+        self._wait_until(future.done, None)  # the future's own deadline bounds it
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish submitted so far has resolved or failed.

@@ -38,6 +38,7 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     DeadlineExceededError,
+    ForkedClientError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -114,6 +115,22 @@ class ClientCore:
                 self._scheduler = Scheduler()
                 self._closeables.add(self._scheduler)
             return self._scheduler
+
+    def refuse_if_forked(self, what: str) -> None:
+        """Raise if this is a forked child's copy of the core: ``what`` (an object opened
+        through it, with threads or connections of the parent) cannot work here.
+
+        Checked before any lock is taken: a parent thread may have held it at fork.
+
+        Raises:
+            ForkedClientError: in a process forked after ``what`` was opened.
+        """
+        if self.forked:
+            raise ForkedClientError(
+                f"{what} was opened before the process forked: its threads and "
+                "connections are the parent's; open it again in the child (the client "
+                "itself reconnects there)"
+            )
 
     def abandon_after_fork(self) -> None:
         """In a forked child: everything opened through this core is the parent's.

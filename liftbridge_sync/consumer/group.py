@@ -37,7 +37,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_name, check_timeout
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
-from liftbridge_sync.errors import ConfigurationError, ForkedClientError, LiftbridgeError
+from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
 from liftbridge_sync.subscription.opening import build_subscribe_request
@@ -187,13 +187,7 @@ class Consumer:
         return self._closed
 
     def _refuse_if_forked(self) -> None:
-        # Checked before any lock is taken: a parent thread may have held it at fork.
-        if self._core.forked:
-            raise ForkedClientError(
-                f"consumer {self._group}/{self._consumer_id} was created before the "
-                "process forked: its membership, threads and connections are the "
-                "parent's; create a new consumer in the child"
-            )
+        self._core.refuse_if_forked(f"consumer {self._group}/{self._consumer_id}")
 
     def assignment(self) -> frozenset[tuple[str, int]]:
         """The (stream, partition) pairs currently assigned to and read by this member."""

@@ -31,7 +31,6 @@ from liftbridge_sync._wire.status import (
 from liftbridge_sync._wire.validate import check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
-    ForkedClientError,
     UnsupportedError,
 )
 from liftbridge_sync.models import Message, _set_message_pb
@@ -196,11 +195,7 @@ class Subscription(PartitionConnection):
     # ------------------------------------------------------------------ reading
 
     def _read(self, timeout: float | None) -> Message:
-        if self._core.forked:
-            raise ForkedClientError(
-                "this subscription was opened before the process forked; subscribe again "
-                "in the child (the client itself reconnects there)"
-            )
+        self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             call = self._call

@@ -14,7 +14,7 @@ import time
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name
-from liftbridge_sync.errors import ConfigurationError, ForkedClientError
+from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.opening import check_positions, open_partition
@@ -162,11 +162,7 @@ class StreamSubscription:
             ForkedClientError: in a process forked after the subscription was opened
                 (its reading threads are the parent's).
         """
-        if self._core.forked:
-            raise ForkedClientError(
-                f"the subscription to {self._stream!r} was opened before the process "
-                "forked; subscribe again in the child (the client itself reconnects there)"
-            )
+        self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
         if timeout is not None and timeout < 0:
             raise ConfigurationError("'timeout' must be >= 0 or None")
         item = self._box.get(timeout)

@@ -72,7 +72,7 @@ class AckGathering:
         """
         want = 1
         if quiet and self._delay is not None and self._per_ack:
-            due = self.asked - self._answered
+            due = self.due
             if due > 1 and self.direct_mark <= self._answered:
                 want = min(due * self._per_ack, MOST_GATHERED)
         if want != self._lowat:
