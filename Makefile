@@ -10,7 +10,8 @@ export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
 
 all: test
 
-$(STAMP): setup.cfg setup.py pyproject.toml liftbridge_sync/_speedups.c
+$(STAMP): setup.cfg setup.py pyproject.toml liftbridge_sync/_speedups.c \
+		liftbridge_sync/_speedups_submit.c liftbridge_sync/_speedups.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,nats,spark]'

@@ -34,7 +34,8 @@ setup(
     ext_modules=[
         Extension(
             "liftbridge_sync._speedups",
-            ["liftbridge_sync/_speedups.c"],
+            ["liftbridge_sync/_speedups.c", "liftbridge_sync/_speedups_submit.c"],
+            depends=["liftbridge_sync/_speedups.h"],
             optional=True,
         )
     ],

@@ -76,8 +76,8 @@
  *       (b"" at end of stream), None if none are waiting; OSError otherwise. Reads
  *       only what the socket holds (FIONREAD), so a small read allocates little.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_speedups.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <string.h>
@@ -95,15 +95,13 @@ static PyObject *zero = NULL;
 static PyObject *n_stream, *n_partition, *n_partition_subject, *n_message_subject, *n_offset,
     *n_ack_inbox, *n_correlation_id, *n_ack_policy, *n_reception, *n_commit, *n_ack_error;
 
-enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
-       E_RESENT_AT, E_KEY, ENTRY_FIELDS };
 static const char *entry_fields[ENTRY_FIELDS] = {
     "framed", "correlation_id", "partition", "wants_ack", "future",
     "timeout", "deadline", "seq", "resent_at", "key",
 };
 static PyTypeObject *entry_type = NULL;
 static PyObject *future_type = NULL;
-static Py_ssize_t entry_offsets[ENTRY_FIELDS];
+LBS_INTERNAL Py_ssize_t entry_offsets[ENTRY_FIELDS];
 static PyObject *zero_float = NULL;
 
 /* The Ack class's slots, in the order parse_response fills them. */
@@ -120,14 +118,10 @@ static Py_ssize_t ack_offsets[ACK_FIELDS];
  * the class itself), so that hot paths read and write them directly instead of going
  * through attribute lookup (and, for frozen dataclasses, around __setattr__); -1 with
  * TypeError if the class is not laid out so. */
-static int
-slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
-             const char *what)
+LBS_INTERNAL int
+member_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
+               const char *what)
 {
-    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
-        PyErr_Format(PyExc_TypeError, "%s must use __slots__ only", what);
-        return -1;
-    }
     for (int i = 0; i < count; i++) {
         PyObject *descr = PyDict_GetItemString(type->tp_dict, names[i]);
         if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
@@ -140,8 +134,17 @@ slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t
     return 0;
 }
 
-/* The object in a slot (borrowed; NULL if unset). */
-#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+static int
+slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
+             const char *what)
+{
+    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
+        PyErr_Format(PyExc_TypeError, "%s must use __slots__ only", what);
+        return -1;
+    }
+    return member_offsets(type, names, count, out, what);
+}
+
 
 /* A field of a pending entry (new reference): read through its slot when the entry is
  * of the Entry class set up by setup_entries, by attribute otherwise (tests use other
@@ -158,7 +161,7 @@ entry_field(PyObject *entry, int field, PyObject *name)
 }
 
 /* 0 once setup_entries() ran; -1 with RuntimeError before. */
-static int
+LBS_INTERNAL int
 entries_set_up(void)
 {
     if (entry_type != NULL)
@@ -248,7 +251,7 @@ ascii_prefix(PyObject *prefix, const char **data, Py_ssize_t *size)
 
 /* The framed request for head + value with the correlation id prefix + decimal n, and
  * that id (new references in *framed_out, *cid_out); -1 on error. */
-static int
+LBS_INTERNAL int
 frame_with_id(PyObject *head, PyObject *value, PyObject *prefix_obj, PyObject *n_obj,
               PyObject **framed_out, PyObject **cid_out)
 {
@@ -1121,7 +1124,7 @@ setup_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* A new Entry with a new future, its slots filled as Entry.__init__ would; NULL on error. */
-static PyObject *
+LBS_INTERNAL PyObject *
 new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest, PyObject **future_out)
 {
     PyObject *future = PyObject_CallNoArgs(future_type);
@@ -1284,6 +1287,9 @@ static PyMethodDef methods[] = {
     {"pop_answered", (PyCFunction)(void (*)(void))pop_answered, METH_FASTCALL, NULL},
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
+    {"setup_submit", (PyCFunction)(void (*)(void))setup_submit, METH_FASTCALL, NULL},
+    {"setup_submit_stream", (PyCFunction)(void (*)(void))setup_submit_stream, METH_FASTCALL, NULL},
+    {"submit_plain", (PyCFunction)(void (*)(void))submit_plain, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 
 from liftbridge_sync._publishing.encoding import _heads, head
 from liftbridge_sync._publishing.futures import (
+    PublishFuture,
     settle,
 )
 from liftbridge_sync._publishing.pending import (
@@ -47,6 +48,7 @@ from liftbridge_sync._publishing.pending import (
 )
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._publishing.waiting import Waiting
+from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.speedups import frame_id
 from liftbridge_sync.errors import (
     ClientClosedError,
@@ -61,6 +63,10 @@ __all__ = ["AckFuture", "Publisher"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 _NO_ACK = AckPolicy.NONE
+#: What the caller of ``submit_plain`` still does (see ``_speedups_submit.c``).
+_TODO_WAKE_OWNER = 1
+_TODO_STREAM = 2 | 4  # wake the stream's I/O thread, or write its queue here
+_TODO_WRITE_HERE = 4
 
 
 class Publisher(Waiting):
@@ -70,6 +76,25 @@ class Publisher(Waiting):
     :meth:`submit`, :meth:`submit_many`, :meth:`flush` and :meth:`close` may be called
     from any thread, including a future's done-callback.
     """
+
+    #: What the C fast path of :meth:`submit_value` reads and writes in place (the rest
+    #: of the state stays in the instance dict).
+    __slots__ = (
+        "_closing",
+        "_ids",
+        "_id_prefix",
+        "_max_message",
+        "_clock",
+        "_send_lock",
+        "_live",
+        "_pending",
+        "_max_in_flight",
+        "_finished",
+        "_seqs",
+        "_seq",
+        "_expiry",
+        "_sleep_until",
+    )
 
     #: The client passes its close timeout through.
     close_accepts_timeout = True
@@ -131,10 +156,26 @@ class Publisher(Waiting):
         partition, no key, headers, expected offset or own correlation id. ``direct``: the
         caller waits for the ack next (``publish``), so it writes on its own thread.
 
+        With the C speedups, a ``publish_async`` that needs no lock to be waited for is
+        done by one call (``submit_plain``) that runs no bytecode.
+
         Raises:
             ConfigurationError: a bad stream name or ack policy (before anything is sent).
             ClientClosedError, PublishQueueFullError: as :meth:`submit`.
         """
+        if not direct and _submit_plain is not None:
+            done = _submit_plain(self, stream, value, partition, ack_policy, timeout)
+            if done.__class__ is PublishFuture:
+                return done  # type: ignore[no-any-return]
+            if done.__class__ is tuple:
+                future, todo, stream_ = done
+                if todo & _TODO_WAKE_OWNER:
+                    self._inbox.put(WAKE)
+                if todo & _TODO_STREAM:
+                    stream_.nudge(bool(todo & _TODO_WRITE_HERE))
+                return future  # type: ignore[no-any-return]
+            if done is not None:  # an entry it could not enter without waiting
+                return self._send_entry(done, done.wants_ack, done.timeout, done.deadline)
         if self._closing:
             raise self._closed_error()
         # head()'s cache lookup inline: one Python call less per message.
@@ -157,6 +198,13 @@ class Publisher(Waiting):
         )
         if entry is None:
             raise self._too_large(len(frame_id(cached, value, self._id_prefix, n)[0]))
+        return self._send_entry(entry, wants_ack, timeout, deadline, direct)
+
+    def _send_entry(
+        self, entry: Entry, wants_ack: bool, timeout: float, deadline: float, direct: bool = False
+    ) -> AckFuture:
+        """Enter a new publish in the pending table and give it to the open stream, or,
+        not connected yet, full or closing, to the general path."""
         framed = entry.framed
         correlation_id = entry.correlation_id
         future: AckFuture = entry.future
@@ -375,3 +423,10 @@ class Publisher(Waiting):
             self._inbox.put(Close(deadline))
         if threading.current_thread() is not thread:
             thread.join()
+
+
+_submit_plain = speedups.submit_plain
+if _submit_plain is not None and speedups.setup_submit is not None:
+    speedups.setup_submit(
+        Publisher, type(threading.Lock()), collections.deque, _heads, AckPolicy.NONE
+    )

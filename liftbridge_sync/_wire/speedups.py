@@ -21,6 +21,10 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   :data:`pop_answered`: ``None`` in pure Python; in C, the publisher's entries and
   futures for framed requests, and answered entries off a deadline queue (see
   :mod:`~liftbridge_sync._publishing.pending`).
+* :data:`submit_plain` (with :data:`setup_submit` / :data:`setup_submit_stream`):
+  ``None`` in pure Python; in C, a ``publish_async`` of the common case entered and
+  queued without running bytecode (see :meth:`~liftbridge_sync._publishing.publisher.
+  Publisher.submit_value`).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -50,6 +54,9 @@ __all__ = [
     "send_held",
     "settle_acks",
     "setup_entries",
+    "setup_submit",
+    "setup_submit_stream",
+    "submit_plain",
 ]
 
 _PREFIX_BYTES = 5
@@ -129,6 +136,13 @@ make_entry: Callable[..., Any] | None = None
 frame_entry: Callable[..., Any] | None = None
 #: ``pop_answered(deadline_queue, pending) -> whether a pending entry is at its head``.
 pop_answered: Callable[..., bool] | None = None
+#: ``setup_submit(Publisher, lock_type, deque_type, heads, no_ack)`` and
+#: ``setup_submit_stream(H2PublishStream, AckGathering, write_here_at)`` once each, then
+#: ``submit_plain(publisher, stream, value, partition, ack_policy, timeout) -> future |
+#: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
+setup_submit: Callable[..., None] | None = None
+setup_submit_stream: Callable[..., None] | None = None
+submit_plain: Callable[..., Any] | None = None
 ACTIVE = False
 
 if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
@@ -149,5 +163,8 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         make_entry = _speedups.make_entry
         frame_entry = _speedups.frame_entry
         pop_answered = _speedups.pop_answered
+        setup_submit = _speedups.setup_submit
+        setup_submit_stream = _speedups.setup_submit_stream
+        submit_plain = _speedups.submit_plain
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True

@@ -630,3 +630,27 @@ def test_pop_answered_pops_only_the_answered_head(which: str) -> None:
     assert pop(queue_, pending) is True and list(queue_) == entries[4:]
     pending.clear()
     assert pop(queue_, pending) is False and not queue_
+
+
+@needs_c
+def test_submit_setup_refuses_classes_without_the_slots_it_writes() -> None:
+    import collections
+
+    from liftbridge_sync._publishing.encoding import _heads
+    from liftbridge_sync._transport.h2.connection import H2PublishStream
+    from liftbridge_sync._transport.h2.gathering import AckGathering
+
+    lock_type = type(threading.Lock())
+    with pytest.raises(TypeError, match="no slot _closing"):
+        _speedups.setup_submit(PublishFuture, lock_type, collections.deque, _heads, AckPolicy.NONE)
+    with pytest.raises(TypeError, match="no slot asked"):
+        _speedups.setup_submit_stream(H2PublishStream, PublishFuture, 1)
+    # The real classes are accepted (and were set up when their modules were imported).
+    _speedups.setup_submit_stream(H2PublishStream, AckGathering, 16 * 1024)
+
+
+@needs_c
+def test_submit_plain_leaves_anything_but_the_common_case_to_python() -> None:
+    # None: nothing made, the caller does it all (here: not a publisher of the class
+    # set up); nothing raises.
+    assert _speedups.submit_plain(object(), "s", b"v", 0, AckPolicy.LEADER, 5.0) is None

@@ -61,6 +61,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
     StreamSent,
 )
+from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack
@@ -92,6 +93,21 @@ class H2PublishStream:
     is idle; that thread does all socket and HTTP/2 work and emits every event, ending
     with exactly one :class:`StreamClosed`. Thread-safe.
     """
+
+    #: What the C fast path of ``Publisher.submit_value`` reads and writes in place
+    #: (``_speedups_submit.c``); the rest of the state stays in the instance dict.
+    __slots__ = (
+        "_lock",
+        "_done",
+        "_close_requested",
+        "_queue",
+        "_queued_bytes",
+        "_taken_bytes",
+        "_signalled",
+        "_gathering",
+        "__dict__",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -191,6 +207,18 @@ class H2PublishStream:
         finally:
             lock.release()
         self._write_here(direct)
+
+    def nudge(self, write_here: bool) -> None:
+        """After a request was queued without :meth:`send_framed` (by the C fast path of
+        ``Publisher.submit_value``): what ``send_framed`` would have done next. With
+        ``write_here`` (``_WRITE_HERE_AT`` bytes wait), the caller writes them if nobody
+        else is; otherwise the I/O thread is woken unless it already is."""
+        if write_here and self._io_lock.acquire(blocking=False):
+            self._write_here()
+            return
+        with self._lock:
+            if not self._signalled and not self._done:
+                self._wake()
 
     def _writes_here(self, queued: int) -> bool:
         """Under ``_lock``, after queueing: whether the caller writes the queue itself
@@ -507,3 +535,7 @@ class H2PublishStream:
                 return
             if len(data) < RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 return
+
+
+if speedups.setup_submit_stream is not None:
+    speedups.setup_submit_stream(H2PublishStream, AckGathering, _WRITE_HERE_AT)

@@ -32,6 +32,8 @@ class AckGathering:
     thread-safe beyond that.
     """
 
+    __slots__ = ("_answered", "_delay", "_lowat", "_per_ack", "_sock", "asked", "direct_mark")
+
     def __init__(self, sock: socket.socket, delay: float | None) -> None:
         self._sock = sock
         self._delay = delay if _SO_RCVLOWAT is not None else None

@@ -1,0 +1,44 @@
+/*
+ * What the translation units of liftbridge_sync._speedups share (see _speedups.c for the
+ * module and its functions, _speedups_submit.c for the publish_async fast path).
+ */
+#ifndef LIFTBRIDGE_SYNC_SPEEDUPS_H
+#define LIFTBRIDGE_SYNC_SPEEDUPS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* Symbols shared between the module's files, kept out of the dynamic symbol table: an
+ * extension's exported name could otherwise bind to another library's. */
+#define LBS_INTERNAL __attribute__((visibility("hidden")))
+
+/* The object in a slot (borrowed; NULL if unset). */
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+/* The publisher's Entry slots (liftbridge_sync._publishing.pending.Entry). */
+enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
+       E_RESENT_AT, E_KEY, ENTRY_FIELDS };
+LBS_INTERNAL extern Py_ssize_t entry_offsets[ENTRY_FIELDS];
+
+/* The offsets of the object slots (T_OBJECT_EX members defined on the class itself) named
+ * by names; -1 with TypeError if one is missing. The class may have a __dict__ too. */
+LBS_INTERNAL int member_offsets(PyTypeObject *type, const char *const *names, int count,
+                                Py_ssize_t *out, const char *what);
+/* 0 once setup_entries() ran; -1 with RuntimeError before. */
+LBS_INTERNAL int entries_set_up(void);
+/* The framed request for head + value with the correlation id prefix + decimal n, and
+ * that id (new references); -1 on error. */
+LBS_INTERNAL int frame_with_id(PyObject *head, PyObject *value, PyObject *prefix_obj,
+                               PyObject *n_obj, PyObject **framed_out, PyObject **cid_out);
+/* A new Entry (framed, cid, then partition, wants_ack, timeout, deadline in rest) with a
+ * new future (*future_out, a new reference); NULL on error. */
+LBS_INTERNAL PyObject *new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest,
+                                 PyObject **future_out);
+
+/* _speedups_submit.c */
+LBS_INTERNAL PyObject *setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+LBS_INTERNAL PyObject *setup_submit_stream(PyObject *self, PyObject *const *args,
+                                           Py_ssize_t nargs);
+LBS_INTERNAL PyObject *submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+#endif

@@ -1,0 +1,197 @@
+"""The C fast path of ``publish_async`` (``submit_plain``) against the fake broker.
+
+It enters a publish and queues its request without taking the publisher's send lock or
+the stream's lock, having seen both free while it holds the GIL. These tests check that
+it leaves exactly the state the Python path leaves, that it steps aside (to the Python
+path, which waits) whenever either lock is held, and that messages keep their order
+when both paths interleave.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import AckPolicy, Client
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing import publisher as publisher_module
+from liftbridge_sync._publishing.futures import PublishFuture
+from liftbridge_sync._wire import speedups
+from liftbridge_sync.testing import FakeBroker, FakeCluster
+from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
+
+pytestmark = pytest.mark.skipif(
+    speedups.submit_plain is None, reason="C speedups not built or disabled"
+)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBroker]:
+    with FakeBroker(cluster=FakeCluster(leader="fake", partitions=4)) as server:
+        yield server
+
+
+@pytest.fixture
+def outcomes(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """What each ``submit_plain`` call returned: future, todo (a tuple), entry or none."""
+    real = publisher_module._submit_plain
+    assert real is not None
+    seen: collections.Counter[str] = collections.Counter()
+
+    def spy(*args: Any) -> Any:
+        result = real(*args)
+        if isinstance(result, PublishFuture):
+            seen["future"] += 1
+        elif isinstance(result, tuple):
+            seen["todo"] += 1
+        else:
+            seen["entry" if result is not None else "none"] += 1
+        return result
+
+    monkeypatch.setattr(publisher_module, "_submit_plain", spy)
+    return seen
+
+
+def _client(fake: FakeBroker, **options: Any) -> Client:
+    return Client([fake.address], retry=FAST_RETRY, publish_transport="h2", **options)
+
+
+def _state(client: Client) -> dict[str, Any]:
+    publisher = client._publisher
+    assert publisher is not None
+    stream = publisher._live
+    return {
+        "seq": publisher._seq,
+        "pending": dict(publisher._pending),
+        "queued_bytes": stream._queued_bytes,  # type: ignore[union-attr]
+        "asked": stream._gathering.asked,  # type: ignore[union-attr]
+        "queue": list(stream._queue),  # type: ignore[union-attr]
+    }
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_both_paths_leave_the_same_state(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    if path == "python":
+        monkeypatch.setattr(publisher_module, "_submit_plain", None)
+    client = _client(fake, ack_timeout=7.5)
+    try:
+        client.publish("s", b"warm-up")
+        publisher = client._publisher
+        assert publisher is not None
+        stream = publisher._live
+        assert stream is not None
+        io_lock: threading.Lock = stream._io_lock  # type: ignore[attr-defined]
+        with io_lock:  # the I/O thread stops between turns: nothing is taken or read
+            before = _state(client)
+            started = publisher._clock()
+            future = client.publish_async("s", b"value", partition=2, ack_policy=AckPolicy.ALL)
+            finished = publisher._clock()
+            after = _state(client)
+            (cid,) = set(after["pending"]) - set(before["pending"])
+            entry = after["pending"][cid]
+            assert entry.future is future
+            assert entry.seq == after["seq"] == before["seq"] + 1
+            assert (entry.partition, entry.wants_ack, entry.timeout) == (2, True, 7.5)
+            assert started + 7.5 <= entry.deadline <= finished + 7.5
+            assert entry in publisher._expiry[7.5]
+            assert after["queue"] == [*before["queue"], entry.framed]
+            assert after["queued_bytes"] == before["queued_bytes"] + len(entry.framed)
+            assert after["asked"] == before["asked"] + 1
+            request = api_pb2.PublishRequest.FromString(entry.framed[5:])
+            assert (request.stream, request.partition, request.value) == ("s", 2, b"value")
+            assert (request.correlationId, request.ackPolicy) == (cid, api_pb2.ALL)
+            assert not future.done()
+        ack = future.result(timeout=10)
+        assert ack is not None and (ack.partition, ack.correlation_id) == (2, cid)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("lock_name", ["send lock", "stream lock"])
+def test_a_held_lock_sends_the_publish_down_the_waiting_path(
+    fake: FakeBroker, outcomes: collections.Counter[str], lock_name: str
+) -> None:
+    client = _client(fake)
+    try:
+        client.publish("s", b"warm-up")
+        publisher = client._publisher
+        assert publisher is not None
+        stream = publisher._live
+        lock: threading.Lock = (
+            publisher._send_lock if lock_name == "send lock" else stream._lock  # type: ignore[union-attr]
+        )
+        result: list[Any] = []
+        publishing = threading.Thread(
+            target=lambda: result.append(client.publish_async("s", b"behind the lock")),
+            name="test-publisher",
+        )
+        with lock:
+            publishing.start()
+            wait_until(lambda: outcomes["entry"] == 1, what="the fast path to step aside")
+            publishing.join(timeout=0.2)
+            assert publishing.is_alive(), "the publish went past a held lock"
+            assert stream._queue == []  # type: ignore[union-attr]
+            if lock_name == "send lock":
+                assert len(publisher._pending) == 0
+        publishing.join(timeout=10)
+        assert not publishing.is_alive()
+        ack = result[0].result(timeout=10)
+        assert ack is not None and ack.offset == 1
+        assert [r.value for r in fake.received] == [b"warm-up", b"behind the lock"]
+    finally:
+        client.close()
+
+
+def test_interleaved_paths_keep_each_threads_order(
+    fake: FakeBroker, outcomes: collections.Counter[str]
+) -> None:
+    # Publishing threads race a thread that keeps taking the send lock, so some
+    # publishes take the fast path and others the locked Python path.
+    threads, per_thread = 4, 500
+    client = _client(fake, max_in_flight=300)
+    stop = threading.Event()
+    try:
+        client.publish("s", b"warm-up")
+        publisher = client._publisher
+        assert publisher is not None
+
+        def interfere() -> None:
+            while not stop.wait(0.0002):
+                with publisher._send_lock:  # held while the others run
+                    stop.wait(0.0001)
+
+        def publish(t: int) -> Callable[[], None]:
+            def run() -> None:
+                for i in range(per_thread):
+                    client.publish_async("s", b"%d:%d" % (t, i), timeout=30)
+
+            return run
+
+        interferer = threading.Thread(target=interfere, name="test-interferer")
+        workers = [threading.Thread(target=publish(t), name=f"test-{t}") for t in range(threads)]
+        interferer.start()
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=60)
+        stop.set()
+        interferer.join(timeout=10)
+        client.flush(timeout=30)
+    finally:
+        stop.set()
+        client.close()
+    assert outcomes["future"] + outcomes["todo"] > 0 and outcomes["entry"] > 0
+    seen: dict[int, list[int]] = collections.defaultdict(list)
+    for request in fake.received[1:]:
+        t, i = request.value.split(b":")
+        seen[int(t)].append(int(i))
+    assert {t: seen[t] for t in range(threads)} == {
+        t: list(range(per_thread)) for t in range(threads)
+    }
