@@ -5,7 +5,8 @@
  * every function here (used when this module is not built, or when the environment
  * variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is set). Every function is thread-safe under the
  * GIL and keeps it throughout; none runs Python code except run_callbacks (the callbacks
- * it is given) and the attribute and type calls on the publisher's own classes.
+ * it is given), the attribute and type calls on the publisher's own classes, and
+ * submit_plain (the publisher's clock, its future class).
  *
  *   frame_id(head, value, prefix, n) -> (framed, correlation_id)
  *       A framed PublishRequest (gRPC prefix, cached head, value, id) and its id
@@ -75,6 +76,8 @@
  *       The same for one non-blocking recv() of up to size bytes: the bytes read
  *       (b"" at end of stream), None if none are waiting; OSError otherwise. Reads
  *       only what the socket holds (FIONREAD), so a small read allocates little.
+ *   setup_submit(...), setup_submit_stream(...), submit_plain(...)
+ *       The publish_async fast path: see _speedups_submit.c.
  */
 #include "_speedups.h"
 
