@@ -28,6 +28,7 @@ import collections
 import logging
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from liftbridge_sync._publishing.encoding import _heads, head
 from liftbridge_sync._publishing.futures import (
@@ -49,15 +50,16 @@ from liftbridge_sync._publishing.pending import (
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._publishing.waiting import Waiting
 from liftbridge_sync._wire import speedups
-from liftbridge_sync._wire.speedups import frame_id
+from liftbridge_sync._wire.speedups import frame_id, frame_values
 from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     InternalThreadError,
+    LiftbridgeError,
     MessageTooLargeError,
     PublishQueueFullError,
 )
-from liftbridge_sync.models import AckPolicy
+from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = ["AckFuture", "Publisher"]
 
@@ -67,6 +69,8 @@ _NO_ACK = AckPolicy.NONE
 _TODO_WAKE_OWNER = 1
 _TODO_STREAM = 2 | 4  # wake the stream's I/O thread, or write its queue here
 _TODO_WRITE_HERE = 4
+#: The smallest chunk :meth:`Publisher.publish_values` enters at a time.
+_MIN_CHUNK = 256
 
 
 class Publisher(Waiting):
@@ -281,6 +285,57 @@ class Publisher(Waiting):
         entries, futures = new_entries(framed, ids, partition, wants_ack, timeout, deadline)
         self._enter_batch(entries)
         return futures
+
+    def publish_values(
+        self,
+        request_head: bytes,
+        items: list[Any],
+        *,
+        partition: int,
+        wants_ack: bool,
+        timeout: float,
+    ) -> tuple[list[Ack | None | LiftbridgeError], int]:
+        """Publish the leading run of plain ``bytes`` values of ``items`` behind a cached
+        ``request_head`` and wait for them: their outcomes (as :meth:`outcomes`) and how
+        many there were (``publish_batch`` does the rest its own way).
+
+        In chunks of ``max_in_flight`` (at least ``_MIN_CHUNK``): a chunk is framed and
+        entered while the one before is still in flight, and then that one is waited
+        for, so only two chunks' requests and futures are alive at a time. A batch of a
+        million messages neither holds a million framed requests nor hands the garbage
+        collector a million futures to walk again and again.
+
+        Raises:
+            ClientClosedError, PublishQueueFullError: when nothing was entered. Once
+                something was, the values that could not be entered get the error as
+                their outcome instead.
+        """
+        step = max(self._max_in_flight, _MIN_CHUNK)
+        outcomes: list[Ack | None | LiftbridgeError] = []
+        in_flight: list[AckFuture] = []
+        done = 0  # values entered (or failed) so far
+        total = len(items)
+        while done < total:
+            chunk = items[done : done + step] if done or total > step else items
+            framed, ids = frame_values(request_head, chunk, self.next_correlation_id())
+            if not framed:
+                break  # not a plain value: the caller goes on from here
+            try:
+                futures = self.submit_values(
+                    framed, ids, partition=partition, wants_ack=wants_ack, timeout=timeout
+                )
+            except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
+                if not done:
+                    raise
+                outcomes += self.wait_all(in_flight)
+                return [*outcomes, *[exc] * (total - done)], total
+            outcomes += self.wait_all(in_flight)
+            in_flight = futures
+            done += len(framed)
+            if len(framed) < len(chunk):
+                break
+        outcomes += self.wait_all(in_flight)
+        return outcomes, done
 
     def _admit_batch(self, framed: list[bytes], timeout: float) -> float:
         """Checks before any of a batch is entered; the batch's ack deadline.

@@ -359,3 +359,36 @@ def test_a_finished_batch_wakes_its_own_thread_only(fake: FakeBroker, transport:
         assert isinstance(slow.exception(), lb.AckTimeoutError)
     # At most the one switch of blocking, if it had not blocked yet when counted.
     assert woken <= 1, f"the flushing thread ran {woken} times while other batches completed"
+
+
+def test_a_large_batch_keeps_two_chunks_alive_and_returns_errors_once_entered(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    from liftbridge_sync._publishing.futures import PublishFuture
+    from liftbridge_sync._publishing.publisher import Publisher
+
+    # max_in_flight 256: a batch of 1,000 goes in chunks of 256, each entered while
+    # the one before is in flight. The third chunk is refused (as if the enqueue
+    # timeout expired): what was entered keeps its acks, the rest gets the error.
+    submit_values = Publisher.submit_values
+    live: list[int] = []
+    refused = lb.PublishQueueFullError("no slot freed in time")
+
+    def counting(self: Publisher, *args: object, **kwargs: object) -> object:
+        live.append(sum(1 for o in gc.get_objects() if type(o) is PublishFuture))
+        if len(live) == 3:
+            raise refused
+        return submit_values(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Publisher, "submit_values", counting)
+    with _client(fake, "h2", max_in_flight=256) as client:
+        outcomes = client.publish_batch("s", [b"%d" % i for i in range(1000)])
+    assert len(outcomes) == 1000
+    assert [o.offset for o in outcomes[:512]] == list(range(512))  # type: ignore[union-attr]
+    assert all(o is refused for o in outcomes[512:])
+    # Never more than one chunk's futures besides the new one (beyond those other
+    # tests left to the garbage collector before the first chunk).
+    assert max(live) - live[0] <= 256
+    assert len(fake.received) == 512

@@ -332,6 +332,9 @@ def test_publish_batch_is_ordered_bounded_and_typed(
         outcomes = client.publish_batch(name, values)
         assert [o.offset for o in outcomes] == list(range(2500))  # type: ignore[union-attr]
         assert [m.value for m in read_all(client, name)] == values
+        # Plain values, then a (key, value) pair: still one outcome each, in order.
+        mixed = client.publish_batch(name, [*values[:300], (b"k", b"pair"), b"after"])
+        assert [o.offset for o in mixed] == list(range(2500, 2802))  # type: ignore[union-attr]
         # (key, value) pairs with a partitioner; AckPolicy.NONE gives None per message.
         keyed = client.publish_batch(name, [(b"k", b"x"), (b"k", b"y")], partitioner=ByKey())
         assert {o.partition for o in keyed} == {ByKey().partition(name, b"k", b"x", 2)}  # type: ignore[union-attr]
