@@ -34,10 +34,14 @@
  * lock but not yet the GIL has not started its critical section: it runs after us, as if
  * we had taken the lock first. Everything built before that point (the framed request, the
  * entry, its future) may run Python code (the clock, the future's class) and may let
- * other threads in; nothing is shared yet then.
+ * other threads in; nothing is shared yet then. What the atomic part touches is checked to
+ * be of the exact built-in types whose operations run no Python code (dict with str keys:
+ * correlation ids are plain str, see Client.publish_async; list; deque; int; float;
+ * itertools.count). On a build without the GIL, submit_plain always returns None.
  */
 #include "_speedups.h"
 
+#include <string.h>
 #include <structmember.h>
 
 enum { P_CLOSING, P_IDS, P_PREFIX, P_MAX_MESSAGE, P_CLOCK, P_SEND_LOCK, P_LIVE, P_PENDING,
@@ -158,9 +162,10 @@ enter(PyObject *pub, PyObject *entry, PyObject *framed, PyObject *cid, PyObject 
     PyObject *seqs = SLOT(pub, publisher_offsets[P_SEQS]);
     PyObject *sleep_until = SLOT(pub, publisher_offsets[P_SLEEP_UNTIL]);
     Py_ssize_t max_in_flight = small_int(SLOT(pub, publisher_offsets[P_MAX_IN_FLIGHT]));
-    if (stream_type == NULL || send_lock == NULL || !Py_IS_TYPE(send_lock, lock_type) || live == NULL ||
+    if (stream_type == NULL || send_lock == NULL || !Py_IS_TYPE(send_lock, lock_type) ||
+        live == NULL || seqs == NULL || strcmp(Py_TYPE(seqs)->tp_name, "itertools.count") != 0 ||
         !Py_IS_TYPE(live, stream_type) || pending == NULL || !PyDict_CheckExact(pending) ||
-        expiry_map == NULL || !PyDict_CheckExact(expiry_map) || seqs == NULL ||
+        expiry_map == NULL || !PyDict_CheckExact(expiry_map) ||
         sleep_until == NULL || !PyFloat_CheckExact(sleep_until) || max_in_flight < 0 ||
         SLOT(pub, publisher_offsets[P_FINISHED]) != Py_False)
         return 0;
@@ -256,6 +261,10 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *pub = args[0], *stream = args[1], *value = args[2], *partition = args[3],
              *policy = args[4], *timeout = args[5];
+#ifdef Py_GIL_DISABLED
+    /* Without a GIL, seeing a lock free proves nothing: always the locked Python path. */
+    Py_RETURN_NONE;
+#endif
     if (publisher_type == NULL || !Py_IS_TYPE(pub, publisher_type) ||
         !PyUnicode_CheckExact(stream) || !PyBytes_CheckExact(value) ||
         !PyLong_CheckExact(partition) || !PyFloat_CheckExact(timeout) || policy == no_ack)

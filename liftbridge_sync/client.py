@@ -487,6 +487,10 @@ class Client:
             correlation_id = publisher.next_correlation_id()
         elif not isinstance(correlation_id, str) or not correlation_id:
             raise ConfigurationError("'correlation_id' must be a non-empty str or None")
+        else:
+            # A plain str: the pending table's keys are compared without running any
+            # Python code (the C fast path relies on it; a subclass may define __eq__).
+            correlation_id = str.__str__(correlation_id)
         if partition is None and partitioner is None:
             chosen = 0
         else:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import liftbridge_sync as lb
 from liftbridge_sync import AckPolicy, Client
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing import publisher as publisher_module
@@ -195,3 +196,27 @@ def test_interleaved_paths_keep_each_threads_order(
     assert {t: seen[t] for t in range(threads)} == {
         t: list(range(per_thread)) for t in range(threads)
     }
+
+
+def test_own_correlation_ids_are_kept_as_plain_str(fake: FakeBroker) -> None:
+    # The pending table's keys must compare without running Python code (the fast path
+    # looks them up holding no lock): a str subclass's id is entered as a plain str.
+    class Id(str):
+        def __eq__(self, other: object) -> bool:
+            raise AssertionError("compared")
+
+        __hash__ = str.__hash__
+
+    fake.publish_script = lambda request, n: "drop" if request.correlationId == "mine" else "ack"
+    client = _client(fake)
+    try:
+        client.publish("s", b"warm-up")
+        publisher = client._publisher
+        assert publisher is not None
+        kept = client.publish_async("s", b"v", correlation_id=Id("mine"), timeout=30)
+        assert [type(key) for key in publisher._pending] == [str]
+        after = client.publish_async("s", b"fast path, with that id's entry in the table")
+        assert after.result(timeout=10) is not None and not kept.done()
+    finally:
+        client.close(timeout=0.1)
+    assert isinstance(kept.exception(timeout=10), lb.ClientClosedError)
