@@ -6,7 +6,8 @@ Also the receive side of the ``Subscribe`` reader, whose connection is
 * :mod:`.framing`: frames, gRPC length-prefixed messages and status tables as bytes (no
   I/O, no state);
 * :mod:`.responses`: received bytes to responses and the stream's end;
-* :mod:`.connection`: the socket, the I/O thread, writes and flow control, keepalive;
+* :mod:`.connection`: the socket, the I/O thread, reads, keepalive;
+* :mod:`.writing`: requests queued by callers, framed and written (flow control);
 * :mod:`.dial`: TCP, TLS with ALPN, the preface and the request headers;
 * :mod:`.subscribe_receiver`: a Subscribe call's received bytes to wire messages and the
   stream's end (no I/O).

@@ -14,7 +14,8 @@ Responses are decoded in bulk from each ``recv()`` by
 due, the I/O thread sleeps until all their bytes could be there or ``ack_read_delay``
 has passed (:mod:`.gathering`), so a burst of acks costs one or two wake-ups rather than
 one per TCP segment. ``h2`` keeps outbound flow control and the connection-level
-frames. :mod:`.dial` opens the connection.
+frames. :mod:`.writing` is the callers' side (queueing, and writing on the caller's
+thread); :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
@@ -41,12 +42,10 @@ import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import (
-    PREFIX,
     FrameError,
     ping_frame,
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
-from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
     RECV_SIZE,
@@ -54,12 +53,12 @@ from liftbridge_sync._transport.h2.sockets import (
     SocketCalls,
     speaks_tls,
 )
+from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT, QueuedWrites
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
     StreamEvent,
     StreamResponse,
     StreamResponses,
-    StreamSent,
 )
 from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
@@ -73,19 +72,12 @@ _log = logging.getLogger("liftbridge_sync.transport")
 #: Our receive window (stream and connection): acks are small, so this is only about
 #: sending fewer WINDOW_UPDATE frames.
 _RECV_WINDOW = 4 << 20
-#: A caller queueing a request writes the queue itself, when no other thread is
-#: writing, once this many bytes wait. A thread publishing in a loop holds the GIL, and
-#: the I/O thread may wait a whole switch interval (5 ms) to get it: without this, a
-#: burst went out only when its caller stopped, and the broker sat idle meanwhile.
-_WRITE_HERE_AT = 16 * 1024
-#: Compact the unsent buffer once this much of its head has been framed.
-_COMPACT_AT = 1 << 20
 
 
 _GO_ON = object()  # a loop turn that did not end the stream
 
 
-class H2PublishStream:
+class H2PublishStream(QueuedWrites):
     """One ``PublishAsync`` call on its own HTTP/2 connection.
 
     ``send_framed``, ``close``, ``cancel`` and ``probe`` only touch a list and a few
@@ -105,8 +97,6 @@ class H2PublishStream:
         "_taken_bytes",
         "_signalled",
         "_gathering",
-        "__dict__",
-        "__weakref__",
     )
 
     def __init__(
@@ -176,98 +166,6 @@ class H2PublishStream:
 
     # ------------------------------------------------------------------ callers
 
-    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
-        """Queue a framed request; never blocks. Dropped once the stream has ended.
-
-        With ``direct`` (a caller about to wait for the answer) and the I/O thread idle,
-        the caller writes it itself: no wake-up of the I/O thread on the way out. A
-        caller also writes itself once ``_WRITE_HERE_AT`` bytes wait (see there).
-        """
-        lock = self._lock
-        lock.acquire()  # not ``with``: half the cost, on every publish
-        try:
-            if self._done or self._close_requested:
-                return  # the publisher re-sends pending requests on its next stream
-            self._queue.append(framed)
-            queued = self._queued_bytes = self._queued_bytes + len(framed)
-            gathering = self._gathering
-            if note is not None:
-                self._notes.append((queued, note))
-            else:
-                gathering.asked += 1
-            if direct:
-                gathering.direct_mark = gathering.asked
-                if self._signalled:
-                    return
-                if not self._io_lock.acquire(blocking=False):
-                    self._wake()
-                    return
-            elif not self._writes_here(queued):
-                return
-        finally:
-            lock.release()
-        self._write_here(direct)
-
-    def nudge(self, write_here: bool) -> None:
-        """After a request was queued without :meth:`send_framed` (by the C fast path of
-        ``Publisher.submit_value``): what ``send_framed`` would have done next. With
-        ``write_here`` (``_WRITE_HERE_AT`` bytes wait), the caller writes them if nobody
-        else is; otherwise the I/O thread is woken unless it already is."""
-        if write_here and self._io_lock.acquire(blocking=False):
-            self._write_here()
-            return
-        with self._lock:
-            if not self._signalled and not self._done:
-                self._wake()
-
-    def _writes_here(self, queued: int) -> bool:
-        """Under ``_lock``, after queueing: whether the caller writes the queue itself
-        (``_WRITE_HERE_AT`` bytes wait and nobody else is writing; ``_io_lock`` is then
-        held). If not, the I/O thread is woken unless it already is."""
-        if queued - self._taken_bytes >= _WRITE_HERE_AT and self._io_lock.acquire(blocking=False):
-            return True
-        if not self._signalled:
-            self._wake()
-        return False
-
-    def _write_here(self, direct: bool = False) -> None:
-        """Frame and send what is queued on the calling thread; holds ``_io_lock``.
-        ``direct``: the caller waits for its answer next, so acks are not gathered."""
-        try:
-            if not self._done:
-                self._take_queue(on_io_thread=False)
-                self._pump()
-                self._flush()
-                if direct:
-                    self._gathering.release()
-            failed = False
-        except Exception:  # the I/O thread sees the broken socket and ends the stream
-            failed = True
-        finally:
-            self._io_lock.release()
-        if failed:
-            with self._lock:
-                if not self._signalled and not self._done:
-                    self._wake()
-
-    def send_many(self, framed: list[bytes]) -> None:
-        """Queue several framed requests at once (see :meth:`send_framed`)."""
-        with self._lock:
-            if self._done or self._close_requested:
-                return
-            self._queue += framed
-            self._gathering.asked += len(framed)
-            queued = self._queued_bytes = self._queued_bytes + sum(map(len, framed))
-            if not self._writes_here(queued):
-                return
-        self._write_here()
-
-    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
-        """Serialize and queue ``request`` (see :meth:`send_framed`)."""
-        data = request.SerializeToString()
-        framed = PREFIX.pack(0, len(data)) + data
-        self.send_framed(framed, request.correlationId if notify_sent else None)
-
     def probe(self) -> None:
         """Send a PING; no answer within the keepalive timeout ends the connection."""
         with self._lock:
@@ -299,13 +197,6 @@ class H2PublishStream:
         """Wait for the I/O thread to finish (no-op when called from it)."""
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-    def _wake(self) -> None:
-        # Called under _lock, so the I/O thread cannot close the socket meanwhile; only
-        # one byte per idle → busy transition, so the socketpair never fills up.
-        self._signalled = True
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"\0")
 
     # ------------------------------------------------------------------ I/O thread
 
@@ -430,75 +321,6 @@ class H2PublishStream:
         self._gather_for = self._gathering.plan(quiet)
         return _GO_ON
 
-    def _take_queue(self, on_io_thread: bool = True) -> None:
-        with self._lock:
-            batch = self._queue
-            notes = self._notes
-            closing = self._close_requested
-            probe = self._probe_requested
-            if batch:
-                self._queue = []
-                self._taken_bytes = self._queued_bytes
-            if notes:
-                self._notes = []
-            self._probe_requested = False
-            if on_io_thread:
-                # Only the I/O thread reads the wake-up byte: a caller writing itself
-                # leaves the flag set, so no second byte is sent while one is on its way.
-                self._signalled = False
-        if batch:
-            self._unsent += b"".join(batch)
-        if notes:
-            self._waiting_notes.extend(notes)
-        if closing:
-            self._closing = True
-        if probe:
-            self._ping()
-            self._gathering.forget()  # an ack timed out: its answer may never come
-
-    def _pump(self) -> None:
-        """Frame as many pending bytes as the flow-control windows allow (into the output
-        buffer, by :func:`~.outbound.frame_data`)."""
-        unsent = self._unsent
-        size = len(unsent)
-        if self._unsent_pos == size:
-            return
-        pos = frame_data(self._conn, self._stream_id, unsent, self._unsent_pos, self._outbuf)
-        self._framed_bytes += pos - self._unsent_pos
-        if pos == size:
-            unsent.clear()
-            pos = 0
-        elif pos >= _COMPACT_AT:
-            del unsent[:pos]
-            pos = 0
-        self._unsent_pos = pos
-
-    def _flush(self) -> None:
-        data = self._conn.data_to_send()
-        out = self._outbuf
-        if data:
-            if out:
-                out += data
-            else:
-                sent = self._calls.send_some(data)
-                if sent < len(data):
-                    out += data[sent:]
-        while out:
-            sent = self._calls.send_some(out)
-            if not sent:
-                break
-            del out[:sent]
-        if bool(out) != self._want_write:
-            self._want_write = bool(out)
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
-            self._selector.modify(self._sock, events)
-        if not out and self._waiting_notes:
-            notes = self._waiting_notes
-            framed = self._framed_bytes
-            emit = self._on_event
-            while notes and notes[0][0] <= framed:
-                emit(StreamSent(self._epoch, notes.popleft()[1]))
-
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
         with contextlib.suppress(h2.exceptions.ProtocolError):
@@ -538,4 +360,4 @@ class H2PublishStream:
 
 
 if speedups.setup_submit_stream is not None:
-    speedups.setup_submit_stream(H2PublishStream, AckGathering, _WRITE_HERE_AT)
+    speedups.setup_submit_stream(H2PublishStream, AckGathering, WRITE_HERE_AT)

@@ -1,0 +1,246 @@
+"""The publish connection's outbound side: callers queue framed requests, and whoever
+holds the I/O lock frames and writes them.
+
+Callers append framed requests to a list under a short lock and wake the I/O thread on
+the idle → busy transition (one byte on a socketpair). A caller about to wait for its
+answer writes itself when the I/O thread is idle, and so does a caller in front of whom
+``WRITE_HERE_AT`` bytes wait. Whoever holds the I/O lock takes the queue, frames it
+into as few DATA frames as flow control allows (:func:`~.outbound.frame_data`) and
+writes it with one ``send()``. :class:`QueuedWrites` is the part of
+:class:`~.connection.H2PublishStream` that does this; its state is set up there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+
+import h2.connection
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.h2.framing import PREFIX
+from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.outbound import frame_data
+from liftbridge_sync._transport.h2.sockets import SocketCalls
+from liftbridge_sync._transport.publish_stream import StreamEvent, StreamSent
+
+__all__ = ["WRITE_HERE_AT", "QueuedWrites"]
+
+#: A caller queueing a request writes the queue itself, when no other thread is
+#: writing, once this many bytes wait. A thread publishing in a loop holds the GIL, and
+#: the I/O thread may wait a whole switch interval (5 ms) to get it: without this, a
+#: burst went out only when its caller stopped, and the broker sat idle meanwhile.
+WRITE_HERE_AT = 16 * 1024
+#: Compact the unsent buffer once this much of its head has been framed.
+_COMPACT_AT = 1 << 20
+
+
+class QueuedWrites:
+    """Queueing requests and writing them out (see the module). Thread-safe as
+    :class:`~.connection.H2PublishStream`: the queue and flags under ``_lock``, the
+    rest only by whoever holds ``_io_lock``."""
+
+    # Shared with callers, guarded by _lock.
+    _lock: threading.Lock
+    _queue: list[bytes]
+    _queued_bytes: int  # total message bytes ever queued
+    _taken_bytes: int  # of those, taken off the queue to be written
+    _notes: list[tuple[int, str]]  # (end byte offset, correlation id)
+    _signalled: bool  # a wake-up byte is on its way to the I/O thread
+    _close_requested: bool
+    _probe_requested: bool
+    _done: bool  # the I/O thread has finished; sends are dropped
+    _gathering: AckGathering
+    # Whoever holds _io_lock.
+    _io_lock: threading.Lock
+    _conn: h2.connection.H2Connection
+    _stream_id: int
+    _unsent: bytearray  # message bytes not yet given to h2
+    _unsent_pos: int
+    _framed_bytes: int  # message bytes given to h2 (and so to the socket buffer)
+    _waiting_notes: deque[tuple[int, str]]
+    _outbuf: bytearray  # output the socket did not take yet
+    _closing: bool
+    _want_write: bool
+    _calls: SocketCalls
+    _selector: selectors.BaseSelector
+    _sock: socket.socket
+    _wake_w: socket.socket
+    _epoch: int
+    _on_event: Callable[[StreamEvent], None]
+
+    def _ping(self) -> None:
+        """Queue a PING (the connection's keepalive; see there)."""
+        raise NotImplementedError
+
+    def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
+        """Queue a framed request; never blocks. Dropped once the stream has ended.
+
+        With ``direct`` (a caller about to wait for the answer) and the I/O thread idle,
+        the caller writes it itself: no wake-up of the I/O thread on the way out. A
+        caller also writes itself once ``WRITE_HERE_AT`` bytes wait (see there).
+        """
+        lock = self._lock
+        lock.acquire()  # not ``with``: half the cost, on every publish
+        try:
+            if self._done or self._close_requested:
+                return  # the publisher re-sends pending requests on its next stream
+            self._queue.append(framed)
+            queued = self._queued_bytes = self._queued_bytes + len(framed)
+            gathering = self._gathering
+            if note is not None:
+                self._notes.append((queued, note))
+            else:
+                gathering.asked += 1
+            if direct:
+                gathering.direct_mark = gathering.asked
+                if self._signalled:
+                    return
+                if not self._io_lock.acquire(blocking=False):
+                    self._wake()
+                    return
+            elif not self._writes_here(queued):
+                return
+        finally:
+            lock.release()
+        self._write_here(direct)
+
+    def nudge(self, write_here: bool) -> None:
+        """After a request was queued without :meth:`send_framed` (by the C fast path of
+        ``Publisher.submit_value``): what ``send_framed`` would have done next. With
+        ``write_here`` (``WRITE_HERE_AT`` bytes wait), the caller writes them if nobody
+        else is; otherwise the I/O thread is woken unless it already is."""
+        if write_here and self._io_lock.acquire(blocking=False):
+            self._write_here()
+            return
+        with self._lock:
+            if not self._signalled and not self._done:
+                self._wake()
+
+    def _writes_here(self, queued: int) -> bool:
+        """Under ``_lock``, after queueing: whether the caller writes the queue itself
+        (``WRITE_HERE_AT`` bytes wait and nobody else is writing; ``_io_lock`` is then
+        held). If not, the I/O thread is woken unless it already is."""
+        if queued - self._taken_bytes >= WRITE_HERE_AT and self._io_lock.acquire(blocking=False):
+            return True
+        if not self._signalled:
+            self._wake()
+        return False
+
+    def _write_here(self, direct: bool = False) -> None:
+        """Frame and send what is queued on the calling thread; holds ``_io_lock``.
+        ``direct``: the caller waits for its answer next, so acks are not gathered."""
+        try:
+            if not self._done:
+                self._take_queue(on_io_thread=False)
+                self._pump()
+                self._flush()
+                if direct:
+                    self._gathering.release()
+            failed = False
+        except Exception:  # the I/O thread sees the broken socket and ends the stream
+            failed = True
+        finally:
+            self._io_lock.release()
+        if failed:
+            with self._lock:
+                if not self._signalled and not self._done:
+                    self._wake()
+
+    def send_many(self, framed: list[bytes]) -> None:
+        """Queue several framed requests at once (see :meth:`send_framed`)."""
+        with self._lock:
+            if self._done or self._close_requested:
+                return
+            self._queue += framed
+            self._gathering.asked += len(framed)
+            queued = self._queued_bytes = self._queued_bytes + sum(map(len, framed))
+            if not self._writes_here(queued):
+                return
+        self._write_here()
+
+    def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
+        """Serialize and queue ``request`` (see :meth:`send_framed`)."""
+        data = request.SerializeToString()
+        framed = PREFIX.pack(0, len(data)) + data
+        self.send_framed(framed, request.correlationId if notify_sent else None)
+
+    def _wake(self) -> None:
+        # Called under _lock, so the I/O thread cannot close the socket meanwhile; only
+        # one byte per idle → busy transition, so the socketpair never fills up.
+        self._signalled = True
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"\0")
+
+    def _take_queue(self, on_io_thread: bool = True) -> None:
+        with self._lock:
+            batch = self._queue
+            notes = self._notes
+            closing = self._close_requested
+            probe = self._probe_requested
+            if batch:
+                self._queue = []
+                self._taken_bytes = self._queued_bytes
+            if notes:
+                self._notes = []
+            self._probe_requested = False
+            if on_io_thread:
+                # Only the I/O thread reads the wake-up byte: a caller writing itself
+                # leaves the flag set, so no second byte is sent while one is on its way.
+                self._signalled = False
+        if batch:
+            self._unsent += b"".join(batch)
+        if notes:
+            self._waiting_notes.extend(notes)
+        if closing:
+            self._closing = True
+        if probe:
+            self._ping()
+            self._gathering.forget()  # an ack timed out: its answer may never come
+
+    def _pump(self) -> None:
+        """Frame as many pending bytes as the flow-control windows allow (into the output
+        buffer, by :func:`~.outbound.frame_data`)."""
+        unsent = self._unsent
+        size = len(unsent)
+        if self._unsent_pos == size:
+            return
+        pos = frame_data(self._conn, self._stream_id, unsent, self._unsent_pos, self._outbuf)
+        self._framed_bytes += pos - self._unsent_pos
+        if pos == size:
+            unsent.clear()
+            pos = 0
+        elif pos >= _COMPACT_AT:
+            del unsent[:pos]
+            pos = 0
+        self._unsent_pos = pos
+
+    def _flush(self) -> None:
+        data = self._conn.data_to_send()
+        out = self._outbuf
+        if data:
+            if out:
+                out += data
+            else:
+                sent = self._calls.send_some(data)
+                if sent < len(data):
+                    out += data[sent:]
+        while out:
+            sent = self._calls.send_some(out)
+            if not sent:
+                break
+            del out[:sent]
+        if bool(out) != self._want_write:
+            self._want_write = bool(out)
+            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
+            self._selector.modify(self._sock, events)
+        if not out and self._waiting_notes:
+            notes = self._waiting_notes
+            framed = self._framed_bytes
+            emit = self._on_event
+            while notes and notes[0][0] <= framed:
+                emit(StreamSent(self._epoch, notes.popleft()[1]))
