@@ -11,6 +11,7 @@ export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
 all: test
 
 $(STAMP): setup.cfg setup.py pyproject.toml liftbridge_sync/_speedups.c \
+		liftbridge_sync/_speedups_acks.c liftbridge_sync/_speedups_io.c \
 		liftbridge_sync/_speedups_submit.c liftbridge_sync/_speedups.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"

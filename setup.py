@@ -34,7 +34,12 @@ setup(
     ext_modules=[
         Extension(
             "liftbridge_sync._speedups",
-            ["liftbridge_sync/_speedups.c", "liftbridge_sync/_speedups_submit.c"],
+            [
+                "liftbridge_sync/_speedups.c",
+                "liftbridge_sync/_speedups_acks.c",
+                "liftbridge_sync/_speedups_io.c",
+                "liftbridge_sync/_speedups_submit.c",
+            ],
             depends=["liftbridge_sync/_speedups.h"],
             optional=True,
         )

@@ -20,6 +20,16 @@ enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLIN
        E_RESENT_AT, E_KEY, ENTRY_FIELDS };
 LBS_INTERNAL extern Py_ssize_t entry_offsets[ENTRY_FIELDS];
 
+/* The Ack class's slots (liftbridge_sync.models.Ack), in the order parse_response fills
+ * them, and what setup() was given. */
+enum { A_STREAM, A_PARTITION, A_PSUBJECT, A_MSUBJECT, A_OFFSET, A_INBOX, A_CID, A_POLICY,
+       A_RECEPTION, A_COMMIT, A_ERROR, ACK_FIELDS };
+LBS_INTERNAL extern Py_ssize_t ack_offsets[ACK_FIELDS];
+LBS_INTERNAL extern PyObject *ack_type;
+LBS_INTERNAL extern PyObject *policies; /* AckPolicy LEADER, ALL, NONE */
+/* Shared constants: "", -1, 0. */
+LBS_INTERNAL extern PyObject *empty_str, *minus_one, *zero;
+
 /* The offsets of the object slots (T_OBJECT_EX members defined on the class itself) named
  * by names; -1 with TypeError if one is missing. The class may have a __dict__ too. */
 LBS_INTERNAL int member_offsets(PyTypeObject *type, const char *const *names, int count,
@@ -34,6 +44,13 @@ LBS_INTERNAL int frame_with_id(PyObject *head, PyObject *value, PyObject *prefix
  * new future (*future_out, a new reference); NULL on error. */
 LBS_INTERNAL PyObject *new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest,
                                  PyObject **future_out);
+
+/* _speedups_acks.c */
+LBS_INTERNAL PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* _speedups_io.c */
+LBS_INTERNAL PyObject *send_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+LBS_INTERNAL PyObject *recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _speedups_submit.c */
 LBS_INTERNAL PyObject *setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

@@ -1,0 +1,390 @@
+/*
+ * Reading acks straight from received HTTP/2 frames: scan_acks of
+ * liftbridge_sync._speedups (described in _speedups.c, with the module's other
+ * functions), and the protobuf decoding of a PublishResponse it needs.
+ */
+#include "_speedups.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* 1: read, 0: malformed (truncated or longer than 10 bytes). */
+static int
+get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
+{
+    uint64_t v = 0;
+    int shift = 0;
+    const uint8_t *q = *p;
+    while (q < end && shift < 70) {
+        uint8_t b = *q++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *p = q;
+            *out = v;
+            return 1;
+        }
+        shift += 7;
+    }
+    return 0;
+}
+
+/* Skip a field of wire type wt: 1 done, 0 malformed/unsupported. */
+static int
+skip_field(const uint8_t **p, const uint8_t *end, unsigned wt)
+{
+    uint64_t v;
+    switch (wt) {
+    case 0:
+        return get_varint(p, end, &v);
+    case 1:
+        if (end - *p < 8)
+            return 0;
+        *p += 8;
+        return 1;
+    case 2:
+        if (!get_varint(p, end, &v) || v > (uint64_t)(end - *p))
+            return 0;
+        *p += v;
+        return 1;
+    case 5:
+        if (end - *p < 4)
+            return 0;
+        *p += 4;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+typedef struct {
+    const uint8_t *ptr;
+    Py_ssize_t len;
+    int set;
+} span;
+
+/* The str of a span, reusing *last when it holds the same text. New reference, or
+ * NULL with an error set (memory) or without (invalid UTF-8). */
+static PyObject *
+text(span s, PyObject **last)
+{
+    if (!s.set || s.len == 0) {
+        Py_INCREF(empty_str);
+        return empty_str;
+    }
+    if (*last != NULL) {
+        Py_ssize_t size;
+        const char *data = PyUnicode_AsUTF8AndSize(*last, &size);
+        if (data != NULL && size == s.len && memcmp(data, s.ptr, (size_t)s.len) == 0) {
+            Py_INCREF(*last);
+            return *last;
+        }
+        PyErr_Clear();
+    }
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.ptr, s.len, NULL);
+    if (str == NULL) {
+        if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            PyErr_Clear(); /* protobuf raises for it: leave it to the slow path */
+        return NULL;
+    }
+    Py_XSETREF(*last, Py_NewRef(str));
+    return str;
+}
+
+#define STRING_FIELDS 5
+enum { F_STREAM, F_PSUBJECT, F_MSUBJECT, F_INBOX, F_CID };
+
+/* 1: *out is an Ack; 0: not a plain successful ack (no error set); -1: error. */
+static int
+parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject **out)
+{
+    span ack = {NULL, 0, 0};
+    uint64_t v;
+    while (p < end) {
+        uint64_t tag;
+        if (!get_varint(&p, end, &tag))
+            return 0;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        if (field == 1) {
+            if (wt != 2 || ack.set || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                return 0;
+            ack.ptr = p;
+            ack.len = (Py_ssize_t)v;
+            ack.set = 1;
+            p += v;
+        }
+        else if (field == 2 || field == 0) {
+            return 0; /* asyncError (or an invalid field number) */
+        }
+        else if (!skip_field(&p, end, wt)) {
+            return 0;
+        }
+    }
+    if (!ack.set)
+        return 0;
+    span strings[STRING_FIELDS];
+    memset(strings, 0, sizeof(strings));
+    uint64_t offset = 0, policy = 0, reception = 0, commit = 0, error = 0;
+    p = ack.ptr;
+    end = ack.ptr + ack.len;
+    while (p < end) {
+        uint64_t tag;
+        if (!get_varint(&p, end, &tag))
+            return 0;
+        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
+        int index = -1;
+        uint64_t *number = NULL;
+        switch (field) {
+        case 1: index = F_STREAM; break;
+        case 2: index = F_PSUBJECT; break;
+        case 3: index = F_MSUBJECT; break;
+        case 5: index = F_INBOX; break;
+        case 6: index = F_CID; break;
+        case 4: number = &offset; break;
+        case 7: number = &policy; break;
+        case 8: number = &reception; break;
+        case 9: number = &commit; break;
+        case 10: number = &error; break;
+        case 0: return 0;
+        default:
+            if (!skip_field(&p, end, wt))
+                return 0;
+            continue;
+        }
+        if (index >= 0) {
+            if (wt != 2 || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+                return 0;
+            strings[index].ptr = p;
+            strings[index].len = (Py_ssize_t)v;
+            strings[index].set = 1;
+            p += v;
+        }
+        else {
+            if (wt != 0 || !get_varint(&p, end, number))
+                return 0;
+        }
+    }
+    if ((int32_t)error != 0 || !strings[F_CID].set || strings[F_CID].len == 0)
+        return 0;
+    PyObject *values[STRING_FIELDS];
+    for (int i = 0; i < STRING_FIELDS; i++) {
+        values[i] = text(strings[i], &last[i]);
+        if (values[i] == NULL) {
+            for (int j = 0; j < i; j++)
+                Py_DECREF(values[j]);
+            return PyErr_Occurred() ? -1 : 0;
+        }
+    }
+    PyTypeObject *type = (PyTypeObject *)ack_type;
+    PyObject *obj = type->tp_alloc(type, 0);
+    if (obj == NULL) {
+        for (int i = 0; i < STRING_FIELDS; i++)
+            Py_DECREF(values[i]);
+        return -1;
+    }
+    int32_t wire_policy = (int32_t)policy;
+    PyObject *policy_obj = PyTuple_GET_ITEM(policies, 0 <= wire_policy && wire_policy < 3 ? wire_policy : 0);
+    PyObject *slots[ACK_FIELDS] = {
+        values[F_STREAM],
+        Py_NewRef(minus_one),
+        values[F_PSUBJECT],
+        values[F_MSUBJECT],
+        PyLong_FromLongLong((long long)(int64_t)offset),
+        values[F_INBOX],
+        values[F_CID],
+        Py_NewRef(policy_obj),
+        reception ? PyLong_FromLongLong((long long)(int64_t)reception) : Py_NewRef(zero),
+        commit ? PyLong_FromLongLong((long long)(int64_t)commit) : Py_NewRef(zero),
+        Py_NewRef(Py_None),
+    };
+    /* Straight into the fresh object's (empty) slots: no attribute lookups, and around
+     * the frozen dataclass's __setattr__. The object owns every reference from here. */
+    int failed = 0;
+    for (int i = 0; i < ACK_FIELDS; i++) {
+        if (slots[i] == NULL)
+            failed = 1;
+        SLOT(obj, ack_offsets[i]) = slots[i];
+    }
+    if (failed) {
+        Py_DECREF(obj);
+        return -1;
+    }
+    /* An Ack holds only str, int, None and an AckPolicy member: it can never be part of a
+     * reference cycle, so the cyclic GC has no reason to walk it (CPython untracks tuples
+     * and dicts of such values the same way). One fewer tracked object per publish makes
+     * every collection cheaper while acks are held. */
+    PyObject_GC_UnTrack(obj);
+    *out = obj;
+    return 1;
+}
+
+static uint32_t
+be32(const uint8_t *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+LBS_INTERNAL PyObject *
+scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "scan_acks(buf, pos, stream_id, max_frame)");
+        return NULL;
+    }
+    if (ack_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() not called");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    long sid = PyLong_AsLong(args[2]);
+    Py_ssize_t max_frame = PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)view.buf;
+    Py_ssize_t size = view.len;
+    PyObject *acks = PyList_New(0);
+    PyObject *last[STRING_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
+    Py_ssize_t payload = 0;
+    char *control = NULL, *pong = NULL;
+    Py_ssize_t control_len = 0, control_cap = 0, pong_len = 0, pong_cap = 0;
+    char updates[13 * 64]; /* the WINDOW_UPDATE frames summed, as received */
+    Py_ssize_t updates_len = 0;
+    long long connection_increment = 0, stream_increment = 0;
+    if (acks == NULL)
+        goto fail;
+    if (pos < 0)
+        pos = 0;
+    while (size - pos >= 9) {
+        const uint8_t *h = b + pos;
+        Py_ssize_t length = ((Py_ssize_t)h[0] << 16) | ((Py_ssize_t)h[1] << 8) | h[2];
+        if (length > max_frame)
+            break;
+        Py_ssize_t end = pos + 9 + length;
+        if (end > size)
+            break;
+        long stream = (long)(be32(h + 5) & 0x7FFFFFFF);
+        if (stream == 0 && h[3] == 6 && length == 8) {
+            /* PING: answered here (the broker's BDP pings come with every response when
+             * publishing one at a time; h2 keeps no state for them). An ACK (the answer
+             * to our keepalive probe) needs nothing: any read counts. */
+            if (!(h[4] & 0x01)) {
+                if (pong_len + 17 > pong_cap) {
+                    Py_ssize_t cap = (pong_len + 17) * 2 + 64;
+                    char *grown = PyMem_Realloc(pong, (size_t)cap);
+                    if (grown == NULL) {
+                        PyErr_NoMemory();
+                        goto fail;
+                    }
+                    pong = grown;
+                    pong_cap = cap;
+                }
+                memcpy(pong + pong_len, h, 17);
+                pong[pong_len + 4] = 0x01; /* ACK */
+                pong_len += 17;
+            }
+            pos = end;
+            continue;
+        }
+        if ((stream == 0 && (h[3] == 4 || h[3] == 6 || h[3] == 8)) ||
+            (stream == sid && h[3] == 8)) {
+            /* SETTINGS, PING, WINDOW_UPDATE of the connection and our stream's
+             * WINDOW_UPDATE: collected for h2, except the WINDOW_UPDATEs with a valid
+             * increment, which are summed (the caller adds them to h2's windows when
+             * it may, and gives h2 their frames otherwise). */
+            if ((h[3] == 4 && length % 6) || (h[3] == 6 && length != 8) ||
+                (h[3] == 8 && length != 4))
+                break; /* Python raises the FrameError */
+            uint32_t increment = h[3] == 8 ? be32(h + 9) & 0x7FFFFFFF : 0;
+            if (increment != 0) {
+                if (updates_len + 13 > (Py_ssize_t)sizeof(updates)) {
+                    break; /* more than fit: the Python reader takes what is left */
+                }
+                memcpy(updates + updates_len, h, 13);
+                updates_len += 13;
+                if (stream == 0)
+                    connection_increment += increment;
+                else
+                    stream_increment += increment;
+                pos = end;
+                continue;
+            }
+            if (control_len + 9 + length > control_cap) {
+                Py_ssize_t cap = (control_len + 9 + length) * 2 + 64;
+                char *grown = PyMem_Realloc(control, (size_t)cap);
+                if (grown == NULL) {
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                control = grown;
+                control_cap = cap;
+            }
+            memcpy(control + control_len, h, (size_t)(9 + length));
+            control_len += 9 + length;
+            pos = end;
+            continue;
+        }
+        if (h[3] != 0 || (h[4] & 0x09) || stream != sid)
+            break;
+        /* One or more whole gRPC messages filling the frame exactly, all plain acks. */
+        const uint8_t *m = h + 9, *frame_end = b + end;
+        Py_ssize_t before = PyList_GET_SIZE(acks);
+        int whole = length > 0;
+        while (whole && m < frame_end) {
+            if (frame_end - m < 5 || m[0] != 0 || (Py_ssize_t)be32(m + 1) > frame_end - m - 5) {
+                whole = 0;
+                break;
+            }
+            const uint8_t *next = m + 5 + be32(m + 1);
+            PyObject *ack = NULL;
+            int rc = parse_response(m + 5, next, last, &ack);
+            if (rc < 0)
+                goto fail;
+            if (rc == 0) {
+                whole = 0;
+                break;
+            }
+            rc = PyList_Append(acks, ack);
+            Py_DECREF(ack);
+            if (rc < 0)
+                goto fail;
+            m = next;
+        }
+        if (!whole) {
+            /* Python reads this frame: drop what was taken from it. */
+            if (PyList_SetSlice(acks, before, PyList_GET_SIZE(acks), NULL) < 0)
+                goto fail;
+            break;
+        }
+        payload += length;
+        pos = end;
+    }
+    PyBuffer_Release(&view);
+    for (int i = 0; i < STRING_FIELDS; i++)
+        Py_XDECREF(last[i]);
+    PyObject *frames = PyBytes_FromStringAndSize(control, control_len);
+    PyObject *pongs = PyBytes_FromStringAndSize(pong, pong_len);
+    PyMem_Free(control);
+    PyMem_Free(pong);
+    PyObject *windows = updates_len == 0 ? Py_NewRef(Py_None)
+                                         : Py_BuildValue("(LLy#)", connection_increment,
+                                                         stream_increment, updates, updates_len);
+    if (frames == NULL || pongs == NULL || windows == NULL) {
+        Py_XDECREF(frames);
+        Py_XDECREF(pongs);
+        Py_XDECREF(windows);
+        Py_DECREF(acks);
+        return NULL;
+    }
+    return Py_BuildValue("(nNnNNN)", pos, acks, payload, frames, pongs, windows);
+fail:
+    PyMem_Free(control);
+    PyMem_Free(pong);
+    PyBuffer_Release(&view);
+    for (int i = 0; i < STRING_FIELDS; i++)
+        Py_XDECREF(last[i]);
+    Py_XDECREF(acks);
+    return NULL;
+}
+
