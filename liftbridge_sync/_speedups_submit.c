@@ -267,7 +267,8 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 #endif
     if (publisher_type == NULL || !Py_IS_TYPE(pub, publisher_type) ||
         !PyUnicode_CheckExact(stream) || !PyBytes_CheckExact(value) ||
-        !PyLong_CheckExact(partition) || !PyFloat_CheckExact(timeout) || policy == no_ack)
+        !PyLong_CheckExact(partition) ||
+        !(PyFloat_CheckExact(timeout) || PyLong_CheckExact(timeout)) || policy == no_ack)
         Py_RETURN_NONE;
     if (entries_set_up() < 0)
         return NULL;
@@ -306,7 +307,10 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     double started = PyFloat_AsDouble(now);
     if (started == -1.0 && PyErr_Occurred())
         goto done;
-    double deadline = started + PyFloat_AS_DOUBLE(timeout);
+    double seconds = PyFloat_AsDouble(timeout); /* an int (ack_timeout=60) converts too */
+    if (seconds == -1.0 && PyErr_Occurred())
+        goto done;
+    double deadline = started + seconds;
     if ((deadline_obj = PyFloat_FromDouble(deadline)) == NULL)
         goto done;
     if (frame_with_id(head, value, prefix, n, &framed, &cid) < 0)

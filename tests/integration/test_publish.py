@@ -234,6 +234,61 @@ def test_publish_to_subject_keeps_headers(
         liftbridge_client.publish_to_subject(f"{unique()}.nobody", b"x", timeout=0.5)
 
 
+def test_threads_publishing_plain_values_keep_each_threads_order(
+    liftbridge_address: str, new_stream: StreamFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Plain values to a partition take publish_async's C fast path, which enters a
+    # publish without taking the send lock (it sees it free while holding the GIL);
+    # some threads also call publish(), which writes on its own thread under the locks.
+    from liftbridge_sync._publishing import publisher as publisher_module
+
+    fast = publisher_module._submit_plain
+    entered_fast = [0]
+    if fast is not None:  # count the publishes the fast path entered itself
+
+        def counting(*args: object) -> object:
+            result = fast(*args)
+            if isinstance(result, (Future, tuple)):
+                entered_fast[0] += 1
+            return result
+
+        monkeypatch.setattr(publisher_module, "_submit_plain", counting)
+    name = new_stream(partitions=4)
+    client = Client(liftbridge_address, max_in_flight=2048, ack_timeout=60)
+    per_thread, threads = 1000, 24
+
+    def produce(worker: int) -> list[Future[lb.Ack | None]]:
+        futures: list[Future[lb.Ack | None]] = []
+        for i in range(per_thread):
+            value = b"%d:%d" % (worker, i)
+            if worker % 6 == 0 and i % 50 == 0:
+                done: Future[lb.Ack | None] = Future()
+                done.set_result(client.publish(name, value, partition=worker % 4))
+                futures.append(done)
+            else:
+                futures.append(client.publish_async(name, value, partition=worker % 4))
+        return futures
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        batches = list(pool.map(produce, range(threads)))
+    client.flush(timeout=120)
+    acks = [f.result(timeout=0) for batch in batches for f in batch]
+    assert len(acks) == per_thread * threads and all(a is not None for a in acks)
+    for partition in range(4):
+        stored = read_all(client, name, partition)
+        offsets = sorted(a.offset for a in acks if a.partition == partition)  # type: ignore[union-attr]
+        assert offsets == list(range(len(stored))) == [m.offset for m in stored]
+        seen: dict[bytes, int] = {}
+        for message in stored:
+            worker, index = message.value.split(b":")
+            assert int(worker) % 4 == partition
+            assert int(index) == seen.get(worker, -1) + 1, "a thread's order was not kept"
+            seen[worker] = int(index)
+        assert all(count == per_thread - 1 for count in seen.values())
+    client.close()
+    assert fast is None or entered_fast[0] > per_thread * threads // 2
+
+
 def test_fifty_threads_thousand_keyed_publishes_each(
     liftbridge_address: str, new_stream: StreamFactory
 ) -> None:
