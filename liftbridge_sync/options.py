@@ -18,13 +18,23 @@ from liftbridge_sync.errors import ConfigurationError
 __all__ = ["ClientOptions", "RetryPolicy", "TLSOptions", "parse_address", "parse_addresses"]
 
 
+#: The longest wait any option or call accepts (about 24 days): beyond it, threading,
+#: ``select`` and gRPC timeouts overflow.
+TIMEOUT_MAX_SECONDS = 2_000_000.0
+
+
 def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
+    """Seconds: a finite number > 0 and at most :data:`TIMEOUT_MAX_SECONDS`."""
     if value is None and allow_none:
         return
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigurationError(f"{name!r} must be a finite number, got {value!r}")
     if value <= 0:
         raise ConfigurationError(f"{name!r} must be > 0, got {value!r}")
+    if value > TIMEOUT_MAX_SECONDS:
+        raise ConfigurationError(
+            f"{name!r} must be at most {TIMEOUT_MAX_SECONDS:.0f} s, got {value!r}"
+        )
 
 
 def _non_negative(name: str, value: float) -> None:

@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import AckPolicy
+from liftbridge_sync.options import TIMEOUT_MAX_SECONDS
 
 __all__ = [
     "TIMEOUT_MAX_SECONDS",
@@ -163,11 +164,6 @@ def check_optional_text(name: str, value: object) -> str | None:
     except UnicodeEncodeError as exc:
         raise ConfigurationError(f"{name!r} is not valid UTF-8") from exc
     return value
-
-
-#: The longest wait any call accepts (about 24 days): beyond it, threading and gRPC
-#: timeouts overflow.
-TIMEOUT_MAX_SECONDS = 2_000_000.0
 
 
 def check_timeout(name: str, value: object, *, allow_zero: bool = True) -> float | None:

@@ -68,6 +68,10 @@ def test_bad_addresses_are_refused(bad: object) -> None:
         {"ack_read_delay": -0.001},
         {"ack_read_delay": float("inf")},
         {"ack_read_delay": "0.001"},
+        {"ack_read_delay": float("nan")},
+        {"ack_read_delay": 1e30},  # a select() timeout that overflows in the I/O thread
+        {"ack_timeout": 3e6},
+        {"keepalive_interval": 1e12},
         {"retry": "fast"},
         {"tls": {}},
         {"grpc_options": (("only-a-name",),)},
