@@ -121,10 +121,15 @@ class BatchPublishing(Waiting):
                 their outcome instead.
         """
         step = max(self._max_in_flight, _MIN_CHUNK)
+        total = len(items)
+        if total > step and not self._fits_in_chunks(request_head, items):
+            # One chunk: every request's size is checked before any is sent, as the
+            # size limit promises (a later chunk's too-large request would be refused
+            # after earlier chunks went out).
+            step = total
         outcomes: list[Ack | None | LiftbridgeError] = []
         in_flight: list[AckFuture] = []
         done = 0  # values entered (or failed) so far
-        total = len(items)
         while done < total:
             chunk = items[done : done + step] if done or total > step else items
             framed, ids = frame_values(request_head, chunk, self.next_correlation_id())
@@ -146,6 +151,15 @@ class BatchPublishing(Waiting):
                 break
         outcomes += self.wait_all(in_flight)
         return outcomes, done
+
+    def _fits_in_chunks(self, request_head: bytes, items: list[Any]) -> bool:
+        """Whether every plain value of ``items`` frames within the size limit whatever
+        correlation id it gets, so that no chunk of it can be refused as too large."""
+        # The gRPC prefix, the value's and the id's tags and lengths (at most 11 bytes
+        # each), and the id: the prefix, a counter and "." + an index (20 digits each).
+        slack = 5 + len(request_head) + 2 * 11 + len(self._id_prefix) + 41
+        largest = max((len(value) for value in items if type(value) is bytes), default=0)
+        return largest + slack <= self._max_message
 
     def _admit_batch(self, framed: list[bytes], timeout: float) -> float:
         """Checks before any of a batch is entered; the batch's ack deadline.

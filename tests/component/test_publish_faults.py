@@ -392,3 +392,21 @@ def test_a_large_batch_keeps_two_chunks_alive_and_returns_errors_once_entered(
     # tests left to the garbage collector before the first chunk).
     assert max(live) - live[0] <= 256
     assert len(fake.received) == 512
+
+
+def test_a_large_batch_with_a_too_large_message_sends_nothing(fake: FakeBroker) -> None:
+    # A batch larger than max_in_flight goes in chunks; a too-large message in a later
+    # chunk must still refuse the whole batch before anything is sent, as it does when
+    # the batch fits in one chunk.
+    values = [b"%d" % i for i in range(600)]
+    values[500] = b"x" * 5000
+    with _client(
+        fake, "h2", max_in_flight=256, grpc_options=(("grpc.max_send_message_length", 2000),)
+    ) as client:
+        with pytest.raises(lb.MessageTooLargeError):
+            client.publish_batch("s", values)
+        assert fake.received == []
+        values[500] = b"fits"
+        outcomes = client.publish_batch("s", values)
+    assert [o.offset for o in outcomes] == list(range(600))  # type: ignore[union-attr]
+    assert len(fake.received) == 600
