@@ -29,6 +29,7 @@ from liftbridge_sync._wire.requests import (
     partition_of,
     publish_to_subject_request,
 )
+from liftbridge_sync._wire.speedups import frame_values
 from liftbridge_sync._wire.status import (
     CallContext,
     error_from_ack_error,
@@ -48,9 +49,7 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     DeadlineExceededError,
-    InternalThreadError,
     LiftbridgeError,
-    PublishQueueFullError,
     StreamExistsError,
 )
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
@@ -630,19 +629,25 @@ class Client:
         requests: list[tuple[bytes, str, int, bool]] = []
         add = requests.append
         fixed = None
-        leading: list[Ack | None | LiftbridgeError] = []
         items: list[Any] = messages if type(messages) is list else list(messages)
         if partitioner is None:
             fixed = 0 if partition is None else check_partition("partition", partition)
             fixed_head = head(stream, fixed, ack_policy)  # validates the stream name
-            # The leading run of plain values framed a chunk at a time (C speedups when
-            # built), then anything else one by one.
-            leading, count = publisher.publish_values(
-                fixed_head, items, partition=fixed, wants_ack=wants_ack, timeout=ack_timeout
-            )
-            if count == len(items):
-                return leading
-            items = items[count:]
+            if all(type(item) is bytes for item in items):  # the fastest path
+                return publisher.publish_values(
+                    fixed_head, items, partition=fixed, wants_ack=wants_ack, timeout=ack_timeout
+                )
+            # The leading run of plain values at once (C speedups when built); ids are
+            # one generated id + "." + index, unique like the others. All of the batch
+            # is framed and checked before any of it is sent.
+            framed_values, ids = frame_values(fixed_head, items, next_id())
+            if ids:
+                count = len(ids)
+                requests = list(
+                    zip(framed_values, ids, [fixed] * count, [wants_ack] * count, strict=True)
+                )
+                add = requests.append
+                items = items[count:]
         for item in items:
             if fixed is not None and type(item) is bytes:  # the common case, inline
                 correlation_id = next_id()
@@ -678,13 +683,8 @@ class Client:
                 correlation_id=correlation_id,
             )
             add((framed, correlation_id, chosen, wants_ack))
-        try:
-            futures = publisher.submit_many(requests, timeout=ack_timeout)
-        except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
-            if not leading:
-                raise
-            return [*leading, *[exc] * len(requests)]  # nothing of the rest was entered
-        return leading + publisher.wait_all(futures)
+        futures = publisher.submit_many(requests, timeout=ack_timeout)
+        return publisher.wait_all(futures)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.

@@ -99,15 +99,14 @@ class BatchPublishing(Waiting):
     def publish_values(
         self,
         request_head: bytes,
-        items: list[Any],
+        values: list[Any],
         *,
         partition: int,
         wants_ack: bool,
         timeout: float,
-    ) -> tuple[list[Ack | None | LiftbridgeError], int]:
-        """Publish the leading run of plain ``bytes`` values of ``items`` behind a cached
-        ``request_head`` and wait for them: their outcomes (as :meth:`outcomes`) and how
-        many there were (``publish_batch`` does the rest its own way).
+    ) -> list[Ack | None | LiftbridgeError]:
+        """Publish plain ``bytes`` values behind a cached ``request_head`` and wait for
+        them: their outcomes (as :meth:`outcomes`), in order.
 
         In chunks of ``max_in_flight`` (at least ``_MIN_CHUNK``): a chunk is framed and
         entered while the one before is still in flight, and then that one is waited
@@ -119,47 +118,41 @@ class BatchPublishing(Waiting):
             ClientClosedError, PublishQueueFullError: when nothing was entered. Once
                 something was, the values that could not be entered get the error as
                 their outcome instead.
+            MessageTooLargeError: before anything was sent.
         """
         step = max(self._max_in_flight, _MIN_CHUNK)
-        total = len(items)
-        if total > step and not self._fits_in_chunks(request_head, items):
+        total = len(values)
+        if total > step and not self._fits_in_chunks(request_head, values):
             # One chunk: every request's size is checked before any is sent, as the
             # size limit promises (a later chunk's too-large request would be refused
             # after earlier chunks went out).
             step = total
         outcomes: list[Ack | None | LiftbridgeError] = []
         in_flight: list[AckFuture] = []
-        done = 0  # values entered (or failed) so far
-        while done < total:
-            chunk = items[done : done + step] if done or total > step else items
+        for start in range(0, total, step):
+            chunk = values[start : start + step] if total > step else values
             framed, ids = frame_values(request_head, chunk, self.next_correlation_id())
-            if not framed:
-                break  # not a plain value: the caller goes on from here
             try:
                 futures = self.submit_values(
                     framed, ids, partition=partition, wants_ack=wants_ack, timeout=timeout
                 )
             except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
-                if not done:
+                if not start:
                     raise
                 outcomes += self.wait_all(in_flight)
-                return [*outcomes, *[exc] * (total - done)], total
+                return [*outcomes, *[exc] * (total - start)]
             outcomes += self.wait_all(in_flight)
             in_flight = futures
-            done += len(framed)
-            if len(framed) < len(chunk):
-                break
         outcomes += self.wait_all(in_flight)
-        return outcomes, done
+        return outcomes
 
-    def _fits_in_chunks(self, request_head: bytes, items: list[Any]) -> bool:
-        """Whether every plain value of ``items`` frames within the size limit whatever
-        correlation id it gets, so that no chunk of it can be refused as too large."""
+    def _fits_in_chunks(self, request_head: bytes, values: list[Any]) -> bool:
+        """Whether every value frames within the size limit whatever correlation id it
+        gets, so that no chunk of them can be refused as too large."""
         # The gRPC prefix, the value's and the id's tags and lengths (at most 11 bytes
         # each), and the id: the prefix, a counter and "." + an index (20 digits each).
         slack = 5 + len(request_head) + 2 * 11 + len(self._id_prefix) + 41
-        largest = max((len(value) for value in items if type(value) is bytes), default=0)
-        return largest + slack <= self._max_message
+        return max(map(len, values)) + slack <= self._max_message
 
     def _admit_batch(self, framed: list[bytes], timeout: float) -> float:
         """Checks before any of a batch is entered; the batch's ack deadline.

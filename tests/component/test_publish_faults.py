@@ -394,10 +394,10 @@ def test_a_large_batch_keeps_two_chunks_alive_and_returns_errors_once_entered(
     assert len(fake.received) == 512
 
 
-def test_a_large_batch_with_a_too_large_message_sends_nothing(fake: FakeBroker) -> None:
+def test_a_batch_refused_by_a_check_sends_nothing(fake: FakeBroker) -> None:
     # A batch larger than max_in_flight goes in chunks; a too-large message in a later
     # chunk must still refuse the whole batch before anything is sent, as it does when
-    # the batch fits in one chunk.
+    # the batch fits in one chunk, and so must a bad message after plain values.
     values = [b"%d" % i for i in range(600)]
     values[500] = b"x" * 5000
     with _client(
@@ -405,6 +405,11 @@ def test_a_large_batch_with_a_too_large_message_sends_nothing(fake: FakeBroker) 
     ) as client:
         with pytest.raises(lb.MessageTooLargeError):
             client.publish_batch("s", values)
+        # Plain values first, then one refused by the per-message path: still nothing.
+        with pytest.raises(lb.MessageTooLargeError):
+            client.publish_batch("s", [b"a", b"b", (None, b"x" * 5000)])
+        with pytest.raises(TypeError):
+            client.publish_batch("s", [b"a", b"b", "text"])  # type: ignore[list-item]
         assert fake.received == []
         values[500] = b"fits"
         outcomes = client.publish_batch("s", values)
