@@ -116,10 +116,8 @@ class QueuedWrites:
         else is; otherwise the I/O thread is woken unless it already is."""
         if write_here and self._io_lock.acquire(blocking=False):
             self._write_here()
-            return
-        with self._lock:
-            if not self._signalled and not self._done:
-                self._wake()
+        else:
+            self._wake_unless_woken()
 
     def _writes_here(self, queued: int) -> bool:
         """Under ``_lock``, after queueing: whether the caller writes the queue itself
@@ -147,9 +145,13 @@ class QueuedWrites:
         finally:
             self._io_lock.release()
         if failed:
-            with self._lock:
-                if not self._signalled and not self._done:
-                    self._wake()
+            self._wake_unless_woken()
+
+    def _wake_unless_woken(self) -> None:
+        """Wake the I/O thread unless a wake-up is on its way or it has finished."""
+        with self._lock:
+            if not self._signalled and not self._done:
+                self._wake()
 
     def send_many(self, framed: list[bytes]) -> None:
         """Queue several framed requests at once (see :meth:`send_framed`)."""
