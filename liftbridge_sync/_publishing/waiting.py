@@ -99,12 +99,20 @@ class Waiting(AnswerHandling):
     def wait(
         self, future: concurrent.futures.Future[Ack | None], timeout: float | None
     ) -> Ack | None:
-        """Wait for ``future``; on the owner thread, process events meanwhile."""
+        """Wait for ``future``; on the owner thread, process events meanwhile.
+
+        Elsewhere the stream may first let this thread read the answer itself
+        (``answer_here``: a ``publish()`` caller gets its ack without a hop through the
+        I/O thread)."""
         if self._on_owner_thread() and not future.done():
             deadline = None if timeout is None else self._clock() + timeout
             self._run_nested(future.done, deadline)
             if not future.done():
                 raise TimeoutError("publish did not complete in time")
+        elif future._state != "FINISHED":
+            stream = self._live
+            if stream is not None:
+                stream.answer_here(future.done)
         return future.result(timeout=timeout)
 
     @staticmethod

@@ -98,6 +98,10 @@ class PublishStream(Protocol):
     def send_many(self, framed: list[bytes]) -> None:
         """:meth:`send_framed` for several requests at once (no notes)."""
 
+    def answer_here(self, done: Callable[[], bool]) -> None:
+        """Optionally read responses on the calling thread until ``done()`` (a
+        ``publish()`` caller waiting for its ack); may return at any time."""
+
     def probe(self) -> None:
         """Check that the peer is alive (a PING); a dead one ends the stream."""
 
@@ -184,6 +188,9 @@ class GrpcPublishStream:
         """Queue several framed requests."""
         for item in framed:
             self.send_framed(item)
+
+    def answer_here(self, done: Callable[[], bool]) -> None:
+        """grpcio's own threads read the responses: nothing to do here."""
 
     def probe(self) -> None:
         """Nothing to do: grpcio's own keepalive (``grpc_options``) watches the peer."""

@@ -73,3 +73,30 @@ def test_pipelined_publishes_from_four_threads_are_contiguous(
         prefix = b"%d-" % index
         mine = [m.value for m in stored if m.value.startswith(prefix)]
         assert mine == [b"%d-%d" % (index, i) for i in range(per_thread)]
+
+
+def test_publish_reads_its_own_ack_from_the_real_broker(
+    liftbridge_client: Client,
+    liftbridge_address: str,
+    new_stream: StreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # publish() takes the socket from the I/O thread while it waits: the broker's
+    # flow-control PING and then the ack are read, and the ack handed over, on the
+    # caller's own thread.
+    from liftbridge_sync._transport.h2 import connection
+
+    handed_over_on: list[str] = []
+    real = connection.H2PublishStream._hand_over
+
+    def spy(self: connection.H2PublishStream, responses: list[object]) -> None:
+        handed_over_on.append(threading.current_thread().name)
+        real(self, responses)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", spy)
+    name = new_stream()
+    with Client([liftbridge_address]) as client:
+        acks = [client.publish(name, b"m%d" % i) for i in range(200)]
+    assert [a.offset for a in acks if a is not None] == list(range(200))
+    assert handed_over_on.count(threading.current_thread().name) >= 150, handed_over_on
+    assert [m.value for m in read_all(liftbridge_client, name)] == [b"m%d" % i for i in range(200)]

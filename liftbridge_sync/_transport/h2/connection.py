@@ -15,7 +15,8 @@ due, the I/O thread sleeps until all their bytes could be there or ``ack_read_de
 has passed (:mod:`.gathering`), so a burst of acks costs one or two wake-ups rather than
 one per TCP segment. ``h2`` keeps outbound flow control and the connection-level
 frames. :mod:`.writing` is the callers' side (queueing, and writing on the caller's
-thread); :mod:`.dial` opens the connection.
+thread); :mod:`.reading` lets a ``publish()`` caller read its own ack while the I/O
+thread steps aside; :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
@@ -28,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import selectors
 import socket
 import ssl
@@ -46,6 +48,7 @@ from liftbridge_sync._transport.h2.framing import (
     ping_frame,
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
     RECV_SIZE,
@@ -53,7 +56,7 @@ from liftbridge_sync._transport.h2.sockets import (
     SocketCalls,
     speaks_tls,
 )
-from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT, QueuedWrites
+from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
     StreamEvent,
@@ -77,7 +80,7 @@ _RECV_WINDOW = 4 << 20
 _GO_ON = object()  # a loop turn that did not end the stream
 
 
-class H2PublishStream(QueuedWrites):
+class H2PublishStream(CallerReads):
     """One ``PublishAsync`` call on its own HTTP/2 connection.
 
     ``send_framed``, ``close``, ``cancel`` and ``probe`` only touch a list and a few
@@ -158,6 +161,16 @@ class H2PublishStream(QueuedWrites):
         self._want_write = False
         #: Responses read this turn, emitted once the I/O lock is released.
         self._arrived: list[api_pb2.PublishResponse | Ack] = []
+        #: Held from taking responses off ``_arrived`` (under the I/O lock) until they
+        #: are handed over, so two readers hand theirs over in the order read.
+        self._hand_over_lock = threading.Lock()
+        #: A ``publish()`` caller reads the socket (:meth:`answer_here`); the I/O thread
+        #: does not watch it meanwhile. Under the I/O lock.
+        self._reading_here = False
+        #: What went wrong while a caller read: the I/O thread ends the stream with it.
+        self._failed_here: BaseException | None = None
+        self._here_poll = select.poll()
+        self._here_poll.register(sock.fileno(), select.POLLIN)
         #: How many bytes of acks the I/O thread waits for (see gathering).
         self._gathering = AckGathering(sock, ack_read_delay)
         self._gather_for: float | None = None  # the next wait's bound, if gathering
@@ -223,9 +236,11 @@ class H2PublishStream(QueuedWrites):
             _log.exception("publish I/O thread failed")
             error = unavailable(f"transport failure: {exc!r}")
         finally:
-            if self._arrived:  # read before the connection failed: still answers
+            with self._io_lock:
+                arrived = self._take_arrived()
+            if arrived:  # read before the connection failed: still answers
                 try:
-                    self._hand_over()
+                    self._hand_over(arrived)
                 except Exception:  # pragma: no cover - a bug must still end the stream
                     _log.exception("handing over the last responses failed")
             with self._io_lock:
@@ -271,32 +286,46 @@ class H2PublishStream(QueuedWrites):
             events = select(timeout)
             with self._io_lock:
                 result = self._step(events, sock)
-            if self._arrived:
-                self._hand_over()
+                arrived = self._take_arrived()
+            if arrived:
+                self._hand_over(arrived)
             if result is not _GO_ON:
                 return result  # type: ignore[return-value]
 
-    def _hand_over(self) -> None:
+    def _take_arrived(self) -> list[api_pb2.PublishResponse | Ack]:
+        """Under the I/O lock: the responses read so far, with the hand-over lock
+        taken when there are any (:meth:`_hand_over` releases it)."""
+        arrived = self._arrived
+        if arrived:
+            self._hand_over_lock.acquire()
+            self._arrived = []
+        return arrived
+
+    def _hand_over(self, responses: list[api_pb2.PublishResponse | Ack]) -> None:
         """Emit the responses read, outside the I/O lock and after this turn's writes:
         a ``publish()`` caller woken by its ack then finds the lock free and writes its
         next request itself, and nothing is left between its wake-up and our next
         poll (which releases the GIL it needs)."""
-        responses, self._arrived = self._arrived, []
-        if len(responses) == 1:
-            self._on_event(StreamResponse(self._epoch, responses[0]))
-        else:
-            self._on_event(StreamResponses(self._epoch, responses))
+        try:
+            if len(responses) == 1:
+                self._on_event(StreamResponse(self._epoch, responses[0]))
+            else:
+                self._on_event(StreamResponses(self._epoch, responses))
+        finally:
+            self._hand_over_lock.release()
 
     def _step(self, events: list[tuple[selectors.SelectorKey, int]], sock: socket.socket) -> object:
         """One loop turn under ``_io_lock``: the stream's end (error or ``None``) or
         ``_GO_ON``."""
+        if self._failed_here is not None:
+            raise self._failed_here
         for key, mask in events:
             if key.fileobj is sock:
                 if mask & selectors.EVENT_READ:
                     self._read()
             else:
                 self._calls.drain_wake_ups()
-        if not events and self._gather_for is not None:
+        if not events and self._gather_for is not None and not self._reading_here:
             self._read()  # waited long enough for more acks: take what is there
         if self._reader.ended:
             self._goodbye()
@@ -318,7 +347,7 @@ class H2PublishStream(QueuedWrites):
             self._conn.end_stream(self._stream_id)
         self._flush()
         quiet = not self._closing and self._unsent_pos == len(self._unsent) and not self._outbuf
-        self._gather_for = self._gathering.plan(quiet)
+        self._gather_for = self._gathering.plan(quiet and not self._reading_here)
         return _GO_ON
 
     def _goodbye(self) -> None:

@@ -66,6 +66,7 @@ class QueuedWrites:
     _outbuf: bytearray  # output the socket did not take yet
     _closing: bool
     _want_write: bool
+    _reading_here: bool
     _calls: SocketCalls
     _selector: selectors.BaseSelector
     _sock: socket.socket
@@ -238,8 +239,9 @@ class QueuedWrites:
             del out[:sent]
         if bool(out) != self._want_write:
             self._want_write = bool(out)
-            events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
-            self._selector.modify(self._sock, events)
+            if not self._reading_here:  # else registered again when the caller is done
+                events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
+                self._selector.modify(self._sock, events)
         if not out and self._waiting_notes:
             notes = self._waiting_notes
             framed = self._framed_bytes

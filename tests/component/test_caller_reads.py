@@ -1,0 +1,188 @@
+"""A ``publish()`` caller reading its own ack off the ``"h2"`` connection
+(:class:`~liftbridge_sync._transport.h2.reading.CallerReads`), against the fake broker.
+
+The caller takes the socket from the I/O thread while it waits; these tests check that
+it does, that everybody else's acks still resolve in order meanwhile, and that what the
+I/O thread would have noticed (a window the broker opened, the stream's end) is acted
+on at once rather than when the caller gives the socket back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import Client
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.h2 import connection, reading
+from liftbridge_sync._transport.h2.framing import FrameError
+from liftbridge_sync.testing import FakeBroker, FakeCluster
+from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeBroker]:
+    with FakeBroker(cluster=FakeCluster(leader="fake", partitions=4)) as server:
+        yield server
+
+
+def _client(fake: FakeBroker, **options: Any) -> Client:
+    return Client([fake.address], retry=FAST_RETRY, publish_transport="h2", **options)
+
+
+def _stream(client: Client) -> connection.H2PublishStream:
+    publisher = client._publisher
+    assert publisher is not None
+    stream = publisher._live
+    assert isinstance(stream, connection.H2PublishStream)
+    return stream
+
+
+def test_publish_reads_its_own_ack_on_its_thread(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handed_over_on: list[str] = []
+    real = connection.H2PublishStream._hand_over
+
+    def spy(self: connection.H2PublishStream, responses: list[Any]) -> None:
+        handed_over_on.append(threading.current_thread().name)
+        real(self, responses)
+
+    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", spy)
+    with _client(fake) as client:
+        offsets = [client.publish("s", b"m%d" % i).offset for i in range(30)]  # type: ignore[union-attr]
+        stream = _stream(client)
+        assert not stream._reading_here
+        stream._selector.get_key(stream._sock)  # the I/O thread watches the socket again
+    assert offsets == list(range(30))
+    # The first publish connects the stream (its ack comes through the I/O thread).
+    here = handed_over_on.count(threading.current_thread().name)
+    assert here >= 20, handed_over_on
+
+
+def test_other_threads_acks_resolve_in_order_while_a_caller_reads(fake: FakeBroker) -> None:
+    with _client(fake, max_in_flight=500) as client:
+        client.publish("s", b"first")
+        pipelined: list[Any] = []
+
+        def pipeline() -> None:
+            for i in range(3000):
+                pipelined.append(client.publish_async("s", b"p%d" % i, partition=1))
+
+        thread = threading.Thread(target=pipeline, name="test-pipeline")
+        thread.start()
+        mine = [client.publish("s", b"s%d" % i, timeout=30) for i in range(300)]
+        thread.join()
+        offsets = [f.result(timeout=30).offset for f in pipelined]
+    assert offsets == list(range(3000))
+    assert [a.offset for a in mine] == list(range(1, 301))  # type: ignore[union-attr]
+
+
+def test_a_window_opened_while_a_caller_reads_is_used_at_once(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A caller reads for an ack that never comes; meanwhile 9 MiB of publishes need
+    # WINDOW_UPDATEs (the fake's windows are 4 MiB), which that caller reads: it must
+    # send what they let through, or the publishes stall until it gives the socket back.
+    monkeypatch.setattr(reading, "READ_HERE_FOR", 4.0)
+    fake.publish_script = lambda req, n: "drop" if req.value == b"silent" else "ack"
+    with _client(fake, ack_timeout=30.0) as client:
+        client.publish("s", b"first")
+        stream = _stream(client)
+        outcome: list[BaseException] = []
+
+        def silent() -> None:
+            try:
+                client.publish("s", b"silent", timeout=2.0)
+            except lb.LiftbridgeError as exc:
+                outcome.append(exc)
+
+        reader = threading.Thread(target=silent, name="test-silent")
+        reader.start()
+        wait_until(lambda: stream._reading_here, what="the silent caller to read")
+        big = [client.publish_async("s", bytes([i]) * (3 << 20)) for i in range(3)]
+        acks = [f.result(timeout=3.0) for f in big]  # the caller reads for 4 s
+        assert [a.offset for a in acks] == [1, 2, 3]  # type: ignore[union-attr]
+        assert stream._reading_here, "the caller stopped reading early: nothing was shown"
+        reader.join(timeout=10)
+    assert len(outcome) == 1 and isinstance(outcome[0], lb.AckTimeoutError)
+
+
+def test_the_stream_ending_while_a_caller_reads_is_acted_on_at_once(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The caller reads the broker's UNAVAILABLE trailers; the I/O thread, not watching
+    # the socket, must still end the stream at once so the publisher re-sends on a
+    # new one (not when the 20 s ack timeout probes the connection).
+    monkeypatch.setattr(reading, "READ_HERE_FOR", 30.0)
+    seen: dict[bytes, int] = {}
+
+    def script(req: api_pb2.PublishRequest, n: int) -> object:
+        seen[req.value] = seen.get(req.value, 0) + 1
+        if seen[req.value] == 1 and req.value == b"silent":
+            return "drop"
+        if seen[req.value] == 1 and req.value == b"abort":
+            return "abort"
+        return "ack"
+
+    fake.publish_script = script
+    with _client(fake, ack_timeout=20.0) as client:
+        client.publish("s", b"first")
+        stream = _stream(client)
+        acks: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: acks.append(client.publish("s", b"silent")), name="test-silent"
+        )
+        reader.start()
+        wait_until(lambda: stream._reading_here, what="the silent caller to read")
+        aborted = client.publish_async("s", b"abort")
+        assert aborted.result(timeout=5.0) is not None
+        reader.join(timeout=5.0)
+        assert not reader.is_alive()
+    assert acks and acks[0] is not None
+    assert fake.streams_opened == 2
+
+
+def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the caller's read ran into (here: garbage) must reach the I/O thread, which
+    # ends the stream so the publisher re-sends on a new one, not the 20 s ack timeout.
+    # (The caller also wakes the I/O thread for it; the fake's own PINGs would too, so
+    # this test shows the outcome, not which of the two woke it.)
+    monkeypatch.setattr(reading, "READ_HERE_FOR", 30.0)
+    seen: dict[bytes, int] = {}
+
+    def script(req: api_pb2.PublishRequest, n: int) -> object:
+        seen[req.value] = seen.get(req.value, 0) + 1
+        return "drop" if seen[req.value] == 1 and req.value == b"silent" else "ack"
+
+    fake.publish_script = script
+    with _client(fake, ack_timeout=20.0) as client:
+        client.publish("s", b"first")
+        stream = _stream(client)
+        real_read = stream._read
+
+        def garbage_on_the_callers_thread() -> None:
+            real_read()  # takes the bytes off the socket, as a real failed read does
+            if threading.current_thread().name == "test-silent":
+                raise FrameError("scripted: garbage from the broker")
+
+        monkeypatch.setattr(stream, "_read", garbage_on_the_callers_thread)
+        acks: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: acks.append(client.publish("s", b"silent")), name="test-silent"
+        )
+        reader.start()
+        wait_until(lambda: stream._reading_here, what="the silent caller to read")
+        other = client.publish_async("s", b"other")  # its ack is what the caller reads
+        assert other.result(timeout=5.0) is not None
+        reader.join(timeout=5.0)
+        assert not reader.is_alive()
+    assert acks and acks[0] is not None
+    assert fake.streams_opened == 2
