@@ -43,6 +43,30 @@ def _stream(client: Client) -> connection.H2PublishStream:
     return stream
 
 
+def _first_time(actions: dict[bytes, str]) -> Any:
+    """A publish script: ``actions[value]`` the first time a value arrives, then acks."""
+    seen: dict[bytes, int] = {}
+
+    def script(req: api_pb2.PublishRequest, n: int) -> object:
+        seen[req.value] = seen.get(req.value, 0) + 1
+        return actions.get(req.value, "ack") if seen[req.value] == 1 else "ack"
+
+    return script
+
+
+def _silent_caller(
+    client: Client, stream: connection.H2PublishStream
+) -> tuple[threading.Thread, list[Any]]:
+    """A thread publishing ``b"silent"`` (unanswered the first time), once it reads."""
+    acks: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: acks.append(client.publish("s", b"silent")), name="test-silent"
+    )
+    thread.start()
+    wait_until(lambda: stream._reading_here, what="the silent caller to read")
+    return thread, acks
+
+
 def test_publish_reads_its_own_ack_on_its_thread(
     fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -120,26 +144,10 @@ def test_the_stream_ending_while_a_caller_reads_is_acted_on_at_once(
     # the socket, must still end the stream at once so the publisher re-sends on a
     # new one (not when the 20 s ack timeout probes the connection).
     monkeypatch.setattr(reading, "READ_HERE_FOR", 30.0)
-    seen: dict[bytes, int] = {}
-
-    def script(req: api_pb2.PublishRequest, n: int) -> object:
-        seen[req.value] = seen.get(req.value, 0) + 1
-        if seen[req.value] == 1 and req.value == b"silent":
-            return "drop"
-        if seen[req.value] == 1 and req.value == b"abort":
-            return "abort"
-        return "ack"
-
-    fake.publish_script = script
+    fake.publish_script = _first_time({b"silent": "drop", b"abort": "abort"})
     with _client(fake, ack_timeout=20.0) as client:
         client.publish("s", b"first")
-        stream = _stream(client)
-        acks: list[Any] = []
-        reader = threading.Thread(
-            target=lambda: acks.append(client.publish("s", b"silent")), name="test-silent"
-        )
-        reader.start()
-        wait_until(lambda: stream._reading_here, what="the silent caller to read")
+        reader, acks = _silent_caller(client, _stream(client))
         aborted = client.publish_async("s", b"abort")
         assert aborted.result(timeout=5.0) is not None
         reader.join(timeout=5.0)
@@ -156,13 +164,7 @@ def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
     # (The caller also wakes the I/O thread for it; the fake's own PINGs would too, so
     # this test shows the outcome, not which of the two woke it.)
     monkeypatch.setattr(reading, "READ_HERE_FOR", 30.0)
-    seen: dict[bytes, int] = {}
-
-    def script(req: api_pb2.PublishRequest, n: int) -> object:
-        seen[req.value] = seen.get(req.value, 0) + 1
-        return "drop" if seen[req.value] == 1 and req.value == b"silent" else "ack"
-
-    fake.publish_script = script
+    fake.publish_script = _first_time({b"silent": "drop"})
     with _client(fake, ack_timeout=20.0) as client:
         client.publish("s", b"first")
         stream = _stream(client)
@@ -174,12 +176,7 @@ def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
                 raise FrameError("scripted: garbage from the broker")
 
         monkeypatch.setattr(stream, "_read", garbage_on_the_callers_thread)
-        acks: list[Any] = []
-        reader = threading.Thread(
-            target=lambda: acks.append(client.publish("s", b"silent")), name="test-silent"
-        )
-        reader.start()
-        wait_until(lambda: stream._reading_here, what="the silent caller to read")
+        reader, acks = _silent_caller(client, stream)
         other = client.publish_async("s", b"other")  # its ack is what the caller reads
         assert other.result(timeout=5.0) is not None
         reader.join(timeout=5.0)
