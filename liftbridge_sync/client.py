@@ -482,6 +482,37 @@ class Client:
                 if timeout is None
                 else resolve_ack_timeout(timeout, self._options.ack_timeout),
             )
+        return self._submit(
+            publisher,
+            stream,
+            value,
+            key,
+            partition,
+            partitioner,
+            headers,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            timeout,
+        )
+
+    def _submit(
+        self,
+        publisher: Publisher,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+        timeout: float | None,
+        direct: bool = False,
+    ) -> concurrent.futures.Future[Ack | None]:
+        """:meth:`publish_async` beyond the common case (see there); ``direct``: the
+        caller waits for the ack next (``publish``), so it writes on its own thread."""
         if correlation_id is None:
             correlation_id = publisher.next_correlation_id()
         elif not isinstance(correlation_id, str) or not correlation_id:
@@ -513,6 +544,7 @@ class Client:
             partition=chosen,
             wants_ack=ack_policy is not AckPolicy.NONE,
             timeout=resolve_ack_timeout(timeout, self._options.ack_timeout),
+            direct=direct,
         )
 
     def publish(
@@ -561,17 +593,19 @@ class Client:
                 direct=True,
             )
             return publisher.wait(fast, None)
-        future = self.publish_async(
+        future = self._submit(
+            publisher,
             stream,
             value,
-            key=key,
-            partition=partition,
-            partitioner=partitioner,
-            headers=headers,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            correlation_id=correlation_id,
-            timeout=timeout,
+            key,
+            partition,
+            partitioner,
+            headers,
+            ack_policy,
+            expected_offset,
+            correlation_id,
+            timeout,
+            direct=True,
         )
         # The future's own ack timer bounds this wait.
         return publisher.wait(future, None)

@@ -105,8 +105,10 @@ class Publisher(BatchPublishing):
         partition: int,
         wants_ack: bool,
         timeout: float,
+        direct: bool = False,
     ) -> AckFuture:
         """Send a framed request now, from this thread; the future resolves with its ack.
+        ``direct``: the caller waits for the ack next (``publish``).
 
         Raises:
             ClientClosedError: after :meth:`close`.
@@ -120,11 +122,9 @@ class Publisher(BatchPublishing):
             raise self._too_large(len(framed))
         if self._thread is None:
             self._start_thread()
-        entry = new_entry(
-            framed, correlation_id, partition, wants_ack, timeout, self._clock() + timeout
-        )
-        self._enter((entry,))
-        return entry.future
+        deadline = self._clock() + timeout
+        entry = new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
+        return self._send_entry(entry, wants_ack, timeout, deadline, direct)
 
     def submit_value(
         self,

@@ -67,26 +67,40 @@ def _silent_caller(
     return thread, acks
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [{}, {"key": b"k", "headers": {"h": b"v"}}],
+    ids=["plain value", "key and headers"],
+)
 def test_publish_reads_its_own_ack_on_its_thread(
-    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]
 ) -> None:
     handed_over_on: list[str] = []
-    real = connection.H2PublishStream._hand_over
+    written_here = 0
+    real_hand_over = connection.H2PublishStream._hand_over
+    real_write_here = connection.H2PublishStream._write_here
 
-    def spy(self: connection.H2PublishStream, responses: list[Any]) -> None:
+    def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
         handed_over_on.append(threading.current_thread().name)
-        real(self, responses)
+        real_hand_over(self, responses)
 
-    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", spy)
+    def write_here(self: connection.H2PublishStream, direct: bool = False) -> None:
+        nonlocal written_here
+        written_here += direct
+        real_write_here(self, direct)
+
+    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", hand_over)
+    monkeypatch.setattr(connection.H2PublishStream, "_write_here", write_here)
     with _client(fake) as client:
-        offsets = [client.publish("s", b"m%d" % i).offset for i in range(30)]  # type: ignore[union-attr]
+        offsets = [client.publish("s", b"m%d" % i, **extra).offset for i in range(30)]  # type: ignore[union-attr]
         stream = _stream(client)
         assert not stream._reading_here
         stream._selector.get_key(stream._sock)  # the I/O thread watches the socket again
     assert offsets == list(range(30))
-    # The first publish connects the stream (its ack comes through the I/O thread).
+    # The first publish connects the stream (it goes through the I/O thread).
+    assert written_here >= 20  # the request written on the caller's thread
     here = handed_over_on.count(threading.current_thread().name)
-    assert here >= 20, handed_over_on
+    assert here >= 20, handed_over_on  # and its ack read there
 
 
 def test_other_threads_acks_resolve_in_order_while_a_caller_reads(fake: FakeBroker) -> None:
