@@ -55,16 +55,35 @@ def _first_time(actions: dict[bytes, str]) -> Any:
 
 
 def _silent_caller(
-    client: Client, stream: connection.H2PublishStream
+    client: Client, stream: connection.H2PublishStream, timeout: float | None = None
 ) -> tuple[threading.Thread, list[Any]]:
-    """A thread publishing ``b"silent"`` (unanswered the first time), once it reads."""
-    acks: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: acks.append(client.publish("s", b"silent")), name="test-silent"
-    )
+    """A thread publishing ``b"silent"``, started once it reads the connection; what its
+    ``publish`` returned or raised (a ``LiftbridgeError``) goes into the list."""
+    outcome: list[Any] = []
+
+    def publish() -> None:
+        try:
+            outcome.append(client.publish("s", b"silent", timeout=timeout))
+        except lb.LiftbridgeError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=publish, name="test-silent")
     thread.start()
     wait_until(lambda: stream._reading_here, what="the silent caller to read")
-    return thread, acks
+    return thread, outcome
+
+
+def _spy_hand_overs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that hand responses over, in order."""
+    names: list[str] = []
+    real = connection.H2PublishStream._hand_over
+
+    def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
+        names.append(threading.current_thread().name)
+        real(self, responses)
+
+    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", hand_over)
+    return names
 
 
 @pytest.mark.parametrize(
@@ -75,21 +94,15 @@ def _silent_caller(
 def test_publish_reads_its_own_ack_on_its_thread(
     fake: FakeBroker, monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]
 ) -> None:
-    handed_over_on: list[str] = []
+    handed_over_on = _spy_hand_overs(monkeypatch)
     written_here = 0
-    real_hand_over = connection.H2PublishStream._hand_over
     real_write_here = connection.H2PublishStream._write_here
-
-    def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
-        handed_over_on.append(threading.current_thread().name)
-        real_hand_over(self, responses)
 
     def write_here(self: connection.H2PublishStream, direct: bool = False) -> None:
         nonlocal written_here
         written_here += direct
         real_write_here(self, direct)
 
-    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", hand_over)
     monkeypatch.setattr(connection.H2PublishStream, "_write_here", write_here)
     with _client(fake) as client:
         offsets = [client.publish("s", b"m%d" % i, **extra).offset for i in range(30)]  # type: ignore[union-attr]
@@ -103,22 +116,40 @@ def test_publish_reads_its_own_ack_on_its_thread(
     assert here >= 20, handed_over_on  # and its ack read there
 
 
-def test_other_threads_acks_resolve_in_order_while_a_caller_reads(fake: FakeBroker) -> None:
-    with _client(fake, max_in_flight=500) as client:
+def test_publish_leaves_reading_to_the_io_thread_while_others_wait(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With other acks due, one reader serving everybody would only move the hand-off
+    # (and its thread switches) to a caller: the I/O thread keeps reading.
+    handed_over_on = _spy_hand_overs(monkeypatch)
+    fake.publish_script = lambda req, n: "drop" if req.value.startswith(b"lost") else "ack"
+    with _client(fake, ack_timeout=60.0) as client:
         client.publish("s", b"first")
-        pipelined: list[Any] = []
+        lost = [client.publish_async("s", b"lost%d" % i) for i in range(5)]
+        wait_until(lambda: len(fake.received) == 6, what="the lost publishes to arrive")
+        del handed_over_on[:]
+        acks = [client.publish("s", b"m%d" % i) for i in range(10)]
+        assert not any(f.done() for f in lost)
+        client.close(timeout=0.2)
+    assert [a.offset for a in acks] == list(range(1, 11))  # type: ignore[union-attr]
+    assert handed_over_on == ["liftbridge-publish-io"] * 10
 
-        def pipeline() -> None:
-            for i in range(3000):
-                pipelined.append(client.publish_async("s", b"p%d" % i, partition=1))
 
-        thread = threading.Thread(target=pipeline, name="test-pipeline")
-        thread.start()
-        mine = [client.publish("s", b"s%d" % i, timeout=30) for i in range(300)]
-        thread.join()
-        offsets = [f.result(timeout=30).offset for f in pipelined]
+def test_other_threads_acks_resolve_in_order_while_a_caller_reads(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reading, "READ_HERE_FOR", 4.0)
+    handed_over_on = _spy_hand_overs(monkeypatch)
+    fake.publish_script = lambda req, n: "drop" if req.value == b"silent" else "ack"
+    with _client(fake, max_in_flight=500, ack_timeout=30.0) as client:
+        client.publish("s", b"first")
+        reader, outcome = _silent_caller(client, _stream(client), timeout=2.0)
+        pipelined = [client.publish_async("s", b"p%d" % i, partition=1) for i in range(3000)]
+        offsets = [f.result(timeout=30).offset for f in pipelined]  # type: ignore[union-attr]
+        reader.join(timeout=10)
     assert offsets == list(range(3000))
-    assert [a.offset for a in mine] == list(range(1, 301))  # type: ignore[union-attr]
+    assert "test-silent" in handed_over_on  # the caller handed the pipelined acks over
+    assert len(outcome) == 1 and isinstance(outcome[0], lb.AckTimeoutError)
 
 
 def test_a_window_opened_while_a_caller_reads_is_used_at_once(
@@ -132,17 +163,7 @@ def test_a_window_opened_while_a_caller_reads_is_used_at_once(
     with _client(fake, ack_timeout=30.0) as client:
         client.publish("s", b"first")
         stream = _stream(client)
-        outcome: list[BaseException] = []
-
-        def silent() -> None:
-            try:
-                client.publish("s", b"silent", timeout=2.0)
-            except lb.LiftbridgeError as exc:
-                outcome.append(exc)
-
-        reader = threading.Thread(target=silent, name="test-silent")
-        reader.start()
-        wait_until(lambda: stream._reading_here, what="the silent caller to read")
+        reader, outcome = _silent_caller(client, stream, timeout=2.0)
         big = [client.publish_async("s", bytes([i]) * (3 << 20)) for i in range(3)]
         acks = [f.result(timeout=3.0) for f in big]  # the caller reads for 4 s
         assert [a.offset for a in acks] == [1, 2, 3]  # type: ignore[union-attr]
@@ -161,12 +182,12 @@ def test_the_stream_ending_while_a_caller_reads_is_acted_on_at_once(
     fake.publish_script = _first_time({b"silent": "drop", b"abort": "abort"})
     with _client(fake, ack_timeout=20.0) as client:
         client.publish("s", b"first")
-        reader, acks = _silent_caller(client, _stream(client))
+        reader, outcome = _silent_caller(client, _stream(client))
         aborted = client.publish_async("s", b"abort")
         assert aborted.result(timeout=5.0) is not None
         reader.join(timeout=5.0)
         assert not reader.is_alive()
-    assert acks and acks[0] is not None
+    assert len(outcome) == 1 and isinstance(outcome[0], lb.Ack)
     assert fake.streams_opened == 2
 
 
@@ -190,10 +211,10 @@ def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
                 raise FrameError("scripted: garbage from the broker")
 
         monkeypatch.setattr(stream, "_read", garbage_on_the_callers_thread)
-        reader, acks = _silent_caller(client, stream)
+        reader, outcome = _silent_caller(client, stream)
         other = client.publish_async("s", b"other")  # its ack is what the caller reads
         assert other.result(timeout=5.0) is not None
         reader.join(timeout=5.0)
         assert not reader.is_alive()
-    assert acks and acks[0] is not None
+    assert len(outcome) == 1 and isinstance(outcome[0], lb.Ack)
     assert fake.streams_opened == 2
