@@ -9,6 +9,7 @@ on at once rather than when the caller gives the socket back.
 
 from __future__ import annotations
 
+import select
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -218,3 +219,15 @@ def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
         assert not reader.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], lb.Ack)
     assert fake.streams_opened == 2
+
+
+def test_without_poll_the_io_thread_reads(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A platform without poll() (Windows): publish() works as before, read by the I/O thread.
+    monkeypatch.delattr(select, "poll")
+    handed_over_on = _spy_hand_overs(monkeypatch)
+    with _client(fake) as client:
+        acks = [client.publish("s", b"m%d" % i) for i in range(5)]
+    assert [a.offset for a in acks] == list(range(5))  # type: ignore[union-attr]
+    assert handed_over_on == ["liftbridge-publish-io"] * 5

@@ -169,8 +169,12 @@ class H2PublishStream(CallerReads):
         self._reading_here = False
         #: What went wrong while a caller read: the I/O thread ends the stream with it.
         self._failed_here: BaseException | None = None
-        self._here_poll = select.poll()
-        self._here_poll.register(sock.fileno(), select.POLLIN)
+        #: How a reading caller waits for the socket (``None``: no ``poll()`` on this
+        #: platform, so callers never read).
+        self._here_poll: select.poll | None = None
+        if hasattr(select, "poll"):
+            self._here_poll = select.poll()
+            self._here_poll.register(sock.fileno(), select.POLLIN)
         #: How many bytes of acks the I/O thread waits for (see gathering).
         self._gathering = AckGathering(sock, ack_read_delay)
         self._gather_for: float | None = None  # the next wait's bound, if gathering

@@ -53,7 +53,7 @@ class CallerReads(QueuedWrites):
     _reading_here: bool
     #: What went wrong while a caller read: the I/O thread ends the stream with it.
     _failed_here: BaseException | None
-    _here_poll: select.poll
+    _here_poll: select.poll | None
     _hand_over_lock: threading.Lock
 
     def _read(self) -> None:
@@ -72,7 +72,7 @@ class CallerReads(QueuedWrites):
         I/O thread is busy, another caller reads, other acks are due, or anything is
         left to write."""
         io_lock = self._io_lock
-        if not io_lock.acquire(blocking=False):
+        if self._here_poll is None or not io_lock.acquire(blocking=False):
             return
         try:
             if (
@@ -109,6 +109,7 @@ class CallerReads(QueuedWrites):
         """The caller's reading loop; True when the I/O thread must take over at once
         (the connection broke or the stream ended)."""
         io_lock = self._io_lock
+        assert self._here_poll is not None
         poll = self._here_poll.poll
         while not done():
             remaining = deadline - time.monotonic()
