@@ -592,7 +592,7 @@ class Client:
                 else resolve_ack_timeout(timeout, self._options.ack_timeout),
                 direct=True,
             )
-            return publisher.wait(fast, None)
+            return publisher.wait(fast, None, read_here=ack_policy is not AckPolicy.NONE)
         future = self._submit(
             publisher,
             stream,
@@ -608,7 +608,7 @@ class Client:
             direct=True,
         )
         # The future's own ack timer bounds this wait.
-        return publisher.wait(future, None)
+        return publisher.wait(future, None, read_here=ack_policy is not AckPolicy.NONE)
 
     def publish_batch(
         self,

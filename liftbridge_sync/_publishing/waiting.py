@@ -97,19 +97,24 @@ class Waiting(AnswerHandling):
             # the free slot): wait again.
 
     def wait(
-        self, future: concurrent.futures.Future[Ack | None], timeout: float | None
+        self,
+        future: concurrent.futures.Future[Ack | None],
+        timeout: float | None,
+        read_here: bool = False,
     ) -> Ack | None:
         """Wait for ``future``; on the owner thread, process events meanwhile.
 
-        Elsewhere the stream may first let this thread read the answer itself
-        (``answer_here``: a ``publish()`` caller gets its ack without a hop through the
-        I/O thread)."""
+        With ``read_here`` (the future waits for an ack), the stream may first let this
+        thread read the answer itself (``answer_here``: a ``publish()`` caller gets its
+        ack without a hop through the I/O thread). A publish without an ack is resolved
+        by the publisher thread once written, which a reading caller would not notice
+        until something arrived."""
         if self._on_owner_thread() and not future.done():
             deadline = None if timeout is None else self._clock() + timeout
             self._run_nested(future.done, deadline)
             if not future.done():
                 raise TimeoutError("publish did not complete in time")
-        elif future._state != "FINISHED":
+        elif read_here and future._state != "FINISHED":
             stream = self._live
             if stream is not None:
                 stream.answer_here(future.done)

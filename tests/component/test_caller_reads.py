@@ -231,3 +231,27 @@ def test_without_poll_the_io_thread_reads(
         acks = [client.publish("s", b"m%d" % i) for i in range(5)]
     assert [a.offset for a in acks] == list(range(5))  # type: ignore[union-attr]
     assert handed_over_on == ["liftbridge-publish-io"] * 5
+
+
+def test_a_publish_without_an_ack_never_reads(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its future is resolved by the publisher thread once written: a caller polling
+    # the socket would not notice until something arrived (up to READ_HERE_FOR later).
+    reads: list[str] = []
+    real = reading.CallerReads._read_until
+
+    def read_until(self: reading.CallerReads, done: Any, deadline: float) -> bool:
+        reads.append(threading.current_thread().name)
+        return real(self, done, deadline)
+
+    monkeypatch.setattr(reading.CallerReads, "_read_until", read_until)
+    with _client(fake) as client:
+        client.publish("s", b"first")
+        del reads[:]
+        for i in range(10):
+            assert client.publish("s", b"n%d" % i, ack_policy=lb.AckPolicy.NONE) is None
+        assert reads == []
+        client.publish("s", b"acked")  # while an acked one does
+        assert reads == [threading.current_thread().name]
+    wait_until(lambda: len(fake.received) == 12, what="the unacked publishes to arrive")

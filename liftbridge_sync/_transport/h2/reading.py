@@ -7,11 +7,11 @@ while it waits (:meth:`CallerReads.answer_here`): the socket leaves the I/O thre
 selector, the caller polls it, reads and hands over whatever arrives (its own ack and
 anybody else's, in order), and gives the socket back once its ack is in or after
 ``READ_HERE_FOR``. Only one caller reads at a time, and only when its ack is the only
-one due: with other acks due (other threads publishing), one caller reading for all of
-them would only move the hand-offs to itself, and measured slower with eight threads
-calling ``publish()``. The I/O lock still guards every socket and h2 operation, and it
-is held only while reading, not while polling, so other callers keep writing their
-requests themselves meanwhile.
+one due (never for a publish without an ack): with other acks due (other threads
+publishing), one caller reading for all of them would only move the hand-offs to
+itself, and measured slower with eight threads calling ``publish()``. The I/O lock
+still guards every socket and h2 operation, and it is held only while reading, not
+while polling, so other callers keep writing their requests themselves meanwhile.
 
 What the I/O thread would have noticed while the caller read is not lost: a window
 the broker opened is used at once (the caller frames what waited for it), a broken
@@ -83,7 +83,7 @@ class CallerReads(QueuedWrites):
                 or self._unsent_pos != len(self._unsent)
                 or self._reader.ended
                 or self._failed_here is not None
-                or self._gathering.due > 1
+                or self._gathering.due != 1  # exactly the caller's ack
             ):
                 return
             self._selector.unregister(self._sock)
