@@ -105,6 +105,9 @@ def test_publish_reads_its_own_ack_on_its_thread(
         real_write_here(self, direct)
 
     monkeypatch.setattr(connection.H2PublishStream, "_write_here", write_here)
+    # Acks 2 ms late (the real broker takes about 0.2 ms): the caller is certain to be
+    # waiting by then, however slowly this machine runs it.
+    fake.publish_script = lambda req, n: ("delay", 0.002)
     with _client(fake) as client:
         offsets = [client.publish("s", b"m%d" % i, **extra).offset for i in range(30)]  # type: ignore[union-attr]
         stream = _stream(client)
@@ -255,3 +258,53 @@ def test_a_publish_without_an_ack_never_reads(
         client.publish("s", b"acked")  # while an acked one does
         assert reads == [threading.current_thread().name]
     wait_until(lambda: len(fake.received) == 12, what="the unacked publishes to arrive")
+
+
+def test_a_refusal_read_by_the_caller_is_not_held_back(
+    fake: FakeBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A refusal is resolved by the publisher thread, not by the reading caller: once
+    # its answer is in, the caller stops reading and waits for that, rather than
+    # polling on until something else arrives or READ_HERE_FOR ends.
+    monkeypatch.setattr(reading, "READ_HERE_FOR", 60.0)
+    readonly = api_pb2.PublishAsyncError.READONLY
+    fake.publish_script = lambda req, n: ("error", readonly, "no") if req.value == b"r" else "ack"
+    answered = threading.Event()
+    polled_after: list[float] = []
+    real_hand_over = connection.H2PublishStream._hand_over
+
+    def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
+        real_hand_over(self, responses)
+        refusals = [r for r in responses if isinstance(r, api_pb2.PublishResponse)]
+        if any(r.HasField("asyncError") for r in refusals):
+            answered.set()
+
+    class Poll:
+        def __init__(self, real: Any) -> None:
+            self._real = real
+
+        def poll(self, timeout: float) -> list[tuple[int, int]]:
+            if answered.is_set() and threading.current_thread().name == "test-refused":
+                polled_after.append(timeout)
+            return self._real.poll(timeout)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(connection.H2PublishStream, "_hand_over", hand_over)
+    with _client(fake) as client:
+        client.publish("s", b"first")
+        stream = _stream(client)
+        monkeypatch.setattr(stream, "_here_poll", Poll(stream._here_poll))
+        raised: list[BaseException] = []
+
+        def refused() -> None:
+            try:
+                client.publish("s", b"r")
+            except lb.LiftbridgeError as exc:
+                raised.append(exc)
+
+        thread = threading.Thread(target=refused, name="test-refused")
+        thread.start()
+        thread.join(timeout=10.0)
+        assert not thread.is_alive()
+    assert answered.is_set(), "the refusal was not read on the caller's thread"
+    assert polled_after == [], "the caller kept reading after its answer came"
+    assert len(raised) == 1 and isinstance(raised[0], lb.ReadonlyPartitionError)

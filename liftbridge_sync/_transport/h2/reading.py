@@ -137,4 +137,8 @@ class CallerReads(QueuedWrites):
                 self._hand_over(arrived)
             if stop:
                 return True
+            if self._gathering.due <= 0:
+                # The caller's answer is in, though not resolved here (a refusal goes
+                # to the publisher thread): waiting on for more would only delay it.
+                return False
         return False
