@@ -61,7 +61,13 @@ from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stream import StreamSubscription, open_stream_subscription
 
-__all__ = ["Client"]
+__all__ = ["BatchItem", "Client"]
+
+#: One message of :meth:`Client.publish_batch`: a value, ``(key, value)``, or
+#: ``(key, value, headers)``.
+BatchItem = (
+    bytes | tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Mapping[str, bytes] | None]
+)
 
 
 class ClientKwargs(TypedDict, total=False):
@@ -613,7 +619,7 @@ class Client:
     def publish_batch(
         self,
         stream: str,
-        messages: Iterable[bytes | tuple[bytes | None, bytes]],
+        messages: Iterable[BatchItem],
         *,
         partition: int | None = None,
         partitioner: Partitioner | None = None,
@@ -630,7 +636,9 @@ class Client:
 
         Args:
             stream: Stream name.
-            messages: Values (bytes-like), or ``(key, value)`` pairs.
+            messages: Values (bytes-like), ``(key, value)`` pairs, or ``(key, value,
+                headers)`` triples (``headers`` a mapping of str to bytes, or ``None``);
+                kinds may be mixed.
             partition: Target partition of every message (default 0 unless a
                 partitioner is given).
             partitioner: Chooses each message's partition, e.g.
@@ -648,7 +656,8 @@ class Client:
             errors count as observed: ``flush()`` does not report them again.
 
         Raises:
-            TypeError: a value or key is not bytes-like (before anything is sent).
+            TypeError: a value, key or header is not bytes-like, or an item is a tuple
+                of another length (before anything is sent).
             ConfigurationError: other bad arguments (before anything is sent).
             ClientClosedError: the client is closed.
 
@@ -694,8 +703,17 @@ class Client:
                     )
                 )
                 continue
+            headers = None
             if isinstance(item, tuple):
-                key, value = item
+                if len(item) == 2:
+                    key, value = item
+                elif len(item) == 3:
+                    key, value, headers = item
+                else:
+                    raise TypeError(
+                        "publish_batch items are values, (key, value) pairs or "
+                        f"(key, value, headers) triples, not a tuple of {len(item)}"
+                    )
             else:
                 key, value = None, item
             if partition is None and partitioner is None:
@@ -711,7 +729,7 @@ class Client:
                 value,
                 partition=chosen,
                 key=key,
-                headers=None,
+                headers=headers,
                 ack_policy=ack_policy,
                 expected_offset=None,
                 correlation_id=correlation_id,

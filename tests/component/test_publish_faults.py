@@ -410,6 +410,10 @@ def test_a_batch_refused_by_a_check_sends_nothing(fake: FakeBroker) -> None:
             client.publish_batch("s", [b"a", b"b", (None, b"x" * 5000)])
         with pytest.raises(TypeError):
             client.publish_batch("s", [b"a", b"b", "text"])  # type: ignore[list-item]
+        with pytest.raises(TypeError, match="tuple of 4"):
+            client.publish_batch("s", [b"a", (None, b"b", None, b"?")])  # type: ignore[list-item]
+        with pytest.raises(TypeError):
+            client.publish_batch("s", [b"a", (None, b"b", {"h": "text"})])  # type: ignore[dict-item]
         assert fake.received == []
         values[500] = b"fits"
         outcomes = client.publish_batch("s", values)

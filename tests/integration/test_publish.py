@@ -390,6 +390,18 @@ def test_publish_batch_is_ordered_bounded_and_typed(
         # Plain values, then a (key, value) pair: still one outcome each, in order.
         mixed = client.publish_batch(name, [*values[:300], (b"k", b"pair"), b"after"])
         assert [o.offset for o in mixed] == list(range(2500, 2802))  # type: ignore[union-attr]
+        # (key, value, headers) triples, mixed with the other kinds.
+        triples = client.publish_batch(
+            name, [(b"k", b"t1", {"h": b"1", "i": b""}), (None, b"t2", None), b"t3"]
+        )
+        assert [o.offset for o in triples] == [2802, 2803, 2804]  # type: ignore[union-attr]
+        stored = read_all(client, name)[2802:]
+        ours = [{k: v for k, v in m.headers.items() if k in ("h", "i")} for m in stored]
+        assert [(m.key, m.value, h) for m, h in zip(stored, ours, strict=True)] == [
+            (b"k", b"t1", {"h": b"1", "i": b""}),
+            (None, b"t2", {}),
+            (None, b"t3", {}),
+        ]
         # (key, value) pairs with a partitioner; AckPolicy.NONE gives None per message.
         keyed = client.publish_batch(name, [(b"k", b"x"), (b"k", b"y")], partitioner=ByKey())
         assert {o.partition for o in keyed} == {ByKey().partition(name, b"k", b"x", 2)}  # type: ignore[union-attr]
