@@ -571,7 +571,9 @@ class Client:
 
         Same arguments and errors as :meth:`publish_async`, raised here instead of set on
         a future. Many threads calling ``publish`` share one pipelined stream; the
-        calling thread writes its message itself when the stream's I/O thread is idle.
+        calling thread writes its message itself when the stream's I/O thread is idle,
+        and, when its ack is the only one due, reads that ack itself too (the default
+        ``"h2"`` transport), so a call needs no other thread.
         In a done-callback nested more than 32 deep it raises ``PublishError`` before
         anything is sent (publish_async never has that limit).
         """
