@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,6 +61,7 @@ def run_publish(
     latencies: bool = True,
     transport: str | None = None,
     api: str = "single",
+    threads: int = 1,
 ) -> tuple[dict[str, Any], list[int]]:
     """Publish ``messages`` payloads to partition 0 of ``stream`` with ack LEADER.
 
@@ -69,7 +71,8 @@ def run_publish(
     ``transport`` forces a publish transport (``None``: the client's default). With
     ``api="batch"`` the pipelined modes call ``publish_batch`` instead (one call per
     window; sliding: one call for everything, bounded by ``max_in_flight``); every
-    message's latency is then the batch's (from the call to its return).
+    message's latency is then the batch's (from the call to its return). In mode
+    ``sync``, ``threads`` threads share the client, each publishing an equal share.
 
     Returns:
         The result record and the per-message latencies in nanoseconds.
@@ -91,7 +94,9 @@ def run_publish(
         switches0 = context_switches()
         user0, sys0 = cpu_seconds()
         start = time.perf_counter()
-        if mode == "sync":
+        if mode == "sync" and threads > 1:
+            _publish_from_threads(client, stream, payloads, lat, threads)
+        elif mode == "sync":
             publish = client.publish
             for i, value in enumerate(payloads):
                 t0 = clock()
@@ -135,6 +140,35 @@ def run_publish(
         "errors": errors,
     }
     return result, lat if latencies else []
+
+
+def _publish_from_threads(
+    client: Any, stream: str, payloads: list[bytes], lat: list[int], threads: int
+) -> None:
+    """``client.publish`` of every payload from ``threads`` threads (thread ``k`` takes
+    every ``threads``-th payload from ``k``), each call's latency into ``lat``."""
+    clock = time.perf_counter_ns
+    publish = client.publish
+    failures: list[BaseException] = []
+
+    def work(first: int) -> None:
+        try:
+            for i in range(first, len(payloads), threads):
+                t0 = clock()
+                publish(stream, payloads[i])
+                lat[i] = clock() - t0
+        except BaseException as exc:  # re-raised below: the worker fails, as in one thread
+            failures.append(exc)
+
+    workers = [
+        threading.Thread(target=work, args=(k,), name=f"bench-sync-{k}") for k in range(threads)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    if failures:
+        raise failures[0]
 
 
 def run_subscribe(
@@ -185,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--latencies-out", default=None)
     pub.add_argument("--publish-transport", choices=("grpc", "h2"), default=None)
     pub.add_argument("--api", choices=("single", "batch"), default="single")
+    pub.add_argument("--threads", type=int, default=1)
     sub = commands.add_parser("subscribe")
     sub.add_argument("--servers", required=True)
     sub.add_argument("--stream", required=True)
@@ -206,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             window=args.window,
             transport=args.publish_transport,
             api=args.api,
+            threads=args.threads,
         )
         if args.latencies_out:
             save_latencies(args.latencies_out, lat)

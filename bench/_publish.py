@@ -23,6 +23,7 @@ class Scenario:
     window: int
     messages: int
     clients: tuple[str, ...]
+    threads: int = 1  # sync only: threads (goroutines) sharing one client
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sliding", type=int, default=1000, help="sliding-window size; 0 disables (1000)"
     )
     parser.add_argument("--no-sync", action="store_true", help="skip the synchronous scenario")
+    parser.add_argument(
+        "--sync-threads",
+        type=int,
+        default=8,
+        help="threads sharing one client in the threaded sync scenario; 0 disables (8)",
+    )
 
 
 def scenarios(args: argparse.Namespace, clients: tuple[str, ...]) -> list[Scenario]:
@@ -47,6 +54,18 @@ def scenarios(args: argparse.Namespace, clients: tuple[str, ...]) -> list[Scenar
         # publish_batch of one message is not a scenario of its own.
         sync_clients = tuple(c for c in clients if c != "ours-batch")
         result.append(Scenario("sync", "sync", 1, args.sync_messages, sync_clients))
+        if args.sync_threads > 1:
+            threads = args.sync_threads
+            result.append(
+                Scenario(
+                    f"sync-{threads}-threads",
+                    "sync",
+                    1,
+                    args.sync_messages // threads * threads,
+                    tuple(c for c in sync_clients if c != "gufo"),  # its API is asyncio
+                    threads,
+                )
+            )
     for window in (int(w) for w in args.windows.split(",") if w.strip()):
         result.append(Scenario(f"batch-{window}", "batch", window, args.async_messages, clients))
     if args.sliding:
@@ -98,6 +117,7 @@ def run(
                         args.message_size,
                         sc.mode,
                         sc.window,
+                        sc.threads,
                     )
                     rec = run_worker(
                         cmd,

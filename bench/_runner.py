@@ -64,11 +64,23 @@ class RunRecord:
 
 
 def publish_command(
-    client: str, address: str, stream: str, messages: int, size: int, mode: str, window: int
+    client: str,
+    address: str,
+    stream: str,
+    messages: int,
+    size: int,
+    mode: str,
+    window: int,
+    threads: int = 1,
 ) -> list[str]:
-    """The command line of a publish worker (mode ``sync``, ``batch`` or ``sliding``)."""
+    """The command line of a publish worker (mode ``sync``, ``batch`` or ``sliding``;
+    ``threads`` publishing threads sharing one client, in mode ``sync``)."""
     common = ["--servers", address, "--stream", stream, "--messages", str(messages)]
     common += ["--message-size", str(size)]
+    if threads > 1:
+        if mode != "sync" or client not in ("go", "ours"):
+            raise ValueError(f"threads apply to mode sync of go and ours, not {mode} {client}")
+        common += ["--threads", str(threads)]
     if client == "go":
         batch = 1 if mode == "sync" else window
         mode_arg = "sliding" if mode == "sliding" else "batch"

@@ -31,6 +31,7 @@ type config struct {
 	messages     int
 	messageSize  int
 	pubBatch     int
+	threads      int
 	mode         string
 	ackPolicy    string
 	partitions   int
@@ -46,6 +47,7 @@ func parseFlags() config {
 	flag.IntVar(&c.messages, "messages", 100000, "messages to publish")
 	flag.IntVar(&c.messageSize, "message-size", 256, "payload bytes")
 	flag.IntVar(&c.pubBatch, "pub-batch", 1, "1 = synchronous Publish; N > 1 = PublishAsync windows of N")
+	flag.IntVar(&c.threads, "threads", 1, "goroutines calling Publish on one client (with --pub-batch 1)")
 	flag.StringVar(&c.mode, "mode", "batch", "batch (fire N, wait for all N) or sliding (N in flight)")
 	flag.StringVar(&c.ackPolicy, "ack-policy", "leader", "none, leader or all")
 	flag.IntVar(&c.partitions, "partitions", 1, "partitions for --create-stream")
@@ -121,6 +123,23 @@ func run(c config) error {
 	usage0 := stats.Now()
 	start := time.Now()
 	switch {
+	case c.pubBatch == 1 && c.threads > 1:
+		// Goroutine k publishes every threads-th payload from k, as the Python bench does.
+		var wg sync.WaitGroup
+		for k := 0; k < c.threads; k++ {
+			wg.Add(1)
+			go func(first int) {
+				defer wg.Done()
+				for i := first; i < len(payloads); i += c.threads {
+					t0 := time.Now()
+					if _, err := client.Publish(ctx, c.stream, payloads[i], ackOpt); err != nil {
+						errCount.Add(1)
+					}
+					latencies[i] = time.Since(t0)
+				}
+			}(k)
+		}
+		wg.Wait()
 	case c.pubBatch == 1:
 		for i, p := range payloads {
 			t0 := time.Now()
