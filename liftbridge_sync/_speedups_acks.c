@@ -217,6 +217,24 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
     return 1;
 }
 
+/* Grows *buf (PyMem, capacity *cap) to hold at least need bytes, to twice that plus
+ * some; -1 with MemoryError (the buffer is left as it was). */
+static int
+room_for(char **buf, Py_ssize_t *cap, Py_ssize_t need)
+{
+    if (need <= *cap)
+        return 0;
+    Py_ssize_t grown_cap = need * 2 + 64;
+    char *grown = PyMem_Realloc(*buf, (size_t)grown_cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *buf = grown;
+    *cap = grown_cap;
+    return 0;
+}
+
 static uint32_t
 be32(const uint8_t *p)
 {
@@ -270,16 +288,8 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
              * publishing one at a time; h2 keeps no state for them). An ACK (the answer
              * to our keepalive probe) needs nothing: any read counts. */
             if (!(h[4] & 0x01)) {
-                if (pong_len + 17 > pong_cap) {
-                    Py_ssize_t cap = (pong_len + 17) * 2 + 64;
-                    char *grown = PyMem_Realloc(pong, (size_t)cap);
-                    if (grown == NULL) {
-                        PyErr_NoMemory();
-                        goto fail;
-                    }
-                    pong = grown;
-                    pong_cap = cap;
-                }
+                if (room_for(&pong, &pong_cap, pong_len + 17) < 0)
+                    goto fail;
                 memcpy(pong + pong_len, h, 17);
                 pong[pong_len + 4] = 0x01; /* ACK */
                 pong_len += 17;
@@ -310,16 +320,8 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 pos = end;
                 continue;
             }
-            if (control_len + 9 + length > control_cap) {
-                Py_ssize_t cap = (control_len + 9 + length) * 2 + 64;
-                char *grown = PyMem_Realloc(control, (size_t)cap);
-                if (grown == NULL) {
-                    PyErr_NoMemory();
-                    goto fail;
-                }
-                control = grown;
-                control_cap = cap;
-            }
+            if (room_for(&control, &control_cap, control_len + 9 + length) < 0)
+                goto fail;
             memcpy(control + control_len, h, (size_t)(9 + length));
             control_len += 9 + length;
             pos = end;
