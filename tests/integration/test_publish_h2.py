@@ -75,11 +75,15 @@ def test_pipelined_publishes_from_four_threads_are_contiguous(
         assert mine == [b"%d-%d" % (index, i) for i in range(per_thread)]
 
 
+@pytest.mark.parametrize(
+    "extra", [{}, {"key": b"k", "headers": {"h": b"v"}}], ids=["plain value", "key and headers"]
+)
 def test_publish_reads_its_own_ack_from_the_real_broker(
     liftbridge_client: Client,
     liftbridge_address: str,
     new_stream: StreamFactory,
     monkeypatch: pytest.MonkeyPatch,
+    extra: dict[str, object],
 ) -> None:
     # publish() takes the socket from the I/O thread while it waits: the broker's
     # flow-control PING and then the ack are read, and the ack handed over, on the
@@ -96,7 +100,7 @@ def test_publish_reads_its_own_ack_from_the_real_broker(
     monkeypatch.setattr(connection.H2PublishStream, "_hand_over", spy)
     name = new_stream()
     with Client([liftbridge_address]) as client:
-        acks = [client.publish(name, b"m%d" % i) for i in range(200)]
+        acks = [client.publish(name, b"m%d" % i, **extra) for i in range(200)]  # type: ignore[arg-type]
     assert [a.offset for a in acks if a is not None] == list(range(200))
     assert handed_over_on.count(threading.current_thread().name) >= 150, handed_over_on
     assert [m.value for m in read_all(liftbridge_client, name)] == [b"m%d" % i for i in range(200)]
