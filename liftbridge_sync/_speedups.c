@@ -125,16 +125,35 @@ LBS_INTERNAL int
 member_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
                const char *what)
 {
+    /* Only classes defined in Python qualify; a static built-in type (dict, int) has no
+     * tp_dict of its own from 3.12 on, so reading it would dereference NULL. */
+    if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a class defined in Python, not %s", what,
+                     type->tp_name);
+        return -1;
+    }
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *dict = PyType_GetDict(type);
+#else
+    PyObject *dict = Py_XNewRef(type->tp_dict);
+#endif
+    if (dict == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s has no attribute dictionary", what);
+        return -1;
+    }
+    int result = 0;
     for (int i = 0; i < count; i++) {
-        PyObject *descr = PyDict_GetItemString(type->tp_dict, names[i]);
+        PyObject *descr = PyDict_GetItemString(dict, names[i]);
         if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
             ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
             PyErr_Format(PyExc_TypeError, "%s has no slot %s", what, names[i]);
-            return -1;
+            result = -1;
+            break;
         }
         out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
     }
-    return 0;
+    Py_DECREF(dict);
+    return result;
 }
 
 static int

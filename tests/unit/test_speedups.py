@@ -417,6 +417,27 @@ def test_make_entries_refuses_bad_arguments() -> None:
         _speedups.setup_entries(dict, PublishFuture)  # no such slots
 
 
+@needs_c
+@pytest.mark.parametrize("builtin", [dict, int, object, type, bytes])
+def test_setup_refuses_built_in_types_with_a_type_error(builtin: type) -> None:
+    # From 3.12 on, a static built-in type has no tp_dict of its own: reading it crashed
+    # the interpreter. Every set-up that locates slots by name must refuse it instead.
+    import collections
+
+    from liftbridge_sync._publishing.encoding import _heads
+    from liftbridge_sync._transport.h2.gathering import AckGathering
+
+    lock_type = type(threading.Lock())
+    with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
+        _speedups.setup_entries(builtin, PublishFuture)
+    with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
+        _speedups.setup(builtin, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
+    with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
+        _speedups.setup_submit(builtin, lock_type, collections.deque, _heads, AckPolicy.NONE)
+    with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
+        _speedups.setup_submit_stream(builtin, AckGathering, 1)
+
+
 def test_new_entry_matches_the_python_construction() -> None:
     from liftbridge_sync._publishing import pending
 
