@@ -62,24 +62,28 @@ __all__ = [
 
 
 class CallContext(enum.Enum):
-    """Where a gRPC status arrived; decides what an ambiguous code means."""
+    """Where a gRPC status arrived; decides what an ambiguous code means.
+
+    Each value starts the messages of errors from that context, so it is worded for users,
+    not after internal call names.
+    """
 
     #: Any unary RPC not listed below (metadata, publish to subject, ...).
-    GENERIC = "generic"
+    GENERIC = "request"
     #: CreateStream.
-    CREATE_STREAM = "create_stream"
+    CREATE_STREAM = "create stream"
     #: DeleteStream.
-    DELETE_STREAM = "delete_stream"
+    DELETE_STREAM = "delete stream"
     #: PauseStream, SetStreamReadonly: NOT_FOUND may be stream or partition.
-    STREAM_ADMIN = "stream_admin"
+    STREAM_ADMIN = "stream admin"
     #: RPCs that must reach a partition leader (FetchPartitionMetadata, cursors).
-    LEADER = "leader"
+    LEADER = "partition request"
     #: Opening a subscription (before the server's handshake message).
-    SUBSCRIBE_OPEN = "subscribe_open"
+    SUBSCRIBE_OPEN = "subscribe"
     #: A status that ended an established subscription.
     SUBSCRIPTION = "subscription"
     #: Consumer-group RPCs (join, leave, fetch assignments, report coordinator).
-    GROUP = "consumer_group"
+    GROUP = "consumer group"
 
 
 _NOT_LEADER_HINTS = ("not partition leader", "not leader", "partition leader", "not cursor")

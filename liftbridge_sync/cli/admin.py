@@ -71,7 +71,7 @@ def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all
     """Pause partitions of stream NAME (all by default)."""
     with open_client(settings_of(ctx)) as client:
         client.pause_stream(name, partitions=partitions or None, resume_all=resume_all)
-    click.echo(f"paused stream {name}", err=True)
+    click.echo(f"paused {_which(name, partitions)}", err=True)
 
 
 @cli.command()
@@ -83,7 +83,17 @@ def readonly(ctx: click.Context, name: str, partitions: tuple[int, ...], off: bo
     """Make partitions of stream NAME read-only (all by default), or writable with --off."""
     with open_client(settings_of(ctx)) as client:
         client.set_stream_readonly(name, partitions=partitions or None, readonly=not off)
-    click.echo(f"stream {name} is {'writable' if off else 'read-only'}", err=True)
+    state = "writable" if off else "read-only"
+    verb = "are" if len(set(partitions)) > 1 else "is"
+    click.echo(f"{_which(name, partitions)} {verb} {state}", err=True)
+
+
+def _which(name: str, partitions: tuple[int, ...]) -> str:
+    """What a pause or readonly command changed: the stream, or only some partitions."""
+    if not partitions:
+        return f"stream {name}"
+    listed = ", ".join(str(p) for p in sorted(set(partitions)))
+    return f"stream {name} partition{'s' if len(set(partitions)) > 1 else ''} {listed}"
 
 
 @cli.group()

@@ -14,8 +14,13 @@ __all__ = ["cli"]
 
 
 def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
+    if not values:
+        return ("localhost:9292",)
     items = [part.strip() for value in values for part in value.split(",") if part.strip()]
-    return tuple(items) or ("localhost:9292",)
+    if not items:
+        # An empty -a (or LIFTBRIDGE_ADDRESSES="") is a mistake, not a request for localhost.
+        raise CommandFailed("--address: no broker address given", ExitCode.USAGE)
+    return tuple(items)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

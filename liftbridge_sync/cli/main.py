@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 import click
@@ -20,7 +21,10 @@ def _debug(argv: Sequence[str]) -> bool:
     return "--debug" in argv or os.environ.get("LIFTBRIDGE_DEBUG", "") not in ("", "0")
 
 
-def _fail(message: str, code: int) -> int:
+def _fail(message: str, code: int, debug: bool = False) -> int:
+    if debug:
+        # The traceback is extra information; the exit code stays the documented one.
+        traceback.print_exc()
     click.echo(f"liftbridge-sync: error: {message}", err=True)
     return code
 
@@ -35,7 +39,8 @@ def _silence_stdout() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``liftbridge-sync`` with ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
-    Errors print one line on stderr (with a traceback only under ``--debug``).
+    Errors print one line on stderr (after a traceback under ``--debug``); the exit code
+    is the same with or without ``--debug``.
 
     Not thread-safe: run it from the main thread of a process.
     """
@@ -51,22 +56,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipeClosed:
         _silence_stdout()
         return ExitCode.BROKEN_PIPE
-    except click.exceptions.Abort:
-        return _fail("interrupted", ExitCode.INTERRUPTED)
-    except KeyboardInterrupt:
-        return _fail("interrupted", ExitCode.INTERRUPTED)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        # Ctrl-C is the user's choice, not an error.
+        click.echo("liftbridge-sync: interrupted", err=True)
+        return ExitCode.INTERRUPTED
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except CommandFailed as exc:
-        if debug:
-            raise
-        return _fail(str(exc), exc.code)
+        return _fail(str(exc), exc.code, debug)
     except LiftbridgeError as exc:
-        if debug:
-            raise
-        return _fail(str(exc), exit_code_for(exc))
+        return _fail(str(exc), exit_code_for(exc), debug)
     except OSError as exc:
-        if debug:
-            raise
-        return _fail(str(exc), ExitCode.ERROR)
+        return _fail(str(exc), ExitCode.ERROR, debug)

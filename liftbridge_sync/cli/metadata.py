@@ -18,6 +18,9 @@ from liftbridge_sync.cli.output import Output
 
 __all__ = ["metadata", "metadata_record"]
 
+#: Wider than any row: rich sizes tables to their content, never to the console.
+_PIPED_WIDTH = 1_000_000
+
 
 def metadata_record(meta: Metadata) -> dict[str, object]:
     """Metadata as plain JSON-able data.
@@ -59,7 +62,9 @@ def _tables(meta: Metadata) -> tuple[Table, Table]:
     brokers = Table(title="Brokers")
     for column in ("id", "address", "partitions", "leaders"):
         brokers.add_column(
-            column, justify="right" if column in ("partitions", "leaders") else "left"
+            column,
+            justify="right" if column in ("partitions", "leaders") else "left",
+            overflow="fold",
         )
     for b in meta.brokers:
         brokers.add_row(b.id, b.address, str(b.partition_count), str(b.leader_count))
@@ -67,7 +72,9 @@ def _tables(meta: Metadata) -> tuple[Table, Table]:
     columns = ("stream", "subject", "partition", "leader", "isr", "hw", "newest", "state")
     for column in columns:
         streams.add_column(
-            column, justify="right" if column in ("partition", "hw", "newest") else "left"
+            column,
+            justify="right" if column in ("partition", "hw", "newest") else "left",
+            overflow="fold",
         )
     for name, info in sorted(meta.streams.items()):
         for pid, part in sorted(info.partitions.items()):
@@ -92,7 +99,10 @@ def _tables(meta: Metadata) -> tuple[Table, Table]:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 @click.pass_context
 def metadata(ctx: click.Context, streams: tuple[str, ...], as_json: bool) -> None:
-    """Show brokers, streams, partitions, leaders, ISR and watermarks (all streams by default)."""
+    """Show brokers, streams, partitions, leaders, ISR and watermarks (all streams by default).
+
+    Piped, the tables keep every name whole; ``--json`` is the form for programs.
+    """
     with open_client(settings_of(ctx)) as client:
         meta = client.fetch_metadata(*streams)
     missing = [s for s in streams if s not in meta.streams]
@@ -101,7 +111,9 @@ def metadata(ctx: click.Context, streams: tuple[str, ...], as_json: bool) -> Non
         out.write(json.dumps(metadata_record(meta), indent=2).encode() + b"\n")
     else:
         tty = sys.stdout.isatty()
-        width = shutil.get_terminal_size().columns if tty else 160
+        # A terminal folds long cells onto more lines; piped output is as wide as the
+        # longest row, so that grep and cut see every name whole.
+        width = shutil.get_terminal_size().columns if tty else _PIPED_WIDTH
         buffer = io.StringIO()
         console = Console(file=buffer, width=width, force_terminal=tty, no_color=not tty)
         for table in _tables(meta):

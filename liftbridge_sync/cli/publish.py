@@ -23,7 +23,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
-from liftbridge_sync.cli.errors import CommandFailed, ExitCode, exit_code_for
+from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed, exit_code_for
 from liftbridge_sync.cli.output import Output
 from liftbridge_sync.cli.progress import Progress, Silent, progress
 
@@ -69,6 +69,8 @@ class _Tracker:
         self.acked = 0
         self.failed = 0
         self.first_error: BaseException | None = None
+        #: The reader of the printed acks went away (``| head``): input is no longer read.
+        self.output_closed = False
 
     def add(self, future: concurrent.futures.Future[Ack | None]) -> None:
         self.sent += 1
@@ -78,11 +80,20 @@ class _Tracker:
 
     def drain(self) -> None:
         while self.pending:
-            self._settle(self.pending.popleft())
+            self._settle(self.pending.popleft(), stop_on_closed_output=False)
         if self.out is not None:
-            self.out.flush()
+            try:
+                self.out.flush()
+            except PipeClosed:
+                self._close_output()
 
-    def _settle(self, future: concurrent.futures.Future[Ack | None]) -> None:
+    def _close_output(self) -> None:
+        self.out = None
+        self.output_closed = True
+
+    def _settle(
+        self, future: concurrent.futures.Future[Ack | None], stop_on_closed_output: bool = True
+    ) -> None:
         error = future.exception()
         if error is not None:
             self.failed += 1
@@ -93,7 +104,14 @@ class _Tracker:
         ack = future.result()
         if self.out is not None and ack is not None:
             record = {"stream": ack.stream, "partition": ack.partition, "offset": ack.offset}
-            self.out.write(json.dumps(record).encode() + b"\n")
+            try:
+                self.out.write(json.dumps(record).encode() + b"\n")
+            except PipeClosed:
+                # Every message sent so far is still settled (drain); only reading more
+                # input stops, and the summary says how far it got.
+                self._close_output()
+                if stop_on_closed_output:
+                    raise
 
 
 @cli.command()
@@ -147,6 +165,8 @@ def publish(
         raise click.UsageError("give --partition or --partitioner, not both")
     if key is not None and key_separator:
         raise click.UsageError("give --key or --key-separator, not both")
+    if print_acks and ack_policy == "none":
+        raise click.UsageError("--print-acks needs acks: use --ack-policy leader or all")
     header_map = _headers(headers)
     tracker = _Tracker(print_acks)
     with open_client(settings_of(ctx)) as client:
@@ -178,10 +198,21 @@ def publish(
                     _partitioner(partitioner),
                     _POLICIES[ack_policy],
                 )
+        except PipeClosed:
+            pass  # summarised below, once every message sent is settled
         finally:
             tracker.drain()
+    if tracker.output_closed:
+        click.echo(
+            f"liftbridge-sync: output closed: stopped reading input after {tracker.sent} "
+            f"message{'' if tracker.sent == 1 else 's'}; {tracker.acked} published, "
+            f"{tracker.failed} failed",
+            err=True,
+        )
+        raise PipeClosed()
     if tracker.first_error is None:
-        click.echo(f"published {tracker.acked} messages to {stream}", err=True)
+        noun = "message" if tracker.acked == 1 else "messages"
+        click.echo(f"published {tracker.acked} {noun} to {stream}", err=True)
     else:
         error = tracker.first_error
         code = (

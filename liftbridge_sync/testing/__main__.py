@@ -88,7 +88,10 @@ def _serve(args: argparse.Namespace) -> int:
             flush=True,
         )
         print(
-            f"  export LIFTBRIDGE_ADDRESS={server.address} LIFTBRIDGE_NATS_URL={server.nats_url}\n"
+            # LIFTBRIDGE_ADDRESSES for the liftbridge-sync command line,
+            # LIFTBRIDGE_ADDRESS for the pytest plugin's external-server mode.
+            f"  export LIFTBRIDGE_ADDRESSES={server.address} LIFTBRIDGE_ADDRESS={server.address}"
+            f" LIFTBRIDGE_NATS_URL={server.nats_url}\n"
             f"  then run pytest, or connect with liftbridge_sync.Client(['{server.address}']).\n"
             f"  log: {server.log_path}\n"
             "  Press Ctrl-C to stop.",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -47,19 +49,39 @@ def test_create_metadata_delete_with_exit_codes(run: Run, liftbridge_client: Cli
     assert missing.returncode == 3 and "no such stream" in missing.stderr
 
 
+def test_piped_metadata_keeps_long_names_whole(run: Run, liftbridge_client: Client) -> None:
+    name = unique("cli-" + "very-long-stream-name-" * 4)
+    subject = f"{name}.subject." + "deep." * 20 + "end"
+    liftbridge_client.create_stream(subject, name)
+    try:
+        table = run("metadata", name)
+        assert table.returncode == 0, table.stderr
+        assert "…" not in table.stdout
+        row = next(line for line in table.stdout.splitlines() if name in line)
+        assert f" {subject} " in row  # the whole subject on the same row
+    finally:
+        liftbridge_client.delete_stream(name)
+
+
 def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) -> None:
-    assert run("pause", stream, "-P", "1").returncode == 0
+    paused = run("pause", stream, "-P", "1")
+    assert paused.returncode == 0 and paused.stderr.strip() == f"paused stream {stream} partition 1"
     partitions = liftbridge_client.fetch_metadata(stream).streams[stream].partitions
     assert (partitions[0].paused, partitions[1].paused) == (False, True)
 
-    assert run("readonly", stream).returncode == 0
+    one = run("readonly", stream, "-P", "0")
+    assert one.returncode == 0 and one.stderr.strip() == f"stream {stream} partition 0 is read-only"
+    whole = run("readonly", stream)
+    assert whole.returncode == 0 and whole.stderr.strip() == f"stream {stream} is read-only"
     refused = run("publish", stream, "x")
     assert refused.returncode == 6, refused.stderr
     assert refused.stderr.startswith("liftbridge-sync: error: 1 of 1 messages failed")
     assert "Traceback" not in refused.stderr
 
     assert run("readonly", stream, "--off").returncode == 0
-    assert run("publish", stream, "x").returncode == 0
+    published = run("publish", stream, "x")
+    assert published.returncode == 0
+    assert published.stderr.strip() == f"published 1 message to {stream}"
     assert liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset == 0
 
 
@@ -91,8 +113,15 @@ def test_refused_connection_is_one_line_and_exit_5(liftbridge_address: str) -> N
         env=env,
         timeout=60,
     )
-    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    # --debug adds the traceback; the exit code stays the documented one.
+    assert debug.returncode == 5 and "Traceback" in debug.stderr
     assert "BrokerUnavailableError" in debug.stderr
+    assert debug.stderr.rstrip().splitlines()[-1].startswith("liftbridge-sync: error: ")
+
+    empty = subprocess.run(
+        [*CLI, "-a", "", "metadata"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert empty.returncode == 2 and "no broker address" in empty.stderr, empty.stderr
 
     bad = subprocess.run(
         [*CLI, "-a", "no-port", "metadata"], capture_output=True, text=True, env=env, timeout=60
@@ -186,3 +215,33 @@ def _on_a_terminal(command: list[str], env: dict[str, str]) -> bool:
     os.close(leader)
     assert process.wait(timeout=60) == 0, output
     return b"publishing" in output
+
+
+def test_the_served_export_line_is_what_the_command_line_reads() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "liftbridge_sync.testing", "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as serve:
+        try:
+            assert serve.stdout is not None
+            export = ""
+            for line in serve.stdout:  # ends when serve exits; bounded by the test timeout
+                if line.strip().startswith("export "):
+                    export = line.strip()
+                    break
+            assert export, "serve printed no export line"
+            exported = dict(item.split("=", 1) for item in export.split()[1:])
+            assert "LIFTBRIDGE_ADDRESSES" in exported
+            env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTBRIDGE_")}
+            env.update(exported)
+            meta = subprocess.run(
+                [*CLI, "metadata", "--json"], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert meta.returncode == 0, meta.stderr
+            address = exported["LIFTBRIDGE_ADDRESSES"]
+            assert [b["address"] for b in json.loads(meta.stdout)["brokers"]] == [address]
+        finally:
+            serve.send_signal(signal.SIGINT)
+            serve.wait(timeout=60)

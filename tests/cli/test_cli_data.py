@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import signal
 import subprocess
@@ -141,6 +142,35 @@ def test_subscribe_into_head_has_no_broken_pipe_traceback(
     )
     assert result.stdout.splitlines() == [big.decode()] * 2
     assert result.stderr.strip() == "status=141", result.stderr
+
+
+def test_printed_acks_into_head_say_how_far_publishing_got(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    command = f"seq 1 20000 | {shlex.join(CLI)} publish {stream} -P 0 --print-acks | head -n 1"
+    result = subprocess.run(
+        ["bash", "-c", f'{command}; echo "status=${{PIPESTATUS[1]}}" >&2'],
+        capture_output=True,
+        text=True,
+        env=cli_env(liftbridge_address),
+        timeout=120,
+    )
+    assert len(result.stdout.splitlines()) == 1
+    *summary, status = result.stderr.strip().splitlines()
+    assert status == "status=141", result.stderr
+    assert len(summary) == 1 and "output closed" in summary[0], result.stderr
+    match = re.search(r"after (\d+) messages?; (\d+) published, (\d+) failed", summary[0])
+    assert match is not None, summary
+    sent, published, failed = map(int, match.groups())
+    assert failed == 0 and published == sent
+    # What the summary says was published is exactly what the partition holds.
+    newest = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset
+    assert newest + 1 == published
+
+
+def test_print_acks_without_acks_is_a_usage_error(run: Run, stream: str) -> None:
+    refused = run("publish", stream, "x", "--ack-policy", "none", "--print-acks")
+    assert refused.returncode == 2 and "--print-acks" in refused.stderr
 
 
 def test_follow_prints_new_messages_until_interrupted(

@@ -233,3 +233,12 @@ def test_only_a_broker_without_nats_is_a_transient_publish_refusal(
     code: int, message: str, transient: bool
 ) -> None:
     assert is_transient_async_error(code, message) is transient
+
+
+@pytest.mark.parametrize("context", list(CallContext))
+def test_messages_name_the_call_in_the_users_words(context: CallContext) -> None:
+    # Not internal identifiers such as "subscribe_open" or "generic".
+    error = error_from_status(grpc.StatusCode.INTERNAL, "boom", context)
+    prefix = str(error).split(":", 1)[0]
+    assert prefix and "_" not in prefix and prefix != "generic"
+    assert str(error).endswith("boom")
