@@ -10,20 +10,36 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from datetime import datetime
 
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 
-__all__ = ["FORMATS", "START_HELP", "STOP_HELP", "format_message", "parse_start", "parse_stop"]
+__all__ = [
+    "FORMATS",
+    "START_HELP",
+    "STOP_HELP",
+    "TEMPLATE_HELP",
+    "Template",
+    "format_message",
+    "parse_last",
+    "parse_start",
+    "parse_stop",
+]
 
 #: Output formats of :func:`format_message`.
 FORMATS = ("plain", "json", "raw")
 
 START_HELP = (
-    "earliest | latest | new | offset:N | time:ISO-8601 | ago:SECONDS | cursor:ID "
+    "earliest | latest | new | offset:N | last:N | time:ISO-8601 | ago:SECONDS | cursor:ID "
     "(default: earliest; new with --follow)"
+)
+TEMPLATE_HELP = (
+    "Print each message by this template (like kcat -f): %s or %v value, %k key, %o offset, "
+    "%p partition, %t stream, %T timestamp (ms), %h headers (name=value,...), %S value size, "
+    "%K key size, %% a percent sign; \\n \\t \\r \\\\ escapes."
 )
 STOP_HELP = "latest | offset:N | time:ISO-8601 (default: latest, or never with --follow)"
 
@@ -72,6 +88,23 @@ def parse_start(text: str) -> StartAt:
     if kind == "cursor" and arg:
         return StartAt.cursor(arg)
     raise ConfigurationError(f"unknown start position {text!r}; use {START_HELP}")
+
+
+def parse_last(text: str) -> int | None:
+    """N of a ``last:N`` start position (the newest N offsets), or None for another form.
+
+    Raises:
+        ConfigurationError: if ``text`` is ``last:`` with something but a positive integer.
+
+    Thread-safe: a pure function.
+    """
+    kind, sep, arg = text.partition(":")
+    if kind != "last" or not sep:
+        return None
+    count = _int(arg, "last:N")
+    if count < 1:
+        raise ConfigurationError("last:N needs N >= 1")
+    return count
 
 
 def parse_stop(text: str) -> StopAt:
@@ -143,3 +176,71 @@ def format_message(message: Message, fmt: str, separator: bytes = b"\n") -> byte
         record["headers_base64"] = True
     record["headers"] = headers
     return json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
+
+
+_ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
+
+
+def _headers_text(message: Message) -> bytes:
+    return b",".join(name.encode("utf-8") + b"=" + value for name, value in message.headers.items())
+
+
+_FIELDS: dict[str, Callable[[Message], bytes]] = {
+    "s": lambda m: m.value,
+    "v": lambda m: m.value,
+    "k": lambda m: m.key or b"",
+    "o": lambda m: str(m.offset).encode(),
+    "p": lambda m: str(m.partition).encode(),
+    "t": lambda m: m.stream.encode("utf-8"),
+    "T": lambda m: str(m.timestamp_ns // 1_000_000).encode(),
+    "h": _headers_text,
+    "S": lambda m: str(len(m.value)).encode(),
+    "K": lambda m: str(len(m.key) if m.key is not None else -1).encode(),
+}
+
+
+class Template:
+    """A kcat-style output template (``-f '%k %o %s\\n'``), checked once, rendered per message.
+
+    See :data:`TEMPLATE_HELP` for the fields. Values and keys are written as their bytes.
+
+    Raises:
+        ConfigurationError: from the constructor, for an unknown ``%`` field or escape.
+
+    Immutable; safe to share between threads.
+    """
+
+    def __init__(self, text: str) -> None:
+        parts: list[bytes | Callable[[Message], bytes]] = []
+        literal = bytearray()
+        index = 0
+        while index < len(text):
+            char = text[index]
+            if char in "%\\":
+                if index + 1 >= len(text):
+                    raise ConfigurationError(f"template ends with a lone {char!r}")
+                code = text[index + 1]
+                index += 2
+                if char == "\\":
+                    if code not in _ESCAPES:
+                        raise ConfigurationError(f"unknown escape \\{code} in template")
+                    literal += _ESCAPES[code]
+                elif code == "%":
+                    literal += b"%"
+                elif code in _FIELDS:
+                    if literal:
+                        parts.append(bytes(literal))
+                        literal.clear()
+                    parts.append(_FIELDS[code])
+                else:
+                    raise ConfigurationError(f"unknown field %{code} in template; {TEMPLATE_HELP}")
+                continue
+            literal += char.encode("utf-8")
+            index += 1
+        if literal:
+            parts.append(bytes(literal))
+        self._parts = tuple(parts)
+
+    def render(self, message: Message) -> bytes:
+        """The bytes of ``message`` by this template."""
+        return b"".join(p if isinstance(p, bytes) else p(message) for p in self._parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import json
 import os
 import sys
@@ -42,10 +43,39 @@ def _headers(values: tuple[str, ...]) -> dict[str, bytes]:
     return headers
 
 
-def _lines(handle: BinaryIO, bar: Progress) -> Iterator[bytes]:
-    for line in handle:
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+    """How input lines become messages: key, headers, target and line handling."""
+
+    stream: str
+    key: bytes | None
+    key_separator: bytes | None
+    headers: dict[str, bytes]
+    partition: int | None
+    partitioner: Partitioner | None
+    policy: AckPolicy
+    skip_empty: bool
+    allow_unkeyed: bool
+
+
+def _lines(handle: BinaryIO, bar: Progress, shape: _Shape) -> Iterator[bytes]:
+    for number, line in enumerate(handle, start=1):
         bar.advance(len(line))
-        yield line[:-1] if line.endswith(b"\n") else line
+        # A CRLF line ending (a file from Windows) is a line ending, not data.
+        if line.endswith(b"\r\n"):
+            line = line[:-2]
+        elif line.endswith(b"\n"):
+            line = line[:-1]
+        if not line and shape.skip_empty:
+            continue
+        if shape.key_separator is not None and shape.key_separator not in line:
+            if not shape.allow_unkeyed:
+                raise CommandFailed(
+                    f"line {number} has no key separator {shape.key_separator.decode()!r}: "
+                    "fix the input or pass --allow-unkeyed to publish such lines without a key",
+                    ExitCode.USAGE,
+                )
+        yield line
 
 
 def _partitioner(name: str | None) -> Partitioner | None:
@@ -144,6 +174,12 @@ class _Tracker:
     show_default=True,
 )
 @click.option("--print-acks", is_flag=True, help="Print one JSON line per ack, in order.")
+@click.option("--skip-empty", is_flag=True, help="Do not publish empty input lines.")
+@click.option(
+    "--allow-unkeyed",
+    is_flag=True,
+    help="With -K, publish a line without the separator with no key (default: refuse it).",
+)
 @click.pass_context
 def publish(
     ctx: click.Context,
@@ -157,8 +193,14 @@ def publish(
     partitioner: str | None,
     ack_policy: str,
     print_acks: bool,
+    skip_empty: bool,
+    allow_unkeyed: bool,
 ) -> None:
-    """Publish VALUES to STREAM, or one message per line of a file or standard input."""
+    """Publish VALUES to STREAM, or one message per line of a file or standard input.
+
+    A line ends at LF or CRLF (neither is published); an empty line is an empty message
+    unless --skip-empty.
+    """
     if values and path:
         raise click.UsageError("give VALUES or --file, not both")
     if partition is not None and partitioner:
@@ -167,39 +209,31 @@ def publish(
         raise click.UsageError("give --key or --key-separator, not both")
     if print_acks and ack_policy == "none":
         raise click.UsageError("--print-acks needs acks: use --ack-policy leader or all")
-    header_map = _headers(headers)
+    shape = _Shape(
+        stream=stream,
+        key=key.encode("utf-8") if key is not None else None,
+        key_separator=key_separator.encode("utf-8") if key_separator else None,
+        headers=_headers(headers),
+        partition=partition,
+        partitioner=_partitioner(partitioner),
+        policy=_POLICIES[ack_policy],
+        skip_empty=skip_empty,
+        allow_unkeyed=allow_unkeyed,
+    )
     tracker = _Tracker(print_acks)
     with open_client(settings_of(ctx)) as client:
         try:
             if values:
-                messages: Iterator[bytes] = (v.encode("utf-8") for v in values)
-                _send(
-                    client,
-                    stream,
-                    messages,
-                    tracker,
-                    key,
-                    key_separator,
-                    header_map,
-                    partition,
-                    _partitioner(partitioner),
-                    _POLICIES[ack_policy],
-                )
+                _send(client, shape, (v.encode("utf-8") for v in values), tracker)
             else:
-                _publish_file(
-                    client,
-                    stream,
-                    path or "-",
-                    tracker,
-                    key,
-                    key_separator,
-                    header_map,
-                    partition,
-                    _partitioner(partitioner),
-                    _POLICIES[ack_policy],
-                )
+                _publish_file(client, shape, path or "-", tracker)
         except PipeClosed:
             pass  # summarised below, once every message sent is settled
+        except CommandFailed as exc:  # bad input line: say what went out before it
+            tracker.drain()
+            raise CommandFailed(
+                f"{exc} ({tracker.acked} earlier message(s) published)", exc.code
+            ) from None
         finally:
             tracker.drain()
     if tracker.output_closed:
@@ -224,31 +258,9 @@ def publish(
         ) from error
 
 
-def _publish_file(
-    client: Client,
-    stream: str,
-    path: str,
-    tracker: _Tracker,
-    key: str | None,
-    key_separator: str | None,
-    headers: dict[str, bytes],
-    partition: int | None,
-    partitioner: Partitioner | None,
-    policy: AckPolicy,
-) -> None:
+def _publish_file(client: Client, shape: _Shape, path: str, tracker: _Tracker) -> None:
     if path == "-":
-        _send(
-            client,
-            stream,
-            _lines(sys.stdin.buffer, Silent()),
-            tracker,
-            key,
-            key_separator,
-            headers,
-            partition,
-            partitioner,
-            policy,
-        )
+        _send(client, shape, _lines(sys.stdin.buffer, Silent(), shape), tracker)
         return
     try:
         handle = open(path, "rb")
@@ -258,48 +270,24 @@ def _publish_file(
         handle,
         progress(f"publishing {os.path.basename(path)}", os.fstat(handle.fileno()).st_size) as bar,
     ):
-        _send(
-            client,
-            stream,
-            _lines(handle, bar),
-            tracker,
-            key,
-            key_separator,
-            headers,
-            partition,
-            partitioner,
-            policy,
-        )
+        _send(client, shape, _lines(handle, bar, shape), tracker)
 
 
-def _send(
-    client: Client,
-    stream: str,
-    messages: Iterator[bytes],
-    tracker: _Tracker,
-    key: str | None,
-    key_separator: str | None,
-    headers: dict[str, bytes],
-    partition: int | None,
-    partitioner: Partitioner | None,
-    policy: AckPolicy,
-) -> None:
-    fixed_key = key.encode("utf-8") if key is not None else None
-    separator = key_separator.encode("utf-8") if key_separator else None
+def _send(client: Client, shape: _Shape, messages: Iterator[bytes], tracker: _Tracker) -> None:
     for value in messages:
-        message_key = fixed_key
-        if separator is not None:
-            head, sep, tail = value.partition(separator)
+        message_key = shape.key
+        if shape.key_separator is not None:
+            head, sep, tail = value.partition(shape.key_separator)
             message_key, value = (head, tail) if sep else (None, value)
         tracker.add(
             client.publish_async(
-                stream,
+                shape.stream,
                 value,
                 key=message_key,
-                partition=partition,
-                partitioner=partitioner,
-                headers=headers or None,
-                ack_policy=policy,
+                partition=shape.partition,
+                partitioner=shape.partitioner,
+                headers=shape.headers or None,
+                ack_policy=shape.policy,
             )
         )
         if tracker.first_error is not None:

@@ -2,15 +2,67 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Generator
+
 import click
 
-from liftbridge_sync import StreamSubscription, Subscription
+from liftbridge_sync import (
+    Client,
+    ConfigurationError,
+    Message,
+    StartAt,
+    StopAt,
+    StreamSubscription,
+    Subscription,
+    tail,
+)
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.output import FORMATS, Output, format_message
 from liftbridge_sync.cli.positions import START_HELP, STOP_HELP, parse_start, parse_stop
 
 __all__ = ["subscribe"]
+
+
+def _template(text: str | None, fmt: str) -> tail.Template | None:
+    if text is None:
+        return None
+    if fmt != "plain":
+        raise click.UsageError("give --format or --output, not both")
+    try:
+        return tail.Template(text)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--format") from None
+
+
+def _last(text: str | None) -> int | None:
+    try:
+        return tail.parse_last(text or "")
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--start") from None
+
+
+def _last_messages(
+    client: Client, stream: str, partition: int | None, count: int, follow: bool, resume: bool
+) -> Generator[Message, None, None]:
+    """The messages among the newest ``count`` offsets, partition by partition.
+
+    On a compacted stream some of those offsets may be gone, so fewer may come.
+    """
+    if partition is None:
+        info = client.fetch_metadata(stream).streams.get(stream)
+        partitions = sorted(info.partitions) if info is not None else [0]
+    else:
+        partitions = [partition]
+    for pid in partitions:
+        newest = client.fetch_partition_metadata(stream, pid).newest_offset
+        start = StartAt.offset(max(0, newest - count + 1)) if newest >= 0 else StartAt.earliest()
+        if newest < 0 and not follow:
+            continue  # an empty partition has no last messages
+        stop = None if follow else StopAt.latest()
+        with client.subscribe(stream, partition=pid, start=start, stop=stop, resume=resume) as sub:
+            yield from sub
 
 
 @cli.command()
@@ -21,6 +73,12 @@ __all__ = ["subscribe"]
 @click.option("-F", "--follow", is_flag=True, help="Keep waiting for new messages.")
 @click.option("-n", "--count", type=click.IntRange(min=1), help="Exit after COUNT messages.")
 @click.option(
+    "--last",
+    "last",
+    type=click.IntRange(min=1),
+    help="Start at the newest N offsets of each partition (same as --start last:N).",
+)
+@click.option(
     "-o",
     "--output",
     "fmt",
@@ -29,6 +87,7 @@ __all__ = ["subscribe"]
     show_default=True,
     help="plain: the value and a newline; json: one JSON object per line; raw: value bytes only.",
 )
+@click.option("-f", "--format", "template", help=tail.TEMPLATE_HELP)
 @click.option("--resume", is_flag=True, help="Resume paused partitions.")
 @click.pass_context
 def subscribe(
@@ -39,34 +98,60 @@ def subscribe(
     stop: str | None,
     follow: bool,
     count: int | None,
+    last: int | None,
     fmt: str,
+    template: str | None,
     resume: bool,
 ) -> None:
     """Print messages of STREAM.
 
     Without --follow it reads from the earliest message to the latest one present
-    now, and exits.
+    now, and exits. With --last N (or --start last:N) it prints the messages among the
+    newest N offsets of each partition, one partition after another.
     """
     if follow and stop:
         raise click.UsageError("give --follow or --stop, not both")
-    start_at = parse_start(start or ("new" if follow else "earliest"))
-    stop_at = None if follow else parse_stop(stop or "latest")
+    if last is not None and start is not None:
+        raise click.UsageError("give --last or --start, not both")
+    last = last if last is not None else _last(start)
+    if last is not None and stop:
+        raise click.UsageError("--last ends at the latest message; it takes no --stop")
+    if last is not None and follow and partition is None:
+        raise click.UsageError("--last with --follow needs one partition (-P)")
+    render = _template(template, fmt)
+    start_at = parse_start(start or ("new" if follow else "earliest")) if last is None else None
+    stop_at = None if follow or last is not None else parse_stop(stop or "latest")
     out = Output()
     seen = 0
     with open_client(settings_of(ctx)) as client:
-        sub: Subscription | StreamSubscription
-        if partition is None:
-            sub = client.subscribe_stream(stream, start=start_at, stop=stop_at, resume=resume)
+        messages: Generator[Message, None, None]
+        if last is not None:
+            messages = _last_messages(client, stream, partition, last, follow, resume)
         else:
-            sub = client.subscribe(
-                stream, partition=partition, start=start_at, stop=stop_at, resume=resume
-            )
-        with sub:
-            for message in sub:
-                out.write(format_message(message, fmt))
+            messages = _messages(client, stream, partition, start_at, stop_at, resume)
+        with contextlib.closing(messages):  # ends the subscription before the client
+            for message in messages:
+                out.write(render.render(message) if render else format_message(message, fmt))
                 if follow:
                     out.flush()
                 seen += 1
                 if count is not None and seen >= count:
                     break
     out.flush()
+
+
+def _messages(
+    client: Client,
+    stream: str,
+    partition: int | None,
+    start: StartAt | None,
+    stop: StopAt | None,
+    resume: bool,
+) -> Generator[Message, None, None]:
+    sub: Subscription | StreamSubscription
+    if partition is None:
+        sub = client.subscribe_stream(stream, start=start, stop=stop, resume=resume)
+    else:
+        sub = client.subscribe(stream, partition=partition, start=start, stop=stop, resume=resume)
+    with sub:
+        yield from sub

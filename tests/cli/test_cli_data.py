@@ -80,7 +80,13 @@ def test_publish_from_a_shell_pipe_and_a_file(
 
     source = tmp_path / "data.txt"
     source.write_bytes(b"a:1\nb:2\nno-key\n\xff\xfe:binary\n")
-    from_file = run("publish", stream, "-f", str(source), "-K", ":", "--partitioner", "key")
+    refused = run("publish", stream, "-f", str(source), "-K", ":", "--partitioner", "key")
+    assert refused.returncode == 2, refused.stderr
+    assert "line 3 has no key separator" in refused.stderr
+    assert "(2 earlier message(s) published)" in refused.stderr
+    from_file = run(
+        "publish", stream, "-f", str(source), "-K", ":", "--partitioner", "key", "--allow-unkeyed"
+    )
     assert from_file.returncode == 0, from_file.stderr
     everything = [m for p in (0, 1) for m in _read_all(liftbridge_client, stream, p)]
     assert {(b"a", b"1"), (b"b", b"2"), (None, b"no-key"), (b"\xff\xfe", b"binary")} <= set(
@@ -109,6 +115,50 @@ def test_subscribe_positions_and_formats(run: Run, stream: str, liftbridge_clien
     assert bad.returncode == 2 and "unknown start position" in bad.stderr
     unknown = run("subscribe", stream + "-absent")
     assert unknown.returncode == 3 and "Traceback" not in unknown.stderr
+
+
+def test_line_endings_empty_lines_templates_and_the_last_n(
+    run: Run, stream: str, liftbridge_client: Client, tmp_path: Path
+) -> None:
+    source = tmp_path / "windows.txt"
+    source.write_bytes(b"one\r\n\r\ntwo\r\n\nthree")
+    kept = run("publish", stream, "-P", "0", "-f", str(source))
+    assert kept.returncode == 0, kept.stderr
+    assert [v for _, v in _read_all(liftbridge_client, stream, 0)] == [
+        b"one",
+        b"",
+        b"two",
+        b"",
+        b"three",
+    ]
+    skipped = run("publish", stream, "-P", "1", "-f", str(source), "--skip-empty", "-k", "K")
+    assert skipped.returncode == 0, skipped.stderr
+    assert _read_all(liftbridge_client, stream, 1) == [
+        (b"K", b"one"),
+        (b"K", b"two"),
+        (b"K", b"three"),
+    ]
+
+    shown = run("subscribe", stream, "-P", "1", "-f", "%t/%p@%o %k=%s %S%%\\n")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        f"{stream}/1@0 K=one 3%",
+        f"{stream}/1@1 K=two 3%",
+        f"{stream}/1@2 K=three 5%",
+    ]
+    bad = run("subscribe", stream, "-f", "%q")
+    assert bad.returncode == 2 and "unknown field %q" in bad.stderr
+
+    last_two = run("subscribe", stream, "-P", "0", "--last", "2")
+    assert last_two.stdout.splitlines() == ["", "three"]
+    # Every partition, one after another; the same as --start last:N.
+    both = run("subscribe", stream, "--start", "last:1", "-f", "%p:%s\\n")
+    assert both.returncode == 0, both.stderr
+    assert both.stdout.splitlines() == ["0:three", "1:three"]
+    more_than_there = run("subscribe", stream, "-P", "1", "--last", "100")
+    assert more_than_there.stdout.splitlines() == ["one", "two", "three"]
+    follow_all = run("subscribe", stream, "--last", "1", "--follow")
+    assert follow_all.returncode == 2 and "-P" in follow_all.stderr
 
 
 def test_raw_output_is_the_bytes(

@@ -10,6 +10,7 @@ import pytest
 from liftbridge_sync import (
     AckTimeoutError,
     BrokerUnavailableError,
+    ConfigurationError,
     Message,
     NoSuchPartitionError,
     ServerError,
@@ -19,7 +20,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync.cli.errors import ExitCode, exit_code_for
 from liftbridge_sync.cli.positions import parse_start, parse_stop
-from liftbridge_sync.tail import format_message
+from liftbridge_sync.tail import Template, format_message, parse_last
 
 
 @pytest.mark.parametrize(
@@ -85,6 +86,31 @@ def test_formats() -> None:
     assert binary["value"] == "/w==" and binary["value_base64"] is True
     assert binary["headers"] == {"h": "/g=="} and binary["headers_base64"] is True
     assert binary["key"] is None
+
+
+def test_templates_render_like_kcat() -> None:
+    message = _message(b"hello", b"k", {"h": b"v", "g": b"w"})
+    assert Template("%k %s %v %o %p %t %T %S %K %%\\n").render(message) == (
+        b"k hello hello 4 1 s 0 5 1 %\n"
+    )
+    assert Template("%h\\t|").render(message) == b"h=v,g=w\t|"
+    assert Template("[%k]").render(_message(b"x", None, {})) == b"[]"
+    assert Template("%K").render(_message(b"x", None, {})) == b"-1"
+    assert Template("plain text").render(message) == b"plain text"
+
+
+@pytest.mark.parametrize("text", ["%q", "%", "abc\\", "\\x"])
+def test_bad_templates_are_configuration_errors(text: str) -> None:
+    with pytest.raises(ConfigurationError):
+        Template(text)
+
+
+def test_last_n() -> None:
+    assert parse_last("last:10") == 10
+    assert parse_last("earliest") is None and parse_last("lastly") is None
+    for bad in ("last:0", "last:x", "last:-1", "last:"):
+        with pytest.raises(ConfigurationError):
+            parse_last(bad)
 
 
 def test_exit_codes() -> None:
