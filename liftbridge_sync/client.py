@@ -12,7 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypedDict, Unpack
 
@@ -73,6 +73,7 @@ BatchItem = (
 class ClientKwargs(TypedDict, total=False):
     """Keyword arguments of :class:`Client`: the fields of :class:`ClientOptions`."""
 
+    address_translator: Callable[[str], str] | None
     tls: TLSOptions | None
     retry: RetryPolicy
     rpc_timeout: float

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from liftbridge_sync.errors import ConfigurationError
@@ -175,6 +175,13 @@ class ClientOptions:
 
     #: Seed brokers, ``"host:port"``. Further brokers are learnt from metadata.
     addresses: tuple[str, ...]
+    #: Maps the ``"host:port"`` a broker advertises in metadata to one this client can
+    #: reach (Kubernetes pod names, NAT, Docker port maps), or returns it unchanged.
+    #: Applied to every broker address the client learns, so unary calls, publishing,
+    #: subscriptions and consumer groups all dial the translated address; seeds are used
+    #: as given. Called from any thread; must be quick and thread-safe. To ship the
+    #: options to Spark executors it must be picklable (a module-level function).
+    address_translator: Callable[[str], str] | None = None
     #: TLS settings; ``None`` for plaintext.
     tls: TLSOptions | None = None
     #: Retry policy for retryable RPC failures.
@@ -225,6 +232,8 @@ class ClientOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
+        if self.address_translator is not None and not callable(self.address_translator):
+            raise ConfigurationError("'address_translator' must be a callable or None")
         if self.tls is not None and not isinstance(self.tls, TLSOptions):
             raise ConfigurationError("'tls' must be a TLSOptions or None")
         if not isinstance(self.retry, RetryPolicy):

@@ -23,7 +23,7 @@ import grpc
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
-from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.retry import call_with_retry
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.cursors import cursor_partition
@@ -227,7 +227,17 @@ class ClientCore:
     def _fetch_metadata(self, streams: Sequence[str]) -> Metadata:
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
         response = self.call_any(rpcs.FETCH_METADATA, request)
-        return Metadata.from_proto(response, fetched_at=time.monotonic())
+        return self._metadata_of(response)
+
+    def _metadata_of(self, response: api_pb2.FetchMetadataResponse) -> Metadata:
+        """The snapshot of a FetchMetadata answer, broker addresses translated."""
+        snapshot = Metadata.from_proto(response, fetched_at=time.monotonic())
+        translator = self.options.address_translator
+        if translator is None:
+            return snapshot
+        return dataclasses.replace(
+            snapshot, brokers=tuple(translate_broker(b, translator) for b in snapshot.brokers)
+        )
 
     def fetch_metadata(self, streams: Sequence[str] = ()) -> Metadata:
         """Ask a broker for metadata (all streams, or only ``streams``) and cache it."""
@@ -265,7 +275,7 @@ class ClientCore:
             except (BrokerUnavailableError, DeadlineExceededError) as exc:
                 error = exc
                 continue
-            self.metadata.merge(Metadata.from_proto(response, fetched_at=time.monotonic()))
+            self.metadata.merge(self._metadata_of(response))
             return
         raise BrokerUnavailableError(f"no broker answered FetchMetadata ({error})")
 

@@ -2,15 +2,45 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from liftbridge_sync.models import FrozenMap, Metadata
+from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata
+from liftbridge_sync.options import parse_address
 
-__all__ = ["MetadataCache"]
+__all__ = ["MetadataCache", "translate_broker"]
 
 Fetcher = Callable[[Sequence[str]], Metadata]
+
+
+def translate_broker(broker: BrokerInfo, translator: Callable[[str], str]) -> BrokerInfo:
+    """``broker`` with the address ``translator`` maps its advertised one to.
+
+    Raises:
+        ConfigurationError: if the translator fails or returns something that is not a
+            ``host:port`` str; the message names the advertised address.
+
+    Thread-safe if ``translator`` is.
+    """
+    advertised = broker.address
+    try:
+        translated = translator(advertised)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"address_translator failed for {advertised!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        host, port = parse_address(translated)
+    except ConfigurationError as exc:
+        raise ConfigurationError(
+            f"address_translator returned {translated!r} for {advertised!r}: {exc}"
+        ) from None
+    if (host, port) == (broker.host, broker.port):
+        return broker
+    return dataclasses.replace(broker, host=host, port=port, advertised=advertised)
 
 
 class MetadataCache:

@@ -34,6 +34,7 @@ def metadata_record(meta: Metadata) -> dict[str, object]:
                 "address": b.address,
                 "partitions": b.partition_count,
                 "leaders": b.leader_count,
+                **({"advertised": b.advertised} if b.advertised else {}),
             }
             for b in meta.brokers
         ],

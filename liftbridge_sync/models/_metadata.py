@@ -64,6 +64,9 @@ class BrokerInfo:
     partition_count: int = 0
     #: Partitions this server leads (0 on servers older than v1.7.0).
     leader_count: int = 0
+    #: The ``host:port`` the server advertised, when ``address_translator`` mapped it to
+    #: the ``host``/``port`` above; ``""`` when they are what it advertised.
+    advertised: str = ""
 
     @property
     def address(self) -> str:
