@@ -53,6 +53,7 @@ from liftbridge_sync.errors import (
     UnobservedPublishFailuresError,
     UnsupportedError,
 )
+from liftbridge_sync.health import Health
 from liftbridge_sync.models import (
     Ack,
     AckPolicy,
@@ -82,7 +83,7 @@ def _show_public_module() -> None:
     # still works: the class is reachable under that name.
     public = {"liftbridge_sync.errors", "liftbridge_sync.models", "liftbridge_sync.options"}
     public |= {"liftbridge_sync.positions", "liftbridge_sync.partitioners"}
-    public |= {"liftbridge_sync.activity"}
+    public |= {"liftbridge_sync.activity", "liftbridge_sync.health"}
     for name in __all__:
         obj = globals()[name]
         if isinstance(obj, type) and obj.__module__ not in public:
@@ -113,6 +114,7 @@ __all__ = [
     "EnvelopeError",
     "EventTimestamps",
     "ForkedClientError",
+    "Health",
     "IncorrectOffsetError",
     "InternalThreadError",
     "InvalidArgumentError",

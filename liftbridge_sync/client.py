@@ -52,6 +52,7 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     StreamExistsError,
 )
+from liftbridge_sync.health import Health, probe
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
@@ -240,6 +241,27 @@ class Client:
         core = self._check()
         names = [check_name("streams", s, allow_reserved=True) for s in streams]
         return core.fetch_metadata(names)
+
+    def check_health(self, timeout: float = 5.0) -> Health:
+        """Whether the cluster answers now: fresh metadata from a broker within ``timeout``.
+
+        Brokers are asked one after another (known brokers, then the seeds), each for at
+        most the time left, with no retries beyond the budget: meant for readiness
+        endpoints and health checks, which must answer in time. The fresh metadata also
+        refreshes the cache.
+
+        Args:
+            timeout: Seconds for the whole check (finite, > 0).
+
+        Returns:
+            A :class:`~liftbridge_sync.health.Health` naming the broker that answered.
+
+        Raises:
+            BrokerUnavailableError: no broker answered in time; the message gives each
+                address tried and why it failed.
+            ConfigurationError: on a bad ``timeout``.
+        """
+        return probe(self._check(), timeout)
 
     def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionMetadata:
         """Authoritative partition state (offsets, ISR, paused, readonly) from its leader.

@@ -26,9 +26,11 @@ exits, not after each request.
 
 from __future__ import annotations
 
-from flask import Flask, current_app
+from collections.abc import Callable
 
-from liftbridge_sync import Client, ClientOptions, ConfigurationError
+from flask import Flask, Response, current_app, jsonify
+
+from liftbridge_sync import BrokerUnavailableError, Client, ClientOptions, ConfigurationError
 from liftbridge_sync.settings import options_from_settings
 
 __all__ = ["EXTENSION_KEY", "Liftbridge", "get_client", "options_from_config"]
@@ -75,6 +77,38 @@ class Liftbridge:
     def client(self) -> Client:
         """The client of the current app in this process (needs an app context)."""
         return get_client()
+
+    def readiness_view(self, timeout: float = 2.0) -> Callable[[], tuple[Response, int]]:
+        """A view answering whether the Liftbridge cluster is reachable now.
+
+        Register it where your orchestrator probes readiness::
+
+            app.add_url_rule("/ready", view_func=liftbridge.readiness_view())
+
+        It answers ``200 {"status": "ok", "broker": ..., "latency_ms": ...}`` when a
+        broker answered within ``timeout`` seconds, else ``503 {"status":
+        "unavailable", "reason": ...}``. Bad settings are not hidden behind a 503: they
+        raise as in any view.
+
+        Thread-safe: the view may run on every request thread.
+        """
+
+        def liftbridge_readiness() -> tuple[Response, int]:
+            try:
+                health = get_client().check_health(timeout)
+            except BrokerUnavailableError as exc:
+                return jsonify(status="unavailable", reason=str(exc)), 503
+            return (
+                jsonify(
+                    status="ok",
+                    broker=health.answered_by,
+                    brokers=len(health.brokers),
+                    latency_ms=round(health.latency * 1000, 3),
+                ),
+                200,
+            )
+
+        return liftbridge_readiness
 
 
 def get_client(app: Flask | None = None) -> Client:

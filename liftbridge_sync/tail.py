@@ -38,8 +38,8 @@ START_HELP = (
 )
 TEMPLATE_HELP = (
     "Print each message by this template (like kcat -f): %s or %v value, %k key, %o offset, "
-    "%p partition, %t stream, %T timestamp (ms), %h headers (name=value,...), %S value size, "
-    "%K key size, %% a percent sign; \\n \\t \\r \\\\ escapes."
+    "%p partition, %t stream, %T timestamp (ms), %h headers (name=value,... by name), "
+    "%S value size, %K key size, %% a percent sign; \\n \\t \\r \\\\ escapes."
 )
 STOP_HELP = "latest | offset:N | time:ISO-8601 (default: latest, or never with --follow)"
 
@@ -182,7 +182,10 @@ _ESCAPES = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\"}
 
 
 def _headers_text(message: Message) -> bytes:
-    return b",".join(name.encode("utf-8") + b"=" + value for name, value in message.headers.items())
+    # Sorted by name: the wire's map order is not the publisher's and varies by run.
+    return b",".join(
+        name.encode("utf-8") + b"=" + value for name, value in sorted(message.headers.items())
+    )
 
 
 _FIELDS: dict[str, Callable[[Message], bytes]] = {

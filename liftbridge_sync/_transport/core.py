@@ -229,6 +229,12 @@ class ClientCore:
         response = self.call_any(rpcs.FETCH_METADATA, request)
         return self._metadata_of(response)
 
+    def adopt_metadata(self, response: api_pb2.FetchMetadataResponse) -> Metadata:
+        """Cache the snapshot of a full FetchMetadata answer (all streams) and return it."""
+        snapshot = self._metadata_of(response)
+        self.metadata.store(snapshot)
+        return snapshot
+
     def _metadata_of(self, response: api_pb2.FetchMetadataResponse) -> Metadata:
         """The snapshot of a FetchMetadata answer, broker addresses translated."""
         snapshot = Metadata.from_proto(response, fetched_at=time.monotonic())

@@ -83,6 +83,12 @@ class MetadataCache:
             self._snapshot = snapshot
             return snapshot
 
+    def store(self, snapshot: Metadata) -> None:
+        """Replace the cache with a snapshot of every stream fetched by someone else."""
+        with self._refresh_lock:
+            self._started += 1
+            self._snapshot = snapshot
+
     def merge(self, partial: Metadata) -> None:
         """Fold a snapshot of some streams into the cache (brokers are replaced)."""
         with self._refresh_lock:

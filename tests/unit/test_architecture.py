@@ -40,6 +40,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
     (5, ["liftbridge_sync.subscription.connection"]),  # opening and reopening a call
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
+    (5, ["liftbridge_sync.health"]),  # the bounded reachability probe
     (5, ["liftbridge_sync.consumer._membership", "liftbridge_sync.consumer._mailbox"]),
     (6, ["liftbridge_sync.client"]),
     (7, ["liftbridge_sync"]),  # the package's face (__init__): re-exports the public names
@@ -62,6 +63,7 @@ LAYERS: list[tuple[int, list[str]]] = [
 PUBLIC_MODULES = [
     "liftbridge_sync.activity",
     "liftbridge_sync.errors",
+    "liftbridge_sync.health",
     "liftbridge_sync.models",
     "liftbridge_sync.options",
     "liftbridge_sync.positions",

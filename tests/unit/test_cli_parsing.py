@@ -93,7 +93,7 @@ def test_templates_render_like_kcat() -> None:
     assert Template("%k %s %v %o %p %t %T %S %K %%\\n").render(message) == (
         b"k hello hello 4 1 s 0 5 1 %\n"
     )
-    assert Template("%h\\t|").render(message) == b"h=v,g=w\t|"
+    assert Template("%h\\t|").render(message) == b"g=w,h=v\t|"
     assert Template("[%k]").render(_message(b"x", None, {})) == b"[]"
     assert Template("%K").render(_message(b"x", None, {})) == b"-1"
     assert Template("plain text").render(message) == b"plain text"

@@ -160,3 +160,24 @@ def test_liftbridge_tail_follow_and_pipes(
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     assert process.returncode == 130 and b"Traceback" not in err, err
+
+
+_PROBE = (
+    "from django.test import Client; import json; "
+    "r = Client().get('/ht/', {'format': 'json'}); "
+    "print(json.dumps({'status': r.status_code, 'body': r.json()}))"
+)
+
+
+def test_django_health_check_reports_the_cluster(liftbridge_address: str) -> None:
+    up = manage("shell", "-c", _PROBE, LIFTBRIDGE_ADDRESSES=liftbridge_address)
+    assert up.returncode == 0, up.stderr
+    answer = json.loads(up.stdout.strip().splitlines()[-1])
+    assert answer["status"] == 200, answer
+
+    # Nothing listens on port 1: unhealthy, promptly, with the reason.
+    down = manage("shell", "-c", _PROBE, LIFTBRIDGE_ADDRESSES="127.0.0.1:1")
+    assert down.returncode == 0, down.stderr
+    answer = json.loads(down.stdout.strip().splitlines()[-1])
+    assert answer["status"] == 500, answer
+    assert "Liftbridge unreachable" in json.dumps(answer["body"]), answer

@@ -68,3 +68,23 @@ def test_one_client_per_process_across_requests(liftbridge_address: str) -> None
     assert len({id(c) for c in seen}) == 1 and not seen[0].closed
     assert get_client(app) is seen[0]
     seen[0].close()
+
+
+@pytest.mark.integration
+def test_readiness_view_answers_200_then_503(liftbridge_address: str) -> None:
+    for address, status in ((liftbridge_address, 200), ("127.0.0.1:1", 503)):
+        app = _app(LIFTBRIDGE_ADDRESSES=address)
+        liftbridge = Liftbridge(app)
+        app.add_url_rule("/ready", view_func=liftbridge.readiness_view(timeout=2.0))
+        try:
+            response = app.test_client().get("/ready")
+            assert response.status_code == status, response.get_json()
+            body = response.get_json()
+            if status == 200:
+                assert body["status"] == "ok" and body["broker"] == liftbridge_address
+                assert body["brokers"] == 1 and body["latency_ms"] > 0
+            else:
+                assert body["status"] == "unavailable" and "127.0.0.1:1" in body["reason"]
+        finally:
+            with app.app_context():
+                get_client().close()

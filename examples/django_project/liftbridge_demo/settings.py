@@ -7,7 +7,7 @@ import os
 SECRET_KEY = "example-only-not-secret"
 DEBUG = False
 ALLOWED_HOSTS = ["*"]
-INSTALLED_APPS = ["liftbridge_sync.django", "orders"]
+INSTALLED_APPS = ["liftbridge_sync.django", "health_check", "orders"]
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "liftbridge_demo.urls"
 WSGI_APPLICATION = "liftbridge_demo.wsgi.application"

@@ -1,0 +1,87 @@
+"""Is the cluster reachable? One bounded probe for readiness endpoints and health checks.
+
+:meth:`Client.check_health <liftbridge_sync.Client.check_health>` asks the brokers it
+knows, one after another within the caller's time budget, for fresh cluster metadata.
+The first answer makes the cluster healthy; none within the budget raises
+:class:`~liftbridge_sync.errors.BrokerUnavailableError` saying why for each address.
+The Flask view (:meth:`liftbridge_sync.flask.Liftbridge.readiness_view`) and the
+django-health-check backend (:mod:`liftbridge_sync.django.health`) are built on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync._wire.validate import check_timeout
+from liftbridge_sync.errors import BrokerUnavailableError, ConfigurationError, LiftbridgeError
+
+__all__ = ["Health", "probe"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Health:
+    """What a successful health probe saw.
+
+    Immutable; safe to share between threads.
+    """
+
+    #: The broker address that answered.
+    answered_by: str
+    #: Ids of the brokers in the fresh metadata.
+    brokers: tuple[str, ...]
+    #: Number of streams in the cluster (the internal ones included).
+    streams: int
+    #: Seconds the answering request took.
+    latency: float
+
+
+def probe(core: ClientCore, timeout: float) -> Health:
+    """Fetch fresh metadata from the first broker that answers within ``timeout`` seconds.
+
+    The fresh snapshot also refreshes the client's metadata cache.
+
+    Raises:
+        BrokerUnavailableError: no broker answered in time; the message lists each
+            address tried and its failure.
+        ConfigurationError: ``timeout`` is not a finite number of seconds > 0.
+
+    Thread-safe: uses the client core's thread-safe calls.
+    """
+    seconds = check_timeout("timeout", timeout, allow_zero=False)
+    if seconds is None:
+        raise ConfigurationError("'timeout' of a health check must be finite")
+    deadline = time.monotonic() + seconds
+    failures: list[str] = []
+    for address in core.addresses():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            failures.append(f"{address}: not tried, {seconds:g} s budget spent")
+            continue
+        started = time.monotonic()
+        try:
+            response = core.invoke(
+                address,
+                rpcs.FETCH_METADATA,
+                api_pb2.FetchMetadataRequest(),
+                context=CallContext.GENERIC,
+                timeout=min(left, core.options.rpc_timeout),
+            )
+        except LiftbridgeError as exc:
+            failures.append(f"{address}: {exc}")
+            continue
+        latency = time.monotonic() - started
+        snapshot = core.adopt_metadata(response)
+        return Health(
+            answered_by=address,
+            brokers=tuple(b.id for b in snapshot.brokers),
+            streams=len(snapshot.streams),
+            latency=latency,
+        )
+    raise BrokerUnavailableError(
+        f"cluster unreachable within {seconds:g} s: " + "; ".join(failures)
+    )

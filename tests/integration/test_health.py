@@ -1,0 +1,43 @@
+"""Client.check_health against the real server, an unreachable address and a silent one."""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+
+import pytest
+
+from liftbridge_sync import BrokerUnavailableError, Client, ConfigurationError, Health
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_reachable_cluster_is_healthy(liftbridge_address: str) -> None:
+    with Client([liftbridge_address]) as client:
+        health = client.check_health(5.0)
+        assert isinstance(health, Health)
+        assert health.answered_by == liftbridge_address
+        assert len(health.brokers) == 1 and health.streams >= 1  # __cursors at least
+        assert 0 < health.latency < 5.0
+
+
+def test_unreachable_addresses_are_named_within_the_budget(liftbridge_address: str) -> None:
+    # A listener that accepts and never answers: the check must not wait longer than
+    # its budget, whatever the client's rpc_timeout says.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent_address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with Client(["127.0.0.1:1", silent_address], rpc_timeout=30.0) as client:
+            started = time.monotonic()
+            with pytest.raises(BrokerUnavailableError) as caught:
+                client.check_health(1.5)
+            assert time.monotonic() - started < 4.0
+    message = str(caught.value)
+    assert "127.0.0.1:1" in message and silent_address in message
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, 1e300, None, "5"])
+def test_bad_budgets_are_typed_errors(timeout: object) -> None:
+    with Client(["127.0.0.1:1"]) as client:
+        with pytest.raises(ConfigurationError):
+            client.check_health(timeout)  # type: ignore[arg-type]
