@@ -10,11 +10,13 @@ that another module could own.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
@@ -71,10 +73,29 @@ BatchItem = (
 )
 
 
+def _with_trace_context(telemetry: Telemetry, span: Any, item: Any) -> Any:
+    """A ``publish_batch`` item as a triple whose headers carry the batch's span."""
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        key, value, headers = item if len(item) == 3 else (*item, None)
+    elif isinstance(item, tuple):
+        return item  # refused with a TypeError by publish_batch itself
+    else:
+        key, value, headers = None, item, None
+    return (key, value, telemetry.headers_with_context(span, headers))
+
+
+if TYPE_CHECKING:  # the optional OpenTelemetry API is imported on first publish only
+    from liftbridge_sync.otel import Telemetry
+
+_log = logging.getLogger("liftbridge_sync.client")
+
+
 class ClientKwargs(TypedDict, total=False):
     """Keyword arguments of :class:`Client`: the fields of :class:`ClientOptions`."""
 
     address_translator: Callable[[str], str] | None
+    telemetry: bool
+    trace_propagation: bool
     tls: TLSOptions | None
     retry: RetryPolicy
     rpc_timeout: float
@@ -120,11 +141,28 @@ class Client:
     :class:`ClientOptions` and call :meth:`for_process` instead.
     """
 
-    def __init__(self, addresses: str | Sequence[str], **options: Unpack[ClientKwargs]) -> None:
-        self._init(ClientOptions(addresses=tuple(_as_seq(addresses)), **options))
+    def __init__(
+        self,
+        addresses: str | Sequence[str],
+        *,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        **options: Unpack[ClientKwargs],
+    ) -> None:
+        self._init(
+            ClientOptions(addresses=tuple(_as_seq(addresses)), **options),
+            tracer_provider,
+            meter_provider,
+        )
 
-    def _init(self, options: ClientOptions) -> None:
+    def _init(
+        self, options: ClientOptions, tracer_provider: Any = None, meter_provider: Any = None
+    ) -> None:
         self._options = options
+        #: OpenTelemetry providers given to the client (else the global ones).
+        self._providers = (tracer_provider, meter_provider)
+        #: Set with the publisher: ``None`` unless an OpenTelemetry SDK is configured.
+        self._telemetry: Telemetry | None = None
         self._core = ClientCore(options)
         self._lock = threading.RLock()
         self._pid = os.getpid()
@@ -431,10 +469,62 @@ class Client:
     def _get_publisher(self) -> Publisher:
         with self._lock:
             if self._publisher is None:
+                self._telemetry = self._make_telemetry()
                 publisher = Publisher(self._core)
                 self._core.register(publisher)
                 self._publisher = publisher
             return self._publisher
+
+    def _make_telemetry(self) -> Telemetry | None:
+        if not self._options.telemetry:
+            return None
+        try:
+            from liftbridge_sync.otel import telemetry_for
+        except ImportError:  # the optional opentelemetry-api is not installed
+            _log.debug("OpenTelemetry API not installed: no traces or metrics")
+            return None
+        return telemetry_for(*self._providers, self._options.trace_propagation)
+
+    def _traced(
+        self,
+        publisher: Publisher,
+        stream: str,
+        value: bytes,
+        key: bytes | None,
+        partition: int | None,
+        partitioner: Partitioner | None,
+        headers: Mapping[str, bytes] | None,
+        ack_policy: AckPolicy,
+        expected_offset: int | None,
+        correlation_id: str | None,
+        timeout: float | None,
+        direct: bool,
+    ) -> concurrent.futures.Future[Ack | None]:
+        """A publish in its ``send`` span, the trace context in its headers."""
+        telemetry = self._telemetry
+        assert telemetry is not None
+        started = time.monotonic()
+        span = telemetry.start_send(stream, partition)
+        try:
+            future = self._submit(
+                publisher,
+                stream,
+                value,
+                key,
+                partition,
+                partitioner,
+                telemetry.headers_with_context(span, headers),
+                ack_policy,
+                expected_offset,
+                correlation_id,
+                timeout,
+                direct=direct,
+            )
+        except BaseException as exc:
+            telemetry.finish_send(span, stream, started, exc)
+            raise
+        telemetry.finish_on(future, span, stream, started)
+        return future
 
     def publish_async(
         self,
@@ -492,6 +582,21 @@ class Client:
         # No pid check here (getpid() is a system call, a tenth of this call's cost): a
         # child made by os.fork() got a fresh client state from the at-fork hook already.
         publisher = self._publisher or self._get_publisher()
+        if self._telemetry is not None:
+            return self._traced(
+                publisher,
+                stream,
+                value,
+                key,
+                partition,
+                partitioner,
+                headers,
+                ack_policy,
+                expected_offset,
+                correlation_id,
+                timeout,
+                direct=False,
+            )
         if (
             type(value) is bytes
             and key is None
@@ -603,6 +708,22 @@ class Client:
         self._check()
         publisher = self._publisher or self._get_publisher()
         publisher.check_can_wait()  # before anything is sent: no false failures
+        if self._telemetry is not None:
+            traced = self._traced(
+                publisher,
+                stream,
+                value,
+                key,
+                partition,
+                partitioner,
+                headers,
+                ack_policy,
+                expected_offset,
+                correlation_id,
+                timeout,
+                direct=True,
+            )
+            return publisher.wait(traced, None, read_here=ack_policy is not AckPolicy.NONE)
         if (
             type(value) is bytes
             and key is None
@@ -690,6 +811,41 @@ class Client:
         """
         self._check()
         publisher = self._publisher or self._get_publisher()
+        items: list[Any] = messages if type(messages) is list else list(messages)
+        telemetry = self._telemetry
+        if telemetry is None:
+            return self._publish_batch(
+                publisher, stream, items, partition, partitioner, ack_policy, timeout
+            )
+        started = time.monotonic()
+        span = telemetry.start_send(stream, partition, count=len(items))
+        try:
+            outcomes = self._publish_batch(
+                publisher,
+                stream,
+                [_with_trace_context(telemetry, span, item) for item in items],
+                partition,
+                partitioner,
+                ack_policy,
+                timeout,
+            )
+        except BaseException as exc:
+            telemetry.finish_send(span, stream, started, exc, count=len(items))
+            raise
+        failed = next((o for o in outcomes if isinstance(o, LiftbridgeError)), None)
+        telemetry.finish_send(span, stream, started, failed, count=len(items))
+        return outcomes
+
+    def _publish_batch(
+        self,
+        publisher: Publisher,
+        stream: str,
+        items: list[Any],
+        partition: int | None,
+        partitioner: Partitioner | None,
+        ack_policy: AckPolicy,
+        timeout: float | None,
+    ) -> list[Ack | None | LiftbridgeError]:
         ack_timeout = resolve_ack_timeout(timeout, self._options.ack_timeout)
         check_ack_policy(ack_policy)
         wants_ack = ack_policy is not AckPolicy.NONE
@@ -697,7 +853,6 @@ class Client:
         requests: list[tuple[bytes, str, int, bool]] = []
         add = requests.append
         fixed = None
-        items: list[Any] = messages if type(messages) is list else list(messages)
         if partitioner is None:
             fixed = 0 if partition is None else check_partition("partition", partition)
             fixed_head = head(stream, fixed, ack_policy)  # validates the stream name

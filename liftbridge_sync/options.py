@@ -175,6 +175,12 @@ class ClientOptions:
 
     #: Seed brokers, ``"host:port"``. Further brokers are learnt from metadata.
     addresses: tuple[str, ...]
+    #: OpenTelemetry traces and metrics (:mod:`liftbridge_sync.otel`) when the API is
+    #: installed and an SDK is configured at the first publish; ``False`` turns them off.
+    telemetry: bool = True
+    #: With telemetry, inject the W3C ``traceparent``/``tracestate`` of each publish's
+    #: span into its headers (never over ones the caller set).
+    trace_propagation: bool = True
     #: Maps the ``"host:port"`` a broker advertises in metadata to one this client can
     #: reach (Kubernetes pod names, NAT, Docker port maps), or returns it unchanged.
     #: Applied to every broker address the client learns, so unary calls, publishing,
@@ -232,6 +238,9 @@ class ClientOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
+        for flag in ("telemetry", "trace_propagation"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigurationError(f"{flag!r} must be a bool")
         if self.address_translator is not None and not callable(self.address_translator):
             raise ConfigurationError("'address_translator' must be a callable or None")
         if self.tls is not None and not isinstance(self.tls, TLSOptions):

@@ -68,6 +68,15 @@ class Unobserved:
         raise NotImplementedError
 
 
+def peek(future: PublishFuture[T]) -> tuple[T | None, BaseException | None]:
+    """A resolved future's ``(result, exception)`` without counting as looking at it.
+
+    For the library's own observers (telemetry), which must not hide a failure from
+    ``flush()``. Only meaningful once ``future`` is done.
+    """
+    return future._result, future._exception
+
+
 class PublishFuture(concurrent.futures.Future[T]):
     """A ``concurrent.futures.Future`` with a lazily created condition.
 

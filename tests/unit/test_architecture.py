@@ -35,6 +35,7 @@ LAYERS: list[tuple[int, list[str]]] = [
     (3, ["liftbridge_sync._wire", "liftbridge_sync.envelope", "liftbridge_sync.sbp"]),
     (3, ["liftbridge_sync.activity"]),  # activity stream events (models)
     (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
+    (3, ["liftbridge_sync.otel"]),  # OpenTelemetry spans and instruments (optional API)
     (4, ["liftbridge_sync._transport"]),
     (4, ["liftbridge_sync._transport.h2.subscribe_receiver"]),  # Subscribe bytes to messages
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),

@@ -1,0 +1,297 @@
+"""OpenTelemetry traces and metrics (extra ``otel``: ``opentelemetry-api`` only).
+
+A :class:`~liftbridge_sync.Client` traces its publishes and records messaging metrics by
+itself once an OpenTelemetry SDK is configured (the global providers, or the
+``tracer_provider=``/``meter_provider=`` given to the client). Without the API
+installed, or with no SDK configured when the client first publishes, nothing here runs
+and publishing costs what it did. It follows the OpenTelemetry messaging semantic
+conventions:
+
+* a ``send <stream>`` PRODUCER span per publish (one per ``publish_batch``, carrying
+  ``messaging.batch.message_count``), with ``messaging.system="liftbridge"``,
+  ``messaging.destination.name``, ``messaging.destination.partition.id``,
+  ``messaging.operation.type="send"`` and the correlation id as
+  ``messaging.message.id``; a failed publish records its error on the span;
+* the W3C ``traceparent``/``tracestate`` of that span injected into the message's
+  headers, unless the caller set them or built the client with
+  ``trace_propagation=False``;
+* metrics ``messaging.client.operation.duration`` (seconds, from the call to the ack),
+  ``messaging.client.sent.messages`` and ``messaging.client.consumed.messages``.
+
+On the consuming side, wrap the handling of each message::
+
+    for msg in client.subscribe("orders"):
+        with liftbridge_sync.otel.process(msg):
+            handle(msg)  # spans made here belong to the producer's trace
+
+:func:`process` opens a CONSUMER ``process <stream>`` span, a child of the producer's
+span and linked to it, so each message gets its own correct trace even though the loop
+itself runs in one context (the trap aiokafka users fall into). :func:`extract` gives a
+message's producer context for your own spans.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import functools
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics, trace
+from opentelemetry.propagate import extract as _extract
+from opentelemetry.propagate import inject as _inject
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+
+from liftbridge_sync.models import Ack, Message
+
+__all__ = ["Telemetry", "extract", "process", "telemetry_for"]
+
+_SYSTEM = "liftbridge"
+_SCOPE = "liftbridge_sync"
+#: Headers the W3C trace context propagator writes.
+_TRACE_HEADERS = ("traceparent", "tracestate")
+#: Bucket boundaries the semantic conventions advise for operation durations (seconds).
+_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
+
+
+def _tracing_configured(provider: trace.TracerProvider) -> bool:
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
+
+def _metrics_configured(provider: metrics.MeterProvider) -> bool:
+    # Before an SDK is set, the global provider is the API's private proxy class.
+    return not isinstance(provider, metrics.NoOpMeterProvider) and (
+        type(provider).__name__ != "_ProxyMeterProvider"
+    )
+
+
+def telemetry_for(
+    tracer_provider: trace.TracerProvider | None,
+    meter_provider: metrics.MeterProvider | None,
+    propagate: bool,
+) -> Telemetry | None:
+    """The client's telemetry, or ``None`` when no SDK is configured (nothing to do).
+
+    Thread-safe: reads the global providers.
+    """
+    tracer_provider = tracer_provider or trace.get_tracer_provider()
+    meter_provider = meter_provider or metrics.get_meter_provider()
+    tracing = _tracing_configured(tracer_provider)
+    metering = _metrics_configured(meter_provider)
+    if not tracing and not metering:
+        return None
+    return Telemetry(
+        tracer_provider if tracing else None, meter_provider if metering else None, propagate
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _consumed_counter(provider: metrics.MeterProvider) -> metrics.Counter:
+    return provider.get_meter(_SCOPE).create_counter(
+        "messaging.client.consumed.messages",
+        unit="{message}",
+        description="Number of messages that were delivered to the application.",
+    )
+
+
+class Telemetry:
+    """The spans and instruments of one client.
+
+    Thread-safe: OpenTelemetry tracers and instruments are; nothing here is mutable.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None,
+        meter_provider: metrics.MeterProvider | None,
+        propagate: bool,
+    ) -> None:
+        self._tracer = tracer_provider.get_tracer(_SCOPE) if tracer_provider else None
+        self._propagate = propagate and self._tracer is not None
+        meter = meter_provider.get_meter(_SCOPE) if meter_provider else None
+        self._duration = (
+            meter.create_histogram(
+                "messaging.client.operation.duration",
+                unit="s",
+                description="Duration of messaging operations initiated by this client.",
+                explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+            )
+            if meter
+            else None
+        )
+        self._sent = (
+            meter.create_counter(
+                "messaging.client.sent.messages",
+                unit="{message}",
+                description="Number of messages producer attempted to send to the broker.",
+            )
+            if meter
+            else None
+        )
+
+    # ------------------------------------------------------------------ producing
+
+    def start_send(self, stream: str, partition: int | None, count: int = 1) -> trace.Span | None:
+        """Start the PRODUCER span of a publish (``None`` without tracing)."""
+        if self._tracer is None:
+            return None
+        attributes: dict[str, Any] = {
+            "messaging.system": _SYSTEM,
+            "messaging.destination.name": stream,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+        }
+        if partition is not None:
+            attributes["messaging.destination.partition.id"] = str(partition)
+        if count != 1:
+            attributes["messaging.batch.message_count"] = count
+        return self._tracer.start_span(
+            f"send {stream}", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+
+    def headers_with_context(
+        self, span: trace.Span | None, headers: Mapping[str, bytes] | None
+    ) -> Mapping[str, bytes] | None:
+        """``headers`` plus the span's ``traceparent``/``tracestate``.
+
+        Unchanged when propagation is off or the caller set either header.
+        """
+        if span is None or not self._propagate:
+            return headers
+        if headers is not None and any(name in headers for name in _TRACE_HEADERS):
+            return headers
+        carrier: dict[str, str] = {}
+        _inject(carrier, context=trace.set_span_in_context(span))
+        if not carrier:
+            return headers
+        merged = dict(headers) if headers else {}
+        merged.update((name, value.encode("ascii")) for name, value in carrier.items())
+        return merged
+
+    def finish_send(
+        self,
+        span: trace.Span | None,
+        stream: str,
+        started: float,
+        outcome: Ack | None | BaseException,
+        correlation_id: str | None = None,
+        count: int = 1,
+    ) -> None:
+        """End a publish's span and record its metrics, from its outcome."""
+        error = outcome if isinstance(outcome, BaseException) else None
+        attributes: dict[str, Any] = {
+            "messaging.system": _SYSTEM,
+            "messaging.destination.name": stream,
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+        }
+        if isinstance(outcome, Ack) and outcome.partition >= 0:
+            attributes["messaging.destination.partition.id"] = str(outcome.partition)
+        if error is not None:
+            attributes["error.type"] = type(error).__name__
+        if self._duration is not None:
+            self._duration.record(time.monotonic() - started, attributes)
+        if self._sent is not None:
+            self._sent.add(count, attributes)
+        if span is None:
+            return
+        if isinstance(outcome, Ack):
+            if outcome.partition >= 0:
+                span.set_attribute("messaging.destination.partition.id", str(outcome.partition))
+            if outcome.correlation_id:
+                span.set_attribute("messaging.message.id", outcome.correlation_id)
+            span.set_attribute("messaging.liftbridge.offset", outcome.offset)
+        elif correlation_id:
+            span.set_attribute("messaging.message.id", correlation_id)
+        if error is not None:
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+            span.set_attribute("error.type", type(error).__name__)
+        span.end()
+
+    def finish_on(
+        self,
+        future: concurrent.futures.Future[Ack | None],
+        span: trace.Span | None,
+        stream: str,
+        started: float,
+    ) -> None:
+        """End the span and record metrics when ``future`` resolves."""
+
+        def done(resolved: concurrent.futures.Future[Ack | None]) -> None:
+            error = resolved.exception()
+            self.finish_send(span, stream, started, error if error else resolved.result())
+
+        future.add_done_callback(done)
+
+
+def extract(message: Message) -> otel_context.Context:
+    """The producer's trace context carried in ``message``'s headers.
+
+    An empty context when the message carries none.
+
+    Thread-safe: a pure function of the message.
+    """
+    carrier = {
+        name: message.headers[name].decode("ascii", "replace")
+        for name in _TRACE_HEADERS
+        if name in message.headers
+    }
+    return _extract(carrier)
+
+
+@contextlib.contextmanager
+def process(
+    message: Message,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    as_child: bool = True,
+) -> Iterator[trace.Span]:
+    """A CONSUMER ``process <stream>`` span around the handling of one message.
+
+    The span is linked to the producer's span carried in the message's headers and,
+    with ``as_child`` (the default), also its child, so the handling joins the
+    producer's trace; otherwise it continues the current trace. Errors raised in the
+    block are recorded on the span and re-raised. ``messaging.client.consumed.messages``
+    counts the message.
+
+    Thread-safe: use it on the thread that handles the message.
+    """
+    producer = extract(message)
+    producer_span = trace.get_current_span(producer).get_span_context()
+    links = [Link(producer_span)] if producer_span.is_valid else []
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(_SCOPE)
+    attributes: dict[str, Any] = {
+        "messaging.system": _SYSTEM,
+        "messaging.destination.name": message.stream,
+        "messaging.destination.partition.id": str(message.partition),
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.liftbridge.offset": message.offset,
+    }
+    if message.key is not None:
+        attributes["messaging.liftbridge.message.key"] = message.key.decode("utf-8", "replace")
+    meters = meter_provider or metrics.get_meter_provider()
+    if _metrics_configured(meters):
+        _consumed_counter(meters).add(
+            1,
+            {
+                "messaging.system": _SYSTEM,
+                "messaging.destination.name": message.stream,
+                "messaging.destination.partition.id": str(message.partition),
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "process",
+            },
+        )
+    with tracer.start_as_current_span(
+        f"process {message.stream}",
+        context=producer if as_child and producer_span.is_valid else None,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+    ) as span:
+        yield span
