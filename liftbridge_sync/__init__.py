@@ -68,6 +68,7 @@ from liftbridge_sync.models import (
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.stats import ClientStats, PartitionLag
 from liftbridge_sync.subscription import Subscription
 from liftbridge_sync.subscription.activity import ActivityStream
 from liftbridge_sync.subscription.stream import StreamSubscription
@@ -83,7 +84,7 @@ def _show_public_module() -> None:
     # still works: the class is reachable under that name.
     public = {"liftbridge_sync.errors", "liftbridge_sync.models", "liftbridge_sync.options"}
     public |= {"liftbridge_sync.positions", "liftbridge_sync.partitioners"}
-    public |= {"liftbridge_sync.activity", "liftbridge_sync.health"}
+    public |= {"liftbridge_sync.activity", "liftbridge_sync.health", "liftbridge_sync.stats"}
     for name in __all__:
         obj = globals()[name]
         if isinstance(obj, type) and obj.__module__ not in public:
@@ -103,6 +104,7 @@ __all__ = [
     "Client",
     "ClientClosedError",
     "ClientOptions",
+    "ClientStats",
     "ConfigurationError",
     "Consumer",
     "ConsumerGroupError",
@@ -128,6 +130,7 @@ __all__ = [
     "NotGroupMemberError",
     "NotLeaderError",
     "PartitionInfo",
+    "PartitionLag",
     "PartitionMetadata",
     "PartitionPausedError",
     "Partitioner",

@@ -59,6 +59,7 @@ from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.stats import ClientStats, StatsReporter, collect
 from liftbridge_sync.subscription.activity import ActivityStream, open_activity_stream
 from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
@@ -147,17 +148,35 @@ class Client:
         *,
         tracer_provider: Any = None,
         meter_provider: Any = None,
+        stats_callback: Callable[[ClientStats], object] | None = None,
+        stats_interval: float = 60.0,
         **options: Unpack[ClientKwargs],
     ) -> None:
         self._init(
             ClientOptions(addresses=tuple(_as_seq(addresses)), **options),
             tracer_provider,
             meter_provider,
+            stats_callback,
+            stats_interval,
         )
 
     def _init(
-        self, options: ClientOptions, tracer_provider: Any = None, meter_provider: Any = None
+        self,
+        options: ClientOptions,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        stats_callback: Callable[[ClientStats], object] | None = None,
+        stats_interval: float = 60.0,
     ) -> None:
+        if stats_callback is not None and not callable(stats_callback):
+            raise ConfigurationError("'stats_callback' must be a callable or None")
+        interval = check_timeout("stats_interval", stats_interval, allow_zero=False)
+        if interval is None:
+            raise ConfigurationError("'stats_interval' must be a finite number of seconds")
+        #: The ``liftbridge-stats`` thread's, started with the first use of the client.
+        self._reporter = (
+            StatsReporter(self.stats, stats_callback, interval) if stats_callback else None
+        )
         self._options = options
         #: OpenTelemetry providers given to the client (else the global ones).
         self._providers = (tracer_provider, meter_provider)
@@ -214,6 +233,8 @@ class Client:
             # The at-fork hook normally did this already (a fork through os.fork); a
             # child made some other way (a raw clone) lands here.
             self._after_fork_in_child()
+        if self._reporter is not None:
+            self._reporter.start()  # once; later calls return at once
         return self._core
 
     def _after_fork_in_child(self) -> None:
@@ -224,6 +245,8 @@ class Client:
         self._core.abandon_after_fork()
         self._core = ClientCore(self._options)
         self._publisher = None
+        if self._reporter is not None:  # its thread is the parent's
+            self._reporter = self._reporter.for_child()
         self._pid = os.getpid()
 
     def _close_at_exit(self) -> None:
@@ -244,6 +267,8 @@ class Client:
             self._closed = True
         if self._pid != os.getpid():
             return  # a forked child must not touch its parent's channels
+        if self._reporter is not None:
+            self._reporter.close(self._options.rpc_timeout * 2 + 1.0)
         self._core.close(seconds)
 
     def __enter__(self) -> Client:
@@ -469,6 +494,8 @@ class Client:
     def _get_publisher(self) -> Publisher:
         with self._lock:
             if self._publisher is None:
+                if self._reporter is not None:
+                    self._reporter.start()
                 self._telemetry = self._make_telemetry()
                 publisher = Publisher(self._core)
                 self._core.register(publisher)
@@ -483,7 +510,12 @@ class Client:
         except ImportError:  # the optional opentelemetry-api is not installed
             _log.debug("OpenTelemetry API not installed: no traces or metrics")
             return None
-        return telemetry_for(*self._providers, self._options.trace_propagation)
+        return telemetry_for(
+            *self._providers,
+            self._options.trace_propagation,
+            publisher_stats=self.publisher_stats,
+            client_stats=self.stats,
+        )
 
     def _traced(
         self,
@@ -937,6 +969,18 @@ class Client:
         publisher = self._publisher
         if publisher is not None:
             publisher.flush(seconds)
+
+    def stats(self) -> ClientStats:
+        """One snapshot: the publisher's counters, each reader's lag, the open channels.
+
+        Lag is asked of each read partition's leader (its high watermark), so this makes
+        one RPC per partition being read; a leader that does not answer within the
+        retry policy leaves that lag ``None``. ``Client(..., stats_callback=fn,
+        stats_interval=60)`` hands a snapshot to ``fn`` at that interval on the
+        ``liftbridge-stats`` thread.
+        """
+        core = self._check()
+        return collect(core, self.publisher_stats())
 
     def publisher_stats(self) -> PublisherStats:
         """What the publisher has done so far: in flight, stream (re)connects, re-sends.

@@ -36,8 +36,8 @@ import concurrent.futures
 import contextlib
 import functools
 import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -45,7 +45,12 @@ from opentelemetry.propagate import extract as _extract
 from opentelemetry.propagate import inject as _inject
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack, Message
+
+if TYPE_CHECKING:
+    from liftbridge_sync._publishing.stats import PublisherStats
+    from liftbridge_sync.stats import ClientStats
 
 __all__ = ["Telemetry", "extract", "process", "telemetry_for"]
 
@@ -72,8 +77,14 @@ def telemetry_for(
     tracer_provider: trace.TracerProvider | None,
     meter_provider: metrics.MeterProvider | None,
     propagate: bool,
+    *,
+    publisher_stats: Callable[[], PublisherStats] | None = None,
+    client_stats: Callable[[], ClientStats] | None = None,
 ) -> Telemetry | None:
     """The client's telemetry, or ``None`` when no SDK is configured (nothing to do).
+
+    ``publisher_stats`` and ``client_stats`` feed the observable instruments (in flight,
+    re-sends, reconnects, consumer lag) when metrics are on.
 
     Thread-safe: reads the global providers.
     """
@@ -83,9 +94,96 @@ def telemetry_for(
     metering = _metrics_configured(meter_provider)
     if not tracing and not metering:
         return None
-    return Telemetry(
+    telemetry = Telemetry(
         tracer_provider if tracing else None, meter_provider if metering else None, propagate
     )
+    if metering:
+        _observe(meter_provider.get_meter(_SCOPE), publisher_stats, client_stats)
+    return telemetry
+
+
+def _observe(
+    meter: metrics.Meter,
+    publisher_stats: Callable[[], PublisherStats] | None,
+    client_stats: Callable[[], ClientStats] | None,
+) -> None:
+    """The client's own observable instruments, read at each metrics collection."""
+    base = {"messaging.system": _SYSTEM}
+
+    def safely(read: Callable[[], Any]) -> Any:
+        try:
+            return read()
+        except LiftbridgeError:  # closed client, cluster away: nothing to report now
+            return None
+
+    if publisher_stats is not None:
+
+        def in_flight(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            stats = safely(publisher_stats)
+            return [] if stats is None else [metrics.Observation(stats.in_flight, base)]
+
+        def resends(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            stats = safely(publisher_stats)
+            if stats is None:
+                return []
+            causes = {
+                "reconnect": stats.resent_after_reconnect,
+                "stall": stats.resent_after_stall,
+                "refusal": stats.resent_after_refusal,
+            }
+            return [
+                metrics.Observation(count, {**base, "messaging.liftbridge.resend.cause": cause})
+                for cause, count in causes.items()
+            ]
+
+        def connects(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            stats = safely(publisher_stats)
+            return [] if stats is None else [metrics.Observation(stats.connects, base)]
+
+        meter.create_observable_up_down_counter(
+            "messaging.liftbridge.publish.in_flight",
+            [in_flight],
+            unit="{message}",
+            description="Publishes awaiting their ack.",
+        )
+        meter.create_observable_counter(
+            "messaging.liftbridge.publish.resent",
+            [resends],
+            unit="{message}",
+            description="Publishes sent again, by cause (each may have stored a duplicate).",
+        )
+        meter.create_observable_counter(
+            "messaging.liftbridge.publish.connects",
+            [connects],
+            unit="{connection}",
+            description="Times the publish stream was opened (the first included).",
+        )
+    if client_stats is not None:
+
+        def lag(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            stats = safely(client_stats)
+            if stats is None:
+                return []
+            return [
+                metrics.Observation(
+                    item.lag,
+                    {
+                        **base,
+                        "messaging.destination.name": item.stream,
+                        "messaging.destination.partition.id": str(item.partition),
+                        "messaging.liftbridge.reader": item.reader,
+                    },
+                )
+                for item in stats.lag
+                if item.lag is not None
+            ]
+
+        meter.create_observable_gauge(
+            "messaging.liftbridge.consumer.lag",
+            [lag],
+            unit="{message}",
+            description="High watermark minus the last offset read, per reader and partition.",
+        )
 
 
 @functools.lru_cache(maxsize=8)

@@ -201,6 +201,11 @@ class ChannelPool:
         )
         return grpc.secure_channel(address, credentials, options=channel_options)
 
+    def addresses(self) -> tuple[str, ...]:
+        """The brokers this pool has a channel to, sorted."""
+        with self._lock:
+            return tuple(sorted({address for address, _ in self._stubs}))
+
     def stub(self, address: str, *, streaming_reads: bool = False) -> Stub:
         """The stub for ``address``, creating its channel on first use.
 

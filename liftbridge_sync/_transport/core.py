@@ -102,6 +102,11 @@ class ClientCore:
         closeable.close()
         raise ClientClosedError("client is closed")
 
+    def registered(self) -> list[Any]:
+        """The publishers, subscriptions and consumers opened through this core and open."""
+        with self._lock:
+            return list(self._closeables)
+
     def scheduler(self) -> Scheduler:
         """The shared ``liftbridge-timer`` scheduler, created on first use.
 

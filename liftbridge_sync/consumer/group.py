@@ -300,6 +300,18 @@ class Consumer:
         with self._lock:
             return dict(self._committed)
 
+    def read_positions(self) -> list[tuple[str, int, int | None, str]]:
+        """Per assigned partition ``(stream, partition, last delivered, "consumer")``."""
+        with self._lock:
+            if self._closed:
+                return []
+            delivered = dict(self._done)
+            if self._pending is not None:
+                key, offset = self._pending
+                delivered[key] = max(offset, delivered.get(key, -1))
+            keys = sorted(self._readers)
+        return [(stream, p, delivered.get((stream, p)), "consumer") for stream, p in keys]
+
     def _commit_done(self, keys: Iterable[_Key] | None = None) -> dict[_Key, int]:
         """Commit processed positions of ``keys`` (default: the partitions assigned now)."""
         with self._commit_lock:

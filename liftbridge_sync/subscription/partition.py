@@ -105,6 +105,12 @@ class Subscription(PartitionConnection):
         """Offset of the last delivered message, ``None`` before the first one."""
         return self._last_offset
 
+    def read_positions(self) -> list[tuple[str, int, int | None, str]]:
+        """``[(stream, partition, last_offset, "subscription")]`` while open (for stats)."""
+        if self.closed:
+            return []
+        return [(self.stream, self.partition, self._last_offset, "subscription")]
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""

@@ -134,6 +134,16 @@ class StreamSubscription:
         """Offset of the last delivered message per partition (partitions with one)."""
         return dict(self._delivered)
 
+    def read_positions(self) -> list[tuple[str, int, int | None, str]]:
+        """Per partition ``(stream, partition, last delivered, kind)`` while open (stats)."""
+        if self._closed:
+            return []
+        delivered = dict(self._delivered)
+        return [
+            (self._stream, sub.partition, delivered.get(sub.partition), "stream_subscription")
+            for sub in self._subs
+        ]
+
     def _pump(self, sub: Subscription) -> None:
         box = self._box
         try:

@@ -35,13 +35,14 @@ LAYERS: list[tuple[int, list[str]]] = [
     (3, ["liftbridge_sync._wire", "liftbridge_sync.envelope", "liftbridge_sync.sbp"]),
     (3, ["liftbridge_sync.activity"]),  # activity stream events (models)
     (3, ["liftbridge_sync.settings", "liftbridge_sync.tail"]),  # config and output helpers
-    (3, ["liftbridge_sync.otel"]),  # OpenTelemetry spans and instruments (optional API)
+    (5, ["liftbridge_sync.otel"]),  # OpenTelemetry spans and instruments (optional API)
     (4, ["liftbridge_sync._transport"]),
     (4, ["liftbridge_sync._transport.h2.subscribe_receiver"]),  # Subscribe bytes to messages
     (5, ["liftbridge_sync._publishing", "liftbridge_sync.subscription"]),
     (5, ["liftbridge_sync.subscription.connection"]),  # opening and reopening a call
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
     (5, ["liftbridge_sync.health"]),  # the bounded reachability probe
+    (5, ["liftbridge_sync.stats"]),  # snapshots of a client: publisher, lag, channels
     (5, ["liftbridge_sync.consumer._membership", "liftbridge_sync.consumer._mailbox"]),
     (6, ["liftbridge_sync.client"]),
     (7, ["liftbridge_sync"]),  # the package's face (__init__): re-exports the public names
@@ -66,6 +67,7 @@ PUBLIC_MODULES = [
     "liftbridge_sync.errors",
     "liftbridge_sync.health",
     "liftbridge_sync.models",
+    "liftbridge_sync.stats",
     "liftbridge_sync.options",
     "liftbridge_sync.positions",
     "liftbridge_sync.partitioners",
