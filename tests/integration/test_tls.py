@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, StartAt, StopAt, TLSOptions
 from liftbridge_sync._transport import channels
+from liftbridge_sync._transport.tls import TLSSetup
 from liftbridge_sync.testing import (
     PROBE_CLIENT,
     LiftbridgeCluster,
@@ -482,10 +484,27 @@ def test_a_ca_only_in_ca_cert_serves_every_path(
 ) -> None:
     _system_store(monkeypatch, tmp_path, foreign.ca_cert)  # the system store lacks it
     checked = _record_preflights(monkeypatch)
+    builds: list[str] = []
+    real_build = TLSSetup._build_context
+    real_credentials = grpc.ssl_channel_credentials
+
+    def build_context(setup: TLSSetup) -> ssl.SSLContext:
+        builds.append("ssl")
+        return real_build(setup)
+
+    def credentials(*args: Any, **kwargs: Any) -> grpc.ChannelCredentials:
+        builds.append("grpc")
+        return real_credentials(*args, **kwargs)
+
+    monkeypatch.setattr(TLSSetup, "_build_context", build_context)
+    monkeypatch.setattr(grpc, "ssl_channel_credentials", credentials)
     with _client(
         mtls_server, _as(certs, "alice"), publish_transport=publish, subscribe_transport=subscribe
     ) as client:
         _every_path(client, mtls_server.address, checked)
+        _every_path(client, mtls_server.address, checked)  # new subscription connections
+    # Built once per client, whatever the number of connections and paths.
+    assert sorted(builds) == ["grpc", "ssl"], builds
 
 
 @pytest.mark.parametrize("operation", OPERATION_PARAMS)
