@@ -35,7 +35,7 @@ import grpc
 import grpc.experimental
 
 from liftbridge_sync._proto import api_pb2_grpc
-from liftbridge_sync._transport.tls import TLSSetup
+from liftbridge_sync._transport.tls import TLSSetup, peer_issuer
 from liftbridge_sync._wire.status import error_from_tls_exception
 from liftbridge_sync.errors import ClientClosedError, ForkedClientError
 from liftbridge_sync.options import ClientOptions, parse_address
@@ -105,11 +105,15 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> None:
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
             return  # closed without a TLS verdict (e.g. a broker shutting down)
         except ssl.SSLError as exc:
+            issuer = None
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                issuer = peer_issuer(host, port, setup.server_hostname(host), timeout)
             raise error_from_tls_exception(
                 address,
                 exc,
                 strict=bool(context.verify_flags & ssl.VERIFY_X509_STRICT),
                 system_roots=setup.options.ca_cert is None,
+                issuer=issuer,
             ) from None
         except OSError:
             return

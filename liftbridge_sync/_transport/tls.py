@@ -22,7 +22,11 @@ Strict X.509 verification is the interpreter's default: ``ssl.create_default_con
 enables ``VERIFY_X509_STRICT`` from Python 3.13 on, and it is kept as is (it applies to
 the pre-flight, hence to every path; grpcio's own verifier has no strict mode).
 
-Thread-safe: :class:`TLSSetup` builds under a lock, then hands out immutable values.
+When verification fails, :func:`peer_issuer` reads the issuer the broker's certificate
+names (unverified, for the error message only: which CA to look for).
+
+Thread-safe: :class:`TLSSetup` builds under a lock, then hands out immutable values;
+the functions keep no state.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import socket
 import ssl
 import tempfile
 import threading
@@ -40,10 +45,17 @@ import grpc
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.options import TLSOptions
 
-__all__ = ["TLSSetup", "system_roots"]
+__all__ = ["TLSSetup", "certificate_issuer", "peer_issuer", "system_roots"]
 
 #: Names OpenSSL looks up in a certificate directory: ``<subject hash>.<n>``.
 _HASHED_NAME = re.compile(r"^[0-9a-f]{8}\.[0-9]+$")
+#: Attribute types of a distinguished name worth showing, by DER-encoded OID.
+_NAME_ATTRIBUTES = {
+    b"\x55\x04\x03": "CN",
+    b"\x55\x04\x0b": "OU",
+    b"\x55\x04\x0a": "O",
+    b"\x55\x04\x06": "C",
+}
 #: Where an open descriptor can be opened again by path.
 _FD_DIRS = ("/proc/self/fd", "/dev/fd")
 
@@ -224,3 +236,61 @@ def _memory_path(data: bytes) -> Iterator[str]:
         if fd >= 0:
             os.close(fd)
         os.unlink(path)
+
+
+def peer_issuer(host: str, port: int, server_hostname: str, timeout: float) -> str | None:
+    """The issuer the broker's certificate names, read without verifying anything.
+
+    Only for an error message after verification failed (which CA to look for); the
+    name is whatever the peer sent. ``None`` if it cannot be had.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=server_hostname) as conn:
+                der = conn.getpeercert(binary_form=True)
+    except OSError:
+        return None
+    return certificate_issuer(der) if der else None
+
+
+def _der_item(data: bytes, pos: int) -> tuple[int, int, int]:
+    """(tag, start of content, end of content) of the DER item at ``pos``."""
+    tag, length = data[pos], data[pos + 1]
+    pos += 2
+    if length & 0x80:
+        count = length & 0x7F
+        length = int.from_bytes(data[pos : pos + count], "big")
+        pos += count
+    if pos + length > len(data):
+        raise ValueError("truncated DER")
+    return tag, pos, pos + length
+
+
+def certificate_issuer(der: bytes) -> str | None:
+    """The issuer of a DER certificate as ``"CN=..., O=..."`` (``None``: unreadable)."""
+    try:
+        _, pos, _ = _der_item(der, 0)  # Certificate
+        _, pos, _ = _der_item(der, pos)  # TBSCertificate
+        tag, _, end = _der_item(der, pos)
+        if tag == 0xA0:  # [0] version
+            pos = end
+        for _ in range(2):  # serialNumber, signature
+            _, _, pos = _der_item(der, pos)
+        _, pos, name_end = _der_item(der, pos)  # issuer Name
+        parts = []
+        while pos < name_end:
+            _, rdn, pos = _der_item(der, pos)  # RelativeDistinguishedName (SET)
+            _, attribute, _ = _der_item(der, rdn)  # AttributeTypeAndValue
+            _, oid_start, oid_end = _der_item(der, attribute)
+            value_tag, value_start, value_end = _der_item(der, oid_end)
+            label = _NAME_ATTRIBUTES.get(der[oid_start:oid_end])
+            if label is not None:
+                raw = der[value_start:value_end]
+                value = raw.decode("utf-16-be" if value_tag == 0x1E else "utf-8", "replace")
+                parts.append(f"{label}={value}")
+    except (IndexError, ValueError):
+        return None
+    return ", ".join(parts) or None

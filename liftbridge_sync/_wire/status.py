@@ -234,7 +234,12 @@ _STRICT_ONLY_VERIFY_CODES = frozenset({77, *range(80, 95)})
 
 
 def error_from_tls_exception(
-    address: str, error: ssl.SSLError, *, strict: bool = False, system_roots: bool = False
+    address: str,
+    error: ssl.SSLError,
+    *,
+    strict: bool = False,
+    system_roots: bool = False,
+    issuer: str | None = None,
 ) -> TLSError:
     """Classify the ``ssl`` error of a handshake this package made itself.
 
@@ -246,6 +251,8 @@ def error_from_tls_exception(
             mode raises (by OpenSSL's verify code) is named as such.
         system_roots: The roots were the system store (no ``ca_cert``); the message
             says so.
+        issuer: The issuer the broker's certificate names (unverified), if known; the
+            message of an untrusted certificate shows it.
 
     Returns:
         The :class:`TLSError` to raise, naming the cause.
@@ -263,11 +270,14 @@ def error_from_tls_exception(
     else:
         reason = _SSL_REASONS.get(str(error.reason or ""), "handshake_failed")
     message = _tls_message(reason, where, detail)
-    if system_roots and reason == "server_certificate_untrusted":
-        message += (
-            "; ca_cert is not set, so the trusted CAs were the system store's "
-            "(SSL_CERT_FILE and SSL_CERT_DIR choose another)"
-        )
+    if reason == "server_certificate_untrusted":
+        if issuer:
+            message += f"; the broker's certificate says it was issued by {issuer!r}"
+        if system_roots:
+            message += (
+                "; ca_cert is not set, so the trusted CAs were the system store's "
+                "(SSL_CERT_FILE and SSL_CERT_DIR choose another)"
+            )
     return TLSError(message, reason=reason, details=detail)
 
 

@@ -340,7 +340,10 @@ def test_untrusted_server_certificate(
     operation: str,
 ) -> None:
     tls = TLSOptions(ca_cert=str(foreign.ca_cert))
-    _expect_tls_error(capfd, tls_server, tls, operation, "server_certificate_untrusted", "ca_cert")
+    error = _expect_tls_error(
+        capfd, tls_server, tls, operation, "server_certificate_untrusted", "ca_cert"
+    )
+    assert "issued by 'CN=liftbridge-sync test CA'" in str(error)  # which CA to look for
 
 
 @pytest.mark.parametrize("operation", OPERATION_PARAMS)
@@ -521,6 +524,7 @@ def test_a_ca_in_neither_store_is_an_untrusted_ca(
         capfd, tls_server, TLSOptions(), operation, "server_certificate_untrusted", "trusted CA"
     )
     assert "system store" in str(error) and "SSL_CERT_FILE" in str(error)
+    assert "issued by 'CN=liftbridge-sync test CA'" in str(error)
 
 
 # ---------------------------------------------------------------- strict X.509

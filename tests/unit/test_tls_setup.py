@@ -17,7 +17,7 @@ import liftbridge_sync as lb
 from liftbridge_sync import TLSOptions
 from liftbridge_sync._transport import tls as tls_module
 from liftbridge_sync._transport.h2.sockets import speaks_tls
-from liftbridge_sync._transport.tls import TLSSetup, system_roots
+from liftbridge_sync._transport.tls import TLSSetup, certificate_issuer, system_roots
 from liftbridge_sync.testing import TestCertificates, generate_certificates
 
 
@@ -233,3 +233,11 @@ def test_the_probe_of_a_plaintext_peer() -> None:
         closer.start()
         assert speaks_tls(address) is None
         closer.join(10)
+
+
+def test_the_issuer_of_a_certificate(certs: TestCertificates, other: TestCertificates) -> None:
+    assert certificate_issuer(_der(certs.server_cert)) == "CN=liftbridge-sync test CA"
+    assert certificate_issuer(_der(other.ca_cert)) == "CN=another CA"
+    der = _der(certs.server_cert)
+    assert certificate_issuer(der[:40]) is None
+    assert certificate_issuer(b"") is None
