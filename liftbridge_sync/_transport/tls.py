@@ -25,8 +25,9 @@ the pre-flight, hence to every path; grpcio's own verifier has no strict mode).
 When verification fails, :func:`peer_issuer` reads the issuer the broker's certificate
 names (unverified, for the error message only: which CA to look for).
 
-Thread-safe: :class:`TLSSetup` builds under a lock, then hands out immutable values;
-the functions keep no state.
+Thread-safe: :class:`TLSSetup` builds under a lock, then hands out objects it never
+changes again (an ``ssl`` context may wrap sockets from any thread); the functions keep
+no state.
 """
 
 from __future__ import annotations

@@ -2,8 +2,11 @@
 
 Each server is a fresh single node with embedded NATS, started by the harness from
 certificates made in the module's temporary directory: a TLS-only server, a mutual-TLS
-server and a mutual-TLS server with casbin ACLs. Failures must be typed, quick (well
-under the 5.8 s a retried UNAVAILABLE takes) and must not print gRPC C-core lines.
+server and a mutual-TLS server with casbin ACLs (and one whose CA lacks keyUsage, for
+strict X.509 verification). Failures must be typed, quick (well under the 5.8 s a
+retried UNAVAILABLE takes) and must not print gRPC C-core lines. Both trust stores are
+tried on every path: a CA only in the system store (a bundle in ``SSL_CERT_FILE``), only
+in ``ca_cert``, and in neither.
 """
 
 from __future__ import annotations
