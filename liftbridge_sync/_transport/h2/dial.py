@@ -98,7 +98,8 @@ def dial(
         if recv_window > 65535:
             conn.increment_flow_control_window(recv_window - 65535)
         stream_id = conn.get_next_available_stream_id()
-        # The name the certificate was checked against, as grpcio sends it.
+        # TLSOptions.server_name when set, else the address: what our grpcio channels
+        # send (their grpc.default_authority).
         authority = tls.server_hostname(address) if tls is not None else address
         conn.send_headers(
             stream_id,
