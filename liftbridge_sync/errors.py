@@ -177,7 +177,10 @@ class TLSError(BrokerUnavailableError):
     * ``"client_certificate_missing_or_rejected"``: one of the two above; gRPC's status
       does not say which (the client's own TLS pre-flight usually does first).
     * ``"server_certificate_untrusted"``: the broker's certificate is not signed by
-      ``TLSOptions.ca_cert`` (or the system roots).
+      ``TLSOptions.ca_cert`` (or, without it, a CA of the system store).
+    * ``"strict_x509_verification"``: the broker's certificate chain fails strict
+      X.509 verification (Python's default from 3.13 on), e.g. a CA certificate without
+      ``keyUsage``.
     * ``"server_name_mismatch"``: the broker's certificate is not valid for the address
       (or ``TLSOptions.server_name``).
     * ``"server_requires_tls"``: the client speaks plaintext to a broker that only

@@ -147,7 +147,9 @@ class TLSOptions:
     share and to pickle.
     """
 
-    #: CA bundle that signs the server certificate (``None``: system roots).
+    #: CA bundle that signs the server certificate. ``None``: the system CA store as
+    #: OpenSSL finds it (``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` choose another), read
+    #: once per client and trusted by every connection, grpcio's included.
     ca_cert: bytes | str | None = None
     #: Client certificate chain for mutual TLS.
     client_cert: bytes | str | None = None

@@ -1,6 +1,7 @@
 """The transport layer: channels, metadata, routed and retried RPCs, publish streams.
 
 * :mod:`.channels`: one gRPC channel per broker (:class:`ChannelPool`).
+* :mod:`.tls`: the client's one TLS set-up (roots, ``ssl`` context, grpc credentials).
 * :mod:`.metadata`: the cluster metadata cache.
 * :mod:`.retry`: the tenacity seam (every retry loop goes through it).
 * :mod:`.core`: :class:`ClientCore`, broker selection, leader routing and deadlines.

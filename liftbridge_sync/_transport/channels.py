@@ -6,7 +6,8 @@ option, which reads a server stream on the calling thread with no hand-off (meas
 cheaper per message than the default on a 2-core VM; performance.md §6.3).
 
 With TLS, the first channel to each broker is preceded by a *pre-flight*: one TLS
-handshake made with Python's ``ssl`` and the same certificates (see :func:`preflight_tls`).
+handshake made with Python's ``ssl`` and the same roots and certificates (one
+:class:`~liftbridge_sync._transport.tls.TLSSetup` per client; see :func:`preflight_tls`).
 It exists because gRPC reports a failed handshake poorly: as UNAVAILABLE (retried for
 seconds), with "TSI_DATA_CORRUPTED" for both a missing and an unknown client certificate,
 and with the real cause only in lines the C-core writes to the process's stderr. The
@@ -24,24 +25,22 @@ connections; an application that wants no C-core logging at all can still set
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import ssl
-import tempfile
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
 import grpc.experimental
 
 from liftbridge_sync._proto import api_pb2_grpc
+from liftbridge_sync._transport.tls import TLSSetup, peer_issuer
 from liftbridge_sync._wire.status import error_from_tls_exception
-from liftbridge_sync.errors import ClientClosedError, ConfigurationError, ForkedClientError
-from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
+from liftbridge_sync.errors import ClientClosedError, ForkedClientError
+from liftbridge_sync.options import ClientOptions, parse_address
 
-__all__ = ["ChannelPool", "Stub", "preflight_tls", "tls_context"]
+__all__ = ["ChannelPool", "Stub", "preflight_tls"]
 
 Stub = api_pb2_grpc.APIStub
 
@@ -68,53 +67,8 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x
 _PREFLIGHT_TIMEOUT = 5.0
 
 
-def _grpc_roots() -> str | None:
-    """The CA file gRPC trusts when ``ca_cert`` is None (its env override or its bundle)."""
-    override = os.environ.get("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH")
-    if override:
-        return override
-    bundled = Path(grpc.__file__).parent / "_cython" / "_credentials" / "roots.pem"
-    return str(bundled) if bundled.is_file() else None
-
-
-def tls_context(tls: TLSOptions) -> ssl.SSLContext:
-    """An ``ssl`` client context that trusts and presents what gRPC's credentials do.
-
-    Raises:
-        ConfigurationError: if the CA or the client certificate and key do not load.
-    """
-    try:
-        return _build_context(tls)
-    except ssl.SSLError as exc:
-        raise ConfigurationError(
-            f"TLSOptions: the CA certificate or the client certificate and key do not load "
-            f"(not PEM, or a key that does not match the certificate): {exc}"
-        ) from None
-
-
-def _build_context(tls: TLSOptions) -> ssl.SSLContext:
-    ca = tls.ca_cert
-    if isinstance(ca, bytes):
-        context = ssl.create_default_context(cadata=ca.decode("ascii"))
-    else:
-        context = ssl.create_default_context(cafile=_grpc_roots())
-    if tls.client_cert is not None and tls.client_key is not None:
-        # load_cert_chain only reads files; the key stays on disk (0600) just for the call.
-        fd, path = tempfile.mkstemp(prefix="liftbridge-", suffix=".pem")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                for part in (tls.client_cert, tls.client_key):
-                    handle.write(part if isinstance(part, bytes) else part.encode())
-                    handle.write(b"\n")
-            context.load_cert_chain(path)
-        finally:
-            os.unlink(path)
-    context.set_alpn_protocols(["h2"])
-    return context
-
-
-def preflight_tls(address: str, tls: TLSOptions, context: ssl.SSLContext, timeout: float) -> None:
-    """One TLS handshake to ``address`` with ``tls``; raise if it fails for a TLS reason.
+def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> None:
+    """One TLS handshake to ``address`` with ``setup``; raise if it fails for a TLS reason.
 
     Sends the HTTP/2 preface and waits for the first bytes back, so that a TLS 1.3
     server's verdict on the client certificate (an alert after the handshake) is seen.
@@ -123,28 +77,44 @@ def preflight_tls(address: str, tls: TLSOptions, context: ssl.SSLContext, timeou
 
     Args:
         address: ``host:port`` of the broker.
-        tls: The client's TLS options (``server_name`` overrides the checked name).
-        context: From :func:`tls_context`.
+        setup: The client's TLS set-up (the same context as its other connections).
         timeout: Seconds for the connect and for each read.
 
     Raises:
         TLSError: naming the cause (missing or rejected client certificate, untrusted
-            server certificate, name mismatch, plaintext server).
+            server certificate, strict X.509 verification, name mismatch, plaintext
+            server).
+        ConfigurationError: the TLS options' certificates do not load.
     """
     host, port = parse_address(address)
+    context = setup.context()
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError:
         return  # not a TLS problem; gRPC reports and retries it
     with contextlib.closing(raw):
         try:
-            with context.wrap_socket(raw, server_hostname=tls.server_name or host) as conn:
-                conn.sendall(_H2_PREFACE)
+            with context.wrap_socket(raw, server_hostname=setup.server_hostname(host)) as conn:
+                try:
+                    conn.sendall(_H2_PREFACE)
+                except OSError:
+                    # A broker that refused us may have sent its alert and closed before
+                    # the preface went out: the alert still waits to be read.
+                    pass
                 conn.recv(64)
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
             return  # closed without a TLS verdict (e.g. a broker shutting down)
         except ssl.SSLError as exc:
-            raise error_from_tls_exception(address, exc) from None
+            issuer = None
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                issuer = peer_issuer(host, port, setup.server_hostname(host), timeout)
+            raise error_from_tls_exception(
+                address,
+                exc,
+                strict=bool(context.verify_flags & ssl.VERIFY_X509_STRICT),
+                system_roots=setup.options.ca_cert is None,
+                issuer=issuer,
+            ) from None
         except OSError:
             return
 
@@ -172,7 +142,8 @@ class ChannelPool:
         self._used = False
         self._factory = channel_factory or self._make_channel
         self._checked: set[str] = set()
-        self._tls_context: ssl.SSLContext | None = None
+        #: The client's one TLS set-up, also used by the ``"h2"`` dials.
+        self.tls = TLSSetup(options.tls) if options.tls is not None else None
 
     def _channel_options(self, streaming_reads: bool) -> list[tuple[str, Any]]:
         merged = dict(_BASE_OPTIONS)
@@ -191,15 +162,9 @@ class ChannelPool:
         return list(merged.items())
 
     def _make_channel(self, address: str, channel_options: list[tuple[str, Any]]) -> grpc.Channel:
-        tls = self._options.tls
-        if tls is None:
+        if self.tls is None:
             return grpc.insecure_channel(address, options=channel_options)
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=tls.ca_cert,  # type: ignore[arg-type]
-            private_key=tls.client_key,  # type: ignore[arg-type]
-            certificate_chain=tls.client_cert,  # type: ignore[arg-type]
-        )
-        return grpc.secure_channel(address, credentials, options=channel_options)
+        return grpc.secure_channel(address, self.tls.channel_credentials(), options=channel_options)
 
     def addresses(self) -> tuple[str, ...]:
         """The brokers this pool has a channel to, sorted."""
@@ -240,22 +205,20 @@ class ChannelPool:
     def check_tls(self, address: str) -> None:
         """Run :func:`preflight_tls` once per broker (outside the lock: it does I/O).
 
-        Called before the first channel to ``address`` is made; a transport that opens
-        its own sockets (the ``"h2"`` publish stream) should call it too. Without TLS,
+        Called before the first channel to ``address`` is made; the transports that
+        open their own sockets (the ``"h2"`` publish stream and subscriptions) call it
+        too. Without TLS,
         or once the broker passed, it returns at once.
 
         Raises:
             TLSError: the handshake failed for a TLS reason (checked again next time).
             ConfigurationError: the TLS options' certificates do not load.
         """
-        tls = self._options.tls
-        if tls is None or address in self._checked or self._factory != self._make_channel:
+        setup = self.tls
+        if setup is None or address in self._checked or self._factory != self._make_channel:
             return
-        context = self._tls_context
-        if context is None:
-            context = self._tls_context = tls_context(tls)
         timeout = min(self._options.rpc_timeout, _PREFLIGHT_TIMEOUT)
-        preflight_tls(address, tls, context, timeout)
+        preflight_tls(address, setup, timeout)
         with self._lock:
             self._checked.add(address)
 

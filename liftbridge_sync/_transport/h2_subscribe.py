@@ -37,17 +37,14 @@ import time
 from typing import Any
 
 import grpc
-import h2.config
-import h2.connection
 import h2.exceptions
-import h2.settings
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._transport.h2 import framing
-from liftbridge_sync._transport.h2.dial import tls_context
+from liftbridge_sync._transport.h2.dial import DialError, dial
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver, SubscribeRpcError
-from liftbridge_sync.options import ClientOptions, parse_address
+from liftbridge_sync._transport.tls import TLSSetup
+from liftbridge_sync.options import ClientOptions
 
 __all__ = ["H2SubscribeCall", "SubscribeRpcError"]
 
@@ -85,10 +82,20 @@ class H2SubscribeCall(SubscribeReceiver):
     ``next()`` must be called by one thread at a time; ``cancel()`` is thread-safe.
     """
 
-    def __init__(self, address: str, request: api_pb2.SubscribeRequest, options: ClientOptions):
+    def __init__(
+        self,
+        address: str,
+        request: api_pb2.SubscribeRequest,
+        options: ClientOptions,
+        tls: TLSSetup | None = None,
+    ):
         self._address = address
         self._request = request
         self._options = options
+        # The client's own TLS set-up (one per client); a stand-alone call builds one.
+        if tls is None and options.tls is not None:
+            tls = TLSSetup(options.tls)
+        self._tls = tls
         super().__init__(max_message_size(options))
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -273,60 +280,16 @@ class H2SubscribeCall(SubscribeReceiver):
     def _connect(self) -> None:
         if self._cancelled:
             raise self._cancelled_error()
-        options = self._options
-        host, port = parse_address(self._address)
-        tls = options.tls
+        body = self._request.SerializeToString()
         try:
-            sock = socket.create_connection((host, port), timeout=options.rpc_timeout)
-        except OSError as exc:
+            sock, conn, sid = dial(
+                self._address, self._options, self._tls, _PATH, _RECV_WINDOW, body
+            )
+        except DialError as exc:
             self._ended = True
-            self._error = SubscribeRpcError(
-                _SC.UNAVAILABLE, f"cannot connect to {self._address}: {exc}"
-            )
+            self._error = SubscribeRpcError(_SC.UNAVAILABLE, str(exc))
             raise self._error from None
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if tls is not None:
-                sock = tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
-                if sock.selected_alpn_protocol() != "h2":
-                    raise OSError("the broker did not negotiate HTTP/2 (ALPN h2)")
-            conn = h2.connection.H2Connection(
-                config=h2.config.H2Configuration(client_side=True, header_encoding=None)
-            )
-            conn.initiate_connection()
-            conn.update_settings(
-                {
-                    h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _RECV_WINDOW,
-                    h2.settings.SettingCodes.ENABLE_PUSH: 0,
-                }
-            )
-            if _RECV_WINDOW > 65535:
-                conn.increment_flow_control_window(_RECV_WINDOW - 65535)
-            sid = conn.get_next_available_stream_id()
-            authority = (tls.server_name if tls and tls.server_name else self._address).encode()
-            conn.send_headers(
-                sid,
-                [
-                    (b":method", b"POST"),
-                    (b":scheme", b"https" if tls is not None else b"http"),
-                    (b":path", _PATH),
-                    (b":authority", authority),
-                    (b"content-type", b"application/grpc"),
-                    (b"te", b"trailers"),
-                    (b"user-agent", b"liftbridge-sync"),
-                ],
-            )
-            body = self._request.SerializeToString()
-            conn.send_data(sid, framing.PREFIX.pack(0, len(body)) + body, end_stream=True)
-            sock.sendall(conn.data_to_send())
-            sock.settimeout(None)
-        except (OSError, h2.exceptions.ProtocolError) as exc:
-            sock.close()
-            self._ended = True
-            self._error = SubscribeRpcError(
-                _SC.UNAVAILABLE, f"cannot open a stream to {self._address}: {exc}"
-            )
-            raise self._error from None
+        sock.settimeout(None)
         with self._lock:
             if self._cancelled:
                 sock.close()
@@ -336,9 +299,14 @@ class H2SubscribeCall(SubscribeReceiver):
         self._stream_id = sid
 
 
-def open_call(address: str, request: api_pb2.SubscribeRequest, options: ClientOptions) -> Any:
+def open_call(
+    address: str,
+    request: api_pb2.SubscribeRequest,
+    options: ClientOptions,
+    tls: TLSSetup | None = None,
+) -> Any:
     """A new, not yet connected :class:`H2SubscribeCall` (the grpcio ``Subscribe`` stand-in).
 
-    Thread-safe.
+    ``tls`` is the client's TLS set-up (``ChannelPool.tls``). Thread-safe.
     """
-    return H2SubscribeCall(address, request, options)
+    return H2SubscribeCall(address, request, options, tls)

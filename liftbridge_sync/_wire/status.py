@@ -117,6 +117,13 @@ _TLS_CAUSES: dict[str, str] = {
         "the broker's certificate is not signed by a trusted CA: set TLSOptions(ca_cert=...) "
         "to the CA that signed it"
     ),
+    "strict_x509_verification": (
+        "the broker's certificate chain fails strict X.509 verification (VERIFY_X509_STRICT, "
+        "Python's default from 3.13 on), although its CA may be trusted: a certificate "
+        "lacks an extension RFC 5280 requires (a CA needs a critical basicConstraints, "
+        "keyUsage with keyCertSign and a subjectKeyIdentifier; a certificate issued by it "
+        "an authorityKeyIdentifier); reissue the certificates with them"
+    ),
     "server_name_mismatch": (
         "the broker's certificate is not valid for the name connected to: connect by a "
         "name or IP address in its subjectAltName, or set TLSOptions(server_name=...)"
@@ -161,15 +168,34 @@ def _tls_message(reason: str, where: str, detail: str) -> str:
     return f"{where}: TLS failure: {_TLS_CAUSES[reason]} ({detail})"
 
 
-def plaintext_refused_error(where: str, details: str) -> TLSError:
-    """A plaintext connection the broker ended before any valid HTTP/2 frame.
+def plaintext_refused_error(where: str, details: str, *, verified: bool) -> BrokerUnavailableError:
+    """A plaintext connection the broker ended before any valid HTTP/2 frame, while its
+    port answers a TLS handshake: most likely a TLS-only broker.
 
     That is what a TLS-only broker does with a plaintext client (our own HTTP/2
     transports see it as a closed connection or garbage where SETTINGS should be).
+
+    Args:
+        where: What was connecting (``"publish"``).
+        details: How the connection ended.
+        verified: The TLS answer came with a certificate valid for the broker's
+            address from a CA of the system store. Only then is the error a
+            non-retryable :class:`TLSError`; an unverified answer could come from
+            anything on the path (or a broker restarting with other settings), so it
+            stays a retryable error that names the likely cause.
     """
     reason = "server_requires_tls"
-    return TLSError(
-        _tls_message(reason, where, details), reason=reason, code="UNAVAILABLE", details=details
+    if verified:
+        return TLSError(
+            _tls_message(reason, where, details), reason=reason, code="UNAVAILABLE", details=details
+        )
+    return BrokerUnavailableError(
+        f"{where}: broker unavailable: the plaintext connection was closed before HTTP/2 "
+        f"started, and the broker's port answers a TLS handshake (with a certificate not "
+        f"verified): if it requires TLS, set ClientOptions.tls / Client(tls=TLSOptions(...)) "
+        f"({details})",
+        code="UNAVAILABLE",
+        details=details,
     )
 
 
@@ -204,13 +230,33 @@ _SSL_REASONS: dict[str, str] = {
 }
 
 
-def error_from_tls_exception(address: str, error: ssl.SSLError) -> TLSError:
+#: OpenSSL verify codes (``X509_V_ERR_*``) that only strict X.509 verification
+#: (``X509_V_FLAG_X509_STRICT``) raises: SIGNATURE_ALGORITHM_MISMATCH and
+#: PATHLEN_INVALID_FOR_NON_CA (80) to EC_KEY_EXPLICIT_PARAMS (94), among them
+#: CA_CERT_MISSING_KEY_USAGE (92) and MISSING_AUTHORITY/SUBJECT_KEY_IDENTIFIER (85/86).
+_STRICT_ONLY_VERIFY_CODES = frozenset({77, *range(80, 95)})
+
+
+def error_from_tls_exception(
+    address: str,
+    error: ssl.SSLError,
+    *,
+    strict: bool = False,
+    system_roots: bool = False,
+    issuer: str | None = None,
+) -> TLSError:
     """Classify the ``ssl`` error of a handshake this package made itself.
 
     Args:
         address: ``host:port`` of the broker.
         error: What ``ssl`` raised during the handshake or the first read after it (a
             TLS 1.3 server sends its verdict on the client certificate only then).
+        strict: The context verified with ``VERIFY_X509_STRICT``: a failure only that
+            mode raises (by OpenSSL's verify code) is named as such.
+        system_roots: The roots were the system store (no ``ca_cert``); the message
+            says so.
+        issuer: The issuer the broker's certificate names (unverified), if known; the
+            message of an untrusted certificate shows it.
 
     Returns:
         The :class:`TLSError` to raise, naming the cause.
@@ -219,10 +265,24 @@ def error_from_tls_exception(address: str, error: ssl.SSLError) -> TLSError:
     detail = str(error)
     if isinstance(error, ssl.SSLCertVerificationError):
         text = (error.verify_message or detail).lower()
-        reason = "server_name_mismatch" if "mismatch" in text else "server_certificate_untrusted"
+        if strict and error.verify_code in _STRICT_ONLY_VERIFY_CODES:
+            reason = "strict_x509_verification"
+        elif "mismatch" in text:
+            reason = "server_name_mismatch"
+        else:
+            reason = "server_certificate_untrusted"
     else:
         reason = _SSL_REASONS.get(str(error.reason or ""), "handshake_failed")
-    return TLSError(_tls_message(reason, where, detail), reason=reason, details=detail)
+    message = _tls_message(reason, where, detail)
+    if reason == "server_certificate_untrusted":
+        if issuer:
+            message += f"; the broker's certificate says it was issued by {issuer!r}"
+        if system_roots:
+            message += (
+                "; ca_cert is not set, so the trusted CAs were the system store's "
+                "(SSL_CERT_FILE and SSL_CERT_DIR choose another)"
+            )
+    return TLSError(message, reason=reason, details=detail)
 
 
 _DENIED = re.compile(r"not authorized to call (\S+) on resource (\S*)", re.I)

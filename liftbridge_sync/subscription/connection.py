@@ -262,7 +262,11 @@ class PartitionConnection:
         if options.subscribe_transport == "h2":
             from liftbridge_sync._transport import h2_subscribe  # noqa: PLC0415 (h2 is optional)
 
-            call = h2_subscribe.open_call(address, self._resume_request(), options)
+            # The diagnosis the grpcio channels get (and their TLS set-up).
+            self._core.pool.check_tls(address)
+            call = h2_subscribe.open_call(
+                address, self._resume_request(), options, self._core.pool.tls
+            )
             # Reverse reads check every offset as it is delivered: one at a time.
             batched = not self._target.reverse
         else:

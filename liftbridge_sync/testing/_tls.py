@@ -17,7 +17,7 @@ import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from liftbridge_sync.options import TLSOptions
@@ -266,14 +266,22 @@ def generate_certificates(
     hosts: Iterable[str] = ("localhost", "127.0.0.1"),
     ca_name: str = "liftbridge-sync test CA",
     valid_for: datetime.timedelta = datetime.timedelta(days=2),
+    ca_key_usage: bool = True,
 ) -> TestCertificates:
     """Generate a CA, a server certificate and client certificates as PEM files.
 
-    Keys are ECDSA P-256. The server certificate has a SAN entry per host (IP
-    addresses as IP entries) and is valid for server authentication; client
-    certificates carry the Common Name as the server's ACL identity and are valid
-    for client authentication. A client certificate for :data:`PROBE_CLIENT` is
-    always made, for the harness's readiness probe.
+    Keys are ECDSA P-256. The certificates carry the extensions a public CA's do, so
+    that strict X.509 verification (Python's default from 3.13 on) accepts them: the
+    CA a critical ``basicConstraints`` (CA, path length 0), a critical ``keyUsage``
+    (keyCertSign, cRLSign) and subject and authority key identifiers; every leaf a
+    critical ``basicConstraints`` (not a CA), a critical ``keyUsage`` of
+    digitalSignature (the only use of an ECDSA key in TLS; keyEncipherment is for RSA
+    key transport, RFC 5480 forbids it for EC keys), an ``extendedKeyUsage`` and key
+    identifiers. The server certificate has a SAN entry per host (IP addresses as IP
+    entries) and is for server authentication; client certificates carry the Common
+    Name as the server's ACL identity and are for client authentication. A client
+    certificate for :data:`PROBE_CLIENT` is always made, for the harness's readiness
+    probe.
 
     Args:
         directory: Where to write the files (created if missing).
@@ -281,6 +289,9 @@ def generate_certificates(
         hosts: DNS names and IP addresses of the server certificate.
         ca_name: Common Name of the CA (use distinct ones for distinct CAs).
         valid_for: Validity, starting an hour ago (clock skew).
+        ca_key_usage: ``False`` leaves ``keyUsage`` out of the CA certificate, as older
+            tools did (``openssl req -x509`` without a config): strict verification
+            rejects such a CA, lenient verification accepts it.
 
     Returns:
         The paths.
@@ -320,34 +331,30 @@ def generate_certificates(
         return cert_path, key_path
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = (
+    ca_public = ca_key.public_key()
+    ca_builder = (
         x509.CertificateBuilder()
         .subject_name(name(ca_name))
         .issuer_name(name(ca_name))
-        .public_key(ca_key.public_key())
+        .public_key(ca_public)
         .serial_number(x509.random_serial_number())
         .not_valid_before(not_before)
         .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        # A path length needs keyCertSign (strict verification checks that first).
         .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
+            x509.BasicConstraints(ca=True, path_length=0 if ca_key_usage else None),
             critical=True,
         )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_public), critical=False)
         .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False
         )
-        .sign(ca_key, hashes.SHA256())
     )
+    if ca_key_usage:
+        ca_builder = ca_builder.add_extension(
+            _key_usage(x509, key_cert_sign=True, crl_sign=True), critical=True
+        )
+    ca_cert = ca_builder.sign(ca_key, hashes.SHA256())
     ca_paths = write("ca", ca_cert, ca_key)
 
     def leaf(
@@ -363,10 +370,13 @@ def generate_certificates(
             .not_valid_before(not_before)
             .not_valid_after(not_after)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(_key_usage(x509, digital_signature=True), critical=True)
             .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
             .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
-                critical=False,
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+            )
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_public), critical=False
             )
         )
         if sans:
@@ -396,3 +406,19 @@ def generate_certificates(
         server_key=server_paths[1],
         clients=client_paths,
     )
+
+
+def _key_usage(x509: Any, **usages: bool) -> Any:
+    """An ``x509.KeyUsage`` with ``usages`` set and every other bit clear."""
+    names = (
+        "digital_signature",
+        "content_commitment",
+        "key_encipherment",
+        "data_encipherment",
+        "key_agreement",
+        "key_cert_sign",
+        "crl_sign",
+        "encipher_only",
+        "decipher_only",
+    )
+    return x509.KeyUsage(**{n: usages.get(n, False) for n in names})

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,7 +22,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
 )
 from liftbridge_sync.models import Ack
-from liftbridge_sync.testing import FakeBroker, FakeCluster
+from liftbridge_sync.testing import FakeBroker, FakeCluster, generate_certificates
 from tests.constants import FAST_RETRY
 from tests.waiting import wait_until
 
@@ -306,26 +304,20 @@ def test_connect_refused_raises_broker_unavailable() -> None:
 # ---------------------------------------------------------------- TLS
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture
 def tls_files(tmp_path: Path) -> dict[str, bytes]:
-    """A throw-away CA with a server (localhost, 127.0.0.1) and a client certificate."""
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
-             "-subj", "/CN=test-ca", cwd=tmp_path)  # fmt: skip
-    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN={name}", cwd=tmp_path)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "1",
-                 "-extfile", "san.ext", cwd=tmp_path)  # fmt: skip
-    return {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".pem", ".key")}
+    """The harness's throw-away CA with a server (localhost, 127.0.0.1) and a client
+    certificate: extensions as real CAs make them, so strict X.509 (3.13+) accepts them."""
+    certs = generate_certificates(tmp_path, clients=["client"])
+    cert, key = certs.client("client")
+    paths = {
+        "ca.pem": certs.ca_cert,
+        "server.pem": certs.server_cert,
+        "server.key": certs.server_key,
+        "client.pem": cert,
+        "client.key": key,
+    }
+    return {name: path.read_bytes() for name, path in paths.items()}
 
 
 def test_mutual_tls_with_alpn(tls_files: dict[str, bytes]) -> None:

@@ -7,9 +7,7 @@ both transports in test_subscribe_faults.py.
 
 from __future__ import annotations
 
-import shutil
 import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -28,7 +26,7 @@ from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport import h2_subscribe
 from liftbridge_sync._transport.h2 import subscribe_receiver
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall, SubscribeRpcError
-from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
+from liftbridge_sync.testing import FakeBroker, FakeCluster, generate_certificates, serve
 
 from .test_subscribe_faults import make_client
 
@@ -266,24 +264,17 @@ def test_truncated_or_garbled_streams_fail_cleanly(
 # ---------------------------------------------------------------- TLS
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 def test_mutual_tls_with_alpn(tmp_path: Path) -> None:
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.pem", "-days", "1",
-             "-subj", "/CN=test-ca", cwd=tmp_path)  # fmt: skip
-    (tmp_path / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        _openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN={name}", cwd=tmp_path)  # fmt: skip
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "1",
-                 "-extfile", "san.ext", cwd=tmp_path)  # fmt: skip
-    files = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.suffix in (".pem", ".key")}
+    # The harness's CA: extensions as real CAs make them (strict X.509 on 3.13+).
+    certs = generate_certificates(tmp_path, clients=["client"])
+    client_cert, client_key = certs.client("client")
+    files = {
+        "ca.pem": certs.ca_cert.read_bytes(),
+        "server.pem": certs.server_cert.read_bytes(),
+        "server.key": certs.server_key.read_bytes(),
+        "client.pem": client_cert.read_bytes(),
+        "client.key": client_key.read_bytes(),
+    }
     fake = FakeBroker("a", FakeCluster(leader="a"))
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     api_pb2_grpc.add_APIServicer_to_server(fake, server)

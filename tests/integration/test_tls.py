@@ -2,22 +2,29 @@
 
 Each server is a fresh single node with embedded NATS, started by the harness from
 certificates made in the module's temporary directory: a TLS-only server, a mutual-TLS
-server and a mutual-TLS server with casbin ACLs. Failures must be typed, quick (well
-under the 5.8 s a retried UNAVAILABLE takes) and must not print gRPC C-core lines.
+server and a mutual-TLS server with casbin ACLs (and one whose CA lacks keyUsage, for
+strict X.509 verification). Failures must be typed, quick (well under the 5.8 s a
+retried UNAVAILABLE takes) and must not print gRPC C-core lines. Both trust stores are
+tried on every path: a CA only in the system store (a bundle in ``SSL_CERT_FILE``), only
+in ``ca_cert``, and in neither.
 """
 
 from __future__ import annotations
 
+import ssl
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, StartAt, StopAt, TLSOptions
 from liftbridge_sync._transport import channels
+from liftbridge_sync._transport.tls import TLSSetup
 from liftbridge_sync.testing import (
     PROBE_CLIENT,
     LiftbridgeCluster,
@@ -257,11 +264,9 @@ def _subscribe(client: Client) -> object:
         return sub.get(timeout=1)
 
 
-#: Operation name to (operation, publish transport). The h2 publish stream opens its own
-#: TLS socket and maps its failures to a retried BrokerUnavailableError, so a misconfigured
-#: client's publishes end in AckTimeoutError after the ack timeout. The fix is one line in
-#: ``_transport/h2stream.open_h2_stream`` (call ``core.pool.check_tls(address)`` first),
-#: left to the owner of that module.
+#: Operation name to (operation, publish transport). Subscriptions use the default
+#: ``"h2"`` subscribe transport; every path shares the client's one TLS set-up and its
+#: pre-flight diagnosis.
 OPERATIONS: dict[str, tuple[Operation, str]] = {
     "fetch_metadata": (_fetch_metadata, "grpc"),
     "create_stream": (_create_stream, "grpc"),
@@ -338,7 +343,10 @@ def test_untrusted_server_certificate(
     operation: str,
 ) -> None:
     tls = TLSOptions(ca_cert=str(foreign.ca_cert))
-    _expect_tls_error(capfd, tls_server, tls, operation, "server_certificate_untrusted", "ca_cert")
+    error = _expect_tls_error(
+        capfd, tls_server, tls, operation, "server_certificate_untrusted", "ca_cert"
+    )
+    assert "issued by 'CN=liftbridge-sync test CA'" in str(error)  # which CA to look for
 
 
 @pytest.mark.parametrize("operation", OPERATION_PARAMS)
@@ -352,14 +360,39 @@ def test_server_name_mismatch(
     _expect_tls_error(capfd, tls_server, tls, operation, "server_name_mismatch", "server_name")
 
 
-@pytest.mark.parametrize(
-    "operation",
-    [pytest.param(n) for n in OPERATIONS],
-)
+@pytest.mark.parametrize("operation", [n for n in OPERATIONS if n != "publish-h2"])
 def test_plaintext_against_tls(
     tls_server: LiftbridgeServer, capfd: pytest.CaptureFixture[str], operation: str
 ) -> None:
     _expect_tls_error(capfd, tls_server, None, operation, "server_requires_tls", "requires TLS")
+
+
+def test_plaintext_h2_publish_against_tls_is_retried_with_a_hint_when_unverified(
+    tls_server: LiftbridgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The h2 publish stream learns "TLS-only broker" from a probe handshake. Its
+    # certificate is from the test CA, which the system store does not hold: the
+    # answer is unverified (anything on the path could give it), so the failure stays
+    # retryable and only names the likely cause; the publish then times out.
+    with Client([tls_server.address], publish_transport="h2", ack_timeout=QUICK) as client:
+        with pytest.raises(lb.AckTimeoutError):
+            client.publish(unique("tlsfail"), b"x")
+    hints = [r.getMessage() for r in caplog.records if "answers a TLS handshake" in r.getMessage()]
+    assert hints and all("reconnecting" in hint for hint in hints), hints
+
+
+def test_plaintext_h2_publish_against_a_verified_tls_broker_is_a_tls_error(
+    tls_server: LiftbridgeServer,
+    certs: TestCertificates,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # With the test CA in the system store, the probe's handshake verifies: a broker
+    # holding a trusted certificate for this address speaks TLS there, so plaintext can
+    # never work and the error is final at once.
+    _system_store(monkeypatch, tmp_path, certs.ca_cert)
+    _expect_tls_error(capfd, tls_server, None, "publish-h2", "server_requires_tls", "requires TLS")
 
 
 @pytest.mark.parametrize("operation", OPERATION_PARAMS)
@@ -371,6 +404,169 @@ def test_tls_against_plaintext(
 ) -> None:
     tls = TLSOptions(ca_cert=str(certs.ca_cert))
     _expect_tls_error(capfd, liftbridge_address, tls, operation, "server_not_tls", "plaintext")
+
+
+# ---------------------------------------------------------------- trust stores
+
+
+def _system_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *cas: Path) -> None:
+    """Make the system CA store exactly ``cas`` (a bundle in SSL_CERT_FILE, no directory),
+    as OpenSSL reads it; the client reads it when it first builds its TLS set-up."""
+    bundle = tmp_path / "system-bundle.pem"
+    bundle.write_bytes(b"".join(ca.read_bytes() for ca in cas))
+    empty = tmp_path / "system-certs"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    monkeypatch.setenv("SSL_CERT_DIR", str(empty))
+
+
+def _every_path(client: Client, address: str, checked: list[str]) -> None:
+    """Admin (grpcio), publish and subscribe (the client's transports) and the
+    pre-flight diagnosis, all over TLS."""
+    name = unique("trust")
+    assert client.create_stream(name, name)
+    assert name in client.fetch_metadata(name).streams
+    first = client.publish(name, b"one")
+    future = client.publish_async(name, b"two")
+    client.flush()
+    second = future.result()
+    assert first is not None and second is not None
+    assert (first.offset, second.offset) == (0, 1)
+    with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+        assert [m.value for m in sub] == [b"one", b"two"]
+    client.delete_stream(name)
+    assert checked == [address], "one pre-flight, which passed"
+
+
+def _record_preflights(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    checked: list[str] = []
+    real = channels.preflight_tls
+
+    def recording(address: str, *args: Any) -> None:
+        real(address, *args)
+        checked.append(address)
+
+    monkeypatch.setattr(channels, "preflight_tls", recording)
+    return checked
+
+
+TRANSPORT_PAIRS = [
+    pytest.param("h2", "h2", id="h2"),
+    pytest.param("grpc", "grpc", id="grpc"),
+]
+
+
+@pytest.mark.parametrize(("publish", "subscribe"), TRANSPORT_PAIRS)
+def test_a_ca_only_in_the_system_store_serves_every_path(
+    mtls_server: LiftbridgeServer,
+    certs: TestCertificates,
+    foreign: TestCertificates,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    publish: str,
+    subscribe: str,
+) -> None:
+    # The test CA is in no other store grpcio or OpenSSL would read: grpcio's bundled
+    # roots do not hold it, so admin calls prove grpcio got the system store's roots.
+    _system_store(monkeypatch, tmp_path, foreign.ca_cert, certs.ca_cert)
+    checked = _record_preflights(monkeypatch)
+    cert, key = certs.client("alice")
+    tls = TLSOptions(client_cert=str(cert), client_key=str(key))  # no ca_cert
+    with _client(
+        mtls_server, tls, publish_transport=publish, subscribe_transport=subscribe
+    ) as client:
+        _every_path(client, mtls_server.address, checked)
+
+
+@pytest.mark.parametrize(("publish", "subscribe"), TRANSPORT_PAIRS)
+def test_a_ca_only_in_ca_cert_serves_every_path(
+    mtls_server: LiftbridgeServer,
+    certs: TestCertificates,
+    foreign: TestCertificates,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    publish: str,
+    subscribe: str,
+) -> None:
+    _system_store(monkeypatch, tmp_path, foreign.ca_cert)  # the system store lacks it
+    checked = _record_preflights(monkeypatch)
+    builds: list[str] = []
+    real_build = TLSSetup._build_context
+    real_credentials = grpc.ssl_channel_credentials
+
+    def build_context(setup: TLSSetup) -> ssl.SSLContext:
+        builds.append("ssl")
+        return real_build(setup)
+
+    def credentials(*args: Any, **kwargs: Any) -> grpc.ChannelCredentials:
+        builds.append("grpc")
+        return real_credentials(*args, **kwargs)
+
+    monkeypatch.setattr(TLSSetup, "_build_context", build_context)
+    monkeypatch.setattr(grpc, "ssl_channel_credentials", credentials)
+    with _client(
+        mtls_server, _as(certs, "alice"), publish_transport=publish, subscribe_transport=subscribe
+    ) as client:
+        _every_path(client, mtls_server.address, checked)
+        _every_path(client, mtls_server.address, checked)  # new subscription connections
+    # Built once per client, whatever the number of connections and paths.
+    assert sorted(builds) == ["grpc", "ssl"], builds
+
+
+@pytest.mark.parametrize("operation", OPERATION_PARAMS)
+def test_a_ca_in_neither_store_is_an_untrusted_ca(
+    tls_server: LiftbridgeServer,
+    foreign: TestCertificates,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    operation: str,
+) -> None:
+    _system_store(monkeypatch, tmp_path, foreign.ca_cert)
+    error = _expect_tls_error(
+        capfd, tls_server, TLSOptions(), operation, "server_certificate_untrusted", "trusted CA"
+    )
+    assert "system store" in str(error) and "SSL_CERT_FILE" in str(error)
+    assert "issued by 'CN=liftbridge-sync test CA'" in str(error)
+
+
+# ---------------------------------------------------------------- strict X.509
+
+
+@pytest.fixture(scope="module")
+def legacy_ca_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiftbridgeServer]:
+    """A TLS server whose CA has no keyUsage (what `openssl req -x509` used to make)."""
+    legacy = generate_certificates(tmp_path_factory.mktemp("legacy"), ca_key_usage=False)
+    with LiftbridgeServer(tls=legacy.server_tls()) as server:
+        yield server
+
+
+@pytest.mark.parametrize("operation", OPERATION_PARAMS)
+def test_a_ca_without_key_usage_under_strict_x509_verification(
+    legacy_ca_server: LiftbridgeServer, capfd: pytest.CaptureFixture[str], operation: str
+) -> None:
+    # Python 3.13 turned VERIFY_X509_STRICT on by default; the client keeps the
+    # interpreter's default (what any Python TLS client does there). Strict: a TLSError
+    # naming strict verification and the missing key usage, from OpenSSL's verify code,
+    # on every path (the pre-flight guards the grpcio channels too). Not strict
+    # (3.11, 3.12): such a CA is accepted, as grpcio accepts it.
+    strict = bool(ssl.create_default_context().verify_flags & ssl.VERIFY_X509_STRICT)
+    assert strict == (sys.version_info >= (3, 13))
+    tls = legacy_ca_server.client_tls()
+    if strict:
+        error = _expect_tls_error(
+            capfd, legacy_ca_server, tls, operation, "strict_x509_verification", "strict X.509"
+        )
+        assert "key usage" in str(error).lower() and "trusted CA" not in str(error)
+        return
+    name = unique("legacy")
+    _, transport = OPERATIONS[operation]
+    with _client(legacy_ca_server, tls, publish_transport=transport) as client:
+        client.create_stream(name, name)
+        assert client.publish(name, b"x") is not None
+        with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+            assert [m.value for m in sub] == [b"x"]
+        client.delete_stream(name)
 
 
 def test_a_key_that_does_not_match_the_certificate_is_a_configuration_error(

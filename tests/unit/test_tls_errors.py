@@ -15,6 +15,7 @@ from liftbridge_sync._wire.status import (
     error_from_async_error,
     error_from_status,
     error_from_tls_exception,
+    plaintext_refused_error,
 )
 from liftbridge_sync.testing import ServerTLS, write_policy
 
@@ -176,3 +177,41 @@ def test_write_policy(tmp_path: Path) -> None:
     assert path.read_text() == "p, alice, orders, Publish\n"
     with pytest.raises(ValueError):
         write_policy(tmp_path / "q.csv", [("alice", "a,b", "Publish")])
+
+
+def _verify_error(code: int, message: str) -> ssl.SSLCertVerificationError:
+    exc = ssl.SSLCertVerificationError(1, f"certificate verify failed: {message}")
+    exc.verify_code = code
+    exc.verify_message = message
+    return exc
+
+
+def test_a_failure_only_strict_verification_raises_is_named_so() -> None:
+    # 92 = X509_V_ERR_CA_CERT_MISSING_KEY_USAGE: raised only with VERIFY_X509_STRICT.
+    exc = _verify_error(92, "CA cert does not include key usage extension")
+    error = error_from_tls_exception("h:1", exc, strict=True)
+    assert error.reason == "strict_x509_verification"
+    assert "strict X.509" in str(error) and "key usage" in str(error)
+    assert not error.retryable
+    # Without strict verification that code cannot come from it: no claim is made.
+    assert error_from_tls_exception("h:1", exc).reason == "server_certificate_untrusted"
+    # And an unknown issuer under strict verification is still an untrusted CA.
+    unknown = _verify_error(20, "unable to get local issuer certificate")
+    assert error_from_tls_exception("h:1", unknown, strict=True).reason == (
+        "server_certificate_untrusted"
+    )
+
+
+def test_an_untrusted_ca_says_which_store_was_used() -> None:
+    exc = _verify_error(20, "unable to get local issuer certificate")
+    assert "system store" in str(error_from_tls_exception("h:1", exc, system_roots=True))
+    assert "system store" not in str(error_from_tls_exception("h:1", exc))
+
+
+def test_a_plaintext_refusal_is_final_only_when_the_tls_answer_was_verified() -> None:
+    hint = plaintext_refused_error("publish", "closed", verified=False)
+    assert type(hint) is lb.BrokerUnavailableError and hint.retryable
+    assert "answers a TLS handshake" in str(hint) and "ClientOptions.tls" in str(hint)
+    final = plaintext_refused_error("publish", "closed", verified=True)
+    assert type(final) is lb.TLSError and not final.retryable
+    assert final.reason == "server_requires_tls"

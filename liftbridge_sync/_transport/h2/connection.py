@@ -218,11 +218,16 @@ class H2PublishStream(CallerReads):
     # ------------------------------------------------------------------ I/O thread
 
     def _plaintext_refused(self, detail: str) -> LiftbridgeError | None:
-        """A TLSError when a plaintext connection died before any valid frame arrived
-        and the broker answers a TLS handshake (so a restart race stays retryable)."""
-        if self._tls or self._frames_ok or not speaks_tls(self._peer):
+        """The error saying the broker requires TLS, when a plaintext connection died
+        before any valid frame arrived and its port answers a TLS handshake: a TLSError
+        only if that answer was verified, else a retryable hint (a restart race, or
+        anyone on the path, must not make a passing failure permanent)."""
+        if self._tls or self._frames_ok:
             return None
-        return plaintext_refused_error("publish", detail)
+        verdict = speaks_tls(self._peer)
+        if verdict is None:
+            return None
+        return plaintext_refused_error("publish", detail, verified=verdict == "verified")
 
     def _run(self) -> None:
         error: LiftbridgeError | None

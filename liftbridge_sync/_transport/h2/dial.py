@@ -1,27 +1,27 @@
-"""Opening the ``"h2"`` publish transport: TCP, TLS with ALPN ``h2``, the HTTP/2 preface
-and the ``PublishAsync`` request headers. Every function here is thread-safe."""
+"""Opening a call over our own HTTP/2: TCP, TLS with ALPN ``h2``, the HTTP/2 preface and
+the request (:func:`dial`, shared by the ``"h2"`` publish stream and the ``Subscribe``
+reader), and the ``PublishAsync`` opener. Every function here is thread-safe."""
 
 from __future__ import annotations
 
-import os
 import socket
-import ssl
-import tempfile
 from collections.abc import Callable
 
 import h2.config
 import h2.connection
+import h2.exceptions
 import h2.settings
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2 import connection as _connection
+from liftbridge_sync._transport.h2 import framing
 from liftbridge_sync._transport.h2.connection import H2PublishStream
 from liftbridge_sync._transport.h2.responses import unavailable as _unavailable
 from liftbridge_sync._transport.publish_stream import PublishStream, StreamEvent
-from liftbridge_sync.errors import LiftbridgeError
-from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
+from liftbridge_sync._transport.tls import TLSSetup
+from liftbridge_sync.options import ClientOptions, parse_address
 
-__all__ = ["open_h2_stream", "tls_context"]
+__all__ = ["DialError", "dial", "open_h2_stream"]
 
 _PATH = b"/proto.API/PublishAsync"
 
@@ -38,24 +38,90 @@ def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
     return every, wait
 
 
-def tls_context(tls: TLSOptions) -> ssl.SSLContext:
-    """An SSL context for ``tls`` offering ALPN ``h2`` (shared by our HTTP/2 transports)."""
-    ca = tls.ca_cert
-    context = ssl.create_default_context(cadata=ca.decode("ascii") if isinstance(ca, bytes) else ca)
-    if tls.client_cert is not None and tls.client_key is not None:
-        # load_cert_chain only reads files; keep the key on disk just for the call.
-        fd, path = tempfile.mkstemp(prefix="liftbridge-", suffix=".pem")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                cert, key = tls.client_cert, tls.client_key
-                handle.write(cert if isinstance(cert, bytes) else cert.encode())
-                handle.write(b"\n")
-                handle.write(key if isinstance(key, bytes) else key.encode())
-            context.load_cert_chain(path)
-        finally:
-            os.unlink(path)
-    context.set_alpn_protocols(["h2"])
-    return context
+class DialError(Exception):
+    """The broker could not be reached or the stream not opened; the text says why."""
+
+
+def dial(
+    address: str,
+    options: ClientOptions,
+    tls: TLSSetup | None,
+    path: bytes,
+    recv_window: int,
+    body: bytes | None = None,
+) -> tuple[socket.socket, h2.connection.H2Connection, int]:
+    """Open one gRPC call on a new HTTP/2 connection (the publish and subscribe dial).
+
+    TCP (connect bounded by ``rpc_timeout``, ``TCP_NODELAY``), TLS with ALPN ``h2``
+    from the client's one :class:`~liftbridge_sync._transport.tls.TLSSetup`, the
+    connection preface with our SETTINGS and receive window, the request headers and,
+    for a call with a single request, ``body`` (one gRPC message) ending the request.
+    Everything is written before returning; the socket keeps the connect timeout.
+
+    Args:
+        address: ``host:port`` of the broker.
+        options: The client's options (``rpc_timeout``).
+        tls: The client's TLS set-up, ``None`` for plaintext.
+        path: The RPC's HTTP/2 path, e.g. ``b"/proto.API/Subscribe"``.
+        recv_window: Receive window of the stream and the connection, bytes.
+        body: The request message, already serialized, or ``None`` to keep the
+            request open (a client stream).
+
+    Returns:
+        The socket, the ``h2`` connection and the stream id.
+
+    Raises:
+        DialError: the connection or the stream could not be opened.
+        ConfigurationError: the TLS options' certificates do not load.
+    """
+    host, port = parse_address(address)
+    try:
+        sock = socket.create_connection((host, port), timeout=options.rpc_timeout)
+    except OSError as exc:
+        raise DialError(f"cannot connect to {address}: {exc}") from exc
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            sock = tls.context().wrap_socket(sock, server_hostname=tls.server_hostname(host))
+            if sock.selected_alpn_protocol() != "h2":
+                raise DialError(f"{address} did not negotiate HTTP/2 (ALPN h2)")
+        conn = h2.connection.H2Connection(
+            config=h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        conn.initiate_connection()
+        conn.update_settings(
+            {
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: recv_window,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            }
+        )
+        if recv_window > 65535:
+            conn.increment_flow_control_window(recv_window - 65535)
+        stream_id = conn.get_next_available_stream_id()
+        # TLSOptions.server_name when set, else the address: what our grpcio channels
+        # send (their grpc.default_authority).
+        authority = tls.server_hostname(address) if tls is not None else address
+        conn.send_headers(
+            stream_id,
+            [
+                (b":method", b"POST"),
+                (b":scheme", b"https" if tls is not None else b"http"),
+                (b":path", path),
+                (b":authority", authority.strip().encode()),
+                (b"content-type", b"application/grpc"),
+                (b"te", b"trailers"),
+                (b"user-agent", b"liftbridge-sync"),
+            ],
+        )
+        if body is not None:
+            conn.send_data(stream_id, framing.PREFIX.pack(0, len(body)) + body, end_stream=True)
+        sock.sendall(conn.data_to_send())
+    except BaseException as exc:
+        sock.close()
+        if isinstance(exc, OSError | h2.exceptions.ProtocolError):
+            raise DialError(f"cannot open a stream to {address}: {exc}") from exc
+        raise
+    return sock, conn, stream_id
 
 
 def open_h2_stream(
@@ -71,48 +137,16 @@ def open_h2_stream(
         BrokerUnavailableError: if the broker cannot be reached or TLS fails.
     """
     options = core.options
-    host, port = parse_address(address)
-    tls = options.tls
     # The same TLS diagnosis as the gRPC channels get: a misconfiguration is a typed,
     # non-retried TLSError naming its cause, not a stream that never opens.
     core.pool.check_tls(address)
     try:
-        sock = socket.create_connection((host, port), timeout=options.rpc_timeout)
-    except OSError as exc:
-        raise _unavailable(f"cannot connect to {address}: {exc}") from exc
+        sock, conn, stream_id = dial(
+            address, options, core.pool.tls, _PATH, _connection._RECV_WINDOW
+        )
+    except DialError as exc:
+        raise _unavailable(str(exc)) from exc
     try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if tls is not None:
-            sock = tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
-            if sock.selected_alpn_protocol() != "h2":
-                raise _unavailable(f"{address} did not negotiate HTTP/2 (ALPN h2)")
-        conn = h2.connection.H2Connection(
-            config=h2.config.H2Configuration(client_side=True, header_encoding=None)
-        )
-        conn.initiate_connection()
-        conn.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _connection._RECV_WINDOW,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            }
-        )
-        if _connection._RECV_WINDOW > 65535:
-            conn.increment_flow_control_window(_connection._RECV_WINDOW - 65535)
-        stream_id = conn.get_next_available_stream_id()
-        authority = address.strip().encode()
-        conn.send_headers(
-            stream_id,
-            [
-                (b":method", b"POST"),
-                (b":scheme", b"https" if tls is not None else b"http"),
-                (b":path", _PATH),
-                (b":authority", authority),
-                (b"content-type", b"application/grpc"),
-                (b"te", b"trailers"),
-                (b"user-agent", b"liftbridge-sync"),
-            ],
-        )
-        sock.sendall(conn.data_to_send())
         return H2PublishStream(
             sock,
             conn,
@@ -122,9 +156,9 @@ def open_h2_stream(
             keepalive=_keepalive(options),
             ack_read_delay=options.ack_read_delay,
         )
-    except LiftbridgeError:
-        sock.close()
-        raise
     except OSError as exc:
         sock.close()
         raise _unavailable(f"cannot open a stream to {address}: {exc}") from exc
+    except BaseException:
+        sock.close()
+        raise

@@ -31,23 +31,30 @@ class ConnectionLost(Exception):
     """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
 
 
-def speaks_tls(peer: tuple[str, int]) -> bool:
-    """Whether ``peer`` answers a TLS ClientHello (certificates are not checked: this
-    only tells a TLS-only broker from one that merely closed a connection)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+def speaks_tls(peer: tuple[str, int]) -> str | None:
+    """Whether ``peer`` answers a TLS ClientHello, and with what proof.
+
+    Returns:
+        ``"verified"``: it completed a handshake with a certificate valid for the
+        peer's address from a CA of the system store, which nobody else on the path
+        can fake; ``"unverified"``: something answered in TLS (a hint, never grounds
+        for a permanent error); ``None``: no TLS answer.
+    """
+    context = ssl.create_default_context()  # the system store, hostname checked
     try:
         with socket.create_connection(peer, timeout=2.0) as raw:
-            with context.wrap_socket(raw):
-                return True
+            with context.wrap_socket(raw, server_hostname=peer[0]):
+                return "verified"
+    except ssl.SSLCertVerificationError:
+        return "unverified"
     except ssl.SSLError as exc:
         # An alert (say, a client certificate is required) is still TLS talking; a
         # plaintext peer gives a record-layer or version error instead.
         text = str(exc).upper()
-        return not ("WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "EOF" in text)
+        plaintext = "WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "EOF" in text
+        return None if plaintext else "unverified"
     except OSError:
-        return False
+        return None
 
 
 class SocketCalls:
