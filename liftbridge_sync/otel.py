@@ -45,6 +45,7 @@ from opentelemetry.propagate import extract as _extract
 from opentelemetry.propagate import inject as _inject
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
+from liftbridge_sync._publishing.futures import peek
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack, Message
 
@@ -320,8 +321,9 @@ class Telemetry:
         """End the span and record metrics when ``future`` resolves."""
 
         def done(resolved: concurrent.futures.Future[Ack | None]) -> None:
-            error = resolved.exception()
-            self.finish_send(span, stream, started, error if error else resolved.result())
+            # Peeked, not retrieved: telemetry must not hide a failure from flush().
+            result, error = peek(resolved)  # type: ignore[arg-type]
+            self.finish_send(span, stream, started, error if error is not None else result)
 
         future.add_done_callback(done)
 

@@ -63,3 +63,20 @@ def test_consumer_group(liftbridge_address: str) -> None:
     assert "consumed: ['order 0', 'order 1', 'order 2', 'order 3']" in out
     assert "cursor of partition 1: 1" in out
     assert "activity: ['created" in out and "True joined" in out
+
+
+def test_observability(liftbridge_address: str) -> None:
+    out = run_example("observability.py", liftbridge_address)
+    assert f"healthy: {liftbridge_address} answered" in out
+    assert "lag after one message: 2" in out
+    spans = [line.split() for line in out.splitlines() if line.startswith("span ")]
+    sends = [s for s in spans if s[1].startswith("'send")]
+    processes = [s for s in spans if s[1].startswith("'process")]
+    assert len(sends) == 3 and len(processes) == 3
+    # Each process span is the child of a send span, in the same trace.
+    send_ids = {s[-2].split("=")[1]: s[-3].split("=")[1] for s in sends}
+    for span in processes:
+        parent = span[-1].split("=")[1]
+        assert parent in send_ids and send_ids[parent] == span[-3].split("=")[1]
+    assert "messaging.client.sent.messages" in out
+    assert "messaging.liftbridge.consumer.lag" in out
