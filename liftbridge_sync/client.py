@@ -283,13 +283,13 @@ class Client:
             group: NATS queue group shared by streams that split one subject.
             retention_max_bytes: Maximum log size in bytes (0 = unlimited).
             retention_max_messages: Maximum number of messages (0 = unlimited).
-            retention_max_age: Maximum message age, seconds or timedelta (0 = no limit).
+            retention_max_age: Maximum message age, seconds or timedelta (0 or inf: no limit).
             cleaner_interval: How often retention and compaction run (> 0).
             segment_max_bytes: Maximum size of one log segment, bytes.
-            segment_max_age: Age after which a segment rolls (0 = roll by size only).
+            segment_max_age: Age after which a segment rolls (0 or inf: by size only).
             compact_enabled: Keep only the latest message per key.
             compact_max_goroutines: Compaction workers (>= 1).
-            auto_pause_time: Idle time after which a partition pauses (0 disables).
+            auto_pause_time: Idle time after which a partition pauses (0 or inf: never).
             auto_pause_disable_if_subscribers: Do not auto-pause while subscribed.
             min_isr: In-sync replicas required to commit (>= 1).
             optimistic_concurrency_control: Enforce ``expected_offset`` on publishes.

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
+from liftbridge_sync._wire.validate import check_timeout
 
 __all__ = [
     "NO_CALLBACKS",
@@ -111,7 +112,13 @@ class PublishFuture(concurrent.futures.Future[T]):
         return self._state in _DONE
 
     def result(self, timeout: float | None = None) -> T:
-        """The ack; raises the publish's typed error."""
+        """The ack; raises the publish's typed error.
+
+        ``timeout`` is seconds to wait (``None`` or ``inf``: as long as it takes); NaN,
+        negative or above ~24 days raises ``ConfigurationError``.
+        """
+        if timeout is not None:
+            timeout = check_timeout("timeout", timeout)
         try:
             if self._state == _FINISHED:
                 if self._exception is not None:
@@ -123,7 +130,9 @@ class PublishFuture(concurrent.futures.Future[T]):
                 self.ledger.observed(self)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The publish's error, ``None`` on success."""
+        """The publish's error, ``None`` on success (``timeout`` as for :meth:`result`)."""
+        if timeout is not None:
+            timeout = check_timeout("timeout", timeout)
         try:
             if self._state == _FINISHED:
                 return self._exception
