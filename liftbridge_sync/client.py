@@ -395,13 +395,25 @@ class Client:
         """Store ``offset`` under ``cursor_id`` for a stream partition.
 
         Following the Go client, a cursor holds the last *processed* offset; reading
-        resumes at cursor + 1.
+        resumes at cursor + 1. The server would store a cursor for any name, so the
+        client first checks the cluster's metadata (refreshed once when it lacks the
+        stream or partition, so a stream created a moment ago works).
+
+        Raises:
+            NoSuchStreamError: the cluster has no such stream.
+            NoSuchPartitionError: the stream has no such partition.
         """
-        self._check().set_cursor(cursor_id, stream, partition, offset)
+        self._check().set_cursor(cursor_id, stream, partition, offset, must_exist=True)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
-        """The offset stored under ``cursor_id``, or ``-1`` if none was stored."""
-        return self._check().fetch_cursor(cursor_id, stream, partition)
+        """The offset stored under ``cursor_id``, or ``-1`` if none was stored.
+
+        Raises:
+            NoSuchStreamError: the cluster has no such stream.
+            NoSuchPartitionError: the stream has no such partition (both as for
+                :meth:`set_cursor`).
+        """
+        return self._check().fetch_cursor(cursor_id, stream, partition, must_exist=True)
 
     # ------------------------------------------------------------------ publish
 
