@@ -755,12 +755,17 @@ class Client:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.
 
-        No failure passes silently: if any publish failed since the previous ``flush()``
-        and nobody called ``result()`` or ``exception()`` on its future, this raises
-        :class:`~liftbridge_sync.errors.UnobservedPublishFailuresError` with the count and
-        the first causes (then forgets them). A sink that calls ``publish_async`` per row
-        and ``flush()`` at the end therefore fails loudly instead of losing rows. With
-        several threads publishing, a flush reports every thread's unobserved failures.
+        No failure passes silently: if, since the previous ``flush()``, a publish failed
+        and its future was dropped (garbage-collected) without anybody having called
+        ``result()`` or ``exception()`` on it (a done-callback that calls one counts), this
+        raises :class:`~liftbridge_sync.errors.UnobservedPublishFailuresError` with the
+        count and the first causes (then forgets them), as asyncio reports an exception
+        that was never retrieved. A sink that calls ``publish_async`` per row without
+        keeping the futures and ``flush()`` at the end therefore fails loudly instead of
+        losing rows. A failed future that some thread still holds is left to that
+        thread: it is reported only once dropped unlooked-at, so one thread's flush never
+        raises for failures another thread is about to look at. To have a flush check
+        futures you keep, look at them (``exception()``) after it.
 
         Raises:
             TimeoutError: if publishes are still pending after ``timeout`` seconds.
