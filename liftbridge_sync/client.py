@@ -369,13 +369,13 @@ class Client:
             group: NATS queue group shared by streams that split one subject.
             retention_max_bytes: Maximum log size in bytes (0 = unlimited).
             retention_max_messages: Maximum number of messages (0 = unlimited).
-            retention_max_age: Maximum message age, seconds or timedelta (0 = no limit).
+            retention_max_age: Maximum message age, seconds or timedelta (0 or inf: no limit).
             cleaner_interval: How often retention and compaction run (> 0).
             segment_max_bytes: Maximum size of one log segment, bytes.
-            segment_max_age: Age after which a segment rolls (0 = roll by size only).
+            segment_max_age: Age after which a segment rolls (0 or inf: by size only).
             compact_enabled: Keep only the latest message per key.
             compact_max_goroutines: Compaction workers (>= 1).
-            auto_pause_time: Idle time after which a partition pauses (0 disables).
+            auto_pause_time: Idle time after which a partition pauses (0 or inf: never).
             auto_pause_disable_if_subscribers: Do not auto-pause while subscribed.
             min_isr: In-sync replicas required to commit (>= 1).
             optimistic_concurrency_control: Enforce ``expected_offset`` on publishes.
@@ -481,13 +481,25 @@ class Client:
         """Store ``offset`` under ``cursor_id`` for a stream partition.
 
         Following the Go client, a cursor holds the last *processed* offset; reading
-        resumes at cursor + 1.
+        resumes at cursor + 1. The server would store a cursor for any name, so the
+        client first checks the cluster's metadata (refreshed once when it lacks the
+        stream or partition, so a stream created a moment ago works).
+
+        Raises:
+            NoSuchStreamError: the cluster has no such stream.
+            NoSuchPartitionError: the stream has no such partition.
         """
-        self._check().set_cursor(cursor_id, stream, partition, offset)
+        self._check().set_cursor(cursor_id, stream, partition, offset, must_exist=True)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
-        """The offset stored under ``cursor_id``, or ``-1`` if none was stored."""
-        return self._check().fetch_cursor(cursor_id, stream, partition)
+        """The offset stored under ``cursor_id``, or ``-1`` if none was stored.
+
+        Raises:
+            NoSuchStreamError: the cluster has no such stream.
+            NoSuchPartitionError: the stream has no such partition (both as for
+                :meth:`set_cursor`).
+        """
+        return self._check().fetch_cursor(cursor_id, stream, partition, must_exist=True)
 
     # ------------------------------------------------------------------ publish
 
@@ -953,12 +965,17 @@ class Client:
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.
 
-        No failure passes silently: if any publish failed since the previous ``flush()``
-        and nobody called ``result()`` or ``exception()`` on its future, this raises
-        :class:`~liftbridge_sync.errors.UnobservedPublishFailuresError` with the count and
-        the first causes (then forgets them). A sink that calls ``publish_async`` per row
-        and ``flush()`` at the end therefore fails loudly instead of losing rows. With
-        several threads publishing, a flush reports every thread's unobserved failures.
+        No failure passes silently: if, since the previous ``flush()``, a publish failed
+        and its future was dropped (garbage-collected) without anybody having called
+        ``result()`` or ``exception()`` on it (a done-callback that calls one counts), this
+        raises :class:`~liftbridge_sync.errors.UnobservedPublishFailuresError` with the
+        count and the first causes (then forgets them), as asyncio reports an exception
+        that was never retrieved. A sink that calls ``publish_async`` per row without
+        keeping the futures and ``flush()`` at the end therefore fails loudly instead of
+        losing rows. A failed future that some thread still holds is left to that
+        thread: it is reported only once dropped unlooked-at, so one thread's flush never
+        raises for failures another thread is about to look at. To have a flush check
+        futures you keep, look at them (``exception()``) after it.
 
         Raises:
             TimeoutError: if publishes are still pending after ``timeout`` seconds.

@@ -339,14 +339,17 @@ class PublishQueueFullError(PublishError):
 
 
 class UnobservedPublishFailuresError(PublishError):
-    """``flush()`` found publishes that failed since the last flush and nobody looked at.
+    """``flush()`` found publishes that failed and that nobody can look at any more.
 
-    A publish counts as observed once its future's ``result()`` or ``exception()`` has been
-    called (``publish()`` does so itself; a done-callback that inspects the future does
-    too). Failures are reported by one ``flush()`` only, then forgotten.
+    A failure counts as unobserved once its future was dropped (garbage-collected)
+    without its ``result()`` or ``exception()`` having been called (``publish()`` and
+    ``publish_batch()`` do so themselves; a done-callback that inspects the future does
+    too), as asyncio reports an exception that was never retrieved. A failed future
+    still held somewhere is not counted: its holder may yet look. Failures are reported
+    by one ``flush()`` only, then forgotten.
 
     Attributes:
-        count: How many publishes failed unobserved since the previous flush.
+        count: How many failed publishes were dropped unobserved since the previous flush.
         errors: The first of their errors (at most 10), in the order they failed.
     """
 

@@ -8,40 +8,27 @@ ship them to executors) and checked in ``__post_init__``, which raises
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.errors import ConfigurationError
 
 __all__ = ["ClientOptions", "RetryPolicy", "TLSOptions", "parse_address", "parse_addresses"]
 
 
-#: The longest wait any option or call accepts (about 24 days): beyond it, threading,
-#: ``select`` and gRPC timeouts overflow.
-TIMEOUT_MAX_SECONDS = 2_000_000.0
+def _seconds(obj: object, name: str, *, allow_zero: bool = False, none: str = "") -> None:
+    """Check the field ``name`` of ``obj``: seconds > 0 (or >= 0), finite, in range.
 
-
-def _positive(name: str, value: float | None, *, allow_none: bool = False) -> None:
-    """Seconds: a finite number > 0 and at most :data:`TIMEOUT_MAX_SECONDS`."""
-    if value is None and allow_none:
+    ``none`` says what ``None`` means for the field, if anything: ``"unlimited"`` (then
+    ``inf`` means it too and is stored as ``None``) or ``"off"`` (``None`` only).
+    """
+    value = getattr(obj, name)
+    if value is None and none:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{name!r} must be a finite number, got {value!r}")
-    if value <= 0:
-        raise ConfigurationError(f"{name!r} must be > 0, got {value!r}")
-    if value > TIMEOUT_MAX_SECONDS:
-        raise ConfigurationError(
-            f"{name!r} must be at most {TIMEOUT_MAX_SECONDS:.0f} s, got {value!r}"
-        )
-
-
-def _non_negative(name: str, value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigurationError(f"{name!r} must be a finite number, got {value!r}")
-    if value < 0:
-        raise ConfigurationError(f"{name!r} must be >= 0, got {value!r}")
+    seconds = check_seconds(name, value, allow_zero=allow_zero, unlimited=none == "unlimited")
+    object.__setattr__(obj, name, seconds)
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -111,10 +98,8 @@ class RetryPolicy:
             raise ConfigurationError("'max_attempts' must be an int")
         if self.max_attempts < 1:
             raise ConfigurationError(f"'max_attempts' must be >= 1, got {self.max_attempts}")
-        _non_negative("max_delay", self.max_delay)
-        _non_negative("initial", self.initial)
-        _non_negative("maximum", self.maximum)
-        _non_negative("jitter", self.jitter)
+        for name in ("max_delay", "initial", "maximum", "jitter"):
+            _seconds(self, name, allow_zero=True)
         if self.maximum < self.initial:
             raise ConfigurationError("'maximum' must be >= 'initial'")
 
@@ -203,14 +188,14 @@ class ClientOptions:
     ack_timeout: float = 30.0
     #: Publishes awaiting an ack before ``publish_async`` blocks.
     max_in_flight: int = 1024
-    #: Seconds ``publish_async`` blocks for a free slot (``None``: forever). Not shorter
+    #: Seconds ``publish_async`` blocks for a free slot (``None`` or ``inf``: forever). Not shorter
     #: than ``ack_timeout`` by default: a slot frees at the latest when the oldest
     #: publish in flight times out, so a failover never fails a publish for want of room.
     enqueue_timeout: float | None = 30.0
     #: Seconds the oldest unacknowledged publish to a partition may wait before the
     #: client checks with the partition's leader whether it was lost (a leader failover
     #: or a NATS restart loses publishes in flight) and, if so, re-sends the partition's
-    #: unacknowledged publishes in order (``None``: never; they then time out).
+    #: unacknowledged publishes in order (``None`` or ``inf``: never; they then time out).
     resend_after: float | None = 1.0
     #: Seconds a subscription keeps trying to resubscribe after losing its stream.
     resubscribe_wait: float = 30.0
@@ -230,7 +215,7 @@ class ClientOptions:
     #: single-threaded streaming reads).
     subscribe_transport: str = "h2"
     #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
-    #: PING to check the connection (``None``: never). The default respects the server's
+    #: PING to check the connection (``None`` or ``inf``: never). The default respects the server's
     #: gRPC keepalive policy (grpc-go refuses pings more often than every 5 minutes on a
     #: stream without data, answering with GOAWAY ``too_many_pings``).
     keepalive_interval: float | None = 300.0
@@ -249,14 +234,11 @@ class ClientOptions:
             raise ConfigurationError("'tls' must be a TLSOptions or None")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigurationError("'retry' must be a RetryPolicy")
-        _positive("rpc_timeout", self.rpc_timeout)
-        _positive("ack_timeout", self.ack_timeout)
-        _positive("enqueue_timeout", self.enqueue_timeout, allow_none=True)
-        _positive("resend_after", self.resend_after, allow_none=True)
-        _positive("ack_read_delay", self.ack_read_delay, allow_none=True)
-        _positive("resubscribe_wait", self.resubscribe_wait)
-        _positive("keepalive_interval", self.keepalive_interval, allow_none=True)
-        _positive("keepalive_timeout", self.keepalive_timeout)
+        for name in ("rpc_timeout", "ack_timeout", "resubscribe_wait", "keepalive_timeout"):
+            _seconds(self, name)
+        for name in ("enqueue_timeout", "resend_after", "keepalive_interval"):
+            _seconds(self, name, none="unlimited")
+        _seconds(self, "ack_read_delay", none="off")
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
             raise ConfigurationError("'max_in_flight' must be an int")
         if self.max_in_flight < 1:

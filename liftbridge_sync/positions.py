@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import time
 from datetime import datetime
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import ns_from_datetime
 
 __all__ = ["StartAt", "StartKind", "StopAt", "StopKind"]
+
+#: The longest time delta: what Unix nanoseconds in an int64 can hold (~292 years).
+_MAX_DELTA_SECONDS = float(2**63 - 1) / 1e9
 
 
 class StartKind(enum.Enum):
@@ -103,10 +108,17 @@ class StartAt:
 
     @classmethod
     def time_delta(cls, seconds: float) -> StartAt:
-        """Messages received in the last ``seconds``, counted from subscribe time."""
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
-            raise ConfigurationError("time_delta seconds must be a number >= 0")
-        return cls(StartKind.TIME_DELTA, delta_seconds=float(seconds))
+        """Messages received in the last ``seconds``, counted from subscribe time.
+
+        ``inf`` means every message (from the Unix epoch on); anything further back than
+        the epoch starts there too.
+
+        Raises:
+            ConfigurationError: NaN, negative, or beyond what Unix nanoseconds can hold
+                (about 292 years); ``ArgumentTypeError`` for a non-number.
+        """
+        delta = check_seconds("time_delta seconds", seconds, maximum=_MAX_DELTA_SECONDS)
+        return cls(StartKind.TIME_DELTA, delta_seconds=math.inf if delta is None else delta)
 
     @classmethod
     def cursor(cls, cursor_id: str) -> StartAt:
@@ -122,7 +134,10 @@ class StartAt:
     def resolve_timestamp_ns(self) -> int:
         """The start time in Unix ns for TIMESTAMP and TIME_DELTA positions."""
         if self.kind is StartKind.TIME_DELTA:
-            return time.time_ns() - int(self.delta_seconds * 1_000_000_000)
+            delta = self.delta_seconds
+            if delta > _MAX_DELTA_SECONDS:  # inf: every message
+                return 0
+            return max(0, time.time_ns() - int(delta * 1_000_000_000))
         return self.at_timestamp_ns
 
 

@@ -27,9 +27,11 @@ from typing import Any, TypeVar
 
 from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
+from liftbridge_sync._wire.validate import check_timeout
 
 __all__ = [
     "NO_CALLBACKS",
+    "FailureSink",
     "PublishFuture",
     "Unobserved",
     "settle",
@@ -54,17 +56,25 @@ NO_CALLBACKS: Any = ()
 
 
 class Unobserved:
-    """Where failures nobody looked at are recorded (see the publisher's ledger).
+    """A failed future's outcome that nobody has retrieved yet (see the publisher's ledger).
 
-    Implementations must be thread-safe: failures and observations come from any thread.
+    Attached to the future as its ``ledger`` when it fails; ``result()``/``exception()``
+    call :meth:`observed`. Implementations must be thread-safe.
     """
 
-    def failed(self, future: PublishFuture[Any], error: BaseException) -> None:
-        """``future`` failed with ``error``."""
+    def observed(self, future: PublishFuture[Any]) -> None:
+        """``future``'s outcome was retrieved."""
         raise NotImplementedError
 
-    def observed(self, future: PublishFuture[Any]) -> None:
-        """``future``'s outcome was looked at."""
+
+class FailureSink:
+    """Where failures are recorded: hands out the :class:`Unobserved` of each one.
+
+    Implementations must be thread-safe: failures come from any thread.
+    """
+
+    def tracker(self, error: BaseException) -> Unobserved:
+        """The :class:`Unobserved` to attach to a future that failed with ``error``."""
         raise NotImplementedError
 
 
@@ -82,7 +92,8 @@ class PublishFuture(concurrent.futures.Future[T]):
 
     Works with ``result``, ``exception``, ``add_done_callback``, ``wait`` and
     ``as_completed`` like any other; ``cancel()`` returns ``False`` (it starts running).
-    Notes when its outcome is looked at (``result``/``exception``) in its ``ledger``.
+    A failed one notes when its outcome is retrieved (``result``/``exception``) in its
+    ``ledger``: a failure dropped unretrieved is what ``flush()`` reports.
     Thread-safe.
     """
 
@@ -120,7 +131,13 @@ class PublishFuture(concurrent.futures.Future[T]):
         return self._state in _DONE
 
     def result(self, timeout: float | None = None) -> T:
-        """The ack; raises the publish's typed error."""
+        """The ack; raises the publish's typed error.
+
+        ``timeout`` is seconds to wait (``None`` or ``inf``: as long as it takes); NaN,
+        negative or above ~24 days raises ``ConfigurationError``.
+        """
+        if timeout is not None:
+            timeout = check_timeout("timeout", timeout)
         try:
             if self._state == _FINISHED:
                 if self._exception is not None:
@@ -128,18 +145,22 @@ class PublishFuture(concurrent.futures.Future[T]):
                 return self._result  # type: ignore[no-any-return]
             return super().result(timeout)
         finally:
-            if self.ledger is not None and self._state == _FINISHED:
-                self.ledger.observed(self)
+            ledger = self.ledger  # set (before the state) only on a failure
+            if ledger is not None:
+                ledger.observed(self)
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        """The publish's error, ``None`` on success."""
+        """The publish's error, ``None`` on success (``timeout`` as for :meth:`result`)."""
+        if timeout is not None:
+            timeout = check_timeout("timeout", timeout)
         try:
             if self._state == _FINISHED:
                 return self._exception
             return super().exception(timeout)
         finally:
-            if self.ledger is not None and self._state == _FINISHED:
-                self.ledger.observed(self)
+            ledger = self.ledger
+            if ledger is not None:
+                ledger.observed(self)
 
     def add_done_callback(self, fn: Callable[[concurrent.futures.Future[T]], object]) -> None:
         """Run ``fn(self)`` once resolved (at once, on this thread, if it already is)."""
@@ -163,12 +184,12 @@ class PublishFuture(concurrent.futures.Future[T]):
 
     def set_result(self, result: T) -> None:
         """Resolve (publisher use; raises ``InvalidStateError`` if already resolved)."""
-        if not settle(((self, result, None),), self.ledger):
+        if not settle(((self, result, None),)):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
     def set_exception(self, exception: BaseException | None) -> None:
         """Fail (publisher use; raises ``InvalidStateError`` if already resolved)."""
-        if not settle(((self, None, exception),), self.ledger):
+        if not settle(((self, None, exception),)):
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
 
 
@@ -245,35 +266,33 @@ def take_acks(acks: list[Any], pending: dict[str, Any]) -> tuple[int, list[Publi
 
 def settle(
     outcomes: Iterable[tuple[PublishFuture[Any], Any, BaseException | None]],
-    ledger: Unobserved | None = None,
+    ledger: FailureSink | None = None,
     resolved: Iterable[PublishFuture[Any]] = (),
 ) -> int:
     """Resolve futures in bulk: ``(future, result, error)``; returns how many changed.
 
-    Futures already resolved are skipped. Failures are recorded in ``ledger`` (before
-    any callback runs, so a callback that looks at one marks it observed). Waiters are
-    woken, then done-callbacks run on the calling thread (a failing callback is logged,
-    as ``concurrent.futures`` does), first those of ``resolved`` (futures already
-    resolved by :func:`take_acks`, whose waiters and callbacks are still to run).
+    Futures already resolved are skipped. Each failure gets its tracker from ``ledger``
+    *before* its state says finished: a thread that sees the future finished sees the
+    tracker too, and retrieving the outcome marks it observed (a callback that looks
+    at it included). Waiters are woken, then done-callbacks run on the calling thread
+    (a failing callback is logged, as ``concurrent.futures`` does), first those of
+    ``resolved`` (futures already resolved by :func:`take_acks`, whose waiters and
+    callbacks are still to run).
     """
     changed = 0
     ready: list[PublishFuture[Any]] = list(resolved)  # those with callbacks or a condition
-    failed: list[tuple[PublishFuture[Any], BaseException]] = []
     with _CALLBACKS:
         for future, result, error in outcomes:
             if future._state == _FINISHED:
                 continue
             future._result = result
             future._exception = error
+            if error is not None and ledger is not None:
+                future.ledger = ledger.tracker(error)
             future._state = _FINISHED
             changed += 1
-            if error is not None:
-                failed.append((future, error))
             if future._done_callbacks is not NO_CALLBACKS or future._waited:
                 ready.append(future)
-    if ledger is not None:
-        for future, error in failed:
-            ledger.failed(future, error)
     # A condition created after the check above was created after the state was set:
     # its waiter sees FINISHED without being notified.
     index = 0

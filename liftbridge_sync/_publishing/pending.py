@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import threading
 from typing import Any
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.failover import PartitionKey
 from liftbridge_sync._publishing.futures import (
+    FailureSink,
     PublishFuture,
     Unobserved,
 )
@@ -54,38 +56,108 @@ INF = float("inf")
 Outcome = tuple[PublishFuture[Any], Any, BaseException | None]
 
 
-class FailureLedger(Unobserved):
-    """Publishes that failed and that nobody has looked at yet, for ``flush()`` to report.
+class FailureLedger(FailureSink):
+    """Failed publishes that nobody can observe any more, for ``flush()`` to report.
 
-    Thread-safe: failures are recorded on the owner thread, observations on any thread.
+    The rule, race-free however many threads share the client: a failure counts as
+    unobserved only once its future is gone (garbage-collected) without anybody having
+    retrieved its outcome (``result()``, ``exception()``, a ``publish_batch`` outcome;
+    a done-callback that calls one of them), as asyncio reports an exception that was
+    never retrieved. While some thread still holds the future, it may yet look: no
+    ``flush()`` reports it. Each failure gets an :class:`_Unretrieved` tracker on its
+    future; the tracker's finalizer reports it here if it was never retrieved. Nothing
+    is done per successful publish.
+
+    Thread-safe: failures are recorded on any publishing thread, retrievals on any
+    thread, and finalizers run wherever the last reference goes (or the garbage
+    collector runs), hence a re-entrant lock.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._unobserved: dict[int, BaseException] = {}  # id(future) -> error, in order
-        self._count = 0
+        self._lock = threading.RLock()
+        self._live = 0  # trackers neither retrieved nor dropped
+        self._dropped = _Dropped()
 
-    def failed(self, future: PublishFuture[Any], error: BaseException) -> None:
+    def tracker(self, error: BaseException) -> Unobserved:
         with self._lock:
-            future.ledger = self
-            self._count += 1
-            if len(self._unobserved) < FAILURES_QUOTED * 100:
-                self._unobserved[id(future)] = error
+            self._live += 1
+        return _Unretrieved(self, error)
 
-    def observed(self, future: PublishFuture[Any]) -> None:
+    @property
+    def live(self) -> int:
+        """Failed futures that are still held and not yet retrieved."""
+        return self._live
+
+    def retrieved(self) -> None:
+        """A tracker's failure was retrieved (once per tracker)."""
         with self._lock:
-            if future.ledger is self:
-                future.ledger = None
-                self._count -= 1
-                self._unobserved.pop(id(future), None)
+            self._live -= 1
+
+    def dropped(self, error: BaseException) -> None:
+        """A tracker's future went away unretrieved (once per tracker)."""
+        with self._lock:
+            self._live -= 1
+            dropped = self._dropped
+            dropped.count += 1
+            if len(dropped.errors) < FAILURES_QUOTED:
+                dropped.errors.append(error)
 
     def take(self) -> tuple[int, list[BaseException]]:
-        """The unobserved failures so far, forgetting them."""
+        """The failures dropped unretrieved so far (count, first errors), forgetting them.
+
+        Futures held only in reference cycles are found by collecting garbage first, and
+        only when some failed future is still unaccounted for (never on the success path).
+        """
+        if self._live:
+            gc.collect()
         with self._lock:
-            count, errors = self._count, list(self._unobserved.values())[:FAILURES_QUOTED]
-            self._count = 0
-            self._unobserved.clear()
-        return count, errors
+            # One swap: a finalizer running meanwhile (on this thread, from an allocation)
+            # adds either to what is taken or to what is left, never to nothing.
+            dropped, self._dropped = self._dropped, _Dropped()
+        return dropped.count, dropped.errors
+
+
+class _Dropped:
+    """Failures dropped unretrieved since the last take. Guarded by the ledger's lock."""
+
+    __slots__ = ("count", "errors")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.errors: list[BaseException] = []
+
+
+class _Unretrieved(Unobserved):
+    """One failed future's tracker: reports the failure when freed unretrieved.
+
+    Owned by its future (its ``ledger``), so it is freed with it. Thread-safe.
+    """
+
+    __slots__ = ("_error", "_ledger", "_seen")
+
+    def __init__(self, ledger: FailureLedger, error: BaseException) -> None:
+        self._ledger = ledger
+        self._error = error
+        self._seen = False
+
+    def observed(self, future: PublishFuture[Any]) -> None:
+        if self._seen:
+            return
+        ledger = self._ledger
+        with ledger._lock:
+            if self._seen:  # another thread retrieved it meanwhile
+                return
+            self._seen = True
+        ledger.retrieved()
+
+    def __del__(self) -> None:
+        # Nobody holds the future any more, so nobody can retrieve it concurrently.
+        if not self._seen:
+            self._seen = True
+            try:
+                self._ledger.dropped(self._error)
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
 
 
 @dataclasses.dataclass(slots=True, eq=False)

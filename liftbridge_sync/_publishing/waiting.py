@@ -162,8 +162,9 @@ class Waiting(AnswerHandling):
 
         Raises:
             TimeoutError: if some are still pending after ``timeout`` seconds.
-            UnobservedPublishFailuresError: if publishes failed since the previous flush
-                and nobody called ``result()`` or ``exception()`` on their futures.
+            UnobservedPublishFailuresError: if, since the previous flush, failed
+                futures were dropped without anybody having called ``result()`` or
+                ``exception()`` on them (see :class:`~.pending.FailureLedger`).
         """
         upto = self._seq
 

@@ -431,11 +431,15 @@ class ClientCore:
             return response
         return PartitionMetadata.from_proto(stream, response.metadata)
 
-    def _cursor_target(self, cursor_id: str, stream: str, partition: int) -> int:
+    def _cursor_target(self, cursor_id: str, stream: str, partition: int, must_exist: bool) -> int:
         if not isinstance(cursor_id, str) or not cursor_id:
             raise ConfigurationError("'cursor_id' must be a non-empty str")
         check_name("stream", stream, allow_reserved=True)
         check_partition("partition", partition)
+        if must_exist:
+            # v1.9.0 stores a cursor for any name: a typo would go unnoticed. A stream
+            # created a moment ago is found by the one refresh partition_info makes.
+            self.partition_info(stream, partition, refresh=False)
         info = self.metadata.get().streams.get(CURSORS_STREAM)
         if info is None:
             info = self.fetch_metadata([CURSORS_STREAM]).streams.get(CURSORS_STREAM)
@@ -446,18 +450,27 @@ class ClientCore:
             )
         return cursor_partition(cursor_id, stream, partition, len(info.partitions))
 
-    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
-        """Store ``offset`` under ``cursor_id`` (routed to the cursor partition's leader)."""
+    def set_cursor(
+        self, cursor_id: str, stream: str, partition: int, offset: int, *, must_exist: bool = False
+    ) -> None:
+        """Store ``offset`` under ``cursor_id`` (routed to the cursor partition's leader).
+
+        With ``must_exist``, a stream or partition the cluster's metadata lacks (after one
+        refresh) raises ``NoSuchStreamError``/``NoSuchPartitionError`` instead.
+        """
         check_int("offset", offset, minimum=-1)
-        target = self._cursor_target(cursor_id, stream, partition)
+        target = self._cursor_target(cursor_id, stream, partition, must_exist)
         request = api_pb2.SetCursorRequest(
             stream=stream, partition=partition, cursorId=cursor_id, offset=offset
         )
         self.call_leader(CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
 
-    def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
-        """The offset stored under ``cursor_id``, or ``-1``."""
-        target = self._cursor_target(cursor_id, stream, partition)
+    def fetch_cursor(
+        self, cursor_id: str, stream: str, partition: int, *, must_exist: bool = False
+    ) -> int:
+        """The offset stored under ``cursor_id``, or ``-1`` (``must_exist`` as for
+        :meth:`set_cursor`)."""
+        target = self._cursor_target(cursor_id, stream, partition, must_exist)
         request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
         response = self.call_leader(CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request)
         return int(response.offset)

@@ -195,7 +195,8 @@ def create_stream_request(
             )
 
     def millis(field: str, value: float | timedelta | None, allow_zero: bool = True) -> None:
-        ms = duration_ms(field, value, allow_zero=allow_zero)
+        # 0 means "no limit" / "never" to the server for every duration it may be.
+        ms = duration_ms(field, value, allow_zero=allow_zero, inf_is_zero=allow_zero)
         if ms is not None:
             getattr(request, _camel(field)).value = ms
 

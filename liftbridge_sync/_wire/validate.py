@@ -8,13 +8,12 @@ payload) with a message naming the argument.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
+from liftbridge_sync._durations import TIMEOUT_MAX_SECONDS, check_seconds
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import AckPolicy
-from liftbridge_sync.options import TIMEOUT_MAX_SECONDS
 
 __all__ = [
     "TIMEOUT_MAX_SECONDS",
@@ -176,22 +175,7 @@ def check_timeout(name: str, value: object, *, allow_zero: bool = True) -> float
         ArgumentTypeError: not a number.
         ConfigurationError: NaN, negative, zero when not allowed, or above ~24 days.
     """
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ArgumentTypeError(f"{name!r} must be seconds (int/float) or None, got {value!r}")
-    seconds = float(value)
-    if math.isinf(seconds) and seconds > 0:
-        return None
-    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigurationError(f"{name!r} must be a number {bound} or None, got {value!r}")
-    if seconds > TIMEOUT_MAX_SECONDS:
-        raise ConfigurationError(
-            f"{name!r} must be at most {TIMEOUT_MAX_SECONDS:.0f} s, got {value!r}; "
-            "use None for no limit"
-        )
-    return seconds
+    return check_seconds(name, value, allow_zero=allow_zero)
 
 
 def check_partition(name: str, value: object) -> int:
@@ -212,29 +196,35 @@ def check_partitions(name: str, value: Iterable[int] | None) -> list[int]:
 
 
 def duration_ms(
-    name: str, value: float | timedelta | None, *, allow_zero: bool = True
+    name: str,
+    value: float | timedelta | None,
+    *,
+    allow_zero: bool = True,
+    inf_is_zero: bool = False,
 ) -> int | None:
     """Seconds (or a timedelta) as whole milliseconds, as the server expects.
 
     A positive duration below one millisecond would be sent as 0, which means
-    "disabled" or "unlimited" to the server, so it is refused.
+    "disabled" or "unlimited" to the server, so it is refused. With ``inf_is_zero``
+    (durations whose 0 means "no limit"), ``inf`` is sent as that 0.
+
+    Raises:
+        ConfigurationError: not a number or timedelta, NaN, negative, infinite (unless
+            ``inf_is_zero``), below 1 ms, or beyond an int64 of milliseconds.
     """
     if value is None:
         return None
     if isinstance(value, timedelta):
-        seconds = value.total_seconds()
+        value = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"{name!r} must be seconds (int/float) or a timedelta")
-    else:
-        seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigurationError(f"{name!r} must be a finite duration >= 0, got {value!r}")
+    seconds = check_seconds(name, value, unlimited=inf_is_zero, maximum=INT64_MAX / 1000)
+    if seconds is None:  # inf, with inf_is_zero
+        return 0
     ms = round(seconds * 1000)
     if ms == 0 and (seconds > 0 or not allow_zero):
         raise ConfigurationError(f"{name!r} must be at least 1 ms, got {value!r}")
-    if ms > INT64_MAX:
-        raise ConfigurationError(f"{name!r} is too large")
-    return ms
+    return min(ms, INT64_MAX)
 
 
 def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | None:

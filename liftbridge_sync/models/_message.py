@@ -106,7 +106,10 @@ class Message:
 
     @property
     def headers(self) -> Mapping[str, bytes]:
-        """Headers (read-only). The server adds ``subject`` and ``reply``."""
+        """Headers, a read-only mapping (a missing key is absent).
+
+        The server adds ``subject`` and ``reply``.
+        """
         headers = self._pb.headers
         return FrozenMap.wrap(headers) if headers else _EMPTY_HEADERS
 

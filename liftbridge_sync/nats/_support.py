@@ -10,17 +10,14 @@ import concurrent.futures
 import dataclasses
 import importlib
 import logging
-import math
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._runtime.timerwheel import TimerHandle
 from liftbridge_sync._wire.validate import (
     check_partition,
     check_subject,
-)
-from liftbridge_sync.errors import (
-    ConfigurationError,
 )
 from liftbridge_sync.models import Ack
 
@@ -78,15 +75,18 @@ def partition_subject(stream_subject: str, partition: int = 0) -> str:
     return subject if number == 0 else f"{subject}.{number}"
 
 
-def check_timeout_arg(name: str, value: object, *, optional: bool) -> float | None:
+def check_timeout_arg(
+    name: str, value: object, *, optional: bool, unlimited: bool = False
+) -> float | None:
+    """Seconds > 0: ``None`` when ``optional`` (the caller's default), ``inf`` (as ``None``)
+    when ``unlimited``; else finite and at most ~24 days.
+
+    Raises:
+        ConfigurationError: anything else (``ArgumentTypeError`` for a non-number).
+    """
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigurationError(f"{name!r} must be a number of seconds, got {value!r}")
-    seconds = float(value)
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigurationError(f"{name!r} must be a finite number of seconds > 0, got {value!r}")
-    return seconds
+    return check_seconds(name, value, allow_zero=False, unlimited=unlimited)
 
 
 @dataclasses.dataclass(slots=True, eq=False)

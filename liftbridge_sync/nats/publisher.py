@@ -360,7 +360,7 @@ class NatsPublisher(Handoff):
         :meth:`publish_async` before this call has its ack or error.
 
         Args:
-            timeout: Seconds to wait in all (``None``: no limit besides the NATS flush
+            timeout: Seconds to wait in all (``None`` or ``inf``: no limit besides the NATS flush
                 taking at most 10 s, and each publish's own ack timeout).
 
         Raises:
@@ -372,7 +372,7 @@ class NatsPublisher(Handoff):
         Thread-safe.
         """
         self._forbid_loop_thread("flush")
-        seconds = check_timeout_arg("timeout", timeout, optional=True)
+        seconds = check_timeout_arg("timeout", timeout, optional=True, unlimited=True)
         deadline = None if seconds is None else time.monotonic() + seconds
         with self._lock:
             if self._closed:

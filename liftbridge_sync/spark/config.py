@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
+from liftbridge_sync._durations import check_seconds
 
 __all__ = [
     "CLIENT_OPTIONS",
     "client_options",
     "get_bool",
     "get_float",
+    "get_millis",
     "get_int",
     "lower_keys",
 ]
@@ -77,6 +79,19 @@ def get_float(options: Mapping[str, str], name: str, default: float) -> float:
     if not value > 0:
         raise ConfigurationError(f"option {name!r} must be > 0, got {raw!r}")
     return value
+
+
+def get_millis(options: Mapping[str, str], name: str, default_ms: float) -> float:
+    """The duration option ``name``, in milliseconds, as seconds (``default_ms`` if absent).
+
+    Raises:
+        ConfigurationError: the value is not a number > 0, is infinite or NaN, or is
+            above ~24 days.
+    """
+    millis = get_float(options, name, default_ms)
+    seconds = check_seconds(f"option {name!r}", millis / 1000.0, allow_zero=False, unlimited=False)
+    assert seconds is not None  # unlimited=False
+    return seconds
 
 
 def get_bool(options: Mapping[str, str], name: str, default: bool) -> bool:

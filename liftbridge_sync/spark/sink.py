@@ -26,6 +26,7 @@ from liftbridge_sync import (
     Partitioner,
     RoundRobin,
 )
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.spark.config import client_options, get_float, get_int, lower_keys
 from liftbridge_sync.spark.rows import Columns, RowMessage, column_index, to_message
 
@@ -72,9 +73,8 @@ class SinkOptions:
             or self.max_in_flight < 1
         ):
             raise ConfigurationError(f"'max_in_flight' must be an int >= 1: {self.max_in_flight!r}")
-        timeout = self.ack_timeout
-        if timeout is not None and (isinstance(timeout, bool) or not timeout > 0):
-            raise ConfigurationError(f"'ack_timeout' must be > 0 or None: {timeout!r}")
+        if self.ack_timeout is not None:
+            check_seconds("ack_timeout", self.ack_timeout, allow_zero=False, unlimited=False)
 
     @classmethod
     def from_strings(cls, options: Mapping[str, str]) -> SinkOptions:

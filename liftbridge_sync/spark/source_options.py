@@ -16,8 +16,8 @@ from liftbridge_sync.spark.config import (
     CLIENT_OPTIONS,
     client_options,
     get_bool,
-    get_float,
     get_int,
+    get_millis,
     lower_keys,
 )
 
@@ -163,5 +163,5 @@ class SourceOptions:
             include_headers=get_bool(lowered, "includeHeaders", False),
             fail_on_data_loss=get_bool(lowered, "failOnDataLoss", True),
             read_isr_replica=get_bool(lowered, "readISRReplica", False),
-            poll_timeout=get_float(lowered, "pollTimeoutMs", 120_000.0) / 1000.0,
+            poll_timeout=get_millis(lowered, "pollTimeoutMs", 120_000.0),
         )

@@ -13,8 +13,7 @@ import threading
 import time
 
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import check_bool, check_name
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync._wire.validate import check_bool, check_name, check_timeout
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.opening import check_positions, open_partition
@@ -164,7 +163,10 @@ class StreamSubscription:
     def get(self, timeout: float | None = None) -> Message:
         """The next message from any partition, waiting at most ``timeout`` seconds.
 
+        ``None`` or ``inf`` waits as long as it takes.
+
         Raises:
+            ConfigurationError: ``timeout`` is NaN, negative or above ~24 days.
             TimeoutError: if no message arrived in time (the subscription stays usable).
             StopIteration: if every partition has ended, or the subscription was closed.
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
@@ -172,10 +174,9 @@ class StreamSubscription:
             ForkedClientError: in a process forked after the subscription was opened
                 (its reading threads are the parent's).
         """
+        seconds = check_timeout("timeout", timeout)
         self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
-        if timeout is not None and timeout < 0:
-            raise ConfigurationError("'timeout' must be >= 0 or None")
-        item = self._box.get(timeout)
+        item = self._box.get(seconds)
         if isinstance(item, BaseException):
             self.close()
             raise item
@@ -198,8 +199,13 @@ class StreamSubscription:
         """Stop every partition reader and join the threads. Idempotent.
 
         Args:
-            timeout: Seconds to wait for the reader threads (``None``: until they end).
+            timeout: Seconds to wait for the reader threads (``None`` or ``inf``: until
+                they end).
+
+        Raises:
+            ConfigurationError: ``timeout`` is NaN, negative or above ~24 days.
         """
+        timeout = check_timeout("timeout", timeout)
         self._closed = True
         if self._core.forked:
             return  # the readers, their locks and connections are the parent's

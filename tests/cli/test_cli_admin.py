@@ -93,6 +93,20 @@ def test_cursor_set_and_get(run: Run, stream: str, liftbridge_client: Client) ->
     assert (got.returncode, got.stdout.strip()) == (0, "41")
 
 
+def test_cursor_of_a_missing_stream_or_partition_is_exit_3(run: Run, stream: str) -> None:
+    missing = unique("cli-missing")
+    for args in (
+        ("cursor", "get", missing, "billing"),
+        ("cursor", "set", missing, "billing", "5"),
+        ("cursor", "get", stream, "billing", "-P", "99"),
+        ("cursor", "set", stream, "billing", "5", "-P", "99"),
+    ):
+        result = run(*args)
+        assert result.returncode == 3, (args, result.stderr)
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+        assert "no such" in result.stderr, result.stderr
+
+
 def test_refused_connection_is_one_line_and_exit_5(liftbridge_address: str) -> None:
     env = cli_env(liftbridge_address)
     refused = subprocess.run(

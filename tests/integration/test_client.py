@@ -212,6 +212,37 @@ def test_cursors_round_trip_and_route_like_go(
     assert liftbridge_client.fetch_cursor("c0", name, 0) == -1
 
 
+def test_no_cursor_for_a_missing_stream_or_partition(
+    liftbridge_client: Client, liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    name = new_stream(partitions=2)
+    missing = unique()
+    with pytest.raises(lb.NoSuchStreamError):
+        liftbridge_client.set_cursor("c", missing, 0, 5)
+    with pytest.raises(lb.NoSuchStreamError):
+        liftbridge_client.fetch_cursor("c", missing, 0)
+    for call in (
+        lambda: liftbridge_client.set_cursor("c", name, 99, 5),
+        lambda: liftbridge_client.fetch_cursor("c", name, 2),
+    ):
+        with pytest.raises(lb.NoSuchPartitionError):
+            call()
+    # A stream another client created a moment ago is found (the metadata of this one
+    # is refreshed once), and the refused call above stored nothing under its name.
+    liftbridge_client.fetch_metadata()  # a cached snapshot without it
+    with Client(liftbridge_address) as other:
+        other.create_stream(missing, missing)
+    try:
+        assert liftbridge_client.fetch_cursor("c", missing, 0) == -1
+        liftbridge_client.set_cursor("c", missing, 0, 7)
+        assert liftbridge_client.fetch_cursor("c", missing, 0) == 7
+    finally:
+        liftbridge_client.delete_stream(missing)
+    # A deleted stream is refused too: its cursors can no longer be written.
+    with pytest.raises(lb.NoSuchStreamError):
+        liftbridge_client.set_cursor("c", missing, 0, 8)
+
+
 def test_fetch_metadata_always_asks_the_server(
     liftbridge_client: Client, liftbridge_address: str
 ) -> None:

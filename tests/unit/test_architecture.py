@@ -20,6 +20,7 @@ PACKAGE = Path(liftbridge_sync.__file__).parent
 #: (layer number, module prefixes), from the ground up. Longest prefix wins.
 LAYERS: list[tuple[int, list[str]]] = [
     (0, ["liftbridge_sync.errors", "liftbridge_sync._proto"]),
+    (0, ["liftbridge_sync._durations"]),  # the one check of every time argument
     (0, ["liftbridge_sync._speedups"]),  # optional C extension (no imports; setup() wires it)
     (0, ["liftbridge_sync.models._timestamps", "liftbridge_sync.models._frozen_map"]),
     (1, ["liftbridge_sync.models", "liftbridge_sync.options", "liftbridge_sync._runtime"]),

@@ -1,0 +1,53 @@
+"""Received headers against the real server: a read-only mapping, missing keys absent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import Client, StartAt, StopAt
+
+from .conftest import StreamFactory
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_received_headers_are_a_read_only_dict(
+    liftbridge_address: str, new_stream: StreamFactory, transport: str
+) -> None:
+    name = new_stream()
+    sent = [{"trace": b"t-1", "bin": b"\x00\xff", "empty": b""}, {}]
+    with Client(
+        liftbridge_address, publish_transport=transport, subscribe_transport=transport
+    ) as client:
+        for headers in sent:
+            client.publish(name, b"v", headers=headers)
+        got = list(client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()))
+        metadata = client.fetch_metadata(name)
+    assert len(got) == 2
+    for msg, headers in zip(got, sent, strict=True):
+        # The server adds the NATS subject and reply subject to every message.
+        expected = {**headers, "subject": name.encode(), "reply": b""}
+        assert dict(msg.headers) == expected
+        h = msg.headers
+        missing: Any
+        for missing in ("missing", "Trace", "", b"trace", 1):
+            assert h.get(missing) is None
+            assert h.get(missing, b"default") == b"default"
+            assert missing not in h
+            with pytest.raises(KeyError):
+                h[missing]
+        assert h.get("subject") == name.encode() and "subject" in h
+        if headers:
+            assert h["empty"] == b"" and "empty" in h and h.get("empty", b"x") == b""
+        # No lookup added a key: the message still has exactly what was stored.
+        assert dict(msg.headers) == expected and len(msg.headers) == len(expected)
+        assert msg.headers == expected
+    assert "no-such-stream" not in metadata.streams
+    assert metadata.streams.get("no-such-stream") is None
+    assert 7 not in metadata.streams[name].partitions
+    with pytest.raises(KeyError):
+        metadata.streams[name].partitions[7]
+    assert list(metadata.streams[name].partitions) == [0]
