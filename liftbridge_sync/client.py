@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
@@ -170,9 +171,10 @@ class Client:
     ) -> None:
         if stats_callback is not None and not callable(stats_callback):
             raise ConfigurationError("'stats_callback' must be a callable or None")
-        interval = check_timeout("stats_interval", stats_interval, allow_zero=False)
-        if interval is None:
-            raise ConfigurationError("'stats_interval' must be a finite number of seconds")
+        interval = check_seconds(
+            "stats_interval", stats_interval, allow_zero=False, unlimited=False
+        )
+        assert interval is not None  # unlimited=False: None and inf were refused
         #: The ``liftbridge-stats`` thread's, started with the first use of the client.
         self._reporter = (
             StatsReporter(self.stats, stats_callback, interval) if stats_callback else None

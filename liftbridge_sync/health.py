@@ -13,12 +13,12 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
-from liftbridge_sync._wire.validate import check_timeout
-from liftbridge_sync.errors import BrokerUnavailableError, ConfigurationError, LiftbridgeError
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
 
 __all__ = ["Health", "probe"]
 
@@ -52,9 +52,8 @@ def probe(core: ClientCore, timeout: float) -> Health:
 
     Thread-safe: uses the client core's thread-safe calls.
     """
-    seconds = check_timeout("timeout", timeout, allow_zero=False)
-    if seconds is None:
-        raise ConfigurationError("'timeout' of a health check must be finite")
+    seconds = check_seconds("timeout", timeout, allow_zero=False, unlimited=False)
+    assert seconds is not None  # unlimited=False: None and inf were refused
     deadline = time.monotonic() + seconds
     failures: list[str] = []
     for address in core.addresses():

@@ -202,3 +202,21 @@ def _in_range(value: Any, *, allow_zero: bool) -> bool:
     if isinstance(value, float) and math.isnan(value):
         return False
     return (0 <= value if allow_zero else 0 < value) and value <= TIMEOUT_MAX_SECONDS
+
+
+@given(value=SECONDS)
+@with_examples
+def test_health_check_and_stats_interval(value: Any) -> None:
+    from liftbridge_sync import Client
+
+    # Nothing listens on port 1: a valid budget ends in BrokerUnavailableError, fast
+    # only if the budget is small, so valid values are tried with the check alone.
+    error = outcome(lambda: check_seconds("t", value, allow_zero=False, unlimited=False))
+    client = Client(["127.0.0.1:1"])
+    try:
+        if error is not None:
+            assert type(outcome(lambda: client.check_health(value))) is type(error)
+        refused = outcome(lambda: Client(["h:1"], stats_callback=print, stats_interval=value))
+        assert type(refused) is type(error)
+    finally:
+        client.close()
