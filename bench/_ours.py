@@ -220,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--publish-transport", choices=("grpc", "h2"), default=None)
     pub.add_argument("--api", choices=("single", "batch"), default="single")
     pub.add_argument("--threads", type=int, default=1)
+    pub.add_argument("--otel", action="store_true", help="configure an OpenTelemetry SDK first")
     sub = commands.add_parser("subscribe")
     sub.add_argument("--servers", required=True)
     sub.add_argument("--stream", required=True)
@@ -228,10 +229,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _configure_otel() -> None:
+    """A global SDK as an application would set it: spans batched to an exporter (one
+    that drops them, so the bench measures the client, not an exporter's I/O), metrics
+    aggregated for a reader."""
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+    trace.set_tracer_provider(tracer_provider)
+    metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Worker entry point."""
     args = _parser().parse_args(argv)
     if args.command == "publish":
+        if args.otel:
+            _configure_otel()
         result, lat = run_publish(
             args.servers,
             args.stream,
@@ -243,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             api=args.api,
             threads=args.threads,
         )
+        if args.otel:
+            result["client"] += "-otel"
         if args.latencies_out:
             save_latencies(args.latencies_out, lat)
     else:

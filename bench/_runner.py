@@ -29,8 +29,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 #: ``ours`` is liftbridge_sync as configured by default (``Client([addr])``: the h2
 #: transports); ``ours-grpc`` forces grpcio for publishing and for subscribing;
 #: ``ours-h2`` forces the h2 publish transport; ``ours-batch`` publishes with the bulk API
-#: ``publish_batch``.
-CLIENTS = ("go", "ours", "ours-grpc", "ours-h2", "ours-batch", "gufo")
+#: ``publish_batch``; ``ours-otel`` is ``ours`` with an OpenTelemetry SDK configured
+#: (spans to a batch processor whose exporter drops them, metrics to a reader), the cost
+#: of tracing every publish. ``ours`` itself runs with the API installed and no SDK.
+CLIENTS = ("go", "ours", "ours-grpc", "ours-h2", "ours-batch", "ours-otel", "gufo")
 SUBSCRIBE_CLIENTS = ("go", "ours", "ours-grpc", "gufo")
 _TIMEOUT = 600.0
 
@@ -100,6 +102,8 @@ def publish_command(
         return [*ours, "--publish-transport", client.removeprefix("ours-")]
     if client == "ours-batch":
         return [*ours, "--api", "batch"]
+    if client == "ours-otel":
+        return [*ours, "--otel"]
     if client == "gufo":
         return [str(_gufo.python()), str(_gufo.WORKER), "publish", *common, *tail]
     raise ValueError(f"unknown client {client!r}")
