@@ -19,6 +19,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
@@ -46,7 +47,8 @@ Fail = Callable[[BaseException], None]
 class Membership:
     """One member's standing in a consumer group, as the group RPCs report it.
 
-    Thread-safe: ``coordinator`` and ``epoch`` are read and written under ``lock``.
+    Thread-safe: ``coordinator``, ``epoch``, the member id and ``counters`` are read and
+    written under ``lock``.
     """
 
     def __init__(
@@ -56,12 +58,14 @@ class Membership:
         consumer_id: str,
         streams: Sequence[str],
         lock: threading.Lock,
+        counters: Counters,
     ) -> None:
         self._core = core
         self._group = group
         self._consumer_id = consumer_id
         self._streams = tuple(streams)
         self._lock = lock
+        self._counters = counters
         #: Broker id of the group's coordinator, as last known.
         self.coordinator = ""
         #: The group epoch of the current assignment.
@@ -77,11 +81,15 @@ class Membership:
             NoSuchStreamError: if a stream does not exist.
             ServerError: if the server refused the join (e.g. the id is already a member).
         """
+        with self._lock:
+            consumer_id = self._consumer_id
         request = api_pb2.JoinConsumerGroupRequest(
-            groupId=self._group, consumerId=self._consumer_id, streams=list(self._streams)
+            groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
         )
         response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
         with self._lock:
+            if self.coordinator and response.coordinator != self.coordinator:
+                self._counters.coordinator_changes += 1
             self.coordinator = response.coordinator
             self.epoch = int(response.epoch)
             consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
@@ -91,12 +99,12 @@ class Membership:
 
     def leave(self) -> None:
         """Leave the group; a member the server already dropped is not an error."""
+        with self._lock:
+            consumer_id = self._consumer_id
         try:
             self._core.call_any(
                 rpcs.LEAVE_CONSUMER_GROUP,
-                api_pb2.LeaveConsumerGroupRequest(
-                    groupId=self._group, consumerId=self._consumer_id
-                ),
+                api_pb2.LeaveConsumerGroupRequest(groupId=self._group, consumerId=consumer_id),
                 context=CallContext.GROUP,
             )
         except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
@@ -166,14 +174,14 @@ class Membership:
 
     def _fetch_assignments(self) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
         with self._lock:
-            coordinator, epoch = self.coordinator, self.epoch
+            coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         broker = self._core.metadata.get().broker(coordinator)
         if broker is None:
             broker = self._core.metadata.refresh().broker(coordinator)
         if broker is None:
             raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
         request = api_pb2.FetchConsumerGroupAssignmentsRequest(
-            groupId=self._group, consumerId=self._consumer_id, epoch=epoch
+            groupId=self._group, consumerId=consumer_id, epoch=epoch
         )
         response: api_pb2.FetchConsumerGroupAssignmentsResponse = self._core.invoke(
             broker.address,
@@ -202,6 +210,8 @@ class Membership:
                     self.coordinator,
                     self.epoch,
                 )
+                if group.coordinator != self.coordinator:
+                    self._counters.coordinator_changes += 1
                 self.coordinator, self.epoch = group.coordinator, int(group.epoch)
             if changed:
                 _log.info(
@@ -224,7 +234,7 @@ class Membership:
 
     def _report_coordinator(self) -> None:
         with self._lock:
-            coordinator, epoch = self.coordinator, self.epoch
+            coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         _log.warning(
             "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
             self._group,
@@ -232,7 +242,7 @@ class Membership:
             self._coordinator_timeout,
         )
         request = api_pb2.ReportConsumerGroupCoordinatorRequest(
-            groupId=self._group, consumerId=self._consumer_id, coordinator=coordinator, epoch=epoch
+            groupId=self._group, consumerId=consumer_id, coordinator=coordinator, epoch=epoch
         )
         try:
             self._core.call_any(

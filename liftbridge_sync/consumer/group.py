@@ -37,7 +37,13 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_name, check_timeout
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
-from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
+from liftbridge_sync.consumer._stats import ConsumerStats, Counters
+from liftbridge_sync.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    CoordinatorMismatchError,
+    LiftbridgeError,
+)
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
 from liftbridge_sync.subscription.opening import build_subscribe_request
@@ -76,6 +82,11 @@ class Consumer:
     when a partition is taken away and on close; with ``auto_commit=None`` only
     :meth:`commit` commits. Cursors use go-liftbridge's id ``__group:<group>``, so Go and
     Python members of one group continue each other's work.
+
+    Partitions arrive with the first answer of the coordinator, a fraction of a second
+    to a few seconds after :meth:`Client.consumer` returns; :meth:`wait_for_assignment`
+    waits for it. :meth:`stats` counts rejoins, rebalance races, coordinator changes,
+    reader restarts and delivered messages.
 
     Fatal conditions are raised by the iterator: :class:`ConsumerGroupNotFoundError` or
     :class:`NotGroupMemberError` when the server dropped this member (it stopped
@@ -125,11 +136,19 @@ class Consumer:
         self._stop = threading.Event()
         self._closed = False
         self._mailbox = Mailbox(buffer)
-        self._membership = Membership(core, group, self._consumer_id, self._streams, self._lock)
+        self._counters = Counters()
+        self._membership = Membership(
+            core, group, self._consumer_id, self._streams, self._lock, self._counters
+        )
         self._readers: dict[_Key, PartitionReader] = {}
         self._done: dict[_Key, int] = {}
         self._committed: dict[_Key, int] = {}
-        self._pending: tuple[_Key, int] | None = None
+        self._pending: tuple[PartitionReader, int] | None = None
+        #: Set once a poll answer was applied, or on close or failure: what
+        #: wait_for_assignment() waits for.
+        self._settled = threading.Event()
+        self._answered = False
+        self._failure: BaseException | None = None
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -144,7 +163,10 @@ class Consumer:
         self._refuse_if_forked()
         self._membership.join()
         heartbeat = functools.partial(
-            self._membership.heartbeat, self._stop, self._reconcile, self._mailbox.fail
+            self._membership.heartbeat,
+            self._stop,
+            self._reconcile,
+            self._fail,
         )
         self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
         if self._auto_commit is not None:
@@ -164,7 +186,8 @@ class Consumer:
     @property
     def consumer_id(self) -> str:
         """This member's id (generated unless given)."""
-        return self._consumer_id
+        with self._lock:
+            return self._consumer_id
 
     @property
     def cursor_id(self) -> str:
@@ -195,6 +218,44 @@ class Consumer:
         with self._lock:
             return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
 
+    def wait_for_assignment(self, timeout: float | None) -> frozenset[tuple[str, int]]:
+        """Wait until the coordinator's first answer was applied; the assignment then.
+
+        Partitions arrive with the first poll of the coordinator, which follows the join
+        by a fraction of a second to a few seconds. The assignment returned may be
+        empty: when the group has more members than partitions, some members get none
+        (they take over when another member leaves).
+
+        Args:
+            timeout: Seconds to wait (``None``: no limit).
+
+        Returns:
+            The (stream, partition) pairs assigned by that answer, as :meth:`assignment`.
+
+        Raises:
+            TimeoutError: if no answer was applied within ``timeout`` seconds.
+            ClientClosedError: if the consumer was (or gets) closed.
+            ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
+                member.
+            ForkedClientError: in a process forked after this consumer was created.
+        """
+        self._refuse_if_forked()
+        seconds = check_timeout("timeout", timeout)
+        if not self._settled.wait(seconds):
+            raise TimeoutError("no assignment arrived within the timeout")
+        with self._lock:
+            answered, closed, failure = self._answered, self._closed, self._failure
+        if closed:
+            raise ClientClosedError(f"consumer {self._group} was closed")
+        if not answered and failure is not None:
+            raise failure
+        return self.assignment()
+
+    def stats(self) -> ConsumerStats:
+        """A snapshot of this member's counters (see :class:`ConsumerStats`)."""
+        with self._lock:
+            return self._counters.snapshot()
+
     def close(self) -> None:
         """Stop reading, commit (with auto-commit), leave the group, join threads.
 
@@ -211,6 +272,7 @@ class Consumer:
             readers = list(self._readers.values())
             self._readers.clear()
         self._stop.set()
+        self._settled.set()
         for reader in readers:
             self._stop_reader(reader)
         current = threading.current_thread()
@@ -262,18 +324,29 @@ class Consumer:
         self._refuse_if_forked()
         seconds = check_timeout("timeout", timeout)
         self._mark_pending_done()
-        msg = self._mailbox.get(seconds)
+        reader, msg = self._mailbox.get(seconds)
         with self._lock:
-            self._pending = ((msg.stream, msg.partition), msg.offset)
+            self._pending = (reader, msg.offset)
+            self._counters.delivered += 1
         return msg
 
     def _mark_pending_done(self) -> None:
         with self._lock:
             if self._pending is not None:
-                key, offset = self._pending
+                reader, offset = self._pending
                 self._pending = None
-                if offset > self._done.get(key, -1):
+                key = (reader.stream, reader.partition)
+                # A partition taken away (or this member dropped) since: its position
+                # is no longer this member's to commit.
+                if key in self._readers and offset > self._done.get(key, -1):
                     self._done[key] = offset
+
+    def _fail(self, error: BaseException) -> None:
+        """End the membership: the iterator and wait_for_assignment() raise ``error``."""
+        with self._lock:
+            self._failure = error
+        self._mailbox.fail(error)
+        self._settled.set()
 
     # ------------------------------------------------------------------ commits
 
@@ -337,6 +410,9 @@ class Consumer:
             for reader in revoked:
                 del self._readers[(reader.stream, reader.partition)]
             added = sorted(k for k in wanted if k not in self._readers)
+            self._counters.reader_restarts += sum(
+                1 for r in revoked if (r.stream, r.partition) in wanted
+            )
         for reader in revoked:
             self._stop_reader(reader)
         if revoked:
@@ -351,6 +427,7 @@ class Consumer:
                     self._commit_done((r.stream, r.partition) for r in revoked)
                 except LiftbridgeError as exc:
                     _log.warning("consumer %s: commit on revoke failed: %s", self._group, exc)
+            self._forget(k for k in ((r.stream, r.partition) for r in revoked) if k not in wanted)
         for stream, partition in added:
             reader = PartitionReader(stream, partition, epoch)
             with self._lock:
@@ -366,6 +443,21 @@ class Consumer:
             reader.thread.start()
         if added:
             _log.info("consumer %s: epoch %d: reading %s", self._group, epoch, added)
+        with self._lock:
+            self._answered = True
+        self._settled.set()
+
+    def _forget(self, keys: Iterable[_Key]) -> None:
+        """Drop the positions of partitions no longer this member's.
+
+        Their next owner moves the cursors on; should one come back, its reader starts
+        from the cursor then stored, and an old position here must never be committed
+        over it.
+        """
+        with self._lock:
+            for key in keys:
+                self._done.pop(key, None)
+                self._committed.pop(key, None)
 
     def _stop_reader(self, reader: PartitionReader) -> None:
         with self._lock:
@@ -381,12 +473,18 @@ class Consumer:
     def _start_position(self, stream: str, partition: int) -> StartAt:
         cursor = self._core.fetch_cursor(self._cursor_id, stream, partition)
         if cursor >= 0:
+            with self._lock:
+                # What is stored is committed: an older position of ours is not.
+                key = (stream, partition)
+                self._committed[key] = max(cursor, self._committed.get(key, -1))
             return StartAt.offset(cursor + 1)
         return self._start
 
     def _read(self, reader: PartitionReader) -> None:
         """Reader thread: subscribe as a group member and feed the mailbox."""
         core, stream, partition = self._core, reader.stream, reader.partition
+        with self._lock:
+            consumer_id = self._consumer_id
         try:
             request = build_subscribe_request(
                 core,
@@ -401,7 +499,7 @@ class Consumer:
             assert request is not None  # no stop position: never empty
             request.consumer.CopyFrom(
                 api_pb2.Consumer(
-                    groupId=self._group, groupEpoch=reader.epoch, consumerId=self._consumer_id
+                    groupId=self._group, groupEpoch=reader.epoch, consumerId=consumer_id
                 )
             )
             target = SubscriptionTarget(
@@ -420,6 +518,15 @@ class Consumer:
             for msg in sub:
                 if not self._mailbox.put(reader, msg):
                     break
+            else:
+                # The server ends a group member's stream with OK when another member
+                # subscribes to the partition with a newer epoch: a rebalance race.
+                self._lost_race(reader, "the server ended the stream")
+        except CoordinatorMismatchError as exc:
+            # "Consumer is not currently assigned this partition": another member holds
+            # it at a newer epoch. Expected around every rebalance; the next poll says
+            # whether the partition is still ours (then the reader starts again).
+            self._lost_race(reader, str(exc))
         except Exception as exc:
             if reader.stopped or self._stop.is_set():
                 return
@@ -436,3 +543,19 @@ class Consumer:
             sub_ = reader.sub
             if sub_ is not None:
                 sub_.close()
+
+    def _lost_race(self, reader: PartitionReader, why: str) -> None:
+        with self._lock:
+            if reader.stopped or self._stop.is_set():
+                return
+            reader.failed = True
+            self._counters.expected_races += 1
+        _log.debug(
+            "consumer %s: %s/%d read at epoch %d ended (%s): another member reads it "
+            "at a newer epoch; the next poll decides",
+            self._group,
+            reader.stream,
+            reader.partition,
+            reader.epoch,
+            why,
+        )
