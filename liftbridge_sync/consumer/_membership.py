@@ -25,8 +25,10 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
+    DeadlineExceededError,
     LiftbridgeError,
     NotGroupMemberError,
+    ServerError,
 )
 
 __all__ = ["Membership"]
@@ -42,6 +44,9 @@ _RETRY_WAIT = 0.5
 Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
 #: Called with what ends the membership (the iterator raises it).
 Fail = Callable[[BaseException], None]
+#: Called with the server's answer when it dropped this member; joins again (or
+#: raises what ends the membership).
+Rejoin = Callable[[BaseException], None]
 
 
 class Membership:
@@ -97,6 +102,32 @@ class Membership:
             self._interval = _HEARTBEAT_FRACTION * consumer_timeout
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
 
+    def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
+        """Join again as ``consumer_id`` after the server dropped this member.
+
+        Retries what may pass (an unreachable broker, no metadata leader yet) every
+        :data:`_RETRY_WAIT` seconds until it works or ``stop`` is set.
+
+        Raises:
+            NoSuchStreamError: if a stream no longer exists.
+            ConsumerGroupError: if the server refused the join for another reason.
+        """
+        with self._lock:
+            self._consumer_id = consumer_id
+        while not stop.is_set():
+            try:
+                self.join()
+                return
+            except ServerError as exc:
+                if "already" in (exc.details or "").lower():
+                    # The id is a member after all (a broker had not applied the join
+                    # we were told of): keep polling as it.
+                    return
+                raise
+            except (BrokerUnavailableError, DeadlineExceededError) as exc:
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self._group, exc)
+            stop.wait(_RETRY_WAIT)
+
     def leave(self) -> None:
         """Leave the group; a member the server already dropped is not an error."""
         with self._lock:
@@ -114,20 +145,25 @@ class Membership:
 
     # ------------------------------------------------------------------ heartbeat
 
-    def heartbeat(self, stop: threading.Event, reconcile: Reconcile, fail: Fail) -> None:
+    def heartbeat(
+        self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
+    ) -> None:
         """Poll the coordinator until ``stop`` is set (the ``liftbridge-consumer`` thread).
 
-        Each answer is handed to ``reconcile``; what ends the membership (this member
-        dropped, or the thread itself failing) is handed to ``fail``.
+        Each answer is handed to ``reconcile``. When the server dropped this member,
+        ``rejoin`` is called (or, without one, ``fail``); what ends the membership (no
+        rejoin, a rejoin refused, the thread itself failing) is handed to ``fail``.
         """
         try:
-            self._heartbeat(stop, reconcile, fail)
+            self._heartbeat(stop, reconcile, fail, rejoin)
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
                 _log.exception("consumer %s: heartbeat thread failed", self._group)
                 fail(exc)
 
-    def _heartbeat(self, stop: threading.Event, reconcile: Reconcile, fail: Fail) -> None:
+    def _heartbeat(
+        self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
+    ) -> None:
         last_contact = time.monotonic()
         #: Since when the cluster says this member (or the group) does not exist.
         unknown_since: float | None = None
@@ -159,11 +195,18 @@ class Membership:
                 now = time.monotonic()
                 unknown_since = now if unknown_since is None else unknown_since
                 if now - unknown_since >= self._consumer_timeout:
-                    if not stop.is_set():
+                    if stop.is_set():
+                        return
+                    if rejoin is None:
                         _log.error("consumer %s: dropped by the server: %s", self._group, exc)
                         fail(exc)
-                    return
-                wait = min(_RETRY_WAIT, self._interval)
+                        return
+                    rejoin(exc)
+                    last_contact = time.monotonic()
+                    unknown_since = None
+                    wait = 0.0
+                else:
+                    wait = min(_RETRY_WAIT, self._interval)
             except ClientClosedError:
                 return
             except LiftbridgeError as exc:

@@ -88,9 +88,11 @@ class Consumer:
     waits for it. :meth:`stats` counts rejoins, rebalance races, coordinator changes,
     reader restarts and delivered messages.
 
-    Fatal conditions are raised by the iterator: :class:`ConsumerGroupNotFoundError` or
-    :class:`NotGroupMemberError` when the server dropped this member (it stopped
-    polling for longer than the server's consumer timeout).
+    A member the server dropped (it could not poll for longer than the server's
+    consumer timeout, e.g. while the coordinator failed over) stops its readers
+    *without committing* (its partitions may have moved on), joins again and resumes
+    from the committed cursors; with ``rejoin=False`` the iterator raises
+    :class:`ConsumerGroupNotFoundError` or :class:`NotGroupMemberError` instead.
 
     Thread-safe: iterate from one thread; :meth:`commit` and :meth:`close` may be called
     from any thread.
@@ -108,6 +110,7 @@ class Consumer:
         start: StartAt | None = None,
         auto_commit: float | None,
         buffer: int = CONSUMER_BUFFER,
+        rejoin: bool = True,
     ) -> None:
         if not isinstance(group, str) or not group:
             raise ConfigurationError("'group' must be a non-empty str")
@@ -125,9 +128,14 @@ class Consumer:
         interval = check_timeout("auto_commit", auto_commit, allow_zero=False)
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ConfigurationError("'buffer' must be an int >= 1")
+        if not isinstance(rejoin, bool):
+            raise ConfigurationError("'rejoin' must be a bool")
         self._core = core
         self._group = group
         self._consumer_id = consumer_id or uuid.uuid4().hex
+        #: A generated id is replaced on a rejoin; one the user chose is kept.
+        self._generated_id = consumer_id is None
+        self._rejoin = rejoin
         self._start = start
         self._auto_commit = interval
         self._cursor_id = group_cursor_id(group)
@@ -167,6 +175,7 @@ class Consumer:
             self._stop,
             self._reconcile,
             self._fail,
+            self._rejoin_group if self._rejoin else None,
         )
         self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
         if self._auto_commit is not None:
@@ -185,7 +194,7 @@ class Consumer:
 
     @property
     def consumer_id(self) -> str:
-        """This member's id (generated unless given)."""
+        """This member's id (generated unless given; a generated one changes on a rejoin)."""
         with self._lock:
             return self._consumer_id
 
@@ -236,7 +245,7 @@ class Consumer:
             TimeoutError: if no answer was applied within ``timeout`` seconds.
             ClientClosedError: if the consumer was (or gets) closed.
             ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
-                member.
+                member and ``rejoin=False``.
             ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
@@ -458,6 +467,42 @@ class Consumer:
             for key in keys:
                 self._done.pop(key, None)
                 self._committed.pop(key, None)
+
+    def _rejoin_group(self, error: BaseException) -> None:
+        """The server dropped this member: stop reading, join again (heartbeat thread).
+
+        The readers stop *without committing*: the partitions were given to other
+        members, which may have moved the cursors on since, and a commit now could move
+        a cursor back. The new membership resumes from the committed cursors.
+
+        Raises:
+            LiftbridgeError: if joining again failed for good (e.g. a stream is gone).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            readers = list(self._readers.values())
+            self._readers.clear()
+            self._done.clear()
+            self._committed.clear()
+            self._pending = None
+            old = self._consumer_id
+            if self._generated_id:
+                self._consumer_id = uuid.uuid4().hex
+            new = self._consumer_id
+            self._counters.rejoins += 1
+        _log.warning(
+            "consumer %s: member %s was dropped by the server (%s); stopped %d partition "
+            "reader(s) without committing, rejoining as %s from the committed positions",
+            self._group,
+            old,
+            error,
+            len(readers),
+            new,
+        )
+        for reader in readers:
+            self._stop_reader(reader)
+        self._membership.rejoin(new, self._stop)
 
     def _stop_reader(self, reader: PartitionReader) -> None:
         with self._lock:

@@ -569,3 +569,47 @@ def test_a_partition_held_at_a_newer_epoch_is_an_expected_race_logged_at_debug(
     assert raced and all(r.levelno == logging.DEBUG for r in raced)
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not loud, [r.getMessage() for r in loud]
+
+
+@pytest.mark.parametrize("rejoin", [True, False])
+def test_a_member_dropped_by_the_server_rejoins_unless_asked_not_to(
+    client: Client, stream: str, rejoin: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    with (
+        client.consumer(group, streams=[stream], auto_commit=0.3, start=start, rejoin=rejoin) as a,
+        client.consumer(group, streams=[stream], auto_commit=0.3, start=start) as b,
+    ):
+        wait_until(lambda: split_evenly(a, b) and a.epoch == b.epoch, 15, "two each")
+        ca, cb = Collector(a), Collector(b)
+        first = publish_batch(client, stream, "first", 40)
+        wait_until(lambda: set(ca.values()) | set(cb.values()) >= first, 20, "batch 1")
+        old_id = a.consumer_id
+        # Stall a's heartbeat (it needs the consumer's lock to poll) until the server
+        # has expired it and given every partition to b.
+        with a._lock:
+            wait_until(lambda: partitions_of(b) == set(ALL), 20, "a expired")
+        second = publish_batch(client, stream, "second", 40)
+        if not rejoin:
+            wait_until(lambda: bool(ca.errors), 20, "a's iterator raising")
+            assert isinstance(ca.errors[0], NotGroupMemberError | ConsumerGroupNotFoundError)
+            assert a.stats().rejoins == 0
+            wait_until(lambda: set(cb.values()) >= first | second, 20, "b reads all")
+            cb.stop()
+            return
+        wait_until(
+            lambda: a.stats().rejoins == 1 and split_evenly(a, b) and a.epoch == b.epoch,
+            30,
+            "a rejoined",
+        )
+        assert a.consumer_id != old_id  # a generated id is replaced
+        third = publish_batch(client, stream, "third", 40)
+        everything = first | second | third
+        wait_until(lambda: set(ca.values()) | set(cb.values()) >= everything, 20, "every message")
+        ca.stop()
+        cb.stop()
+        assert not ca.errors and not cb.errors
+        assert set(ca.values()) & third  # a delivers again after rejoining
+        warned = [r.getMessage() for r in caplog.records if "rejoining as" in r.getMessage()]
+        assert len(warned) == 1 and old_id in warned[0]

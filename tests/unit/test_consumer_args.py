@@ -48,6 +48,12 @@ def test_cursor_id_is_go_liftbridges() -> None:
     assert group_cursor_id("billing") == "__group:billing"
 
 
+def test_rejoin_must_be_a_bool() -> None:
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(ConfigurationError, match="'rejoin'"):
+            client.consumer("g", streams=["s"], auto_commit=None, rejoin=1)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("timeout", "error"),
     [(-1, ConfigurationError), (float("nan"), ConfigurationError), ("1", ArgumentTypeError)],
