@@ -11,6 +11,7 @@ the timeouts are written by :meth:`Membership.join` before the heartbeat thread 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -39,6 +40,12 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 _HEARTBEAT_FRACTION = 0.4
 #: Wait before polling again after a failed poll (the Go client waits 2 s).
 _RETRY_WAIT = 0.5
+
+#: A coordinator id no broker has and an epoch no group reaches: a report naming them
+#: is refused with the group's current coordinator and epoch (see _ask_coordinator).
+_PROBE_COORDINATOR = "liftbridge-sync: which broker is the coordinator?"
+_PROBE_EPOCH = 2**64 - 1
+_CURRENT_COORDINATOR = re.compile(r"current coordinator: (.*?) epoch: (\d+)")
 
 #: Called with each polled assignment and its epoch.
 Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
@@ -189,6 +196,10 @@ class Membership:
                         time.monotonic() - last_contact > self._coordinator_timeout
                     ):
                         self._report_coordinator()
+                        # The report may have completed a majority: a new coordinator
+                        # is then named at once; poll it without waiting.
+                        if self._safe_refresh():
+                            wait = 0.0
             except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
                 # In a cluster a broker may not have applied the join yet: only an
                 # answer that persists for a consumer timeout means we were dropped.
@@ -235,7 +246,68 @@ class Membership:
         return response
 
     def _refresh_group(self) -> bool:
-        """Read the group's coordinator and epoch; whether either changed.
+        """Learn the group's coordinator and epoch; whether either changed.
+
+        The metadata leader is asked first (:meth:`_ask_coordinator`, one round trip);
+        ``FetchMetadata`` only when that gives no answer: with a broker down, a v1.9.0
+        server answers it only after waiting up to 3 s for the dead peer, and a member
+        that takes that long to find a new coordinator can be expired by it.
+
+        Raises:
+            ConsumerGroupNotFoundError: if the group no longer exists.
+        """
+        found = self._ask_coordinator()
+        if found is None:
+            found = self._coordinator_from_metadata()
+        if found is None:
+            return False
+        coordinator, epoch = found
+        with self._lock:
+            changed = (coordinator, epoch) != (self.coordinator, self.epoch)
+            if coordinator != self.coordinator:
+                self._counters.coordinator_changes += 1
+            self.coordinator, self.epoch = coordinator, epoch
+        if changed:
+            _log.info("consumer %s: coordinator %s, epoch %d", self._group, coordinator, epoch)
+        return changed
+
+    def _ask_coordinator(self) -> tuple[str, int] | None:
+        """The group's coordinator and epoch as the metadata leader knows them, or None.
+
+        A ``ReportConsumerGroupCoordinator`` naming a coordinator and epoch the group
+        cannot have is always refused, with the current ones in the refusal ("Coordinator
+        generation mismatch, current coordinator: X epoch: N, ...", server metadata.go
+        from v1.8.0 to HEAD): nothing is reported, and the answer comes from the metadata
+        leader's Raft state without the broker survey ``FetchMetadata`` waits for.
+
+        Raises:
+            ConsumerGroupNotFoundError: if the group no longer exists.
+        """
+        with self._lock:
+            consumer_id = self._consumer_id
+        request = api_pb2.ReportConsumerGroupCoordinatorRequest(
+            groupId=self._group,
+            consumerId=consumer_id,
+            coordinator=_PROBE_COORDINATOR,
+            epoch=_PROBE_EPOCH,
+        )
+        try:
+            self._core.call_any(
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+            )
+        except CoordinatorMismatchError as exc:
+            match = _CURRENT_COORDINATOR.search(exc.details or "")
+            if match is not None:
+                return match.group(1), int(match.group(2))
+            _log.debug("consumer %s: unexpected refusal: %s", self._group, exc)
+        except ConsumerGroupNotFoundError:
+            raise
+        except LiftbridgeError as exc:
+            _log.debug("consumer %s: asking for the coordinator failed: %s", self._group, exc)
+        return None
+
+    def _coordinator_from_metadata(self) -> tuple[str, int] | None:
+        """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
@@ -248,23 +320,8 @@ class Membership:
                 continue
             if group.error == api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP:
                 raise ConsumerGroupNotFoundError(f"consumer group {self._group!r} does not exist")
-            with self._lock:
-                changed = (group.coordinator, int(group.epoch)) != (
-                    self.coordinator,
-                    self.epoch,
-                )
-                if group.coordinator != self.coordinator:
-                    self._counters.coordinator_changes += 1
-                self.coordinator, self.epoch = group.coordinator, int(group.epoch)
-            if changed:
-                _log.info(
-                    "consumer %s: coordinator %s, epoch %d",
-                    self._group,
-                    group.coordinator,
-                    group.epoch,
-                )
-            return changed
-        return False
+            return group.coordinator, int(group.epoch)
+        return None
 
     def _safe_refresh(self) -> bool:
         try:

@@ -6,10 +6,12 @@ The protocol (server ``groups.go``, go-liftbridge ``consumer.go``):
   server's consumer and coordinator timeouts.
 * A ``liftbridge-consumer-<group>`` thread polls ``FetchConsumerGroupAssignments`` on
   the coordinator every 0.4 × the consumer timeout (as the Go client does); the poll is
-  the heartbeat. A coordinator that refuses (not the coordinator, stale epoch) makes it
-  read the group's metadata again for the current coordinator and epoch; a coordinator
-  that cannot be reached for the coordinator timeout is reported with
+  the heartbeat. A coordinator that refuses (not the coordinator, stale epoch) or cannot
+  be reached makes it ask the metadata leader for the current coordinator and epoch
+  (``FetchMetadata`` only if that fails: it is slow while a broker is down); a
+  coordinator that cannot be reached for the coordinator timeout is reported with
   ``ReportConsumerGroupCoordinator``, after which the metadata leader picks another.
+* A member the server dropped joins again (see :class:`Consumer`).
 * Each assigned partition is read by a ``liftbridge-consumer-<stream>-<partition>``
   thread with an ordinary resubscribing subscription carrying the group's ``Consumer``
   field; partitions taken away are stopped and their buffered messages dropped.

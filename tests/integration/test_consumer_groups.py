@@ -613,3 +613,22 @@ def test_a_member_dropped_by_the_server_rejoins_unless_asked_not_to(
         assert set(ca.values()) & third  # a delivers again after rejoining
         warned = [r.getMessage() for r in caplog.records if "rejoining as" in r.getMessage()]
         assert len(warned) == 1 and old_id in warned[0]
+
+
+def test_the_metadata_leader_names_the_coordinator_without_a_report(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    with client.consumer(group, streams=[stream], auto_commit=None) as member:
+        member.wait_for_assignment(15)
+        membership = member._membership
+        # The server's refusal of an impossible report carries the current coordinator
+        # and epoch: what a member asks instead of a slow FetchMetadata.
+        assert membership._ask_coordinator() == (member.coordinator, member.epoch)
+        # Nothing was reported: the member keeps polling the same coordinator.
+        epoch, coordinator = member.epoch, member.coordinator
+        assert membership._refresh_group() is False
+        assert (member.epoch, member.coordinator) == (epoch, coordinator)
+        assert member.stats().coordinator_changes == 0
+    with pytest.raises(ConsumerGroupNotFoundError):
+        membership._ask_coordinator()
