@@ -5,7 +5,8 @@ makes the group RPCs and keeps what they answer (coordinator, epoch, the server'
 timeouts); what to do with an assignment is the consumer's, handed in as a callback.
 
 Thread-safe: the coordinator and epoch are guarded by the lock shared with the consumer;
-the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts.
+the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts;
+the remembered broker addresses are the heartbeat thread's alone.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ class Membership:
         self._interval = 1.0
         self._consumer_timeout = 15.0
         self._coordinator_timeout = 15.0
+        #: Broker id -> the address any metadata last gave it (the heartbeat thread's).
+        self._addresses: dict[str, str] = {}
 
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
@@ -229,21 +232,40 @@ class Membership:
     def _fetch_assignments(self) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
         with self._lock:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
-        broker = self._core.metadata.get().broker(coordinator)
-        if broker is None:
-            broker = self._core.metadata.refresh().broker(coordinator)
-        if broker is None:
-            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
+        address = self._coordinator_address(coordinator)
         request = api_pb2.FetchConsumerGroupAssignmentsRequest(
             groupId=self._group, consumerId=consumer_id, epoch=epoch
         )
         response: api_pb2.FetchConsumerGroupAssignmentsResponse = self._core.invoke(
-            broker.address,
+            address,
             rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
             request,
             context=CallContext.GROUP,
         )
         return response
+
+    def _coordinator_address(self, coordinator: str) -> str:
+        """The address of broker ``coordinator``, refreshing the metadata only if unknown.
+
+        A broker that was down when the client last read the metadata is missing from
+        it, yet it may be the new coordinator once restarted; it is reached at the
+        address it last had rather than after a fresh ``FetchMetadata``, which a v1.9.0
+        server answers only after up to 3 s while another broker is down (long enough
+        for the new coordinator to expire this member).
+
+        Raises:
+            BrokerUnavailableError: if no metadata ever listed the broker.
+        """
+        for broker in self._core.metadata.get().brokers:
+            self._addresses[broker.id] = broker.address
+        address = self._addresses.get(coordinator)
+        if address is None:
+            for broker in self._core.metadata.refresh().brokers:
+                self._addresses[broker.id] = broker.address
+            address = self._addresses.get(coordinator)
+        if address is None:
+            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
+        return address
 
     def _refresh_group(self) -> bool:
         """Learn the group's coordinator and epoch; whether either changed.

@@ -27,7 +27,10 @@ FAST_RECONNECT = (
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LiftbridgeCluster]:
     config = {"groups.consumer.timeout": "3s", "groups.coordinator.timeout": "2s"}
-    with LiftbridgeCluster(size=3, config=config) as c:
+    # No activity stream: a v1.9.0 metadata leader (re)creates it on each promotion, and
+    # one that loses the leadership meanwhile panics ("error on metadata leadership step
+    # down"), seen once in a run of repeated kills; groups do not need it.
+    with LiftbridgeCluster(size=3, config=config, activity=False) as c:
         yield c
 
 
