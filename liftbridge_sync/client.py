@@ -1162,6 +1162,7 @@ class Client:
         auto_commit: float | None,
         start: StartAt | None = None,
         consumer_id: str | None = None,
+        rejoin: bool = True,
     ) -> Consumer:
         """Join a consumer group and read the partitions the server assigns to this member.
 
@@ -1181,6 +1182,11 @@ class Client:
                 ``StartAt.new_only()`` (default), ``StartAt.earliest()`` or
                 ``StartAt.latest()``.
             consumer_id: This member's id, unique in the group (default: generated).
+            rejoin: When the server drops this member (it could not poll for longer
+                than the server's consumer timeout), stop its readers without
+                committing and join again from the committed cursors (default; a
+                generated id is replaced by a new one). ``False``: the iterator raises
+                ``ConsumerGroupNotFoundError`` or ``NotGroupMemberError`` instead.
 
         Returns:
             A joined :class:`~liftbridge_sync.consumer.Consumer`; close it (or use
@@ -1192,7 +1198,13 @@ class Client:
         """
         core = self._check()
         consumer = Consumer(
-            core, group, streams, consumer_id=consumer_id, start=start, auto_commit=auto_commit
+            core,
+            group,
+            streams,
+            consumer_id=consumer_id,
+            start=start,
+            auto_commit=auto_commit,
+            rejoin=rejoin,
         )
         consumer.join()
         try:

@@ -4,8 +4,10 @@
   as one iterator and commits positions as cursors under ``__group:<group>``.
 * :mod:`._membership`: joining, the heartbeat poll, coordinator failover, leaving.
 * :mod:`._mailbox`: the partition readers and the queue between them and the iterator.
+* :mod:`._stats`: the counters behind :meth:`Consumer.stats`.
 """
 
+from liftbridge_sync.consumer._stats import ConsumerStats
 from liftbridge_sync.consumer.group import Consumer, group_cursor_id
 
-__all__ = ["Consumer", "group_cursor_id"]
+__all__ = ["Consumer", "ConsumerStats", "group_cursor_id"]

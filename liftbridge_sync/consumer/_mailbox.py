@@ -58,17 +58,19 @@ class Mailbox:
             return True
 
     def fail(self, error: BaseException) -> None:
+        """Make every later :meth:`get` raise ``error`` (once the queue is empty)."""
         with self._cond:
             if self._error is None:
                 self._error = error
             self._cond.notify_all()
 
     def wake(self) -> None:
+        """Wake blocked calls to re-check their reader (one was stopped)."""
         with self._cond:
             self._cond.notify_all()
 
-    def get(self, timeout: float | None) -> Message:
-        """The next message of a partition still assigned."""
+    def get(self, timeout: float | None) -> tuple[PartitionReader, Message]:
+        """The next message of a partition still assigned, with the reader it came from."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
@@ -76,7 +78,7 @@ class Mailbox:
                     reader, msg = self._items.popleft()
                     self._cond.notify_all()
                     if not reader.stopped:
-                        return msg
+                        return reader, msg
                 if self._error is not None:
                     raise self._error
                 if self._closed:

@@ -5,12 +5,14 @@ makes the group RPCs and keeps what they answer (coordinator, epoch, the server'
 timeouts); what to do with an assignment is the consumer's, handed in as a callback.
 
 Thread-safe: the coordinator and epoch are guarded by the lock shared with the consumer;
-the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts.
+the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts;
+the remembered broker addresses are the heartbeat thread's alone.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,13 +21,16 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
+    DeadlineExceededError,
     LiftbridgeError,
     NotGroupMemberError,
+    ServerError,
 )
 
 __all__ = ["Membership"]
@@ -37,16 +42,26 @@ _HEARTBEAT_FRACTION = 0.4
 #: Wait before polling again after a failed poll (the Go client waits 2 s).
 _RETRY_WAIT = 0.5
 
+#: A coordinator id no broker has and an epoch no group reaches: a report naming them
+#: is refused with the group's current coordinator and epoch (see _ask_coordinator).
+_PROBE_COORDINATOR = "liftbridge-sync: which broker is the coordinator?"
+_PROBE_EPOCH = 2**64 - 1
+_CURRENT_COORDINATOR = re.compile(r"current coordinator: (.*?) epoch: (\d+)")
+
 #: Called with each polled assignment and its epoch.
 Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
 #: Called with what ends the membership (the iterator raises it).
 Fail = Callable[[BaseException], None]
+#: Called with the server's answer when it dropped this member; joins again (or
+#: raises what ends the membership).
+Rejoin = Callable[[BaseException], None]
 
 
 class Membership:
     """One member's standing in a consumer group, as the group RPCs report it.
 
-    Thread-safe: ``coordinator`` and ``epoch`` are read and written under ``lock``.
+    Thread-safe: ``coordinator``, ``epoch``, the member id and ``counters`` are read and
+    written under ``lock``.
     """
 
     def __init__(
@@ -56,12 +71,14 @@ class Membership:
         consumer_id: str,
         streams: Sequence[str],
         lock: threading.Lock,
+        counters: Counters,
     ) -> None:
         self._core = core
         self._group = group
         self._consumer_id = consumer_id
         self._streams = tuple(streams)
         self._lock = lock
+        self._counters = counters
         #: Broker id of the group's coordinator, as last known.
         self.coordinator = ""
         #: The group epoch of the current assignment.
@@ -69,6 +86,8 @@ class Membership:
         self._interval = 1.0
         self._consumer_timeout = 15.0
         self._coordinator_timeout = 15.0
+        #: Broker id -> the address any metadata last gave it (the heartbeat thread's).
+        self._addresses: dict[str, str] = {}
 
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
@@ -77,11 +96,15 @@ class Membership:
             NoSuchStreamError: if a stream does not exist.
             ServerError: if the server refused the join (e.g. the id is already a member).
         """
+        with self._lock:
+            consumer_id = self._consumer_id
         request = api_pb2.JoinConsumerGroupRequest(
-            groupId=self._group, consumerId=self._consumer_id, streams=list(self._streams)
+            groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
         )
         response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
         with self._lock:
+            if self.coordinator and response.coordinator != self.coordinator:
+                self._counters.coordinator_changes += 1
             self.coordinator = response.coordinator
             self.epoch = int(response.epoch)
             consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
@@ -89,14 +112,40 @@ class Membership:
             self._interval = _HEARTBEAT_FRACTION * consumer_timeout
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
 
+    def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
+        """Join again as ``consumer_id`` after the server dropped this member.
+
+        Retries what may pass (an unreachable broker, no metadata leader yet) every
+        :data:`_RETRY_WAIT` seconds until it works or ``stop`` is set.
+
+        Raises:
+            NoSuchStreamError: if a stream no longer exists.
+            ConsumerGroupError: if the server refused the join for another reason.
+        """
+        with self._lock:
+            self._consumer_id = consumer_id
+        while not stop.is_set():
+            try:
+                self.join()
+                return
+            except ServerError as exc:
+                if "already" in (exc.details or "").lower():
+                    # The id is a member after all (a broker had not applied the join
+                    # we were told of): keep polling as it.
+                    return
+                raise
+            except (BrokerUnavailableError, DeadlineExceededError) as exc:
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self._group, exc)
+            stop.wait(_RETRY_WAIT)
+
     def leave(self) -> None:
         """Leave the group; a member the server already dropped is not an error."""
+        with self._lock:
+            consumer_id = self._consumer_id
         try:
             self._core.call_any(
                 rpcs.LEAVE_CONSUMER_GROUP,
-                api_pb2.LeaveConsumerGroupRequest(
-                    groupId=self._group, consumerId=self._consumer_id
-                ),
+                api_pb2.LeaveConsumerGroupRequest(groupId=self._group, consumerId=consumer_id),
                 context=CallContext.GROUP,
             )
         except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
@@ -106,20 +155,25 @@ class Membership:
 
     # ------------------------------------------------------------------ heartbeat
 
-    def heartbeat(self, stop: threading.Event, reconcile: Reconcile, fail: Fail) -> None:
+    def heartbeat(
+        self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
+    ) -> None:
         """Poll the coordinator until ``stop`` is set (the ``liftbridge-consumer`` thread).
 
-        Each answer is handed to ``reconcile``; what ends the membership (this member
-        dropped, or the thread itself failing) is handed to ``fail``.
+        Each answer is handed to ``reconcile``. When the server dropped this member,
+        ``rejoin`` is called (or, without one, ``fail``); what ends the membership (no
+        rejoin, a rejoin refused, the thread itself failing) is handed to ``fail``.
         """
         try:
-            self._heartbeat(stop, reconcile, fail)
+            self._heartbeat(stop, reconcile, fail, rejoin)
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
                 _log.exception("consumer %s: heartbeat thread failed", self._group)
                 fail(exc)
 
-    def _heartbeat(self, stop: threading.Event, reconcile: Reconcile, fail: Fail) -> None:
+    def _heartbeat(
+        self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
+    ) -> None:
         last_contact = time.monotonic()
         #: Since when the cluster says this member (or the group) does not exist.
         unknown_since: float | None = None
@@ -145,17 +199,28 @@ class Membership:
                         time.monotonic() - last_contact > self._coordinator_timeout
                     ):
                         self._report_coordinator()
+                        # The report may have completed a majority: a new coordinator
+                        # is then named at once; poll it without waiting.
+                        if self._safe_refresh():
+                            wait = 0.0
             except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
                 # In a cluster a broker may not have applied the join yet: only an
                 # answer that persists for a consumer timeout means we were dropped.
                 now = time.monotonic()
                 unknown_since = now if unknown_since is None else unknown_since
                 if now - unknown_since >= self._consumer_timeout:
-                    if not stop.is_set():
+                    if stop.is_set():
+                        return
+                    if rejoin is None:
                         _log.error("consumer %s: dropped by the server: %s", self._group, exc)
                         fail(exc)
-                    return
-                wait = min(_RETRY_WAIT, self._interval)
+                        return
+                    rejoin(exc)
+                    last_contact = time.monotonic()
+                    unknown_since = None
+                    wait = 0.0
+                else:
+                    wait = min(_RETRY_WAIT, self._interval)
             except ClientClosedError:
                 return
             except LiftbridgeError as exc:
@@ -166,25 +231,105 @@ class Membership:
 
     def _fetch_assignments(self) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
         with self._lock:
-            coordinator, epoch = self.coordinator, self.epoch
-        broker = self._core.metadata.get().broker(coordinator)
-        if broker is None:
-            broker = self._core.metadata.refresh().broker(coordinator)
-        if broker is None:
-            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
+            coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
+        address = self._coordinator_address(coordinator)
         request = api_pb2.FetchConsumerGroupAssignmentsRequest(
-            groupId=self._group, consumerId=self._consumer_id, epoch=epoch
+            groupId=self._group, consumerId=consumer_id, epoch=epoch
         )
         response: api_pb2.FetchConsumerGroupAssignmentsResponse = self._core.invoke(
-            broker.address,
+            address,
             rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
             request,
             context=CallContext.GROUP,
         )
         return response
 
+    def _coordinator_address(self, coordinator: str) -> str:
+        """The address of broker ``coordinator``, refreshing the metadata only if unknown.
+
+        A broker that was down when the client last read the metadata is missing from
+        it, yet it may be the new coordinator once restarted; it is reached at the
+        address it last had rather than after a fresh ``FetchMetadata``, which a v1.9.0
+        server answers only after up to 3 s while another broker is down (long enough
+        for the new coordinator to expire this member).
+
+        Raises:
+            BrokerUnavailableError: if no metadata ever listed the broker.
+        """
+        for broker in self._core.metadata.get().brokers:
+            self._addresses[broker.id] = broker.address
+        address = self._addresses.get(coordinator)
+        if address is None:
+            for broker in self._core.metadata.refresh().brokers:
+                self._addresses[broker.id] = broker.address
+            address = self._addresses.get(coordinator)
+        if address is None:
+            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
+        return address
+
     def _refresh_group(self) -> bool:
-        """Read the group's coordinator and epoch; whether either changed.
+        """Learn the group's coordinator and epoch; whether either changed.
+
+        The metadata leader is asked first (:meth:`_ask_coordinator`, one round trip);
+        ``FetchMetadata`` only when that gives no answer: with a broker down, a v1.9.0
+        server answers it only after waiting up to 3 s for the dead peer, and a member
+        that takes that long to find a new coordinator can be expired by it.
+
+        Raises:
+            ConsumerGroupNotFoundError: if the group no longer exists.
+        """
+        found = self._ask_coordinator()
+        if found is None:
+            found = self._coordinator_from_metadata()
+        if found is None:
+            return False
+        coordinator, epoch = found
+        with self._lock:
+            changed = (coordinator, epoch) != (self.coordinator, self.epoch)
+            if coordinator != self.coordinator:
+                self._counters.coordinator_changes += 1
+            self.coordinator, self.epoch = coordinator, epoch
+        if changed:
+            _log.info("consumer %s: coordinator %s, epoch %d", self._group, coordinator, epoch)
+        return changed
+
+    def _ask_coordinator(self) -> tuple[str, int] | None:
+        """The group's coordinator and epoch as the metadata leader knows them, or None.
+
+        A ``ReportConsumerGroupCoordinator`` naming a coordinator and epoch the group
+        cannot have is always refused, with the current ones in the refusal ("Coordinator
+        generation mismatch, current coordinator: X epoch: N, ...", server metadata.go
+        from v1.8.0 to HEAD): nothing is reported, and the answer comes from the metadata
+        leader's Raft state without the broker survey ``FetchMetadata`` waits for.
+
+        Raises:
+            ConsumerGroupNotFoundError: if the group no longer exists.
+        """
+        with self._lock:
+            consumer_id = self._consumer_id
+        request = api_pb2.ReportConsumerGroupCoordinatorRequest(
+            groupId=self._group,
+            consumerId=consumer_id,
+            coordinator=_PROBE_COORDINATOR,
+            epoch=_PROBE_EPOCH,
+        )
+        try:
+            self._core.call_any(
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+            )
+        except CoordinatorMismatchError as exc:
+            match = _CURRENT_COORDINATOR.search(exc.details or "")
+            if match is not None:
+                return match.group(1), int(match.group(2))
+            _log.debug("consumer %s: unexpected refusal: %s", self._group, exc)
+        except ConsumerGroupNotFoundError:
+            raise
+        except LiftbridgeError as exc:
+            _log.debug("consumer %s: asking for the coordinator failed: %s", self._group, exc)
+        return None
+
+    def _coordinator_from_metadata(self) -> tuple[str, int] | None:
+        """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
@@ -197,21 +342,8 @@ class Membership:
                 continue
             if group.error == api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP:
                 raise ConsumerGroupNotFoundError(f"consumer group {self._group!r} does not exist")
-            with self._lock:
-                changed = (group.coordinator, int(group.epoch)) != (
-                    self.coordinator,
-                    self.epoch,
-                )
-                self.coordinator, self.epoch = group.coordinator, int(group.epoch)
-            if changed:
-                _log.info(
-                    "consumer %s: coordinator %s, epoch %d",
-                    self._group,
-                    group.coordinator,
-                    group.epoch,
-                )
-            return changed
-        return False
+            return group.coordinator, int(group.epoch)
+        return None
 
     def _safe_refresh(self) -> bool:
         try:
@@ -224,7 +356,7 @@ class Membership:
 
     def _report_coordinator(self) -> None:
         with self._lock:
-            coordinator, epoch = self.coordinator, self.epoch
+            coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         _log.warning(
             "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
             self._group,
@@ -232,7 +364,7 @@ class Membership:
             self._coordinator_timeout,
         )
         request = api_pb2.ReportConsumerGroupCoordinatorRequest(
-            groupId=self._group, consumerId=self._consumer_id, coordinator=coordinator, epoch=epoch
+            groupId=self._group, consumerId=consumer_id, coordinator=coordinator, epoch=epoch
         )
         try:
             self._core.call_any(

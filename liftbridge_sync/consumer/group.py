@@ -6,10 +6,12 @@ The protocol (server ``groups.go``, go-liftbridge ``consumer.go``):
   server's consumer and coordinator timeouts.
 * A ``liftbridge-consumer-<group>`` thread polls ``FetchConsumerGroupAssignments`` on
   the coordinator every 0.4 × the consumer timeout (as the Go client does); the poll is
-  the heartbeat. A coordinator that refuses (not the coordinator, stale epoch) makes it
-  read the group's metadata again for the current coordinator and epoch; a coordinator
-  that cannot be reached for the coordinator timeout is reported with
+  the heartbeat. A coordinator that refuses (not the coordinator, stale epoch) or cannot
+  be reached makes it ask the metadata leader for the current coordinator and epoch
+  (``FetchMetadata`` only if that fails: it is slow while a broker is down); a
+  coordinator that cannot be reached for the coordinator timeout is reported with
   ``ReportConsumerGroupCoordinator``, after which the metadata leader picks another.
+* A member the server dropped joins again (see :class:`Consumer`).
 * Each assigned partition is read by a ``liftbridge-consumer-<stream>-<partition>``
   thread with an ordinary resubscribing subscription carrying the group's ``Consumer``
   field; partitions taken away are stopped and their buffered messages dropped.
@@ -37,7 +39,13 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_name, check_timeout
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
-from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
+from liftbridge_sync.consumer._stats import ConsumerStats, Counters
+from liftbridge_sync.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    CoordinatorMismatchError,
+    LiftbridgeError,
+)
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
 from liftbridge_sync.subscription.opening import build_subscribe_request
@@ -77,9 +85,16 @@ class Consumer:
     :meth:`commit` commits. Cursors use go-liftbridge's id ``__group:<group>``, so Go and
     Python members of one group continue each other's work.
 
-    Fatal conditions are raised by the iterator: :class:`ConsumerGroupNotFoundError` or
-    :class:`NotGroupMemberError` when the server dropped this member (it stopped
-    polling for longer than the server's consumer timeout).
+    Partitions arrive with the first answer of the coordinator, a fraction of a second
+    to a few seconds after :meth:`Client.consumer` returns; :meth:`wait_for_assignment`
+    waits for it. :meth:`stats` counts rejoins, rebalance races, coordinator changes,
+    reader restarts and delivered messages.
+
+    A member the server dropped (it could not poll for longer than the server's
+    consumer timeout, e.g. while the coordinator failed over) stops its readers
+    *without committing* (its partitions may have moved on), joins again and resumes
+    from the committed cursors; with ``rejoin=False`` the iterator raises
+    :class:`ConsumerGroupNotFoundError` or :class:`NotGroupMemberError` instead.
 
     Thread-safe: iterate from one thread; :meth:`commit` and :meth:`close` may be called
     from any thread.
@@ -97,6 +112,7 @@ class Consumer:
         start: StartAt | None = None,
         auto_commit: float | None,
         buffer: int = CONSUMER_BUFFER,
+        rejoin: bool = True,
     ) -> None:
         if not isinstance(group, str) or not group:
             raise ConfigurationError("'group' must be a non-empty str")
@@ -114,9 +130,14 @@ class Consumer:
         interval = check_timeout("auto_commit", auto_commit, allow_zero=False)
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ConfigurationError("'buffer' must be an int >= 1")
+        if not isinstance(rejoin, bool):
+            raise ConfigurationError("'rejoin' must be a bool")
         self._core = core
         self._group = group
         self._consumer_id = consumer_id or uuid.uuid4().hex
+        #: A generated id is replaced on a rejoin; one the user chose is kept.
+        self._generated_id = consumer_id is None
+        self._rejoin = rejoin
         self._start = start
         self._auto_commit = interval
         self._cursor_id = group_cursor_id(group)
@@ -125,11 +146,19 @@ class Consumer:
         self._stop = threading.Event()
         self._closed = False
         self._mailbox = Mailbox(buffer)
-        self._membership = Membership(core, group, self._consumer_id, self._streams, self._lock)
+        self._counters = Counters()
+        self._membership = Membership(
+            core, group, self._consumer_id, self._streams, self._lock, self._counters
+        )
         self._readers: dict[_Key, PartitionReader] = {}
         self._done: dict[_Key, int] = {}
         self._committed: dict[_Key, int] = {}
-        self._pending: tuple[_Key, int] | None = None
+        self._pending: tuple[PartitionReader, int] | None = None
+        #: Set once a poll answer was applied, or on close or failure: what
+        #: wait_for_assignment() waits for.
+        self._settled = threading.Event()
+        self._answered = False
+        self._failure: BaseException | None = None
         self._threads: list[threading.Thread] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -144,7 +173,11 @@ class Consumer:
         self._refuse_if_forked()
         self._membership.join()
         heartbeat = functools.partial(
-            self._membership.heartbeat, self._stop, self._reconcile, self._mailbox.fail
+            self._membership.heartbeat,
+            self._stop,
+            self._reconcile,
+            self._fail,
+            self._rejoin_group if self._rejoin else None,
         )
         self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
         if self._auto_commit is not None:
@@ -163,8 +196,9 @@ class Consumer:
 
     @property
     def consumer_id(self) -> str:
-        """This member's id (generated unless given)."""
-        return self._consumer_id
+        """This member's id (generated unless given; a generated one changes on a rejoin)."""
+        with self._lock:
+            return self._consumer_id
 
     @property
     def cursor_id(self) -> str:
@@ -195,6 +229,44 @@ class Consumer:
         with self._lock:
             return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
 
+    def wait_for_assignment(self, timeout: float | None) -> frozenset[tuple[str, int]]:
+        """Wait until the coordinator's first answer was applied; the assignment then.
+
+        Partitions arrive with the first poll of the coordinator, which follows the join
+        by a fraction of a second to a few seconds. The assignment returned may be
+        empty: when the group has more members than partitions, some members get none
+        (they take over when another member leaves).
+
+        Args:
+            timeout: Seconds to wait (``None``: no limit).
+
+        Returns:
+            The (stream, partition) pairs assigned by that answer, as :meth:`assignment`.
+
+        Raises:
+            TimeoutError: if no answer was applied within ``timeout`` seconds.
+            ClientClosedError: if the consumer was (or gets) closed.
+            ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
+                member and ``rejoin=False``.
+            ForkedClientError: in a process forked after this consumer was created.
+        """
+        self._refuse_if_forked()
+        seconds = check_timeout("timeout", timeout)
+        if not self._settled.wait(seconds):
+            raise TimeoutError("no assignment arrived within the timeout")
+        with self._lock:
+            answered, closed, failure = self._answered, self._closed, self._failure
+        if closed:
+            raise ClientClosedError(f"consumer {self._group} was closed")
+        if not answered and failure is not None:
+            raise failure
+        return self.assignment()
+
+    def stats(self) -> ConsumerStats:
+        """A snapshot of this member's counters (see :class:`ConsumerStats`)."""
+        with self._lock:
+            return self._counters.snapshot()
+
     def close(self) -> None:
         """Stop reading, commit (with auto-commit), leave the group, join threads.
 
@@ -211,6 +283,7 @@ class Consumer:
             readers = list(self._readers.values())
             self._readers.clear()
         self._stop.set()
+        self._settled.set()
         for reader in readers:
             self._stop_reader(reader)
         current = threading.current_thread()
@@ -262,18 +335,29 @@ class Consumer:
         self._refuse_if_forked()
         seconds = check_timeout("timeout", timeout)
         self._mark_pending_done()
-        msg = self._mailbox.get(seconds)
+        reader, msg = self._mailbox.get(seconds)
         with self._lock:
-            self._pending = ((msg.stream, msg.partition), msg.offset)
+            self._pending = (reader, msg.offset)
+            self._counters.delivered += 1
         return msg
 
     def _mark_pending_done(self) -> None:
         with self._lock:
             if self._pending is not None:
-                key, offset = self._pending
+                reader, offset = self._pending
                 self._pending = None
-                if offset > self._done.get(key, -1):
+                key = (reader.stream, reader.partition)
+                # A partition taken away (or this member dropped) since: its position
+                # is no longer this member's to commit.
+                if key in self._readers and offset > self._done.get(key, -1):
                     self._done[key] = offset
+
+    def _fail(self, error: BaseException) -> None:
+        """End the membership: the iterator and wait_for_assignment() raise ``error``."""
+        with self._lock:
+            self._failure = error
+        self._mailbox.fail(error)
+        self._settled.set()
 
     # ------------------------------------------------------------------ commits
 
@@ -349,6 +433,9 @@ class Consumer:
             for reader in revoked:
                 del self._readers[(reader.stream, reader.partition)]
             added = sorted(k for k in wanted if k not in self._readers)
+            self._counters.reader_restarts += sum(
+                1 for r in revoked if (r.stream, r.partition) in wanted
+            )
         for reader in revoked:
             self._stop_reader(reader)
         if revoked:
@@ -363,6 +450,7 @@ class Consumer:
                     self._commit_done((r.stream, r.partition) for r in revoked)
                 except LiftbridgeError as exc:
                     _log.warning("consumer %s: commit on revoke failed: %s", self._group, exc)
+            self._forget(k for k in ((r.stream, r.partition) for r in revoked) if k not in wanted)
         for stream, partition in added:
             reader = PartitionReader(stream, partition, epoch)
             with self._lock:
@@ -378,6 +466,57 @@ class Consumer:
             reader.thread.start()
         if added:
             _log.info("consumer %s: epoch %d: reading %s", self._group, epoch, added)
+        with self._lock:
+            self._answered = True
+        self._settled.set()
+
+    def _forget(self, keys: Iterable[_Key]) -> None:
+        """Drop the positions of partitions no longer this member's.
+
+        Their next owner moves the cursors on; should one come back, its reader starts
+        from the cursor then stored, and an old position here must never be committed
+        over it.
+        """
+        with self._lock:
+            for key in keys:
+                self._done.pop(key, None)
+                self._committed.pop(key, None)
+
+    def _rejoin_group(self, error: BaseException) -> None:
+        """The server dropped this member: stop reading, join again (heartbeat thread).
+
+        The readers stop *without committing*: the partitions were given to other
+        members, which may have moved the cursors on since, and a commit now could move
+        a cursor back. The new membership resumes from the committed cursors.
+
+        Raises:
+            LiftbridgeError: if joining again failed for good (e.g. a stream is gone).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            readers = list(self._readers.values())
+            self._readers.clear()
+            self._done.clear()
+            self._committed.clear()
+            self._pending = None
+            old = self._consumer_id
+            if self._generated_id:
+                self._consumer_id = uuid.uuid4().hex
+            new = self._consumer_id
+            self._counters.rejoins += 1
+        _log.warning(
+            "consumer %s: member %s was dropped by the server (%s); stopped %d partition "
+            "reader(s) without committing, rejoining as %s from the committed positions",
+            self._group,
+            old,
+            error,
+            len(readers),
+            new,
+        )
+        for reader in readers:
+            self._stop_reader(reader)
+        self._membership.rejoin(new, self._stop)
 
     def _stop_reader(self, reader: PartitionReader) -> None:
         with self._lock:
@@ -393,12 +532,18 @@ class Consumer:
     def _start_position(self, stream: str, partition: int) -> StartAt:
         cursor = self._core.fetch_cursor(self._cursor_id, stream, partition)
         if cursor >= 0:
+            with self._lock:
+                # What is stored is committed: an older position of ours is not.
+                key = (stream, partition)
+                self._committed[key] = max(cursor, self._committed.get(key, -1))
             return StartAt.offset(cursor + 1)
         return self._start
 
     def _read(self, reader: PartitionReader) -> None:
         """Reader thread: subscribe as a group member and feed the mailbox."""
         core, stream, partition = self._core, reader.stream, reader.partition
+        with self._lock:
+            consumer_id = self._consumer_id
         try:
             request = build_subscribe_request(
                 core,
@@ -413,7 +558,7 @@ class Consumer:
             assert request is not None  # no stop position: never empty
             request.consumer.CopyFrom(
                 api_pb2.Consumer(
-                    groupId=self._group, groupEpoch=reader.epoch, consumerId=self._consumer_id
+                    groupId=self._group, groupEpoch=reader.epoch, consumerId=consumer_id
                 )
             )
             target = SubscriptionTarget(
@@ -432,6 +577,15 @@ class Consumer:
             for msg in sub:
                 if not self._mailbox.put(reader, msg):
                     break
+            else:
+                # The server ends a group member's stream with OK when another member
+                # subscribes to the partition with a newer epoch: a rebalance race.
+                self._lost_race(reader, "the server ended the stream")
+        except CoordinatorMismatchError as exc:
+            # "Consumer is not currently assigned this partition": another member holds
+            # it at a newer epoch. Expected around every rebalance; the next poll says
+            # whether the partition is still ours (then the reader starts again).
+            self._lost_race(reader, str(exc))
         except Exception as exc:
             if reader.stopped or self._stop.is_set():
                 return
@@ -448,3 +602,19 @@ class Consumer:
             sub_ = reader.sub
             if sub_ is not None:
                 sub_.close()
+
+    def _lost_race(self, reader: PartitionReader, why: str) -> None:
+        with self._lock:
+            if reader.stopped or self._stop.is_set():
+                return
+            reader.failed = True
+            self._counters.expected_races += 1
+        _log.debug(
+            "consumer %s: %s/%d read at epoch %d ended (%s): another member reads it "
+            "at a newer epoch; the next poll decides",
+            self._group,
+            reader.stream,
+            reader.partition,
+            reader.epoch,
+            why,
+        )

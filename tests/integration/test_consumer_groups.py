@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import os
 import shutil
 import subprocess
@@ -11,22 +13,24 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from liftbridge_sync import (
     ActivityEvent,
     ActivityStream,
     Client,
+    ClientClosedError,
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
     Message,
     NotGroupMemberError,
     StartAt,
 )
-from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
-from liftbridge_sync.consumer import Consumer
+from liftbridge_sync.consumer import Consumer, ConsumerStats
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.waiting import wait_until
 
@@ -118,8 +122,9 @@ def test_two_members_split_four_partitions_and_see_each_message_once(
         client.consumer(group, streams=[stream], auto_commit=None, start=start) as a,
         client.consumer(group, streams=[stream], auto_commit=None, start=start) as b,
     ):
-        wait_until(lambda: split_evenly(a, b), 15, "two partitions each")
-        assert a.epoch == b.epoch
+        # A member stops reading a partition as soon as the other takes it over, and
+        # learns the new epoch at its next poll.
+        wait_until(lambda: split_evenly(a, b) and a.epoch == b.epoch, 15, "two partitions each")
         # Heartbeat and one reader per partition: named liftbridge-*, daemonic.
         ours = [t for t in threading.enumerate() if t.name.startswith("liftbridge-consumer")]
         assert len(ours) >= 2 + PARTITIONS and all(t.daemon for t in ours)
@@ -458,3 +463,172 @@ def test_with_manual_commits_only_committed_positions_are_skipped_by_the_next_me
         assert sorted(again) == sorted(second)  # redelivered: at-least-once
         with pytest.raises(TimeoutError):
             b.get(0.5)  # and nothing before the committed positions
+
+
+def test_wait_for_assignment_returns_the_first_answer_even_an_empty_one(client: Client) -> None:
+    stream = unique("one")
+    client.create_stream(stream, stream, partitions=1)
+    group = unique("g")
+    # The server gives a partition to the member with the fewest, the lowest id first.
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="a") as a:
+        assert a.wait_for_assignment(15) == {(stream, 0)}
+        assert a.assignment() == {(stream, 0)}
+        # More members than partitions: the second member's first answer is empty.
+        with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="b") as b:
+            assert b.wait_for_assignment(15) == frozenset()
+    a.close()
+    with pytest.raises(ClientClosedError):
+        a.wait_for_assignment(1)
+
+
+def test_wait_for_assignment_wakes_on_close(client: Client, stream: str) -> None:
+    consumer = client.consumer(unique("g"), streams=[stream], auto_commit=None)
+    consumer.wait_for_assignment(15)
+    errors: list[BaseException] = []
+    # A second consumer whose first poll has not been answered: close() must wake it.
+    late = Consumer(client._core, unique("g"), [stream], auto_commit=None)
+    waiter = threading.Thread(
+        target=lambda: errors.extend(_raised(lambda: late.wait_for_assignment(30))),
+        daemon=True,
+    )
+    waiter.start()
+    late.close()
+    waiter.join(10)
+    assert not waiter.is_alive()
+    assert len(errors) == 1 and isinstance(errors[0], ClientClosedError)
+    consumer.close()
+
+
+def _raised(call: Callable[[], object]) -> list[BaseException]:
+    try:
+        call()
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
+def test_stats_count_delivered_messages_in_a_frozen_snapshot(client: Client, stream: str) -> None:
+    with client.consumer(
+        unique("g"), streams=[stream], auto_commit=None, start=StartAt.earliest()
+    ) as consumer:
+        assert consumer.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        before = consumer.stats()
+        assert before == ConsumerStats()
+        sent = publish_batch(client, stream, "s", 20)
+        got = {consumer.get(10).value for _ in sent}
+        assert got == sent
+        after = consumer.stats()
+        assert after.delivered == 20 and after.rejoins == 0
+        assert before.delivered == 0  # a snapshot, not a live view
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            after.delivered = 0  # type: ignore[misc]
+
+
+def test_a_partition_held_at_a_newer_epoch_is_an_expected_race_logged_at_debug(
+    client: Client,
+    stream: str,
+    group_server: LiftbridgeServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="liftbridge_sync")
+    group = unique("g")
+    with client.consumer(
+        group, streams=[stream], auto_commit=0.2, start=StartAt.earliest()
+    ) as consumer:
+        consumer.wait_for_assignment(15)
+        # What another member does after a rebalance the member has not polled yet:
+        # subscribe to partition 0 with a newer group epoch. The server ends the
+        # member's stream and refuses its reader's resubscriptions.
+        request = api_pb2.SubscribeRequest(
+            stream=stream,
+            partition=0,
+            startPosition=api_pb2.StartPosition.NEW_ONLY,
+            consumer=api_pb2.Consumer(
+                groupId=group, groupEpoch=consumer.epoch + 1000, consumerId="intruder"
+            ),
+        )
+        with grpc.insecure_channel(group_server.address) as channel:
+            stub = api_pb2_grpc.APIStub(channel)  # type: ignore[no-untyped-call]
+            intruder = stub.Subscribe(request)
+            next(intruder)  # the handshake: the partition is the intruder's now
+            wait_until(
+                lambda: (
+                    consumer.stats().expected_races >= 2 and consumer.stats().reader_restarts >= 1
+                ),
+                15,
+                "the reader refused at its restart",
+            )
+            assert (stream, 0) not in consumer.assignment()
+            intruder.cancel()
+        # With the intruder gone, the next restart reads partition 0 again; nothing lost.
+        wait_until(lambda: (stream, 0) in consumer.assignment(), 15, "partition 0 back")
+        sent = publish_batch(client, stream, "r", 8)
+        got = {consumer.get(10).value for _ in sent}
+        assert got == sent
+    raced = [r for r in caplog.records if "newer epoch" in r.getMessage()]
+    assert raced and all(r.levelno == logging.DEBUG for r in raced)
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not loud, [r.getMessage() for r in loud]
+
+
+@pytest.mark.parametrize("rejoin", [True, False])
+def test_a_member_dropped_by_the_server_rejoins_unless_asked_not_to(
+    client: Client, stream: str, rejoin: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    with (
+        client.consumer(group, streams=[stream], auto_commit=0.3, start=start, rejoin=rejoin) as a,
+        client.consumer(group, streams=[stream], auto_commit=0.3, start=start) as b,
+    ):
+        wait_until(lambda: split_evenly(a, b) and a.epoch == b.epoch, 15, "two each")
+        ca, cb = Collector(a), Collector(b)
+        first = publish_batch(client, stream, "first", 40)
+        wait_until(lambda: set(ca.values()) | set(cb.values()) >= first, 20, "batch 1")
+        old_id = a.consumer_id
+        # Stall a's heartbeat (it needs the consumer's lock to poll) until the server
+        # has expired it and given every partition to b.
+        with a._lock:
+            wait_until(lambda: partitions_of(b) == set(ALL), 20, "a expired")
+        second = publish_batch(client, stream, "second", 40)
+        if not rejoin:
+            wait_until(lambda: bool(ca.errors), 20, "a's iterator raising")
+            assert isinstance(ca.errors[0], NotGroupMemberError | ConsumerGroupNotFoundError)
+            assert a.stats().rejoins == 0
+            wait_until(lambda: set(cb.values()) >= first | second, 20, "b reads all")
+            cb.stop()
+            return
+        wait_until(
+            lambda: a.stats().rejoins == 1 and split_evenly(a, b) and a.epoch == b.epoch,
+            30,
+            "a rejoined",
+        )
+        assert a.consumer_id != old_id  # a generated id is replaced
+        third = publish_batch(client, stream, "third", 40)
+        everything = first | second | third
+        wait_until(lambda: set(ca.values()) | set(cb.values()) >= everything, 20, "every message")
+        ca.stop()
+        cb.stop()
+        assert not ca.errors and not cb.errors
+        assert set(ca.values()) & third  # a delivers again after rejoining
+        warned = [r.getMessage() for r in caplog.records if "rejoining as" in r.getMessage()]
+        assert len(warned) == 1 and old_id in warned[0]
+
+
+def test_the_metadata_leader_names_the_coordinator_without_a_report(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    with client.consumer(group, streams=[stream], auto_commit=None) as member:
+        member.wait_for_assignment(15)
+        membership = member._membership
+        # The server's refusal of an impossible report carries the current coordinator
+        # and epoch: what a member asks instead of a slow FetchMetadata.
+        assert membership._ask_coordinator() == (member.coordinator, member.epoch)
+        # Nothing was reported: the member keeps polling the same coordinator.
+        epoch, coordinator = member.epoch, member.coordinator
+        assert membership._refresh_group() is False
+        assert (member.epoch, member.coordinator) == (epoch, coordinator)
+        assert member.stats().coordinator_changes == 0
+    with pytest.raises(ConsumerGroupNotFoundError):
+        membership._ask_coordinator()

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client, ConfigurationError, StartAt
-from liftbridge_sync.consumer import group_cursor_id
+from liftbridge_sync import ArgumentTypeError, Client, ConfigurationError, StartAt
+from liftbridge_sync.consumer import Consumer, ConsumerStats, group_cursor_id
 
 
 @pytest.mark.parametrize(
@@ -46,3 +46,28 @@ def test_auto_commit_is_a_required_choice() -> None:
 
 def test_cursor_id_is_go_liftbridges() -> None:
     assert group_cursor_id("billing") == "__group:billing"
+
+
+def test_rejoin_must_be_a_bool() -> None:
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(ConfigurationError, match="'rejoin'"):
+            client.consumer("g", streams=["s"], auto_commit=None, rejoin=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(-1, ConfigurationError), (float("nan"), ConfigurationError), ("1", ArgumentTypeError)],
+)
+def test_wait_for_assignment_checks_its_timeout(timeout: Any, error: type[Exception]) -> None:
+    with Client("127.0.0.1:1") as client:
+        consumer = Consumer(client._core, "g", ["s"], auto_commit=None)  # not joined
+        with pytest.raises(error, match="timeout"):
+            consumer.wait_for_assignment(timeout)
+
+
+def test_wait_for_assignment_times_out_with_timeout_error() -> None:
+    with Client("127.0.0.1:1") as client:
+        consumer = Consumer(client._core, "g", ["s"], auto_commit=None)  # never answered
+        with pytest.raises(TimeoutError, match="no assignment"):
+            consumer.wait_for_assignment(0.05)
+        assert consumer.stats() == ConsumerStats()
