@@ -391,7 +391,8 @@ class Consumer:
                 return []
             delivered = dict(self._done)
             if self._pending is not None:
-                key, offset = self._pending
+                reader, offset = self._pending
+                key = (reader.stream, reader.partition)
                 delivered[key] = max(offset, delivered.get(key, -1))
             keys = sorted(self._readers)
         return [(stream, p, delivered.get((stream, p)), "consumer") for stream, p in keys]
