@@ -69,6 +69,7 @@ from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription import Subscription
 from liftbridge_sync.subscription.activity import ActivityStream
+from liftbridge_sync.subscription.stats import SubscriptionStats
 from liftbridge_sync.subscription.stream import StreamSubscription
 
 __version__ = "0.1.0"
@@ -150,6 +151,7 @@ __all__ = [
     "StreamResumed",
     "StreamSubscription",
     "Subscription",
+    "SubscriptionStats",
     "TLSError",
     "TLSOptions",
     "UnknownActivity",
