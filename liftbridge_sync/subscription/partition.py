@@ -62,6 +62,12 @@ class Subscription(PartitionConnection):
     :class:`~liftbridge_sync.errors.PermissionDeniedError`. A stop position, the end of a
     read-only partition or :meth:`close` end the iteration with ``StopIteration``.
 
+    Offsets are strictly increasing: a message at or below one already delivered (a
+    diverged replica, a server bug) is never handed out; it is logged, counted in
+    :meth:`stats`, and the subscription resubscribes after the last delivered offset.
+    A refusal the server gives while its cleaner swaps log segments ("segment has been
+    closed") is retried like a lost connection.
+
     Not thread-safe for iteration; close() may be called from any thread.
     """
 
