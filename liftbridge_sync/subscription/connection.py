@@ -190,6 +190,27 @@ class PartitionConnection:
                 self._done = True
             raise
 
+    def _connect_first(self) -> None:
+        """The first connect, under the client's retry policy.
+
+        A server whose cleaner is swapping segments refuses new readers ("segment has
+        been closed") for as long as its pass over the log lasts, which on a big log
+        outlasts the retry policy: that refusal alone goes on being retried for up to
+        ``resubscribe_wait``, as it would be on a running subscription.
+        """
+        options = self._core.options
+        started = time.monotonic()
+        policy = options.retry
+        while True:
+            try:
+                self._connect(policy, None, resubscribing=False)
+                return
+            except ServerError as exc:
+                left = options.resubscribe_wait - (time.monotonic() - started)
+                if not exc.retryable or left <= 0:
+                    raise
+                policy = dataclasses.replace(policy, max_attempts=1_000_000, max_delay=left)
+
     def _explain_not_found(
         self, exc: NoSuchPartitionError, deadline: float | None
     ) -> LiftbridgeError:

@@ -94,7 +94,7 @@ class Subscription(PartitionConnection):
             self._done = True
             return
         try:
-            self._connect(self._core.options.retry, None, resubscribing=False)
+            self._connect_first()
         except StopIteration:
             pass  # nothing to read: an empty, finished subscription
         except Closed:

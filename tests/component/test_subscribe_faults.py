@@ -448,13 +448,25 @@ def test_a_reader_caught_in_a_segment_swap_mid_stream_resubscribes(
 
 
 def test_a_segment_refusal_that_persists_surfaces_typed(broker: FakeBroker) -> None:
+    """Retried past the retry policy (a cleaner pass over a big log lasts seconds), for up
+    to ``resubscribe_wait``; then the server's refusal is raised, typed."""
     details = "Failed to create stream reader: segment has been closed"
-    broker.subscribe_scripts = [refuse(SC.INTERNAL, details) for _ in range(100)]
-    with make_client(broker) as client:
+    broker.subscribe_scripts = [refuse(SC.INTERNAL, details) for _ in range(1000)]
+    with make_client(broker, resubscribe_wait=1.0) as client:
+        started = time.monotonic()
         with pytest.raises(lb.ServerError, match="segment has been closed") as caught:
             client.subscribe("s", start=StartAt.earliest())
+        assert 0.9 < time.monotonic() - started < 4.0
     assert caught.value.code == "INTERNAL"
-    assert len(broker.subscribe_requests) == SHORT_RETRY.max_attempts
+    assert len(broker.subscribe_requests) > SHORT_RETRY.max_attempts
+
+
+def test_other_server_errors_at_open_are_not_retried_for_longer(broker: FakeBroker) -> None:
+    broker.subscribe_scripts = [refuse(SC.INTERNAL, "log closed") for _ in range(100)]
+    with make_client(broker) as client:
+        with pytest.raises(lb.ServerError, match="log closed"):
+            client.subscribe("s", start=StartAt.earliest())
+    assert len(broker.subscribe_requests) == 1
 
 
 # ---------------------------------------------------------------------- terminal statuses
