@@ -32,6 +32,7 @@ from liftbridge_sync._wire.status import (
 from liftbridge_sync._wire.validate import check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
+    LiftbridgeError,
     UnsupportedError,
 )
 from liftbridge_sync.models import Message, _set_message_pb
@@ -83,6 +84,8 @@ class Subscription(PartitionConnection):
         self._last_pb: api_pb2.Message | None = None
         #: The last offset a forward read may deliver (``None``: no stop offset).
         self._stop_offset = target.stop_offset
+        #: When reads began to find nothing (``None``: a message came since).
+        self._idle_since: float | None = None
 
     def open(self, *, empty: bool) -> None:
         """Connect for the first time (``empty``: there is nothing to read at all).
@@ -218,11 +221,16 @@ class Subscription(PartitionConnection):
             if call is None:
                 call = self._reconnect(deadline)
             timer: TimerHandle | None = None
-            if deadline is not None:
-                try:
+            idle: TimerHandle | None = None
+            try:
+                if deadline is not None:
                     timer = self._arm(deadline - time.monotonic(), call)
-                except Closed:
-                    raise StopIteration from None
+                if self._stop_offset is not None:
+                    idle = self._arm_idle(call)
+            except Closed:
+                if timer is not None:
+                    timer.cancel()
+                raise StopIteration from None
             try:
                 if self._batched:
                     batch = call.read_batch()
@@ -243,11 +251,14 @@ class Subscription(PartitionConnection):
                 self._finish(call)
                 raise
             except grpc.RpcError as exc:
-                self._on_broken(call, exc, timer)
+                self._on_broken(call, exc, timer, idle)
                 continue
             finally:
                 if timer is not None:
                     timer.cancel()
+                if idle is not None:
+                    idle.cancel()
+            self._idle_since = None
             offset = pb.offset
             last = self._last_offset
             if self._target.reverse and last is not None and offset > last:
@@ -349,7 +360,56 @@ class Subscription(PartitionConnection):
                 self._call = None
         call.cancel()
 
-    def _on_broken(self, call: Any, exc: grpc.RpcError, timer: TimerHandle | None) -> None:
+    def _arm_idle(self, call: Any) -> TimerHandle:
+        """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
+
+        The clock runs from the first read that found nothing buffered, across ``get``
+        timeouts, until a message arrives.
+        """
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        window = self._core.options.rpc_timeout
+        return self._arm(max(0.0, window - (now - self._idle_since)), call)
+
+    def _rest_is_gone(self) -> bool:
+        """Whether a read with a stop offset has nothing left to wait for.
+
+        v1.9.0 serves committed messages at once, but once retention has deleted every
+        message (the active segment empty), its reader waits for the next message to be
+        published, even for offsets long committed: a range that ends at or below the
+        high watermark and got nothing for ``rpc_timeout`` has had the rest deleted.
+        """
+        stop = self._stop_offset
+        target = self._target
+        try:
+            committed = self._core.fetch_partition_metadata(
+                target.stream, target.partition
+            ).high_watermark
+        except LiftbridgeError:
+            return False  # not known: go on waiting
+        if stop is None or committed < stop:
+            return False  # the rest of the range is not written (or committed) yet
+        _log.warning(
+            "subscription %s/%d: nothing arrived for %.1fs after offset %s although every "
+            "offset up to the stop (%d) is committed (high watermark %d): the rest was "
+            "deleted (retention); ending",
+            target.stream,
+            target.partition,
+            self._core.options.rpc_timeout,
+            self._last_offset,
+            stop,
+            committed,
+        )
+        return True
+
+    def _on_broken(
+        self,
+        call: Any,
+        exc: grpc.RpcError,
+        timer: TimerHandle | None,
+        idle: TimerHandle | None = None,
+    ) -> None:
         """Decide what a failed read means; returns only if a resubscribe should follow."""
         with self._lock:
             if self._call is call:
@@ -357,6 +417,14 @@ class Subscription(PartitionConnection):
         if self._closed.is_set():
             raise StopIteration
         code = exc.code()
+        if idle is not None and idle.fired and code is _SC.CANCELLED:
+            # Our own idle cancel: the next read resubscribes (a fresh server reader).
+            self._idle_since = None
+            if self._rest_is_gone():
+                self._done = True
+                raise StopIteration
+            if timer is None or not timer.fired:
+                return
         if timer is not None and timer.fired and code is _SC.CANCELLED:
             # Our own cancel: the connection is fine, so the next read resubscribes
             # without asking for metadata, with a fresh resubscribe budget.

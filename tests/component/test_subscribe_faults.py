@@ -416,6 +416,35 @@ def test_whole_stream_stops_every_partition_at_or_before_the_stop() -> None:
         a.stop()
 
 
+def test_a_committed_range_that_stays_silent_ends_after_rpc_timeout(broker: FakeBroker) -> None:
+    """v1.9.0 after retention deleted every message: its reader waits for the next publish
+    even for committed offsets. Nothing for ``rpc_timeout`` on a committed range: ended."""
+    broker.cluster.newest_offset = 20  # committed up to 20
+    broker.subscribe_scripts = [serve([1, 2], "hang")]
+    with make_client(broker, rpc_timeout=0.3) as client:
+        sub = client.subscribe("s", start=StartAt.offset(1), stop=StopAt.offset(10))
+        started = time.monotonic()
+        assert values(sub) == [1, 2]
+        assert 0.25 < time.monotonic() - started < 2.0
+    assert len(broker.subscribe_requests) == 1
+
+
+def test_a_stop_not_committed_yet_is_waited_for(broker: FakeBroker) -> None:
+    broker.cluster.newest_offset = 20
+    broker.subscribe_scripts = [serve([1, 2], "hang")] + [serve([], "hang") for _ in range(100)]
+    with make_client(broker, rpc_timeout=0.3) as client:
+        sub = client.subscribe("s", start=StartAt.offset(1), stop=StopAt.offset(30))
+        assert values([sub.get(1), sub.get(1)]) == [1, 2]
+        with pytest.raises(TimeoutError):
+            sub.get(1.0)  # idle checks found 30 not committed: still waiting
+        assert len(broker.subscribe_requests) >= 2  # each idle check reopened the read
+        broker.cluster.newest_offset = 30  # committed now, yet nothing comes: gone
+        started = time.monotonic()
+        with pytest.raises(StopIteration):
+            sub.get(5)
+        assert time.monotonic() - started < 2.0
+
+
 # ---------------------------------------------------------------------- transient refusals
 
 

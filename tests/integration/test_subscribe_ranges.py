@@ -34,9 +34,13 @@ def server() -> Iterator[LiftbridgeServer]:
         yield running
 
 
+#: ``rpc_timeout`` of the clients here: how long a committed range may stay silent.
+SILENCE = 1.5
+
+
 @pytest.fixture(params=["h2", "grpc"])
 def client(request: pytest.FixtureRequest, server: LiftbridgeServer) -> Iterator[Client]:
-    with Client(server.address, subscribe_transport=request.param) as made:
+    with Client(server.address, subscribe_transport=request.param, rpc_timeout=SILENCE) as made:
         yield made
 
 
@@ -204,40 +208,60 @@ def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def truncated(server: LiftbridgeServer) -> tuple[str, int]:
-    """A stream whose retention deleted its oldest offsets; and its oldest offset left."""
+def truncated(server: LiftbridgeServer) -> str:
+    """A stream whose retention deleted offsets 0-50 and more, then got offsets 200-204."""
     name = unique("truncated")
-    with Client(server.address) as client:
+    with Client(server.address, rpc_timeout=SILENCE) as client:
         client.create_stream(
             name, name, retention_max_messages=20, segment_max_bytes=512, cleaner_interval=0.2
         )
         publish_values(server.address, name, 200)
-        oldest: list[int] = []
 
         def truncated_past_50() -> bool:
-            with client.subscribe(name, start=StartAt.earliest()) as sub:
-                oldest[:] = [sub.get(10).offset]
-            return oldest[0] > 50
+            sub = client.subscribe(name, start=StartAt.offset(0), stop=StopAt.offset(50))
+            return list(sub) == []
 
         wait_until(truncated_past_50, timeout=30, what="retention to delete old segments")
-    return name, oldest[0]
+        publish_values(server.address, name, 5, start=200)
+    return name
 
 
 def test_stop_offset_that_fell_to_retention_is_an_empty_range(
-    client: Client, truncated: tuple[str, int]
+    client: Client, truncated: str
 ) -> None:
-    name, _ = truncated
     for start in (StartAt.offset(1), StartAt.earliest()):
-        assert list(client.subscribe(name, start=start, stop=StopAt.offset(10))) == []
+        assert list(client.subscribe(truncated, start=start, stop=StopAt.offset(10))) == []
 
 
-def test_stop_offset_across_the_retention_boundary(
-    client: Client, truncated: tuple[str, int]
-) -> None:
-    name, _ = truncated
-    got = offsets(list(client.subscribe(name, start=StartAt.offset(1), stop=StopAt.offset(199))))
-    assert got == list(range(got[0], 200))
+def test_stop_offset_across_the_retention_boundary(client: Client, truncated: str) -> None:
+    sub = client.subscribe(truncated, start=StartAt.offset(1), stop=StopAt.offset(204))
+    got = offsets(list(sub))
+    assert got == list(range(got[0], 205))
     assert got[0] > 50
+
+
+def test_reads_of_a_log_retention_emptied_end(server: LiftbridgeServer, client: Client) -> None:
+    """Every message deleted (1-byte segments: the active one is always empty): v1.9.0
+    then waits for the next publish even for committed offsets. Stop-bounded reads end
+    once the committed range stayed silent for ``rpc_timeout``."""
+    name = unique("emptied")
+    client.create_stream(
+        name, name, retention_max_age=1.0, segment_max_bytes=1, cleaner_interval=0.2
+    )
+    publish_values(server.address, name, 20)
+    wait_until(
+        lambda: offsets(read_all(client, name)) == [], timeout=30, what="retention to empty it"
+    )
+    for start, stop in [
+        (StartAt.earliest(), StopAt.latest()),
+        (StartAt.offset(3), StopAt.offset(10)),
+        (StartAt.earliest(), StopAt.timestamp(time.time_ns())),
+    ]:
+        started = time.monotonic()
+        assert list(client.subscribe(name, start=start, stop=stop)) == []
+        assert time.monotonic() - started < SILENCE + 5
+    with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.latest()) as whole:
+        assert list(whole) == []
 
 
 # ---------------------------------------------------------------------- empty ranges
