@@ -69,6 +69,11 @@ class Subscription(PartitionConnection):
     A refusal the server gives while its cleaner swaps log segments ("segment has been
     closed") is retried like a lost connection.
 
+    With a stop position, no offset past it is delivered, even when compaction or
+    retention removed the stop offset itself; and a read whose range is all committed
+    but stays silent for ``rpc_timeout`` ends (v1.9.0 serves nothing, not even old
+    offsets, once retention deleted every message).
+
     Not thread-safe for iteration; close() may be called from any thread.
     """
 
