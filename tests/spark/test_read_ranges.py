@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -144,3 +145,32 @@ def test_starting_timestamp_after_the_newest_message_is_empty(
     after_ms = int(rows[-1].timestamp.timestamp() * 1000) + 1000
     later = _reader(spark, liftbridge_address, stream).option("startingTimestamp", str(after_ms))
     assert later.load().count() == 0
+
+
+def test_streaming_read_of_a_compacted_stream_writes_each_row_once(
+    spark: Any, liftbridge_address: str, compacted: tuple[str, list[int]], tmp_path: Path
+) -> None:
+    """Micro-batches of at most 100 offsets into parquet: a range that read past its end
+    wrote those rows again in the next batch (1,020 rows for 1,001 messages)."""
+    stream, left = compacted
+    out = tmp_path / "out"
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", liftbridge_address)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "100")
+        .option("failOnDataLoss", "false")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180), "availableNow query did not finish"
+    assert query.exception() is None
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) >= 2
+    rows = spark.read.parquet(str(out)).select("offset").collect()
+    assert sorted(r.offset for r in rows) == left
