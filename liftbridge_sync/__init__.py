@@ -71,6 +71,7 @@ from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.stats import ClientStats, PartitionLag
 from liftbridge_sync.subscription import Subscription
 from liftbridge_sync.subscription.activity import ActivityStream
+from liftbridge_sync.subscription.stats import SubscriptionStats
 from liftbridge_sync.subscription.stream import StreamSubscription
 
 __version__ = "0.1.0"
@@ -155,6 +156,7 @@ __all__ = [
     "StreamResumed",
     "StreamSubscription",
     "Subscription",
+    "SubscriptionStats",
     "TLSError",
     "TLSOptions",
     "UnknownActivity",

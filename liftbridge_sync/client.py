@@ -1086,7 +1086,11 @@ class Client:
             stream: Stream name.
             partition: Partition id.
             start: Where to begin (default :meth:`StartAt.new_only`).
-            stop: Where to end; the iterator then finishes (default: never).
+            stop: Where to end (default: never): the last message at or before it is the
+                last one delivered, then the iterator finishes. No offset past the stop is
+                ever delivered, also when compaction or retention removed the stop offset
+                itself. A range with nothing in it (a start past the end, a stop before
+                the start) is an empty iterator, not an error.
             read_isr_replica: Read from a random in-sync replica instead of the leader.
             resume: Resume the partition first if it is paused.
             reverse: Deliver newest to oldest (servers newer than v1.9.0).

@@ -156,7 +156,11 @@ class StopAt:
 
     @classmethod
     def offset(cls, offset: int) -> StopAt:
-        """Stop after delivering ``offset`` (inclusive)."""
+        """Stop after the last message at or before ``offset`` (inclusive).
+
+        The offset need not exist: compaction or retention may have removed it, and a
+        later offset is then never delivered. An offset not written yet is waited for.
+        """
         return cls(StopKind.OFFSET, at_offset=_check_offset(offset, "stop offset"))
 
     @classmethod
@@ -166,5 +170,9 @@ class StopAt:
 
     @classmethod
     def timestamp(cls, when: datetime | int) -> StopAt:
-        """Stop after the last message received at or before ``when``."""
+        """Stop after the last message received at or before ``when``.
+
+        Of the messages present at subscribe time: a ``when`` in the future stops at
+        the newest message then, as ``latest()`` does.
+        """
         return cls(StopKind.TIMESTAMP, at_timestamp_ns=_to_ns(when, "stop timestamp"))

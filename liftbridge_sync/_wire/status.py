@@ -86,6 +86,20 @@ class CallContext(enum.Enum):
     GROUP = "consumer group"
 
 
+#: What v1.9.0's log reader answers when it meets a segment that a roll, compaction or
+#: retention is closing or replacing (server/commitlog: ErrSegmentClosed,
+#: ErrSegmentReplaced, ErrSegmentNotFound and ErrEntryNotFound from a segment list read
+#: mid-swap, "no segment to consume"). Before the handshake it is INTERNAL "Failed to
+#: create stream reader: ..."; on a running stream UNKNOWN ("failed to reinitialize
+#: reader: segment has been closed"). The same request succeeds once the cleaner has
+#: swapped the segments, a moment later.
+_READER_IN_TRANSITION_HINTS = (
+    "segment has been closed",
+    "segment was replaced",
+    "segment not found",
+    "entry not found",
+    "no segment to consume",
+)
 _NOT_LEADER_HINTS = ("not partition leader", "not leader", "partition leader", "not cursor")
 _NO_METADATA_LEADER_HINTS = ("no known metadata leader", "no leader")
 
@@ -390,6 +404,19 @@ def error_from_status(
 
     if code is sc.UNKNOWN and "not authorized" in text.lower():
         return _permission_denied(where, details, name)
+
+    if (
+        context in (CallContext.SUBSCRIBE_OPEN, CallContext.SUBSCRIPTION)
+        and code in (sc.INTERNAL, sc.UNKNOWN)
+        and _contains(text, _READER_IN_TRANSITION_HINTS)
+    ):
+        error = make(
+            ServerError,
+            f"{where}: the server's log reader met a segment being rolled, compacted or "
+            f"deleted: {text}",
+        )
+        error.retryable = True  # transient: retried within the (re)subscribe policy
+        return error
 
     if code is sc.INTERNAL and _contains(text, _NO_METADATA_LEADER_HINTS):
         return make(BrokerUnavailableError, f"{where}: no metadata leader yet: {text}")

@@ -8,6 +8,7 @@ yields one tuple per message in the source schema's column order.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -22,6 +23,9 @@ _BASE_DDL = (
     "key binary, value binary, stream string, partition int, offset long, "
     "timestamp timestamp, subject string, replySubject string, correlationId string"
 )
+
+
+_log = logging.getLogger("liftbridge_sync.spark")
 
 
 class DataLossError(ConfigurationError):
@@ -70,7 +74,7 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
     client = Client.for_process(options.client)
     last = piece.end - 1
     headers = options.include_headers
-    first = True
+    previous = piece.start - 1  # the last offset a row was made of
     with client.subscribe(
         piece.stream,
         partition=piece.partition,
@@ -83,24 +87,40 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
                 message = sub.get(options.poll_timeout)
             except StopIteration:
                 return
-            if first and message.offset > piece.start and options.fail_on_data_loss:
+            offset = message.offset
+            # Never a row outside [start, end) or out of order, whatever the client
+            # delivers: a duplicate row would break an exactly-once sink.
+            if offset > last:
+                return
+            if offset <= previous:
+                _log.warning(
+                    "%r partition %d: skipped offset %d, not after %d (range %d..%d)",
+                    piece.stream,
+                    piece.partition,
+                    offset,
+                    previous,
+                    piece.start,
+                    last,
+                )
+                continue
+            if previous < piece.start and offset > piece.start and options.fail_on_data_loss:
                 raise DataLossError(
                     f"{piece.stream!r} partition {piece.partition}: offsets {piece.start}.."
-                    f"{message.offset - 1} are gone (retention or compaction); set "
+                    f"{offset - 1} are gone (retention or compaction); set "
                     "failOnDataLoss=false to skip them"
                 )
-            first = False
+            previous = offset
             row: tuple[Any, ...] = (
                 message.key,
                 message.value,
                 message.stream,
                 message.partition,
-                message.offset,
+                offset,
                 message.timestamp,
                 message.subject,
                 message.reply_subject or None,
                 None,
             )
             yield row + (dict(message.headers),) if headers else row
-            if message.offset >= last:
+            if offset >= last:
                 return

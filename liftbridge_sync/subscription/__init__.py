@@ -6,9 +6,11 @@
   handshake, a deletion told apart from a restart).
 * :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscriber`` thread per
   partition merged into one iterator.
+* :mod:`.stats`: :class:`SubscriptionStats`, what a subscription counted.
 """
 
 from liftbridge_sync.subscription.partition import Subscription
+from liftbridge_sync.subscription.stats import SubscriptionStats
 from liftbridge_sync.subscription.stream import StreamSubscription
 
-__all__ = ["StreamSubscription", "Subscription"]
+__all__ = ["StreamSubscription", "Subscription", "SubscriptionStats"]

@@ -22,7 +22,7 @@ import grpc
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._transport.retry import build_retrying, is_retryable
+from liftbridge_sync._transport.retry import backoff_delay, build_retrying, is_retryable
 from liftbridge_sync._wire.status import CallContext, error_from_rpc_error
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
@@ -31,6 +31,8 @@ from liftbridge_sync.errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
+    PartitionPausedError,
+    ServerError,
     StreamDeletedError,
 )
 from liftbridge_sync.options import RetryPolicy
@@ -69,6 +71,17 @@ class SubscriptionTarget:
     request: api_pb2.SubscribeRequest
     read_isr_replica: bool
     reverse: bool
+    #: ``StopAt.timestamp()`` of a forward read in Unix ns: the subscription ends before
+    #: the first message stamped later (the request stops at the newest offset).
+    stop_timestamp_ns: int | None = None
+
+    @property
+    def stop_offset(self) -> int | None:
+        """The last offset a forward read may deliver (``None``: no stop offset)."""
+        request = self.request
+        if self.reverse or request.stopPosition != api_pb2.STOP_OFFSET:
+            return None
+        return int(request.stopOffset)
 
 
 class PartitionConnection:
@@ -93,6 +106,11 @@ class PartitionConnection:
         self._scheduler: Scheduler = core.scheduler()
         #: Whether the current call hands out messages in batches (``read_batch``).
         self._batched = False
+        #: Calls dropped in a row for out-of-order messages (0 once one arrives in order).
+        self._disorder = 0
+        #: Counters for ``stats()`` (written by the iterating thread only).
+        self._resubscribes = 0
+        self._out_of_order = 0
 
     def close(self) -> None:
         """End the subscription (the subscription's own; what it drops is its business)."""
@@ -155,6 +173,15 @@ class PartitionConnection:
                     except NoSuchPartitionError as exc:
                         refresh = True
                         raise self._explain_not_found(exc, deadline) from None
+                    except ServerError as exc:
+                        # v1.9.0 refuses a reader of a paused partition with the same
+                        # "segment has been closed" as one caught mid-compaction; only
+                        # the metadata tells the lasting case from the passing one.
+                        if exc.retryable and not target.request.resume:
+                            paused = self._paused(deadline)
+                            if paused is not None:
+                                raise paused from None
+                        raise
                     return
         except _Ended:
             self._done = True
@@ -172,6 +199,42 @@ class PartitionConnection:
             if resubscribing:
                 self._done = True
             raise
+
+    def _connect_first(self) -> None:
+        """The first connect, under the client's retry policy.
+
+        A server whose cleaner is swapping segments refuses new readers ("segment has
+        been closed") for as long as its pass over the log lasts, which on a big log
+        outlasts the retry policy: that refusal alone goes on being retried for up to
+        ``resubscribe_wait``, as it would be on a running subscription.
+        """
+        options = self._core.options
+        started = time.monotonic()
+        policy = options.retry
+        while True:
+            try:
+                self._connect(policy, None, resubscribing=False)
+                return
+            except ServerError as exc:
+                left = options.resubscribe_wait - (time.monotonic() - started)
+                if not exc.retryable or left <= 0:
+                    raise
+                policy = dataclasses.replace(policy, max_attempts=1_000_000, max_delay=left)
+
+    def _paused(self, deadline: float | None) -> PartitionPausedError | None:
+        """The error to raise if fresh metadata says the partition is paused."""
+        target = self._target
+        try:
+            self._core.refresh_once([target.stream], deadline)
+        except BrokerUnavailableError:
+            return None  # cannot tell: keep retrying the refusal as transient
+        info = self._core.metadata.get().partition(target.stream, target.partition)
+        if info is None or not info.paused:
+            return None
+        return PartitionPausedError(
+            f"partition {target.stream!r}/{target.partition} is paused: subscribe with "
+            "resume=True to resume it (command line: --resume), or publish to it"
+        )
 
     def _explain_not_found(
         self, exc: NoSuchPartitionError, deadline: float | None
@@ -217,6 +280,8 @@ class PartitionConnection:
             options.retry, max_attempts=1_000_000, max_delay=max(0.0, remaining)
         )
         try:
+            if self._disorder and not self._done:
+                self._back_off_disorder(remaining, deadline)
             self._connect(policy, deadline, resubscribing=True)
         except Closed:
             raise StopIteration from None
@@ -227,12 +292,33 @@ class PartitionConnection:
                 # Closing (or closing the client) broke the attempt in flight.
                 raise StopIteration from None
             raise
-        self._broken_since = None
+        self._resubscribes += 1
+        if not self._disorder:
+            # Out-of-order answers keep the clock running until a message in order
+            # arrives: a server that only ever answers so must not loop for ever.
+            self._broken_since = None
         self._stale = False
         call = self._call
         if call is None:  # closed right after connecting
             raise StopIteration
         return call
+
+    def _back_off_disorder(self, remaining: float, deadline: float | None) -> None:
+        """Wait before resubscribing after out-of-order messages, or give up.
+
+        Raises:
+            ServerError: the server answered out of order for all of ``resubscribe_wait``.
+        """
+        if remaining <= 0:
+            self._done = True
+            raise ServerError(
+                f"subscription {self._target.stream}/{self._target.partition}: the server "
+                f"kept sending offsets at or below the last delivered one "
+                f"({self._last_offset}) for {self._core.options.resubscribe_wait}s"
+            )
+        self._backoff(
+            min(remaining, backoff_delay(self._core.options.retry, self._disorder)), deadline
+        )
 
     def _address(self, refresh: bool, deadline: float | None) -> str:
         """Where to subscribe: the leader, or a random in-sync replica if allowed."""
@@ -318,8 +404,15 @@ class PartitionConnection:
         details = (exc.details() or "").lower()
         if self._target.reverse and code is _SC.INTERNAL and _has(details, _EMPTY_LOG_HINTS):
             raise _Ended
-        if resubscribing and code is _SC.INVALID_ARGUMENT and _STOP_BEFORE_START in details:
-            raise _Ended  # the stop position was delivered just before the stream broke
+        if (
+            code is _SC.INVALID_ARGUMENT
+            and _STOP_BEFORE_START in details
+            and (resubscribing or not self._target.reverse)
+        ):
+            # Nothing at or before the stop lies at or after the start: an empty range
+            # (a start past the end, a stop below the oldest retained offset), or the
+            # stop position was delivered just before the stream broke.
+            raise _Ended
         raise error_from_rpc_error(exc, CallContext.SUBSCRIBE_OPEN) from None
 
 

@@ -16,6 +16,7 @@ Thread-safe as :class:`Subscription` says.
 from __future__ import annotations
 
 import logging
+import operator
 import time
 from typing import Any
 
@@ -31,6 +32,7 @@ from liftbridge_sync._wire.status import (
 from liftbridge_sync._wire.validate import check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
+    LiftbridgeError,
     UnsupportedError,
 )
 from liftbridge_sync.models import Message, _set_message_pb
@@ -40,6 +42,7 @@ from liftbridge_sync.subscription.connection import (
     PartitionConnection,
     SubscriptionTarget,
 )
+from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["Subscription", "SubscriptionTarget"]
 
@@ -60,6 +63,17 @@ class Subscription(PartitionConnection):
     :class:`~liftbridge_sync.errors.PermissionDeniedError`. A stop position, the end of a
     read-only partition or :meth:`close` end the iteration with ``StopIteration``.
 
+    Offsets are strictly increasing: a message at or below one already delivered (a
+    diverged replica, a server bug) is never handed out; it is logged, counted in
+    :meth:`stats`, and the subscription resubscribes after the last delivered offset.
+    A refusal the server gives while its cleaner swaps log segments ("segment has been
+    closed") is retried like a lost connection.
+
+    With a stop position, no offset past it is delivered, even when compaction or
+    retention removed the stop offset itself; and a read whose range is all committed
+    but stays silent for ``rpc_timeout`` ends (v1.9.0 serves nothing, not even old
+    offsets, once retention deleted every message).
+
     Not thread-safe for iteration; close() may be called from any thread.
     """
 
@@ -71,6 +85,12 @@ class Subscription(PartitionConnection):
         #: iterating thread's only, except close(), which empties it.
         self._buf: list[api_pb2.Message] = []
         self._pos = 0
+        #: The last message delivered one at a time (for the out-of-order log line).
+        self._last_pb: api_pb2.Message | None = None
+        #: The last offset a forward read may deliver (``None``: no stop offset).
+        self._stop_offset = target.stop_offset
+        #: When reads began to find nothing (``None``: a message came since).
+        self._idle_since: float | None = None
 
     def open(self, *, empty: bool) -> None:
         """Connect for the first time (``empty``: there is nothing to read at all).
@@ -82,7 +102,7 @@ class Subscription(PartitionConnection):
             self._done = True
             return
         try:
-            self._connect(self._core.options.retry, None, resubscribing=False)
+            self._connect_first()
         except StopIteration:
             pass  # nothing to read: an empty, finished subscription
         except Closed:
@@ -115,6 +135,10 @@ class Subscription(PartitionConnection):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed.is_set()
+
+    def stats(self) -> SubscriptionStats:
+        """Resubscribes and out-of-order messages refused so far (see SubscriptionStats)."""
+        return SubscriptionStats(resubscribes=self._resubscribes, out_of_order=self._out_of_order)
 
     def __iter__(self) -> Subscription:
         return self
@@ -208,17 +232,22 @@ class Subscription(PartitionConnection):
             if call is None:
                 call = self._reconnect(deadline)
             timer: TimerHandle | None = None
-            if deadline is not None:
-                try:
+            idle: TimerHandle | None = None
+            try:
+                if deadline is not None:
                     timer = self._arm(deadline - time.monotonic(), call)
-                except Closed:
-                    raise StopIteration from None
+                if self._stop_offset is not None:
+                    idle = self._arm_idle(call)
+            except Closed:
+                if timer is not None:
+                    timer.cancel()
+                raise StopIteration from None
             try:
                 if self._batched:
                     batch = call.read_batch()
                     if self._closed.is_set():
                         raise StopIteration
-                    batch = self._after_last(batch)
+                    batch = self._screen(call, batch)
                     if not batch:
                         continue
                     self._buf = batch
@@ -226,18 +255,21 @@ class Subscription(PartitionConnection):
                     pb = batch[0]
                 else:
                     pb = next(call)
-                    if not self._after_last([pb]):
+                    if not self._target.reverse and not self._screen(call, [pb]):
                         continue
             except StopIteration:
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
                 raise
             except grpc.RpcError as exc:
-                self._on_broken(call, exc, timer)
+                self._on_broken(call, exc, timer, idle)
                 continue
             finally:
                 if timer is not None:
                     timer.cancel()
+                if idle is not None:
+                    idle.cancel()
+            self._idle_since = None
             offset = pb.offset
             last = self._last_offset
             if self._target.reverse and last is not None and offset > last:
@@ -247,27 +279,90 @@ class Subscription(PartitionConnection):
                     f"{offset} after {last} (servers up to v1.9.0 ignore 'reverse')"
                 )
             self._last_offset = offset
+            self._last_pb = pb
             return Message.from_proto(pb)
 
-    def _after_last(self, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
-        """``batch`` without messages at or before the last delivered offset.
+    def _screen(self, call: Any, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
+        """What of ``batch`` may be delivered: offsets strictly after the last delivered
+        one, up to the stop position. Forward reads only.
 
-        A resubscribe asks for ``last_offset + 1``, but a server that has just restarted
-        (its high watermark not yet re-learnt) can answer from the start of the log; what
-        was delivered already is dropped here, so a restart never repeats a message.
+        * A message past the stop (offset above the stop offset, or stamped after
+          ``StopAt.timestamp``) ends the subscription before it: the server stops only
+          at the exact stop offset, which compaction or retention may have removed.
+        * An offset at or below the previous one (a diverged replica; a restarted server
+          answering from before the requested offset) is never handed out: it is
+          logged, counted in ``stats()``, and the call is dropped so the next read
+          resubscribes after the last delivered offset.
         """
         last = self._last_offset
-        if not batch or last is None or self._target.reverse or batch[0].offset > last:
-            return batch
-        fresh = [m for m in batch if m.offset > last]
-        _log.warning(
-            "subscription %s/%d: the server re-sent %d message(s) at or before offset %d; skipped",
+        prev = -1 if last is None else last
+        end = len(batch)
+        if end == 1:
+            good = 1 if batch[0].offset > prev else 0
+        else:
+            offsets = [m.offset for m in batch]
+            good = end
+            if offsets[0] <= prev or not all(map(operator.lt, offsets, offsets[1:])):
+                good = next(
+                    i for i, o in enumerate(offsets) if o <= (offsets[i - 1] if i else prev)
+                )
+        if good and self._disorder:
+            self._disorder = 0  # in order again: the resubscribe budget starts afresh
+            self._broken_since = None
+        cut = self._stop_index(batch, good)
+        if cut is not None:
+            self._finish(call)
+            return batch[:cut]
+        if good < end:
+            self._refuse_out_of_order(call, batch, good)
+            return batch[:good]
+        return batch
+
+    def _stop_index(self, batch: list[api_pb2.Message], good: int) -> int | None:
+        """Index of the first of ``batch[:good]`` past the stop position, if any."""
+        cut: int | None = None
+        stop = self._stop_offset
+        if good and stop is not None and batch[good - 1].offset > stop:
+            cut = next(i for i in range(good) if batch[i].offset > stop)
+        stamp = self._target.stop_timestamp_ns
+        if good and stamp is not None:
+            late = next((i for i in range(cut or good) if batch[i].timestamp > stamp), None)
+            cut = late if late is not None else cut
+        return cut
+
+    def _refuse_out_of_order(self, call: Any, batch: list[api_pb2.Message], bad: int) -> None:
+        """Log and count ``batch[bad]``, and drop the call to resubscribe."""
+        pb = batch[bad]
+        before = batch[bad - 1] if bad else self._delivered_pb()
+        good = batch[bad - 1].offset if bad else self._last_offset
+        self._out_of_order += 1
+        self._disorder += 1
+        _log.error(
+            "subscription %s/%d: the server sent offset %d (payload %d bytes) after offset %s "
+            "(payload %s bytes) was delivered; dropped, resubscribing after offset %s",
             self._target.stream,
             self._target.partition,
-            len(batch) - len(fresh),
-            last,
+            pb.offset,
+            len(pb.value),
+            good,
+            "?" if before is None else len(before.value),
+            good,
         )
-        return fresh
+        with self._lock:
+            if self._call is call:
+                self._call = None
+        call.cancel()
+        self._stale = True
+        if self._broken_since is None:
+            self._broken_since = time.monotonic()
+
+    def _delivered_pb(self) -> api_pb2.Message | None:
+        """The last delivered wire message, if still at hand."""
+        buf, i = self._buf, self._pos
+        if 0 < i <= len(buf) and buf[i - 1].offset == self._last_offset:
+            return buf[i - 1]
+        pb = self._last_pb
+        return pb if pb is not None and pb.offset == self._last_offset else None
 
     def _finish(self, call: Any) -> None:
         self._done = True
@@ -276,7 +371,56 @@ class Subscription(PartitionConnection):
                 self._call = None
         call.cancel()
 
-    def _on_broken(self, call: Any, exc: grpc.RpcError, timer: TimerHandle | None) -> None:
+    def _arm_idle(self, call: Any) -> TimerHandle:
+        """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
+
+        The clock runs from the first read that found nothing buffered, across ``get``
+        timeouts, until a message arrives.
+        """
+        now = time.monotonic()
+        if self._idle_since is None:
+            self._idle_since = now
+        window = self._core.options.rpc_timeout
+        return self._arm(max(0.0, window - (now - self._idle_since)), call)
+
+    def _rest_is_gone(self) -> bool:
+        """Whether a read with a stop offset has nothing left to wait for.
+
+        v1.9.0 serves committed messages at once, but once retention has deleted every
+        message (the active segment empty), its reader waits for the next message to be
+        published, even for offsets long committed: a range that ends at or below the
+        high watermark and got nothing for ``rpc_timeout`` has had the rest deleted.
+        """
+        stop = self._stop_offset
+        target = self._target
+        try:
+            committed = self._core.fetch_partition_metadata(
+                target.stream, target.partition
+            ).high_watermark
+        except LiftbridgeError:
+            return False  # not known: go on waiting
+        if stop is None or committed < stop:
+            return False  # the rest of the range is not written (or committed) yet
+        _log.warning(
+            "subscription %s/%d: nothing arrived for %.1fs after offset %s although every "
+            "offset up to the stop (%d) is committed (high watermark %d): the rest was "
+            "deleted (retention); ending",
+            target.stream,
+            target.partition,
+            self._core.options.rpc_timeout,
+            self._last_offset,
+            stop,
+            committed,
+        )
+        return True
+
+    def _on_broken(
+        self,
+        call: Any,
+        exc: grpc.RpcError,
+        timer: TimerHandle | None,
+        idle: TimerHandle | None = None,
+    ) -> None:
         """Decide what a failed read means; returns only if a resubscribe should follow."""
         with self._lock:
             if self._call is call:
@@ -284,6 +428,14 @@ class Subscription(PartitionConnection):
         if self._closed.is_set():
             raise StopIteration
         code = exc.code()
+        if idle is not None and idle.fired and code is _SC.CANCELLED:
+            # Our own idle cancel: the next read resubscribes (a fresh server reader).
+            self._idle_since = None
+            if self._rest_is_gone():
+                self._done = True
+                raise StopIteration
+            if timer is None or not timer.fired:
+                return
         if timer is not None and timer.fired and code is _SC.CANCELLED:
             # Our own cancel: the connection is fine, so the next read resubscribes
             # without asking for metadata, with a fresh resubscribe budget.

@@ -18,6 +18,7 @@ from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.opening import check_positions, open_partition
 from liftbridge_sync.subscription.partition import Subscription
+from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["STREAM_BUFFER", "StreamSubscription", "open_stream_subscription"]
 
@@ -142,6 +143,14 @@ class StreamSubscription:
             (self._stream, sub.partition, delivered.get(sub.partition), "stream_subscription")
             for sub in self._subs
         ]
+
+    def stats(self) -> SubscriptionStats:
+        """Resubscribes and out-of-order messages refused so far, summed over partitions."""
+        parts = [sub.stats() for sub in self._subs]
+        return SubscriptionStats(
+            resubscribes=sum(p.resubscribes for p in parts),
+            out_of_order=sum(p.out_of_order for p in parts),
+        )
 
     def _pump(self, sub: Subscription) -> None:
         box = self._box

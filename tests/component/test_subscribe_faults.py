@@ -147,9 +147,73 @@ def test_a_server_that_resends_from_the_start_after_a_restart_causes_no_duplicat
     broker.subscribe_scripts = [
         serve([0, 1, 2], (SC.UNAVAILABLE, "restarting")),
         serve([0, 1, 2, 3, 4], "end"),
+        serve([3, 4], "end"),
     ]
-    assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1, 2, 3, 4]
-    assert broker.subscribe_starts()[-1] == (api_pb2.OFFSET, 3)
+    sub = client.subscribe("s", start=StartAt.earliest())
+    assert values(sub) == [0, 1, 2, 3, 4]
+    assert broker.subscribe_starts() == [
+        (api_pb2.EARLIEST, 0),
+        (api_pb2.OFFSET, 3),
+        (api_pb2.OFFSET, 3),
+    ]
+    assert sub.stats() == lb.SubscriptionStats(resubscribes=2, out_of_order=1)
+
+
+def test_offsets_going_backwards_mid_call_are_never_delivered(
+    broker: FakeBroker, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A diverged replica: 1154 then 1111 (issue 26). What came before the step back is
+    delivered; the step back is logged with both payload sizes, counted, and the
+    subscription resubscribes after the last delivered offset."""
+
+    def diverged(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()
+        yield api_pb2.Message(offset=1153, value=b"a")
+        yield api_pb2.Message(offset=1154, value=b"bb")
+        yield api_pb2.Message(offset=1111, value=b"ccccc")
+        yield api_pb2.Message(offset=1155, value=b"d")
+        context.abort(SC.UNAVAILABLE, "gone")
+
+    broker.subscribe_scripts = [diverged, serve([1155, 1156], "end")]
+    sub = client.subscribe("s", start=StartAt.offset(1153))
+    assert values(sub) == [1153, 1154, 1155, 1156]
+    assert broker.subscribe_starts() == [(api_pb2.OFFSET, 1153), (api_pb2.OFFSET, 1155)]
+    assert sub.stats().out_of_order == 1
+    refused = [r.getMessage() for r in caplog.records if "offset 1111" in r.getMessage()]
+    assert len(refused) == 1
+    assert "payload 5 bytes" in refused[0] and "offset 1154 (payload 2 bytes)" in refused[0]
+
+
+def test_an_offset_repeated_at_the_start_of_a_call_is_refused(
+    broker: FakeBroker, client: Client
+) -> None:
+    broker.subscribe_scripts = [
+        serve([0, 1], (SC.UNAVAILABLE, "gone")),
+        serve([1], "hang"),
+        serve([2], "end"),
+    ]
+    sub = client.subscribe("s", start=StartAt.earliest())
+    assert values(sub) == [0, 1, 2]
+    assert broker.subscribe_starts()[1:] == [(api_pb2.OFFSET, 2)] * 2
+    assert sub.stats().out_of_order == 1
+
+
+def test_a_server_that_only_ever_goes_backwards_is_given_up_on(broker: FakeBroker) -> None:
+    broker.subscribe_scripts = [serve([5], (SC.UNAVAILABLE, "gone"))] + [
+        serve([4], "hang") for _ in range(1000)
+    ]
+    with make_client(broker, resubscribe_wait=0.5) as client:
+        sub = client.subscribe("s", start=StartAt.offset(5))
+        assert next(sub).offset == 5
+        started = time.monotonic()
+        with pytest.raises(lb.ServerError, match="at or below the last delivered one"):
+            next(sub)
+        assert 0.4 < time.monotonic() - started < 3.0
+        assert sub.stats().out_of_order >= 2
+        with pytest.raises(StopIteration):
+            next(sub)
 
 
 def test_nothing_received_resubscribes_from_the_original_start(
@@ -241,15 +305,197 @@ def test_stop_offset_delivered_just_before_the_stream_broke(
     assert len(broker.subscribe_requests) == 1  # no pointless resubscribe
 
 
+def stamped(messages: list[tuple[int, int]], then: str = "hang") -> SubscribeScript:
+    """A subscribe script sending (offset, timestamp) messages, then hanging or ending."""
+
+    def script(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()
+        for offset, stamp in messages:
+            yield api_pb2.Message(offset=offset, timestamp=stamp, value=b"v")
+        if then == "hang":
+            while context.is_active():
+                time.sleep(0.02)
+
+    return script
+
+
+def test_stop_timestamp_ends_before_the_first_later_message(
+    broker: FakeBroker, client: Client
+) -> None:
+    """The server is never asked to resolve the time (its lookup may name an offset that
+    compaction removed): the request stops at the newest offset, the subscription before
+    the first message stamped after the stop time."""
+    broker.cluster.newest_offset = 9
+    broker.subscribe_scripts = [stamped([(0, 100), (2, 200), (5, 300), (6, 400)])]
+    sub = client.subscribe("s", start=StartAt.earliest(), stop=StopAt.timestamp(300))
+    assert values(sub) == [0, 2, 5]
+    request = broker.subscribe_requests[0]
+    assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 9)
+    assert len(broker.subscribe_requests) == 1
+
+
+def test_stop_timestamp_before_every_message_is_empty(broker: FakeBroker, client: Client) -> None:
+    broker.cluster.newest_offset = 9
+    broker.subscribe_scripts = [stamped([(3, 500), (4, 600)])]
+    assert list(client.subscribe("s", start=StartAt.earliest(), stop=StopAt.timestamp(10))) == []
+
+
 def test_stop_timestamp_reached_just_before_the_stream_broke(
     broker: FakeBroker, client: Client
 ) -> None:
-    broker.subscribe_scripts = [
-        serve([0, 1], (SC.UNAVAILABLE, "gone")),
-        refuse(SC.INVALID_ARGUMENT, "Stop offset is before start offset: 1 < 2"),
-    ]
+    broker.cluster.newest_offset = 1
+    broker.subscribe_scripts = [serve([0, 1], (SC.UNAVAILABLE, "gone"))]
     sub = client.subscribe("s", start=StartAt.earliest(), stop=StopAt.timestamp(10**18))
     assert values(sub) == [0, 1]
+    assert len(broker.subscribe_requests) == 1
+
+
+@pytest.mark.parametrize("stop", [StopAt.offset(10), StopAt.latest()])
+def test_a_stop_offset_that_is_missing_ends_before_the_next_message(
+    broker: FakeBroker, client: Client, stop: StopAt
+) -> None:
+    """Compaction removed offsets 9-11: the server's exact-offset stop never fires, and
+    the next message (12) is past the stop. It is not delivered; the iterator ends."""
+    broker.cluster.newest_offset = 10  # the stop of StopAt.latest(); 10 was removed since
+    broker.subscribe_scripts = [serve([1, 4, 8, 12, 13], "hang")]
+    sub = client.subscribe("s", start=StartAt.offset(1), stop=stop)
+    assert values(sub) == [1, 4, 8]
+    assert len(broker.subscribe_requests) == 1
+    with pytest.raises(StopIteration):
+        sub.get(0)
+
+
+def test_a_stop_offset_that_fell_to_retention_is_an_empty_range(
+    broker: FakeBroker, client: Client
+) -> None:
+    broker.subscribe_scripts = [serve([51, 52], "hang")]  # 0-50 deleted by retention
+    assert list(client.subscribe("s", start=StartAt.offset(1), stop=StopAt.offset(10))) == []
+    broker.subscribe_scripts = [
+        refuse(SC.INVALID_ARGUMENT, "Stop offset is before start offset: 10 < 51")
+    ]
+    assert list(client.subscribe("s", start=StartAt.earliest(), stop=StopAt.offset(10))) == []
+
+
+def test_a_start_past_the_end_with_a_stop_is_an_empty_range(
+    broker: FakeBroker, client: Client
+) -> None:
+    broker.cluster.newest_offset = 99
+    broker.subscribe_scripts = [
+        refuse(SC.INVALID_ARGUMENT, "Stop offset is before start offset: 99 < 100")
+    ]
+    sub = client.subscribe("s", start=StartAt.timestamp(10**18), stop=StopAt.latest())
+    assert list(sub) == []
+    for start, stop in [
+        (StartAt.new_only(), StopAt.latest()),
+        (StartAt.offset(100), StopAt.latest()),
+        (StartAt.offset(7), StopAt.offset(6)),
+    ]:
+        assert list(client.subscribe("s", start=start, stop=stop)) == []
+    assert len(broker.subscribe_requests) == 1  # the others were decided without one
+
+
+def test_whole_stream_stops_every_partition_at_or_before_the_stop() -> None:
+    cluster = FakeCluster(leader="a", partitions=2)
+    a = FakeBroker("a", cluster).start()
+    try:
+        scripts = {0: serve([0, 3, 7], "hang"), 1: serve([2, 5], "hang")}
+
+        def by_partition(
+            request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+        ) -> Iterator[api_pb2.Message]:
+            yield from scripts[request.partition](request, context)
+
+        a.subscribe_scripts = [by_partition] * 2
+        with make_client(a) as client:
+            sub = client.subscribe_stream("s", start=StartAt.earliest(), stop=StopAt.offset(4))
+            got = sorted((m.partition, m.offset) for m in sub)
+        assert got == [(0, 0), (0, 3), (1, 2)]
+    finally:
+        a.stop()
+
+
+def test_a_committed_range_that_stays_silent_ends_after_rpc_timeout(broker: FakeBroker) -> None:
+    """v1.9.0 after retention deleted every message: its reader waits for the next publish
+    even for committed offsets. Nothing for ``rpc_timeout`` on a committed range: ended."""
+    broker.cluster.newest_offset = 20  # committed up to 20
+    broker.subscribe_scripts = [serve([1, 2], "hang")]
+    with make_client(broker, rpc_timeout=0.3) as client:
+        sub = client.subscribe("s", start=StartAt.offset(1), stop=StopAt.offset(10))
+        started = time.monotonic()
+        assert values(sub) == [1, 2]
+        assert 0.25 < time.monotonic() - started < 2.0
+    assert len(broker.subscribe_requests) == 1
+
+
+def test_a_stop_not_committed_yet_is_waited_for(broker: FakeBroker) -> None:
+    broker.cluster.newest_offset = 20
+    broker.subscribe_scripts = [serve([1, 2], "hang")] + [serve([], "hang") for _ in range(100)]
+    with make_client(broker, rpc_timeout=0.3) as client:
+        sub = client.subscribe("s", start=StartAt.offset(1), stop=StopAt.offset(30))
+        assert values([sub.get(1), sub.get(1)]) == [1, 2]
+        with pytest.raises(TimeoutError):
+            sub.get(1.0)  # idle checks found 30 not committed: still waiting
+        assert len(broker.subscribe_requests) >= 2  # each idle check reopened the read
+        broker.cluster.newest_offset = 30  # committed now, yet nothing comes: gone
+        started = time.monotonic()
+        with pytest.raises(StopIteration):
+            sub.get(5)
+        assert time.monotonic() - started < 2.0
+
+
+# ---------------------------------------------------------------------- transient refusals
+
+
+@pytest.mark.parametrize(
+    "details",
+    [
+        "Failed to create stream reader: segment has been closed",
+        "Failed to create stream reader: segment was replaced",
+    ],
+)
+def test_a_reader_caught_in_a_segment_swap_at_open_is_retried(
+    broker: FakeBroker, client: Client, details: str
+) -> None:
+    broker.subscribe_scripts = [refuse(SC.INTERNAL, details)] * 2 + [serve([0, 1], "end")]
+    assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1]
+    assert len(broker.subscribe_requests) == 3
+
+
+def test_a_reader_caught_in_a_segment_swap_mid_stream_resubscribes(
+    broker: FakeBroker, client: Client
+) -> None:
+    broker.subscribe_scripts = [
+        serve([0, 1], (SC.UNKNOWN, "failed to reinitialize reader: segment has been closed")),
+        refuse(SC.INTERNAL, "Failed to create stream reader: segment has been closed"),
+        serve([2], "end"),
+    ]
+    sub = client.subscribe("s", start=StartAt.earliest())
+    assert values(sub) == [0, 1, 2]
+    assert broker.subscribe_starts()[1:] == [(api_pb2.OFFSET, 2)] * 2
+
+
+def test_a_segment_refusal_that_persists_surfaces_typed(broker: FakeBroker) -> None:
+    """Retried past the retry policy (a cleaner pass over a big log lasts seconds), for up
+    to ``resubscribe_wait``; then the server's refusal is raised, typed."""
+    details = "Failed to create stream reader: segment has been closed"
+    broker.subscribe_scripts = [refuse(SC.INTERNAL, details) for _ in range(1000)]
+    with make_client(broker, resubscribe_wait=1.0) as client:
+        started = time.monotonic()
+        with pytest.raises(lb.ServerError, match="segment has been closed") as caught:
+            client.subscribe("s", start=StartAt.earliest())
+        assert 0.9 < time.monotonic() - started < 4.0
+    assert caught.value.code == "INTERNAL"
+    assert len(broker.subscribe_requests) > SHORT_RETRY.max_attempts
+
+
+def test_other_server_errors_at_open_are_not_retried_for_longer(broker: FakeBroker) -> None:
+    broker.subscribe_scripts = [refuse(SC.INTERNAL, "log closed") for _ in range(100)]
+    with make_client(broker) as client:
+        with pytest.raises(lb.ServerError, match="log closed"):
+            client.subscribe("s", start=StartAt.earliest())
+    assert len(broker.subscribe_requests) == 1
 
 
 # ---------------------------------------------------------------------- terminal statuses

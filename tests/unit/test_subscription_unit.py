@@ -70,11 +70,53 @@ def test_fixed_positions_map_to_fields_without_lookups() -> None:
     assert request.readISRReplica and request.resume and not request.reverse
     assert request.startPosition == api_pb2.EARLIEST
     assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 9)
+    request = build(StartAt.offset(5), StopAt.offset(5), client=client)
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 5)
+    assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 5)
+    assert client.calls == []
+
+
+def test_stop_timestamp_is_pinned_to_the_newest_offset() -> None:
+    """The server's own lookup may name an offset compaction removed (or fail); the
+    subscription checks the time per message and the request stops at the newest."""
+    client = FakeClient(newest=30)
     request = build(StartAt.offset(5), StopAt.timestamp(77), client=client)
     assert request is not None
     assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 5)
-    assert (request.stopPosition, request.stopTimestamp) == (api_pb2.STOP_TIMESTAMP, 77)
-    assert client.calls == []
+    assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 30)
+    assert request.stopTimestamp == 0
+    assert client.calls == ["metadata"]
+    assert build(StartAt.earliest(), StopAt.timestamp(77), client=FakeClient(newest=-1)) is None
+
+
+@pytest.mark.parametrize(
+    ("start", "stop", "newest"),
+    [
+        (StartAt.offset(4), StopAt.offset(3), 9),  # stop before start
+        (StartAt.offset(10), StopAt.latest(), 9),  # a start past the end
+        (StartAt.new_only(), StopAt.latest(), 9),
+        (StartAt.new_only(), StopAt.offset(9), 9),
+        (StartAt.new_only(), StopAt.timestamp(10**18), 9),
+        (StartAt.timestamp(200), StopAt.timestamp(100), 9),  # stop time before start time
+        (StartAt.cursor("c"), StopAt.offset(6), 9),  # cursor 6: resumes at 7
+        (StartAt.earliest(), StopAt.latest(), -1),  # empty partition
+    ],
+)
+def test_empty_ranges_are_decided_without_subscribing(
+    start: StartAt, stop: StopAt, newest: int
+) -> None:
+    assert build(start, stop, client=FakeClient(newest=newest, cursor=6)) is None
+
+
+def test_a_stop_in_the_future_is_left_to_wait_for() -> None:
+    """Offsets not written yet are not an empty range: the subscription waits for them."""
+    request = build(StartAt.offset(20), StopAt.offset(25), client=FakeClient(newest=9))
+    assert request is not None
+    assert (request.startOffset, request.stopOffset) == (20, 25)
+    request = build(StartAt.latest(), StopAt.latest(), client=FakeClient(newest=9))
+    assert request is not None
+    assert (request.startOffset, request.stopOffset) == (9, 9)
 
 
 def test_timestamps_are_unix_nanoseconds() -> None:
@@ -104,7 +146,7 @@ def test_new_only_and_latest_are_pinned_to_offsets() -> None:
 
 def test_stop_latest_is_pinned_with_one_lookup() -> None:
     client = FakeClient(newest=9)
-    request = build(StartAt.new_only(), StopAt.latest(), client=client)
+    request = build(StartAt.earliest(), StopAt.latest(), client=client)
     assert request is not None
     assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 9)
     assert client.calls == ["metadata"]

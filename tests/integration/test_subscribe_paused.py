@@ -1,0 +1,70 @@
+"""Subscribing to a paused partition: a prompt, typed answer that says how to resume.
+
+v1.9.0 refuses a reader of a paused partition with "segment has been closed", the same
+words it uses while its cleaner swaps segments (which the client retries); only the
+metadata tells the two apart.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from liftbridge_sync import Client, PartitionPausedError, StartAt, StopAt
+from tests.cli.conftest import CLI, cli_env
+
+from .conftest import unique
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_a_paused_partition_is_refused_at_once_and_resume_reads_it(
+    liftbridge_address: str, transport: str
+) -> None:
+    name = unique("paused")
+    with Client([liftbridge_address], subscribe_transport=transport) as client:
+        client.create_stream(name, name, partitions=2)
+        client.publish(name, b"before the pause", partition=1)
+        client.pause_stream(name, partitions=[1])
+        started = time.monotonic()
+        with pytest.raises(PartitionPausedError, match="resume=True"):
+            with client.subscribe(
+                name, partition=1, start=StartAt.earliest(), stop=StopAt.latest()
+            ) as sub:
+                list(sub)
+        assert time.monotonic() - started < 10  # not the 30 s resubscribe budget
+        with client.subscribe(
+            name, partition=1, start=StartAt.earliest(), stop=StopAt.latest(), resume=True
+        ) as sub:
+            assert [m.value for m in sub] == [b"before the pause"]
+        client.delete_stream(name)
+
+
+def test_the_command_line_names_the_pause_and_the_way_out(liftbridge_address: str) -> None:
+    name = unique("paused")
+    with Client([liftbridge_address]) as client:
+        client.create_stream(name, name)
+        client.publish(name, b"x")
+        client.pause_stream(name)
+        refused = subprocess.run(
+            [*CLI, "subscribe", name, "-P", "0"],
+            capture_output=True,
+            text=True,
+            env=cli_env(liftbridge_address),
+            timeout=60,
+        )
+        assert refused.returncode == 1, refused.stderr
+        assert "paused" in refused.stderr and "--resume" in refused.stderr
+        assert "segment has been closed" not in refused.stderr
+        resumed = subprocess.run(
+            [*CLI, "subscribe", name, "-P", "0", "--resume"],
+            capture_output=True,
+            text=True,
+            env=cli_env(liftbridge_address),
+            timeout=60,
+        )
+        assert (resumed.returncode, resumed.stdout) == (0, "x\n"), resumed.stderr
+        client.delete_stream(name)

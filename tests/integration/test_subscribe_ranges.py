@@ -1,0 +1,294 @@
+"""Stop positions and empty ranges on compacted and retention-truncated streams.
+
+A stop position means "the last offset at or before N": on a compacted stream the stop
+offset may be gone, on a truncated one everything up to it may be. The streams here run
+a fast cleaner on small segments, on a server of this module's own: v1.9.0 crashed
+deleting a compacted stream while its cleaner ran, so these streams are never deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_sync import Client, Message, StartAt, StopAt
+from liftbridge_sync.testing import LiftbridgeServer
+from tests.waiting import wait_until
+
+from ._pubdata import Record, publish, publish_values
+from .conftest import unique
+
+pytestmark = pytest.mark.integration
+
+#: Messages per partition of the compacted stream; odd offsets reuse 10 keys.
+COUNT = 300
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LiftbridgeServer]:
+    with LiftbridgeServer() as running:
+        yield running
+
+
+#: ``rpc_timeout`` of the clients here: how long a committed range may stay silent.
+SILENCE = 1.5
+
+
+@pytest.fixture(params=["h2", "grpc"])
+def client(request: pytest.FixtureRequest, server: LiftbridgeServer) -> Iterator[Client]:
+    with Client(server.address, subscribe_transport=request.param, rpc_timeout=SILENCE) as made:
+        yield made
+
+
+def keyed(count: int, prefix: str = "") -> list[Record]:
+    """Half the keys repeated: odd offsets cycle through 10 keys, even ones are unique."""
+    return [
+        Record(b"x" * 20, key=f"{prefix}r{i % 10}".encode() if i % 2 else f"{prefix}u{i}".encode())
+        for i in range(count)
+    ]
+
+
+def read_all(client: Client, stream: str, partition: int = 0) -> list[Message]:
+    sub = client.subscribe(
+        stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+    )
+    return list(sub)
+
+
+def offsets(messages: list[Message]) -> list[int]:
+    return [m.offset for m in messages]
+
+
+@pytest.fixture(scope="module")
+def compacted(server: LiftbridgeServer) -> tuple[str, dict[int, list[Message]]]:
+    """A 2-partition compacted stream whose cleaner has removed offsets, and what is left
+    of each partition (read once the log stopped changing)."""
+    name = unique("compacted")
+    with Client(server.address) as client:
+        client.create_stream(
+            name,
+            name,
+            partitions=2,
+            compact_enabled=True,
+            segment_max_bytes=1024,
+            cleaner_interval=0.2,
+        )
+        for partition in (0, 1):
+            publish(server.address, name, keyed(COUNT), partition=partition)
+        left: dict[int, list[Message]] = {}
+
+        def settled() -> bool:
+            for partition in (0, 1):
+                before = offsets(read_all(client, name, partition))
+                messages = read_all(client, name, partition)
+                if len(messages) == COUNT or offsets(messages) != before:
+                    return False
+                left[partition] = messages
+            return True
+
+        wait_until(settled, timeout=30, what="compaction to remove offsets")
+    return name, left
+
+
+def expected(left: list[Message], first: int, last: int) -> list[int]:
+    return [m.offset for m in left if first <= m.offset <= last]
+
+
+def test_compaction_removed_offsets(compacted: tuple[str, dict[int, list[Message]]]) -> None:
+    _, left = compacted
+    for messages in left.values():
+        present = offsets(messages)
+        assert present == sorted(set(present))
+        assert present[-1] == COUNT - 1  # the newest message always survives
+        assert len(present) < COUNT
+
+
+def test_stop_offset_on_a_compacted_stream(
+    client: Client, compacted: tuple[str, dict[int, list[Message]]]
+) -> None:
+    name, left = compacted
+    present = set(offsets(left[0]))
+    missing = sorted(set(range(COUNT)) - present)
+    # A removed stop offset (the case that never ended), a present one, the newest.
+    for stop in (missing[3], missing[-1], min(present - {0} - {1}), COUNT - 1):
+        started = time.monotonic()
+        sub = client.subscribe(name, start=StartAt.offset(1), stop=StopAt.offset(stop))
+        got = offsets(list(sub))
+        assert got == expected(left[0], 1, stop), stop
+        assert time.monotonic() - started < 10
+    # From a removed start offset to a removed stop offset.
+    sub = client.subscribe(name, start=StartAt.offset(missing[0]), stop=StopAt.offset(missing[4]))
+    assert offsets(list(sub)) == expected(left[0], missing[0], missing[4])
+
+
+def test_stop_latest_and_timestamp_on_a_compacted_stream(
+    client: Client, compacted: tuple[str, dict[int, list[Message]]]
+) -> None:
+    name, left = compacted
+    assert offsets(read_all(client, name)) == offsets(left[0])
+    middle = left[0][len(left[0]) // 2]
+    sub = client.subscribe(
+        name, start=StartAt.earliest(), stop=StopAt.timestamp(middle.timestamp_ns)
+    )
+    got = list(sub)
+    assert got[-1].offset == middle.offset
+    assert all(m.timestamp_ns <= middle.timestamp_ns for m in got)
+    assert offsets(got) == [m.offset for m in left[0] if m.timestamp_ns <= middle.timestamp_ns]
+
+
+def test_whole_stream_stop_on_a_compacted_stream(
+    client: Client, compacted: tuple[str, dict[int, list[Message]]]
+) -> None:
+    name, left = compacted
+    missing = sorted(set(range(COUNT)) - set(offsets(left[1])))
+    stop = missing[len(missing) // 2]
+    with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.offset(stop)) as sub:
+        got = list(sub)
+    for partition in (0, 1):
+        mine = [m.offset for m in got if m.partition == partition]
+        assert mine == expected(left[partition], 0, stop)
+
+
+def test_reads_while_the_cleaner_swaps_segments_never_fail(
+    server: LiftbridgeServer, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A busy compacted stream: the reader meets segments the cleaner is closing ("segment
+    has been closed"). Every read finishes with what it asked for."""
+    name = unique("churn")
+    client.create_stream(
+        name, name, compact_enabled=True, segment_max_bytes=1024, cleaner_interval=0.1
+    )
+    publish(server.address, name, keyed(200))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def churn() -> None:
+        rounds = 0
+        while not stop.is_set():
+            try:
+                publish(server.address, name, keyed(20, prefix=f"{rounds % 3}-"))
+            except BaseException as exc:  # reported by the test
+                errors.append(exc)
+                return
+            rounds += 1
+            # Pacing, not synchronisation: a log that grows without bound keeps v1.9.0's
+            # cleaner rewriting it all the time, and the refusal would never clear.
+            stop.wait(0.05)
+
+    publisher = threading.Thread(target=churn, name="liftbridge-test-churn", daemon=True)
+    publisher.start()
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    reads = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (reads < 30 or not _refusals(caplog)):
+            newest = client.fetch_partition_metadata(name, 0).newest_offset
+            first = reads * 7 % 150
+            sub = client.subscribe(name, start=StartAt.offset(first), stop=StopAt.offset(newest))
+            got = offsets(list(sub))
+            # Later rounds reuse every key, so even the stop offset may be gone by now.
+            assert got == sorted(set(got)) and got[0] >= first and got[-1] <= newest
+            reads += 1
+    finally:
+        stop.set()
+        publisher.join(30)
+    assert not errors
+    assert _refusals(caplog), f"no segment refusal met in {reads} reads"
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "segment" in r.getMessage()]
+
+
+# ---------------------------------------------------------------------- retention
+
+
+@pytest.fixture(scope="module")
+def truncated(server: LiftbridgeServer) -> str:
+    """A stream whose retention deleted offsets 0-50 and more, then got offsets 200-204."""
+    name = unique("truncated")
+    with Client(server.address, rpc_timeout=SILENCE) as client:
+        client.create_stream(
+            name, name, retention_max_messages=20, segment_max_bytes=512, cleaner_interval=0.2
+        )
+        publish_values(server.address, name, 200)
+
+        def truncated_past_50() -> bool:
+            sub = client.subscribe(name, start=StartAt.offset(0), stop=StopAt.offset(50))
+            return list(sub) == []
+
+        wait_until(truncated_past_50, timeout=30, what="retention to delete old segments")
+        publish_values(server.address, name, 5, start=200)
+    return name
+
+
+def test_stop_offset_that_fell_to_retention_is_an_empty_range(
+    client: Client, truncated: str
+) -> None:
+    for start in (StartAt.offset(1), StartAt.earliest()):
+        assert list(client.subscribe(truncated, start=start, stop=StopAt.offset(10))) == []
+
+
+def test_stop_offset_across_the_retention_boundary(client: Client, truncated: str) -> None:
+    sub = client.subscribe(truncated, start=StartAt.offset(1), stop=StopAt.offset(204))
+    got = offsets(list(sub))
+    assert got == list(range(got[0], 205))
+    assert got[0] > 50
+
+
+def test_reads_of_a_log_retention_emptied_end(server: LiftbridgeServer, client: Client) -> None:
+    """Every message deleted (1-byte segments: the active one is always empty): v1.9.0
+    then waits for the next publish even for committed offsets. Stop-bounded reads end
+    once the committed range stayed silent for ``rpc_timeout``."""
+    name = unique("emptied")
+    client.create_stream(
+        name, name, retention_max_age=1.0, segment_max_bytes=1, cleaner_interval=0.2
+    )
+    publish_values(server.address, name, 20)
+    wait_until(
+        lambda: offsets(read_all(client, name)) == [], timeout=30, what="retention to empty it"
+    )
+    for start, stop in [
+        (StartAt.earliest(), StopAt.latest()),
+        (StartAt.offset(3), StopAt.offset(10)),
+        (StartAt.earliest(), StopAt.timestamp(time.time_ns())),
+    ]:
+        started = time.monotonic()
+        assert list(client.subscribe(name, start=start, stop=stop)) == []
+        assert time.monotonic() - started < SILENCE + 5
+    with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.latest()) as whole:
+        assert list(whole) == []
+
+
+# ---------------------------------------------------------------------- empty ranges
+
+
+def test_starts_past_the_end_with_a_stop_are_empty(
+    server: LiftbridgeServer, client: Client
+) -> None:
+    name = unique("past")
+    client.create_stream(name, name)
+    publish_values(server.address, name, 100)
+    newest = read_all(client, name)[-1]
+    later = newest.timestamp_ns + 1
+    for start, stop in [
+        (StartAt.timestamp(later), StopAt.latest()),
+        (StartAt.timestamp(later), StopAt.offset(99)),
+        (StartAt.timestamp(later), StopAt.timestamp(later + 10**9)),
+        (StartAt.latest(), StopAt.offset(98)),
+        (StartAt.new_only(), StopAt.latest()),
+        (StartAt.offset(100), StopAt.latest()),
+        (StartAt.offset(100), StopAt.offset(99)),
+        (StartAt.offset(50), StopAt.offset(10)),
+        (StartAt.earliest(), StopAt.timestamp(newest.timestamp_ns - 10**12)),
+    ]:
+        with client.subscribe(name, start=start, stop=stop) as sub:
+            with pytest.raises(StopIteration):
+                sub.get(5)
+    with client.subscribe_stream(name, start=StartAt.new_only(), stop=StopAt.latest()) as whole:
+        assert list(whole) == []
+    client.delete_stream(name)

@@ -1,0 +1,176 @@
+"""Rows exactly inside the requested range: compacted streams, a misbehaving client, and a
+start after the newest message."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import pytest
+
+from liftbridge_sync import Client, Message, StartAt, StopAt
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.options import ClientOptions
+from tests.integration._pubdata import Record, publish
+from tests.integration.conftest import unique
+from tests.waiting import wait_until
+
+pytest.importorskip("pyspark")
+
+from liftbridge_sync.spark.ranges import OffsetRange, read_range  # noqa: E402
+from liftbridge_sync.spark.source_options import SourceOptions  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(400)]
+
+
+class _Scripted:
+    """A subscription handing out whatever offsets it was given, then ending."""
+
+    def __init__(self, offsets: list[int]) -> None:
+        self._messages = iter(
+            Message.from_proto(api_pb2.Message(offset=o, value=b"v%d" % o, stream="s"))
+            for o in offsets
+        )
+
+    def get(self, timeout: float | None = None) -> Message:
+        return next(self._messages)
+
+    def __enter__(self) -> _Scripted:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+
+class _ScriptedClient:
+    def __init__(self, offsets: list[int]) -> None:
+        self.offsets = offsets
+
+    def subscribe(self, stream: str, **kwargs: Any) -> _Scripted:
+        return _Scripted(self.offsets)
+
+
+@pytest.mark.parametrize(
+    ("delivered", "rows"),
+    [
+        ([0, 1, 2, 2, 1, 5, 11, 12], [1, 2, 5]),  # below the start, repeats, past the end
+        ([3, 4, 9, 10, 13], [3, 4, 9, 10]),  # the last offset, then one past it
+        ([11], []),
+    ],
+)
+def test_a_range_never_yields_a_row_outside_it_whatever_the_client_does(
+    monkeypatch: pytest.MonkeyPatch, delivered: list[int], rows: list[int]
+) -> None:
+    monkeypatch.setattr(Client, "for_process", staticmethod(lambda _: _ScriptedClient(delivered)))
+    options = SourceOptions(
+        client=ClientOptions(addresses=("127.0.0.1:1",)), stream="s", fail_on_data_loss=False
+    )
+    got = [row[4] for row in read_range(options, OffsetRange("s", 0, 1, 11))]
+    assert got == rows
+
+
+# ---------------------------------------------------------------------- real server
+
+
+def _reader(spark: Any, address: str, stream: str) -> Any:
+    return spark.read.format("liftbridge").option("brokers", address).option("stream", stream)
+
+
+@pytest.fixture(scope="module")
+def compacted(liftbridge_address: str) -> Iterator[tuple[str, list[int]]]:
+    """A compacted stream (1 KiB segments, a fast cleaner, even offsets sharing 10 keys)
+    once compaction removed offsets, and the offsets left. Never deleted: v1.9.0 crashed
+    deleting a compacted stream while its cleaner ran."""
+    name = unique("spark-compacted")
+    with Client(liftbridge_address) as client:
+        client.create_stream(
+            name, name, compact_enabled=True, segment_max_bytes=1024, cleaner_interval=0.5
+        )
+        publish(
+            liftbridge_address,
+            name,
+            [
+                Record(b"x" * 20, key=f"e{i % 10}".encode() if i % 2 == 0 else f"o{i}".encode())
+                for i in range(300)
+            ],
+        )
+        left: list[int] = []
+
+        def compacted_and_settled() -> bool:
+            def read() -> list[int]:
+                sub = client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest())
+                return [m.offset for m in sub]
+
+            first, second = read(), read()
+            left[:] = second
+            return first == second and len(second) < 300
+
+        wait_until(compacted_and_settled, timeout=30, what="compaction to remove offsets")
+    yield name, left
+
+
+def test_batch_read_of_a_compacted_stream_is_exact(
+    spark: Any, liftbridge_address: str, compacted: tuple[str, list[int]]
+) -> None:
+    stream, left = compacted
+    assert 10 not in left  # the stop offset was compacted away: the case that read 11
+    starting = json.dumps({stream: {"0": 1}})
+    ending = json.dumps({stream: {"0": 11}})
+    df = (
+        _reader(spark, liftbridge_address, stream)
+        .option("startingOffsets", starting)
+        .option("endingOffsets", ending)
+        .load()
+    )
+    assert sorted(r.offset for r in df.collect()) == [o for o in left if 1 <= o <= 10]
+    split = (
+        _reader(spark, liftbridge_address, stream)
+        .option("maxRecordsPerPartition", "50")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    assert sorted(r.offset for r in split.collect()) == left  # no row twice, none outside
+
+
+def test_starting_timestamp_after_the_newest_message_is_empty(
+    spark: Any, liftbridge_address: str, compacted: tuple[str, list[int]]
+) -> None:
+    stream, _ = compacted
+    rows = _reader(spark, liftbridge_address, stream).load().orderBy("offset").collect()
+    after_ms = int(rows[-1].timestamp.timestamp() * 1000) + 1000
+    later = _reader(spark, liftbridge_address, stream).option("startingTimestamp", str(after_ms))
+    assert later.load().count() == 0
+
+
+def test_streaming_read_of_a_compacted_stream_writes_each_row_once(
+    spark: Any, liftbridge_address: str, compacted: tuple[str, list[int]], tmp_path: Path
+) -> None:
+    """Micro-batches of at most 100 offsets into parquet: a range that read past its end
+    wrote those rows again in the next batch (1,020 rows for 1,001 messages)."""
+    stream, left = compacted
+    out = tmp_path / "out"
+    query = (
+        spark.readStream.format("liftbridge")
+        .option("brokers", liftbridge_address)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "100")
+        .option("failOnDataLoss", "false")
+        .load()
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180), "availableNow query did not finish"
+    assert query.exception() is None
+    batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    assert len(batches) >= 2
+    rows = spark.read.parquet(str(out)).select("offset").collect()
+    assert sorted(r.offset for r in rows) == left
