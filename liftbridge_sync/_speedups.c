@@ -437,8 +437,13 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         rc = 0; /* the I/O thread leaves these to the owner */
         goto done;
     }
-    if (owner && PyDict_DelItem(pending, cid) < 0)
-        goto done;
+    /* Gone meanwhile is fine: the look-ups above may run Python code (a finalizer, a
+     * future's own attribute hooks) that changed the table, or let another thread in. */
+    if (owner && PyDict_DelItem(pending, cid) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            goto done;
+        PyErr_Clear();
+    }
     if (finished) {
         rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
         goto done;

@@ -12,6 +12,8 @@ both rules, and the end-to-end test shows the typed error the reader raises inst
 
 from __future__ import annotations
 
+import threading
+
 import h2.config
 import h2.connection
 import pytest
@@ -223,3 +225,29 @@ def test_the_reader_raises_a_typed_error_for_what_protobuf_rejects(message: byte
     assert reader.ended
     assert isinstance(reader.error, LiftbridgeError)
     assert "bad response" in str(reader.error)
+
+
+def test_settle_acks_tolerates_an_entry_gone_while_it_looks_at_the_future() -> None:
+    """Found by ``make fuzz``: Python code run from inside settle_acks (here a future's
+    attribute hook; in the wild a finalizer) took the entry out: no KeyError escapes."""
+    from typing import Any
+
+    from liftbridge_sync._publishing.futures import PublishFuture
+    from liftbridge_sync._publishing.pending import Entry
+
+    pending: dict[str, Any] = {}
+
+    class Meddling(PublishFuture[Any]):
+        def __getattribute__(self, name: str) -> Any:
+            if name == "_state":
+                pending.pop("c1", None)
+            return object.__getattribute__(self, name)
+
+    future = Meddling()
+    pending["c1"] = Entry(b"", "c1", 4, True, future, 0.0, 0.0)
+    ack = c_decode(delimited(1, _CID))
+    assert ack is not None
+    assert speedups.settle_acks is not None
+    count, ready = speedups.settle_acks([ack], pending, threading.Lock(), True)
+    assert count == 1 and ready == [] and not pending
+    assert future.result(0) is ack and ack.partition == 4
