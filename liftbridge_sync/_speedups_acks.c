@@ -350,6 +350,18 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             pos = end;
             continue;
         }
+        if (stream == 0 && h[3] == 4 && length == 0 && !(h[4] & 0x01)) {
+            /* An empty SETTINGS: nothing for h2 to apply, only to acknowledge, which
+             * is done here like a PING's (h2 takes ~10 us per frame: a flood of them
+             * would keep the I/O thread busy long before its answers fill the cap). */
+            if (room_for(&pong, &pong_cap, pong_len + 9) < 0)
+                goto fail;
+            memcpy(pong + pong_len, h, 9);
+            pong[pong_len + 4] = 0x01; /* ACK */
+            pong_len += 9;
+            pos = end;
+            continue;
+        }
         if ((stream == 0 && (h[3] == 4 || h[3] == 6 || h[3] == 8)) ||
             (stream == sid && h[3] == 8)) {
             /* SETTINGS, PING, WINDOW_UPDATE of the connection and our stream's

@@ -220,8 +220,17 @@ class ClientOptions:
     #: stream without data, answering with GOAWAY ``too_many_pings``).
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
-    #: declared dead (the subscription then resubscribes).
+    #: declared dead (the subscription then resubscribes). Also the bound on a broker
+    #: that stops taking what we write: a write to a subscription's connection fails
+    #: after this long, and on Linux the ``"h2"`` transports set ``TCP_USER_TIMEOUT`` to
+    #: it, so a stalled or vanished broker with our data unacknowledged is noticed within
+    #: this many seconds (as grpc does), without extra PINGs.
     keepalive_timeout: float = 20.0
+    #: The largest message (response) accepted from a broker, in bytes, on every
+    #: transport (grpcio's ``grpc.max_receive_message_length``, which ``grpc_options``
+    #: may still set; gRPC's default). A larger one fails the call (a subscription with
+    #: ``INTERNAL``) instead of being buffered.
+    max_receive_message_size: int = 4 << 20
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
@@ -237,6 +246,11 @@ class ClientOptions:
         _positive("resubscribe_wait", self.resubscribe_wait)
         _positive("keepalive_interval", self.keepalive_interval, allow_none=True)
         _positive("keepalive_timeout", self.keepalive_timeout)
+        size = self.max_receive_message_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
+            raise ConfigurationError(
+                f"'max_receive_message_size' must be an int >= 1024, got {size!r}"
+            )
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
             raise ConfigurationError("'max_in_flight' must be an int")
         if self.max_in_flight < 1:

@@ -251,3 +251,17 @@ def test_settle_acks_tolerates_an_entry_gone_while_it_looks_at_the_future() -> N
     count, ready = speedups.settle_acks([ack], pending, threading.Lock(), True)
     assert count == 1 and ready == [] and not pending
     assert future.result(0) is ack and ack.partition == 4
+
+
+def test_empty_settings_are_answered_like_pings_and_the_rest_left_to_h2() -> None:
+    """An empty SETTINGS asks only for an ACK (answered by the C reader, so a flood of
+    them costs what a PING flood does); a SETTINGS ACK or one with values goes to h2."""
+    assert speedups.scan_acks is not None
+    empty = FRAME_HEADER.pack(4, 0, 0)
+    settings_ack = FRAME_HEADER.pack(4, 1, 0)
+    valued = FRAME_HEADER.pack(6 << 8 | 4, 0, 0) + b"\x00\x04\x00\x01\x00\x00"
+    data = bytearray(empty + settings_ack + empty + valued)
+    pos, _, _, control, pongs, _ = speedups.scan_acks(data, 0, 1, 16384)
+    assert pos == len(data)
+    assert pongs == settings_ack * 2
+    assert control == settings_ack + valued

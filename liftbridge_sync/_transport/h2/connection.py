@@ -44,10 +44,12 @@ import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import (
+    MAX_MESSAGE_SIZE,
     FrameError,
     ping_frame,
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.limits import OUTPUT_CAP
 from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
@@ -112,6 +114,7 @@ class H2PublishStream(CallerReads):
         *,
         keepalive: tuple[float | None, float] = (None, 20.0),
         ack_read_delay: float | None = None,
+        max_message: int = MAX_MESSAGE_SIZE,
     ) -> None:
         self._sock = sock
         self._conn = conn
@@ -145,7 +148,7 @@ class H2PublishStream(CallerReads):
         self._framed_bytes = 0  # message bytes given to h2 (and so to the socket buffer)
         self._waiting_notes: deque[tuple[int, str]] = deque()
         self._outbuf = bytearray()  # output the socket did not take yet
-        self._reader = ResponseReader(conn, stream_id)
+        self._reader = ResponseReader(conn, stream_id, max_message)
         self._closing = False
         self._half_closed = False
         self._last_read = time.monotonic()
@@ -345,14 +348,22 @@ class H2PublishStream(CallerReads):
             self._keepalive()
         self._take_queue()
         self._pump()
-        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
-            # Everything queued before close() has been framed: END_STREAM after it.
-            self._half_closed = True
-            self._conn.end_stream(self._stream_id)
-        self._flush()
+        self._end_once_framed()
+        self._write_out()
+        if self._end_once_framed():  # framed only by _write_out
+            self._flush()
         quiet = not self._closing and self._unsent_pos == len(self._unsent) and not self._outbuf
         self._gather_for = self._gathering.plan(quiet and not self._reading_here)
         return _GO_ON
+
+    def _end_once_framed(self) -> bool:
+        """END_STREAM once everything queued before ``close()`` has been framed; whether
+        it was sent now."""
+        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
+            self._half_closed = True
+            self._conn.end_stream(self._stream_id)
+            return True
+        return False
 
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
@@ -381,6 +392,13 @@ class H2PublishStream(CallerReads):
             if credit:
                 self._outbuf += credit
                 credit.clear()
+            answers = self._conn.data_to_send()  # h2's (PING and SETTINGS ACKs, ...)
+            if answers:
+                self._outbuf += answers
+            if len(self._outbuf) > OUTPUT_CAP:
+                # Answers pile up while we keep reading (a broker sending PINGs and not
+                # reading): write what the socket takes, or end a flood (see limits).
+                self._flush()
             if responses:
                 if self._arrived:
                     self._arrived += responses

@@ -16,7 +16,9 @@ import h2.settings
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2 import connection as _connection
 from liftbridge_sync._transport.h2.connection import H2PublishStream
+from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.responses import unavailable as _unavailable
+from liftbridge_sync._transport.h2.sockets import bound_unacknowledged
 from liftbridge_sync._transport.publish_stream import PublishStream, StreamEvent
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
@@ -82,6 +84,7 @@ def open_h2_stream(
         raise _unavailable(f"cannot connect to {address}: {exc}") from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bound_unacknowledged(sock, options.keepalive_timeout)
         if tls is not None:
             sock = tls_context(tls).wrap_socket(sock, server_hostname=tls.server_name or host)
             if sock.selected_alpn_protocol() != "h2":
@@ -121,6 +124,7 @@ def open_h2_stream(
             on_event,
             keepalive=_keepalive(options),
             ack_read_delay=options.ack_read_delay,
+            max_message=max_message_size(options),
         )
     except LiftbridgeError:
         sock.close()

@@ -1,0 +1,93 @@
+"""The receive limit and the output cap of the HTTP/2 transports (see h2/limits.py)."""
+
+from __future__ import annotations
+
+import h2.config
+import h2.connection
+import pytest
+
+from liftbridge_sync import ClientOptions
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.channels import ChannelPool
+from liftbridge_sync._transport.h2.framing import FRAME_HEADER, PREFIX
+from liftbridge_sync._transport.h2.limits import max_message_size
+from liftbridge_sync._transport.h2.outbound import frame_data
+from liftbridge_sync._transport.h2.responses import ResponseReader
+from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
+
+
+def _open_stream() -> tuple[h2.connection.H2Connection, bytes]:
+    """A client connection with stream 1 open, and the server's bytes answering it."""
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    request = [(":method", "POST"), (":path", "/p"), (":scheme", "http"), (":authority", "x")]
+    client.send_headers(1, request)
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    server.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
+    return client, server.data_to_send()
+
+
+def _data(payload: bytes) -> bytes:
+    return FRAME_HEADER.pack(len(payload) << 8, 0, 1) + payload
+
+
+def test_the_default_receive_limit_is_grpcs_and_options_change_it() -> None:
+    assert max_message_size(ClientOptions(addresses=("a:1",))) == 4 << 20
+    options = ClientOptions(addresses=("a:1",), max_receive_message_size=1 << 20)
+    assert max_message_size(options) == 1 << 20
+    # grpcio's own option still wins where it is set (as it does on the channels).
+    legacy = options.replace(grpc_options=(("grpc.max_receive_message_length", 4096),))
+    assert max_message_size(legacy) == 4096
+    for bad in (0, 1023, True, 2.5, "big"):
+        with pytest.raises(ConfigurationError, match="max_receive_message_size"):
+            ClientOptions(addresses=("a:1",), max_receive_message_size=bad)  # type: ignore[arg-type]
+
+
+def test_the_grpcio_channels_get_the_same_receive_limit() -> None:
+    options = ClientOptions(addresses=("a:1",), max_receive_message_size=1 << 20)
+    pool = ChannelPool(options)
+    try:
+        assert dict(pool._channel_options(False))["grpc.max_receive_message_length"] == 1 << 20
+        legacy = ChannelPool(
+            options.replace(grpc_options=(("grpc.max_receive_message_length", 5000),))
+        )
+        try:
+            assert dict(legacy._channel_options(True))["grpc.max_receive_message_length"] == 5000
+        finally:
+            legacy.close()
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("in_one_frame", [True, False])
+def test_a_publish_response_over_the_limit_ends_the_stream(in_one_frame: bool) -> None:
+    conn, headers = _open_stream()
+    reader = ResponseReader(conn, 1, max_message=2048)
+    assert reader.receive(headers) == [] and not reader.ended
+    body = api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="c" * 3000)).SerializeToString()
+    message = PREFIX.pack(0, len(body)) + body
+    frames = _data(message) if in_one_frame else _data(message[:1000]) + _data(message[1000:])
+    assert reader.receive(frames) == []
+    assert reader.ended and isinstance(reader.error, LiftbridgeError)
+    assert "limit 2048" in str(reader.error)
+
+
+def test_under_the_limit_a_response_is_read() -> None:
+    conn, headers = _open_stream()
+    reader = ResponseReader(conn, 1, max_message=4096)
+    reader.receive(headers)
+    body = api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="c" * 3000)).SerializeToString()
+    got = reader.receive(_data(PREFIX.pack(0, len(body)) + body))
+    assert len(got) == 1 and not reader.ended
+
+
+def test_framing_stops_at_the_output_cap() -> None:
+    conn, _ = _open_stream()
+    out = bytearray(b"x" * 1000)
+    data = bytearray(b"d" * 50_000)
+    pos = frame_data(conn, 1, data, 0, out, limit=20_000)
+    assert len(out) == 20_000  # headers included: exactly up to the cap
+    assert 0 < pos < 20_000
+    assert frame_data(conn, 1, data, pos, out, limit=20_000) == pos  # full: nothing more
