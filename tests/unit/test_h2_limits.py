@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import h2.config
 import h2.connection
 import pytest
@@ -13,6 +15,7 @@ from liftbridge_sync._transport.h2.framing import FRAME_HEADER, PREFIX
 from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.responses import ResponseReader
+from liftbridge_sync._transport.h2.sockets import bound_unacknowledged
 from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
 
 
@@ -91,3 +94,12 @@ def test_framing_stops_at_the_output_cap() -> None:
     assert len(out) == 20_000  # headers included: exactly up to the cap
     assert 0 < pos < 20_000
     assert frame_data(conn, 1, data, pos, out, limit=20_000) == pos  # full: nothing more
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_USER_TIMEOUT"), reason="Linux only")
+def test_unacknowledged_data_is_bounded_by_tcp_user_timeout() -> None:
+    with socket.socket() as sock:
+        bound_unacknowledged(sock, 2.5)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 2500
+        bound_unacknowledged(sock, 0.0001)  # never 0, which would mean "the default"
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 1
