@@ -153,3 +153,24 @@ def test_close_from_another_thread_wakes_a_blocked_subscription_writer(
         reader.join(5)
         assert not reader.is_alive()
         assert time.monotonic() - started < 1.0
+
+
+def test_an_oversize_frame_on_the_publish_connection_is_refused_from_its_header(
+    abused: tuple[FakeBroker, H2Abuser], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The publish connection does not wait for the 16 MiB either: the header ends it,
+    the publisher reconnects and the publish waiting for its ack is re-sent."""
+    fake, abuser = abused
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake) as client:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0
+        abuser.stall()  # the next request waits in the proxy, unanswered
+        pending = client.publish_async("s", b"second", timeout=30)
+        abuser.send_frame(_HEADER.pack((16 << 20) - 1 << 8, 0, 1) + b"x" * 100)
+        started = time.monotonic()
+        ack = pending.result(timeout=30)
+        assert time.monotonic() - started < 10
+    assert ack is not None and ack.offset >= 1
+    assert "16777215-byte frame (limit 16384)" in caplog.text
+    assert fake.streams_opened >= 2

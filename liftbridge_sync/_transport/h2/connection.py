@@ -22,6 +22,12 @@ Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.prob
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
 that long without reading anything; nothing read within ``grpc.keepalive_timeout_ms``
 (default 20 s) after it ends the connection as unavailable, so the publisher reconnects.
+The socket's ``TCP_USER_TIMEOUT`` (``keepalive_timeout``, set by :mod:`.dial`) fails it
+when our data stays unacknowledged, or the broker's window shut, that long.
+
+Misbehaving brokers: the output the socket has not taken is capped (:mod:`.limits`), so
+a broker that asks for PING or SETTINGS answers faster than it reads them ends the
+connection (``GOAWAY(ENHANCE_YOUR_CALM)``, a retryable error) instead of growing it.
 """
 
 from __future__ import annotations
