@@ -221,10 +221,12 @@ class ClientOptions:
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
     #: declared dead (the subscription then resubscribes). Also the bound on a broker
-    #: that stops taking what we write: a write to a subscription's connection fails
-    #: after this long, and on Linux the ``"h2"`` transports set ``TCP_USER_TIMEOUT`` to
-    #: it, so a stalled or vanished broker with our data unacknowledged is noticed within
-    #: this many seconds (as grpc does), without extra PINGs.
+    #: that stops answering on the ``"h2"`` transports: a write to a subscription's
+    #: connection fails after this long; on Linux ``TCP_USER_TIMEOUT`` is set to it (as
+    #: grpc does), so our data left unacknowledged that long fails the connection; and a
+    #: publish connection owing acks that hears nothing for half of it sends one PING and
+    #: ends when nothing answers within the other half (noticed within 1.25 times this:
+    #: 25 s by default). The publisher then reconnects and re-sends.
     keepalive_timeout: float = 20.0
     #: The largest message (response) accepted from a broker, in bytes, on every
     #: transport (grpcio's ``grpc.max_receive_message_length``, which ``grpc_options``

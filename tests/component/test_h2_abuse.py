@@ -174,3 +174,24 @@ def test_an_oversize_frame_on_the_publish_connection_is_refused_from_its_header(
     assert ack is not None and ack.offset >= 1
     assert "16777215-byte frame (limit 16384)" in caplog.text
     assert fake.streams_opened >= 2
+
+
+def test_a_stalled_broker_owing_acks_is_noticed_within_the_bound(
+    abused: tuple[FakeBroker, H2Abuser], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that stops reading and answering (SIGSTOP, a hung disk) while an ack is
+    due gets one PING after half of keepalive_timeout of silence; no answer within the
+    other half ends the connection, and the publish is re-sent on a new one."""
+    fake, abuser = abused
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake, keepalive_timeout=1.0, ack_timeout=60, resend_after=None) as client:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0
+        abuser.stall()
+        started = time.monotonic()
+        pending = client.publish_async("s", b"second")
+        ack = pending.result(timeout=30)
+        took = time.monotonic() - started
+    assert ack is not None and ack.offset == 1
+    assert took < 5, took  # the bound (1 s, 1.25 s at worst), not the 60 s ack timeout
+    assert "no answer from the broker within 0.5s of a PING" in caplog.text

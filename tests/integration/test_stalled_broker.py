@@ -76,3 +76,40 @@ def test_a_stopped_broker_is_noticed_by_a_subscription_within_the_bound(
         assert not reader.is_alive()
         assert [m.offset for m in got] == [2]
         sub.close()
+
+
+def test_a_stopped_broker_owing_acks_is_noticed_and_publishes_go_on_after_it_resumes(
+    own_server: LiftbridgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The publish connection to a stopped broker with acks due: one PING after half of
+    ``keepalive_timeout`` of silence, none answered within the other half, the
+    connection ends; after SIGCONT every publish is acknowledged (re-sent as needed)."""
+    name = unique()
+    with Client(own_server.address) as admin:
+        admin.create_stream(name, name)
+    with Client(
+        own_server.address,
+        retry=PATIENT_RETRY,
+        rpc_timeout=2.0,
+        keepalive_timeout=2.0,
+        ack_timeout=120,
+        resend_after=None,  # only the transport may notice the stall
+    ) as client:
+        warm = client.publish(name, b"warm")
+        assert warm is not None and warm.offset == 0
+        caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+        pid = own_server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            futures = [client.publish_async(name, b"p%d" % i) for i in range(20)]
+            wait_until(lambda: "publish stream broke" in caplog.text, timeout=30)
+            noticed = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # 1.25 x keepalive_timeout at worst, with slack; not the 120 s ack timeout.
+        assert noticed < 6, noticed
+        assert "of a PING" in caplog.text
+        acks = [f.result(timeout=60) for f in futures]
+        assert all(a is not None and a.offset >= 1 for a in acks)

@@ -16,6 +16,7 @@ from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.responses import ResponseReader
 from liftbridge_sync._transport.h2.sockets import bound_unacknowledged
+from liftbridge_sync._transport.h2.stalls import StallWatch
 from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
 
 
@@ -103,3 +104,16 @@ def test_unacknowledged_data_is_bounded_by_tcp_user_timeout() -> None:
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 2500
         bound_unacknowledged(sock, 0.0001)  # never 0, which would mean "the default"
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 1
+
+
+def test_a_stall_pings_once_per_answer_and_only_while_acks_are_due() -> None:
+    watch = StallWatch(4.0)
+    assert watch.wake_in() == 1.0
+    assert watch.check(100.0, last_read=0.0, due=0) is None  # nothing owed: fine
+    assert watch.check(101.0, last_read=0.0, due=3) is None  # owed for 1 s only
+    assert watch.check(102.0, last_read=0.0, due=3) == 2.0  # 2 s silent: PING, wait 2 s
+    assert watch.check(110.0, last_read=0.0, due=3) is None  # one PING per answer
+    assert watch.check(111.0, last_read=110.5, due=3) is None
+    watch.answered()  # an ack arrived: the broker lives, a new stall may PING again
+    assert watch.check(112.0, last_read=111.0, due=2) is None
+    assert watch.check(113.0, last_read=111.0, due=2) == 2.0

@@ -64,6 +64,7 @@ from liftbridge_sync._transport.h2.sockets import (
     SocketCalls,
     speaks_tls,
 )
+from liftbridge_sync._transport.h2.stalls import StallWatch
 from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
@@ -119,6 +120,7 @@ class H2PublishStream(CallerReads):
         on_event: Callable[[StreamEvent], None],
         *,
         keepalive: tuple[float | None, float] = (None, 20.0),
+        stall_bound: float | None = None,
         ack_read_delay: float | None = None,
         max_message: int = MAX_MESSAGE_SIZE,
     ) -> None:
@@ -159,6 +161,8 @@ class H2PublishStream(CallerReads):
         self._half_closed = False
         self._last_read = time.monotonic()
         self._ping_deadline: float | None = None  # a PING is out: read something by then
+        self._ping_waited = self._ping_wait  # how long that PING is given
+        self._stalls = StallWatch(stall_bound) if stall_bound is not None else None
 
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -269,24 +273,33 @@ class H2PublishStream(CallerReads):
         """Seconds until the next keepalive step (``None``: none planned)."""
         if self._ping_deadline is not None:
             return max(0.0, self._ping_deadline - time.monotonic())
+        wait = None
         if self._ping_every is not None:
-            return max(0.0, self._last_read + self._ping_every - time.monotonic())
-        return None
+            wait = max(0.0, self._last_read + self._ping_every - time.monotonic())
+        if self._stalls is not None:
+            look = self._stalls.wake_in()
+            wait = look if wait is None else min(wait, look)
+        return wait
 
     def _keepalive(self) -> None:
         now = time.monotonic()
         if self._ping_deadline is not None:
             if now >= self._ping_deadline:
                 raise ConnectionLost(
-                    f"no answer from the broker within {self._ping_wait:g}s of a PING"
+                    f"no answer from the broker within {self._ping_waited:g}s of a PING"
                 )
         elif self._ping_every is not None and now >= self._last_read + self._ping_every:
             self._ping()
+        elif self._stalls is not None:
+            wait = self._stalls.check(now, self._last_read, self._gathering.due)
+            if wait is not None:
+                self._ping(wait)
 
-    def _ping(self) -> None:
+    def _ping(self, wait: float | None = None) -> None:
         if self._ping_deadline is None:
             self._outbuf += ping_frame(os.urandom(8))
-            self._ping_deadline = time.monotonic() + self._ping_wait
+            self._ping_waited = self._ping_wait if wait is None else wait
+            self._ping_deadline = time.monotonic() + self._ping_waited
 
     def _loop(self) -> LiftbridgeError | None:
         select = self._selector.select
@@ -350,7 +363,11 @@ class H2PublishStream(CallerReads):
             return error_from_status(
                 grpc.StatusCode.CANCELLED, "publish stream cancelled", CallContext.GENERIC
             )
-        if self._ping_every is not None or self._ping_deadline is not None:
+        if (
+            self._ping_every is not None
+            or self._ping_deadline is not None
+            or self._stalls is not None
+        ):
             self._keepalive()
         self._take_queue()
         self._pump()
@@ -386,12 +403,14 @@ class H2PublishStream(CallerReads):
                 return
             if not data:
                 raise ConnectionLost("the broker closed the connection")
-            if self._ping_every is not None or self._ping_deadline is not None:
+            if self._stalls is not None or self._ping_every is not None:
                 self._last_read = time.monotonic()
-                self._ping_deadline = None
+            self._ping_deadline = None
             responses = self._reader.receive(data)
             self._frames_ok = True
             if responses:
+                if self._stalls is not None:
+                    self._stalls.answered()
                 count = len(responses)
                 self._gathering.answered(self._reader.data_bytes + 9 * count, count)
             credit = self._reader.credit_frames

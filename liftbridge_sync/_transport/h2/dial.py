@@ -123,6 +123,7 @@ def open_h2_stream(
             epoch,
             on_event,
             keepalive=_keepalive(options),
+            stall_bound=options.keepalive_timeout,
             ack_read_delay=options.ack_read_delay,
             max_message=max_message_size(options),
         )
