@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The Liftbridge server and Go build caches live inside the project.
 export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
 
-.PHONY: all venv server lint type codegen test unit demo bench clean
+.PHONY: all venv server lint type codegen test unit demo bench clean fuzz
 
 all: test
 
@@ -38,9 +38,25 @@ codegen: venv
 
 ## The whole suite with the C speedups (required: a machine with a C compiler builds
 ## them), then the unit and component tests again on the pure-Python fallback.
-test: venv server lint type
+test: venv server lint type fuzz
 	LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS=1 $(BIN)/python -m pytest
 	LIFTBRIDGE_SYNC_NO_SPEEDUPS=1 $(BIN)/python -m pytest -q tests/unit tests/component
+
+## The C speedups built with AddressSanitizer + UBSan (build/fuzz/) and fuzzed for
+## FUZZ_SECONDS (tests/fuzz/fuzz_speedups.py); a sanitizer report fails the run.
+FUZZ_SECONDS ?= 60
+FUZZ_SO = build/fuzz/_speedups$(shell $(PYTHON) -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
+fuzz: venv
+	mkdir -p build/fuzz
+	gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+		-fno-sanitize-recover=all -Wall -Werror=implicit-function-declaration \
+		-I$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])") \
+		liftbridge_sync/_speedups.c liftbridge_sync/_speedups_acks.c \
+		liftbridge_sync/_speedups_io.c liftbridge_sync/_speedups_submit.c -o $(FUZZ_SO)
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
+		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		PYTHONMALLOC=malloc LIFTBRIDGE_SYNC_FUZZ_MODULE=$(FUZZ_SO) \
+		LIFTBRIDGE_SYNC_FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/python -m tests.fuzz.fuzz_speedups
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit

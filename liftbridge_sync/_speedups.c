@@ -24,7 +24,8 @@
  *       too long, other type/stream/flags, several or split messages, errors, odd or
  *       invalid encodings): the Python reader handles it and what follows. The
  *       connection's PINGs met on the way are answered (their ACK frames returned
- *       in pongs, for the connection to send; PING ACKs are dropped); its SETTINGS and
+ *       in pongs, for the connection to send; PING ACKs are dropped), and so are its
+ *       empty SETTINGS frames (nothing to apply: their ACKs go in pongs); its SETTINGS and
  *       WINDOW_UPDATE frames (and our stream's WINDOW_UPDATE) are skipped
  *       and returned, concatenated, in control (for h2: their order relative to our
  *       stream's DATA does not matter), except WINDOW_UPDATEs with a non-zero
@@ -437,8 +438,13 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         rc = 0; /* the I/O thread leaves these to the owner */
         goto done;
     }
-    if (owner && PyDict_DelItem(pending, cid) < 0)
-        goto done;
+    /* Gone meanwhile is fine: the look-ups above may run Python code (a finalizer, a
+     * future's own attribute hooks) that changed the table, or let another thread in. */
+    if (owner && PyDict_DelItem(pending, cid) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            goto done;
+        PyErr_Clear();
+    }
     if (finished) {
         rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
         goto done;

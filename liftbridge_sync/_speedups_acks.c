@@ -28,7 +28,39 @@ get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
     return 0;
 }
 
-/* Skip a field of wire type wt: 1 done, 0 malformed/unsupported. */
+/* A tag as protobuf (upb) reads it: a varint of at most 5 bytes holding at most 32 bits,
+ * with a field number of at least 1 (so at most 2^29 - 1); 1: *field and *wt set, 0:
+ * malformed (protobuf raises DecodeError for it). Reading it as a 64-bit varint and
+ * narrowing it would take field 2^32 + 1 for field 1. */
+static int
+get_tag(const uint8_t **p, const uint8_t *end, uint32_t *field, unsigned *wt)
+{
+    const uint8_t *q = *p;
+    uint64_t v;
+    if (!get_varint(&q, end, &v) || q - *p > 5 || v > UINT32_MAX || (v >> 3) == 0)
+        return 0;
+    *p = q;
+    *field = (uint32_t)(v >> 3);
+    *wt = (unsigned)(v & 7);
+    return 1;
+}
+
+/* The length of a length-delimited field as protobuf reads it: a varint of at most 5
+ * bytes, and no longer than what is left; 1: read, 0: malformed. */
+static int
+get_size(const uint8_t **p, const uint8_t *end, Py_ssize_t *out)
+{
+    const uint8_t *q = *p;
+    uint64_t v;
+    if (!get_varint(&q, end, &v) || q - *p > 5 || v > (uint64_t)(end - q))
+        return 0;
+    *p = q;
+    *out = (Py_ssize_t)v;
+    return 1;
+}
+
+/* Skip a field of wire type wt: 1 done, 0 malformed or unsupported (groups, which
+ * protobuf reads, and wire types 6 and 7, which it rejects: both left to it). */
 static int
 skip_field(const uint8_t **p, const uint8_t *end, unsigned wt)
 {
@@ -41,11 +73,13 @@ skip_field(const uint8_t **p, const uint8_t *end, unsigned wt)
             return 0;
         *p += 8;
         return 1;
-    case 2:
-        if (!get_varint(p, end, &v) || v > (uint64_t)(end - *p))
+    case 2: {
+        Py_ssize_t size;
+        if (!get_size(p, end, &size))
             return 0;
-        *p += v;
+        *p += size;
         return 1;
+    }
     case 5:
         if (end - *p < 4)
             return 0;
@@ -98,22 +132,40 @@ static int
 parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject **out)
 {
     span ack = {NULL, 0, 0};
-    uint64_t v;
+    Py_ssize_t size;
+    /* Anything protobuf reads differently from a plain, once-set field is left to it
+     * (return 0): the Python reader then parses the response, or ends the stream with
+     * an INTERNAL error when protobuf raises DecodeError. */
     while (p < end) {
-        uint64_t tag;
-        if (!get_varint(&p, end, &tag))
+        uint32_t field;
+        unsigned wt;
+        if (!get_tag(&p, end, &field, &wt))
             return 0;
-        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
         if (field == 1) {
-            if (wt != 2 || ack.set || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+            /* Another wire type makes it an unknown field, a second one is merged. */
+            if (wt != 2 || ack.set || !get_size(&p, end, &size))
                 return 0;
             ack.ptr = p;
-            ack.len = (Py_ssize_t)v;
+            ack.len = size;
             ack.set = 1;
-            p += v;
+            p += size;
         }
-        else if (field == 2 || field == 0) {
-            return 0; /* asyncError (or an invalid field number) */
+        else if (field == 2) {
+            return 0; /* asyncError */
+        }
+        else if (field == 3 && wt == 2) {
+            /* correlationId (of asyncError): not read, but protobuf checks its UTF-8. */
+            if (!get_size(&p, end, &size))
+                return 0;
+            PyObject *str = PyUnicode_DecodeUTF8((const char *)p, size, NULL);
+            if (str == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    return -1;
+                PyErr_Clear();
+                return 0;
+            }
+            Py_DECREF(str);
+            p += size;
         }
         else if (!skip_field(&p, end, wt)) {
             return 0;
@@ -127,10 +179,10 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
     p = ack.ptr;
     end = ack.ptr + ack.len;
     while (p < end) {
-        uint64_t tag;
-        if (!get_varint(&p, end, &tag))
+        uint32_t field;
+        unsigned wt;
+        if (!get_tag(&p, end, &field, &wt))
             return 0;
-        unsigned field = (unsigned)(tag >> 3), wt = (unsigned)(tag & 7);
         int index = -1;
         uint64_t *number = NULL;
         switch (field) {
@@ -144,19 +196,20 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
         case 8: number = &reception; break;
         case 9: number = &commit; break;
         case 10: number = &error; break;
-        case 0: return 0;
         default:
             if (!skip_field(&p, end, wt))
                 return 0;
             continue;
         }
         if (index >= 0) {
-            if (wt != 2 || !get_varint(&p, end, &v) || v > (uint64_t)(end - p))
+            /* A repeated one: protobuf checks the UTF-8 of each, only the last is kept
+             * here (and checked); another wire type: an unknown field to protobuf. */
+            if (wt != 2 || strings[index].set || !get_size(&p, end, &size))
                 return 0;
             strings[index].ptr = p;
-            strings[index].len = (Py_ssize_t)v;
+            strings[index].len = size;
             strings[index].set = 1;
-            p += v;
+            p += size;
         }
         else {
             if (wt != 0 || !get_varint(&p, end, number))
@@ -294,6 +347,18 @@ scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 pong[pong_len + 4] = 0x01; /* ACK */
                 pong_len += 17;
             }
+            pos = end;
+            continue;
+        }
+        if (stream == 0 && h[3] == 4 && length == 0 && !(h[4] & 0x01)) {
+            /* An empty SETTINGS: nothing for h2 to apply, only to acknowledge, which
+             * is done here like a PING's (h2 takes ~10 us per frame: a flood of them
+             * would keep the I/O thread busy long before its answers fill the cap). */
+            if (room_for(&pong, &pong_cap, pong_len + 9) < 0)
+                goto fail;
+            memcpy(pong + pong_len, h, 9);
+            pong[pong_len + 4] = 0x01; /* ACK */
+            pong_len += 9;
             pos = end;
             continue;
         }

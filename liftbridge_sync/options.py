@@ -220,8 +220,19 @@ class ClientOptions:
     #: stream without data, answering with GOAWAY ``too_many_pings``).
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
-    #: declared dead (the subscription then resubscribes).
+    #: declared dead (the subscription then resubscribes). Also the bound on a broker
+    #: that stops answering on the ``"h2"`` transports: a write to a subscription's
+    #: connection fails after this long; on Linux ``TCP_USER_TIMEOUT`` is set to it (as
+    #: grpc does), so our data left unacknowledged that long fails the connection; and a
+    #: publish connection owing acks that hears nothing for half of it sends one PING and
+    #: ends when nothing answers within the other half (noticed within 1.25 times this:
+    #: 25 s by default). The publisher then reconnects and re-sends.
     keepalive_timeout: float = 20.0
+    #: The largest message (response) accepted from a broker, in bytes, on every
+    #: transport (grpcio's ``grpc.max_receive_message_length``, which ``grpc_options``
+    #: may still set; gRPC's default). A larger one fails the call (a subscription with
+    #: ``INTERNAL``) instead of being buffered.
+    max_receive_message_size: int = 4 << 20
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
@@ -239,6 +250,11 @@ class ClientOptions:
         for name in ("enqueue_timeout", "resend_after", "keepalive_interval"):
             _seconds(self, name, none="unlimited")
         _seconds(self, "ack_read_delay", none="off")
+        size = self.max_receive_message_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
+            raise ConfigurationError(
+                f"'max_receive_message_size' must be an int >= 1024, got {size!r}"
+            )
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
             raise ConfigurationError("'max_in_flight' must be an int")
         if self.max_in_flight < 1:

@@ -44,13 +44,13 @@ __all__ = ["ChannelPool", "Stub", "preflight_tls"]
 
 Stub = api_pb2_grpc.APIStub
 
-#: Defaults that avoid failures rather than add speed: large messages are legal up to the
-#: server's limits; brokers on private addresses must not be sent through an HTTP proxy
-#: picked up from the environment; and a restarted broker is redialled within a second or
-#: two instead of gRPC's default back-off (1 s growing to 120 s), which would otherwise
-#: dominate failover time.
+#: Defaults that avoid failures rather than add speed: large requests are legal up to
+#: the server's limits (received ones up to ``max_receive_message_size``); brokers on
+#: private addresses must not be sent through an HTTP proxy picked up from the
+#: environment; and a restarted broker is redialled within a second or two instead of
+#: gRPC's default back-off (1 s growing to 120 s), which would otherwise dominate
+#: failover time.
 _BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.enable_http_proxy", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -147,6 +147,7 @@ class ChannelPool:
 
     def _channel_options(self, streaming_reads: bool) -> list[tuple[str, Any]]:
         merged = dict(_BASE_OPTIONS)
+        merged["grpc.max_receive_message_length"] = self._options.max_receive_message_size
         if streaming_reads:
             merged[grpc.experimental.ChannelOptions.SingleThreadedUnaryStream] = 1
         tls = self._options.tls

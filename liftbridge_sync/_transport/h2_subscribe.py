@@ -41,6 +41,7 @@ import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.dial import DialError, dial
+from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver, SubscribeRpcError
 from liftbridge_sync._transport.tls import TLSSetup
@@ -53,23 +54,10 @@ _PATH = b"/proto.API/Subscribe"
 #: Our receive window (stream and connection). A consumer that stops iterating stops
 #: reading, so at most this much is buffered before the broker has to wait.
 _RECV_WINDOW = 4 << 20
-#: Largest message accepted (grpcio's limit on our channels; ``grpc_options`` may change it).
-_DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024
 
 
 class _DeadConnection(Exception):
     """A keepalive PING went unanswered."""
-
-
-def max_message_size(options: ClientOptions) -> int:
-    """The receive limit, honouring ``grpc.max_receive_message_length`` in ``grpc_options``.
-
-    A function of immutable options: thread-safe.
-    """
-    for name, value in options.grpc_options:
-        if name == "grpc.max_receive_message_length" and isinstance(value, int) and value > 0:
-            return value
-    return _DEFAULT_MAX_MESSAGE
 
 
 class H2SubscribeCall(SubscribeReceiver):
@@ -100,7 +88,9 @@ class H2SubscribeCall(SubscribeReceiver):
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._cancelled = False
-        self._reading = False  # the iterating thread may be inside recv()
+        #: The iterating thread may be inside recv() or send(): cancel() wakes it with
+        #: shutdown() (on Linux, close() alone wakes neither), and it closes the socket.
+        self._in_io = False
 
     # ------------------------------------------------------------------ grpcio-like API
 
@@ -140,9 +130,9 @@ class H2SubscribeCall(SubscribeReceiver):
             sock = self._sock
             if sock is None:
                 return
-            if self._reading:
-                # Wake the reader (it closes the socket); only the fd is touched, never
-                # the TLS object the reader is using.
+            if self._in_io:
+                # Wake the reader or writer (it closes the socket); only the fd is
+                # touched, never the TLS object it is using.
                 with contextlib.suppress(OSError):
                     socket.socket.shutdown(sock, socket.SHUT_RDWR)
             else:
@@ -187,7 +177,7 @@ class H2SubscribeCall(SubscribeReceiver):
             sock = self._sock
             if self._cancelled or sock is None:
                 raise self._cancelled_error()
-            self._reading = True
+            self._in_io = True
         try:
             data = self._recv_alive(sock)
         except _DeadConnection as exc:
@@ -199,7 +189,7 @@ class H2SubscribeCall(SubscribeReceiver):
         else:
             failure = f"{self._address} closed the connection"
         with self._lock:
-            self._reading = False
+            self._in_io = False
             if self._cancelled:
                 self._sock = None
                 sock.close()
@@ -252,22 +242,49 @@ class H2SubscribeCall(SubscribeReceiver):
         return self._error
 
     def _send_out(self) -> None:
-        sock = self._sock
+        """Write the queued frames, for at most ``keepalive_timeout`` seconds: a broker
+        that stopped reading fails the call (UNAVAILABLE: the subscription resubscribes)
+        instead of hanging it, and ``cancel()`` wakes this write at once."""
         data = bytes(self._outbuf)
         self._outbuf.clear()
+        with self._lock:
+            sock = self._sock
+            cancelled = self._cancelled
+            if sock is not None and not cancelled:
+                self._in_io = True
         if sock is None:
             return
-        try:
-            sock.sendall(data)
-        except OSError as exc:
-            if self._ended:
-                return
-            if self._cancelled:
-                # cancel() closed the socket under us (a get() timeout, close()): that
-                # is our own CANCELLED, not a broker failure worth a resubscribe.
+        if cancelled:  # closed under us by cancel() (a get() timeout, close())
+            if not self._ended:
                 self._cancelled_error()
-            else:
-                self._end(_SC.UNAVAILABLE, f"send to {self._address} failed: {exc}")
+            return
+        bound = self._options.keepalive_timeout
+        try:
+            sock.settimeout(bound)
+            sock.sendall(data)
+            sock.settimeout(None)
+            failure = None
+        except TimeoutError:
+            failure = (
+                f"{self._address} took none of our last {len(data)} bytes within {bound:g}s "
+                "(keepalive_timeout): the broker stopped reading"
+            )
+        except OSError as exc:
+            failure = f"send to {self._address} failed: {exc}"
+        with self._lock:
+            self._in_io = False
+            cancelled = self._cancelled
+            if cancelled and self._sock is sock:
+                self._sock = None
+                sock.close()
+        if failure is None or self._ended:
+            return
+        if cancelled:
+            # cancel() woke or closed the socket under us (a get() timeout, close()):
+            # that is our own CANCELLED, not a broker failure worth a resubscribe.
+            self._cancelled_error()
+        else:
+            self._end(_SC.UNAVAILABLE, failure)
 
     def _close(self) -> None:
         with self._lock:

@@ -152,6 +152,8 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         cluster: Shared with the other brokers of a fake cluster (default: a cluster of
             its own, led by this broker).
         max_workers: Threads serving calls.
+        advertised_port: The port given for this broker in metadata (default: its own),
+            e.g. an :class:`~liftbridge_sync.testing._h2abuse.H2Abuser` in front of it.
 
     Attributes:
         address: ``host:port`` to give a ``Client``.
@@ -169,7 +171,11 @@ class FakeBroker(api_pb2_grpc.APIServicer):
     """
 
     def __init__(
-        self, broker_id: str = "fake", cluster: FakeCluster | None = None, max_workers: int = 16
+        self,
+        broker_id: str = "fake",
+        cluster: FakeCluster | None = None,
+        max_workers: int = 16,
+        advertised_port: int | None = None,
     ) -> None:
         self.broker_id = broker_id
         self.cluster = cluster if cluster is not None else FakeCluster(leader=broker_id)
@@ -188,6 +194,7 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         api_pb2_grpc.add_APIServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
+        self.advertised_port = advertised_port
 
     def start(self) -> FakeBroker:
         """Start serving."""
@@ -225,7 +232,7 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         names = list(request.streams) or list(cluster.streams)
         return api_pb2.FetchMetadataResponse(
             brokers=[
-                api_pb2.Broker(id=b.broker_id, host="127.0.0.1", port=b.port)
+                api_pb2.Broker(id=b.broker_id, host="127.0.0.1", port=b.advertised_port or b.port)
                 for b in cluster.brokers
             ],
             streamMetadata=[

@@ -9,6 +9,9 @@ Also the receive side of the ``Subscribe`` reader, whose connection is
 * :mod:`.connection`: the socket, the I/O thread, reads, keepalive;
 * :mod:`.writing`: requests queued by callers, framed and written (flow control);
 * :mod:`.dial`: TCP, TLS with ALPN, the preface and the request headers;
+* :mod:`.limits`: what a broker may make the connections hold (receive limit, output
+  cap, floods);
+* :mod:`.stalls`: noticing a publish connection's broker that stopped answering;
 * :mod:`.subscribe_receiver`: a Subscribe call's received bytes to wire messages and the
   stream's end (no I/O).
 """

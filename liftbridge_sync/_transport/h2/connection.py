@@ -22,6 +22,12 @@ Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.prob
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
 that long without reading anything; nothing read within ``grpc.keepalive_timeout_ms``
 (default 20 s) after it ends the connection as unavailable, so the publisher reconnects.
+The socket's ``TCP_USER_TIMEOUT`` (``keepalive_timeout``, set by :mod:`.dial`) fails it
+when our data stays unacknowledged, or the broker's window shut, that long.
+
+Misbehaving brokers: the output the socket has not taken is capped (:mod:`.limits`), so
+a broker that asks for PING or SETTINGS answers faster than it reads them ends the
+connection (``GOAWAY(ENHANCE_YOUR_CALM)``, a retryable error) instead of growing it.
 """
 
 from __future__ import annotations
@@ -44,10 +50,12 @@ import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import (
+    MAX_MESSAGE_SIZE,
     FrameError,
     ping_frame,
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.limits import OUTPUT_CAP
 from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
@@ -56,6 +64,7 @@ from liftbridge_sync._transport.h2.sockets import (
     SocketCalls,
     speaks_tls,
 )
+from liftbridge_sync._transport.h2.stalls import StallWatch
 from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
@@ -111,7 +120,9 @@ class H2PublishStream(CallerReads):
         on_event: Callable[[StreamEvent], None],
         *,
         keepalive: tuple[float | None, float] = (None, 20.0),
+        stall_bound: float | None = None,
         ack_read_delay: float | None = None,
+        max_message: int = MAX_MESSAGE_SIZE,
     ) -> None:
         self._sock = sock
         self._conn = conn
@@ -145,11 +156,13 @@ class H2PublishStream(CallerReads):
         self._framed_bytes = 0  # message bytes given to h2 (and so to the socket buffer)
         self._waiting_notes: deque[tuple[int, str]] = deque()
         self._outbuf = bytearray()  # output the socket did not take yet
-        self._reader = ResponseReader(conn, stream_id)
+        self._reader = ResponseReader(conn, stream_id, max_message)
         self._closing = False
         self._half_closed = False
         self._last_read = time.monotonic()
         self._ping_deadline: float | None = None  # a PING is out: read something by then
+        self._ping_waited = self._ping_wait  # how long that PING is given
+        self._stalls = StallWatch(stall_bound) if stall_bound is not None else None
 
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -265,24 +278,33 @@ class H2PublishStream(CallerReads):
         """Seconds until the next keepalive step (``None``: none planned)."""
         if self._ping_deadline is not None:
             return max(0.0, self._ping_deadline - time.monotonic())
+        wait = None
         if self._ping_every is not None:
-            return max(0.0, self._last_read + self._ping_every - time.monotonic())
-        return None
+            wait = max(0.0, self._last_read + self._ping_every - time.monotonic())
+        if self._stalls is not None:
+            look = self._stalls.wake_in()
+            wait = look if wait is None else min(wait, look)
+        return wait
 
     def _keepalive(self) -> None:
         now = time.monotonic()
         if self._ping_deadline is not None:
             if now >= self._ping_deadline:
                 raise ConnectionLost(
-                    f"no answer from the broker within {self._ping_wait:g}s of a PING"
+                    f"no answer from the broker within {self._ping_waited:g}s of a PING"
                 )
         elif self._ping_every is not None and now >= self._last_read + self._ping_every:
             self._ping()
+        elif self._stalls is not None:
+            wait = self._stalls.check(now, self._last_read, self._gathering.due)
+            if wait is not None:
+                self._ping(wait)
 
-    def _ping(self) -> None:
+    def _ping(self, wait: float | None = None) -> None:
         if self._ping_deadline is None:
             self._outbuf += ping_frame(os.urandom(8))
-            self._ping_deadline = time.monotonic() + self._ping_wait
+            self._ping_waited = self._ping_wait if wait is None else wait
+            self._ping_deadline = time.monotonic() + self._ping_waited
 
     def _loop(self) -> LiftbridgeError | None:
         select = self._selector.select
@@ -346,18 +368,30 @@ class H2PublishStream(CallerReads):
             return error_from_status(
                 grpc.StatusCode.CANCELLED, "publish stream cancelled", CallContext.GENERIC
             )
-        if self._ping_every is not None or self._ping_deadline is not None:
+        if (
+            self._ping_every is not None
+            or self._ping_deadline is not None
+            or self._stalls is not None
+        ):
             self._keepalive()
         self._take_queue()
         self._pump()
-        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
-            # Everything queued before close() has been framed: END_STREAM after it.
-            self._half_closed = True
-            self._conn.end_stream(self._stream_id)
-        self._flush()
+        self._end_once_framed()
+        self._write_out()
+        if self._end_once_framed():  # framed only by _write_out
+            self._flush()
         quiet = not self._closing and self._unsent_pos == len(self._unsent) and not self._outbuf
         self._gather_for = self._gathering.plan(quiet and not self._reading_here)
         return _GO_ON
+
+    def _end_once_framed(self) -> bool:
+        """END_STREAM once everything queued before ``close()`` has been framed; whether
+        it was sent now."""
+        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
+            self._half_closed = True
+            self._conn.end_stream(self._stream_id)
+            return True
+        return False
 
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
@@ -374,18 +408,27 @@ class H2PublishStream(CallerReads):
                 return
             if not data:
                 raise ConnectionLost("the broker closed the connection")
-            if self._ping_every is not None or self._ping_deadline is not None:
+            if self._stalls is not None or self._ping_every is not None:
                 self._last_read = time.monotonic()
-                self._ping_deadline = None
+            self._ping_deadline = None
             responses = self._reader.receive(data)
             self._frames_ok = True
             if responses:
+                if self._stalls is not None:
+                    self._stalls.answered()
                 count = len(responses)
                 self._gathering.answered(self._reader.data_bytes + 9 * count, count)
             credit = self._reader.credit_frames
             if credit:
                 self._outbuf += credit
                 credit.clear()
+            answers = self._conn.data_to_send()  # h2's (PING and SETTINGS ACKs, ...)
+            if answers:
+                self._outbuf += answers
+            if len(self._outbuf) > OUTPUT_CAP:
+                # Answers pile up while we keep reading (a broker sending PINGs and not
+                # reading): write what the socket takes, or end a flood (see limits).
+                self._flush()
             if responses:
                 if self._arrived:
                     self._arrived += responses

@@ -16,7 +16,9 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2 import connection as _connection
 from liftbridge_sync._transport.h2 import framing
 from liftbridge_sync._transport.h2.connection import H2PublishStream
+from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.responses import unavailable as _unavailable
+from liftbridge_sync._transport.h2.sockets import bound_unacknowledged
 from liftbridge_sync._transport.publish_stream import PublishStream, StreamEvent
 from liftbridge_sync._transport.tls import TLSSetup
 from liftbridge_sync.options import ClientOptions, parse_address
@@ -81,6 +83,8 @@ def dial(
         raise DialError(f"cannot connect to {address}: {exc}") from exc
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # A broker that stops acknowledging TCP is given up on (Linux: TCP_USER_TIMEOUT).
+        bound_unacknowledged(sock, options.keepalive_timeout)
         if tls is not None:
             sock = tls.context().wrap_socket(sock, server_hostname=tls.server_hostname(host))
             if sock.selected_alpn_protocol() != "h2":
@@ -154,7 +158,9 @@ def open_h2_stream(
             epoch,
             on_event,
             keepalive=_keepalive(options),
+            stall_bound=options.keepalive_timeout,
             ack_read_delay=options.ack_read_delay,
+            max_message=max_message_size(options),
         )
     except OSError as exc:
         sock.close()

@@ -19,6 +19,7 @@ import grpc
 from liftbridge_sync.errors import BrokerUnavailableError
 
 __all__ = [
+    "ACK",
     "CODES",
     "DATA",
     "END_STREAM",
@@ -28,7 +29,10 @@ __all__ = [
     "MAX_FRAME_SIZE",
     "PADDED",
     "PREFIX",
+    "PING",
     "RESET_CODES",
+    "SETTINGS",
+    "answer",
     "data_frame_header",
     "grpc_status",
     "ping_frame",
@@ -200,6 +204,14 @@ def window_update(stream: int, increment: int) -> bytes:
 def data_frame_header(stream: int, length: int) -> bytes:
     """The 9-byte header of a DATA frame of ``length`` bytes on ``stream``, no flags."""
     return FRAME_HEADER.pack(length << 8, 0, stream)
+
+
+def answer(buf: bytes | bytearray, start: int, end: int) -> bytes:
+    """The ACK of the PING or SETTINGS frame at ``buf[start:end]`` (its header and
+    payload, with the ACK flag; an empty payload for SETTINGS)."""
+    frame = bytearray(buf[start:end] if buf[start + 3] == PING else buf[start : start + 9])
+    frame[4] = ACK
+    return bytes(frame)
 
 
 def ping_frame(payload: bytes) -> bytes:

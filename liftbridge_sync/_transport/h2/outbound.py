@@ -27,8 +27,10 @@ def frame_data(
     data: bytearray,
     pos: int,
     out: bytearray,
+    limit: int | None = None,
 ) -> int:
-    """Frame ``data[pos:]`` into ``out`` as far as the windows allow; the new ``pos``.
+    """Frame ``data[pos:]`` into ``out`` as far as the windows allow, and (``limit``)
+    until ``out`` holds that many bytes; the new ``pos``.
 
     What ``h2`` has queued goes into ``out`` first: a peer applies the SETTINGS it sent
     (a larger frame size, say) only once it has our ACK, so DATA must not overtake it.
@@ -51,6 +53,10 @@ def frame_data(
             if window <= 0:
                 break  # a WindowUpdated event brings the caller back
             n = min(window, frame, size - pos)
+            if limit is not None:
+                n = min(n, limit - len(out) - 9)  # its header included
+                if n <= 0:
+                    break  # the socket is behind: the rest waits for it (see limits)
             if stream is None or not sendable:
                 conn.send_data(stream_id, bytes(view[pos : pos + n]))  # raises, as before
                 pos += n

@@ -123,7 +123,7 @@ class CallerReads(QueuedWrites):
                 try:
                     self._read()
                     self._pump()  # a window the broker opened: what waited for it
-                    self._flush()
+                    self._write_out()
                 except Exception as exc:  # the I/O thread ends the stream with it
                     self._failed_here = exc
                     stop = True

@@ -21,14 +21,19 @@ from h2.stream import StreamState
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import (
+    ACK,
     CODES,
     DATA,
     END_STREAM,
     MAX_FRAME_SIZE,
+    MAX_MESSAGE_SIZE,
     PADDED,
+    PING,
     PREFIX,
     RESET_CODES,
+    SETTINGS,
     FrameError,
+    answer,
     grpc_status,
     http_status_code,
     split_frames,
@@ -58,9 +63,18 @@ def unavailable(message: str) -> BrokerUnavailableError:
 class ResponseReader:
     """Reads stream ``stream_id``'s responses off connection ``conn`` (I/O thread only)."""
 
-    def __init__(self, conn: h2.connection.H2Connection, stream_id: int) -> None:
+    def __init__(
+        self,
+        conn: h2.connection.H2Connection,
+        stream_id: int,
+        max_message: int = MAX_MESSAGE_SIZE,
+    ) -> None:
         self._conn = conn
         self._stream_id = stream_id
+        #: The receive limit; the C reader takes frames (so messages) of at most
+        #: MAX_FRAME_SIZE bytes, so it runs only when the limit is not below that.
+        self._max_message = max_message
+        self._scan = scan_acks if max_message >= MAX_FRAME_SIZE else None
         self._inbuf = bytearray()  # received bytes not yet forming a whole frame
         self._rbuf = bytearray()  # response bytes not yet forming a whole message
         self._parsed: list[api_pb2.PublishResponse | Ack] = []
@@ -99,11 +113,10 @@ class ResponseReader:
         consumed = 0
         parsed = self._parsed
         start_at = 0
-        if fast and not rbuf and scan_acks is not None:
+        scan = self._scan
+        if fast and not rbuf and scan is not None:
             # C: the leading run of plain successful acks; Python does what follows.
-            start_at, acks, consumed, control, pongs, windows = scan_acks(
-                inbuf, 0, sid, MAX_FRAME_SIZE
-            )
+            start_at, acks, consumed, control, pongs, windows = scan(inbuf, 0, sid, MAX_FRAME_SIZE)
             if acks:
                 parsed += acks
             if pongs:  # PING ACKs answering the broker's PINGs, sent with the credit
@@ -130,7 +143,7 @@ class ResponseReader:
                         # The broker writes one response per frame: parse it in place.
                         if (
                             not rbuf
-                            and end - start >= 5
+                            and 5 <= end - start <= self._max_message + 5
                             and unpack(inbuf, start)
                             == (
                                 0,
@@ -143,6 +156,20 @@ class ResponseReader:
                             if len(rbuf) >= 5:
                                 self._decode()
                         continue
+                elif (
+                    fast
+                    and stream == 0
+                    and not flags & ACK
+                    and (kind == PING or (kind == SETTINGS and start == end))
+                ):
+                    # Answered here, as the C reader does: no state for h2 to keep, and
+                    # h2 takes ~10 us per frame (a broker's flood must not stall us).
+                    if slow >= 0:
+                        self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
+                        slow = -1
+                        fast = self._headers_seen and not self.ended
+                    self.credit_frames += answer(inbuf, start - 9, end)
+                    continue
                 if slow < 0:
                     slow = start - 9
         except DecodeError as exc:
@@ -220,7 +247,7 @@ class ResponseReader:
     def _decode(self) -> None:
         rbuf = self._rbuf
         try:
-            messages, pos = split_messages(rbuf)
+            messages, pos = split_messages(rbuf, self._max_message)
         except FrameError as exc:
             code = (
                 grpc.StatusCode.INTERNAL

@@ -17,7 +17,7 @@ import ssl
 
 from liftbridge_sync._wire.speedups import recv_held, send_held
 
-__all__ = ["RECV_SIZE", "ConnectionLost", "SocketCalls", "speaks_tls"]
+__all__ = ["RECV_SIZE", "ConnectionLost", "SocketCalls", "bound_unacknowledged", "speaks_tls"]
 
 #: One ``recv()`` of the publish and subscribe streams; a full buffer means more may be
 #: waiting, so read again. Below glibc's mmap threshold (128 KiB): ``socket.recv``
@@ -25,6 +25,17 @@ __all__ = ["RECV_SIZE", "ConnectionLost", "SocketCalls", "speaks_tls"]
 #: read in a thread's malloc arena (about 15 µs).
 RECV_SIZE = 120 * 1024
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+
+
+def bound_unacknowledged(sock: socket.socket, seconds: float) -> None:
+    """Make the kernel fail ``sock`` (``ETIMEDOUT``) when data it sent stays
+    unacknowledged, or the peer's window stays shut, for ``seconds`` (Linux's
+    ``TCP_USER_TIMEOUT``, which grpc sets too): a broker that stalled or vanished with
+    our data in flight is noticed without PINGs. A no-op where the option is missing."""
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+    if option is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, max(1, int(seconds * 1000)))
 
 
 class ConnectionLost(Exception):

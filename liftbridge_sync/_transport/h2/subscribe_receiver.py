@@ -12,12 +12,15 @@ thread iterating the call runs it.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import urllib.parse
 
 import grpc
 import h2.connection
+import h2.errors
 import h2.events
+import h2.exceptions
 from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
@@ -147,6 +150,12 @@ class SubscribeReceiver:
                 whole = fast and not rbuf
             length_type, flags, stream = unpack(buf, pos)
             length = length_type >> 8
+            if length > limit:
+                # Refused from its header on: the broker cannot make us buffer 16 MiB.
+                self._frame_too_large(length, limit)
+                pos = size
+                slow = -1
+                break
             end = pos + 9 + length
             if end > size:
                 break
@@ -185,6 +194,16 @@ class SubscribeReceiver:
                 self._outbuf += _WINDOW_UPDATE.pack(0, 4, 8, 0, sid, credit)
                 self._credit = 0
 
+    def _frame_too_large(self, length: int, limit: int) -> None:
+        """End the call on a frame longer than we allow (RFC 9113 §4.2: a connection
+        error, ``GOAWAY(FRAME_SIZE_ERROR)``); the subscription resubscribes."""
+        conn = self._conn
+        assert conn is not None
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            conn.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+            self._outbuf += conn.data_to_send()
+        self._end(_SC.UNAVAILABLE, f"the broker sent a {length}-byte frame (limit {limit})")
+
     def _parse(self, bodies: list[bytes | bytearray]) -> None:
         """Decode message bodies in order onto the ready list, then empty ``bodies``."""
         parse = api_pb2.Message.FromString
@@ -218,7 +237,7 @@ class SubscribeReceiver:
                 self._end(
                     _SC.INTERNAL,
                     f"message of {length} bytes is larger than the limit ({self._max_message}; "
-                    "raise it with grpc_options grpc.max_receive_message_length)",
+                    "raise it with the option max_receive_message_size)",
                 )
                 break
             end = pos + 5 + length

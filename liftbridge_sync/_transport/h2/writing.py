@@ -20,10 +20,17 @@ from collections import deque
 from collections.abc import Callable
 
 import h2.connection
+import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import PREFIX
 from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.limits import (
+    CONTROL_ROOM,
+    ENHANCE_YOUR_CALM,
+    OUTPUT_CAP,
+    Flooded,
+)
 from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.sockets import SocketCalls
 from liftbridge_sync._transport.publish_stream import StreamEvent, StreamSent
@@ -137,7 +144,7 @@ class QueuedWrites:
             if not self._done:
                 self._take_queue(on_io_thread=False)
                 self._pump()
-                self._flush()
+                self._write_out()
                 if direct:
                     self._gathering.release()
             failed = False
@@ -147,6 +154,24 @@ class QueuedWrites:
             self._io_lock.release()
         if failed:
             self._wake_unless_woken()
+
+    def _flooded(self) -> None:
+        """End the connection the broker flooded with requests for answers (see
+        :mod:`.limits`): ``GOAWAY(ENHANCE_YOUR_CALM)`` after what is queued, as far as
+        the socket takes it.
+
+        Raises:
+            Flooded: always.
+        """
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._conn.close_connection(error_code=ENHANCE_YOUR_CALM)
+            self._outbuf += self._conn.data_to_send()
+            self._calls.send_some(self._outbuf)
+        raise Flooded(
+            f"the broker asked for more answers (PING or SETTINGS acknowledgements) than "
+            f"it read: more than {len(self._outbuf) >> 10} KiB unread; sent "
+            "GOAWAY(ENHANCE_YOUR_CALM)"
+        )
 
     def _wake_unless_woken(self) -> None:
         """Wake the I/O thread unless a wake-up is on its way or it has finished."""
@@ -205,14 +230,17 @@ class QueuedWrites:
             self._ping()
             self._gathering.forget()  # an ack timed out: its answer may never come
 
-    def _pump(self) -> None:
-        """Frame as many pending bytes as the flow-control windows allow (into the output
-        buffer, by :func:`~.outbound.frame_data`)."""
+    def _pump(self) -> bool:
+        """Frame as many pending bytes as the flow-control windows and the output cap
+        allow (into the output buffer, by :func:`~.outbound.frame_data`); whether any
+        were."""
         unsent = self._unsent
         size = len(unsent)
         if self._unsent_pos == size:
-            return
-        pos = frame_data(self._conn, self._stream_id, unsent, self._unsent_pos, self._outbuf)
+            return False
+        pos = frame_data(
+            self._conn, self._stream_id, unsent, self._unsent_pos, self._outbuf, OUTPUT_CAP
+        )
         self._framed_bytes += pos - self._unsent_pos
         if pos == size:
             unsent.clear()
@@ -220,7 +248,16 @@ class QueuedWrites:
         elif pos >= _COMPACT_AT:
             del unsent[:pos]
             pos = 0
+        framed = pos != self._unsent_pos
         self._unsent_pos = pos
+        return framed
+
+    def _write_out(self) -> None:
+        """:meth:`_flush`, then frame and write on while the socket takes everything
+        (framing stops at the output cap, and nothing else would bring us back)."""
+        self._flush()
+        while not self._outbuf and self._unsent_pos != len(self._unsent) and self._pump():
+            self._flush()
 
     def _flush(self) -> None:
         data = self._conn.data_to_send()
@@ -242,6 +279,8 @@ class QueuedWrites:
             if not self._reading_here:  # else registered again when the caller is done
                 events = selectors.EVENT_READ | (selectors.EVENT_WRITE if out else 0)
                 self._selector.modify(self._sock, events)
+        if len(out) > OUTPUT_CAP + CONTROL_ROOM:
+            self._flooded()
         if not out and self._waiting_notes:
             notes = self._waiting_notes
             framed = self._framed_bytes

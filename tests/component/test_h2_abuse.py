@@ -1,0 +1,197 @@
+"""A broker abusing HTTP/2 cannot grow the client's memory or hang its threads.
+
+The broker is a :class:`FakeBroker` behind an :class:`H2Abuser` (which its metadata
+advertises, so the publish and subscribe connections to the partition leader go
+through it); the client is driven through the public API only.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_sync import Client, StartAt
+from liftbridge_sync.testing import FakeBroker, serve
+from liftbridge_sync.testing._h2abuse import H2Abuser
+from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
+
+_HEADER = struct.Struct(">IBI")
+
+
+@pytest.fixture
+def abused() -> Iterator[tuple[FakeBroker, H2Abuser]]:
+    with FakeBroker() as fake, H2Abuser(fake.address) as abuser:
+        fake.advertised_port = abuser.port
+        yield fake, abuser
+
+
+def _in_send(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is inside the subscription's socket write."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "_send_out":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _client(fake: FakeBroker, **options: object) -> Client:
+    """A client of ``fake`` that knows the metadata (so the leader's advertised address,
+    the abuser's), as the first publish would otherwise go to the seed address."""
+    client = Client(fake.address, retry=FAST_RETRY, **options)  # type: ignore[arg-type]
+    client.fetch_metadata()
+    return client
+
+
+@pytest.mark.parametrize("kind", ["ping", "settings"])
+def test_a_flood_of_answers_the_broker_does_not_read_ends_the_connection(
+    abused: tuple[FakeBroker, H2Abuser], kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before the cap, each PING got its answer appended to an output buffer the
+    broker never read: 1.4 GiB in 3 s. Now the connection ends (ENHANCE_YOUR_CALM)
+    once the answers fill the room above the output cap, the publisher reconnects and
+    re-sends, and the client's memory stays far below what the broker sent."""
+    fake, abuser = abused
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake) as client:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0  # the stream is up
+        assert abuser.connections == 1
+        tracemalloc.start()
+        try:
+            abuser.flood(kind, budget=48 << 20, seconds=30)
+            pending = client.publish_async("s", b"second", timeout=90)  # behind the flood
+            ack = pending.result(timeout=90)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert ack is not None and ack.offset == 1 and [r.value for r in fake.received][-1] == b"second"
+    assert fake.streams_opened >= 2  # reconnected
+    flooded = abuser.flooded
+    assert flooded > 2 << 20  # more than the cap: the client's answers did pile up
+    assert peak < 12 << 20, f"{peak} bytes traced while {flooded} were flooded"
+    assert "ENHANCE_YOUR_CALM" in caplog.text and "reconnecting" in caplog.text
+
+
+def test_an_oversize_frame_is_refused_from_its_header(
+    abused: tuple[FakeBroker, H2Abuser], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A subscription does not wait for 16 MiB of a frame larger than the maximum it
+    announced: the header alone ends the call, and it resubscribes after the last
+    offset it delivered."""
+    fake, abuser = abused
+    fake.subscribe_scripts = [serve([0, 1]), serve([2])]
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        assert [next(sub).offset for _ in range(2)] == [0, 1]
+        wait_until(lambda: abuser.connections >= 1 and len(abuser.live()) >= 1)
+        abuser.send_frame(_HEADER.pack((16 << 20) - 1 << 8, 0, 1) + b"x" * 100)
+        started = time.monotonic()
+        assert next(sub).offset == 2
+        assert time.monotonic() - started < 10
+        sub.close()
+    assert "16777215-byte frame (limit 16384)" in caplog.text
+    assert len(fake.subscribe_starts()) == 2
+
+
+def test_a_subscription_write_the_broker_does_not_take_is_bounded(
+    abused: tuple[FakeBroker, H2Abuser], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that floods PINGs and stops reading blocks the subscription's writes
+    of the answers: after keepalive_timeout the call fails and resubscribes."""
+    fake, abuser = abused
+    fake.subscribe_scripts = [serve([0]), serve([1])]
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake, keepalive_timeout=1.0) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        assert next(sub).offset == 0
+        abuser.flood("ping", budget=64 << 20, seconds=30)
+        started = time.monotonic()
+        assert next(sub).offset == 1
+        took = time.monotonic() - started
+        sub.close()
+    assert took < 15, took
+    assert "the broker stopped reading" in caplog.text
+
+
+def test_close_from_another_thread_wakes_a_blocked_subscription_writer(
+    abused: tuple[FakeBroker, H2Abuser],
+) -> None:
+    """With a long write bound, the iterating thread is stuck in send(): closing the
+    subscription from another thread wakes it within a second (shutdown, not just
+    close, which wakes nothing on Linux)."""
+    fake, abuser = abused
+    fake.subscribe_scripts = [serve([0])]
+    with _client(fake, keepalive_timeout=120.0) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        assert next(sub).offset == 0
+        outcome: list[object] = []
+
+        def iterate() -> None:
+            try:
+                outcome.append(next(sub))
+            except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+                outcome.append(exc)
+
+        reader = threading.Thread(target=iterate, name="liftbridge-test-reader", daemon=True)
+        abuser.flood("ping", budget=256 << 20, seconds=60)
+        reader.start()
+        # Blocked in the write once the flood filled the kernel buffers both ways.
+        wait_until(lambda: _in_send(reader), timeout=30)
+        assert reader.is_alive() and not outcome
+        started = time.monotonic()
+        sub.close()
+        reader.join(5)
+        assert not reader.is_alive()
+        assert time.monotonic() - started < 1.0
+
+
+def test_an_oversize_frame_on_the_publish_connection_is_refused_from_its_header(
+    abused: tuple[FakeBroker, H2Abuser], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The publish connection does not wait for the 16 MiB either: the header ends it,
+    the publisher reconnects and the publish waiting for its ack is re-sent."""
+    fake, abuser = abused
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake) as client:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0
+        abuser.stall()  # the next request waits in the proxy, unanswered
+        pending = client.publish_async("s", b"second", timeout=30)
+        abuser.send_frame(_HEADER.pack((16 << 20) - 1 << 8, 0, 1) + b"x" * 100)
+        started = time.monotonic()
+        ack = pending.result(timeout=30)
+        assert time.monotonic() - started < 10
+    assert ack is not None and ack.offset >= 1
+    assert "16777215-byte frame (limit 16384)" in caplog.text
+    assert fake.streams_opened >= 2
+
+
+def test_a_stalled_broker_owing_acks_is_noticed_within_the_bound(
+    abused: tuple[FakeBroker, H2Abuser], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker that stops reading and answering (SIGSTOP, a hung disk) while an ack is
+    due gets one PING after half of keepalive_timeout of silence; no answer within the
+    other half ends the connection, and the publish is re-sent on a new one."""
+    fake, abuser = abused
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake, keepalive_timeout=1.0, ack_timeout=60, resend_after=None) as client:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0
+        abuser.stall()
+        started = time.monotonic()
+        pending = client.publish_async("s", b"second")
+        ack = pending.result(timeout=30)
+        took = time.monotonic() - started
+    assert ack is not None and ack.offset == 1
+    assert took < 5, took  # the bound (1 s, 1.25 s at worst), not the 60 s ack timeout
+    assert "no answer from the broker within 0.5s of a PING" in caplog.text

@@ -1,0 +1,453 @@
+"""Fuzzing of the C speedups, meant to run under AddressSanitizer and UBSan (``make fuzz``).
+
+``make fuzz`` compiles ``liftbridge_sync/_speedups*.c`` with ``-fsanitize=address,undefined``
+into ``build/fuzz/`` and runs this module with the sanitizer runtime preloaded,
+``PYTHONMALLOC=malloc`` (so that Python's objects come from the sanitized ``malloc`` and
+a read past one is caught) and ``LIFTBRIDGE_SYNC_FUZZ_MODULE`` naming the sanitized
+extension, which is loaded in place of the installed one. Without that variable it fuzzes
+the installed extension (no sanitizer: only the assertions below).
+
+Targets, each given an equal share of ``LIFTBRIDGE_SYNC_FUZZ_SECONDS`` (default 60):
+
+* ``scan_acks`` on exact-size buffers (ctypes arrays: ``malloc`` of exactly the input's
+  length) of frames valid and not, from any position and with any frame size limit;
+  and through the publish reader (``ResponseReader``), fed in arbitrary chunks;
+* ``settle_acks`` and ``run_callbacks`` with re-entrant locks, futures and callbacks
+  that change the lists and tables the C code is walking;
+* the frame builders (``frame_id``, ``frame_values``, ``frame_entry``, ``make_entries``)
+  against their Python equivalents;
+* ``recv_held``/``send_held`` over a socket pair, in arbitrary chunk and read sizes.
+
+Every target also checks that what comes out is bounded by what went in. A failure
+raises (the exit status is non-zero); a sanitizer report aborts the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+def _load_module_under_test() -> Any:
+    path = os.environ.get("LIFTBRIDGE_SYNC_FUZZ_MODULE")
+    if path:
+        spec = importlib.util.spec_from_file_location("liftbridge_sync._speedups", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules["liftbridge_sync._speedups"] = module  # before anything imports it
+    from liftbridge_sync._wire import speedups
+
+    assert speedups.ACTIVE, "the C speedups are not active"
+    from liftbridge_sync import _speedups
+
+    if path:
+        assert os.path.samefile(_speedups.__file__, path)
+    return _speedups
+
+
+C = _load_module_under_test()
+
+# Imported only now: they import liftbridge_sync._wire.speedups, which must see the
+# sanitized module.
+from liftbridge_sync._proto import api_pb2  # noqa: E402
+from liftbridge_sync._publishing.encoding import frame_simple, head  # noqa: E402
+from liftbridge_sync._publishing.futures import PublishFuture  # noqa: E402
+from liftbridge_sync._publishing.pending import Entry  # noqa: E402
+from liftbridge_sync._transport.h2.framing import FRAME_HEADER  # noqa: E402
+from liftbridge_sync._wire import speedups  # noqa: E402
+from liftbridge_sync.models import Ack, AckPolicy  # noqa: E402
+
+_SETTINGS = settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def exact(data: bytes) -> ctypes.Array[ctypes.c_char]:
+    """``data`` in a buffer of exactly its size (ctypes mallocs arrays over 16 bytes)."""
+    buffer = (ctypes.c_char * len(data))()
+    ctypes.memmove(buffer, data, len(data))
+    return buffer
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return FRAME_HEADER.pack(len(payload) << 8 | kind, flags, stream) + payload
+
+
+def message(body: bytes) -> bytes:
+    return len(body).to_bytes(5, "big") + body
+
+
+_acks = st.builds(
+    api_pb2.Ack,
+    stream=st.text(max_size=6),
+    correlationId=st.text(min_size=1, max_size=6),
+    offset=st.integers(-(2**63), 2**63 - 1),
+    ackPolicy=st.integers(0, 4),
+    ackError=st.integers(0, 5),
+)
+
+
+@st.composite
+def _frames(draw: st.DrawFn) -> bytes:
+    """One HTTP/2 frame of the kinds the publish reader meets, well formed or not."""
+    choice = draw(st.integers(0, 7))
+    if choice <= 2:  # DATA of stream 1: acks, corrupted or not
+        bodies = [
+            api_pb2.PublishResponse(ack=a).SerializeToString()
+            for a in draw(st.lists(_acks, max_size=3))
+        ]
+        payload = b"".join(message(b) for b in bodies)
+        if payload and draw(st.booleans()):
+            cut = draw(st.integers(0, len(payload)))
+            payload = payload[:cut] + draw(st.binary(max_size=8))
+        return frame(
+            0, draw(st.sampled_from([0, 0, 1, 8])), draw(st.sampled_from([1, 1, 3])), payload
+        )
+    if choice == 3:
+        return frame(6, draw(st.sampled_from([0, 1])), 0, draw(st.binary(min_size=7, max_size=9)))
+    if choice == 4:
+        return frame(4, draw(st.sampled_from([0, 1])), 0, draw(st.binary(max_size=13)))
+    if choice == 5:
+        payload = draw(st.binary(min_size=3, max_size=5))
+        return frame(8, 0, draw(st.sampled_from([0, 1, 3])), payload)
+    if choice == 6:  # a header announcing more than follows, or than allowed
+        return FRAME_HEADER.pack(draw(st.integers(0, 2**24 - 1)) << 8, 0, 1) + draw(
+            st.binary(max_size=20)
+        )
+    return draw(st.binary(max_size=30))
+
+
+_streams = st.lists(_frames(), max_size=30).map(b"".join)  # type: ignore[call-arg]
+
+
+@_SETTINGS
+@given(
+    data=_streams,
+    cut=st.integers(0, 20),
+    start=st.integers(-3, 40),
+    max_frame=st.sampled_from([0, 8, 16, 100, 16384, 2**24]),
+)
+def fuzz_scan_acks(data: bytes, cut: int, start: int, max_frame: int) -> None:
+    data = data[: max(len(data) - cut, 0)]  # the last frame short by a few bytes
+    for buffer in (exact(data), data, bytearray(data)):
+        pos, acks, payload, control, pongs, windows = C.scan_acks(buffer, start, 1, max_frame)
+        assert max(start, 0) <= pos <= max(len(data), start, 0)
+        assert all(type(a) is Ack for a in acks)
+        taken = max(pos - max(start, 0), 0)
+        # Whatever comes out is bounded by what was read.
+        assert payload + len(control) + len(pongs) <= taken
+        if windows is not None:
+            assert len(windows[2]) <= taken and len(windows[2]) % 13 == 0
+
+
+_good_frames = st.one_of(
+    st.builds(
+        lambda a: frame(0, 0, 1, message(api_pb2.PublishResponse(ack=a).SerializeToString())),
+        _acks.filter(lambda a: a.ackError == 0),
+    ),
+    st.just(frame(6, 0, 0, b"pingpong")),
+    st.just(frame(6, 1, 0, b"pingpong")),
+    st.just(frame(4, 0, 0, b"")),
+    st.just(frame(8, 0, 0, b"\0\0\1\0")),
+    st.just(frame(8, 0, 1, b"\0\0\1\0")),
+)
+
+
+@_SETTINGS
+@given(frames=st.lists(_good_frames, min_size=1, max_size=8), cut=st.integers(1, 12))
+def fuzz_scan_acks_truncated(frames: list[bytes], cut: int) -> None:
+    """Frames the fast path reads, the last one short by a few bytes: never read."""
+    data = b"".join(frames)
+    data = data[: max(len(data) - cut, 0)]
+    pos, _, payload, control, pongs, _ = C.scan_acks(exact(data), 0, 1, 16384)
+    assert pos <= len(data) - (len(frames[-1]) - cut)
+    assert payload + len(control) + len(pongs) <= pos
+
+
+@_SETTINGS
+@given(count=st.integers(0, 3000), tail=st.binary(max_size=20))
+def fuzz_scan_acks_ping_flood(count: int, tail: bytes) -> None:
+    """Many PINGs at once: the answer buffer grows with them, and no more."""
+    data = frame(6, 0, 0, b"12345678") * count + tail
+    pos, _, _, control, pongs, _ = C.scan_acks(exact(data), 0, 1, 16384)
+    assert pos >= 17 * count and len(control) <= len(tail)
+    assert 17 * count <= len(pongs) <= 17 * count + len(tail)  # the tail's own, if any
+
+
+def _reader() -> Any:
+    import h2.config
+    import h2.connection
+
+    from liftbridge_sync._transport.h2.responses import ResponseReader
+
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    client.send_headers(
+        1, [(":method", "POST"), (":path", "/p"), (":scheme", "http"), (":authority", "x")]
+    )
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    server.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
+    reader = ResponseReader(client, 1)
+    reader.receive(server.data_to_send())
+    return reader
+
+
+@_SETTINGS
+@given(data=_streams, cuts=st.lists(st.integers(1, 64), max_size=40))
+def fuzz_reader_chunking(data: bytes, cuts: list[int]) -> None:
+    """The publish reader fed any chunking: it ends or keeps at most one frame."""
+    import h2.exceptions
+
+    from liftbridge_sync._transport.h2.framing import MAX_FRAME_SIZE, FrameError
+
+    reader = _reader()
+    pos = 0
+    for size in [*cuts, len(data)]:
+        chunk = data[pos : pos + size]
+        pos += size
+        try:
+            reader.receive(chunk)
+        except (FrameError, h2.exceptions.ProtocolError):
+            return  # the connection is closed on these
+        assert len(reader._inbuf) <= MAX_FRAME_SIZE + 9 + len(chunk)
+        if reader.ended or pos >= len(data):
+            return
+
+
+class _Lock:
+    """A lock whose acquire/release run arbitrary code (re-entrancy into the caller's
+    data while the C code holds references into it)."""
+
+    def __init__(self, on_acquire: Callable[[], None], on_release: Callable[[], None]) -> None:
+        self._on_acquire = on_acquire
+        self._on_release = on_release
+
+    def acquire(self) -> bool:
+        self._on_acquire()
+        return True
+
+    def release(self) -> None:
+        self._on_release()
+
+
+class _MeddlingFuture(PublishFuture[Any]):
+    """A future whose state look-ups change the pending table and the ack list."""
+
+    def __init__(self, meddle: Callable[[], None]) -> None:
+        super().__init__()
+        self._meddle = meddle
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("_state", "_done_callbacks"):
+            object.__getattribute__(self, "_meddle")()
+        return object.__getattribute__(self, name)
+
+
+@_SETTINGS
+@given(
+    count=st.integers(0, 12),
+    plan=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 11)), max_size=12),
+    owner=st.booleans(),
+    meddling=st.lists(st.booleans(), min_size=12, max_size=12),
+)
+def fuzz_settle_acks(
+    count: int, plan: list[tuple[int, int]], owner: bool, meddling: list[bool]
+) -> None:
+    acks: list[Any] = [speedups_ack(f"c{i}") for i in range(count)]
+    pending: dict[str, Any] = {}
+    steps = iter(plan)
+
+    def meddle() -> None:
+        step = next(steps, None)
+        if step is None:
+            return
+        action, index = step
+        key = f"c{index}"
+        if action == 0:
+            acks.clear()
+        elif action == 1:
+            pending.pop(key, None)
+        elif action == 2:
+            pending.clear()
+        elif action == 3:
+            acks.append(api_pb2.PublishResponse())
+        elif action == 4 and acks:
+            del acks[index % len(acks)]
+        elif action == 5:
+            pending[key] = Entry(b"", key, 0, True, PublishFuture(), 0.0, 0.0)
+        else:
+            acks.insert(0, speedups_ack(key))
+
+    for i in range(count):
+        future: PublishFuture[Any] = _MeddlingFuture(meddle) if meddling[i] else PublishFuture()
+        if i % 3 == 1:
+            future.add_done_callback(lambda f: meddle())
+        if i % 5 == 4:
+            future.set_result(None)
+        pending[f"c{i}"] = Entry(b"", f"c{i}", i, True, future, 0.0, 0.0)
+    before = len(acks)
+    taken, ready = C.settle_acks(acks, pending, _Lock(meddle, meddle), owner)
+    assert 0 <= taken <= max(before, len(acks)) + len(plan)
+    assert len(ready) <= taken
+    index, errors = C.run_callbacks(ready, 0)
+    assert index <= len(ready) and len(errors) <= len(ready) * 2
+
+
+def speedups_ack(correlation_id: str) -> Ack:
+    data = frame(
+        0,
+        0,
+        1,
+        message(
+            api_pb2.PublishResponse(
+                ack=api_pb2.Ack(correlationId=correlation_id)
+            ).SerializeToString()
+        ),
+    )
+    _, acks, _, _, _, _ = C.scan_acks(data, 0, 1, 16384)
+    assert len(acks) == 1
+    ack: Ack = acks[0]
+    return ack
+
+
+@_SETTINGS
+@given(
+    actions=st.lists(st.integers(0, 5), max_size=10),
+    count=st.integers(0, 8),
+)
+def fuzz_run_callbacks(actions: list[int], count: int) -> None:
+    futures: list[Any] = []
+    todo = iter(actions)
+
+    def callback(future: Any) -> None:
+        action = next(todo, None)
+        if action == 0:
+            futures.clear()
+        elif action == 1:
+            extra: PublishFuture[Any] = PublishFuture()
+            extra.add_done_callback(callback)
+            extra.set_result(None)
+            futures.append(extra)
+        elif action == 2:
+            raise ValueError("a callback that fails")
+        elif action == 3 and futures:
+            C.run_callbacks(futures, len(futures) - 1)  # re-entered
+        elif action == 4:
+            future.add_done_callback(callback)
+
+    for i in range(count):
+        future: PublishFuture[Any] = PublishFuture()
+        future._done_callbacks = [callback, callback] if i % 2 else callback  # type: ignore[assignment]
+        future._state = "FINISHED"  # type: ignore[assignment]
+        futures.append(future)
+    index, errors = C.run_callbacks(futures, 0)
+    assert index <= len(futures) + len(actions)
+    assert all(isinstance(e, ValueError) for _, e in errors)
+
+
+_HEAD = head("stream", 2, AckPolicy.ALL)
+_prefixes = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=127), max_size=300)
+
+
+@_SETTINGS
+@given(
+    value=st.binary(max_size=3000),
+    prefix=_prefixes,
+    n=st.integers(-(2**63), 2**63 - 1),
+    values=st.lists(st.one_of(st.binary(max_size=200), st.text(max_size=3)), max_size=10),
+    max_size=st.integers(-1, 4000),
+)
+def fuzz_frame_builders(
+    value: bytes, prefix: str, n: int, values: list[Any], max_size: int
+) -> None:
+    framed, cid = C.frame_id(_HEAD, value, prefix, n)
+    assert cid == f"{prefix}{n}"
+    assert framed == frame_simple(_HEAD, value, cid.encode())
+    assert len(framed) <= len(_HEAD) + len(value) + len(cid) + 25
+    assert C.frame_values(_HEAD, values, prefix) == speedups._py_frame_values(_HEAD, values, prefix)
+    entry = C.frame_entry(_HEAD, value, prefix, n, max_size, 0, True, None, None)
+    assert entry is None if len(framed) > max_size else entry.framed == framed
+    ids = [f"{prefix}{i}" for i in range(len(values))]
+    entries, futures = C.make_entries(list(values), ids, 1, False, None, None)
+    assert [e.correlation_id for e in entries] == ids and len(futures) == len(ids)
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    chunks=st.lists(st.binary(min_size=1, max_size=70000), max_size=6),
+    reads=st.lists(st.integers(1, 100000), min_size=1, max_size=20),
+)
+def fuzz_socket_io(chunks: list[bytes], reads: list[int]) -> None:
+    left, right = socket.socketpair()
+    with left, right:
+        left.setblocking(False)
+        right.setblocking(False)
+        sent = bytearray()
+        received = bytearray()
+        wanted = b"".join(chunks)
+        step = 0
+        deadline = time.monotonic() + 10
+        while len(received) < len(wanted):
+            assert time.monotonic() < deadline, "socket fuzz made no progress"
+            if len(sent) < len(wanted):
+                n = C.send_held(left.fileno(), exact(wanted[len(sent) : len(sent) + 65536]))
+                assert 0 <= n <= 65536
+                sent += wanted[len(sent) : len(sent) + n]
+            size = reads[step % len(reads)]
+            step += 1
+            got = C.recv_held(right.fileno(), size)
+            if got is not None:
+                assert 0 < len(got) <= size  # bounded by the request, not by what waits
+                received += got
+        assert received == wanted
+        left.close()
+        assert C.recv_held(right.fileno(), 10) == b""
+
+
+TARGETS: list[Callable[[], None]] = [
+    fuzz_scan_acks,
+    fuzz_scan_acks_truncated,
+    fuzz_scan_acks_ping_flood,
+    fuzz_reader_chunking,
+    fuzz_settle_acks,
+    fuzz_run_callbacks,
+    fuzz_frame_builders,
+    fuzz_socket_io,
+]
+
+
+def main() -> int:
+    """Runs every target for its share of the time budget; 0 when nothing failed."""
+    budget = float(os.environ.get("LIFTBRIDGE_SYNC_FUZZ_SECONDS", "60"))
+    share = budget / len(TARGETS)
+    for target in TARGETS:
+        start = time.monotonic()
+        rounds = 0
+        while True:
+            target()
+            rounds += 1
+            if time.monotonic() - start >= share:
+                break
+        took = time.monotonic() - start
+        print(f"fuzz: {target.__name__}: {rounds} rounds in {took:.1f} s", flush=True)
+    print(f"fuzz: every target ({len(TARGETS)}) ran clean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""A broker process that stops (SIGSTOP) is noticed within the configured bound.
+
+A stopped process's kernel keeps the TCP connection up and acknowledges what fits in
+its buffers, so nothing fails by itself: an idle subscription only learns of the stall
+from its keepalive PING (``keepalive_interval``; the server's policy allows one per 5
+minutes by default), which goes unanswered for ``keepalive_timeout``. It then
+resubscribes, and reads on once the broker resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_sync import Client, Message, StartAt
+from liftbridge_sync.testing import LiftbridgeServer
+from tests.constants import PATIENT_RETRY
+from tests.waiting import wait_until
+
+from ._pubdata import publish_values
+from .conftest import unique
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def own_server() -> Iterator[LiftbridgeServer]:
+    """A server of this test's own: stopping it must not stall anybody else's."""
+    with LiftbridgeServer() as server:
+        yield server
+
+
+def test_a_stopped_broker_is_noticed_by_a_subscription_within_the_bound(
+    own_server: LiftbridgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = unique()
+    with Client(own_server.address) as admin:
+        admin.create_stream(name, name)
+    publish_values(own_server.address, name, 2)
+    with Client(
+        own_server.address,
+        retry=PATIENT_RETRY,
+        rpc_timeout=2.0,
+        resubscribe_wait=120,
+        keepalive_interval=1.0,
+        keepalive_timeout=1.0,
+    ) as client:
+        sub = client.subscribe(name, start=StartAt.earliest())
+        assert [next(sub).offset for _ in range(2)] == [0, 1]
+        got: list[Message] = []
+        reader = threading.Thread(
+            target=lambda: got.append(next(sub)), name="liftbridge-test-reader", daemon=True
+        )
+        reader.start()  # blocked in next(): nothing more is stored yet
+        caplog.set_level(logging.WARNING, logger="liftbridge_sync.subscription")
+        pid = own_server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            wait_until(lambda: "lost its stream" in caplog.text, timeout=30)
+            noticed = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # keepalive_interval + keepalive_timeout, with scheduling slack.
+        assert noticed < 6, noticed
+        assert "keepalive PING" in caplog.text
+        publish_values(own_server.address, name, 1, start=2)
+        reader.join(60)
+        assert not reader.is_alive()
+        assert [m.offset for m in got] == [2]
+        sub.close()
+
+
+def test_a_stopped_broker_owing_acks_is_noticed_and_publishes_go_on_after_it_resumes(
+    own_server: LiftbridgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The publish connection to a stopped broker with acks due: one PING after half of
+    ``keepalive_timeout`` of silence, none answered within the other half, the
+    connection ends; after SIGCONT every publish is acknowledged (re-sent as needed)."""
+    name = unique()
+    with Client(own_server.address) as admin:
+        admin.create_stream(name, name)
+    with Client(
+        own_server.address,
+        retry=PATIENT_RETRY,
+        rpc_timeout=2.0,
+        keepalive_timeout=2.0,
+        ack_timeout=120,
+        resend_after=None,  # only the transport may notice the stall
+    ) as client:
+        warm = client.publish(name, b"warm")
+        assert warm is not None and warm.offset == 0
+        caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+        pid = own_server.pid
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            futures = [client.publish_async(name, b"p%d" % i) for i in range(20)]
+            wait_until(lambda: "publish stream broke" in caplog.text, timeout=30)
+            noticed = time.monotonic() - started
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        # 1.25 x keepalive_timeout at worst, with slack; not the 120 s ack timeout.
+        assert noticed < 6, noticed
+        assert "of a PING" in caplog.text
+        acks = [f.result(timeout=60) for f in futures]
+        assert all(a is not None and a.offset >= 1 for a in acks)
