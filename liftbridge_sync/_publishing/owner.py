@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing.dialing import DialAttempts
 from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
 from liftbridge_sync._publishing.futures import settle
 from liftbridge_sync._publishing.pending import (
@@ -154,6 +155,11 @@ class OwnerLoop:
         self._disrupted_at = -INF
         self._next_stall_check = 0.0
         self._connects = 0
+        #: Failed attempts to open a stream in a row (see dialing).
+        self._dials = DialAttempts(core.options.retry)
+        #: The sequence number from which publishes were never handed to a stream (they
+        #: wait for the next one); ``None`` while a stream is live. Under the send lock.
+        self._unsent_from: int | None = 1
         self._resent_after_reconnect = 0
         self._resent_after_stall = 0
         self._stall_probes = 0
@@ -377,8 +383,10 @@ class OwnerLoop:
         except LiftbridgeError as exc:
             # A transport that connects eagerly (h2) fails here instead of with an event.
             self._stream = None
+            self._dials.failed(address, exc, self._clock())
             self._on_stream_closed(exc)
             return
+        self._dials.succeeded()
         self._stream = stream
         self._connects += 1
         now = self._clock()
@@ -393,13 +401,20 @@ class OwnerLoop:
                 entry.resent_at = now
             if not self._finished:
                 self._live = stream
+                self._unsent_from = None
         if self._connects > 1:
             self._resent_after_reconnect += len(entries)
+
+    def _go_offline(self) -> None:
+        """No stream to write to (under the send lock): later publishes wait unsent."""
+        self._live = None
+        if self._unsent_from is None:
+            self._unsent_from = self._seq + 1
 
     def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
         self._disrupted_at = self._clock()
         with self._send_lock:
-            self._live = None
+            self._go_offline()
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.join(1.0)
@@ -409,6 +424,10 @@ class OwnerLoop:
             _log.warning("publish stream failed: %s", error)
             self._fail_all(error)
             return
+        if self._dials.exhausted(self._clock()):
+            self._fail_unsent()
+            if not self._pending:
+                return
         # Keep reconnecting while anything is pending: each entry's own deadline bounds
         # how long it waits, so giving up earlier would only fail work that may succeed.
         self._failures += 1
@@ -421,6 +440,23 @@ class OwnerLoop:
         )
         self._reconnect_at = self._clock() + delay
 
+    def _fail_unsent(self) -> None:
+        """Fail the publishes no broker ever saw: no broker was reachable for as long as
+        the retry policy allows. Those written to a broker before keep waiting for their
+        ack (or its timeout): the broker may have stored them."""
+        error = self._dials.error(self._clock())
+        with self._send_lock:
+            first = self._unsent_from
+            if first is None:
+                return
+            unsent = [e for e in self._pending.values() if e.seq >= first]
+            for entry in unsent:
+                self._pending.pop(entry.correlation_id, None)
+        if unsent:
+            _log.warning("%s; failing %d publishes never sent", error, len(unsent))
+            settle([failure(e, error) for e in unsent], self._failures_ledger)
+            self._wake_waiters()
+
     def _fail_all(self, error: BaseException) -> None:
         entries = list(self._pending.values())
         self._pending.clear()
@@ -430,7 +466,7 @@ class OwnerLoop:
     def _shutdown(self) -> None:
         with self._send_lock:
             self._finished = True
-            self._live = None
+            self._go_offline()
         self._probe.close()
         if self._crash is not None:
             self._fail_all(self._closed_error())

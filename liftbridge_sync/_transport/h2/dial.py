@@ -4,6 +4,7 @@ and the ``PublishAsync`` request headers. Every function here is thread-safe."""
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import ssl
 import tempfile
@@ -24,6 +25,23 @@ from liftbridge_sync.options import ClientOptions, TLSOptions, parse_address
 __all__ = ["open_h2_stream", "tls_context"]
 
 _PATH = b"/proto.API/PublishAsync"
+#: Longest wait for the broker's side of the HTTP/2 handshake (also ``rpc_timeout``).
+_HANDSHAKE_TIMEOUT = 5.0
+
+
+def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
+    """Wait until the broker sends anything (its SETTINGS frame opens every HTTP/2
+    connection): a listener that accepts connections and never answers (a hung process,
+    a proxy with nothing behind it) is unavailable, not a stream to write publishes to."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise _unavailable(
+                f"{address} accepted the connection but sent no HTTP/2 handshake "
+                f"within {timeout:g}s"
+            )
 
 
 def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
@@ -64,11 +82,13 @@ def open_h2_stream(
     """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
     Connects (bounded by ``rpc_timeout``), negotiates TLS with ALPN ``h2`` when
-    configured, sends the connection preface and the request headers, then hands the
-    socket to a new :class:`H2PublishStream`. Called on the publisher's owner thread.
+    configured, sends the connection preface and the request headers, waits for the
+    broker's first frame (at most 5 s), then hands the socket to a new
+    :class:`H2PublishStream`. Called on the publisher's owner thread.
 
     Raises:
-        BrokerUnavailableError: if the broker cannot be reached or TLS fails.
+        BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends
+            nothing back.
     """
     options = core.options
     host, port = parse_address(address)
@@ -113,6 +133,7 @@ def open_h2_stream(
             ],
         )
         sock.sendall(conn.data_to_send())
+        _await_handshake(sock, address, min(options.rpc_timeout, _HANDSHAKE_TIMEOUT))
         return H2PublishStream(
             sock,
             conn,
