@@ -217,7 +217,10 @@ class ClientOptions:
     #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
     #: PING to check the connection (``None``: never). The default respects the server's
     #: gRPC keepalive policy (grpc-go refuses pings more often than every 5 minutes on a
-    #: stream without data, answering with GOAWAY ``too_many_pings``).
+    #: stream without data, answering with GOAWAY ``too_many_pings``). It is also the
+    #: grpcio channels' ``grpc.keepalive_time_ms`` (PINGs only while a call is in
+    #: progress; ``grpc_options`` override it). Below 300 s only for servers configured
+    #: to allow it.
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
     #: declared dead (the subscription then resubscribes).

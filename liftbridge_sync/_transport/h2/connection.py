@@ -22,6 +22,8 @@ Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.prob
 after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
 that long without reading anything; nothing read within ``grpc.keepalive_timeout_ms``
 (default 20 s) after it ends the connection as unavailable, so the publisher reconnects.
+Either PING goes out only as often as the broker's grpc-go keepalive enforcement
+allows (:mod:`.pings`); a probe that would come too soon is skipped.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from liftbridge_sync._transport.h2.framing import (
     ping_frame,
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
@@ -112,6 +115,7 @@ class H2PublishStream(CallerReads):
         *,
         keepalive: tuple[float | None, float] = (None, 20.0),
         ack_read_delay: float | None = None,
+        pings: PingPolicy | None = None,
     ) -> None:
         self._sock = sock
         self._conn = conn
@@ -123,6 +127,8 @@ class H2PublishStream(CallerReads):
         self._frames_ok = False
         self._peer: tuple[str, int] = sock.getpeername()[:2]
         self._ping_every, self._ping_wait = keepalive
+        #: When a PING may go out at all (never a grpc-go "too_many_pings" GOAWAY).
+        self._pings = pings or PingPolicy()
 
         # Shared with callers, guarded by _lock.
         self._lock = threading.Lock()
@@ -184,7 +190,8 @@ class H2PublishStream(CallerReads):
     # ------------------------------------------------------------------ callers
 
     def probe(self) -> None:
-        """Send a PING; no answer within the keepalive timeout ends the connection."""
+        """Send a PING (if :mod:`.pings` allows one now); no answer within the keepalive
+        timeout ends the connection."""
         with self._lock:
             if self._done or self._probe_requested:
                 return
@@ -261,7 +268,8 @@ class H2PublishStream(CallerReads):
         if self._ping_deadline is not None:
             return max(0.0, self._ping_deadline - time.monotonic())
         if self._ping_every is not None:
-            return max(0.0, self._last_read + self._ping_every - time.monotonic())
+            due = max(self._last_read + self._ping_every, self._pings.next_allowed())
+            return None if due == float("inf") else max(0.0, due - time.monotonic())
         return None
 
     def _keepalive(self) -> None:
@@ -275,9 +283,10 @@ class H2PublishStream(CallerReads):
             self._ping()
 
     def _ping(self) -> None:
-        if self._ping_deadline is None:
+        if self._ping_deadline is None and self._pings.may_ping():
             self._outbuf += ping_frame(os.urandom(8))
             self._ping_deadline = time.monotonic() + self._ping_wait
+            self._pings.pinged()
 
     def _loop(self) -> LiftbridgeError | None:
         select = self._selector.select
@@ -375,6 +384,7 @@ class H2PublishStream(CallerReads):
             responses = self._reader.receive(data)
             self._frames_ok = True
             if responses:
+                self._pings.data_received()
                 count = len(responses)
                 self._gathering.answered(self._reader.data_bytes + 9 * count, count)
             credit = self._reader.credit_frames

@@ -17,6 +17,7 @@ import h2.settings
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2 import connection as _connection
 from liftbridge_sync._transport.h2.connection import H2PublishStream
+from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.responses import unavailable as _unavailable
 from liftbridge_sync._transport.publish_stream import PublishStream, StreamEvent
 from liftbridge_sync.errors import LiftbridgeError
@@ -142,6 +143,7 @@ def open_h2_stream(
             on_event,
             keepalive=_keepalive(options),
             ack_read_delay=options.ack_read_delay,
+            pings=PingPolicy.from_grpc_options(dict(options.grpc_options)),
         )
     except LiftbridgeError:
         sock.close()
