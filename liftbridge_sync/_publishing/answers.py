@@ -3,7 +3,8 @@
 Acks arrive on the stream's thread: plain successes of futures without done-callbacks
 are resolved right there (a waiting ``publish()`` wakes without a hop), everything else
 goes to the owner thread, which resolves futures in bulk. Publishes the server could
-not hand to NATS are sent again after a back-off; partitions that went silent are
+not hand to NATS, or refused as "no such stream" while it was still starting
+(:mod:`.recovering`), are sent again after a back-off; partitions that went silent are
 probed (:mod:`.failover`) and their silent publishes re-sent.
 """
 
@@ -32,6 +33,7 @@ from liftbridge_sync._publishing.pending import (
     Outcome,
     failure,
 )
+from liftbridge_sync._publishing.recovering import NOT_FOUND
 from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
@@ -153,7 +155,9 @@ class AnswerHandling(OwnerLoop):
                 # An asyncError (or an ack without an id): the id is on the response.
                 if response.HasField("asyncError"):
                     error = response.asyncError
-                    if is_transient_async_error(error.code, error.message):
+                    if is_transient_async_error(error.code, error.message) or (
+                        error.code == NOT_FOUND and self._still_starting(response.correlationId)
+                    ):
                         # Not stored: stays pending and goes again shortly (its own
                         # deadline still bounds it).
                         entry = pending.get(response.correlationId)
@@ -186,6 +190,14 @@ class AnswerHandling(OwnerLoop):
             self._refusals += 1
             delay = backoff_delay(self._options.retry, self._refusals)
             self._resend_refused_at = self._clock() + delay
+
+    def _still_starting(self, correlation_id: str) -> bool:
+        """Whether a NOT_FOUND refusal of this publish came from a broker that has not
+        rebuilt its streams yet (see :mod:`.recovering`)."""
+        entry = self._pending.get(correlation_id)
+        if entry is None:
+            return False
+        return self._recovering.send_again(entry.partition_key(), self._clock())
 
     def _watch_stalls(self, now: float) -> float | None:
         """Probe partitions whose publishes went silent; when to look again."""
@@ -256,7 +268,8 @@ class AnswerHandling(OwnerLoop):
         )
 
     def _resend_refused(self) -> None:
-        """Send again, in order, what the server could not hand to NATS."""
+        """Send again, in order, what the server refused for now (could not hand to NATS,
+        or did not serve yet: :mod:`.recovering`)."""
         refused, self._refused = self._refused, []
         self._resend_refused_at = None
 
@@ -269,8 +282,8 @@ class AnswerHandling(OwnerLoop):
             return
         self._resent_after_refusal += count
         _log.warning(
-            "the server could not hand %d publishes to NATS (its NATS connection is down); "
-            "sent them again",
+            "the server refused %d publishes for now (its NATS connection is down, or it "
+            "is still rebuilding its streams after a restart); sent them again",
             count,
         )
 

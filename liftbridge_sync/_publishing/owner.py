@@ -40,6 +40,7 @@ from liftbridge_sync._publishing.pending import (
     failure,
     pop_answered,
 )
+from liftbridge_sync._publishing.recovering import RecoveringPartitions
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
@@ -168,6 +169,8 @@ class OwnerLoop:
         self._resend_refused_at: float | None = None
         self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
         self._resent_after_refusal = 0
+        #: NOT_FOUND refusals from brokers still rebuilding their streams.
+        self._recovering = RecoveringPartitions(core)
 
     def _closed_error(self) -> LiftbridgeError:
         crash = self._crash

@@ -159,3 +159,44 @@ def test_a_dead_publisher_thread_says_so_on_the_next_call(fake: FakeBroker, tran
             with pytest.raises(lb.InternalThreadError) as caught:
                 call()
             assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_no_such_stream_from_a_broker_still_starting_is_sent_again(
+    fake: FakeBroker, transport: str
+) -> None:
+    # A restarted broker answers "no such stream" until it has rebuilt its streams,
+    # while the metadata still lists the stream: the publishes go again, nothing fails.
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: s") if n <= 6 else "ack"
+    with _client(fake, transport) as client:
+        client.fetch_metadata()  # the client knows the stream (as a running one does)
+        futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
+        futures.append(client.publish_async("s", b"3", partition=0))
+        acks = [f.result(timeout=10) for f in futures]
+        stats = client.publisher_stats()
+    assert sorted(a.offset for a in acks) == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert stats.resent_after_refusal >= 4
+    stored = [r.value for r in fake.received[6:]]
+    assert sorted(stored) == [b"0", b"1", b"2", b"3"]  # each stored once
+
+
+def test_no_such_stream_that_persists_fails_typed_after_the_retry_bound(
+    fake: FakeBroker, transport: str
+) -> None:
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: s")
+    retry = lb.RetryPolicy(max_attempts=5, max_delay=1.0, initial=0.05, maximum=0.1, jitter=0)
+    with Client([fake.address], retry=retry, publish_transport=transport) as client:
+        client.fetch_metadata()
+        with pytest.raises(lb.NoSuchStreamError, match="no such stream"):
+            client.publish("s", b"x", partition=0, timeout=10)
+    assert 2 <= len(fake.received) <= 40  # sent again for about a second, then given up
+
+
+def test_no_such_stream_the_metadata_does_not_list_fails_at_once(
+    fake: FakeBroker, transport: str
+) -> None:
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: gone")
+    with _client(fake, transport) as client:
+        client.fetch_metadata()  # lists "s" only
+        with pytest.raises(lb.NoSuchStreamError):
+            client.publish("gone", b"x", partition=0)
+    assert len(fake.received) == 1
