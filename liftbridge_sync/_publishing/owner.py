@@ -45,6 +45,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
     StreamClosed,
+    StreamDraining,
     StreamOpener,
     StreamResponse,
     StreamResponses,
@@ -138,6 +139,10 @@ class OwnerLoop:
         self._handled = 0
         # Owner-thread state below: touched only by the liftbridge-publisher thread.
         self._stream: PublishStream | None = None
+        #: Streams whose broker is shutting down gracefully, by epoch: each answers
+        #: the publishes it was sent (their ids alongside) and then ends; the next
+        #: stream does not send those again unless it ends without answering them.
+        self._draining: dict[int, tuple[PublishStream, set[str]]] = {}
         self._epoch = 0
         self._failures = 0
         self._reconnect_at: float | None = None
@@ -343,16 +348,20 @@ class OwnerLoop:
 
     def _handle(self, event: object) -> None:
         if type(event) is Forwarded:
-            if event.epoch == self._epoch:
+            if event.epoch == self._epoch or event.epoch in self._draining:
                 self._on_responses(event.responses)
             self._handled += 1
         elif isinstance(event, StreamResponses):
             if event.epoch == self._epoch:
                 self._failures = 0
                 self._on_responses(event.responses)
+            elif event.epoch in self._draining:
+                self._on_responses(event.responses)
         elif isinstance(event, StreamResponse):
             if event.epoch == self._epoch:
                 self._failures = 0
+                self._on_responses((event.response,))
+            elif event.epoch in self._draining:
                 self._on_responses((event.response,))
         elif event is WAKE:
             pass  # _plan() looks at the new deadlines
@@ -361,13 +370,19 @@ class OwnerLoop:
                 self._connect()
         elif isinstance(event, StreamSent):
             entry = self._pending.get(event.correlation_id)
-            if event.epoch == self._epoch and entry is not None and not entry.wants_ack:
+            current = event.epoch == self._epoch or event.epoch in self._draining
+            if current and entry is not None and not entry.wants_ack:
                 del self._pending[event.correlation_id]
                 settle(((entry.future, None, None),))
                 self._wake_waiters()
         elif isinstance(event, StreamClosed):
             if event.epoch == self._epoch:
                 self._on_stream_closed(event.error)
+            elif event.epoch in self._draining:
+                self._on_drained(event.epoch, event.error)
+        elif isinstance(event, StreamDraining):
+            if event.epoch == self._epoch and self._stream is not None:
+                self._start_draining()
         elif isinstance(event, ProbeResult):
             self._on_probe_result(event)
         elif isinstance(event, Close):
@@ -395,6 +410,9 @@ class OwnerLoop:
         now = self._clock()
         with self._send_lock:
             entries = list(self._pending.values())
+            if self._draining:  # answered by their draining streams, unless those fail
+                held = set().union(*(ids for _, ids in self._draining.values()))
+                entries = [e for e in entries if e.correlation_id not in held]
             if entries:
                 _log.info(
                     "publish stream %d open on %s; sending %d", self._epoch, address, len(entries)
@@ -407,6 +425,46 @@ class OwnerLoop:
                 self._unsent_from = None
         if self._connects > 1:
             self._resent_after_reconnect += len(entries)
+
+    def _start_draining(self) -> None:
+        """The current stream's broker is shutting down gracefully: it answers what it
+        was sent, so that stays with it; new publishes go to a new stream at once."""
+        stream = self._stream
+        assert stream is not None
+        with self._send_lock:
+            self._go_offline()
+            held = set(self._pending)
+        self._stream = None
+        self._draining[self._epoch] = (stream, held)
+        # Half-close after whatever was queued on it: the broker ends the call once it
+        # has answered (it waits for nothing more from us).
+        stream.close()
+        _log.info(
+            "publish stream %d: the broker is shutting down gracefully; %d publishes wait "
+            "for its answers, new ones go to another connection",
+            self._epoch,
+            len(held),
+        )
+        self._connect()
+
+    def _on_drained(self, epoch: int, error: LiftbridgeError | None) -> None:
+        """A draining stream ended: what it left unanswered goes again (in order) on the
+        live stream, or on the next one."""
+        stream, held = self._draining.pop(epoch)
+        stream.join(1.0)
+        if error is not None:
+            _log.info("draining publish stream %d ended: %s", epoch, error)
+
+        def unanswered() -> list[Entry]:
+            left = [self._pending[i] for i in held if i in self._pending]
+            return sorted(left, key=lambda e: e.seq)
+
+        count = self._send_again(unanswered)
+        self._resent_after_reconnect += count
+        if count:
+            _log.warning("re-sent %d publishes a gracefully stopped broker left unanswered", count)
+        elif self._stream is None and self._reconnect_at is None and self._pending:
+            self._connect()  # not connected: the next stream sends them
 
     def _go_offline(self) -> None:
         """No stream to write to (under the send lock): later publishes wait unsent."""
@@ -476,6 +534,11 @@ class OwnerLoop:
         else:
             self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
         self._expiry.clear()
+        draining = [old for old, _ in self._draining.values()]
+        self._draining.clear()
+        for old in draining:
+            old.cancel()
+            old.join(5.0)
         stream, self._stream = self._stream, None
         if stream is not None:
             # Half-close first so that requests already queued are written, then give
@@ -500,4 +563,7 @@ class OwnerLoop:
         raise NotImplementedError
 
     def _resend_refused(self) -> None:
+        raise NotImplementedError
+
+    def _send_again(self, pick: Callable[[], list[Entry]]) -> int:
         raise NotImplementedError

@@ -33,6 +33,7 @@ __all__ = [
     "GrpcPublishStream",
     "PublishStream",
     "StreamClosed",
+    "StreamDraining",
     "StreamEvent",
     "StreamOpener",
     "StreamResponse",
@@ -74,7 +75,16 @@ class StreamClosed:
     error: LiftbridgeError | None
 
 
-StreamEvent = StreamResponse | StreamResponses | StreamSent | StreamClosed
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamDraining:
+    """The broker of stream ``epoch`` is shutting down gracefully (GOAWAY with
+    NO_ERROR that still covers the stream): it answers what it was sent and then ends
+    the stream; new requests belong on another connection."""
+
+    epoch: int
+
+
+StreamEvent = StreamResponse | StreamResponses | StreamSent | StreamClosed | StreamDraining
 
 
 class PublishStream(Protocol):

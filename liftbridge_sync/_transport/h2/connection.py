@@ -62,6 +62,7 @@ from liftbridge_sync._transport.h2.sockets import (
 from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
+    StreamDraining,
     StreamEvent,
     StreamResponse,
     StreamResponses,
@@ -152,6 +153,7 @@ class H2PublishStream(CallerReads):
         self._waiting_notes: deque[tuple[int, str]] = deque()
         self._outbuf = bytearray()  # output the socket did not take yet
         self._reader = ResponseReader(conn, stream_id)
+        self._drain_told = False  # StreamDraining was emitted
         self._closing = False
         self._half_closed = False
         self._last_read = time.monotonic()
@@ -343,6 +345,11 @@ class H2PublishStream(CallerReads):
         if self._reader.ended:
             self._goodbye()
             return self._reader.error
+        if self._reader.draining and not self._drain_told:
+            # A graceful GOAWAY: the publisher moves new publishes to a new connection
+            # and half-closes this stream, whose broker answers what it has and ends it.
+            self._drain_told = True
+            self._on_event(StreamDraining(self._epoch))
         if self._cancel_requested:
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
