@@ -229,6 +229,8 @@ class AnswerHandling(OwnerLoop):
         # Trouble counts for the silence it may explain: a broken stream or a refusal
         # since (or just before) the partition's oldest silent publish was sent.
         self._troubled &= silent
+        for key in [k for k in self._silent_leaders if k not in silent]:
+            del self._silent_leaders[key]
         for key, sent in first_sent.items():
             if self._disrupted_at >= sent - resend_after:
                 self._troubled.add(key)
@@ -244,7 +246,11 @@ class AnswerHandling(OwnerLoop):
         self._probing.discard(result.key)
         if result.trouble:
             self._troubled.add(result.key)
-        if not (result.idle and result.key in self._troubled):
+        # The leader the client knew when this silence began (see failover).
+        before = self._silent_leaders.setdefault(result.key, result.known_leader)
+        moved = result.leader is not None and before is not None and result.leader != before
+        ready = result.idle or (moved and result.committed)
+        if not (ready and result.key in self._troubled):
             _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
             return
 

@@ -15,7 +15,12 @@ apart. The publisher re-sends the partition's silent publishes only when both ho
   queues (ours, the kernel's, the server's) for longer than ``resend_after``;
 * **the leader is idle**: everything in its log is committed (newest offset equal to
   the high watermark; otherwise acks may still come once a follower catches up or leaves
-  the ISR) and the log did not move between the two looks.
+  the ISR) and the log did not move between the two looks; or, when the partition's
+  leader is no longer the one the client knew when the silence began, everything in the
+  new leader's log is committed at both looks. A new leader never acks what it did not
+  take itself, so a log that moves there (newer publishes, other clients) is no reason
+  to wait: the decision rests on the leader's state, not on whether our own window
+  still fills.
 
 A re-send duplicates a message that was stored but whose ack was lost (delivery is
 at-least-once).
@@ -66,6 +71,13 @@ class ProbeResult:
     trouble: bool
     #: What was seen, for the log.
     detail: str
+    #: The leader that answered (``None``: none did).
+    leader: str | None = None
+    #: The leader the client's metadata named before this probe refreshed it.
+    known_leader: str | None = None
+    #: The leader answered twice with everything in its log committed (whether or not
+    #: the log moved between the two looks).
+    committed: bool = False
 
 
 class LeaderProbe:
@@ -160,8 +172,23 @@ class LeaderProbe:
         second = {key: self._look(*key) for key in settled}
         results = []
         for key, started in batch:
-            idle, trouble, detail = self._verdict(known[key], first[key], second.get(key))
-            results.append(ProbeResult(key, started, idle, trouble, detail))
+            look, again = first[key], second.get(key)
+            idle, trouble, detail = self._verdict(known[key], look, again)
+            leader = None if isinstance(look, str) else look[0]
+            committed = isinstance(again, tuple) and again[0] == leader and again[1] <= again[2]
+            was = known[key]
+            results.append(
+                ProbeResult(
+                    key,
+                    started,
+                    idle,
+                    trouble,
+                    detail,
+                    leader,
+                    (was.leader or None) if was is not None else None,
+                    committed,
+                )
+            )
         return results
 
     @staticmethod

@@ -157,6 +157,8 @@ class OwnerLoop:
         self._probing: set[PartitionKey] = set()
         #: Silent partitions with trouble seen (see failover); re-sent once idle.
         self._troubled: set[PartitionKey] = set()
+        #: The leader each silent partition had when its silence was first probed.
+        self._silent_leaders: dict[PartitionKey, str | None] = {}
         #: When the stream last broke or a broker last refused for want of NATS.
         self._disrupted_at = -INF
         self._next_stall_check = 0.0

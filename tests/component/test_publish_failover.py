@@ -200,3 +200,38 @@ def test_no_such_stream_the_metadata_does_not_list_fails_at_once(
         with pytest.raises(lb.NoSuchStreamError):
             client.publish("gone", b"x", partition=0)
     assert len(fake.received) == 1
+
+
+class _BusyLeader(FakeBroker):
+    """A leader whose log keeps moving (other publishers) and is always committed."""
+
+    def FetchPartitionMetadata(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        self.cluster.newest_offset += 10
+        return super().FetchPartitionMetadata(request, context)
+
+
+def test_a_full_window_lost_with_a_leader_that_moved_is_resent_though_the_log_moves(
+    transport: str,
+) -> None:
+    # The leader moved (from b to a) while the whole window was on its way to the old
+    # one; the new leader's log keeps moving with other traffic, but all of it is
+    # committed: the lost window is re-sent rather than left to time out.
+    cluster = FakeCluster(leader="b", partitions=1)
+    with _BusyLeader("a", cluster) as broker, FakeBroker("b", cluster):
+        broker.publish_script = lambda request, n: "drop" if n <= 8 else "ack"
+        with Client(
+            [broker.address],
+            retry=FAST_RETRY,
+            publish_transport=transport,
+            resend_after=0.2,
+            max_in_flight=8,
+        ) as client:
+            client.fetch_metadata()  # the client knows leader b
+            cluster.leader = "a"
+            futures = [
+                client.publish_async("s", b"%d" % i, partition=0, timeout=8.0) for i in range(12)
+            ]
+            errors = [f.exception(timeout=20) for f in futures]
+            stats = client.publisher_stats()
+    assert errors == [None] * 12
+    assert stats.resent_after_stall == 8
