@@ -74,11 +74,20 @@ class AnswerHandling(OwnerLoop):
             self._inbox.put(event)
             return
         self._failures = 0  # the stream works (reconnect back-off starts afresh)
+        if self._unsent_from is not None:
+            self._reached(event.epoch)
         rest = self._resolve_plain(responses)
         if rest:
             # Only this (the current stream's) thread counts up, only the owner down.
             self._forwarded += 1
             self._inbox.put(Forwarded(event.epoch, rest))
+
+    def _reached(self, epoch: int) -> None:
+        """The first answer on a stream that could not tell it reached a broker (grpc):
+        what it was sent was written (see :meth:`_fail_unsent`)."""
+        with self._send_lock:
+            if epoch == self._epoch and self._live is not None:
+                self._unsent_from = None
 
     def _resolve_plain(self, responses: Sequence[_Response]) -> list[_Response]:
         """Resolve successful acks of callback-less futures; the responses left over."""

@@ -144,6 +144,7 @@ class OwnerLoop:
         #: stream does not send those again unless it ends without answering them.
         self._draining: dict[int, tuple[PublishStream, set[str]]] = {}
         self._epoch = 0
+        self._address = ""  # of the current stream's broker
         self._failures = 0
         self._reconnect_at: float | None = None
         self._close_requested = False
@@ -379,6 +380,10 @@ class OwnerLoop:
                 self._wake_waiters()
         elif isinstance(event, StreamClosed):
             if event.epoch == self._epoch:
+                if event.reached:
+                    self._dials.succeeded()
+                elif event.error is not None:  # a connect that failed late (grpc)
+                    self._dials.failed(self._address, event.error, self._clock())
                 self._on_stream_closed(event.error)
             elif event.epoch in self._draining:
                 self._on_drained(event.epoch, event.error)
@@ -393,7 +398,7 @@ class OwnerLoop:
 
     def _connect(self) -> None:
         addresses = self._core.addresses()
-        address = addresses[self._epoch % len(addresses)]
+        address = self._address = addresses[self._epoch % len(addresses)]
         self._epoch += 1
         try:
             stream = self._opener(self._core, address, self._epoch, self._on_stream_event)
@@ -406,7 +411,11 @@ class OwnerLoop:
             self._dials.failed(address, exc, self._clock())
             self._on_stream_closed(exc)
             return
-        self._dials.succeeded()
+        # A transport that cannot tell yet (grpc, channel not connected) says so later,
+        # in StreamClosed; meanwhile what it is sent still counts as never sent.
+        confirmed = getattr(stream, "confirmed", True)
+        if confirmed:
+            self._dials.succeeded()
         self._stream = stream
         self._connects += 1
         now = self._clock()
@@ -424,7 +433,8 @@ class OwnerLoop:
                 entry.resent_at = now
             if not self._finished:
                 self._live = stream
-                self._unsent_from = None
+                if confirmed:
+                    self._unsent_from = None
         if self._connects > 1:
             self._resent_after_reconnect += len(entries)
 

@@ -63,12 +63,14 @@ def silent_listener() -> Iterator[str]:
             conn.close()
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "refused"])
 def test_publishes_to_an_unreachable_cluster_fail_as_unavailable_within_the_retry_bound(
-    address: str,
+    address: str, transport: str
 ) -> None:
     address = _refusing_address() if address == "refused" else address
-    with Client([address], retry=RETRY) as client:
+    options = {"retry": RETRY, "publish_transport": transport, "rpc_timeout": 1.0}
+    with Client([address], **options) as client:  # type: ignore[arg-type]
         started = time.monotonic()
         futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
         errors = [f.exception(timeout=20) for f in futures]
@@ -92,18 +94,29 @@ def test_a_listener_that_never_answers_the_handshake_is_unavailable(
     assert elapsed < 10.0
 
 
-def test_publishes_written_before_the_cluster_went_away_still_wait_for_their_ack() -> None:
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_publishes_written_before_the_cluster_went_away_still_wait_for_their_ack(
+    transport: str,
+) -> None:
     # Written to a broker that took them and then vanished: they may be stored, so they
     # fail only at their own ack timeout (AckTimeoutError); a publish made after the
     # broker went away fails as unavailable, sooner.
     broker = FakeBroker().start()
-    broker.publish_script = lambda request, n: "drop"
+    # The first publish is answered (with grpcio, only an answer proves a broker took
+    # the stream), the next one never is.
+    broker.publish_script = lambda request, n: "ack" if n == 1 else "drop"
     try:
-        with Client([broker.address], retry=RETRY) as client:
+        options = {"retry": RETRY, "publish_transport": transport, "rpc_timeout": 1.0}
+        with Client([broker.address], **options) as client:  # type: ignore[arg-type]
+            client.publish("s", b"answered", partition=0)
             written = client.publish_async("s", b"written", partition=0, timeout=6.0)
-            wait_until(lambda: len(broker.received) == 1, what="the publish to arrive")
+            wait_until(lambda: len(broker.received) == 2, what="the publish to arrive")
             broker.stop()
             broker = None  # type: ignore[assignment]
+            publisher = client._publisher
+            assert publisher is not None
+            # Once the client saw the stream end, a new publish has nowhere to go.
+            wait_until(lambda: publisher._live is None, what="the stream's end to be seen")
             later = client.publish_async("s", b"later", partition=0, timeout=30.0)
             assert isinstance(later.exception(timeout=20), lb.BrokerUnavailableError)
             assert not written.done()
