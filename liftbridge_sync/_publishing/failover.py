@@ -101,20 +101,31 @@ class LeaderProbe:
         self._core = core
         self._report = report
         self._clock = clock
-        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | None] = queue.SimpleQueue()
+        #: Partitions to probe, streams whose metadata to fetch (str), or None (stop).
+        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | str | None] = (
+            queue.SimpleQueue()
+        )
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def request(self, key: PartitionKey, started: float) -> None:
         """Probe ``key``; the verdict arrives through ``report``. Ignored once closed."""
+        self._put((key, started))
+
+    def refresh(self, stream: str) -> None:
+        """Fetch ``stream``'s metadata into the client's cache (nothing is reported;
+        failures are ignored). Ignored once closed."""
+        self._put(stream)
+
+    def _put(self, item: tuple[PartitionKey, float] | str) -> None:
         with self._lock:
             if self._stop.is_set():
                 return
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
                 self._thread.start()
-        self._requests.put((key, started))
+        self._requests.put(item)
 
     def close(self) -> None:
         """Stop the thread (a probe under way is abandoned) and join it. Idempotent."""
@@ -130,13 +141,22 @@ class LeaderProbe:
             # Everything asked for meanwhile is probed together: a broker that led many
             # partitions makes them all silent at once, and they share one settle wait.
             batch: list[tuple[PartitionKey, float]] = []
+            streams: set[str] = set()
             item = self._requests.get()
             while item is not None:
-                batch.append(item)
+                if isinstance(item, str):
+                    streams.add(item)
+                else:
+                    batch.append(item)
                 try:
                     item = self._requests.get_nowait()
                 except queue.Empty:
                     break
+            if streams:
+                try:
+                    self._core.refresh_once(sorted(streams), self._clock() + _LOOK_TIMEOUT)
+                except LiftbridgeError as exc:
+                    _log.debug("metadata refresh for %s failed: %s", sorted(streams), exc)
             if batch:
                 try:
                     results = self._probe_all(batch)

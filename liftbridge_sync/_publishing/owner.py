@@ -178,7 +178,7 @@ class OwnerLoop:
         self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
         self._resent_after_refusal = 0
         #: NOT_FOUND refusals from brokers still rebuilding their streams.
-        self._recovering = RecoveringPartitions(core)
+        self._recovering = RecoveringPartitions(core, self._probe.refresh)
 
     def _closed_error(self) -> LiftbridgeError:
         crash = self._crash

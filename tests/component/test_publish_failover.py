@@ -191,15 +191,17 @@ def test_no_such_stream_that_persists_fails_typed_after_the_retry_bound(
     assert 2 <= len(fake.received) <= 40  # sent again for about a second, then given up
 
 
-def test_no_such_stream_the_metadata_does_not_list_fails_at_once(
+def test_no_such_stream_without_metadata_fetches_it_and_is_sent_again(
     fake: FakeBroker, transport: str
 ) -> None:
-    fake.publish_script = lambda request, n: ("error", 2, "no such stream: gone")
+    # A publish to an explicit partition needs no metadata: the client asks for it when
+    # the refusal comes, and sends again meanwhile.
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: s") if n <= 2 else "ack"
     with _client(fake, transport) as client:
-        client.fetch_metadata()  # lists "s" only
-        with pytest.raises(lb.NoSuchStreamError):
-            client.publish("gone", b"x", partition=0)
-    assert len(fake.received) == 1
+        ack = client.publish("s", b"x", partition=0)
+        assert client._core.metadata.snapshot is not None  # fetched on the way
+    assert ack is not None and ack.offset == 0
+    assert fake.metadata_calls >= 1
 
 
 class _BusyLeader(FakeBroker):

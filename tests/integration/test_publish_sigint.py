@@ -27,6 +27,8 @@ def test_a_broker_stopped_with_sigint_and_restarted_fails_and_loses_nothing() ->
     name = unique()
     with LiftbridgeServer() as server, Client([server.address], retry=PATIENT_RETRY) as client:
         client.create_stream(name, name)
+        # The client knows the stream from the cluster's metadata (as any client using a
+        # partitioner does): the restarted broker's "no such stream" is then retried.
         client.fetch_metadata(name)
         with Publishers(client, name, 1) as run:
             deadline = time.monotonic() + 30
