@@ -177,7 +177,9 @@ class ClientOptions:
     addresses: tuple[str, ...]
     #: TLS settings; ``None`` for plaintext.
     tls: TLSOptions | None = None
-    #: Retry policy for retryable RPC failures.
+    #: Retry policy for retryable RPC failures. It also bounds how long publishes wait
+    #: for a reachable broker: a run of failed attempts to open the publish stream that
+    #: uses it up fails the publishes not yet sent with ``BrokerUnavailableError``.
     retry: RetryPolicy = RetryPolicy()
     #: Deadline of each unary RPC attempt, seconds.
     rpc_timeout: float = 10.0
