@@ -11,7 +11,7 @@ from concurrent.futures import Future
 
 from liftbridge_sync import Ack, AckPolicy, Client, StartAt, StopAt
 
-__all__ = ["Publishers", "read_back"]
+__all__ = ["Publishers", "Subscribers", "read_back"]
 
 
 class Publishers:
@@ -79,16 +79,77 @@ class Publishers:
         return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
 
-def read_back(client: Client, stream: str, partitions: int) -> list[bytes]:
-    """Every value stored in ``stream``, checking each partition's offsets increase."""
+def read_back(
+    client: Client, stream: str, partitions: int, offsets: dict[int, list[int]] | None = None
+) -> list[bytes]:
+    """Every value stored in ``stream``, checking each partition's offsets increase
+    (and putting them in ``offsets`` by partition, when given)."""
     values: list[bytes] = []
     for partition in range(partitions):
-        offsets: list[int] = []
+        seen: list[int] = []
         with client.subscribe(
             stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
         ) as sub:
             for message in sub:
-                offsets.append(message.offset)
+                seen.append(message.offset)
                 values.append(message.value)
-        assert offsets == sorted(set(offsets)), f"partition {partition}: offsets out of order"
+        assert seen == sorted(set(seen)), f"partition {partition}: offsets out of order"
+        if offsets is not None:
+            offsets[partition] = seen
     return values
+
+
+class Subscribers:
+    """A thread per partition reading it from the start while the fault happens, until
+    it has read up to the offsets given to :meth:`finish`. A context manager."""
+
+    def __init__(self, client: Client, stream: str, partitions: int) -> None:
+        self.offsets: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.errors: list[BaseException] = []
+        self._client = client
+        self._stream = stream
+        self._until: dict[int, int] | None = None
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._read, args=(p,), name="lbtest-sub", daemon=True)
+            for p in range(partitions)
+        ]
+
+    def __enter__(self) -> Subscribers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(60)
+
+    def finish(self, last: dict[int, int], timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until each partition was read up to its
+        ``last`` offset, then stop reading."""
+        self._until = last
+        for thread in self._threads:
+            thread.join(timeout)
+        self._stop.set()
+
+    def _done(self, partition: int) -> bool:
+        until = self._until
+        seen = self.offsets[partition]
+        if until is None:
+            return False
+        return until[partition] < 0 or (bool(seen) and seen[-1] >= until[partition])
+
+    def _read(self, partition: int) -> None:
+        try:
+            with self._client.subscribe(
+                self._stream, partition=partition, start=StartAt.earliest()
+            ) as sub:
+                while not self._stop.is_set() and not self._done(partition):
+                    try:
+                        message = sub.get(timeout=0.2)
+                    except TimeoutError:
+                        continue
+                    self.offsets[partition].append(message.offset)
+        except Exception as exc:
+            self.errors.append(exc)

@@ -2,11 +2,12 @@
 
 A real 3-node cluster, one stream of 3 partitions at replication factor 3, and two
 publishers: a thread of pipelined ack-ALL ``publish_async`` calls and a thread calling
-``publish()``. The node leading most partitions, with the publish connection on it, is
+``publish()``, and a subscriber per partition. The node leading most partitions is
 stopped with SIGINT (v1.9.0's graceful stop: it sends no GOAWAY), SIGTERM (it dies at
 once) or SIGKILL, and started again either at once ("fast") or once its partitions have
 new leaders ("slow"). Each run must end with 0 failed publishes, every acknowledged
-message readable, and each partition's offsets read in strictly increasing order.
+message readable, each partition's offsets in strictly increasing order, and the
+subscribers, reading all along, having seen every stored offset in order.
 Duplicates (at-least-once re-sends, and what a restarted leader stored but never acked)
 and the longest stall are printed (``pytest -s``).
 """
@@ -22,7 +23,7 @@ import pytest
 from liftbridge_sync import Client
 from liftbridge_sync.testing import LiftbridgeCluster
 
-from ._publishers import Publishers, read_back
+from ._publishers import Publishers, Subscribers, read_back
 from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -59,11 +60,9 @@ def test_restarting_the_leading_node_fails_and_loses_nothing(
     cluster = liftbridge_cluster
     leaders = [cluster.partition_leader(stream3, p) for p in range(PARTITIONS)]
     victim = max(set(leaders), key=leaders.count)
-    # The victim first among the seeds: the publish connection opens on it.
-    seeds = [cluster.addresses[victim]] + [
-        a for i, a in enumerate(cluster.addresses) if i != victim
-    ]
-    with Client(seeds) as client:
+    # The publish connection opens on the metadata's first broker: on the victim or
+    # elsewhere, which the runs vary.
+    with Client(cluster.addresses) as client, Subscribers(client, stream3, PARTITIONS) as readers:
         client.fetch_metadata(stream3)
         with Publishers(client, stream3, PARTITIONS) as run:
             deadline = time.monotonic() + 30
@@ -80,7 +79,9 @@ def test_restarting_the_leading_node_fails_and_loses_nothing(
             run.stop.wait(AFTER)
         failed = [e for e in (f.exception(timeout=60) for f in run.futures) if e is not None]
         stats = client.publisher_stats()
-        stored = read_back(client, stream3, PARTITIONS)
+        offsets: dict[int, list[int]] = {}
+        stored = read_back(client, stream3, PARTITIONS, offsets)
+        readers.finish({p: o[-1] if o else -1 for p, o in offsets.items()}, timeout=30)
     acked = {b"a%d" % i for i in range(len(run.futures))}
     acked |= {value for value, _ in run.sync_acks}
     missing = acked - set(stored)
@@ -93,3 +94,6 @@ def test_restarting_the_leading_node_fails_and_loses_nothing(
     assert not run.sync_errors, f"{len(run.sync_errors)} publish() raised: {run.sync_errors[:3]}"
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     assert stats.in_flight == 0
+    # The subscribers, reading all along, saw every stored offset, in order.
+    assert not readers.errors, readers.errors
+    assert readers.offsets == offsets
