@@ -614,8 +614,11 @@ class Client:
             :class:`NoSuchPartitionError`, :class:`ReadonlyPartitionError`,
             :class:`IncorrectOffsetError`, :class:`PermissionDeniedError`,
             :class:`PublishRejectedError` (``code``: TOO_LARGE, BAD_REQUEST, ...),
-            :class:`AckTimeoutError` or :class:`ClientClosedError`. Done-callbacks run on
-            the publisher thread; they may publish, flush or close.
+            :class:`AckTimeoutError` (sent, no ack in time: it may be stored),
+            :class:`BrokerUnavailableError` (never sent: no broker could be reached
+            within the ``retry`` policy's bound) or :class:`ClientClosedError`.
+            Done-callbacks run on the publisher thread; they may publish, flush or
+            close.
 
         Raises:
             TypeError: ``value``/``key``/``headers`` are not bytes-like.

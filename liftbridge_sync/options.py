@@ -177,7 +177,9 @@ class ClientOptions:
     address_translator: Callable[[str], str] | None = None
     #: TLS settings; ``None`` for plaintext.
     tls: TLSOptions | None = None
-    #: Retry policy for retryable RPC failures.
+    #: Retry policy for retryable RPC failures. It also bounds how long publishes wait
+    #: for a reachable broker: a run of failed attempts to open the publish stream that
+    #: uses it up fails the publishes not yet sent with ``BrokerUnavailableError``.
     retry: RetryPolicy = RetryPolicy()
     #: Deadline of each unary RPC attempt, seconds.
     rpc_timeout: float = 10.0
@@ -217,7 +219,10 @@ class ClientOptions:
     #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
     #: PING to check the connection (``None`` or ``inf``: never). The default respects the server's
     #: gRPC keepalive policy (grpc-go refuses pings more often than every 5 minutes on a
-    #: stream without data, answering with GOAWAY ``too_many_pings``).
+    #: stream without data, answering with GOAWAY ``too_many_pings``). It is also the
+    #: grpcio channels' ``grpc.keepalive_time_ms`` (PINGs only while a call is in
+    #: progress; ``grpc_options`` override it). Below 300 s only for servers configured
+    #: to allow it.
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
     #: declared dead (the subscription then resubscribes). Also the bound on a broker

@@ -3,7 +3,8 @@
 Acks arrive on the stream's thread: plain successes of futures without done-callbacks
 are resolved right there (a waiting ``publish()`` wakes without a hop), everything else
 goes to the owner thread, which resolves futures in bulk. Publishes the server could
-not hand to NATS are sent again after a back-off; partitions that went silent are
+not hand to NATS, or refused as "no such stream" while it was still starting
+(:mod:`.recovering`), are sent again after a back-off; partitions that went silent are
 probed (:mod:`.failover`) and their silent publishes re-sent.
 """
 
@@ -32,6 +33,7 @@ from liftbridge_sync._publishing.pending import (
     Outcome,
     failure,
 )
+from liftbridge_sync._publishing.recovering import NOT_FOUND
 from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
@@ -72,11 +74,20 @@ class AnswerHandling(OwnerLoop):
             self._inbox.put(event)
             return
         self._failures = 0  # the stream works (reconnect back-off starts afresh)
+        if self._unsent_from is not None:
+            self._reached(event.epoch)
         rest = self._resolve_plain(responses)
         if rest:
             # Only this (the current stream's) thread counts up, only the owner down.
             self._forwarded += 1
             self._inbox.put(Forwarded(event.epoch, rest))
+
+    def _reached(self, epoch: int) -> None:
+        """The first answer on a stream that could not tell it reached a broker (grpc):
+        what it was sent was written (see :meth:`_fail_unsent`)."""
+        with self._send_lock:
+            if epoch == self._epoch and self._live is not None:
+                self._unsent_from = None
 
     def _resolve_plain(self, responses: Sequence[_Response]) -> list[_Response]:
         """Resolve successful acks of callback-less futures; the responses left over."""
@@ -153,7 +164,9 @@ class AnswerHandling(OwnerLoop):
                 # An asyncError (or an ack without an id): the id is on the response.
                 if response.HasField("asyncError"):
                     error = response.asyncError
-                    if is_transient_async_error(error.code, error.message):
+                    if is_transient_async_error(error.code, error.message) or (
+                        error.code == NOT_FOUND and self._still_starting(response.correlationId)
+                    ):
                         # Not stored: stays pending and goes again shortly (its own
                         # deadline still bounds it).
                         entry = pending.get(response.correlationId)
@@ -187,6 +200,14 @@ class AnswerHandling(OwnerLoop):
             delay = backoff_delay(self._options.retry, self._refusals)
             self._resend_refused_at = self._clock() + delay
 
+    def _still_starting(self, correlation_id: str) -> bool:
+        """Whether a NOT_FOUND refusal of this publish came from a broker that has not
+        rebuilt its streams yet (see :mod:`.recovering`)."""
+        entry = self._pending.get(correlation_id)
+        if entry is None:
+            return False
+        return self._recovering.send_again(entry.partition_key(), self._clock())
+
     def _watch_stalls(self, now: float) -> float | None:
         """Probe partitions whose publishes went silent; when to look again."""
         resend_after = self._resend_after
@@ -217,6 +238,8 @@ class AnswerHandling(OwnerLoop):
         # Trouble counts for the silence it may explain: a broken stream or a refusal
         # since (or just before) the partition's oldest silent publish was sent.
         self._troubled &= silent
+        for key in [k for k in self._silent_leaders if k not in silent]:
+            del self._silent_leaders[key]
         for key, sent in first_sent.items():
             if self._disrupted_at >= sent - resend_after:
                 self._troubled.add(key)
@@ -232,7 +255,11 @@ class AnswerHandling(OwnerLoop):
         self._probing.discard(result.key)
         if result.trouble:
             self._troubled.add(result.key)
-        if not (result.idle and result.key in self._troubled):
+        # The leader the client knew when this silence began (see failover).
+        before = self._silent_leaders.setdefault(result.key, result.known_leader)
+        moved = result.leader is not None and before is not None and result.leader != before
+        ready = result.idle or (moved and result.committed)
+        if not (ready and result.key in self._troubled):
             _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
             return
 
@@ -256,7 +283,8 @@ class AnswerHandling(OwnerLoop):
         )
 
     def _resend_refused(self) -> None:
-        """Send again, in order, what the server could not hand to NATS."""
+        """Send again, in order, what the server refused for now (could not hand to NATS,
+        or did not serve yet: :mod:`.recovering`)."""
         refused, self._refused = self._refused, []
         self._resend_refused_at = None
 
@@ -269,8 +297,8 @@ class AnswerHandling(OwnerLoop):
             return
         self._resent_after_refusal += count
         _log.warning(
-            "the server could not hand %d publishes to NATS (its NATS connection is down); "
-            "sent them again",
+            "the server refused %d publishes for now (its NATS connection is down, or it "
+            "is still rebuilding its streams after a restart); sent them again",
             count,
         )
 

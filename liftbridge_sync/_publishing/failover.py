@@ -15,7 +15,12 @@ apart. The publisher re-sends the partition's silent publishes only when both ho
   queues (ours, the kernel's, the server's) for longer than ``resend_after``;
 * **the leader is idle**: everything in its log is committed (newest offset equal to
   the high watermark; otherwise acks may still come once a follower catches up or leaves
-  the ISR) and the log did not move between the two looks.
+  the ISR) and the log did not move between the two looks; or, when the partition's
+  leader is no longer the one the client knew when the silence began, everything in the
+  new leader's log is committed at both looks. A new leader never acks what it did not
+  take itself, so a log that moves there (newer publishes, other clients) is no reason
+  to wait: the decision rests on the leader's state, not on whether our own window
+  still fills.
 
 A re-send duplicates a message that was stored but whose ack was lost (delivery is
 at-least-once).
@@ -66,6 +71,13 @@ class ProbeResult:
     trouble: bool
     #: What was seen, for the log.
     detail: str
+    #: The leader that answered (``None``: none did).
+    leader: str | None = None
+    #: The leader the client's metadata named before this probe refreshed it.
+    known_leader: str | None = None
+    #: The leader answered twice with everything in its log committed (whether or not
+    #: the log moved between the two looks).
+    committed: bool = False
 
 
 class LeaderProbe:
@@ -89,20 +101,31 @@ class LeaderProbe:
         self._core = core
         self._report = report
         self._clock = clock
-        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | None] = queue.SimpleQueue()
+        #: Partitions to probe, streams whose metadata to fetch (str), or None (stop).
+        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | str | None] = (
+            queue.SimpleQueue()
+        )
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def request(self, key: PartitionKey, started: float) -> None:
         """Probe ``key``; the verdict arrives through ``report``. Ignored once closed."""
+        self._put((key, started))
+
+    def refresh(self, stream: str) -> None:
+        """Fetch ``stream``'s metadata into the client's cache (nothing is reported;
+        failures are ignored). Ignored once closed."""
+        self._put(stream)
+
+    def _put(self, item: tuple[PartitionKey, float] | str) -> None:
         with self._lock:
             if self._stop.is_set():
                 return
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
                 self._thread.start()
-        self._requests.put((key, started))
+        self._requests.put(item)
 
     def close(self) -> None:
         """Stop the thread (a probe under way is abandoned) and join it. Idempotent."""
@@ -118,13 +141,22 @@ class LeaderProbe:
             # Everything asked for meanwhile is probed together: a broker that led many
             # partitions makes them all silent at once, and they share one settle wait.
             batch: list[tuple[PartitionKey, float]] = []
+            streams: set[str] = set()
             item = self._requests.get()
             while item is not None:
-                batch.append(item)
+                if isinstance(item, str):
+                    streams.add(item)
+                else:
+                    batch.append(item)
                 try:
                     item = self._requests.get_nowait()
                 except queue.Empty:
                     break
+            if streams:
+                try:
+                    self._core.refresh_once(sorted(streams), self._clock() + _LOOK_TIMEOUT)
+                except LiftbridgeError as exc:
+                    _log.debug("metadata refresh for %s failed: %s", sorted(streams), exc)
             if batch:
                 try:
                     results = self._probe_all(batch)
@@ -160,8 +192,23 @@ class LeaderProbe:
         second = {key: self._look(*key) for key in settled}
         results = []
         for key, started in batch:
-            idle, trouble, detail = self._verdict(known[key], first[key], second.get(key))
-            results.append(ProbeResult(key, started, idle, trouble, detail))
+            look, again = first[key], second.get(key)
+            idle, trouble, detail = self._verdict(known[key], look, again)
+            leader = None if isinstance(look, str) else look[0]
+            committed = isinstance(again, tuple) and again[0] == leader and again[1] <= again[2]
+            was = known[key]
+            results.append(
+                ProbeResult(
+                    key,
+                    started,
+                    idle,
+                    trouble,
+                    detail,
+                    leader,
+                    (was.leader or None) if was is not None else None,
+                    committed,
+                )
+            )
         return results
 
     @staticmethod

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing.dialing import DialAttempts
 from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
 from liftbridge_sync._publishing.futures import settle
 from liftbridge_sync._publishing.pending import (
@@ -39,10 +40,12 @@ from liftbridge_sync._publishing.pending import (
     failure,
     pop_answered,
 )
+from liftbridge_sync._publishing.recovering import RecoveringPartitions
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
     StreamClosed,
+    StreamDraining,
     StreamOpener,
     StreamResponse,
     StreamResponses,
@@ -136,7 +139,12 @@ class OwnerLoop:
         self._handled = 0
         # Owner-thread state below: touched only by the liftbridge-publisher thread.
         self._stream: PublishStream | None = None
+        #: Streams whose broker is shutting down gracefully, by epoch: each answers
+        #: the publishes it was sent (their ids alongside) and then ends; the next
+        #: stream does not send those again unless it ends without answering them.
+        self._draining: dict[int, tuple[PublishStream, set[str]]] = {}
         self._epoch = 0
+        self._address = ""  # of the current stream's broker
         self._failures = 0
         self._reconnect_at: float | None = None
         self._close_requested = False
@@ -150,10 +158,17 @@ class OwnerLoop:
         self._probing: set[PartitionKey] = set()
         #: Silent partitions with trouble seen (see failover); re-sent once idle.
         self._troubled: set[PartitionKey] = set()
+        #: The leader each silent partition had when its silence was first probed.
+        self._silent_leaders: dict[PartitionKey, str | None] = {}
         #: When the stream last broke or a broker last refused for want of NATS.
         self._disrupted_at = -INF
         self._next_stall_check = 0.0
         self._connects = 0
+        #: Failed attempts to open a stream in a row (see dialing).
+        self._dials = DialAttempts(core.options.retry)
+        #: The sequence number from which publishes were never handed to a stream (they
+        #: wait for the next one); ``None`` while a stream is live. Under the send lock.
+        self._unsent_from: int | None = 1
         self._resent_after_reconnect = 0
         self._resent_after_stall = 0
         self._stall_probes = 0
@@ -162,6 +177,8 @@ class OwnerLoop:
         self._resend_refused_at: float | None = None
         self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
         self._resent_after_refusal = 0
+        #: NOT_FOUND refusals from brokers still rebuilding their streams.
+        self._recovering = RecoveringPartitions(core, self._probe.refresh)
 
     def _closed_error(self) -> LiftbridgeError:
         crash = self._crash
@@ -334,16 +351,20 @@ class OwnerLoop:
 
     def _handle(self, event: object) -> None:
         if type(event) is Forwarded:
-            if event.epoch == self._epoch:
+            if event.epoch == self._epoch or event.epoch in self._draining:
                 self._on_responses(event.responses)
             self._handled += 1
         elif isinstance(event, StreamResponses):
             if event.epoch == self._epoch:
                 self._failures = 0
                 self._on_responses(event.responses)
+            elif event.epoch in self._draining:
+                self._on_responses(event.responses)
         elif isinstance(event, StreamResponse):
             if event.epoch == self._epoch:
                 self._failures = 0
+                self._on_responses((event.response,))
+            elif event.epoch in self._draining:
                 self._on_responses((event.response,))
         elif event is WAKE:
             pass  # _plan() looks at the new deadlines
@@ -352,13 +373,23 @@ class OwnerLoop:
                 self._connect()
         elif isinstance(event, StreamSent):
             entry = self._pending.get(event.correlation_id)
-            if event.epoch == self._epoch and entry is not None and not entry.wants_ack:
+            current = event.epoch == self._epoch or event.epoch in self._draining
+            if current and entry is not None and not entry.wants_ack:
                 del self._pending[event.correlation_id]
                 settle(((entry.future, None, None),))
                 self._wake_waiters()
         elif isinstance(event, StreamClosed):
             if event.epoch == self._epoch:
+                if event.reached:
+                    self._dials.succeeded()
+                elif event.error is not None:  # a connect that failed late (grpc)
+                    self._dials.failed(self._address, event.error, self._clock())
                 self._on_stream_closed(event.error)
+            elif event.epoch in self._draining:
+                self._on_drained(event.epoch, event.error)
+        elif isinstance(event, StreamDraining):
+            if event.epoch == self._epoch and self._stream is not None:
+                self._start_draining()
         elif isinstance(event, ProbeResult):
             self._on_probe_result(event)
         elif isinstance(event, Close):
@@ -367,7 +398,7 @@ class OwnerLoop:
 
     def _connect(self) -> None:
         addresses = self._core.addresses()
-        address = addresses[self._epoch % len(addresses)]
+        address = self._address = addresses[self._epoch % len(addresses)]
         self._epoch += 1
         try:
             stream = self._opener(self._core, address, self._epoch, self._on_stream_event)
@@ -377,13 +408,22 @@ class OwnerLoop:
         except LiftbridgeError as exc:
             # A transport that connects eagerly (h2) fails here instead of with an event.
             self._stream = None
+            self._dials.failed(address, exc, self._clock())
             self._on_stream_closed(exc)
             return
+        # A transport that cannot tell yet (grpc, channel not connected) says so later,
+        # in StreamClosed; meanwhile what it is sent still counts as never sent.
+        confirmed = getattr(stream, "confirmed", True)
+        if confirmed:
+            self._dials.succeeded()
         self._stream = stream
         self._connects += 1
         now = self._clock()
         with self._send_lock:
             entries = list(self._pending.values())
+            if self._draining:  # answered by their draining streams, unless those fail
+                held = set().union(*(ids for _, ids in self._draining.values()))
+                entries = [e for e in entries if e.correlation_id not in held]
             if entries:
                 _log.info(
                     "publish stream %d open on %s; sending %d", self._epoch, address, len(entries)
@@ -393,13 +433,61 @@ class OwnerLoop:
                 entry.resent_at = now
             if not self._finished:
                 self._live = stream
+                if confirmed:
+                    self._unsent_from = None
         if self._connects > 1:
             self._resent_after_reconnect += len(entries)
+
+    def _start_draining(self) -> None:
+        """The current stream's broker is shutting down gracefully: it answers what it
+        was sent, so that stays with it; new publishes go to a new stream at once."""
+        stream = self._stream
+        assert stream is not None
+        with self._send_lock:
+            self._go_offline()
+            held = set(self._pending)
+        self._stream = None
+        self._draining[self._epoch] = (stream, held)
+        # Half-close after whatever was queued on it: the broker ends the call once it
+        # has answered (it waits for nothing more from us).
+        stream.close()
+        _log.info(
+            "publish stream %d: the broker is shutting down gracefully; %d publishes wait "
+            "for its answers, new ones go to another connection",
+            self._epoch,
+            len(held),
+        )
+        self._connect()
+
+    def _on_drained(self, epoch: int, error: LiftbridgeError | None) -> None:
+        """A draining stream ended: what it left unanswered goes again (in order) on the
+        live stream, or on the next one."""
+        stream, held = self._draining.pop(epoch)
+        stream.join(1.0)
+        if error is not None:
+            _log.info("draining publish stream %d ended: %s", epoch, error)
+
+        def unanswered() -> list[Entry]:
+            left = [self._pending[i] for i in held if i in self._pending]
+            return sorted(left, key=lambda e: e.seq)
+
+        count = self._send_again(unanswered)
+        self._resent_after_reconnect += count
+        if count:
+            _log.warning("re-sent %d publishes a gracefully stopped broker left unanswered", count)
+        elif self._stream is None and self._reconnect_at is None and self._pending:
+            self._connect()  # not connected: the next stream sends them
+
+    def _go_offline(self) -> None:
+        """No stream to write to (under the send lock): later publishes wait unsent."""
+        self._live = None
+        if self._unsent_from is None:
+            self._unsent_from = self._seq + 1
 
     def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
         self._disrupted_at = self._clock()
         with self._send_lock:
-            self._live = None
+            self._go_offline()
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.join(1.0)
@@ -409,6 +497,10 @@ class OwnerLoop:
             _log.warning("publish stream failed: %s", error)
             self._fail_all(error)
             return
+        if self._dials.exhausted(self._clock()):
+            self._fail_unsent()
+            if not self._pending:
+                return
         # Keep reconnecting while anything is pending: each entry's own deadline bounds
         # how long it waits, so giving up earlier would only fail work that may succeed.
         self._failures += 1
@@ -421,6 +513,23 @@ class OwnerLoop:
         )
         self._reconnect_at = self._clock() + delay
 
+    def _fail_unsent(self) -> None:
+        """Fail the publishes no broker ever saw: no broker was reachable for as long as
+        the retry policy allows. Those written to a broker before keep waiting for their
+        ack (or its timeout): the broker may have stored them."""
+        error = self._dials.error(self._clock())
+        with self._send_lock:
+            first = self._unsent_from
+            if first is None:
+                return
+            unsent = [e for e in self._pending.values() if e.seq >= first]
+            for entry in unsent:
+                self._pending.pop(entry.correlation_id, None)
+        if unsent:
+            _log.warning("%s; failing %d publishes never sent", error, len(unsent))
+            settle([failure(e, error) for e in unsent], self._failures_ledger)
+            self._wake_waiters()
+
     def _fail_all(self, error: BaseException) -> None:
         entries = list(self._pending.values())
         self._pending.clear()
@@ -430,13 +539,18 @@ class OwnerLoop:
     def _shutdown(self) -> None:
         with self._send_lock:
             self._finished = True
-            self._live = None
+            self._go_offline()
         self._probe.close()
         if self._crash is not None:
             self._fail_all(self._closed_error())
         else:
             self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
         self._expiry.clear()
+        draining = [old for old, _ in self._draining.values()]
+        self._draining.clear()
+        for old in draining:
+            old.cancel()
+            old.join(5.0)
         stream, self._stream = self._stream, None
         if stream is not None:
             # Half-close first so that requests already queued are written, then give
@@ -461,4 +575,7 @@ class OwnerLoop:
         raise NotImplementedError
 
     def _resend_refused(self) -> None:
+        raise NotImplementedError
+
+    def _send_again(self, pick: Callable[[], list[Entry]]) -> int:
         raise NotImplementedError

@@ -25,7 +25,8 @@ class PublisherStats:
     #: they were lost (a leader failover, a NATS restart).
     resent_after_stall: int = 0
     #: Publishes sent again because the server could not hand them to NATS (its NATS
-    #: connection was down); nothing of them was stored.
+    #: connection was down), or answered "no such stream" for a stream the metadata
+    #: lists (it had just restarted); nothing of them was stored.
     resent_after_refusal: int = 0
     #: Times a silent partition was checked with its leader.
     stall_probes: int = 0

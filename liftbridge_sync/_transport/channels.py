@@ -49,8 +49,13 @@ Stub = api_pb2_grpc.APIStub
 #: private addresses must not be sent through an HTTP proxy picked up from the
 #: environment; and a restarted broker is redialled within a second or two instead of
 #: gRPC's default back-off (1 s growing to 120 s), which would otherwise dominate
-#: failover time.
+#: failover time. PINGs stay within what a grpc-go server (every broker) allows by
+#: default, or it ends the connection with GOAWAY ``too_many_pings``: none without a
+#: call in progress, at most two without data in between, and keepalive PINGs (from
+#: ``keepalive_interval``, 5 minutes by default) never more often than every 5 minutes.
 _BASE_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.http2.max_pings_without_data", 2),
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.enable_http_proxy", 0),
     ("grpc.initial_reconnect_backoff_ms", 100),
@@ -148,6 +153,10 @@ class ChannelPool:
     def _channel_options(self, streaming_reads: bool) -> list[tuple[str, Any]]:
         merged = dict(_BASE_OPTIONS)
         merged["grpc.max_receive_message_length"] = self._options.max_receive_message_size
+        interval = self._options.keepalive_interval
+        if interval is not None:
+            merged["grpc.keepalive_time_ms"] = int(interval * 1000)
+            merged["grpc.keepalive_timeout_ms"] = int(self._options.keepalive_timeout * 1000)
         if streaming_reads:
             merged[grpc.experimental.ChannelOptions.SingleThreadedUnaryStream] = 1
         tls = self._options.tls

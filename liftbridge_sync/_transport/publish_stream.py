@@ -33,6 +33,7 @@ __all__ = [
     "GrpcPublishStream",
     "PublishStream",
     "StreamClosed",
+    "StreamDraining",
     "StreamEvent",
     "StreamOpener",
     "StreamResponse",
@@ -72,13 +73,29 @@ class StreamClosed:
 
     epoch: int
     error: LiftbridgeError | None
+    #: Whether a broker was ever reached (``False``: what was sent on it never left).
+    reached: bool = True
 
 
-StreamEvent = StreamResponse | StreamResponses | StreamSent | StreamClosed
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamDraining:
+    """The broker of stream ``epoch`` is shutting down gracefully (GOAWAY with
+    NO_ERROR that still covers the stream): it answers what it was sent and then ends
+    the stream; new requests belong on another connection."""
+
+    epoch: int
+
+
+StreamEvent = StreamResponse | StreamResponses | StreamSent | StreamClosed | StreamDraining
 
 
 class PublishStream(Protocol):
-    """One open ``PublishAsync`` stream. Implementations must be thread-safe for ``send``."""
+    """One open ``PublishAsync`` stream. Implementations must be thread-safe for ``send``.
+
+    An implementation whose opening does not prove a broker was reached sets a
+    ``confirmed = False`` attribute (the publisher reads it with ``getattr``, default
+    ``True``); its first response, or ``StreamClosed.reached``, proves it later.
+    """
 
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Queue a request for sending; never blocks.
@@ -132,10 +149,16 @@ class GrpcPublishStream:
 
     Requests go through a queue to gRPC's request-iterator thread; a reader thread named
     ``liftbridge-publish-reader`` turns each response into an event and holds no state of
-    its own. Thread-safe.
+    its own. grpcio connects lazily, so an open stream proves no broker was reached
+    (``confirmed`` is ``False``): its first response does, and :class:`StreamClosed`
+    says whether one came. Thread-safe.
     """
 
+    #: Whether opening the stream proved a broker was reached (see above).
+    confirmed = False
+
     def __init__(self, stub: Stub, epoch: int, on_event: Callable[[StreamEvent], None]) -> None:
+        self._reached = False
         self._epoch = epoch
         self._on_event = on_event
         self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -168,12 +191,13 @@ class GrpcPublishStream:
         error: LiftbridgeError | None = None
         try:
             for response in self._call:
+                self._reached = True
                 self._on_event(StreamResponse(self._epoch, response))
         except grpc.RpcError as exc:
             error = error_from_rpc_error(exc, CallContext.GENERIC)
         finally:
             self._finished.set()
-            self._on_event(StreamClosed(self._epoch, error))
+            self._on_event(StreamClosed(self._epoch, error, self._reached))
 
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Queue ``request`` for gRPC's request-iterator thread."""
@@ -214,5 +238,5 @@ class GrpcPublishStream:
 def open_grpc_stream(
     core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
 ) -> PublishStream:
-    """The default :data:`StreamOpener`: grpcio's public streaming API."""
+    """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API."""
     return GrpcPublishStream(core.pool.stub(address), epoch, on_event)

@@ -205,6 +205,13 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         """Stop at once: calls in flight end with UNAVAILABLE (a broker dying)."""
         self._server.stop(grace=None).wait()
 
+    def stop_gracefully(self, grace: float) -> threading.Event:
+        """Start a graceful shutdown, as grpc-go's ``GracefulStop``: every connection
+        gets ``GOAWAY(NO_ERROR)``, new connections are refused, and calls in flight go
+        on (publishes keep being read and acknowledged, per :attr:`publish_script`)
+        until they end or ``grace`` seconds pass. Returns an event set once stopped."""
+        return self._server.stop(grace)
+
     def __enter__(self) -> FakeBroker:
         return self.start()
 

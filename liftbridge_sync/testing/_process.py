@@ -358,6 +358,27 @@ class LiftbridgeProcess:
         self.reap()
         return proc.returncode
 
+    def end_with(self, signum: signal.Signals, timeout: float = 10.0) -> int | None:
+        """Send ``signum`` (SIGINT: v1.9.0's graceful stop; SIGTERM: it dies at once,
+        like a crash with a cleaner socket close) and wait for the process to go,
+        killing it after ``timeout`` seconds.
+
+        Returns:
+            The exit code, or None if it was never started.
+        """
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.send_signal(signum)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.reap()
+        return proc.returncode
+
     def kill(self) -> int | None:
         """Kill with SIGKILL (a crash) and wait for the process to go.
 

@@ -13,6 +13,7 @@ import contextlib
 import selectors
 import socket
 import threading
+from collections.abc import Callable
 from typing import Self
 
 from liftbridge_sync.options import parse_address
@@ -46,6 +47,10 @@ class TcpProxy(Lifecycle):
         self._stop = False
         self._thread: threading.Thread | None = None
         self.connections = 0
+        #: Called on the proxy's thread with ``(connection number, from the client,
+        #: bytes)`` for everything forwarded (to watch the traffic); set before start.
+        self.tap: Callable[[int, bool, bytes], None] | None = None
+        self._numbers: dict[socket.socket, tuple[int, bool]] = {}
 
     def start(self) -> Self:
         """Start forwarding on the ``lbtest-proxy`` thread."""
@@ -111,6 +116,8 @@ class TcpProxy(Lifecycle):
             client.close()
             return
         self.connections += 1
+        self._numbers[client] = (self.connections, True)
+        self._numbers[upstream] = (self.connections, False)
         for sock in (client, upstream):
             sock.setblocking(False)
             self._selector.register(sock, selectors.EVENT_READ)
@@ -135,6 +142,9 @@ class TcpProxy(Lifecycle):
         peer = self._pairs.get(sock)
         if peer is None:
             return
+        if self.tap is not None:
+            number, from_client = self._numbers[sock]
+            self.tap(number, from_client, data)
         try:
             peer.setblocking(True)
             peer.sendall(data)
@@ -148,6 +158,7 @@ class TcpProxy(Lifecycle):
             if one is None:
                 continue
             self._pairs.pop(one, None)
+            self._numbers.pop(one, None)
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(one)
             with contextlib.suppress(OSError):

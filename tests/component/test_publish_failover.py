@@ -159,3 +159,81 @@ def test_a_dead_publisher_thread_says_so_on_the_next_call(fake: FakeBroker, tran
             with pytest.raises(lb.InternalThreadError) as caught:
                 call()
             assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_no_such_stream_from_a_broker_still_starting_is_sent_again(
+    fake: FakeBroker, transport: str
+) -> None:
+    # A restarted broker answers "no such stream" until it has rebuilt its streams,
+    # while the metadata still lists the stream: the publishes go again, nothing fails.
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: s") if n <= 6 else "ack"
+    with _client(fake, transport) as client:
+        client.fetch_metadata()  # the client knows the stream (as a running one does)
+        futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
+        futures.append(client.publish_async("s", b"3", partition=0))
+        acks = [f.result(timeout=10) for f in futures]
+        stats = client.publisher_stats()
+    assert sorted(a.offset for a in acks) == [0, 1, 2, 3]  # type: ignore[union-attr]
+    assert stats.resent_after_refusal >= 4
+    stored = [r.value for r in fake.received[6:]]
+    assert sorted(stored) == [b"0", b"1", b"2", b"3"]  # each stored once
+
+
+def test_no_such_stream_that_persists_fails_typed_after_the_retry_bound(
+    fake: FakeBroker, transport: str
+) -> None:
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: s")
+    retry = lb.RetryPolicy(max_attempts=5, max_delay=1.0, initial=0.05, maximum=0.1, jitter=0)
+    with Client([fake.address], retry=retry, publish_transport=transport) as client:
+        client.fetch_metadata()
+        with pytest.raises(lb.NoSuchStreamError, match="no such stream"):
+            client.publish("s", b"x", partition=0, timeout=10)
+    assert 2 <= len(fake.received) <= 40  # sent again for about a second, then given up
+
+
+def test_no_such_stream_without_metadata_fetches_it_and_is_sent_again(
+    fake: FakeBroker, transport: str
+) -> None:
+    # A publish to an explicit partition needs no metadata: the client asks for it when
+    # the refusal comes, and sends again meanwhile.
+    fake.publish_script = lambda request, n: ("error", 2, "no such stream: s") if n <= 2 else "ack"
+    with _client(fake, transport) as client:
+        ack = client.publish("s", b"x", partition=0)
+        assert client._core.metadata.snapshot is not None  # fetched on the way
+    assert ack is not None and ack.offset == 0
+    assert fake.metadata_calls >= 1
+
+
+class _BusyLeader(FakeBroker):
+    """A leader whose log keeps moving (other publishers) and is always committed."""
+
+    def FetchPartitionMetadata(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        self.cluster.newest_offset += 10
+        return super().FetchPartitionMetadata(request, context)
+
+
+def test_a_full_window_lost_with_a_leader_that_moved_is_resent_though_the_log_moves(
+    transport: str,
+) -> None:
+    # The leader moved (from b to a) while the whole window was on its way to the old
+    # one; the new leader's log keeps moving with other traffic, but all of it is
+    # committed: the lost window is re-sent rather than left to time out.
+    cluster = FakeCluster(leader="b", partitions=1)
+    with _BusyLeader("a", cluster) as broker, FakeBroker("b", cluster):
+        broker.publish_script = lambda request, n: "drop" if n <= 8 else "ack"
+        with Client(
+            [broker.address],
+            retry=FAST_RETRY,
+            publish_transport=transport,
+            resend_after=0.2,
+            max_in_flight=8,
+        ) as client:
+            client.fetch_metadata()  # the client knows leader b
+            cluster.leader = "a"
+            futures = [
+                client.publish_async("s", b"%d" % i, partition=0, timeout=8.0) for i in range(12)
+            ]
+            errors = [f.exception(timeout=20) for f in futures]
+            stats = client.publisher_stats()
+    assert errors == [None] * 12
+    assert stats.resent_after_stall == 8

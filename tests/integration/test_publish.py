@@ -431,3 +431,16 @@ def test_futures_work_with_wait_as_completed_and_callbacks(
     last.add_done_callback(lambda f: seen.append(f.result().offset))  # type: ignore[union-attr]
     liftbridge_client.flush(30)
     assert seen == [350] and last.done() and not last.cancel()
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_publishing_to_a_missing_stream_fails_at_once_without_metadata(
+    liftbridge_address: str, transport: str
+) -> None:
+    # "No such stream" is retried only while the metadata lists the stream (a broker
+    # still rebuilding its streams); a client without metadata asks for it first.
+    with Client([liftbridge_address], publish_transport=transport) as client:  # type: ignore[arg-type]
+        started = time.monotonic()
+        with pytest.raises(lb.NoSuchStreamError):
+            client.publish(unique(), b"x", partition=0)
+        assert time.monotonic() - started < 3.0

@@ -137,3 +137,22 @@ def test_single_threaded_reads_can_be_switched_off() -> None:
     assert key not in dict(default._channel_options(streaming_reads=False))
     off = ChannelPool(ClientOptions(addresses=("h:1",), grpc_options=((key, 0),)))
     assert key not in dict(off._channel_options(streaming_reads=True))
+
+
+@pytest.mark.parametrize("streaming_reads", [False, True])
+def test_grpc_channels_ping_within_grpc_gos_default_enforcement(streaming_reads: bool) -> None:
+    # grpc-go answers PINGs more often than every 5 minutes without data, or PINGs with
+    # no call in progress, with GOAWAY too_many_pings.
+    from liftbridge_sync._transport.channels import ChannelPool
+
+    merged = dict(ChannelPool(ClientOptions(addresses=("h:1",)))._channel_options(streaming_reads))
+    assert merged["grpc.keepalive_time_ms"] >= 300_000
+    assert merged["grpc.keepalive_permit_without_calls"] == 0
+    assert merged["grpc.http2.max_pings_without_data"] == 2
+    # keepalive_interval drives it; None turns keepalive PINGs off; grpc_options win.
+    off = ChannelPool(ClientOptions(addresses=("h:1",), keepalive_interval=None))
+    assert "grpc.keepalive_time_ms" not in dict(off._channel_options(streaming_reads))
+    mine = ChannelPool(
+        ClientOptions(addresses=("h:1",), grpc_options=(("grpc.keepalive_time_ms", 600_000),))
+    )
+    assert dict(mine._channel_options(streaming_reads))["grpc.keepalive_time_ms"] == 600_000

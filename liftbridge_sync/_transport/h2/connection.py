@@ -28,6 +28,9 @@ when our data stays unacknowledged, or the broker's window shut, that long.
 Misbehaving brokers: the output the socket has not taken is capped (:mod:`.limits`), so
 a broker that asks for PING or SETTINGS answers faster than it reads them ends the
 connection (``GOAWAY(ENHANCE_YOUR_CALM)``, a retryable error) instead of growing it.
+
+Either PING goes out only as often as the broker's grpc-go keepalive enforcement
+allows (:mod:`.pings`); a probe that would come too soon is skipped.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from liftbridge_sync._transport.h2.framing import (
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
 from liftbridge_sync._transport.h2.limits import OUTPUT_CAP
+from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
@@ -68,6 +72,7 @@ from liftbridge_sync._transport.h2.stalls import StallWatch
 from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
+    StreamDraining,
     StreamEvent,
     StreamResponse,
     StreamResponses,
@@ -123,6 +128,7 @@ class H2PublishStream(CallerReads):
         stall_bound: float | None = None,
         ack_read_delay: float | None = None,
         max_message: int = MAX_MESSAGE_SIZE,
+        pings: PingPolicy | None = None,
     ) -> None:
         self._sock = sock
         self._conn = conn
@@ -134,6 +140,8 @@ class H2PublishStream(CallerReads):
         self._frames_ok = False
         self._peer: tuple[str, int] = sock.getpeername()[:2]
         self._ping_every, self._ping_wait = keepalive
+        #: When a PING may go out at all (never a grpc-go "too_many_pings" GOAWAY).
+        self._pings = pings or PingPolicy()
 
         # Shared with callers, guarded by _lock.
         self._lock = threading.Lock()
@@ -157,6 +165,7 @@ class H2PublishStream(CallerReads):
         self._waiting_notes: deque[tuple[int, str]] = deque()
         self._outbuf = bytearray()  # output the socket did not take yet
         self._reader = ResponseReader(conn, stream_id, max_message)
+        self._drain_told = False  # StreamDraining was emitted
         self._closing = False
         self._half_closed = False
         self._last_read = time.monotonic()
@@ -197,7 +206,8 @@ class H2PublishStream(CallerReads):
     # ------------------------------------------------------------------ callers
 
     def probe(self) -> None:
-        """Send a PING; no answer within the keepalive timeout ends the connection."""
+        """Send a PING (if :mod:`.pings` allows one now); no answer within the keepalive
+        timeout ends the connection."""
         with self._lock:
             if self._done or self._probe_requested:
                 return
@@ -280,7 +290,9 @@ class H2PublishStream(CallerReads):
             return max(0.0, self._ping_deadline - time.monotonic())
         wait = None
         if self._ping_every is not None:
-            wait = max(0.0, self._last_read + self._ping_every - time.monotonic())
+            due = max(self._last_read + self._ping_every, self._pings.next_allowed())
+            if due != float("inf"):
+                wait = max(0.0, due - time.monotonic())
         if self._stalls is not None:
             look = self._stalls.wake_in()
             wait = look if wait is None else min(wait, look)
@@ -301,10 +313,11 @@ class H2PublishStream(CallerReads):
                 self._ping(wait)
 
     def _ping(self, wait: float | None = None) -> None:
-        if self._ping_deadline is None:
+        if self._ping_deadline is None and self._pings.may_ping():
             self._outbuf += ping_frame(os.urandom(8))
             self._ping_waited = self._ping_wait if wait is None else wait
             self._ping_deadline = time.monotonic() + self._ping_waited
+            self._pings.pinged()
 
     def _loop(self) -> LiftbridgeError | None:
         select = self._selector.select
@@ -361,6 +374,11 @@ class H2PublishStream(CallerReads):
         if self._reader.ended:
             self._goodbye()
             return self._reader.error
+        if self._reader.draining and not self._drain_told:
+            # A graceful GOAWAY: the publisher moves new publishes to a new connection
+            # and half-closes this stream, whose broker answers what it has and ends it.
+            self._drain_told = True
+            self._on_event(StreamDraining(self._epoch))
         if self._cancel_requested:
             with contextlib.suppress(h2.exceptions.ProtocolError):
                 self._conn.reset_stream(self._stream_id, 0x8)  # CANCEL
@@ -416,6 +434,7 @@ class H2PublishStream(CallerReads):
             if responses:
                 if self._stalls is not None:
                     self._stalls.answered()
+                self._pings.data_received()
                 count = len(responses)
                 self._gathering.answered(self._reader.data_bytes + 9 * count, count)
             credit = self._reader.credit_frames

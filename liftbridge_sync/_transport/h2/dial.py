@@ -4,7 +4,9 @@ reader), and the ``PublishAsync`` opener. Every function here is thread-safe."""
 
 from __future__ import annotations
 
+import selectors
 import socket
+import ssl
 from collections.abc import Callable
 
 import h2.config
@@ -17,6 +19,7 @@ from liftbridge_sync._transport.h2 import connection as _connection
 from liftbridge_sync._transport.h2 import framing
 from liftbridge_sync._transport.h2.connection import H2PublishStream
 from liftbridge_sync._transport.h2.limits import max_message_size
+from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.responses import unavailable as _unavailable
 from liftbridge_sync._transport.h2.sockets import bound_unacknowledged
 from liftbridge_sync._transport.publish_stream import PublishStream, StreamEvent
@@ -26,6 +29,23 @@ from liftbridge_sync.options import ClientOptions, parse_address
 __all__ = ["DialError", "dial", "open_h2_stream"]
 
 _PATH = b"/proto.API/PublishAsync"
+#: Longest wait for the broker's side of the HTTP/2 handshake (also ``rpc_timeout``).
+_HANDSHAKE_TIMEOUT = 5.0
+
+
+def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
+    """Wait until the broker sends anything (its SETTINGS frame opens every HTTP/2
+    connection): a listener that accepts connections and never answers (a hung process,
+    a proxy with nothing behind it) is unavailable, not a stream to write publishes to."""
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return
+    with selectors.DefaultSelector() as selector:
+        selector.register(sock, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            raise _unavailable(
+                f"{address} accepted the connection but sent no HTTP/2 handshake "
+                f"within {timeout:g}s"
+            )
 
 
 def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
@@ -134,11 +154,13 @@ def open_h2_stream(
     """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
     Connects (bounded by ``rpc_timeout``), negotiates TLS with ALPN ``h2`` when
-    configured, sends the connection preface and the request headers, then hands the
-    socket to a new :class:`H2PublishStream`. Called on the publisher's owner thread.
+    configured, sends the connection preface and the request headers, waits for the
+    broker's first frame (at most 5 s), then hands the socket to a new
+    :class:`H2PublishStream`. Called on the publisher's owner thread.
 
     Raises:
-        BrokerUnavailableError: if the broker cannot be reached or TLS fails.
+        BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends
+            nothing back.
     """
     options = core.options
     # The same TLS diagnosis as the gRPC channels get: a misconfiguration is a typed,
@@ -151,6 +173,7 @@ def open_h2_stream(
     except DialError as exc:
         raise _unavailable(str(exc)) from exc
     try:
+        _await_handshake(sock, address, min(options.rpc_timeout, _HANDSHAKE_TIMEOUT))
         return H2PublishStream(
             sock,
             conn,
@@ -161,6 +184,7 @@ def open_h2_stream(
             stall_bound=options.keepalive_timeout,
             ack_read_delay=options.ack_read_delay,
             max_message=max_message_size(options),
+            pings=PingPolicy.from_grpc_options(dict(options.grpc_options)),
         )
     except OSError as exc:
         sock.close()

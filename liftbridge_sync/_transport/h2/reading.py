@@ -55,6 +55,8 @@ class CallerReads(QueuedWrites):
     _failed_here: BaseException | None
     _here_poll: select.poll | None
     _hand_over_lock: threading.Lock
+    #: A graceful GOAWAY was passed on to the publisher.
+    _drain_told: bool
 
     def _read(self) -> None:
         """Read what the socket has (the connection's; see there)."""
@@ -131,7 +133,9 @@ class CallerReads(QueuedWrites):
                     self._failed_here = ConnectionLost("reading was interrupted")
                     raise
                 else:
-                    stop = self._reader.ended
+                    # The stream's end, or a graceful GOAWAY to pass on, is the I/O
+                    # thread's to act on.
+                    stop = self._reader.ended or (self._reader.draining and not self._drain_told)
                 arrived = self._take_arrived()
             if arrived:
                 self._hand_over(arrived)

@@ -6,8 +6,9 @@ writes one response per frame; with the C speedups, successful acks go straight 
 ``Ack`` objects), WINDOW_UPDATE increments are added to ``h2``'s send windows here (with
 the C speedups), and everything else goes to the ``h2`` state machine (headers and
 trailers through HPACK, SETTINGS, PING, GOAWAY, RST_STREAM), and the first reason the
-stream ended is kept. Used by the connection's I/O thread only (not thread-safe on its
-own).
+stream ended is kept. A graceful GOAWAY (NO_ERROR, still covering our stream) is kept
+from h2 instead: the stream goes on draining until the broker ends it. Used by the
+connection's I/O thread only (not thread-safe on its own).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from liftbridge_sync._transport.h2.framing import (
     CODES,
     DATA,
     END_STREAM,
+    GOAWAY,
     MAX_FRAME_SIZE,
     MAX_MESSAGE_SIZE,
     PADDED,
@@ -87,6 +89,8 @@ class ResponseReader:
         #: Payload bytes of the DATA frames the last :meth:`receive` read itself (the
         #: responses' size on the wire, less 9 bytes of frame header each).
         self.data_bytes = 0
+        #: The broker sent a graceful GOAWAY covering our stream (see :meth:`_graceful`).
+        self.draining = False
         #: The stream has ended (``error``: why; ``None`` for a clean end).
         self.ended = False
         self.error: LiftbridgeError | None = None
@@ -132,6 +136,12 @@ class ResponseReader:
         unpack = PREFIX.unpack_from
         try:
             for kind, flags, stream, start, end in frames:
+                if kind == GOAWAY and self._graceful(inbuf, start, end):
+                    if slow >= 0:  # what came before it goes to h2 first
+                        self._handle(self._conn.receive_data(bytes(inbuf[slow : start - 9])))
+                        slow = -1
+                        fast = self._headers_seen and not self.ended
+                    continue
                 # Flags END_STREAM and PADDED need h2.
                 if kind == DATA and not flags & (END_STREAM | PADDED) and stream == sid:
                     if slow >= 0:
@@ -190,6 +200,21 @@ class ResponseReader:
         if parsed:
             self._parsed = []
         return parsed
+
+    def _graceful(self, inbuf: bytearray, start: int, end: int) -> bool:
+        """Whether a GOAWAY frame is a graceful shutdown that still covers our stream
+        (NO_ERROR, last stream id at or above ours): then the broker answers what it was
+        sent and ends the stream itself, so the frame is kept from h2 (which would
+        refuse every later frame of the connection) and only :attr:`draining` is set.
+        Any other GOAWAY goes to h2 and ends the stream."""
+        if end - start < 8:
+            return False  # h2 raises the framing error
+        last_stream = int.from_bytes(inbuf[start : start + 4], "big") & 0x7FFFFFFF
+        code = int.from_bytes(inbuf[start + 4 : start + 8], "big")
+        if code != 0 or last_stream < self._stream_id:
+            return False
+        self.draining = True
+        return True
 
     def _add_windows(self, connection: int, stream: int, frames: bytes) -> None:
         """Add the increments of WINDOW_UPDATE frames to ``h2``'s send windows, as its

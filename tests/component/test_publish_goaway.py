@@ -1,0 +1,77 @@
+"""A broker shutting down gracefully (GOAWAY with NO_ERROR) loses and doubles nothing.
+
+The fake broker's :meth:`~liftbridge_sync.testing.FakeBroker.stop_gracefully` is what
+grpc-go's ``GracefulStop`` does: ``GOAWAY(NO_ERROR)`` on every connection, then the
+calls in flight go on until they end. The publish stream keeps taking its acks, new
+publishes go to another broker at once, and nothing answered is sent twice.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterator
+
+import pytest
+
+from liftbridge_sync import Client
+from liftbridge_sync.testing import FakeBroker, FakeCluster
+from tests.constants import FAST_RETRY
+from tests.waiting import wait_until
+
+COUNT = 600
+
+
+@pytest.fixture
+def brokers() -> Iterator[tuple[FakeBroker, FakeBroker]]:
+    cluster = FakeCluster(leader="a", partitions=1)
+    with FakeBroker("a", cluster) as first, FakeBroker("b", cluster) as second:
+        yield first, second
+
+
+def test_in_flight_publishes_are_answered_by_the_draining_broker_and_never_resent(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    first, second = brokers
+    # Slow acks keep hundreds of publishes in flight when the GOAWAY comes.
+    first.publish_script = lambda request, n: ("delay", 0.002)
+    with Client([first.address], retry=FAST_RETRY, publish_transport="h2") as client:
+        client.fetch_metadata()  # both brokers known: the next stream goes to the other
+        futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(COUNT // 2)]
+        wait_until(lambda: len(first.received) >= 50, what="the first acks")
+        stopped = first.stop_gracefully(grace=20)
+        wait_until(lambda: client.publisher_stats().connects == 2, what="a second connection")
+        futures += [
+            client.publish_async("s", b"%d" % i, partition=0) for i in range(COUNT // 2, COUNT)
+        ]
+        errors = [f.exception(timeout=30) for f in futures]
+        stats = client.publisher_stats()
+        assert stopped.wait(10), "the draining broker's stream never ended"
+    assert errors == [None] * COUNT
+    arrivals = collections.Counter(r.value for r in first.received + second.received)
+    assert set(arrivals) == {b"%d" % i for i in range(COUNT)}
+    assert [v for v, n in arrivals.items() if n > 1] == []  # no duplicates
+    # The draining broker answered more than it had read when it said goodbye, and the
+    # publishes made after it went to the other broker.
+    assert len(first.received) > 50
+    assert len(second.received) >= COUNT // 2
+    assert stats.connects == 2
+    assert stats.resent_after_reconnect == 0
+
+
+def test_what_the_draining_broker_leaves_unanswered_goes_to_the_next_one(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    # The broker's grace runs out before it answered everything (here: it never acks
+    # after its 20th request): the rest is sent again, once, on the new connection.
+    first, second = brokers
+    first.publish_script = lambda request, n: "ack" if n <= 20 else "drop"
+    with Client([first.address], retry=FAST_RETRY, publish_transport="h2") as client:
+        client.fetch_metadata()
+        futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(100)]
+        wait_until(lambda: len(first.received) == 100, what="every publish to arrive")
+        first.stop_gracefully(grace=0.5)
+        errors = [f.exception(timeout=30) for f in futures]
+        stats = client.publisher_stats()
+    assert errors == [None] * 100
+    assert sorted(r.value for r in second.received) == sorted(b"%d" % i for i in range(20, 100))
+    assert stats.resent_after_reconnect == 80
