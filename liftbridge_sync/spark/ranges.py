@@ -7,16 +7,31 @@ yields one tuple per message in the source schema's column order.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from liftbridge_sync import Client, ConfigurationError, StartAt, StopAt
+from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
 from liftbridge_sync.spark.source_options import SourceOptions
 
-__all__ = ["DataLossError", "OffsetRange", "read_range", "schema_ddl", "split_ranges"]
+__all__ = [
+    "DataLossError",
+    "OffsetRange",
+    "check_data_loss",
+    "earliest_offset",
+    "read_range",
+    "schema_ddl",
+    "split_ranges",
+]
+
+_log = logging.getLogger("liftbridge_sync.spark")
+
+#: Resubscriptions a range may make after "segment has been closed" (compaction).
+_SEGMENT_RETRIES = 20
 
 _BASE_DDL = (
     "key binary, value binary, stream string, partition int, offset long, "
@@ -25,7 +40,10 @@ _BASE_DDL = (
 
 
 class DataLossError(ConfigurationError):
-    """Offsets to be read no longer exist (retention); see option ``failOnDataLoss``."""
+    """Offsets to be read fell off the log (retention); see option ``failOnDataLoss``.
+
+    Offsets that compaction removed from inside the log are not data loss.
+    """
 
 
 def schema_ddl(include_headers: bool) -> str:
@@ -63,44 +81,128 @@ def split_ranges(
 def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any, ...]]:
     """Yield the messages of ``piece`` as rows (runs on an executor).
 
+    Only offsets in ``[start, end)`` are ever yielded, whatever the subscription
+    delivers: a message before ``start`` is skipped, and the first one at or past
+    ``end`` ends the range (a compacted log may lack the stop offset itself, so the
+    next message present is the first sign that the range is done).
+
+    Offsets absent *inside* the log (removed by compaction) are not data loss. Only
+    offsets before the earliest retained one (removed by retention) are: see
+    :func:`check_data_loss`.
+
     Raises:
-        DataLossError: the first message is past ``start`` and ``failOnDataLoss`` is on.
+        DataLossError: offsets of the range fell off the log and ``failOnDataLoss``
+            is on.
         TimeoutError: no message came for ``pollTimeoutMs`` while the range was unfinished.
     """
     client = Client.for_process(options.client)
-    last = piece.end - 1
     headers = options.include_headers
-    first = True
+    next_offset = piece.start
+    closed_segments = 0
+    while True:
+        messages = _messages(client, options, piece, next_offset)
+        try:
+            with contextlib.closing(messages):
+                for message in messages:
+                    offset = message.offset
+                    if offset < next_offset:
+                        continue
+                    if offset >= piece.end:
+                        return
+                    if next_offset == piece.start and offset > piece.start:
+                        check_data_loss(client, options, piece, offset)
+                    next_offset = offset + 1
+                    row: tuple[Any, ...] = (
+                        message.key,
+                        message.value,
+                        message.stream,
+                        message.partition,
+                        offset,
+                        message.timestamp,
+                        message.subject,
+                        message.reply_subject or None,
+                        None,
+                    )
+                    yield row + (dict(message.headers),) if headers else row
+                    if next_offset >= piece.end:
+                        return
+                return
+        except ServerError as exc:
+            # The cleaner of a compacted stream replaces the segments a reader holds; the
+            # server reports it as "segment has been closed". Transient: resume after
+            # the last row yielded, a bounded number of times.
+            closed_segments += 1
+            if "segment has been closed" not in str(exc) or closed_segments > _SEGMENT_RETRIES:
+                raise
+            _log.info(
+                "%s partition %d: %s; resuming at %d",
+                piece.stream,
+                piece.partition,
+                exc,
+                next_offset,
+            )
+
+
+def _messages(
+    client: Client, options: SourceOptions, piece: OffsetRange, start: int
+) -> Generator[Message, None, None]:
+    """The subscription's messages from ``start`` up to the stop offset ``end - 1``."""
     with client.subscribe(
         piece.stream,
         partition=piece.partition,
-        start=StartAt.offset(piece.start),
-        stop=StopAt.offset(last),
+        start=StartAt.offset(start),
+        stop=StopAt.offset(piece.end - 1),
         read_isr_replica=options.read_isr_replica,
     ) as sub:
         while True:
             try:
-                message = sub.get(options.poll_timeout)
+                yield sub.get(options.poll_timeout)
             except StopIteration:
                 return
-            if first and message.offset > piece.start and options.fail_on_data_loss:
-                raise DataLossError(
-                    f"{piece.stream!r} partition {piece.partition}: offsets {piece.start}.."
-                    f"{message.offset - 1} are gone (retention or compaction); set "
-                    "failOnDataLoss=false to skip them"
-                )
-            first = False
-            row: tuple[Any, ...] = (
-                message.key,
-                message.value,
-                message.stream,
-                message.partition,
-                message.offset,
-                message.timestamp,
-                message.subject,
-                message.reply_subject or None,
-                None,
-            )
-            yield row + (dict(message.headers),) if headers else row
-            if message.offset >= last:
-                return
+
+
+def earliest_offset(client: Client, stream: str, partition: int, timeout: float) -> int | None:
+    """Offset of the oldest message the partition still holds (``None``: none came).
+
+    Raises:
+        TimeoutError: the server sent nothing within ``timeout`` seconds.
+    """
+    with client.subscribe(stream, partition=partition, start=StartAt.earliest()) as sub:
+        try:
+            return sub.get(timeout).offset
+        except StopIteration:
+            return None
+
+
+def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, first: int) -> None:
+    """Tell a compaction gap from retention loss when a range starts after ``start``.
+
+    The offsets ``[piece.start, first)`` are missing. Those before the partition's
+    earliest retained message are lost (retention truncated the log); the rest were
+    compacted away, which is normal. Lost offsets raise :class:`DataLossError` with
+    ``failOnDataLoss`` on, else are logged as a warning and skipped. The earliest
+    retained message is the best the client can see: an oldest message removed by
+    compaction counts as retention loss.
+
+    Raises:
+        DataLossError: offsets were lost and ``failOnDataLoss`` is on.
+    """
+    earliest = earliest_offset(client, piece.stream, piece.partition, options.poll_timeout)
+    if earliest is None or earliest <= piece.start:
+        return  # the gap is inside the log: compaction
+    lost_end = min(earliest, first) - 1
+    where = f"stream {piece.stream!r} partition {piece.partition}"
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{where}: offsets {piece.start}..{lost_end} are gone (before the earliest "
+            f"retained offset {earliest}, removed by retention); set option "
+            "failOnDataLoss=false to skip them"
+        )
+    _log.warning(
+        "%s: offsets %d..%d are gone (before the earliest retained offset %d); skipped "
+        "because failOnDataLoss=false",
+        where,
+        piece.start,
+        lost_end,
+        earliest,
+    )
