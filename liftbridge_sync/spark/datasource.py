@@ -18,6 +18,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from liftbridge_sync import ConfigurationError
+from liftbridge_sync.spark.preflight import check_target
 from liftbridge_sync.spark.ranges import schema_ddl
 from liftbridge_sync.spark.readers import BatchReader, StreamReader
 from liftbridge_sync.spark.sink import SinkOptions
@@ -28,13 +29,16 @@ __all__ = ["LiftbridgeDataSource", "register"]
 
 
 def _sink_options(options: Any, overwrite: bool) -> SinkOptions:
+    """Parse the write options and check the target on the driver, before any task."""
     if overwrite:
         raise ConfigurationError(
             "liftbridge streams are append-only: use .mode('append') (overwrite is refused)"
         )
     lowered = {str(k).lower(): v for k, v in options.items()}
     check_known(lowered, WRITE_OPTIONS, "write")
-    return SinkOptions.from_strings(lowered)
+    sink = SinkOptions.from_strings(lowered)
+    check_target(sink.client, sink.stream)
+    return sink
 
 
 class LiftbridgeDataSource(DataSource):
@@ -70,11 +74,18 @@ class LiftbridgeDataSource(DataSource):
         return StreamReader(self._source())
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
-        """A batch writer; refuses overwrite."""
+        """A batch writer; refuses overwrite.
+
+        Raises:
+            ConfigurationError: overwrite, or a bad option (named).
+            BrokerUnavailableError: no broker of option ``brokers`` answered within
+                about ``liftbridge.rpcTimeoutMs``.
+            NoSuchStreamError: the stream of option ``stream`` does not exist.
+        """
         return BatchWriter(_sink_options(self.options, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: N802
-        """A streaming writer; refuses complete-mode overwrite."""
+        """A streaming writer; refuses complete-mode overwrite; checks as :meth:`writer`."""
         return StreamWriter(_sink_options(self.options, overwrite))
 
 

@@ -246,6 +246,7 @@ def publish_partition(
     max_in_flight: int = 1024,
     ack_timeout: float | None = None,
     client_options: ClientOptions | None = None,
+    check: bool = True,
 ) -> PartitionPublisher:
     """A ``foreachPartition`` function that publishes each row to Liftbridge.
 
@@ -263,17 +264,22 @@ def publish_partition(
         max_in_flight: Unacknowledged messages per task at most.
         ack_timeout: Seconds to wait for each ack (default: the client's, 5 s).
         client_options: Full client options (TLS, retries) instead of ``brokers``.
+        check: Ask the cluster at once, on the driver, that a broker answers and that
+            ``stream`` exists, so that a wrong address fails within ``rpc_timeout``
+            instead of on every executor after an ack timeout.
 
     Returns:
         A picklable :class:`PartitionPublisher`.
 
     Raises:
         ConfigurationError: an argument is invalid (raised on the driver, at once).
+        BrokerUnavailableError: with ``check``, no broker answered (names ``brokers``).
+        NoSuchStreamError: with ``check``, ``stream`` does not exist.
 
     Thread-safe: the returned object is immutable; each task uses its worker's client.
     """
     options = client_options if client_options is not None else client_options_for(brokers)
-    return PartitionPublisher(
+    publisher = PartitionPublisher(
         SinkOptions(
             client=options,
             stream=stream,
@@ -283,6 +289,11 @@ def publish_partition(
             ack_timeout=ack_timeout,
         )
     )
+    if check:
+        from liftbridge_sync.spark.preflight import check_target
+
+        check_target(options, stream)
+    return publisher
 
 
 def client_options_for(brokers: str) -> ClientOptions:
