@@ -48,7 +48,10 @@ class LiftbridgeDataSource(DataSource):
     timestamp timestamp, subject string, replySubject string, correlationId string``
     plus ``headers map<string,binary>`` with ``includeHeaders=true``. Written rows need
     ``value`` and may carry ``key``, ``partition``, ``headers``, ``correlationId`` and
-    ``stream``.
+    ``stream``. A row's non-null ``partition`` picks its partition; otherwise option
+    ``partitioner`` does: ``key`` (default, as Kafka: CRC-32 of the key like
+    :class:`~liftbridge_sync.ByKey` and the Go client, partition 0 for a null key),
+    ``roundrobin``, or ``partition-column`` (partition 0).
 
     Spark pickles it to its workers; it holds only the option strings. Not thread-safe.
     """

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client, ClientOptions
+from liftbridge_sync import ByKey, Client, ClientOptions
 from liftbridge_sync.spark import publish_partition
 from tests.integration.conftest import StreamFactory
 from tests.spark._helpers import read_all
@@ -113,3 +113,26 @@ def test_writes_check_brokers_and_stream_on_the_driver(
 
 def _client(address: str) -> ClientOptions:
     return ClientOptions(addresses=(address,), rpc_timeout=2.0)
+
+
+def test_keyed_rows_are_hashed_by_default(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    hashed, column, sunk = new_stream(partitions=3), new_stream(partitions=3), new_stream(3)
+    df = spark.range(1000).selectExpr(
+        "cast(concat('k', id) as binary) as key", "cast(id as string) as value"
+    )
+    _writer(df, liftbridge_address, hashed).mode("append").save()
+    by_key = ByKey()
+    for target in (hashed, sunk):
+        if target == sunk:
+            df.foreachPartition(publish_partition(liftbridge_address, sunk))
+        messages = read_all(liftbridge_client, target)
+        assert len(messages) == 1000
+        assert {m.partition for m in messages} == {0, 1, 2}
+        for m in messages:
+            assert m.partition == by_key.partition(target, m.key, m.value, 3)
+    _writer(df, liftbridge_address, column).option("partitioner", "partition-column").mode(
+        "append"
+    ).save()
+    assert {m.partition for m in read_all(liftbridge_client, column)} == {0}
