@@ -22,7 +22,13 @@ from liftbridge_sync.spark.preflight import check_target
 from liftbridge_sync.spark.ranges import schema_ddl
 from liftbridge_sync.spark.readers import BatchReader, StreamReader
 from liftbridge_sync.spark.sink import SinkOptions
-from liftbridge_sync.spark.source_options import WRITE_OPTIONS, SourceOptions, check_known
+from liftbridge_sync.spark.source_options import (
+    BATCH_ONLY_OPTIONS,
+    STREAM_ONLY_OPTIONS,
+    WRITE_OPTIONS,
+    SourceOptions,
+    check_known,
+)
 from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
 
 __all__ = ["LiftbridgeDataSource", "register"]
@@ -64,17 +70,40 @@ class LiftbridgeDataSource(DataSource):
     def _source(self) -> SourceOptions:
         return SourceOptions.parse(self.options)
 
+    def _only_for(self, where: str, names: tuple[str, ...]) -> None:
+        """Refuse options of the other kind of read, as the Kafka connector does."""
+        given = {str(k).lower() for k in self.options}
+        for name in names:
+            if name.lower() in given:
+                other = "streaming" if where == "batch" else "batch"
+                raise ConfigurationError(
+                    f"option {name!r} is for {other} reads only; remove it from this {where} read"
+                )
+
     def schema(self) -> str:
         """The source schema (checks the read options first)."""
         return schema_ddl(self._source().include_headers)
 
     def reader(self, schema: StructType) -> BatchReader:
-        """A batch reader."""
-        return BatchReader(self._source())
+        """A batch reader.
+
+        Raises:
+            ConfigurationError: a bad option, or the streaming-only
+                ``maxOffsetsPerTrigger``.
+        """
+        source = self._source()
+        self._only_for("batch", STREAM_ONLY_OPTIONS)
+        return BatchReader(source)
 
     def streamReader(self, schema: StructType) -> StreamReader:  # noqa: N802 - Spark's name
-        """A micro-batch stream reader."""
-        return StreamReader(self._source())
+        """A micro-batch stream reader.
+
+        Raises:
+            ConfigurationError: a bad option, or the batch-only ``endingOffsets``.
+        """
+        source = self._source()
+        self._only_for("streaming", BATCH_ONLY_OPTIONS)
+        return StreamReader(source)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         """A batch writer; refuses overwrite.

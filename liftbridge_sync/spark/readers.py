@@ -63,6 +63,13 @@ class BatchReader(DataSourceReader):
             client, opts.stream, start_spec, hws, timestamp_ms=opts.starting_timestamp_ms
         )
         ends = resolve(client, opts.stream, end_spec, hws)
+        for partition in sorted(starts):
+            if starts[partition] > ends[partition]:
+                raise ConfigurationError(
+                    f"partition {partition}: option 'startingOffsets' resolves to "
+                    f"{starts[partition]}, after option 'endingOffsets' {ends[partition]} "
+                    "(the end is exclusive; 'latest' is the high watermark + 1)"
+                )
         # Never wait for messages that do not exist yet: cap the end at HW + 1.
         ends = {p: min(ends[p], hws[p] + 1) for p in ends}
         return split_ranges(opts.stream, starts, ends, opts.max_records_per_partition)

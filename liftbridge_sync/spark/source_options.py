@@ -21,7 +21,20 @@ from liftbridge_sync.spark.config import (
     lower_keys,
 )
 
-__all__ = ["READ_OPTIONS", "SourceOptions", "WRITE_OPTIONS", "check_known"]
+__all__ = [
+    "BATCH_ONLY_OPTIONS",
+    "READ_OPTIONS",
+    "STREAM_ONLY_OPTIONS",
+    "SourceOptions",
+    "WRITE_OPTIONS",
+    "check_known",
+]
+
+#: Read options refused by ``readStream`` (a streaming query has no end).
+BATCH_ONLY_OPTIONS = ("endingOffsets",)
+
+#: Read options refused by a batch ``read`` (there are no triggers).
+STREAM_ONLY_OPTIONS = ("maxOffsetsPerTrigger",)
 
 #: Options the reader understands (lower case).
 READ_OPTIONS = frozenset(

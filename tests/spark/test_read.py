@@ -122,6 +122,7 @@ def test_empty_stream_reads_no_rows(
         ("startingOffsets", '{"other": {"0": 1}}', "keyed by the stream"),
         ("endingOffsets", "earliest", "may not be earliest"),
         ("maxOffsetsPerTrigger", "many", "option 'maxOffsetsPerTrigger' must be an integer"),
+        ("maxOffsetsPerTrigger", "10", "'maxOffsetsPerTrigger' is for streaming reads only"),
         ("includeHeaders", "yes", "option 'includeHeaders' must be 'true' or 'false'"),
         ("partitions", "0,7", "has no partition [7]"),
         ("liftbridge.bogus", "1", "unknown option 'liftbridge.bogus'"),
@@ -138,6 +139,25 @@ def test_bad_options_name_the_problem(
     stream = new_stream()
     with pytest.raises(Exception, match=_escape(message)):
         _reader(spark, liftbridge_address, stream).option(option, value).load().collect()
+
+
+def test_starting_after_ending_is_refused(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    stream = new_stream()
+    _fill(liftbridge_client, stream, 1, 10)
+    reader = _reader(spark, liftbridge_address, stream)
+    reader = reader.option("startingOffsets", json.dumps({stream: {"0": 5}}))
+    with pytest.raises(Exception, match="'startingOffsets' resolves to 5, after option 'endingOff"):
+        reader.option("endingOffsets", json.dumps({stream: {"0": 3}})).load().collect()
+    beyond = _reader(spark, liftbridge_address, stream)
+    beyond = beyond.option("startingOffsets", json.dumps({stream: {"0": 12}}))
+    with pytest.raises(Exception, match="resolves to 12, after option 'endingOffsets' 10"):
+        beyond.load().collect()
+    # Equal ends are an empty range, not an error.
+    empty = _reader(spark, liftbridge_address, stream)
+    empty = empty.option("startingOffsets", json.dumps({stream: {"0": 10}}))
+    assert empty.load().count() == 0
 
 
 def test_missing_stream_and_unreachable_broker(spark: Any, liftbridge_address: str) -> None:
