@@ -51,7 +51,9 @@ class LiftbridgeDataSource(DataSource):
     """Read Liftbridge streams into DataFrames and write DataFrames to streams.
 
     Schema: ``key binary, value binary, stream string, partition int, offset long,
-    timestamp timestamp, subject string, replySubject string, correlationId string``
+    timestamp timestamp, timestampType int, subject string, replySubject string,
+    correlationId string`` (``timestampType`` is always 1, Kafka's LogAppendTime: the
+    leader stamps each message as it stores it)
     plus ``headers map<string,binary>`` with ``includeHeaders=true``. Written rows need
     ``value`` and may carry ``key``, ``partition``, ``headers``, ``correlationId`` and
     ``stream``. A row's non-null ``partition`` picks its partition; otherwise option

@@ -35,8 +35,13 @@ _SEGMENT_RETRIES = 20
 
 _BASE_DDL = (
     "key binary, value binary, stream string, partition int, offset long, "
-    "timestamp timestamp, subject string, replySubject string, correlationId string"
+    "timestamp timestamp, timestampType int, subject string, replySubject string, "
+    "correlationId string"
 )
+
+#: Kafka's ``timestampType`` of every row: 1, LogAppendTime. The Liftbridge leader
+#: stamps each message when it stores it; publishers cannot set the time.
+LOG_APPEND_TIME = 1
 
 
 class DataLossError(ConfigurationError):
@@ -61,20 +66,48 @@ class OffsetRange(InputPartition):
     end: int
 
 
+def _even(start: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into ``parts`` pieces whose sizes differ by at most one."""
+    size, extra = divmod(end - start, parts)
+    pieces: list[tuple[int, int]] = []
+    low = start
+    for index in range(parts):
+        high = low + size + (1 if index < extra else 0)
+        pieces.append((low, high))
+        low = high
+    return pieces
+
+
 def split_ranges(
-    stream: str, starts: Mapping[int, int], ends: Mapping[int, int], max_records: int
+    stream: str,
+    starts: Mapping[int, int],
+    ends: Mapping[int, int],
+    max_records: int,
+    min_partitions: int = 0,
 ) -> list[OffsetRange]:
-    """One range per partition with ``start < end``, cut into ``max_records`` chunks.
+    """One range per partition with ``start < end``, cut into balanced pieces.
 
     Args:
-        max_records: Largest offset span of one range; ``0`` leaves ranges whole.
+        max_records: Largest offset span of one piece; ``0`` for no limit. A range is
+            cut into ``ceil(span / max_records)`` pieces of near-equal size.
+        min_partitions: Least number of pieces in all (Kafka's ``minPartitions``);
+            each range gets a share in proportion to its span, cut evenly. ``0``: no
+            minimum.
     """
+    spans = {
+        p: (starts[p], ends.get(p, starts[p])) for p in sorted(starts) if ends.get(p, 0) > starts[p]
+    }
+    total = sum(end - start for start, end in spans.values())
     ranges: list[OffsetRange] = []
-    for partition in sorted(starts):
-        start, end = starts[partition], ends.get(partition, starts[partition])
-        step = max_records if max_records > 0 else max(end - start, 1)
-        for low in range(start, end, step):
-            ranges.append(OffsetRange(stream, partition, low, min(low + step, end)))
+    for partition, (start, end) in spans.items():
+        span = end - start
+        parts = 1
+        if max_records > 0:
+            parts = -(-span // max_records)
+        if min_partitions > 0 and total > 0:
+            parts = max(parts, -(-span * min_partitions // total))
+        for low, high in _even(start, end, min(parts, span)):
+            ranges.append(OffsetRange(stream, partition, low, high))
     return ranges
 
 
@@ -119,6 +152,7 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
                         message.partition,
                         offset,
                         message.timestamp,
+                        LOG_APPEND_TIME,
                         message.subject,
                         message.reply_subject or None,
                         None,

@@ -72,7 +72,9 @@ class BatchReader(DataSourceReader):
                 )
         # Never wait for messages that do not exist yet: cap the end at HW + 1.
         ends = {p: min(ends[p], hws[p] + 1) for p in ends}
-        return split_ranges(opts.stream, starts, ends, opts.max_records_per_partition)
+        return split_ranges(
+            opts.stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
+        )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one range (executor)."""
@@ -146,7 +148,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = from_json_dict(stream, end)
         begin = from_json_dict(stream, start)
         starts = {p: begin.get(p, 0) for p in ends}
-        return split_ranges(stream, starts, ends, self.options.max_records_per_partition)
+        opts = self.options
+        return split_ranges(
+            stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
+        )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one range (executor)."""
