@@ -10,12 +10,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import time
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
 from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
+from liftbridge_sync.spark.cleaner import (
+    SEGMENT_PAUSE,
+    SEGMENT_RETRIES,
+    is_segment_closed,
+    retry_segment_closed,
+)
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = [
@@ -30,8 +37,12 @@ __all__ = [
 
 _log = logging.getLogger("liftbridge_sync.spark")
 
-#: Resubscriptions a range may make after "segment has been closed" (compaction).
-_SEGMENT_RETRIES = 20
+#: How the server refuses a subscription whose start is past its stop offset.
+_STOP_BEFORE_START = "stop offset is before start offset"
+
+#: Seconds to wait for the oldest message when telling compaction from retention.
+_EARLIEST_WAIT = 10.0
+
 
 _BASE_DDL = (
     "key binary, value binary, stream string, partition int, offset long, "
@@ -141,7 +152,7 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
                     if offset < next_offset:
                         continue
                     if offset >= piece.end:
-                        return
+                        break
                     if next_offset == piece.start and offset > piece.start:
                         check_data_loss(client, options, piece, offset)
                     next_offset = offset + 1
@@ -160,14 +171,22 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
                     yield row + (dict(message.headers),) if headers else row
                     if next_offset >= piece.end:
                         return
+                if next_offset == piece.start:
+                    # Nothing at all: compacted away, or fallen off the log (retention).
+                    check_data_loss(client, options, piece, piece.end)
                 return
         except ServerError as exc:
+            if _STOP_BEFORE_START in str(exc).lower() and next_offset == piece.start:
+                # The whole range lies before the log's start: the server refuses it.
+                check_data_loss(client, options, piece, piece.end)
+                return
             # The cleaner of a compacted stream replaces the segments a reader holds; the
             # server reports it as "segment has been closed". Transient: resume after
             # the last row yielded, a bounded number of times.
             closed_segments += 1
-            if "segment has been closed" not in str(exc) or closed_segments > _SEGMENT_RETRIES:
+            if not is_segment_closed(exc) or closed_segments > SEGMENT_RETRIES:
                 raise
+            time.sleep(SEGMENT_PAUSE)  # back-off before resubscribing
             _log.info(
                 "%s partition %d: %s; resuming at %d",
                 piece.stream,
@@ -196,22 +215,26 @@ def _messages(
 
 
 def earliest_offset(client: Client, stream: str, partition: int, timeout: float) -> int | None:
-    """Offset of the oldest message the partition still holds (``None``: none came).
+    """Offset of the oldest message the partition still holds.
 
-    Raises:
-        TimeoutError: the server sent nothing within ``timeout`` seconds.
+    Returns ``None`` when none came within ``timeout`` seconds: the log is empty.
     """
-    with client.subscribe(stream, partition=partition, start=StartAt.earliest()) as sub:
-        try:
-            return sub.get(timeout).offset
-        except StopIteration:
-            return None
+
+    def oldest() -> int | None:
+        with client.subscribe(stream, partition=partition, start=StartAt.earliest()) as sub:
+            try:
+                return sub.get(timeout).offset
+            except (StopIteration, TimeoutError):
+                return None
+
+    return retry_segment_closed(oldest)
 
 
 def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, first: int) -> None:
     """Tell a compaction gap from retention loss when a range starts after ``start``.
 
-    The offsets ``[piece.start, first)`` are missing. Those before the partition's
+    The offsets ``[piece.start, first)`` are missing (``first`` is ``piece.end`` when
+    the range yielded nothing). Those before the partition's
     earliest retained message are lost (retention truncated the log); the rest were
     compacted away, which is normal. Lost offsets raise :class:`DataLossError` with
     ``failOnDataLoss`` on, else are logged as a warning and skipped. The earliest
@@ -221,9 +244,12 @@ def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, 
     Raises:
         DataLossError: offsets were lost and ``failOnDataLoss`` is on.
     """
-    earliest = earliest_offset(client, piece.stream, piece.partition, options.poll_timeout)
-    if earliest is None or earliest <= piece.start:
+    wait = min(options.poll_timeout, _EARLIEST_WAIT)
+    earliest = earliest_offset(client, piece.stream, piece.partition, wait)
+    if earliest is not None and earliest <= piece.start:
         return  # the gap is inside the log: compaction
+    if earliest is None:
+        earliest = first  # the log holds nothing: all of the range is gone
     lost_end = min(earliest, first) - 1
     where = f"stream {piece.stream!r} partition {piece.partition}"
     if options.fail_on_data_loss:

@@ -191,7 +191,7 @@ def _wait_truncated(client: Client, stream: str, timeout: float = 120.0) -> None
 
 
 def test_retention_loss_fails_or_is_skipped(
-    spark: Any, liftbridge_address: str, liftbridge_client: Client
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, tmp_path: Path
 ) -> None:
     stream = unique("spark-retained")
     liftbridge_client.create_stream(
@@ -215,3 +215,33 @@ def test_retention_loss_fails_or_is_skipped(
     assert "failOnDataLoss=false" in str(err.value)
     rows = _rows(reader.option("failOnDataLoss", "false").load())
     assert sorted(o for o, _ in rows) == list(range(earliest, 1050))
+
+    # Streaming, in micro-batches of 100 offsets: the first ones lie wholly before the
+    # log's start. Skipped with failOnDataLoss=false, then a restart reads only new rows.
+    out = tmp_path / "out"
+
+    def run(checkpoint: str, fail_on_loss: str) -> Any:
+        query = (
+            spark.readStream.format("liftbridge")
+            .option("brokers", liftbridge_address)
+            .option("stream", stream)
+            .option("startingOffsets", starting)
+            .option("maxOffsetsPerTrigger", "100")
+            .option("failOnDataLoss", fail_on_loss)
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(out if fail_on_loss == "false" else tmp_path / "other"))
+            .option("checkpointLocation", str(tmp_path / checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(TIMEOUT), "availableNow query did not finish"
+        return query
+
+    with pytest.raises(Exception, match="partition 0: offsets 5..104 are gone"):
+        run("failing", "true")
+    assert run("skipping", "false").exception() is None
+    _publish_plain(liftbridge_client, stream, range(1050, 1070))
+    assert run("skipping", "false").exception() is None
+    streamed = _rows(spark.read.parquet(str(out)))
+    assert sorted(o for o, _ in streamed) == list(range(earliest, 1070))
