@@ -90,6 +90,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     checkpointed end offset. ``maxOffsetsPerTrigger`` bounds each micro-batch, and
     ``Trigger.AvailableNow`` stops at the high watermarks seen when the query started.
 
+    Lag: PySpark 4.3's Python streaming sources cannot report custom metrics (no
+    ``offsetsBehindLatest``), so progress ``metrics`` stays empty. Each progress's
+    source entry carries ``latestOffset`` (from :meth:`reportLatestOffset`) and
+    ``endOffset`` in the same JSON shape; their difference per partition is the lag::
+
+        source = query.lastProgress["sources"][0]
+        latest, end = json.loads(source["latestOffset"]), json.loads(source["endOffset"])
+        lag = {p: latest[s][p] - end[s][p] for s in latest for p in latest[s]}
+
     Not thread-safe; Spark calls it from one thread in the streaming-source process.
     """
 

@@ -63,6 +63,9 @@ def test_stream_read_restarts_from_checkpoint_exactly_once(
     assert max(batches) <= 20 and len(batches) >= 2, batches  # maxOffsetsPerTrigger held
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
     assert end == {stream: {"0": 15, "1": 15}}
+    # Lag per partition = latestOffset - endOffset (documented on StreamReader).
+    latest = json.loads(query.lastProgress["sources"][0]["latestOffset"])
+    assert latest == end
 
     second = [f"b{i}" for i in range(15)]
     _publish(liftbridge_client, stream, second, 2)
