@@ -18,33 +18,48 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from liftbridge_sync import ConfigurationError
+from liftbridge_sync.spark.preflight import check_target
 from liftbridge_sync.spark.ranges import schema_ddl
 from liftbridge_sync.spark.readers import BatchReader, StreamReader
 from liftbridge_sync.spark.sink import SinkOptions
-from liftbridge_sync.spark.source_options import WRITE_OPTIONS, SourceOptions, check_known
+from liftbridge_sync.spark.source_options import (
+    BATCH_ONLY_OPTIONS,
+    STREAM_ONLY_OPTIONS,
+    WRITE_OPTIONS,
+    SourceOptions,
+    check_known,
+)
 from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
 
 __all__ = ["LiftbridgeDataSource", "register"]
 
 
 def _sink_options(options: Any, overwrite: bool) -> SinkOptions:
+    """Parse the write options and check the target on the driver, before any task."""
     if overwrite:
         raise ConfigurationError(
             "liftbridge streams are append-only: use .mode('append') (overwrite is refused)"
         )
     lowered = {str(k).lower(): v for k, v in options.items()}
     check_known(lowered, WRITE_OPTIONS, "write")
-    return SinkOptions.from_strings(lowered)
+    sink = SinkOptions.from_strings(lowered)
+    check_target(sink.client, sink.stream)
+    return sink
 
 
 class LiftbridgeDataSource(DataSource):
     """Read Liftbridge streams into DataFrames and write DataFrames to streams.
 
     Schema: ``key binary, value binary, stream string, partition int, offset long,
-    timestamp timestamp, subject string, replySubject string, correlationId string``
+    timestamp timestamp, timestampType int, subject string, replySubject string,
+    correlationId string`` (``timestampType`` is always 1, Kafka's LogAppendTime: the
+    leader stamps each message as it stores it)
     plus ``headers map<string,binary>`` with ``includeHeaders=true``. Written rows need
     ``value`` and may carry ``key``, ``partition``, ``headers``, ``correlationId`` and
-    ``stream``.
+    ``stream``. A row's non-null ``partition`` picks its partition; otherwise option
+    ``partitioner`` does: ``key`` (default, as Kafka: CRC-32 of the key like
+    :class:`~liftbridge_sync.ByKey` and the Go client, partition 0 for a null key),
+    ``roundrobin``, or ``partition-column`` (partition 0).
 
     Spark pickles it to its workers; it holds only the option strings. Not thread-safe.
     """
@@ -57,24 +72,54 @@ class LiftbridgeDataSource(DataSource):
     def _source(self) -> SourceOptions:
         return SourceOptions.parse(self.options)
 
+    def _only_for(self, where: str, names: tuple[str, ...]) -> None:
+        """Refuse options of the other kind of read, as the Kafka connector does."""
+        given = {str(k).lower() for k in self.options}
+        for name in names:
+            if name.lower() in given:
+                other = "streaming" if where == "batch" else "batch"
+                raise ConfigurationError(
+                    f"option {name!r} is for {other} reads only; remove it from this {where} read"
+                )
+
     def schema(self) -> str:
         """The source schema (checks the read options first)."""
         return schema_ddl(self._source().include_headers)
 
     def reader(self, schema: StructType) -> BatchReader:
-        """A batch reader."""
-        return BatchReader(self._source())
+        """A batch reader.
+
+        Raises:
+            ConfigurationError: a bad option, or the streaming-only
+                ``maxOffsetsPerTrigger``.
+        """
+        source = self._source()
+        self._only_for("batch", STREAM_ONLY_OPTIONS)
+        return BatchReader(source)
 
     def streamReader(self, schema: StructType) -> StreamReader:  # noqa: N802 - Spark's name
-        """A micro-batch stream reader."""
-        return StreamReader(self._source())
+        """A micro-batch stream reader.
+
+        Raises:
+            ConfigurationError: a bad option, or the batch-only ``endingOffsets``.
+        """
+        source = self._source()
+        self._only_for("streaming", BATCH_ONLY_OPTIONS)
+        return StreamReader(source)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
-        """A batch writer; refuses overwrite."""
+        """A batch writer; refuses overwrite.
+
+        Raises:
+            ConfigurationError: overwrite, or a bad option (named).
+            BrokerUnavailableError: no broker of option ``brokers`` answered within
+                about ``liftbridge.rpcTimeoutMs``.
+            NoSuchStreamError: the stream of option ``stream`` does not exist.
+        """
         return BatchWriter(_sink_options(self.options, overwrite))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: N802
-        """A streaming writer; refuses complete-mode overwrite."""
+        """A streaming writer; refuses complete-mode overwrite; checks as :meth:`writer`."""
         return StreamWriter(_sink_options(self.options, overwrite))
 
 

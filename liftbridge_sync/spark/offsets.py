@@ -19,6 +19,7 @@ from liftbridge_sync import (
     StartAt,
     StopAt,
 )
+from liftbridge_sync.spark.cleaner import retry_segment_closed
 
 __all__ = [
     "EARLIEST",
@@ -121,10 +122,17 @@ def _first_offset(client: Client, stream: str, partition: int, start: StartAt, h
     """Offset of the first message at ``start`` up to ``hw``, or ``hw + 1`` if none."""
     if hw < 0:
         return 0
-    with client.subscribe(stream, partition=partition, start=start, stop=StopAt.offset(hw)) as sub:
-        for message in sub:
-            return message.offset
-    return hw + 1
+
+    def first() -> int:
+        with client.subscribe(
+            stream, partition=partition, start=start, stop=StopAt.offset(hw)
+        ) as sub:
+            for message in sub:
+                return message.offset
+        return hw + 1
+
+    # A compacted stream's cleaner may close the segment under the reader.
+    return retry_segment_closed(first)
 
 
 def resolve(

@@ -7,29 +7,59 @@ yields one tuple per message in the source schema's column order.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from liftbridge_sync import Client, ConfigurationError, StartAt, StopAt
+from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
+from liftbridge_sync.spark.cleaner import (
+    SEGMENT_PAUSE,
+    SEGMENT_RETRIES,
+    is_segment_closed,
+    retry_segment_closed,
+)
 from liftbridge_sync.spark.source_options import SourceOptions
 
-__all__ = ["DataLossError", "OffsetRange", "read_range", "schema_ddl", "split_ranges"]
-
-_BASE_DDL = (
-    "key binary, value binary, stream string, partition int, offset long, "
-    "timestamp timestamp, subject string, replySubject string, correlationId string"
-)
-
+__all__ = [
+    "DataLossError",
+    "OffsetRange",
+    "check_data_loss",
+    "earliest_offset",
+    "read_range",
+    "schema_ddl",
+    "split_ranges",
+]
 
 _log = logging.getLogger("liftbridge_sync.spark")
 
+#: How the server refuses a subscription whose start is past its stop offset.
+_STOP_BEFORE_START = "stop offset is before start offset"
+
+#: Seconds to wait for the oldest message when telling compaction from retention.
+_EARLIEST_WAIT = 10.0
+
+
+_BASE_DDL = (
+    "key binary, value binary, stream string, partition int, offset long, "
+    "timestamp timestamp, timestampType int, subject string, replySubject string, "
+    "correlationId string"
+)
+
+#: Kafka's ``timestampType`` of every row: 1, LogAppendTime. The Liftbridge leader
+#: stamps each message when it stores it; publishers cannot set the time.
+LOG_APPEND_TIME = 1
+
 
 class DataLossError(ConfigurationError):
-    """Offsets to be read no longer exist (retention); see option ``failOnDataLoss``."""
+    """Offsets to be read fell off the log (retention); see option ``failOnDataLoss``.
+
+    Offsets that compaction removed from inside the log are not data loss.
+    """
 
 
 def schema_ddl(include_headers: bool) -> str:
@@ -47,80 +77,192 @@ class OffsetRange(InputPartition):
     end: int
 
 
+def _even(start: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, end)`` cut into ``parts`` pieces whose sizes differ by at most one."""
+    size, extra = divmod(end - start, parts)
+    pieces: list[tuple[int, int]] = []
+    low = start
+    for index in range(parts):
+        high = low + size + (1 if index < extra else 0)
+        pieces.append((low, high))
+        low = high
+    return pieces
+
+
 def split_ranges(
-    stream: str, starts: Mapping[int, int], ends: Mapping[int, int], max_records: int
+    stream: str,
+    starts: Mapping[int, int],
+    ends: Mapping[int, int],
+    max_records: int,
+    min_partitions: int = 0,
 ) -> list[OffsetRange]:
-    """One range per partition with ``start < end``, cut into ``max_records`` chunks.
+    """One range per partition with ``start < end``, cut into balanced pieces.
 
     Args:
-        max_records: Largest offset span of one range; ``0`` leaves ranges whole.
+        max_records: Largest offset span of one piece; ``0`` for no limit. A range is
+            cut into ``ceil(span / max_records)`` pieces of near-equal size.
+        min_partitions: Least number of pieces in all (Kafka's ``minPartitions``);
+            each range gets a share in proportion to its span, cut evenly. ``0``: no
+            minimum.
     """
+    spans = {
+        p: (starts[p], ends.get(p, starts[p])) for p in sorted(starts) if ends.get(p, 0) > starts[p]
+    }
+    total = sum(end - start for start, end in spans.values())
     ranges: list[OffsetRange] = []
-    for partition in sorted(starts):
-        start, end = starts[partition], ends.get(partition, starts[partition])
-        step = max_records if max_records > 0 else max(end - start, 1)
-        for low in range(start, end, step):
-            ranges.append(OffsetRange(stream, partition, low, min(low + step, end)))
+    for partition, (start, end) in spans.items():
+        span = end - start
+        parts = 1
+        if max_records > 0:
+            parts = -(-span // max_records)
+        if min_partitions > 0 and total > 0:
+            parts = max(parts, -(-span * min_partitions // total))
+        for low, high in _even(start, end, min(parts, span)):
+            ranges.append(OffsetRange(stream, partition, low, high))
     return ranges
 
 
 def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any, ...]]:
     """Yield the messages of ``piece`` as rows (runs on an executor).
 
+    Only offsets in ``[start, end)`` are ever yielded, whatever the subscription
+    delivers: a message before ``start`` is skipped, and the first one at or past
+    ``end`` ends the range (a compacted log may lack the stop offset itself, so the
+    next message present is the first sign that the range is done).
+
+    Offsets absent *inside* the log (removed by compaction) are not data loss. Only
+    offsets before the earliest retained one (removed by retention) are: see
+    :func:`check_data_loss`.
+
     Raises:
-        DataLossError: the first message is past ``start`` and ``failOnDataLoss`` is on.
+        DataLossError: offsets of the range fell off the log and ``failOnDataLoss``
+            is on.
         TimeoutError: no message came for ``pollTimeoutMs`` while the range was unfinished.
     """
     client = Client.for_process(options.client)
-    last = piece.end - 1
     headers = options.include_headers
-    previous = piece.start - 1  # the last offset a row was made of
+    next_offset = piece.start
+    closed_segments = 0
+    while True:
+        messages = _messages(client, options, piece, next_offset)
+        try:
+            with contextlib.closing(messages):
+                for message in messages:
+                    offset = message.offset
+                    if offset < next_offset:
+                        continue
+                    if offset >= piece.end:
+                        break
+                    if next_offset == piece.start and offset > piece.start:
+                        check_data_loss(client, options, piece, offset)
+                    next_offset = offset + 1
+                    row: tuple[Any, ...] = (
+                        message.key,
+                        message.value,
+                        message.stream,
+                        message.partition,
+                        offset,
+                        message.timestamp,
+                        LOG_APPEND_TIME,
+                        message.subject,
+                        message.reply_subject or None,
+                        None,
+                    )
+                    yield row + (dict(message.headers),) if headers else row
+                    if next_offset >= piece.end:
+                        return
+                if next_offset == piece.start:
+                    # Nothing at all: compacted away, or fallen off the log (retention).
+                    check_data_loss(client, options, piece, piece.end)
+                return
+        except ServerError as exc:
+            if _STOP_BEFORE_START in str(exc).lower() and next_offset == piece.start:
+                # The whole range lies before the log's start: the server refuses it.
+                check_data_loss(client, options, piece, piece.end)
+                return
+            # The cleaner of a compacted stream replaces the segments a reader holds; the
+            # server reports it as "segment has been closed". Transient: resume after
+            # the last row yielded, a bounded number of times.
+            closed_segments += 1
+            if not is_segment_closed(exc) or closed_segments > SEGMENT_RETRIES:
+                raise
+            time.sleep(SEGMENT_PAUSE)  # back-off before resubscribing
+            _log.info(
+                "%s partition %d: %s; resuming at %d",
+                piece.stream,
+                piece.partition,
+                exc,
+                next_offset,
+            )
+
+
+def _messages(
+    client: Client, options: SourceOptions, piece: OffsetRange, start: int
+) -> Generator[Message, None, None]:
+    """The subscription's messages from ``start`` up to the stop offset ``end - 1``."""
     with client.subscribe(
         piece.stream,
         partition=piece.partition,
-        start=StartAt.offset(piece.start),
-        stop=StopAt.offset(last),
+        start=StartAt.offset(start),
+        stop=StopAt.offset(piece.end - 1),
         read_isr_replica=options.read_isr_replica,
     ) as sub:
         while True:
             try:
-                message = sub.get(options.poll_timeout)
+                yield sub.get(options.poll_timeout)
             except StopIteration:
                 return
-            offset = message.offset
-            # Never a row outside [start, end) or out of order, whatever the client
-            # delivers: a duplicate row would break an exactly-once sink.
-            if offset > last:
-                return
-            if offset <= previous:
-                _log.warning(
-                    "%r partition %d: skipped offset %d, not after %d (range %d..%d)",
-                    piece.stream,
-                    piece.partition,
-                    offset,
-                    previous,
-                    piece.start,
-                    last,
-                )
-                continue
-            if previous < piece.start and offset > piece.start and options.fail_on_data_loss:
-                raise DataLossError(
-                    f"{piece.stream!r} partition {piece.partition}: offsets {piece.start}.."
-                    f"{offset - 1} are gone (retention or compaction); set "
-                    "failOnDataLoss=false to skip them"
-                )
-            previous = offset
-            row: tuple[Any, ...] = (
-                message.key,
-                message.value,
-                message.stream,
-                message.partition,
-                offset,
-                message.timestamp,
-                message.subject,
-                message.reply_subject or None,
-                None,
-            )
-            yield row + (dict(message.headers),) if headers else row
-            if offset >= last:
-                return
+
+
+def earliest_offset(client: Client, stream: str, partition: int, timeout: float) -> int | None:
+    """Offset of the oldest message the partition still holds.
+
+    Returns ``None`` when none came within ``timeout`` seconds: the log is empty.
+    """
+
+    def oldest() -> int | None:
+        with client.subscribe(stream, partition=partition, start=StartAt.earliest()) as sub:
+            try:
+                return sub.get(timeout).offset
+            except (StopIteration, TimeoutError):
+                return None
+
+    return retry_segment_closed(oldest)
+
+
+def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, first: int) -> None:
+    """Tell a compaction gap from retention loss when a range starts after ``start``.
+
+    The offsets ``[piece.start, first)`` are missing (``first`` is ``piece.end`` when
+    the range yielded nothing). Those before the partition's
+    earliest retained message are lost (retention truncated the log); the rest were
+    compacted away, which is normal. Lost offsets raise :class:`DataLossError` with
+    ``failOnDataLoss`` on, else are logged as a warning and skipped. The earliest
+    retained message is the best the client can see: an oldest message removed by
+    compaction counts as retention loss.
+
+    Raises:
+        DataLossError: offsets were lost and ``failOnDataLoss`` is on.
+    """
+    wait = min(options.poll_timeout, _EARLIEST_WAIT)
+    earliest = earliest_offset(client, piece.stream, piece.partition, wait)
+    if earliest is not None and earliest <= piece.start:
+        return  # the gap is inside the log: compaction
+    if earliest is None:
+        earliest = first  # the log holds nothing: all of the range is gone
+    lost_end = min(earliest, first) - 1
+    where = f"stream {piece.stream!r} partition {piece.partition}"
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"{where}: offsets {piece.start}..{lost_end} are gone (before the earliest "
+            f"retained offset {earliest}, removed by retention); set option "
+            "failOnDataLoss=false to skip them"
+        )
+    _log.warning(
+        "%s: offsets %d..%d are gone (before the earliest retained offset %d); skipped "
+        "because failOnDataLoss=false",
+        where,
+        piece.start,
+        lost_end,
+        earliest,
+    )

@@ -63,9 +63,18 @@ class BatchReader(DataSourceReader):
             client, opts.stream, start_spec, hws, timestamp_ms=opts.starting_timestamp_ms
         )
         ends = resolve(client, opts.stream, end_spec, hws)
+        for partition in sorted(starts):
+            if starts[partition] > ends[partition]:
+                raise ConfigurationError(
+                    f"partition {partition}: option 'startingOffsets' resolves to "
+                    f"{starts[partition]}, after option 'endingOffsets' {ends[partition]} "
+                    "(the end is exclusive; 'latest' is the high watermark + 1)"
+                )
         # Never wait for messages that do not exist yet: cap the end at HW + 1.
         ends = {p: min(ends[p], hws[p] + 1) for p in ends}
-        return split_ranges(opts.stream, starts, ends, opts.max_records_per_partition)
+        return split_ranges(
+            opts.stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
+        )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one range (executor)."""
@@ -80,6 +89,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     The checkpoint, not the source, is the truth: a restarted query resumes at the
     checkpointed end offset. ``maxOffsetsPerTrigger`` bounds each micro-batch, and
     ``Trigger.AvailableNow`` stops at the high watermarks seen when the query started.
+
+    Lag: PySpark 4.3's Python streaming sources cannot report custom metrics (no
+    ``offsetsBehindLatest``), so progress ``metrics`` stays empty. Each progress's
+    source entry carries ``latestOffset`` (from :meth:`reportLatestOffset`) and
+    ``endOffset`` in the same JSON shape; their difference per partition is the lag::
+
+        source = query.lastProgress["sources"][0]
+        latest, end = json.loads(source["latestOffset"]), json.loads(source["endOffset"])
+        lag = {p: latest[s][p] - end[s][p] for s in latest for p in latest[s]}
 
     Not thread-safe; Spark calls it from one thread in the streaming-source process.
     """
@@ -139,7 +157,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends = from_json_dict(stream, end)
         begin = from_json_dict(stream, start)
         starts = {p: begin.get(p, 0) for p in ends}
-        return split_ranges(stream, starts, ends, self.options.max_records_per_partition)
+        opts = self.options
+        return split_ranges(
+            stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
+        )
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         """Read one range (executor)."""

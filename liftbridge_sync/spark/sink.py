@@ -32,7 +32,8 @@ from liftbridge_sync.spark.rows import Columns, RowMessage, column_index, to_mes
 
 __all__ = ["PartitionPublisher", "PublishSummary", "SinkOptions", "publish_partition"]
 
-_PARTITIONERS = ("key", "roundrobin", "none")
+#: Accepted ``partitioner`` values; ``partition-column`` and ``none`` are the same.
+_PARTITIONERS = ("key", "roundrobin", "partition-column", "none")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,8 +43,12 @@ class SinkOptions:
     Attributes:
         client: Options of the per-process client.
         stream: Target stream; ``None`` reads it from each row's ``stream`` column.
-        partitioner: ``"key"`` (CRC-32 of the key, Go-compatible), ``"roundrobin"`` or
-            ``"none"`` (partition 0) for rows without a ``partition`` value.
+        partitioner: How rows without a ``partition`` value are placed. ``"key"`` (the
+            default, like Kafka's): CRC-32 of the key modulo the partition count, as
+            :class:`~liftbridge_sync.ByKey` and the Go client do, and partition 0 for
+            a null key. ``"roundrobin"``: spread over the partitions.
+            ``"partition-column"`` (alias ``"none"``): the ``partition`` column only,
+            partition 0 when it is null. A non-null ``partition`` cell always wins.
         ack_policy: Ack policy of every publish.
         max_in_flight: Unacknowledged messages a task may have at once.
         ack_timeout: Seconds to wait for each ack (``None``: the client's).
@@ -51,7 +56,7 @@ class SinkOptions:
 
     client: ClientOptions
     stream: str | None = None
-    partitioner: str = "none"
+    partitioner: str = "key"
     ack_policy: AckPolicy = AckPolicy.LEADER
     max_in_flight: int = 1024
     ack_timeout: float | None = None
@@ -96,7 +101,7 @@ class SinkOptions:
         return cls(
             client=client_options(lowered.get("brokers"), lowered),
             stream=lowered.get("stream") or lowered.get("path") or None,
-            partitioner=lowered.get("partitioner", "none").strip().lower(),
+            partitioner=lowered.get("partitioner", "key").strip().lower(),
             ack_policy=AckPolicy[policy_name],
             max_in_flight=get_int(lowered, "maxInFlight", 1024, minimum=1),
             ack_timeout=timeout_ms / 1000.0 if timeout_ms else None,
@@ -241,11 +246,12 @@ def publish_partition(
     brokers: str,
     stream: str | None = None,
     *,
-    partitioner: str = "none",
+    partitioner: str = "key",
     ack_policy: AckPolicy = AckPolicy.LEADER,
     max_in_flight: int = 1024,
     ack_timeout: float | None = None,
     client_options: ClientOptions | None = None,
+    check: bool = True,
 ) -> PartitionPublisher:
     """A ``foreachPartition`` function that publishes each row to Liftbridge.
 
@@ -257,23 +263,29 @@ def publish_partition(
         brokers: Seed brokers, ``"host:port[,host:port...]"`` (ignored when
             ``client_options`` is given).
         stream: Target stream; ``None`` takes it from each row's ``stream`` column.
-        partitioner: ``"key"``, ``"roundrobin"`` or ``"none"`` for rows whose
+        partitioner: ``"key"`` (default: hash of the key, partition 0 for a null
+            key), ``"roundrobin"`` or ``"partition-column"`` (partition 0) for rows whose
             ``partition`` column is absent or null.
         ack_policy: Ack policy of every publish.
         max_in_flight: Unacknowledged messages per task at most.
         ack_timeout: Seconds to wait for each ack (default: the client's, 5 s).
         client_options: Full client options (TLS, retries) instead of ``brokers``.
+        check: Ask the cluster at once, on the driver, that a broker answers and that
+            ``stream`` exists, so that a wrong address fails within ``rpc_timeout``
+            instead of on every executor after an ack timeout.
 
     Returns:
         A picklable :class:`PartitionPublisher`.
 
     Raises:
         ConfigurationError: an argument is invalid (raised on the driver, at once).
+        BrokerUnavailableError: with ``check``, no broker answered (names ``brokers``).
+        NoSuchStreamError: with ``check``, ``stream`` does not exist.
 
     Thread-safe: the returned object is immutable; each task uses its worker's client.
     """
     options = client_options if client_options is not None else client_options_for(brokers)
-    return PartitionPublisher(
+    publisher = PartitionPublisher(
         SinkOptions(
             client=options,
             stream=stream,
@@ -283,6 +295,11 @@ def publish_partition(
             ack_timeout=ack_timeout,
         )
     )
+    if check:
+        from liftbridge_sync.spark.preflight import check_target
+
+        check_target(options, stream)
+    return publisher
 
 
 def client_options_for(brokers: str) -> ClientOptions:

@@ -21,7 +21,20 @@ from liftbridge_sync.spark.config import (
     lower_keys,
 )
 
-__all__ = ["READ_OPTIONS", "SourceOptions", "WRITE_OPTIONS", "check_known"]
+__all__ = [
+    "BATCH_ONLY_OPTIONS",
+    "READ_OPTIONS",
+    "STREAM_ONLY_OPTIONS",
+    "SourceOptions",
+    "WRITE_OPTIONS",
+    "check_known",
+]
+
+#: Read options refused by ``readStream`` (a streaming query has no end).
+BATCH_ONLY_OPTIONS = ("endingOffsets",)
+
+#: Read options refused by a batch ``read`` (there are no triggers).
+STREAM_ONLY_OPTIONS = ("maxOffsetsPerTrigger",)
 
 #: Options the reader understands (lower case).
 READ_OPTIONS = frozenset(
@@ -35,6 +48,7 @@ READ_OPTIONS = frozenset(
         "startingtimestamp",
         "maxoffsetspertrigger",
         "maxrecordsperpartition",
+        "minpartitions",
         "includeheaders",
         "failondataloss",
         "readisrreplica",
@@ -116,6 +130,8 @@ class SourceOptions:
         max_offsets_per_trigger: Row budget per micro-batch, ``None`` for no limit.
         max_records_per_partition: Split ranges bigger than this into several Spark
             partitions (``0``: one Spark partition per Liftbridge partition).
+        min_partitions: Least number of Spark partitions of a read (``0``: one per
+            Liftbridge partition, or as ``max_records_per_partition`` cuts them).
         include_headers: Add the ``headers`` column.
         fail_on_data_loss: Fail when offsets to be read were deleted (retention).
         read_isr_replica: Read from a random in-sync replica instead of the leader.
@@ -130,6 +146,7 @@ class SourceOptions:
     starting_timestamp_ms: int | None = None
     max_offsets_per_trigger: int | None = None
     max_records_per_partition: int = 0
+    min_partitions: int = 0
     include_headers: bool = False
     fail_on_data_loss: bool = True
     read_isr_replica: bool = False
@@ -160,6 +177,9 @@ class SourceOptions:
             starting_timestamp_ms=timestamp if timestamp >= 0 else None,
             max_offsets_per_trigger=max_per_trigger or None,
             max_records_per_partition=get_int(lowered, "maxRecordsPerPartition", 0),
+            min_partitions=get_int(lowered, "minPartitions", 0, minimum=1)
+            if "minpartitions" in lowered
+            else 0,
             include_headers=get_bool(lowered, "includeHeaders", False),
             fail_on_data_loss=get_bool(lowered, "failOnDataLoss", True),
             read_isr_replica=get_bool(lowered, "readISRReplica", False),

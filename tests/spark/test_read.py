@@ -46,6 +46,7 @@ def test_batch_read_matches_published_with_every_column(
         "partition",
         "offset",
         "timestamp",
+        "timestampType",
         "subject",
         "replySubject",
         "correlationId",
@@ -63,6 +64,7 @@ def test_batch_read_matches_published_with_every_column(
         assert r.replySubject is None
         assert bytes(r.headers["n"]) == str(r.offset).encode()
         assert r.timestamp is not None and r.timestamp.year >= 2024
+        assert r.timestampType == 1  # LogAppendTime, as Kafka numbers it
     # The default schema has no headers column; load(path) names the stream.
     plain = spark.read.format("liftbridge").option("brokers", liftbridge_address).load(stream)
     assert "headers" not in plain.columns
@@ -87,6 +89,9 @@ def test_offset_ranges_and_splits(
     split = _reader(spark, liftbridge_address, stream).option("maxRecordsPerPartition", "7").load()
     assert split.rdd.getNumPartitions() == 15  # ceil(30 / 7) = 5 per partition
     assert split.count() == 90
+    spread = _reader(spark, liftbridge_address, stream).option("minPartitions", "7").load()
+    assert spread.rdd.getNumPartitions() == 9  # ceil(30 * 7 / 90) = 3 per partition
+    assert sorted(r.offset for r in spread.filter("partition = 0").collect()) == list(range(30))
     only = _reader(spark, liftbridge_address, stream).option("partitions", "0,2").load()
     assert sorted({r.partition for r in only.select("partition").collect()}) == [0, 2]
 
@@ -122,6 +127,7 @@ def test_empty_stream_reads_no_rows(
         ("startingOffsets", '{"other": {"0": 1}}', "keyed by the stream"),
         ("endingOffsets", "earliest", "may not be earliest"),
         ("maxOffsetsPerTrigger", "many", "option 'maxOffsetsPerTrigger' must be an integer"),
+        ("maxOffsetsPerTrigger", "10", "'maxOffsetsPerTrigger' is for streaming reads only"),
         ("includeHeaders", "yes", "option 'includeHeaders' must be 'true' or 'false'"),
         ("partitions", "0,7", "has no partition [7]"),
         ("liftbridge.bogus", "1", "unknown option 'liftbridge.bogus'"),
@@ -138,6 +144,25 @@ def test_bad_options_name_the_problem(
     stream = new_stream()
     with pytest.raises(Exception, match=_escape(message)):
         _reader(spark, liftbridge_address, stream).option(option, value).load().collect()
+
+
+def test_starting_after_ending_is_refused(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    stream = new_stream()
+    _fill(liftbridge_client, stream, 1, 10)
+    reader = _reader(spark, liftbridge_address, stream)
+    reader = reader.option("startingOffsets", json.dumps({stream: {"0": 5}}))
+    with pytest.raises(Exception, match="'startingOffsets' resolves to 5, after option 'endingOff"):
+        reader.option("endingOffsets", json.dumps({stream: {"0": 3}})).load().collect()
+    beyond = _reader(spark, liftbridge_address, stream)
+    beyond = beyond.option("startingOffsets", json.dumps({stream: {"0": 12}}))
+    with pytest.raises(Exception, match="resolves to 12, after option 'endingOffsets' 10"):
+        beyond.load().collect()
+    # Equal ends are an empty range, not an error.
+    empty = _reader(spark, liftbridge_address, stream)
+    empty = empty.option("startingOffsets", json.dumps({stream: {"0": 10}}))
+    assert empty.load().count() == 0
 
 
 def test_missing_stream_and_unreachable_broker(spark: Any, liftbridge_address: str) -> None:
@@ -159,3 +184,21 @@ def _escape(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+def test_splits_are_balanced() -> None:
+    pytest.importorskip("pyspark")
+    from liftbridge_sync.spark.ranges import split_ranges
+
+    def sizes(ranges: list[Any]) -> list[tuple[int, int]]:
+        return [(r.partition, r.end - r.start) for r in ranges]
+
+    starts, ends = {0: 0, 1: 0, 2: 0}, {0: 2500, 1: 2500, 2: 2}
+    assert sizes(split_ranges("s", starts, ends, 0)) == [(0, 2500), (1, 2500), (2, 2)]
+    assert sizes(split_ranges("s", starts, ends, 0, 6)) == [
+        (0, 834), (0, 833), (0, 833), (1, 834), (1, 833), (1, 833), (2, 2)
+    ]  # fmt: skip
+    assert sizes(split_ranges("s", {0: 10}, {0: 2511}, 1000)) == [(0, 834), (0, 834), (0, 833)]
+    pieces = split_ranges("s", {0: 10}, {0: 13}, 0, 50)  # never an empty piece
+    assert [(r.start, r.end) for r in pieces] == [(10, 11), (11, 12), (12, 13)]
+    assert split_ranges("s", {0: 5, 1: 3}, {0: 5}, 2, 4) == []

@@ -63,6 +63,9 @@ def test_stream_read_restarts_from_checkpoint_exactly_once(
     assert max(batches) <= 20 and len(batches) >= 2, batches  # maxOffsetsPerTrigger held
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
     assert end == {stream: {"0": 15, "1": 15}}
+    # Lag per partition = latestOffset - endOffset (documented on StreamReader).
+    latest = json.loads(query.lastProgress["sources"][0]["latestOffset"])
+    assert latest == end
 
     second = [f"b{i}" for i in range(15)]
     _publish(liftbridge_client, stream, second, 2)
@@ -103,3 +106,26 @@ def test_stream_write_copies_a_stream(
     assert query.exception() is None
     copied = read_all(liftbridge_client, target)
     assert sorted(m.value.decode() for m in copied) == sorted(values)
+
+
+def test_batch_only_option_is_refused_by_a_streaming_read(
+    spark: Any, liftbridge_address: str, new_stream: StreamFactory, tmp_path: Path
+) -> None:
+    stream = new_stream()
+    with pytest.raises(Exception, match="'endingOffsets' is for batch reads only"):
+        query = (
+            spark.readStream.format("liftbridge")
+            .option("brokers", liftbridge_address)
+            .option("stream", stream)
+            .option("endingOffsets", "latest")
+            .load()
+            .writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(TIMEOUT)
+        finally:
+            query.stop()

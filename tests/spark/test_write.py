@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client
+from liftbridge_sync import ByKey, Client, ClientOptions
+from liftbridge_sync.spark import publish_partition
 from tests.integration.conftest import StreamFactory
 from tests.spark._helpers import read_all
 
@@ -51,3 +54,85 @@ def test_overwrite_and_bad_write_options_are_refused(
     with pytest.raises(Exception, match="option 'ackPolicy' must be leader, all or none"):
         _writer(df, liftbridge_address, stream).option("ackPolicy", "most").mode("append").save()
     assert read_all(liftbridge_client, stream) == []
+
+
+_FAST = {"liftbridge.rpcTimeoutMs": "2000"}
+
+
+def _fails_fast(action: Any, *names: str) -> None:
+    """``action`` raises within 15 s (rpc timeout 2 s plus Spark) naming all ``names``."""
+    started = time.monotonic()
+    with pytest.raises(Exception) as err:
+        action()
+    elapsed = time.monotonic() - started
+    text = f"{type(err.value).__name__}: {err.value}"
+    assert all(name in text for name in names), text[-2000:]
+    assert elapsed < 15, f"took {elapsed:.1f}s"
+
+
+def test_writes_check_brokers_and_stream_on_the_driver(
+    spark: Any, liftbridge_address: str, new_stream: StreamFactory, tmp_path: Path
+) -> None:
+    stream = new_stream()
+    df = spark.createDataFrame([("x",)], "value string")
+    unreachable = ("BrokerUnavailableError", "option 'brokers'", "127.0.0.1:1")
+    missing = ("NoSuchStreamError", "option 'stream'", "no-such-stream")
+
+    def batch(address: str, target: str) -> None:
+        _writer(df, address, target).options(**_FAST).mode("append").save()
+
+    _fails_fast(lambda: batch("127.0.0.1:1", stream), *unreachable)
+    _fails_fast(lambda: batch(liftbridge_address, "no-such-stream"), *missing)
+
+    def sink(address: str, target: str) -> None:
+        publish_partition(address, target, client_options=_client(address))
+
+    _fails_fast(lambda: sink("127.0.0.1:1", stream), *unreachable)
+    _fails_fast(lambda: sink(liftbridge_address, "no-such-stream"), *missing)
+
+    def streaming(address: str, target: str) -> None:
+        query = (
+            spark.readStream.format("rate")
+            .load()
+            .selectExpr("cast(value as string) as value")
+            .writeStream.format("liftbridge")
+            .option("brokers", address)
+            .option("stream", target)
+            .options(**_FAST)
+            .option("checkpointLocation", str(tmp_path / target))
+            .start()
+        )
+        try:
+            query.awaitTermination(60)
+        finally:
+            query.stop()
+
+    _fails_fast(lambda: streaming("127.0.0.1:1", stream), *unreachable)
+    _fails_fast(lambda: streaming(liftbridge_address, "no-such-stream"), *missing)
+
+
+def _client(address: str) -> ClientOptions:
+    return ClientOptions(addresses=(address,), rpc_timeout=2.0)
+
+
+def test_keyed_rows_are_hashed_by_default(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    hashed, column, sunk = new_stream(partitions=3), new_stream(partitions=3), new_stream(3)
+    df = spark.range(1000).selectExpr(
+        "cast(concat('k', id) as binary) as key", "cast(id as string) as value"
+    )
+    _writer(df, liftbridge_address, hashed).mode("append").save()
+    by_key = ByKey()
+    for target in (hashed, sunk):
+        if target == sunk:
+            df.foreachPartition(publish_partition(liftbridge_address, sunk))
+        messages = read_all(liftbridge_client, target)
+        assert len(messages) == 1000
+        assert {m.partition for m in messages} == {0, 1, 2}
+        for m in messages:
+            assert m.partition == by_key.partition(target, m.key, m.value, 3)
+    _writer(df, liftbridge_address, column).option("partitioner", "partition-column").mode(
+        "append"
+    ).save()
+    assert {m.partition for m in read_all(liftbridge_client, column)} == {0}

@@ -1,7 +1,9 @@
 """Auto-registration hook: Spark registers ``DefaultSource`` of ``pyspark_*`` modules.
 
 Installing liftbridge-sync with the ``spark`` extra makes ``format("liftbridge")``
-work in every SparkSession without a ``spark.dataSource.register`` call.
+work in every SparkSession without a ``spark.dataSource.register`` call. The module lives
+alone in ``spark_plugin/`` so that an editable install can put that directory on
+``sys.path``, where PySpark's ``pkgutil.iter_modules()`` lookup sees it (see setup.py).
 """
 
 from liftbridge_sync.spark.datasource import LiftbridgeDataSource as DefaultSource
