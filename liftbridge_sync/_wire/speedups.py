@@ -36,6 +36,7 @@ Pure functions; thread-safe (:func:`note_fallback` logs at most once per process
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import threading
@@ -159,8 +160,11 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") not in ("", "0"):
 else:
     try:
         from liftbridge_sync import _speedups
-    except ImportError as exc:  # not built (no C compiler at install time)
-        INACTIVE_REASON = f"extension not built: {exc}"
+    except ImportError as exc:
+        if importlib.util.find_spec("liftbridge_sync._speedups") is None:
+            INACTIVE_REASON = "extension not built (installed from source without a C compiler)"
+        else:  # built, but it does not load (e.g. built for another interpreter)
+            INACTIVE_REASON = f"extension does not load: {exc}"
     else:
         _speedups.setup(Ack, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
         frame_id = _speedups.frame_id

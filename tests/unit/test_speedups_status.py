@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -24,6 +25,14 @@ TWO_CLIENTS = textwrap.dedent(
     for _ in range(2):
         liftbridge_sync.Client("127.0.0.1:1").close()
     print("active", liftbridge_sync.speedups_active())
+    """
+)
+
+RUN_VERSION = textwrap.dedent(
+    """
+    import runpy
+    sys.argv = ["liftbridge-sync", "--version"]
+    runpy.run_module("liftbridge_sync", run_name="__main__")
     """
 )
 
@@ -67,6 +76,47 @@ def test_the_debug_line_appears_only_when_the_fallback_runs() -> None:
     else:
         assert lines[-1] == "active False" and len(notes) == 1
         assert "extension not built" in notes[0]
+
+
+def test_an_install_without_the_extension_says_so(tmp_path: Path) -> None:
+    """What a source install on a machine without a C compiler gets: the same package
+    without ``_speedups*.so``. It works, and says why it is slower where users look."""
+    package = Path(liftbridge_sync.__file__).parent
+    shutil.copytree(package, tmp_path / "liftbridge_sync", ignore=shutil.ignore_patterns("*.so"))
+    env = {k: v for k, v in os.environ.items() if k != "LIFTBRIDGE_SYNC_NO_SPEEDUPS"}
+    env["PYTHONPATH"] = str(tmp_path)
+    # The editable install of `make venv` maps liftbridge_sync.* to the checkout by name
+    # from a meta-path finder; without it the copy is what imports, as in a real install.
+    unhook = "import sys\nsys.meta_path[:] = [f for f in sys.meta_path if "
+    unhook += "'__editable__' not in getattr(f, '__module__', '')]\n"
+    script = unhook + TWO_CLIENTS + "print(liftbridge_sync.__file__)\n"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # not the checkout's liftbridge_sync
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1] == str(tmp_path / "liftbridge_sync" / "__init__.py")
+    assert lines[-2] == "active False"
+    notes = [line for line in lines if line.startswith("liftbridge_sync.speedups|")]
+    assert len(notes) == 1, lines
+    assert (
+        "inactive (extension not built (installed from source without a C compiler))" in (notes[0])
+    )
+    version = subprocess.run(
+        [sys.executable, "-c", unhook + RUN_VERSION],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert version.returncode == 0, version.stderr
+    assert "C speedups inactive: extension not built" in version.stdout
 
 
 def test_the_suite_tests_the_install_it_means_to() -> None:
