@@ -49,9 +49,10 @@ dist: venv
 test: venv server lint type dist
 	.ci/test-wheels
 
-## The fast loop while editing: the editable checkout in .venv, this interpreter only.
-## Narrow it with ARGS, e.g. make test-dev ARGS="tests/unit -k speedups".
-ARGS ?= tests
+## The fast loop while editing: the editable checkout in .venv (C edits rebuilt by
+## `make venv`), this interpreter only, unit + component tests by default. Choose with
+## ARGS, e.g. make test-dev ARGS="tests/integration/test_publish.py -k ack".
+ARGS ?= tests/unit tests/component
 test-dev: venv
 	LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS=1 $(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)
 
