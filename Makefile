@@ -29,7 +29,7 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 type: venv
-	$(BIN)/mypy liftbridge_sync tests bench
+	$(BIN)/mypy liftbridge_sync tests bench .ci/check_dist.py
 
 ## Regenerate liftbridge_sync/_proto from protos/ (tests check it is up to date).
 codegen: venv
