@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The Liftbridge server and Go build caches live inside the project.
 export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
 
-.PHONY: all venv server lint type codegen test unit demo bench clean fuzz
+.PHONY: all venv server lint type codegen dist test test-dev unit demo bench clean fuzz
 
 all: test
 
@@ -29,18 +29,33 @@ lint: venv
 	$(BIN)/ruff format --check .
 
 type: venv
-	$(BIN)/mypy liftbridge_sync tests bench
+	$(BIN)/mypy liftbridge_sync tests bench .ci/check_dist.py
 
 ## Regenerate liftbridge_sync/_proto from protos/ (tests check it is up to date).
 codegen: venv
 	$(BIN)/python -m grpc_tools.protoc --proto_path=protos --python_out=. --pyi_out=. \
 		--grpc_python_out=. protos/liftbridge_sync/_proto/api.proto
 
-## The whole suite with the C speedups (required: a machine with a C compiler builds
-## them), then the unit and component tests again on the pure-Python fallback.
-test: venv server lint type fuzz
-	LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS=1 $(BIN)/python -m pytest
-	LIFTBRIDGE_SYNC_NO_SPEEDUPS=1 $(BIN)/python -m pytest -q tests/unit tests/component
+## The sdist and a manylinux wheel per supported CPython (3.11, 3.12, 3.13; found with
+## pyenv or as python3.X on PATH: a missing one fails the build), checked with
+## twine --strict and installed into fresh virtualenvs (.ci/dist, .ci/check_dist.py).
+dist: venv
+	HOST_PYTHON=$(BIN)/python .ci/dist
+
+## What CI runs (.ci/run): ruff and mypy once, then the wheels from `make dist`, each
+## installed into a virtualenv of its interpreter (not the checkout): the whole suite on
+## 3.11 and 3.13, unit + component tests on 3.12, all with the C speedups required,
+## then unit + component tests on the pure-Python fallback (.ci/test-wheels). The C
+## speedups are fuzzed under ASan/UBSan first (`fuzz`, FUZZ_SECONDS).
+test: venv server lint type fuzz dist
+	.ci/test-wheels
+
+## The fast loop while editing: the editable checkout in .venv (C edits rebuilt by
+## `make venv`), this interpreter only, unit + component tests by default. Choose with
+## ARGS, e.g. make test-dev ARGS="tests/integration/test_publish.py -k ack".
+ARGS ?= tests/unit tests/component
+test-dev: venv
+	LIFTBRIDGE_SYNC_REQUIRE_SPEEDUPS=1 $(BIN)/python -m pytest -n 2 --dist loadfile $(ARGS)
 
 ## The C speedups built with AddressSanitizer + UBSan (build/fuzz/) and fuzzed for
 ## FUZZ_SECONDS (tests/fuzz/fuzz_speedups.py); a sanitizer report fails the run.
@@ -68,4 +83,5 @@ bench: venv server
 	$(BIN)/python -m bench all
 
 clean:
-	rm -rf $(VENV) .cache .mypy_cache .pytest_cache .ruff_cache build *.egg-info liftbridge_sync/*.so
+	rm -rf $(VENV) .cache .mypy_cache .pytest_cache .ruff_cache build dist *.egg-info \
+		liftbridge_sync/*.so

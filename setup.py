@@ -1,4 +1,4 @@
-"""Setup shim: metadata lives in setup.cfg; this adds the optional C speedups.
+"""Setup shim: metadata lives in pyproject.toml; this adds the optional C speedups.
 
 ``liftbridge_sync._speedups`` (``liftbridge_sync/_speedups.c``, CPython C API only) is
 built when a C compiler is available. Building it must never fail an install: without a

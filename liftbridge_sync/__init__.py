@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from liftbridge_sync._publishing.stats import PublisherStats
+from liftbridge_sync._wire import speedups as _speedups_wire
 from liftbridge_sync.activity import (
     ActivityEvent,
     ConsumerJoinedGroup,
@@ -77,6 +78,25 @@ from liftbridge_sync.subscription.stream import StreamSubscription
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+
+def speedups_active() -> bool:
+    """Whether this process runs the C speedups of the publish path.
+
+    ``False`` means the pure-Python fallback: same results, about half the publish
+    throughput. That happens when the extension was not built (a source install on a
+    machine without a C compiler: ``pip`` only says so under ``-v``) or when
+    ``LIFTBRIDGE_SYNC_NO_SPEEDUPS`` is set (not ``""``/``"0"``) at import time.
+    ``liftbridge-sync --version`` prints the same answer with the reason, and the
+    first :class:`Client` of a process that fell back logs it at DEBUG on the
+    ``liftbridge_sync.speedups`` logger.
+
+    Returns:
+        ``True`` when the compiled ``liftbridge_sync._speedups`` extension is in use.
+
+    Thread-safe: the answer is fixed when the package is imported.
+    """
+    return _speedups_wire.ACTIVE
 
 
 def _show_public_module() -> None:
@@ -163,6 +183,7 @@ __all__ = [
     "UnobservedPublishFailuresError",
     "UnsupportedError",
     "__version__",
+    "speedups_active",
 ]
 
 _show_public_module()

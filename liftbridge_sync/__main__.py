@@ -1,22 +1,40 @@
-"""``python -m liftbridge_sync``: the ``liftbridge-sync`` command line (extra ``cli``)."""
+"""``liftbridge-sync`` and ``python -m liftbridge_sync``: the command line (extra ``cli``).
+
+The console script points here rather than at :mod:`liftbridge_sync.cli` so that,
+without the ``cli`` extra (click and rich), the command prints what to install instead
+of an ``ImportError`` traceback.
+"""
 
 from __future__ import annotations
 
 import sys
 
+__all__ = ["main"]
 
-def _run() -> int:
+
+def main() -> int:
+    """Run the command line on ``sys.argv[1:]``; return the exit code.
+
+    Without the ``cli`` extra: one line on stderr naming ``pip install
+    'liftbridge-sync[cli]'``, exit code 1.
+
+    Not thread-safe: run it from the main thread of a process.
+    """
     try:
-        from liftbridge_sync.cli import main
-    except ImportError as exc:  # the cli extra is not installed
+        from liftbridge_sync.cli import main as cli_main
+    except ImportError as exc:
+        if exc.name not in ("click", "rich") and not (exc.name or "").startswith(
+            ("click.", "rich.")
+        ):
+            raise  # a broken install, not a missing extra: show it
         print(
-            f"liftbridge-sync: the command line needs the 'cli' extra ({exc.name} is missing): "
-            "pip install 'liftbridge-sync[cli]'",
+            f"liftbridge-sync: the command line needs the 'cli' extra ({exc.name} is "
+            "missing): pip install 'liftbridge-sync[cli]'",
             file=sys.stderr,
         )
-        return 2
-    return main()
+        return 1
+    return cli_main()
 
 
 if __name__ == "__main__":
-    sys.exit(_run())
+    sys.exit(main())

@@ -32,7 +32,7 @@ from liftbridge_sync._wire.requests import (
     partition_of,
     publish_to_subject_request,
 )
-from liftbridge_sync._wire.speedups import frame_values
+from liftbridge_sync._wire.speedups import frame_values, note_fallback
 from liftbridge_sync._wire.status import (
     CallContext,
     error_from_ack_error,
@@ -190,6 +190,7 @@ class Client:
         self._closed = False
         self._publisher: Publisher | None = None
         _fork.track(self)
+        note_fallback()
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> Client:

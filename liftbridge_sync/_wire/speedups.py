@@ -3,7 +3,9 @@
 ``liftbridge_sync._speedups`` (``liftbridge_sync/_speedups.c``) is built by ``setup.py``
 when a C compiler is present; without it, or with the environment variable
 ``LIFTBRIDGE_SYNC_NO_SPEEDUPS`` set to anything but ``""``/``"0"`` at import time, the
-functions below are pure Python with the same results. :data:`ACTIVE` tells which.
+functions below are pure Python with the same results. :data:`ACTIVE` tells which
+(public as :func:`liftbridge_sync.speedups_active`), :data:`INACTIVE_REASON` why not, and
+:func:`note_fallback` logs it once at DEBUG when a client is first built.
 
 * :func:`frame_id`: a framed ``PublishRequest`` from a cached head, a value and a
   correlation id made of a prefix and a counter, and that id.
@@ -29,12 +31,15 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
 
-Pure functions; thread-safe.
+Pure functions; thread-safe (:func:`note_fallback` logs at most once per process).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -42,11 +47,13 @@ from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = [
     "ACTIVE",
+    "INACTIVE_REASON",
     "frame_entry",
     "frame_id",
     "frame_values",
     "make_entries",
     "make_entry",
+    "note_fallback",
     "pop_answered",
     "recv_held",
     "run_callbacks",
@@ -60,6 +67,7 @@ __all__ = [
 ]
 
 _PREFIX_BYTES = 5
+_log = logging.getLogger("liftbridge_sync.speedups")
 
 
 def _py_varint(n: int) -> bytes:
@@ -144,12 +152,19 @@ setup_submit: Callable[..., None] | None = None
 setup_submit_stream: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None
 ACTIVE = False
+#: Why :data:`ACTIVE` is ``False`` (``""`` when it is ``True``).
+INACTIVE_REASON = ""
 
-if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
+if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") not in ("", "0"):
+    INACTIVE_REASON = "disabled by LIFTBRIDGE_SYNC_NO_SPEEDUPS"
+else:
     try:
         from liftbridge_sync import _speedups
-    except ImportError:  # not built (no C compiler at install time)
-        pass
+    except ImportError as exc:
+        if importlib.util.find_spec("liftbridge_sync._speedups") is None:
+            INACTIVE_REASON = "extension not built (installed from source without a C compiler)"
+        else:  # built, but it does not load (e.g. built for another interpreter)
+            INACTIVE_REASON = f"extension does not load: {exc}"
     else:
         _speedups.setup(Ack, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
         frame_id = _speedups.frame_id
@@ -168,3 +183,26 @@ if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") in ("", "0"):
         submit_plain = _speedups.submit_plain
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True
+
+_noted = threading.Lock()
+_noted_once = False
+
+
+def note_fallback() -> None:
+    """Log, once per process, at DEBUG, that the pure-Python fallback runs and why.
+
+    Called when a client is built: an install without a C compiler otherwise only
+    says so under ``pip install -v``. Does nothing when :data:`ACTIVE`.
+    """
+    global _noted_once
+    if ACTIVE or _noted_once:
+        return
+    with _noted:
+        if _noted_once:
+            return
+        _noted_once = True
+    _log.debug(
+        "liftbridge-sync C speedups inactive (%s): using the pure-Python fallback "
+        "(same results, about half the publish throughput)",
+        INACTIVE_REASON,
+    )

@@ -6,11 +6,21 @@ import logging
 
 import click
 
-from liftbridge_sync import ConfigurationError, __version__
+from liftbridge_sync import ConfigurationError, __version__, speedups_active
+from liftbridge_sync._wire.speedups import INACTIVE_REASON
 from liftbridge_sync.cli.context import CliSettings
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode
 
 __all__ = ["cli"]
+
+
+def _version_message() -> str:
+    # Says whether this install runs the C speedups: a source install without a C
+    # compiler falls back silently otherwise.
+    if speedups_active():
+        return "%(prog)s %(version)s (C speedups active)"
+    reason = INACTIVE_REASON.replace("%", "%%")  # click %-formats the message
+    return f"%(prog)s %(version)s (C speedups inactive: {reason}; pure-Python fallback)"
 
 
 def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -42,7 +52,9 @@ def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
     help="Seconds for each request and for reaching a broker.",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
-@click.version_option(__version__, "-V", "--version", prog_name="liftbridge-sync")
+@click.version_option(
+    __version__, "-V", "--version", prog_name="liftbridge-sync", message=_version_message()
+)
 @click.pass_context
 def cli(ctx: click.Context, addresses: tuple[str, ...], timeout: float, debug: bool) -> None:
     """Manage and use Liftbridge streams from the shell.

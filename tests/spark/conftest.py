@@ -43,9 +43,15 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    paths = [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     tmp = Path(tempfile.mkdtemp(prefix="lb-spark-"))
+    # Spark's Python workers unpickle functions from tests.spark: they need ``tests``
+    # importable, but not the checkout's ``liftbridge_sync``, which would shadow the
+    # installed wheel that `make test` tests. A directory holding only ``tests`` does.
+    shim = tmp / "pythonpath"
+    shim.mkdir()
+    (shim / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
+    paths = [str(shim), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     session = (
         SparkSession.builder.master("local[2,2]")
         .appName("liftbridge-sync-tests")

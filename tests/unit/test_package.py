@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import filecmp
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import liftbridge_sync
@@ -21,8 +23,25 @@ def test_all_is_sorted_and_importable() -> None:
 
 def test_py_typed_is_shipped() -> None:
     assert (ROOT / "liftbridge_sync" / "py.typed").exists()
-    setup_cfg = (ROOT / "setup.cfg").read_text()
-    assert "py.typed" in setup_cfg and "_proto/*.pyi" in setup_cfg
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    package_data = config["tool"]["setuptools"]["package-data"]["liftbridge_sync"]
+    assert {"py.typed", "_proto/*.pyi", "_speedups.pyi"} <= set(package_data)
+    # Wheels carry the compiled extension, not its sources (the sdist has those).
+    excluded = config["tool"]["setuptools"]["exclude-package-data"]["liftbridge_sync"]
+    assert {"*.c", "*.h"} <= set(excluded)
+
+
+def test_metadata_has_one_version_source_and_the_license() -> None:
+    """pyproject.toml reads the version from ``__version__``; the license is Apache-2.0."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["dynamic"] == ["version"] and "version" not in project
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    versions = {c.rsplit(" :: ", 1)[1] for c in project["classifiers"] if "Python :: 3." in c}
+    assert versions == {"3.11", "3.12", "3.13"}
+    assert "[metadata]" not in (ROOT / "setup.cfg").read_text()
+    installed = importlib.metadata.version("liftbridge-sync")
+    assert installed == liftbridge_sync.__version__
 
 
 def test_import_has_no_side_effects() -> None:
