@@ -545,7 +545,7 @@ class Client:
         expected_offset: int | None,
         correlation_id: str | None,
         timeout: float | None,
-        direct: bool,
+        direct: bool = False,
     ) -> concurrent.futures.Future[Ack | None]:
         """A publish in its ``send`` span, the trace context in its headers."""
         telemetry = self._telemetry
@@ -632,23 +632,9 @@ class Client:
         # No pid check here (getpid() is a system call, a tenth of this call's cost): a
         # child made by os.fork() got a fresh client state from the at-fork hook already.
         publisher = self._publisher or self._get_publisher()
-        if self._telemetry is not None:
-            return self._traced(
-                publisher,
-                stream,
-                value,
-                key,
-                partition,
-                partitioner,
-                headers,
-                ack_policy,
-                expected_offset,
-                correlation_id,
-                timeout,
-                direct=False,
-            )
         if (
-            type(value) is bytes
+            self._telemetry is None
+            and type(value) is bytes
             and key is None
             and partitioner is None
             and headers is None
@@ -666,7 +652,8 @@ class Client:
                 if timeout is None
                 else resolve_ack_timeout(timeout, self._options.ack_timeout),
             )
-        return self._submit(
+        submit = self._submit if self._telemetry is None else self._traced
+        return submit(
             publisher,
             stream,
             value,
@@ -758,24 +745,9 @@ class Client:
         self._check()
         publisher = self._publisher or self._get_publisher()
         publisher.check_can_wait()  # before anything is sent: no false failures
-        if self._telemetry is not None:
-            traced = self._traced(
-                publisher,
-                stream,
-                value,
-                key,
-                partition,
-                partitioner,
-                headers,
-                ack_policy,
-                expected_offset,
-                correlation_id,
-                timeout,
-                direct=True,
-            )
-            return publisher.wait(traced, None, read_here=ack_policy is not AckPolicy.NONE)
         if (
-            type(value) is bytes
+            self._telemetry is None
+            and type(value) is bytes
             and key is None
             and partitioner is None
             and headers is None
@@ -795,7 +767,8 @@ class Client:
                 direct=True,
             )
             return publisher.wait(fast, None, read_here=ack_policy is not AckPolicy.NONE)
-        future = self._submit(
+        submit = self._submit if self._telemetry is None else self._traced
+        future = submit(
             publisher,
             stream,
             value,
