@@ -257,3 +257,33 @@ def test_follow_prints_new_messages_until_interrupted(
         _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
     assert "Traceback" not in err
+
+
+def test_empty_ranges_exit_zero_with_no_output(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    for i in range(3):
+        liftbridge_client.publish(stream, f"m{i}".encode(), partition=0)
+    for args in (
+        ("--start", "new"),  # new-only without --follow: nothing is new yet
+        ("--start", "offset:9999"),  # past the end
+        ("--start", "latest", "--stop", "offset:0"),  # stop before start
+    ):
+        result = run("subscribe", stream, "-P", "0", *args)
+        assert (result.returncode, result.stdout) == (0, ""), (args, result.stderr)
+        assert "Stop offset is before start offset" not in result.stderr
+
+
+def test_publish_to_an_unreachable_broker_is_exit_5_within_seconds(stream: str) -> None:
+    env = cli_env("127.0.0.1:1")
+    started = time.monotonic()
+    result = subprocess.run(
+        [*CLI, "--timeout", "1", "publish", stream, "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 5, result.stderr
+    assert "127.0.0.1:1" in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - started < 20  # the retry policy's bound, not an ack timeout
