@@ -23,6 +23,7 @@ import grpc
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
+from liftbridge_sync._transport.h2.sockets import speaks_tls
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.retry import call_with_retry
 from liftbridge_sync._wire import rpcs
@@ -30,7 +31,9 @@ from liftbridge_sync._wire.cursors import cursor_partition
 from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
 from liftbridge_sync._wire.status import (
     CallContext,
+    closed_at_connect,
     error_from_rpc_error,
+    plaintext_refused_error,
 )
 from liftbridge_sync._wire.validate import check_int, check_name, check_partition
 from liftbridge_sync.errors import (
@@ -46,7 +49,7 @@ from liftbridge_sync.errors import (
     ServerError,
 )
 from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
-from liftbridge_sync.options import ClientOptions, RetryPolicy
+from liftbridge_sync.options import ClientOptions, RetryPolicy, parse_address
 
 __all__ = ["ClientCore"]
 
@@ -58,6 +61,10 @@ _log = logging.getLogger("liftbridge_sync.client")
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
 CURSORS_STREAM = "__cursors"
 _PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
+
+
+#: A TLS verdict not asked for yet.
+_UNASKED = object()
 
 
 class ClientCore:
@@ -82,6 +89,8 @@ class ClientCore:
         self._rotation = itertools.count()
         self._lock = threading.Lock()
         self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: What each broker's port answered a TLS probe with (see ``_tls_required``).
+        self._tls_verdicts: dict[str, str | None | object] = {}
         self._scheduler: Scheduler | None = None
         self.closed = False
         #: Set in a forked child: everything opened through this core is the parent's.
@@ -192,7 +201,39 @@ class ClientCore:
                 response = method(request, timeout=deadline)
             return response
         except grpc.RpcError as exc:
-            raise error_from_rpc_error(exc, context) from None
+            raise self.error_of(exc, context, address) from None
+
+    def error_of(self, exc: grpc.RpcError, context: CallContext, address: str) -> LiftbridgeError:
+        """The typed error of a failed gRPC call to ``address`` (every gRPC path's).
+
+        A plaintext connection the broker closed at connect is told apart by asking its
+        port for TLS (:meth:`_tls_required`): only a verified answer makes it a final
+        :class:`TLSError`.
+        """
+        error = error_from_rpc_error(exc, context)
+        if (
+            self.options.tls is None
+            and isinstance(error, BrokerUnavailableError)
+            and closed_at_connect(error.details or "")
+        ):
+            return self._tls_required(address, error)
+        return error
+
+    def _tls_required(self, address: str, error: BrokerUnavailableError) -> BrokerUnavailableError:
+        """``error`` told apart: a verified TLS answer from the broker's port makes it a
+        final TLSError, an unverified one a retryable hint, none leaves it as it is.
+
+        The port is asked once per address and client (the answer is kept)."""
+        verdict = self._tls_verdicts.get(address, _UNASKED)
+        if verdict is _UNASKED:
+            host, port = parse_address(address)
+            verdict = speaks_tls((host, port))
+            self._tls_verdicts[address] = verdict
+        if verdict is None:
+            return error
+        return plaintext_refused_error(
+            str(error).split(":", 1)[0], error.details or "", verified=verdict == "verified"
+        )
 
     @staticmethod
     def _invoke_with_local_deadline(rpc: Any, request: Any, deadline: float) -> Any:

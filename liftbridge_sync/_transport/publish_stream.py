@@ -157,7 +157,14 @@ class GrpcPublishStream:
     #: Whether opening the stream proved a broker was reached (see above).
     confirmed = False
 
-    def __init__(self, stub: Stub, epoch: int, on_event: Callable[[StreamEvent], None]) -> None:
+    def __init__(
+        self,
+        stub: Stub,
+        epoch: int,
+        on_event: Callable[[StreamEvent], None],
+        error_of: Callable[[grpc.RpcError], LiftbridgeError] | None = None,
+    ) -> None:
+        self._error_of = error_of or (lambda exc: error_from_rpc_error(exc, CallContext.GENERIC))
         self._reached = False
         self._epoch = epoch
         self._on_event = on_event
@@ -194,7 +201,7 @@ class GrpcPublishStream:
                 self._reached = True
                 self._on_event(StreamResponse(self._epoch, response))
         except grpc.RpcError as exc:
-            error = error_from_rpc_error(exc, CallContext.GENERIC)
+            error = self._error_of(exc)
         finally:
             self._finished.set()
             self._on_event(StreamClosed(self._epoch, error, self._reached))
@@ -239,4 +246,9 @@ def open_grpc_stream(
     core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
 ) -> PublishStream:
     """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API."""
-    return GrpcPublishStream(core.pool.stub(address), epoch, on_event)
+    return GrpcPublishStream(
+        core.pool.stub(address),
+        epoch,
+        on_event,
+        lambda exc: core.error_of(exc, CallContext.GENERIC, address),
+    )

@@ -57,6 +57,7 @@ __all__ = [
     "error_from_rpc_error",
     "error_from_status",
     "error_from_tls_exception",
+    "closed_at_connect",
     "is_transient_async_error",
 ]
 
@@ -221,12 +222,16 @@ def _tls_error(code_name: str, details: str, where: str) -> TLSError | None:
             return TLSError(
                 _tls_message(reason, where, details), reason=reason, code=code_name, details=details
             )
-    if _CLOSED_AT_CONNECT.search(details):
-        reason = "server_requires_tls"
-        return TLSError(
-            _tls_message(reason, where, details), reason=reason, code=code_name, details=details
-        )
+    # A plaintext connection closed at connect is *not* decided here: a broker that
+    # requires TLS does that, but so does one restarting, or anything on the path. The
+    # transport asks the port for a verified TLS answer first (closed_at_connect).
     return None
+
+
+def closed_at_connect(details: str) -> bool:
+    """Whether a gRPC status says a plaintext connection was closed before HTTP/2
+    started: what a TLS-only broker does to a plaintext client, among other causes."""
+    return bool(_CLOSED_AT_CONNECT.search(details))
 
 
 #: OpenSSL reason codes of ``ssl.SSLError`` (``exc.reason``) to causes.

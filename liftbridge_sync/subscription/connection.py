@@ -23,7 +23,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import backoff_delay, build_retrying, is_retryable
-from liftbridge_sync._wire.status import CallContext, error_from_rpc_error
+from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
@@ -413,7 +413,7 @@ class PartitionConnection:
             # (a start past the end, a stop below the oldest retained offset), or the
             # stop position was delivered just before the stream broke.
             raise _Ended
-        raise error_from_rpc_error(exc, CallContext.SUBSCRIBE_OPEN) from None
+        raise self._core.error_of(exc, CallContext.SUBSCRIBE_OPEN, address) from None
 
 
 def _has(text: str, hints: tuple[str, ...]) -> bool:

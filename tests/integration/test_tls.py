@@ -360,10 +360,40 @@ def test_server_name_mismatch(
     _expect_tls_error(capfd, tls_server, tls, operation, "server_name_mismatch", "server_name")
 
 
-@pytest.mark.parametrize("operation", [n for n in OPERATIONS if n != "publish-h2"])
-def test_plaintext_against_tls(
-    tls_server: LiftbridgeServer, capfd: pytest.CaptureFixture[str], operation: str
+GRPC_OPERATIONS = [n for n in OPERATIONS if n != "publish-h2"]
+
+
+@pytest.mark.parametrize("operation", GRPC_OPERATIONS)
+def test_plaintext_against_tls_is_a_retried_hint_when_unverified(
+    tls_server: LiftbridgeServer, operation: str
 ) -> None:
+    # gRPC reports only "Socket closed" at connect. The broker's port answers TLS with
+    # a certificate of the test CA, which the system store does not hold: anything on
+    # the path could answer so, so the failure is retried and names the likely cause,
+    # never a final TLSError.
+    call, transport = OPERATIONS[operation]
+    quick = lb.RetryPolicy(max_attempts=2, max_delay=2.0)
+    with Client(
+        [tls_server.address], publish_transport=transport, retry=quick, ack_timeout=QUICK
+    ) as client:
+        with pytest.raises(lb.BrokerUnavailableError) as info:
+            call(client)
+    assert not isinstance(info.value, lb.TLSError)
+    assert "answers a TLS handshake" in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("operation", GRPC_OPERATIONS)
+def test_plaintext_against_a_verified_tls_broker_is_a_tls_error(
+    tls_server: LiftbridgeServer,
+    certs: TestCertificates,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    operation: str,
+) -> None:
+    # With the test CA in the system store the port's TLS answer verifies: plaintext
+    # can never work there, and the error is final at once.
+    _system_store(monkeypatch, tmp_path, certs.ca_cert)
     _expect_tls_error(capfd, tls_server, None, operation, "server_requires_tls", "requires TLS")
 
 

@@ -12,6 +12,7 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync._wire.status import (
     CallContext,
+    closed_at_connect,
     error_from_async_error,
     error_from_status,
     error_from_tls_exception,
@@ -21,6 +22,16 @@ from liftbridge_sync.testing import ServerTLS, write_policy
 
 SC = grpc.StatusCode
 _PREFIX = "failed to connect to all addresses; last error: "
+
+
+def test_a_plaintext_connection_closed_at_connect_is_not_decided_from_the_status() -> None:
+    # A TLS-only broker closes it, but so does a restarting one: the transport asks
+    # the port for a verified TLS answer before calling it a TLS error.
+    details = _PREFIX + "UNAVAILABLE: ipv4:127.0.0.1:35091: Socket closed"
+    error = error_from_status(SC.UNAVAILABLE, details, CallContext.GENERIC)
+    assert type(error) is lb.BrokerUnavailableError and error.retryable
+    assert closed_at_connect(details)
+    assert not closed_at_connect("Socket closed")  # a broken stream, not a connect
 
 
 @pytest.mark.parametrize(
@@ -41,7 +52,6 @@ _PREFIX = "failed to connect to all addresses; last error: "
             "error: UNAUTHENTICATED: Hostname Verification Check failed.",
             "server_name_mismatch",
         ),
-        (_PREFIX + "UNAVAILABLE: ipv4:127.0.0.1:35091: Socket closed", "server_requires_tls"),
         (
             _PREFIX + "UNKNOWN: ipv4:127.0.0.1:58877: Tls handshake failed (TSI_PROTOCOL_FAILURE): "
             "SSL_ERROR_SSL: error:100000f7:SSL routines:OPENSSL_internal:WRONG_VERSION_NUMBER: "
