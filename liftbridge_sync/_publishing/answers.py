@@ -55,6 +55,12 @@ _log = logging.getLogger("liftbridge_sync.publisher")
 _Response = api_pb2.PublishResponse | Ack
 
 
+#: How many ``resend_after`` periods a silent partition's leader must stay idle and
+#: committed before its silence alone counts as trouble (3 s by default): long enough
+#: that a merely slow machine shows the log moving, short of the 30 s ack timeout.
+IDLE_PROOF = 3
+
+
 class AnswerHandling(OwnerLoop):
     """Acks, refusals and silences. Runs on the stream's and the owner's threads."""
 
@@ -240,6 +246,8 @@ class AnswerHandling(OwnerLoop):
         self._troubled &= silent
         for key in [k for k in self._silent_leaders if k not in silent]:
             del self._silent_leaders[key]
+        for key in [k for k in self._idle_since if k not in silent]:
+            del self._idle_since[key]
         for key, sent in first_sent.items():
             if self._disrupted_at >= sent - resend_after:
                 self._troubled.add(key)
@@ -255,6 +263,14 @@ class AnswerHandling(OwnerLoop):
         self._probing.discard(result.key)
         if result.trouble:
             self._troubled.add(result.key)
+        if result.idle and self._resend_after is not None:
+            # A leader that stays idle and fully committed while publishes sent to it
+            # wait is proof enough that they were lost where the client could not see
+            # it: the leader restarted fast and kept the lead, or the NATS route to it
+            # was cut, while this client's stream stayed up on another broker.
+            since = self._idle_since.setdefault(result.key, result.started)
+            if self._clock() - since >= IDLE_PROOF * self._resend_after:
+                self._troubled.add(result.key)
         # The leader the client knew when this silence began (see failover).
         before = self._silent_leaders.setdefault(result.key, result.known_leader)
         moved = result.leader is not None and before is not None and result.leader != before

@@ -11,6 +11,7 @@ done-callbacks, and closing. Answers from the server are handled in :mod:`.answe
 from __future__ import annotations
 
 import collections
+import dataclasses
 import importlib
 import itertools
 import logging
@@ -82,6 +83,13 @@ def _opener_for(transport: str) -> StreamOpener:
         opener: StreamOpener = module.open_h2_stream
         return opener
     return open_grpc_stream
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Barrier:
+    """An inbox event the owner thread answers by setting ``passed``."""
+
+    passed: threading.Event
 
 
 class OwnerLoop:
@@ -160,6 +168,8 @@ class OwnerLoop:
         self._troubled: set[PartitionKey] = set()
         #: The leader each silent partition had when its silence was first probed.
         self._silent_leaders: dict[PartitionKey, str | None] = {}
+        #: Since when each silent partition's leader has been seen idle and committed.
+        self._idle_since: dict[PartitionKey, float] = {}
         #: When the stream last broke or a broker last refused for want of NATS.
         self._disrupted_at = -INF
         self._next_stall_check = 0.0
@@ -190,6 +200,16 @@ class OwnerLoop:
         )
         error.__cause__ = crash
         return error
+
+    def _owner_barrier(self, timeout: float) -> None:
+        """Return once the owner thread has finished what it was doing (at most
+        ``timeout`` seconds): a round trip through its inbox, behind its current turn."""
+        thread = self._thread
+        if thread is None or not thread.is_alive() or self._on_owner_thread():
+            return
+        barrier = Barrier(threading.Event())
+        self._inbox.put(barrier)
+        barrier.passed.wait(timeout)
 
     def _on_owner_thread(self) -> bool:
         return self._thread is not None and threading.current_thread() is self._thread
@@ -368,6 +388,8 @@ class OwnerLoop:
                 self._on_responses((event.response,))
         elif event is WAKE:
             pass  # _plan() looks at the new deadlines
+        elif type(event) is Barrier:
+            event.passed.set()  # everything before it in this thread is done
         elif event is KICK:
             if self._stream is None and self._reconnect_at is None and self._pending:
                 self._connect()

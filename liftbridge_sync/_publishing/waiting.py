@@ -29,6 +29,9 @@ from liftbridge_sync.models import Ack
 __all__ = ["Waiting"]
 
 
+#: Longest wait for the owner thread to finish its turn before a flush counts failures.
+_BARRIER_WAIT = 1.0
+
 class Waiting(AnswerHandling):
     """The publisher's waiting calls (see the module docstring). Thread-safe: each may be
     called from any thread, including a future's done-callback."""
@@ -186,6 +189,11 @@ class Waiting(AnswerHandling):
             if not done:
                 left = sum(1 for e in list(self._pending.values()) if e.seq <= upto)
                 raise TimeoutError(f"{left} publishes still pending after {timeout}s")
+        if self._failures_ledger.live:
+            # The owner thread may still hold futures it has just failed (its locals
+            # outlive waking us): one round trip through its inbox lets them go, so a
+            # failure dropped unretrieved is counted by this flush, not the next one.
+            self._owner_barrier(_BARRIER_WAIT)
         count, errors = self._failures_ledger.take()
         if count:
             raise UnobservedPublishFailuresError(count=count, errors=errors)

@@ -8,12 +8,14 @@ these runs are in ``tests/integration/test_publish_failover.py``.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client
+from liftbridge_sync._publishing.answers import IDLE_PROOF
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
 from tests.waiting import wait_until
@@ -74,11 +76,13 @@ def test_every_silent_partition_is_probed_and_resent(transport: str) -> None:
     assert stats.resent_after_stall == 8
 
 
-def _dropped_publish_is_probed_not_resent(fake: FakeBroker, transport: str) -> None:
+def _dropped_publish_is_probed_not_resent(
+    fake: FakeBroker, transport: str, resend_after: float = 0.1
+) -> None:
     """The broker drops the one publish: its partition is probed, nothing is re-sent,
     and the publish fails at its own timeout."""
     fake.publish_script = lambda request, n: "drop"
-    with _client(fake, transport, resend_after=0.1) as client:
+    with _client(fake, transport, resend_after=resend_after) as client:
         future = client.publish_async("s", b"x", partition=0, timeout=1.0)
         with pytest.raises(lb.AckTimeoutError):
             future.result(timeout=10)
@@ -88,10 +92,30 @@ def _dropped_publish_is_probed_not_resent(fake: FakeBroker, transport: str) -> N
     assert len(fake.received) == 1
 
 
-def test_silence_alone_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
-    # The leader answers and is idle, nothing broke: the publishes may still be queued
-    # somewhere on an overloaded machine, so they are not duplicated; they time out.
-    _dropped_publish_is_probed_not_resent(fake, transport)
+def test_a_short_silence_is_no_reason_to_resend(fake: FakeBroker, transport: str) -> None:
+    # The leader answers and is idle, nothing broke, but not for long: the publish may
+    # still be queued somewhere on an overloaded machine, so it is not duplicated. With
+    # resend_after 0.5 s the leader would have to stay idle 1.5 s; the publish's own
+    # timeout (1 s) comes first.
+    _dropped_publish_is_probed_not_resent(fake, transport, resend_after=0.5)
+
+
+def test_a_leader_idle_for_long_is_proof_enough_and_the_publish_is_resent(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Nothing broke where the client can see it (the stream stays up, the leader is the
+    # same), but the leader stays idle and fully committed while the publish waits: it
+    # was lost (a leader restarted fast and kept the lead). After IDLE_PROOF periods of
+    # resend_after it is re-sent, and succeeds.
+    fake.publish_script = lambda request, n: "drop" if n == 1 else "ack"
+    with _client(fake, transport, resend_after=0.1) as client:
+        started = time.monotonic()
+        ack = client.publish_async("s", b"x", partition=0, timeout=10).result(timeout=15)
+        waited = time.monotonic() - started
+        stats = client.publisher_stats()
+    assert ack is not None and stats.resent_after_stall == 1
+    assert waited >= IDLE_PROOF * 0.1  # not before the idle leader was proof enough
+    assert len(fake.received) == 2
 
 
 def test_uncommitted_messages_at_the_leader_hold_the_resend_back(

@@ -19,7 +19,7 @@ from tests.waiting import wait_until
 from ._pubdata import publish_values
 from .conftest import unique
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

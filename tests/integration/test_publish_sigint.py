@@ -20,7 +20,7 @@ from tests.constants import PATIENT_RETRY
 from ._publishers import Publishers, read_back
 from .conftest import unique
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 def test_a_broker_stopped_with_sigint_and_restarted_fails_and_loses_nothing() -> None:

@@ -26,7 +26,7 @@ from tests.waiting import wait_until
 from ._pubdata import publish_values
 from .conftest import unique
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from tests.waiting import wait_until
 from ._pubdata import Record, publish, publish_values
 from .conftest import unique
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 #: Messages per partition of the compacted stream; odd offsets reuse 10 keys.
 COUNT = 300
