@@ -32,6 +32,7 @@ __all__ = ["Waiting"]
 #: Longest wait for the owner thread to finish its turn before a flush counts failures.
 _BARRIER_WAIT = 1.0
 
+
 class Waiting(AnswerHandling):
     """The publisher's waiting calls (see the module docstring). Thread-safe: each may be
     called from any thread, including a future's done-callback."""
