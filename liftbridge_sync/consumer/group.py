@@ -458,13 +458,16 @@ class Consumer:
                 if self._closed:
                     return
                 self._readers[(stream, partition)] = reader
-            reader.thread = threading.Thread(
-                target=self._read,
-                args=(reader,),
-                name=f"liftbridge-consumer-{stream}-{partition}",
-                daemon=True,
-            )
-            reader.thread.start()
+                # Started under the lock: close() lists the readers under it too, and
+                # must never find one whose thread exists but has not started (joining
+                # it would raise).
+                reader.thread = threading.Thread(
+                    target=self._read,
+                    args=(reader,),
+                    name=f"liftbridge-consumer-{stream}-{partition}",
+                    daemon=True,
+                )
+                reader.thread.start()
         if added:
             _log.info("consumer %s: epoch %d: reading %s", self._group, epoch, added)
         with self._lock:
