@@ -10,12 +10,18 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.errors import ConfigurationError
 
-__all__ = ["ClientOptions", "RetryPolicy", "TLSOptions", "parse_address", "parse_addresses"]
+__all__ = [
+    "ClientOptions",
+    "RetryPolicy",
+    "TLSOptions",
+    "parse_address",
+    "parse_addresses",
+]
 
 
 def _seconds(obj: object, name: str, *, allow_zero: bool = False, none: str = "") -> None:
@@ -277,3 +283,25 @@ class ClientOptions:
     def replace(self, **changes: Any) -> ClientOptions:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+class ClientKwargs(TypedDict, total=False):
+    """Keyword arguments of :class:`~liftbridge_sync.Client`: fields of :class:`ClientOptions`."""
+
+    address_translator: Callable[[str], str] | None
+    telemetry: bool
+    trace_propagation: bool
+    tls: TLSOptions | None
+    retry: RetryPolicy
+    rpc_timeout: float
+    ack_timeout: float
+    max_in_flight: int
+    enqueue_timeout: float | None
+    resend_after: float | None
+    resubscribe_wait: float
+    grpc_options: tuple[tuple[str, Any], ...]
+    publish_transport: str
+    ack_read_delay: float | None
+    keepalive_interval: float | None
+    keepalive_timeout: float
+    subscribe_transport: str

@@ -311,6 +311,56 @@ class Telemetry:
             span.set_attribute("error.type", type(error).__name__)
         span.end()
 
+    def trace_send(
+        self,
+        stream: str,
+        partition: int | None,
+        headers: Mapping[str, bytes] | None,
+        send: Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]],
+    ) -> concurrent.futures.Future[Ack | None]:
+        """One publish in its ``send`` span: ``send`` gets ``headers`` with the context.
+
+        The span ends when the future resolves, or at once if ``send`` raises.
+        """
+        started = time.monotonic()
+        span = self.start_send(stream, partition)
+        try:
+            future = send(self.headers_with_context(span, headers))
+        except BaseException as exc:
+            self.finish_send(span, stream, started, exc)
+            raise
+        self.finish_on(future, span, stream, started)
+        return future
+
+    def trace_batch(
+        self,
+        stream: str,
+        partition: int | None,
+        items: list[Any],
+        send: Callable[[list[Any]], list[Ack | None | LiftbridgeError]],
+    ) -> list[Ack | None | LiftbridgeError]:
+        """A ``publish_batch`` in one ``send`` span: ``send`` gets the traced items."""
+        started = time.monotonic()
+        span = self.start_send(stream, partition, count=len(items))
+        try:
+            outcomes = send([self._with_context(span, item) for item in items])
+        except BaseException as exc:
+            self.finish_send(span, stream, started, exc, count=len(items))
+            raise
+        failed = next((o for o in outcomes if isinstance(o, LiftbridgeError)), None)
+        self.finish_send(span, stream, started, failed, count=len(items))
+        return outcomes
+
+    def _with_context(self, span: trace.Span | None, item: Any) -> Any:
+        """A ``publish_batch`` item as a triple whose headers carry ``span``'s context."""
+        if isinstance(item, tuple) and len(item) in (2, 3):
+            key, value, headers = item if len(item) == 3 else (*item, None)
+        elif isinstance(item, tuple):
+            return item  # refused with a TypeError by publish_batch itself
+        else:
+            key, value, headers = None, item, None
+        return (key, value, self.headers_with_context(span, headers))
+
     def finish_on(
         self,
         future: concurrent.futures.Future[Ack | None],
