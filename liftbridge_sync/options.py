@@ -174,6 +174,11 @@ class ClientOptions:
     #: With telemetry, inject the W3C ``traceparent``/``tracestate`` of each publish's
     #: span into its headers (never over ones the caller set).
     trace_propagation: bool = True
+    #: With telemetry, a ``create <stream>`` span per message of a ``publish_batch``,
+    #: whose context the message carries, linked from the batch's ``send`` span (the
+    #: OpenTelemetry messaging conventions for batches); ``False``: the batch's one
+    #: ``send`` span, whose context every message carries.
+    batch_create_spans: bool = True
     #: Maps the ``"host:port"`` a broker advertises in metadata to one this client can
     #: reach (Kubernetes pod names, NAT, Docker port maps), or returns it unchanged.
     #: Applied to every broker address the client learns, so unary calls, publishing,
@@ -247,7 +252,7 @@ class ClientOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
-        for flag in ("telemetry", "trace_propagation"):
+        for flag in ("telemetry", "trace_propagation", "batch_create_spans"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag!r} must be a bool")
         if self.address_translator is not None and not callable(self.address_translator):
@@ -291,6 +296,7 @@ class ClientKwargs(TypedDict, total=False):
     address_translator: Callable[[str], str] | None
     telemetry: bool
     trace_propagation: bool
+    batch_create_spans: bool
     tls: TLSOptions | None
     retry: RetryPolicy
     rpc_timeout: float

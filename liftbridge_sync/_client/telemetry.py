@@ -31,7 +31,8 @@ def make_telemetry(
     """The client's telemetry, or ``None``: turned off, API absent, or no SDK configured.
 
     Args:
-        options: The client's options (``telemetry``, ``trace_propagation``).
+        options: The client's options (``telemetry``, ``trace_propagation``,
+            ``batch_create_spans``).
         providers: The ``(tracer_provider, meter_provider)`` given to the client
             (``None`` each: the global ones).
         publisher_stats: Feeds the publisher's observable instruments.
@@ -49,4 +50,5 @@ def make_telemetry(
         options.trace_propagation,
         publisher_stats=publisher_stats,
         client_stats=client_stats,
+        batch_create_spans=options.batch_create_spans,
     )
