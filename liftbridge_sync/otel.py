@@ -390,7 +390,12 @@ class Telemetry:
             triples = [_triple(item) for item in items]
             links = [link for _, _, headers in triples for link in _caller_context(headers) or ()]
             span = self.start_send(stream, partition, count, links)
-            traced = [(k, v, self.headers_with_context(span, h)) for k, v, h in triples]
+            # One injection for the batch: messages without headers share its result.
+            bare = self.headers_with_context(span, None)
+            traced = [
+                (k, v, bare if h is None else self.headers_with_context(span, h))
+                for k, v, h in triples
+            ]
         try:
             outcomes = send(traced)
         except BaseException as exc:
