@@ -311,3 +311,27 @@ def test_without_an_sdk_nothing_is_traced_or_injected(liftbridge_address: str) -
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[False, True]"
+
+
+def test_a_refused_batch_records_its_error_and_leaves_no_create_spans(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # Bad items fail with the TypeError publish_batch gives without telemetry, before
+    # anything is sent, on the send span; a malformed batch makes no create spans.
+    name = unique("otel")
+    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
+        client.create_stream(name, name)
+        with pytest.raises(TypeError, match="tuple of 1") as malformed:
+            client.publish_batch(name, [b"a", (b"only",)])  # type: ignore[list-item]
+        with pytest.raises(TypeError) as not_bytes:  # a header value is bytes-like
+            client.publish_batch(name, [(None, b"b", {"traceparent": CUSTOM.decode()})])  # type: ignore[dict-item]
+        assert client.fetch_partition_metadata(name).newest_offset == -1  # nothing sent
+
+    assert not telemetry.finished(f"create {name}")
+    sends = sorted(telemetry.finished(f"send {name}"), key=lambda s: s.start_time or 0)
+    assert [s.attributes["error.type"] for s in sends] == [  # type: ignore[index]
+        malformed.type.__name__,
+        not_bytes.type.__name__,
+    ]
+    assert all(send.status.status_code is StatusCode.ERROR for send in sends)
+    assert [len(send.links) for send in sends] == [0, 0]  # the str context is no context
