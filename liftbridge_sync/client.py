@@ -1,70 +1,55 @@
 """The :class:`Client`: one object, shared by every thread of a process.
 
-A facade: each method validates its arguments and delegates to the layers below
-(``_wire`` builds requests, ``_transport.core`` routes and retries RPCs, ``_publishing``
-publishes, ``subscription`` reads). Its length (~800 lines) is the public API's
-signatures and their documentation, about a third of it docstrings; no logic lives here
-that another module could own.
+A facade: each method is its signature, its documentation and one call to the layers
+below (``_client`` holds the client's per-process state and its publish and admin calls,
+``_wire`` builds requests, ``_transport.core`` routes and retries RPCs, ``_publishing``
+publishes, ``subscription`` and ``consumer`` read). No logic lives here that another
+module could own; ``tests/unit/test_client_facade.py`` keeps it under 450 lines of code.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import logging
-import os
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
-from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._client import admin, groups, publishing
+from liftbridge_sync._client.session import Session
 from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.requests import (
     create_stream_request,
-    partition_of,
-    publish_to_subject_request,
+    delete_stream_request,
+    pause_stream_request,
+    set_stream_readonly_request,
 )
-from liftbridge_sync._wire.speedups import frame_values, note_fallback
-from liftbridge_sync._wire.status import (
-    CallContext,
-    error_from_ack_error,
-)
+from liftbridge_sync._wire.speedups import frame_values
 from liftbridge_sync._wire.validate import (
     check_ack_policy,
-    check_bool,
     check_bytes,
     check_name,
     check_partition,
-    check_partitions,
-    check_timeout,
 )
 from liftbridge_sync.consumer.group import Consumer
-from liftbridge_sync.errors import (
-    AckTimeoutError,
-    ClientClosedError,
-    ConfigurationError,
-    DeadlineExceededError,
-    LiftbridgeError,
-    StreamExistsError,
-)
+from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
 from liftbridge_sync.health import Health, probe
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
-from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
+from liftbridge_sync.options import ClientKwargs, ClientOptions
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
-from liftbridge_sync.stats import ClientStats, StatsReporter, collect
+from liftbridge_sync.stats import ClientStats
 from liftbridge_sync.subscription.activity import ActivityStream, open_activity_stream
 from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stream import StreamSubscription, open_stream_subscription
+
+if TYPE_CHECKING:
+    from liftbridge_sync.otel import Telemetry
 
 __all__ = ["BatchItem", "Client"]
 
@@ -73,45 +58,6 @@ __all__ = ["BatchItem", "Client"]
 BatchItem = (
     bytes | tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Mapping[str, bytes] | None]
 )
-
-
-def _with_trace_context(telemetry: Telemetry, span: Any, item: Any) -> Any:
-    """A ``publish_batch`` item as a triple whose headers carry the batch's span."""
-    if isinstance(item, tuple) and len(item) in (2, 3):
-        key, value, headers = item if len(item) == 3 else (*item, None)
-    elif isinstance(item, tuple):
-        return item  # refused with a TypeError by publish_batch itself
-    else:
-        key, value, headers = None, item, None
-    return (key, value, telemetry.headers_with_context(span, headers))
-
-
-if TYPE_CHECKING:  # the optional OpenTelemetry API is imported on first publish only
-    from liftbridge_sync.otel import Telemetry
-
-_log = logging.getLogger("liftbridge_sync.client")
-
-
-class ClientKwargs(TypedDict, total=False):
-    """Keyword arguments of :class:`Client`: the fields of :class:`ClientOptions`."""
-
-    address_translator: Callable[[str], str] | None
-    telemetry: bool
-    trace_propagation: bool
-    tls: TLSOptions | None
-    retry: RetryPolicy
-    rpc_timeout: float
-    ack_timeout: float
-    max_in_flight: int
-    enqueue_timeout: float | None
-    resend_after: float | None
-    resubscribe_wait: float
-    grpc_options: tuple[tuple[str, Any], ...]
-    publish_transport: str
-    ack_read_delay: float | None
-    keepalive_interval: float | None
-    keepalive_timeout: float
-    subscribe_transport: str
 
 
 class Client:
@@ -153,44 +99,15 @@ class Client:
         stats_interval: float = 60.0,
         **options: Unpack[ClientKwargs],
     ) -> None:
-        self._init(
+        #: The client's state in this process (core, publisher, telemetry, stats thread).
+        self._session = Session(
             ClientOptions(addresses=tuple(_as_seq(addresses)), **options),
             tracer_provider,
             meter_provider,
             stats_callback,
             stats_interval,
         )
-
-    def _init(
-        self,
-        options: ClientOptions,
-        tracer_provider: Any = None,
-        meter_provider: Any = None,
-        stats_callback: Callable[[ClientStats], object] | None = None,
-        stats_interval: float = 60.0,
-    ) -> None:
-        if stats_callback is not None and not callable(stats_callback):
-            raise ConfigurationError("'stats_callback' must be a callable or None")
-        interval = check_seconds(
-            "stats_interval", stats_interval, allow_zero=False, unlimited=False
-        )
-        assert interval is not None  # unlimited=False: None and inf were refused
-        #: The ``liftbridge-stats`` thread's, started with the first use of the client.
-        self._reporter = (
-            StatsReporter(self.stats, stats_callback, interval) if stats_callback else None
-        )
-        self._options = options
-        #: OpenTelemetry providers given to the client (else the global ones).
-        self._providers = (tracer_provider, meter_provider)
-        #: Set with the publisher: ``None`` unless an OpenTelemetry SDK is configured.
-        self._telemetry: Telemetry | None = None
-        self._core = ClientCore(options)
-        self._lock = threading.RLock()
-        self._pid = os.getpid()
-        self._closed = False
-        self._publisher: Publisher | None = None
-        _fork.track(self)
-        note_fallback()
+        self._options = self._session.options
 
     @classmethod
     def from_options(cls, options: ClientOptions) -> Client:
@@ -198,7 +115,8 @@ class Client:
         if not isinstance(options, ClientOptions):
             raise ConfigurationError("options must be a ClientOptions")
         client = cls.__new__(cls)
-        client._init(options)
+        client._session = Session(options)
+        client._options = options
         return client
 
     @classmethod
@@ -226,35 +144,22 @@ class Client:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
+        return self._session.closed
 
-    def _check(self) -> ClientCore:
-        """Guard at every public entry point: not closed; fresh after a fork."""
-        if self._closed:
-            raise ClientClosedError("client is closed")
-        if self._pid != os.getpid():
-            # The at-fork hook normally did this already (a fork through os.fork); a
-            # child made some other way (a raw clone) lands here.
-            self._after_fork_in_child()
-        if self._reporter is not None:
-            self._reporter.start()  # once; later calls return at once
-        return self._core
+    @property
+    def _core(self) -> ClientCore:
+        """The current core (a fresh one after a fork)."""
+        return self._session.core
 
-    def _after_fork_in_child(self) -> None:
-        # Runs in the child right after fork: locks may have been held by parent threads
-        # that do not exist here, so replace them, and start over with a fresh core. The
-        # parent's gRPC objects are left untouched (and unused) in the child.
-        self._lock = threading.RLock()
-        self._core.abandon_after_fork()
-        self._core = ClientCore(self._options)
-        self._publisher = None
-        if self._reporter is not None:  # its thread is the parent's
-            self._reporter = self._reporter.for_child()
-        self._pid = os.getpid()
+    @property
+    def _publisher(self) -> Publisher | None:
+        """The publisher, once the first publish made it."""
+        return self._session.publisher
 
-    def _close_at_exit(self) -> None:
-        if self._pid == os.getpid() and not self._closed:
-            self.close(timeout=5.0)
+    @property
+    def _telemetry(self) -> Telemetry | None:
+        """Set with the publisher: ``None`` unless an OpenTelemetry SDK is configured."""
+        return self._session.telemetry
 
     def close(self, timeout: float | None = None) -> None:
         """Close subscriptions and the publisher, then the channels. Idempotent.
@@ -263,19 +168,10 @@ class Client:
             timeout: Seconds to wait for pending publishes to be acknowledged before
                 they fail with :class:`ClientClosedError` (``None``: wait for them).
         """
-        seconds = check_timeout("timeout", timeout)
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        if self._pid != os.getpid():
-            return  # a forked child must not touch its parent's channels
-        if self._reporter is not None:
-            self._reporter.close(self._options.rpc_timeout * 2 + 1.0)
-        self._core.close(seconds)
+        self._session.close(timeout)
 
     def __enter__(self) -> Client:
-        self._check()
+        self._session.check()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -289,7 +185,7 @@ class Client:
         )
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        state = "closed" if self.closed else "open"
         return f"<Client {','.join(self._options.addresses)} {state}>"
 
     # ------------------------------------------------------------------ metadata
@@ -304,9 +200,8 @@ class Client:
         Returns:
             A :class:`Metadata` snapshot with brokers and the requested streams.
         """
-        core = self._check()
-        names = [check_name("streams", s, allow_reserved=True) for s in streams]
-        return core.fetch_metadata(names)
+        core = self._session.check()
+        return core.fetch_metadata([check_name("streams", s, allow_reserved=True) for s in streams])
 
     def check_health(self, timeout: float = 5.0) -> Health:
         """Whether the cluster answers now: fresh metadata from a broker within ``timeout``.
@@ -327,7 +222,7 @@ class Client:
                 address tried and why it failed.
             ConfigurationError: on a bad ``timeout``.
         """
-        return probe(self._check(), timeout)
+        return probe(self._session.check(), timeout)
 
     def fetch_partition_metadata(self, stream: str, partition: int = 0) -> PartitionMetadata:
         """Authoritative partition state (offsets, ISR, paused, readonly) from its leader.
@@ -335,7 +230,7 @@ class Client:
         Raises:
             NoSuchPartitionError: if the stream or partition does not exist.
         """
-        return self._check().fetch_partition_metadata(stream, partition)
+        return self._session.check().fetch_partition_metadata(stream, partition)
 
     # ------------------------------------------------------------------ streams
 
@@ -392,35 +287,30 @@ class Client:
             ConfigurationError: on a bad argument, before anything is sent.
             StreamExistsError: if the name is taken and not ``exist_ok``.
         """
-        core = self._check()
-        request = create_stream_request(
-            subject=subject,
-            name=name,
-            partitions=partitions,
-            replication_factor=replication_factor,
-            group=group,
-            retention_max_bytes=retention_max_bytes,
-            retention_max_messages=retention_max_messages,
-            retention_max_age=retention_max_age,
-            cleaner_interval=cleaner_interval,
-            segment_max_bytes=segment_max_bytes,
-            segment_max_age=segment_max_age,
-            compact_enabled=compact_enabled,
-            compact_max_goroutines=compact_max_goroutines,
-            auto_pause_time=auto_pause_time,
-            auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
-            min_isr=min_isr,
-            optimistic_concurrency_control=optimistic_concurrency_control,
-            encryption=encryption,
+        return admin.create_stream(
+            self._session.check(),
+            create_stream_request(
+                subject=subject,
+                name=name,
+                partitions=partitions,
+                replication_factor=replication_factor,
+                group=group,
+                retention_max_bytes=retention_max_bytes,
+                retention_max_messages=retention_max_messages,
+                retention_max_age=retention_max_age,
+                cleaner_interval=cleaner_interval,
+                segment_max_bytes=segment_max_bytes,
+                segment_max_age=segment_max_age,
+                compact_enabled=compact_enabled,
+                compact_max_goroutines=compact_max_goroutines,
+                auto_pause_time=auto_pause_time,
+                auto_pause_disable_if_subscribers=auto_pause_disable_if_subscribers,
+                min_isr=min_isr,
+                optimistic_concurrency_control=optimistic_concurrency_control,
+                encryption=encryption,
+            ),
+            exist_ok,
         )
-        check_bool("exist_ok", exist_ok)
-        try:
-            core.call_any(rpcs.CREATE_STREAM, request, context=CallContext.CREATE_STREAM)
-        except StreamExistsError:
-            if exist_ok:
-                return False
-            raise
-        return True
 
     def delete_stream(self, name: str) -> None:
         """Delete a stream and all its partitions.
@@ -428,14 +318,7 @@ class Client:
         Raises:
             NoSuchStreamError: if the stream does not exist.
         """
-        core = self._check()
-        check_name("name", name)
-        core.call_any(
-            rpcs.DELETE_STREAM,
-            api_pb2.DeleteStreamRequest(name=name),
-            context=CallContext.DELETE_STREAM,
-        )
-        core.metadata.forget_stream(name)
+        admin.delete_stream(self._session.check(), delete_stream_request(name))
 
     def pause_stream(
         self, name: str, *, partitions: Iterable[int] | None = None, resume_all: bool = False
@@ -451,14 +334,9 @@ class Client:
             NoSuchStreamError: if the stream does not exist.
             NoSuchPartitionError: if a listed partition does not exist.
         """
-        core = self._check()
-        check_name("name", name)
-        request = api_pb2.PauseStreamRequest(
-            name=name,
-            partitions=check_partitions("partitions", partitions),
-            resumeAll=check_bool("resume_all", resume_all),
+        admin.pause_stream(
+            self._session.check(), pause_stream_request(name, partitions, resume_all)
         )
-        core.call_any(rpcs.PAUSE_STREAM, request, context=CallContext.STREAM_ADMIN)
 
     def set_stream_readonly(
         self, name: str, *, partitions: Iterable[int] | None = None, readonly: bool = True
@@ -469,14 +347,9 @@ class Client:
             NoSuchStreamError: if the stream does not exist.
             NoSuchPartitionError: if a listed partition does not exist.
         """
-        core = self._check()
-        check_name("name", name)
-        request = api_pb2.SetStreamReadonlyRequest(
-            name=name,
-            partitions=check_partitions("partitions", partitions),
-            readonly=check_bool("readonly", readonly),
+        admin.set_stream_readonly(
+            self._session.check(), set_stream_readonly_request(name, partitions, readonly)
         )
-        core.call_any(rpcs.SET_STREAM_READONLY, request, context=CallContext.STREAM_ADMIN)
 
     # ------------------------------------------------------------------ cursors
 
@@ -492,7 +365,7 @@ class Client:
             NoSuchStreamError: the cluster has no such stream.
             NoSuchPartitionError: the stream has no such partition.
         """
-        self._check().set_cursor(cursor_id, stream, partition, offset, must_exist=True)
+        self._session.check().set_cursor(cursor_id, stream, partition, offset, must_exist=True)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored under ``cursor_id``, or ``-1`` if none was stored.
@@ -502,76 +375,9 @@ class Client:
             NoSuchPartitionError: the stream has no such partition (both as for
                 :meth:`set_cursor`).
         """
-        return self._check().fetch_cursor(cursor_id, stream, partition, must_exist=True)
+        return self._session.check().fetch_cursor(cursor_id, stream, partition, must_exist=True)
 
     # ------------------------------------------------------------------ publish
-
-    def _get_publisher(self) -> Publisher:
-        with self._lock:
-            if self._publisher is None:
-                if self._reporter is not None:
-                    self._reporter.start()
-                self._telemetry = self._make_telemetry()
-                publisher = Publisher(self._core)
-                self._core.register(publisher)
-                self._publisher = publisher
-            return self._publisher
-
-    def _make_telemetry(self) -> Telemetry | None:
-        if not self._options.telemetry:
-            return None
-        try:
-            from liftbridge_sync.otel import telemetry_for
-        except ImportError:  # the optional opentelemetry-api is not installed
-            _log.debug("OpenTelemetry API not installed: no traces or metrics")
-            return None
-        return telemetry_for(
-            *self._providers,
-            self._options.trace_propagation,
-            publisher_stats=self.publisher_stats,
-            client_stats=self.stats,
-        )
-
-    def _traced(
-        self,
-        publisher: Publisher,
-        stream: str,
-        value: bytes,
-        key: bytes | None,
-        partition: int | None,
-        partitioner: Partitioner | None,
-        headers: Mapping[str, bytes] | None,
-        ack_policy: AckPolicy,
-        expected_offset: int | None,
-        correlation_id: str | None,
-        timeout: float | None,
-        direct: bool = False,
-    ) -> concurrent.futures.Future[Ack | None]:
-        """A publish in its ``send`` span, the trace context in its headers."""
-        telemetry = self._telemetry
-        assert telemetry is not None
-        started = time.monotonic()
-        span = telemetry.start_send(stream, partition)
-        try:
-            future = self._submit(
-                publisher,
-                stream,
-                value,
-                key,
-                partition,
-                partitioner,
-                telemetry.headers_with_context(span, headers),
-                ack_policy,
-                expected_offset,
-                correlation_id,
-                timeout,
-                direct=direct,
-            )
-        except BaseException as exc:
-            telemetry.finish_send(span, stream, started, exc)
-            raise
-        telemetry.finish_on(future, span, stream, started)
-        return future
 
     def publish_async(
         self,
@@ -627,34 +433,8 @@ class Client:
             PublishQueueFullError: ``max_in_flight`` reached and no slot freed in time.
             ClientClosedError: the client is closed.
         """
-        if self._closed:
-            self._check()
-        # No pid check here (getpid() is a system call, a tenth of this call's cost): a
-        # child made by os.fork() got a fresh client state from the at-fork hook already.
-        publisher = self._publisher or self._get_publisher()
-        if (
-            self._telemetry is None
-            and type(value) is bytes
-            and key is None
-            and partitioner is None
-            and headers is None
-            and expected_offset is None
-            and correlation_id is None
-            and type(stream) is str
-            and type(ack_policy) is AckPolicy
-        ):
-            return publisher.submit_value(
-                stream,
-                value,
-                0 if partition is None else check_partition("partition", partition),
-                ack_policy,
-                self._options.ack_timeout
-                if timeout is None
-                else resolve_ack_timeout(timeout, self._options.ack_timeout),
-            )
-        submit = self._submit if self._telemetry is None else self._traced
-        return submit(
-            publisher,
+        return publishing.publish_async(
+            self._session,
             stream,
             value,
             key,
@@ -665,57 +445,6 @@ class Client:
             expected_offset,
             correlation_id,
             timeout,
-        )
-
-    def _submit(
-        self,
-        publisher: Publisher,
-        stream: str,
-        value: bytes,
-        key: bytes | None,
-        partition: int | None,
-        partitioner: Partitioner | None,
-        headers: Mapping[str, bytes] | None,
-        ack_policy: AckPolicy,
-        expected_offset: int | None,
-        correlation_id: str | None,
-        timeout: float | None,
-        direct: bool = False,
-    ) -> concurrent.futures.Future[Ack | None]:
-        """:meth:`publish_async` beyond the common case (see there); ``direct``: the
-        caller waits for the ack next (``publish``), so it writes on its own thread."""
-        if correlation_id is None:
-            correlation_id = publisher.next_correlation_id()
-        elif not isinstance(correlation_id, str) or not correlation_id:
-            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
-        else:
-            # A plain str: the pending table's keys are compared without running any
-            # Python code (the C fast path relies on it; a subclass may define __eq__).
-            correlation_id = str.__str__(correlation_id)
-        if partition is None and partitioner is None:
-            chosen = 0
-        else:
-            if partitioner is not None:  # it gets validated bytes
-                value = check_bytes("value", value)  # type: ignore[assignment]
-                key = check_bytes("key", key, optional=True)
-            chosen = choose_partition(self._core, stream, key, value, partition, partitioner)
-        framed = encode_publish(
-            stream,
-            value,
-            partition=chosen,
-            key=key,
-            headers=headers,
-            ack_policy=ack_policy,
-            expected_offset=expected_offset,
-            correlation_id=correlation_id,
-        )
-        return publisher.submit(
-            framed,
-            correlation_id,
-            partition=chosen,
-            wants_ack=ack_policy is not AckPolicy.NONE,
-            timeout=resolve_ack_timeout(timeout, self._options.ack_timeout),
-            direct=direct,
         )
 
     def publish(
@@ -742,34 +471,8 @@ class Client:
         In a done-callback nested more than 32 deep it raises ``PublishError`` before
         anything is sent (publish_async never has that limit).
         """
-        self._check()
-        publisher = self._publisher or self._get_publisher()
-        publisher.check_can_wait()  # before anything is sent: no false failures
-        if (
-            self._telemetry is None
-            and type(value) is bytes
-            and key is None
-            and partitioner is None
-            and headers is None
-            and expected_offset is None
-            and correlation_id is None
-            and type(stream) is str
-            and type(ack_policy) is AckPolicy
-        ):
-            fast = publisher.submit_value(
-                stream,
-                value,
-                0 if partition is None else check_partition("partition", partition),
-                ack_policy,
-                self._options.ack_timeout
-                if timeout is None
-                else resolve_ack_timeout(timeout, self._options.ack_timeout),
-                direct=True,
-            )
-            return publisher.wait(fast, None, read_here=ack_policy is not AckPolicy.NONE)
-        submit = self._submit if self._telemetry is None else self._traced
-        future = submit(
-            publisher,
+        return publishing.publish(
+            self._session,
             stream,
             value,
             key,
@@ -780,10 +483,7 @@ class Client:
             expected_offset,
             correlation_id,
             timeout,
-            direct=True,
         )
-        # The future's own ack timer bounds this wait.
-        return publisher.wait(future, None, read_here=ack_policy is not AckPolicy.NONE)
 
     def publish_batch(
         self,
@@ -832,32 +532,16 @@ class Client:
 
         Thread-safe: batches and single publishes from several threads share the stream.
         """
-        self._check()
-        publisher = self._publisher or self._get_publisher()
-        items: list[Any] = messages if type(messages) is list else list(messages)
-        telemetry = self._telemetry
-        if telemetry is None:
-            return self._publish_batch(
-                publisher, stream, items, partition, partitioner, ack_policy, timeout
-            )
-        started = time.monotonic()
-        span = telemetry.start_send(stream, partition, count=len(items))
-        try:
-            outcomes = self._publish_batch(
-                publisher,
-                stream,
-                [_with_trace_context(telemetry, span, item) for item in items],
-                partition,
-                partitioner,
-                ack_policy,
-                timeout,
-            )
-        except BaseException as exc:
-            telemetry.finish_send(span, stream, started, exc, count=len(items))
-            raise
-        failed = next((o for o in outcomes if isinstance(o, LiftbridgeError)), None)
-        telemetry.finish_send(span, stream, started, failed, count=len(items))
-        return outcomes
+        return publishing.publish_batch(
+            self._session,
+            self._publish_batch,
+            stream,
+            messages,
+            partition,
+            partitioner,
+            ack_policy,
+            timeout,
+        )
 
     def _publish_batch(
         self,
@@ -960,11 +644,7 @@ class Client:
             TimeoutError: if publishes are still pending after ``timeout`` seconds.
             UnobservedPublishFailuresError: see above.
         """
-        self._check()
-        seconds = check_timeout("timeout", timeout)
-        publisher = self._publisher
-        if publisher is not None:
-            publisher.flush(seconds)
+        self._session.flush(timeout)
 
     def stats(self) -> ClientStats:
         """One snapshot: the publisher's counters, each reader's lag, the open channels.
@@ -975,8 +655,7 @@ class Client:
         stats_interval=60)`` hands a snapshot to ``fn`` at that interval on the
         ``liftbridge-stats`` thread.
         """
-        core = self._check()
-        return collect(core, self.publisher_stats())
+        return self._session.stats()
 
     def publisher_stats(self) -> PublisherStats:
         """What the publisher has done so far: in flight, stream (re)connects, re-sends.
@@ -985,8 +664,7 @@ class Client:
         silently lost publishes; see ``resend_after``) may have stored a duplicate:
         delivery is at-least-once. All zero before the first publish.
         """
-        publisher = self._publisher
-        return PublisherStats() if publisher is None else publisher.stats()
+        return self._session.publisher_stats()
 
     def publish_to_subject(
         self,
@@ -1012,31 +690,17 @@ class Client:
             AckTimeoutError: no stream acknowledged the message within ``timeout``.
             PublishRejectedError, IncorrectOffsetError: the leader refused the message.
         """
-        core = self._check()
-        request = publish_to_subject_request(
+        return publishing.publish_to_subject(
+            self._session,
             subject,
             value,
-            key=key,
-            headers=headers,
-            ack_policy=ack_policy,
-            ack_inbox=ack_inbox,
-            correlation_id=correlation_id,
+            key,
+            headers,
+            ack_policy,
+            ack_inbox,
+            correlation_id,
+            timeout,
         )
-        ack_timeout = resolve_ack_timeout(timeout, self._options.ack_timeout)
-        try:
-            response = core.call_any(rpcs.PUBLISH_TO_SUBJECT, request, timeout=ack_timeout)
-        except DeadlineExceededError as exc:
-            raise AckTimeoutError(
-                f"no ack for the message on {subject!r} within {ack_timeout}s",
-                code=exc.code,
-                details=exc.details,
-            ) from None
-        if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
-            return None
-        ack = Ack.from_proto(response.ack, partition=partition_of(response.ack))
-        if ack.ack_error is not None:
-            raise error_from_ack_error(ack.ack_error)
-        return ack
 
     # ------------------------------------------------------------------ subscribe
 
@@ -1076,9 +740,8 @@ class Client:
             A :class:`~liftbridge_sync.subscription.Subscription`; it resubscribes from the
             last offset after failover.
         """
-        self._check()
         return open_subscription(
-            self._core,
+            self._session.check(),
             stream,
             partition=partition,
             start=start,
@@ -1102,9 +765,8 @@ class Client:
         Order is kept within each partition; each message says its partition and offset.
         Each partition resubscribes on its own after failover.
         """
-        self._check()
         return open_stream_subscription(
-            self._core,
+            self._session.check(),
             stream,
             start=start,
             stop=stop,
@@ -1133,7 +795,7 @@ class Client:
         Raises:
             NoSuchStreamError: if the server runs without ``activity.stream.enabled``.
         """
-        return open_activity_stream(self._check(), start)
+        return open_activity_stream(self._session.check(), start)
 
     def consumer(
         self,
@@ -1177,23 +839,9 @@ class Client:
             ConfigurationError: on a bad argument.
             NoSuchStreamError: if a stream does not exist.
         """
-        core = self._check()
-        consumer = Consumer(
-            core,
-            group,
-            streams,
-            consumer_id=consumer_id,
-            start=start,
-            auto_commit=auto_commit,
-            rejoin=rejoin,
+        return groups.join(
+            self._session.check(), group, streams, consumer_id, start, auto_commit, rejoin
         )
-        consumer.join()
-        try:
-            core.register(consumer)
-        except BaseException:
-            consumer.close()
-            raise
-        return consumer
 
 
 def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:

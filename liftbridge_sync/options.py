@@ -10,12 +10,18 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.errors import ConfigurationError
 
-__all__ = ["ClientOptions", "RetryPolicy", "TLSOptions", "parse_address", "parse_addresses"]
+__all__ = [
+    "ClientOptions",
+    "RetryPolicy",
+    "TLSOptions",
+    "parse_address",
+    "parse_addresses",
+]
 
 
 def _seconds(obj: object, name: str, *, allow_zero: bool = False, none: str = "") -> None:
@@ -168,6 +174,11 @@ class ClientOptions:
     #: With telemetry, inject the W3C ``traceparent``/``tracestate`` of each publish's
     #: span into its headers (never over ones the caller set).
     trace_propagation: bool = True
+    #: With telemetry, a ``create <stream>`` span per message of a ``publish_batch``,
+    #: whose context the message carries, linked from the batch's ``send`` span (the
+    #: OpenTelemetry messaging conventions for batches); ``False``: the batch's one
+    #: ``send`` span, whose context every message carries.
+    batch_create_spans: bool = True
     #: Maps the ``"host:port"`` a broker advertises in metadata to one this client can
     #: reach (Kubernetes pod names, NAT, Docker port maps), or returns it unchanged.
     #: Applied to every broker address the client learns, so unary calls, publishing,
@@ -241,7 +252,7 @@ class ClientOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "addresses", parse_addresses(self.addresses))
-        for flag in ("telemetry", "trace_propagation"):
+        for flag in ("telemetry", "trace_propagation", "batch_create_spans"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigurationError(f"{flag!r} must be a bool")
         if self.address_translator is not None and not callable(self.address_translator):
@@ -277,3 +288,26 @@ class ClientOptions:
     def replace(self, **changes: Any) -> ClientOptions:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+
+class ClientKwargs(TypedDict, total=False):
+    """Keyword arguments of :class:`~liftbridge_sync.Client`: fields of :class:`ClientOptions`."""
+
+    address_translator: Callable[[str], str] | None
+    telemetry: bool
+    trace_propagation: bool
+    batch_create_spans: bool
+    tls: TLSOptions | None
+    retry: RetryPolicy
+    rpc_timeout: float
+    ack_timeout: float
+    max_in_flight: int
+    enqueue_timeout: float | None
+    resend_after: float | None
+    resubscribe_wait: float
+    grpc_options: tuple[tuple[str, Any], ...]
+    publish_transport: str
+    ack_read_delay: float | None
+    keepalive_interval: float | None
+    keepalive_timeout: float
+    subscribe_transport: str

@@ -7,14 +7,21 @@ installed, or with no SDK configured when the client first publishes, nothing he
 and publishing costs what it did. It follows the OpenTelemetry messaging semantic
 conventions:
 
-* a ``send <stream>`` PRODUCER span per publish (one per ``publish_batch``, carrying
-  ``messaging.batch.message_count``), with ``messaging.system="liftbridge"``,
+* a ``send <stream>`` PRODUCER span per publish, with ``messaging.system="liftbridge"``,
   ``messaging.destination.name``, ``messaging.destination.partition.id``,
   ``messaging.operation.type="send"`` and the correlation id as
   ``messaging.message.id``; a failed publish records its error on the span;
 * the W3C ``traceparent``/``tracestate`` of that span injected into the message's
   headers, unless the caller set them or built the client with
   ``trace_propagation=False``;
+* per ``publish_batch``, as the conventions advise for batch APIs: a ``create <stream>``
+  PRODUCER span per message, whose context its headers carry (a message whose caller
+  set ``traceparent`` keeps it, and gets none), and one ``send <stream>`` CLIENT span
+  with ``messaging.batch.message_count``, linked to each message's creation context.
+  ``ClientOptions(batch_create_spans=False)`` makes no ``create`` spans: the batch's
+  ``send`` span is then a PRODUCER span whose context the messages carry, linked to
+  the contexts callers set. (An SDK keeps 128 links per span unless
+  ``OTEL_SPAN_LINK_COUNT_LIMIT`` says otherwise; it drops the rest);
 * metrics ``messaging.client.operation.duration`` (seconds, from the call to the ack),
   ``messaging.client.sent.messages`` and ``messaging.client.consumed.messages``.
 
@@ -36,7 +43,7 @@ import concurrent.futures
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -54,6 +61,9 @@ if TYPE_CHECKING:
     from liftbridge_sync.stats import ClientStats
 
 __all__ = ["Telemetry", "extract", "process", "telemetry_for"]
+
+#: What a ``publish_batch`` sends: the outcome of each message, in order.
+Outcomes = list[Ack | None | LiftbridgeError]
 
 _SYSTEM = "liftbridge"
 _SCOPE = "liftbridge_sync"
@@ -81,11 +91,13 @@ def telemetry_for(
     *,
     publisher_stats: Callable[[], PublisherStats] | None = None,
     client_stats: Callable[[], ClientStats] | None = None,
+    batch_create_spans: bool = True,
 ) -> Telemetry | None:
     """The client's telemetry, or ``None`` when no SDK is configured (nothing to do).
 
     ``publisher_stats`` and ``client_stats`` feed the observable instruments (in flight,
-    re-sends, reconnects, consumer lag) when metrics are on.
+    re-sends, reconnects, consumer lag) when metrics are on. ``batch_create_spans``: a
+    ``create`` span per message of a ``publish_batch`` (see the module's docstring).
 
     Thread-safe: reads the global providers.
     """
@@ -96,7 +108,10 @@ def telemetry_for(
     if not tracing and not metering:
         return None
     telemetry = Telemetry(
-        tracer_provider if tracing else None, meter_provider if metering else None, propagate
+        tracer_provider if tracing else None,
+        meter_provider if metering else None,
+        propagate,
+        batch_create_spans=batch_create_spans,
     )
     if metering:
         _observe(meter_provider.get_meter(_SCOPE), publisher_stats, client_stats)
@@ -207,9 +222,13 @@ class Telemetry:
         tracer_provider: trace.TracerProvider | None,
         meter_provider: metrics.MeterProvider | None,
         propagate: bool,
+        *,
+        batch_create_spans: bool = True,
     ) -> None:
         self._tracer = tracer_provider.get_tracer(_SCOPE) if tracer_provider else None
         self._propagate = propagate and self._tracer is not None
+        # A create span is a message's creation context only if its headers carry it.
+        self._create_spans = batch_create_spans and self._propagate
         meter = meter_provider.get_meter(_SCOPE) if meter_provider else None
         self._duration = (
             meter.create_histogram(
@@ -233,22 +252,35 @@ class Telemetry:
 
     # ------------------------------------------------------------------ producing
 
-    def start_send(self, stream: str, partition: int | None, count: int = 1) -> trace.Span | None:
-        """Start the PRODUCER span of a publish (``None`` without tracing)."""
+    def start_send(
+        self,
+        stream: str,
+        partition: int | None,
+        count: int = 1,
+        links: Sequence[Link] = (),
+        kind: SpanKind = SpanKind.PRODUCER,
+        operation: str = "send",
+    ) -> trace.Span | None:
+        """Start the span of a publish (``None`` without tracing).
+
+        A PRODUCER ``send`` span by default; ``operation="create"`` for the ``create``
+        span of one message of a batch; ``kind=SpanKind.CLIENT`` for a batch's ``send``
+        span whose context no message carries.
+        """
         if self._tracer is None:
             return None
         attributes: dict[str, Any] = {
             "messaging.system": _SYSTEM,
             "messaging.destination.name": stream,
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
+            "messaging.operation.type": operation,
+            "messaging.operation.name": operation,
         }
         if partition is not None:
             attributes["messaging.destination.partition.id"] = str(partition)
         if count != 1:
             attributes["messaging.batch.message_count"] = count
         return self._tracer.start_span(
-            f"send {stream}", kind=SpanKind.PRODUCER, attributes=attributes
+            f"{operation} {stream}", kind=kind, attributes=attributes, links=links
         )
 
     def headers_with_context(
@@ -311,6 +343,89 @@ class Telemetry:
             span.set_attribute("error.type", type(error).__name__)
         span.end()
 
+    def trace_send(
+        self,
+        stream: str,
+        partition: int | None,
+        headers: Mapping[str, bytes] | None,
+        send: Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]],
+    ) -> concurrent.futures.Future[Ack | None]:
+        """One publish in its ``send`` span: ``send`` gets ``headers`` with the context.
+
+        The span ends when the future resolves, or at once if ``send`` raises.
+        """
+        started = time.monotonic()
+        span = self.start_send(stream, partition)
+        try:
+            future = send(self.headers_with_context(span, headers))
+        except BaseException as exc:
+            self.finish_send(span, stream, started, exc)
+            raise
+        self.finish_on(future, span, stream, started)
+        return future
+
+    def trace_batch(
+        self,
+        stream: str,
+        partition: int | None,
+        items: list[Any],
+        send: Callable[[list[Any]], Outcomes],
+    ) -> Outcomes:
+        """A ``publish_batch`` in one ``send`` span: ``send`` gets the traced items.
+
+        Each item becomes a ``(key, value, headers)`` triple whose headers carry its
+        creation context: its own ``create`` span's, or (without create spans) the
+        ``send`` span's; the ``send`` span links to the contexts it did not make.
+        """
+        started = time.monotonic()
+        count = len(items)
+        if self._tracer is None or any(_malformed(item) for item in items):
+            # Metrics only; or a batch publish_batch refuses (TypeError) as it is.
+            span = self.start_send(stream, partition, count)
+            traced = items
+        elif self._create_spans:
+            traced, links = self._with_creation_contexts(stream, partition, items)
+            span = self.start_send(stream, partition, count, links, SpanKind.CLIENT)
+        else:
+            triples = [_triple(item) for item in items]
+            links = [link for _, _, headers in triples for link in _caller_context(headers) or ()]
+            span = self.start_send(stream, partition, count, links)
+            # One injection for the batch: messages without headers share its result.
+            bare = self.headers_with_context(span, None)
+            traced = [
+                (k, v, bare if h is None else self.headers_with_context(span, h))
+                for k, v, h in triples
+            ]
+        try:
+            outcomes = send(traced)
+        except BaseException as exc:
+            self.finish_send(span, stream, started, exc, count=count)
+            raise
+        failed = next((o for o in outcomes if isinstance(o, LiftbridgeError)), None)
+        self.finish_send(span, stream, started, failed, count=count)
+        return outcomes
+
+    def _with_creation_contexts(
+        self, stream: str, partition: int | None, items: list[Any]
+    ) -> tuple[list[Any], list[Link]]:
+        """Each item with a ``create`` span's context in its headers (unless its caller
+        set one), and the links of the batch's ``send`` span to each creation context."""
+        traced: list[Any] = []
+        links: list[Link] = []
+        for item in items:
+            key, value, headers = _triple(item)
+            caller = _caller_context(headers)
+            if caller is not None:
+                links.extend(caller)
+                traced.append((key, value, headers))
+                continue
+            create = self.start_send(stream, partition, operation="create")
+            assert create is not None  # create spans need a tracer
+            traced.append((key, value, self.headers_with_context(create, headers)))
+            create.end()
+            links.append(Link(create.get_span_context()))
+        return traced, links
+
     def finish_on(
         self,
         future: concurrent.futures.Future[Ack | None],
@@ -326,6 +441,32 @@ class Telemetry:
             self.finish_send(span, stream, started, error if error is not None else result)
 
         future.add_done_callback(done)
+
+
+def _malformed(item: Any) -> bool:
+    """A ``publish_batch`` item it refuses with a TypeError: a tuple of another length."""
+    return isinstance(item, tuple) and len(item) not in (2, 3)
+
+
+def _triple(item: Any) -> tuple[Any, Any, Any]:
+    """A well-formed ``publish_batch`` item as ``(key, value, headers)``."""
+    if isinstance(item, tuple):
+        return item if len(item) == 3 else (*item, None)
+    return (None, item, None)
+
+
+def _caller_context(headers: Any) -> list[Link] | None:
+    """``None`` when ``headers`` carry no trace context; else a link to the one the
+    caller set (none if it is not a valid one: it is still left as it is)."""
+    if not isinstance(headers, Mapping) or not any(name in headers for name in _TRACE_HEADERS):
+        return None
+    carrier = {}
+    for name in _TRACE_HEADERS:
+        value = headers.get(name)
+        if isinstance(value, bytes | bytearray | memoryview):
+            carrier[name] = bytes(value).decode("ascii", "replace")
+    caller = trace.get_current_span(_extract(carrier)).get_span_context()
+    return [Link(caller)] if caller.is_valid else []
 
 
 def extract(message: Message) -> otel_context.Context:

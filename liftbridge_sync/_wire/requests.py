@@ -8,7 +8,7 @@ mistake. Pure functions that raise before any I/O: thread-safe.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from liftbridge_sync._proto import api_pb2
@@ -21,6 +21,7 @@ from liftbridge_sync._wire.validate import (
     check_int,
     check_name,
     check_optional_text,
+    check_partitions,
     check_subject,
     duration_ms,
 )
@@ -32,6 +33,9 @@ __all__ = [
     "check_request_size",
     "build_publish_request",
     "create_stream_request",
+    "delete_stream_request",
+    "pause_stream_request",
+    "set_stream_readonly_request",
     "partition_of",
     "publish_to_subject_request",
 ]
@@ -223,6 +227,33 @@ def create_stream_request(
     flag("optimistic_concurrency_control", optimistic_concurrency_control)
     flag("encryption", encryption)
     return request
+
+
+def delete_stream_request(name: str) -> api_pb2.DeleteStreamRequest:
+    """Validate a ``delete_stream`` name and build the wire request."""
+    return api_pb2.DeleteStreamRequest(name=check_name("name", name))
+
+
+def pause_stream_request(
+    name: str, partitions: Iterable[int] | None, resume_all: bool
+) -> api_pb2.PauseStreamRequest:
+    """Validate ``pause_stream`` arguments and build the wire request."""
+    return api_pb2.PauseStreamRequest(
+        name=check_name("name", name),
+        partitions=check_partitions("partitions", partitions),
+        resumeAll=check_bool("resume_all", resume_all),
+    )
+
+
+def set_stream_readonly_request(
+    name: str, partitions: Iterable[int] | None, readonly: bool
+) -> api_pb2.SetStreamReadonlyRequest:
+    """Validate ``set_stream_readonly`` arguments and build the wire request."""
+    return api_pb2.SetStreamReadonlyRequest(
+        name=check_name("name", name),
+        partitions=check_partitions("partitions", partitions),
+        readonly=check_bool("readonly", readonly),
+    )
 
 
 def _camel(snake: str) -> str:

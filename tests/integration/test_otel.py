@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from liftbridge_sync import Client, Message, NoSuchPartitionError, StartAt, StopAt, otel
+from liftbridge_sync import Ack, Client, Message, NoSuchPartitionError, StartAt, StopAt, otel
 
 from .conftest import unique
 
@@ -82,40 +82,170 @@ def test_publishes_are_producer_spans_whose_context_travels_in_the_headers(
             partition=1,
             headers={"traceparent": b"00-" + b"1" * 32 + b"-" + b"2" * 16 + b"-01"},
         )
-        outcomes = client.publish_batch(name, [b"a", (b"k", b"b"), (None, b"c", {"x": b"y"})])
-        assert sync_ack and async_ack and custom and all(o is not None for o in outcomes)
-        messages = _read(client, name, 1) + _read(client, name, 0)
+        assert sync_ack and async_ack and custom
+        messages = _read(client, name, 1)
 
     sends = telemetry.finished(f"send {name}")
-    assert len(sends) == 4  # three single publishes and one batch
+    assert len(sends) == 3
     for span in sends:
         assert span.kind is SpanKind.PRODUCER
+        assert not span.links
         attributes = dict(span.attributes or {})
         assert attributes["messaging.system"] == "liftbridge"
         assert attributes["messaging.destination.name"] == name
         assert attributes["messaging.operation.type"] == "send"
-    singles = [s for s in sends if "messaging.batch.message_count" not in (s.attributes or {})]
-    (batch,) = [s for s in sends if s not in singles]
-    assert batch.attributes["messaging.batch.message_count"] == 3  # type: ignore[index]
-    ids = {s.attributes["messaging.message.id"] for s in singles}  # type: ignore[index]
-    assert sync_ack.correlation_id in ids and async_ack.correlation_id in ids  # type: ignore[union-attr]
-    assert {s.attributes["messaging.destination.partition.id"] for s in singles} == {"1"}  # type: ignore[index]
+        assert attributes["messaging.destination.partition.id"] == "1"
+        assert "messaging.batch.message_count" not in attributes
+    ids = {s.attributes["messaging.message.id"] for s in sends}  # type: ignore[index]
+    assert {sync_ack.correlation_id, async_ack.correlation_id, custom.correlation_id} == ids  # type: ignore[union-attr]
 
-    # Each message carries the traceparent of its own send span (the batch's for the
-    # batch), except the one whose caller set its own.
+    # Each message carries the traceparent of its own send span, except the one whose
+    # caller set its own.
     by_value = {m.value: m for m in messages}
     span_of = {s.context.span_id: s for s in sends}
-    for value in (b"one", b"two", b"a", b"b", b"c"):
-        parent = otel.extract(by_value[value])
-        carried = trace.get_current_span(parent).get_span_context()
-        assert carried.is_valid and carried.span_id in span_of, value
+    carried = {value: _carried(by_value[value]).span_id for value in (b"one", b"two", b"three")}
+    assert carried[b"one"] in span_of and carried[b"two"] in span_of
+    assert carried[b"one"] != carried[b"two"]
     assert by_value[b"three"].headers["traceparent"].startswith(b"00-1111")
-    assert by_value[b"c"].headers["x"] == b"y"
 
     duration = telemetry.points("messaging.client.operation.duration")
     sent = telemetry.points("messaging.client.sent.messages")
-    assert sum(p.count for p in duration) == 4  # type: ignore[attr-defined]
-    assert sum(p.value for p in sent) == 6  # type: ignore[attr-defined]
+    assert sum(p.count for p in duration) == 3  # type: ignore[attr-defined]
+    assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
+
+
+#: A trace context a caller set in a message's headers itself.
+CUSTOM_TRACE = "1" * 32
+CUSTOM_SPAN = "2" * 16
+CUSTOM = f"00-{CUSTOM_TRACE}-{CUSTOM_SPAN}-01".encode()
+
+
+def _carried(message: Message) -> trace.SpanContext:
+    """The span context a message's headers carry."""
+    return trace.get_current_span(otel.extract(message)).get_span_context()
+
+
+def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # The messaging conventions for a batch API: each message's creation context is a
+    # "create" span of its own, which it carries; the batch's "send" span links to
+    # every creation context (also one a caller set, which stays as it is).
+    name = unique("otel")
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
+        client.create_stream(name, name, partitions=2)
+        with tracer.start_as_current_span("job") as job:
+            outcomes = client.publish_batch(
+                name,
+                [b"a", (b"k", b"b"), (None, b"c", {"traceparent": CUSTOM, "x": b"y"})],
+                partition=1,
+            )
+        assert all(isinstance(o, Ack) for o in outcomes)
+        messages = _read(client, name, 1)
+        by_value = {m.value: m for m in messages}
+        with otel.process(by_value[b"a"], tracer_provider=telemetry.tracer_provider):
+            pass
+
+    creates = telemetry.finished(f"create {name}")
+    (send,) = telemetry.finished(f"send {name}")
+    assert len(creates) == 2
+    for span in [*creates, send]:
+        assert span.context.trace_id == job.get_span_context().trace_id
+        assert span.parent is not None and span.parent.span_id == job.get_span_context().span_id
+        assert span.attributes["messaging.destination.partition.id"] == "1"  # type: ignore[index]
+    for create in creates:
+        assert create.kind is SpanKind.PRODUCER
+        assert create.attributes["messaging.operation.type"] == "create"  # type: ignore[index]
+    assert send.kind is SpanKind.CLIENT  # its own context is no message's creation context
+    assert send.attributes["messaging.operation.type"] == "send"  # type: ignore[index]
+    assert send.attributes["messaging.batch.message_count"] == 3  # type: ignore[index]
+
+    created = {c.context.span_id for c in creates}
+    carried = {value: _carried(by_value[value]) for value in (b"a", b"b", b"c")}
+    assert {carried[b"a"].span_id, carried[b"b"].span_id} == created  # one each
+    assert format(carried[b"c"].span_id, "016x") == CUSTOM_SPAN  # left as the caller set it
+    assert by_value[b"c"].headers["x"] == b"y" and by_value[b"b"].key == b"k"
+    links = {link.context.span_id for link in send.links}
+    assert links == created | {int(CUSTOM_SPAN, 16)}
+
+    # A consumer's process span continues the message's own creation context.
+    (process,) = telemetry.finished(f"process {name}")
+    assert process.parent is not None and process.parent.span_id == carried[b"a"].span_id
+    assert [link.context.span_id for link in process.links] == [carried[b"a"].span_id]
+
+
+def test_without_create_spans_a_batch_is_one_producer_span_its_messages_carry(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    name = unique("otel")
+    with Client(
+        [liftbridge_address],
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+        batch_create_spans=False,
+    ) as client:
+        client.create_stream(name, name)
+        outcomes = client.publish_batch(name, [b"a", b"b", (None, b"c", {"traceparent": CUSTOM})])
+        assert all(isinstance(o, Ack) for o in outcomes)
+        by_value = {m.value: m for m in _read(client, name)}
+
+    assert not telemetry.finished(f"create {name}")
+    (send,) = telemetry.finished(f"send {name}")
+    assert send.kind is SpanKind.PRODUCER
+    assert send.attributes["messaging.batch.message_count"] == 3  # type: ignore[index]
+    assert _carried(by_value[b"a"]).span_id == send.context.span_id
+    assert _carried(by_value[b"b"]).span_id == send.context.span_id
+    assert format(_carried(by_value[b"c"]).span_id, "016x") == CUSTOM_SPAN
+    assert [link.context.span_id for link in send.links] == [int(CUSTOM_SPAN, 16)]
+    duration = telemetry.points("messaging.client.operation.duration")
+    sent = telemetry.points("messaging.client.sent.messages")
+    assert sum(p.count for p in duration) == 1  # type: ignore[attr-defined]
+    assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
+
+
+def test_consumer_group_messages_continue_their_producers_trace(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # A consumer group member delivers messages whose extracted context is their
+    # creation context: a publish's send span, a batch message's create span.
+    name = unique("otel")
+    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
+        client.create_stream(name, name, partitions=2)
+        client.publish(name, b"single", partition=0)
+        client.publish_batch(name, [b"batched-1", b"batched-2"], partition=1)
+        with client.consumer(
+            unique("g"), streams=[name], auto_commit=None, start=StartAt.earliest()
+        ) as consumer:
+            delivered: dict[bytes, Message] = {}
+            while len(delivered) < 3:
+                msg = consumer.get(timeout=30)
+                delivered[msg.value] = msg
+                with otel.process(msg, tracer_provider=telemetry.tracer_provider):
+                    pass
+
+    (send_single, send_batch) = sorted(
+        telemetry.finished(f"send {name}"), key=lambda s: s.start_time or 0
+    )
+    create_spans = telemetry.finished(f"create {name}")
+    creates = {c.context.span_id for c in create_spans}
+    trace_of = {s.context.span_id: s.context.trace_id for s in [send_single, *create_spans]}
+    assert send_batch.attributes["messaging.batch.message_count"] == 2  # type: ignore[index]
+    origin = {
+        b"single": send_single.context.span_id,
+        b"batched-1": _carried(delivered[b"batched-1"]).span_id,
+        b"batched-2": _carried(delivered[b"batched-2"]).span_id,
+    }
+    assert {origin[b"batched-1"], origin[b"batched-2"]} == creates and len(creates) == 2
+    assert _carried(delivered[b"single"]).span_id == origin[b"single"]
+    processes = telemetry.finished(f"process {name}")
+    assert len(processes) == 3
+    by_parent = {p.parent.span_id: p for p in processes if p.parent is not None}
+    assert set(by_parent) == set(origin.values())
+    for span_id, process in by_parent.items():
+        assert process.kind is SpanKind.CONSUMER
+        assert process.context.trace_id == trace_of[span_id]
+        assert [link.context.span_id for link in process.links] == [span_id]
 
 
 def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
@@ -181,3 +311,27 @@ def test_without_an_sdk_nothing_is_traced_or_injected(liftbridge_address: str) -
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[False, True]"
+
+
+def test_a_refused_batch_records_its_error_and_leaves_no_create_spans(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # Bad items fail with the TypeError publish_batch gives without telemetry, before
+    # anything is sent, on the send span; a malformed batch makes no create spans.
+    name = unique("otel")
+    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
+        client.create_stream(name, name)
+        with pytest.raises(TypeError, match="tuple of 1") as malformed:
+            client.publish_batch(name, [b"a", (b"only",)])  # type: ignore[list-item]
+        with pytest.raises(TypeError) as not_bytes:  # a header value is bytes-like
+            client.publish_batch(name, [(None, b"b", {"traceparent": CUSTOM.decode()})])  # type: ignore[dict-item]
+        assert client.fetch_partition_metadata(name).newest_offset == -1  # nothing sent
+
+    assert not telemetry.finished(f"create {name}")
+    sends = sorted(telemetry.finished(f"send {name}"), key=lambda s: s.start_time or 0)
+    assert [s.attributes["error.type"] for s in sends] == [  # type: ignore[index]
+        malformed.type.__name__,
+        not_bytes.type.__name__,
+    ]
+    assert all(send.status.status_code is StatusCode.ERROR for send in sends)
+    assert [len(send.links) for send in sends] == [0, 0]  # the str context is no context

@@ -74,6 +74,9 @@ def test_bad_addresses_are_refused(bad: object) -> None:
         {"retry": "fast"},
         {"tls": {}},
         {"grpc_options": (("only-a-name",),)},
+        {"telemetry": 1},
+        {"trace_propagation": "no"},
+        {"batch_create_spans": None},
     ],
 )
 def test_bad_client_options_name_the_field(changes: dict[str, object]) -> None:

@@ -1,0 +1,49 @@
+"""Stream administration calls: a built request in, the server's answer handled.
+
+The requests are built (and every argument checked) in :mod:`liftbridge_sync._wire.requests`
+before anything here runs. Functions of the core they are given: thread-safe.
+"""
+
+from __future__ import annotations
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync._wire.validate import check_bool
+from liftbridge_sync.errors import StreamExistsError
+
+__all__ = ["create_stream", "delete_stream", "pause_stream", "set_stream_readonly"]
+
+
+def create_stream(core: ClientCore, request: api_pb2.CreateStreamRequest, exist_ok: bool) -> bool:
+    """Create the stream: ``True``, or ``False`` if it existed and ``exist_ok``.
+
+    Raises:
+        ConfigurationError: on a bad ``exist_ok``, before anything is sent.
+        StreamExistsError: if the name is taken and not ``exist_ok``.
+    """
+    check_bool("exist_ok", exist_ok)
+    try:
+        core.call_any(rpcs.CREATE_STREAM, request, context=CallContext.CREATE_STREAM)
+    except StreamExistsError:
+        if exist_ok:
+            return False
+        raise
+    return True
+
+
+def delete_stream(core: ClientCore, request: api_pb2.DeleteStreamRequest) -> None:
+    """Delete the stream, then forget its cached metadata."""
+    core.call_any(rpcs.DELETE_STREAM, request, context=CallContext.DELETE_STREAM)
+    core.metadata.forget_stream(request.name)
+
+
+def pause_stream(core: ClientCore, request: api_pb2.PauseStreamRequest) -> None:
+    """Pause the partitions the request names (all when it names none)."""
+    core.call_any(rpcs.PAUSE_STREAM, request, context=CallContext.STREAM_ADMIN)
+
+
+def set_stream_readonly(core: ClientCore, request: api_pb2.SetStreamReadonlyRequest) -> None:
+    """Make the partitions the request names read-only, or writable again."""
+    core.call_any(rpcs.SET_STREAM_READONLY, request, context=CallContext.STREAM_ADMIN)

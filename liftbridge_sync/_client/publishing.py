@@ -1,0 +1,281 @@
+"""The client's publish calls below their signatures: fast path, general path, tracing.
+
+The common case (a ``bytes`` value to a partition, nothing else, no telemetry) goes to
+:meth:`Publisher.submit_value` at once; anything else is checked and framed by
+:func:`submit`, which runs in a ``send`` span when OpenTelemetry is configured. The
+callers' arguments are those of :class:`~liftbridge_sync.Client`'s methods, documented
+there. Functions of the session they are given: thread-safe.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from liftbridge_sync._client.session import Session
+from liftbridge_sync._publishing.encoding import encode_publish
+from liftbridge_sync._publishing.publisher import Publisher
+from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.requests import partition_of, publish_to_subject_request
+from liftbridge_sync._wire.status import error_from_ack_error
+from liftbridge_sync._wire.validate import check_bytes, check_partition
+from liftbridge_sync.errors import (
+    AckTimeoutError,
+    ConfigurationError,
+    DeadlineExceededError,
+    LiftbridgeError,
+)
+from liftbridge_sync.models import Ack, AckPolicy
+from liftbridge_sync.partitioners import Partitioner
+
+__all__ = ["publish", "publish_async", "publish_batch", "publish_to_subject", "submit"]
+
+#: ``Client._publish_batch``: frames a batch's items and sends them on the publisher.
+SendBatch = Callable[
+    [Publisher, str, list[Any], int | None, Partitioner | None, AckPolicy, float | None],
+    list[Ack | None | LiftbridgeError],
+]
+
+
+def publish_async(
+    session: Session,
+    stream: str,
+    value: bytes,
+    key: bytes | None,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    correlation_id: str | None,
+    timeout: float | None,
+) -> concurrent.futures.Future[Ack | None]:
+    """:meth:`Client.publish_async <liftbridge_sync.Client.publish_async>`."""
+    if session.closed:
+        session.check()
+    # No pid check here (getpid() is a system call, a tenth of this call's cost): a
+    # child made by os.fork() got a fresh client state from the at-fork hook already.
+    publisher = session.publisher or session.get_publisher()
+    if (
+        session.telemetry is None
+        and type(value) is bytes
+        and key is None
+        and partitioner is None
+        and headers is None
+        and expected_offset is None
+        and correlation_id is None
+        and type(stream) is str
+        and type(ack_policy) is AckPolicy
+    ):
+        ack_timeout = session.options.ack_timeout
+        return publisher.submit_value(
+            stream,
+            value,
+            0 if partition is None else check_partition("partition", partition),
+            ack_policy,
+            ack_timeout if timeout is None else resolve_ack_timeout(timeout, ack_timeout),
+        )
+    return submit(
+        session,
+        publisher,
+        stream,
+        value,
+        key,
+        partition,
+        partitioner,
+        headers,
+        ack_policy,
+        expected_offset,
+        correlation_id,
+        timeout,
+    )
+
+
+def publish(
+    session: Session,
+    stream: str,
+    value: bytes,
+    key: bytes | None,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    correlation_id: str | None,
+    timeout: float | None,
+) -> Ack | None:
+    """:meth:`Client.publish <liftbridge_sync.Client.publish>`."""
+    session.check()
+    publisher = session.publisher or session.get_publisher()
+    publisher.check_can_wait()  # before anything is sent: no false failures
+    if (
+        session.telemetry is None
+        and type(value) is bytes
+        and key is None
+        and partitioner is None
+        and headers is None
+        and expected_offset is None
+        and correlation_id is None
+        and type(stream) is str
+        and type(ack_policy) is AckPolicy
+    ):
+        ack_timeout = session.options.ack_timeout
+        fast = publisher.submit_value(
+            stream,
+            value,
+            0 if partition is None else check_partition("partition", partition),
+            ack_policy,
+            ack_timeout if timeout is None else resolve_ack_timeout(timeout, ack_timeout),
+            direct=True,
+        )
+        return publisher.wait(fast, None, read_here=ack_policy is not AckPolicy.NONE)
+    future = submit(
+        session,
+        publisher,
+        stream,
+        value,
+        key,
+        partition,
+        partitioner,
+        headers,
+        ack_policy,
+        expected_offset,
+        correlation_id,
+        timeout,
+        direct=True,
+    )
+    # The future's own ack timer bounds this wait.
+    return publisher.wait(future, None, read_here=ack_policy is not AckPolicy.NONE)
+
+
+def submit(
+    session: Session,
+    publisher: Publisher,
+    stream: str,
+    value: bytes,
+    key: bytes | None,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    correlation_id: str | None,
+    timeout: float | None,
+    direct: bool = False,
+) -> concurrent.futures.Future[Ack | None]:
+    """A publish beyond the common case: checked, framed and submitted, in its ``send``
+    span with the trace context in its headers when tracing. ``direct``: the caller
+    waits for the ack next (``publish``), so it writes on its own thread."""
+
+    def send(headers: Mapping[str, bytes] | None) -> concurrent.futures.Future[Ack | None]:
+        correlation = correlation_id
+        if correlation is None:
+            correlation = publisher.next_correlation_id()
+        elif not isinstance(correlation, str) or not correlation:
+            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
+        else:
+            # A plain str: the pending table's keys are compared without running any
+            # Python code (the C fast path relies on it; a subclass may define __eq__).
+            correlation = str.__str__(correlation)
+        payload, routing_key = value, key
+        if partition is None and partitioner is None:
+            chosen = 0
+        else:
+            if partitioner is not None:  # it gets validated bytes
+                payload = check_bytes("value", value)  # type: ignore[assignment]
+                routing_key = check_bytes("key", key, optional=True)
+            chosen = choose_partition(
+                session.core, stream, routing_key, payload, partition, partitioner
+            )
+        framed = encode_publish(
+            stream,
+            payload,
+            partition=chosen,
+            key=routing_key,
+            headers=headers,
+            ack_policy=ack_policy,
+            expected_offset=expected_offset,
+            correlation_id=correlation,
+        )
+        return publisher.submit(
+            framed,
+            correlation,
+            partition=chosen,
+            wants_ack=ack_policy is not AckPolicy.NONE,
+            timeout=resolve_ack_timeout(timeout, session.options.ack_timeout),
+            direct=direct,
+        )
+
+    telemetry = session.telemetry
+    if telemetry is None:
+        return send(headers)
+    return telemetry.trace_send(stream, partition, headers, send)
+
+
+def publish_batch(
+    session: Session,
+    send_batch: SendBatch,
+    stream: str,
+    messages: Iterable[Any],
+    partition: int | None,
+    partitioner: Partitioner | None,
+    ack_policy: AckPolicy,
+    timeout: float | None,
+) -> list[Ack | None | LiftbridgeError]:
+    """:meth:`Client.publish_batch <liftbridge_sync.Client.publish_batch>`, the items
+    framed and sent by ``send_batch``; traced as one ``send`` span when tracing."""
+    session.check()
+    publisher = session.publisher or session.get_publisher()
+    items: list[Any] = messages if type(messages) is list else list(messages)
+    telemetry = session.telemetry
+    if telemetry is None:
+        return send_batch(publisher, stream, items, partition, partitioner, ack_policy, timeout)
+    return telemetry.trace_batch(
+        stream,
+        partition,
+        items,
+        lambda traced: send_batch(
+            publisher, stream, traced, partition, partitioner, ack_policy, timeout
+        ),
+    )
+
+
+def publish_to_subject(
+    session: Session,
+    subject: str,
+    value: bytes,
+    key: bytes | None,
+    headers: Mapping[str, bytes] | None,
+    ack_policy: AckPolicy,
+    ack_inbox: str | None,
+    correlation_id: str | None,
+    timeout: float | None,
+) -> Ack | None:
+    """:meth:`Client.publish_to_subject <liftbridge_sync.Client.publish_to_subject>`."""
+    core = session.check()
+    request = publish_to_subject_request(
+        subject,
+        value,
+        key=key,
+        headers=headers,
+        ack_policy=ack_policy,
+        ack_inbox=ack_inbox,
+        correlation_id=correlation_id,
+    )
+    ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
+    try:
+        response = core.call_any(rpcs.PUBLISH_TO_SUBJECT, request, timeout=ack_timeout)
+    except DeadlineExceededError as exc:
+        raise AckTimeoutError(
+            f"no ack for the message on {subject!r} within {ack_timeout}s",
+            code=exc.code,
+            details=exc.details,
+        ) from None
+    if ack_policy is AckPolicy.NONE or not response.HasField("ack"):
+        return None
+    ack = Ack.from_proto(response.ack, partition=partition_of(response.ack))
+    if ack.ack_error is not None:
+        raise error_from_ack_error(ack.ack_error)
+    return ack
