@@ -6,8 +6,10 @@ them into frames, takes the broker's plain single-message DATA frames of our str
 of the byte stream before ``h2`` sees them (``h2`` spends ~10 µs of pure Python per
 frame), decodes every whole gRPC message in bulk onto a ready list, hands everything
 else to ``h2``, queues our own WINDOW_UPDATE frames for what ``h2`` did not see, and
-turns headers, trailers, resets and GOAWAY into the call's end. Not thread-safe: only the
-thread iterating the call runs it.
+turns headers, trailers, resets and GOAWAY into the call's end: a
+:class:`~liftbridge_sync.errors.LiftbridgeError` mapped by :mod:`liftbridge_sync._wire.status`
+(as opening the subscription if no message arrived before it, else as ending a running
+one). Not thread-safe: only the thread iterating the call runs it.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2 import framing
+from liftbridge_sync._wire.status import CallContext, error_from_status
+from liftbridge_sync.errors import LiftbridgeError
 
-__all__ = ["SubscribeReceiver", "SubscribeRpcError"]
+__all__ = ["SubscribeReceiver"]
 
 _SC = grpc.StatusCode
 # Module-level names for the hot decoding loop (one lookup less per message).
@@ -41,26 +45,6 @@ _WINDOW_UPDATE = struct.Struct(">HBBBII")
 _CREDIT_AT = 256 * 1024
 
 _CODES = framing.CODES
-
-
-class SubscribeRpcError(grpc.RpcError):
-    """How a Subscribe call over our HTTP/2 reader ended, shaped like grpcio's error.
-
-    Immutable; safe to share between threads.
-    """
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code.name}: {details}")
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        """The gRPC status code."""
-        return self._code
-
-    def details(self) -> str:
-        """The status message."""
-        return self._details
 
 
 class SubscribeReceiver:
@@ -85,7 +69,10 @@ class SubscribeReceiver:
         #: Set once the stream is over: None for OK, else the error (raised after
         #: every message received before it was handed out).
         self._ended = False
-        self._error: SubscribeRpcError | None = None
+        self._error: LiftbridgeError | None = None
+        #: A message was handed out (the server's handshake): a later end is a running
+        #: subscription's, not a refused open.
+        self._received = False
         self._status: int | None = None
         self._message = ""
 
@@ -329,6 +316,14 @@ class SubscribeReceiver:
     def _end(self, code: grpc.StatusCode, details: str) -> None:
         # The first reason wins (e.g. trailers followed by the broker's RST_STREAM).
         if not self._ended:
-            self._ended = True
-            self._fast = False
-            self._error = SubscribeRpcError(code, details)
+            self._fail(code, details)
+
+    def _fail(self, code: grpc.StatusCode, details: str) -> LiftbridgeError:
+        """End the call with the error of status ``code``, whatever ended it before."""
+        self._ended = True
+        self._fast = False
+        # Every message decoded before the end is handed out before the error is raised.
+        opened = self._received or self._next < len(self._ready)
+        context = CallContext.SUBSCRIPTION if opened else CallContext.SUBSCRIBE_OPEN
+        self._error = error = error_from_status(code, details, context)
+        return error
