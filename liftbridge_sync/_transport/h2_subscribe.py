@@ -39,6 +39,7 @@ import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.dial import DialError, dial
+from liftbridge_sync._transport.h2.framing import FrameError
 from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver
@@ -167,6 +168,8 @@ class H2SubscribeCall(SubscribeReceiver):
                 self._receive(data)
             except h2.exceptions.ProtocolError as exc:
                 self._end(_SC.UNAVAILABLE, f"HTTP/2 protocol error: {exc!r}")
+            except FrameError as exc:
+                self._end(_SC.UNAVAILABLE, f"HTTP/2 framing error: {exc}")
             if self._outbuf:
                 self._send_out()
             ready = self._ready
@@ -309,5 +312,4 @@ class H2SubscribeCall(SubscribeReceiver):
                 sock.close()
                 raise self._cancelled_error()
             self._sock = sock
-        self._conn = conn
-        self._stream_id = sid
+        self._attach(conn, sid)

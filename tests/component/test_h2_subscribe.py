@@ -24,7 +24,7 @@ import liftbridge_sync as lb
 from liftbridge_sync import ClientOptions, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport import h2_subscribe
-from liftbridge_sync._transport.h2 import subscribe_receiver
+from liftbridge_sync._transport.h2 import framing, subscribe_receiver
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
@@ -161,7 +161,8 @@ def _server_bytes(
     for offset in [0, *range(count)] if handshake else range(count):
         body = api_pb2.Message(offset=offset, value=b"v%d" % offset).SerializeToString()
         server.send_data(1, b"\0" + len(body).to_bytes(4, "big") + body)
-    server.send_headers(1, trailers, end_stream=True)
+    if trailers:  # none: the stream stays open
+        server.send_headers(1, trailers, end_stream=True)
     return server.data_to_send()
 
 
@@ -175,6 +176,8 @@ class _RawServer:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.chunks: list[bytes] = []
+        #: What clients sent (all connections, in order).
+        self.received = bytearray()
         self.thread = threading.Thread(target=self._run, name="liftbridge-test-raw", daemon=True)
         self.thread.start()
 
@@ -189,8 +192,8 @@ class _RawServer:
                     for chunk in self.chunks:
                         conn.sendall(chunk)
                     conn.shutdown(socket.SHUT_WR)
-                    while conn.recv(65536):
-                        pass
+                    while data := conn.recv(65536):
+                        self.received += data
                 except OSError:
                     pass
 
@@ -259,6 +262,31 @@ def test_an_error_before_any_message_is_a_refused_open_after_one_a_running_end(
     offsets, error = _read_all(raw.address)
     assert offsets == [0, 0]
     assert isinstance(error, StreamDeletedError) and error.code == "NOT_FOUND"
+
+
+def test_data_beyond_our_window_ends_the_call_with_a_flow_control_error(
+    raw: _RawServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker that ignores the window we gave (64 KiB here, none of it returned yet:
+    # our WINDOW_UPDATEs go out every 256 KiB read) is refused as h2 would refuse it:
+    # GOAWAY(FLOW_CONTROL_ERROR), and the call ends UNAVAILABLE (the subscription
+    # resubscribes) after every message that arrived before the overrun.
+    monkeypatch.setattr(h2_subscribe, "_RECV_WINDOW", 65535)
+    head = _server_bytes(0, [], handshake=False)  # SETTINGS and the response headers
+    body = api_pb2.Message(offset=7, value=b"v" * 995).SerializeToString()
+    message = b"\0" + len(body).to_bytes(4, "big") + body
+    frame = framing.data_frame_header(1, len(message)) + message
+    count = 65_535 // len(message) + 1  # one frame past the window
+    raw.received.clear()
+    raw.chunks = [head + frame * count]
+    offsets, error = _read_all(raw.address)
+    assert offsets == [7] * count
+    assert isinstance(error, BrokerUnavailableError) and error.code == "UNAVAILABLE"
+    assert "beyond the flow-control window" in str(error)
+    sent = bytes(raw.received)[24:]  # after the client preface
+    frames, _ = framing.split_frames(sent, 1 << 24)
+    codes = [int.from_bytes(sent[s + 4 : s + 8], "big") for kind, _, _, s, _ in frames if kind == 7]
+    assert codes == [0x3]  # FLOW_CONTROL_ERROR
 
 
 @settings(
