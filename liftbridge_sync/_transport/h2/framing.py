@@ -32,7 +32,6 @@ __all__ = [
     "PING",
     "RESET_CODES",
     "SETTINGS",
-    "answer",
     "check_frame",
     "data_frame_header",
     "grpc_status",
@@ -209,14 +208,6 @@ def window_update(stream: int, increment: int) -> bytes:
 def data_frame_header(stream: int, length: int) -> bytes:
     """The 9-byte header of a DATA frame of ``length`` bytes on ``stream``, no flags."""
     return FRAME_HEADER.pack(length << 8, 0, stream)
-
-
-def answer(buf: bytes | bytearray, start: int, end: int) -> bytes:
-    """The ACK of the PING or SETTINGS frame at ``buf[start:end]`` (its header and
-    payload, with the ACK flag; an empty payload for SETTINGS)."""
-    frame = bytearray(buf[start:end] if buf[start + 3] == PING else buf[start : start + 9])
-    frame[4] = ACK
-    return bytes(frame)
 
 
 def ping_frame(payload: bytes) -> bytes:
