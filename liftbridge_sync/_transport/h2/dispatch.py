@@ -23,8 +23,9 @@ stream's :class:`~.responses.ResponseReader` and the Subscribe call's
 * returns the flow-control window of the DATA frames ``h2`` did not see with its own
   WINDOW_UPDATE frames, and checks that the broker kept within the window we gave it
   (more is a ``FLOW_CONTROL_ERROR`` that ends the connection). Because the window is
-  returned as soon as bytes are read, that check can only fire when a single read
-  brings in more than the window (see :meth:`StreamDispatch._count_credit`).
+  returned as soon as bytes are read, that check can only fire when the DATA read
+  since our last WINDOW_UPDATE outgrows the window (see
+  :meth:`StreamDispatch._count_credit`).
 
 Frames to send (window updates, PING and SETTINGS acknowledgements, our GOAWAY) collect
 in :attr:`out`; ``h2``'s own output stays in ``h2`` for the connection to send. Used by
@@ -304,11 +305,13 @@ class StreamDispatch:
 
         The broker may send what h2's windows (which know only the frames h2 saw) allow
         less what we read ourselves and have not returned yet; more is a flow-control
-        error (RFC 9113 §6.9.1). The window is returned as soon as the bytes are read,
-        so the check fires only when one read brings in more than the whole window
-        (a window smaller than a read, or a broker that ignored it from the start);
-        otherwise what a broker ignoring the window sends is held by the kernel's socket
-        buffers, never by us (one read at a time, each under the receive limits).
+        error (RFC 9113 §6.9.1). The window is returned as soon as the bytes are read
+        (every ``credit_at`` bytes), so the check fires only when what was read since
+        our last WINDOW_UPDATE (under ``credit_at`` plus one read) outgrows the window:
+        never with the transports' 4 MiB windows (steps of 64 or 256 KiB, reads of at
+        most 256 KiB), whatever the broker sends; with a smaller window, a broker that
+        overruns it. Either way, what a broker ignoring the window sends waits in the
+        kernel's socket buffers, never in ours (one read at a time, under the limits).
         """
         credit = self._credit + consumed
         self._credit = credit
