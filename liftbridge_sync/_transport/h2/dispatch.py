@@ -308,8 +308,8 @@ class StreamDispatch:
         error (RFC 9113 §6.9.1). The window is returned as soon as the bytes are read
         (every ``credit_at`` bytes), so the check fires only when what was read since
         our last WINDOW_UPDATE (under ``credit_at`` plus one read) outgrows the window:
-        never with the transports' 4 MiB windows (steps of 64 or 256 KiB, reads of at
-        most 256 KiB), whatever the broker sends; with a smaller window, a broker that
+        never with the transports' 4 MiB windows (steps of 64 or 256 KiB, reads of
+        120 KiB), whatever the broker sends; with a smaller window, a broker that
         overruns it. Either way, what a broker ignoring the window sends waits in the
         kernel's socket buffers, never in ours (one read at a time, under the limits).
         """
