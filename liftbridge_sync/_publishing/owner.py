@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib
 import itertools
 import logging
 import os
@@ -43,6 +42,7 @@ from liftbridge_sync._publishing.pending import (
 )
 from liftbridge_sync._publishing.recovering import RecoveringPartitions
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.opening import publish_opener
 from liftbridge_sync._transport.publish_stream import (
     PublishStream,
     StreamClosed,
@@ -51,7 +51,6 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
     StreamSent,
-    open_grpc_stream,
 )
 from liftbridge_sync._transport.retry import backoff_delay
 from liftbridge_sync.errors import (
@@ -75,14 +74,6 @@ def _max_message(grpc_options: tuple[tuple[str, Any], ...]) -> int:
     if isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0:
         return limit
     return 4 << 20
-
-
-def _opener_for(transport: str) -> StreamOpener:
-    if transport == "h2":
-        module = importlib.import_module("liftbridge_sync._transport.h2.dial")
-        opener: StreamOpener = module.open_h2_stream
-        return opener
-    return open_grpc_stream
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,7 +101,7 @@ class OwnerLoop:
         self._options = core.options
         self._max_in_flight = core.options.max_in_flight
         self._max_message = _max_message(core.options.grpc_options) + 5  # framed
-        self._opener = opener or _opener_for(core.options.publish_transport)
+        self._opener = opener or publish_opener(core.options.publish_transport)
         self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._lock = threading.Lock()  # thread start and close

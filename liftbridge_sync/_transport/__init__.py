@@ -7,4 +7,6 @@
 * :mod:`.core`: :class:`ClientCore`, broker selection, leader routing and deadlines.
 * :mod:`.publish_stream`: the ``PublishAsync`` stream seam and its grpcio opener.
 * :mod:`.h2`: the same stream over our own HTTP/2 framing (the default).
+* :mod:`.opening`: the seam: publish streams and subscribe calls of either transport,
+  failing with Liftbridge errors (nothing above it imports grpc).
 """

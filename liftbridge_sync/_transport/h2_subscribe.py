@@ -14,10 +14,9 @@ The HTTP/2 state machine (preface, SETTINGS, PING, GOAWAY, RST_STREAM, HPACK) is
 DATA frame per message) and their flow-control window is returned with our own
 WINDOW_UPDATE frames.
 
-The call object looks like a grpcio streaming call to
-:class:`~liftbridge_sync.subscription.Subscription`: ``next()`` returns the next wire
-``Message``, raises ``StopIteration`` when the server ends the stream with OK and a
-:class:`SubscribeRpcError` (a ``grpc.RpcError`` with ``code()`` and ``details()``)
+The call is a :class:`~liftbridge_sync._transport.opening.SubscribeCall`: ``next()``
+returns the next wire ``Message``, raises ``StopIteration`` when the server ends the
+stream with OK and the :class:`~liftbridge_sync.errors.LiftbridgeError` of its status
 otherwise; ``cancel()`` from any thread ends a blocked ``next()`` with ``CANCELLED``.
 Connection failures are ``UNAVAILABLE``, so the subscription resubscribes after the last
 delivered offset as it does on grpcio.
@@ -34,20 +33,21 @@ import contextlib
 import socket
 import threading
 import time
-from typing import Any
 
 import grpc
 import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.dial import DialError, dial
+from liftbridge_sync._transport.h2.framing import FrameError
 from liftbridge_sync._transport.h2.limits import max_message_size
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
-from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver, SubscribeRpcError
+from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver
 from liftbridge_sync._transport.tls import TLSSetup
+from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.options import ClientOptions
 
-__all__ = ["H2SubscribeCall", "SubscribeRpcError"]
+__all__ = ["H2SubscribeCall"]
 
 _SC = grpc.StatusCode
 _PATH = b"/proto.API/Subscribe"
@@ -69,6 +69,9 @@ class H2SubscribeCall(SubscribeReceiver):
 
     ``next()`` must be called by one thread at a time; ``cancel()`` is thread-safe.
     """
+
+    #: Whether the reader takes messages with :meth:`read_batch` (set by the opener).
+    batched = True
 
     def __init__(
         self,
@@ -110,7 +113,7 @@ class H2SubscribeCall(SubscribeReceiver):
 
         Raises:
             StopIteration: the server ended the stream with OK.
-            SubscribeRpcError: the stream failed or was cancelled, after every message
+            LiftbridgeError: the stream failed or was cancelled, after every message
                 received before that was handed out.
         """
         ready = self._ready
@@ -165,11 +168,14 @@ class H2SubscribeCall(SubscribeReceiver):
                 self._receive(data)
             except h2.exceptions.ProtocolError as exc:
                 self._end(_SC.UNAVAILABLE, f"HTTP/2 protocol error: {exc!r}")
+            except FrameError as exc:
+                self._end(_SC.UNAVAILABLE, f"HTTP/2 framing error: {exc}")
             if self._outbuf:
                 self._send_out()
             ready = self._ready
             if ready:
                 self._next = 1
+                self._received = True
                 return ready[0]
 
     def _recv(self) -> bytes:
@@ -196,9 +202,7 @@ class H2SubscribeCall(SubscribeReceiver):
                 raise self._cancelled_error()
         if not data:
             self._close()
-            self._ended = True
-            self._error = SubscribeRpcError(_SC.UNAVAILABLE, failure)
-            raise self._error
+            raise self._fail(_SC.UNAVAILABLE, failure)
         return data
 
     def _recv_alive(self, sock: socket.socket) -> bytes:
@@ -236,10 +240,8 @@ class H2SubscribeCall(SubscribeReceiver):
             sock.sendall(conn.data_to_send())
             pinged_at = time.monotonic()
 
-    def _cancelled_error(self) -> SubscribeRpcError:
-        self._ended = True
-        self._error = SubscribeRpcError(_SC.CANCELLED, "subscription call cancelled")
-        return self._error
+    def _cancelled_error(self) -> LiftbridgeError:
+        return self._fail(_SC.CANCELLED, "subscription call cancelled")
 
     def _send_out(self) -> None:
         """Write the queued frames, for at most ``keepalive_timeout`` seconds: a broker
@@ -303,27 +305,11 @@ class H2SubscribeCall(SubscribeReceiver):
                 self._address, self._options, self._tls, _PATH, _RECV_WINDOW, body
             )
         except DialError as exc:
-            self._ended = True
-            self._error = SubscribeRpcError(_SC.UNAVAILABLE, str(exc))
-            raise self._error from None
+            raise self._fail(_SC.UNAVAILABLE, str(exc)) from None
         sock.settimeout(None)
         with self._lock:
             if self._cancelled:
                 sock.close()
                 raise self._cancelled_error()
             self._sock = sock
-        self._conn = conn
-        self._stream_id = sid
-
-
-def open_call(
-    address: str,
-    request: api_pb2.SubscribeRequest,
-    options: ClientOptions,
-    tls: TLSSetup | None = None,
-) -> Any:
-    """A new, not yet connected :class:`H2SubscribeCall` (the grpcio ``Subscribe`` stand-in).
-
-    ``tls`` is the client's TLS set-up (``ChannelPool.tls``). Thread-safe.
-    """
-    return H2SubscribeCall(address, request, options, tls)
+        self._attach(conn, sid)

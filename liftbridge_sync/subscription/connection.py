@@ -15,15 +15,12 @@ import dataclasses
 import random
 import threading
 import time
-from typing import Any
-
-import grpc
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
 from liftbridge_sync._transport.retry import backoff_delay, build_retrying, is_retryable
-from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
@@ -39,7 +36,6 @@ from liftbridge_sync.options import RetryPolicy
 
 __all__ = ["Closed", "PartitionConnection", "SubscriptionTarget"]
 
-_SC = grpc.StatusCode
 #: Server details of INTERNAL when a reverse read finds an empty log.
 _EMPTY_LOG_HINTS = ("segment not found", "empty")
 #: Server details of INVALID_ARGUMENT when the stop offset is already behind us.
@@ -96,7 +92,7 @@ class PartitionConnection:
         self._target = target
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._call: Any = None
+        self._call: SubscribeCall | None = None
         self._done = False
         self._last_offset: int | None = None
         #: When the stream was lost (None: not lost, or lost by our own timeout cancel).
@@ -116,7 +112,7 @@ class PartitionConnection:
         """End the subscription (the subscription's own; what it drops is its business)."""
         raise NotImplementedError
 
-    def _arm(self, delay: float, call: Any) -> TimerHandle:
+    def _arm(self, delay: float, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` after ``delay`` seconds unless the returned timer is cancelled."""
         try:
             return self._scheduler.call_later(delay, call.cancel)
@@ -271,7 +267,7 @@ class PartitionConnection:
             raise _ReadTimeout
         self._closed.wait(seconds)
 
-    def _reconnect(self, deadline: float | None) -> Any:
+    def _reconnect(self, deadline: float | None) -> SubscribeCall:
         """Resubscribe after the last offset within what is left of ``resubscribe_wait``."""
         options = self._core.options
         since = self._broken_since if self._broken_since is not None else time.monotonic()
@@ -344,27 +340,16 @@ class PartitionConnection:
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
         address = self._address(refresh, deadline)
-        options = self._core.options
-        if options.subscribe_transport == "h2":
-            from liftbridge_sync._transport import h2_subscribe  # noqa: PLC0415 (h2 is optional)
-
-            # The diagnosis the grpcio channels get (and their TLS set-up).
-            self._core.pool.check_tls(address)
-            call = h2_subscribe.open_call(
-                address, self._resume_request(), options, self._core.pool.tls
-            )
-            # Reverse reads check every offset as it is delivered: one at a time.
-            batched = not self._target.reverse
-        else:
-            stub = self._core.pool.stub(address, streaming_reads=True)
-            call = stub.Subscribe(self._resume_request())
-            batched = False
+        # Reverse reads check every offset as it is delivered: one at a time.
+        call = open_subscribe(
+            self._core, address, self._resume_request(), batched=not self._target.reverse
+        )
         with self._lock:
             if self._closed.is_set():
                 call.cancel()
                 raise Closed
             self._call = call
-            self._batched = batched
+            self._batched = call.batched
         wait = self._core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
@@ -373,7 +358,7 @@ class PartitionConnection:
             next(call)
         except StopIteration:
             raise _Ended from None
-        except grpc.RpcError as exc:
+        except LiftbridgeError as exc:
             with self._lock:
                 if self._call is call:
                     self._call = None
@@ -383,7 +368,7 @@ class PartitionConnection:
 
     def _open_failed(
         self,
-        exc: grpc.RpcError,
+        exc: LiftbridgeError,
         address: str,
         guard: TimerHandle,
         deadline: float | None,
@@ -392,20 +377,20 @@ class PartitionConnection:
     ) -> None:
         if self._closed.is_set():
             raise Closed
-        code = exc.code()
-        if guard.fired and code is _SC.CANCELLED:
+        code = exc.code
+        if guard.fired and code == "CANCELLED":
             if deadline is not None and time.monotonic() >= deadline:
                 raise _ReadTimeout
             raise BrokerUnavailableError(f"subscribe: no handshake from {address} in time")
-        if code is _SC.CANCELLED:
+        if code == "CANCELLED":
             raise BrokerUnavailableError(f"subscribe: call to {address} was cancelled")
-        if code is _SC.RESOURCE_EXHAUSTED:
+        if code == "RESOURCE_EXHAUSTED":
             raise _Ended  # STOP_LATEST on an empty partition, or nothing left to read
-        details = (exc.details() or "").lower()
-        if self._target.reverse and code is _SC.INTERNAL and _has(details, _EMPTY_LOG_HINTS):
+        details = exc.details.lower()
+        if self._target.reverse and code == "INTERNAL" and _has(details, _EMPTY_LOG_HINTS):
             raise _Ended
         if (
-            code is _SC.INVALID_ARGUMENT
+            code == "INVALID_ARGUMENT"
             and _STOP_BEFORE_START in details
             and (resubscribing or not self._target.reverse)
         ):
@@ -413,7 +398,8 @@ class PartitionConnection:
             # (a start past the end, a stop below the oldest retained offset), or the
             # stop position was delivered just before the stream broke.
             raise _Ended
-        raise self._core.error_of(exc, CallContext.SUBSCRIBE_OPEN, address) from None
+        # Already typed by the transport, as a refused open.
+        raise exc
 
 
 def _has(text: str, hints: tuple[str, ...]) -> bool:

@@ -18,17 +18,11 @@ from __future__ import annotations
 import logging
 import operator
 import time
-from typing import Any
-
-import grpc
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import TimerHandle
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.status import (
-    CallContext,
-    error_from_rpc_error,
-)
+from liftbridge_sync._transport.opening import SubscribeCall
 from liftbridge_sync._wire.validate import check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
@@ -47,7 +41,6 @@ from liftbridge_sync.subscription.stats import SubscriptionStats
 __all__ = ["Subscription", "SubscriptionTarget"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
-_SC = grpc.StatusCode
 
 
 class Subscription(PartitionConnection):
@@ -261,7 +254,7 @@ class Subscription(PartitionConnection):
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
                 raise
-            except grpc.RpcError as exc:
+            except LiftbridgeError as exc:
                 self._on_broken(call, exc, timer, idle)
                 continue
             finally:
@@ -282,7 +275,7 @@ class Subscription(PartitionConnection):
             self._last_pb = pb
             return Message.from_proto(pb)
 
-    def _screen(self, call: Any, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
+    def _screen(self, call: SubscribeCall, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
         """What of ``batch`` may be delivered: offsets strictly after the last delivered
         one, up to the stop position. Forward reads only.
 
@@ -330,7 +323,9 @@ class Subscription(PartitionConnection):
             cut = late if late is not None else cut
         return cut
 
-    def _refuse_out_of_order(self, call: Any, batch: list[api_pb2.Message], bad: int) -> None:
+    def _refuse_out_of_order(
+        self, call: SubscribeCall, batch: list[api_pb2.Message], bad: int
+    ) -> None:
         """Log and count ``batch[bad]``, and drop the call to resubscribe."""
         pb = batch[bad]
         before = batch[bad - 1] if bad else self._delivered_pb()
@@ -364,14 +359,14 @@ class Subscription(PartitionConnection):
         pb = self._last_pb
         return pb if pb is not None and pb.offset == self._last_offset else None
 
-    def _finish(self, call: Any) -> None:
+    def _finish(self, call: SubscribeCall) -> None:
         self._done = True
         with self._lock:
             if self._call is call:
                 self._call = None
         call.cancel()
 
-    def _arm_idle(self, call: Any) -> TimerHandle:
+    def _arm_idle(self, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
 
         The clock runs from the first read that found nothing buffered, across ``get``
@@ -416,8 +411,8 @@ class Subscription(PartitionConnection):
 
     def _on_broken(
         self,
-        call: Any,
-        exc: grpc.RpcError,
+        call: SubscribeCall,
+        exc: LiftbridgeError,
         timer: TimerHandle | None,
         idle: TimerHandle | None = None,
     ) -> None:
@@ -427,8 +422,8 @@ class Subscription(PartitionConnection):
                 self._call = None
         if self._closed.is_set():
             raise StopIteration
-        code = exc.code()
-        if idle is not None and idle.fired and code is _SC.CANCELLED:
+        code = exc.code
+        if idle is not None and idle.fired and code == "CANCELLED":
             # Our own idle cancel: the next read resubscribes (a fresh server reader).
             self._idle_since = None
             if self._rest_is_gone():
@@ -436,23 +431,24 @@ class Subscription(PartitionConnection):
                 raise StopIteration
             if timer is None or not timer.fired:
                 return
-        if timer is not None and timer.fired and code is _SC.CANCELLED:
+        if timer is not None and timer.fired and code == "CANCELLED":
             # Our own cancel: the connection is fine, so the next read resubscribes
             # without asking for metadata, with a fresh resubscribe budget.
             raise TimeoutError("no message arrived within the timeout")
-        if code is _SC.RESOURCE_EXHAUSTED:
+        if code == "RESOURCE_EXHAUSTED":
             # End of a read-only partition, or the stop position was delivered.
             self._done = True
             raise StopIteration
-        if self._target.reverse and code is _SC.UNKNOWN and _is_eof(exc):
+        if self._target.reverse and code == "UNKNOWN" and _is_eof(exc):
             self._done = True
             raise StopIteration
-        if code is _SC.CANCELLED:
+        if code == "CANCELLED":
             # A cancel we did not ask for, e.g. a get() timer that fired just as its
             # message arrived: quietly continue after the last offset.
             return
-        error = error_from_rpc_error(exc, CallContext.SUBSCRIPTION)
-        if code is _SC.UNAVAILABLE or error.retryable:
+        # Already typed by the transport, as the end of a running subscription.
+        error = exc
+        if code == "UNAVAILABLE" or error.retryable:
             _log.warning(
                 "subscription %s/%d lost its stream (%s); resubscribing after offset %s",
                 self._target.stream,
@@ -467,5 +463,5 @@ class Subscription(PartitionConnection):
         raise error
 
 
-def _is_eof(exc: grpc.RpcError) -> bool:
-    return (exc.details() or "").strip().lower() == "eof"
+def _is_eof(exc: LiftbridgeError) -> bool:
+    return exc.details.strip().lower() == "eof"

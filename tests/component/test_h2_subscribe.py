@@ -24,13 +24,17 @@ import liftbridge_sync as lb
 from liftbridge_sync import ClientOptions, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._transport import h2_subscribe
-from liftbridge_sync._transport.h2 import subscribe_receiver
-from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall, SubscribeRpcError
+from liftbridge_sync._transport.h2 import framing, subscribe_receiver
+from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
+from liftbridge_sync.errors import (
+    BrokerUnavailableError,
+    LiftbridgeError,
+    NoSuchPartitionError,
+    StreamDeletedError,
+)
 from liftbridge_sync.testing import FakeBroker, FakeCluster, generate_certificates, serve
 
 from .test_subscribe_faults import make_client
-
-SC = grpc.StatusCode
 
 
 @pytest.fixture
@@ -113,9 +117,9 @@ def test_cancel_from_another_thread_ends_a_blocked_read(broker: FakeBroker) -> N
     call.cancel()
     reader.join(10)
     assert not reader.is_alive()
-    assert isinstance(errors[0], SubscribeRpcError) and errors[0].code() is SC.CANCELLED
+    assert isinstance(errors[0], LiftbridgeError) and errors[0].code == "CANCELLED"
     call.cancel()  # idempotent
-    with pytest.raises(SubscribeRpcError):
+    with pytest.raises(LiftbridgeError):
         next(call)
 
 
@@ -123,9 +127,9 @@ def test_cancel_before_the_first_read() -> None:
     options = ClientOptions(addresses=("127.0.0.1:1",))
     call = H2SubscribeCall("127.0.0.1:1", _request(), options)
     call.cancel()
-    with pytest.raises(SubscribeRpcError) as info:
+    with pytest.raises(LiftbridgeError) as info:
         next(call)
-    assert info.value.code() is SC.CANCELLED
+    assert info.value.code == "CANCELLED"
 
 
 def test_refused_connection_is_unavailable() -> None:
@@ -134,15 +138,17 @@ def test_refused_connection_is_unavailable() -> None:
         port = sock.getsockname()[1]
     address = f"127.0.0.1:{port}"
     call = H2SubscribeCall(address, _request(), ClientOptions(addresses=(address,)))
-    with pytest.raises(SubscribeRpcError) as info:
+    with pytest.raises(LiftbridgeError) as info:
         next(call)
-    assert info.value.code() is SC.UNAVAILABLE
+    assert info.value.code == "UNAVAILABLE"
 
 
 # ---------------------------------------------------------------- bytes from the wire
 
 
-def _server_bytes(count: int, trailers: list[tuple[bytes, bytes]]) -> bytes:
+def _server_bytes(
+    count: int, trailers: list[tuple[bytes, bytes]], *, handshake: bool = True
+) -> bytes:
     """What a gRPC server sends for a Subscribe: handshake, ``count`` messages, trailers."""
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     client.initiate_connection()
@@ -152,10 +158,11 @@ def _server_bytes(count: int, trailers: list[tuple[bytes, bytes]]) -> bytes:
     server.initiate_connection()
     server.receive_data(client.data_to_send())
     server.send_headers(1, [(b":status", b"200"), (b"content-type", b"application/grpc")])
-    for offset in [0, *range(count)]:
+    for offset in [0, *range(count)] if handshake else range(count):
         body = api_pb2.Message(offset=offset, value=b"v%d" % offset).SerializeToString()
         server.send_data(1, b"\0" + len(body).to_bytes(4, "big") + body)
-    server.send_headers(1, trailers, end_stream=True)
+    if trailers:  # none: the stream stays open
+        server.send_headers(1, trailers, end_stream=True)
     return server.data_to_send()
 
 
@@ -169,6 +176,8 @@ class _RawServer:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.chunks: list[bytes] = []
+        #: What clients sent (all connections, in order).
+        self.received = bytearray()
         self.thread = threading.Thread(target=self._run, name="liftbridge-test-raw", daemon=True)
         self.thread.start()
 
@@ -183,8 +192,8 @@ class _RawServer:
                     for chunk in self.chunks:
                         conn.sendall(chunk)
                     conn.shutdown(socket.SHUT_WR)
-                    while conn.recv(65536):
-                        pass
+                    while data := conn.recv(65536):
+                        self.received += data
                 except OSError:
                     pass
 
@@ -206,7 +215,7 @@ def _read_all(address: str) -> tuple[list[int], BaseException | None]:
     try:
         for message in call:
             offsets.append(message.offset)
-    except SubscribeRpcError as exc:
+    except LiftbridgeError as exc:
         return offsets, exc
     finally:
         call.cancel()
@@ -234,8 +243,50 @@ def test_error_status_after_the_messages(raw: _RawServer) -> None:
     raw.chunks = [_server_bytes(3, [(b"grpc-status", b"14"), (b"grpc-message", b"gone%20away")])]
     offsets, error = _read_all(raw.address)
     assert offsets == [0, 0, 1, 2]  # every message before the status is delivered
-    assert isinstance(error, SubscribeRpcError)
-    assert error.code() is SC.UNAVAILABLE and error.details() == "gone away"
+    assert isinstance(error, BrokerUnavailableError)
+    assert error.code == "UNAVAILABLE" and error.details == "gone away"
+
+
+def test_an_error_before_any_message_is_a_refused_open_after_one_a_running_end(
+    raw: _RawServer,
+) -> None:
+    # The transport types the error (one mapping, _wire.status): NOT_FOUND refuses an
+    # open (no such partition) but ends a running subscription (the stream was deleted).
+    raw.chunks = [
+        _server_bytes(0, [(b"grpc-status", b"5"), (b"grpc-message", b"no")], handshake=False)
+    ]
+    offsets, error = _read_all(raw.address)
+    assert offsets == []
+    assert isinstance(error, NoSuchPartitionError) and error.code == "NOT_FOUND"
+    raw.chunks = [_server_bytes(1, [(b"grpc-status", b"5"), (b"grpc-message", b"no")])]
+    offsets, error = _read_all(raw.address)
+    assert offsets == [0, 0]
+    assert isinstance(error, StreamDeletedError) and error.code == "NOT_FOUND"
+
+
+def test_data_beyond_our_window_ends_the_call_with_a_flow_control_error(
+    raw: _RawServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A broker that ignores the window we gave (64 KiB here, none of it returned yet:
+    # our WINDOW_UPDATEs go out every 256 KiB read) is refused as h2 would refuse it:
+    # GOAWAY(FLOW_CONTROL_ERROR), and the call ends UNAVAILABLE (the subscription
+    # resubscribes) after every message that arrived before the overrun.
+    monkeypatch.setattr(h2_subscribe, "_RECV_WINDOW", 65535)
+    head = _server_bytes(0, [], handshake=False)  # SETTINGS and the response headers
+    body = api_pb2.Message(offset=7, value=b"v" * 995).SerializeToString()
+    message = b"\0" + len(body).to_bytes(4, "big") + body
+    frame = framing.data_frame_header(1, len(message)) + message
+    count = 65_535 // len(message) + 1  # one frame past the window
+    raw.received.clear()
+    raw.chunks = [head + frame * count]
+    offsets, error = _read_all(raw.address)
+    assert offsets == [7] * count
+    assert isinstance(error, BrokerUnavailableError) and error.code == "UNAVAILABLE"
+    assert "beyond the flow-control window" in str(error)
+    sent = bytes(raw.received)[24:]  # after the client preface
+    frames, _ = framing.split_frames(sent, 1 << 24)
+    codes = [int.from_bytes(sent[s + 4 : s + 8], "big") for kind, _, _, s, _ in frames if kind == 7]
+    assert codes == [0x3]  # FLOW_CONTROL_ERROR
 
 
 @settings(
@@ -257,7 +308,7 @@ def test_truncated_or_garbled_streams_fail_cleanly(
     offsets, error = _read_all(raw.address)
     # Either the stream happened to stay valid, or it ends with a typed gRPC error; the
     # messages delivered are always a prefix of what was sent (or garbled values of it).
-    assert error is None or isinstance(error, SubscribeRpcError)
+    assert error is None or isinstance(error, LiftbridgeError)
     assert len(offsets) <= 21
 
 
@@ -316,5 +367,5 @@ def test_a_cancel_that_closes_the_socket_under_a_send_is_a_cancel() -> None:
     call.cancel()  # not reading: closes the socket and forgets it
     call._sock = left  # ... after the writer had already picked it up
     call._send_out()
-    assert isinstance(call._error, SubscribeRpcError)
-    assert call._error.code() is grpc.StatusCode.CANCELLED
+    assert isinstance(call._error, LiftbridgeError)
+    assert call._error.code == "CANCELLED"

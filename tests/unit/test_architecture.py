@@ -207,6 +207,39 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:
     assert any("liftbridge_sync.errors" in cycle for cycle in _cycles(graph))
 
 
+#: Packages above the transport seam (``_transport.opening``): what the wire speaks is
+#: not theirs to know, so they see Liftbridge errors, never grpc's.
+GRPC_FREE = ["liftbridge_sync.subscription", "liftbridge_sync.consumer"]
+
+
+def _third_party_imports(path: Path) -> set[str]:
+    """Top-level names of the absolute imports in ``path``, type-checking ones included."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.partition(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.partition(".")[0])
+    return found
+
+
+def test_subscription_and_consumer_never_import_grpc() -> None:
+    checked = [
+        (module, path)
+        for module, path in _modules().items()
+        if any(module == p or module.startswith(p + ".") for p in GRPC_FREE)
+    ]
+    assert len(checked) >= 10  # both packages were found
+    offenders = [module for module, path in checked if "grpc" in _third_party_imports(path)]
+    assert not offenders, f"import grpc above the transport seam: {offenders}"
+
+
+def test_the_grpc_check_catches_an_import(tmp_path: Path) -> None:
+    bad = tmp_path / "partition.py"
+    bad.write_text("if True:\n    from grpc import StatusCode\n")
+    assert "grpc" in _third_party_imports(bad)
+
+
 @pytest.mark.parametrize("name", liftbridge_sync.__all__)
 def test_public_names_show_a_public_module(name: str) -> None:
     obj = getattr(liftbridge_sync, name)

@@ -176,3 +176,44 @@ def test_data_bytes_counts_only_the_responses_frames(
     )
     assert len(reader.receive(data)) == 2
     assert reader.data_bytes == 2 * len(message)
+
+
+@pytest.mark.parametrize("speedups_on", [True, False])
+def test_data_beyond_the_window_we_gave_is_a_flow_control_error(
+    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fast paths read DATA that h2 never sees, so they count it against the window
+    # themselves: a broker that sends more than we allowed ends the connection with
+    # GOAWAY(FLOW_CONTROL_ERROR) and a retryable error, as h2 would for frames it saw.
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync._transport.h2 import responses
+    from liftbridge_sync._transport.h2.framing import PREFIX, data_frame_header, split_frames
+    from liftbridge_sync.errors import BrokerUnavailableError
+
+    if speedups_on and speedups.scan_acks is None:
+        pytest.skip("C speedups not built or disabled")
+    if not speedups_on:
+        monkeypatch.setattr(responses, "scan_acks", None)
+    conn, answer = _opened()  # our windows: h2's default 65,535 bytes
+    reader = ResponseReader(conn, 1)
+    reader.receive(answer)
+    reader.credit_frames.clear()
+    ack = api_pb2.PublishResponse(
+        ack=api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s", correlationId="7"),
+        correlationId="c" * 1000,
+    ).SerializeToString()
+    message = PREFIX.pack(0, len(ack)) + ack
+    frame = data_frame_header(1, len(message)) + message
+    fit = 65_535 // len(message)
+    assert len(reader.receive(frame * fit)) == fit  # all within the window
+    assert not reader.ended and not reader.credit_frames
+    # One frame more than the window allows (no WINDOW_UPDATE of ours came between).
+    assert len(reader.receive(frame)) == 1  # read before the end: still an answer
+    assert reader.ended
+    assert isinstance(reader.error, BrokerUnavailableError) and reader.error.retryable
+    assert "beyond the flow-control window" in str(reader.error)
+    frames, _ = split_frames(reader.credit_frames)
+    goaways = [(s, e) for kind, _, _, s, e in frames if kind == 7]
+    assert len(goaways) == 1
+    start, _ = goaways[0]
+    assert int.from_bytes(reader.credit_frames[start + 4 : start + 8], "big") == 0x3

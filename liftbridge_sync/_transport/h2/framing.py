@@ -32,7 +32,7 @@ __all__ = [
     "PING",
     "RESET_CODES",
     "SETTINGS",
-    "answer",
+    "check_frame",
     "data_frame_header",
     "grpc_status",
     "ping_frame",
@@ -115,10 +115,14 @@ _CONNECTION_LEVEL = {
 _LENGTHS = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
 
 
-def _check(
+def check_frame(
     kind: int, flags: int, stream: int, length: int, buf: bytes | bytearray, at: int
 ) -> None:
-    """RFC 9113's framing-level rules for one (non-fast-path) frame."""
+    """RFC 9113's framing-level rules for one (non-fast-path) frame.
+
+    Raises:
+        FrameError: the frame breaks them.
+    """
     on_zero = _CONNECTION_LEVEL.get(kind)
     if on_zero is not None and on_zero != (stream == 0):
         raise FrameError(f"frame type {kind} on stream {stream}", code="UNAVAILABLE")
@@ -161,7 +165,7 @@ def split_frames(
         kind = length_type & 0xFF
         stream &= _STREAM_ID
         if kind or flags & PADDED or not stream:
-            _check(kind, flags, stream, length, buf, pos + 9)
+            check_frame(kind, flags, stream, length, buf, pos + 9)
         frames.append((kind, flags, stream, pos + 9, end))
         pos = end
     return frames, pos
@@ -204,14 +208,6 @@ def window_update(stream: int, increment: int) -> bytes:
 def data_frame_header(stream: int, length: int) -> bytes:
     """The 9-byte header of a DATA frame of ``length`` bytes on ``stream``, no flags."""
     return FRAME_HEADER.pack(length << 8, 0, stream)
-
-
-def answer(buf: bytes | bytearray, start: int, end: int) -> bytes:
-    """The ACK of the PING or SETTINGS frame at ``buf[start:end]`` (its header and
-    payload, with the ACK flag; an empty payload for SETTINGS)."""
-    frame = bytearray(buf[start:end] if buf[start + 3] == PING else buf[start : start + 9])
-    frame[4] = ACK
-    return bytes(frame)
 
 
 def ping_frame(payload: bytes) -> bytes:

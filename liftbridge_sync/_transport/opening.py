@@ -1,0 +1,120 @@
+"""The transport seam: publish streams and subscribe calls of either kind, one interface.
+
+The client's options choose a transport per direction (``publish_transport``,
+``subscribe_transport``: ``"h2"``, our own HTTP/2 connection, or ``"grpc"``, grpcio's
+streaming API). That choice is made here and nowhere above: :func:`publish_opener` gives
+the publisher a :data:`~.publish_stream.StreamOpener`, :func:`open_subscribe` gives a
+subscription a :class:`SubscribeCall`. Either kind of call fails with the
+:class:`~liftbridge_sync.errors.LiftbridgeError` its status means (mapped by
+:mod:`liftbridge_sync._wire.status`, the one mapping), so nothing above the transport
+sees grpc: the error's ``code`` is the gRPC status name, and a failure before the
+server's handshake message is mapped as opening the subscription
+(``CallContext.SUBSCRIBE_OPEN``), one after it as ending a running one
+(``CallContext.SUBSCRIPTION``). Functions are thread-safe; a call is as thread-safe as
+:class:`SubscribeCall` says.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import grpc
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.h2.dial import open_h2_stream
+from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
+from liftbridge_sync._transport.publish_stream import StreamOpener, open_grpc_stream
+from liftbridge_sync._wire.status import CallContext, error_from_rpc_error
+
+__all__ = ["SubscribeCall", "open_subscribe", "publish_opener"]
+
+
+class SubscribeCall(Protocol):
+    """One ``Subscribe`` call, read by one thread at a time; ``cancel()`` from any thread.
+
+    ``next()`` returns the next wire ``Message`` (the first is the server's empty
+    handshake), raises ``StopIteration`` when the server ended the stream with OK, and a
+    :class:`~liftbridge_sync.errors.LiftbridgeError` otherwise (``code`` ``"CANCELLED"``
+    after ``cancel()``), after every message received before the end was handed out.
+    """
+
+    #: Whether :meth:`read_batch` hands out more than one message at a time.
+    batched: bool
+
+    def __next__(self) -> api_pb2.Message: ...
+
+    def read_batch(self) -> list[api_pb2.Message]:
+        """Every received message not handed out yet (at least one); raises as ``next()``."""
+        ...
+
+    def cancel(self) -> None:
+        """End the call; a blocked read raises ``CANCELLED``. Idempotent."""
+        ...
+
+
+def publish_opener(transport: str) -> StreamOpener:
+    """How the publisher opens its ``PublishAsync`` streams: ``"h2"`` or ``"grpc"``."""
+    return open_h2_stream if transport == "h2" else open_grpc_stream
+
+
+def open_subscribe(
+    core: ClientCore, address: str, request: api_pb2.SubscribeRequest, *, batched: bool
+) -> SubscribeCall:
+    """A ``Subscribe`` call to ``address`` over the client's ``subscribe_transport``.
+
+    Args:
+        core: The client's core (options, channels and TLS set-up).
+        address: ``host:port`` of the broker.
+        request: The request to send.
+        batched: Whether the reader takes messages in batches; the grpc transport hands
+            them out one at a time whatever this says.
+    """
+    options = core.options
+    if options.subscribe_transport == "h2":
+        # The diagnosis the grpcio channels get (and their TLS set-up).
+        core.pool.check_tls(address)
+        call = H2SubscribeCall(address, request, options, core.pool.tls)
+        call.batched = batched
+        return call
+    stub = core.pool.stub(address, streaming_reads=True)
+    return _GrpcSubscribeCall(stub.Subscribe(request), core, address)
+
+
+class _GrpcSubscribeCall:
+    """A grpcio ``Subscribe`` call whose failures are Liftbridge errors.
+
+    One reading thread at a time; ``cancel()`` is thread-safe (grpcio's).
+    """
+
+    __slots__ = ("_address", "_call", "_core", "_opened")
+
+    batched = False
+
+    def __init__(self, call: Any, core: ClientCore, address: str) -> None:
+        self._call = call
+        self._core = core
+        self._address = address
+        self._opened = False  # the handshake message arrived
+
+    def __iter__(self) -> _GrpcSubscribeCall:
+        return self
+
+    def __next__(self) -> api_pb2.Message:
+        try:
+            message: api_pb2.Message = next(self._call)
+        except grpc.RpcError as exc:
+            if self._opened:
+                raise error_from_rpc_error(exc, CallContext.SUBSCRIPTION) from None
+            # Before the handshake: also tells a TLS-only broker from a passing failure.
+            raise self._core.error_of(exc, CallContext.SUBSCRIBE_OPEN, self._address) from None
+        self._opened = True
+        return message
+
+    def read_batch(self) -> list[api_pb2.Message]:
+        """The next message, as a batch of one."""
+        return [next(self)]
+
+    def cancel(self) -> None:
+        """Cancel the grpcio call."""
+        self._call.cancel()
