@@ -3,7 +3,7 @@
 grpcio's single-threaded streaming reads still cost about 5-7 µs of Python per message
 (five lock pairs, a condition notify and an event object in ``grpc._channel`` for every
 ``next()``; bench/RESULTS.md). This reader owns one TCP (or TLS) connection per call and
-does the work in bulk: one blocking ``recv()`` of up to 256 KiB, then every whole gRPC
+does the work in bulk: one blocking ``recv()`` of up to 120 KiB, then every whole gRPC
 message in it is decoded in one loop and handed out one by one from a list. There is no
 I/O thread: the thread iterating the subscription does the reads, exactly as with
 grpcio's ``SingleThreadedUnaryStream``.

@@ -1,8 +1,9 @@
 """Subscriptions: a blocking iterator over one stream partition.
 
-A :class:`Subscription` reads its gRPC stream on the caller's thread (through the channel
-with single-threaded streaming reads) and starts no thread of its own. A blocked read is
-bounded by the client's shared ``liftbridge-timer`` thread, which cancels the gRPC call
+A :class:`Subscription` reads its subscribe call (opened by
+:func:`liftbridge_sync._transport.opening.open_subscribe`, either transport) on the caller's
+thread and starts no thread of its own. A blocked read is
+bounded by the client's shared ``liftbridge-timer`` thread, which cancels the call
 when ``get(timeout)`` expires; the next read then resubscribes from ``last_offset + 1``,
 so a timeout loses and repeats nothing.
 
