@@ -20,19 +20,19 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.publish_codec import encode_publish, frame_value, frame_values, head
 from liftbridge_sync._wire.requests import (
     create_stream_request,
     partition_of,
     publish_to_subject_request,
 )
-from liftbridge_sync._wire.speedups import frame_values, note_fallback
+from liftbridge_sync._wire.speedups import note_fallback
 from liftbridge_sync._wire.status import (
     CallContext,
     error_from_ack_error,
@@ -899,7 +899,7 @@ class Client:
                 correlation_id = next_id()
                 add(
                     (
-                        frame_simple(fixed_head, item, correlation_id.encode()),
+                        frame_value(fixed_head, item, correlation_id.encode()),
                         correlation_id,
                         fixed,
                         wants_ack,

@@ -1,9 +1,10 @@
 """The response side of the ``PublishAsync`` stream: frames in, responses and the end out.
 
-:class:`ResponseReader` turns received bytes into ``PublishResponse`` messages: our
-stream's plain DATA frames are cut out by :mod:`.framing` and parsed in place (the broker
-writes one response per frame; with the C speedups, successful acks go straight into
-``Ack`` objects), WINDOW_UPDATE increments are added to ``h2``'s send windows here (with
+:class:`ResponseReader` turns received bytes into decoded answers (``Ack`` or
+``Refusal``, see :mod:`~liftbridge_sync._wire.publish_codec`): our stream's plain DATA
+frames are cut out by :mod:`.framing` and decoded in place (the broker writes one response
+per frame; with the C speedups, runs of successful acks are read straight from the frames
+into ``Ack`` objects), WINDOW_UPDATE increments are added to ``h2``'s send windows here (with
 the C speedups), and everything else goes to the ``h2`` state machine (headers and
 trailers through HPACK, SETTINGS, PING, GOAWAY, RST_STREAM), and the first reason the
 stream ended is kept. A graceful GOAWAY (NO_ERROR, still covering our stream) is kept
@@ -16,11 +17,9 @@ from __future__ import annotations
 import grpc
 import h2.connection
 import h2.events
-from google.protobuf.message import DecodeError
 from h2.connection import ConnectionState
 from h2.stream import StreamState
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import (
     ACK,
     CODES,
@@ -42,10 +41,10 @@ from liftbridge_sync._transport.h2.framing import (
     split_messages,
     window_update,
 )
+from liftbridge_sync._wire.publish_codec import Answer, DecodeError, decode_response
 from liftbridge_sync._wire.speedups import scan_acks
 from liftbridge_sync._wire.status import CallContext, error_from_status
 from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
-from liftbridge_sync.models import Ack
 
 __all__ = ["ResponseReader", "unavailable"]
 
@@ -79,7 +78,7 @@ class ResponseReader:
         self._scan = scan_acks if max_message >= MAX_FRAME_SIZE else None
         self._inbuf = bytearray()  # received bytes not yet forming a whole frame
         self._rbuf = bytearray()  # response bytes not yet forming a whole message
-        self._parsed: list[api_pb2.PublishResponse | Ack] = []
+        self._parsed: list[Answer] = []
         self._headers_seen = False  # a valid response HEADERS frame arrived
         self._credit = 0  # bytes of fast-path DATA not yet returned with WINDOW_UPDATE
         self._status: int | None = None
@@ -95,15 +94,15 @@ class ResponseReader:
         self.ended = False
         self.error: LiftbridgeError | None = None
 
-    def receive(self, data: bytes) -> list[api_pb2.PublishResponse | Ack]:
+    def receive(self, data: bytes) -> list[Answer]:
         """Split ``data`` into frames: our stream's plain DATA frames are read here, the
         rest goes to h2 (whole frames only, so its buffer holds nothing between calls).
 
         h2 never sees the fast-path frames, so its own flow-control accounting stays
         consistent; their window is returned by our own WINDOW_UPDATE frames (collected in
-        ``credit_frames`` for the connection to send). Returns the responses read: with
-        the C speedups, successful acks come as :class:`Ack` objects (``partition`` -1,
-        for the publisher to set) instead of ``PublishResponse`` messages.
+        ``credit_frames`` for the connection to send). Returns the responses read,
+        decoded: :class:`~liftbridge_sync.models.Ack` objects (``partition`` -1, for the
+        publisher to set) and ``Refusal`` objects.
 
         Raises:
             FrameError: framing the broker should never send.
@@ -132,7 +131,7 @@ class ResponseReader:
                 self._add_windows(*windows)
                 fast = self._headers_seen and not self.ended
         frames, consumed_to = split_frames(inbuf, MAX_FRAME_SIZE, start_at)
-        parse = api_pb2.PublishResponse.FromString
+        decode = decode_response
         unpack = PREFIX.unpack_from
         try:
             for kind, flags, stream, start, end in frames:
@@ -160,7 +159,7 @@ class ResponseReader:
                                 end - start - 5,
                             )
                         ):
-                            parsed.append(parse(bytes(inbuf[start + 5 : end])))
+                            parsed.append(decode(bytes(inbuf[start + 5 : end])))
                         else:
                             rbuf += inbuf[start:end]
                             if len(rbuf) >= 5:
@@ -283,9 +282,9 @@ class ResponseReader:
             return
         if pos:
             del rbuf[:pos]
-        parse = api_pb2.PublishResponse.FromString
+        decode = decode_response
         try:
-            self._parsed += [parse(message) for message in messages]
+            self._parsed += [decode(message) for message in messages]
         except DecodeError as exc:
             self.end(error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
 
