@@ -106,11 +106,14 @@ class AnswerHandling(OwnerLoop):
         for index, response in enumerate(responses):
             # The first response left to the owner takes everything after it along
             # (in order), in one step rather than one look per response.
-            entry = pending.get(response.correlation_id) if type(response) is Ack else None
+            if isinstance(response, Refusal):
+                rest.extend(responses[index:])
+                break
+            entry = pending.get(response.correlation_id)
             if entry is None or entry.future._done_callbacks is not NO_CALLBACKS:
                 rest.extend(responses[index:])
                 break
-            set_ack_partition(response, entry.partition)  # type: ignore[arg-type]
+            set_ack_partition(response, entry.partition)
             taken.append((entry, response))
             outcomes.append((entry.future, response))
         if outcomes:
