@@ -22,7 +22,10 @@ The C speedups (``liftbridge_sync/_speedups.c``) are a drop-in for :func:`frame_
 results; the C decoder answers ``None`` where protobuf might read a message differently
 from a plain one, and :func:`decode_response` then asks protobuf). They are chosen at the
 bottom of this module, nowhere else; the pure-Python twins stay importable as
-``py_frame_value`` and so on for the tests that hold both to protobuf.
+``py_frame_value`` and so on for the tests that hold both to protobuf. (The C fast paths
+that make the publisher's entries, ``frame_entry`` and ``submit_plain``, frame with the
+same C code as :func:`frame_id`; ``scan_acks`` decodes with the same C code as
+:func:`decode_ack`.)
 
 Pure functions; thread-safe: the caches are dicts written with single, idempotent
 operations.
