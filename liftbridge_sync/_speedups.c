@@ -5,17 +5,26 @@
  * what they share in _speedups.h.
  *
  * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
- * every function here (used when this module is not built, or when the environment
+ * every function here (frame_value, frame_id, frame_values and decode_ack are drop-ins
+ * for the functions of liftbridge_sync._wire.publish_codec, chosen there) (used when this module is not built, or when the environment
  * variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is set). Every function is thread-safe under the
  * GIL and keeps it throughout; none runs Python code except run_callbacks (the callbacks
  * it is given), the attribute and type calls on the publisher's own classes, and
  * submit_plain (the publisher's clock, its future class).
  *
+ *   frame_value(head, value, correlation_id) -> framed
+ *       A framed PublishRequest: gRPC prefix, cached head (bytes), value (bytes) and
+ *       the correlation id (bytes, already encoded).
  *   frame_id(head, value, prefix, n) -> (framed, correlation_id)
  *       A framed PublishRequest (gRPC prefix, cached head, value, id) and its id
  *       (prefix + decimal n).
  *   frame_values(head, values, base) -> (framed_list, id_list)
  *       The same for the leading exact-bytes items of a list, ids base + "." + index.
+ *   decode_ack(message) -> Ack | None
+ *       One PublishResponse message (bytes-like, no gRPC prefix) as scan_acks reads it:
+ *       the Ack (partition -1) of a plain successful ack with a correlation id, None
+ *       for anything else (malformed or unusual encodings included: see parse_response
+ *       in _speedups_acks.c; protobuf reads those).
  *   scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs, windows)
  *       Reads, from pos on, whole HTTP/2 DATA frames of stream_id without flags, each
  *       holding whole gRPC messages only, each a PublishResponse with a successful
@@ -314,6 +323,23 @@ frame_with_id(PyObject *head, PyObject *value, PyObject *prefix_obj, PyObject *n
     *framed_out = framed;
     *cid_out = cid;
     return 0;
+}
+
+static PyObject *
+frame_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "frame_value(head, value, correlation_id)");
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "head, value and correlation_id must be bytes");
+        return NULL;
+    }
+    return build_frame(PyBytes_AS_STRING(args[0]), PyBytes_GET_SIZE(args[0]),
+                       PyBytes_AS_STRING(args[1]), PyBytes_GET_SIZE(args[1]),
+                       PyBytes_AS_STRING(args[2]), PyBytes_GET_SIZE(args[2]));
 }
 
 static PyObject *
@@ -822,7 +848,9 @@ error:
 }
 
 static PyMethodDef methods[] = {
+    {"frame_value", (PyCFunction)(void (*)(void))frame_value, METH_FASTCALL, NULL},
     {"frame_id", (PyCFunction)(void (*)(void))frame_id, METH_FASTCALL, NULL},
+    {"decode_ack", (PyCFunction)decode_ack, METH_O, NULL},
     {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
     {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, NULL},
     {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},

@@ -46,6 +46,7 @@ LBS_INTERNAL PyObject *new_entry(PyObject *framed, PyObject *cid, PyObject *cons
                                  PyObject **future_out);
 
 /* _speedups_acks.c */
+LBS_INTERNAL PyObject *decode_ack(PyObject *self, PyObject *message);
 LBS_INTERNAL PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _speedups_io.c */

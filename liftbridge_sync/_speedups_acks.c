@@ -1,7 +1,8 @@
 /*
  * Reading acks straight from received HTTP/2 frames: scan_acks of
  * liftbridge_sync._speedups (described in _speedups.c, with the module's other
- * functions), and the protobuf decoding of a PublishResponse it needs.
+ * functions), and the protobuf decoding of a PublishResponse it needs, also on its own
+ * as decode_ack (the drop-in for liftbridge_sync._wire.publish_codec.decode_ack).
  */
 #include "_speedups.h"
 
@@ -268,6 +269,30 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
     PyObject_GC_UnTrack(obj);
     *out = obj;
     return 1;
+}
+
+LBS_INTERNAL PyObject *
+decode_ack(PyObject *self, PyObject *message)
+{
+    if (ack_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "setup() not called");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(message, &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *last[STRING_FIELDS] = {NULL, NULL, NULL, NULL, NULL};
+    PyObject *ack = NULL;
+    const uint8_t *p = (const uint8_t *)view.buf;
+    int rc = parse_response(p, p + view.len, last, &ack);
+    PyBuffer_Release(&view);
+    for (int i = 0; i < STRING_FIELDS; i++)
+        Py_XDECREF(last[i]);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0)
+        Py_RETURN_NONE;
+    return ack;
 }
 
 /* Grows *buf (PyMem, capacity *cap) to hold at least need bytes, to twice that plus

@@ -16,9 +16,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from liftbridge_sync._client import admin, groups, publishing
 from liftbridge_sync._client.session import Session
-from liftbridge_sync._publishing.encoding import encode_publish, frame_simple, head
 from liftbridge_sync._publishing.publisher import Publisher
-from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
@@ -28,12 +26,8 @@ from liftbridge_sync._wire.requests import (
     pause_stream_request,
     set_stream_readonly_request,
 )
-from liftbridge_sync._wire.speedups import frame_values
 from liftbridge_sync._wire.validate import (
-    check_ack_policy,
-    check_bytes,
     check_name,
-    check_partition,
 )
 from liftbridge_sync.consumer.group import Consumer
 from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
@@ -534,7 +528,6 @@ class Client:
         """
         return publishing.publish_batch(
             self._session,
-            self._publish_batch,
             stream,
             messages,
             partition,
@@ -542,88 +535,6 @@ class Client:
             ack_policy,
             timeout,
         )
-
-    def _publish_batch(
-        self,
-        publisher: Publisher,
-        stream: str,
-        items: list[Any],
-        partition: int | None,
-        partitioner: Partitioner | None,
-        ack_policy: AckPolicy,
-        timeout: float | None,
-    ) -> list[Ack | None | LiftbridgeError]:
-        ack_timeout = resolve_ack_timeout(timeout, self._options.ack_timeout)
-        check_ack_policy(ack_policy)
-        wants_ack = ack_policy is not AckPolicy.NONE
-        next_id = publisher.next_correlation_id
-        requests: list[tuple[bytes, str, int, bool]] = []
-        add = requests.append
-        fixed = None
-        if partitioner is None:
-            fixed = 0 if partition is None else check_partition("partition", partition)
-            fixed_head = head(stream, fixed, ack_policy)  # validates the stream name
-            if all(type(item) is bytes for item in items):  # the fastest path
-                return publisher.publish_values(
-                    fixed_head, items, partition=fixed, wants_ack=wants_ack, timeout=ack_timeout
-                )
-            # The leading run of plain values at once (C speedups when built); ids are
-            # one generated id + "." + index, unique like the others. All of the batch
-            # is framed and checked before any of it is sent.
-            framed_values, ids = frame_values(fixed_head, items, next_id())
-            if ids:
-                count = len(ids)
-                requests = list(
-                    zip(framed_values, ids, [fixed] * count, [wants_ack] * count, strict=True)
-                )
-                add = requests.append
-                items = items[count:]
-        for item in items:
-            if fixed is not None and type(item) is bytes:  # the common case, inline
-                correlation_id = next_id()
-                add(
-                    (
-                        frame_simple(fixed_head, item, correlation_id.encode()),
-                        correlation_id,
-                        fixed,
-                        wants_ack,
-                    )
-                )
-                continue
-            headers = None
-            if isinstance(item, tuple):
-                if len(item) == 2:
-                    key, value = item
-                elif len(item) == 3:
-                    key, value, headers = item
-                else:
-                    raise TypeError(
-                        "publish_batch items are values, (key, value) pairs or "
-                        f"(key, value, headers) triples, not a tuple of {len(item)}"
-                    )
-            else:
-                key, value = None, item
-            if partition is None and partitioner is None:
-                chosen = 0
-            else:
-                if partitioner is not None:
-                    value = check_bytes("value", value)
-                    key = check_bytes("key", key, optional=True)
-                chosen = choose_partition(self._core, stream, key, value, partition, partitioner)
-            correlation_id = next_id()
-            framed = encode_publish(
-                stream,
-                value,
-                partition=chosen,
-                key=key,
-                headers=headers,
-                ack_policy=ack_policy,
-                expected_offset=None,
-                correlation_id=correlation_id,
-            )
-            add((framed, correlation_id, chosen, wants_ack))
-        futures = publisher.submit_many(requests, timeout=ack_timeout)
-        return publisher.wait_all(futures)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed.

@@ -10,14 +10,15 @@ there. Functions of the session they are given: thread-safe.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from liftbridge_sync._client.session import Session
-from liftbridge_sync._publishing.encoding import encode_publish
+from liftbridge_sync._publishing import batch_requests
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
 from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.publish_codec import encode_publish
 from liftbridge_sync._wire.requests import partition_of, publish_to_subject_request
 from liftbridge_sync._wire.status import error_from_ack_error
 from liftbridge_sync._wire.validate import check_bytes, check_partition
@@ -31,12 +32,6 @@ from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.partitioners import Partitioner
 
 __all__ = ["publish", "publish_async", "publish_batch", "publish_to_subject", "submit"]
-
-#: ``Client._publish_batch``: frames a batch's items and sends them on the publisher.
-SendBatch = Callable[
-    [Publisher, str, list[Any], int | None, Partitioner | None, AckPolicy, float | None],
-    list[Ack | None | LiftbridgeError],
-]
 
 
 def publish_async(
@@ -216,7 +211,6 @@ def submit(
 
 def publish_batch(
     session: Session,
-    send_batch: SendBatch,
     stream: str,
     messages: Iterable[Any],
     partition: int | None,
@@ -225,21 +219,32 @@ def publish_batch(
     timeout: float | None,
 ) -> list[Ack | None | LiftbridgeError]:
     """:meth:`Client.publish_batch <liftbridge_sync.Client.publish_batch>`, the items
-    framed and sent by ``send_batch``; traced as one ``send`` span when tracing."""
-    session.check()
+    framed and sent by :func:`~liftbridge_sync._publishing.batch_requests.publish_batch`;
+    traced per the messaging conventions for batches when tracing."""
+    core = session.check()
     publisher = session.publisher or session.get_publisher()
     items: list[Any] = messages if type(messages) is list else list(messages)
+    ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
+
+    def choose(key: bytes | None, value: bytes) -> int:
+        return choose_partition(core, stream, key, value, partition, partitioner)
+
+    def send(batch: list[Any]) -> list[Ack | None | LiftbridgeError]:
+        return batch_requests.publish_batch(
+            publisher,
+            stream,
+            batch,
+            partition=partition,
+            partitioner=partitioner,
+            choose=choose,
+            ack_policy=ack_policy,
+            timeout=ack_timeout,
+        )
+
     telemetry = session.telemetry
     if telemetry is None:
-        return send_batch(publisher, stream, items, partition, partitioner, ack_policy, timeout)
-    return telemetry.trace_batch(
-        stream,
-        partition,
-        items,
-        lambda traced: send_batch(
-            publisher, stream, traced, partition, partitioner, ack_policy, timeout
-        ),
-    )
+        return send(items)
+    return telemetry.trace_batch(stream, partition, items, send)
 
 
 def publish_to_subject(

@@ -14,8 +14,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import ack_from_proto, set_ack_partition
 from liftbridge_sync._publishing.failover import PartitionKey, ProbeResult
 from liftbridge_sync._publishing.futures import (
     NO_CALLBACKS,
@@ -39,20 +37,12 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
 )
 from liftbridge_sync._transport.retry import backoff_delay
-from liftbridge_sync._wire.status import (
-    error_from_ack_error,
-    error_from_async_error,
-    is_transient_async_error,
-)
+from liftbridge_sync._wire.publish_codec import Answer, Refusal, set_ack_partition
 from liftbridge_sync.models import Ack
-from liftbridge_sync.models._ack import ACK_ERROR_NAMES
 
 __all__ = ["AnswerHandling"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
-
-#: A response as the stream hands it over: the C reader gives successful acks as Acks.
-_Response = api_pb2.PublishResponse | Ack
 
 
 #: How many ``resend_after`` periods a silent partition's leader must stay idle and
@@ -71,7 +61,7 @@ class AnswerHandling(OwnerLoop):
         ``publish()`` waiting for one wakes without a hop through the publisher thread);
         everything else goes to the publisher thread's inbox.
         """
-        responses: Sequence[_Response]
+        responses: Sequence[Answer]
         if type(event) is StreamResponses and event.epoch == self._epoch:
             responses = event.responses
         elif type(event) is StreamResponse and event.epoch == self._epoch:
@@ -95,7 +85,7 @@ class AnswerHandling(OwnerLoop):
             if epoch == self._epoch and self._live is not None:
                 self._unsent_from = None
 
-    def _resolve_plain(self, responses: Sequence[_Response]) -> list[_Response]:
+    def _resolve_plain(self, responses: Sequence[Answer]) -> list[Answer]:
         """Resolve successful acks of callback-less futures; the responses left over."""
         if self._forwarded != self._handled:
             # The owner has responses of this stream still to handle: keep the order
@@ -110,29 +100,22 @@ class AnswerHandling(OwnerLoop):
             if taken_now == len(responses):
                 return []
             responses = responses[taken_now:]
-        rest: list[_Response] = []
-        taken: list[tuple[Entry, _Response]] = []
+        rest: list[Answer] = []
+        taken: list[tuple[Entry, Answer]] = []
         outcomes: list[tuple[PublishFuture[Any], Any]] = []
         for index, response in enumerate(responses):
             # The first response left to the owner takes everything after it along
             # (in order), in one step rather than one look per response.
-            if isinstance(response, Ack):  # decoded by the C reader: a successful ack
-                entry = pending.get(response.correlation_id)
-                if entry is None or entry.future._done_callbacks is not NO_CALLBACKS:
-                    rest.extend(responses[index:])
-                    break
-                set_ack_partition(response, entry.partition)
-                taken.append((entry, response))
-                outcomes.append((entry.future, response))
-                continue
-            ack = response.ack
-            correlation_id = ack.correlationId
-            entry = pending.get(correlation_id) if correlation_id else None
-            if entry is None or ack.ackError or entry.future._done_callbacks is not NO_CALLBACKS:
+            if isinstance(response, Refusal):
                 rest.extend(responses[index:])
                 break
+            entry = pending.get(response.correlation_id)
+            if entry is None or entry.future._done_callbacks is not NO_CALLBACKS:
+                rest.extend(responses[index:])
+                break
+            set_ack_partition(response, entry.partition)
             taken.append((entry, response))
-            outcomes.append((entry.future, ack_from_proto(ack, entry.partition)))
+            outcomes.append((entry.future, response))
         if outcomes:
             # Resolve first (the future's state decides who did: the owner may be timing
             # it out right now), then take the entries out of the pending table.
@@ -148,7 +131,7 @@ class AnswerHandling(OwnerLoop):
             self._drop_answered()
         return rest
 
-    def _on_responses(self, responses: Sequence[_Response]) -> None:
+    def _on_responses(self, responses: Sequence[Answer]) -> None:
         pending = self._pending
         # C speedups: the leading run of plain acks popped and resolved in one call;
         # their callbacks run in settle() below, first.
@@ -158,44 +141,29 @@ class AnswerHandling(OwnerLoop):
         outcomes: list[Outcome] = []
         append = outcomes.append
         for response in responses:
-            if isinstance(response, Ack):  # decoded by the C reader: a successful ack
+            if type(response) is Ack:
+                # A PERMISSION_DENIED error can be followed by an ack for the same id
+                # (server quirk): the entry is gone by then, so the ack is ignored.
                 entry = pending.pop(response.correlation_id, None)
                 if entry is not None:
                     set_ack_partition(response, entry.partition)
                     append((entry.future, response, None))
                 continue
-            ack = response.ack
-            correlation_id = ack.correlationId
-            if not correlation_id:
-                # An asyncError (or an ack without an id): the id is on the response.
-                if response.HasField("asyncError"):
-                    error = response.asyncError
-                    if is_transient_async_error(error.code, error.message) or (
-                        error.code == NOT_FOUND and self._still_starting(response.correlationId)
-                    ):
-                        # Not stored: stays pending and goes again shortly (its own
-                        # deadline still bounds it).
-                        entry = pending.get(response.correlationId)
-                        if entry is not None:
-                            self._refused.append(entry)
-                            self._disrupted_at = self._clock()
-                        continue
-                    entry = pending.pop(response.correlationId, None)
-                    if entry is not None:
-                        refusal = error_from_async_error(error.code, error.message)
-                        outcomes.append(failure(entry, refusal))
-                    continue
-                correlation_id = response.correlationId
-            # A PERMISSION_DENIED error can be followed by an ack for the same id (server
-            # quirk): the entry is gone by then, so the ack is ignored.
-            entry = pending.pop(correlation_id, None)
-            if entry is None:
+            assert isinstance(response, Refusal)
+            correlation_id = response.correlation_id
+            if response.transient or (
+                response.async_code == NOT_FOUND and self._still_starting(correlation_id)
+            ):
+                # Not stored: stays pending and goes again shortly (its own deadline
+                # still bounds it).
+                entry = pending.get(correlation_id)
+                if entry is not None:
+                    self._refused.append(entry)
+                    self._disrupted_at = self._clock()
                 continue
-            if ack.ackError:
-                refusal = error_from_ack_error(ACK_ERROR_NAMES.get(ack.ackError, "UNKNOWN"))
-                outcomes.append(failure(entry, refusal))
-            else:
-                append((entry.future, ack_from_proto(ack, entry.partition), None))
+            entry = pending.pop(correlation_id, None)
+            if entry is not None:
+                outcomes.append(failure(entry, response.error))
         if outcomes or taken_now:
             settle(outcomes, self._failures_ledger, resolved)
             self._wake_waiters()

@@ -26,7 +26,7 @@ from liftbridge_sync._publishing.pending import (
     new_entry,
 )
 from liftbridge_sync._publishing.waiting import Waiting
-from liftbridge_sync._wire.speedups import frame_values
+from liftbridge_sync._wire.publish_codec import frame_values
 from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.dialing import DialAttempts
 from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
 from liftbridge_sync._publishing.futures import settle
@@ -53,6 +52,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamSent,
 )
 from liftbridge_sync._transport.retry import backoff_delay
+from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -60,7 +60,6 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     PublishError,
 )
-from liftbridge_sync.models import Ack
 
 __all__ = ["OwnerLoop"]
 
@@ -578,7 +577,7 @@ class OwnerLoop:
     def _on_stream_event(self, event: object) -> None:
         raise NotImplementedError
 
-    def _on_responses(self, responses: Sequence[api_pb2.PublishResponse | Ack]) -> None:
+    def _on_responses(self, responses: Sequence[Answer]) -> None:
         raise NotImplementedError
 
     def _watch_stalls(self, now: float) -> float | None:

@@ -13,7 +13,6 @@ import gc
 import threading
 from typing import Any
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing.failover import PartitionKey
 from liftbridge_sync._publishing.futures import (
     FailureSink,
@@ -21,7 +20,7 @@ from liftbridge_sync._publishing.futures import (
     Unobserved,
 )
 from liftbridge_sync._wire import speedups
-from liftbridge_sync._wire.speedups import frame_id
+from liftbridge_sync._wire.publish_codec import Answer, frame_id, stream_and_partition
 from liftbridge_sync.models import Ack
 
 __all__ = [
@@ -183,8 +182,7 @@ class Entry:
     def partition_key(self) -> PartitionKey:
         key = self.key
         if key is None:
-            request = api_pb2.PublishRequest.FromString(self.framed[5:])
-            key = self.key = (request.stream, request.partition)
+            key = self.key = stream_and_partition(self.framed)
         return key
 
 
@@ -280,8 +278,7 @@ class Forwarded:
     """Responses the stream's thread left for the owner (failures, done-callbacks)."""
 
     epoch: int
-    #: The C reader (speedups) hands successful acks over as ``Ack`` objects.
-    responses: list[api_pb2.PublishResponse | Ack]
+    responses: list[Answer]
 
 
 WAKE = object()  # a publish with an earlier deadline than the owner sleeps until

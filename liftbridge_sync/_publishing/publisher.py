@@ -31,7 +31,6 @@ import logging
 import threading
 
 from liftbridge_sync._publishing.batches import BatchPublishing
-from liftbridge_sync._publishing.encoding import _heads, head
 from liftbridge_sync._publishing.futures import PublishFuture
 from liftbridge_sync._publishing.pending import (
     WAKE,
@@ -43,7 +42,7 @@ from liftbridge_sync._publishing.pending import (
 )
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._wire import speedups
-from liftbridge_sync._wire.speedups import frame_id
+from liftbridge_sync._wire.publish_codec import _heads, frame_id, head
 from liftbridge_sync.models import AckPolicy
 
 __all__ = ["AckFuture", "Publisher"]

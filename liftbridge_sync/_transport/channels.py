@@ -212,6 +212,19 @@ class ChannelPool:
                 self._used = True
             return entry[1]
 
+    def channel(self, address: str) -> grpc.Channel:
+        """The channel of :meth:`stub` for ``address`` (for a call made without the
+        stub's serializers).
+
+        Raises:
+            ClientClosedError: after :meth:`close`.
+        """
+        self.stub(address)
+        entry = self._stubs.get((address, False))
+        if entry is None:  # closed meanwhile
+            raise ClientClosedError("client is closed")
+        return entry[0]
+
     def check_tls(self, address: str) -> None:
         """Run :func:`preflight_tls` once per broker (outside the lock: it does I/O).
 

@@ -4,7 +4,8 @@ The publisher only needs to send requests and to be told about responses and the
 the stream. :class:`GrpcPublishStream` does that with grpcio's public API; a faster
 transport (coalesced writes below grpcio's per-message operation, performance.md §10)
 can replace it by implementing :class:`PublishStream` and a matching opener, without
-touching the publisher.
+touching the publisher. Either way the publisher is handed decoded answers (an ``Ack`` or
+a ``Refusal`` of :mod:`~liftbridge_sync._wire.publish_codec`), never protobuf messages.
 """
 
 from __future__ import annotations
@@ -13,21 +14,21 @@ import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._transport.channels import Stub
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.publish_codec import PREFIX_SIZE, Answer, DecodeError, decode_response
 from liftbridge_sync._wire.status import (
     CallContext,
     error_from_rpc_error,
+    error_from_status,
 )
 from liftbridge_sync.errors import (
     LiftbridgeError,
 )
-from liftbridge_sync.models import Ack
 
 __all__ = [
     "GrpcPublishStream",
@@ -44,11 +45,11 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StreamResponse:
-    """A response read from stream number ``epoch`` (a successful one may come as the
-    :class:`Ack` itself, with ``partition`` -1: see the h2 transport's C speedups)."""
+    """A response read from stream number ``epoch``, decoded (an ``Ack`` has
+    ``partition`` -1: the publisher fills it in)."""
 
     epoch: int
-    response: api_pb2.PublishResponse | Ack
+    response: Answer
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class StreamResponses:
     """Several responses read at once from stream ``epoch`` (one inbox item, not many)."""
 
     epoch: int
-    responses: list[api_pb2.PublishResponse | Ack]
+    responses: list[Answer]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,12 +142,19 @@ _END = object()
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Notify:
-    request: api_pb2.PublishRequest
+    message: bytes
+    correlation_id: str
+
+
+#: The method of ``PublishAsync``, for a call that passes bytes through both ways.
+_PUBLISH_ASYNC = "/proto.API/PublishAsync"
 
 
 class GrpcPublishStream:
     """``PublishAsync`` over grpcio's public streaming API.
 
+    The call passes bytes through both ways (no serializer, no deserializer): requests
+    are the codec's serialized messages, and responses are decoded here by the codec.
     Requests go through a queue to gRPC's request-iterator thread; a reader thread named
     ``liftbridge-publish-reader`` turns each response into an event and holds no state of
     its own. grpcio connects lazily, so an open stream proves no broker was reached
@@ -159,7 +167,7 @@ class GrpcPublishStream:
 
     def __init__(
         self,
-        stub: Stub,
+        channel: grpc.Channel,
         epoch: int,
         on_event: Callable[[StreamEvent], None],
         error_of: Callable[[grpc.RpcError], LiftbridgeError] | None = None,
@@ -170,13 +178,19 @@ class GrpcPublishStream:
         self._on_event = on_event
         self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._finished = threading.Event()
-        self._call = stub.PublishAsync(self._request_iterator())
+        publish_async = channel.stream_stream(
+            _PUBLISH_ASYNC,
+            None,  # requests are bytes already
+            None,  # responses stay bytes: decoded below
+            _registered_method=True,  # type: ignore[call-arg]  # as grpcio's stubs do
+        )
+        self._call: Any = publish_async(self._request_iterator())
         self._reader = threading.Thread(
             target=self._read, name="liftbridge-publish-reader", daemon=True
         )
         self._reader.start()
 
-    def _request_iterator(self) -> Iterator[api_pb2.PublishRequest]:
+    def _request_iterator(self) -> Iterator[bytes]:
         # Poll with a timeout so that gRPC's consumer thread exits once the call is over,
         # even if nobody enqueues the end marker (grpc#21995).
         while not self._finished.is_set():
@@ -187,11 +201,11 @@ class GrpcPublishStream:
             if item is _END:
                 return
             if isinstance(item, _Notify):
-                yield item.request
+                yield item.message
                 # gRPC asks for the next request only after this one's send completed.
-                self._on_event(StreamSent(self._epoch, item.request.correlationId))
+                self._on_event(StreamSent(self._epoch, item.correlation_id))
                 continue
-            assert isinstance(item, api_pb2.PublishRequest)
+            assert isinstance(item, bytes)
             yield item
 
     def _read(self) -> None:
@@ -199,21 +213,25 @@ class GrpcPublishStream:
         try:
             for response in self._call:
                 self._reached = True
-                self._on_event(StreamResponse(self._epoch, response))
+                self._on_event(StreamResponse(self._epoch, decode_response(response)))
         except grpc.RpcError as exc:
             error = self._error_of(exc)
+        except DecodeError as exc:  # what grpcio's deserializer would have refused
+            error = error_from_status(grpc.StatusCode.INTERNAL, f"bad response: {exc}")
+            self._call.cancel()
         finally:
             self._finished.set()
             self._on_event(StreamClosed(self._epoch, error, self._reached))
 
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Queue ``request`` for gRPC's request-iterator thread."""
-        self._requests.put(_Notify(request) if notify_sent else request)
+        message = request.SerializeToString()
+        self._requests.put(_Notify(message, request.correlationId) if notify_sent else message)
 
     def send_framed(self, framed: bytes, note: str | None = None, direct: bool = False) -> None:
-        """Queue a framed request (parsed back into a message: grpcio serializes it)."""
-        request = api_pb2.PublishRequest.FromString(framed[5:])
-        self._requests.put(request if note is None else _Notify(request))
+        """Queue a framed request (its message as it is: grpcio adds its own prefix)."""
+        message = framed[PREFIX_SIZE:]
+        self._requests.put(message if note is None else _Notify(message, note))
 
     def send_many(self, framed: list[bytes]) -> None:
         """Queue several framed requests."""
@@ -247,7 +265,7 @@ def open_grpc_stream(
 ) -> PublishStream:
     """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API."""
     return GrpcPublishStream(
-        core.pool.stub(address),
+        core.pool.channel(address),
         epoch,
         on_event,
         lambda exc: core.error_of(exc, CallContext.GENERIC, address),

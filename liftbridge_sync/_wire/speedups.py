@@ -7,10 +7,9 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
 (public as :func:`liftbridge_sync.speedups_active`), :data:`INACTIVE_REASON` why not, and
 :func:`note_fallback` logs it once at DEBUG when a client is first built.
 
-* :func:`frame_id`: a framed ``PublishRequest`` from a cached head, a value and a
-  correlation id made of a prefix and a counter, and that id.
-* :func:`frame_values`: the same for the leading ``bytes`` items of a list, with ids
-  ``base + "." + index``.
+* the codec's framing and ack decoding: ``frame_value``, ``frame_id``, ``frame_values``
+  and ``decode_ack`` of :mod:`~liftbridge_sync._wire.publish_codec` (which chooses
+  between them and its pure-Python twins).
 * :data:`scan_acks`: ``None`` in pure Python (the reader parses with protobuf); in C,
   reads successful acks straight from received HTTP/2 frames into :class:`Ack` objects
   with ``partition == -1``, answering the connection's PINGs and setting aside its
@@ -49,8 +48,6 @@ __all__ = [
     "ACTIVE",
     "INACTIVE_REASON",
     "frame_entry",
-    "frame_id",
-    "frame_values",
     "make_entries",
     "make_entry",
     "note_fallback",
@@ -66,53 +63,9 @@ __all__ = [
     "submit_plain",
 ]
 
-_PREFIX_BYTES = 5
 _log = logging.getLogger("liftbridge_sync.speedups")
 
 
-def _py_varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 128:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _py_frame(head: bytes, value: bytes, correlation_id: bytes) -> bytes:
-    message = b"".join(
-        (
-            head,
-            b"\x12",
-            _py_varint(len(value)),
-            value,
-            b"\x3a",
-            _py_varint(len(correlation_id)),
-            correlation_id,
-        )
-    )
-    return len(message).to_bytes(_PREFIX_BYTES, "big") + message
-
-
-def _py_frame_id(head: bytes, value: bytes, prefix: str, n: int) -> tuple[bytes, str]:
-    correlation_id = f"{prefix}{n}"
-    return _py_frame(head, value, correlation_id.encode()), correlation_id
-
-
-def _py_frame_values(head: bytes, values: list[object], base: str) -> tuple[list[bytes], list[str]]:
-    framed: list[bytes] = []
-    ids: list[str] = []
-    for i, value in enumerate(values):
-        if type(value) is not bytes:
-            break
-        correlation_id = f"{base}.{i}"
-        framed.append(_py_frame(head, value, correlation_id.encode()))
-        ids.append(correlation_id)
-    return framed, ids
-
-
-frame_id: Callable[[bytes, bytes, str, int], tuple[bytes, str]] = _py_frame_id
-frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]] = _py_frame_values
 #: ``scan_acks(buf, pos, stream_id, max_frame) -> (pos, acks, payload, control, pongs,
 #: windows)``: ``control`` holds the SETTINGS (and zero-increment WINDOW_UPDATE) frames
 #: skipped on the way (for h2), ``pongs`` the PING ACK frames answering the connection's
@@ -167,8 +120,6 @@ else:
             INACTIVE_REASON = f"extension does not load: {exc}"
     else:
         _speedups.setup(Ack, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
-        frame_id = _speedups.frame_id
-        frame_values = _speedups.frame_values
         scan_acks = _speedups.scan_acks
         settle_acks = _speedups.settle_acks
         send_held = _speedups.send_held

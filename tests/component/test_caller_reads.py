@@ -21,6 +21,7 @@ from liftbridge_sync import Client
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2 import connection, reading
 from liftbridge_sync._transport.h2.framing import FrameError
+from liftbridge_sync._wire.publish_codec import Refusal
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
 from tests.waiting import wait_until
@@ -285,8 +286,7 @@ def test_a_refusal_read_by_the_caller_is_not_held_back(
 
     def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
         real_hand_over(self, responses)
-        refusals = [r for r in responses if isinstance(r, api_pb2.PublishResponse)]
-        if any(r.HasField("asyncError") for r in refusals):
+        if any(isinstance(r, Refusal) and r.async_code is not None for r in responses):
             answered.set()
 
     class Poll:

@@ -21,7 +21,6 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
 )
-from liftbridge_sync.models import Ack
 from liftbridge_sync.testing import FakeBroker, FakeCluster, generate_certificates
 from tests.constants import FAST_RETRY
 from tests.waiting import wait_until
@@ -246,7 +245,7 @@ def test_half_close_ends_cleanly_after_the_acks(fake: FakeBroker) -> None:
     stream.join(5)  # type: ignore[attr-defined]
     # Acks read together arrive as one StreamResponses event.
     responses = [
-        r.correlation_id if isinstance(r, Ack) else r.correlationId  # Ack: the C reader
+        r.correlation_id
         for e in events
         for r in (
             [e.response]

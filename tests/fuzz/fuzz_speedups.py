@@ -12,10 +12,12 @@ Targets, each given an equal share of ``LIFTBRIDGE_SYNC_FUZZ_SECONDS`` (default 
 * ``scan_acks`` on exact-size buffers (ctypes arrays: ``malloc`` of exactly the input's
   length) of frames valid and not, from any position and with any frame size limit;
   and through the publish reader (``ResponseReader``), fed in arbitrary chunks;
+* ``decode_ack`` (the codec's drop-in) on exact-size messages valid and not: ``None``
+  or the Ack protobuf reads, never an Ack where protobuf raises;
 * ``settle_acks`` and ``run_callbacks`` with re-entrant locks, futures and callbacks
   that change the lists and tables the C code is walking;
-* the frame builders (``frame_id``, ``frame_values``, ``frame_entry``, ``make_entries``)
-  against their Python equivalents;
+* the frame builders (``frame_value``, ``frame_id``, ``frame_values``, ``frame_entry``,
+  ``make_entries``) against their Python twins in the publish codec;
 * ``recv_held``/``send_held`` over a socket pair, in arbitrary chunk and read sizes.
 
 Every target also checks that what comes out is bounded by what went in. A failure
@@ -60,11 +62,11 @@ C = _load_module_under_test()
 # Imported only now: they import liftbridge_sync._wire.speedups, which must see the
 # sanitized module.
 from liftbridge_sync._proto import api_pb2  # noqa: E402
-from liftbridge_sync._publishing.encoding import frame_simple, head  # noqa: E402
 from liftbridge_sync._publishing.futures import PublishFuture  # noqa: E402
 from liftbridge_sync._publishing.pending import Entry  # noqa: E402
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER  # noqa: E402
-from liftbridge_sync._wire import speedups  # noqa: E402
+from liftbridge_sync._wire import publish_codec  # noqa: E402
+from liftbridge_sync._wire.publish_codec import head  # noqa: E402
 from liftbridge_sync.models import Ack, AckPolicy  # noqa: E402
 
 _SETTINGS = settings(
@@ -151,6 +153,32 @@ def fuzz_scan_acks(data: bytes, cut: int, start: int, max_frame: int) -> None:
         assert payload + len(control) + len(pongs) <= taken
         if windows is not None:
             assert len(windows[2]) <= taken and len(windows[2]) % 13 == 0
+
+
+_bodies = st.builds(lambda a: api_pb2.PublishResponse(ack=a).SerializeToString(), _acks)
+
+
+@_SETTINGS
+@given(
+    data=st.one_of(_bodies, _streams),
+    flips=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 8),
+)
+def fuzz_decode_ack(data: bytes, flips: list[tuple[int, int]], cut: int) -> None:
+    """Responses (or frame soup) with a few bytes changed and the end cut off, as one
+    PublishResponse message."""
+    changed = bytearray(data[: max(len(data) - cut, 0)])
+    for index, byte in flips:
+        if changed:
+            changed[index % len(changed)] = byte
+    data = bytes(changed)
+    for buffer in (exact(data), data):
+        ack = C.decode_ack(buffer)
+        if ack is None:
+            continue
+        assert type(ack) is Ack
+        parsed = api_pb2.PublishResponse.FromString(data)  # raises: C took what it rejects
+        assert ack == publish_codec.ack_from_proto(parsed.ack, -1)
 
 
 _good_frames = st.one_of(
@@ -377,9 +405,11 @@ def fuzz_frame_builders(
 ) -> None:
     framed, cid = C.frame_id(_HEAD, value, prefix, n)
     assert cid == f"{prefix}{n}"
-    assert framed == frame_simple(_HEAD, value, cid.encode())
+    assert framed == publish_codec.py_frame_value(_HEAD, value, cid.encode())
+    assert C.frame_value(_HEAD, value, cid.encode()) == framed
     assert len(framed) <= len(_HEAD) + len(value) + len(cid) + 25
-    assert C.frame_values(_HEAD, values, prefix) == speedups._py_frame_values(_HEAD, values, prefix)
+    expected = publish_codec.py_frame_values(_HEAD, values, prefix)
+    assert C.frame_values(_HEAD, values, prefix) == expected
     entry = C.frame_entry(_HEAD, value, prefix, n, max_size, 0, True, None, None)
     assert entry is None if len(framed) > max_size else entry.framed == framed
     ids = [f"{prefix}{i}" for i in range(len(values))]
@@ -423,6 +453,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_scan_acks,
     fuzz_scan_acks_truncated,
     fuzz_scan_acks_ping_flood,
+    fuzz_decode_ack,
     fuzz_reader_chunking,
     fuzz_settle_acks,
     fuzz_run_callbacks,

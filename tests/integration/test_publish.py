@@ -444,3 +444,30 @@ def test_publishing_to_a_missing_stream_fails_at_once_without_metadata(
         with pytest.raises(lb.NoSuchStreamError):
             client.publish(unique(), b"x", partition=0)
         assert time.monotonic() - started < 3.0
+
+
+@pytest.mark.parametrize("transport", ["grpc", "h2"])
+def test_answers_decode_the_same_on_both_transports(
+    liftbridge_address: str, new_stream: StreamFactory, transport: str
+) -> None:
+    # Both transports send the codec's bytes as they are and hand the publisher the
+    # codec's decoded answers: acks with every field, refusals as typed errors.
+    name = new_stream(partitions=2, optimistic_concurrency_control=True)
+    with Client([liftbridge_address], publish_transport=transport) as client:  # type: ignore[arg-type]
+        ack = client.publish(name, b"a", partition=1, correlation_id="mine", expected_offset=0)
+        assert ack is not None
+        assert (ack.stream, ack.partition, ack.offset, ack.correlation_id) == (name, 1, 0, "mine")
+        assert ack.message_subject == f"{name}.1" and ack.ack_error is None
+        with pytest.raises(lb.IncorrectOffsetError):
+            client.publish(name, b"stale", partition=1, expected_offset=0)
+        outcomes = client.publish_batch(
+            name, [b"b", (b"k", b"c"), (None, b"d", {"h": b"v"}), b"e"], partition=1
+        )
+        assert [o.offset for o in outcomes if isinstance(o, lb.Ack)] == [1, 2, 3, 4]
+        assert all(isinstance(o, lb.Ack) and o.partition == 1 for o in outcomes)
+        client.set_stream_readonly(name, partitions=[0])
+        with pytest.raises(lb.ReadonlyPartitionError):
+            client.publish(name, b"x", partition=0)
+        stored = read_all(client, name, 1)
+    assert [m.value for m in stored] == [b"a", b"b", b"c", b"d", b"e"]
+    assert (stored[2].key, stored[3].headers["h"]) == (b"k", b"v")

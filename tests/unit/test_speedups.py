@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing import futures as futures_module
-from liftbridge_sync._publishing.encoding import ack_from_proto, frame_simple, head
 from liftbridge_sync._publishing.futures import PublishFuture, settle, settle_acks, take_acks
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER
-from liftbridge_sync._wire import speedups
+from liftbridge_sync._wire import publish_codec, speedups
+from liftbridge_sync._wire.publish_codec import ack_from_proto, head
 from liftbridge_sync.models import AckPolicy
 
 BUILT = importlib.util.find_spec("liftbridge_sync._speedups") is not None
@@ -64,34 +64,6 @@ def test_the_environment_variable_forces_the_fallback() -> None:
 
 
 _HEAD = head("stream-name", 3, AckPolicy.ALL)
-_ascii = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), max_size=40)
-
-
-@given(value=st.binary(max_size=600), prefix=_ascii, n=st.integers(0, 2**63 - 1))
-def test_frame_id_matches_the_python_framing(value: bytes, prefix: str, n: int) -> None:
-    expected = (frame_simple(_HEAD, value, f"{prefix}{n}".encode()), f"{prefix}{n}")
-    assert speedups._py_frame_id(_HEAD, value, prefix, n) == expected
-    if BUILT:
-        assert _speedups.frame_id(_HEAD, value, prefix, n) == expected
-
-
-@given(
-    values=st.lists(
-        st.one_of(st.binary(max_size=300), st.tuples(st.none(), st.binary())), max_size=20
-    ),
-    base=_ascii,
-)
-def test_frame_values_matches_the_python_framing(values: list[object], base: str) -> None:
-    expected = speedups._py_frame_values(_HEAD, values, base)
-    leading = next((i for i, v in enumerate(values) if type(v) is not bytes), len(values))
-    assert len(expected[0]) == len(expected[1]) == leading
-    for i in range(leading):
-        assert expected[1][i] == f"{base}.{i}"
-        value = values[i]
-        assert isinstance(value, bytes)
-        assert expected[0][i] == frame_simple(_HEAD, value, f"{base}.{i}".encode())
-    if BUILT:
-        assert _speedups.frame_values(_HEAD, values, base) == expected
 
 
 @needs_c
@@ -424,8 +396,8 @@ def test_setup_refuses_built_in_types_with_a_type_error(builtin: type) -> None:
     # the interpreter. Every set-up that locates slots by name must refuse it instead.
     import collections
 
-    from liftbridge_sync._publishing.encoding import _heads
     from liftbridge_sync._transport.h2.gathering import AckGathering
+    from liftbridge_sync._wire.publish_codec import _heads
 
     lock_type = type(threading.Lock())
     with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
@@ -466,7 +438,7 @@ def test_frame_entry_is_frame_id_and_new_entry_in_one(which: str) -> None:
     make = pending.frame_entry if which == "active" else pending._py_frame_entry
     cached = head("orders", 3, AckPolicy.ALL)
     value = b"v" * 300
-    framed, correlation_id = speedups.frame_id(cached, value, "p.", 41)
+    framed, correlation_id = publish_codec.frame_id(cached, value, "p.", 41)
     built = make(cached, value, "p.", 41, len(framed), 3, True, 2.0, 9.0)
     assert type(built) is pending.Entry and type(built.future) is PublishFuture
     assert (built.framed, built.correlation_id, built.partition, built.wants_ack) == (
@@ -657,9 +629,9 @@ def test_pop_answered_pops_only_the_answered_head(which: str) -> None:
 def test_submit_setup_refuses_classes_without_the_slots_it_writes() -> None:
     import collections
 
-    from liftbridge_sync._publishing.encoding import _heads
     from liftbridge_sync._transport.h2.connection import H2PublishStream
     from liftbridge_sync._transport.h2.gathering import AckGathering
+    from liftbridge_sync._wire.publish_codec import _heads
 
     lock_type = type(threading.Lock())
     with pytest.raises(TypeError, match="no slot _closing"):

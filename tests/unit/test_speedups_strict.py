@@ -1,4 +1,5 @@
-"""The C ack decoder (``scan_acks``) against protobuf on hostile encodings.
+"""The C ack decoder (``scan_acks``, and ``decode_ack`` on its own) against protobuf on
+hostile encodings.
 
 ``scan_acks`` reads the broker's successful acks straight into ``Ack`` objects and leaves
 every other response to the Python reader, which parses it with protobuf (upb) and ends
@@ -22,10 +23,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._publishing.encoding import ack_from_proto
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER
 from liftbridge_sync._transport.h2.responses import ResponseReader
 from liftbridge_sync._wire import speedups
+from liftbridge_sync._wire.publish_codec import ack_from_proto, decode_ack
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack
 
@@ -66,16 +67,20 @@ def grpc_frame(message: bytes, stream_id: int = 1) -> bytearray:
 
 
 def c_decode(message: bytes) -> Ack | None:
-    """The Ack ``scan_acks`` reads from a response (``None``: left to Python)."""
+    """The Ack ``scan_acks`` reads from a response (``None``: left to Python), which
+    the codec's ``decode_ack`` (C) reads the same."""
     assert speedups.scan_acks is not None
     data = grpc_frame(message)
     pos, acks, _, _, _, _ = speedups.scan_acks(data, 0, 1, 1 << 24)
+    alone = decode_ack(message)
     if not acks:
         assert pos == 0  # the frame is left whole to the Python reader
+        assert alone is None
         return None
     assert pos == len(data) and len(acks) == 1
     ack = acks[0]
     assert isinstance(ack, Ack)
+    assert alone == ack
     return ack
 
 

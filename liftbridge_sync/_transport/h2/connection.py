@@ -51,7 +51,6 @@ import grpc
 import h2.connection
 import h2.exceptions
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import (
     MAX_MESSAGE_SIZE,
     FrameError,
@@ -78,9 +77,9 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
 )
 from liftbridge_sync._wire import speedups
+from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
-from liftbridge_sync.models import Ack
 
 __all__ = ["H2PublishStream"]
 
@@ -182,7 +181,7 @@ class H2PublishStream(CallerReads):
         self._selector.register(self._wake_r, selectors.EVENT_READ)
         self._want_write = False
         #: Responses read this turn, emitted once the I/O lock is released.
-        self._arrived: list[api_pb2.PublishResponse | Ack] = []
+        self._arrived: list[Answer] = []
         #: Held from taking responses off ``_arrived`` (under the I/O lock) until they
         #: are handed over, so two readers hand theirs over in the order read.
         self._hand_over_lock = threading.Lock()
@@ -336,7 +335,7 @@ class H2PublishStream(CallerReads):
             if result is not _GO_ON:
                 return result  # type: ignore[return-value]
 
-    def _take_arrived(self) -> list[api_pb2.PublishResponse | Ack]:
+    def _take_arrived(self) -> list[Answer]:
         """Under the I/O lock: the responses read so far, with the hand-over lock
         taken when there are any (:meth:`_hand_over` releases it)."""
         arrived = self._arrived
@@ -345,7 +344,7 @@ class H2PublishStream(CallerReads):
             self._arrived = []
         return arrived
 
-    def _hand_over(self, responses: list[api_pb2.PublishResponse | Ack]) -> None:
+    def _hand_over(self, responses: list[Answer]) -> None:
         """Emit the responses read, outside the I/O lock and after this turn's writes:
         a ``publish()`` caller woken by its ack then finds the lock free and writes its
         next request itself, and nothing is left between its wake-up and our next

@@ -28,11 +28,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.responses import ResponseReader
 from liftbridge_sync._transport.h2.sockets import ConnectionLost
 from liftbridge_sync._transport.h2.writing import QueuedWrites
-from liftbridge_sync.models import Ack
+from liftbridge_sync._wire.publish_codec import Answer
 
 __all__ = ["READ_HERE_FOR", "CallerReads"]
 
@@ -48,7 +47,7 @@ class CallerReads(QueuedWrites):
 
     # Whoever holds _io_lock.
     _reader: ResponseReader
-    _arrived: list[api_pb2.PublishResponse | Ack]
+    _arrived: list[Answer]
     #: A caller reads the socket; the I/O thread's selector does not watch it.
     _reading_here: bool
     #: What went wrong while a caller read: the I/O thread ends the stream with it.
@@ -62,10 +61,10 @@ class CallerReads(QueuedWrites):
         """Read what the socket has (the connection's; see there)."""
         raise NotImplementedError
 
-    def _take_arrived(self) -> list[api_pb2.PublishResponse | Ack]:
+    def _take_arrived(self) -> list[Answer]:
         raise NotImplementedError
 
-    def _hand_over(self, responses: list[api_pb2.PublishResponse | Ack]) -> None:
+    def _hand_over(self, responses: list[Answer]) -> None:
         raise NotImplementedError
 
     def answer_here(self, done: Callable[[], bool]) -> None:

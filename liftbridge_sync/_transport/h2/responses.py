@@ -2,8 +2,9 @@
 
 :class:`ResponseReader` is the publish direction of the one h2 event dispatch
 (:class:`~.dispatch.StreamDispatch`, shared with the Subscribe reader), and its codec:
-the broker writes one response per DATA frame, and each is parsed in place (with the C
-speedups, runs of successful acks go straight into ``Ack`` objects, and the WINDOW_UPDATE
+the broker writes one response per DATA frame, and each is decoded in place by the publish
+codec into an ``Ack`` or a ``Refusal`` (with the C speedups, runs of successful acks go
+straight into ``Ack`` objects, and the WINDOW_UPDATE
 increments among them are added to ``h2``'s send windows). A graceful GOAWAY (NO_ERROR,
 still covering our stream) is kept from h2: the stream goes on draining until the broker
 ends it. Used by the connection's I/O thread only (not thread-safe on its own).
@@ -15,9 +16,7 @@ from collections.abc import Callable
 
 import grpc
 import h2.connection
-from google.protobuf.message import DecodeError
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.dispatch import MAX_WINDOW, Scanned, StreamDispatch
 from liftbridge_sync._transport.h2.framing import (
     MAX_FRAME_SIZE,
@@ -25,10 +24,10 @@ from liftbridge_sync._transport.h2.framing import (
     FrameError,
     split_messages,
 )
+from liftbridge_sync._wire.publish_codec import Answer, DecodeError, decode_response
 from liftbridge_sync._wire.speedups import scan_acks
 from liftbridge_sync._wire.status import CallContext, error_from_status
 from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
-from liftbridge_sync.models import Ack
 
 __all__ = ["MAX_WINDOW", "ResponseReader", "unavailable"]
 
@@ -56,7 +55,7 @@ class ResponseReader:
         self._max_message = max_message
         self.scan: Callable[[bytes | bytearray, int], Scanned] | None
         self.scan = self._scan if scan_acks is not None and max_message >= MAX_FRAME_SIZE else None
-        self._parsed: list[api_pb2.PublishResponse | Ack] = []
+        self._parsed: list[Answer] = []
         self._dispatch = dispatch = StreamDispatch(
             conn,
             stream_id,
@@ -94,10 +93,10 @@ class ResponseReader:
         """End the stream; the first reason wins."""
         self._dispatch.end(error)
 
-    def receive(self, data: bytes) -> list[api_pb2.PublishResponse | Ack]:
-        """Take received bytes; returns the responses read: with the C speedups,
-        successful acks come as :class:`Ack` objects (``partition`` -1, for the
-        publisher to set) instead of ``PublishResponse`` messages.
+    def receive(self, data: bytes) -> list[Answer]:
+        """Take received bytes; returns the responses read, decoded by the publish codec
+        (:mod:`~liftbridge_sync._wire.publish_codec`): :class:`~liftbridge_sync.models.Ack`
+        objects (``partition`` -1, for the publisher to set) and ``Refusal`` objects.
 
         Raises:
             FrameError: framing the broker should never send.
@@ -128,11 +127,11 @@ class ResponseReader:
         return at, taken, control, pongs, windows
 
     def bodies(self, bodies: list[bytes | bytearray]) -> None:
-        """Parse whole response bodies, in order."""
-        parse = api_pb2.PublishResponse.FromString
+        """Decode whole response bodies, in order."""
+        decode = decode_response
         try:
             for body in bodies:
-                self._parsed.append(parse(bytes(body)))
+                self._parsed.append(decode(bytes(body)))
         except DecodeError as exc:
             self._dispatch.end(_fail(grpc.StatusCode.INTERNAL, f"bad response: {exc}"))
 

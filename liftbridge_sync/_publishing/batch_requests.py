@@ -1,0 +1,118 @@
+"""``publish_batch``: a batch's items framed into requests, then published together.
+
+Every item is checked and framed before any of them is sent (bad input raises first).
+Plain values for one fixed partition take the codec's common case: all of them at once
+when every item is a value (:meth:`~liftbridge_sync._publishing.publisher.Publisher.
+publish_values`), the leading run at once otherwise (:func:`~liftbridge_sync._wire.
+publish_codec.frame_values`); keys, headers and partitioners go through
+:func:`~liftbridge_sync._wire.publish_codec.encode_publish`. Thread-safe: it keeps no
+state (the publisher is thread-safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from liftbridge_sync._publishing.publisher import Publisher
+from liftbridge_sync._wire.publish_codec import encode_publish, frame_value, frame_values, head
+from liftbridge_sync._wire.validate import check_ack_policy, check_bytes, check_partition
+from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.models import Ack, AckPolicy
+from liftbridge_sync.partitioners import Partitioner
+
+__all__ = ["publish_batch"]
+
+#: ``choose(key, value)``: the partition of an item (a partition or a partitioner given).
+Choose = Callable[[bytes | None, bytes], int]
+
+
+def publish_batch(
+    publisher: Publisher,
+    stream: str,
+    items: list[Any],
+    *,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    choose: Choose,
+    ack_policy: AckPolicy,
+    timeout: float,
+) -> list[Ack | None | LiftbridgeError]:
+    """Publish ``items`` (values, ``(key, value)`` or ``(key, value, headers)``) and
+    wait for every outcome (see ``Client.publish_batch``); ``timeout`` is each
+    message's ack timeout, already resolved.
+
+    Raises:
+        TypeError: a value, key or header is not bytes-like, or a tuple of another
+            length (before anything is sent).
+        ConfigurationError: other bad arguments (before anything is sent).
+    """
+    check_ack_policy(ack_policy)
+    wants_ack = ack_policy is not AckPolicy.NONE
+    next_id = publisher.next_correlation_id
+    requests: list[tuple[bytes, str, int, bool]] = []
+    add = requests.append
+    fixed = None
+    if partitioner is None:
+        fixed = 0 if partition is None else check_partition("partition", partition)
+        fixed_head = head(stream, fixed, ack_policy)  # validates the stream name
+        if all(type(item) is bytes for item in items):  # the fastest path
+            return publisher.publish_values(
+                fixed_head, items, partition=fixed, wants_ack=wants_ack, timeout=timeout
+            )
+        # The leading run of plain values at once (C speedups when built); ids are
+        # one generated id + "." + index, unique like the others.
+        framed_values, ids = frame_values(fixed_head, items, next_id())
+        if ids:
+            count = len(ids)
+            requests = list(
+                zip(framed_values, ids, [fixed] * count, [wants_ack] * count, strict=True)
+            )
+            add = requests.append
+            items = items[count:]
+    for item in items:
+        if fixed is not None and type(item) is bytes:  # the common case, inline
+            correlation_id = next_id()
+            add(
+                (
+                    frame_value(fixed_head, item, correlation_id.encode()),
+                    correlation_id,
+                    fixed,
+                    wants_ack,
+                )
+            )
+            continue
+        headers = None
+        if isinstance(item, tuple):
+            if len(item) == 2:
+                key, value = item
+            elif len(item) == 3:
+                key, value, headers = item
+            else:
+                raise TypeError(
+                    "publish_batch items are values, (key, value) pairs or "
+                    f"(key, value, headers) triples, not a tuple of {len(item)}"
+                )
+        else:
+            key, value = None, item
+        if partition is None and partitioner is None:
+            chosen = 0
+        else:
+            if partitioner is not None:
+                value = check_bytes("value", value)
+                key = check_bytes("key", key, optional=True)
+            chosen = choose(key, value)
+        correlation_id = next_id()
+        framed = encode_publish(
+            stream,
+            value,
+            partition=chosen,
+            key=key,
+            headers=headers,
+            ack_policy=ack_policy,
+            expected_offset=None,
+            correlation_id=correlation_id,
+        )
+        add((framed, correlation_id, chosen, wants_ack))
+    futures = publisher.submit_many(requests, timeout=timeout)
+    return publisher.wait_all(futures)
