@@ -14,8 +14,9 @@ Responses are decoded in bulk from each ``recv()`` by
 due, the I/O thread sleeps until all their bytes could be there or ``ack_read_delay``
 has passed (:mod:`.gathering`), so a burst of acks costs one or two wake-ups rather than
 one per TCP segment. ``h2`` keeps outbound flow control and the connection-level
-frames. :mod:`.writing` is the callers' side (queueing, and writing on the caller's
-thread); :mod:`.reading` lets a ``publish()`` caller read its own ack while the I/O
+frames. :mod:`.writing` is the callers' side (queueing, writing on the caller's
+thread, and combining the next requests of the callers one hand-over woke into one
+``send()``); :mod:`.reading` lets a ``publish()`` caller read its own ack while the I/O
 thread steps aside; :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
