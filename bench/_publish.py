@@ -38,34 +38,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sliding", type=int, default=1000, help="sliding-window size; 0 disables (1000)"
     )
-    parser.add_argument("--no-sync", action="store_true", help="skip the synchronous scenario")
+    parser.add_argument(
+        "--no-sync", action="store_true", help="skip the one-thread synchronous scenario"
+    )
     parser.add_argument(
         "--sync-threads",
-        type=int,
-        default=8,
-        help="threads sharing one client in the threaded sync scenario; 0 disables (8)",
+        default="8",
+        help="threads sharing one client in the threaded sync scenario, comma-separated "
+        "for several (2,8,64); 0 disables (8)",
     )
 
 
 def scenarios(args: argparse.Namespace, clients: tuple[str, ...]) -> list[Scenario]:
     """The scenarios selected by the flags (gufo has no sliding-window API)."""
     result = []
+    # publish_batch of one message is not a scenario of its own.
+    sync_clients = tuple(c for c in clients if c != "ours-batch")
     if not args.no_sync:
-        # publish_batch of one message is not a scenario of its own.
-        sync_clients = tuple(c for c in clients if c != "ours-batch")
         result.append(Scenario("sync", "sync", 1, args.sync_messages, sync_clients))
-        if args.sync_threads > 1:
-            threads = args.sync_threads
-            result.append(
-                Scenario(
-                    f"sync-{threads}-threads",
-                    "sync",
-                    1,
-                    args.sync_messages // threads * threads,
-                    tuple(c for c in sync_clients if c != "gufo"),  # its API is asyncio
-                    threads,
-                )
+    for threads in (int(n) for n in str(args.sync_threads).split(",") if n.strip()):
+        if threads <= 1:
+            continue
+        result.append(
+            Scenario(
+                f"sync-{threads}-threads",
+                "sync",
+                1,
+                args.sync_messages // threads * threads,
+                tuple(c for c in sync_clients if c != "gufo"),  # its API is asyncio
+                threads,
             )
+        )
     for window in (int(w) for w in args.windows.split(",") if w.strip()):
         result.append(Scenario(f"batch-{window}", "batch", window, args.async_messages, clients))
     if args.sliding:

@@ -38,6 +38,7 @@ __all__ = [
     "settle_acks",
     "settle_plain",
     "take_acks",
+    "wait_gated",
 ]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
@@ -106,10 +107,16 @@ class PublishFuture(concurrent.futures.Future[T]):
     _result: Any = None
     _exception: BaseException | None = None
     _done_callbacks: Any = NO_CALLBACKS
-    #: Set (with ``_condition`` and ``_waiters``) once some thread needs to block on it.
-    #: A flag rather than a look into ``__dict__``: that look would build the instance's
-    #: dict, one more object per publish for the cyclic garbage collector to walk.
+    #: Set once some thread blocks on it (:func:`wait_gated`, or with ``_condition`` and
+    #: ``_waiters``): whoever resolves it then wakes that thread. A flag rather than a
+    #: look into ``__dict__``: that look would build the instance's dict, one more
+    #: object per publish for the cyclic garbage collector to walk.
     _waited = False
+    #: ``_condition`` and ``_waiters`` exist.
+    _conditioned = False
+    #: The gate of the thread blocked in :func:`wait_gated` on it, released (and
+    #: cleared) by whoever resolves it.
+    _gate: Any = None
 
     # No super().__init__ (see the module docstring), and no Python frame either: object's
     # own C ``__init__`` (a publish creates one future; a frame costs about 0.1 µs).
@@ -123,6 +130,7 @@ class PublishFuture(concurrent.futures.Future[T]):
             if "_condition" not in fields:
                 fields["_waiters"] = []
                 fields["_condition"] = threading.Condition()
+                fields["_conditioned"] = True
                 fields["_waited"] = True
         return fields[name]
 
@@ -203,7 +211,16 @@ def _prime_attribute_layout() -> None:
     object per publish for the garbage collector.
     """
     future: PublishFuture[Any] = PublishFuture()
-    for name in ("_result", "_exception", "_state", "_done_callbacks", "ledger", "_waited"):
+    for name in (
+        "_result",
+        "_exception",
+        "_state",
+        "_done_callbacks",
+        "ledger",
+        "_waited",
+        "_conditioned",
+        "_gate",
+    ):
         setattr(future, name, getattr(future, name))
 
 
@@ -232,11 +249,56 @@ def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int
 def _notify(waited: Iterable[PublishFuture[Any]]) -> None:
     """Wake the waiters of futures just resolved with a result."""
     for future in waited:
+        gate = future._gate
+        if gate is not None:
+            _open(future, gate)
+        if not future._conditioned:
+            continue
         condition = future._condition
         with condition:
             for waiter in future._waiters:
                 waiter.add_result(future)
             condition.notify_all()
+
+
+#: Each thread's gate for :func:`wait_gated` (a lock it holds while not waiting).
+_GATES = threading.local()
+
+
+def _open(future: PublishFuture[Any], gate: Any) -> None:
+    """Release the gate of the thread blocked on ``future``: by the one thread that
+    resolved it (so exactly once), after the state says finished."""
+    future._gate = None
+    gate.release()
+
+
+def wait_gated(future: PublishFuture[Any]) -> None:
+    """Block the calling thread until ``future`` is resolved, on a lock of its own.
+
+    The cheapest wait there is: one uncontended lock, made once per thread and reused,
+    that whoever resolves the future releases (:func:`_notify`, :func:`settle`); no
+    ``Condition`` is built, and the resolver takes no lock of the waiter's. Unbounded:
+    for a future that resolves or fails by itself (a publish's own deadline bounds it).
+    If the wait is interrupted (``KeyboardInterrupt``) the thread's gate is dropped,
+    since a resolver may still release it. Thread-safe; one waiter per future.
+    """
+    gate = getattr(_GATES, "gate", None)
+    if gate is None:
+        gate = threading.Lock()
+        gate.acquire()
+    with _CALLBACKS:
+        # Under the lock the resolvers set the state under: either they see the gate,
+        # or this sees the state finished.
+        if future._state == _FINISHED:
+            _GATES.gate = gate
+            return
+        future._gate = gate
+        future._waited = True
+    # Taken from the thread until closed again below: interrupted (KeyboardInterrupt),
+    # it is dropped, as the resolver may still release it.
+    _GATES.gate = None
+    gate.acquire()  # released by whoever resolves the future; the GIL meanwhile too
+    _GATES.gate = gate
 
 
 def settle_acks(acks: list[Any], pending: dict[str, Any]) -> int:
@@ -307,7 +369,10 @@ def settle(
                 break
         future = ready[index]
         index += 1
-        if future._waited:
+        gate = future._gate
+        if gate is not None:
+            _open(future, gate)
+        if future._conditioned:
             with future._condition:
                 for waiter in future._waiters:
                     if future._exception is None:

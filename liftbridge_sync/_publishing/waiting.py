@@ -1,12 +1,12 @@
 """Waiting on the publisher: for a future, a batch of futures, a free slot, a flush.
 
 A thread that waits blocks on a gate of its own, listed with what it waits for (a free
-slot, a flush, a batch's last future), or on a future's own condition (``publish``), and
-is woken only once what it waits for holds: the threads that resolve publishes check
-each waiter's condition before opening its gate. On the publisher thread (a
-done-callback that waits) waiting means processing events meanwhile instead
-(:meth:`~.owner.OwnerLoop._run_nested`), or the thread that frees slots and resolves
-futures would stop.
+slot, a flush, a batch's last future), or set on the future it waits for (``publish``:
+:func:`~.futures.wait_gated`), and is woken only once what it waits for holds: the
+threads that resolve publishes check each waiter's condition before opening its gate.
+On the publisher thread (a done-callback that waits) waiting means processing events
+meanwhile instead (:meth:`~.owner.OwnerLoop._run_nested`), or the thread that frees
+slots and resolves futures would stop.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._publishing.answers import AnswerHandling
+from liftbridge_sync._publishing.futures import PublishFuture, wait_gated
 from liftbridge_sync._publishing.pending import MAX_NESTING, TOO_DEEP, AckFuture
 from liftbridge_sync.errors import (
     ClientClosedError,
@@ -122,6 +123,8 @@ class Waiting(AnswerHandling):
             stream = self._live
             if stream is not None:
                 stream.answer_here(future.done)
+            if timeout is None and isinstance(future, PublishFuture):
+                wait_gated(future)  # one lock of this thread's, no Condition
         return future.result(timeout=timeout)
 
     @staticmethod

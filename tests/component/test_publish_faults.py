@@ -151,6 +151,60 @@ def test_close_fails_what_is_still_pending(fake: FakeBroker, transport: str) -> 
         client.publish_async("s", b"late")
 
 
+def _blocked_publishes(client: Client, count: int) -> tuple[list[threading.Thread], list[object]]:
+    """``count`` threads blocked in ``publish()``, each on its own gate (``wait_gated``);
+    what each call returned or raised goes into the list."""
+    outcomes: list[object] = []
+
+    def publish(index: int) -> None:
+        try:
+            outcomes.append(client.publish("s", b"blocked%d" % index))
+        except lb.LiftbridgeError as exc:
+            outcomes.append(exc)
+
+    threads = [
+        threading.Thread(target=publish, args=(i,), name=f"test-publish-{i}") for i in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    publisher = client._publisher
+    wait_until(
+        lambda: (
+            publisher is not None
+            and len(publisher._pending) == count
+            and all(e.future._gate is not None for e in list(publisher._pending.values()))
+        ),
+        what="every publish to block on its gate",
+    )
+    return threads, outcomes
+
+
+def test_close_from_another_thread_wakes_publish_callers(fake: FakeBroker, transport: str) -> None:
+    fake.publish_script = lambda req, n: "drop"
+    client = _client(fake, transport, ack_timeout=60.0)
+    threads, outcomes = _blocked_publishes(client, 4)
+    started = time.monotonic()
+    client.close(timeout=0.2)
+    for thread in threads:
+        thread.join(5.0)
+    assert not any(thread.is_alive() for thread in threads)
+    assert time.monotonic() - started < 5.0
+    assert len(outcomes) == 4
+    assert all(isinstance(outcome, lb.ClientClosedError) for outcome in outcomes)
+
+
+def test_publish_callers_fail_at_their_ack_timeout(fake: FakeBroker, transport: str) -> None:
+    # One ack comes late (after every caller blocked), the others never.
+    fake.publish_script = lambda req, n: ("delay", 1.0) if req.value == b"blocked1" else "drop"
+    with _client(fake, transport, ack_timeout=2.0) as client:
+        threads, outcomes = _blocked_publishes(client, 3)
+        for thread in threads:
+            thread.join(10.0)
+        assert not any(thread.is_alive() for thread in threads)
+    assert sum(isinstance(outcome, lb.Ack) for outcome in outcomes) == 1
+    assert sum(isinstance(outcome, lb.AckTimeoutError) for outcome in outcomes) == 2
+
+
 def test_done_callbacks_may_publish_flush_and_close_without_deadlock(
     fake: FakeBroker, transport: str
 ) -> None:

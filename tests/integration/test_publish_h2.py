@@ -104,3 +104,49 @@ def test_publish_reads_its_own_ack_from_the_real_broker(
     assert [a.offset for a in acks if a is not None] == list(range(200))
     assert handed_over_on.count(threading.current_thread().name) >= 150, handed_over_on
     assert [m.value for m in read_all(liftbridge_client, name)] == [b"m%d" % i for i in range(200)]
+
+
+def test_threads_calling_publish_on_one_client_each_get_their_own_ack(
+    liftbridge_client: Client,
+    liftbridge_address: str,
+    new_stream: StreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Many threads blocked in publish() on one client (a web server's handlers): each
+    # waits on a lock of its own, the acks of several wake several at once, and the
+    # first of those to publish again leave their requests for the last one to write
+    # (combining). Each call must still return its own message's ack.
+    from liftbridge_sync._transport.h2 import writing
+
+    combined = [0]
+    real_take = writing.QueuedWrites._take_queue
+
+    def take_queue(self: writing.QueuedWrites, on_io_thread: bool = True) -> None:
+        combined[0] += self._deferred  # requests some caller left to be written for it
+        real_take(self, on_io_thread)
+
+    monkeypatch.setattr(writing.QueuedWrites, "_take_queue", take_queue)
+    name = new_stream()
+    threads, per_thread = 16, 60
+    acks: dict[bytes, lb.Ack | None] = {}
+    with Client([liftbridge_address], ack_timeout=60) as client:
+
+        def produce(index: int) -> None:
+            for i in range(per_thread):
+                value = b"%d-%d" % (index, i)
+                acks[value] = client.publish(name, value)
+
+        workers = [threading.Thread(target=produce, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(120)
+        assert not any(worker.is_alive() for worker in workers)
+    assert len(acks) == threads * per_thread
+    stored = {m.offset: m.value for m in read_all(liftbridge_client, name)}
+    assert len(stored) == threads * per_thread
+    for value, ack in acks.items():
+        assert ack is not None and ack.stream == name
+        assert stored[ack.offset] == value, "a caller got another caller's ack"
+    assert len({ack.correlation_id for ack in acks.values() if ack is not None}) == len(acks)
+    assert combined[0] > 0, "no caller left its request to another (combining never ran)"

@@ -124,3 +124,22 @@ def test_the_kernel_holds_readiness_until_the_mark_and_release_lowers_it(
     assert not _readable(reader)
     writer.sendall(b"x" * 600)
     assert select.select([reader], [], [], 5.0)[0] == [reader]
+
+
+def test_awaited_says_whether_publish_callers_wrote_since_the_answers_before(
+    tcp_pair: tuple[socket.socket, socket.socket],
+) -> None:
+    reader, _ = tcp_pair
+    gathering = AckGathering(reader, 0.001)
+    gathering.asked = 10  # publish_async requests only: nobody blocks on them
+    gathering.answered(nbytes=500, responses=5)
+    assert not gathering.awaited(5)
+    gathering.asked += 1
+    gathering.direct_mark = gathering.asked  # a publish() caller wrote the 11th
+    gathering.answered(nbytes=500, responses=5)  # the 6th to 10th
+    assert gathering.awaited(5)
+    gathering.answered(nbytes=100, responses=1)  # the 11th, its own
+    assert gathering.awaited(1)
+    gathering.asked += 4  # publish_async again
+    gathering.answered(nbytes=400, responses=4)  # answers after the caller's
+    assert not gathering.awaited(4)

@@ -14,8 +14,9 @@ Responses are decoded in bulk from each ``recv()`` by
 due, the I/O thread sleeps until all their bytes could be there or ``ack_read_delay``
 has passed (:mod:`.gathering`), so a burst of acks costs one or two wake-ups rather than
 one per TCP segment. ``h2`` keeps outbound flow control and the connection-level
-frames. :mod:`.writing` is the callers' side (queueing, and writing on the caller's
-thread); :mod:`.reading` lets a ``publish()`` caller read its own ack while the I/O
+frames. :mod:`.writing` is the callers' side (queueing, writing on the caller's
+thread, and combining the next requests of the callers one hand-over woke into one
+``send()``); :mod:`.reading` lets a ``publish()`` caller read its own ack while the I/O
 thread steps aside; :mod:`.dial` opens the connection.
 
 Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
@@ -68,7 +69,7 @@ from liftbridge_sync._transport.h2.sockets import (
     speaks_tls,
 )
 from liftbridge_sync._transport.h2.stalls import StallWatch
-from liftbridge_sync._transport.h2.writing import WRITE_HERE_AT
+from liftbridge_sync._transport.h2.writing import COMBINE_WAIT, WRITE_HERE_AT
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
     StreamDraining,
@@ -152,6 +153,8 @@ class H2PublishStream(CallerReads):
         self._taken_bytes = 0  # of those, taken off the queue to be written
         self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
         self._signalled = False  # a wake-up byte is on its way to the I/O thread
+        self._combining = 0  # callers still to queue without writing (see writing)
+        self._deferred = False  # one did: take the queue within COMBINE_WAIT
         self._close_requested = False
         self._cancel_requested = False
         self._probe_requested = False
@@ -326,11 +329,20 @@ class H2PublishStream(CallerReads):
             gather_for = self._gather_for
             if gather_for is not None:
                 timeout = gather_for if timeout is None else min(timeout, gather_for)
+            if self._deferred or self._combining:
+                timeout = COMBINE_WAIT if timeout is None else min(timeout, COMBINE_WAIT)
             events = select(timeout)
+            if not events and self._combining:
+                with self._lock:  # the callers woken did not all come back: stop waiting
+                    self._combining = 0
             with self._io_lock:
                 result = self._step(events, sock)
                 arrived = self._take_arrived()
             if arrived:
+                if len(arrived) > 1 and self._gathering.awaited(len(arrived)):
+                    # publish() callers are among those this wakes (see writing).
+                    with self._lock:
+                        self._combining = len(arrived) - 1
                 self._hand_over(arrived)
             if result is not _GO_ON:
                 return result  # type: ignore[return-value]

@@ -51,6 +51,13 @@ class AckGathering:
         """Responses still to come (an estimate: lost answers count until forgotten)."""
         return self.asked - self._answered
 
+    def awaited(self, responses: int) -> bool:
+        """Whether ``publish()`` callers may be among those the last ``responses`` read
+        wake: the last one wrote its own request after the answers before them. (Only
+        the last caller's mark is kept, so this says that callers of ``publish()`` are
+        active, not that this batch holds one's answer.)"""
+        return self.direct_mark > self._answered - responses
+
     def answered(self, nbytes: int, responses: int) -> None:
         """A read brought ``responses`` whole responses, ``nbytes`` on the wire (their
         DATA frames only: the broker's PINGs and WINDOW_UPDATEs in the same read would

@@ -6,7 +6,16 @@ the idle → busy transition (one byte on a socketpair). A caller about to wait 
 answer writes itself when the I/O thread is idle, and so does a caller in front of whom
 ``WRITE_HERE_AT`` bytes wait. Whoever holds the I/O lock takes the queue, frames it
 into as few DATA frames as flow control allows (:func:`~.outbound.frame_data`) and
-writes it with one ``send()``. :class:`QueuedWrites` is the part of
+writes it with one ``send()``.
+
+Combining: when the I/O thread hands over the acks of several ``publish()`` callers at
+once, the first of them to publish again only queue their next request (no ``send()``,
+no wake-up), and the last one writes them all with one ``send()``: the broker then
+reads and answers them together, and its acks come back together too. A request left
+in the queue that way waits at most ``COMBINE_WAIT`` (the I/O thread writes it then),
+whether or not the other callers come back.
+
+:class:`QueuedWrites` is the part of
 :class:`~.connection.H2PublishStream` that does this; its state is set up there.
 """
 
@@ -35,13 +44,16 @@ from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.sockets import SocketCalls
 from liftbridge_sync._transport.publish_stream import StreamEvent, StreamSent
 
-__all__ = ["WRITE_HERE_AT", "QueuedWrites"]
+__all__ = ["COMBINE_WAIT", "WRITE_HERE_AT", "QueuedWrites"]
 
 #: A caller queueing a request writes the queue itself, when no other thread is
 #: writing, once this many bytes wait. A thread publishing in a loop holds the GIL, and
 #: the I/O thread may wait a whole switch interval (5 ms) to get it: without this, a
 #: burst went out only when its caller stopped, and the broker sat idle meanwhile.
 WRITE_HERE_AT = 16 * 1024
+#: The longest a ``publish()`` caller's request waits in the queue for the callers woken
+#: with it (combining, see the module docstring) before the I/O thread writes it.
+COMBINE_WAIT = 0.001
 #: Compact the unsent buffer once this much of its head has been framed.
 _COMPACT_AT = 1 << 20
 
@@ -58,6 +70,10 @@ class QueuedWrites:
     _taken_bytes: int  # of those, taken off the queue to be written
     _notes: list[tuple[int, str]]  # (end byte offset, correlation id)
     _signalled: bool  # a wake-up byte is on its way to the I/O thread
+    #: How many more ``publish()`` callers queue without writing (see COMBINE_WAIT).
+    _combining: int
+    #: Some did: the I/O thread takes the queue within COMBINE_WAIT.
+    _deferred: bool
     _close_requested: bool
     _probe_requested: bool
     _done: bool  # the I/O thread has finished; sends are dropped
@@ -107,6 +123,13 @@ class QueuedWrites:
             if direct:
                 gathering.direct_mark = gathering.asked
                 if self._signalled:
+                    return
+                if self._combining:
+                    # Callers woken by the I/O thread's last hand-over are still to
+                    # queue theirs: the last of them writes all (or the I/O thread
+                    # does, within COMBINE_WAIT).
+                    self._combining -= 1
+                    self._deferred = True
                     return
                 if not self._io_lock.acquire(blocking=False):
                     self._wake()
@@ -213,6 +236,7 @@ class QueuedWrites:
             if batch:
                 self._queue = []
                 self._taken_bytes = self._queued_bytes
+            self._deferred = False
             if notes:
                 self._notes = []
             self._probe_requested = False
