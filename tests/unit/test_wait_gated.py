@@ -12,7 +12,6 @@ import pytest
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing import futures as futures_module
-from liftbridge_sync._publishing.encoding import ack_from_proto
 from liftbridge_sync._publishing.futures import (
     PublishFuture,
     settle,
@@ -22,6 +21,7 @@ from liftbridge_sync._publishing.futures import (
     wait_gated,
 )
 from liftbridge_sync._wire import speedups
+from liftbridge_sync._wire.publish_codec import ack_from_proto
 from liftbridge_sync.errors import ClientClosedError
 from tests.waiting import wait_until
 
