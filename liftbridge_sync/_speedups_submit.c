@@ -5,15 +5,15 @@
  * in one call and without running Python code. About a microsecond of bytecode per
  * publish_async, half of the calling thread's share.
  *
- *   setup_submit(Publisher, lock_type, deque_type, heads, no_ack)
- *       The publisher class (it must declare publisher_fields below in __slots__), the
+ *   setup_submit(PendingTable, lock_type, deque_type, heads, no_ack)
+ *       The pending table class (publisher_fields below in its __slots__), the
  *       type of threading.Lock(), collections.deque, the publisher's cache of request
  *       heads ((stream, partition, policy) -> bytes) and AckPolicy.NONE.
  *   setup_submit_stream(H2PublishStream, AckGathering, write_here_at)
  *       The HTTP/2 publish stream's classes (stream_fields and gathering_fields in their
  *       __slots__), and the queued bytes at which a caller writes the queue itself. Until
  *       both are set up, submit_plain returns None or the entry.
- *   submit_plain(publisher, stream, value, partition, ack_policy, timeout)
+ *   submit_plain(table, stream, value, partition, ack_policy, timeout)
  *           -> future | (future, todo, stream) | entry | None
  *       future: the publish is entered in the pending table and the deadline queue, and
  *       its framed request queued on the stream, as the Python path would. (future,
@@ -76,12 +76,12 @@ setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
         !PyType_Check(args[2]) || !PyDict_CheckExact(args[3])) {
         PyErr_SetString(PyExc_TypeError,
-                        "setup_submit(Publisher, lock_type, deque_type, heads: dict, no_ack)");
+                        "setup_submit(PendingTable, lock_type, deque_type, heads: dict, no_ack)");
         return NULL;
     }
     Py_ssize_t p[PUBLISHER_FIELDS];
     if (member_offsets((PyTypeObject *)args[0], publisher_fields, PUBLISHER_FIELDS, p,
-                       "setup_submit: Publisher") < 0)
+                       "setup_submit: PendingTable") < 0)
         return NULL;
     if (n_locked == NULL && (n_locked = PyUnicode_InternFromString("locked")) == NULL)
         return NULL;
@@ -148,7 +148,7 @@ small_int(PyObject *obj)
 
 /*
  * Enters entry (new, not yet shared) in the publisher's tables and queues framed on its
- * stream, as Publisher._send_entry and H2PublishStream.send_framed would: 1 done (*todo
+ * stream, as PendingTable.admit and H2PublishStream.send_framed would: 1 done (*todo
  * and *stream_out, borrowed, set), 0 not possible here (nothing changed), -1 error.
  */
 static int
