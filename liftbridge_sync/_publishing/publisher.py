@@ -100,6 +100,8 @@ class Publisher:
             ledger=ledger,
             clock=clock,
         )
+        #: The table's state, which the C fast path (``submit_plain``) enters publishes in.
+        self._core = table.core
         waiters = self._waiters = Waiters(clock)
         resender = self._resender = Resender(core, table, inbox.put, clock=clock)
         router = AckRouter(table, resender, ledger, waiters.wake)
@@ -272,7 +274,7 @@ class Publisher:
             ClientClosedError, PublishQueueFullError: as :meth:`submit`.
         """
         if not direct and _submit_plain is not None:
-            done = _submit_plain(self._table, stream, value, partition, ack_policy, timeout)
+            done = _submit_plain(self._core, stream, value, partition, ack_policy, timeout)
             if done.__class__ is PublishFuture:
                 return done  # type: ignore[no-any-return]
             if done.__class__ is tuple:
@@ -333,6 +335,4 @@ class Publisher:
 
 _submit_plain = speedups.submit_plain
 if _submit_plain is not None and speedups.setup_submit is not None:
-    speedups.setup_submit(
-        PendingTable, type(threading.Lock()), collections.deque, _heads, AckPolicy.NONE
-    )
+    speedups.setup_submit(type(threading.Lock()), collections.deque, _heads, AckPolicy.NONE)

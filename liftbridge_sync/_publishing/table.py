@@ -1,8 +1,10 @@
 """The pending table: every publish entered and not yet resolved, and the stream they go to.
 
-It owns the send lock, which orders messages: entering a publish (a sequence number, the
-table keyed by correlation id, the deadline queue of its timeout) and handing its framed
-bytes to the live stream happen together under it, and so does sending entries again.
+Its state and the send lock are a :class:`~.pending_core.PendingCore` (a C struct with
+the speedups, else its pure-Python twin). The send lock orders messages: entering a
+publish (a sequence number, the table keyed by correlation id, the deadline queue of its
+timeout) and handing its framed bytes to the live stream happen together under it, and
+so does sending entries again.
 Entries are resolved elsewhere (:mod:`.answers`, the owner loop): those pop them from
 :attr:`PendingTable.entries` without the lock (one dict operation each, atomic), and the
 entries they leave at the heads of the deadline queues are popped here, under the lock.
@@ -11,16 +13,13 @@ entries they leave at the heads of the deadline queues are popped here, under th
 from __future__ import annotations
 
 import collections
-import itertools
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._publishing.futures import settle
 from liftbridge_sync._publishing.pending import (
-    INF,
     KICK,
     WAKE,
     Entry,
@@ -29,6 +28,7 @@ from liftbridge_sync._publishing.pending import (
     failure,
     pop_answered,
 )
+from liftbridge_sync._publishing.pending_core import PendingCore, PendingCoreType
 from liftbridge_sync._transport.publish_stream import PublishStream
 from liftbridge_sync.errors import AckTimeoutError, ConfigurationError
 
@@ -42,23 +42,11 @@ class PendingTable:
     entries are popped (resolved) by any thread without it.
     """
 
-    #: The C fast path (``submit_plain``, ``_speedups_submit.c``) reads and writes these
-    #: in place, under the same rules as :meth:`admit`.
     __slots__ = (
-        "_closing",
-        "_ids",
-        "_id_prefix",
-        "_max_message",
-        "_clock",
+        "_core",
         "_send_lock",
-        "_live",
         "_pending",
-        "_max_in_flight",
-        "_finished",
-        "_seqs",
-        "_seq",
         "_expiry",
-        "_sleep_until",
         "_unsent_from",
         "_wake_owner",
         "_ledger",
@@ -73,31 +61,27 @@ class PendingTable:
         ledger: FailureLedger,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._max_in_flight = max_in_flight
-        #: The largest framed request accepted (the gRPC prefix included).
-        self._max_message = max_message
+        #: The state, the send lock and the limits: read and written by the C fast path
+        #: (``submit_plain``) too, under the same lock. ``max_message`` is the largest
+        #: framed request accepted (the gRPC prefix included).
+        core = self._core = PendingCore(
+            max_in_flight, max_message, f"{os.getpid():x}.{random.getrandbits(48):012x}.", clock
+        )
+        self._send_lock: PendingCoreType = core  # the core is the lock too
+        #: By correlation id, in sequence order (insertion order; re-sends keep it).
+        self._pending: dict[str, Entry] = core.pending
+        #: A deque per timeout value, in send order: the earliest deadline at its head.
+        self._expiry: dict[float, collections.deque[Entry]] = core.expiry
         self._wake_owner = wake_owner  # the owner loop's inbox
         self._ledger = ledger
-        self._clock = clock
-        #: Set once no more publishes are accepted (close, or the owner thread died).
-        self._closing = False
-        #: Set (under the send lock) just before pending publishes are failed for good.
-        self._finished = False
-        self._send_lock = threading.Lock()
-        self._ids = itertools.count()
-        self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."
-        self._seqs = itertools.count(1)
-        self._seq = 0  # the last sequence number handed out (under the send lock)
-        #: By correlation id, in sequence order (insertion order; re-sends keep it).
-        self._pending: dict[str, Entry] = {}
-        #: A deque per timeout value, in send order: the earliest deadline at its head.
-        self._expiry: dict[float, collections.deque[Entry]] = {}
-        self._live: PublishStream | None = None  # the open stream publishers write to
-        #: The owner sleeps until then; a publish due earlier wakes it.
-        self._sleep_until = INF
         #: The sequence number from which publishes were never handed to a stream (they
         #: wait for the next one); ``None`` while a stream is live. Under the send lock.
         self._unsent_from: int | None = 1
+
+    @property
+    def core(self) -> PendingCoreType:
+        """The state, for the C fast path (``submit_plain``) to enter publishes in."""
+        return self._core
 
     # -- what anybody may read --------------------------------------------------------
 
@@ -110,45 +94,47 @@ class PendingTable:
     @property
     def live(self) -> PublishStream | None:
         """The stream publishes are written to, if one is open."""
-        return self._live
+        live: PublishStream | None = self._core.live
+        return live
 
     @property
     def clock(self) -> Callable[[], float]:
-        return self._clock
+        return self._core.clock
 
     @property
     def closing(self) -> bool:
         """Whether no more publishes are accepted."""
-        return self._closing
+        return self._core.closing
 
     @property
     def finished(self) -> bool:
         """Whether what is pending is being failed for good (the publisher stopped)."""
-        return self._finished
+        return self._core.finished
 
     @property
     def last_seq(self) -> int:
         """The sequence number of the last publish entered."""
-        return self._seq
+        return self._core.seq
 
     @property
     def max_in_flight(self) -> int:
-        return self._max_in_flight
+        return self._core.max_in_flight
 
     @property
     def max_message(self) -> int:
-        return self._max_message
+        return self._core.max_message
 
     @property
     def id_prefix(self) -> str:
-        return self._id_prefix
+        return self._core.id_prefix
 
     def __len__(self) -> int:
         return len(self._pending)
 
     def has_room(self) -> bool:
         """Whether a publish can be entered without waiting (or never will be)."""
-        return len(self._pending) < self._max_in_flight or self._finished
+        core = self._core
+        return len(self._pending) < core.max_in_flight or core.finished
 
     def flushed(self, upto: int) -> bool:
         """Whether every publish up to sequence number ``upto`` is resolved."""
@@ -157,7 +143,7 @@ class PendingTable:
                 oldest = next(iter(self._pending.values()), None)
             except RuntimeError:  # changed by another thread meanwhile
                 continue
-            return oldest is None or oldest.seq > upto or self._finished
+            return oldest is None or oldest.seq > upto or self._core.finished
 
     def left(self, upto: int) -> int:
         """How many publishes up to sequence number ``upto`` are still pending."""
@@ -165,11 +151,12 @@ class PendingTable:
 
     def next_correlation_id(self) -> str:
         """A correlation id unique to this publisher (prefix + counter: cheap and unique)."""
-        return f"{self._id_prefix}{next(self._ids)}"
+        core = self._core
+        return f"{core.id_prefix}{core.next_id()}"
 
     def next_id_number(self) -> int:
         """The counter behind :meth:`next_correlation_id` (the caller adds the prefix)."""
-        return next(self._ids)
+        return self._core.next_id()
 
     # -- entering ----------------------------------------------------------------------
 
@@ -179,18 +166,18 @@ class PendingTable:
         for the ack next (the stream may let it write on its own thread)."""
         correlation_id = entry.correlation_id
         pending = self._pending
-        lock = self._send_lock
+        core = self._core
         # acquire/release rather than ``with``: half the cost, on every publish.
-        lock.acquire()
+        core.acquire()
         try:
-            stream_ = self._live
+            stream_: PublishStream | None = core.live
             if (
                 stream_ is not None
-                and len(pending) < self._max_in_flight
-                and not self._finished
+                and len(pending) < core.max_in_flight
+                and not core.finished
                 and correlation_id not in pending
             ):
-                self._seq = entry.seq = next(self._seqs)
+                entry.seq = core.next_seq()
                 pending[correlation_id] = entry
                 timeout = entry.timeout
                 expiry = self._expiry.get(timeout)
@@ -199,21 +186,22 @@ class PendingTable:
                 expiry.append(entry)
                 wants_ack = entry.wants_ack
                 stream_.send_framed(entry.framed, None if wants_ack else correlation_id, direct)
-                if entry.deadline < self._sleep_until:
+                if entry.deadline < core.sleep_until:
                     self._wake_owner(WAKE)
                 return True
         finally:
-            lock.release()
+            core.release()
         return False
 
     def enter(self, entries: Sequence[Entry], start: int) -> int:
         """Enter ``entries[start:]`` in order and send them, as many as there is room
         for; the index of the first one not entered (``start``: no room), or -1 once
         the publisher has finished (nothing entered)."""
-        with self._send_lock:
-            if self._finished:
+        core = self._core
+        with core:
+            if core.finished:
                 return -1
-            room = self._max_in_flight - len(self._pending)
+            room = core.max_in_flight - len(self._pending)
             if room <= 0:
                 return start
             end = min(len(entries), start + room)
@@ -222,9 +210,10 @@ class PendingTable:
 
     def _enter_locked(self, entries: Sequence[Entry], start: int, end: int) -> None:
         pending = self._pending
-        stream = self._live
-        earliest = INF
-        seqs = self._seqs
+        core = self._core
+        stream: PublishStream | None = core.live
+        earliest = float("inf")
+        next_seq = core.next_seq
         expiry = self._expiry
         batch: list[bytes] = []  # acked requests, written together
         add_framed = batch.append
@@ -238,7 +227,7 @@ class PendingTable:
                 error = ConfigurationError(f"correlation id {correlation_id!r} in use")
                 settle((failure(entry, error),), self._ledger)
                 continue
-            entry.seq = next(seqs)
+            entry.seq = next_seq()
             pending[correlation_id] = entry
             if entry.timeout != queue_timeout:
                 queue_timeout = entry.timeout
@@ -260,13 +249,11 @@ class PendingTable:
                         batch = []
                         add_framed = batch.append
                     stream.send_framed(entry.framed, correlation_id)
-        if end > start:
-            self._seq = entries[end - 1].seq
         if batch and stream is not None:
             stream.send_many(batch)
         if stream is None:
             self._wake_owner(KICK)
-        elif earliest < self._sleep_until:
+        elif earliest < core.sleep_until:
             self._wake_owner(WAKE)
 
     # -- the owner loop's side -------------------------------------------------------
@@ -278,7 +265,7 @@ class PendingTable:
 
     def sleep_until(self, until: float) -> None:
         """The owner sleeps until ``until``: a publish due earlier wakes it."""
-        self._sleep_until = until
+        self._core.sleep_until = until
 
     def expire(self, now: float) -> tuple[list[Outcome], float | None]:
         """Take out the publishes past their deadline: their failures, and the earliest
@@ -335,16 +322,17 @@ class PendingTable:
         """A new stream is open: send it every pending entry not in ``held`` (in order;
         those wait for a draining stream's answers) and write new publishes to it;
         ``confirmed``: it is known to have reached a broker. The entries sent."""
-        now = self._clock()
-        with self._send_lock:
+        core = self._core
+        now = core.clock()
+        with core:
             entries = list(self._pending.values())
             if held:
                 entries = [e for e in entries if e.correlation_id not in held]
             for entry in entries:
                 stream.send_framed(entry.framed, None if entry.wants_ack else entry.correlation_id)
                 entry.resent_at = now
-            if not self._finished:
-                self._live = stream
+            if not core.finished:
+                core.live = stream
                 if confirmed:
                     self._unsent_from = None
         return entries
@@ -355,7 +343,7 @@ class PendingTable:
         if self._unsent_from is None:
             return
         with self._send_lock:
-            if self._live is not None:
+            if self._core.live is not None:
                 self._unsent_from = None
 
     def go_offline(self) -> set[str]:
@@ -365,9 +353,10 @@ class PendingTable:
             return set(self._pending)
 
     def _offline_locked(self) -> None:
-        self._live = None
+        core = self._core
+        core.live = None
         if self._unsent_from is None:
-            self._unsent_from = self._seq + 1
+            self._unsent_from = core.seq + 1
 
     def take_unsent(self) -> list[Entry]:
         """Take out the publishes no stream was ever handed (since it went offline)."""
@@ -389,7 +378,7 @@ class PendingTable:
     def finish(self) -> None:
         """The publisher stops: nothing is entered or written any more."""
         with self._send_lock:
-            self._finished = True
+            self._core.finished = True
             self._offline_locked()
 
     def clear_deadlines(self) -> None:
@@ -397,22 +386,24 @@ class PendingTable:
 
     def close_admission(self) -> bool:
         """Accept no more publishes; whether that was so already."""
-        already = self._closing
-        self._closing = True
+        core = self._core
+        already = core.closing
+        core.closing = True
         return already
 
     def send_again(self, pick: Callable[[], list[Entry]]) -> int:
         """Send again, in the order given, the pending entries ``pick`` chooses (called
         under the send lock); how many. None without a live stream: the next stream
         re-sends everything pending anyway."""
-        with self._send_lock:
-            stream = self._live
+        core = self._core
+        with core:
+            stream: PublishStream | None = core.live
             if stream is None:
                 return 0
             entries = pick()
             if entries:
                 stream.send_many([e.framed for e in entries])
-                now = self._clock()
+                now = core.clock()
                 for entry in entries:
                     entry.resent_at = now
         return len(entries)
