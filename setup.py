@@ -86,6 +86,7 @@ setup(
                 "liftbridge_sync/_speedups_acks.c",
                 "liftbridge_sync/_speedups_io.c",
                 "liftbridge_sync/_speedups_submit.c",
+                "liftbridge_sync/_speedups_table.c",
             ],
             depends=["liftbridge_sync/_speedups.h"],
             optional=True,

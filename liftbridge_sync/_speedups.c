@@ -1,7 +1,8 @@
 /*
  * Optional C speedups of the publish hot path (CPython C API only). This file holds the
  * module, framing, settling and entries; scan_acks is in _speedups_acks.c, send_held and
- * recv_held in _speedups_io.c, the publish_async fast path in _speedups_submit.c, and
+ * recv_held in _speedups_io.c, the publish_async fast path in _speedups_submit.c, the
+ * PendingCore type (the pending table's state and send lock) in _speedups_table.c, and
  * what they share in _speedups.h.
  *
  * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
@@ -91,6 +92,9 @@
  *       only what the socket holds (FIONREAD), so a small read allocates little.
  *   setup_submit(...), setup_submit_stream(...), submit_plain(...)
  *       The publish_async fast path: see _speedups_submit.c.
+ *   PendingCore(max_in_flight, max_message, id_prefix, clock)
+ *       A type: the pending table's state in a C struct, with its own lock (see
+ *       _speedups_table.c; twin: liftbridge_sync._publishing.pending_core).
  */
 #include "_speedups.h"
 
@@ -911,5 +915,12 @@ PyInit__speedups(void)
     if (empty_str == NULL || minus_one == NULL || zero == NULL || zero_float == NULL ||
         empty_tuple == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (add_pending_core(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

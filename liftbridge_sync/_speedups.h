@@ -1,6 +1,7 @@
 /*
  * What the translation units of liftbridge_sync._speedups share (see _speedups.c for the
- * module and its functions, _speedups_submit.c for the publish_async fast path).
+ * module and its functions, _speedups_submit.c for the publish_async fast path,
+ * _speedups_table.c for the PendingCore type).
  */
 #ifndef LIFTBRIDGE_SYNC_SPEEDUPS_H
 #define LIFTBRIDGE_SYNC_SPEEDUPS_H
@@ -52,6 +53,26 @@ LBS_INTERNAL PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize
 /* _speedups_io.c */
 LBS_INTERNAL PyObject *send_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 LBS_INTERNAL PyObject *recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
+/* _speedups_table.c: the pending table's state (see there). */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock; /* the send lock */
+    PyObject *pending;       /* dict: correlation id -> Entry, in sequence order */
+    PyObject *expiry;        /* dict: timeout -> deque of Entry, in send order */
+    PyObject *live;          /* the stream publishes are written to, or None */
+    PyObject *clock;         /* () -> float */
+    PyObject *prefix;        /* str: the correlation ids' prefix */
+    Py_ssize_t max_in_flight, max_message;
+    long long seq;      /* the last sequence number handed out */
+    long long ids;      /* the next correlation id number */
+    double sleep_until; /* the owner loop sleeps until then */
+    char closing, finished;
+} PendingCoreObject;
+LBS_INTERNAL extern PyTypeObject *pending_core_type;
+LBS_INTERNAL int add_pending_core(PyObject *module);
+/* Take the lock: 1 taken, 0 not (only without blocking). */
+LBS_INTERNAL int core_lock(PendingCoreObject *self, int blocking);
 
 /* _speedups_submit.c */
 LBS_INTERNAL PyObject *setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

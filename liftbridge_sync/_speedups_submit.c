@@ -5,16 +5,17 @@
  * in one call and without running Python code. About a microsecond of bytecode per
  * publish_async, half of the calling thread's share.
  *
- *   setup_submit(Publisher, lock_type, deque_type, heads, no_ack)
- *       The publisher class (it must declare publisher_fields below in __slots__), the
- *       type of threading.Lock(), collections.deque, the publisher's cache of request
- *       heads ((stream, partition, policy) -> bytes) and AckPolicy.NONE.
+ *   setup_submit(lock_type, deque_type, heads, no_ack)
+ *       The type of threading.Lock() (the stream's lock), collections.deque, the
+ *       publisher's cache of request heads ((stream, partition, policy) -> bytes) and
+ *       AckPolicy.NONE.
  *   setup_submit_stream(H2PublishStream, AckGathering, write_here_at)
  *       The HTTP/2 publish stream's classes (stream_fields and gathering_fields in their
  *       __slots__), and the queued bytes at which a caller writes the queue itself. Until
  *       both are set up, submit_plain returns None or the entry.
- *   submit_plain(publisher, stream, value, partition, ack_policy, timeout)
+ *   submit_plain(core, stream, value, partition, ack_policy, timeout)
  *           -> future | (future, todo, stream) | entry | None
+ *       core: the pending table's PendingCore (_speedups_table.c).
  *       future: the publish is entered in the pending table and the deadline queue, and
  *       its framed request queued on the stream, as the Python path would. (future,
  *       todo, stream): the same, and the caller still does what todo says (TODO_* below:
@@ -24,33 +25,30 @@
  *       ...): the caller enters it by the Python path. None: nothing made (not the
  *       common case, not set up, or too large): the caller does it all in Python.
  *
- * Why no lock is taken. The Python path holds the publisher's send lock and the stream's
- * lock while it enters a publish. Here both are only seen to be free (lock.locked()), and
- * then everything is done holding the GIL throughout, without running Python code and
- * without allocating objects the cyclic garbage collector tracks (a collection could run
- * finalizers, which are Python code, and let other threads in). Since no thread is inside
- * either critical section and none can enter one before this call returns, that is
- * equivalent to taking and releasing both locks. A thread that has just been granted a
- * lock but not yet the GIL has not started its critical section: it runs after us, as if
- * we had taken the lock first. Everything built before that point (the framed request, the
- * entry, its future) may run Python code (the clock, the future's class) and may let
- * other threads in; nothing is shared yet then. What the atomic part touches is checked to
- * be of the exact built-in types whose operations run no Python code (dict with str keys:
- * correlation ids are plain str, see Client.publish_async; list; deque; int; float;
- * itertools.count). On a build without the GIL, submit_plain always returns None.
+ * Locks. The Python path holds the send lock (the PendingCore's own lock) and the
+ * stream's lock while it enters a publish. Here the send lock is taken without waiting
+ * (try-acquire; held by another thread: the caller takes the Python path, which waits).
+ * The stream's lock, a threading.Lock of the Python stream, is only seen to be free
+ * (lock.locked()), and then everything is done holding the GIL throughout, without
+ * running Python code and without allocating objects the cyclic garbage collector tracks
+ * (a collection could run finalizers, which are Python code, and let other threads in).
+ * Since no thread is inside that critical section and none can enter it before this call
+ * returns, that is equivalent to taking and releasing the lock. A thread that has just
+ * been granted it but not yet the GIL has not started its critical section: it runs after
+ * us, as if we had taken the lock first. Everything built before that point (the framed
+ * request, the entry, its future) may run Python code (the clock, the future's class) and
+ * may let other threads in; nothing is shared yet then. What the atomic part touches is
+ * checked to be of the exact built-in types whose operations run no Python code (dict
+ * with str keys: correlation ids are plain str, see Client.publish_async; list; deque;
+ * int; float). On a build without the GIL, seeing the stream's lock free proves nothing,
+ * so submit_plain always returns None there (the stream's queue is still a Python
+ * object's; once it is a C type with its own lock, this goes too).
  */
 #include "_speedups.h"
 
 #include <string.h>
 #include <structmember.h>
 
-enum { P_CLOSING, P_IDS, P_PREFIX, P_MAX_MESSAGE, P_CLOCK, P_SEND_LOCK, P_LIVE, P_PENDING,
-       P_MAX_IN_FLIGHT, P_FINISHED, P_SEQS, P_SEQ, P_EXPIRY, P_SLEEP_UNTIL, PUBLISHER_FIELDS };
-static const char *publisher_fields[PUBLISHER_FIELDS] = {
-    "_closing", "_ids",     "_id_prefix", "_max_message",   "_clock",
-    "_send_lock", "_live",  "_pending",   "_max_in_flight", "_finished",
-    "_seqs",    "_seq",     "_expiry",    "_sleep_until",
-};
 enum { S_LOCK, S_DONE, S_CLOSE_REQUESTED, S_QUEUE, S_QUEUED_BYTES, S_TAKEN_BYTES, S_SIGNALLED,
        S_GATHERING, STREAM_FIELDS };
 static const char *stream_fields[STREAM_FIELDS] = {
@@ -63,36 +61,29 @@ static const char *gathering_fields[GATHERING_FIELDS] = {"asked"};
 /* What the caller of submit_plain still does (bits of todo). */
 enum { TODO_WAKE_OWNER = 1, TODO_WAKE_STREAM = 2, TODO_WRITE_HERE = 4 };
 
-static PyTypeObject *publisher_type = NULL, *stream_type = NULL, *gathering_type = NULL,
-                    *lock_type = NULL, *deque_type = NULL;
-static Py_ssize_t publisher_offsets[PUBLISHER_FIELDS], stream_offsets[STREAM_FIELDS],
-    gathering_offsets[GATHERING_FIELDS];
+static PyTypeObject *stream_type = NULL, *gathering_type = NULL, *lock_type = NULL,
+                    *deque_type = NULL;
+static Py_ssize_t stream_offsets[STREAM_FIELDS], gathering_offsets[GATHERING_FIELDS];
 static PyObject *heads = NULL, *no_ack = NULL, *n_locked = NULL, *n_append = NULL;
 static Py_ssize_t write_here_at = 0;
 
 LBS_INTERNAL PyObject *
 setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 5 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
-        !PyType_Check(args[2]) || !PyDict_CheckExact(args[3])) {
+    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
+        !PyDict_CheckExact(args[2])) {
         PyErr_SetString(PyExc_TypeError,
-                        "setup_submit(Publisher, lock_type, deque_type, heads: dict, no_ack)");
+                        "setup_submit(lock_type, deque_type, heads: dict, no_ack)");
         return NULL;
     }
-    Py_ssize_t p[PUBLISHER_FIELDS];
-    if (member_offsets((PyTypeObject *)args[0], publisher_fields, PUBLISHER_FIELDS, p,
-                       "setup_submit: Publisher") < 0)
-        return NULL;
     if (n_locked == NULL && (n_locked = PyUnicode_InternFromString("locked")) == NULL)
         return NULL;
     if (n_append == NULL && (n_append = PyUnicode_InternFromString("append")) == NULL)
         return NULL;
-    memcpy(publisher_offsets, p, sizeof p);
-    Py_XSETREF(publisher_type, (PyTypeObject *)Py_NewRef(args[0]));
-    Py_XSETREF(lock_type, (PyTypeObject *)Py_NewRef(args[1]));
-    Py_XSETREF(deque_type, (PyTypeObject *)Py_NewRef(args[2]));
-    Py_XSETREF(heads, Py_NewRef(args[3]));
-    Py_XSETREF(no_ack, Py_NewRef(args[4]));
+    Py_XSETREF(lock_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(deque_type, (PyTypeObject *)Py_NewRef(args[1]));
+    Py_XSETREF(heads, Py_NewRef(args[2]));
+    Py_XSETREF(no_ack, Py_NewRef(args[3]));
     Py_RETURN_NONE;
 }
 
@@ -147,27 +138,18 @@ small_int(PyObject *obj)
 }
 
 /*
- * Enters entry (new, not yet shared) in the publisher's tables and queues framed on its
- * stream, as Publisher._send_entry and H2PublishStream.send_framed would: 1 done (*todo
- * and *stream_out, borrowed, set), 0 not possible here (nothing changed), -1 error.
+ * Enters entry (new, not yet shared) in the pending table and queues framed on its
+ * stream, as PendingTable.admit and H2PublishStream.send_framed would: 1 done (*todo and
+ * *stream_out, borrowed, set), 0 not possible here (nothing changed), -1 error. Called
+ * holding the core's lock.
  */
 static int
-enter(PyObject *pub, PyObject *entry, PyObject *framed, PyObject *cid, PyObject *timeout,
-      double deadline, int *todo, PyObject **stream_out)
+enter(PendingCoreObject *core, PyObject *entry, PyObject *framed, PyObject *cid,
+      PyObject *timeout, double deadline, int *todo, PyObject **stream_out)
 {
-    PyObject *send_lock = SLOT(pub, publisher_offsets[P_SEND_LOCK]);
-    PyObject *live = SLOT(pub, publisher_offsets[P_LIVE]);
-    PyObject *pending = SLOT(pub, publisher_offsets[P_PENDING]);
-    PyObject *expiry_map = SLOT(pub, publisher_offsets[P_EXPIRY]);
-    PyObject *seqs = SLOT(pub, publisher_offsets[P_SEQS]);
-    PyObject *sleep_until = SLOT(pub, publisher_offsets[P_SLEEP_UNTIL]);
-    Py_ssize_t max_in_flight = small_int(SLOT(pub, publisher_offsets[P_MAX_IN_FLIGHT]));
-    if (stream_type == NULL || send_lock == NULL || !Py_IS_TYPE(send_lock, lock_type) ||
-        live == NULL || seqs == NULL || strcmp(Py_TYPE(seqs)->tp_name, "itertools.count") != 0 ||
-        !Py_IS_TYPE(live, stream_type) || pending == NULL || !PyDict_CheckExact(pending) ||
-        expiry_map == NULL || !PyDict_CheckExact(expiry_map) ||
-        sleep_until == NULL || !PyFloat_CheckExact(sleep_until) || max_in_flight < 0 ||
-        SLOT(pub, publisher_offsets[P_FINISHED]) != Py_False)
+    PyObject *live = core->live;
+    PyObject *pending = core->pending;
+    if (stream_type == NULL || !Py_IS_TYPE(live, stream_type) || core->finished)
         return 0;
     PyObject *lock = SLOT(live, stream_offsets[S_LOCK]);
     PyObject *queue = SLOT(live, stream_offsets[S_QUEUE]);
@@ -185,18 +167,16 @@ enter(PyObject *pub, PyObject *entry, PyObject *framed, PyObject *cid, PyObject 
     if (asked < 0)
         return 0;
     /* Held (the Python path waits for it): 0; an error: -1. */
-    int held = is_locked(send_lock);
-    if (held == 0)
-        held = is_locked(lock);
+    int held = is_locked(lock);
     if (held != 0)
         return held < 0 ? -1 : 0;
     /* From here on: no Python code, no GIL release, no GC-tracked allocation (see top). */
-    if (PyDict_GET_SIZE(pending) >= max_in_flight)
+    if (PyDict_GET_SIZE(pending) >= core->max_in_flight)
         return 0;
     int known = PyDict_Contains(pending, cid);
     if (known != 0)
         return known < 0 ? -1 : 0;
-    PyObject *expiry = PyDict_GetItemWithError(expiry_map, timeout);
+    PyObject *expiry = PyDict_GetItemWithError(core->expiry, timeout);
     if (expiry == NULL)
         return PyErr_Occurred() ? -1 : 0; /* the Python path makes the queue */
     if (!Py_IS_TYPE(expiry, deque_type))
@@ -204,13 +184,11 @@ enter(PyObject *pub, PyObject *entry, PyObject *framed, PyObject *cid, PyObject 
     Py_ssize_t new_queued = queued + PyBytes_GET_SIZE(framed);
     PyObject *queued_obj = PyLong_FromSsize_t(new_queued);
     PyObject *asked_obj = PyLong_FromSsize_t(asked + 1);
-    PyObject *seq = PyIter_Next(seqs);
-    if (queued_obj == NULL || asked_obj == NULL || seq == NULL || !PyLong_CheckExact(seq)) {
+    PyObject *seq = PyLong_FromLongLong(core->seq + 1);
+    if (queued_obj == NULL || asked_obj == NULL || seq == NULL) {
         Py_XDECREF(queued_obj);
         Py_XDECREF(asked_obj);
         Py_XDECREF(seq);
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "the publisher's sequence ran out");
         return -1;
     }
     if (PyDict_SetItem(pending, cid, entry) < 0)
@@ -226,16 +204,16 @@ enter(PyObject *pub, PyObject *entry, PyObject *framed, PyObject *cid, PyObject 
         goto failed;
     }
     Py_DECREF(appended);
+    core->seq++; /* handed out: the Python path would have taken it too */
     if (PyList_Append(queue, framed) < 0) {
         /* Entered but not queued: it times out like a lost request (never silently). */
         goto failed;
     }
-    Py_SETREF(SLOT(pub, publisher_offsets[P_SEQ]), Py_NewRef(seq));
     Py_SETREF(SLOT(entry, entry_offsets[E_SEQ]), seq);
     Py_SETREF(SLOT(live, stream_offsets[S_QUEUED_BYTES]), queued_obj);
     Py_SETREF(SLOT(gathering, gathering_offsets[G_ASKED]), asked_obj);
     int t = 0;
-    if (deadline < PyFloat_AS_DOUBLE(sleep_until))
+    if (deadline < core->sleep_until)
         t |= TODO_WAKE_OWNER;
     if (new_queued - taken >= write_here_at)
         t |= TODO_WRITE_HERE;
@@ -256,28 +234,27 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "submit_plain(publisher, stream, value, partition, ack_policy, timeout)");
+                        "submit_plain(core, stream, value, partition, ack_policy, timeout)");
         return NULL;
     }
-    PyObject *pub = args[0], *stream = args[1], *value = args[2], *partition = args[3],
+    PyObject *core_obj = args[0], *stream = args[1], *value = args[2], *partition = args[3],
              *policy = args[4], *timeout = args[5];
 #ifdef Py_GIL_DISABLED
     /* Without a GIL, seeing a lock free proves nothing: always the locked Python path. */
     Py_RETURN_NONE;
 #endif
-    if (publisher_type == NULL || !Py_IS_TYPE(pub, publisher_type) ||
+    if (heads == NULL || pending_core_type == NULL || !Py_IS_TYPE(core_obj, pending_core_type) ||
         !PyUnicode_CheckExact(stream) || !PyBytes_CheckExact(value) ||
         !PyLong_CheckExact(partition) ||
         !(PyFloat_CheckExact(timeout) || PyLong_CheckExact(timeout)) || policy == no_ack)
         Py_RETURN_NONE;
     if (entries_set_up() < 0)
         return NULL;
-    PyObject *ids = SLOT(pub, publisher_offsets[P_IDS]);
-    PyObject *prefix = SLOT(pub, publisher_offsets[P_PREFIX]);
-    PyObject *clock = SLOT(pub, publisher_offsets[P_CLOCK]);
-    Py_ssize_t max_size = small_int(SLOT(pub, publisher_offsets[P_MAX_MESSAGE]));
-    if (ids == NULL || prefix == NULL || clock == NULL || max_size < 0 ||
-        SLOT(pub, publisher_offsets[P_CLOSING]) != Py_False)
+    PendingCoreObject *core = (PendingCoreObject *)core_obj;
+    PyObject *prefix = core->prefix;
+    PyObject *clock = core->clock;
+    Py_ssize_t max_size = core->max_message;
+    if (core->closing)
         Py_RETURN_NONE;
     PyObject *key = PyTuple_Pack(3, stream, partition, policy);
     if (key == NULL)
@@ -292,16 +269,12 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!PyBytes_CheckExact(head))
         Py_RETURN_NONE;
     Py_INCREF(head);
-    Py_INCREF(ids);
     Py_INCREF(prefix);
     Py_INCREF(clock);
     PyObject *result = NULL, *n = NULL, *now = NULL, *deadline_obj = NULL, *framed = NULL,
              *cid = NULL, *entry = NULL, *future = NULL;
-    if ((n = PyIter_Next(ids)) == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "the publisher's ids ran out");
+    if ((n = PyLong_FromLongLong(core->ids++)) == NULL)
         goto done;
-    }
     if ((now = PyObject_CallNoArgs(clock)) == NULL)
         goto done;
     double started = PyFloat_AsDouble(now);
@@ -324,7 +297,12 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     int todo = 0;
     PyObject *live = NULL;
-    int entered = enter(pub, entry, framed, cid, timeout, deadline, &todo, &live);
+    /* The send lock, taken without waiting: held, the Python path waits for it. */
+    int entered = 0;
+    if (core_lock(core, 0)) {
+        entered = enter(core, entry, framed, cid, timeout, deadline, &todo, &live);
+        PyThread_release_lock(core->lock);
+    }
     if (entered < 0)
         goto done;
     if (entered == 0)
@@ -340,7 +318,6 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
 done:
     Py_DECREF(head);
-    Py_DECREF(ids);
     Py_DECREF(prefix);
     Py_DECREF(clock);
     Py_XDECREF(n);

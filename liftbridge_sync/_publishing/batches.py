@@ -4,32 +4,29 @@ and the batches of ``publish_batch``.
 A batch is entered under the send lock as far as ``max_in_flight`` leaves room, and its
 acked requests are handed to the stream together (one lock and one write per group). A
 large batch of plain values is framed and entered a chunk at a time
-(:meth:`BatchPublishing.publish_values`).
+(:meth:`Batches.publish_values`).
 """
 
 from __future__ import annotations
 
-import collections
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 from liftbridge_sync._publishing.futures import settle
+from liftbridge_sync._publishing.owner import OwnerLoop
 from liftbridge_sync._publishing.pending import (
-    INF,
-    KICK,
-    WAKE,
     AckFuture,
     Entry,
+    FailureLedger,
     failure,
     new_entries,
     new_entry,
 )
+from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync._publishing.waiting import Waiting
 from liftbridge_sync._wire.publish_codec import frame_values
 from liftbridge_sync.errors import (
     ClientClosedError,
-    ConfigurationError,
     InternalThreadError,
     LiftbridgeError,
     MessageTooLargeError,
@@ -37,20 +34,25 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Ack
 
-__all__ = ["BatchPublishing"]
+__all__ = ["Batches"]
 
-#: The smallest chunk :meth:`BatchPublishing.publish_values` enters at a time.
+#: The smallest chunk :meth:`Batches.publish_values` enters at a time.
 _MIN_CHUNK = 256
 
 
-class BatchPublishing(Waiting):
+class Batches:
     """Entering publishes a batch at a time: the part of the publisher that every path
     ends in when the per-message fast path cannot be taken. Thread-safe, as the
     publisher."""
 
-    def next_correlation_id(self) -> str:
-        """A correlation id unique to this publisher (prefix + counter: cheap and unique)."""
-        return f"{self._id_prefix}{next(self._ids)}"
+    def __init__(
+        self, table: PendingTable, loop: OwnerLoop, waiting: Waiting, ledger: FailureLedger
+    ) -> None:
+        self._table = table
+        self._loop = loop
+        self._waiting = waiting
+        self._ledger = ledger
+        self._clock = table.clock
 
     def submit_many(
         self,
@@ -120,7 +122,9 @@ class BatchPublishing(Waiting):
                 their outcome instead.
             MessageTooLargeError: before anything was sent.
         """
-        step = max(self._max_in_flight, _MIN_CHUNK)
+        step = max(self._table.max_in_flight, _MIN_CHUNK)
+        next_correlation_id = self._table.next_correlation_id
+        wait_all = self._waiting.wait_all
         total = len(values)
         if total > step and not self._fits_in_chunks(request_head, values):
             # One chunk: every request's size is checked before any is sent, as the
@@ -131,7 +135,7 @@ class BatchPublishing(Waiting):
         in_flight: list[AckFuture] = []
         for start in range(0, total, step):
             chunk = values[start : start + step] if total > step else values
-            framed, ids = frame_values(request_head, chunk, self.next_correlation_id())
+            framed, ids = frame_values(request_head, chunk, next_correlation_id())
             try:
                 futures = self.submit_values(
                     framed, ids, partition=partition, wants_ack=wants_ack, timeout=timeout
@@ -139,11 +143,11 @@ class BatchPublishing(Waiting):
             except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
                 if not start:
                     raise
-                outcomes += self.wait_all(in_flight)
+                outcomes += wait_all(in_flight)
                 return [*outcomes, *[exc] * (total - start)]
-            outcomes += self.wait_all(in_flight)
+            outcomes += wait_all(in_flight)
             in_flight = futures
-        outcomes += self.wait_all(in_flight)
+        outcomes += wait_all(in_flight)
         return outcomes
 
     def _fits_in_chunks(self, request_head: bytes, values: list[Any]) -> bool:
@@ -151,8 +155,8 @@ class BatchPublishing(Waiting):
         gets, so that no chunk of them can be refused as too large."""
         # The gRPC prefix, the value's and the id's tags and lengths (at most 11 bytes
         # each), and the id: the prefix, a counter and "." + an index (20 digits each).
-        slack = 5 + len(request_head) + 2 * 11 + len(self._id_prefix) + 41
-        return max(map(len, values)) + slack <= self._max_message
+        slack = 5 + len(request_head) + 2 * 11 + len(self._table.id_prefix) + 41
+        return max(map(len, values)) + slack <= self._table.max_message
 
     def _admit_batch(self, framed: list[bytes], timeout: float) -> float:
         """Checks before any of a batch is entered; the batch's ack deadline.
@@ -160,119 +164,57 @@ class BatchPublishing(Waiting):
         Raises:
             ClientClosedError, MessageTooLargeError: nothing of the batch was sent.
         """
-        if self._closing:
-            raise self._closed_error()
-        limit = self._max_message
+        if self._table.closing:
+            raise self._loop.closed_error()
+        limit = self._table.max_message
         for request in framed:
             if len(request) > limit:
-                raise self._too_large(len(request))
-        if self._thread is None:
-            self._start_thread()
+                raise self.too_large(len(request))
+        if not self._loop.started:
+            self._loop.start()
         return self._clock() + timeout
 
     def _enter_batch(self, entries: list[Entry]) -> None:
-        """:meth:`_enter` for a batch: what could not be entered fails with the error,
+        """:meth:`enter` for a batch: what could not be entered fails with the error,
         which is raised only when nothing was entered."""
         try:
-            self._enter(entries)
+            self.enter(entries)
         except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             entered = getattr(exc, "entered", 0)
             if not entered:
                 raise
             # Part of the batch is on its way: the rest fails with the same error.
-            settle([failure(e, exc) for e in entries[entered:]], self._failures_ledger)
+            settle([failure(e, exc) for e in entries[entered:]], self._ledger)
 
-    def _too_large(self, size: int) -> MessageTooLargeError:
+    def too_large(self, size: int) -> MessageTooLargeError:
+        """The error of a framed request of ``size`` bytes over the limit."""
         return MessageTooLargeError(
             f"message is {size - 5:,} bytes on the wire; the server accepts at most "
-            f"{self._max_message - 5:,} (the gRPC message limit; a larger request would "
+            f"{self._table.max_message - 5:,} (the gRPC message limit; a larger request would "
             "end the whole publish stream)",
             code="TOO_LARGE",
         )
 
-    def _enter(self, entries: Sequence[Entry]) -> int:
-        """Enter ``entries`` in the pending table and send them, in order.
+    def enter(self, entries: Sequence[Entry]) -> int:
+        """Enter ``entries`` in the pending table and send them, in order, waiting for
+        room as needed.
 
         Raises:
             ClientClosedError, PublishQueueFullError: with ``entered`` set on the error
                 to the number of entries that were entered before.
         """
-        pending = self._pending
-        limit = self._max_in_flight
+        table = self._table
         start = 0
         total = len(entries)
         try:
             while start < total:
-                with self._send_lock:
-                    if self._finished:
-                        raise self._closed_error()
-                    room = limit - len(pending)
-                    if room > 0:
-                        end = min(total, start + room)
-                        self._enter_locked(entries, start, end)
-                        start = end
-                        continue
-                self._wait_for_space()
+                entered = table.enter(entries, start)
+                if entered < 0:
+                    raise self._loop.closed_error()
+                if entered == start:
+                    self._waiting.wait_for_space()
+                start = entered
         except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             vars(exc)["entered"] = start
             raise
         return total
-
-    def _enter_locked(self, entries: Sequence[Entry], start: int, end: int) -> None:
-        pending = self._pending
-        stream = self._live
-        earliest = INF
-        seqs = self._seqs
-        expiry = self._expiry
-        batch: list[bytes] = []  # acked requests, written together
-        add_framed = batch.append
-        # Entries of one call share a timeout: one deadline-queue lookup per change.
-        queue_timeout: float | None = None
-        queue_: collections.deque[Entry] = collections.deque()
-        for i in range(start, end):
-            entry = entries[i]
-            correlation_id = entry.correlation_id
-            if correlation_id in pending:
-                error = ConfigurationError(f"correlation id {correlation_id!r} in use")
-                settle((failure(entry, error),), self._failures_ledger)
-                continue
-            entry.seq = next(seqs)
-            pending[correlation_id] = entry
-            if entry.timeout != queue_timeout:
-                queue_timeout = entry.timeout
-                found = expiry.get(queue_timeout)
-                if found is None:
-                    found = expiry[queue_timeout] = collections.deque()
-                queue_ = found
-            queue_.append(entry)
-            if entry.deadline < earliest:
-                earliest = entry.deadline
-            if stream is not None:
-                if entry.wants_ack:
-                    add_framed(entry.framed)
-                else:
-                    # AckPolicy.NONE: the server never answers a success, so the publish
-                    # is done once the transport has written it (a StreamSent event).
-                    if batch:
-                        stream.send_many(batch)
-                        batch = []
-                        add_framed = batch.append
-                    stream.send_framed(entry.framed, correlation_id)
-        if end > start:
-            self._seq = entries[end - 1].seq
-        if batch and stream is not None:
-            stream.send_many(batch)
-        if stream is None:
-            self._inbox.put(KICK)
-        elif earliest < self._sleep_until:
-            self._inbox.put(WAKE)
-
-    def _start_thread(self) -> None:
-        with self._lock:
-            if self._closing:
-                raise self._closed_error()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="liftbridge-publisher", daemon=True
-                )
-                self._thread.start()

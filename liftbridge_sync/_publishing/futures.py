@@ -23,7 +23,7 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
@@ -56,7 +56,7 @@ _CALLBACKS = threading.Lock()
 NO_CALLBACKS: Any = ()
 
 
-class Unobserved:
+class Unobserved(Protocol):
     """A failed future's outcome that nobody has retrieved yet (see the publisher's ledger).
 
     Attached to the future as its ``ledger`` when it fails; ``result()``/``exception()``
@@ -65,10 +65,9 @@ class Unobserved:
 
     def observed(self, future: PublishFuture[Any]) -> None:
         """``future``'s outcome was retrieved."""
-        raise NotImplementedError
 
 
-class FailureSink:
+class FailureSink(Protocol):
     """Where failures are recorded: hands out the :class:`Unobserved` of each one.
 
     Implementations must be thread-safe: failures come from any thread.
@@ -76,7 +75,7 @@ class FailureSink:
 
     def tracker(self, error: BaseException) -> Unobserved:
         """The :class:`Unobserved` to attach to a future that failed with ``error``."""
-        raise NotImplementedError
+        ...
 
 
 def peek(future: PublishFuture[T]) -> tuple[T | None, BaseException | None]:

@@ -1,29 +1,27 @@
-"""The ``liftbridge-publisher`` thread: the publisher's state and its event loop.
+"""The owner loop: the ``liftbridge-publisher`` thread, its inbox and timers, and the stream.
 
-Callers enter publishes and write them themselves (:mod:`.publisher`); this thread,
-woken only by whole batches, does everything else: ack timeouts (it sleeps until the
-oldest deadline, a deque per timeout value in send order, no timer per message), the
-end of a stream (it reopens it, rotating brokers with back-off from the retry policy,
-and re-sends every unacknowledged message in order under the send lock), running
-done-callbacks, and closing. Answers from the server are handled in :mod:`.answers`.
+Callers enter publishes and write them themselves (:mod:`.publisher`, :mod:`.table`);
+this thread, woken only by whole batches, does everything else: ack timeouts (it sleeps
+until the oldest deadline of the pending table, a deque per timeout value in send order,
+no timer per message), the end of a stream (it reopens it, rotating brokers with
+back-off from the retry policy, and re-sends every unacknowledged message in order
+under the send lock), running done-callbacks, and closing. Answers from the server are
+routed by :mod:`.answers`, re-sends without a new stream are :mod:`.resending`'s.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import itertools
 import logging
-import os
 import queue
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from liftbridge_sync._publishing.answers import AckRouter
 from liftbridge_sync._publishing.dialing import DialAttempts
-from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
+from liftbridge_sync._publishing.failover import ProbeResult
 from liftbridge_sync._publishing.futures import settle
 from liftbridge_sync._publishing.pending import (
     INF,
@@ -35,11 +33,10 @@ from liftbridge_sync._publishing.pending import (
     Entry,
     FailureLedger,
     Forwarded,
-    Outcome,
     failure,
-    pop_answered,
 )
-from liftbridge_sync._publishing.recovering import RecoveringPartitions
+from liftbridge_sync._publishing.resending import Resender
+from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import publish_opener
 from liftbridge_sync._transport.publish_stream import (
@@ -54,19 +51,18 @@ from liftbridge_sync._transport.publish_stream import (
 from liftbridge_sync._transport.retry import backoff_delay
 from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync.errors import (
-    AckTimeoutError,
     ClientClosedError,
     InternalThreadError,
     LiftbridgeError,
     PublishError,
 )
 
-__all__ = ["OwnerLoop"]
+__all__ = ["OwnerLoop", "max_message"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
 
 
-def _max_message(grpc_options: tuple[tuple[str, Any], ...]) -> int:
+def max_message(grpc_options: tuple[tuple[str, Any], ...]) -> int:
     """The largest request to send: ``grpc.max_send_message_length``, else 4 MiB (what a
     Liftbridge server, on grpc-go's defaults, accepts)."""
     limit = dict(grpc_options).get("grpc.max_send_message_length")
@@ -83,59 +79,39 @@ class Barrier:
 
 
 class OwnerLoop:
-    """The publisher's shared state and what its owner thread runs.
+    """The ``liftbridge-publisher`` thread and what it alone touches: the stream (its
+    epochs, draining streams, reconnect timing), timers, closing.
 
-    Thread-safe as documented per attribute: shared state is written under the send lock
-    and popped by the owner thread; owner-thread state is touched only by it.
+    Thread-safe: :meth:`start`, :meth:`close`, :meth:`barrier` and the inbox may be used
+    from any thread; the rest of its state is touched only by the owner thread (and
+    :meth:`on_stream_event` by the current stream's thread, as documented there).
     """
 
     def __init__(
         self,
         core: ClientCore,
+        table: PendingTable,
+        router: AckRouter,
+        resender: Resender,
+        ledger: FailureLedger,
+        inbox: queue.SimpleQueue[object],
+        wake_waiters: Callable[[], None],
         *,
         opener: StreamOpener | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = core
         self._options = core.options
-        self._max_in_flight = core.options.max_in_flight
-        self._max_message = _max_message(core.options.grpc_options) + 5  # framed
+        self._table = table
+        self._router = router
+        self._resender = resender
+        self._ledger = ledger
+        self._inbox = inbox
+        self._wake_waiters = wake_waiters
         self._opener = opener or publish_opener(core.options.publish_transport)
         self._clock = clock
-        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._lock = threading.Lock()  # thread start and close
-        #: Orders messages: entering a publish in ``_pending`` and handing it to the
-        #: stream happen together under it, and so does re-sending on a new stream.
-        self._send_lock = threading.Lock()
-        #: Guards ``_waits``.
-        self._space = threading.Lock()
-        #: Threads blocked until a condition holds (a free slot, a flush, a batch):
-        #: ``(condition, gate)``, each thread blocked on its own gate (a lock it holds).
-        #: Whoever changes what the conditions read releases the gates of those that
-        #: now hold, so the many batches of acks that free nothing a waiter needs wake
-        #: nobody, and one thread's batch done wakes that thread only.
-        self._waits: list[tuple[Callable[[], bool], threading.Lock]] = []
-        self._failures_ledger = FailureLedger()
         self._thread: threading.Thread | None = None
-        self._closing = False
-        #: Set (under the send lock) just before pending publishes are failed for good.
-        self._finished = False
-        self._ids = itertools.count()
-        self._seqs = itertools.count(1)
-        self._seq = 0  # the last sequence number handed out (under the send lock)
-        self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."
-        # Shared: written under the send lock, popped by the owner thread only.
-        self._pending: dict[str, Entry] = {}
-        self._expiry: dict[float, collections.deque[Entry]] = {}
-        self._live: PublishStream | None = None  # the open stream publishers write to
-        #: The owner sleeps until then; a publish due earlier wakes it.
-        self._sleep_until = INF
-        #: Response batches the stream's thread handed to the owner, and those the owner
-        #: has handled (each counter has one writer); the stream's thread resolves acks
-        #: itself only while they are equal.
-        self._forwarded = 0
-        self._handled = 0
-        # Owner-thread state below: touched only by the liftbridge-publisher thread.
         self._stream: PublishStream | None = None
         #: Streams whose broker is shutting down gracefully, by epoch: each answers
         #: the publishes it was sent (their ids alongside) and then ends; the next
@@ -151,34 +127,69 @@ class OwnerLoop:
         self._nesting = 0
         #: Why the owner thread died, if it did (see InternalThreadError).
         self._crash: BaseException | None = None
-        self._resend_after = core.options.resend_after
-        self._probe = LeaderProbe(core, self._inbox.put, clock=clock)
-        self._probing: set[PartitionKey] = set()
-        #: Silent partitions with trouble seen (see failover); re-sent once idle.
-        self._troubled: set[PartitionKey] = set()
-        #: The leader each silent partition had when its silence was first probed.
-        self._silent_leaders: dict[PartitionKey, str | None] = {}
-        #: Since when each silent partition's leader has been seen idle and committed.
-        self._idle_since: dict[PartitionKey, float] = {}
-        #: When the stream last broke or a broker last refused for want of NATS.
-        self._disrupted_at = -INF
-        self._next_stall_check = 0.0
         self._connects = 0
         #: Failed attempts to open a stream in a row (see dialing).
         self._dials = DialAttempts(core.options.retry)
-        #: The sequence number from which publishes were never handed to a stream (they
-        #: wait for the next one); ``None`` while a stream is live. Under the send lock.
-        self._unsent_from: int | None = 1
         self._resent_after_reconnect = 0
-        self._resent_after_stall = 0
-        self._stall_probes = 0
-        #: Publishes the server could not hand to NATS, to send again at the time below.
-        self._refused: list[Entry] = []
-        self._resend_refused_at: float | None = None
-        self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
-        self._resent_after_refusal = 0
-        #: NOT_FOUND refusals from brokers still rebuilding their streams.
-        self._recovering = RecoveringPartitions(core, self._probe.refresh)
+
+    @property
+    def connects(self) -> int:
+        """Streams opened so far."""
+        return self._connects
+
+    @property
+    def resent_after_reconnect(self) -> int:
+        """Publishes re-sent on a new stream after the one before ended."""
+        return self._resent_after_reconnect
+
+    def closed_error(self) -> LiftbridgeError:
+        """The error of a publish refused because the publisher is closed (or died)."""
+        return self._closed_error()
+
+    def start(self) -> None:
+        """Start the owner thread, if it is not running yet.
+
+        Raises:
+            ClientClosedError, InternalThreadError: the publisher is closed.
+        """
+        with self._lock:
+            if self._table.closing:
+                raise self._closed_error()
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="liftbridge-publisher", daemon=True
+                )
+                self._thread.start()
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def close(self, timeout: float | None) -> None:
+        """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
+
+        Args:
+            timeout: Seconds to wait for pending acks (``None``: until each times out).
+        """
+        with self._lock:
+            already = self._table.close_admission()
+            thread = self._thread
+        if thread is None:
+            return
+        if not already:
+            deadline = None if timeout is None else self._clock() + timeout
+            self._inbox.put(Close(deadline))
+        if threading.current_thread() is not thread:
+            thread.join()
+
+    def check_can_nest(self) -> None:
+        """Refuse a blocking call on the owner thread past the nesting limit.
+
+        Raises:
+            PublishError: the nesting limit is reached.
+        """
+        if self._nesting >= MAX_NESTING and self.on_owner_thread():
+            raise PublishError(TOO_DEEP)
 
     def _closed_error(self) -> LiftbridgeError:
         crash = self._crash
@@ -191,28 +202,19 @@ class OwnerLoop:
         error.__cause__ = crash
         return error
 
-    def _owner_barrier(self, timeout: float) -> None:
+    def barrier(self, timeout: float) -> None:
         """Return once the owner thread has finished what it was doing (at most
         ``timeout`` seconds): a round trip through its inbox, behind its current turn."""
         thread = self._thread
-        if thread is None or not thread.is_alive() or self._on_owner_thread():
+        if thread is None or not thread.is_alive() or self.on_owner_thread():
             return
         barrier = Barrier(threading.Event())
         self._inbox.put(barrier)
         barrier.passed.wait(timeout)
 
-    def _on_owner_thread(self) -> bool:
+    def on_owner_thread(self) -> bool:
+        """Whether the calling thread is the owner thread (a done-callback)."""
         return self._thread is not None and threading.current_thread() is self._thread
-
-    def _wake_waiters(self) -> None:
-        if self._waits:
-            with self._space:
-                waits = self._waits
-                for i in range(len(waits) - 1, -1, -1):
-                    ready, gate = waits[i]
-                    if ready():
-                        del waits[i]
-                        gate.release()
 
     def _run(self) -> None:
         try:
@@ -222,12 +224,12 @@ class OwnerLoop:
             _log.exception("the liftbridge-publisher thread crashed; failing pending publishes")
             self._crash = exc
             with self._lock:
-                self._closing = True
+                self._table.close_admission()
         finally:
             self._shutdown()
 
     def _drained(self) -> bool:
-        if not self._pending:
+        if not self._table.entries:
             return True
         deadline = self._close_deadline
         return deadline is not None and self._clock() >= deadline
@@ -235,10 +237,10 @@ class OwnerLoop:
     def _plan(self) -> float | None:
         """Expire what is due; how long to sleep (``None``: until an event)."""
         # Publishers entering now wake us: we may not see their entries below.
-        self._sleep_until = INF
+        self._table.sleep_until(INF)
         now = self._clock()
         head = self._expire(now)
-        if head is None and not self._pending:
+        if head is None and not self._table.entries:
             # Nothing to time: linger for one ack timeout before sleeping for good, so a
             # one-at-a-time publisher (due later than that) does not wake us every time.
             if self._linger_until is None:
@@ -247,7 +249,7 @@ class OwnerLoop:
                 head = self._linger_until
         else:
             self._linger_until = None
-        stall_check = self._watch_stalls(now)
+        stall_check = self._resender.watch_stalls(now, self._stream is not None)
         upcoming = [
             c
             for c in (
@@ -255,70 +257,25 @@ class OwnerLoop:
                 self._reconnect_at,
                 self._close_deadline,
                 stall_check,
-                self._resend_refused_at,
+                self._resender.resend_refused_at,
             )
             if c is not None
         ]
         if not upcoming:
             return None
         until = min(upcoming)
-        self._sleep_until = until
+        self._table.sleep_until(until)
         return max(0.0, until - now)
 
     def _expire(self, now: float) -> float | None:
         """Fail publishes past their deadline; the earliest deadline still to come."""
-        pending = self._pending
-        earliest: float | None = None
-        timed_out: list[Outcome] = []
-        # Under the send lock: the stream's thread also pops answered entries
-        # (_drop_answered), and two threads popping one deque could drop a live entry.
-        with self._send_lock:
-            for queue_ in self._expiry.values():
-                while pop_answered(queue_, pending):
-                    entry = queue_[0]
-                    if entry.deadline <= now:
-                        queue_.popleft()
-                        if pending.pop(entry.correlation_id, None) is not entry:
-                            continue  # the stream's thread resolved it just now
-                        what = "no ack" if entry.wants_ack else "not sent"
-                        stream_name, partition = entry.partition_key()
-                        error = AckTimeoutError(
-                            f"{what} within {entry.timeout}s (stream {stream_name!r}, "
-                            f"partition {partition}, correlation id {entry.correlation_id})"
-                        )
-                        timed_out.append(failure(entry, error))
-                        continue
-                    if earliest is None or entry.deadline < earliest:
-                        earliest = entry.deadline
-                    break
-            if len(self._expiry) > 16:
-                for key in [k for k, q in self._expiry.items() if not q]:
-                    del self._expiry[key]
+        timed_out, earliest = self._table.expire(now)
         if timed_out:
-            settle(timed_out, self._failures_ledger)
+            settle(timed_out, self._ledger)
             self._wake_waiters()
             if self._stream is not None:
                 self._stream.probe()  # a dead peer ends the stream: we reconnect
         return earliest
-
-    def _drop_answered(self) -> None:
-        """Pop answered publishes off the heads of the deadline queues.
-
-        Called on the stream's thread after it resolved acks. Otherwise the queues keep
-        every answered entry (with its future, ack and request bytes) until the owner
-        next wakes, up to a second of traffic: objects that age into the garbage
-        collector's oldest generation and make its full collections slow.
-        """
-        # Never wait for the lock: publishing threads take it for every message, and the
-        # stream's thread would hold its I/O lock meanwhile, so nobody could write.
-        # What is left now goes with the next batch of acks.
-        if not self._send_lock.acquire(blocking=False):
-            return
-        try:
-            for queue_ in self._expiry.values():
-                pop_answered(queue_, self._pending)
-        finally:
-            self._send_lock.release()
 
     def _step(self, wait: float | None) -> None:
         try:
@@ -337,12 +294,19 @@ class OwnerLoop:
         now = self._clock()
         if self._reconnect_at is not None and now >= self._reconnect_at:
             self._reconnect_at = None
-            if self._pending:
+            if self._table.entries:
                 self._connect()
-        if self._resend_refused_at is not None and now >= self._resend_refused_at:
-            self._resend_refused()
+        resend_refused_at = self._resender.resend_refused_at
+        if resend_refused_at is not None and now >= resend_refused_at:
+            self._resender.resend_refused()
 
-    def _run_nested(self, until: Callable[[], bool], deadline: float | None) -> bool:
+    def run_nested(self, until: Callable[[], bool], deadline: float | None) -> bool:
+        """On the owner thread: process events until ``until()`` (True) or ``deadline``
+        (False), for a done-callback that waits.
+
+        Raises:
+            PublishError: the nesting limit is reached.
+        """
         if self._nesting >= MAX_NESTING:
             raise PublishError(TOO_DEEP)
         self._nesting += 1
@@ -362,32 +326,33 @@ class OwnerLoop:
     def _handle(self, event: object) -> None:
         if type(event) is Forwarded:
             if event.epoch == self._epoch or event.epoch in self._draining:
-                self._on_responses(event.responses)
-            self._handled += 1
+                self._router.on_responses(event.responses)
+            self._router.handled()
         elif isinstance(event, StreamResponses):
             if event.epoch == self._epoch:
                 self._failures = 0
-                self._on_responses(event.responses)
+                self._router.on_responses(event.responses)
             elif event.epoch in self._draining:
-                self._on_responses(event.responses)
+                self._router.on_responses(event.responses)
         elif isinstance(event, StreamResponse):
             if event.epoch == self._epoch:
                 self._failures = 0
-                self._on_responses((event.response,))
+                self._router.on_responses((event.response,))
             elif event.epoch in self._draining:
-                self._on_responses((event.response,))
+                self._router.on_responses((event.response,))
         elif event is WAKE:
             pass  # _plan() looks at the new deadlines
         elif type(event) is Barrier:
             event.passed.set()  # everything before it in this thread is done
         elif event is KICK:
-            if self._stream is None and self._reconnect_at is None and self._pending:
+            if self._stream is None and self._reconnect_at is None and self._table.entries:
                 self._connect()
         elif isinstance(event, StreamSent):
-            entry = self._pending.get(event.correlation_id)
+            pending = self._table.entries
+            entry = pending.get(event.correlation_id)
             current = event.epoch == self._epoch or event.epoch in self._draining
             if current and entry is not None and not entry.wants_ack:
-                del self._pending[event.correlation_id]
+                del pending[event.correlation_id]
                 settle(((entry.future, None, None),))
                 self._wake_waiters()
         elif isinstance(event, StreamClosed):
@@ -403,7 +368,7 @@ class OwnerLoop:
             if event.epoch == self._epoch and self._stream is not None:
                 self._start_draining()
         elif isinstance(event, ProbeResult):
-            self._on_probe_result(event)
+            self._resender.on_probe_result(event)
         elif isinstance(event, Close):
             self._close_requested = True
             self._close_deadline = event.deadline
@@ -430,23 +395,11 @@ class OwnerLoop:
             self._dials.succeeded()
         self._stream = stream
         self._connects += 1
-        now = self._clock()
-        with self._send_lock:
-            entries = list(self._pending.values())
-            if self._draining:  # answered by their draining streams, unless those fail
-                held = set().union(*(ids for _, ids in self._draining.values()))
-                entries = [e for e in entries if e.correlation_id not in held]
-            if entries:
-                _log.info(
-                    "publish stream %d open on %s; sending %d", self._epoch, address, len(entries)
-                )
-            for entry in entries:
-                stream.send_framed(entry.framed, None if entry.wants_ack else entry.correlation_id)
-                entry.resent_at = now
-            if not self._finished:
-                self._live = stream
-                if confirmed:
-                    self._unsent_from = None
+        # Those of draining streams are answered by them, unless those fail.
+        held: set[str] = set().union(*(ids for _, ids in self._draining.values()))
+        entries = self._table.go_live(stream, held, confirmed)
+        if entries:
+            _log.info("publish stream %d open on %s; sent %d", self._epoch, address, len(entries))
         if self._connects > 1:
             self._resent_after_reconnect += len(entries)
 
@@ -455,9 +408,7 @@ class OwnerLoop:
         was sent, so that stays with it; new publishes go to a new stream at once."""
         stream = self._stream
         assert stream is not None
-        with self._send_lock:
-            self._go_offline()
-            held = set(self._pending)
+        held = self._table.go_offline()
         self._stream = None
         self._draining[self._epoch] = (stream, held)
         # Half-close after whatever was queued on it: the broker ends the call once it
@@ -479,31 +430,26 @@ class OwnerLoop:
         if error is not None:
             _log.info("draining publish stream %d ended: %s", epoch, error)
 
+        pending = self._table.entries
+
         def unanswered() -> list[Entry]:
-            left = [self._pending[i] for i in held if i in self._pending]
+            left = [pending[i] for i in held if i in pending]
             return sorted(left, key=lambda e: e.seq)
 
-        count = self._send_again(unanswered)
+        count = self._table.send_again(unanswered)
         self._resent_after_reconnect += count
         if count:
             _log.warning("re-sent %d publishes a gracefully stopped broker left unanswered", count)
-        elif self._stream is None and self._reconnect_at is None and self._pending:
+        elif self._stream is None and self._reconnect_at is None and pending:
             self._connect()  # not connected: the next stream sends them
 
-    def _go_offline(self) -> None:
-        """No stream to write to (under the send lock): later publishes wait unsent."""
-        self._live = None
-        if self._unsent_from is None:
-            self._unsent_from = self._seq + 1
-
     def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
-        self._disrupted_at = self._clock()
-        with self._send_lock:
-            self._go_offline()
+        self._resender.disrupted()
+        self._table.go_offline()
         stream, self._stream = self._stream, None
         if stream is not None:
             stream.join(1.0)
-        if not self._pending:
+        if not self._table.entries:
             return  # reopen lazily on the next publish
         if error is not None and not error.retryable:
             _log.warning("publish stream failed: %s", error)
@@ -511,7 +457,7 @@ class OwnerLoop:
             return
         if self._dials.exhausted(self._clock()):
             self._fail_unsent()
-            if not self._pending:
+            if not self._table.entries:
                 return
         # Keep reconnecting while anything is pending: each entry's own deadline bounds
         # how long it waits, so giving up earlier would only fail work that may succeed.
@@ -521,7 +467,7 @@ class OwnerLoop:
             "publish stream broke (%s); reconnecting in %.3fs, then re-sending %d",
             error or "ended by server",
             delay,
-            len(self._pending),
+            len(self._table),
         )
         self._reconnect_at = self._clock() + delay
 
@@ -530,34 +476,25 @@ class OwnerLoop:
         the retry policy allows. Those written to a broker before keep waiting for their
         ack (or its timeout): the broker may have stored them."""
         error = self._dials.error(self._clock())
-        with self._send_lock:
-            first = self._unsent_from
-            if first is None:
-                return
-            unsent = [e for e in self._pending.values() if e.seq >= first]
-            for entry in unsent:
-                self._pending.pop(entry.correlation_id, None)
+        unsent = self._table.take_unsent()
         if unsent:
             _log.warning("%s; failing %d publishes never sent", error, len(unsent))
-            settle([failure(e, error) for e in unsent], self._failures_ledger)
+            settle([failure(e, error) for e in unsent], self._ledger)
             self._wake_waiters()
 
     def _fail_all(self, error: BaseException) -> None:
-        entries = list(self._pending.values())
-        self._pending.clear()
-        settle([failure(e, error) for e in entries], self._failures_ledger)
+        entries = self._table.take_all()
+        settle([failure(e, error) for e in entries], self._ledger)
         self._wake_waiters()
 
     def _shutdown(self) -> None:
-        with self._send_lock:
-            self._finished = True
-            self._go_offline()
-        self._probe.close()
+        self._table.finish()
+        self._resender.close()
         if self._crash is not None:
             self._fail_all(self._closed_error())
         else:
             self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
-        self._expiry.clear()
+        self._table.clear_deadlines()
         draining = [old for old, _ in self._draining.values()]
         self._draining.clear()
         for old in draining:
@@ -572,22 +509,25 @@ class OwnerLoop:
             stream.cancel()
             stream.join(5.0)
 
-    # -- implemented by AnswerHandling (answers.py); the loop calls them ---------------
-
     def _on_stream_event(self, event: object) -> None:
-        raise NotImplementedError
+        """Stream events arrive here on the stream's thread.
 
-    def _on_responses(self, responses: Sequence[Answer]) -> None:
-        raise NotImplementedError
-
-    def _watch_stalls(self, now: float) -> float | None:
-        raise NotImplementedError
-
-    def _on_probe_result(self, result: ProbeResult) -> None:
-        raise NotImplementedError
-
-    def _resend_refused(self) -> None:
-        raise NotImplementedError
-
-    def _send_again(self, pick: Callable[[], list[Entry]]) -> int:
-        raise NotImplementedError
+        Plain acks of futures without done-callbacks are resolved right here (a
+        ``publish()`` waiting for one wakes without a hop through the publisher thread);
+        everything else goes to the publisher thread's inbox.
+        """
+        responses: Sequence[Answer]
+        if type(event) is StreamResponses and event.epoch == self._epoch:
+            responses = event.responses
+        elif type(event) is StreamResponse and event.epoch == self._epoch:
+            responses = [event.response]
+        else:
+            self._inbox.put(event)
+            return
+        self._failures = 0  # the stream works (reconnect back-off starts afresh)
+        self._table.reached()
+        rest = self._router.resolve_plain(responses)
+        if rest:
+            # Only this (the current stream's) thread counts up, only the owner down.
+            self._router.forwarded()
+            self._inbox.put(Forwarded(event.epoch, rest))

@@ -6,13 +6,17 @@ without a deadline is fire-and-forget on the server).
 The per-message path has no thread hand-off. The calling thread, under one short send
 lock that fixes the order of messages, enters the publish in the pending table (keyed by
 correlation id) and in a deadline queue, and gives its framed bytes to the open stream
-(which coalesces writes; :mod:`~liftbridge_sync._transport.h2`). That callers' side is
-this module. The rest is in five parts, joined here into one class:
+(which coalesces writes; :mod:`~liftbridge_sync._transport.h2`). :class:`Publisher` is
+the callers' facade; it holds the parts, each the one owner of its state:
 
-* :mod:`.owner`: the ``liftbridge-publisher`` thread, woken only by whole batches: ack
-  timeouts, reopening a broken stream and re-sending what is unacknowledged, closing;
-* :mod:`.answers`: acks and refusals (resolved in bulk, on the stream's thread when
-  nothing else needs doing), refusals re-sent, silent partitions probed and re-sent;
+* :mod:`.table`: the pending table: entries, deadline queues, sequence numbers, the send
+  lock and the live stream;
+* :mod:`.owner`: the ``liftbridge-publisher`` thread and its inbox, woken only by whole
+  batches: ack timeouts, reopening a broken stream and re-sending what is
+  unacknowledged, closing;
+* :mod:`.answers`: ack routing, answers to futures (resolved in bulk, on the stream's
+  thread when nothing else needs doing);
+* :mod:`.resending`: refusals re-sent, silent partitions probed and re-sent;
 * :mod:`.batches`: the general path, entering publishes a batch at a time, and the
   batches of ``publish_batch``;
 * :mod:`.waiting`: callers waiting for futures, free slots and flushes;
@@ -27,23 +31,35 @@ instead of blocking it.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import logging
+import queue
 import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from liftbridge_sync._publishing.batches import BatchPublishing
+from liftbridge_sync._publishing.answers import AckRouter
+from liftbridge_sync._publishing.batches import Batches
 from liftbridge_sync._publishing.futures import PublishFuture
+from liftbridge_sync._publishing.owner import OwnerLoop, max_message
 from liftbridge_sync._publishing.pending import (
-    WAKE,
     AckFuture,
-    Close,
     Entry,
+    FailureLedger,
     frame_entry,
     new_entry,
 )
+from liftbridge_sync._publishing.resending import Resender
 from liftbridge_sync._publishing.stats import PublisherStats
+from liftbridge_sync._publishing.table import PendingTable
+from liftbridge_sync._publishing.waiting import Waiters, Waiting
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.publish_stream import StreamOpener
 from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.publish_codec import _heads, frame_id, head
-from liftbridge_sync.models import AckPolicy
+from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = ["AckFuture", "Publisher"]
 
@@ -55,46 +71,156 @@ _TODO_STREAM = 2 | 4  # wake the stream's I/O thread, or write its queue here
 _TODO_WRITE_HERE = 4
 
 
-class Publisher(BatchPublishing):
-    """Pipelined publishing over one ``PublishAsync`` stream.
+class Publisher:
+    """Pipelined publishing over one ``PublishAsync`` stream: the callers' facade.
 
     Created by the :class:`~liftbridge_sync.Client` on first publish. Thread-safe:
     :meth:`submit`, :meth:`submit_many`, :meth:`flush` and :meth:`close` may be called
     from any thread, including a future's done-callback.
     """
 
-    #: What the C fast path of :meth:`submit_value` reads and writes in place (the rest
-    #: of the state stays in the instance dict).
-    __slots__ = (
-        "_closing",
-        "_ids",
-        "_id_prefix",
-        "_max_message",
-        "_clock",
-        "_send_lock",
-        "_live",
-        "_pending",
-        "_max_in_flight",
-        "_finished",
-        "_seqs",
-        "_seq",
-        "_expiry",
-        "_sleep_until",
-    )
-
     #: The client passes its close timeout through.
     close_accepts_timeout = True
 
+    def __init__(
+        self,
+        core: ClientCore,
+        *,
+        opener: StreamOpener | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        options = core.options
+        inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        ledger = self._ledger = FailureLedger()
+        table = self._table = PendingTable(
+            max_in_flight=options.max_in_flight,
+            max_message=max_message(options.grpc_options) + 5,  # framed
+            wake_owner=inbox.put,
+            ledger=ledger,
+            clock=clock,
+        )
+        #: The table's state, which the C fast path (``submit_plain``) enters publishes in.
+        self._core = table.core
+        waiters = self._waiters = Waiters(clock)
+        resender = self._resender = Resender(core, table, inbox.put, clock=clock)
+        router = AckRouter(table, resender, ledger, waiters.wake)
+        loop = self._loop = OwnerLoop(
+            core, table, router, resender, ledger, inbox, waiters.wake, opener=opener, clock=clock
+        )
+        waiting = self._waiting = Waiting(table, loop, waiters, ledger, options.enqueue_timeout)
+        self._batches = Batches(table, loop, waiting, ledger)
+        self._clock = clock
+
     def stats(self) -> PublisherStats:
         """Counters so far (a snapshot; see :class:`PublisherStats`)."""
+        resender = self._resender
         return PublisherStats(
-            in_flight=len(self._pending),
-            connects=self._connects,
-            resent_after_reconnect=self._resent_after_reconnect,
-            resent_after_stall=self._resent_after_stall,
-            resent_after_refusal=self._resent_after_refusal,
-            stall_probes=self._stall_probes,
+            in_flight=len(self._table),
+            connects=self._loop.connects,
+            resent_after_reconnect=self._loop.resent_after_reconnect,
+            resent_after_stall=resender.resent_after_stall,
+            resent_after_refusal=resender.resent_after_refusal,
+            stall_probes=resender.stall_probes,
         )
+
+    # -- waiting (see waiting.py) ------------------------------------------------------
+
+    def check_can_wait(self) -> None:
+        """Refuse, before anything is sent, a blocking call that could not wait here
+        (see :meth:`.Waiting.check_can_wait`).
+
+        Raises:
+            PublishError: the nesting limit of waiting done-callbacks is reached.
+        """
+        self._loop.check_can_nest()
+
+    def wait(
+        self,
+        future: concurrent.futures.Future[Ack | None],
+        timeout: float | None,
+        read_here: bool = False,
+    ) -> Ack | None:
+        """Wait for ``future`` (see :meth:`.Waiting.wait`)."""
+        return self._waiting.wait(future, timeout, read_here)
+
+    def wait_all(self, futures: list[AckFuture]) -> list[Ack | None | LiftbridgeError]:
+        """Wait until every future of a batch resolved; their outcomes, in order."""
+        return self._waiting.wait_all(futures)
+
+    @staticmethod
+    def outcomes(futures: Sequence[AckFuture]) -> list[Ack | None | LiftbridgeError]:
+        """Each resolved future's ack, or its error (see :meth:`.Waiting.outcomes`)."""
+        return Waiting.outcomes(futures)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every publish submitted so far has resolved or failed (see
+        :meth:`.Waiting.flush`).
+
+        Raises:
+            TimeoutError: if some are still pending after ``timeout`` seconds.
+            UnobservedPublishFailuresError: failed futures dropped unobserved since the
+                previous flush.
+        """
+        self._waiting.flush(timeout)
+
+    # -- batches (see batches.py) ------------------------------------------------------
+
+    def next_correlation_id(self) -> str:
+        """A correlation id unique to this publisher (prefix + counter: cheap and unique)."""
+        return self._table.next_correlation_id()
+
+    def submit_many(
+        self,
+        requests: Sequence[tuple[bytes, str, int, bool]],
+        *,
+        timeout: float,
+    ) -> list[AckFuture]:
+        """:meth:`submit` for ``(framed, correlation_id, partition, wants_ack)`` tuples
+        (see :meth:`.Batches.submit_many`).
+
+        Raises:
+            ClientClosedError, PublishQueueFullError: as :meth:`.Batches.submit_many`.
+        """
+        return self._batches.submit_many(requests, timeout=timeout)
+
+    def submit_values(
+        self,
+        framed: list[bytes],
+        ids: list[str],
+        *,
+        partition: int,
+        wants_ack: bool,
+        timeout: float,
+    ) -> list[AckFuture]:
+        """Framed requests to one partition (see :meth:`.Batches.submit_values`).
+
+        Raises:
+            As :meth:`submit_many`.
+        """
+        return self._batches.submit_values(
+            framed, ids, partition=partition, wants_ack=wants_ack, timeout=timeout
+        )
+
+    def publish_values(
+        self,
+        request_head: bytes,
+        values: list[Any],
+        *,
+        partition: int,
+        wants_ack: bool,
+        timeout: float,
+    ) -> list[Ack | None | LiftbridgeError]:
+        """Publish plain ``bytes`` values and wait for them (see
+        :meth:`.Batches.publish_values`).
+
+        Raises:
+            ClientClosedError, PublishQueueFullError, MessageTooLargeError: as there.
+        """
+        return self._batches.publish_values(
+            request_head, values, partition=partition, wants_ack=wants_ack, timeout=timeout
+        )
+
+    # -- one publish at a time ---------------------------------------------------------
 
     def submit(
         self,
@@ -115,15 +241,16 @@ class Publisher(BatchPublishing):
             PublishQueueFullError: ``max_in_flight`` pending and no slot within the
                 enqueue timeout.
         """
-        if self._closing:
-            raise self._closed_error()
-        if len(framed) > self._max_message:
-            raise self._too_large(len(framed))
-        if self._thread is None:
-            self._start_thread()
+        table = self._table
+        if table.closing:
+            raise self._loop.closed_error()
+        if len(framed) > table.max_message:
+            raise self._batches.too_large(len(framed))
+        if not self._loop.started:
+            self._loop.start()
         deadline = self._clock() + timeout
         entry = new_entry(framed, correlation_id, partition, wants_ack, timeout, deadline)
-        return self._send_entry(entry, wants_ack, timeout, deadline, direct)
+        return self._send_entry(entry, direct)
 
     def submit_value(
         self,
@@ -146,79 +273,54 @@ class Publisher(BatchPublishing):
             ClientClosedError, PublishQueueFullError: as :meth:`submit`.
         """
         if not direct and _submit_plain is not None:
-            done = _submit_plain(self, stream, value, partition, ack_policy, timeout)
+            done = _submit_plain(self._core, stream, value, partition, ack_policy, timeout)
             if done.__class__ is PublishFuture:
                 return done  # type: ignore[no-any-return]
             if done.__class__ is tuple:
                 future, todo, stream_ = done
                 if todo & _TODO_WAKE_OWNER:
-                    self._inbox.put(WAKE)
+                    self._table.wake_owner()
                 if todo & _TODO_STREAM:
                     stream_.nudge(bool(todo & _TODO_WRITE_HERE))
                 return future  # type: ignore[no-any-return]
             if done is not None:  # an entry it could not enter without waiting
-                return self._send_entry(done, done.wants_ack, done.timeout, done.deadline)
-        if self._closing:
-            raise self._closed_error()
+                return self._send_entry(done)
+        table = self._table
+        if table.closing:
+            raise self._loop.closed_error()
         # head()'s cache lookup inline: one Python call less per message.
         cached = _heads.get((stream, partition, ack_policy))
         if cached is None:
             cached = head(stream, partition, ack_policy)
-        n = next(self._ids)
+        n = table.next_id_number()
         wants_ack = ack_policy is not _NO_ACK
         deadline = self._clock() + timeout
+        prefix = table.id_prefix
         entry = frame_entry(
             cached,
             value,
-            self._id_prefix,
+            prefix,
             n,
-            self._max_message,
+            table.max_message,
             partition,
             wants_ack,
             timeout,
             deadline,
         )
         if entry is None:
-            raise self._too_large(len(frame_id(cached, value, self._id_prefix, n)[0]))
-        return self._send_entry(entry, wants_ack, timeout, deadline, direct)
+            raise self._batches.too_large(len(frame_id(cached, value, prefix, n)[0]))
+        return self._send_entry(entry, direct)
 
-    def _send_entry(
-        self, entry: Entry, wants_ack: bool, timeout: float, deadline: float, direct: bool = False
-    ) -> AckFuture:
+    def _send_entry(self, entry: Entry, direct: bool = False) -> AckFuture:
         """Enter a new publish in the pending table and give it to the open stream, or,
         not connected yet, full or closing, to the general path."""
-        framed = entry.framed
-        correlation_id = entry.correlation_id
-        future: AckFuture = entry.future
-        pending = self._pending
-        lock = self._send_lock
-        # acquire/release rather than ``with``: half the cost, on every publish.
-        lock.acquire()
-        try:
-            stream_ = self._live
-            if (
-                stream_ is not None
-                and len(pending) < self._max_in_flight
-                and not self._finished
-                and correlation_id not in pending
-            ):
-                self._seq = entry.seq = next(self._seqs)
-                pending[correlation_id] = entry
-                expiry = self._expiry.get(timeout)
-                if expiry is None:
-                    expiry = self._expiry[timeout] = collections.deque()
-                expiry.append(entry)
-                stream_.send_framed(framed, None if wants_ack else correlation_id, direct)
-                if deadline < self._sleep_until:
-                    self._inbox.put(WAKE)
-                return future
-        finally:
-            lock.release()
+        if self._table.admit(entry, direct):
+            return entry.future
         # Not connected yet, full, or closing: the general path.
-        if self._thread is None:
-            self._start_thread()
-        self._enter((entry,))
-        return future
+        if not self._loop.started:
+            self._loop.start()
+        self._batches.enter((entry,))
+        return entry.future
 
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
@@ -227,21 +329,9 @@ class Publisher(BatchPublishing):
             timeout: Seconds to wait for pending acks (``None``: until each times out);
                 what is still pending then fails with :class:`ClientClosedError`.
         """
-        with self._lock:
-            already = self._closing
-            self._closing = True
-            thread = self._thread
-        if thread is None:
-            return
-        if not already:
-            deadline = None if timeout is None else self._clock() + timeout
-            self._inbox.put(Close(deadline))
-        if threading.current_thread() is not thread:
-            thread.join()
+        self._loop.close(timeout)
 
 
 _submit_plain = speedups.submit_plain
 if _submit_plain is not None and speedups.setup_submit is not None:
-    speedups.setup_submit(
-        Publisher, type(threading.Lock()), collections.deque, _heads, AckPolicy.NONE
-    )
+    speedups.setup_submit(type(threading.Lock()), collections.deque, _heads, AckPolicy.NONE)

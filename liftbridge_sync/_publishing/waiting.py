@@ -5,7 +5,7 @@ slot, a flush, a batch's last future), or set on the future it waits for (``publ
 :func:`~.futures.wait_gated`), and is woken only once what it waits for holds: the
 threads that resolve publishes check each waiter's condition before opening its gate.
 On the publisher thread (a done-callback that waits) waiting means processing events
-meanwhile instead (:meth:`~.owner.OwnerLoop._run_nested`), or the thread that frees
+meanwhile instead (:meth:`~.owner.OwnerLoop.run_nested`), or the thread that frees
 slots and resolves futures would stop.
 """
 
@@ -15,66 +15,57 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Sequence
 
-from liftbridge_sync._publishing.answers import AnswerHandling
 from liftbridge_sync._publishing.futures import PublishFuture, wait_gated
-from liftbridge_sync._publishing.pending import MAX_NESTING, TOO_DEEP, AckFuture
+from liftbridge_sync._publishing.owner import OwnerLoop
+from liftbridge_sync._publishing.pending import AckFuture, FailureLedger
+from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync.errors import (
     ClientClosedError,
     LiftbridgeError,
-    PublishError,
     PublishQueueFullError,
     UnobservedPublishFailuresError,
 )
 from liftbridge_sync.models import Ack
 
-__all__ = ["Waiting"]
+__all__ = ["Waiters", "Waiting"]
 
 
 #: Longest wait for the owner thread to finish its turn before a flush counts failures.
 _BARRIER_WAIT = 1.0
 
 
-class Waiting(AnswerHandling):
-    """The publisher's waiting calls (see the module docstring). Thread-safe: each may be
-    called from any thread, including a future's done-callback."""
+class Waiters:
+    """Threads blocked until a condition holds (a free slot, a flush, a batch).
 
-    def check_can_wait(self) -> None:
-        """Refuse, before anything is sent, a blocking call that could not wait here.
+    Each is listed as ``(condition, gate)``, blocked on its own gate (a lock it holds).
+    Whoever changes what the conditions read calls :meth:`wake`, which releases the
+    gates of those that now hold, so the many batches of acks that free nothing a waiter
+    needs wake nobody, and one thread's batch done wakes that thread only. Thread-safe.
+    """
 
-        A done-callback runs on the publisher thread; a blocking call there processes
-        events while it waits, nesting one level per callback. Past the limit the call
-        fails *before* its message is sent, so a failure never hides a stored message.
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        #: Guards ``_waits``.
+        self._space = threading.Lock()
+        self._waits: list[tuple[Callable[[], bool], threading.Lock]] = []
 
-        Raises:
-            PublishError: the nesting limit is reached.
-        """
-        if self._nesting >= MAX_NESTING and self._on_owner_thread():
-            raise PublishError(TOO_DEEP)
+    def wake(self) -> None:
+        """Release the waiters whose condition now holds."""
+        if self._waits:
+            with self._space:
+                waits = self._waits
+                for i in range(len(waits) - 1, -1, -1):
+                    ready, gate = waits[i]
+                    if ready():
+                        del waits[i]
+                        gate.release()
 
-    def _wait_for_space(self) -> None:
-        enqueue_timeout = self._options.enqueue_timeout
-        deadline = None if enqueue_timeout is None else self._clock() + enqueue_timeout
-        if self._on_owner_thread():
-            # A done-callback publishing: blocking here would stop the very thread that
-            # frees slots, so keep processing events while waiting.
-            acquired = self._run_nested(self._has_room, deadline)
-        else:
-            acquired = self._wait_until(self._has_room, deadline)
-        if not acquired:
-            raise PublishQueueFullError(
-                f"{self._max_in_flight} publishes in flight and no slot freed within "
-                f"{enqueue_timeout}s (max_in_flight / enqueue_timeout)"
-            )
-
-    def _has_room(self) -> bool:
-        return len(self._pending) < self._max_in_flight or self._finished
-
-    def _wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
+    def wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
         """Block (not on the owner thread) until ``ready()``; False at ``deadline``.
 
         ``ready`` must be a cheap look at shared state that any thread may call: the
         threads that change that state call it too, and release this thread's gate
-        only when it holds (:meth:`~.owner.OwnerLoop._wake_waiters`).
+        only when it holds (:meth:`wake`).
         """
         while True:
             gate = threading.Lock()
@@ -101,6 +92,59 @@ class Waiting(AnswerHandling):
             # It held when the gate opened and no longer does (another thread took
             # the free slot): wait again.
 
+
+class Waiting:
+    """The publisher's waiting calls (see the module docstring). Thread-safe: each may be
+    called from any thread, including a future's done-callback."""
+
+    def __init__(
+        self,
+        table: PendingTable,
+        loop: OwnerLoop,
+        waiters: Waiters,
+        ledger: FailureLedger,
+        enqueue_timeout: float | None,
+    ) -> None:
+        self._table = table
+        self._loop = loop
+        self._waiters = waiters
+        self._ledger = ledger
+        self._enqueue_timeout = enqueue_timeout
+        self._clock = table.clock
+
+    def check_can_wait(self) -> None:
+        """Refuse, before anything is sent, a blocking call that could not wait here.
+
+        A done-callback runs on the publisher thread; a blocking call there processes
+        events while it waits, nesting one level per callback. Past the limit the call
+        fails *before* its message is sent, so a failure never hides a stored message.
+
+        Raises:
+            PublishError: the nesting limit is reached.
+        """
+        self._loop.check_can_nest()
+
+    def wait_for_space(self) -> None:
+        """Block until the pending table has room (bounded by ``enqueue_timeout``).
+
+        Raises:
+            PublishQueueFullError: no slot freed within the enqueue timeout.
+        """
+        enqueue_timeout = self._enqueue_timeout
+        deadline = None if enqueue_timeout is None else self._clock() + enqueue_timeout
+        has_room = self._table.has_room
+        if self._loop.on_owner_thread():
+            # A done-callback publishing: blocking here would stop the very thread that
+            # frees slots, so keep processing events while waiting.
+            acquired = self._loop.run_nested(has_room, deadline)
+        else:
+            acquired = self._waiters.wait_until(has_room, deadline)
+        if not acquired:
+            raise PublishQueueFullError(
+                f"{self._table.max_in_flight} publishes in flight and no slot freed within "
+                f"{enqueue_timeout}s (max_in_flight / enqueue_timeout)"
+            )
+
     def wait(
         self,
         future: concurrent.futures.Future[Ack | None],
@@ -114,13 +158,13 @@ class Waiting(AnswerHandling):
         ack without a hop through the I/O thread). A publish without an ack is resolved
         by the publisher thread once written, which a reading caller would not notice
         until something arrived."""
-        if self._on_owner_thread() and not future.done():
+        if self._loop.on_owner_thread() and not future.done():
             deadline = None if timeout is None else self._clock() + timeout
-            self._run_nested(future.done, deadline)
+            self._loop.run_nested(future.done, deadline)
             if not future.done():
                 raise TimeoutError("publish did not complete in time")
         elif read_here and future._state != "FINISHED":
-            stream = self._live
+            stream = self._table.live
             if stream is not None:
                 stream.answer_here(future.done)
             if timeout is None and isinstance(future, PublishFuture):
@@ -159,10 +203,10 @@ class Waiting(AnswerHandling):
         """
         if future.done():
             return
-        if self._on_owner_thread():
-            self._run_nested(future.done, None)
+        if self._loop.on_owner_thread():
+            self._loop.run_nested(future.done, None)
             return
-        self._wait_until(future.done, None)  # the future's own deadline bounds it
+        self._waiters.wait_until(future.done, None)  # the future's own deadline bounds it
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every publish submitted so far has resolved or failed.
@@ -173,31 +217,26 @@ class Waiting(AnswerHandling):
                 futures were dropped without anybody having called ``result()`` or
                 ``exception()`` on them (see :class:`~.pending.FailureLedger`).
         """
-        upto = self._seq
+        table = self._table
+        upto = table.last_seq
 
         def flushed() -> bool:
-            # ``_pending`` is in sequence order (insertion order; re-sends keep it).
-            while True:
-                try:
-                    oldest = next(iter(self._pending.values()), None)
-                except RuntimeError:  # changed by another thread meanwhile
-                    continue
-                return oldest is None or oldest.seq > upto or self._finished
+            return table.flushed(upto)
 
         if not flushed():
             deadline = None if timeout is None else self._clock() + timeout
-            if self._on_owner_thread():
-                done = self._run_nested(flushed, deadline)
+            if self._loop.on_owner_thread():
+                done = self._loop.run_nested(flushed, deadline)
             else:
-                done = self._wait_until(flushed, deadline)
+                done = self._waiters.wait_until(flushed, deadline)
             if not done:
-                left = sum(1 for e in list(self._pending.values()) if e.seq <= upto)
+                left = table.left(upto)
                 raise TimeoutError(f"{left} publishes still pending after {timeout}s")
-        if self._failures_ledger.live:
+        if self._ledger.live:
             # The owner thread may still hold futures it has just failed (its locals
             # outlive waking us): one round trip through its inbox lets them go, so a
             # failure dropped unretrieved is counted by this flush, not the next one.
-            self._owner_barrier(_BARRIER_WAIT)
-        count, errors = self._failures_ledger.take()
+            self._loop.barrier(_BARRIER_WAIT)
+        count, errors = self._ledger.take()
         if count:
             raise UnobservedPublishFailuresError(count=count, errors=errors)

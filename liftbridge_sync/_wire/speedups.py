@@ -26,6 +26,8 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   ``None`` in pure Python; in C, a ``publish_async`` of the common case entered and
   queued without running bytecode (see :meth:`~liftbridge_sync._publishing.publisher.
   Publisher.submit_value`).
+* :data:`PendingCore`: ``None`` in pure Python; in C, the pending table's state and send
+  lock in a C struct (see :mod:`~liftbridge_sync._publishing.pending_core`, its twin).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -61,6 +63,7 @@ __all__ = [
     "setup_submit",
     "setup_submit_stream",
     "submit_plain",
+    "PendingCore",
 ]
 
 _log = logging.getLogger("liftbridge_sync.speedups")
@@ -97,10 +100,13 @@ make_entry: Callable[..., Any] | None = None
 frame_entry: Callable[..., Any] | None = None
 #: ``pop_answered(deadline_queue, pending) -> whether a pending entry is at its head``.
 pop_answered: Callable[..., bool] | None = None
-#: ``setup_submit(Publisher, lock_type, deque_type, heads, no_ack)`` and
+#: ``setup_submit(lock_type, deque_type, heads, no_ack)`` and
 #: ``setup_submit_stream(H2PublishStream, AckGathering, write_here_at)`` once each, then
-#: ``submit_plain(publisher, stream, value, partition, ack_policy, timeout) -> future |
+#: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
 #: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
+#: ``PendingCore(max_in_flight, max_message, id_prefix, clock)``: the pending table's
+#: state and send lock (``_speedups_table.c``; twin: ``_publishing.pending_core``).
+PendingCore: Any = None
 setup_submit: Callable[..., None] | None = None
 setup_submit_stream: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None
@@ -132,6 +138,7 @@ else:
         setup_submit = _speedups.setup_submit
         setup_submit_stream = _speedups.setup_submit_stream
         submit_plain = _speedups.submit_plain
+        PendingCore = _speedups.PendingCore
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True
 

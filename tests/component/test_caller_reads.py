@@ -40,7 +40,7 @@ def _client(fake: FakeBroker, **options: Any) -> Client:
 def _stream(client: Client) -> connection.H2PublishStream:
     publisher = client._publisher
     assert publisher is not None
-    stream = publisher._live
+    stream = publisher._table.live
     assert isinstance(stream, connection.H2PublishStream)
     return stream
 

@@ -15,7 +15,7 @@ import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client
-from liftbridge_sync._publishing.answers import IDLE_PROOF
+from liftbridge_sync._publishing.resending import IDLE_PROOF
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
 from tests.waiting import wait_until
@@ -168,8 +168,8 @@ def test_a_dead_publisher_thread_says_so_on_the_next_call(fake: FakeBroker, tran
         def crash(*_: object) -> None:
             raise RuntimeError("injected bug")
 
-        publisher._plan = crash  # type: ignore[method-assign]
-        publisher._inbox.put(object())  # wake the owner thread into the bug
+        publisher._loop._plan = crash  # type: ignore[method-assign]
+        publisher._loop._inbox.put(object())  # wake the owner thread into the bug
         wait_until(lambda: not owner.is_alive(), timeout=10, what="publisher thread to die")
 
         # What was in flight fails with the same, typed, explicit error...

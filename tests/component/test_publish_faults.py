@@ -171,8 +171,8 @@ def _blocked_publishes(client: Client, count: int) -> tuple[list[threading.Threa
     wait_until(
         lambda: (
             publisher is not None
-            and len(publisher._pending) == count
-            and all(e.future._gate is not None for e in list(publisher._pending.values()))
+            and len(publisher._table.entries) == count
+            and all(e.future._gate is not None for e in list(publisher._table.entries.values()))
         ),
         what="every publish to block on its gate",
     )
@@ -366,7 +366,7 @@ def test_a_flush_wakes_when_it_is_done_not_at_every_batch_of_acks(
         client.publish("s", b"first")  # the publisher is running
         publisher = client._publisher
         assert publisher is not None
-        waits = publisher._waits = _CountedWaits()
+        waits = publisher._waiters._waits = _CountedWaits()
         futures = [client.publish_async("s", b"m%d" % i) for i in range(20)]
         futures.append(client.publish_async("s", b"last"))
         client.flush(10)
@@ -395,7 +395,7 @@ def test_a_finished_batch_wakes_its_own_thread_only(fake: FakeBroker, transport:
         client.publish("s", b"first")
         publisher = client._publisher
         assert publisher is not None
-        waits = publisher._waits = _CountedWaits()
+        waits = publisher._waiters._waits = _CountedWaits()
         slow = client.publish_async("s", b"never", timeout=3.0)  # fails in 3 s
         slow.add_done_callback(lambda f: f.exception())  # observed: flush() returns
         flusher = threading.Thread(target=client.flush, args=(30,), name="flusher")
@@ -420,23 +420,23 @@ def test_a_large_batch_keeps_two_chunks_alive_and_returns_errors_once_entered(
 ) -> None:
     import gc
 
+    from liftbridge_sync._publishing.batches import Batches
     from liftbridge_sync._publishing.futures import PublishFuture
-    from liftbridge_sync._publishing.publisher import Publisher
 
     # max_in_flight 256: a batch of 1,000 goes in chunks of 256, each entered while
     # the one before is in flight. The third chunk is refused (as if the enqueue
     # timeout expired): what was entered keeps its acks, the rest gets the error.
-    submit_values = Publisher.submit_values
+    submit_values = Batches.submit_values
     live: list[int] = []
     refused = lb.PublishQueueFullError("no slot freed in time")
 
-    def counting(self: Publisher, *args: object, **kwargs: object) -> object:
+    def counting(self: Batches, *args: object, **kwargs: object) -> object:
         live.append(sum(1 for o in gc.get_objects() if type(o) is PublishFuture))
         if len(live) == 3:
             raise refused
         return submit_values(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Publisher, "submit_values", counting)
+    monkeypatch.setattr(Batches, "submit_values", counting)
     with _client(fake, "h2", max_in_flight=256) as client:
         outcomes = client.publish_batch("s", [b"%d" % i for i in range(1000)])
     assert len(outcomes) == 1000

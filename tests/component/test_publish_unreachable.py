@@ -116,7 +116,7 @@ def test_publishes_written_before_the_cluster_went_away_still_wait_for_their_ack
             publisher = client._publisher
             assert publisher is not None
             # Once the client saw the stream end, a new publish has nowhere to go.
-            wait_until(lambda: publisher._live is None, what="the stream's end to be seen")
+            wait_until(lambda: publisher._table.live is None, what="the stream's end to be seen")
             later = client.publish_async("s", b"later", partition=0, timeout=30.0)
             assert isinstance(later.exception(timeout=20), lb.BrokerUnavailableError)
             assert not written.done()

@@ -10,6 +10,7 @@ when both paths interleave.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,10 +66,10 @@ def _client(fake: FakeBroker, **options: Any) -> Client:
 def _state(client: Client) -> dict[str, Any]:
     publisher = client._publisher
     assert publisher is not None
-    stream = publisher._live
+    stream = publisher._table.live
     return {
-        "seq": publisher._seq,
-        "pending": dict(publisher._pending),
+        "seq": publisher._table.last_seq,
+        "pending": dict(publisher._table.entries),
         "queued_bytes": stream._queued_bytes,  # type: ignore[union-attr]
         "asked": stream._gathering.asked,  # type: ignore[union-attr]
         "queue": list(stream._queue),  # type: ignore[union-attr]
@@ -86,14 +87,14 @@ def test_both_paths_leave_the_same_state(
         client.publish("s", b"warm-up")
         publisher = client._publisher
         assert publisher is not None
-        stream = publisher._live
+        stream = publisher._table.live
         assert stream is not None
         io_lock: threading.Lock = stream._io_lock  # type: ignore[attr-defined]
         with io_lock:  # the I/O thread stops between turns: nothing is taken or read
             before = _state(client)
-            started = publisher._clock()
+            started = publisher._table.clock()
             future = client.publish_async("s", b"value", partition=2, ack_policy=AckPolicy.ALL)
-            finished = publisher._clock()
+            finished = publisher._table.clock()
             after = _state(client)
             (cid,) = set(after["pending"]) - set(before["pending"])
             entry = after["pending"][cid]
@@ -101,7 +102,7 @@ def test_both_paths_leave_the_same_state(
             assert entry.seq == after["seq"] == before["seq"] + 1
             assert (entry.partition, entry.wants_ack, entry.timeout) == (2, True, 7.5)
             assert started + 7.5 <= entry.deadline <= finished + 7.5
-            assert entry in publisher._expiry[7.5]
+            assert entry in publisher._table.core.expiry[7.5]
             assert after["queue"] == [*before["queue"], entry.framed]
             assert after["queued_bytes"] == before["queued_bytes"] + len(entry.framed)
             assert after["asked"] == before["asked"] + 1
@@ -124,9 +125,11 @@ def test_a_held_lock_sends_the_publish_down_the_waiting_path(
         client.publish("s", b"warm-up")
         publisher = client._publisher
         assert publisher is not None
-        stream = publisher._live
-        lock: threading.Lock = (
-            publisher._send_lock if lock_name == "send lock" else stream._lock  # type: ignore[union-attr]
+        stream = publisher._table.live
+        lock: contextlib.AbstractContextManager[Any] = (
+            publisher._table.core  # type: ignore[assignment]
+            if lock_name == "send lock"
+            else stream._lock  # type: ignore[union-attr]
         )
         result: list[Any] = []
         publishing = threading.Thread(
@@ -140,7 +143,7 @@ def test_a_held_lock_sends_the_publish_down_the_waiting_path(
             assert publishing.is_alive(), "the publish went past a held lock"
             assert stream._queue == []  # type: ignore[union-attr]
             if lock_name == "send lock":
-                assert len(publisher._pending) == 0
+                assert len(publisher._table.entries) == 0
         publishing.join(timeout=10)
         assert not publishing.is_alive()
         ack = result[0].result(timeout=10)
@@ -165,7 +168,7 @@ def test_interleaved_paths_keep_each_threads_order(
 
         def interfere() -> None:
             while not stop.wait(0.0002):
-                with publisher._send_lock:  # held while the others run
+                with publisher._table.core:  # held while the others run
                     stop.wait(0.0001)
 
         def publish(t: int) -> Callable[[], None]:
@@ -214,7 +217,7 @@ def test_own_correlation_ids_are_kept_as_plain_str(fake: FakeBroker) -> None:
         publisher = client._publisher
         assert publisher is not None
         kept = client.publish_async("s", b"v", correlation_id=Id("mine"), timeout=30)
-        assert [type(key) for key in publisher._pending] == [str]
+        assert [type(key) for key in publisher._table.entries] == [str]
         after = client.publish_async("s", b"fast path, with that id's entry in the table")
         assert after.result(timeout=10) is not None and not kept.done()
     finally:

@@ -64,6 +64,7 @@ C = _load_module_under_test()
 from liftbridge_sync._proto import api_pb2  # noqa: E402
 from liftbridge_sync._publishing.futures import PublishFuture  # noqa: E402
 from liftbridge_sync._publishing.pending import Entry  # noqa: E402
+from liftbridge_sync._publishing.pending_core import PyPendingCore  # noqa: E402
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER  # noqa: E402
 from liftbridge_sync._wire import publish_codec  # noqa: E402
 from liftbridge_sync._wire.publish_codec import head  # noqa: E402
@@ -449,6 +450,73 @@ def fuzz_socket_io(chunks: list[bytes], reads: list[int]) -> None:
         assert C.recv_held(right.fileno(), 10) == b""
 
 
+_CORE_OPS = st.lists(
+    st.one_of(
+        st.sampled_from(["seq", "id", "lock", "trylock", "unlock", "with"]),
+        st.tuples(st.just("sleep"), st.floats(allow_nan=False)),
+        st.tuples(st.just("flags"), st.booleans(), st.booleans()),
+        st.tuples(st.just("live"), st.sampled_from([None, "stream", 7])),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(ops=_CORE_OPS, limit=st.integers(1, 2**31), prefix=_prefixes)
+def fuzz_pending_core(ops: list[Any], limit: int, prefix: str) -> None:
+    """The C PendingCore and its Python twin: the same results for any sequence of calls."""
+    cores = [
+        C.PendingCore(limit, limit, prefix, time.monotonic),
+        PyPendingCore(limit, limit, prefix, time.monotonic),
+    ]
+    held = False
+    for op in ops:
+        results = []
+        for core in cores:
+            if op == "seq":
+                results.append(core.next_seq())
+            elif op == "id":
+                results.append(core.next_id())
+            elif op == "lock":
+                results.append(None if held else core.acquire())
+            elif op == "trylock":
+                results.append(core.acquire(blocking=False) and core.release())
+            elif op == "unlock":
+                results.append(core.release() if held else None)
+            elif op == "with":
+                if not held:
+                    with core:
+                        results.append(core.locked())
+            elif op[0] == "sleep":
+                core.sleep_until = op[1]
+            elif op[0] == "flags":
+                core.closing, core.finished = op[1], op[2]
+            else:
+                core.live = op[1]
+        if op == "lock":
+            held = True
+        elif op == "unlock":
+            held = False
+        assert results[:1] * 2 == results or not results, (op, results)
+        states = [
+            (
+                c.seq,
+                c.sleep_until,
+                c.closing,
+                c.finished,
+                c.live,
+                c.locked(),
+                c.pending,
+                c.id_prefix,
+            )
+            for c in cores
+        ]
+        assert states[0] == states[1], (op, states)
+    if held:
+        for core in cores:
+            core.release()
+
+
 TARGETS: list[Callable[[], None]] = [
     fuzz_scan_acks,
     fuzz_scan_acks_truncated,
@@ -459,6 +527,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_run_callbacks,
     fuzz_frame_builders,
     fuzz_socket_io,
+    fuzz_pending_core,
 ]
 
 

@@ -37,7 +37,7 @@ def test_answered_publishes_leave_the_deadline_queues_at_once(
         assert publisher is not None
 
         def queued() -> int:
-            return sum(len(q) for q in list(publisher._expiry.values()))
+            return sum(len(q) for q in list(publisher._table.core.expiry.values()))
 
         # Dropped by the stream's thread right after it resolved the acks, not when
         # the publisher thread next wakes (a minute from now).
@@ -58,7 +58,7 @@ def test_an_answered_publish_keeps_only_its_future_tracked(
         publisher = client._publisher
         assert publisher is not None
         wait_until(
-            lambda: not any(list(publisher._expiry.values())),
+            lambda: not any(list(publisher._table.core.expiry.values())),
             timeout=10.0,
             what="empty deadline queues",
         )

@@ -1,0 +1,214 @@
+"""Sending publishes again without a new stream: refusals for now, and silent partitions.
+
+Publishes the server could not hand to NATS, or refused as "no such stream" while it was
+still starting (:mod:`.recovering`), are sent again after a back-off; partitions that went
+silent are probed (:mod:`.failover`) and their silent publishes re-sent. A broken stream
+needs none of this: the owner loop's next stream re-sends everything pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
+from liftbridge_sync._publishing.pending import INF, Entry
+from liftbridge_sync._publishing.recovering import RecoveringPartitions
+from liftbridge_sync._publishing.table import PendingTable
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.retry import backoff_delay
+
+__all__ = ["IDLE_PROOF", "Resender"]
+
+_log = logging.getLogger("liftbridge_sync.publisher")
+
+#: How many ``resend_after`` periods a silent partition's leader must stay idle and
+#: committed before its silence alone counts as trouble (3 s by default): long enough
+#: that a merely slow machine shows the log moving, short of the 30 s ack timeout.
+IDLE_PROOF = 3
+
+
+class Resender:
+    """Refused and silent publishes, sent again on the live stream.
+
+    Owner-thread only, but for :meth:`disrupted` and the counters (plain reads).
+    """
+
+    def __init__(
+        self,
+        core: ClientCore,
+        table: PendingTable,
+        wake_owner: Callable[[object], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._table = table
+        self._retry = core.options.retry
+        self._clock = clock
+        self._resend_after = core.options.resend_after
+        self._probe = LeaderProbe(core, wake_owner, clock=clock)
+        self._probing: set[PartitionKey] = set()
+        #: Silent partitions with trouble seen (see failover); re-sent once idle.
+        self._troubled: set[PartitionKey] = set()
+        #: The leader each silent partition had when its silence was first probed.
+        self._silent_leaders: dict[PartitionKey, str | None] = {}
+        #: Since when each silent partition's leader has been seen idle and committed.
+        self._idle_since: dict[PartitionKey, float] = {}
+        #: When the stream last broke or a broker last refused for want of NATS.
+        self._disrupted_at = -INF
+        self._next_stall_check = 0.0
+        #: Publishes the server could not hand to NATS, to send again at the time below.
+        self._refused: list[Entry] = []
+        self._resend_refused_at: float | None = None
+        self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
+        #: NOT_FOUND refusals from brokers still rebuilding their streams.
+        self._recovering = RecoveringPartitions(core, self._probe.refresh)
+        self.resent_after_stall = 0
+        self.resent_after_refusal = 0
+        self.stall_probes = 0
+
+    @property
+    def resend_refused_at(self) -> float | None:
+        """When refused publishes are due to go again (``None``: none are)."""
+        return self._resend_refused_at
+
+    def disrupted(self) -> None:
+        """The stream broke: trouble for every partition silent since shortly before."""
+        self._disrupted_at = self._clock()
+
+    # -- refusals ---------------------------------------------------------------------
+
+    def still_starting(self, correlation_id: str) -> bool:
+        """Whether a NOT_FOUND refusal of this publish came from a broker that has not
+        rebuilt its streams yet (see :mod:`.recovering`)."""
+        entry = self._table.entries.get(correlation_id)
+        if entry is None:
+            return False
+        return self._recovering.send_again(entry.partition_key(), self._clock())
+
+    def refused(self, entry: Entry) -> None:
+        """The server did not store ``entry`` for now: it goes again shortly (its own
+        deadline still bounds it)."""
+        self._refused.append(entry)
+        self._disrupted_at = self._clock()
+
+    def answers_handled(self) -> None:
+        """After a batch of answers: schedule what was refused, with back-off."""
+        if not self._refused:
+            self._refusals = 0
+        elif self._resend_refused_at is None:
+            self._refusals += 1
+            delay = backoff_delay(self._retry, self._refusals)
+            self._resend_refused_at = self._clock() + delay
+
+    def resend_refused(self) -> None:
+        """Send again, in order, what the server refused for now (could not hand to NATS,
+        or did not serve yet: :mod:`.recovering`)."""
+        refused, self._refused = self._refused, []
+        self._resend_refused_at = None
+        pending = self._table.entries
+
+        def still_pending() -> list[Entry]:
+            entries = [e for e in refused if pending.get(e.correlation_id) is e]
+            return sorted(entries, key=lambda e: e.seq)
+
+        count = self._table.send_again(still_pending)
+        if not count:
+            return
+        self.resent_after_refusal += count
+        _log.warning(
+            "the server refused %d publishes for now (its NATS connection is down, or it "
+            "is still rebuilding its streams after a restart); sent them again",
+            count,
+        )
+
+    # -- silences ---------------------------------------------------------------------
+
+    def watch_stalls(self, now: float, connected: bool) -> float | None:
+        """Probe partitions whose publishes went silent; when to look again."""
+        resend_after = self._resend_after
+        pending = self._table.entries
+        if resend_after is None or not pending or not connected:
+            return None
+        if now < self._next_stall_check:
+            return self._next_stall_check
+        try:
+            oldest = next(iter(pending.values()))
+        except (StopIteration, RuntimeError):  # emptied or changed by the stream's thread
+            return None
+        due = oldest.sent_at() + resend_after
+        if due > now and not self._probing:
+            # Re-sent entries are not in send order, so this is a lower bound; the scan
+            # below looks at them all once something is silent.
+            self._next_stall_check = due
+            return due
+        cutoff = now - resend_after
+        first_sent: dict[PartitionKey, float] = {}
+        for entry in list(pending.values()):
+            if entry.wants_ack and entry.sent_at() <= cutoff:
+                key = entry.partition_key()
+                sent = entry.deadline - entry.timeout
+                if sent < first_sent.get(key, INF):
+                    first_sent[key] = sent
+        silent = set(first_sent)
+        # Trouble counts for the silence it may explain: a broken stream or a refusal
+        # since (or just before) the partition's oldest silent publish was sent.
+        self._troubled &= silent
+        for key in [k for k in self._silent_leaders if k not in silent]:
+            del self._silent_leaders[key]
+        for key in [k for k in self._idle_since if k not in silent]:
+            del self._idle_since[key]
+        for key, sent in first_sent.items():
+            if self._disrupted_at >= sent - resend_after:
+                self._troubled.add(key)
+        for key in silent - self._probing:
+            self._probing.add(key)
+            self.stall_probes += 1
+            self._probe.request(key, now)
+        # While a partition is silent, look again now and then (not on every event).
+        self._next_stall_check = now + min(resend_after, 0.25)
+        return self._next_stall_check
+
+    def on_probe_result(self, result: ProbeResult) -> None:
+        self._probing.discard(result.key)
+        if result.trouble:
+            self._troubled.add(result.key)
+        if result.idle and self._resend_after is not None:
+            # A leader that stays idle and fully committed while publishes sent to it
+            # wait is proof enough that they were lost where the client could not see
+            # it: the leader restarted fast and kept the lead, or the NATS route to it
+            # was cut, while this client's stream stayed up on another broker.
+            since = self._idle_since.setdefault(result.key, result.started)
+            if self._clock() - since >= IDLE_PROOF * self._resend_after:
+                self._troubled.add(result.key)
+        # The leader the client knew when this silence began (see failover).
+        before = self._silent_leaders.setdefault(result.key, result.known_leader)
+        moved = result.leader is not None and before is not None and result.leader != before
+        ready = result.idle or (moved and result.committed)
+        if not (ready and result.key in self._troubled):
+            _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
+            return
+        pending = self._table.entries
+
+        def silent() -> list[Entry]:
+            return [
+                e
+                for e in pending.values()
+                if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
+            ]
+
+        count = self._table.send_again(silent)
+        if not count:
+            return
+        self.resent_after_stall += count
+        self._next_stall_check = self._clock() + (self._resend_after or 0.0)
+        _log.warning(
+            "partition %s/%d went silent (%s); re-sent %d unacknowledged publishes",
+            *result.key,
+            result.detail,
+            count,
+        )
+
+    def close(self) -> None:
+        self._probe.close()
