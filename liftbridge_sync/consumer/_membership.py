@@ -88,6 +88,16 @@ class Membership:
         self._coordinator_timeout = 15.0
         #: Broker id -> the address any metadata last gave it (the heartbeat thread's).
         self._addresses: dict[str, str] = {}
+        #: Since when asking the metadata leader for the coordinator has failed (None:
+        #: it answered last time), and whether its last refusal could not be read. The
+        #: heartbeat thread's (and a test's while no heartbeat runs).
+        self._unanswered_since: float | None = None
+        self._unreadable = False
+
+    @property
+    def _who(self) -> str:
+        """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
+        return f"{self._group}/{self._consumer_id}"
 
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
@@ -135,7 +145,7 @@ class Membership:
                     return
                 raise
             except (BrokerUnavailableError, DeadlineExceededError) as exc:
-                _log.warning("consumer %s: rejoining failed: %s; retrying", self._group, exc)
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
             stop.wait(_RETRY_WAIT)
 
     def leave(self) -> None:
@@ -151,7 +161,7 @@ class Membership:
         except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
             pass  # already out of the group
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: leaving the group failed: %s", self._group, exc)
+            _log.warning("consumer %s: leaving the group failed: %s", self._who, exc)
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -168,7 +178,7 @@ class Membership:
             self._heartbeat(stop, reconcile, fail, rejoin)
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
-                _log.exception("consumer %s: heartbeat thread failed", self._group)
+                _log.exception("consumer %s: heartbeat thread failed", self._who)
                 fail(exc)
 
     def _heartbeat(
@@ -186,14 +196,12 @@ class Membership:
                     unknown_since = None
                     reconcile(response.assignments, int(response.epoch))
                 except CoordinatorMismatchError as exc:
-                    _log.info("consumer %s: %s; reading the group's metadata", self._group, exc)
+                    _log.info("consumer %s: %s; reading the group's metadata", self._who, exc)
                     wait = 0.0 if self._refresh_group() else _RETRY_WAIT
                 except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
                     raise
                 except LiftbridgeError as exc:
-                    _log.warning(
-                        "consumer %s: polling the coordinator failed: %s", self._group, exc
-                    )
+                    _log.warning("consumer %s: polling the coordinator failed: %s", self._who, exc)
                     wait = min(_RETRY_WAIT, self._interval)
                     if not self._safe_refresh() and (
                         time.monotonic() - last_contact > self._coordinator_timeout
@@ -212,7 +220,7 @@ class Membership:
                     if stop.is_set():
                         return
                     if rejoin is None:
-                        _log.error("consumer %s: dropped by the server: %s", self._group, exc)
+                        _log.error("consumer %s: dropped by the server: %s", self._who, exc)
                         fail(exc)
                         return
                     rejoin(exc)
@@ -224,7 +232,7 @@ class Membership:
             except ClientClosedError:
                 return
             except LiftbridgeError as exc:
-                _log.warning("consumer %s: %s", self._group, exc)
+                _log.warning("consumer %s: %s", self._who, exc)
                 wait = min(_RETRY_WAIT, self._interval)
             if wait > 0:
                 stop.wait(wait)
@@ -270,17 +278,28 @@ class Membership:
     def _refresh_group(self) -> bool:
         """Learn the group's coordinator and epoch; whether either changed.
 
-        The metadata leader is asked first (:meth:`_ask_coordinator`, one round trip);
-        ``FetchMetadata`` only when that gives no answer: with a broker down, a v1.9.0
-        server answers it only after waiting up to 3 s for the dead peer, and a member
-        that takes that long to find a new coordinator can be expired by it.
+        The metadata leader is asked (:meth:`_ask_coordinator`, one round trip).
+        ``FetchMetadata`` is the fallback only when the server's refusal cannot be read,
+        or the metadata leader has not answered for the coordinator timeout: with a
+        broker down, a v1.9.0 server answers ``FetchMetadata`` only after waiting up to
+        3 s for the dead peer, and a member that spends that long finding the new
+        coordinator is expired by it (the poll is the heartbeat). While the metadata
+        leader is being elected ("nats: no responders"), no coordinator is named
+        either: the heartbeat asks again after :data:`_RETRY_WAIT`.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
+        began = time.monotonic()
         found = self._ask_coordinator()
-        if found is None:
+        if found is None and self._metadata_fallback_due(began):
             found = self._coordinator_from_metadata()
+        _log.debug(
+            "consumer %s: coordinator lookup answered %s in %.2fs",
+            self._who,
+            found,
+            time.monotonic() - began,
+        )
         if found is None:
             return False
         coordinator, epoch = found
@@ -290,7 +309,7 @@ class Membership:
                 self._counters.coordinator_changes += 1
             self.coordinator, self.epoch = coordinator, epoch
         if changed:
-            _log.info("consumer %s: coordinator %s, epoch %d", self._group, coordinator, epoch)
+            _log.info("consumer %s: coordinator %s, epoch %d", self._who, coordinator, epoch)
         return changed
 
     def _ask_coordinator(self) -> tuple[str, int] | None:
@@ -320,13 +339,32 @@ class Membership:
         except CoordinatorMismatchError as exc:
             match = _CURRENT_COORDINATOR.search(exc.details or "")
             if match is not None:
+                self._unanswered_since = None
                 return match.group(1), int(match.group(2))
-            _log.debug("consumer %s: unexpected refusal: %s", self._group, exc)
+            _log.debug("consumer %s: unexpected refusal: %s", self._who, exc)
+            self._unreadable = True
+            return None
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
-            _log.debug("consumer %s: asking for the coordinator failed: %s", self._group, exc)
+            _log.debug("consumer %s: asking for the coordinator failed: %s", self._who, exc)
+        if self._unanswered_since is None:
+            self._unanswered_since = time.monotonic()
         return None
+
+    def _metadata_fallback_due(self, now: float) -> bool:
+        """Whether to ask ``FetchMetadata`` after :meth:`_ask_coordinator` gave no answer.
+
+        At once if the server's refusal could not be read (a server whose text differs);
+        after a failed ask only once the metadata leader has not answered for the
+        coordinator timeout. Failed asks come while a new metadata leader is elected,
+        when ``FetchMetadata`` is at its slowest, and they pass within about a second.
+        """
+        if self._unreadable:
+            self._unreadable = False
+            return True
+        since = self._unanswered_since
+        return since is not None and now - since >= self._coordinator_timeout
 
     def _coordinator_from_metadata(self) -> tuple[str, int] | None:
         """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
@@ -351,7 +389,7 @@ class Membership:
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: no group metadata: %s", self._group, exc)
+            _log.warning("consumer %s: no group metadata: %s", self._who, exc)
             return False
 
     def _report_coordinator(self) -> None:
@@ -359,7 +397,7 @@ class Membership:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         _log.warning(
             "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
-            self._group,
+            self._who,
             coordinator,
             self._coordinator_timeout,
         )
@@ -373,4 +411,4 @@ class Membership:
         except CoordinatorMismatchError:
             pass  # already replaced
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: reporting the coordinator failed: %s", self._group, exc)
+            _log.warning("consumer %s: reporting the coordinator failed: %s", self._who, exc)
