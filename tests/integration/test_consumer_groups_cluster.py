@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_sync import AckPolicy, Client, LiftbridgeError, Message, StartAt
+from liftbridge_sync import AckPolicy, Client, LiftbridgeError, Message, StartAt, StopAt
 from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.testing import LiftbridgeCluster
 from tests.waiting import wait_until
@@ -127,6 +127,8 @@ class Reader:
 
     def __init__(self, consumer: Consumer) -> None:
         self.values: set[bytes] = set()
+        #: Where each value was read: (partition, offset).
+        self.where: dict[bytes, tuple[int, int]] = {}
         self.errors: list[BaseException] = []
         self.ended = False
         self._consumer = consumer
@@ -137,7 +139,7 @@ class Reader:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.values.add(self._consumer.get(0.2).value)
+                msg = self._consumer.get(0.2)
             except TimeoutError:
                 continue
             except StopIteration:
@@ -146,11 +148,42 @@ class Reader:
             except BaseException as exc:
                 self.errors.append(exc)
                 return
+            self.where[msg.value] = (msg.partition, msg.offset)
+            self.values.add(msg.value)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
         assert not self._thread.is_alive()
+
+
+def undelivered_report(
+    client: Client, stream: str, missing: set[bytes], members: tuple[Consumer, ...]
+) -> str:
+    """Where the acknowledged but undelivered values are in the log, and the members' state.
+
+    Tells a message the cluster lost (not in the log) from one the consumers did not
+    read (in the log, at an offset the report gives).
+    """
+    found: dict[bytes, tuple[int, int]] = {}
+    for partition in range(4):
+        with client.subscribe(
+            stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+        ) as sub:
+            for msg in sub:
+                if msg.value in missing:
+                    found[msg.value] = (partition, msg.offset)
+    lines = [
+        f"{v!r}: "
+        + (f"partition {found[v][0]} offset {found[v][1]}" if v in found else "NOT IN THE LOG")
+        for v in sorted(missing)
+    ]
+    for m in members:
+        lines.append(
+            f"member {m.consumer_id}: epoch {m.epoch} assignment {sorted(m.assignment())} "
+            f"read {m.read_positions()} committed {m.committed()} stats {m.stats()}"
+        )
+    return "; ".join(lines)
 
 
 def moved_on(members: tuple[Consumer, ...], old: str) -> bool:
@@ -220,11 +253,16 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
                 publisher.stop()
             acked = publisher.acked
             assert acked
-            wait_until(
-                lambda: acked <= readers[0].values | readers[1].values,
-                60,
-                f"all {len(acked)} acknowledged messages delivered",
-            )
+            try:
+                wait_until(
+                    lambda: acked <= readers[0].values | readers[1].values,
+                    60,
+                    f"all {len(acked)} acknowledged messages delivered",
+                )
+            except pytest.fail.Exception as exc:
+                missing = acked - readers[0].values - readers[1].values
+                report = undelivered_report(client, stream, missing, (a, b))
+                pytest.fail(f"{exc}; {len(missing)} undelivered: {report}")
             for reader in readers:
                 reader.stop()
             assert [r.errors for r in readers] == [[], []]
