@@ -41,6 +41,14 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 _HEARTBEAT_FRACTION = 0.4
 #: Wait before polling again after a failed poll (the Go client waits 2 s).
 _RETRY_WAIT = 0.5
+#: Each attempt of a heartbeat call (the poll, asking for and reporting the coordinator)
+#: is bounded by this fraction of the server's consumer timeout (and by rpc_timeout).
+#: The coordinator expires a member it has not heard from for one consumer timeout; a
+#: call that waits longer, e.g. a broker holding the call until a new metadata leader is
+#: elected (v1.9.0 waits up to the call's deadline; 10 s were seen), makes the member miss
+#: the new coordinator. Poll interval (0.4) + one stalled call (0.25) + the retry wait
+#: stay within the timeout.
+_CALL_FRACTION = 0.25
 
 #: A coordinator id no broker has and an epoch no group reaches: a report naming them
 #: is refused with the group's current coordinator and epoch (see _ask_coordinator).
@@ -84,6 +92,8 @@ class Membership:
         #: The group epoch of the current assignment.
         self.epoch = 0
         self._interval = 1.0
+        #: Seconds each attempt of a heartbeat call may take (see _CALL_FRACTION).
+        self._call_timeout = core.options.rpc_timeout
         self._consumer_timeout = 15.0
         self._coordinator_timeout = 15.0
         #: Broker id -> the address any metadata last gave it (the heartbeat thread's).
@@ -120,6 +130,9 @@ class Membership:
             consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
             self._consumer_timeout = consumer_timeout
             self._interval = _HEARTBEAT_FRACTION * consumer_timeout
+            self._call_timeout = min(
+                self._core.options.rpc_timeout, max(0.1, _CALL_FRACTION * consumer_timeout)
+            )
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
 
     def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
@@ -249,6 +262,7 @@ class Membership:
             rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
             request,
             context=CallContext.GROUP,
+            timeout=self._call_timeout,
         )
         return response
 
@@ -334,7 +348,10 @@ class Membership:
         )
         try:
             self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
+                request,
+                context=CallContext.GROUP,
+                timeout=self._call_timeout,
             )
         except CoordinatorMismatchError as exc:
             match = _CURRENT_COORDINATOR.search(exc.details or "")
@@ -406,7 +423,10 @@ class Membership:
         )
         try:
             self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
+                request,
+                context=CallContext.GROUP,
+                timeout=self._call_timeout,
             )
         except CoordinatorMismatchError:
             pass  # already replaced

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from liftbridge_sync import ClientOptions
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.consumer import _membership
 from liftbridge_sync.consumer._membership import Membership
@@ -27,15 +28,26 @@ class StubCore:
     """Answers the probe from ``probe_answers`` in order; counts FetchMetadata calls."""
 
     def __init__(self, probe_answers: list[BaseException]) -> None:
+        self.options = ClientOptions(addresses=("127.0.0.1:1",))
         self.probe_answers = probe_answers
         self.metadata_calls = 0
+        #: The per-attempt timeout of every probe.
+        self.probe_timeouts: list[float | None] = []
 
     def call_any(self, rpc: Any, request: Any, **kwargs: Any) -> Any:
         if rpc.name == "FetchMetadata":
             self.metadata_calls += 1
             group = api_pb2.ConsumerGroupMetadata(groupId="g", coordinator="n1", epoch=5)
             return api_pb2.FetchMetadataResponse(groupMetadata=[group])
+        if rpc.name == "JoinConsumerGroup":
+            return api_pb2.JoinConsumerGroupResponse(
+                coordinator="n0",
+                epoch=3,
+                consumerTimeout=3_000_000_000,
+                coordinatorTimeout=2_000_000_000,
+            )
         assert rpc.name == "ReportConsumerGroupCoordinator"
+        self.probe_timeouts.append(kwargs.get("timeout"))
         raise self.probe_answers.pop(0)
 
 
@@ -144,3 +156,13 @@ def test_an_unreadable_refusal_falls_back_to_fetch_metadata_at_once() -> None:
     assert member._refresh_group() is True
     assert core.metadata_calls == 1
     assert (member.coordinator, member.epoch) == ("n1", 5)
+
+
+def test_a_probe_may_take_a_quarter_of_the_consumer_timeout_not_rpc_timeout() -> None:
+    # A broker holds a forwarded call until a metadata leader is elected, up to the call's
+    # deadline: with rpc_timeout (10 s) the member is expired meanwhile (3 s here).
+    core = StubCore([no_metadata_leader()])
+    member = membership(core)
+    member.join()  # the server's consumer timeout: 3 s
+    member._refresh_group()
+    assert core.probe_timeouts == [0.75]
