@@ -30,6 +30,7 @@ from liftbridge_sync.errors import (
     DeadlineExceededError,
     LiftbridgeError,
     NotGroupMemberError,
+    NotLeaderError,
     ServerError,
 )
 
@@ -138,12 +139,17 @@ class Membership:
     def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
         """Join again as ``consumer_id`` after the server dropped this member.
 
-        Retries what may pass (an unreachable broker, no metadata leader yet) every
-        :data:`_RETRY_WAIT` seconds until it works or ``stop`` is set.
+        Retries what may pass every :data:`_RETRY_WAIT` seconds until it works or
+        ``stop`` is set: an unreachable broker, and any server error without a more
+        precise meaning. A member is dropped when its coordinator failed over, which is
+        when the broker it asks has no metadata leader to forward the join to ("nats: no
+        responders available for request", a NATS timeout, a leadership lost mid-apply):
+        such an answer must not end the membership for good.
 
         Raises:
             NoSuchStreamError: if a stream no longer exists.
-            ConsumerGroupError: if the server refused the join for another reason.
+            InvalidArgumentError, UnsupportedError, ConsumerGroupError: if the server
+                refused the join for another reason.
         """
         with self._lock:
             self._consumer_id = consumer_id
@@ -151,13 +157,15 @@ class Membership:
             try:
                 self.join()
                 return
+            except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
             except ServerError as exc:
                 if "already" in (exc.details or "").lower():
                     # The id is a member after all (a broker had not applied the join
                     # we were told of): keep polling as it.
                     return
-                raise
-            except (BrokerUnavailableError, DeadlineExceededError) as exc:
+                if type(exc) is not ServerError:
+                    raise  # a precise refusal: invalid or unsupported
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
             stop.wait(_RETRY_WAIT)
 
@@ -207,7 +215,13 @@ class Membership:
                     response = self._fetch_assignments()
                     last_contact = time.monotonic()
                     unknown_since = None
+                    began = time.monotonic()
                     reconcile(response.assignments, int(response.epoch))
+                    took = time.monotonic() - began
+                    if took > self._call_timeout:
+                        _log.debug(
+                            "consumer %s: applying the assignment took %.2fs", self._who, took
+                        )
                 except CoordinatorMismatchError as exc:
                     _log.info("consumer %s: %s; reading the group's metadata", self._who, exc)
                     wait = 0.0 if self._refresh_group() else _RETRY_WAIT

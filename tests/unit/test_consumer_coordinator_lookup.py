@@ -1,4 +1,4 @@
-"""How a member finds its group's coordinator after a failover, without a slow FetchMetadata.
+"""How a member finds its group's coordinator after a failover, and rejoins through one.
 
 A v1.9.0 server answers ``FetchMetadata`` only after up to 3 s while a broker is down:
 longer than a short consumer timeout, so a member that waits on it is expired by the
@@ -19,7 +19,13 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.consumer import _membership
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
-from liftbridge_sync.errors import CoordinatorMismatchError, ServerError
+from liftbridge_sync.errors import (
+    CoordinatorMismatchError,
+    InvalidArgumentError,
+    LiftbridgeError,
+    NoSuchStreamError,
+    ServerError,
+)
 
 _REFUSAL = "Coordinator generation mismatch, current coordinator: n2 epoch: 7, proposed: x"
 
@@ -33,6 +39,9 @@ class StubCore:
         self.metadata_calls = 0
         #: The per-attempt timeout of every probe.
         self.probe_timeouts: list[float | None] = []
+        #: Raised by the next JoinConsumerGroup calls, in order (then: joined).
+        self.join_errors: list[BaseException] = []
+        self.joins = 0
 
     def call_any(self, rpc: Any, request: Any, **kwargs: Any) -> Any:
         if rpc.name == "FetchMetadata":
@@ -40,6 +49,9 @@ class StubCore:
             group = api_pb2.ConsumerGroupMetadata(groupId="g", coordinator="n1", epoch=5)
             return api_pb2.FetchMetadataResponse(groupMetadata=[group])
         if rpc.name == "JoinConsumerGroup":
+            self.joins += 1
+            if self.join_errors:
+                raise self.join_errors.pop(0)
             return api_pb2.JoinConsumerGroupResponse(
                 coordinator="n0",
                 epoch=3,
@@ -166,3 +178,33 @@ def test_a_probe_may_take_a_quarter_of_the_consumer_timeout_not_rpc_timeout() ->
     member.join()  # the server's consumer timeout: 3 s
     member._refresh_group()
     assert core.probe_timeouts == [0.75]
+
+
+def test_a_rejoin_outlasts_the_metadata_leader_election(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A member is dropped when its coordinator failed over: just when the broker it asks
+    # may have no metadata leader to forward the join to. That must not end the member.
+    monkeypatch.setattr(_membership, "_RETRY_WAIT", 0.0)
+    core = StubCore([])
+    core.join_errors = [no_metadata_leader(), no_metadata_leader()]
+    member = membership(core)
+    member.rejoin("m2", threading.Event())
+    assert core.joins == 3
+    assert member.coordinator == "n0"
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        NoSuchStreamError("no such stream", code="FAILED_PRECONDITION"),
+        InvalidArgumentError("bad", code="INVALID_ARGUMENT"),
+    ],
+)
+def test_a_rejoin_refused_for_good_raises(
+    refusal: LiftbridgeError, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_membership, "_RETRY_WAIT", 0.0)
+    core = StubCore([])
+    core.join_errors = [refusal]
+    with pytest.raises(type(refusal)):
+        membership(core).rejoin("m2", threading.Event())
+    assert core.joins == 1
