@@ -262,7 +262,10 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
             except pytest.fail.Exception as exc:
                 missing = acked - readers[0].values - readers[1].values
                 report = undelivered_report(client, stream, missing, (a, b))
-                pytest.fail(f"{exc}; {len(missing)} undelivered: {report}")
+                # An iterator that ended (or raised) leaves its partitions' messages
+                # undelivered too: say so rather than only "timed out".
+                ended = [(r.ended, r.errors) for r in readers]
+                pytest.fail(f"{exc}; {len(missing)} undelivered: {report}; readers {ended}")
             for reader in readers:
                 reader.stop()
             assert [r.errors for r in readers] == [[], []]
