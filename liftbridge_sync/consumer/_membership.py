@@ -313,15 +313,20 @@ class Membership:
         3 s for the dead peer, and a member that spends that long finding the new
         coordinator is expired by it (the poll is the heartbeat). While the metadata
         leader is being elected ("nats: no responders"), no coordinator is named
-        either: the heartbeat asks again after :data:`_RETRY_WAIT`.
+        either: the heartbeat asks again after :data:`_RETRY_WAIT`. After that long a
+        silence ``FetchMetadata`` gets only a heartbeat call's time (it answers in time
+        when every broker is up); only for an unreadable refusal, where it is the sole
+        way, is it given ``rpc_timeout``.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
         began = time.monotonic()
         found = self._ask_coordinator()
-        if found is None and self._metadata_fallback_due(began):
-            found = self._coordinator_from_metadata()
+        if found is None:
+            fallback = self._metadata_fallback_due(began)
+            if fallback is not None:
+                found = self._coordinator_from_metadata(fallback or None)
         _log.debug(
             "consumer %s: coordinator lookup answered %s in %.2fs",
             self._who,
@@ -383,28 +388,39 @@ class Membership:
             self._unanswered_since = time.monotonic()
         return None
 
-    def _metadata_fallback_due(self, now: float) -> bool:
+    def _metadata_fallback_due(self, now: float) -> float | None:
         """Whether to ask ``FetchMetadata`` after :meth:`_ask_coordinator` gave no answer.
 
         At once if the server's refusal could not be read (a server whose text differs);
         after a failed ask only once the metadata leader has not answered for the
         coordinator timeout. Failed asks come while a new metadata leader is elected,
-        when ``FetchMetadata`` is at its slowest, and they pass within about a second.
+        when ``FetchMetadata`` is at its slowest, and they pass within seconds.
+
+        Returns:
+            ``None``: not due. Otherwise the seconds the call may take, ``0.0`` meaning
+            ``rpc_timeout``.
         """
         if self._unreadable:
             self._unreadable = False
-            return True
+            return 0.0
         since = self._unanswered_since
-        return since is not None and now - since >= self._coordinator_timeout
+        if since is not None and now - since >= self._coordinator_timeout:
+            return self._call_timeout
+        return None
 
-    def _coordinator_from_metadata(self) -> tuple[str, int] | None:
+    def _coordinator_from_metadata(self, timeout: float | None) -> tuple[str, int] | None:
         """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
+
+        Args:
+            timeout: Seconds each attempt may take (``None``: ``rpc_timeout``).
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
         response = self._core.call_any(
-            rpcs.FETCH_METADATA, api_pb2.FetchMetadataRequest(groups=[self._group])
+            rpcs.FETCH_METADATA,
+            api_pb2.FetchMetadataRequest(groups=[self._group]),
+            timeout=timeout,
         )
         for group in response.groupMetadata:
             if group.groupId != self._group:
