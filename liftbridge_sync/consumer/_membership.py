@@ -30,6 +30,7 @@ from liftbridge_sync.errors import (
     DeadlineExceededError,
     LiftbridgeError,
     NotGroupMemberError,
+    NotLeaderError,
     ServerError,
 )
 
@@ -41,6 +42,14 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 _HEARTBEAT_FRACTION = 0.4
 #: Wait before polling again after a failed poll (the Go client waits 2 s).
 _RETRY_WAIT = 0.5
+#: Each attempt of a heartbeat call (the poll, asking for and reporting the coordinator)
+#: is bounded by this fraction of the server's consumer timeout (and by rpc_timeout).
+#: The coordinator expires a member it has not heard from for one consumer timeout; a
+#: call that waits longer, e.g. a broker holding the call until a new metadata leader is
+#: elected (v1.9.0 waits up to the call's deadline; 10 s were seen), makes the member miss
+#: the new coordinator. Poll interval (0.4) + one stalled call (0.25) + the retry wait
+#: stay within the timeout.
+_CALL_FRACTION = 0.25
 
 #: A coordinator id no broker has and an epoch no group reaches: a report naming them
 #: is refused with the group's current coordinator and epoch (see _ask_coordinator).
@@ -84,10 +93,22 @@ class Membership:
         #: The group epoch of the current assignment.
         self.epoch = 0
         self._interval = 1.0
+        #: Seconds each attempt of a heartbeat call may take (see _CALL_FRACTION).
+        self._call_timeout = core.options.rpc_timeout
         self._consumer_timeout = 15.0
         self._coordinator_timeout = 15.0
         #: Broker id -> the address any metadata last gave it (the heartbeat thread's).
         self._addresses: dict[str, str] = {}
+        #: Since when asking the metadata leader for the coordinator has failed (None:
+        #: it answered last time), and whether its last refusal could not be read. The
+        #: heartbeat thread's (and a test's while no heartbeat runs).
+        self._unanswered_since: float | None = None
+        self._unreadable = False
+
+    @property
+    def _who(self) -> str:
+        """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
+        return f"{self._group}/{self._consumer_id}"
 
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
@@ -110,17 +131,25 @@ class Membership:
             consumer_timeout = max(0.1, response.consumerTimeout / 1e9)
             self._consumer_timeout = consumer_timeout
             self._interval = _HEARTBEAT_FRACTION * consumer_timeout
+            self._call_timeout = min(
+                self._core.options.rpc_timeout, max(0.1, _CALL_FRACTION * consumer_timeout)
+            )
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
 
     def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
         """Join again as ``consumer_id`` after the server dropped this member.
 
-        Retries what may pass (an unreachable broker, no metadata leader yet) every
-        :data:`_RETRY_WAIT` seconds until it works or ``stop`` is set.
+        Retries what may pass every :data:`_RETRY_WAIT` seconds until it works or
+        ``stop`` is set: an unreachable broker, and any server error without a more
+        precise meaning. A member is dropped when its coordinator failed over, which is
+        when the broker it asks has no metadata leader to forward the join to ("nats: no
+        responders available for request", a NATS timeout, a leadership lost mid-apply):
+        such an answer must not end the membership for good.
 
         Raises:
             NoSuchStreamError: if a stream no longer exists.
-            ConsumerGroupError: if the server refused the join for another reason.
+            InvalidArgumentError, UnsupportedError, ConsumerGroupError: if the server
+                refused the join for another reason.
         """
         with self._lock:
             self._consumer_id = consumer_id
@@ -128,14 +157,16 @@ class Membership:
             try:
                 self.join()
                 return
+            except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
             except ServerError as exc:
                 if "already" in (exc.details or "").lower():
                     # The id is a member after all (a broker had not applied the join
                     # we were told of): keep polling as it.
                     return
-                raise
-            except (BrokerUnavailableError, DeadlineExceededError) as exc:
-                _log.warning("consumer %s: rejoining failed: %s; retrying", self._group, exc)
+                if type(exc) is not ServerError:
+                    raise  # a precise refusal: invalid or unsupported
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
             stop.wait(_RETRY_WAIT)
 
     def leave(self) -> None:
@@ -151,7 +182,7 @@ class Membership:
         except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
             pass  # already out of the group
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: leaving the group failed: %s", self._group, exc)
+            _log.warning("consumer %s: leaving the group failed: %s", self._who, exc)
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -168,7 +199,7 @@ class Membership:
             self._heartbeat(stop, reconcile, fail, rejoin)
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
-                _log.exception("consumer %s: heartbeat thread failed", self._group)
+                _log.exception("consumer %s: heartbeat thread failed", self._who)
                 fail(exc)
 
     def _heartbeat(
@@ -184,16 +215,20 @@ class Membership:
                     response = self._fetch_assignments()
                     last_contact = time.monotonic()
                     unknown_since = None
+                    began = time.monotonic()
                     reconcile(response.assignments, int(response.epoch))
+                    took = time.monotonic() - began
+                    if took > self._call_timeout:
+                        _log.debug(
+                            "consumer %s: applying the assignment took %.2fs", self._who, took
+                        )
                 except CoordinatorMismatchError as exc:
-                    _log.info("consumer %s: %s; reading the group's metadata", self._group, exc)
+                    _log.info("consumer %s: %s; reading the group's metadata", self._who, exc)
                     wait = 0.0 if self._refresh_group() else _RETRY_WAIT
                 except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
                     raise
                 except LiftbridgeError as exc:
-                    _log.warning(
-                        "consumer %s: polling the coordinator failed: %s", self._group, exc
-                    )
+                    _log.warning("consumer %s: polling the coordinator failed: %s", self._who, exc)
                     wait = min(_RETRY_WAIT, self._interval)
                     if not self._safe_refresh() and (
                         time.monotonic() - last_contact > self._coordinator_timeout
@@ -212,7 +247,7 @@ class Membership:
                     if stop.is_set():
                         return
                     if rejoin is None:
-                        _log.error("consumer %s: dropped by the server: %s", self._group, exc)
+                        _log.error("consumer %s: dropped by the server: %s", self._who, exc)
                         fail(exc)
                         return
                     rejoin(exc)
@@ -224,7 +259,7 @@ class Membership:
             except ClientClosedError:
                 return
             except LiftbridgeError as exc:
-                _log.warning("consumer %s: %s", self._group, exc)
+                _log.warning("consumer %s: %s", self._who, exc)
                 wait = min(_RETRY_WAIT, self._interval)
             if wait > 0:
                 stop.wait(wait)
@@ -241,6 +276,7 @@ class Membership:
             rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
             request,
             context=CallContext.GROUP,
+            timeout=self._call_timeout,
         )
         return response
 
@@ -270,17 +306,33 @@ class Membership:
     def _refresh_group(self) -> bool:
         """Learn the group's coordinator and epoch; whether either changed.
 
-        The metadata leader is asked first (:meth:`_ask_coordinator`, one round trip);
-        ``FetchMetadata`` only when that gives no answer: with a broker down, a v1.9.0
-        server answers it only after waiting up to 3 s for the dead peer, and a member
-        that takes that long to find a new coordinator can be expired by it.
+        The metadata leader is asked (:meth:`_ask_coordinator`, one round trip).
+        ``FetchMetadata`` is the fallback only when the server's refusal cannot be read,
+        or the metadata leader has not answered for the coordinator timeout: with a
+        broker down, a v1.9.0 server answers ``FetchMetadata`` only after waiting up to
+        3 s for the dead peer, and a member that spends that long finding the new
+        coordinator is expired by it (the poll is the heartbeat). While the metadata
+        leader is being elected ("nats: no responders"), no coordinator is named
+        either: the heartbeat asks again after :data:`_RETRY_WAIT`. After that long a
+        silence ``FetchMetadata`` gets only a heartbeat call's time (it answers in time
+        when every broker is up); only for an unreadable refusal, where it is the sole
+        way, is it given ``rpc_timeout``.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
+        began = time.monotonic()
         found = self._ask_coordinator()
         if found is None:
-            found = self._coordinator_from_metadata()
+            fallback = self._metadata_fallback_due(began)
+            if fallback is not None:
+                found = self._coordinator_from_metadata(fallback or None)
+        _log.debug(
+            "consumer %s: coordinator lookup answered %s in %.2fs",
+            self._who,
+            found,
+            time.monotonic() - began,
+        )
         if found is None:
             return False
         coordinator, epoch = found
@@ -290,7 +342,7 @@ class Membership:
                 self._counters.coordinator_changes += 1
             self.coordinator, self.epoch = coordinator, epoch
         if changed:
-            _log.info("consumer %s: coordinator %s, epoch %d", self._group, coordinator, epoch)
+            _log.info("consumer %s: coordinator %s, epoch %d", self._who, coordinator, epoch)
         return changed
 
     def _ask_coordinator(self) -> tuple[str, int] | None:
@@ -315,27 +367,60 @@ class Membership:
         )
         try:
             self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
+                request,
+                context=CallContext.GROUP,
+                timeout=self._call_timeout,
             )
         except CoordinatorMismatchError as exc:
             match = _CURRENT_COORDINATOR.search(exc.details or "")
             if match is not None:
+                self._unanswered_since = None
                 return match.group(1), int(match.group(2))
-            _log.debug("consumer %s: unexpected refusal: %s", self._group, exc)
+            _log.debug("consumer %s: unexpected refusal: %s", self._who, exc)
+            self._unreadable = True
+            return None
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
-            _log.debug("consumer %s: asking for the coordinator failed: %s", self._group, exc)
+            _log.debug("consumer %s: asking for the coordinator failed: %s", self._who, exc)
+        if self._unanswered_since is None:
+            self._unanswered_since = time.monotonic()
         return None
 
-    def _coordinator_from_metadata(self) -> tuple[str, int] | None:
+    def _metadata_fallback_due(self, now: float) -> float | None:
+        """Whether to ask ``FetchMetadata`` after :meth:`_ask_coordinator` gave no answer.
+
+        At once if the server's refusal could not be read (a server whose text differs);
+        after a failed ask only once the metadata leader has not answered for the
+        coordinator timeout. Failed asks come while a new metadata leader is elected,
+        when ``FetchMetadata`` is at its slowest, and they pass within seconds.
+
+        Returns:
+            ``None``: not due. Otherwise the seconds the call may take, ``0.0`` meaning
+            ``rpc_timeout``.
+        """
+        if self._unreadable:
+            self._unreadable = False
+            return 0.0
+        since = self._unanswered_since
+        if since is not None and now - since >= self._coordinator_timeout:
+            return self._call_timeout
+        return None
+
+    def _coordinator_from_metadata(self, timeout: float | None) -> tuple[str, int] | None:
         """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
+
+        Args:
+            timeout: Seconds each attempt may take (``None``: ``rpc_timeout``).
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
         response = self._core.call_any(
-            rpcs.FETCH_METADATA, api_pb2.FetchMetadataRequest(groups=[self._group])
+            rpcs.FETCH_METADATA,
+            api_pb2.FetchMetadataRequest(groups=[self._group]),
+            timeout=timeout,
         )
         for group in response.groupMetadata:
             if group.groupId != self._group:
@@ -351,7 +436,7 @@ class Membership:
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: no group metadata: %s", self._group, exc)
+            _log.warning("consumer %s: no group metadata: %s", self._who, exc)
             return False
 
     def _report_coordinator(self) -> None:
@@ -359,7 +444,7 @@ class Membership:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         _log.warning(
             "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
-            self._group,
+            self._who,
             coordinator,
             self._coordinator_timeout,
         )
@@ -368,9 +453,12 @@ class Membership:
         )
         try:
             self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR, request, context=CallContext.GROUP
+                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
+                request,
+                context=CallContext.GROUP,
+                timeout=self._call_timeout,
             )
         except CoordinatorMismatchError:
             pass  # already replaced
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: reporting the coordinator failed: %s", self._group, exc)
+            _log.warning("consumer %s: reporting the coordinator failed: %s", self._who, exc)

@@ -201,6 +201,11 @@ class Consumer:
             return self._consumer_id
 
     @property
+    def _who(self) -> str:
+        """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
+        return f"{self._group}/{self._consumer_id}"
+
+    @property
     def cursor_id(self) -> str:
         """The cursor id positions are committed under: ``__group:<group>``."""
         return self._cursor_id
@@ -298,7 +303,7 @@ class Consumer:
             try:
                 self._commit_done((r.stream, r.partition) for r in readers)
             except LiftbridgeError as exc:
-                _log.warning("consumer %s: final commit failed: %s", self._group, exc)
+                _log.warning("consumer %s: final commit failed: %s", self._who, exc)
         self._mailbox.close()
         self._membership.leave()
 
@@ -420,7 +425,7 @@ class Consumer:
             try:
                 self._commit_done()
             except LiftbridgeError as exc:
-                _log.warning("consumer %s: auto-commit failed: %s", self._group, exc)
+                _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
 
     # ------------------------------------------------------------------ assignments
 
@@ -442,7 +447,7 @@ class Consumer:
         if revoked:
             _log.info(
                 "consumer %s: epoch %d: stopped %s",
-                self._group,
+                self._who,
                 epoch,
                 [(r.stream, r.partition) for r in revoked],
             )
@@ -450,7 +455,7 @@ class Consumer:
                 try:
                     self._commit_done((r.stream, r.partition) for r in revoked)
                 except LiftbridgeError as exc:
-                    _log.warning("consumer %s: commit on revoke failed: %s", self._group, exc)
+                    _log.warning("consumer %s: commit on revoke failed: %s", self._who, exc)
             self._forget(k for k in ((r.stream, r.partition) for r in revoked) if k not in wanted)
         for stream, partition in added:
             reader = PartitionReader(stream, partition, epoch)
@@ -469,7 +474,7 @@ class Consumer:
                 )
                 reader.thread.start()
         if added:
-            _log.info("consumer %s: epoch %d: reading %s", self._group, epoch, added)
+            _log.info("consumer %s: epoch %d: reading %s", self._who, epoch, added)
         with self._lock:
             self._answered = True
         self._settled.set()
@@ -595,7 +600,7 @@ class Consumer:
                 return
             _log.warning(
                 "consumer %s: reading %s/%d failed (%s); retrying at the next poll",
-                self._group,
+                self._who,
                 stream,
                 partition,
                 exc,
@@ -616,7 +621,7 @@ class Consumer:
         _log.debug(
             "consumer %s: %s/%d read at epoch %d ended (%s): another member reads it "
             "at a newer epoch; the next poll decides",
-            self._group,
+            self._who,
             reader.stream,
             reader.partition,
             reader.epoch,

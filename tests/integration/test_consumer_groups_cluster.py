@@ -9,7 +9,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_sync import AckPolicy, Client, LiftbridgeError, Message, StartAt
+from liftbridge_sync import (
+    AckPolicy,
+    Client,
+    LiftbridgeError,
+    Message,
+    ServerError,
+    StartAt,
+    StopAt,
+    StreamExistsError,
+)
 from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.testing import LiftbridgeCluster
 from tests.waiting import wait_until
@@ -127,6 +136,8 @@ class Reader:
 
     def __init__(self, consumer: Consumer) -> None:
         self.values: set[bytes] = set()
+        #: Where each value was read: (partition, offset).
+        self.where: dict[bytes, tuple[int, int]] = {}
         self.errors: list[BaseException] = []
         self.ended = False
         self._consumer = consumer
@@ -137,7 +148,7 @@ class Reader:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.values.add(self._consumer.get(0.2).value)
+                msg = self._consumer.get(0.2)
             except TimeoutError:
                 continue
             except StopIteration:
@@ -146,11 +157,64 @@ class Reader:
             except BaseException as exc:
                 self.errors.append(exc)
                 return
+            self.where[msg.value] = (msg.partition, msg.offset)
+            self.values.add(msg.value)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
         assert not self._thread.is_alive()
+
+
+def undelivered_report(
+    client: Client, stream: str, missing: set[bytes], members: tuple[Consumer, ...]
+) -> str:
+    """Where the acknowledged but undelivered values are in the log, and the members' state.
+
+    Tells a message the cluster lost (not in the log) from one the consumers did not
+    read (in the log, at an offset the report gives).
+    """
+    found: dict[bytes, tuple[int, int]] = {}
+    for partition in range(4):
+        with client.subscribe(
+            stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+        ) as sub:
+            for msg in sub:
+                if msg.value in missing:
+                    found[msg.value] = (partition, msg.offset)
+    lines = [
+        f"{v!r}: "
+        + (f"partition {found[v][0]} offset {found[v][1]}" if v in found else "NOT IN THE LOG")
+        for v in sorted(missing)
+    ]
+    for m in members:
+        lines.append(
+            f"member {m.consumer_id}: epoch {m.epoch} assignment {sorted(m.assignment())} "
+            f"read {m.read_positions()} committed {m.committed()} stats {m.stats()}"
+        )
+    return "; ".join(lines)
+
+
+def create_once_led(client: Client, stream: str) -> None:
+    """Create the 4-partition stream, waiting out a metadata leader election.
+
+    The node just restarted may have been the metadata leader (the test before kills
+    one); until the others elect another, a broker forwarding the create answers "nats:
+    no responders available for request" (seen once in 30 runs, under load).
+    """
+
+    def created() -> bool:
+        try:
+            client.create_stream(stream, stream, partitions=4, replication_factor=3)
+        except StreamExistsError:
+            return True  # an attempt that failed in transit was applied after all
+        except ServerError as exc:
+            if "no responders" not in (exc.details or ""):
+                raise
+            return False
+        return True
+
+    wait_until(created, 30, f"a metadata leader to create {stream}")
 
 
 def moved_on(members: tuple[Consumer, ...], old: str) -> bool:
@@ -159,12 +223,6 @@ def moved_on(members: tuple[Consumer, ...], old: str) -> bool:
     return len(coordinators) == 1 and old not in coordinators
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open bug: 1 run in 4 of the final CI runs (3.13, serial pass) timed out waiting "
-    "for an acknowledged message to be delivered after repeated coordinator kills; the "
-    "test still runs and reports, see the session note",
-)
 def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterator(
     cluster: LiftbridgeCluster,
 ) -> None:
@@ -178,7 +236,7 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
         Client(cluster.addresses, grpc_options=FAST_RECONNECT, ack_timeout=10.0) as producer,
     ):
         stream = unique("gk")
-        client.create_stream(stream, stream, partitions=4, replication_factor=3)
+        create_once_led(client, stream)
         for p in range(4):
             cluster.wait_for_partition_leader(stream, p)
         group = unique("g")
@@ -216,15 +274,27 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
                         f"reading again after kill {kill + 1}",
                     )
                     timings.append(time.monotonic() - began)
+                # Publishes with AckPolicy.ALL stall while a restarted replica catches up
+                # (some runs got 0-5 acknowledged during the kills): go on publishing
+                # until there is something to check, also after the last failover.
+                wait_until(lambda: len(publisher.acked) >= 20, 60, "20 acknowledged publishes")
             finally:
                 publisher.stop()
             acked = publisher.acked
             assert acked
-            wait_until(
-                lambda: acked <= readers[0].values | readers[1].values,
-                60,
-                f"all {len(acked)} acknowledged messages delivered",
-            )
+            try:
+                wait_until(
+                    lambda: acked <= readers[0].values | readers[1].values,
+                    60,
+                    f"all {len(acked)} acknowledged messages delivered",
+                )
+            except pytest.fail.Exception as exc:
+                missing = acked - readers[0].values - readers[1].values
+                report = undelivered_report(client, stream, missing, (a, b))
+                # An iterator that ended (or raised) leaves its partitions' messages
+                # undelivered too: say so rather than only "timed out".
+                ended = [(r.ended, r.errors) for r in readers]
+                pytest.fail(f"{exc}; {len(missing)} undelivered: {report}; readers {ended}")
             for reader in readers:
                 reader.stop()
             assert [r.errors for r in readers] == [[], []]
@@ -236,6 +306,8 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
             )
             assert all(s.coordinator_changes >= KILLS for s in stats)
             # Each member found every new coordinator before it expired them (asking the
-            # metadata leader, not a FetchMetadata slowed by the dead broker): no rejoin
-            # was needed. (Without that, runs needed 1-3 rejoins to survive.)
+            # metadata leader, not a FetchMetadata slowed by the dead broker; asking again
+            # soon while no metadata leader answers; no heartbeat call waiting longer than
+            # a quarter of the consumer timeout): no rejoin was needed. (Without the first,
+            # runs needed 1-3 rejoins; before the others, 2 runs in 29 needed one.)
             assert [s.rejoins for s in stats] == [0, 0]
