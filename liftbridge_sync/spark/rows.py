@@ -107,6 +107,12 @@ def _headers(cell: Any) -> dict[str, bytes] | None:
             raise ConfigurationError(
                 f"column 'headers': keys must be strings, got {type(name).__name__}"
             )
+        if name in result:
+            # Liftbridge headers are a map: a repeated key would silently lose a value.
+            raise ConfigurationError(
+                f"column 'headers': key {name!r} appears twice; Liftbridge headers hold "
+                "one value per key"
+            )
         value = _binary(f"headers[{name!r}]", raw, optional=True)
         result[name] = b"" if value is None else value
     return result
