@@ -223,3 +223,32 @@ def test_trigger_delay_holds_until_enough_offsets_or_the_delay() -> None:
     now[0] += 0.1  # 10 s since the last batch: let through whatever is there
     assert not delay.hold({0: 10}, {0: 11})
     assert delay.hold({0: 11}, {0: 11})
+
+
+def test_arrow_batches_map_to_messages_column_by_column() -> None:
+    pa = pytest.importorskip("pyarrow")
+    from liftbridge_sync.spark.rows import batch_messages
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(["x", "y"]),
+            pa.array([b"k", None], pa.binary()),
+            pa.array([b"v1", b"v2"], pa.binary()),
+            pa.array([[("h", b"1")], None], headers),
+            pa.array([None, 3], pa.int32()),
+        ],
+        names=["ignored", "key", "value", "headers", "partition"],
+    )
+    got = list(batch_messages(batch))
+    assert [(m.key, m.value, m.partition, m.headers) for m in got] == [
+        (b"k", b"v1", None, {"h": b"1"}),
+        (None, b"v2", 3, None),
+    ]
+    as_map = pa.RecordBatch.from_arrays(
+        [pa.array(["v"]), pa.array([[("a", "b")]], pa.map_(pa.string(), pa.string()))],
+        names=["value", "headers"],
+    )
+    assert [m.headers for m in batch_messages(as_map)] == [{"a": b"b"}]
+    with pytest.raises(ConfigurationError, match="need a 'value' column"):
+        list(batch_messages(pa.RecordBatch.from_arrays([pa.array([1])], names=["key"])))
