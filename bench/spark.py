@@ -166,7 +166,11 @@ def main() -> int:
         warm = fresh()
         _sink(spark, server.address, warm, 2_000, args.size)  # start the Python workers
         _read(spark, server.address, warm, 2_000)
+        tiny = fresh()
+        _plain_write(client, tiny, 10, args.size)
+        fixed: list[float] = []
         for _ in range(args.rounds):
+            fixed.append(10 / _read(spark, server.address, tiny, 10))
             stream = fresh()
             results["plain_write"].append(_plain_write(client, stream, args.rows, args.size))
             results["plain_read"].append(_plain_read(client, stream, args.rows))
@@ -191,11 +195,14 @@ def main() -> int:
         rounds = ", ".join(f"{r:,.0f}" for r in results[key])
         print(f"| {label} | {max(results[key]):,.0f} | {rounds} |")
 
+    costs = ", ".join(f"{f:.2f}" for f in fixed)
+    print(f"\nfixed cost of one read query (10 rows), seconds: best {min(fixed):.2f} ({costs})")
+
     def ratio(a: str, b: str) -> str:
         return f"{max(results[a]) / max(results[b]):.2f}"
 
     print(
-        f"\nsink / plain write = {ratio('sink', 'plain_write')}, "
+        f"sink / plain write = {ratio('sink', 'plain_write')}, "
         f"data-source write / plain write = {ratio('ds_write', 'plain_write')}, "
         f"read 1 task / plain read = {ratio('read', 'plain_read')}, "
         f"read 2 tasks / plain read = {ratio('read2', 'plain_read')}, "
