@@ -34,7 +34,8 @@ On the consuming side, wrap the handling of each message::
 :func:`process` opens a CONSUMER ``process <stream>`` span, a child of the producer's
 span and linked to it, so each message gets its own correct trace even though the loop
 itself runs in one context (the trap aiokafka users fall into). :func:`extract` gives a
-message's producer context for your own spans.
+message's producer context for your own spans, and :func:`extract_headers` the same
+from bare headers, such as the Spark source's ``headers`` column.
 """
 
 from __future__ import annotations
@@ -53,14 +54,14 @@ from opentelemetry.propagate import inject as _inject
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._publishing.futures import peek
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import ArgumentTypeError, LiftbridgeError
 from liftbridge_sync.models import Ack, Message
 
 if TYPE_CHECKING:
     from liftbridge_sync._publishing.stats import PublisherStats
     from liftbridge_sync.stats import ClientStats
 
-__all__ = ["Telemetry", "extract", "process", "telemetry_for"]
+__all__ = ["Telemetry", "extract", "extract_headers", "process", "telemetry_for"]
 
 #: What a ``publish_batch`` sends: the outcome of each message, in order.
 Outcomes = list[Ack | None | LiftbridgeError]
@@ -476,11 +477,48 @@ def extract(message: Message) -> otel_context.Context:
 
     Thread-safe: a pure function of the message.
     """
-    carrier = {
-        name: message.headers[name].decode("ascii", "replace")
-        for name in _TRACE_HEADERS
-        if name in message.headers
-    }
+    return extract_headers(message.headers)
+
+
+def extract_headers(
+    headers: Mapping[str, bytes | str] | Iterable[Any] | None,
+) -> otel_context.Context:
+    """The producer's trace context carried in headers outside a :class:`Message`.
+
+    ``headers`` is a mapping of name to value, or a sequence of ``(key, value)`` pairs
+    such as the Spark source's ``headers array<struct<key, value>>`` column
+    (``includeHeaders=true``) of a collected row; values are bytes or strings. Only
+    ``traceparent`` and ``tracestate`` are read (the last of a repeated name wins).
+    An empty context when there are none::
+
+        for row in df.select("value", "headers").toLocalIterator():
+            with tracer.start_as_current_span("handle", context=otel.extract_headers(row.headers)):
+                handle(row.value)
+
+    Thread-safe: a pure function of its argument.
+    """
+    pairs: list[Any]
+    if headers is None:
+        pairs = []
+    elif isinstance(headers, Mapping):
+        pairs = list(headers.items())
+    elif isinstance(headers, str | bytes):
+        raise ArgumentTypeError(
+            f"headers must be a mapping or (key, value) pairs, got {type(headers).__name__}"
+        )
+    else:
+        pairs = list(headers)
+    carrier: dict[str, str] = {}
+    for pair in pairs:
+        try:
+            name, value = pair
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(
+                f"headers must be a mapping or (key, value) pairs, got an entry {pair!r:.60}"
+            ) from None
+        if name in _TRACE_HEADERS and value is not None:
+            raw = bytes(value) if isinstance(value, bytes | bytearray | memoryview) else None
+            carrier[name] = raw.decode("ascii", "replace") if raw is not None else str(value)
     return _extract(carrier)
 
 

@@ -1,10 +1,14 @@
-"""Admission control: how far a micro-batch may read under ``maxOffsetsPerTrigger``."""
+"""Admission control: how far a micro-batch may read, and whether it may start yet.
+
+``maxOffsetsPerTrigger`` caps a micro-batch (:func:`cap_offsets`);
+``minOffsetsPerTrigger`` with ``maxTriggerDelay`` holds one back (:class:`TriggerDelay`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-__all__ = ["cap_offsets"]
+__all__ = ["TriggerDelay", "cap_offsets"]
 
 
 def cap_offsets(start: Mapping[int, int], latest: Mapping[int, int], budget: int) -> dict[int, int]:
@@ -29,3 +33,33 @@ def cap_offsets(start: Mapping[int, int], latest: Mapping[int, int], budget: int
         share[p] += extra
         left -= extra
     return {p: begin[p] + share[p] for p in latest}
+
+
+class TriggerDelay:
+    """Kafka's ``minOffsetsPerTrigger`` / ``maxTriggerDelay`` rule for one query.
+
+    A micro-batch is held back while fewer than ``min_offsets`` offsets are available
+    and less than ``max_delay`` seconds passed since the last micro-batch was let
+    through (or since the query started: unlike Kafka's, the first micro-batch waits
+    too). Letting one through restarts the clock.
+
+    Not thread-safe; Spark asks from one thread.
+    """
+
+    def __init__(self, min_offsets: int, max_delay: float, clock: Callable[[], float]) -> None:
+        self._min = min_offsets
+        self._max_delay = max_delay
+        self._clock = clock
+        self._last = clock()
+
+    def hold(self, start: Mapping[int, int], latest: Mapping[int, int]) -> bool:
+        """Whether to hold the next micro-batch back (``True``) or let it through."""
+        now = self._clock()
+        if now - self._last >= self._max_delay:
+            self._last = now
+            return False
+        available = sum(max(latest[p] - start.get(p, 0), 0) for p in latest)
+        if available < self._min:
+            return True
+        self._last = now
+        return False

@@ -8,6 +8,7 @@ executors give to :meth:`liftbridge_sync.Client.for_process`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
@@ -17,6 +18,7 @@ __all__ = [
     "CLIENT_OPTIONS",
     "client_options",
     "get_bool",
+    "get_duration",
     "get_float",
     "get_millis",
     "get_int",
@@ -90,6 +92,44 @@ def get_millis(options: Mapping[str, str], name: str, default_ms: float) -> floa
     """
     millis = get_float(options, name, default_ms)
     seconds = check_seconds(f"option {name!r}", millis / 1000.0, allow_zero=False, unlimited=False)
+    assert seconds is not None  # unlimited=False
+    return seconds
+
+
+#: Spark's duration suffixes (``JavaUtils.timeStringAsMs``) in seconds; none means ms.
+_DURATION_UNITS: Mapping[str, float] = {
+    "us": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+
+
+def get_duration(options: Mapping[str, str], name: str, default: float) -> float:
+    """The duration option ``name`` as seconds, written as Spark writes them.
+
+    ``"15m"``, ``"30s"``, ``"500ms"``, ``"2h"``; a bare number is milliseconds.
+    ``default`` (seconds) when absent.
+
+    Raises:
+        ConfigurationError: the value is not a positive duration of at most ~24 days.
+    """
+    raw = options.get(name.lower())
+    if raw is None:
+        return default
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(raw).lower())
+    unit = _DURATION_UNITS.get(match.group(2) or "ms") if match else None
+    if match is None or unit is None:
+        raise ConfigurationError(
+            f"option {name!r} must be a duration like '15m', '30s' or '500ms' "
+            f"(a bare number is milliseconds), got {raw!r}"
+        )
+    seconds = check_seconds(
+        f"option {name!r}", float(match.group(1)) * unit, allow_zero=False, unlimited=False
+    )
     assert seconds is not None  # unlimited=False
     return seconds
 

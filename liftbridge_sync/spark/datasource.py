@@ -54,7 +54,10 @@ class LiftbridgeDataSource(DataSource):
     timestamp timestamp, timestampType int, subject string, replySubject string,
     correlationId string`` (``timestampType`` is always 1, Kafka's LogAppendTime: the
     leader stamps each message as it stores it)
-    plus ``headers map<string,binary>`` with ``includeHeaders=true``. Written rows need
+    plus Kafka's ``headers array<struct<key:string,value:binary>>`` with
+    ``includeHeaders=true`` (its ``traceparent`` / ``tracestate`` entries carry the
+    producer's OpenTelemetry context: see :func:`liftbridge_sync.otel.extract_headers`).
+    Reads hand Spark Arrow record batches. Written rows need
     ``value`` and may carry ``key``, ``partition``, ``headers``, ``correlationId`` and
     ``stream``. A row's non-null ``partition`` picks its partition; otherwise option
     ``partitioner`` does: ``key`` (default, as Kafka: CRC-32 of the key like
@@ -90,22 +93,23 @@ class LiftbridgeDataSource(DataSource):
         """A batch reader.
 
         Raises:
-            ConfigurationError: a bad option, or the streaming-only
-                ``maxOffsetsPerTrigger``.
+            ConfigurationError: a bad option, or a streaming-only one
+                (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``).
         """
         source = self._source()
         self._only_for("batch", STREAM_ONLY_OPTIONS)
-        return BatchReader(source)
+        return BatchReader(source, schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:  # noqa: N802 - Spark's name
         """A micro-batch stream reader.
 
         Raises:
-            ConfigurationError: a bad option, or the batch-only ``endingOffsets``.
+            ConfigurationError: a bad option, or a batch-only one (``endingOffsets``,
+                ``endingOffsetsByTimestamp``, ``endingTimestamp``).
         """
         source = self._source()
         self._only_for("streaming", BATCH_ONLY_OPTIONS)
-        return StreamReader(source)
+        return StreamReader(source, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         """A batch writer; refuses overwrite.

@@ -20,16 +20,21 @@ from liftbridge_sync import (
     StopAt,
 )
 from liftbridge_sync.spark.cleaner import retry_segment_closed
+from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = [
     "EARLIEST",
     "LATEST",
+    "NoOffsetForTimestampError",
     "Offsets",
+    "end_offsets",
     "from_json_dict",
     "high_watermarks",
     "parse_spec",
     "resolve",
+    "start_offsets",
     "stream_partitions",
+    "timestamps_for",
     "to_json_dict",
 ]
 
@@ -135,25 +140,68 @@ def _first_offset(client: Client, stream: str, partition: int, start: StartAt, h
     return retry_segment_closed(first)
 
 
+class NoOffsetForTimestampError(ConfigurationError):
+    """A start timestamp matches no message and the strategy is ``error`` (Kafka's).
+
+    Option ``startingOffsetsByTimestampStrategy=latest`` starts such partitions at the
+    high watermark + 1 instead.
+    """
+
+
+def timestamps_for(
+    option: str, pairs: tuple[tuple[int, int], ...] | None, partitions: list[int]
+) -> dict[int, int]:
+    """Per-partition epoch ms of ``pairs``, after checking the partitions are read.
+
+    Raises:
+        ConfigurationError: a partition in ``pairs`` is not read (named with ``option``).
+    """
+    result = dict(pairs or ())
+    extra = sorted(set(result) - set(partitions))
+    if extra:
+        raise ConfigurationError(
+            f"option {option!r}: partition {extra} is not read (partitions {partitions})"
+        )
+    return result
+
+
 def resolve(
     client: Client,
     stream: str,
     spec: Mapping[int, int],
     hws: Mapping[int, int],
     *,
-    timestamp_ms: int | None = None,
+    timestamps: Mapping[int, int] | None = None,
+    strategy: str = "latest",
+    option: str = "startingTimestamp",
 ) -> Offsets:
-    """Replace the -2/-1 markers (or a start timestamp) with real next-offsets.
+    """Replace the -2/-1 markers (or start timestamps) with real next-offsets.
 
     Earliest is the oldest retained offset (read from the server), latest is HW + 1.
-    Explicit offsets are kept as they are.
+    Explicit offsets are kept as they are. A partition in ``timestamps`` (epoch ms)
+    resolves to its first message received at or after that time, found by the
+    server (a TIMESTAMP start position); when there is none, ``strategy`` says what
+    happens: ``"latest"`` gives HW + 1, ``"error"`` raises.
+
+    Raises:
+        NoOffsetForTimestampError: a timestamp matches no message with strategy
+            ``"error"`` (the message names the partition and ``option``).
     """
     result: Offsets = {}
     for partition, offset in spec.items():
         hw = hws[partition]
+        timestamp_ms = timestamps.get(partition) if timestamps else None
         if timestamp_ms is not None:
             at = StartAt.timestamp(timestamp_ms * 1_000_000)
-            result[partition] = _first_offset(client, stream, partition, at, hw)
+            found = _first_offset(client, stream, partition, at, hw)
+            if found > hw and strategy == "error":
+                raise NoOffsetForTimestampError(
+                    f"stream {stream!r} partition {partition}: no message at or after "
+                    f"timestamp {timestamp_ms} (option {option!r}; the newest offset is "
+                    f"{hw}); set option startingOffsetsByTimestampStrategy=latest to start "
+                    "at the latest offset instead"
+                )
+            result[partition] = found
         elif offset == EARLIEST:
             result[partition] = _first_offset(client, stream, partition, StartAt.earliest(), hw)
         elif offset == LATEST:
@@ -161,6 +209,63 @@ def resolve(
         else:
             result[partition] = offset
     return result
+
+
+def start_offsets(
+    client: Client,
+    options: SourceOptions,
+    partitions: list[int],
+    hws: Mapping[int, int],
+    default: int,
+) -> Offsets:
+    """Where a read starts in each partition, from every starting option.
+
+    ``startingTimestamp`` applies to all partitions, ``startingOffsetsByTimestamp`` to
+    those it names; ``startingOffsets`` (else ``default``) to the rest.
+
+    Raises:
+        ConfigurationError: an option is malformed or names a partition not read.
+        NoOffsetForTimestampError: see :func:`resolve`.
+    """
+    stream = options.stream
+    spec = parse_spec("startingOffsets", options.starting_offsets, stream, partitions, default)
+    if options.starting_timestamp_ms is not None:
+        option = "startingTimestamp"
+        timestamps = dict.fromkeys(partitions, options.starting_timestamp_ms)
+        strategy = options.timestamp_strategy or "latest"
+    else:
+        option = "startingOffsetsByTimestamp"
+        timestamps = timestamps_for(option, options.starting_timestamps, partitions)
+        strategy = options.timestamp_strategy or "error"
+    return resolve(
+        client, stream, spec, hws, timestamps=timestamps, strategy=strategy, option=option
+    )
+
+
+def end_offsets(
+    client: Client, options: SourceOptions, partitions: list[int], hws: Mapping[int, int]
+) -> Offsets:
+    """Where a batch read ends (exclusive) in each partition, from every ending option.
+
+    ``endingTimestamp`` / ``endingOffsetsByTimestamp`` end before the first message
+    received at or after the time, or at HW + 1 when there is none (Kafka's rule);
+    ``endingOffsets`` (default latest) applies to the rest.
+
+    Raises:
+        ConfigurationError: an option is malformed, says earliest, or names a
+            partition not read.
+    """
+    stream = options.stream
+    spec = parse_spec("endingOffsets", options.ending_offsets, stream, partitions, LATEST)
+    if EARLIEST in spec.values():
+        raise ConfigurationError("option 'endingOffsets' may not be earliest (-2)")
+    if options.ending_timestamp_ms is not None:
+        timestamps = dict.fromkeys(partitions, options.ending_timestamp_ms)
+    else:
+        timestamps = timestamps_for(
+            "endingOffsetsByTimestamp", options.ending_timestamps, partitions
+        )
+    return resolve(client, stream, spec, hws, timestamps=timestamps, strategy="latest")
 
 
 def to_json_dict(stream: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:

@@ -2,7 +2,7 @@
 
 A range is ``[start, end)`` of one Liftbridge partition. Reading subscribes from
 ``start`` with the inclusive stop offset ``end - 1`` on the worker's shared client and
-yields one tuple per message in the source schema's column order.
+yields its messages, which the readers hand Spark as Arrow record batches.
 """
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import time
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
+from pyspark.sql.types import StructType
 
 from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
+from liftbridge_sync.spark.arrow import LOG_APPEND_TIME, arrow_schema, record_batches
 from liftbridge_sync.spark.cleaner import (
     SEGMENT_PAUSE,
     SEGMENT_RETRIES,
@@ -30,7 +33,11 @@ __all__ = [
     "OffsetRange",
     "check_data_loss",
     "earliest_offset",
+    "HEADERS_DDL",
+    "read_batches",
+    "read_messages",
     "read_range",
+    "row_of",
     "schema_ddl",
     "split_ranges",
 ]
@@ -44,15 +51,14 @@ _STOP_BEFORE_START = "stop offset is before start offset"
 _EARLIEST_WAIT = 10.0
 
 
+#: The ``headers`` column of ``includeHeaders=true``, shaped as the Kafka connector's.
+HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
+
 _BASE_DDL = (
     "key binary, value binary, stream string, partition int, offset long, "
     "timestamp timestamp, timestampType int, subject string, replySubject string, "
     "correlationId string"
 )
-
-#: Kafka's ``timestampType`` of every row: 1, LogAppendTime. The Liftbridge leader
-#: stamps each message when it stores it; publishers cannot set the time.
-LOG_APPEND_TIME = 1
 
 
 class DataLossError(ConfigurationError):
@@ -63,8 +69,9 @@ class DataLossError(ConfigurationError):
 
 
 def schema_ddl(include_headers: bool) -> str:
-    """The source schema as DDL; ``headers map<string,binary>`` with includeHeaders."""
-    return _BASE_DDL + (", headers map<string,binary>" if include_headers else "")
+    """The source schema as DDL; with includeHeaders also Kafka's
+    ``headers array<struct<key:string,value:binary>>``."""
+    return _BASE_DDL + (f", {HEADERS_DDL}" if include_headers else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,8 +129,38 @@ def split_ranges(
     return ranges
 
 
+def row_of(message: Message, headers: bool) -> tuple[Any, ...]:
+    """One message as a row in the source schema's column order (without Arrow)."""
+    row: tuple[Any, ...] = (
+        message.key,
+        message.value,
+        message.stream,
+        message.partition,
+        message.offset,
+        message.timestamp,
+        LOG_APPEND_TIME,
+        message.subject,
+        message.reply_subject or None,
+        None,
+    )
+    return row + (list(message.headers.items()),) if headers else row
+
+
 def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any, ...]]:
-    """Yield the messages of ``piece`` as rows (runs on an executor).
+    """The rows of ``piece`` as tuples (see :func:`read_messages`)."""
+    headers = options.include_headers
+    return (row_of(message, headers) for message in read_messages(options, piece))
+
+
+def read_batches(
+    options: SourceOptions, piece: OffsetRange, schema: StructType
+) -> Iterator[pa.RecordBatch]:
+    """The rows of ``piece`` as Arrow record batches laid out as ``schema``."""
+    return record_batches(read_messages(options, piece), arrow_schema(schema))
+
+
+def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Message]:
+    """Yield the messages of ``piece`` (runs on an executor).
 
     Only offsets in ``[start, end)`` are ever yielded, whatever the subscription
     delivers: a message before ``start`` is skipped, and the first one at or past
@@ -140,7 +177,6 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
         TimeoutError: no message came for ``pollTimeoutMs`` while the range was unfinished.
     """
     client = Client.for_process(options.client)
-    headers = options.include_headers
     next_offset = piece.start
     closed_segments = 0
     while True:
@@ -156,19 +192,7 @@ def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any
                     if next_offset == piece.start and offset > piece.start:
                         check_data_loss(client, options, piece, offset)
                     next_offset = offset + 1
-                    row: tuple[Any, ...] = (
-                        message.key,
-                        message.value,
-                        message.stream,
-                        message.partition,
-                        offset,
-                        message.timestamp,
-                        LOG_APPEND_TIME,
-                        message.subject,
-                        message.reply_subject or None,
-                        None,
-                    )
-                    yield row + (dict(message.headers),) if headers else row
+                    yield message
                     if next_offset >= piece.end:
                         return
                 if next_offset == piece.start:

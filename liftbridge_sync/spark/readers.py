@@ -6,31 +6,35 @@ Python process; :meth:`read` runs on executors, one :class:`OffsetRange` per tas
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from liftbridge_sync import Client, ConfigurationError
-from liftbridge_sync.spark.admission import cap_offsets
+from liftbridge_sync.spark.admission import TriggerDelay, cap_offsets
 from liftbridge_sync.spark.offsets import (
     EARLIEST,
     LATEST,
     Offsets,
+    end_offsets,
     from_json_dict,
     high_watermarks,
-    parse_spec,
-    resolve,
+    start_offsets,
     stream_partitions,
     to_json_dict,
 )
-from liftbridge_sync.spark.ranges import OffsetRange, read_range, split_ranges
+from liftbridge_sync.spark.ranges import OffsetRange, read_batches, split_ranges
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = ["BatchReader", "StreamReader"]
@@ -40,12 +44,14 @@ class BatchReader(DataSourceReader):
     """Reads ``[startingOffsets, endingOffsets)`` of each partition once.
 
     Defaults: from the earliest retained offset to the high watermark at planning time.
+    Rows reach Spark as Arrow record batches.
 
     Not thread-safe; Spark calls it from one thread per process.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
         """Resolve the offsets and cut them into ranges (planner process, once)."""
@@ -53,22 +59,15 @@ class BatchReader(DataSourceReader):
         client = Client.for_process(opts.client)
         ids = stream_partitions(client, opts.stream, opts.partitions)
         hws = high_watermarks(client, opts.stream, ids)
-        start_spec = parse_spec(
-            "startingOffsets", opts.starting_offsets, opts.stream, ids, EARLIEST
-        )
-        end_spec = parse_spec("endingOffsets", opts.ending_offsets, opts.stream, ids, LATEST)
-        if EARLIEST in end_spec.values():
-            raise ConfigurationError("option 'endingOffsets' may not be earliest (-2)")
-        starts = resolve(
-            client, opts.stream, start_spec, hws, timestamp_ms=opts.starting_timestamp_ms
-        )
-        ends = resolve(client, opts.stream, end_spec, hws)
+        ends = end_offsets(client, opts, ids, hws)
+        starts = start_offsets(client, opts, ids, hws, EARLIEST)
         for partition in sorted(starts):
             if starts[partition] > ends[partition]:
                 raise ConfigurationError(
                     f"partition {partition}: option 'startingOffsets' resolves to "
                     f"{starts[partition]}, after option 'endingOffsets' {ends[partition]} "
-                    "(the end is exclusive; 'latest' is the high watermark + 1)"
+                    "(the end is exclusive; 'latest' is the high watermark + 1; the "
+                    "timestamp options count as these)"
                 )
         # Never wait for messages that do not exist yet: cap the end at HW + 1.
         ends = {p: min(ends[p], hws[p] + 1) for p in ends}
@@ -76,11 +75,11 @@ class BatchReader(DataSourceReader):
             opts.stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
         )
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Read one range (executor)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range as Arrow record batches (executor)."""
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark's placeholder partition when there is nothing to read
-        return read_range(self.options, partition)
+        return read_batches(self.options, partition, self.schema)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -89,6 +88,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     The checkpoint, not the source, is the truth: a restarted query resumes at the
     checkpointed end offset. ``maxOffsetsPerTrigger`` bounds each micro-batch, and
     ``Trigger.AvailableNow`` stops at the high watermarks seen when the query started.
+    ``minOffsetsPerTrigger`` holds a micro-batch back until that many offsets are
+    available or ``maxTriggerDelay`` passed since the last one (as the Kafka
+    connector; not under ``Trigger.AvailableNow`` or ``Trigger.Once``, which read
+    what is there).
 
     Lag: PySpark 4.3's Python streaming sources cannot report custom metrics (no
     ``offsetsBehindLatest``), so progress ``metrics`` stays empty. Each progress's
@@ -102,9 +105,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     Not thread-safe; Spark calls it from one thread in the streaming-source process.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
+        self.schema = schema
         self._target: Offsets | None = None
+        self._delay: TriggerDelay | None = None
+        if options.min_offsets_per_trigger:
+            self._delay = TriggerDelay(
+                options.min_offsets_per_trigger, options.max_trigger_delay, time.monotonic
+            )
 
     def _client(self) -> Client:
         return Client.for_process(self.options.client)
@@ -121,14 +130,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._client()
         ids = stream_partitions(client, opts.stream, opts.partitions)
         hws = high_watermarks(client, opts.stream, ids)
-        spec = parse_spec("startingOffsets", opts.starting_offsets, opts.stream, ids, LATEST)
-        offsets = resolve(client, opts.stream, spec, hws, timestamp_ms=opts.starting_timestamp_ms)
-        return to_json_dict(opts.stream, offsets)
+        return to_json_dict(opts.stream, start_offsets(client, opts, ids, hws, LATEST))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
-        """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else everything available."""
-        limit = self.options.max_offsets_per_trigger
-        return ReadMaxRows(limit) if limit else ReadAllAvailable()
+        """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else ``ReadMinRows`` with
+        ``minOffsetsPerTrigger`` alone, else everything available.
+
+        PySpark has no composite limit: with both options the minimum is applied from
+        the options, whatever limit Spark passes back other than ``ReadAllAvailable``.
+        """
+        opts = self.options
+        if opts.max_offsets_per_trigger:
+            return ReadMaxRows(opts.max_offsets_per_trigger)
+        if opts.min_offsets_per_trigger:
+            return ReadMinRows(opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         """Fix the end of an ``availableNow`` run at today's high watermarks."""
@@ -141,6 +157,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stream = self.options.stream
         latest = self._target if self._target is not None else self._latest()
         begin = from_json_dict(stream, start) if start else {}
+        hold = (
+            self._delay is not None
+            and self._target is None
+            and not isinstance(limit, ReadAllAvailable)
+            and self._delay.hold(begin, latest)
+        )
+        if hold:
+            # Too few new offsets and maxTriggerDelay not reached: no micro-batch yet.
+            return to_json_dict(stream, {p: begin.get(p, 0) for p in latest})
         if isinstance(limit, ReadMaxRows):
             end = cap_offsets(begin, latest, limit.max_rows)
         else:
@@ -162,11 +187,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
         )
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Read one range (executor)."""
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one range as Arrow record batches (executor)."""
         if not isinstance(partition, OffsetRange):
             return iter(())  # Spark's placeholder partition when there is nothing to read
-        return read_range(self.options, partition)
+        return read_batches(self.options, partition, self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: Spark's checkpoint records progress."""

@@ -10,12 +10,13 @@ ignored. A ``None`` cell means "not set".
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from liftbridge_sync import ConfigurationError
 
-__all__ = ["COLUMNS", "Columns", "RowMessage", "column_index", "to_message"]
+__all__ = ["COLUMNS", "Columns", "RowMessage", "batch_messages", "column_index", "to_message"]
 
 #: Columns the sink reads; everything else in a row is ignored.
 COLUMNS = ("value", "key", "partition", "headers", "correlationId", "stream")
@@ -97,6 +98,8 @@ def _headers(cell: Any) -> dict[str, bytes] | None:
         )
     result: dict[str, bytes] = {}
     for pair in pairs:
+        if isinstance(pair, Mapping) and "key" in pair:
+            pair = (pair["key"], pair.get("value"))  # an Arrow struct, as a dict
         try:
             name, raw = pair
         except (TypeError, ValueError):
@@ -107,6 +110,12 @@ def _headers(cell: Any) -> dict[str, bytes] | None:
             raise ConfigurationError(
                 f"column 'headers': keys must be strings, got {type(name).__name__}"
             )
+        if name in result:
+            # Liftbridge headers are a map: a repeated key would silently lose a value.
+            raise ConfigurationError(
+                f"column 'headers': key {name!r} appears twice; Liftbridge headers hold "
+                "one value per key"
+            )
         value = _binary(f"headers[{name!r}]", raw, optional=True)
         result[name] = b"" if value is None else value
     return result
@@ -116,6 +125,26 @@ def _optional_str(column: str, cell: Any) -> str | None:
     if cell is None or isinstance(cell, str):
         return cell or None
     raise ConfigurationError(f"column {column!r} must be a string, got {type(cell).__name__}")
+
+
+def batch_messages(batch: Any) -> Iterator[RowMessage]:
+    """The messages of one ``pyarrow.RecordBatch`` of rows, column by column.
+
+    Each column is turned into Python values once (``to_pylist``) instead of building a
+    ``Row`` per row; cells are then checked as :func:`to_message` does.
+
+    Raises:
+        ConfigurationError: there is no ``value`` column, or a cell has the wrong type.
+    """
+    names = list(batch.schema.names)
+    columns = column_index(names)
+    wanted = {getattr(columns, field) for field in Columns.__slots__}
+    cells = [
+        batch.column(index).to_pylist() if index in wanted else itertools.repeat(None)
+        for index in range(len(names))
+    ]
+    for row in zip(*cells):  # noqa: B905 - the repeat() stand-ins are endless
+        yield to_message(row, columns)
 
 
 def to_message(row: Any, columns: Columns) -> RowMessage:

@@ -174,6 +174,10 @@ class PartitionPublisher:
             PublishError: a publish failed (nack, ack timeout, unreachable broker); the
                 task fails and Spark retries it.
         """
+        return self.publish_messages(_messages(rows))
+
+    def publish_messages(self, messages: Iterable[RowMessage]) -> PublishSummary:
+        """Publish messages already taken from rows; see :meth:`publish`."""
         options = self.options
         client = Client.for_process(options.client)
         partitioner = _partitioner(options.partitioner)
@@ -181,7 +185,7 @@ class PartitionPublisher:
         window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
         limit = options.max_in_flight
         try:
-            for message in _messages(rows):
+            for message in messages:
                 stream = options.stream or message.stream
                 if stream is None:
                     raise ConfigurationError(

@@ -16,6 +16,7 @@ from liftbridge_sync.spark.config import (
     CLIENT_OPTIONS,
     client_options,
     get_bool,
+    get_duration,
     get_int,
     get_millis,
     lower_keys,
@@ -26,15 +27,19 @@ __all__ = [
     "READ_OPTIONS",
     "STREAM_ONLY_OPTIONS",
     "SourceOptions",
+    "TIMESTAMP_STRATEGIES",
     "WRITE_OPTIONS",
     "check_known",
 ]
 
 #: Read options refused by ``readStream`` (a streaming query has no end).
-BATCH_ONLY_OPTIONS = ("endingOffsets",)
+BATCH_ONLY_OPTIONS = ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp")
 
 #: Read options refused by a batch ``read`` (there are no triggers).
-STREAM_ONLY_OPTIONS = ("maxOffsetsPerTrigger",)
+STREAM_ONLY_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+
+#: What ``startingOffsetsByTimestampStrategy`` accepts (Kafka's values).
+TIMESTAMP_STRATEGIES = ("error", "latest")
 
 #: Options the reader understands (lower case).
 READ_OPTIONS = frozenset(
@@ -46,7 +51,13 @@ READ_OPTIONS = frozenset(
         "startingoffsets",
         "endingoffsets",
         "startingtimestamp",
+        "startingoffsetsbytimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "endingtimestamp",
+        "endingoffsetsbytimestamp",
         "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
         "maxrecordsperpartition",
         "minpartitions",
         "includeheaders",
@@ -114,6 +125,70 @@ def _partitions(raw: str | None, stream: str) -> tuple[int, ...] | None:
     return ids
 
 
+def _timestamps(option: str, raw: str | None, stream: str) -> tuple[tuple[int, int], ...] | None:
+    """Kafka's per-partition timestamps, ``{"orders": {"0": 1700000000000}}``, as pairs.
+
+    Which partitions exist is checked when the read is planned.
+    """
+    if raw is None:
+        return None
+    example = f'\'{{"{stream}": {{"0": 1700000000000, "1": 1700000000000}}}}\''
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"option {option!r} must be JSON like {example}: {exc}") from None
+    if (
+        not isinstance(parsed, dict)
+        or set(parsed) != {stream}
+        or not isinstance(parsed[stream], dict)
+    ):
+        raise ConfigurationError(
+            f"option {option!r} must map the stream {stream!r} to partition timestamps "
+            f"(epoch ms), like {example}; got {raw!r}"
+        )
+    pairs: list[tuple[int, int]] = []
+    for key, value in parsed[stream].items():
+        try:
+            partition = int(key)
+        except ValueError:
+            raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id") from None
+        if partition < 0:
+            raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigurationError(
+                f"option {option!r}: the timestamp of partition {partition} must be epoch "
+                f"milliseconds (an int >= 0), got {value!r}"
+            )
+        pairs.append((partition, value))
+    if not pairs:
+        raise ConfigurationError(f"option {option!r} names no partition; like {example}")
+    return tuple(sorted(pairs))
+
+
+def _strategy(raw: str | None, starting: bool) -> str | None:
+    if raw is None:
+        return None
+    text = str(raw).strip().lower()
+    if text not in TIMESTAMP_STRATEGIES:
+        raise ConfigurationError(
+            f"option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest', got {raw!r}"
+        )
+    if not starting:
+        raise ConfigurationError(
+            "option 'startingOffsetsByTimestampStrategy' applies only with "
+            "'startingOffsetsByTimestamp' or 'startingTimestamp'"
+        )
+    return text
+
+
+def _exclusive(lowered: Mapping[str, str], first: str, second: str) -> None:
+    if first.lower() in lowered and second.lower() in lowered:
+        raise ConfigurationError(
+            f"options {first!r} and {second!r} both say where to "
+            f"{'start' if first.startswith('start') else 'end'}; give one"
+        )
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SourceOptions:
     """Validated read options of the ``liftbridge`` source. Immutable and picklable.
@@ -127,7 +202,20 @@ class SourceOptions:
         ending_offsets: ``"latest"`` or a JSON string (batch only).
         starting_timestamp_ms: Start at the first message received at or after this
             Unix time in milliseconds (overrides ``starting_offsets``).
+        starting_timestamps: ``(partition, epoch ms)`` pairs: those partitions start at
+            their first message received at or after the time (overrides
+            ``starting_offsets`` for them).
+        timestamp_strategy: What a start timestamp that matches no message does:
+            ``"error"`` fails the read, ``"latest"`` starts at the high watermark + 1.
+            ``None`` when not given: ``"error"`` for ``starting_timestamps`` (Kafka's
+            default), ``"latest"`` for ``starting_timestamp_ms``.
+        ending_timestamp_ms: Batch reads end before the first message received at or
+            after this time (exclusive; the high watermark + 1 when none is).
+        ending_timestamps: Per-partition ending timestamps, as ``starting_timestamps``.
         max_offsets_per_trigger: Row budget per micro-batch, ``None`` for no limit.
+        min_offsets_per_trigger: A micro-batch waits until this many offsets are
+            available, or ``max_trigger_delay`` passed since the last one.
+        max_trigger_delay: Seconds a micro-batch waits for ``min_offsets_per_trigger``.
         max_records_per_partition: Split ranges bigger than this into several Spark
             partitions (``0``: one Spark partition per Liftbridge partition).
         min_partitions: Least number of Spark partitions of a read (``0``: one per
@@ -144,7 +232,13 @@ class SourceOptions:
     starting_offsets: str | None = None
     ending_offsets: str = "latest"
     starting_timestamp_ms: int | None = None
+    starting_timestamps: tuple[tuple[int, int], ...] | None = None
+    timestamp_strategy: str | None = None
+    ending_timestamp_ms: int | None = None
+    ending_timestamps: tuple[tuple[int, int], ...] | None = None
     max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay: float = 900.0
     max_records_per_partition: int = 0
     min_partitions: int = 0
     include_headers: bool = False
@@ -167,7 +261,23 @@ class SourceOptions:
                 "option 'stream' is required: .option('stream', 'orders') or .load('orders')"
             )
         max_per_trigger = get_int(lowered, "maxOffsetsPerTrigger", 0, minimum=1)
+        min_per_trigger = get_int(lowered, "minOffsetsPerTrigger", 0, minimum=1)
+        if "maxtriggerdelay" in lowered and not min_per_trigger:
+            raise ConfigurationError(
+                "option 'maxTriggerDelay' applies only with 'minOffsetsPerTrigger'"
+            )
+        if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+            raise ConfigurationError(
+                f"option 'minOffsetsPerTrigger' ({min_per_trigger}) is above option "
+                f"'maxOffsetsPerTrigger' ({max_per_trigger})"
+            )
+        _exclusive(lowered, "startingTimestamp", "startingOffsetsByTimestamp")
+        _exclusive(lowered, "endingTimestamp", "endingOffsetsByTimestamp")
         timestamp = get_int(lowered, "startingTimestamp", -1, minimum=0)
+        ending_timestamp = get_int(lowered, "endingTimestamp", -1, minimum=0)
+        starting_by = _timestamps(
+            "startingOffsetsByTimestamp", lowered.get("startingoffsetsbytimestamp"), stream
+        )
         return cls(
             client=client_options(lowered.get("brokers"), lowered),
             stream=stream,
@@ -175,7 +285,18 @@ class SourceOptions:
             starting_offsets=lowered.get("startingoffsets"),
             ending_offsets=lowered.get("endingoffsets", "latest"),
             starting_timestamp_ms=timestamp if timestamp >= 0 else None,
+            starting_timestamps=starting_by,
+            timestamp_strategy=_strategy(
+                lowered.get("startingoffsetsbytimestampstrategy"),
+                starting=timestamp >= 0 or starting_by is not None,
+            ),
+            ending_timestamp_ms=ending_timestamp if ending_timestamp >= 0 else None,
+            ending_timestamps=_timestamps(
+                "endingOffsetsByTimestamp", lowered.get("endingoffsetsbytimestamp"), stream
+            ),
             max_offsets_per_trigger=max_per_trigger or None,
+            min_offsets_per_trigger=min_per_trigger or None,
+            max_trigger_delay=get_duration(lowered, "maxTriggerDelay", 900.0),
             max_records_per_partition=get_int(lowered, "maxRecordsPerPartition", 0),
             min_partitions=get_int(lowered, "minPartitions", 0, minimum=1)
             if "minpartitions" in lowered

@@ -62,7 +62,7 @@ def test_batch_read_matches_published_with_every_column(
         assert r.stream == stream
         assert r.subject == (stream if r.partition == 0 else f"{stream}.{r.partition}")
         assert r.replySubject is None
-        assert bytes(r.headers["n"]) == str(r.offset).encode()
+        assert ("n", str(r.offset).encode()) in [(h.key, bytes(h.value)) for h in r.headers]
         assert r.timestamp is not None and r.timestamp.year >= 2024
         assert r.timestampType == 1  # LogAppendTime, as Kafka numbers it
     # The default schema has no headers column; load(path) names the stream.
@@ -128,6 +128,13 @@ def test_empty_stream_reads_no_rows(
         ("endingOffsets", "earliest", "may not be earliest"),
         ("maxOffsetsPerTrigger", "many", "option 'maxOffsetsPerTrigger' must be an integer"),
         ("maxOffsetsPerTrigger", "10", "'maxOffsetsPerTrigger' is for streaming reads only"),
+        ("minOffsetsPerTrigger", "10", "'minOffsetsPerTrigger' is for streaming reads only"),
+        ("maxTriggerDelay", "5s", "'maxTriggerDelay' applies only with 'minOffsetsPerTrigger'"),
+        ("startingOffsetsByTimestamp", "{bad", "'startingOffsetsByTimestamp' must be JSON"),
+        ("endingOffsetsByTimestamp", '{"other": {"0": 1}}', "must map the stream"),
+        ("startingOffsetsByTimestamp", '{"S": {"0": -1}}', "must map the stream"),
+        ("startingOffsetsByTimestampStrategy", "latest", "applies only with"),
+        ("endingTimestamp", "soon", "option 'endingTimestamp' must be an integer"),
         ("includeHeaders", "yes", "option 'includeHeaders' must be 'true' or 'false'"),
         ("partitions", "0,7", "has no partition [7]"),
         ("liftbridge.bogus", "1", "unknown option 'liftbridge.bogus'"),

@@ -108,16 +108,29 @@ def test_stream_write_copies_a_stream(
     assert sorted(m.value.decode() for m in copied) == sorted(values)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("endingOffsets", "latest"),
+        ("endingOffsetsByTimestamp", '{{"{stream}": {{"0": 1700000000000}}}}'),
+        ("endingTimestamp", "1700000000000"),
+    ],
+)
 def test_batch_only_option_is_refused_by_a_streaming_read(
-    spark: Any, liftbridge_address: str, new_stream: StreamFactory, tmp_path: Path
+    spark: Any,
+    liftbridge_address: str,
+    new_stream: StreamFactory,
+    tmp_path: Path,
+    option: str,
+    value: str,
 ) -> None:
     stream = new_stream()
-    with pytest.raises(Exception, match="'endingOffsets' is for batch reads only"):
+    with pytest.raises(Exception, match=f"'{option}' is for batch reads only"):
         query = (
             spark.readStream.format("liftbridge")
             .option("brokers", liftbridge_address)
             .option("stream", stream)
-            .option("endingOffsets", "latest")
+            .option(option, value.format(stream=stream))
             .load()
             .writeStream.format("parquet")
             .option("path", str(tmp_path / "out"))

@@ -6,13 +6,21 @@ None of these import PySpark, so they run without the ``spark`` extra.
 from __future__ import annotations
 
 import pickle
+import re
 
 import pytest
 
 from liftbridge_sync import AckPolicy, ConfigurationError
-from liftbridge_sync.spark.admission import cap_offsets
-from liftbridge_sync.spark.config import client_options
-from liftbridge_sync.spark.offsets import EARLIEST, LATEST, from_json_dict, parse_spec, to_json_dict
+from liftbridge_sync.spark.admission import TriggerDelay, cap_offsets
+from liftbridge_sync.spark.config import client_options, get_duration
+from liftbridge_sync.spark.offsets import (
+    EARLIEST,
+    LATEST,
+    from_json_dict,
+    parse_spec,
+    timestamps_for,
+    to_json_dict,
+)
 from liftbridge_sync.spark.rows import column_index, to_message
 from liftbridge_sync.spark.sink import SinkOptions, publish_partition
 from liftbridge_sync.spark.source_options import SourceOptions
@@ -111,6 +119,10 @@ def test_rows_map_to_messages() -> None:
         ((None, b"v", True, None, None, None), "column 'partition' must be an integer"),
         ((None, b"v", None, "h", None, None), "column 'headers' must be a map"),
         ((None, b"v", None, {1: b"x"}, None, None), "column 'headers': keys must be strings"),
+        (
+            (None, b"v", None, [("a", b"1"), ("a", b"2")], None, None),
+            "column 'headers': key 'a' appears twice",
+        ),
         ((None, b"v", None, None, 7, None), "column 'correlationId' must be a string"),
     ]:
         with pytest.raises(ConfigurationError, match=name):
@@ -140,3 +152,103 @@ def test_mapping_rows_are_read_by_name() -> None:
     assert got == [(b"k", b"a"), (b"j", b"b"), (None, b"raw")]
     with pytest.raises(ConfigurationError, match="rows must be pyspark Rows"):
         list(_messages([42]))
+
+
+def _parse(**options: str) -> SourceOptions:
+    return SourceOptions.parse({"brokers": "a:1", "stream": "s", **options})
+
+
+def test_timestamp_options() -> None:
+    parsed = _parse(
+        startingOffsetsByTimestamp='{"s": {"1": 1700000000000, "0": 5}}',
+        startingOffsetsByTimestampStrategy="LATEST",
+        endingTimestamp="1800000000000",
+    )
+    assert parsed.starting_timestamps == ((0, 5), (1, 1700000000000))
+    assert parsed.timestamp_strategy == "latest"
+    assert parsed.ending_timestamp_ms == 1800000000000
+    assert _parse(startingTimestamp="7").timestamp_strategy is None  # per-option default
+    assert timestamps_for("x", ((0, 5),), [0, 1]) == {0: 5}
+    for options, message in [
+        ({"startingOffsetsByTimestamp": "[1]"}, "must map the stream 's'"),
+        ({"startingOffsetsByTimestamp": '{"s": {}}'}, "names no partition"),
+        ({"startingOffsetsByTimestamp": '{"s": {"x": 1}}'}, "'x' is not a partition id"),
+        ({"endingOffsetsByTimestamp": '{"s": {"0": -5}}'}, "must be epoch milliseconds"),
+        ({"endingOffsetsByTimestamp": '{"s": {"0": true}}'}, "must be epoch milliseconds"),
+        ({"startingOffsetsByTimestampStrategy": "error"}, "applies only with"),
+        (
+            {"startingTimestamp": "1", "startingOffsetsByTimestampStrategy": "earliest"},
+            "must be 'error' or 'latest'",
+        ),
+        (
+            {"startingTimestamp": "1", "startingOffsetsByTimestamp": '{"s": {"0": 1}}'},
+            "'startingTimestamp' and 'startingOffsetsByTimestamp' both say where to start",
+        ),
+        (
+            {"endingTimestamp": "1", "endingOffsetsByTimestamp": '{"s": {"0": 1}}'},
+            "'endingTimestamp' and 'endingOffsetsByTimestamp' both say where to end",
+        ),
+    ]:
+        with pytest.raises(ConfigurationError, match=re.escape(message)):
+            _parse(**options)
+    with pytest.raises(ConfigurationError, match=re.escape("partition [7] is not read")):
+        timestamps_for("startingOffsetsByTimestamp", ((7, 1),), [0, 1])
+
+
+def test_trigger_options() -> None:
+    parsed = _parse(minOffsetsPerTrigger="10", maxTriggerDelay="30s", maxOffsetsPerTrigger="10")
+    assert parsed.min_offsets_per_trigger == 10 and parsed.max_trigger_delay == 30.0
+    assert _parse(minOffsetsPerTrigger="1").max_trigger_delay == 900.0  # Kafka's 15m
+    durations = {"15m": 900.0, "2h": 7200.0, "500ms": 0.5, "250": 0.25, "1d": 86400.0}
+    for text, seconds in durations.items():
+        assert get_duration({"d": text}, "d", 1.0) == seconds
+    for bad in ("soon", "-1s", "5 parsecs", "0", "30d"):
+        with pytest.raises(ConfigurationError, match="option 'd'"):
+            get_duration({"d": bad}, "d", 1.0)
+    with pytest.raises(ConfigurationError, match="applies only with 'minOffsetsPerTrigger'"):
+        _parse(maxTriggerDelay="5s")
+    with pytest.raises(ConfigurationError, match=re.escape("(11) is above option")):
+        _parse(minOffsetsPerTrigger="11", maxOffsetsPerTrigger="10")
+
+
+def test_trigger_delay_holds_until_enough_offsets_or_the_delay() -> None:
+    now = [100.0]
+    delay = TriggerDelay(25, 10.0, lambda: now[0])
+    assert delay.hold({0: 0}, {0: 10})  # 10 < 25 and no time passed
+    now[0] += 5
+    assert delay.hold({0: 0, 1: 0}, {0: 10, 1: 14})  # 24 < 25
+    assert not delay.hold({0: 0, 1: 0}, {0: 10, 1: 15})  # 25: let through, clock restarts
+    now[0] += 9.9
+    assert delay.hold({0: 10}, {0: 11})
+    now[0] += 0.1  # 10 s since the last batch: let through whatever is there
+    assert not delay.hold({0: 10}, {0: 11})
+    assert delay.hold({0: 11}, {0: 11})
+
+
+def test_arrow_batches_map_to_messages_column_by_column() -> None:
+    pa = pytest.importorskip("pyarrow")
+    from liftbridge_sync.spark.rows import batch_messages
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array(["x", "y"]),
+            pa.array([b"k", None], pa.binary()),
+            pa.array([b"v1", b"v2"], pa.binary()),
+            pa.array([[("h", b"1")], None], headers),
+            pa.array([None, 3], pa.int32()),
+        ],
+        names=["ignored", "key", "value", "headers", "partition"],
+    )
+    got = list(batch_messages(batch))
+    assert [(m.key, m.value, m.partition, m.headers) for m in got] == [
+        (b"k", b"v1", None, {"h": b"1"}),
+        (None, b"v2", 3, None),
+    ]
+    as_map = pa.RecordBatch.from_arrays(
+        [pa.array(["v"]), pa.array([[("a", "b")]], pa.map_(pa.string(), pa.string()))],
+        names=["value", "headers"],
+    )
+    assert [m.headers for m in batch_messages(as_map)] == [{"a": b"b"}]
+    with pytest.raises(ConfigurationError, match="need a 'value' column"):
+        list(batch_messages(pa.RecordBatch.from_arrays([pa.array([1])], names=["key"])))
