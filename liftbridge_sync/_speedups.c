@@ -2,8 +2,9 @@
  * Optional C speedups of the publish hot path (CPython C API only). This file holds the
  * module, framing, settling and entries; scan_acks is in _speedups_acks.c, send_held and
  * recv_held in _speedups_io.c, the publish_async fast path in _speedups_submit.c, the
- * PendingCore type (the pending table's state and send lock) in _speedups_table.c, and
- * what they share in _speedups.h.
+ * PendingCore type (the pending table's state and send lock) in _speedups_table.c, the
+ * OutboundQueue type (an HTTP/2 publish stream's queue and lock) in _speedups_outbound.c,
+ * and what they share in _speedups.h.
  *
  * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
  * every function here (frame_value, frame_id, frame_values and decode_ack are drop-ins

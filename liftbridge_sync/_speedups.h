@@ -1,7 +1,7 @@
 /*
  * What the translation units of liftbridge_sync._speedups share (see _speedups.c for the
  * module and its functions, _speedups_submit.c for the publish_async fast path,
- * _speedups_table.c for the PendingCore type).
+ * _speedups_table.c for the PendingCore type, _speedups_outbound.c for OutboundQueue).
  */
 #ifndef LIFTBRIDGE_SYNC_SPEEDUPS_H
 #define LIFTBRIDGE_SYNC_SPEEDUPS_H

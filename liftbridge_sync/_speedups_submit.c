@@ -5,8 +5,7 @@
  * in one call and without running Python code. About a microsecond of bytecode per
  * publish_async, half of the calling thread's share.
  *
- *   setup_submit(lock_type, deque_type, heads, no_ack)
- *       The type of threading.Lock() (unused now: kept for the call's shape),
+ *   setup_submit(deque_type, heads, no_ack)
  *       collections.deque, the publisher's cache of request heads ((stream, partition,
  *       policy) -> bytes) and AckPolicy.NONE. Until it is set up, submit_plain returns
  *       None.
@@ -47,17 +46,15 @@ static PyObject *heads = NULL, *no_ack = NULL, *n_append = NULL;
 LBS_INTERNAL PyObject *
 setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4 || !PyType_Check(args[0]) || !PyType_Check(args[1]) ||
-        !PyDict_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError,
-                        "setup_submit(lock_type, deque_type, heads: dict, no_ack)");
+    if (nargs != 3 || !PyType_Check(args[0]) || !PyDict_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup_submit(deque_type, heads: dict, no_ack)");
         return NULL;
     }
     if (n_append == NULL && (n_append = PyUnicode_InternFromString("append")) == NULL)
         return NULL;
-    Py_XSETREF(deque_type, (PyTypeObject *)Py_NewRef(args[1]));
-    Py_XSETREF(heads, Py_NewRef(args[2]));
-    Py_XSETREF(no_ack, Py_NewRef(args[3]));
+    Py_XSETREF(deque_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(heads, Py_NewRef(args[1]));
+    Py_XSETREF(no_ack, Py_NewRef(args[2]));
     Py_RETURN_NONE;
 }
 

@@ -103,7 +103,7 @@ make_entry: Callable[..., Any] | None = None
 frame_entry: Callable[..., Any] | None = None
 #: ``pop_answered(deadline_queue, pending) -> whether a pending entry is at its head``.
 pop_answered: Callable[..., bool] | None = None
-#: ``setup_submit(lock_type, deque_type, heads, no_ack)`` once, then
+#: ``setup_submit(deque_type, heads, no_ack)`` once, then
 #: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
 #: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
 #: ``PendingCore(max_in_flight, max_message, id_prefix, clock)``: the pending table's

@@ -623,10 +623,10 @@ def test_submit_setup_refuses_bad_arguments() -> None:
     from liftbridge_sync._wire.publish_codec import _heads
 
     lock_type = type(threading.Lock())
-    with pytest.raises(TypeError, match="setup_submit"):  # the old signature, with a class
-        _speedups.setup_submit(PublishFuture, lock_type, collections.deque, _heads, AckPolicy.NONE)  # type: ignore[call-arg,arg-type]
+    with pytest.raises(TypeError, match="setup_submit"):  # the old signature, with a lock type
+        _speedups.setup_submit(lock_type, collections.deque, _heads, AckPolicy.NONE)  # type: ignore[call-arg,arg-type]
     with pytest.raises(TypeError, match="setup_submit"):
-        _speedups.setup_submit(lock_type, collections.deque, [], AckPolicy.NONE)  # type: ignore[arg-type]
+        _speedups.setup_submit(collections.deque, [], AckPolicy.NONE)  # type: ignore[arg-type]
 
 
 @needs_c
