@@ -2,8 +2,9 @@
  * Optional C speedups of the publish hot path (CPython C API only). This file holds the
  * module, framing, settling and entries; scan_acks is in _speedups_acks.c, send_held and
  * recv_held in _speedups_io.c, the publish_async fast path in _speedups_submit.c, the
- * PendingCore type (the pending table's state and send lock) in _speedups_table.c, and
- * what they share in _speedups.h.
+ * PendingCore type (the pending table's state and send lock) in _speedups_table.c, the
+ * OutboundQueue type (an HTTP/2 publish stream's queue and lock) in _speedups_outbound.c,
+ * and what they share in _speedups.h.
  *
  * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
  * every function here (frame_value, frame_id, frame_values and decode_ack are drop-ins
@@ -90,11 +91,14 @@
  *       The same for one non-blocking recv() of up to size bytes: the bytes read
  *       (b"" at end of stream), None if none are waiting; OSError otherwise. Reads
  *       only what the socket holds (FIONREAD), so a small read allocates little.
- *   setup_submit(...), setup_submit_stream(...), submit_plain(...)
+ *   setup_submit(...), submit_plain(...)
  *       The publish_async fast path: see _speedups_submit.c.
  *   PendingCore(max_in_flight, max_message, id_prefix, clock)
  *       A type: the pending table's state in a C struct, with its own lock (see
  *       _speedups_table.c; twin: liftbridge_sync._publishing.pending_core).
+ *   OutboundQueue(write_here_at)
+ *       A type: an HTTP/2 publish stream's outbound queue, flags and lock (see
+ *       _speedups_outbound.c; twin: liftbridge_sync._transport.h2.outbound_queue).
  */
 #include "_speedups.h"
 
@@ -868,7 +872,6 @@ static PyMethodDef methods[] = {
     {"run_callbacks", (PyCFunction)(void (*)(void))run_callbacks, METH_FASTCALL, NULL},
     {"recv_held", (PyCFunction)(void (*)(void))recv_held, METH_FASTCALL, NULL},
     {"setup_submit", (PyCFunction)(void (*)(void))setup_submit, METH_FASTCALL, NULL},
-    {"setup_submit_stream", (PyCFunction)(void (*)(void))setup_submit_stream, METH_FASTCALL, NULL},
     {"submit_plain", (PyCFunction)(void (*)(void))submit_plain, METH_FASTCALL, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -918,7 +921,7 @@ PyInit__speedups(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (add_pending_core(m) < 0) {
+    if (add_pending_core(m) < 0 || add_outbound_queue(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -1,7 +1,7 @@
 /*
  * What the translation units of liftbridge_sync._speedups share (see _speedups.c for the
  * module and its functions, _speedups_submit.c for the publish_async fast path,
- * _speedups_table.c for the PendingCore type).
+ * _speedups_table.c for the PendingCore type, _speedups_outbound.c for OutboundQueue).
  */
 #ifndef LIFTBRIDGE_SYNC_SPEEDUPS_H
 #define LIFTBRIDGE_SYNC_SPEEDUPS_H
@@ -61,6 +61,7 @@ typedef struct {
     PyObject *pending;       /* dict: correlation id -> Entry, in sequence order */
     PyObject *expiry;        /* dict: timeout -> deque of Entry, in send order */
     PyObject *live;          /* the stream publishes are written to, or None */
+    PyObject *outbound;      /* its OutboundQueue (HTTP/2 streams), or None */
     PyObject *clock;         /* () -> float */
     PyObject *prefix;        /* str: the correlation ids' prefix */
     Py_ssize_t max_in_flight, max_message;
@@ -74,10 +75,21 @@ LBS_INTERNAL int add_pending_core(PyObject *module);
 /* Take the lock: 1 taken, 0 not (only without blocking). */
 LBS_INTERNAL int core_lock(PendingCoreObject *self, int blocking);
 
+/* _speedups_outbound.c: an HTTP/2 publish stream's outbound queue (see there). */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock; /* the stream's lock */
+    PyObject *frames;        /* list of bytes: framed requests queued */
+    Py_ssize_t queued_bytes, taken_bytes, asked, write_here_at;
+    char signalled, done, close_requested;
+} OutboundQueueObject;
+LBS_INTERNAL extern PyTypeObject *outbound_queue_type;
+LBS_INTERNAL int add_outbound_queue(PyObject *module);
+/* Take the lock: 1 taken, 0 not (only without blocking). */
+LBS_INTERNAL int queue_lock(OutboundQueueObject *self, int blocking);
+
 /* _speedups_submit.c */
 LBS_INTERNAL PyObject *setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-LBS_INTERNAL PyObject *setup_submit_stream(PyObject *self, PyObject *const *args,
-                                           Py_ssize_t nargs);
 LBS_INTERNAL PyObject *submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -7,7 +7,8 @@
  * It holds the send lock (a lock of its own: acquire(blocking=True) / release() / a
  * context manager), the entries by correlation id (a dict), the deadline queues (a dict
  * of deques by timeout), the live stream, the last sequence number and the next id
- * number, the owner loop's wake-up time, and the closing / finished flags. The Python
+ * number, the live stream's outbound queue (an OutboundQueue, _speedups_outbound.c, or
+ * None), the owner loop's wake-up time, and the closing / finished flags. The Python
  * PendingTable composes one and keeps its methods; the publish_async fast path
  * (submit_plain, _speedups_submit.c) reads and writes the struct directly, under the
  * same lock, taken (never waited for) with try-acquire.
@@ -30,6 +31,7 @@ core_traverse(PendingCoreObject *self, visitproc visit, void *arg)
     Py_VISIT(self->pending);
     Py_VISIT(self->expiry);
     Py_VISIT(self->live);
+    Py_VISIT(self->outbound);
     Py_VISIT(self->clock);
     Py_VISIT(self->prefix);
     return 0;
@@ -41,6 +43,7 @@ core_clear(PendingCoreObject *self)
     Py_CLEAR(self->pending);
     Py_CLEAR(self->expiry);
     Py_CLEAR(self->live);
+    Py_CLEAR(self->outbound);
     Py_CLEAR(self->clock);
     Py_CLEAR(self->prefix);
     return 0;
@@ -86,6 +89,7 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
     self->live = Py_NewRef(Py_None);
+    self->outbound = Py_NewRef(Py_None);
     self->clock = Py_NewRef(clock);
     self->prefix = Py_NewRef(prefix);
     self->max_in_flight = max_in_flight;
@@ -232,6 +236,23 @@ set_live(PendingCoreObject *self, PyObject *value, void *closure)
 }
 
 static PyObject *
+get_outbound(PendingCoreObject *self, void *closure)
+{
+    return Py_NewRef(self->outbound);
+}
+
+static int
+set_outbound(PendingCoreObject *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "outbound cannot be deleted (set None)");
+        return -1;
+    }
+    Py_SETREF(self->outbound, Py_NewRef(value));
+    return 0;
+}
+
+static PyObject *
 get_clock(PendingCoreObject *self, void *closure)
 {
     return Py_NewRef(self->clock);
@@ -308,6 +329,8 @@ static PyGetSetDef core_getset[] = {
     {"pending", (getter)get_pending, NULL, "entries by correlation id, in sequence order", NULL},
     {"expiry", (getter)get_expiry, NULL, "deadline queues (deques) by timeout", NULL},
     {"live", (getter)get_live, (setter)set_live, "the stream written to, or None", NULL},
+    {"outbound", (getter)get_outbound, (setter)set_outbound,
+     "the live stream's OutboundQueue (submit_plain queues on it), or None", NULL},
     {"clock", (getter)get_clock, NULL, NULL, NULL},
     {"id_prefix", (getter)get_prefix, NULL, NULL, NULL},
     {"seq", (getter)get_seq, NULL, "the last sequence number handed out", NULL},

@@ -40,6 +40,7 @@ class PendingCoreType(Protocol):
     def max_message(self) -> int: ...
 
     live: Any
+    outbound: Any
     sleep_until: float
     closing: bool
     finished: bool
@@ -71,6 +72,7 @@ class PyPendingCore:
         "max_in_flight",
         "max_message",
         "live",
+        "outbound",
         "sleep_until",
         "closing",
         "finished",
@@ -97,6 +99,7 @@ class PyPendingCore:
         self.max_in_flight = max_in_flight
         self.max_message = max_message
         self.live: Any = None
+        self.outbound: Any = None
         self.sleep_until = INF
         self.closing = False
         self.finished = False

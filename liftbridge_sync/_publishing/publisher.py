@@ -34,7 +34,6 @@ import collections
 import concurrent.futures
 import logging
 import queue
-import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -334,4 +333,4 @@ class Publisher:
 
 _submit_plain = speedups.submit_plain
 if _submit_plain is not None and speedups.setup_submit is not None:
-    speedups.setup_submit(type(threading.Lock()), collections.deque, _heads, AckPolicy.NONE)
+    speedups.setup_submit(collections.deque, _heads, AckPolicy.NONE)

@@ -333,6 +333,8 @@ class PendingTable:
                 entry.resent_at = now
             if not core.finished:
                 core.live = stream
+                # An HTTP/2 stream's outbound queue: the C fast path queues on it.
+                core.outbound = getattr(stream, "outbound", None)
                 if confirmed:
                     self._unsent_from = None
         return entries
@@ -355,6 +357,7 @@ class PendingTable:
     def _offline_locked(self) -> None:
         core = self._core
         core.live = None
+        core.outbound = None
         if self._unsent_from is None:
             self._unsent_from = core.seq + 1
 

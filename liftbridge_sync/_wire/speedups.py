@@ -22,12 +22,15 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
   :data:`pop_answered`: ``None`` in pure Python; in C, the publisher's entries and
   futures for framed requests, and answered entries off a deadline queue (see
   :mod:`~liftbridge_sync._publishing.pending`).
-* :data:`submit_plain` (with :data:`setup_submit` / :data:`setup_submit_stream`):
+* :data:`submit_plain` (with :data:`setup_submit`):
   ``None`` in pure Python; in C, a ``publish_async`` of the common case entered and
   queued without running bytecode (see :meth:`~liftbridge_sync._publishing.publisher.
   Publisher.submit_value`).
 * :data:`PendingCore`: ``None`` in pure Python; in C, the pending table's state and send
   lock in a C struct (see :mod:`~liftbridge_sync._publishing.pending_core`, its twin).
+* :data:`OutboundQueue`: ``None`` in pure Python; in C, an HTTP/2 publish stream's
+  outbound queue, flags and lock in a C struct (see
+  :mod:`~liftbridge_sync._transport.h2.outbound_queue`, its twin).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -61,9 +64,9 @@ __all__ = [
     "settle_acks",
     "setup_entries",
     "setup_submit",
-    "setup_submit_stream",
     "submit_plain",
     "PendingCore",
+    "OutboundQueue",
 ]
 
 _log = logging.getLogger("liftbridge_sync.speedups")
@@ -100,15 +103,16 @@ make_entry: Callable[..., Any] | None = None
 frame_entry: Callable[..., Any] | None = None
 #: ``pop_answered(deadline_queue, pending) -> whether a pending entry is at its head``.
 pop_answered: Callable[..., bool] | None = None
-#: ``setup_submit(lock_type, deque_type, heads, no_ack)`` and
-#: ``setup_submit_stream(H2PublishStream, AckGathering, write_here_at)`` once each, then
+#: ``setup_submit(deque_type, heads, no_ack)`` once, then
 #: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
 #: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
 #: ``PendingCore(max_in_flight, max_message, id_prefix, clock)``: the pending table's
 #: state and send lock (``_speedups_table.c``; twin: ``_publishing.pending_core``).
 PendingCore: Any = None
+#: ``OutboundQueue(write_here_at)``: an HTTP/2 publish stream's outbound queue and lock
+#: (``_speedups_outbound.c``; twin: ``_transport.h2.outbound_queue``).
+OutboundQueue: Any = None
 setup_submit: Callable[..., None] | None = None
-setup_submit_stream: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None
 ACTIVE = False
 #: Why :data:`ACTIVE` is ``False`` (``""`` when it is ``True``).
@@ -136,9 +140,9 @@ else:
         frame_entry = _speedups.frame_entry
         pop_answered = _speedups.pop_answered
         setup_submit = _speedups.setup_submit
-        setup_submit_stream = _speedups.setup_submit_stream
         submit_plain = _speedups.submit_plain
         PendingCore = _speedups.PendingCore
+        OutboundQueue = _speedups.OutboundQueue
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True
 

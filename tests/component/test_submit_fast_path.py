@@ -70,9 +70,9 @@ def _state(client: Client) -> dict[str, Any]:
     return {
         "seq": publisher._table.last_seq,
         "pending": dict(publisher._table.entries),
-        "queued_bytes": stream._queued_bytes,  # type: ignore[union-attr]
-        "asked": stream._gathering.asked,  # type: ignore[union-attr]
-        "queue": list(stream._queue),  # type: ignore[union-attr]
+        "queued_bytes": stream.outbound.queued_bytes,  # type: ignore[union-attr]
+        "asked": stream.outbound.asked,  # type: ignore[union-attr]
+        "queue": list(stream.outbound.frames),  # type: ignore[union-attr]
     }
 
 
@@ -141,7 +141,7 @@ def test_a_held_lock_sends_the_publish_down_the_waiting_path(
             wait_until(lambda: outcomes["entry"] == 1, what="the fast path to step aside")
             publishing.join(timeout=0.2)
             assert publishing.is_alive(), "the publish went past a held lock"
-            assert stream._queue == []  # type: ignore[union-attr]
+            assert stream.outbound.frames == []  # type: ignore[union-attr]
             if lock_name == "send lock":
                 assert len(publisher._table.entries) == 0
         publishing.join(timeout=10)

@@ -66,6 +66,7 @@ from liftbridge_sync._publishing.futures import PublishFuture  # noqa: E402
 from liftbridge_sync._publishing.pending import Entry  # noqa: E402
 from liftbridge_sync._publishing.pending_core import PyPendingCore  # noqa: E402
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER  # noqa: E402
+from liftbridge_sync._transport.h2.outbound_queue import PyOutboundQueue  # noqa: E402
 from liftbridge_sync._wire import publish_codec  # noqa: E402
 from liftbridge_sync._wire.publish_codec import head  # noqa: E402
 from liftbridge_sync.models import Ack, AckPolicy  # noqa: E402
@@ -517,6 +518,76 @@ def fuzz_pending_core(ops: list[Any], limit: int, prefix: str) -> None:
             core.release()
 
 
+_QUEUE_OPS = st.lists(
+    st.one_of(
+        st.sampled_from(["take", "lock", "trylock", "unlock", "with", "locked"]),
+        st.tuples(st.just("append"), st.binary(max_size=40)),
+        st.tuples(st.just("asked"), st.integers(0, 2**40)),
+        st.tuples(st.just("queued"), st.integers(0, 2**62)),
+        st.tuples(st.just("flags"), st.booleans(), st.booleans(), st.booleans()),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(ops=_QUEUE_OPS, write_here_at=st.integers(0, 2**40))
+def fuzz_outbound_queue(ops: list[Any], write_here_at: int) -> None:
+    """The C OutboundQueue and its Python twin: the same results for any sequence of
+    calls."""
+    queues = [C.OutboundQueue(write_here_at), PyOutboundQueue(write_here_at)]
+    held = False
+    for op in ops:
+        results: list[Any] = []
+        for queue in queues:
+            if op == "take":
+                results.append(queue.take())
+            elif op == "lock":
+                results.append(None if held else queue.acquire())
+            elif op == "trylock":
+                results.append(queue.acquire(blocking=False) and queue.release())
+            elif op == "unlock":
+                results.append(queue.release() if held else None)
+            elif op == "with":
+                if not held:
+                    with queue:
+                        results.append(queue.locked())
+            elif op == "locked":
+                results.append(queue.locked())
+            elif op[0] == "append":
+                queue.frames.append(op[1])
+                queue.queued_bytes += len(op[1])
+            elif op[0] == "asked":
+                queue.asked += op[1]
+            elif op[0] == "queued":
+                queue.queued_bytes = op[1]
+            else:
+                queue.signalled, queue.done, queue.close_requested = op[1:]
+        if op == "lock":
+            held = True
+        elif op == "unlock":
+            held = False
+        assert results[:1] * 2 == results or not results, (op, results)
+        states = [
+            (
+                q.frames,
+                q.queued_bytes,
+                q.taken_bytes,
+                q.asked,
+                q.signalled,
+                q.done,
+                q.close_requested,
+                q.write_here_at,
+                q.locked(),
+            )
+            for q in queues
+        ]
+        assert states[0] == states[1], (op, states)
+    if held:
+        for queue in queues:
+            queue.release()
+
+
 TARGETS: list[Callable[[], None]] = [
     fuzz_scan_acks,
     fuzz_scan_acks_truncated,
@@ -528,6 +599,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_frame_builders,
     fuzz_socket_io,
     fuzz_pending_core,
+    fuzz_outbound_queue,
 ]
 
 

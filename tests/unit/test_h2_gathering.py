@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from liftbridge_sync._transport.h2.gathering import MOST_GATHERED, AckGathering
+from liftbridge_sync._transport.h2.outbound_queue import PyOutboundQueue
 
 pytestmark = pytest.mark.skipif(
     not hasattr(socket, "SO_RCVLOWAT"), reason="no SO_RCVLOWAT on this platform"
@@ -29,12 +30,16 @@ def _lowat(sock: socket.socket) -> int:
     return sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT)
 
 
-def _gathering(reader: socket.socket, due: int, delay: float | None = 0.001) -> AckGathering:
-    """A gathering that has read one 100-byte ack and has ``due`` more due."""
-    gathering = AckGathering(reader, delay)
+def _gathering(
+    reader: socket.socket, due: int, delay: float | None = 0.001
+) -> tuple[AckGathering, PyOutboundQueue]:
+    """A gathering that has read one 100-byte ack and has ``due`` more due, and the
+    outbound queue that counts the requests asked (the stream's)."""
+    counts = PyOutboundQueue(16 * 1024)
+    gathering = AckGathering(reader, delay, counts)
     gathering.answered(nbytes=100, responses=1)
-    gathering.asked = 1 + due
-    return gathering
+    counts.asked = 1 + due
+    return gathering, counts
 
 
 def _readable(sock: socket.socket) -> bool:
@@ -45,8 +50,9 @@ def test_nothing_gathered_before_the_size_of_an_ack_is_known(
     tcp_pair: tuple[socket.socket, socket.socket],
 ) -> None:
     reader, _ = tcp_pair
-    gathering = AckGathering(reader, 0.001)
-    gathering.asked = 50
+    counts = PyOutboundQueue(16 * 1024)
+    gathering = AckGathering(reader, 0.001, counts)
+    counts.asked = 50
     assert gathering.plan(quiet=True) is None
     assert _lowat(reader) == 1
 
@@ -55,8 +61,9 @@ def test_waits_for_the_bytes_of_every_ack_due(
     tcp_pair: tuple[socket.socket, socket.socket],
 ) -> None:
     reader, _ = tcp_pair
-    gathering = AckGathering(reader, 0.002)
-    gathering.asked = 100
+    counts = PyOutboundQueue(16 * 1024)
+    gathering = AckGathering(reader, 0.002, counts)
+    counts.asked = 100
     gathering.answered(nbytes=480, responses=4)  # 120 bytes each
     gathering.answered(nbytes=300, responses=3)  # 100 each: the smallest counts
     assert gathering.due == 93
@@ -66,7 +73,7 @@ def test_waits_for_the_bytes_of_every_ack_due(
 
 def test_the_mark_is_capped(tcp_pair: tuple[socket.socket, socket.socket]) -> None:
     reader, _ = tcp_pair
-    gathering = _gathering(reader, due=99_999)
+    gathering, _ = _gathering(reader, due=99_999)
     gathering.plan(quiet=True)
     assert _lowat(reader) == MOST_GATHERED
 
@@ -88,10 +95,10 @@ def test_any_byte_wakes_the_reader_when(
     delay: float | None,
 ) -> None:
     reader, _ = tcp_pair
-    gathering = _gathering(reader, due=50, delay=delay)
+    gathering, counts = _gathering(reader, due=50, delay=delay)
     gathering.plan(quiet=True)
     assert _lowat(reader) == (1 if delay is None else 50 * 100)
-    gathering.asked, gathering.direct_mark = 1 + asked, 1 + direct_mark
+    counts.asked, gathering.direct_mark = 1 + asked, 1 + direct_mark
     assert gathering.plan(quiet=quiet) is None
     assert _lowat(reader) == 1
 
@@ -100,7 +107,7 @@ def test_forgetting_overdue_answers_ends_the_wait(
     tcp_pair: tuple[socket.socket, socket.socket],
 ) -> None:
     reader, _ = tcp_pair
-    gathering = _gathering(reader, due=40)
+    gathering, _ = _gathering(reader, due=40)
     assert gathering.plan(quiet=True) is not None
     gathering.forget()  # an ack timed out: its answer may never come
     assert gathering.due == 0
@@ -114,7 +121,7 @@ def test_the_kernel_holds_readiness_until_the_mark_and_release_lowers_it(
     # The mechanism itself, on this machine's kernel: below the mark the socket does
     # not poll readable (so the I/O thread sleeps on); release() makes it readable.
     reader, writer = tcp_pair
-    gathering = _gathering(reader, due=10)  # ten acks due: 1,000 bytes
+    gathering, _ = _gathering(reader, due=10)  # ten acks due: 1,000 bytes
     gathering.plan(quiet=True)
     writer.sendall(b"x" * 400)
     assert select.select([reader], [], [], 0.2)[0] == []
@@ -130,16 +137,17 @@ def test_awaited_says_whether_publish_callers_wrote_since_the_answers_before(
     tcp_pair: tuple[socket.socket, socket.socket],
 ) -> None:
     reader, _ = tcp_pair
-    gathering = AckGathering(reader, 0.001)
-    gathering.asked = 10  # publish_async requests only: nobody blocks on them
+    counts = PyOutboundQueue(16 * 1024)
+    gathering = AckGathering(reader, 0.001, counts)
+    counts.asked = 10  # publish_async requests only: nobody blocks on them
     gathering.answered(nbytes=500, responses=5)
     assert not gathering.awaited(5)
-    gathering.asked += 1
-    gathering.direct_mark = gathering.asked  # a publish() caller wrote the 11th
+    counts.asked += 1
+    gathering.direct_mark = counts.asked  # a publish() caller wrote the 11th
     gathering.answered(nbytes=500, responses=5)  # the 6th to 10th
     assert gathering.awaited(5)
     gathering.answered(nbytes=100, responses=1)  # the 11th, its own
     assert gathering.awaited(1)
-    gathering.asked += 4  # publish_async again
+    counts.asked += 4  # publish_async again
     gathering.answered(nbytes=400, responses=4)  # answers after the caller's
     assert not gathering.awaited(4)

@@ -44,7 +44,7 @@ def test_a_new_core_is_empty_with_the_limits_given(make: Factory) -> None:
     assert core.clock is _clock and core.clock() == 12.5
     assert core.pending == {} and type(core.pending) is dict
     assert core.expiry == {} and type(core.expiry) is dict
-    assert core.live is None
+    assert core.live is None and core.outbound is None
     assert core.sleep_until == float("inf")
     assert (core.closing, core.finished, core.seq) == (False, False, 0)
     assert not core.locked()
@@ -86,11 +86,13 @@ def test_id_numbers_count_from_zero_and_are_unique_across_threads(make: Factory)
 def test_the_writable_fields_keep_what_is_written(make: Factory) -> None:
     core = make(8, 1000, "ab.", _clock)
     stream = object()
+    queue = object()
     core.live = stream
+    core.outbound = queue
     core.sleep_until = 3.25
     core.closing = True
     core.finished = True
-    assert core.live is stream and core.sleep_until == 3.25
+    assert core.live is stream and core.outbound is queue and core.sleep_until == 3.25
     assert (core.closing, core.finished) == (True, True)
     core.live = None
     core.closing = False

@@ -59,6 +59,7 @@ from liftbridge_sync._transport.h2.framing import (
 )
 from liftbridge_sync._transport.h2.gathering import AckGathering
 from liftbridge_sync._transport.h2.limits import OUTPUT_CAP
+from liftbridge_sync._transport.h2.outbound_queue import OutboundQueue, OutboundQueueType
 from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
@@ -77,7 +78,6 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponse,
     StreamResponses,
 )
-from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
 from liftbridge_sync.errors import LiftbridgeError
@@ -102,19 +102,6 @@ class H2PublishStream(CallerReads):
     is idle; that thread does all socket and HTTP/2 work and emits every event, ending
     with exactly one :class:`StreamClosed`. Thread-safe.
     """
-
-    #: What the C fast path of ``Publisher.submit_value`` reads and writes in place
-    #: (``_speedups_submit.c``); the rest of the state stays in the instance dict.
-    __slots__ = (
-        "_lock",
-        "_done",
-        "_close_requested",
-        "_queue",
-        "_queued_bytes",
-        "_taken_bytes",
-        "_signalled",
-        "_gathering",
-    )
 
     def __init__(
         self,
@@ -143,22 +130,20 @@ class H2PublishStream(CallerReads):
         #: When a PING may go out at all (never a grpc-go "too_many_pings" GOAWAY).
         self._pings = pings or PingPolicy()
 
-        # Shared with callers, guarded by _lock.
-        self._lock = threading.Lock()
+        # Shared with callers, guarded by _lock: the outbound queue and its flags are an
+        #: OutboundQueue (a C struct with the speedups, which the C fast path of
+        #: ``Publisher.submit_value`` queues on), whose lock is the stream's lock.
+        self.outbound: OutboundQueueType = OutboundQueue(WRITE_HERE_AT)
+        self._out = self.outbound
+        self._lock: OutboundQueueType = self._out
         #: Held by whoever does socket and h2 work: the I/O thread between selects, or a
         #: caller writing directly (only ever acquired without blocking under _lock).
         self._io_lock = threading.Lock()
-        self._queue: list[bytes] = []
-        self._queued_bytes = 0  # total message bytes ever queued
-        self._taken_bytes = 0  # of those, taken off the queue to be written
         self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
-        self._signalled = False  # a wake-up byte is on its way to the I/O thread
         self._combining = 0  # callers still to queue without writing (see writing)
         self._deferred = False  # one did: take the queue within COMBINE_WAIT
-        self._close_requested = False
         self._cancel_requested = False
         self._probe_requested = False
-        self._done = False  # the I/O thread has finished; sends are dropped
 
         # I/O thread only.
         self._unsent = bytearray()  # message bytes not yet given to h2
@@ -200,7 +185,7 @@ class H2PublishStream(CallerReads):
             self._here_poll = select.poll()
             self._here_poll.register(sock.fileno(), select.POLLIN)
         #: How many bytes of acks the I/O thread waits for (see gathering).
-        self._gathering = AckGathering(sock, ack_read_delay)
+        self._gathering = AckGathering(sock, ack_read_delay, self._out)
         self._gather_for: float | None = None  # the next wait's bound, if gathering
         self._thread = threading.Thread(target=self._run, name="liftbridge-publish-io", daemon=True)
         self._thread.start()
@@ -211,28 +196,28 @@ class H2PublishStream(CallerReads):
         """Send a PING (if :mod:`.pings` allows one now); no answer within the keepalive
         timeout ends the connection."""
         with self._lock:
-            if self._done or self._probe_requested:
+            if self._out.done or self._probe_requested:
                 return
             self._probe_requested = True
-            if not self._signalled:
+            if not self._out.signalled:
                 self._wake()
 
     def close(self) -> None:
         """Half-close once everything queued is written; responses keep arriving."""
         with self._lock:
-            if self._done or self._close_requested:
+            if self._out.done or self._out.close_requested:
                 return
-            self._close_requested = True
-            if not self._signalled:
+            self._out.close_requested = True
+            if not self._out.signalled:
                 self._wake()
 
     def cancel(self) -> None:
         """Reset the stream and drop the connection; :class:`StreamClosed` follows."""
         with self._lock:
-            if self._done or self._cancel_requested:
+            if self._out.done or self._cancel_requested:
                 return
             self._cancel_requested = True
-            if not self._signalled:
+            if not self._out.signalled:
                 self._wake()
 
     def join(self, timeout: float | None) -> None:
@@ -279,7 +264,7 @@ class H2PublishStream(CallerReads):
                     _log.exception("handing over the last responses failed")
             with self._io_lock:
                 with self._lock:
-                    self._done = True
+                    self._out.done = True
                 self._selector.close()
                 self._sock.close()
                 self._wake_r.close()
@@ -468,7 +453,3 @@ class H2PublishStream(CallerReads):
                 return
             if len(data) < RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 return
-
-
-if speedups.setup_submit_stream is not None:
-    speedups.setup_submit_stream(H2PublishStream, AckGathering, WRITE_HERE_AT)

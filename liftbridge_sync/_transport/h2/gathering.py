@@ -15,6 +15,7 @@ while the stream closes.
 from __future__ import annotations
 
 import socket
+from typing import Protocol
 
 __all__ = ["MOST_GATHERED", "AckGathering"]
 
@@ -24,24 +25,31 @@ MOST_GATHERED = 64 * 1024
 _SO_RCVLOWAT: int | None = getattr(socket, "SO_RCVLOWAT", None)
 
 
+class Asked(Protocol):
+    """Where the count of requests written that the broker answers is kept (the
+    stream's :class:`~.outbound_queue.OutboundQueue`)."""
+
+    asked: int
+
+
 class AckGathering:
     """The low-water mark of one publish connection's socket.
 
-    ``asked`` and ``direct_mark`` are written by publishing threads under the stream's
-    lock; everything else runs on the thread holding the stream's I/O lock. Not
-    thread-safe beyond that.
+    ``counts.asked`` (requests queued that the broker answers, ack policy LEADER or ALL)
+    and ``direct_mark`` are written by publishing threads under the stream's lock;
+    everything else runs on the thread holding the stream's I/O lock. Not thread-safe
+    beyond that.
     """
 
-    __slots__ = ("_answered", "_delay", "_lowat", "_per_ack", "_sock", "asked", "direct_mark")
+    __slots__ = ("_answered", "_counts", "_delay", "_lowat", "_per_ack", "_sock", "direct_mark")
 
-    def __init__(self, sock: socket.socket, delay: float | None) -> None:
+    def __init__(self, sock: socket.socket, delay: float | None, counts: Asked) -> None:
         self._sock = sock
+        self._counts = counts
         self._delay = delay if _SO_RCVLOWAT is not None else None
         self._lowat = 1  # the socket's SO_RCVLOWAT as we last set it
         self._per_ack = 0  # fewest bytes read per response so far (0: nothing read yet)
         self._answered = 0  # responses read
-        #: Requests written that the broker answers (ack policy LEADER or ALL).
-        self.asked = 0
         #: ``asked`` when a ``publish()`` caller last wrote its own request: until that
         #: many responses are read, somebody waits for one, so nothing is gathered.
         self.direct_mark = 0
@@ -49,7 +57,7 @@ class AckGathering:
     @property
     def due(self) -> int:
         """Responses still to come (an estimate: lost answers count until forgotten)."""
-        return self.asked - self._answered
+        return self._counts.asked - self._answered
 
     def awaited(self, responses: int) -> bool:
         """Whether ``publish()`` callers may be among those the last ``responses`` read
@@ -71,7 +79,7 @@ class AckGathering:
     def forget(self) -> None:
         """Stop waiting for answers that are overdue (after an ack timeout: the broker
         may never send them)."""
-        self._answered = self.asked
+        self._answered = self._counts.asked
 
     def plan(self, quiet: bool) -> float | None:
         """Before the I/O thread waits: set the socket's low-water mark for the acks

@@ -77,7 +77,7 @@ class CallerReads(QueuedWrites):
             return
         try:
             if (
-                self._done
+                self._out.done
                 or self._closing
                 or self._reading_here
                 or self._want_write
@@ -98,7 +98,7 @@ class CallerReads(QueuedWrites):
         finally:
             with io_lock:
                 self._reading_here = False
-                if not self._done:
+                if not self._out.done:
                     events = selectors.EVENT_READ
                     if self._want_write:
                         events |= selectors.EVENT_WRITE
@@ -119,7 +119,7 @@ class CallerReads(QueuedWrites):
             if not poll(remaining * 1000.0):
                 continue
             with io_lock:
-                if self._done:  # the socket is closed (its number may be reused)
+                if self._out.done:  # the socket is closed (its number may be reused)
                     return False
                 try:
                     self._read()

@@ -41,6 +41,7 @@ from liftbridge_sync._transport.h2.limits import (
     Flooded,
 )
 from liftbridge_sync._transport.h2.outbound import frame_data
+from liftbridge_sync._transport.h2.outbound_queue import OutboundQueueType
 from liftbridge_sync._transport.h2.sockets import SocketCalls
 from liftbridge_sync._transport.publish_stream import StreamEvent, StreamSent
 
@@ -63,20 +64,17 @@ class QueuedWrites:
     :class:`~.connection.H2PublishStream`: the queue and flags under ``_lock``, the
     rest only by whoever holds ``_io_lock``."""
 
-    # Shared with callers, guarded by _lock.
-    _lock: threading.Lock
-    _queue: list[bytes]
-    _queued_bytes: int  # total message bytes ever queued
-    _taken_bytes: int  # of those, taken off the queue to be written
+    # Shared with callers, guarded by _lock (the outbound queue's lock): the queue, its
+    # byte counts, ``signalled``, ``done``, ``close_requested`` and ``asked`` are fields
+    # of _out (see outbound_queue).
+    _out: OutboundQueueType
+    _lock: OutboundQueueType
     _notes: list[tuple[int, str]]  # (end byte offset, correlation id)
-    _signalled: bool  # a wake-up byte is on its way to the I/O thread
     #: How many more ``publish()`` callers queue without writing (see COMBINE_WAIT).
     _combining: int
     #: Some did: the I/O thread takes the queue within COMBINE_WAIT.
     _deferred: bool
-    _close_requested: bool
     _probe_requested: bool
-    _done: bool  # the I/O thread has finished; sends are dropped
     _gathering: AckGathering
     # Whoever holds _io_lock.
     _io_lock: threading.Lock
@@ -108,21 +106,20 @@ class QueuedWrites:
         the caller writes it itself: no wake-up of the I/O thread on the way out. A
         caller also writes itself once ``WRITE_HERE_AT`` bytes wait (see there).
         """
-        lock = self._lock
-        lock.acquire()  # not ``with``: half the cost, on every publish
+        out = self._out
+        out.acquire()  # not ``with``: half the cost, on every publish
         try:
-            if self._done or self._close_requested:
+            if out.done or out.close_requested:
                 return  # the publisher re-sends pending requests on its next stream
-            self._queue.append(framed)
-            queued = self._queued_bytes = self._queued_bytes + len(framed)
-            gathering = self._gathering
+            out.frames.append(framed)
+            queued = out.queued_bytes = out.queued_bytes + len(framed)
             if note is not None:
                 self._notes.append((queued, note))
             else:
-                gathering.asked += 1
+                out.asked += 1
             if direct:
-                gathering.direct_mark = gathering.asked
-                if self._signalled:
+                self._gathering.direct_mark = out.asked
+                if out.signalled:
                     return
                 if self._combining:
                     # Callers woken by the I/O thread's last hand-over are still to
@@ -137,7 +134,7 @@ class QueuedWrites:
             elif not self._writes_here(queued):
                 return
         finally:
-            lock.release()
+            out.release()
         self._write_here(direct)
 
     def nudge(self, write_here: bool) -> None:
@@ -154,9 +151,10 @@ class QueuedWrites:
         """Under ``_lock``, after queueing: whether the caller writes the queue itself
         (``WRITE_HERE_AT`` bytes wait and nobody else is writing; ``_io_lock`` is then
         held). If not, the I/O thread is woken unless it already is."""
-        if queued - self._taken_bytes >= WRITE_HERE_AT and self._io_lock.acquire(blocking=False):
+        out = self._out
+        if queued - out.taken_bytes >= WRITE_HERE_AT and self._io_lock.acquire(blocking=False):
             return True
-        if not self._signalled:
+        if not out.signalled:
             self._wake()
         return False
 
@@ -164,7 +162,7 @@ class QueuedWrites:
         """Frame and send what is queued on the calling thread; holds ``_io_lock``.
         ``direct``: the caller waits for its answer next, so acks are not gathered."""
         try:
-            if not self._done:
+            if not self._out.done:
                 self._take_queue(on_io_thread=False)
                 self._pump()
                 self._write_out()
@@ -199,17 +197,18 @@ class QueuedWrites:
     def _wake_unless_woken(self) -> None:
         """Wake the I/O thread unless a wake-up is on its way or it has finished."""
         with self._lock:
-            if not self._signalled and not self._done:
+            if not self._out.signalled and not self._out.done:
                 self._wake()
 
     def send_many(self, framed: list[bytes]) -> None:
         """Queue several framed requests at once (see :meth:`send_framed`)."""
-        with self._lock:
-            if self._done or self._close_requested:
+        out = self._out
+        with out:
+            if out.done or out.close_requested:
                 return
-            self._queue += framed
-            self._gathering.asked += len(framed)
-            queued = self._queued_bytes = self._queued_bytes + sum(map(len, framed))
+            out.frames.extend(framed)
+            out.asked += len(framed)
+            queued = out.queued_bytes = out.queued_bytes + sum(map(len, framed))
             if not self._writes_here(queued):
                 return
         self._write_here()
@@ -223,19 +222,17 @@ class QueuedWrites:
     def _wake(self) -> None:
         # Called under _lock, so the I/O thread cannot close the socket meanwhile; only
         # one byte per idle → busy transition, so the socketpair never fills up.
-        self._signalled = True
+        self._out.signalled = True
         with contextlib.suppress(OSError):
             self._wake_w.send(b"\0")
 
     def _take_queue(self, on_io_thread: bool = True) -> None:
-        with self._lock:
-            batch = self._queue
+        out = self._out
+        with out:
+            batch = out.take()
             notes = self._notes
-            closing = self._close_requested
+            closing = out.close_requested
             probe = self._probe_requested
-            if batch:
-                self._queue = []
-                self._taken_bytes = self._queued_bytes
             self._deferred = False
             if notes:
                 self._notes = []
@@ -243,7 +240,7 @@ class QueuedWrites:
             if on_io_thread:
                 # Only the I/O thread reads the wake-up byte: a caller writing itself
                 # leaves the flag set, so no second byte is sent while one is on its way.
-                self._signalled = False
+                out.signalled = False
         if batch:
             self._unsent += b"".join(batch)
         if notes:
