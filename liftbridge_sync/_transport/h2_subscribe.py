@@ -192,6 +192,12 @@ class H2SubscribeCall(SubscribeReceiver):
         except OSError as exc:
             data = b""
             failure = f"receive from {self._address} failed: {exc}"
+        except BaseException:
+            # Interrupted (KeyboardInterrupt): the socket is no longer in use, so
+            # cancel() closes it instead of waking a reader that has gone.
+            with self._lock:
+                self._in_io = False
+            raise
         else:
             failure = f"{self._address} closed the connection"
         with self._lock:
@@ -273,6 +279,10 @@ class H2SubscribeCall(SubscribeReceiver):
             )
         except OSError as exc:
             failure = f"send to {self._address} failed: {exc}"
+        except BaseException:
+            with self._lock:  # interrupted: see _recv
+                self._in_io = False
+            raise
         with self._lock:
             self._in_io = False
             cancelled = self._cancelled

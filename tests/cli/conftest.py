@@ -23,6 +23,7 @@ def cli_env(address: str) -> dict[str, str]:
     env["LIFTBRIDGE_ADDRESSES"] = address
     env.pop("LIFTBRIDGE_DEBUG", None)
     env["PYTHONUNBUFFERED"] = "0"
+    env["PYTHONFAULTHANDLER"] = "1"  # a hung process's stacks (tests.waiting.interrupt)
     return env
 
 

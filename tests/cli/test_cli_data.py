@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import signal
 import subprocess
 import threading
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from liftbridge_sync import Client, StartAt, StopAt
 from tests.cli.conftest import CLI, Run, cli_env
+from tests.waiting import interrupt
 
 pytestmark = pytest.mark.integration
 
@@ -253,8 +253,7 @@ def test_follow_prints_new_messages_until_interrupted(
         offsets = [json.loads(line)["offset"] for line in lines]
         assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
     finally:
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        _, err = interrupt(process)
     assert process.returncode == 130, err
     assert "Traceback" not in err
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 
 import pytest
 
 from liftbridge_sync import Client
+from tests.waiting import interrupt
 from tests.web.drive import drive_and_check
 from tests.web.gunicorn import ROOT
 
@@ -140,7 +140,7 @@ def test_liftbridge_tail_follow_and_pipes(
     futures = [liftbridge_client.publish_async(web_stream, b"z" * 1024) for _ in range(300)]
     for future in futures:
         future.result()
-    env = {**os.environ, "LIFTBRIDGE_ADDRESSES": liftbridge_address}
+    env = {**os.environ, "LIFTBRIDGE_ADDRESSES": liftbridge_address, "PYTHONFAULTHANDLER": "1"}
     piped = subprocess.run(
         ["bash", "-c", f"{sys.executable} manage.py liftbridge_tail {web_stream} | head -n 1"],
         cwd=PROJECT, capture_output=True, text=True, env=env, timeout=60,
@@ -157,8 +157,7 @@ def test_liftbridge_tail_follow_and_pipes(
         liftbridge_client.publish(web_stream, b"after")
         assert process.stdout.readline() == b"after\n"
     finally:
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        _, err = interrupt(process)
     assert process.returncode == 130 and b"Traceback" not in err, err
 
 
