@@ -85,6 +85,7 @@ setup(
                 "liftbridge_sync/_speedups.c",
                 "liftbridge_sync/_speedups_acks.c",
                 "liftbridge_sync/_speedups_io.c",
+                "liftbridge_sync/_speedups_lock.c",
                 "liftbridge_sync/_speedups_outbound.c",
                 "liftbridge_sync/_speedups_submit.c",
                 "liftbridge_sync/_speedups_table.c",

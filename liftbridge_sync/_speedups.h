@@ -54,6 +54,14 @@ LBS_INTERNAL PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize
 LBS_INTERNAL PyObject *send_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 LBS_INTERNAL PyObject *recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
+/* _speedups_lock.c: the C types' lock, with threading.Lock's methods (see there). */
+/* Take the lock: 1 taken, 0 not (only without blocking). */
+LBS_INTERNAL int lbs_lock_take(PyThread_type_lock lock, int blocking);
+LBS_INTERNAL PyObject *lbs_lock_acquire(PyThread_type_lock lock, PyObject *const *args,
+                                        Py_ssize_t nargsf, PyObject *kwnames);
+LBS_INTERNAL PyObject *lbs_lock_release(PyThread_type_lock lock);
+LBS_INTERNAL PyObject *lbs_lock_locked(PyThread_type_lock lock);
+
 /* _speedups_table.c: the pending table's state (see there). */
 typedef struct {
     PyObject_HEAD
@@ -72,8 +80,6 @@ typedef struct {
 } PendingCoreObject;
 LBS_INTERNAL extern PyTypeObject *pending_core_type;
 LBS_INTERNAL int add_pending_core(PyObject *module);
-/* Take the lock: 1 taken, 0 not (only without blocking). */
-LBS_INTERNAL int core_lock(PendingCoreObject *self, int blocking);
 
 /* _speedups_outbound.c: an HTTP/2 publish stream's outbound queue (see there). */
 typedef struct {
@@ -85,8 +91,6 @@ typedef struct {
 } OutboundQueueObject;
 LBS_INTERNAL extern PyTypeObject *outbound_queue_type;
 LBS_INTERNAL int add_outbound_queue(PyObject *module);
-/* Take the lock: 1 taken, 0 not (only without blocking). */
-LBS_INTERNAL int queue_lock(OutboundQueueObject *self, int blocking);
 
 /* _speedups_submit.c */
 LBS_INTERNAL PyObject *setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

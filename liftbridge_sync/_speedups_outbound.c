@@ -77,74 +77,35 @@ queue_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
-/* 1 if the lock was taken, 0 if not (blocking: only after waiting, GIL released). */
-LBS_INTERNAL int
-queue_lock(OutboundQueueObject *self, int blocking)
-{
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
-        return 1;
-    if (!blocking)
-        return 0;
-    int got;
-    Py_BEGIN_ALLOW_THREADS
-    got = PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-    return got != 0;
-}
-
 static PyObject *
-queue_acquire(OutboundQueueObject *self, PyObject *const *args, Py_ssize_t nargsf,
-              PyObject *kwnames)
+queue_acquire(OutboundQueueObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    int blocking = 1;
-    if (nargs + nkw > 1 ||
-        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
-                                                      "blocking") != 0)) {
-        PyErr_SetString(PyExc_TypeError, "acquire(blocking=True)");
-        return NULL;
-    }
-    if (nargs + nkw == 1 && (blocking = PyObject_IsTrue(args[0])) < 0)
-        return NULL;
-    return PyBool_FromLong(queue_lock(self, blocking));
+    return lbs_lock_acquire(self->lock, args, nargsf, kwnames);
 }
 
 static PyObject *
 queue_release(OutboundQueueObject *self, PyObject *Py_UNUSED(ignored))
 {
-    /* A release of a free lock is refused, as threading.Lock refuses it. */
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        PyThread_release_lock(self->lock);
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
-        return NULL;
-    }
-    PyThread_release_lock(self->lock);
-    Py_RETURN_NONE;
+    return lbs_lock_release(self->lock);
 }
 
 static PyObject *
 queue_enter(OutboundQueueObject *self, PyObject *Py_UNUSED(ignored))
 {
-    queue_lock(self, 1);
+    lbs_lock_take(self->lock, 1);
     Py_RETURN_NONE;
 }
 
 static PyObject *
 queue_exit(OutboundQueueObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyThread_release_lock(self->lock);
-    Py_RETURN_NONE;
+    return lbs_lock_release(self->lock);
 }
 
 static PyObject *
 queue_locked(OutboundQueueObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        PyThread_release_lock(self->lock);
-        Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
+    return lbs_lock_locked(self->lock);
 }
 
 /* Under the lock: the frames queued (a list), the queue emptied and all of it taken. */

@@ -75,7 +75,7 @@ enter(PendingCoreObject *core, PyObject *entry, PyObject *framed, PyObject *cid,
         return 0;
     OutboundQueueObject *out = (OutboundQueueObject *)out_obj;
     /* The stream's lock, held by another thread (the Python path waits for it): 0. */
-    if (!queue_lock(out, 0))
+    if (!lbs_lock_take(out->lock, 0))
         return 0;
     int result = 0;
     if (out->done || out->close_requested || !PyList_CheckExact(out->frames) ||
@@ -206,7 +206,7 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *live = NULL;
     /* The send lock, taken without waiting: held, the Python path waits for it. */
     int entered = 0;
-    if (core_lock(core, 0)) {
+    if (lbs_lock_take(core->lock, 0)) {
         entered = enter(core, entry, framed, cid, timeout, deadline, &todo, &live);
         PyThread_release_lock(core->lock);
     }

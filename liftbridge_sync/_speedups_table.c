@@ -102,75 +102,35 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     return (PyObject *)self;
 }
 
-/* 1 if the lock was taken, 0 if not (blocking: only after waiting, GIL released). */
-LBS_INTERNAL int
-core_lock(PendingCoreObject *self, int blocking)
-{
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK))
-        return 1;
-    if (!blocking)
-        return 0;
-    int got;
-    Py_BEGIN_ALLOW_THREADS
-    got = PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-    return got != 0;
-}
-
 static PyObject *
-core_acquire(PendingCoreObject *self, PyObject *const *args, Py_ssize_t nargsf,
-             PyObject *kwnames)
+core_acquire(PendingCoreObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    int blocking = 1;
-    if (nargs + nkw > 1 ||
-        (nkw == 1 && !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))) ||
-        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0),
-                                                      "blocking") != 0)) {
-        PyErr_SetString(PyExc_TypeError, "acquire(blocking=True)");
-        return NULL;
-    }
-    if (nargs + nkw == 1 && (blocking = PyObject_IsTrue(args[0])) < 0)
-        return NULL;
-    return PyBool_FromLong(core_lock(self, blocking));
+    return lbs_lock_acquire(self->lock, args, nargsf, kwnames);
 }
 
 static PyObject *
 core_release(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 {
-    /* A release of a free lock is refused, as threading.Lock refuses it. */
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        PyThread_release_lock(self->lock);
-        PyErr_SetString(PyExc_RuntimeError, "release unlocked lock");
-        return NULL;
-    }
-    PyThread_release_lock(self->lock);
-    Py_RETURN_NONE;
+    return lbs_lock_release(self->lock);
 }
 
 static PyObject *
 core_enter(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 {
-    core_lock(self, 1);
+    lbs_lock_take(self->lock, 1);
     Py_RETURN_NONE;
 }
 
 static PyObject *
 core_exit(PendingCoreObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyThread_release_lock(self->lock);
-    Py_RETURN_NONE;
+    return lbs_lock_release(self->lock);
 }
 
 static PyObject *
 core_locked(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 {
-    if (PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
-        PyThread_release_lock(self->lock);
-        Py_RETURN_FALSE;
-    }
-    Py_RETURN_TRUE;
+    return lbs_lock_locked(self->lock);
 }
 
 static PyObject *
@@ -183,7 +143,7 @@ static PyObject *
 core_next_id(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 {
 #ifdef Py_GIL_DISABLED
-    core_lock(self, 1);
+    lbs_lock_take(self->lock, 1);
     long long n = self->ids++;
     PyThread_release_lock(self->lock);
     return PyLong_FromLongLong(n);
