@@ -225,13 +225,12 @@ class H2SubscribeCall(SubscribeReceiver):
         """
         interval = self._options.keepalive_interval
         if interval is None:
-            return sock.recv(RECV_SIZE)
+            return _recv_within(sock, None)
         pinged_at: float | None = None
         while True:
             wait = interval if pinged_at is None else self._options.keepalive_timeout
-            sock.settimeout(wait)
             try:
-                return sock.recv(RECV_SIZE)
+                return _recv_within(sock, wait)
             except TimeoutError:
                 if pinged_at is not None:
                     raise _DeadConnection(
@@ -323,3 +322,34 @@ class H2SubscribeCall(SubscribeReceiver):
                 raise self._cancelled_error()
             self._sock = sock
         self._attach(conn, sid)
+
+
+#: Longest single blocking ``recv()`` on the main thread, seconds (see :func:`_recv_within`).
+_SIGNAL_SLICE = 1.0
+
+
+def _recv_within(sock: socket.socket, wait: float | None) -> bytes:
+    """``sock.recv()``, raising ``TimeoutError`` after ``wait`` seconds (``None``: never).
+
+    On the main thread the wait is cut into slices of at most :data:`_SIGNAL_SLICE`: the
+    kernel may deliver a SIGINT to another thread (the client's timer, grpc's), and then
+    nothing interrupts the main thread's ``recv()``, so Ctrl-C on a quiet ``--follow``
+    would wait for the next message or keepalive (up to 300 s). Between slices Python runs
+    the pending signal handler, so ``KeyboardInterrupt`` comes within a second.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        sock.settimeout(wait)
+        return sock.recv(RECV_SIZE)
+    deadline = None if wait is None else time.monotonic() + wait
+    while True:
+        step = _SIGNAL_SLICE
+        if deadline is not None:
+            step = min(step, deadline - time.monotonic())
+            if step <= 0:
+                raise TimeoutError("timed out")
+        sock.settimeout(step)
+        try:
+            return sock.recv(RECV_SIZE)
+        except TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
