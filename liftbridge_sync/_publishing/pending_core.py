@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import collections
 import itertools
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from liftbridge_sync._runtime.own_lock import OwnLock
 from liftbridge_sync._wire import speedups
 
 __all__ = ["INF", "PendingCore", "PendingCoreType", "PyPendingCore"]
@@ -54,7 +54,7 @@ class PendingCoreType(Protocol):
     def next_id(self) -> int: ...
 
 
-class PyPendingCore:
+class PyPendingCore(OwnLock):
     """The pending table's state (the pure-Python twin of ``_speedups.PendingCore``).
 
     Thread-safe as the C type: the lock is the send lock; ``next_seq`` is called under
@@ -62,7 +62,6 @@ class PyPendingCore:
     """
 
     __slots__ = (
-        "_lock",
         "_ids",
         "_seq",
         "pending",
@@ -89,7 +88,7 @@ class PyPendingCore:
             raise ValueError("PendingCore: max_in_flight >= 1, max_message >= 0")
         if not callable(clock):
             raise TypeError("PendingCore: clock must be callable")
-        self._lock = threading.Lock()
+        super().__init__()
         self._ids = itertools.count()
         self._seq = 0
         self.pending: dict[str, Any] = {}
@@ -107,21 +106,6 @@ class PyPendingCore:
     @property
     def seq(self) -> int:
         return self._seq
-
-    def acquire(self, blocking: bool = True) -> bool:
-        return self._lock.acquire(blocking)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
 
     def next_seq(self) -> int:
         self._seq += 1

@@ -3,4 +3,5 @@
 * :mod:`.fork`: ``os.register_at_fork`` hooks for clients.
 * :mod:`.scheduler`: the shared ``liftbridge-timer`` thread for subscription timeouts.
 * :mod:`.timerwheel`: the hashed timer wheel of the publisher thread.
+* :mod:`.own_lock`: a lock of its own with ``threading.Lock``'s methods (the C types' twins).
 """

@@ -10,9 +10,9 @@ struct directly, under its lock.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Protocol
 
+from liftbridge_sync._runtime.own_lock import OwnLock
 from liftbridge_sync._wire import speedups
 
 __all__ = ["OutboundQueue", "OutboundQueueType", "PyOutboundQueue"]
@@ -41,7 +41,7 @@ class OutboundQueueType(Protocol):
     def take(self) -> list[bytes]: ...
 
 
-class PyOutboundQueue:
+class PyOutboundQueue(OwnLock):
     """A publish stream's outbound queue (the pure-Python twin of
     ``_speedups.OutboundQueue``).
 
@@ -59,7 +59,6 @@ class PyOutboundQueue:
     """
 
     __slots__ = (
-        "_lock",
         "_frames",
         "_write_here_at",
         "queued_bytes",
@@ -75,7 +74,7 @@ class PyOutboundQueue:
             raise TypeError("OutboundQueue: write_here_at must be int")
         if write_here_at < 0:
             raise ValueError("OutboundQueue: write_here_at >= 0")
-        self._lock = threading.Lock()
+        super().__init__()
         self._frames: list[bytes] = []
         self._write_here_at = write_here_at
         self.queued_bytes = 0
@@ -92,21 +91,6 @@ class PyOutboundQueue:
     @property
     def write_here_at(self) -> int:
         return self._write_here_at
-
-    def acquire(self, blocking: bool = True) -> bool:
-        return self._lock.acquire(blocking)
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
-
-    def __enter__(self) -> None:
-        self._lock.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
 
     def take(self) -> list[bytes]:
         """Under the lock: the frames queued; the queue is emptied and all of it taken."""
