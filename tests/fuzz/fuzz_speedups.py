@@ -451,6 +451,33 @@ def fuzz_socket_io(chunks: list[bytes], reads: list[int]) -> None:
         assert C.recv_held(right.fileno(), 10) == b""
 
 
+#: The lock operations of the C types (one implementation, _speedups_lock.c) and of
+#: their twins (OwnLock), fuzzed alike in each type's target.
+_LOCK_OPS = ("lock", "trylock", "unlock", "with")
+
+
+def _lock_op(owner: Any, op: str, held: bool, results: list[Any]) -> None:
+    """Run lock operation ``op`` on ``owner`` (``held``: the fuzz loop holds its lock)."""
+    if op == "lock":
+        results.append(None if held else owner.acquire())
+    elif op == "trylock":
+        results.append(owner.acquire(blocking=False) and owner.release())
+    elif op == "unlock":
+        results.append(owner.release() if held else None)
+    elif not held:  # "with"
+        with owner:
+            results.append(owner.locked())
+
+
+def _held_after(op: Any, held: bool) -> bool:
+    """Whether the fuzz loop holds the lock after ``op``."""
+    if op == "lock":
+        return True
+    if op == "unlock":
+        return False
+    return held
+
+
 _CORE_OPS = st.lists(
     st.one_of(
         st.sampled_from(["seq", "id", "lock", "trylock", "unlock", "with"]),
@@ -478,26 +505,15 @@ def fuzz_pending_core(ops: list[Any], limit: int, prefix: str) -> None:
                 results.append(core.next_seq())
             elif op == "id":
                 results.append(core.next_id())
-            elif op == "lock":
-                results.append(None if held else core.acquire())
-            elif op == "trylock":
-                results.append(core.acquire(blocking=False) and core.release())
-            elif op == "unlock":
-                results.append(core.release() if held else None)
-            elif op == "with":
-                if not held:
-                    with core:
-                        results.append(core.locked())
+            elif op in _LOCK_OPS:
+                _lock_op(core, op, held, results)
             elif op[0] == "sleep":
                 core.sleep_until = op[1]
             elif op[0] == "flags":
                 core.closing, core.finished = op[1], op[2]
             else:
                 core.live = op[1]
-        if op == "lock":
-            held = True
-        elif op == "unlock":
-            held = False
+        held = _held_after(op, held)
         assert results[:1] * 2 == results or not results, (op, results)
         states = [
             (
@@ -542,16 +558,8 @@ def fuzz_outbound_queue(ops: list[Any], write_here_at: int) -> None:
         for queue in queues:
             if op == "take":
                 results.append(queue.take())
-            elif op == "lock":
-                results.append(None if held else queue.acquire())
-            elif op == "trylock":
-                results.append(queue.acquire(blocking=False) and queue.release())
-            elif op == "unlock":
-                results.append(queue.release() if held else None)
-            elif op == "with":
-                if not held:
-                    with queue:
-                        results.append(queue.locked())
+            elif op in _LOCK_OPS:
+                _lock_op(queue, op, held, results)
             elif op == "locked":
                 results.append(queue.locked())
             elif op[0] == "append":
@@ -563,10 +571,7 @@ def fuzz_outbound_queue(ops: list[Any], write_here_at: int) -> None:
                 queue.queued_bytes = op[1]
             else:
                 queue.signalled, queue.done, queue.close_requested = op[1:]
-        if op == "lock":
-            held = True
-        elif op == "unlock":
-            held = False
+        held = _held_after(op, held)
         assert results[:1] * 2 == results or not results, (op, results)
         states = [
             (
