@@ -8,11 +8,19 @@ import signal
 import socket
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 import pytest
 
 from liftbridge_sync._transport.h2_subscribe import _SIGNAL_SLICE, _recv_within
+from tests.waiting import wait_until
+
+
+def _state(thread_id: int | None) -> str:
+    """A thread's scheduler state from /proc (``S``: sleeping in the kernel)."""
+    stat = Path(f"/proc/self/task/{thread_id}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0]
 
 
 class _Interrupted(Exception):
@@ -28,13 +36,13 @@ def test_a_sigint_delivered_to_another_thread_interrupts_the_main_threads_read()
     ours, theirs = socket.socketpair()
     previous = signal.signal(signal.SIGINT, _raise)
     reading = threading.Event()
+    main = threading.main_thread().native_id
 
     def other() -> None:
         reading.wait()
-        # Let the main thread enter recv() (a signal before it proves nothing, but cannot
-        # fail the test either); without the slices it would then block for good and the
-        # suite's timeout fail the test.
-        threading.Event().wait(0.3)
+        # Until the main thread sleeps in the kernel (its recv()): a signal before that
+        # would prove nothing. Without the slices it would then block for good.
+        wait_until(lambda: _state(main) == "S", what="the main thread to block in recv()")
         # The signal goes to this thread, not to the main one blocked in recv().
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
