@@ -33,6 +33,7 @@ from liftbridge_sync.errors import (
     StreamDeletedError,
 )
 from liftbridge_sync.testing import FakeBroker, FakeCluster, generate_certificates, serve
+from tests.waiting import wait_until
 
 from .test_subscribe_faults import make_client
 
@@ -283,10 +284,17 @@ def test_data_beyond_our_window_ends_the_call_with_a_flow_control_error(
     assert offsets == [7] * count
     assert isinstance(error, BrokerUnavailableError) and error.code == "UNAVAILABLE"
     assert "beyond the flow-control window" in str(error)
-    sent = bytes(raw.received)[24:]  # after the client preface
-    frames, _ = framing.split_frames(sent, 1 << 24)
-    codes = [int.from_bytes(sent[s + 4 : s + 8], "big") for kind, _, _, s, _ in frames if kind == 7]
-    assert codes == [0x3]  # FLOW_CONTROL_ERROR
+
+    def goaway_codes() -> list[int]:
+        sent = bytes(raw.received)[24:]  # after the client preface
+        frames, _ = framing.split_frames(sent, 1 << 24)
+        return [
+            int.from_bytes(sent[s + 4 : s + 8], "big") for kind, _, _, s, _ in frames if kind == 7
+        ]
+
+    # The fake broker's thread records what it receives after our read has ended.
+    wait_until(lambda: bool(goaway_codes()), what="our GOAWAY to reach the broker")
+    assert goaway_codes() == [0x3]  # FLOW_CONTROL_ERROR
 
 
 @settings(
