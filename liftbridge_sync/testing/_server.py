@@ -229,6 +229,11 @@ class LiftbridgeServer(Lifecycle):
         """Whether the server process is alive."""
         return self._node is not None and self._node.running
 
+    @property
+    def exited(self) -> bool:
+        """Whether the server was started and its process has ended since (stopped or died)."""
+        return self._node is not None and self._node.returncode is not None
+
     def _require_node(self) -> LiftbridgeProcess:
         if self._node is None:
             raise RuntimeError("the server has not been started")
@@ -359,5 +364,6 @@ class LiftbridgeServer(Lifecycle):
             self._node = None
 
     def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
+        code = None if self._node is None else self._node.returncode
+        state = "running" if self.running else "stopped" if code is None else f"exited {code}"
         return f"<LiftbridgeServer {self.server_id} {self.address} {state}>"

@@ -168,8 +168,9 @@ def test_close_stops_process_and_removes_temp_dir(installed: InstalledServer) ->
 
 def test_stop_is_graceful(installed: InstalledServer) -> None:
     with LiftbridgeServer(installed=installed) as srv:
+        assert not srv.exited
         assert srv.stop() == 0
-        assert not srv.running
+        assert not srv.running and srv.exited and "exited 0" in repr(srv)
         assert srv.run_dir.is_dir()  # kept until the context exits
 
 
