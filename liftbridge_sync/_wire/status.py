@@ -500,6 +500,11 @@ _NATS_CONNECTION_DOWN = (
     "nats: stale connection",
     "nats: no servers available for connection",
 )
+#: How Go words a write on a socket whose peer is gone (the NATS server went away under
+#: the broker): nats.go reports it before it notices the connection is down. The bytes
+#: were refused by the kernel, so the message never reached NATS.
+_SOCKET_WRITE_FAILED = ("write tcp ", "write unix ")
+_PEER_GONE = (": write: broken pipe", ": write: connection reset by peer")
 
 
 def is_transient_async_error(code: int, message: str) -> bool:
@@ -507,12 +512,16 @@ def is_transient_async_error(code: int, message: str) -> bool:
 
     The server answers INTERNAL "failed to publish to NATS: <nats error>" when it could
     not hand the message to NATS; when that error says its NATS connection is down
-    (closed, reconnecting, ...), the message never reached NATS and sending it again
-    shortly cannot duplicate it.
+    (closed, reconnecting, ...) or its socket's peer is gone (a write that met a broken
+    pipe or a reset), the message never reached NATS and sending it again shortly cannot
+    duplicate it.
     """
     if _ASYNC_CODES.get(code) != "INTERNAL" or not message.startswith(_NATS_PUBLISH_FAILED):
         return False
-    return message[len(_NATS_PUBLISH_FAILED) :].startswith(_NATS_CONNECTION_DOWN)
+    reason = message[len(_NATS_PUBLISH_FAILED) :]
+    return reason.startswith(_NATS_CONNECTION_DOWN) or (
+        reason.startswith(_SOCKET_WRITE_FAILED) and reason.endswith(_PEER_GONE)
+    )
 
 
 def error_from_async_error(code: int, message: str) -> LiftbridgeError:
