@@ -228,12 +228,14 @@ class ClientOptions:
     #: single-threaded streaming reads).
     subscribe_transport: str = "h2"
     #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
-    #: PING to check the connection (``None`` or ``inf``: never). The default respects the server's
-    #: gRPC keepalive policy (grpc-go refuses pings more often than every 5 minutes on a
-    #: stream without data, answering with GOAWAY ``too_many_pings``). It is also the
-    #: grpcio channels' ``grpc.keepalive_time_ms`` (PINGs only while a call is in
-    #: progress; ``grpc_options`` override it). Below 300 s only for servers configured
-    #: to allow it.
+    #: PING to check the connection (``None`` or ``inf``: never). The broker's gRPC
+    #: keepalive policy (grpc-go's: no PINGs sooner than 5 minutes apart without data in
+    #: between, else GOAWAY ``too_many_pings``) still holds: on the ``"h2"`` transport a
+    #: shorter interval applies to the first PING and to the first after messages, and a
+    #: stream that stays silent is PINGed every 5 minutes (1 s of slack added; a broker
+    #: with another policy: ``grpc.http2.min_time_between_pings_ms`` in ``grpc_options``).
+    #: It is also the grpcio channels' ``grpc.keepalive_time_ms`` (PINGs only while a
+    #: call is in progress, spaced by grpcio itself; ``grpc_options`` override it).
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
     #: declared dead (the subscription then resubscribes). Also the bound on a broker

@@ -30,6 +30,7 @@ Thread-safe as :class:`H2SubscribeCall` says.
 from __future__ import annotations
 
 import contextlib
+import math
 import socket
 import threading
 import time
@@ -41,6 +42,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.dial import DialError, dial
 from liftbridge_sync._transport.h2.framing import FrameError
 from liftbridge_sync._transport.h2.limits import max_message_size
+from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver
 from liftbridge_sync._transport.tls import TLSSetup
@@ -51,6 +53,9 @@ __all__ = ["H2SubscribeCall"]
 
 _SC = grpc.StatusCode
 _PATH = b"/proto.API/Subscribe"
+#: Seconds added to the PING spacing the broker enforces: it measures the spacing at its
+#: end, where a PING delayed less than the one before arrives that much sooner.
+_PING_SLACK = 1.0
 #: Our receive window (stream and connection). A consumer that stops iterating stops
 #: reading, so at most this much is buffered before the broker has to wait.
 _RECV_WINDOW = 4 << 20
@@ -94,6 +99,8 @@ class H2SubscribeCall(SubscribeReceiver):
         #: The iterating thread may be inside recv() or send(): cancel() wakes it with
         #: shutdown() (on Linux, close() alone wakes neither), and it closes the socket.
         self._in_io = False
+        #: When a keepalive PING may go out on this connection (fresh per connection).
+        self._pings = _ping_policy(options)
 
     # ------------------------------------------------------------------ grpcio-like API
 
@@ -176,6 +183,7 @@ class H2SubscribeCall(SubscribeReceiver):
             if ready:
                 self._next = 1
                 self._received = True
+                self._pings.data_received()
                 return ready[0]
 
     def _recv(self) -> bytes:
@@ -217,7 +225,12 @@ class H2SubscribeCall(SubscribeReceiver):
         An idle stream is legitimate (nothing is published), so silence alone ends
         nothing: after ``keepalive_interval`` seconds a PING goes out, and if nothing at
         all arrives within ``keepalive_timeout`` after it, the connection is dead (a
-        crashed host, a black-holing firewall): the subscription resubscribes.
+        crashed host, a black-holing firewall): the subscription resubscribes. A PING
+        sooner than the broker allows waits (:class:`PingPolicy`): the first one, and
+        the first after messages, go out after ``keepalive_interval``; on a stream that
+        stays silent the next ones are the broker's minimum apart (grpc-go's 5 minutes,
+        or ``grpc.http2.min_time_between_pings_ms``), so it never earns a GOAWAY
+        ``too_many_pings``.
 
         Raises:
             _DeadConnection: no sign of life after a PING.
@@ -228,7 +241,11 @@ class H2SubscribeCall(SubscribeReceiver):
             return _recv_within(sock, None)
         pinged_at: float | None = None
         while True:
-            wait = interval if pinged_at is None else self._options.keepalive_timeout
+            if pinged_at is None:
+                allowed = self._pings.next_allowed()  # inf: not until the broker sends
+                wait = None if allowed == math.inf else max(interval, allowed - time.monotonic())
+            else:
+                wait = self._options.keepalive_timeout
             try:
                 return _recv_within(sock, wait)
             except TimeoutError:
@@ -243,6 +260,7 @@ class H2SubscribeCall(SubscribeReceiver):
             conn.ping(b"lb-alive")
             sock.settimeout(self._options.keepalive_timeout)
             sock.sendall(conn.data_to_send())
+            self._pings.pinged()
             pinged_at = time.monotonic()
 
     def _cancelled_error(self) -> LiftbridgeError:
@@ -321,7 +339,24 @@ class H2SubscribeCall(SubscribeReceiver):
                 sock.close()
                 raise self._cancelled_error()
             self._sock = sock
+        self._pings = _ping_policy(self._options)
         self._attach(conn, sid)
+
+
+def _ping_policy(options: ClientOptions) -> PingPolicy:
+    """The keepalive PING spacing a broker accepts on a subscription's connection.
+
+    Unlike a publish connection (which stops after ``max_pings_without_data``), a silent
+    subscription keeps PINGing at the broker's minimum spacing by default: a dead
+    connection under a stream that stays quiet must still be noticed.
+    """
+    grpc_options = dict(options.grpc_options)
+    asked = PingPolicy.from_grpc_options(grpc_options)
+    limit = grpc_options.get("grpc.http2.max_pings_without_data")
+    return PingPolicy(
+        asked.min_interval + _PING_SLACK,
+        asked.max_without_data if isinstance(limit, int) and not isinstance(limit, bool) else 0,
+    )
 
 
 #: Longest single blocking ``recv()`` on the main thread, seconds (see :func:`_recv_within`).

@@ -33,6 +33,7 @@ class _Connection:
     last_ping: float | None = None
     server_wrote: bool = False  # DATA or HEADERS since the last client PING
     strikes: int = 0
+    pings: int = 0
 
 
 class PingWatch:
@@ -44,6 +45,7 @@ class PingWatch:
 
     Attributes:
         pings: Client PINGs (not ACKs) seen, over all connections.
+        most_pings: The most client PINGs seen on any one connection.
         max_strikes: The highest strike count any connection reached.
         server_goaways: GOAWAY frames the server sent.
 
@@ -55,6 +57,7 @@ class PingWatch:
         self._lock = threading.Lock()
         self._connections: dict[int, _Connection] = {}
         self.pings = 0
+        self.most_pings = 0
         self.max_strikes = 0
         self.server_goaways = 0
 
@@ -92,6 +95,8 @@ class PingWatch:
         if kind != _PING or flags & _ACK:
             return
         self.pings += 1
+        connection.pings += 1
+        self.most_pings = max(self.most_pings, connection.pings)
         now = time.monotonic()
         if connection.server_wrote:
             connection.strikes = 0

@@ -47,6 +47,16 @@ class PingPolicy:
         self._last: float | None = None  # when the last PING went out
         self._without_data = 0  # PINGs since the broker last sent data
 
+    @property
+    def min_interval(self) -> float:
+        """Seconds between PINGs without data in between."""
+        return self._min_interval
+
+    @property
+    def max_without_data(self) -> int:
+        """PINGs allowed since the broker last sent data (0: no limit)."""
+        return self._max_without_data
+
     def next_allowed(self) -> float:
         """The earliest monotonic time a PING may go out (``inf``: not until data)."""
         if self._last is None or self._without_data == 0:
