@@ -7,7 +7,7 @@ from liftbridge_sync.options import ClientOptions
 
 
 def test_a_silent_subscription_keeps_pinging_at_the_brokers_spacing() -> None:
-    policy = _ping_policy(ClientOptions(addresses=["a:1"], keepalive_interval=0.05))
+    policy = _ping_policy(ClientOptions(addresses=("a:1",), keepalive_interval=0.05))
     # grpc-go's 5 minutes and a second of slack; unlike a publish connection, no cap on
     # PINGs without data: a dead connection under a quiet stream must still be noticed.
     assert (policy.min_interval, policy.max_without_data) == (301.0, 0)
@@ -20,7 +20,7 @@ def test_a_silent_subscription_keeps_pinging_at_the_brokers_spacing() -> None:
 
 def test_grpc_options_describe_a_laxer_broker() -> None:
     options = ClientOptions(
-        addresses=["a:1"],
+        addresses=("a:1",),
         grpc_options=(
             ("grpc.http2.min_time_between_pings_ms", 10_000),
             ("grpc.http2.max_pings_without_data", 3),
