@@ -49,6 +49,9 @@ def check_seconds(
         ConfigurationError: NaN, negative, zero when not allowed, infinite or ``None``
             where no limit makes no sense, or above ``maximum``.
     """
+    # The common case first, with no message built: a get(timeout) per message calls this.
+    if type(value) is float and 0.0 < value <= maximum:
+        return value
     if value is None:
         if unlimited:
             return None
@@ -56,27 +59,36 @@ def check_seconds(
     if isinstance(value, bool) or not isinstance(value, int | float):
         none = " or None" if unlimited else ""
         raise ArgumentTypeError(f"{name!r} must be seconds (int/float){none}, got {value!r}")
-    bound = ">= 0" if allow_zero else "> 0"
-    most = f"{name!r} must be at most {maximum:g} s"
-    hint = "; use None or inf for no limit" if unlimited else ""
     if isinstance(value, int):  # compared as an int: float() of a huge one overflows
         if value < 0 or (value == 0 and not allow_zero):
-            raise ConfigurationError(f"{name!r} must be a number {bound}, got {_shown(value)}")
+            raise ConfigurationError(
+                f"{name!r} must be a number {_bound(allow_zero)}, got {_shown(value)}"
+            )
         if value > maximum:
             raise ConfigurationError(
-                f"{name!r} must be at most {maximum:g} s, got {_shown(value)}{hint}"
+                f"{name!r} must be at most {maximum:g} s, got {_shown(value)}{_hint(unlimited)}"
             )
         return float(value)
     seconds = float(value)
     if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise ConfigurationError(f"{name!r} must be a number {bound}, got {value!r}")
+        raise ConfigurationError(f"{name!r} must be a number {_bound(allow_zero)}, got {value!r}")
     if seconds == math.inf:
         if unlimited:
             return None
         raise ConfigurationError(f"{name!r} must be a finite number of seconds, got {value!r}")
     if seconds > maximum:
-        raise ConfigurationError(f"{most}, got {value!r}{hint}")
+        raise ConfigurationError(
+            f"{name!r} must be at most {maximum:g} s, got {value!r}{_hint(unlimited)}"
+        )
     return seconds + 0.0  # -0.0 reads as 0.0
+
+
+def _bound(allow_zero: bool) -> str:
+    return ">= 0" if allow_zero else "> 0"
+
+
+def _hint(unlimited: bool) -> str:
+    return "; use None or inf for no limit" if unlimited else ""
 
 
 def _shown(value: int) -> str:
