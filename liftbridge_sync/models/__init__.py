@@ -27,6 +27,7 @@ from liftbridge_sync.models._message import Message, _message_from_wire
 # call frame of Message.from_proto.
 from liftbridge_sync.models._message import _new_object as _new_object
 from liftbridge_sync.models._message import _set_message_pb as _set_message_pb
+from liftbridge_sync.models._message import wire_message as wire_message
 from liftbridge_sync.models._metadata import (
     BrokerInfo,
     EventTimestamps,

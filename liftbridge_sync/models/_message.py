@@ -6,7 +6,8 @@ Immutable values; thread-safe.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -171,6 +172,10 @@ class Message:
 
 
 _new_object = object.__new__
+#: The wire message a :class:`Message` wraps, for bulk conversions inside the package
+#: (the Spark source builds Arrow columns from its fields with no property call per
+#: field); the caller must never change it.
+wire_message: Callable[[Message], api_pb2.Message] = operator.attrgetter("_pb")
 #: Stores the wrapped wire message past the read-only ``__setattr__``.
 _set_message_pb = Message._pb.__set__  # type: ignore[misc,attr-defined]
 

@@ -15,6 +15,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from liftbridge_sync import ConfigurationError, Message
+from liftbridge_sync.models import wire_message
 
 __all__ = ["BATCH_ROWS", "LOG_APPEND_TIME", "arrow_schema", "record_batches"]
 
@@ -101,17 +102,18 @@ def record_batches(
     }
     count = 0
     for message in messages:
-        keys.append(message.key)
-        values.append(message.value)
-        streams.append(message.stream)
-        partitions.append(message.partition)
-        offsets.append(message.offset)
-        nanos = message.timestamp_ns
+        pb = wire_message(message)  # one property call per field would cost more than Arrow
+        keys.append(pb.key or None)
+        values.append(pb.value)
+        streams.append(pb.stream)
+        partitions.append(pb.partition)
+        offsets.append(pb.offset)
+        nanos = pb.timestamp
         stamps.append(nanos // 1000 if nanos else None)
-        subjects.append(message.subject)
-        replies.append(message.reply_subject or None)
+        subjects.append(pb.subject)
+        replies.append(pb.replySubject or None)
         if headers:
-            header_lists.append(list(message.headers.items()))
+            header_lists.append(list(pb.headers.items()))
         count += 1
         if count >= rows:
             yield _batch(columns, count, schema)
