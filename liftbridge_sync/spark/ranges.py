@@ -49,6 +49,8 @@ _STOP_BEFORE_START = "stop offset is before start offset"
 
 #: Seconds to wait for the oldest message when telling compaction from retention.
 _EARLIEST_WAIT = 10.0
+#: Most messages taken from the subscription per call (what it has at hand, not more).
+_READ_BATCH = 4096
 
 
 #: The ``headers`` column of ``includeHeaders=true``, shaped as the Kafka connector's.
@@ -180,19 +182,31 @@ def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Messag
     next_offset = piece.start
     closed_segments = 0
     while True:
-        messages = _messages(client, options, piece, next_offset)
+        batches = _batches(client, options, piece, next_offset)
         try:
-            with contextlib.closing(messages):
-                for message in messages:
-                    offset = message.offset
-                    if offset < next_offset:
+            with contextlib.closing(batches):
+                for batch in batches:
+                    first, last = batch[0].offset, batch[-1].offset
+                    if next_offset <= first and last < piece.end and next_offset != piece.start:
+                        # Inside the range and after what was yielded (the subscription
+                        # hands out increasing offsets): all of it, with no per-row test.
+                        next_offset = last + 1
+                        yield from batch
                         continue
-                    if offset >= piece.end:
+                    past_end = False
+                    for message in batch:
+                        offset = message.offset
+                        if offset < next_offset:
+                            continue
+                        if offset >= piece.end:
+                            past_end = True
+                            break
+                        if next_offset == piece.start and offset > piece.start:
+                            check_data_loss(client, options, piece, offset)
+                        next_offset = offset + 1
+                        yield message
+                    if past_end:
                         break
-                    if next_offset == piece.start and offset > piece.start:
-                        check_data_loss(client, options, piece, offset)
-                    next_offset = offset + 1
-                    yield message
                     if next_offset >= piece.end:
                         return
                 if next_offset == piece.start:
@@ -220,10 +234,11 @@ def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Messag
             )
 
 
-def _messages(
+def _batches(
     client: Client, options: SourceOptions, piece: OffsetRange, start: int
-) -> Generator[Message, None, None]:
-    """The subscription's messages from ``start`` up to the stop offset ``end - 1``."""
+) -> Generator[list[Message], None, None]:
+    """The subscription's messages from ``start`` up to the stop offset ``end - 1``, in
+    the batches the subscription has at hand (one call each, not one per message)."""
     with client.subscribe(
         piece.stream,
         partition=piece.partition,
@@ -233,7 +248,7 @@ def _messages(
     ) as sub:
         while True:
             try:
-                yield sub.get(options.poll_timeout)
+                yield sub.get_many(_READ_BATCH, options.poll_timeout)
             except StopIteration:
                 return
 

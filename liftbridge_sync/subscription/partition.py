@@ -24,7 +24,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall
-from liftbridge_sync._wire.validate import check_timeout
+from liftbridge_sync._wire.validate import check_int, check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
     LiftbridgeError,
@@ -42,6 +42,7 @@ from liftbridge_sync.subscription.stats import SubscriptionStats
 __all__ = ["Subscription", "SubscriptionTarget"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
+_from_proto = Message.from_proto
 
 
 class Subscription(PartitionConnection):
@@ -170,6 +171,32 @@ class Subscription(PartitionConnection):
             self._last_offset = pb.offset
             return Message.from_proto(pb)
         return self._read(seconds)
+
+    def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """The next messages, at least one and at most ``max_messages``.
+
+        Waits at most ``timeout`` seconds (``None``: forever) for the first message, as
+        :meth:`get` does, then adds those already received, without waiting for more: a
+        consumer that handles messages in batches pays one call per batch.
+
+        Raises:
+            ArgumentTypeError, ConfigurationError: ``max_messages`` is not an int >= 1.
+            TimeoutError: if no message arrived in time; the subscription stays usable
+                and the next read continues after the last delivered offset.
+            StopIteration: if the subscription has ended or was closed.
+            StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
+                conditions reported by the server.
+        """
+        most = check_int("max_messages", max_messages, minimum=1)
+        batch = [self.get(timeout)]
+        buf = self._buf
+        i = self._pos
+        taken = buf[i : i + most - 1]
+        if taken and not self._core.forked:
+            self._pos = i + len(taken)
+            self._last_offset = taken[-1].offset
+            batch.extend(map(_from_proto, taken))
+        return batch
 
     def checkpoint(self, cursor_id: str) -> int | None:
         """Store the last delivered offset under ``cursor_id`` (the Go client's semantics).

@@ -239,6 +239,55 @@ def test_get_timeout_on_an_idle_stream_loses_nothing(
         assert sub.last_offset == 4
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_get_many_hands_out_what_is_at_hand_in_order(
+    liftbridge_address: str, new_stream: StreamFactory, transport: str
+) -> None:
+    name = new_stream()
+    publish_values(liftbridge_address, name, 50)
+    with (
+        Client(liftbridge_address, subscribe_transport=transport) as client,
+        client.subscribe(name, start=StartAt.earliest(), stop=StopAt.offset(49)) as sub,
+    ):
+        got: list[Message] = []
+        sizes: list[int] = []
+        while True:
+            try:
+                batch = sub.get_many(7, timeout=10)
+            except StopIteration:
+                break
+            assert sub.last_offset == batch[-1].offset
+            got.extend(batch)
+            sizes.append(len(batch))
+        assert offsets(got) == list(range(50))
+        assert min(sizes) >= 1 and max(sizes) <= 7
+        if transport == "h2":  # read in bulk: the stored messages come in few reads
+            assert max(sizes) == 7
+        assert [m.value for m in got[:2]] == [b"m0", b"m1"]
+        with pytest.raises(StopIteration):
+            sub.get_many(7, timeout=1)
+
+
+def test_get_many_waits_for_the_first_message_only(
+    liftbridge_client: Client, liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    name = new_stream()
+    with liftbridge_client.subscribe(name) as sub:  # new-only, nothing received yet
+        with pytest.raises(TimeoutError):
+            sub.get_many(10, timeout=0.1)
+        publish_values(liftbridge_address, name, 3)
+        got = sub.get_many(1, timeout=10)
+        assert offsets(got) == [0]  # never more than asked for
+        got += take(sub, 2)
+        assert offsets(got) == [0, 1, 2]
+        for bad in (0, -1):
+            with pytest.raises(lb.ConfigurationError):
+                sub.get_many(bad, timeout=1)
+        for wrong in (True, 2.0, "3"):
+            with pytest.raises(lb.ArgumentTypeError):
+                sub.get_many(wrong, timeout=1)  # type: ignore[arg-type]
+
+
 # ---------------------------------------------------------------------- terminal states
 
 
