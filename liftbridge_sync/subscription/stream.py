@@ -13,7 +13,7 @@ import threading
 import time
 
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import check_bool, check_name, check_timeout
+from liftbridge_sync._wire.validate import check_bool, check_int, check_name, check_timeout
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.opening import check_positions, open_partition
@@ -76,6 +76,21 @@ class _Mailbox:
             item = self._items.popleft()
             self._not_full.notify()
             return item
+
+    def get_many(self, most: int, timeout: float | None) -> list[Message] | BaseException:
+        """Up to ``most`` queued messages after waiting for the first, or the error
+        queued first (an error behind messages stays for the next call); ``StopIteration``
+        as :meth:`get`."""
+        first = self.get(timeout)
+        if not isinstance(first, Message):
+            return first
+        taken = [first]
+        with self._not_full:
+            items = self._items
+            while len(taken) < most and items and isinstance(items[0], Message):
+                taken.append(items.popleft())  # type: ignore[arg-type]
+            self._not_full.notify(len(taken) - 1)
+        return taken
 
     def close(self) -> None:
         with self._not_empty:
@@ -191,6 +206,34 @@ class StreamSubscription:
             raise item
         self._delivered[item.partition] = item.offset
         return item
+
+    def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """The next messages from any partitions, at least one and at most ``max_messages``.
+
+        Waits at most ``timeout`` seconds (``None``: forever) for the first message, as
+        :meth:`get` does, then adds those already received, without waiting for more.
+
+        Raises:
+            ArgumentTypeError, ConfigurationError: ``max_messages`` is not an int >= 1,
+                or ``timeout`` is NaN, negative or above ~24 days.
+            TimeoutError: if no message arrived in time (the subscription stays usable).
+            StopIteration: if every partition has ended, or the subscription was closed.
+            StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
+                conditions of any partition (after the messages received before them);
+                the whole subscription is then closed.
+            ForkedClientError: in a process forked after the subscription was opened.
+        """
+        most = check_int("max_messages", max_messages, minimum=1)
+        seconds = check_timeout("timeout", timeout)
+        self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
+        taken = self._box.get_many(most, seconds)
+        if isinstance(taken, BaseException):
+            self.close()
+            raise taken
+        delivered = self._delivered
+        for message in taken:
+            delivered[message.partition] = message.offset
+        return taken
 
     def checkpoint(self, cursor_id: str) -> dict[int, int]:
         """Store each partition's last delivered offset under ``cursor_id``.

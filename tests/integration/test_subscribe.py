@@ -387,6 +387,29 @@ def test_whole_stream_merges_partitions(liftbridge_client: Client, stream4p: str
     assert all(m.value == f"p{m.partition}-{m.offset}".encode() for m in got)
 
 
+def test_whole_stream_get_many_takes_what_is_queued(
+    liftbridge_client: Client, stream4p: str
+) -> None:
+    with liftbridge_client.subscribe_stream(
+        stream4p, start=StartAt.earliest(), stop=StopAt.latest()
+    ) as sub:
+        got: list[Message] = []
+        sizes: list[int] = []
+        while True:
+            try:
+                batch = sub.get_many(4, timeout=10)
+            except StopIteration:
+                break
+            got.extend(batch)
+            sizes.append(len(batch))
+        with pytest.raises(StopIteration):
+            sub.get_many(4, timeout=1)
+    assert by_partition(got) == {p: list(range(3 + p)) for p in range(4)}
+    assert min(sizes) >= 1 and max(sizes) <= 4
+    with pytest.raises(lb.ConfigurationError):
+        sub.get_many(0)
+
+
 def test_whole_stream_follows_timeouts_and_close(
     liftbridge_client: Client, liftbridge_address: str, stream4p: str
 ) -> None:
