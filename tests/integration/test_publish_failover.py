@@ -9,6 +9,7 @@ the ack timeout. The figures are printed (``pytest -s``) for README's Reliabilit
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -61,10 +62,16 @@ class _Run:
         return max((b - a for a, b in zip(times, times[1:], strict=False)), default=0.0)
 
 
+@pytest.fixture(autouse=True)
+def publisher_debug_log(caplog: pytest.LogCaptureFixture) -> None:
+    """A failure's report shows every probe of the silent partitions and its verdict."""
+    caplog.set_level(logging.DEBUG, logger="liftbridge_sync.publisher")
+
+
 def _check(client: Client, run: _Run, futures: list[Future[Ack | None]], what: str) -> None:
     failed = [f.exception(timeout=60) for f in futures]
     failed = [e for e in failed if e is not None]
-    assert not failed, f"{len(failed)} failed, e.g. {failed[:3]}"
+    assert not failed, f"{len(failed)} failed, e.g. {failed[:3]}; {client.publisher_stats()}"
     with client.subscribe(run.stream, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
         values = [int(m.value) for m in sub]
     assert set(values) == set(range(MESSAGES)), "acked messages missing"
