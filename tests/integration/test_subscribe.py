@@ -29,6 +29,21 @@ def take(sub: Subscription | StreamSubscription, n: int, timeout: float = 10.0) 
     return [sub.get(max(0.0, deadline - time.monotonic())) for _ in range(n)]
 
 
+def drain_many(
+    sub: Subscription | StreamSubscription, most: int
+) -> list[tuple[int | None, list[Message]]]:
+    """Every ``get_many(most)`` batch until the end, each with the partition
+    subscription's ``last_offset`` right after it (``None`` for a whole stream)."""
+    batches: list[tuple[int | None, list[Message]]] = []
+    while True:
+        try:
+            batch = sub.get_many(most, timeout=10)
+        except StopIteration:
+            return batches
+        last = sub.last_offset if isinstance(sub, Subscription) else None
+        batches.append((last, batch))
+
+
 def offsets(messages: list[Message]) -> list[int]:
     return [m.offset for m in messages]
 
@@ -249,16 +264,10 @@ def test_get_many_hands_out_what_is_at_hand_in_order(
         Client(liftbridge_address, subscribe_transport=transport) as client,
         client.subscribe(name, start=StartAt.earliest(), stop=StopAt.offset(49)) as sub,
     ):
-        got: list[Message] = []
-        sizes: list[int] = []
-        while True:
-            try:
-                batch = sub.get_many(7, timeout=10)
-            except StopIteration:
-                break
-            assert sub.last_offset == batch[-1].offset
-            got.extend(batch)
-            sizes.append(len(batch))
+        batches = drain_many(sub, 7)
+        assert all(sub_last == batch[-1].offset for sub_last, batch in batches)
+        got = [m for _, batch in batches for m in batch]
+        sizes = [len(batch) for _, batch in batches]
         assert offsets(got) == list(range(50))
         assert min(sizes) >= 1 and max(sizes) <= 7
         if transport == "h2":  # read in bulk: the stored messages come in few reads
@@ -393,15 +402,9 @@ def test_whole_stream_get_many_takes_what_is_queued(
     with liftbridge_client.subscribe_stream(
         stream4p, start=StartAt.earliest(), stop=StopAt.latest()
     ) as sub:
-        got: list[Message] = []
-        sizes: list[int] = []
-        while True:
-            try:
-                batch = sub.get_many(4, timeout=10)
-            except StopIteration:
-                break
-            got.extend(batch)
-            sizes.append(len(batch))
+        batches = drain_many(sub, 4)
+        got = [m for _, batch in batches for m in batch]
+        sizes = [len(batch) for _, batch in batches]
         with pytest.raises(StopIteration):
             sub.get_many(4, timeout=1)
     assert by_partition(got) == {p: list(range(3 + p)) for p in range(4)}
