@@ -331,6 +331,20 @@ class LiftbridgeServer(Lifecycle):
         """
         return None if self._node is None else self._node.stop(timeout)
 
+    def pause(self, timeout: float = 10.0) -> None:
+        """Freeze the server (SIGSTOP: a hung host or disk) and wait until all of its
+        threads are stopped; its connections stay up and its kernel still acknowledges
+        what fits in the buffers. :meth:`resume` lets it go on.
+
+        Raises:
+            RuntimeError: not running, or not stopped within ``timeout`` seconds.
+        """
+        self._require_node().pause(timeout)
+
+    def resume(self) -> None:
+        """Let a paused server go on (SIGCONT)."""
+        self._require_node().resume()
+
     def kill(self) -> int | None:
         """Kill with SIGKILL (simulates a crash); keeps the data dir.
 

@@ -174,6 +174,24 @@ def test_stop_is_graceful(installed: InstalledServer) -> None:
         assert srv.run_dir.is_dir()  # kept until the context exits
 
 
+def test_pause_freezes_every_thread_until_resume(installed: InstalledServer) -> None:
+    with LiftbridgeServer(installed=installed) as srv:
+        srv.pause()
+        pid = srv.pid
+        assert pid is not None
+        states = {
+            (task / "stat").read_text().rpartition(")")[2].split()[0]
+            for task in Path(f"/proc/{pid}/task").iterdir()
+        }
+        assert states <= {"T", "t"}, states
+        with pytest.raises(TimeoutError):
+            fetch_metadata(srv.address, timeout=1.0)  # nobody answers a frozen server
+        srv.resume()
+        assert len(fetch_metadata(srv.address).brokers) == 1
+        srv.pause()
+        assert srv.stop() == 0  # a paused server still stops gracefully
+
+
 def test_startup_failure_reports_log_tail(installed: InstalledServer) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -10,8 +10,6 @@ resubscribes, and reads on once the broker resumes.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -57,17 +55,17 @@ def test_a_stopped_broker_is_noticed_by_a_subscription_within_the_bound(
         reader = threading.Thread(
             target=lambda: got.append(next(sub)), name="liftbridge-test-reader", daemon=True
         )
-        reader.start()  # blocked in next(): nothing more is stored yet
         caplog.set_level(logging.WARNING, logger="liftbridge_sync.subscription")
-        pid = own_server.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
+        own_server.pause()
         try:
             started = time.monotonic()
+            # Blocked in next() from now on: its first PING after the messages goes to
+            # a broker already stopped.
+            reader.start()
             wait_until(lambda: "lost its stream" in caplog.text, timeout=30)
             noticed = time.monotonic() - started
         finally:
-            os.kill(pid, signal.SIGCONT)
+            own_server.resume()
         # keepalive_interval + keepalive_timeout, with scheduling slack.
         assert noticed < 6, noticed
         assert "keepalive PING" in caplog.text
@@ -98,16 +96,16 @@ def test_a_stopped_broker_owing_acks_is_noticed_and_publishes_go_on_after_it_res
         warm = client.publish(name, b"warm")
         assert warm is not None and warm.offset == 0
         caplog.set_level(logging.WARNING, logger="liftbridge_sync")
-        pid = own_server.pid
-        assert pid is not None
-        os.kill(pid, signal.SIGSTOP)
+        # Stopped before anything is published: a broker signalled but still running
+        # would answer them, and nothing would be owed.
+        own_server.pause()
         try:
             started = time.monotonic()
             futures = [client.publish_async(name, b"p%d" % i) for i in range(20)]
             wait_until(lambda: "publish stream broke" in caplog.text, timeout=30)
             noticed = time.monotonic() - started
         finally:
-            os.kill(pid, signal.SIGCONT)
+            own_server.resume()
         # 1.25 x keepalive_timeout at worst, with slack; not the 120 s ack timeout.
         assert noticed < 6, noticed
         assert "of a PING" in caplog.text
