@@ -247,6 +247,14 @@ class OwnerLoop:
                 self._linger_until = now + self._options.ack_timeout
             if now < self._linger_until:
                 head = self._linger_until
+                # Callers write their publishes themselves while we linger, without
+                # waking us (their deadlines are later than this wake): look again
+                # within resend_after, or a publish lost then would wait for its ack
+                # timeout instead of being noticed silent (a leader killed just after
+                # a burst was acknowledged lost the whole next window that way).
+                resend_after = self._options.resend_after
+                if resend_after is not None:
+                    head = min(head, now + resend_after)
         else:
             self._linger_until = None
         stall_check = self._resender.watch_stalls(now, self._stream is not None)

@@ -261,3 +261,27 @@ def test_a_full_window_lost_with_a_leader_that_moved_is_resent_though_the_log_mo
             stats = client.publisher_stats()
     assert errors == [None] * 12
     assert stats.resent_after_stall == 8
+
+
+def test_publishes_after_the_window_emptied_are_still_watched(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Acks emptied the pending table, so the owner loop planned a long sleep (it lingers
+    # for an ack timeout); the next publishes are written by their callers without
+    # waking it. Their silence must still be noticed within resend_after, not at the
+    # 30 s ack timeout (a leader killed just after a burst was acked lost them all).
+    fake.publish_script = lambda request, n: "drop" if n == 4 else "ack"
+    with _client(fake, transport, resend_after=0.2) as client:
+        first = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
+        for future in first:  # the owner loop settles these: it sees the table empty
+            future.add_done_callback(lambda _: None)
+        assert [f.result(timeout=10).offset for f in first] == [0, 1, 2]  # type: ignore[union-attr]
+        client.flush(timeout=10)
+        started = time.monotonic()
+        lost = client.publish_async("s", b"lost", partition=0)
+        ack = lost.result(timeout=10)
+        waited = time.monotonic() - started
+        stats = client.publisher_stats()
+    assert ack is not None and stats.resent_after_stall == 1
+    assert waited < 10
+    assert [r.value for r in fake.received][-2:] == [b"lost", b"lost"]
