@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import operator
 import time
 from collections.abc import Generator, Iterator, Mapping
 from typing import Any
@@ -186,11 +187,16 @@ def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Messag
         try:
             with contextlib.closing(batches):
                 for batch in batches:
-                    first, last = batch[0].offset, batch[-1].offset
-                    if next_offset <= first and last < piece.end and next_offset != piece.start:
-                        # Inside the range and after what was yielded (the subscription
-                        # hands out increasing offsets): all of it, with no per-row test.
-                        next_offset = last + 1
+                    offsets = [message.offset for message in batch]
+                    if (
+                        next_offset <= offsets[0]
+                        and offsets[-1] < piece.end
+                        and next_offset != piece.start
+                        and all(map(operator.lt, offsets, offsets[1:]))
+                    ):
+                        # Inside the range, after what was yielded and increasing: all
+                        # of it, with no per-row test.
+                        next_offset = offsets[-1] + 1
                         yield from batch
                         continue
                     past_end = False

@@ -3,6 +3,7 @@ start after the newest message."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,13 @@ class _Scripted:
     def get(self, timeout: float | None = None) -> Message:
         return next(self._messages)
 
+    def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """Up to three at a time: batches that mix good offsets with bad ones."""
+        batch = list(itertools.islice(self._messages, min(max_messages, 3)))
+        if not batch:
+            raise StopIteration
+        return batch
+
     def __enter__(self) -> _Scripted:
         return self
 
@@ -61,6 +69,8 @@ class _ScriptedClient:
         ([0, 1, 2, 2, 1, 5, 11, 12], [1, 2, 5]),  # below the start, repeats, past the end
         ([3, 4, 9, 10, 13], [3, 4, 9, 10]),  # the last offset, then one past it
         ([11], []),
+        (list(range(1, 11)), list(range(1, 11))),  # whole batches inside the range
+        ([1, 2, 3, 4, 5, 5, 6, 7, 4, 8], [1, 2, 3, 4, 5, 6, 7, 8]),  # repeats within batches
     ],
 )
 def test_a_range_never_yields_a_row_outside_it_whatever_the_client_does(
