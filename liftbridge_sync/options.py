@@ -230,12 +230,14 @@ class ClientOptions:
     #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
     #: PING to check the connection (``None`` or ``inf``: never). The broker's gRPC
     #: keepalive policy (grpc-go's: no PINGs sooner than 5 minutes apart without data in
-    #: between, else GOAWAY ``too_many_pings``) still holds: on the ``"h2"`` transport a
-    #: shorter interval applies to the first PING and to the first after messages, and a
-    #: stream that stays silent is PINGed every 5 minutes (1 s of slack added; a broker
-    #: with another policy: ``grpc.http2.min_time_between_pings_ms`` in ``grpc_options``).
-    #: It is also the grpcio channels' ``grpc.keepalive_time_ms`` (PINGs only while a
-    #: call is in progress, spaced by grpcio itself; ``grpc_options`` override it).
+    #: between, else GOAWAY ``too_many_pings``) decides the rest on the ``"h2"``
+    #: transport: the first PING of a quiet spell after messages (or of a connection)
+    #: costs nothing there, and goes out after this or half of ``keepalive_timeout``,
+    #: whichever is sooner; a stream that stays silent is PINGed this often but at least
+    #: 5 minutes apart (1 s of slack added; a broker with another policy:
+    #: ``grpc.http2.min_time_between_pings_ms`` in ``grpc_options``). It is also the
+    #: grpcio channels' ``grpc.keepalive_time_ms`` (PINGs only while a call is in
+    #: progress, spaced by grpcio itself; ``grpc_options`` override it).
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
     #: declared dead (the subscription then resubscribes). Also the bound on a broker

@@ -223,14 +223,18 @@ class H2SubscribeCall(SubscribeReceiver):
         """One ``recv()``, PINGing a connection that stays silent (keepalive).
 
         An idle stream is legitimate (nothing is published), so silence alone ends
-        nothing: after ``keepalive_interval`` seconds a PING goes out, and if nothing at
-        all arrives within ``keepalive_timeout`` after it, the connection is dead (a
-        crashed host, a black-holing firewall): the subscription resubscribes. A PING
-        sooner than the broker allows waits (:class:`PingPolicy`): the first one, and
-        the first after messages, go out after ``keepalive_interval``; on a stream that
-        stays silent the next ones are the broker's minimum apart (grpc-go's 5 minutes,
-        or ``grpc.http2.min_time_between_pings_ms``), so it never earns a GOAWAY
-        ``too_many_pings``.
+        nothing: a PING goes out, and if nothing at all arrives within
+        ``keepalive_timeout`` after it, the connection is dead (a crashed host, a
+        stopped broker, a black-holing firewall): the subscription resubscribes.
+
+        When PINGs go out is the broker's policy (:class:`PingPolicy`). The first PING
+        of a connection, and the first after messages, cost no strike: they go out
+        after ``keepalive_interval`` or half of ``keepalive_timeout`` of silence,
+        whichever is sooner, so a broker that stops while it was sending is noticed
+        within 1.5 times ``keepalive_timeout`` (30 s by default). On a stream that stays
+        silent the next ones are ``keepalive_interval`` but at least the broker's
+        minimum apart (grpc-go's 5 minutes, or ``grpc.http2.min_time_between_pings_ms``),
+        so it never earns a GOAWAY ``too_many_pings``.
 
         Raises:
             _DeadConnection: no sign of life after a PING.
@@ -243,7 +247,12 @@ class H2SubscribeCall(SubscribeReceiver):
         while True:
             if pinged_at is None:
                 allowed = self._pings.next_allowed()  # inf: not until the broker sends
-                wait = None if allowed == math.inf else max(interval, allowed - time.monotonic())
+                if allowed == -math.inf:  # a free PING: the broker sent since the last
+                    wait = min(interval, self._options.keepalive_timeout / 2)
+                elif allowed == math.inf:
+                    wait = None
+                else:
+                    wait = max(interval, allowed - time.monotonic())
             else:
                 wait = self._options.keepalive_timeout
             try:
