@@ -25,6 +25,8 @@ logger = logging.getLogger(__name__)
 #: Logged by the node that wins the metadata Raft election (v1.9.0 and the pinned commit).
 LEADER_LOG_LINE = "Server became metadata leader, performing leader promotion actions"
 _ADDRESS_IN_USE = "address already in use"
+#: What v1.9.0 logs when a Raft operation of its startup timed out (then it exits 2).
+_RAFT_TIMED_OUT = "raft operation timed out"
 #: Seconds a node that must become metadata leader gets before it is started again.
 _ELECTION_PATIENCE = 8.0
 _START_ATTEMPTS = 3
@@ -310,8 +312,27 @@ class LiftbridgeProcess:
                     and not self.is_metadata_leader_logged()
                     and "was not ready" in str(exc)
                 )
-                if not stalled or attempt == _START_ATTEMPTS or time.monotonic() >= deadline:
+                # v1.9.0 on a loaded machine: the new metadata leader's Raft write of an
+                # internal stream times out, and the process exits with code 2.
+                raft_timeout = (
+                    self.require_leader
+                    and "during startup" in str(exc)
+                    and _RAFT_TIMED_OUT in self.log_since_start()
+                )
+                if (
+                    not (stalled or raft_timeout)
+                    or attempt == _START_ATTEMPTS
+                    or time.monotonic() >= deadline
+                ):
                     raise
+                if raft_timeout:
+                    logger.warning(
+                        "liftbridge %s exited on a Raft timeout while starting (attempt %d); "
+                        "starting it again",
+                        self.server_id,
+                        attempt,
+                    )
+                    continue
                 logger.warning(
                     "liftbridge %s did not win the metadata election within %.0fs "
                     "(attempt %d); starting it again",

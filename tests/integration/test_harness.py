@@ -6,6 +6,7 @@ They start real Go Liftbridge servers (built on first use) and an external
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -190,6 +191,33 @@ def test_pause_freezes_every_thread_until_resume(installed: InstalledServer) -> 
         assert len(fetch_metadata(srv.address).brokers) == 1
         srv.pause()
         assert srv.stop() == 0  # a paused server still stops gracefully
+
+
+def test_a_raft_timeout_at_startup_is_started_again(
+    installed: InstalledServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # v1.9.0 on a loaded machine: the metadata leader's first Raft write times out and
+    # the process exits with code 2. The first run of this binary does just that.
+    once = tmp_path / "failed-once"
+    wrapper = tmp_path / "liftbridge"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e "{once}" ]; then\n'
+        f'  touch "{once}"\n'
+        "  echo 'level=info msg=\"Server became metadata leader, performing leader "
+        "promotion actions\"'\n"
+        "  echo 'level=error msg=\"Error on metadata leadership acquired: Failed to "
+        "replicate partition: raft operation timed out\"'\n"
+        "  exit 2\n"
+        "fi\n"
+        f'exec "{installed.path}" "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    flaky = dataclasses.replace(installed, path=wrapper)
+    with LiftbridgeServer(installed=flaky) as srv:
+        assert once.exists()
+        assert len(fetch_metadata(srv.address).brokers) == 1
+    assert "exited on a Raft timeout while starting" in caplog.text
 
 
 def test_startup_failure_reports_log_tail(installed: InstalledServer) -> None:
