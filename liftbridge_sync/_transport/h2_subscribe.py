@@ -99,7 +99,7 @@ class H2SubscribeCall(SubscribeReceiver):
         #: The iterating thread may be inside recv() or send(): cancel() wakes it with
         #: shutdown() (on Linux, close() alone wakes neither), and it closes the socket.
         self._in_io = False
-        #: When a keepalive PING may go out on this connection (fresh per connection).
+        #: When a keepalive PING may go out on the call's one connection.
         self._pings = _ping_policy(options)
 
     # ------------------------------------------------------------------ grpcio-like API
@@ -348,7 +348,6 @@ class H2SubscribeCall(SubscribeReceiver):
                 sock.close()
                 raise self._cancelled_error()
             self._sock = sock
-        self._pings = _ping_policy(self._options)
         self._attach(conn, sid)
 
 

@@ -325,19 +325,15 @@ class LiftbridgeProcess:
                     or time.monotonic() >= deadline
                 ):
                     raise
-                if raft_timeout:
-                    logger.warning(
-                        "liftbridge %s exited on a Raft timeout while starting (attempt %d); "
-                        "starting it again",
-                        self.server_id,
-                        attempt,
-                    )
-                    continue
+                why = (
+                    "exited on a Raft timeout while starting"
+                    if raft_timeout
+                    else f"did not win the metadata election within {patience:.0f}s"
+                )
                 logger.warning(
-                    "liftbridge %s did not win the metadata election within %.0fs "
-                    "(attempt %d); starting it again",
+                    "liftbridge %s %s (attempt %d); starting it again",
                     self.server_id,
-                    patience,
+                    why,
                     attempt,
                 )
 
