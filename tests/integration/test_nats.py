@@ -489,12 +489,33 @@ def test_done_callbacks_run_on_the_nats_thread(
         chained.append(publisher.publish_async(subject, b"chained"))
         done.set()
 
-    publisher.publish_async(subject, b"first").add_done_callback(callback)
+    # A future already done when the callback is added runs it on the caller's thread, and
+    # the ack may well be back by then: hold the NATS thread inside a gate callback while
+    # "first" is published and its callback added, so that "first" is surely pending.
+    registered = threading.Event()
+    gate_threads: list[str] = []
+    gates = 0
+
+    def gate(_: object) -> None:
+        gate_threads.append(threading.current_thread().name)
+        if gate_threads[-1] == "liftbridge-nats":
+            registered.wait(10)
+
+    while not gate_threads or gate_threads[-1] != "liftbridge-nats":
+        assert gates < 20, "every gate's ack was back before its callback was added"
+        gates += 1
+        publisher.publish_async(subject, b"gate").add_done_callback(gate)
+        wait_until(lambda n=gates: len(gate_threads) == n, 10.0, "the gate callback")  # type: ignore[misc]
+    first = publisher.publish_async(subject, b"first")
+    assert not first.done()
+    first.add_done_callback(callback)
+    registered.set()
     assert done.wait(10)
     assert seen[0] == "liftbridge-nats"
     assert isinstance(seen[1], RuntimeError)
-    ack = chained[0].result(timeout=10)
-    assert ack is not None and ack.offset == 1
+    ack, first_ack = chained[0].result(timeout=10), first.result(timeout=0)
+    assert ack is not None and first_ack is not None
+    assert (first_ack.offset, ack.offset) == (gates, gates + 1)
 
 
 def test_close_from_a_done_callback(nats_url: str, liftbridge_client: Client) -> None:
