@@ -177,8 +177,9 @@ class _RawServer:
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
         self.chunks: list[bytes] = []
-        #: What clients sent (all connections, in order).
-        self.received = bytearray()
+        #: What each client connection sent, in the order they were accepted (the tail of
+        #: one connection may arrive after the next test began: keep them apart).
+        self.connections: list[bytearray] = []
         self.thread = threading.Thread(target=self._run, name="liftbridge-test-raw", daemon=True)
         self.thread.start()
 
@@ -188,13 +189,15 @@ class _RawServer:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
+            received = bytearray()
+            self.connections.append(received)
             with conn:
                 try:
                     for chunk in self.chunks:
                         conn.sendall(chunk)
                     conn.shutdown(socket.SHUT_WR)
                     while data := conn.recv(65536):
-                        self.received += data
+                        received += data
                 except OSError:
                     pass
 
@@ -278,7 +281,7 @@ def test_data_beyond_our_window_ends_the_call_with_a_flow_control_error(
     message = b"\0" + len(body).to_bytes(4, "big") + body
     frame = framing.data_frame_header(1, len(message)) + message
     count = 65_535 // len(message) + 1  # one frame past the window
-    raw.received.clear()
+    accepted = len(raw.connections)
     raw.chunks = [head + frame * count]
     offsets, error = _read_all(raw.address)
     assert offsets == [7] * count
@@ -286,7 +289,8 @@ def test_data_beyond_our_window_ends_the_call_with_a_flow_control_error(
     assert "beyond the flow-control window" in str(error)
 
     def goaway_codes() -> list[int]:
-        sent = bytes(raw.received)[24:]  # after the client preface
+        [ours] = raw.connections[accepted:]  # this test's one connection
+        sent = bytes(ours)[24:]  # after the client preface
         frames, _ = framing.split_frames(sent, 1 << 24)
         return [
             int.from_bytes(sent[s + 4 : s + 8], "big") for kind, _, _, s, _ in frames if kind == 7

@@ -79,16 +79,18 @@ def test_a_configured_keepalive_pings_an_idle_connection_within_the_policy(
 ) -> None:
     # grpc.keepalive_time_ms of 50 ms asks for a PING after every 50 ms of silence; the
     # defaults of the ping policy (grpc's own: 5 minutes, at most two without data)
-    # still rule: one PING, however long the connection idles.
+    # still rule: one PING after the broker's last data, however long the connection
+    # idles. (A PING may also have gone out before the ack, if the ack took longer than
+    # 50 ms on a loaded machine: the ack then lets one more through, without a strike.)
     _, watch, address = watched
     options = (("grpc.keepalive_time_ms", 50),)
     with Client([address], retry=FAST_RETRY, grpc_options=options) as client:
         client.publish("s", b"x", partition=0)
         wait_until(lambda: watch.pings >= 1, what="a keepalive PING")
         idle_until = time.monotonic() + 0.6  # a dozen keepalive periods
-        wait_until(lambda: time.monotonic() >= idle_until or watch.pings > 1, what="idling")
-    assert watch.pings == 1
-    assert not watch.would_goaway
+        wait_until(lambda: time.monotonic() >= idle_until or watch.max_strikes > 0, what="idling")
+    assert 1 <= watch.pings <= 2
+    assert watch.max_strikes == 0 and not watch.would_goaway
 
 
 def test_a_user_may_opt_in_to_more_pings() -> None:
