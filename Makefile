@@ -14,6 +14,7 @@ $(STAMP): setup.cfg setup.py pyproject.toml liftbridge_sync/_speedups.c \
 		liftbridge_sync/_speedups_acks.c liftbridge_sync/_speedups_io.c \
 		liftbridge_sync/_speedups_submit.c liftbridge_sync/_speedups_table.c \
 		liftbridge_sync/_speedups_outbound.c liftbridge_sync/_speedups_lock.c \
+		liftbridge_sync/_speedups_future.c liftbridge_sync/_speedups_entry.c \
 		liftbridge_sync/_speedups.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
@@ -71,7 +72,8 @@ fuzz: venv
 		liftbridge_sync/_speedups.c liftbridge_sync/_speedups_acks.c \
 		liftbridge_sync/_speedups_io.c liftbridge_sync/_speedups_submit.c \
 		liftbridge_sync/_speedups_table.c liftbridge_sync/_speedups_outbound.c \
-		liftbridge_sync/_speedups_lock.c -o $(FUZZ_SO)
+		liftbridge_sync/_speedups_lock.c liftbridge_sync/_speedups_future.c \
+		liftbridge_sync/_speedups_entry.c -o $(FUZZ_SO)
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		PYTHONMALLOC=malloc LIFTBRIDGE_SYNC_FUZZ_MODULE=$(FUZZ_SO) \

@@ -84,6 +84,8 @@ setup(
             [
                 "liftbridge_sync/_speedups.c",
                 "liftbridge_sync/_speedups_acks.c",
+                "liftbridge_sync/_speedups_entry.c",
+                "liftbridge_sync/_speedups_future.c",
                 "liftbridge_sync/_speedups_io.c",
                 "liftbridge_sync/_speedups_lock.c",
                 "liftbridge_sync/_speedups_outbound.c",

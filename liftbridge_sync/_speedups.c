@@ -4,15 +4,20 @@
  * recv_held in _speedups_io.c, the publish_async fast path in _speedups_submit.c, the
  * PendingCore type (the pending table's state and send lock) in _speedups_table.c, the
  * OutboundQueue type (an HTTP/2 publish stream's queue and lock) in _speedups_outbound.c,
- * and what they share in _speedups.h.
+ * the FutureCore and EntryCore types (a publish future's state, one pending publish) in
+ * _speedups_future.c and _speedups_entry.c, and what they share in _speedups.h.
  *
  * Loaded through liftbridge_sync._wire.speedups, which has a pure-Python fallback for
  * every function here (frame_value, frame_id, frame_values and decode_ack are drop-ins
- * for the functions of liftbridge_sync._wire.publish_codec, chosen there) (used when this module is not built, or when the environment
- * variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is set). Every function is thread-safe under the
- * GIL and keeps it throughout; none runs Python code except run_callbacks (the callbacks
- * it is given), the attribute and type calls on the publisher's own classes, and
- * submit_plain (the publisher's clock, its future class).
+ * for the functions of liftbridge_sync._wire.publish_codec, chosen there), used when this
+ * module is not built or when the environment variable LIFTBRIDGE_SYNC_NO_SPEEDUPS is
+ * set. Every function is thread-safe under the GIL and keeps it throughout; none runs
+ * Python code except run_callbacks (the callbacks it is given), the lock and deque
+ * methods it is handed, a comparison of a future's state that is not the interned
+ * "FINISHED", and submit_plain (the publisher's clock, its future class). No code here
+ * looks up an attribute of a Python object: the futures and entries it works on are its
+ * own types' structs. The one exception left is Ack (a public frozen dataclass): setup()
+ * locates its slots once, and scan_acks fills them.
  *
  *   frame_value(head, value, correlation_id) -> framed
  *       A framed PublishRequest: gRPC prefix, cached head (bytes), value (bytes) and
@@ -46,17 +51,18 @@
  *   settle_acks(acks, pending, lock, owner) -> (count, ready)
  *       Resolves, under lock (the futures module's callback lock), the leading run of
  *       Ack objects (from scan_acks) with the publisher's entries (pending[correlation
- *       id]: .future, .partition): sets the ack's partition and the future's _result
- *       and _state. I/O thread (owner false): stops at an ack without an entry or
+ *       id], EntryCore objects: their future and partition): sets the ack's partition
+ *       and the result and state of the future (a FutureCore). I/O thread (owner false): stops at an ack without an entry or
  *       whose future has a done-callback or is resolved; takes the entry out of
  *       pending. Owner thread (owner true): pops every entry; an ack without one,
  *       or for a future resolved meanwhile, is dropped. Returns how many acks it went
  *       through and the futures resolved that have done-callbacks or waiters
- *       (_waited true): the caller runs and notifies those, in order.
+ *       (waited): the caller runs and notifies those, in order. A pending value that
+ *       is no EntryCore, or a future no FutureCore, raises TypeError.
  *       Stops at the first object that is not an Ack (Python handles it and the rest).
  *   run_callbacks(futures, start) -> (index, errors)
- *       From futures[start] on, for resolved futures nobody waits on (_waited false):
- *       takes their _done_callbacks (the empty tuple: none; a list: several; anything
+ *       From futures[start] on (FutureCore objects), for resolved futures nobody waits
+ *       on: takes their done-callbacks (the empty tuple: none; a list: several; anything
  *       else: the one callback), leaving the empty tuple, and calls each with the
  *       future, in order. Stops at the first future with waiters and returns its index
  *       (len(futures) at the end), with (future, exception) for each callback that
@@ -71,10 +77,12 @@
  *       another thread runs Python; the publish stream's I/O lock is held meanwhile.
  *       A non-blocking send on a connected socket takes microseconds.
  *   setup_entries(entry_type, future_type)
- *       The publisher's Entry class (a slots dataclass) and its future class.
+ *       The publisher's Entry class and its future class: Python subclasses of the
+ *       EntryCore and FutureCore types (_speedups_entry.c, _speedups_future.c), whose
+ *       state this code reads and writes in their structs.
  *   make_entries(framed, ids, partition, wants_ack, timeout, deadline) -> (entries, futures)
  *       For two lists of equal length (framed requests, correlation ids): one new future
- *       (future_type()) and one Entry per request, the Entry's slots filled as its
+ *       (future_type()) and one Entry per request, its fields filled as EntryCore's
  *       __init__ would (seq 0, resent_at 0.0, key None) without running it, and the
  *       Entry untracked by the cyclic garbage collector (see new_entry).
  *   make_entry(framed, correlation_id, partition, wants_ack, timeout, deadline) -> entry
@@ -96,6 +104,11 @@
  *   PendingCore(max_in_flight, max_message, id_prefix, clock)
  *       A type: the pending table's state in a C struct, with its own lock (see
  *       _speedups_table.c; twin: liftbridge_sync._publishing.pending_core).
+ *   FutureCore(), EntryCore(framed, correlation_id, partition, wants_ack, future,
+ *              timeout, deadline, seq=0, resent_at=0.0, key=None)
+ *       Types: a publish future's state and one pending publish in C structs, the bases
+ *       of PublishFuture and the publisher's Entry (see _speedups_future.c and
+ *       _speedups_entry.c; twins in liftbridge_sync._publishing.futures and .pending).
  *   OutboundQueue(write_here_at)
  *       A type: an HTTP/2 publish stream's outbound queue, flags and lock (see
  *       _speedups_outbound.c; twin: liftbridge_sync._transport.h2.outbound_queue).
@@ -116,17 +129,12 @@ LBS_INTERNAL PyObject *empty_str = NULL;
 LBS_INTERNAL PyObject *minus_one = NULL;
 LBS_INTERNAL PyObject *zero = NULL;
 
-static PyObject *n_stream, *n_partition, *n_partition_subject, *n_message_subject, *n_offset,
-    *n_ack_inbox, *n_correlation_id, *n_ack_policy, *n_reception, *n_commit, *n_ack_error;
 
-static const char *entry_fields[ENTRY_FIELDS] = {
-    "framed", "correlation_id", "partition", "wants_ack", "future",
-    "timeout", "deadline", "seq", "resent_at", "key",
-};
+/* The publisher's Entry and PublishFuture classes (subclasses of EntryCore and
+ * FutureCore), which new_entry() makes. */
 static PyTypeObject *entry_type = NULL;
-static PyObject *future_type = NULL;
-LBS_INTERNAL Py_ssize_t entry_offsets[ENTRY_FIELDS];
-static PyObject *zero_float = NULL;
+static PyTypeObject *future_type = NULL;
+LBS_INTERNAL PyObject *zero_float = NULL;
 
 static const char *ack_fields[ACK_FIELDS] = {
     "stream", "partition", "partition_subject", "message_subject", "offset", "ack_inbox",
@@ -186,19 +194,6 @@ slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t
 }
 
 
-/* A field of a pending entry (new reference): read through its slot when the entry is
- * of the Entry class set up by setup_entries, by attribute otherwise (tests use other
- * objects); NULL with an exception set if it has none. */
-static PyObject *
-entry_field(PyObject *entry, int field, PyObject *name)
-{
-    PyObject *value = entry_type != NULL && Py_IS_TYPE(entry, entry_type)
-                          ? Py_XNewRef(SLOT(entry, entry_offsets[field]))
-                          : PyObject_GetAttr(entry, name);
-    if (value == NULL && !PyErr_Occurred())
-        PyErr_SetObject(PyExc_AttributeError, name);
-    return value;
-}
 
 /* 0 once setup_entries() ran; -1 with RuntimeError before. */
 LBS_INTERNAL int
@@ -435,15 +430,15 @@ fail:
 
 /* ------------------------------------------------------------------ settling */
 
-static PyObject *n_future, *n_done_callbacks, *n_state, *n_result, *n_waited,
-    *n_acquire, *n_release, *n_popleft, *s_finished;
+static PyObject *n_acquire, *n_release, *n_popleft;
+LBS_INTERNAL PyObject *s_finished = NULL, *empty_tuple = NULL;
 
 /* Resolve one ack's future; 1 taken, 0 left (not an error), -1 error. */
 static int
 settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
 {
     int rc = -1;
-    PyObject *future = NULL, *callbacks = NULL, *state = NULL, *partition = NULL, *waited = NULL;
+    PyObject *future = NULL, *partition = NULL;
     /* The caller checked that ack is an Ack (so its slots are at ack_offsets). */
     PyObject *cid = Py_XNewRef(SLOT(ack, ack_offsets[A_CID]));
     if (cid == NULL) {
@@ -457,23 +452,24 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         return rc;
     }
     Py_INCREF(entry);
-    future = entry_field(entry, E_FUTURE, n_future);
+    future = entry_get(entry, E_FUTURE);
     if (future == NULL)
         goto done;
-    callbacks = PyObject_GetAttr(future, n_done_callbacks);
-    state = callbacks == NULL ? NULL : PyObject_GetAttr(future, n_state);
-    if (state == NULL)
+    FutureCoreObject *core = future_core(future);
+    if (core == NULL)
         goto done;
-    int has_callbacks = !(PyTuple_CheckExact(callbacks) && PyTuple_GET_SIZE(callbacks) == 0);
-    int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
-    if (has_callbacks < 0 || finished < 0)
+    PyObject *callbacks = core->callbacks;
+    int has_callbacks = callbacks != NULL &&
+                        !(PyTuple_CheckExact(callbacks) && PyTuple_GET_SIZE(callbacks) == 0);
+    int finished = future_finished(core);
+    if (finished < 0)
         goto done;
     if (!owner && (has_callbacks || finished)) {
         rc = 0; /* the I/O thread leaves these to the owner */
         goto done;
     }
-    /* Gone meanwhile is fine: the look-ups above may run Python code (a finalizer, a
-     * future's own attribute hooks) that changed the table, or let another thread in. */
+    /* Gone meanwhile is fine: the comparison above may run Python code (a finalizer) that
+     * changed the table, or let another thread in. */
     if (owner && PyDict_DelItem(pending, cid) < 0) {
         if (!PyErr_ExceptionMatches(PyExc_KeyError))
             goto done;
@@ -483,22 +479,13 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
         rc = 1; /* resolved meanwhile (timed out): the ack is dropped, as settle() does */
         goto done;
     }
-    partition = entry_field(entry, E_PARTITION, n_partition);
+    partition = entry_get(entry, E_PARTITION);
     if (partition == NULL)
         goto done;
     Py_XSETREF(SLOT(ack, ack_offsets[A_PARTITION]), Py_NewRef(partition));
-    if (PyObject_SetAttr(future, n_result, ack) < 0 ||
-        PyObject_SetAttr(future, n_state, s_finished) < 0)
-        goto done;
-    /* A flag, not a look into __dict__ (which would build the dict: one more object
-     * per publish for the cyclic GC to walk). */
-    waited = PyObject_GetAttr(future, n_waited);
-    if (waited == NULL)
-        goto done;
-    int waits = PyObject_IsTrue(waited);
-    if (waits < 0)
-        goto done;
-    if ((waits || has_callbacks) && PyList_Append(ready, future) < 0)
+    Py_XSETREF(core->result, Py_NewRef(ack));
+    Py_XSETREF(core->state, Py_NewRef(s_finished));
+    if ((core->waited || has_callbacks) && PyList_Append(ready, future) < 0)
         goto done;
     if (!owner) {
         /* Out of the pending table (if still the same entry). */
@@ -510,10 +497,7 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
     }
     rc = 1;
 done:
-    Py_XDECREF(waited);
     Py_XDECREF(partition);
-    Py_XDECREF(state);
-    Py_XDECREF(callbacks);
     Py_XDECREF(future);
     Py_DECREF(entry);
     Py_DECREF(cid);
@@ -578,8 +562,6 @@ settle_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nN)", i, ready);
 }
 
-static PyObject *empty_tuple = NULL;
-
 /* run_callbacks(futures, start) -> (index, errors): see the top. */
 /* Call one done-callback; an Exception it raises is appended to errors as (future,
  * exception) for the caller to log. 1 to go on, -1 to propagate (anything else). */
@@ -627,25 +609,21 @@ run_callbacks(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* The list may change under us only through callbacks; re-read its size each time. */
     for (; i < PyList_GET_SIZE(futures); i++) {
         PyObject *future = Py_NewRef(PyList_GET_ITEM(futures, i));
-        PyObject *waited = PyObject_GetAttr(future, n_waited);
-        int waits = waited == NULL ? -1 : PyObject_IsTrue(waited);
-        Py_XDECREF(waited);
-        if (waits != 0) {
-            Py_DECREF(future);
-            if (waits < 0)
-                goto error;
-            break; /* the caller wakes its waiters, then runs its callbacks */
-        }
-        PyObject *callbacks = PyObject_GetAttr(future, n_done_callbacks);
-        if (callbacks == NULL) {
+        FutureCoreObject *core = future_core(future);
+        if (core == NULL) {
             Py_DECREF(future);
             goto error;
         }
-        /* No callbacks: the empty tuple; one: the callable itself; more: a list. */
+        if (core->waited) {
+            Py_DECREF(future);
+            break; /* the caller wakes its waiters, then runs its callbacks */
+        }
+        /* No callbacks: the empty tuple; one: the callable itself; more: a list. Taken
+         * before any runs: add_done_callback never adds to a resolved future's. */
+        PyObject *callbacks = core->callbacks != NULL ? core->callbacks : Py_NewRef(empty_tuple);
+        core->callbacks = Py_NewRef(empty_tuple); /* the old reference is now ours */
         int any = !(PyTuple_CheckExact(callbacks) && PyTuple_GET_SIZE(callbacks) == 0);
-        if (any > 0 && PyObject_SetAttr(future, n_done_callbacks, empty_tuple) < 0)
-            any = -1;
-        if (any > 0) {
+        if (any) {
             if (PyList_CheckExact(callbacks)) {
                 for (Py_ssize_t c = 0; any > 0 && c < PyList_GET_SIZE(callbacks); c++) {
                     PyObject *callback = Py_NewRef(PyList_GET_ITEM(callbacks, c));
@@ -695,21 +673,24 @@ setup_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "setup_entries(Entry, PublishFuture)");
         return NULL;
     }
-    PyTypeObject *type = (PyTypeObject *)args[0];
-    Py_ssize_t offsets[ENTRY_FIELDS];
-    if (slot_offsets(type, entry_fields, ENTRY_FIELDS, offsets, "setup_entries: Entry") < 0)
+    PyTypeObject *type = (PyTypeObject *)args[0], *futures = (PyTypeObject *)args[1];
+    if (!PyType_IsSubtype(type, entry_core_type) || !PyType_IsSubtype(futures, future_core_type)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "setup_entries: Entry must derive from EntryCore, PublishFuture from "
+                        "FutureCore");
         return NULL;
-    memcpy(entry_offsets, offsets, sizeof offsets);
+    }
     Py_XSETREF(entry_type, (PyTypeObject *)Py_NewRef(type));
-    Py_XSETREF(future_type, Py_NewRef(args[1]));
+    Py_XSETREF(future_type, (PyTypeObject *)Py_NewRef(futures));
     Py_RETURN_NONE;
 }
 
-/* A new Entry with a new future, its slots filled as Entry.__init__ would; NULL on error. */
+/* A new Entry with a new future, its fields filled as EntryCore.__init__ would; NULL on
+ * error. */
 LBS_INTERNAL PyObject *
 new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest, PyObject **future_out)
 {
-    PyObject *future = PyObject_CallNoArgs(future_type);
+    PyObject *future = PyObject_CallNoArgs((PyObject *)future_type);
     if (future == NULL)
         return NULL;
     PyObject *entry = entry_type->tp_alloc(entry_type, 0);
@@ -721,7 +702,7 @@ new_entry(PyObject *framed, PyObject *cid, PyObject *const *rest, PyObject **fut
         framed, cid, rest[0], rest[1], future, rest[2], rest[3], zero, zero_float, Py_None,
     };
     for (int f = 0; f < ENTRY_FIELDS; f++)
-        SLOT(entry, entry_offsets[f]) = Py_NewRef(values[f]);
+        ((EntryCoreObject *)entry)->fields[f] = Py_NewRef(values[f]);
     /* Out of the cyclic GC's sight: entries live in the publisher's tables for a whole
      * ack round trip, so the collector would walk and promote thousands of them (and
      * run full collections for them). No cycle can be left behind through one: only
@@ -770,7 +751,7 @@ pop_answered(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *head = PySequence_GetItem(queue, 0);
         if (head == NULL)
             return NULL;
-        PyObject *cid = entry_field(head, E_CID, n_correlation_id);
+        PyObject *cid = entry_get(head, E_CID);
         if (cid == NULL) {
             Py_DECREF(head);
             return NULL;
@@ -890,22 +871,6 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    INTERN(n_stream, "stream");
-    INTERN(n_partition, "partition");
-    INTERN(n_partition_subject, "partition_subject");
-    INTERN(n_message_subject, "message_subject");
-    INTERN(n_offset, "offset");
-    INTERN(n_ack_inbox, "ack_inbox");
-    INTERN(n_correlation_id, "correlation_id");
-    INTERN(n_ack_policy, "ack_policy");
-    INTERN(n_reception, "reception_timestamp_ns");
-    INTERN(n_commit, "commit_timestamp_ns");
-    INTERN(n_ack_error, "ack_error");
-    INTERN(n_future, "future");
-    INTERN(n_done_callbacks, "_done_callbacks");
-    INTERN(n_state, "_state");
-    INTERN(n_result, "_result");
-    INTERN(n_waited, "_waited");
     INTERN(n_acquire, "acquire");
     INTERN(n_release, "release");
     INTERN(n_popleft, "popleft");
@@ -921,7 +886,8 @@ PyInit__speedups(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (add_pending_core(m) < 0 || add_outbound_queue(m) < 0) {
+    if (add_pending_core(m) < 0 || add_outbound_queue(m) < 0 || add_future_core(m) < 0 ||
+        add_entry_core(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

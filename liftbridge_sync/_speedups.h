@@ -16,10 +16,19 @@
 /* The object in a slot (borrowed; NULL if unset). */
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
-/* The publisher's Entry slots (liftbridge_sync._publishing.pending.Entry). */
+/* _speedups_entry.c: one pending publish, the base of the publisher's Entry (see there). */
 enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
        E_RESENT_AT, E_KEY, ENTRY_FIELDS };
-LBS_INTERNAL extern Py_ssize_t entry_offsets[ENTRY_FIELDS];
+typedef struct {
+    PyObject_HEAD
+    PyObject *fields[ENTRY_FIELDS]; /* in the order above */
+} EntryCoreObject;
+LBS_INTERNAL extern PyTypeObject *entry_core_type;
+/* obj as an EntryCore; NULL with TypeError if it is none. */
+LBS_INTERNAL EntryCoreObject *entry_core(PyObject *obj);
+/* A field of an entry (new reference); NULL with an exception if obj is no entry. */
+LBS_INTERNAL PyObject *entry_get(PyObject *entry, int field);
+LBS_INTERNAL int add_entry_core(PyObject *module);
 
 /* The Ack class's slots (liftbridge_sync.models.Ack), in the order parse_response fills
  * them, and what setup() was given. */
@@ -28,8 +37,8 @@ enum { A_STREAM, A_PARTITION, A_PSUBJECT, A_MSUBJECT, A_OFFSET, A_INBOX, A_CID, 
 LBS_INTERNAL extern Py_ssize_t ack_offsets[ACK_FIELDS];
 LBS_INTERNAL extern PyObject *ack_type;
 LBS_INTERNAL extern PyObject *policies; /* AckPolicy LEADER, ALL, NONE */
-/* Shared constants: "", -1, 0. */
-LBS_INTERNAL extern PyObject *empty_str, *minus_one, *zero;
+/* Shared constants: "", -1, 0, 0.0. */
+LBS_INTERNAL extern PyObject *empty_str, *minus_one, *zero, *zero_float;
 
 /* The offsets of the object slots (T_OBJECT_EX members defined on the class itself) named
  * by names; -1 with TypeError if one is missing. The class may have a __dict__ too. */
@@ -61,6 +70,27 @@ LBS_INTERNAL PyObject *lbs_lock_acquire(PyThread_type_lock lock, PyObject *const
                                         Py_ssize_t nargsf, PyObject *kwnames);
 LBS_INTERNAL PyObject *lbs_lock_release(PyThread_type_lock lock);
 LBS_INTERNAL PyObject *lbs_lock_locked(PyThread_type_lock lock);
+
+/* _speedups_future.c: a publish future's state (see there). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *state;     /* concurrent.futures' state string: "RUNNING" or "FINISHED" */
+    PyObject *result;    /* the Ack (or None) once resolved */
+    PyObject *exception; /* the typed error once failed, else None */
+    PyObject *callbacks; /* () without done-callbacks, the callable with one, a list */
+    PyObject *gate;      /* the lock of the thread blocked in wait_gated, or None */
+    PyObject *ledger;    /* a failure's Unobserved tracker, or None */
+    char waited;         /* some thread blocks on it: wake it when resolved */
+    char conditioned;    /* its _condition and _waiters exist (in its instance dict) */
+} FutureCoreObject;
+LBS_INTERNAL extern PyTypeObject *future_core_type;
+/* obj as a FutureCore; NULL with TypeError if it is none. */
+LBS_INTERNAL FutureCoreObject *future_core(PyObject *obj);
+/* 1 if resolved, 0 if not, -1 on error. */
+LBS_INTERNAL int future_finished(FutureCoreObject *future);
+LBS_INTERNAL int add_future_core(PyObject *module);
+/* Shared constants: the interned "FINISHED" and the empty tuple (no callbacks). */
+LBS_INTERNAL extern PyObject *s_finished, *empty_tuple;
 
 /* _speedups_table.c: the pending table's state (see there). */
 typedef struct {

@@ -60,6 +60,45 @@ def submit_plain(
     core: PendingCore, stream: str, value: bytes, partition: int, ack_policy: Any, timeout: float, /
 ) -> Any: ...
 
+class FutureCore:
+    """A publish future's state (``_speedups_future.c``); the base of ``PublishFuture``."""
+
+    _state: str
+    _result: Any
+    _exception: BaseException | None
+    _done_callbacks: Any
+    _gate: Any
+    ledger: Any
+    _waited: bool
+    _conditioned: bool
+
+class EntryCore:
+    """One pending publish (``_speedups_entry.c``); the base of the publisher's Entry."""
+
+    framed: bytes
+    correlation_id: str
+    partition: int
+    wants_ack: bool
+    future: Any
+    timeout: float
+    deadline: float
+    seq: int
+    resent_at: float
+    key: Any
+    def __init__(
+        self,
+        framed: bytes,
+        correlation_id: str,
+        partition: int,
+        wants_ack: bool,
+        future: Any,
+        timeout: float,
+        deadline: float,
+        seq: int = 0,
+        resent_at: float = 0.0,
+        key: Any = None,
+    ) -> None: ...
+
 class PendingCore:
     def __init__(
         self, max_in_flight: int, max_message: int, id_prefix: str, clock: Callable[[], float]

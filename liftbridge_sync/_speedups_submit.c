@@ -117,7 +117,7 @@ enter(PendingCoreObject *core, PyObject *entry, PyObject *framed, PyObject *cid,
     }
     Py_DECREF(appended);
     core->seq++; /* handed out: the Python path would have taken it too */
-    Py_SETREF(SLOT(entry, entry_offsets[E_SEQ]), seq);
+    Py_SETREF(((EntryCoreObject *)entry)->fields[E_SEQ], seq); /* new_entry made it */
     if (PyList_Append(out->frames, framed) < 0) {
         /* Entered but not queued: it times out like a lost request (never silently). */
         result = -1;

@@ -23,8 +23,9 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from liftbridge_sync._wire import speedups as _speedups
 from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
 from liftbridge_sync._wire.validate import check_timeout
@@ -32,7 +33,9 @@ from liftbridge_sync._wire.validate import check_timeout
 __all__ = [
     "NO_CALLBACKS",
     "FailureSink",
+    "FutureCore",
     "PublishFuture",
+    "PyFutureCore",
     "Unobserved",
     "settle",
     "settle_acks",
@@ -87,21 +90,19 @@ def peek(future: PublishFuture[T]) -> tuple[T | None, BaseException | None]:
     return future._result, future._exception
 
 
-class PublishFuture(concurrent.futures.Future[T]):
-    """A ``concurrent.futures.Future`` with a lazily created condition.
+class PyFutureCore:
+    """A publish future's state: the pure-Python twin of ``_speedups.FutureCore``.
 
-    Works with ``result``, ``exception``, ``add_done_callback``, ``wait`` and
-    ``as_completed`` like any other; ``cancel()`` returns ``False`` (it starts running).
-    A failed one notes when its outcome is retrieved (``result``/``exception``) in its
-    ``ledger``: a failure dropped unretrieved is what ``flush()`` reports.
-    Thread-safe.
+    The C type keeps these fields in a struct that the C settling code reads and writes
+    directly; this twin keeps them as class-level defaults, so that a new future costs
+    no attribute stores at all (its instance dict is made when it resolves). Both have
+    the same attributes, read and written under :data:`_CALLBACKS` only.
     """
 
     ledger: Unobserved | None = None
-    # Class-level defaults: a new future costs no attribute stores at all (the instance
-    # dict is created when it resolves). ``_done_callbacks`` is NO_CALLBACKS (an empty
-    # tuple) until the first callback is added, that callback alone (no list: one
-    # object less per publish for the garbage collector), and a list from the second on.
+    # ``_done_callbacks`` is NO_CALLBACKS (an empty tuple) until the first callback is
+    # added, that callback alone (no list: one object less per publish for the garbage
+    # collector), and a list from the second on.
     _state = _RUNNING
     _result: Any = None
     _exception: BaseException | None = None
@@ -117,6 +118,26 @@ class PublishFuture(concurrent.futures.Future[T]):
     #: cleared) by whoever resolves it.
     _gate: Any = None
 
+
+if TYPE_CHECKING:
+    FutureCore = PyFutureCore
+else:
+    #: The base that holds a publish future's state: the C struct when the speedups
+    #: are active (the C settling code then needs no attribute lookups), else the twin.
+    FutureCore = _speedups.FutureCore or PyFutureCore
+
+
+class PublishFuture(FutureCore, concurrent.futures.Future[T]):
+    """A ``concurrent.futures.Future`` with a lazily created condition.
+
+    Works with ``result``, ``exception``, ``add_done_callback``, ``wait`` and
+    ``as_completed`` like any other; ``cancel()`` returns ``False`` (it starts running).
+    A failed one notes when its outcome is retrieved (``result``/``exception``) in its
+    ``ledger``: a failure dropped unretrieved is what ``flush()`` reports. Its state
+    lives in :data:`FutureCore`.
+    Thread-safe.
+    """
+
     # No super().__init__ (see the module docstring), and no Python frame either: object's
     # own C ``__init__`` (a publish creates one future; a frame costs about 0.1 µs).
     __init__ = object.__init__
@@ -129,8 +150,9 @@ class PublishFuture(concurrent.futures.Future[T]):
             if "_condition" not in fields:
                 fields["_waiters"] = []
                 fields["_condition"] = threading.Condition()
-                fields["_conditioned"] = True
-                fields["_waited"] = True
+                # Attributes, not dict entries: with the C core they live in its struct.
+                self._conditioned = True
+                self._waited = True
         return fields[name]
 
     def done(self) -> bool:
@@ -201,14 +223,17 @@ class PublishFuture(concurrent.futures.Future[T]):
 
 
 def _prime_attribute_layout() -> None:
-    """Store every attribute a publish future ever gets once, on a throwaway instance.
+    """With the pure-Python core: store every attribute a publish future ever gets once,
+    on a throwaway instance.
 
     CPython 3.11 keeps instance attributes in a per-class shared layout and stops
     adding names to it once many instances exist. Futures are created by the thousand
     before the first one resolves, so ``_result`` and ``_state`` would be refused by the
     layout, and every future from then on would carry a dict of its own: one more
-    object per publish for the garbage collector.
+    object per publish for the garbage collector. (The C core keeps them in its struct.)
     """
+    if FutureCore is not PyFutureCore:
+        return
     future: PublishFuture[Any] = PublishFuture()
     for name in (
         "_result",

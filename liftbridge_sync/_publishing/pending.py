@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import gc
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from liftbridge_sync._publishing.failover import PartitionKey
 from liftbridge_sync._publishing.futures import (
@@ -33,6 +33,7 @@ __all__ = [
     "AckFuture",
     "Close",
     "Entry",
+    "EntryCore",
     "FailureLedger",
     "Forwarded",
     "Outcome",
@@ -41,6 +42,7 @@ __all__ = [
     "frame_entry",
     "new_entry",
     "pop_answered",
+    "PyEntryCore",
 ]
 
 AckFuture = PublishFuture[Ack | None]
@@ -159,9 +161,26 @@ class _Unretrieved(Unobserved):
                 pass
 
 
-@dataclasses.dataclass(slots=True, eq=False)
-class Entry:
-    """One publish: its framed request and what resolving it needs."""
+class PyEntryCore:
+    """One publish's fields: the pure-Python twin of ``_speedups.EntryCore``.
+
+    The C type keeps them in a struct that the C entry makers and settling code read
+    and write directly; both take the same arguments and have the same attributes.
+    Written under the pending table's send lock (or before the entry is shared).
+    """
+
+    __slots__ = (
+        "framed",
+        "correlation_id",
+        "partition",
+        "wants_ack",
+        "future",
+        "timeout",
+        "deadline",
+        "seq",
+        "resent_at",
+        "key",
+    )
 
     framed: bytes
     correlation_id: str
@@ -170,11 +189,50 @@ class Entry:
     future: AckFuture
     timeout: float
     deadline: float
-    seq: int = 0
+    seq: int
     #: When it was last re-sent (0: never; it was sent at ``deadline - timeout``).
-    resent_at: float = 0.0
+    resent_at: float
     #: ``(stream, partition)``, read from ``framed`` when first needed (rarely).
-    key: PartitionKey | None = None
+    key: PartitionKey | None
+
+    def __init__(
+        self,
+        framed: bytes,
+        correlation_id: str,
+        partition: int,
+        wants_ack: bool,
+        future: AckFuture,
+        timeout: float,
+        deadline: float,
+        seq: int = 0,
+        resent_at: float = 0.0,
+        key: PartitionKey | None = None,
+    ) -> None:
+        self.framed = framed
+        self.correlation_id = correlation_id
+        self.partition = partition
+        self.wants_ack = wants_ack
+        self.future = future
+        self.timeout = timeout
+        self.deadline = deadline
+        self.seq = seq
+        self.resent_at = resent_at
+        self.key = key
+
+
+if TYPE_CHECKING:
+    EntryCore = PyEntryCore
+else:
+    #: The base that holds an entry's fields: the C struct when the speedups are
+    #: active (the C code then needs no attribute lookups), else the twin.
+    EntryCore = speedups.EntryCore or PyEntryCore
+
+
+class Entry(EntryCore):
+    """One publish: its framed request and what resolving it needs (fields in
+    :data:`EntryCore`). Written under the pending table's send lock."""
+
+    __slots__ = ()
 
     def sent_at(self) -> float:
         return self.resent_at or self.deadline - self.timeout
@@ -184,6 +242,12 @@ class Entry:
         if key is None:
             key = self.key = stream_and_partition(self.framed)
         return key
+
+    def __repr__(self) -> str:
+        return (
+            f"Entry(correlation_id={self.correlation_id!r}, partition={self.partition}, "
+            f"seq={self.seq}, deadline={self.deadline})"
+        )
 
 
 def new_entries(

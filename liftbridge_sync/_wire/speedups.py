@@ -31,6 +31,12 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
 * :data:`OutboundQueue`: ``None`` in pure Python; in C, an HTTP/2 publish stream's
   outbound queue, flags and lock in a C struct (see
   :mod:`~liftbridge_sync._transport.h2.outbound_queue`, its twin).
+* :data:`FutureCore`: ``None`` in pure Python; in C, a publish future's state in a C
+  struct, the base of :class:`~liftbridge_sync._publishing.futures.PublishFuture` (its
+  twin is :class:`~liftbridge_sync._publishing.futures.PyFutureCore`).
+* :data:`EntryCore`: ``None`` in pure Python; in C, one pending publish in a C struct,
+  the base of the publisher's ``Entry`` (twin:
+  :class:`~liftbridge_sync._publishing.pending.PyEntryCore`).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -67,6 +73,8 @@ __all__ = [
     "submit_plain",
     "PendingCore",
     "OutboundQueue",
+    "FutureCore",
+    "EntryCore",
 ]
 
 _log = logging.getLogger("liftbridge_sync.speedups")
@@ -112,6 +120,13 @@ PendingCore: Any = None
 #: ``OutboundQueue(write_here_at)``: an HTTP/2 publish stream's outbound queue and lock
 #: (``_speedups_outbound.c``; twin: ``_transport.h2.outbound_queue``).
 OutboundQueue: Any = None
+#: ``FutureCore``: a publish future's state in a C struct, the base of ``PublishFuture``
+#: (``_speedups_future.c``; twin: ``_publishing.futures.PyFutureCore``).
+FutureCore: Any = None
+#: ``EntryCore(framed, correlation_id, partition, wants_ack, future, timeout, deadline,
+#: seq=0, resent_at=0.0, key=None)``: one pending publish in a C struct, the base of the
+#: publisher's ``Entry`` (``_speedups_entry.c``; twin: ``_publishing.pending.PyEntryCore``).
+EntryCore: Any = None
 setup_submit: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None
 ACTIVE = False
@@ -143,6 +158,8 @@ else:
         submit_plain = _speedups.submit_plain
         PendingCore = _speedups.PendingCore
         OutboundQueue = _speedups.OutboundQueue
+        FutureCore = _speedups.FutureCore
+        EntryCore = _speedups.EntryCore
         run_callbacks = _speedups.run_callbacks
         ACTIVE = True
 

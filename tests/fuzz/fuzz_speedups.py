@@ -18,7 +18,9 @@ Targets, each given an equal share of ``LIFTBRIDGE_SYNC_FUZZ_SECONDS`` (default 
   that change the lists and tables the C code is walking;
 * the frame builders (``frame_value``, ``frame_id``, ``frame_values``, ``frame_entry``,
   ``make_entries``) against their Python twins in the publish codec;
-* ``recv_held``/``send_held`` over a socket pair, in arbitrary chunk and read sizes.
+* ``recv_held``/``send_held`` over a socket pair, in arbitrary chunk and read sizes;
+* the ``EntryCore`` and ``FutureCore`` types: arbitrary constructor arguments and field
+  writes, against ``EntryCore``'s Python twin.
 
 Every target also checks that what comes out is bounded by what went in. A failure
 raises (the exit status is non-zero); a sanitizer report aborts the process.
@@ -63,7 +65,7 @@ C = _load_module_under_test()
 # sanitized module.
 from liftbridge_sync._proto import api_pb2  # noqa: E402
 from liftbridge_sync._publishing.futures import PublishFuture  # noqa: E402
-from liftbridge_sync._publishing.pending import Entry  # noqa: E402
+from liftbridge_sync._publishing.pending import Entry, PyEntryCore  # noqa: E402
 from liftbridge_sync._publishing.pending_core import PyPendingCore  # noqa: E402
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER  # noqa: E402
 from liftbridge_sync._transport.h2.outbound_queue import PyOutboundQueue  # noqa: E402
@@ -275,17 +277,25 @@ class _Lock:
         self._on_release()
 
 
-class _MeddlingFuture(PublishFuture[Any]):
-    """A future whose state look-ups change the pending table and the ack list."""
+class _MeddlingState(str):
+    """A future state whose comparison changes the pending table and the ack list (the
+    C code compares a state that is not its own interned string)."""
 
-    def __init__(self, meddle: Callable[[], None]) -> None:
-        super().__init__()
-        self._meddle = meddle
+    meddle: Callable[[], None]
 
-    def __getattribute__(self, name: str) -> Any:
-        if name in ("_state", "_done_callbacks"):
-            object.__getattribute__(self, "_meddle")()
-        return object.__getattribute__(self, name)
+    def __eq__(self, other: object) -> bool:
+        self.meddle()
+        return str.__eq__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def _meddling_future(meddle: Callable[[], None]) -> PublishFuture[Any]:
+    future: PublishFuture[Any] = PublishFuture()
+    state = _MeddlingState("RUNNING")
+    state.meddle = meddle
+    future._state = state
+    return future
 
 
 @_SETTINGS
@@ -324,7 +334,7 @@ def fuzz_settle_acks(
             acks.insert(0, speedups_ack(key))
 
     for i in range(count):
-        future: PublishFuture[Any] = _MeddlingFuture(meddle) if meddling[i] else PublishFuture()
+        future: PublishFuture[Any] = _meddling_future(meddle) if meddling[i] else PublishFuture()
         if i % 3 == 1:
             future.add_done_callback(lambda f: meddle())
         if i % 5 == 4:
@@ -593,6 +603,54 @@ def fuzz_outbound_queue(ops: list[Any], write_here_at: int) -> None:
             queue.release()
 
 
+_ENTRY_FIELDS = (
+    "framed",
+    "correlation_id",
+    "partition",
+    "wants_ack",
+    "future",
+    "timeout",
+    "deadline",
+    "seq",
+    "resent_at",
+    "key",
+)
+_anything = st.one_of(
+    st.none(), st.integers(), st.floats(), st.binary(max_size=8), st.text(max_size=4)
+)
+
+
+@_SETTINGS
+@given(
+    args=st.lists(_anything, max_size=12),
+    kwargs=st.dictionaries(st.sampled_from([*_ENTRY_FIELDS, "colour"]), _anything, max_size=4),
+    writes=st.lists(st.tuples(st.sampled_from(_ENTRY_FIELDS), _anything), max_size=6),
+)
+def fuzz_entry_core(args: list[Any], kwargs: dict[str, Any], writes: list[tuple[str, Any]]) -> None:
+    """The C EntryCore and its Python twin accept and refuse the same arguments, and keep
+    the same fields; a C FutureCore keeps what is written to it."""
+    built: list[Any] = []
+    for kind in (C.EntryCore, PyEntryCore):
+        try:
+            built.append(kind(*args, **kwargs))
+        except TypeError:
+            built.append(TypeError)
+    if built[0] is TypeError or built[1] is TypeError:
+        assert built[0] is built[1], (args, kwargs, built)
+        return
+    for name, value in writes:
+        for entry in built:
+            setattr(entry, name, value)
+    c_fields, py_fields = ([getattr(e, n) for n in _ENTRY_FIELDS] for e in built)
+    assert repr(c_fields) == repr(py_fields)
+    future: Any = C.FutureCore()
+    for name, value in writes:
+        future._result, future.ledger, future._gate = value, name, (name, value)
+        assert (future._result, future.ledger, future._gate) == (value, name, (name, value))
+        future._waited = bool(value)
+        assert future._waited is bool(value)
+
+
 TARGETS: list[Callable[[], None]] = [
     fuzz_scan_acks,
     fuzz_scan_acks_truncated,
@@ -605,6 +663,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_socket_io,
     fuzz_pending_core,
     fuzz_outbound_queue,
+    fuzz_entry_core,
 ]
 
 

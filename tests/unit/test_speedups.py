@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._publishing import futures as futures_module
 from liftbridge_sync._publishing.futures import PublishFuture, settle, settle_acks, take_acks
+from liftbridge_sync._publishing.pending import Entry
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER
 from liftbridge_sync._wire import publish_codec, speedups
 from liftbridge_sync._wire.publish_codec import ack_from_proto, head
@@ -195,10 +196,8 @@ def test_scan_acks_on_garbage_stops_cleanly(garbage: bytes, start: int) -> None:
         assert ack.correlation_id and ack.ack_error is None and ack.partition == -1
 
 
-class _Entry:
-    def __init__(self, future: PublishFuture[Any], partition: int) -> None:
-        self.future = future
-        self.partition = partition
+def _Entry(future: PublishFuture[Any], partition: int) -> Entry:  # noqa: N802 - a stand-in
+    return Entry(b"", "", partition, True, future, 1.0, 1.0)
 
 
 @needs_c
@@ -386,7 +385,7 @@ def test_make_entries_refuses_bad_arguments() -> None:
     with pytest.raises(TypeError):
         _speedups.make_entries((b"a",), ("x",), 0, True, 1.0, 2.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        _speedups.setup_entries(dict, PublishFuture)  # no such slots
+        _speedups.setup_entries(dict, PublishFuture)  # not an EntryCore
 
 
 @needs_c
@@ -395,8 +394,10 @@ def test_setup_refuses_built_in_types_with_a_type_error(builtin: type) -> None:
     # From 3.12 on, a static built-in type has no tp_dict of its own: reading it crashed
     # the interpreter. Every set-up that locates slots by name must refuse it instead.
 
-    with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
+    with pytest.raises(TypeError, match="must derive from EntryCore"):
         _speedups.setup_entries(builtin, PublishFuture)
+    with pytest.raises(TypeError, match="must derive from EntryCore"):
+        _speedups.setup_entries(Entry, builtin)
     with pytest.raises(TypeError, match="defined in Python|__slots__ only"):
         _speedups.setup(builtin, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
 

@@ -20,16 +20,15 @@ from liftbridge_sync._publishing.futures import (
     take_acks,
     wait_gated,
 )
+from liftbridge_sync._publishing.pending import Entry
 from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.publish_codec import ack_from_proto
 from liftbridge_sync.errors import ClientClosedError
 from tests.waiting import wait_until
 
 
-class _Entry:
-    def __init__(self, future: PublishFuture[Any]) -> None:
-        self.future = future
-        self.partition = 0
+def _Entry(future: PublishFuture[Any]) -> Entry:  # noqa: N802 - a stand-in
+    return Entry(b"", "c", 0, True, future, 1.0, 1.0)
 
 
 def _blocked(future: PublishFuture[Any]) -> tuple[threading.Thread, list[str]]:
