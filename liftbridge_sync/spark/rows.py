@@ -147,6 +147,31 @@ def batch_messages(batch: Any) -> Iterator[RowMessage]:
         yield to_message(row, columns)
 
 
+def plain_items(batch: Any) -> tuple[list[Any], bool] | None:
+    """The items of one ``pyarrow.RecordBatch`` for ``publish_batch`` when its rows are
+    plain (a ``value`` column and maybe a ``key`` column, none of the others), else
+    ``None``: values, or ``(key, value)`` pairs where the key is not null, and whether
+    any key is. Cells are checked as :func:`to_message` checks them.
+
+    Raises:
+        ConfigurationError: there is no ``value`` column, or a cell has the wrong type.
+    """
+    columns = column_index(batch.schema.names)
+    if max(columns.partition, columns.headers, columns.correlation_id, columns.stream) >= 0:
+        return None
+    values = batch.column(columns.value).to_pylist()
+    if not all(type(value) is bytes for value in values):
+        values = [_binary("value", value, optional=False) for value in values]
+    if columns.key < 0:
+        return values, False
+    keys = batch.column(columns.key).to_pylist()
+    items: list[Any] = [
+        value if key is None else (_binary("key", key, optional=True), value)
+        for key, value in zip(keys, values, strict=True)
+    ]
+    return items, any(key is not None for key in keys)
+
+
 def to_message(row: Any, columns: Columns) -> RowMessage:
     """Read one row (a ``Row`` or tuple laid out as ``columns`` says).
 

@@ -28,7 +28,14 @@ from liftbridge_sync import (
 )
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.spark.config import client_options, get_float, get_int, lower_keys
-from liftbridge_sync.spark.rows import Columns, RowMessage, column_index, to_message
+from liftbridge_sync.spark.rows import (
+    Columns,
+    RowMessage,
+    batch_messages,
+    column_index,
+    plain_items,
+    to_message,
+)
 
 __all__ = ["PartitionPublisher", "PublishSummary", "SinkOptions", "publish_partition"]
 
@@ -177,45 +184,171 @@ class PartitionPublisher:
         return self.publish_messages(_messages(rows))
 
     def publish_messages(self, messages: Iterable[RowMessage]) -> PublishSummary:
-        """Publish messages already taken from rows; see :meth:`publish`."""
+        """Publish messages already taken from rows; see :meth:`publish`.
+
+        Runs of plain messages (no ``partition``, ``headers`` or ``correlationId`` cell,
+        one stream) go out with ``publish_batch``, ``max_in_flight`` at a time: a row
+        then costs a few microseconds instead of a ``publish_async`` call and a future
+        each. The others go one by one with ``publish_async``. Either way, the messages
+        of a partition are published in row order.
+        """
         options = self.options
-        client = Client.for_process(options.client)
-        partitioner = _partitioner(options.partitioner)
-        summary = PublishSummary()
-        window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
-        limit = options.max_in_flight
+        sender = _Sender(Client.for_process(options.client), options)
         try:
             for message in messages:
-                stream = options.stream or message.stream
-                if stream is None:
-                    raise ConfigurationError(
-                        "no target stream: set the 'stream' option or a 'stream' column"
-                    )
-                part = message.partition
-                window.append(
-                    client.publish_async(
-                        stream,
-                        message.value,
-                        key=message.key,
-                        partition=part,
-                        partitioner=partitioner if part is None else None,
-                        headers=message.headers,
-                        ack_policy=options.ack_policy,
-                        correlation_id=message.correlation_id,
-                        timeout=options.ack_timeout,
-                    )
-                )
-                if len(window) >= limit:
-                    summary.add(window.popleft().result())
-            while window:
-                summary.add(window.popleft().result())
+                sender.add(message)
+            sender.finish()
         finally:
-            # A failed task must not leave its futures to a later task of this worker:
-            # observe every outstanding one so that no failure is reported twice.
-            for future in window:
-                if not future.cancel():
-                    future.exception()
-        return summary
+            sender.abandon()
+        return sender.summary
+
+    def publish_batches(self, batches: Iterable[Any]) -> PublishSummary:
+        """Publish the rows of ``pyarrow.RecordBatch`` objects; see :meth:`publish`.
+
+        With a ``stream`` option, a batch of plain rows (``value`` and maybe ``key``
+        columns) is read column by column, without a message object per row.
+        """
+        options = self.options
+        stream = options.stream
+        sender = _Sender(Client.for_process(options.client), options)
+        try:
+            for batch in batches:
+                plain = plain_items(batch) if stream is not None else None
+                if stream is None or plain is None:
+                    for message in batch_messages(batch):
+                        sender.add(message)
+                else:
+                    sender.add_plain(stream, *plain)
+            sender.finish()
+        finally:
+            sender.abandon()
+        return sender.summary
+
+
+class _Sender:
+    """A task's messages on their way: a run of plain messages, or a window of futures.
+
+    At most ``max_in_flight`` messages are unacknowledged at a time: a run is sent once
+    the window is drained, and the window fills only once the run is sent. Not
+    thread-safe: one per task.
+    """
+
+    def __init__(self, client: Client, options: SinkOptions) -> None:
+        self.summary = PublishSummary()
+        self._client = client
+        self._options = options
+        self._partitioner = _partitioner(options.partitioner)
+        self._window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
+        self._run: list[Any] = []
+        self._run_stream = ""
+        self._run_keyed = False
+
+    def add(self, message: RowMessage) -> None:
+        """Publish ``message`` after every message added before it (per partition)."""
+        stream = self._options.stream or message.stream
+        if stream is None:
+            raise ConfigurationError(
+                "no target stream: set the 'stream' option or a 'stream' column"
+            )
+        plain = (
+            message.partition is None and message.headers is None and message.correlation_id is None
+        )
+        if not plain:
+            self._send_run()
+            self._send_one(stream, message)
+            return
+        if self._run and stream != self._run_stream:
+            self._send_run()
+        if not self._run:
+            self._run_stream = stream
+        if message.key is None:
+            self._run.append(message.value)
+        else:
+            self._run.append((message.key, message.value))
+            self._run_keyed = True
+        if len(self._run) >= self._options.max_in_flight:
+            self._send_run()
+
+    def add_plain(self, stream: str, items: list[Any], keyed: bool) -> None:
+        """Publish plain ``publish_batch`` items after every message added before them."""
+        if self._run and stream != self._run_stream:
+            self._send_run()
+        self._run_stream = stream
+        limit = self._options.max_in_flight
+        start = 0
+        while start < len(items):
+            room = limit - len(self._run)
+            self._run.extend(items[start : start + room])
+            self._run_keyed = self._run_keyed or keyed
+            start += room
+            if len(self._run) >= limit:
+                self._send_run()
+
+    def finish(self) -> None:
+        """Send what is left and wait for every ack.
+
+        Raises:
+            PublishError: the first failed publish (the task fails; Spark retries it).
+        """
+        self._send_run()
+        self._drain(0)
+
+    def abandon(self) -> None:
+        """Observe the outcome of every future still in the window.
+
+        A failed task must not leave its futures to a later task of this worker: a
+        failure nobody looked at would be reported again by its ``flush()``.
+        """
+        while self._window:
+            future = self._window.popleft()
+            if not future.cancel():
+                future.exception()
+
+    def _drain(self, keep: int) -> None:
+        window = self._window
+        while len(window) > keep:
+            self.summary.add(window.popleft().result())
+
+    def _send_one(self, stream: str, message: RowMessage) -> None:
+        options = self._options
+        part = message.partition
+        self._drain(options.max_in_flight - 1)
+        self._window.append(
+            self._client.publish_async(
+                stream,
+                message.value,
+                key=message.key,
+                partition=part,
+                partitioner=self._partitioner if part is None else None,
+                headers=message.headers,
+                ack_policy=options.ack_policy,
+                correlation_id=message.correlation_id,
+                timeout=options.ack_timeout,
+            )
+        )
+
+    def _send_run(self) -> None:
+        run = self._run
+        if not run:
+            return
+        self._drain(0)
+        partitioner = self._partitioner
+        if isinstance(partitioner, ByKey) and not self._run_keyed:
+            partitioner = None  # every key is null: partition 0, as ByKey would choose
+        outcomes = self._client.publish_batch(
+            self._run_stream,
+            run,
+            partition=None if partitioner is not None else 0,
+            partitioner=partitioner,
+            ack_policy=self._options.ack_policy,
+            timeout=self._options.ack_timeout,
+        )
+        self._run = []
+        self._run_keyed = False
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            self.summary.add(outcome)
 
 
 def _messages(rows: Iterable[Any]) -> Iterator[RowMessage]:

@@ -19,7 +19,6 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from liftbridge_sync.spark.rows import batch_messages
 from liftbridge_sync.spark.sink import PartitionPublisher, SinkOptions
 
 __all__ = ["BatchWriter", "PublishCommit", "StreamWriter"]
@@ -47,8 +46,7 @@ class PublishCommit(WriterCommitMessage):
 def _write(options: SinkOptions, batches: Iterator[Any]) -> PublishCommit:
     from pyspark import TaskContext
 
-    messages = (message for batch in batches for message in batch_messages(batch))
-    summary = PartitionPublisher(options).publish_messages(messages)
+    summary = PartitionPublisher(options).publish_batches(batches)
     context = TaskContext.get()
     return PublishCommit(
         partition_id=context.partitionId() if context else 0,

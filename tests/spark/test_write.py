@@ -136,3 +136,31 @@ def test_keyed_rows_are_hashed_by_default(
         "append"
     ).save()
     assert {m.partition for m in read_all(liftbridge_client, column)} == {0}
+
+
+def test_plain_rows_are_published_in_runs_with_every_partitioner(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # Value-only rows and rows whose key is null go out a run at a time (publish_batch):
+    # null keys land on partition 0 under the key partitioner, as ByKey puts them, and
+    # round-robin spreads the rows; nothing is lost or duplicated either way.
+    by_key, spread = new_stream(partitions=3), new_stream(partitions=3)
+    df = spark.range(0, 3000, 1, 2).selectExpr(
+        "case when id % 2 = 0 then null else cast(id as string) end as key",
+        "cast(id as string) as value",
+    )
+    _writer(df, liftbridge_address, by_key).option("maxInFlight", "256").mode("append").save()
+    messages = read_all(liftbridge_client, by_key)
+    assert sorted(int(m.value) for m in messages) == list(range(3000))
+    hashing = ByKey()
+    for m in messages:
+        expected = 0 if m.key is None else hashing.partition(by_key, m.key, m.value, 3)
+        assert m.partition == expected
+    assert {m.key is None for m in messages if m.partition in (1, 2)} == {False}
+    values = df.select("value")
+    _writer(values, liftbridge_address, spread).option("partitioner", "roundrobin").mode(
+        "append"
+    ).save()
+    spread_messages = read_all(liftbridge_client, spread)
+    assert sorted(int(m.value) for m in spread_messages) == list(range(3000))
+    assert {m.partition for m in spread_messages} == {0, 1, 2}

@@ -252,3 +252,38 @@ def test_arrow_batches_map_to_messages_column_by_column() -> None:
     assert [m.headers for m in batch_messages(as_map)] == [{"a": b"b"}]
     with pytest.raises(ConfigurationError, match="need a 'value' column"):
         list(batch_messages(pa.RecordBatch.from_arrays([pa.array([1])], names=["key"])))
+
+
+def test_plain_arrow_batches_become_publish_batch_items() -> None:
+    pa = pytest.importorskip("pyarrow")
+    from liftbridge_sync.spark.rows import plain_items
+
+    values_only = pa.RecordBatch.from_arrays(
+        [pa.array(["a", None]), pa.array([1, 2])], names=["value", "ignored"]
+    )
+    assert plain_items(values_only) == ([b"a", b""], False)
+    keyed = pa.RecordBatch.from_arrays(
+        [pa.array([b"v1", b"v2", b"v3"], pa.binary()), pa.array(["k", None, ""])],
+        names=["value", "key"],
+    )
+    assert plain_items(keyed) == ([(b"k", b"v1"), b"v2", (b"", b"v3")], True)
+    no_keys = pa.RecordBatch.from_arrays(
+        [pa.array([b"v"], pa.binary()), pa.array([None], pa.binary())], names=["value", "key"]
+    )
+    assert plain_items(no_keys) == ([b"v"], False)
+    # Any other sink column: the rows are not plain (they go one message at a time).
+    for other in ("partition", "headers", "correlationId", "stream"):
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([b"v"], pa.binary()), pa.array([None], pa.string())], names=["value", other]
+        )
+        assert plain_items(batch) is None
+    with pytest.raises(ConfigurationError, match="column 'value' must be binary or string"):
+        plain_items(pa.RecordBatch.from_arrays([pa.array([1])], names=["value"]))
+    with pytest.raises(ConfigurationError, match="column 'key' must be binary or string"):
+        plain_items(
+            pa.RecordBatch.from_arrays(
+                [pa.array([b"v"], pa.binary()), pa.array([5])], names=["value", "key"]
+            )
+        )
+    with pytest.raises(ConfigurationError, match="need a 'value' column"):
+        plain_items(pa.RecordBatch.from_arrays([pa.array([b"k"])], names=["key"]))
