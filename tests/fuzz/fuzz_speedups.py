@@ -603,18 +603,7 @@ def fuzz_outbound_queue(ops: list[Any], write_here_at: int) -> None:
             queue.release()
 
 
-_ENTRY_FIELDS = (
-    "framed",
-    "correlation_id",
-    "partition",
-    "wants_ack",
-    "future",
-    "timeout",
-    "deadline",
-    "seq",
-    "resent_at",
-    "key",
-)
+_ENTRY_FIELDS: tuple[str, ...] = PyEntryCore.__slots__  # every field, in order
 _anything = st.one_of(
     st.none(), st.integers(), st.floats(), st.binary(max_size=8), st.text(max_size=4)
 )

@@ -24,18 +24,7 @@ IMPLEMENTATIONS = [
     ),
 ]
 
-FIELDS = (
-    "framed",
-    "correlation_id",
-    "partition",
-    "wants_ack",
-    "future",
-    "timeout",
-    "deadline",
-    "seq",
-    "resent_at",
-    "key",
-)
+FIELDS: tuple[str, ...] = PyEntryCore.__slots__  # every field, in order
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
