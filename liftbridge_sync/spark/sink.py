@@ -1,19 +1,25 @@
 """Publish the rows of one Spark partition: the ``foreachPartition`` sink.
 
 ``df.foreachPartition(publish_partition("lb1:9292", "orders"))`` publishes every row of
-each partition with ``publish_async`` through the worker process's shared client
+each partition through the worker process's shared client
 (:meth:`liftbridge_sync.Client.for_process`), keeps at most ``max_in_flight`` messages
-unacknowledged, and waits for every ack before the task returns. Any failed ack raises,
-so Spark retries the task: delivery is at-least-once (a retried task may duplicate the
-messages its failed attempt had published, never lose one).
+unacknowledged, and waits for every ack before the task returns. Runs of plain rows go
+out with ``publish_batch`` on a short-lived ``liftbridge-spark-run`` thread while the
+task gathers the next run; other rows go one by one with ``publish_async``; the rows of
+a partition keep their order. Any failed ack raises, so Spark retries the task:
+delivery is at-least-once (a retried task may duplicate the messages its failed attempt
+had published, never lose one).
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping
+import functools
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from liftbridge_sync import (
@@ -23,6 +29,7 @@ from liftbridge_sync import (
     Client,
     ClientOptions,
     ConfigurationError,
+    LiftbridgeError,
     Partitioner,
     RoundRobin,
 )
@@ -225,12 +232,45 @@ class PartitionPublisher:
         return sender.summary
 
 
+class _RunInFlight:
+    """One run's ``publish_batch`` on a thread of its own (``liftbridge-spark-run``), so
+    that the task reads and converts the next rows while this run waits for its acks.
+
+    The thread is daemonic and joined by :meth:`outcomes`; ``publish_batch`` ends by
+    itself (every message has an ack timeout). Not thread-safe: one owner.
+    """
+
+    def __init__(self, send: Callable[[], list[Ack | None | LiftbridgeError]]) -> None:
+        self._send = send
+        self._outcomes: list[Ack | None | LiftbridgeError] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="liftbridge-spark-run", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcomes = self._send()
+        except BaseException as exc:  # handed to the task's thread by outcomes()
+            self._error = exc
+
+    def outcomes(self) -> list[Ack | None | LiftbridgeError]:
+        """Wait for the run: one outcome per message, as ``publish_batch`` returns them.
+
+        Raises:
+            What ``publish_batch`` raised.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._outcomes
+
+
 class _Sender:
     """A task's messages on their way: a run of plain messages, or a window of futures.
 
     At most ``max_in_flight`` messages are unacknowledged at a time: a run is sent once
-    the window is drained, and the window fills only once the run is sent. Not
-    thread-safe: one per task.
+    the window and the run before it are acknowledged, and the window fills only then
+    too; the next run is gathered meanwhile. Not thread-safe: one per task.
     """
 
     def __init__(self, client: Client, options: SinkOptions) -> None:
@@ -242,6 +282,7 @@ class _Sender:
         self._run: list[Any] = []
         self._run_stream = ""
         self._run_keyed = False
+        self._in_flight: _RunInFlight | None = None
 
     def add(self, message: RowMessage) -> None:
         """Publish ``message`` after every message added before it (per partition)."""
@@ -291,14 +332,20 @@ class _Sender:
             PublishError: the first failed publish (the task fails; Spark retries it).
         """
         self._send_run()
+        self._await_run()
         self._drain(0)
 
     def abandon(self) -> None:
-        """Observe the outcome of every future still in the window.
+        """Wait for the run in flight and observe every future still in the window.
 
-        A failed task must not leave its futures to a later task of this worker: a
-        failure nobody looked at would be reported again by its ``flush()``.
+        A failed task must not leave its publishes to a later task of this worker: a
+        failure nobody looked at would be reported again by its ``flush()`` (a run's
+        failures are returned, so they count as observed).
         """
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            with contextlib.suppress(Exception):  # the task is failing already
+                in_flight.outcomes()
         while self._window:
             future = self._window.popleft()
             if not future.cancel():
@@ -312,6 +359,7 @@ class _Sender:
     def _send_one(self, stream: str, message: RowMessage) -> None:
         options = self._options
         part = message.partition
+        self._await_run()
         self._drain(options.max_in_flight - 1)
         self._window.append(
             self._client.publish_async(
@@ -332,20 +380,30 @@ class _Sender:
         if not run:
             return
         self._drain(0)
+        self._await_run()
         partitioner = self._partitioner
         if isinstance(partitioner, ByKey) and not self._run_keyed:
             partitioner = None  # every key is null: partition 0, as ByKey would choose
-        outcomes = self._client.publish_batch(
-            self._run_stream,
-            run,
-            partition=None if partitioner is not None else 0,
-            partitioner=partitioner,
-            ack_policy=self._options.ack_policy,
-            timeout=self._options.ack_timeout,
+        self._in_flight = _RunInFlight(
+            functools.partial(
+                self._client.publish_batch,
+                self._run_stream,
+                run,
+                partition=None if partitioner is not None else 0,
+                partitioner=partitioner,
+                ack_policy=self._options.ack_policy,
+                timeout=self._options.ack_timeout,
+            )
         )
         self._run = []
         self._run_keyed = False
-        for outcome in outcomes:
+
+    def _await_run(self) -> None:
+        """Wait for the run in flight; raise its first failure."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        for outcome in in_flight.outcomes():
             if isinstance(outcome, BaseException):
                 raise outcome
             self.summary.add(outcome)
