@@ -45,5 +45,6 @@ def pytest_runtest_makereport(
 
         for name, value in getattr(item, "funcargs", {}).items():
             if isinstance(value, LiftbridgeServer) and value.exited:
-                report.sections.append((f"liftbridge server {name!r} exited", value.log_tail(60)))
+                words = f"{value.crash_reason()}\n...\n{value.log_tail(60)}"
+                report.sections.append((f"liftbridge server {name!r} exited", words))
     return report

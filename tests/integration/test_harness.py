@@ -220,6 +220,23 @@ def test_a_raft_timeout_at_startup_is_started_again(
     assert "exited on a Raft timeout while starting" in caplog.text
 
 
+def test_a_dead_server_says_why_in_a_few_lines(installed: InstalledServer) -> None:
+    with LiftbridgeServer(installed=installed) as srv:
+        assert srv.crash_reason() == ""  # a running server's log holds no panic
+        srv.kill()
+        # What the Go runtime writes when the process panics, then its goroutine dump.
+        with srv.log_path.open("a") as log:
+            log.write("panic: runtime error: index out of range [3] with length 3\n\n")
+            log.write("goroutine 81 [running]:\n")
+            log.writelines(f"frame {i}\n" for i in range(5000))
+        reason = srv.crash_reason()
+    assert reason.splitlines() == [
+        "panic: runtime error: index out of range [3] with length 3",
+        "",
+        "goroutine 81 [running]:",
+    ]
+
+
 def test_startup_failure_reports_log_tail(installed: InstalledServer) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
