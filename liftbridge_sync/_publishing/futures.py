@@ -159,6 +159,22 @@ class PublishFuture(FutureCore, concurrent.futures.Future[T]):
         """True once resolved (publish futures cannot be cancelled)."""
         return self._state in _DONE
 
+    # running(), cancel() and cancelled() without the condition concurrent.futures
+    # takes for them (and this class would build): a publish starts running and is
+    # never cancelled.
+
+    def running(self) -> bool:
+        """True until resolved."""
+        return self._state == _RUNNING
+
+    def cancel(self) -> bool:
+        """``False``: an in-flight publish cannot be withdrawn."""
+        return False
+
+    def cancelled(self) -> bool:
+        """``False``: publish futures are never cancelled."""
+        return False
+
     def result(self, timeout: float | None = None) -> T:
         """The ack; raises the publish's typed error.
 

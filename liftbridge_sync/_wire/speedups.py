@@ -111,9 +111,6 @@ make_entry: Callable[..., Any] | None = None
 frame_entry: Callable[..., Any] | None = None
 #: ``pop_answered(deadline_queue, pending) -> whether a pending entry is at its head``.
 pop_answered: Callable[..., bool] | None = None
-#: ``setup_submit(deque_type, heads, no_ack)`` once, then
-#: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
-#: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
 #: ``PendingCore(max_in_flight, max_message, id_prefix, clock)``: the pending table's
 #: state and send lock (``_speedups_table.c``; twin: ``_publishing.pending_core``).
 PendingCore: Any = None
@@ -127,6 +124,9 @@ FutureCore: Any = None
 #: seq=0, resent_at=0.0, key=None)``: one pending publish in a C struct, the base of the
 #: publisher's ``Entry`` (``_speedups_entry.c``; twin: ``_publishing.pending.PyEntryCore``).
 EntryCore: Any = None
+#: ``setup_submit(deque_type, heads, no_ack)`` once, then
+#: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
+#: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
 setup_submit: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None
 ACTIVE = False
