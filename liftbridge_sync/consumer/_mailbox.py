@@ -91,6 +91,19 @@ class Mailbox:
                     raise TimeoutError("no message arrived within the timeout")
                 self._cond.wait(remaining)
 
+    def get_many(self, most: int, timeout: float | None) -> list[tuple[PartitionReader, Message]]:
+        """The next message as :meth:`get` waits for it, then up to ``most - 1`` more of
+        those already queued (of partitions still assigned), without waiting."""
+        batch = [self.get(timeout)]
+        with self._cond:
+            items = self._items
+            while items and len(batch) < most:
+                reader, msg = items.popleft()
+                if not reader.stopped:
+                    batch.append((reader, msg))
+            self._cond.notify_all()  # room for the readers blocked in put()
+        return batch
+
     def close(self) -> None:
         with self._cond:
             self._closed = True

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import check_name, check_timeout
+from liftbridge_sync._wire.validate import check_int, check_name, check_timeout
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
@@ -153,7 +153,9 @@ class Consumer:
         self._readers: dict[_Key, PartitionReader] = {}
         self._done: dict[_Key, int] = {}
         self._committed: dict[_Key, int] = {}
-        self._pending: tuple[PartitionReader, int] | None = None
+        #: The messages delivered last, ``(reader, offset)``: processed once the next
+        #: read (or a commit, or leaving the ``with`` block) says so.
+        self._pending: list[tuple[PartitionReader, int]] = []
         #: Set once a poll answer was applied, or on close or failure: what
         #: wait_for_assignment() waits for.
         self._settled = threading.Event()
@@ -342,15 +344,40 @@ class Consumer:
         self._mark_pending_done()
         reader, msg = self._mailbox.get(seconds)
         with self._lock:
-            self._pending = (reader, msg.offset)
+            self._pending = [(reader, msg.offset)]
             self._counters.delivered += 1
         return msg
 
+    def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        """The next messages of the assigned partitions, at least one and at most
+        ``max_messages``; those of the previous read count as processed.
+
+        Waits at most ``timeout`` seconds for the first message, as :meth:`get` does,
+        then adds those already received, without waiting for more. The batch counts as
+        processed at the next read, :meth:`commit`, or the end of a ``with`` block.
+
+        Raises:
+            ArgumentTypeError, ConfigurationError: ``max_messages`` is not an int >= 1.
+            TimeoutError: if none arrived within ``timeout`` seconds.
+            StopIteration: once closed.
+            ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
+                member.
+            ForkedClientError: in a process forked after this consumer was created.
+        """
+        self._refuse_if_forked()
+        most = check_int("max_messages", max_messages, minimum=1)
+        seconds = check_timeout("timeout", timeout)
+        self._mark_pending_done()
+        batch = self._mailbox.get_many(most, seconds)
+        with self._lock:
+            self._pending = [(reader, msg.offset) for reader, msg in batch]
+            self._counters.delivered += len(batch)
+        return [msg for _, msg in batch]
+
     def _mark_pending_done(self) -> None:
         with self._lock:
-            if self._pending is not None:
-                reader, offset = self._pending
-                self._pending = None
+            pending, self._pending = self._pending, []
+            for reader, offset in pending:
                 key = (reader.stream, reader.partition)
                 # A partition taken away (or this member dropped) since: its position
                 # is no longer this member's to commit.
@@ -395,8 +422,7 @@ class Consumer:
             if self._closed:
                 return []
             delivered = dict(self._done)
-            if self._pending is not None:
-                reader, offset = self._pending
+            for reader, offset in self._pending:
                 key = (reader.stream, reader.partition)
                 delivered[key] = max(offset, delivered.get(key, -1))
             keys = sorted(self._readers)
@@ -508,7 +534,7 @@ class Consumer:
             self._readers.clear()
             self._done.clear()
             self._committed.clear()
-            self._pending = None
+            self._pending = []
             old = self._consumer_id
             if self._generated_id:
                 self._consumer_id = uuid.uuid4().hex

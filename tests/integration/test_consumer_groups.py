@@ -465,6 +465,36 @@ def test_with_manual_commits_only_committed_positions_are_skipped_by_the_next_me
             b.get(0.5)  # and nothing before the committed positions
 
 
+def test_get_many_hands_out_batches_that_count_as_processed_at_the_next_read(
+    client: Client, stream: str
+) -> None:
+    group = unique("g")
+    start = StartAt.earliest()
+    with client.consumer(group, streams=[stream], auto_commit=None, start=start) as a:
+        wait_until(lambda: len(a.assignment()) == PARTITIONS, 15, "assignment")
+        for bad in (0, -1, True, 1.5):
+            with pytest.raises((TypeError, ValueError)):
+                a.get_many(bad)  # type: ignore[arg-type]
+        sent = publish_batch(client, stream, "many", 60)
+        got: list[Message] = []
+        while len(got) < len(sent):
+            batch = a.get_many(25, 10)
+            assert 1 <= len(batch) <= 25
+            got.extend(batch)
+        assert sorted(m.value for m in got) == sorted(sent)
+        with pytest.raises(TimeoutError):
+            a.get_many(10, 0.3)  # nothing left; the last batch is now processed
+        newest: dict[int, int] = {}
+        for m in got:
+            newest[m.partition] = max(m.offset, newest.get(m.partition, -1))
+        assert a.commit() == {(stream, p): offset for p, offset in newest.items()}
+        assert a.stats().delivered == len(sent)
+    with client.consumer(group, streams=[stream], auto_commit=None, start=start) as b:
+        wait_until(lambda: len(b.assignment()) == PARTITIONS, 15, "assignment")
+        with pytest.raises(TimeoutError):
+            b.get_many(10, 0.5)  # every batch was committed
+
+
 def test_wait_for_assignment_returns_the_first_answer_even_an_empty_one(client: Client) -> None:
     stream = unique("one")
     client.create_stream(stream, stream, partitions=1)

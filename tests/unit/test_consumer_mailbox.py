@@ -1,0 +1,70 @@
+"""The consumer's mailbox: what its partition readers queue, handed out in order."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from liftbridge_sync.consumer._mailbox import Mailbox
+from liftbridge_sync.models import Message
+
+
+@dataclasses.dataclass
+class _Reader:
+    """What the mailbox asks of a partition reader."""
+
+    stopped: bool = False
+
+
+def _message(offset: int) -> Message:
+    return Message(
+        offset=offset,
+        key=None,
+        value=b"%d" % offset,
+        partition=0,
+        stream="s",
+        subject="s",
+        reply_subject="",
+    )
+
+
+def _queued(mailbox: Mailbox, reader: _Reader, offsets: range) -> None:
+    for offset in offsets:
+        assert mailbox.put(reader, _message(offset))  # type: ignore[arg-type]
+
+
+def test_get_many_takes_what_is_queued_up_to_the_limit_in_order() -> None:
+    mailbox = Mailbox(100)
+    live, gone = _Reader(), _Reader()
+    _queued(mailbox, live, range(3))
+    _queued(mailbox, gone, range(100, 102))
+    _queued(mailbox, live, range(3, 6))
+    gone.stopped = True  # its partition was taken away meanwhile: never handed out
+    first = mailbox.get_many(2, 1.0)
+    assert [(id(r), m.offset) for r, m in first] == [(id(live), 0), (id(live), 1)]
+    rest = mailbox.get_many(10, 1.0)
+    assert [m.offset for _, m in rest] == [2, 3, 4, 5]
+    with pytest.raises(TimeoutError):
+        mailbox.get_many(10, 0.05)
+
+
+def test_get_many_frees_room_for_a_full_mailbox() -> None:
+    mailbox = Mailbox(3)
+    reader = _Reader()
+    _queued(mailbox, reader, range(3))
+    assert [m.offset for _, m in mailbox.get_many(3, 1.0)] == [0, 1, 2]
+    _queued(mailbox, reader, range(3, 6))  # would block if the room were not given back
+
+
+def test_get_many_after_close_or_failure() -> None:
+    failed = Mailbox(10)
+    _queued(failed, _Reader(), range(1))
+    failed.fail(LookupError("dropped"))
+    assert [m.offset for _, m in failed.get_many(5, 1.0)] == [0]  # queued ones first
+    with pytest.raises(LookupError):
+        failed.get_many(5, 1.0)
+    closed = Mailbox(10)
+    closed.close()
+    with pytest.raises(StopIteration):
+        closed.get_many(5, 1.0)
