@@ -6,6 +6,7 @@ without them. The session runs ``local[2,2]`` so that a failed task is retried o
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -52,7 +53,7 @@ def spark() -> Iterator[Any]:
     (shim / "tests").symlink_to(ROOT / "tests", target_is_directory=True)
     paths = [str(shim), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    session = (
+    builder = (
         SparkSession.builder.master("local[2,2]")
         .appName("liftbridge-sync-tests")
         .config("spark.ui.enabled", "false")
@@ -67,14 +68,29 @@ def spark() -> Iterator[Any]:
         .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.sql.warehouse.dir", str(tmp / "warehouse"))
         .config("spark.local.dir", str(tmp / "local"))
-        .getOrCreate()
     )
+    session = _start(builder)
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:
         session.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _start(builder: Any) -> Any:
+    """``builder.getOrCreate()``, started once more if the JVM exits before it reports
+    its port (JAVA_GATEWAY_EXITED, seen once in CI: the gateway's child died before
+    the JVM printed anything). A second such exit fails the session."""
+    from pyspark.errors import PySparkRuntimeError
+
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as exc:
+        if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+            raise
+        logging.getLogger(__name__).warning("the Spark JVM exited at start-up; once more")
+        return builder.getOrCreate()
 
 
 @pytest.fixture
