@@ -80,8 +80,11 @@ def spark() -> Iterator[Any]:
 
 def _start(builder: Any) -> Any:
     """``builder.getOrCreate()``, started once more if the JVM exits before it reports
-    its port (JAVA_GATEWAY_EXITED, seen once in CI: the gateway's child died before
-    the JVM printed anything). A second such exit fails the session."""
+    its port (JAVA_GATEWAY_EXITED, seen once in CI). PySpark starts the JVM with
+    ``Popen(preexec_fn=...)``; with gRPC channels active in the process, grpcio 1.80+
+    can kill that child between fork and exec (grpc/grpc#43055, open: its poller hits
+    "epoll_wait error: Bad file descriptor", the line CI printed). A second such exit
+    fails the session."""
     from pyspark.errors import PySparkRuntimeError
 
     try:
