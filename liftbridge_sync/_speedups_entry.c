@@ -9,7 +9,9 @@
  * The publisher's Entry (Python) derives from it and adds its methods; the C code that
  * makes entries (new_entry in _speedups.c), numbers them (_speedups_submit.c) and
  * settles them reads and writes the struct through entry_core() without any attribute
- * lookup. Entries are written by the thread that holds the pending table's send lock.
+ * lookup. An entry's fields are set before it is shared; afterwards seq and resent_at
+ * change only under the pending table's send lock, and key is a cache that any reader
+ * may fill (with the same value, read from framed).
  */
 #include "_speedups.h"
 

@@ -11,9 +11,14 @@
  *
  * A new one starts RUNNING with no outcome, no callbacks (the empty tuple), no waiter,
  * and no instance dict: that is made only when a thread blocks on it (its _condition
- * and _waiters, created by PublishFuture). Every write to these fields, in C and in
- * Python, happens under the publisher's callbacks lock (futures._CALLBACKS), which is
- * what makes them safe on a free-threaded build too; the GIL adds nothing here.
+ * and _waiters, created by PublishFuture). The outcome, the state, the callbacks, the
+ * ledger and the gate are set under the publisher's callbacks lock (futures._CALLBACKS);
+ * the one thread that resolved a future then clears its gate, and a waiter raises the
+ * waited/conditioned flags under futures._LAZY. Readers outside a lock (done(), the
+ * flags) rely on the order the futures module documents: the state is set before the
+ * flags are read, the flags before the state is read. The GIL makes each of those
+ * stores whole; on a free-threaded build the flags and the state would need atomic
+ * stores and loads (or the callbacks lock) for that order to hold.
  */
 #include "_speedups.h"
 

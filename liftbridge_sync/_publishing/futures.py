@@ -96,7 +96,9 @@ class PyFutureCore:
     The C type keeps these fields in a struct that the C settling code reads and writes
     directly; this twin keeps them as class-level defaults, so that a new future costs
     no attribute stores at all (its instance dict is made when it resolves). Both have
-    the same attributes, read and written under :data:`_CALLBACKS` only.
+    the same attributes. The outcome, state, callbacks, ledger and gate are set under
+    :data:`_CALLBACKS`; the waited flags by a waiter under ``_LAZY`` (the module
+    docstring says why that order is safe). Thread-safe as the module says.
     """
 
     ledger: Unobserved | None = None
