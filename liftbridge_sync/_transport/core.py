@@ -48,7 +48,7 @@ from liftbridge_sync.errors import (
     NotLeaderError,
     ServerError,
 )
-from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
+from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata, StreamInfo
 from liftbridge_sync.options import ClientOptions, RetryPolicy, parse_address
 
 __all__ = ["ClientCore"]
@@ -337,8 +337,7 @@ class ClientCore:
         Raises:
             NoSuchStreamError: if the server does not know the stream.
         """
-        snapshot = self.metadata.snapshot
-        info = None if refresh or snapshot is None else snapshot.streams.get(stream)
+        info = None if refresh else self._cached_stream(stream)
         if info is None:
             info = self.fetch_metadata([stream]).streams.get(stream)
         if info is None:
@@ -354,20 +353,24 @@ class ClientCore:
         # The cache answers almost every call (one per message a partitioner places):
         # only a stream it does not know takes the retry machinery, whose set-up costs
         # more than the look-up.
-        snapshot = self.metadata.snapshot
-        info = None if snapshot is None else snapshot.streams.get(stream)
+        info = self._cached_stream(stream)
         if info is not None:
             return len(info.partitions)
-        # Later attempts ask again, because metadata comes from each server's
+        # Every attempt asks the servers, because metadata comes from each server's
         # replicated view, which may trail a CreateStream that just returned by a few
         # milliseconds.
         settle = RetryPolicy(max_attempts=6, max_delay=1.0, initial=0.05, maximum=0.2, jitter=0.0)
         return call_with_retry(
             settle,
             "partition count",
-            lambda attempt: self.stream_info_partitions(stream, refresh=attempt > 1),
+            lambda _: self.stream_info_partitions(stream, refresh=True),
             retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
         )
+
+    def _cached_stream(self, stream: str) -> StreamInfo | None:
+        """``stream``'s metadata as the cache has it (``None``: not known there)."""
+        snapshot = self.metadata.snapshot
+        return None if snapshot is None else snapshot.streams.get(stream)
 
     def partition_info(self, stream: str, partition: int, *, refresh: bool) -> PartitionInfo:
         """The partition's metadata, refreshing once if the cache lacks it.
