@@ -95,6 +95,8 @@ class Mailbox:
         """The next message as :meth:`get` waits for it, then up to ``most - 1`` more of
         those already queued (of partitions still assigned), without waiting."""
         batch = [self.get(timeout)]
+        if most == 1:
+            return batch
         with self._cond:
             items = self._items
             while items and len(batch) < most:

@@ -339,14 +339,7 @@ class Consumer:
                 member.
             ForkedClientError: in a process forked after this consumer was created.
         """
-        self._refuse_if_forked()
-        seconds = check_timeout("timeout", timeout)
-        self._mark_pending_done()
-        reader, msg = self._mailbox.get(seconds)
-        with self._lock:
-            self._pending = [(reader, msg.offset)]
-            self._counters.delivered += 1
-        return msg
+        return self.get_many(1, timeout)[0]
 
     def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """The next messages of the assigned partitions, at least one and at most
