@@ -10,12 +10,10 @@ export LIFTBRIDGE_SYNC_CACHE ?= $(CURDIR)/.cache/liftbridge
 
 all: test
 
-$(STAMP): setup.cfg setup.py pyproject.toml liftbridge_sync/_speedups.c \
-		liftbridge_sync/_speedups_acks.c liftbridge_sync/_speedups_io.c \
-		liftbridge_sync/_speedups_submit.c liftbridge_sync/_speedups_table.c \
-		liftbridge_sync/_speedups_outbound.c liftbridge_sync/_speedups_lock.c \
-		liftbridge_sync/_speedups_future.c liftbridge_sync/_speedups_entry.c \
-		liftbridge_sync/_speedups.h
+# The C speedups' sources (setup.py lists the same files for the extension).
+SPEEDUPS_C := $(sort $(wildcard liftbridge_sync/_speedups*.c))
+
+$(STAMP): setup.cfg setup.py pyproject.toml $(SPEEDUPS_C) liftbridge_sync/_speedups.h
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=23"
 	$(BIN)/python -m pip install --quiet -e '.[test,dev,nats,spark]'
@@ -69,11 +67,7 @@ fuzz: venv
 	gcc -shared -fPIC -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 		-fno-sanitize-recover=all -Wall -Werror=implicit-function-declaration \
 		-I$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])") \
-		liftbridge_sync/_speedups.c liftbridge_sync/_speedups_acks.c \
-		liftbridge_sync/_speedups_io.c liftbridge_sync/_speedups_submit.c \
-		liftbridge_sync/_speedups_table.c liftbridge_sync/_speedups_outbound.c \
-		liftbridge_sync/_speedups_lock.c liftbridge_sync/_speedups_future.c \
-		liftbridge_sync/_speedups_entry.c -o $(FUZZ_SO)
+		$(SPEEDUPS_C) -o $(FUZZ_SO)
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libubsan.so)" \
 		ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		PYTHONMALLOC=malloc LIFTBRIDGE_SYNC_FUZZ_MODULE=$(FUZZ_SO) \
