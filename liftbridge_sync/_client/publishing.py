@@ -16,7 +16,11 @@ from typing import Any
 from liftbridge_sync._client.session import Session
 from liftbridge_sync._publishing import batch_requests
 from liftbridge_sync._publishing.publisher import Publisher
-from liftbridge_sync._publishing.routing import choose_partition, resolve_ack_timeout
+from liftbridge_sync._publishing.routing import (
+    BatchChooser,
+    choose_partition,
+    resolve_ack_timeout,
+)
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.publish_codec import encode_publish, is_common_case
 from liftbridge_sync._wire.requests import partition_of, publish_to_subject_request
@@ -222,9 +226,6 @@ def publish_batch(
     items: list[Any] = messages if type(messages) is list else list(messages)
     ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
 
-    def choose(key: bytes | None, value: bytes) -> int:
-        return choose_partition(core, stream, key, value, partition, partitioner)
-
     def send(batch: list[Any]) -> list[Ack | None | LiftbridgeError]:
         return batch_requests.publish_batch(
             publisher,
@@ -232,7 +233,7 @@ def publish_batch(
             batch,
             partition=partition,
             partitioner=partitioner,
-            choose=choose,
+            choose=BatchChooser(core, stream, partition, partitioner),
             ack_policy=ack_policy,
             timeout=ack_timeout,
         )

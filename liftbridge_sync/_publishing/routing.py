@@ -10,7 +10,7 @@ from liftbridge_sync._wire.validate import check_partition, check_timeout
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.partitioners import Partitioner
 
-__all__ = ["choose_partition", "resolve_ack_timeout"]
+__all__ = ["BatchChooser", "choose_partition", "resolve_ack_timeout"]
 
 
 def resolve_ack_timeout(timeout: float | None, default: float) -> float:
@@ -51,13 +51,59 @@ def choose_partition(
         return check_partition("partition", partition)
     if partitioner is None:
         return 0
+    _check_partitioner(partitioner)
+    return _checked_choice(partitioner, stream, key, value, core.partition_count(stream))
+
+
+class BatchChooser:
+    """:func:`choose_partition` for the items of one ``publish_batch``: the arguments
+    are checked and the partition count read once, at the first item, for the whole
+    batch (which is framed before any of it is sent).
+
+    Not thread-safe: one per batch, used by the thread that frames it.
+    """
+
+    __slots__ = ("_core", "_count", "_partition", "_partitioner", "_stream")
+
+    def __init__(
+        self,
+        core: ClientCore,
+        stream: str,
+        partition: int | None,
+        partitioner: Partitioner | None,
+    ) -> None:
+        self._core = core
+        self._stream = stream
+        self._partition = partition
+        self._partitioner = partitioner
+        self._count = 0
+
+    def __call__(self, key: bytes | None, value: bytes) -> int:
+        """The partition of one item; raises like :func:`choose_partition`."""
+        partitioner = self._partitioner
+        if partitioner is None or self._partition is not None:
+            return choose_partition(
+                self._core, self._stream, key, value, self._partition, partitioner
+            )
+        count = self._count
+        if not count:
+            _check_partitioner(partitioner)
+            count = self._count = self._core.partition_count(self._stream)
+        return _checked_choice(partitioner, self._stream, key, value, count)
+
+
+def _check_partitioner(partitioner: object) -> None:
     # Not isinstance(..., Partitioner): a runtime Protocol check costs ~3 µs per
     # publish and tests no more than this (that a callable ``partition`` exists).
     if not callable(getattr(partitioner, "partition", None)):
         raise ConfigurationError(
             "'partitioner' must have partition(stream, key, value, partition_count)"
         )
-    count = core.partition_count(stream)
+
+
+def _checked_choice(
+    partitioner: Partitioner, stream: str, key: bytes | None, value: bytes, count: int
+) -> int:
     chosen = partitioner.partition(stream, key, value, count)
     if isinstance(chosen, bool) or not isinstance(chosen, int) or not 0 <= chosen < count:
         raise ConfigurationError(

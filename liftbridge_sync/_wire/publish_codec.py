@@ -5,8 +5,9 @@ serializing it costs about 4 µs per publish; a request that only varies in its 
 correlation id (the common case, :func:`is_common_case`: same stream, partition and ack
 policy, no key, headers or expected offset) is the same bytes around those two, so its
 framed form is the cached :func:`head` of the other fields, then the value and the id
-(:func:`frame_value`, :func:`frame_id`, :func:`frame_values`). Everything else goes
-through the validating builder and protobuf (:func:`encode_publish`). Framed means with
+(:func:`frame_value`, :func:`frame_id`, :func:`frame_values`). A ``bytes`` key adds its
+field after the head (:func:`frame_keyed`). Everything else goes through the validating
+builder and protobuf (:func:`encode_publish` chooses). Framed means with
 gRPC's 5-byte message prefix (:func:`frame`), as the h2 transport writes it; the grpc
 transport strips the prefix and hands grpcio the message bytes as they are.
 
@@ -64,6 +65,7 @@ __all__ = [
     "encode_publish",
     "frame",
     "frame_id",
+    "frame_keyed",
     "frame_value",
     "frame_values",
     "head",
@@ -85,6 +87,7 @@ _pack_prefix = _PREFIX.pack
 #: (stream, partition, ack policy) → serialized fields other than value and id (the C
 #: publish_async fast path reads it too: see ``_speedups_submit.c``).
 _heads: dict[tuple[str, int, int], bytes] = {}
+_KEY_TAG = b"\x0a"  # field 1 (key), length-delimited
 _VALUE_TAG = b"\x12"  # field 2 (value), length-delimited
 _ID_TAG = b"\x3a"  # field 7 (correlationId), length-delimited
 _POLICIES = (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE)
@@ -209,6 +212,17 @@ def py_frame_values(head: bytes, values: list[object], base: str) -> tuple[list[
     return framed, ids
 
 
+def frame_keyed(head: bytes, key: bytes | None, value: bytes, correlation_id: bytes) -> bytes:
+    """:func:`frame_value` for a request with a key (``None`` or empty: none, as protobuf
+    writes an empty key): the key's field goes after the :func:`head`, so a keyed
+    request costs one concatenation more than a plain one."""
+    if not key:
+        return frame_value(head, value, correlation_id)
+    size = len(key)
+    keyed_head = b"".join((head, _KEY_TAG, _SMALL[size] if size < 128 else varint(size), key))
+    return frame_value(keyed_head, value, correlation_id)
+
+
 def encode_publish(
     stream: str,
     value: object,
@@ -226,11 +240,13 @@ def encode_publish(
     raises the same errors (``TypeError``, ``ConfigurationError``) before any I/O.
     ``partition`` must already be checked.
     """
-    if is_common_case(stream, value, key, headers, ack_policy, expected_offset):
+    if (key is None or type(key) is bytes) and is_common_case(
+        stream, value, None, headers, ack_policy, expected_offset
+    ):
         cached = _heads.get((stream, partition, int(ack_policy)))
         if cached is None:
             cached = _head(stream, partition, ack_policy)
-        return frame_value(cached, value, correlation_id.encode())  # type: ignore[arg-type]
+        return frame_keyed(cached, key, value, correlation_id.encode())  # type: ignore[arg-type]
     request = build_publish_request(
         stream,
         value,

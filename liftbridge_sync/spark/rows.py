@@ -16,7 +16,17 @@ from typing import Any
 
 from liftbridge_sync import ConfigurationError
 
-__all__ = ["COLUMNS", "Columns", "RowMessage", "batch_messages", "column_index", "to_message"]
+__all__ = [
+    "COLUMNS",
+    "Columns",
+    "RowMessage",
+    "batch_messages",
+    "binary_cell",
+    "column_index",
+    "is_plain",
+    "plain_items",
+    "to_message",
+]
 
 #: Columns the sink reads; everything else in a row is ignored.
 COLUMNS = ("value", "key", "partition", "headers", "correlationId", "stream")
@@ -69,7 +79,19 @@ def column_index(fields: Sequence[str]) -> Columns:
     )
 
 
-def _binary(column: str, cell: Any, *, optional: bool) -> bytes | None:
+def is_plain(columns: Columns) -> bool:
+    """Whether rows of this layout are plain ``publish_batch`` items: a ``value`` and
+    maybe a ``key`` column, no ``partition``, ``headers``, ``correlationId`` or
+    ``stream``."""
+    return max(columns.partition, columns.headers, columns.correlation_id, columns.stream) < 0
+
+
+def binary_cell(column: str, cell: Any, *, optional: bool) -> bytes | None:
+    """A binary or string cell as bytes (``None``: ``None`` if ``optional``, else empty).
+
+    Raises:
+        ConfigurationError: another type; the message names the column.
+    """
     if isinstance(cell, bytes):
         return cell
     if isinstance(cell, str):
@@ -116,7 +138,7 @@ def _headers(cell: Any) -> dict[str, bytes] | None:
                 f"column 'headers': key {name!r} appears twice; Liftbridge headers hold "
                 "one value per key"
             )
-        value = _binary(f"headers[{name!r}]", raw, optional=True)
+        value = binary_cell(f"headers[{name!r}]", raw, optional=True)
         result[name] = b"" if value is None else value
     return result
 
@@ -157,16 +179,16 @@ def plain_items(batch: Any) -> tuple[list[Any], bool] | None:
         ConfigurationError: there is no ``value`` column, or a cell has the wrong type.
     """
     columns = column_index(batch.schema.names)
-    if max(columns.partition, columns.headers, columns.correlation_id, columns.stream) >= 0:
+    if not is_plain(columns):
         return None
     values = batch.column(columns.value).to_pylist()
     if not all(type(value) is bytes for value in values):
-        values = [_binary("value", value, optional=False) for value in values]
+        values = [binary_cell("value", value, optional=False) for value in values]
     if columns.key < 0:
         return values, False
     keys = batch.column(columns.key).to_pylist()
     items: list[Any] = [
-        value if key is None else (_binary("key", key, optional=True), value)
+        value if key is None else (binary_cell("key", key, optional=True), value)
         for key, value in zip(keys, values, strict=True)
     ]
     return items, any(key is not None for key in keys)
@@ -184,8 +206,8 @@ def to_message(row: Any, columns: Columns) -> RowMessage:
             f"column 'partition' must be an integer, got {type(partition).__name__}"
         )
     return RowMessage(
-        value=_binary("value", row[columns.value], optional=False) or b"",
-        key=_binary("key", row[columns.key], optional=True) if columns.key >= 0 else None,
+        value=binary_cell("value", row[columns.value], optional=False) or b"",
+        key=binary_cell("key", row[columns.key], optional=True) if columns.key >= 0 else None,
         partition=partition,
         headers=_headers(row[columns.headers]) if columns.headers >= 0 else None,
         correlation_id=(

@@ -14,7 +14,7 @@ had published, never lose one).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from liftbridge_sync import (
@@ -29,7 +29,9 @@ from liftbridge_sync.spark.rows import (
     Columns,
     RowMessage,
     batch_messages,
+    binary_cell,
     column_index,
+    is_plain,
     plain_items,
     to_message,
 )
@@ -146,7 +148,8 @@ class PartitionPublisher:
             PublishError: a publish failed (nack, ack timeout, unreachable broker); the
                 task fails and Spark retries it.
         """
-        return self.publish_messages(_messages(rows))
+        stream = self.options.stream
+        return self._send(lambda sender: _feed_rows(sender, rows, stream))
 
     def publish_messages(self, messages: Iterable[RowMessage]) -> PublishSummary:
         """Publish messages already taken from rows; see :meth:`publish`.
@@ -195,12 +198,69 @@ class PartitionPublisher:
         return sender.summary
 
 
-def _messages(rows: Iterable[Any]) -> Iterator[RowMessage]:
-    columns: Columns | None = None
-    names: list[str] = []
+#: Plain rows gathered before they join the sender's run (bounds the copy per row).
+_PLAIN_CHUNK = 256
+
+
+def _feed_rows(sender: RowSender, rows: Iterable[Any], stream: str | None) -> None:
+    """Add ``rows`` to ``sender`` in order. With a ``stream`` option and a layout of
+    ``value`` and maybe ``key`` only, Row (tuple) rows go straight into ``publish_batch``
+    items, checked as :func:`~liftbridge_sync.spark.rows.to_message` checks them: a
+    message object per row cost more than the publish itself."""
+    layout = RowLayout()
+    items: list[Any] = []
+    keyed = False
+    plain_stream = ""
+    value_at = key_at = -1
     for row in rows:
+        if value_at >= 0 and isinstance(row, tuple):
+            value = row[value_at]
+            if type(value) is not bytes:
+                value = binary_cell("value", value, optional=False) or b""
+            key = row[key_at] if key_at >= 0 else None
+            if key is None:
+                items.append(value)
+            else:
+                if type(key) is not bytes:
+                    key = binary_cell("key", key, optional=True)
+                items.append((key, value))
+                keyed = True
+            if len(items) >= _PLAIN_CHUNK:
+                sender.add_plain(plain_stream, items, keyed)
+                items, keyed = [], False
+            continue
+        if items:
+            sender.add_plain(plain_stream, items, keyed)
+            items, keyed = [], False
+        sender.add(layout.message(row))
+        columns = layout.columns
+        if stream is not None and columns is not None and is_plain(columns):
+            plain_stream = stream
+            value_at, key_at = columns.value, columns.key
+    if items:
+        sender.add_plain(plain_stream, items, keyed)
+
+
+class RowLayout:
+    """The column layout of one partition's rows, fixed by its first Row or mapping.
+
+    Not thread-safe: one per task.
+    """
+
+    __slots__ = ("columns", "names")
+
+    def __init__(self) -> None:
+        self.columns: Columns | None = None
+        self.names: list[str] = []
+
+    def message(self, row: Any) -> RowMessage:
+        """The message of one row (a Row, a mapping, or a bytes/str value).
+
+        Raises:
+            ConfigurationError: an unknown kind of row, or a cell of the wrong type.
+        """
         if isinstance(row, bytes | bytearray | str):
-            yield RowMessage(
+            return RowMessage(
                 value=row.encode() if isinstance(row, str) else bytes(row),
                 key=None,
                 partition=None,
@@ -208,7 +268,7 @@ def _messages(rows: Iterable[Any]) -> Iterator[RowMessage]:
                 correlation_id=None,
                 stream=None,
             )
-            continue
+        columns = self.columns
         if columns is None:
             found = _field_names(row)
             if found is None:
@@ -216,11 +276,11 @@ def _messages(rows: Iterable[Any]) -> Iterator[RowMessage]:
                     "rows must be pyspark Rows, mappings, or bytes/str values; "
                     f"got {type(row).__name__}"
                 )
-            names = found
-            columns = column_index(names)
+            self.names = found
+            columns = self.columns = column_index(found)
         if isinstance(row, Mapping):
-            row = tuple(row.get(name) for name in names)
-        yield to_message(row, columns)
+            row = tuple(row.get(name) for name in self.names)
+        return to_message(row, columns)
 
 
 def publish_partition(

@@ -415,6 +415,47 @@ def test_publish_batch_is_ordered_bounded_and_typed(
             client.publish_batch(name, ["text"])  # type: ignore[list-item]
 
 
+def test_a_keyed_batch_lands_each_key_where_by_key_says_and_reads_the_count_once(
+    liftbridge_client: Client, new_stream: StreamFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from liftbridge_sync._transport.core import ClientCore
+
+    name = new_stream(partitions=3)
+    counted: list[str] = []
+    count = ClientCore.partition_count
+
+    def counting(core: ClientCore, stream: str) -> int:
+        counted.append(stream)
+        return count(core, stream)
+
+    monkeypatch.setattr(ClientCore, "partition_count", counting)
+    keys = [b"", b"k" * 300, *(b"key-%d" % i for i in range(400))]
+    items = [(key, b"v-" + key) for key in keys]
+    outcomes = liftbridge_client.publish_batch(name, items, partitioner=ByKey())
+    # One look-up of the partition count for the whole batch.
+    assert counted == [name]
+    placed = {key: outcome.partition for key, outcome in zip(keys, outcomes, strict=True)}  # type: ignore[union-attr]
+    assert placed == {key: zlib.crc32(key) % 3 for key in keys}
+    stored = {
+        (m.key, m.value, m.partition)
+        for p in range(3)
+        for m in read_all(liftbridge_client, name, p)
+    }
+    # An empty key is stored as no key, as protobuf and the Go client send it.
+    assert stored == {(key or None, b"v-" + key, zlib.crc32(key) % 3) for key in keys}
+
+    class OutOfRange:
+        def partition(self, stream: str, key: bytes | None, value: bytes, count: int) -> int:
+            return count
+
+    with pytest.raises(lb.ConfigurationError, match="not a partition"):
+        liftbridge_client.publish_batch(name, [(b"k", b"x")], partitioner=OutOfRange())
+    with pytest.raises(lb.ConfigurationError, match="not both"):
+        liftbridge_client.publish_batch(name, [(b"k", b"x")], partition=1, partitioner=ByKey())
+    # Nothing refused reached the stream.
+    assert sum(len(read_all(liftbridge_client, name, p)) for p in range(3)) == len(keys)
+
+
 def test_futures_work_with_wait_as_completed_and_callbacks(
     liftbridge_client: Client, new_stream: StreamFactory
 ) -> None:

@@ -141,6 +141,47 @@ def test_encode_publish_takes_the_common_case_and_matches_the_builder(
     assert codec.stream_and_partition(framed) == (stream, 2)
 
 
+@settings(deadline=None)
+@given(
+    stream=_streams,
+    key=st.one_of(st.none(), st.binary(max_size=400)),
+    value=st.binary(max_size=300),
+    partition=st.integers(0, 2**31 - 1),
+    cid=_ids,
+)
+def test_keyed_requests_take_the_head_and_match_the_builder(
+    stream: str, key: bytes | None, value: bytes, partition: int, cid: str
+) -> None:
+    expected = build_publish_request(
+        stream,
+        value,
+        partition=partition,
+        key=key,
+        headers=None,
+        ack_policy=AckPolicy.LEADER,
+        expected_offset=None,
+        correlation_id=cid,
+    )
+    head = codec.head(stream, partition, AckPolicy.LEADER)
+    keyed = codec.frame_keyed(head, key, value, cid.encode())
+    assert api_pb2.PublishRequest.FromString(_message(keyed)) == expected
+    if key:  # the key's field, once, right after the head
+        assert keyed[5:].startswith(head + b"\x0a" + codec.varint(len(key)) + key)
+    else:  # none at all, as protobuf leaves out an empty key
+        assert keyed == codec.frame_value(head, value, cid.encode())
+    framed = codec.encode_publish(
+        stream,
+        value,
+        partition=partition,
+        key=key,
+        headers=None,
+        ack_policy=AckPolicy.LEADER,
+        expected_offset=None,
+        correlation_id=cid,
+    )
+    assert framed == keyed
+
+
 def test_other_arguments_go_through_the_validating_builder() -> None:
     assert not codec.is_common_case("s", bytearray(b"v"), None, None, AckPolicy.LEADER, None)
     assert not codec.is_common_case("s", b"v", b"k", None, AckPolicy.LEADER, None)

@@ -145,13 +145,14 @@ def test_sink_options() -> None:
 
 
 def test_mapping_rows_are_read_by_name() -> None:
-    from liftbridge_sync.spark.sink import _messages
+    from liftbridge_sync.spark.sink import RowLayout
 
+    layout = RowLayout()
     rows = [{"value": b"a", "key": "k"}, {"key": "j", "value": b"b"}, b"raw"]
-    got = [(m.key, m.value) for m in _messages(rows)]
+    got = [(m.key, m.value) for m in map(layout.message, rows)]
     assert got == [(b"k", b"a"), (b"j", b"b"), (None, b"raw")]
     with pytest.raises(ConfigurationError, match="rows must be pyspark Rows"):
-        list(_messages([42]))
+        RowLayout().message(42)
 
 
 def _parse(**options: str) -> SourceOptions:
