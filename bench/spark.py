@@ -11,7 +11,10 @@ same rows (``--rows`` messages of ``--size`` bytes, keyed) on one-partition stre
   ``spark.read.format("liftbridge")`` with one task and split over two
   (``minPartitions=2``);
 * conversion: messages to Arrow in this process, the connector's column builder against
-  PySpark's own conversion of row tuples (what a tuple-yielding reader costs).
+  PySpark's own conversion of row tuples (what a tuple-yielding reader costs);
+* Spark alone, with no Liftbridge in it (the floor any connector pays): a
+  ``foreachPartition`` that only iterates the same rows, and a Python data source that
+  yields the same number of 256-byte rows from memory as Arrow batches.
 """
 
 from __future__ import annotations
@@ -77,6 +80,61 @@ def _ds_write(spark: Any, address: str, stream: str, rows: int, size: int) -> fl
     return rows / (time.perf_counter() - start)
 
 
+def _floor_sink(spark: Any, rows: int, size: int) -> float:
+    df = _frame(spark, rows, size)
+
+    def iterate(partition: Any) -> None:
+        for row in partition:
+            row[0], row[1]
+
+    start = time.perf_counter()
+    df.foreachPartition(iterate)
+    return rows / (time.perf_counter() - start)
+
+
+def _floor_source(rows: int, size: int) -> type:
+    """A Python data source of ``rows`` rows (offset, value) that reads nothing."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class FloorReader(DataSourceReader):
+        def read(self, partition: Any) -> Any:
+            import pyarrow as pa
+
+            values = pa.array([b"x" * size] * 1024, type=pa.binary())
+            for first in range(0, rows, 1024):
+                count = min(1024, rows - first)
+                offsets = pa.array(range(first, first + count), type=pa.int64())
+                yield pa.RecordBatch.from_arrays(
+                    [offsets, values.slice(0, count)], names=["offset", "value"]
+                )
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench-floor"
+
+        def schema(self) -> str:
+            return "offset long, value binary"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return FloorReader()
+
+    return FloorSource
+
+
+def _floor_read(spark: Any, rows: int) -> float:
+    start = time.perf_counter()
+    got = (
+        spark.read.format("bench-floor")
+        .load()
+        .selectExpr("count(*) as n", "sum(length(value)) as bytes")
+        .collect()
+    )
+    elapsed = time.perf_counter() - start
+    assert got[0].n == rows, (got[0].n, rows)
+    return rows / elapsed
+
+
 def _plain_read(client: Client, stream: str, rows: int) -> float:
     start = time.perf_counter()
     count = size = 0
@@ -105,6 +163,7 @@ def _conversion(client: Client, stream: str) -> tuple[float, float]:
     from pyspark.sql.types import StructType, _parse_datatype_string
     from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
+    from liftbridge_sync.models import wire_message
     from liftbridge_sync.spark.arrow import arrow_schema, record_batches
     from liftbridge_sync.spark.datasource import LiftbridgeDataSource
     from liftbridge_sync.spark.ranges import row_of, schema_ddl
@@ -121,7 +180,8 @@ def _conversion(client: Client, stream: str) -> tuple[float, float]:
         assert count == len(messages)
         return count / (time.perf_counter() - start)
 
-    ours = timed(lambda: sum(b.num_rows for b in record_batches(messages, target)))
+    wire = [wire_message(m) for m in messages]  # what the connector's reader gets
+    ours = timed(lambda: sum(b.num_rows for b in record_batches([wire], target)))
     source = LiftbridgeDataSource({})
     theirs = timed(
         lambda: sum(
@@ -141,6 +201,8 @@ _LABELS = {
     "plain_read": "plain client read, one process, one subscription",
     "read": '`spark.read.format("liftbridge")`, 1 task',
     "read2": '`spark.read.format("liftbridge")`, `minPartitions=2` (2 tasks)',
+    "floor_sink": "Spark alone: `foreachPartition` only iterating the rows, 2 tasks",
+    "floor_read": "Spark alone: a Python data source yielding the rows from memory, 1 task",
     "arrow": "messages to Arrow: the connector's column builder (in process)",
     "tuples": "messages to Arrow: row tuples through PySpark's conversion (in process)",
 }
@@ -154,6 +216,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     spark = _session()
+    spark.dataSource.register(_floor_source(args.rows, args.size))
     results: dict[str, list[float]] = {key: [] for key in _LABELS}
     load_start = os.getloadavg()[0]
     with LiftbridgeServer() as server, Client(server.address) as client:
@@ -176,6 +239,8 @@ def main() -> int:
             results["plain_read"].append(_plain_read(client, stream, args.rows))
             results["read"].append(_read(spark, server.address, stream, args.rows))
             results["read2"].append(_read(spark, server.address, stream, args.rows, 2))
+            results["floor_read"].append(_floor_read(spark, args.rows))
+            results["floor_sink"].append(_floor_sink(spark, args.rows, args.size))
             ours, theirs = _conversion(client, stream)
             results["arrow"].append(ours)
             results["tuples"].append(theirs)
@@ -206,6 +271,8 @@ def main() -> int:
         f"data-source write / plain write = {ratio('ds_write', 'plain_write')}, "
         f"read 1 task / plain read = {ratio('read', 'plain_read')}, "
         f"read 2 tasks / plain read = {ratio('read2', 'plain_read')}, "
+        f"sink / Spark alone = {ratio('sink', 'floor_sink')}, "
+        f"read 1 task / Spark alone = {ratio('read', 'floor_read')}, "
         f"Arrow builder / PySpark tuples = {ratio('arrow', 'tuples')}"
     )
     return 0

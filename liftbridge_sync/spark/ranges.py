@@ -20,6 +20,8 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
 from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.models import wire_message
 from liftbridge_sync.spark.arrow import LOG_APPEND_TIME, arrow_schema, record_batches
 from liftbridge_sync.spark.cleaner import (
     SEGMENT_PAUSE,
@@ -38,6 +40,7 @@ __all__ = [
     "read_batches",
     "read_messages",
     "read_range",
+    "read_wire",
     "row_of",
     "schema_ddl",
     "split_ranges",
@@ -159,11 +162,18 @@ def read_batches(
     options: SourceOptions, piece: OffsetRange, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``piece`` as Arrow record batches laid out as ``schema``."""
-    return record_batches(read_messages(options, piece), arrow_schema(schema))
+    return record_batches(read_wire(options, piece), arrow_schema(schema))
 
 
 def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Message]:
-    """Yield the messages of ``piece`` (runs on an executor).
+    """The messages of ``piece``, one by one (see :func:`read_wire`)."""
+    view = Message.from_proto
+    for batch in read_wire(options, piece):
+        yield from map(view, batch)
+
+
+def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_pb2.Message]]:
+    """Yield the messages of ``piece`` in runs, as wire messages (runs on an executor).
 
     Only offsets in ``[start, end)`` are ever yielded, whatever the subscription
     delivers: a message before ``start`` is skipped, and the first one at or past
@@ -197,9 +207,10 @@ def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Messag
                         # Inside the range, after what was yielded and increasing: all
                         # of it, with no per-row test.
                         next_offset = offsets[-1] + 1
-                        yield from batch
+                        yield batch
                         continue
                     past_end = False
+                    run: list[api_pb2.Message] = []
                     for message in batch:
                         offset = message.offset
                         if offset < next_offset:
@@ -210,7 +221,9 @@ def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Messag
                         if next_offset == piece.start and offset > piece.start:
                             check_data_loss(client, options, piece, offset)
                         next_offset = offset + 1
-                        yield message
+                        run.append(message)
+                    if run:
+                        yield run
                     if past_end:
                         break
                     if next_offset >= piece.end:
@@ -242,9 +255,9 @@ def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Messag
 
 def _batches(
     client: Client, options: SourceOptions, piece: OffsetRange, start: int
-) -> Generator[list[Message], None, None]:
+) -> Generator[list[api_pb2.Message], None, None]:
     """The subscription's messages from ``start`` up to the stop offset ``end - 1``, in
-    the batches the subscription has at hand (one call each, not one per message)."""
+    the runs the subscription has at hand (one call each, not one per message)."""
     with client.subscribe(
         piece.stream,
         partition=piece.partition,
@@ -254,7 +267,9 @@ def _batches(
     ) as sub:
         while True:
             try:
-                yield sub.get_many(_READ_BATCH, options.poll_timeout)
+                # The wire messages: columns are built from them (the views' properties
+                # would cost more per cell).
+                yield list(map(wire_message, sub.get_many(_READ_BATCH, options.poll_timeout)))
             except StopIteration:
                 return
 
