@@ -84,6 +84,7 @@ setup(
             [
                 "liftbridge_sync/_speedups.c",
                 "liftbridge_sync/_speedups_acks.c",
+                "liftbridge_sync/_speedups_ack.c",
                 "liftbridge_sync/_speedups_entry.c",
                 "liftbridge_sync/_speedups_future.c",
                 "liftbridge_sync/_speedups_io.c",

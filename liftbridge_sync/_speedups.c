@@ -15,9 +15,9 @@
  * Python code except run_callbacks (the callbacks it is given), the lock and deque
  * methods it is handed, a comparison of a future's state that is not the interned
  * "FINISHED", and submit_plain (the publisher's clock, its future class). No code here
- * looks up an attribute of a Python object: the futures and entries it works on are its
- * own types' structs. The one exception left is Ack (a public frozen dataclass): setup()
- * locates its slots once, and scan_acks fills them.
+ * looks up an attribute of a Python object: the futures, entries and acks it works on are
+ * its own types' structs (FutureCore, EntryCore, AckCore: the bases of PublishFuture,
+ * Entry and the public Ack).
  *
  *   frame_value(head, value, correlation_id) -> framed
  *       A framed PublishRequest: gRPC prefix, cached head (bytes), value (bytes) and
@@ -68,7 +68,8 @@
  *       (len(futures) at the end), with (future, exception) for each callback that
  *       raised an Exception (the caller logs them); any other BaseException propagates.
  *   setup(ack_type, policies)
- *       The Ack class and the AckPolicy members (LEADER, ALL, NONE).
+ *       The Ack class (a subclass of AckCore) and the AckPolicy members (LEADER, ALL,
+ *       NONE).
  *   send_held(fd, data) -> int
  *       One non-blocking send() of a bytes-like object on a socket file descriptor,
  *       *keeping the GIL*: the bytes sent, 0 if the socket would block; OSError
@@ -135,65 +136,6 @@ LBS_INTERNAL PyObject *zero = NULL;
 static PyTypeObject *entry_type = NULL;
 static PyTypeObject *future_type = NULL;
 LBS_INTERNAL PyObject *zero_float = NULL;
-
-static const char *ack_fields[ACK_FIELDS] = {
-    "stream", "partition", "partition_subject", "message_subject", "offset", "ack_inbox",
-    "correlation_id", "ack_policy", "reception_timestamp_ns", "commit_timestamp_ns",
-    "ack_error",
-};
-LBS_INTERNAL Py_ssize_t ack_offsets[ACK_FIELDS];
-
-/* The offsets of a __slots__-only class's object slots (T_OBJECT_EX members defined on
- * the class itself), so that hot paths read and write them directly instead of going
- * through attribute lookup (and, for frozen dataclasses, around __setattr__); -1 with
- * TypeError if the class is not laid out so. */
-LBS_INTERNAL int
-member_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
-               const char *what)
-{
-    /* Only classes defined in Python qualify; a static built-in type (dict, int) has no
-     * tp_dict of its own from 3.12 on, so reading it would dereference NULL. */
-    if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) {
-        PyErr_Format(PyExc_TypeError, "%s must be a class defined in Python, not %s", what,
-                     type->tp_name);
-        return -1;
-    }
-#if PY_VERSION_HEX >= 0x030C0000
-    PyObject *dict = PyType_GetDict(type);
-#else
-    PyObject *dict = Py_XNewRef(type->tp_dict);
-#endif
-    if (dict == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s has no attribute dictionary", what);
-        return -1;
-    }
-    int result = 0;
-    for (int i = 0; i < count; i++) {
-        PyObject *descr = PyDict_GetItemString(dict, names[i]);
-        if (descr == NULL || !Py_IS_TYPE(descr, &PyMemberDescr_Type) ||
-            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
-            PyErr_Format(PyExc_TypeError, "%s has no slot %s", what, names[i]);
-            result = -1;
-            break;
-        }
-        out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
-    }
-    Py_DECREF(dict);
-    return result;
-}
-
-static int
-slot_offsets(PyTypeObject *type, const char *const *names, int count, Py_ssize_t *out,
-             const char *what)
-{
-    if (type->tp_dictoffset != 0 || (type->tp_flags & Py_TPFLAGS_MANAGED_DICT)) {
-        PyErr_Format(PyExc_TypeError, "%s must use __slots__ only", what);
-        return -1;
-    }
-    return member_offsets(type, names, count, out, what);
-}
-
-
 
 /* 0 once setup_entries() ran; -1 with RuntimeError before. */
 LBS_INTERNAL int
@@ -439,8 +381,9 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
 {
     int rc = -1;
     PyObject *future = NULL, *partition = NULL;
-    /* The caller checked that ack is an Ack (so its slots are at ack_offsets). */
-    PyObject *cid = Py_XNewRef(SLOT(ack, ack_offsets[A_CID]));
+    /* The caller checked that ack is an Ack (so an AckCore). */
+    AckCoreObject *fields = (AckCoreObject *)ack;
+    PyObject *cid = Py_XNewRef(fields->fields[A_CID]);
     if (cid == NULL) {
         PyErr_SetString(PyExc_AttributeError, "correlation_id");
         return -1;
@@ -482,7 +425,7 @@ settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
     partition = entry_get(entry, E_PARTITION);
     if (partition == NULL)
         goto done;
-    Py_XSETREF(SLOT(ack, ack_offsets[A_PARTITION]), Py_NewRef(partition));
+    Py_XSETREF(fields->fields[A_PARTITION], Py_NewRef(partition));
     Py_XSETREF(core->result, Py_NewRef(ack));
     Py_XSETREF(core->state, Py_NewRef(s_finished));
     if ((core->waited || has_callbacks) && PyList_Append(ready, future) < 0)
@@ -654,10 +597,10 @@ setup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "setup(Ack, (LEADER, ALL, NONE))");
         return NULL;
     }
-    Py_ssize_t offsets[ACK_FIELDS];
-    if (slot_offsets((PyTypeObject *)args[0], ack_fields, ACK_FIELDS, offsets, "setup: Ack") < 0)
+    if (!PyType_IsSubtype((PyTypeObject *)args[0], ack_core_type)) {
+        PyErr_SetString(PyExc_TypeError, "setup: Ack must derive from AckCore");
         return NULL;
-    memcpy(ack_offsets, offsets, sizeof offsets);
+    }
     Py_XSETREF(ack_type, Py_NewRef(args[0]));
     Py_XSETREF(policies, Py_NewRef(args[1]));
     Py_RETURN_NONE;
@@ -887,7 +830,7 @@ PyInit__speedups(void)
     if (m == NULL)
         return NULL;
     if (add_pending_core(m) < 0 || add_outbound_queue(m) < 0 || add_future_core(m) < 0 ||
-        add_entry_core(m) < 0) {
+        add_entry_core(m) < 0 || add_ack_core(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

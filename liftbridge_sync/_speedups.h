@@ -13,9 +13,6 @@
  * extension's exported name could otherwise bind to another library's. */
 #define LBS_INTERNAL __attribute__((visibility("hidden")))
 
-/* The object in a slot (borrowed; NULL if unset). */
-#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
-
 /* _speedups_entry.c: one pending publish, the base of the publisher's Entry (see there). */
 enum { E_FRAMED, E_CID, E_PARTITION, E_WANTS_ACK, E_FUTURE, E_TIMEOUT, E_DEADLINE, E_SEQ,
        E_RESENT_AT, E_KEY, ENTRY_FIELDS };
@@ -30,20 +27,22 @@ LBS_INTERNAL EntryCoreObject *entry_core(PyObject *obj);
 LBS_INTERNAL PyObject *entry_get(PyObject *entry, int field);
 LBS_INTERNAL int add_entry_core(PyObject *module);
 
-/* The Ack class's slots (liftbridge_sync.models.Ack), in the order parse_response fills
- * them, and what setup() was given. */
+/* _speedups_ack.c: the fields of an ack, the base of liftbridge_sync.models.Ack (see
+ * there), in the order parse_response fills them; ack_type is the Ack class setup() was
+ * given (a subclass of AckCore). */
 enum { A_STREAM, A_PARTITION, A_PSUBJECT, A_MSUBJECT, A_OFFSET, A_INBOX, A_CID, A_POLICY,
        A_RECEPTION, A_COMMIT, A_ERROR, ACK_FIELDS };
-LBS_INTERNAL extern Py_ssize_t ack_offsets[ACK_FIELDS];
+typedef struct {
+    PyObject_HEAD
+    PyObject *fields[ACK_FIELDS]; /* in the order above */
+} AckCoreObject;
+LBS_INTERNAL extern PyTypeObject *ack_core_type;
+LBS_INTERNAL int add_ack_core(PyObject *module);
 LBS_INTERNAL extern PyObject *ack_type;
 LBS_INTERNAL extern PyObject *policies; /* AckPolicy LEADER, ALL, NONE */
 /* Shared constants: "", -1, 0, 0.0. */
 LBS_INTERNAL extern PyObject *empty_str, *minus_one, *zero, *zero_float;
 
-/* The offsets of the object slots (T_OBJECT_EX members defined on the class itself) named
- * by names; -1 with TypeError if one is missing. The class may have a __dict__ too. */
-LBS_INTERNAL int member_offsets(PyTypeObject *type, const char *const *names, int count,
-                                Py_ssize_t *out, const char *what);
 /* 0 once setup_entries() ran; -1 with RuntimeError before. */
 LBS_INTERNAL int entries_set_up(void);
 /* The framed request for head + value with the correlation id prefix + decimal n, and

@@ -72,6 +72,21 @@ class FutureCore:
     _waited: bool
     _conditioned: bool
 
+class AckCore:
+    """The fields of an ack (``_speedups_ack.c``); the base of ``models.Ack``."""
+
+    stream: str
+    partition: int
+    partition_subject: str
+    message_subject: str
+    offset: int
+    ack_inbox: str
+    correlation_id: str
+    ack_policy: Any
+    reception_timestamp_ns: int
+    commit_timestamp_ns: int
+    ack_error: str | None
+
 class EntryCore:
     """One pending publish (``_speedups_entry.c``); the base of the publisher's Entry."""
 

@@ -237,7 +237,7 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
     }
     int32_t wire_policy = (int32_t)policy;
     PyObject *policy_obj = PyTuple_GET_ITEM(policies, 0 <= wire_policy && wire_policy < 3 ? wire_policy : 0);
-    PyObject *slots[ACK_FIELDS] = {
+    PyObject *fields[ACK_FIELDS] = {
         values[F_STREAM],
         Py_NewRef(minus_one),
         values[F_PSUBJECT],
@@ -250,13 +250,13 @@ parse_response(const uint8_t *p, const uint8_t *end, PyObject **last, PyObject *
         commit ? PyLong_FromLongLong((long long)(int64_t)commit) : Py_NewRef(zero),
         Py_NewRef(Py_None),
     };
-    /* Straight into the fresh object's (empty) slots: no attribute lookups, and around
-     * the frozen dataclass's __setattr__. The object owns every reference from here. */
+    /* Straight into the fresh object's (empty) AckCore fields, around the frozen
+     * dataclass's __setattr__. The object owns every reference from here. */
     int failed = 0;
     for (int i = 0; i < ACK_FIELDS; i++) {
-        if (slots[i] == NULL)
+        if (fields[i] == NULL)
             failed = 1;
-        SLOT(obj, ack_offsets[i]) = slots[i];
+        ((AckCoreObject *)obj)->fields[i] = fields[i];
     }
     if (failed) {
         Py_DECREF(obj);

@@ -281,7 +281,7 @@ class Refusal:
 #: What a ``PublishResponse`` decodes to.
 Answer = Ack | Refusal
 
-_new = object.__new__
+_new = Ack.__new__  # AckCore.__new__ in C: object.__new__ refuses a C base
 #: The slot descriptors' setters of the frozen ``Ack`` (cheaper than object.__setattr__).
 _SETTERS: dict[str, Any] = {
     name: getattr(Ack, name).__set__

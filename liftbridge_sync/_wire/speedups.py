@@ -2,8 +2,9 @@
 
 ``liftbridge_sync._speedups`` (``liftbridge_sync/_speedups.c``) is built by ``setup.py``
 when a C compiler is present; without it, or with the environment variable
-``LIFTBRIDGE_SYNC_NO_SPEEDUPS`` set to anything but ``""``/``"0"`` at import time, the
-functions below are pure Python with the same results. :data:`ACTIVE` tells which
+``LIFTBRIDGE_SYNC_NO_SPEEDUPS`` set to anything but ``""``/``"0"`` at import time (see
+:mod:`liftbridge_sync._extension`, which loads it), the functions below are pure Python
+with the same results. :data:`ACTIVE` tells which
 (public as :func:`liftbridge_sync.speedups_active`), :data:`INACTIVE_REASON` why not, and
 :func:`note_fallback` logs it once at DEBUG when a client is first built.
 
@@ -37,6 +38,9 @@ functions below are pure Python with the same results. :data:`ACTIVE` tells whic
 * :data:`EntryCore`: ``None`` in pure Python; in C, one pending publish in a C struct,
   the base of the publisher's ``Entry`` (twin:
   :class:`~liftbridge_sync._publishing.pending.PyEntryCore`).
+* ``AckCore``: in C, the fields of an ack in a C struct, the base of
+  :class:`~liftbridge_sync.models.Ack` (twin:
+  :class:`~liftbridge_sync.models._ack.PyAckCore`; chosen by the models themselves).
 * :data:`send_held` / :data:`recv_held`: ``None`` in pure Python; in C, one non-blocking
   ``send()`` / ``recv()`` on a file descriptor that keeps the GIL (see the C source for
   why; :mod:`~liftbridge_sync._transport.h2.connection` uses them on plaintext sockets).
@@ -46,13 +50,12 @@ Pure functions; thread-safe (:func:`note_fallback` logs at most once per process
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from liftbridge_sync import _extension
 from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = [
@@ -131,37 +134,27 @@ setup_submit: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None
 ACTIVE = False
 #: Why :data:`ACTIVE` is ``False`` (``""`` when it is ``True``).
-INACTIVE_REASON = ""
-
-if os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") not in ("", "0"):
-    INACTIVE_REASON = "disabled by LIFTBRIDGE_SYNC_NO_SPEEDUPS"
-else:
-    try:
-        from liftbridge_sync import _speedups
-    except ImportError as exc:
-        if importlib.util.find_spec("liftbridge_sync._speedups") is None:
-            INACTIVE_REASON = "extension not built (installed from source without a C compiler)"
-        else:  # built, but it does not load (e.g. built for another interpreter)
-            INACTIVE_REASON = f"extension does not load: {exc}"
-    else:
-        _speedups.setup(Ack, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
-        scan_acks = _speedups.scan_acks
-        settle_acks = _speedups.settle_acks
-        send_held = _speedups.send_held
-        recv_held = _speedups.recv_held
-        setup_entries = _speedups.setup_entries
-        make_entries = _speedups.make_entries
-        make_entry = _speedups.make_entry
-        frame_entry = _speedups.frame_entry
-        pop_answered = _speedups.pop_answered
-        setup_submit = _speedups.setup_submit
-        submit_plain = _speedups.submit_plain
-        PendingCore = _speedups.PendingCore
-        OutboundQueue = _speedups.OutboundQueue
-        FutureCore = _speedups.FutureCore
-        EntryCore = _speedups.EntryCore
-        run_callbacks = _speedups.run_callbacks
-        ACTIVE = True
+INACTIVE_REASON = _extension.INACTIVE_REASON
+_speedups = _extension.MODULE
+if _speedups is not None:
+    _speedups.setup(Ack, (AckPolicy.LEADER, AckPolicy.ALL, AckPolicy.NONE))
+    scan_acks = _speedups.scan_acks
+    settle_acks = _speedups.settle_acks
+    send_held = _speedups.send_held
+    recv_held = _speedups.recv_held
+    setup_entries = _speedups.setup_entries
+    make_entries = _speedups.make_entries
+    make_entry = _speedups.make_entry
+    frame_entry = _speedups.frame_entry
+    pop_answered = _speedups.pop_answered
+    setup_submit = _speedups.setup_submit
+    submit_plain = _speedups.submit_plain
+    PendingCore = _speedups.PendingCore
+    OutboundQueue = _speedups.OutboundQueue
+    FutureCore = _speedups.FutureCore
+    EntryCore = _speedups.EntryCore
+    run_callbacks = _speedups.run_callbacks
+    ACTIVE = True
 
 _noted = threading.Lock()
 _noted_once = False

@@ -1,5 +1,9 @@
 """A publish's acknowledgement and the ack policies that ask for one.
 
+:class:`Ack` keeps its fields in an ``AckCore`` base: the C extension's
+(``_speedups_ack.c``), which the C ack decoder fills without naming an attribute, or
+its pure-Python twin :class:`PyAckCore` when the extension is not loaded.
+
 Immutable values; thread-safe.
 """
 
@@ -8,11 +12,52 @@ from __future__ import annotations
 import dataclasses
 import enum
 from datetime import datetime
+from typing import Any
 
+from liftbridge_sync import _extension
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models._timestamps import datetime_from_ns
 
-__all__ = ["Ack", "AckPolicy"]
+__all__ = ["ACK_FIELD_NAMES", "Ack", "AckPolicy", "PyAckCore"]
+
+#: An ack's fields, in the order of the C struct (``_speedups.h``).
+ACK_FIELD_NAMES = (
+    "stream",
+    "partition",
+    "partition_subject",
+    "message_subject",
+    "offset",
+    "ack_inbox",
+    "correlation_id",
+    "ack_policy",
+    "reception_timestamp_ns",
+    "commit_timestamp_ns",
+    "ack_error",
+)
+
+
+class PyAckCore:
+    """The pure-Python twin of the C ``AckCore``: the fields of an ack, unset until
+    written (a read then raises ``AttributeError``). Not thread-safe by itself; an
+    :class:`Ack` is filled before it is shared."""
+
+    __slots__ = ACK_FIELD_NAMES
+
+    stream: str
+    partition: int
+    partition_subject: str
+    message_subject: str
+    offset: int
+    ack_inbox: str
+    correlation_id: str
+    ack_policy: AckPolicy
+    reception_timestamp_ns: int
+    commit_timestamp_ns: int
+    ack_error: str | None
+
+
+#: The base that holds an Ack's fields.
+AckCore: Any = PyAckCore if _extension.MODULE is None else _extension.MODULE.AckCore
 
 
 class AckPolicy(enum.IntEnum):
@@ -26,12 +71,15 @@ class AckPolicy(enum.IntEnum):
     NONE = 2
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Ack:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ack(AckCore):  # type: ignore[misc]
     """The server's acknowledgement of a published message.
 
     Immutable; safe to share between threads.
     """
+
+    # The fields live in the AckCore base; an Ack adds no attribute of its own.
+    __slots__ = ()
 
     #: Stream the message was written to.
     stream: str
@@ -67,6 +115,9 @@ class Ack:
         """When the ack was emitted: at write for LEADER, at commit for ALL (aware UTC)."""
         return datetime_from_ns(self.commit_timestamp_ns)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuilt, tuple(getattr(self, name) for name in ACK_FIELD_NAMES))
+
     @classmethod
     def from_proto(cls, pb: api_pb2.Ack, *, partition: int = -1) -> Ack:
         """Build from a wire ``Ack``; ``partition`` is what the client chose."""
@@ -91,3 +142,13 @@ class Ack:
 
 #: ``Ack.Error`` codes to names (0, OK, is no error); the one table the client uses.
 ACK_ERROR_NAMES = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCRYPTION"}
+
+# The dataclass keeps the defaults above as class attributes, which would hide the
+# AckCore fields of the same names; its __init__ has them already.
+for _name in ("reception_timestamp_ns", "commit_timestamp_ns", "ack_error"):
+    delattr(Ack, _name)
+
+
+def _rebuilt(*fields: Any) -> Ack:
+    """An unpickled :class:`Ack`."""
+    return Ack(**dict(zip(ACK_FIELD_NAMES, fields, strict=True)))

@@ -72,6 +72,7 @@ from liftbridge_sync._transport.h2.outbound_queue import PyOutboundQueue  # noqa
 from liftbridge_sync._wire import publish_codec  # noqa: E402
 from liftbridge_sync._wire.publish_codec import head  # noqa: E402
 from liftbridge_sync.models import Ack, AckPolicy  # noqa: E402
+from liftbridge_sync.models._ack import ACK_FIELD_NAMES, PyAckCore  # noqa: E402
 
 _SETTINGS = settings(
     max_examples=150,
@@ -604,6 +605,7 @@ def fuzz_outbound_queue(ops: list[Any], write_here_at: int) -> None:
 
 
 _ENTRY_FIELDS: tuple[str, ...] = PyEntryCore.__slots__  # every field, in order
+_DELETE = object()  # a write that deletes the field
 _anything = st.one_of(
     st.none(), st.integers(), st.floats(), st.binary(max_size=8), st.text(max_size=4)
 )
@@ -640,6 +642,46 @@ def fuzz_entry_core(args: list[Any], kwargs: dict[str, Any], writes: list[tuple[
         assert future._waited is bool(value)
 
 
+@_SETTINGS
+@given(
+    args=st.lists(_anything, max_size=3),
+    kwargs=st.dictionaries(st.sampled_from([*ACK_FIELD_NAMES, "colour"]), _anything, max_size=3),
+    writes=st.lists(
+        st.tuples(st.sampled_from(ACK_FIELD_NAMES), st.one_of(_anything, st.just(_DELETE))),
+        max_size=12,
+    ),
+)
+def fuzz_ack_core(args: list[Any], kwargs: dict[str, Any], writes: list[tuple[str, Any]]) -> None:
+    """The C AckCore and its Python twin refuse the same arguments and keep the same
+    fields through writes and deletions; an Ack made of anything decodes to the same
+    values and is freed (its fields are the C struct's)."""
+    built: list[Any] = []
+    for kind in (C.AckCore, PyAckCore):
+        try:
+            built.append(kind(*args, **kwargs))
+        except TypeError:
+            built.append(TypeError)
+    assert (built[0] is TypeError) == (built[1] is TypeError), (args, kwargs, built)
+    if built[0] is TypeError:
+        return
+    for name, value in writes:
+        for fields in built:
+            if value is _DELETE:
+                try:
+                    object.__delattr__(fields, name)
+                except AttributeError:
+                    pass
+            else:
+                object.__setattr__(fields, name, value)
+    c_fields, py_fields = ([getattr(f, n, _DELETE) for n in ACK_FIELD_NAMES] for f in built)
+    assert repr(c_fields) == repr(py_fields)
+    values: dict[str, Any] = dict(zip(ACK_FIELD_NAMES, (v for _, v in writes), strict=False))
+    given: dict[str, Any] = {name: values.get(name) for name in ACK_FIELD_NAMES}
+    ack = Ack(**given)
+    assert isinstance(ack, C.AckCore)
+    assert [getattr(ack, n) for n in ACK_FIELD_NAMES] == [values.get(n) for n in ACK_FIELD_NAMES]
+
+
 TARGETS: list[Callable[[], None]] = [
     fuzz_scan_acks,
     fuzz_scan_acks_truncated,
@@ -653,6 +695,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_pending_core,
     fuzz_outbound_queue,
     fuzz_entry_core,
+    fuzz_ack_core,
 ]
 
 
