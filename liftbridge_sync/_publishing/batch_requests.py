@@ -4,7 +4,9 @@ Every item is checked and framed before any of them is sent (bad input raises fi
 Plain values for one fixed partition take the codec's common case: all of them at once
 when every item is a value (:meth:`~liftbridge_sync._publishing.publisher.Publisher.
 publish_values`), the leading run at once otherwise (:func:`~liftbridge_sync._wire.
-publish_codec.frame_values`); keys, headers and partitioners go through
+publish_codec.frame_values`); ``(key, value)`` pairs of bytes take the head of their
+partition and their key (:func:`~liftbridge_sync._wire.publish_codec.frame_keyed`);
+headers and other types go through
 :func:`~liftbridge_sync._wire.publish_codec.encode_publish`. Thread-safe: it keeps no
 state (the publisher is thread-safe).
 """
@@ -15,7 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from liftbridge_sync._publishing.publisher import Publisher
-from liftbridge_sync._wire.publish_codec import encode_publish, frame_value, frame_values, head
+from liftbridge_sync._wire.publish_codec import (
+    encode_publish,
+    frame_keyed,
+    frame_value,
+    frame_values,
+    head,
+)
 from liftbridge_sync._wire.validate import check_ack_policy, check_bytes, check_partition
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack, AckPolicy
@@ -70,7 +78,11 @@ def publish_batch(
             )
             add = requests.append
             items = items[count:]
-    for item in items:
+    # Keyed items: the key's field after the head of the chosen partition, ids one
+    # generated id + "." + index (as for the plain run above).
+    heads: dict[int, bytes] = {}
+    base = ""
+    for index, item in enumerate(items):
         if fixed is not None and type(item) is bytes:  # the common case, inline
             correlation_id = next_id()
             add(
@@ -82,6 +94,25 @@ def publish_batch(
                 )
             )
             continue
+        if type(item) is tuple and len(item) == 2:
+            key, value = item
+            if type(value) is bytes and (key is None or type(key) is bytes):
+                chosen = fixed if fixed is not None else choose(key, value)
+                request_head = heads.get(chosen)
+                if request_head is None:
+                    request_head = heads[chosen] = head(stream, chosen, ack_policy)
+                if not base:
+                    base = next_id()
+                correlation_id = f"{base}.{index}"
+                add(
+                    (
+                        frame_keyed(request_head, key, value, correlation_id.encode()),
+                        correlation_id,
+                        chosen,
+                        wants_ack,
+                    )
+                )
+                continue
         headers = None
         if isinstance(item, tuple):
             if len(item) == 2:

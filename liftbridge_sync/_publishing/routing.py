@@ -5,10 +5,12 @@ Functions of their arguments and the client's core (for the partition count): th
 
 from __future__ import annotations
 
+from zlib import crc32
+
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_partition, check_timeout
 from liftbridge_sync.errors import ConfigurationError
-from liftbridge_sync.partitioners import Partitioner
+from liftbridge_sync.partitioners import ByKey, Partitioner
 
 __all__ = ["BatchChooser", "choose_partition", "resolve_ack_timeout"]
 
@@ -63,7 +65,7 @@ class BatchChooser:
     Not thread-safe: one per batch, used by the thread that frames it.
     """
 
-    __slots__ = ("_core", "_count", "_partition", "_partitioner", "_stream")
+    __slots__ = ("_by_key", "_core", "_count", "_partition", "_partitioner", "_stream")
 
     def __init__(
         self,
@@ -77,6 +79,8 @@ class BatchChooser:
         self._partition = partition
         self._partitioner = partitioner
         self._count = 0
+        # The library's own ByKey, computed here: always a partition of the stream.
+        self._by_key = type(partitioner) is ByKey
 
     def __call__(self, key: bytes | None, value: bytes) -> int:
         """The partition of one item; raises like :func:`choose_partition`."""
@@ -89,6 +93,8 @@ class BatchChooser:
         if not count:
             _check_partitioner(partitioner)
             count = self._count = self._core.partition_count(self._stream)
+        if self._by_key:
+            return crc32(key or b"") % count
         return _checked_choice(partitioner, self._stream, key, value, count)
 
 

@@ -444,6 +444,10 @@ def test_a_keyed_batch_lands_each_key_where_by_key_says_and_reads_the_count_once
     # An empty key is stored as no key, as protobuf and the Go client send it.
     assert stored == {(key or None, b"v-" + key, zlib.crc32(key) % 3) for key in keys}
 
+    # Another partitioner is asked for every item, in order.
+    spread = liftbridge_client.publish_batch(name, [(b"k", b"rr")] * 6, partitioner=RoundRobin())
+    assert [outcome.partition for outcome in spread] == [0, 1, 2, 0, 1, 2]  # type: ignore[union-attr]
+
     class OutOfRange:
         def partition(self, stream: str, key: bytes | None, value: bytes, count: int) -> int:
             return count
@@ -453,7 +457,7 @@ def test_a_keyed_batch_lands_each_key_where_by_key_says_and_reads_the_count_once
     with pytest.raises(lb.ConfigurationError, match="not both"):
         liftbridge_client.publish_batch(name, [(b"k", b"x")], partition=1, partitioner=ByKey())
     # Nothing refused reached the stream.
-    assert sum(len(read_all(liftbridge_client, name, p)) for p in range(3)) == len(keys)
+    assert sum(len(read_all(liftbridge_client, name, p)) for p in range(3)) == len(keys) + 6
 
 
 def test_futures_work_with_wait_as_completed_and_callbacks(
