@@ -51,7 +51,7 @@ from liftbridge_sync._wire.status import (
 )
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack, AckPolicy
-from liftbridge_sync.models._ack import ACK_ERROR_NAMES
+from liftbridge_sync.models._ack import ACK_ERROR_NAMES, ACK_FIELD_NAMES
 
 __all__ = [
     "PREFIX_SIZE",
@@ -282,23 +282,9 @@ class Refusal:
 Answer = Ack | Refusal
 
 _new = Ack.__new__  # AckCore.__new__ in C: object.__new__ refuses a C base
-#: The slot descriptors' setters of the frozen ``Ack`` (cheaper than object.__setattr__).
-_SETTERS: dict[str, Any] = {
-    name: getattr(Ack, name).__set__
-    for name in (
-        "stream",
-        "partition",
-        "partition_subject",
-        "message_subject",
-        "offset",
-        "ack_inbox",
-        "correlation_id",
-        "ack_policy",
-        "reception_timestamp_ns",
-        "commit_timestamp_ns",
-        "ack_error",
-    )
-}
+#: The field descriptors' setters of the frozen ``Ack`` (its AckCore base's members;
+#: cheaper than object.__setattr__).
+_SETTERS: dict[str, Any] = {name: getattr(Ack, name).__set__ for name in ACK_FIELD_NAMES}
 _set_stream = _SETTERS["stream"]
 _set_partition = _SETTERS["partition"]
 _set_partition_subject = _SETTERS["partition_subject"]
