@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 import uuid
@@ -265,6 +266,18 @@ def main() -> int:
 
     def ratio(a: str, b: str) -> str:
         return f"{max(results[a]) / max(results[b]):.2f}"
+
+    # The machine's speed drifts between rounds: each round's own ratio, and their median.
+    print("\npaired ratios (each round's own; median):")
+    for a, b in [
+        ("sink", "plain_write"),
+        ("ds_write", "plain_write"),
+        ("read", "plain_read"),
+        ("read2", "plain_read"),
+    ]:
+        paired = [x / y for x, y in zip(results[a], results[b], strict=True)]
+        listed = ", ".join(f"{r:.2f}" for r in paired)
+        print(f"  {a} / {b}: {listed}; median {statistics.median(paired):.2f}")
 
     print(
         f"sink / plain write = {ratio('sink', 'plain_write')}, "
