@@ -147,6 +147,7 @@ ACK_ERROR_NAMES = {1: "UNKNOWN", 2: "INCORRECT_OFFSET", 3: "TOO_LARGE", 4: "ENCR
 # AckCore fields of the same names; its __init__ has them already.
 for _name in ("reception_timestamp_ns", "commit_timestamp_ns", "ack_error"):
     delattr(Ack, _name)
+del _name
 
 
 def _rebuilt(*fields: Any) -> Ack:

@@ -6,11 +6,14 @@ without them. The session runs ``local[2,2]`` so that a failed task is retried o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,8 +95,23 @@ def _start(builder: Any) -> Any:
     except PySparkRuntimeError as exc:
         if exc.getCondition() != "JAVA_GATEWAY_EXITED":
             raise
-        logging.getLogger(__name__).warning("the Spark JVM exited at start-up; once more")
-        return builder.getOrCreate()
+        _close_exited_gateway(exc)
+    logging.getLogger(__name__).warning("the Spark JVM exited at start-up; once more")
+    return builder.getOrCreate()
+
+
+def _close_exited_gateway(exc: BaseException) -> None:
+    """Close the stdin pipe that PySpark's ``launch_gateway`` leaves open to the JVM that
+    exited (its local ``proc``) and reap it. Left to the garbage collector, the pipe's
+    ResourceWarning surfaced in CI as an error at whatever line ran next ("unclosed
+    file <_io.BufferedWriter>", during the second start)."""
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        proc = frame.f_locals.get("proc")
+        if isinstance(proc, subprocess.Popen):
+            if proc.stdin is not None:
+                proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
 
 
 @pytest.fixture
