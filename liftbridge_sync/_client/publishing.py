@@ -179,7 +179,7 @@ def submit(
             chosen = 0
         else:
             if partitioner is not None:  # it gets validated bytes
-                payload = check_bytes("value", value)  # type: ignore[assignment]
+                payload = check_bytes("value", value)
                 routing_key = check_bytes("key", key, optional=True)
             chosen = choose_partition(
                 session.core, stream, routing_key, payload, partition, partitioner

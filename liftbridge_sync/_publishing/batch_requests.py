@@ -80,7 +80,6 @@ def publish_batch(
             items = items[count:]
     # Keyed items: the key's field after the head of the chosen partition, ids one
     # generated id + "." + index (as for the plain run above).
-    heads: dict[int, bytes] = {}
     base = ""
     for index, item in enumerate(items):
         if fixed is not None and type(item) is bytes:  # the common case, inline
@@ -98,12 +97,10 @@ def publish_batch(
             key, value = item
             if type(value) is bytes and (key is None or type(key) is bytes):
                 chosen = fixed if fixed is not None else choose(key, value)
-                request_head = heads.get(chosen)
-                if request_head is None:
-                    request_head = heads[chosen] = head(stream, chosen, ack_policy)
                 if not base:
                     base = next_id()
                 correlation_id = f"{base}.{index}"
+                request_head = head(stream, chosen, ack_policy)  # cached by the codec
                 add(
                     (
                         frame_keyed(request_head, key, value, correlation_id.encode()),
@@ -126,12 +123,11 @@ def publish_batch(
                 )
         else:
             key, value = None, item
-        if partition is None and partitioner is None:
-            chosen = 0
-        else:
-            if partitioner is not None:
-                value = check_bytes("value", value)
-                key = check_bytes("key", key, optional=True)
+        if fixed is not None:
+            chosen = fixed
+        else:  # a partitioner: it is given checked bytes
+            value = check_bytes("value", value)
+            key = check_bytes("key", key, optional=True)
             chosen = choose(key, value)
         correlation_id = next_id()
         framed = encode_publish(

@@ -5,8 +5,6 @@ Functions of their arguments and the client's core (for the partition count): th
 
 from __future__ import annotations
 
-from zlib import crc32
-
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_partition, check_timeout
 from liftbridge_sync.errors import ConfigurationError
@@ -79,7 +77,7 @@ class BatchChooser:
         self._partition = partition
         self._partitioner = partitioner
         self._count = 0
-        # The library's own ByKey, computed here: always a partition of the stream.
+        # The library's own ByKey answers a partition of the stream: no check of it.
         self._by_key = type(partitioner) is ByKey
 
     def __call__(self, key: bytes | None, value: bytes) -> int:
@@ -93,8 +91,8 @@ class BatchChooser:
         if not count:
             _check_partitioner(partitioner)
             count = self._count = self._core.partition_count(self._stream)
-        if self._by_key:
-            return crc32(key or b"") % count
+        if self._by_key:  # the library's own: always a partition of the stream
+            return partitioner.partition(self._stream, key, value, count)
         return _checked_choice(partitioner, self._stream, key, value, count)
 
 

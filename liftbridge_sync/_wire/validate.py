@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
+from typing import Literal, overload
 
 from liftbridge_sync._durations import TIMEOUT_MAX_SECONDS, check_seconds
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
@@ -227,8 +228,15 @@ def duration_ms(
     return min(ms, INT64_MAX)
 
 
+@overload
+def check_bytes(name: str, value: object, *, optional: Literal[False] = False) -> bytes: ...
+@overload
+def check_bytes(name: str, value: object, *, optional: bool) -> bytes | None: ...
+
+
 def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | None:
-    """Bytes-like payloads; a ``str`` is refused with a hint to encode it."""
+    """Bytes-like payloads; a ``str`` is refused with a hint to encode it (``None`` only
+    when ``optional``)."""
     if value is None and optional:
         return None
     if isinstance(value, bytes):
