@@ -115,7 +115,7 @@ class NatsServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        track(self)
+        track(self, self._proc.pid)
         deadline = time.monotonic() + self.startup_timeout
         delay = 0.002
         while True:

@@ -203,7 +203,7 @@ class LiftbridgeProcess:
             )
         self.started_at = time.monotonic()
         self.ready_at = None
-        track(self)
+        track(self, self._proc.pid)
         logger.debug(
             "started liftbridge %s (pid %d) on %s", self.server_id, self._proc.pid, self.address
         )

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -165,6 +167,70 @@ def test_close_stops_process_and_removes_temp_dir(installed: InstalledServer) ->
     assert not srv.running and srv.pid is None
     assert process_gone(pid)
     assert not run_dir.exists()
+
+
+_OUTLIVE_SCRIPT = textwrap.dedent(
+    """
+    import sys, tempfile
+    from pathlib import Path
+    from liftbridge_sync.testing import LiftbridgeServer, NatsServer, install_server
+    from liftbridge_sync.testing._reaper import watchdog_pid
+    nats = NatsServer(Path(tempfile.mkdtemp())).start()
+    server = LiftbridgeServer(installed=install_server()).start()
+    print(server.pid, nats.pid, watchdog_pid(), flush=True)
+    sys.stdin.read()  # until the test kills this process
+    """
+)
+
+
+def wait_for_exit(pid: int, timeout: float, what: str) -> None:
+    """Wait (on a pidfd: the process need not be our child) until ``pid`` exits."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+    assert ready, f"{what} (pid {pid}) still runs {timeout}s after the test process died"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+def test_servers_do_not_outlive_a_killed_test_process(
+    signum: signal.Signals, tmp_path: Path
+) -> None:
+    """A test process killed outright (SIGKILL), or by a CI runner's SIGTERM (no atexit
+    runs), leaves no server behind: its watchdog kills them once the process is gone."""
+    errors = tmp_path / "stderr"
+    with errors.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _OUTLIVE_SCRIPT],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line, errors.read_text()[-3000:]
+        server_pid, nats_pid, watchdog = (int(word) for word in line.split())
+        for pid in (server_pid, nats_pid, watchdog):
+            os.kill(pid, 0)  # all three run
+        proc.send_signal(signum)
+        assert proc.wait(30) == -signum
+        wait_for_exit(server_pid, 30, "the Liftbridge server")
+        wait_for_exit(nats_pid, 30, "the NATS server")
+        wait_for_exit(watchdog, 30, "the watchdog")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            assert pipe is not None
+            pipe.close()
 
 
 def test_stop_is_graceful(installed: InstalledServer) -> None:
