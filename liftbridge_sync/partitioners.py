@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from liftbridge_sync.errors import ConfigurationError
 
-__all__ = ["ByKey", "Partitioner", "RoundRobin"]
+__all__ = ["PARTITIONER_NAMES", "ByKey", "Partitioner", "RoundRobin", "partitioner_named"]
 
 
 @runtime_checkable
@@ -109,3 +109,29 @@ class RoundRobin:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (RoundRobin, ())
+
+
+#: The names the CLI's ``--partitioner`` and the Spark sink's ``partitioner`` option take,
+#: each with its partitioner. ``roundrobin`` and ``round-robin`` are the same: the CLI
+#: spelled it one way and Spark the other, and both keep working.
+PARTITIONER_NAMES: dict[str, type[ByKey] | type[RoundRobin]] = {
+    "key": ByKey,
+    "round-robin": RoundRobin,
+    "roundrobin": RoundRobin,
+}
+
+
+def partitioner_named(name: str) -> ByKey | RoundRobin:
+    """A new partitioner of the kind ``name`` names (see :data:`PARTITIONER_NAMES`).
+
+    Raises:
+        ConfigurationError: no partitioner has that name.
+
+    Thread-safe: each call returns a new partitioner.
+    """
+    kind = PARTITIONER_NAMES.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise ConfigurationError(
+            f"no partitioner is named {name!r}; the names: {', '.join(PARTITIONER_NAMES)}"
+        )
+    return kind()

@@ -16,17 +16,16 @@ import click
 from liftbridge_sync import (
     Ack,
     AckPolicy,
-    ByKey,
     Client,
     LiftbridgeError,
     Partitioner,
-    RoundRobin,
 )
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed, exit_code_for
 from liftbridge_sync.cli.output import Output
 from liftbridge_sync.cli.progress import Progress, Silent, progress
+from liftbridge_sync.partitioners import PARTITIONER_NAMES, partitioner_named
 
 __all__ = ["publish"]
 
@@ -79,11 +78,7 @@ def _lines(handle: BinaryIO, bar: Progress, shape: _Shape) -> Iterator[bytes]:
 
 
 def _partitioner(name: str | None) -> Partitioner | None:
-    if name == "key":
-        return ByKey()
-    if name == "round-robin":
-        return RoundRobin()
-    return None
+    return None if name is None else partitioner_named(name)
 
 
 class _Tracker:
@@ -164,7 +159,7 @@ class _Tracker:
 @click.option("-P", "--partition", type=click.IntRange(min=0), help="Target partition.")
 @click.option(
     "--partitioner",
-    type=click.Choice(["key", "round-robin"]),
+    type=click.Choice(list(PARTITIONER_NAMES)),
     help="Choose the partition by key hash or in turn.",
 )
 @click.option(

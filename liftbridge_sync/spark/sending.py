@@ -23,7 +23,7 @@ from liftbridge_sync import (
     ConfigurationError,
     LiftbridgeError,
     Partitioner,
-    RoundRobin,
+    partitioners,
 )
 from liftbridge_sync.spark.rows import RowMessage
 
@@ -73,10 +73,8 @@ class PublishSummary:
 def partitioner_named(name: str) -> Partitioner | None:
     """The partitioner a sink's ``partitioner`` option names (``None``: the ``partition``
     column, else partition 0)."""
-    if name == "key":
-        return ByKey()
-    if name == "roundrobin":
-        return RoundRobin()
+    if name in partitioners.PARTITIONER_NAMES:
+        return partitioners.partitioner_named(name)
     return None
 
 

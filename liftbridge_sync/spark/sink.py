@@ -24,6 +24,7 @@ from liftbridge_sync import (
     ConfigurationError,
 )
 from liftbridge_sync._durations import check_seconds
+from liftbridge_sync.partitioners import PARTITIONER_NAMES
 from liftbridge_sync.spark.config import client_options, get_float, get_int, lower_keys
 from liftbridge_sync.spark.rows import (
     Columns,
@@ -39,8 +40,9 @@ from liftbridge_sync.spark.sending import PublishSummary, RowSender
 
 __all__ = ["PartitionPublisher", "PublishSummary", "SinkOptions", "publish_partition"]
 
-#: Accepted ``partitioner`` values; ``partition-column`` and ``none`` are the same.
-_PARTITIONERS = ("key", "roundrobin", "partition-column", "none")
+#: Accepted ``partitioner`` values: the partitioners' names (``roundrobin`` or
+#: ``round-robin``), and ``partition-column`` or its alias ``none``.
+_PARTITIONERS = (*PARTITIONER_NAMES, "partition-column", "none")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +55,7 @@ class SinkOptions:
         partitioner: How rows without a ``partition`` value are placed. ``"key"`` (the
             default, like Kafka's): CRC-32 of the key modulo the partition count, as
             :class:`~liftbridge_sync.ByKey` and the Go client do, and partition 0 for
-            a null key. ``"roundrobin"``: spread over the partitions.
+            a null key. ``"roundrobin"`` (or ``"round-robin"``): spread over the partitions.
             ``"partition-column"`` (alias ``"none"``): the ``partition`` column only,
             partition 0 when it is null. A non-null ``partition`` cell always wins.
         ack_policy: Ack policy of every publish.

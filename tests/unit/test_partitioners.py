@@ -149,3 +149,24 @@ def test_pickle_and_repr() -> None:
 def test_by_key_is_immutable() -> None:
     with pytest.raises(AttributeError):
         ByKey().x = 1  # type: ignore[attr-defined]
+
+
+def test_named_partitioners_take_both_spellings_of_round_robin() -> None:
+    """The CLI said ``round-robin`` and the Spark sink ``roundrobin``: both take both."""
+    from click.testing import CliRunner
+
+    from liftbridge_sync.cli.app import cli
+    from liftbridge_sync.cli import publish as _registers_publish  # noqa: F401
+    from liftbridge_sync.partitioners import partitioner_named
+    from liftbridge_sync.spark.sink import SinkOptions
+
+    assert isinstance(partitioner_named("key"), ByKey)
+    for name in ("round-robin", "roundrobin"):
+        first, second = partitioner_named(name), partitioner_named(name)
+        assert isinstance(first, RoundRobin) and first is not second
+        assert SinkOptions.from_strings({"brokers": "a:1", "partitioner": name}).partitioner
+    for bad in ("hash", "Key", "", None, 1):
+        with pytest.raises(ConfigurationError, match="no partitioner is named"):
+            partitioner_named(bad)  # type: ignore[arg-type]
+    usage = CliRunner().invoke(cli, ["publish", "--help"]).output
+    assert "key|round-robin|roundrobin" in usage
