@@ -14,6 +14,7 @@ from pathlib import Path
 
 from liftbridge_sync.testing._net import LOOPBACK, tcp_accepts
 from liftbridge_sync.testing._reaper import track, untrack
+from liftbridge_sync.testing._serverlog import ServerLog
 
 __all__ = ["NatsServer", "find_nats_server"]
 
@@ -135,10 +136,7 @@ class NatsServer:
             delay = min(delay * 2, 0.05)
 
     def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return ""
+        return ServerLog(self.log_path).tail(20)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop it (SIGINT, then SIGKILL after ``timeout``)."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from liftbridge_sync.testing._config import KNOWN_KEYS_V1_9_0, TELEMETRY_KEYS, write_config
 from liftbridge_sync.testing._install import InstalledServer
 from liftbridge_sync.testing._reaper import track, untrack
+from liftbridge_sync.testing._serverlog import ServerLog
 
 if TYPE_CHECKING:
     from liftbridge_sync.testing._tls import ServerTLS
@@ -112,13 +113,13 @@ class LiftbridgeProcess:
         self.data_dir = data_dir
         self.config_path = run_dir / f"liftbridge-{server_id}.yaml"
         self.log_path = run_dir / f"liftbridge-{server_id}.log"
+        self.log = ServerLog(self.log_path)
         self.require_leader = require_leader
         self.startup_timeout = startup_timeout
         self.tls = tls
         self._probe_error: str | None = None
         self._extra_env = dict(env or {})
         self._proc: subprocess.Popen[bytes] | None = None
-        self._log_offset = 0
         self.started_at: float | None = None
         self.ready_at: float | None = None
 
@@ -148,25 +149,15 @@ class LiftbridgeProcess:
 
     def log_tail(self, n: int = 40) -> str:
         """Return the last ``n`` lines of the server log (all runs)."""
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(0, os.SEEK_END)
-                size = fh.tell()
-                fh.seek(max(0, size - 256 * 1024))
-                data = fh.read()
-        except FileNotFoundError:
-            return ""
-        lines = data.decode("utf-8", "replace").splitlines()
-        return "\n".join(lines[-n:])
+        return self.log.tail(n)
 
     def log_since_start(self) -> str:
         """Return the log written by the current (or last) run."""
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(self._log_offset)
-                return fh.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return ""
+        return self.log.since_run_start()
+
+    def crash_reason(self) -> str:
+        """Why the server died, from its log (see :meth:`.ServerLog.crash_reason`)."""
+        return self.log.crash_reason()
 
     def is_metadata_leader_logged(self) -> bool:
         """Whether this run has logged winning a metadata leader election."""
@@ -191,7 +182,7 @@ class LiftbridgeProcess:
         write_config(self.config_path, self.config)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self._log_offset = log.tell()
+            self.log.mark_run_start(log.tell())
             self._proc = subprocess.Popen(
                 [str(self.installed.path), "--config", str(self.config_path)],
                 cwd=self.run_dir,

@@ -372,18 +372,7 @@ class LiftbridgeServer(Lifecycle):
         """The log lines that say why the server died: a Go ``panic:`` or ``fatal
         error:`` with the two lines after it, or a fatal log entry (the goroutine dump
         that follows a panic runs to thousands of lines). "" if there are none."""
-        if self._node is None:
-            return ""
-        try:
-            lines = self._node.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return ""
-        reasons = [
-            "\n".join(lines[i : i + 3])
-            for i, line in enumerate(lines)
-            if line.startswith(("panic:", "fatal error:")) or "level=fatal" in line
-        ]
-        return "\n".join(reasons[-3:])
+        return "" if self._node is None else self._node.crash_reason()
 
     def close(self) -> None:
         """Stop the server and remove its temporary directory."""
