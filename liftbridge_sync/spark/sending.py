@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from liftbridge_sync import (
@@ -58,16 +58,42 @@ class PublishSummary:
 
     def add(self, ack: Ack | None) -> None:
         """Count one publish and widen the acked range of its partition."""
-        self.count += 1
-        if ack is None:
-            return
-        ranges = self.acked.setdefault(ack.stream, {})
-        span = ranges.get(ack.partition)
-        if span is None:
-            ranges[ack.partition] = [ack.offset, ack.offset]
-        else:
-            span[0] = min(span[0], ack.offset)
-            span[1] = max(span[1], ack.offset)
+        self.add_outcomes((ack,))
+
+    def add_outcomes(self, outcomes: Iterable[Ack | None | BaseException]) -> BaseException | None:
+        """Count the publishes of ``outcomes`` up to the first failure, and widen the
+        acked ranges of their partitions; that failure, or ``None``.
+
+        One pass for a whole run: the acks of a run mostly share a partition, whose
+        range is then looked up once, not once per ack."""
+        count = 0
+        acked = self.acked
+        stream: str | None = None
+        partition = -1
+        span: list[int] = []
+        failure: BaseException | None = None
+        for ack in outcomes:
+            if ack is None:  # ack policy NONE: published, no offset
+                count += 1
+                continue
+            if isinstance(ack, BaseException):
+                failure = ack
+                break
+            count += 1
+            offset = ack.offset
+            if ack.partition != partition or ack.stream != stream:
+                stream, partition = ack.stream, ack.partition
+                ranges = acked.setdefault(stream, {})
+                found = ranges.get(partition)
+                if found is None:
+                    found = ranges[partition] = [offset, offset]
+                span = found
+            if offset < span[0]:
+                span[0] = offset
+            elif offset > span[1]:
+                span[1] = offset
+        self.count += count
+        return failure
 
 
 def partitioner_named(name: str) -> Partitioner | None:
@@ -250,7 +276,6 @@ class RowSender:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return
-        for outcome in in_flight.outcomes():
-            if isinstance(outcome, BaseException):
-                raise outcome
-            self.summary.add(outcome)
+        failure = self.summary.add_outcomes(in_flight.outcomes())
+        if failure is not None:
+            raise failure

@@ -210,16 +210,18 @@ def _feed_rows(sender: RowSender, rows: Iterable[Any], stream: str | None) -> No
     items, checked as :func:`~liftbridge_sync.spark.rows.to_message` checks them: a
     message object per row cost more than the publish itself."""
     layout = RowLayout()
+    # A Row's own __getitem__ (it also takes field names) costs twice tuple's.
+    cell = tuple.__getitem__
     items: list[Any] = []
     keyed = False
     plain_stream = ""
     value_at = key_at = -1
     for row in rows:
         if value_at >= 0 and isinstance(row, tuple):
-            value = row[value_at]
+            value = cell(row, value_at)
             if type(value) is not bytes:
                 value = binary_cell("value", value, optional=False) or b""
-            key = row[key_at] if key_at >= 0 else None
+            key = cell(row, key_at) if key_at >= 0 else None
             if key is None:
                 items.append(value)
             else:
