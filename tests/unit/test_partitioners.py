@@ -155,8 +155,8 @@ def test_named_partitioners_take_both_spellings_of_round_robin() -> None:
     """The CLI said ``round-robin`` and the Spark sink ``roundrobin``: both take both."""
     from click.testing import CliRunner
 
-    from liftbridge_sync.cli.app import cli
     from liftbridge_sync.cli import publish as _registers_publish  # noqa: F401
+    from liftbridge_sync.cli.app import cli
     from liftbridge_sync.partitioners import partitioner_named
     from liftbridge_sync.spark.sink import SinkOptions
 
