@@ -38,8 +38,6 @@ __all__ = [
     "earliest_offset",
     "HEADERS_DDL",
     "read_batches",
-    "read_messages",
-    "read_range",
     "read_wire",
     "row_of",
     "schema_ddl",
@@ -152,24 +150,11 @@ def row_of(message: Message, headers: bool) -> tuple[Any, ...]:
     return row + (list(message.headers.items()),) if headers else row
 
 
-def read_range(options: SourceOptions, piece: OffsetRange) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``piece`` as tuples (see :func:`read_messages`)."""
-    headers = options.include_headers
-    return (row_of(message, headers) for message in read_messages(options, piece))
-
-
 def read_batches(
     options: SourceOptions, piece: OffsetRange, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``piece`` as Arrow record batches laid out as ``schema``."""
     return record_batches(read_wire(options, piece), arrow_schema(schema))
-
-
-def read_messages(options: SourceOptions, piece: OffsetRange) -> Iterator[Message]:
-    """The messages of ``piece``, one by one (see :func:`read_wire`)."""
-    view = Message.from_proto
-    for batch in read_wire(options, piece):
-        yield from map(view, batch)
 
 
 def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_pb2.Message]]:
