@@ -27,7 +27,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync.spark.rows import RowMessage
 
-__all__ = ["PublishSummary", "RowSender", "RunInFlight", "SendOptions", "partitioner_named"]
+__all__ = ["PublishSummary", "RowSender", "RunInFlight", "SendOptions", "sink_partitioner"]
 
 
 class SendOptions(Protocol):
@@ -96,7 +96,7 @@ class PublishSummary:
         return failure
 
 
-def partitioner_named(name: str) -> Partitioner | None:
+def sink_partitioner(name: str) -> Partitioner | None:
     """The partitioner a sink's ``partitioner`` option names (``None``: the ``partition``
     column, else partition 0)."""
     if name in partitioners.PARTITIONER_NAMES:
@@ -149,7 +149,7 @@ class RowSender:
         self.summary = PublishSummary()
         self._client = client
         self._options = options
-        self._partitioner = partitioner_named(options.partitioner)
+        self._partitioner = sink_partitioner(options.partitioner)
         self._window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
         self._run: list[Any] = []
         self._run_stream = ""

@@ -94,9 +94,8 @@ def untrack(obj: Killable) -> None:
 def watchdog_pid() -> int | None:
     """The pid of this process's watchdog, if one runs (for tests of the harness)."""
     with _lock:
-        if _watchdog is None or _watchdog_owner != os.getpid():
-            return None
-        return _watchdog.pid
+        watchdog = _own_watchdog()
+        return None if watchdog is None else watchdog.pid
 
 
 def _tell(line: bytes) -> None:
@@ -126,10 +125,16 @@ def _tell(line: bytes) -> None:
         stdin.flush()
 
 
+def _own_watchdog() -> subprocess.Popen[bytes] | None:
+    """Under ``_lock``: the watchdog this process started, if any (a forked child has
+    none of its own: the one it inherited is its parent's)."""
+    return _watchdog if _watchdog_owner == os.getpid() else None
+
+
 def _pipe() -> IO[bytes] | None:
     """Under ``_lock``: this process's watchdog pipe, if its watchdog still runs."""
-    watchdog = _watchdog
-    if watchdog is None or _watchdog_owner != os.getpid() or watchdog.poll() is not None:
+    watchdog = _own_watchdog()
+    if watchdog is None or watchdog.poll() is not None:
         return None
     return watchdog.stdin
 
@@ -141,8 +146,8 @@ def _kill_leftovers() -> None:
     for obj in leftovers:
         obj.kill()
     with _lock:
-        watchdog, _watchdog = _watchdog, None
-        if watchdog is None or _watchdog_owner != os.getpid():
+        watchdog, _watchdog = _own_watchdog(), None
+        if watchdog is None:
             return
     # End-of-file with nothing listed: it exits; waited for, so no ResourceWarning.
     with contextlib.suppress(OSError):
