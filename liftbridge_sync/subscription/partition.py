@@ -10,14 +10,14 @@ so a timeout loses and repeats nothing.
 The first request is built (and its moment-dependent positions pinned) by
 :mod:`liftbridge_sync.subscription.opening`; opening and reopening the call (broker
 choice, retries, the handshake, deletion or restart) is
-:mod:`liftbridge_sync.subscription.connection`'s. This module delivers the messages.
+:mod:`liftbridge_sync.subscription.connection`'s; which messages of a batch may be
+delivered, :mod:`liftbridge_sync.subscription.screening`'s. This module delivers them.
 Thread-safe as :class:`Subscription` says.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 import time
 
 from liftbridge_sync._proto import api_pb2
@@ -37,6 +37,7 @@ from liftbridge_sync.subscription.connection import (
     PartitionConnection,
     SubscriptionTarget,
 )
+from liftbridge_sync.subscription.screening import screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["Subscription", "SubscriptionTarget"]
@@ -304,52 +305,25 @@ class Subscription(PartitionConnection):
             return Message.from_proto(pb)
 
     def _screen(self, call: SubscribeCall, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
-        """What of ``batch`` may be delivered: offsets strictly after the last delivered
-        one, up to the stop position. Forward reads only.
+        """What of ``batch`` may be delivered (forward reads only; the rules are
+        :func:`~liftbridge_sync.subscription.screening.screen`'s).
 
-        * A message past the stop (offset above the stop offset, or stamped after
-          ``StopAt.timestamp``) ends the subscription before it: the server stops only
-          at the exact stop offset, which compaction or retention may have removed.
-        * An offset at or below the previous one (a diverged replica; a restarted server
-          answering from before the requested offset) is never handed out: it is
-          logged, counted in ``stats()``, and the call is dropped so the next read
-          resubscribes after the last delivered offset.
+        A message past the stop position ends the subscription before it. An
+        out-of-order one is never handed out: it is logged, counted in ``stats()``, and
+        the call is dropped so the next read resubscribes after the last delivered offset.
         """
-        last = self._last_offset
-        prev = -1 if last is None else last
-        end = len(batch)
-        if end == 1:
-            good = 1 if batch[0].offset > prev else 0
-        else:
-            offsets = [m.offset for m in batch]
-            good = end
-            if offsets[0] <= prev or not all(map(operator.lt, offsets, offsets[1:])):
-                good = next(
-                    i for i, o in enumerate(offsets) if o <= (offsets[i - 1] if i else prev)
-                )
+        target = self._target
+        good, cut = screen(batch, self._last_offset, self._stop_offset, target.stop_timestamp_ns)
         if good and self._disorder:
             self._disorder = 0  # in order again: the resubscribe budget starts afresh
             self._broken_since = None
-        cut = self._stop_index(batch, good)
         if cut is not None:
             self._finish(call)
             return batch[:cut]
-        if good < end:
+        if good < len(batch):
             self._refuse_out_of_order(call, batch, good)
             return batch[:good]
         return batch
-
-    def _stop_index(self, batch: list[api_pb2.Message], good: int) -> int | None:
-        """Index of the first of ``batch[:good]`` past the stop position, if any."""
-        cut: int | None = None
-        stop = self._stop_offset
-        if good and stop is not None and batch[good - 1].offset > stop:
-            cut = next(i for i in range(good) if batch[i].offset > stop)
-        stamp = self._target.stop_timestamp_ns
-        if good and stamp is not None:
-            late = next((i for i in range(cut or good) if batch[i].timestamp > stamp), None)
-            cut = late if late is not None else cut
-        return cut
 
     def _refuse_out_of_order(
         self, call: SubscribeCall, batch: list[api_pb2.Message], bad: int

@@ -1,0 +1,66 @@
+"""The rules of what a forward subscription may deliver of a batch (screening.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.subscription.screening import Screened, screen
+
+
+def _batch(*offsets: int, stamps: tuple[int, ...] | None = None) -> list[api_pb2.Message]:
+    stamps = stamps or tuple(1_000 + o for o in offsets)
+    return [api_pb2.Message(offset=o, timestamp=t) for o, t in zip(offsets, stamps, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("offsets", "last", "in_order"),
+    [
+        ((5, 6, 7), 4, 3),  # the common case: everything after the last delivered
+        ((5, 9, 12), 4, 3),  # gaps (compaction) are in order
+        ((5, 6, 7), None, 3),  # nothing delivered yet
+        ((0,), None, 1),
+        ((4,), 4, 0),  # a repeat of the last delivered offset
+        ((3, 5, 6), 4, 0),  # below the last delivered: nothing of it goes out
+        ((5, 6, 6, 7), 4, 2),  # a repeat inside the batch
+        ((5, 7, 6), 4, 2),  # a step back inside the batch
+    ],
+)
+def test_only_strictly_rising_offsets_after_the_last_delivered_are_in_order(
+    offsets: tuple[int, ...], last: int | None, in_order: int
+) -> None:
+    assert screen(_batch(*offsets), last, None, None) == Screened(in_order, None)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "stop", "stop_at"),
+    [
+        ((5, 6, 7), 7, None),  # the stop offset itself is delivered
+        ((5, 6, 7), 6, 2),
+        ((5, 8, 9), 6, 1),  # the stop offset was compacted away: end before 8
+        ((7, 8), 6, 0),  # nothing of the batch is inside the range
+    ],
+)
+def test_nothing_past_the_stop_offset_is_delivered(
+    offsets: tuple[int, ...], stop: int, stop_at: int | None
+) -> None:
+    assert screen(_batch(*offsets), 4, stop, None) == Screened(len(offsets), stop_at)
+
+
+def test_a_stop_timestamp_ends_before_the_first_later_message() -> None:
+    batch = _batch(5, 6, 7, 8, stamps=(10, 20, 31, 25))
+    assert screen(batch, 4, None, 30) == Screened(4, 2)
+    assert screen(batch, 4, None, 40) == Screened(4, None)
+
+
+def test_the_earlier_of_the_two_stops_wins() -> None:
+    batch = _batch(5, 6, 7, 8, stamps=(10, 20, 30, 40))
+    assert screen(batch, 4, 7, 15) == Screened(4, 1)  # the timestamp is earlier
+    assert screen(batch, 4, 5, 35) == Screened(4, 1)  # the offset is earlier
+
+
+def test_the_stop_is_looked_for_only_in_the_in_order_run() -> None:
+    # 9 is past the stop, but it comes after the step back: the refusal decides first.
+    batch = _batch(5, 3, 9)
+    assert screen(batch, 4, 6, None) == Screened(1, None)
+    assert screen(_batch(3, 9), 4, 6, None) == Screened(0, None)
