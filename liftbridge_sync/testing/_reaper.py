@@ -8,9 +8,11 @@ Two mechanisms, because neither covers every way a test run ends:
   default for SIGTERM skips ``atexit``), runs no code of its own any more. For that, the
   first tracked process also starts a **watchdog**: a small Python process in a session
   of its own that reads "+pid" / "-pid" lines from a pipe. The write end lives only in
-  this process, so the pipe reaches end-of-file when this process is gone however it
-  ended; the watchdog then SIGKILLs the process group of every pid still listed (the
-  harness starts each server in a session of its own: its pid is its group) and exits.
+  this process (it is not inherited across ``exec``, and a forked child closes its
+  copy at once), so the pipe reaches end-of-file when this process is gone however it
+  ended, even while a child it forked runs on; the watchdog then SIGKILLs the process
+  group of every pid still listed (the harness starts each server in a session of its
+  own: its pid is its group) and exits.
 
 The watchdog is started without ``preexec_fn`` (Python uses ``vfork`` then), so no
 ``fork()`` handler of grpcio runs in the child (grpc/grpc#43055). No thread is started.
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import threading
 import weakref
-from typing import IO, Protocol
+from typing import Protocol
 
 __all__ = ["Killable", "track", "untrack", "watchdog_pid"]
 
@@ -70,6 +72,9 @@ _live: weakref.WeakKeyDictionary[Killable, int] = weakref.WeakKeyDictionary()
 #: Guards ``_live`` and the watchdog's pipe.
 _lock = threading.Lock()
 _watchdog: subprocess.Popen[bytes] | None = None
+#: The write end of the watchdog's pipe, a bare descriptor: a buffered file's lock might
+#: be held by another thread at a ``fork()``, and the child must close its copy.
+_pipe_fd = -1
 #: The process that started ``_watchdog``: a forked child has no watchdog of its own.
 _watchdog_owner = 0
 
@@ -101,28 +106,38 @@ def watchdog_pid() -> int | None:
 def _tell(line: bytes) -> None:
     """Under ``_lock``: send ``line`` to the watchdog, starting one if none runs (or the
     one there was is gone: every tracked pid is listed again)."""
-    global _watchdog, _watchdog_owner
-    stdin = _pipe()
-    if stdin is not None:
+    global _watchdog, _watchdog_owner, _pipe_fd
+    fd = _pipe()
+    if fd >= 0:
         with contextlib.suppress(OSError):
-            stdin.write(line)
-            stdin.flush()
+            _write_all(fd, line)
             return
     if line.startswith(b"-"):
         return  # a new watchdog starts with the groups still tracked
-    _watchdog = subprocess.Popen(
-        [sys.executable, "-S", "-c", _WATCHDOG],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not killed with the test process's group
-    )
-    _watchdog_owner = os.getpid()
-    stdin = _pipe()
-    assert stdin is not None
+    _close_pipe()
+    read_end, write_end = os.pipe()  # neither is inherited by exec'd programs
+    try:
+        _watchdog = subprocess.Popen(
+            [sys.executable, "-S", "-c", _WATCHDOG],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not killed with the test process's group
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    _pipe_fd, _watchdog_owner = write_end, os.getpid()
     with contextlib.suppress(OSError):
-        stdin.write(b"".join(b"+%d\n" % pid for pid in _live.values()))
-        stdin.flush()
+        _write_all(write_end, b"".join(b"+%d\n" % pid for pid in _live.values()))
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _own_watchdog() -> subprocess.Popen[bytes] | None:
@@ -131,12 +146,33 @@ def _own_watchdog() -> subprocess.Popen[bytes] | None:
     return _watchdog if _watchdog_owner == os.getpid() else None
 
 
-def _pipe() -> IO[bytes] | None:
-    """Under ``_lock``: this process's watchdog pipe, if its watchdog still runs."""
+def _pipe() -> int:
+    """Under ``_lock``: this process's watchdog pipe, if its watchdog still runs (else -1)."""
     watchdog = _own_watchdog()
     if watchdog is None or watchdog.poll() is not None:
-        return None
-    return watchdog.stdin
+        return -1
+    return _pipe_fd
+
+
+def _close_pipe() -> None:
+    """Under ``_lock`` (or alone in a new child): close this process's write end."""
+    global _pipe_fd
+    fd, _pipe_fd = _pipe_fd, -1
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _forget_in_child() -> None:
+    """After ``fork()``, in the child: it must not keep its parent's watchdog waiting,
+    nor kill its parent's servers when it exits.
+
+    Runs before any other thread exists in the child, so without ``_lock``, which
+    another thread of the parent may have held at the fork: the child gets a new one."""
+    global _lock
+    _lock = threading.Lock()
+    _close_pipe()
+    _live.clear()
 
 
 def _kill_leftovers() -> None:
@@ -149,10 +185,8 @@ def _kill_leftovers() -> None:
         watchdog, _watchdog = _own_watchdog(), None
         if watchdog is None:
             return
-    # End-of-file with nothing listed: it exits; waited for, so no ResourceWarning.
-    with contextlib.suppress(OSError):
-        assert watchdog.stdin is not None
-        watchdog.stdin.close()
+        # End-of-file with nothing listed: it exits; waited for, so no ResourceWarning.
+        _close_pipe()
     try:
         watchdog.wait(5.0)
     except subprocess.TimeoutExpired:
@@ -161,3 +195,4 @@ def _kill_leftovers() -> None:
 
 
 atexit.register(_kill_leftovers)
+os.register_at_fork(after_in_child=_forget_in_child)

@@ -171,13 +171,18 @@ def test_close_stops_process_and_removes_temp_dir(installed: InstalledServer) ->
 
 _OUTLIVE_SCRIPT = textwrap.dedent(
     """
-    import sys, tempfile
+    import os, signal, sys, tempfile
     from pathlib import Path
     from liftbridge_sync.testing import LiftbridgeServer, NatsServer, install_server
     from liftbridge_sync.testing._reaper import watchdog_pid
     nats = NatsServer(Path(tempfile.mkdtemp())).start()
     server = LiftbridgeServer(installed=install_server()).start()
-    print(server.pid, nats.pid, watchdog_pid(), flush=True)
+    child = 0
+    if sys.argv[1] == "fork":
+        child = os.fork()
+        if not child:  # runs on after its parent is killed, until the test kills it
+            signal.pause()
+    print(server.pid, nats.pid, watchdog_pid(), child, flush=True)
     sys.stdin.read()  # until the test kills this process
     """
 )
@@ -196,16 +201,22 @@ def wait_for_exit(pid: int, timeout: float, what: str) -> None:
     assert ready, f"{what} (pid {pid}) still runs {timeout}s after the test process died"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.parametrize(
+    ("signum", "forked"),
+    [(signal.SIGKILL, False), (signal.SIGTERM, False), (signal.SIGKILL, True)],
+    ids=["SIGKILL", "SIGTERM", "SIGKILL-with-a-forked-child-alive"],
+)
 def test_servers_do_not_outlive_a_killed_test_process(
-    signum: signal.Signals, tmp_path: Path
+    signum: signal.Signals, forked: bool, tmp_path: Path
 ) -> None:
     """A test process killed outright (SIGKILL), or by a CI runner's SIGTERM (no atexit
-    runs), leaves no server behind: its watchdog kills them once the process is gone."""
+    runs), leaves no server behind: its watchdog kills them once the process is gone,
+    even while a child it forked (which inherited the watchdog's pipe) still runs."""
     errors = tmp_path / "stderr"
+    child = 0
     with errors.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-c", _OUTLIVE_SCRIPT],
+            [sys.executable, "-c", _OUTLIVE_SCRIPT, "fork" if forked else "no-fork"],
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -216,7 +227,7 @@ def test_servers_do_not_outlive_a_killed_test_process(
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line, errors.read_text()[-3000:]
-        server_pid, nats_pid, watchdog = (int(word) for word in line.split())
+        server_pid, nats_pid, watchdog, child = (int(word) for word in line.split())
         for pid in (server_pid, nats_pid, watchdog):
             os.kill(pid, 0)  # all three run
         proc.send_signal(signum)
@@ -224,10 +235,14 @@ def test_servers_do_not_outlive_a_killed_test_process(
         wait_for_exit(server_pid, 30, "the Liftbridge server")
         wait_for_exit(nats_pid, 30, "the NATS server")
         wait_for_exit(watchdog, 30, "the watchdog")
+        if child:
+            os.kill(child, 0)  # the forked child still runs: it did not hold them up
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if child:
+            os.kill(child, signal.SIGKILL)  # an orphan now: init reaps it
         for pipe in (proc.stdin, proc.stdout):
             assert pipe is not None
             pipe.close()
