@@ -3,7 +3,11 @@
 * :mod:`.group`: :class:`Consumer`, a group member that reads its assigned partitions
   as one iterator and commits positions as cursors under ``__group:<group>``.
 * :mod:`._membership`: joining, the heartbeat poll, coordinator failover, leaving.
-* :mod:`._mailbox`: the partition readers and the queue between them and the iterator.
+* :mod:`._readers`: a reader thread per assigned partition, kept in line with the
+  group's assignment.
+* :mod:`._commits`: the delivered, processed and committed positions; the commits.
+* :mod:`._mailbox`: the partition readers' records and the queue between them and the
+  iterator.
 * :mod:`._stats`: the counters behind :meth:`Consumer.stats`.
 """
 

@@ -20,10 +20,12 @@ The protocol (server ``groups.go``, go-liftbridge ``consumer.go``):
   configured start position when it has no cursor.
 * ``LeaveConsumerGroup`` on close.
 
-This module is the :class:`Consumer` itself: arguments, lifecycle, iteration, commits
-and a reader thread per assigned partition. The group RPCs and the heartbeat poll are
-:mod:`._membership`'s; the queue between the readers and the iterator is
-:mod:`._mailbox`'s. Thread-safe as :class:`Consumer` says.
+This module is the :class:`Consumer` itself: arguments, lifecycle, iteration, and what
+a rejoin renews; the parts it composes share its lock. The group RPCs and the heartbeat
+poll are :mod:`._membership`'s; the reader thread per assigned partition, kept in line
+with each polled assignment, is :mod:`._readers`'s; the delivered, processed and
+committed positions and the commits are :mod:`._commits`'s; the queue between the
+readers and the iterator is :mod:`._mailbox`'s. Thread-safe as :class:`Consumer` says.
 """
 
 from __future__ import annotations
@@ -37,19 +39,14 @@ from collections.abc import Iterable, Sequence
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_int, check_name, check_timeout
-from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
+from liftbridge_sync.consumer._commits import Commits
+from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer._membership import Membership
+from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
-from liftbridge_sync.errors import (
-    ClientClosedError,
-    ConfigurationError,
-    CoordinatorMismatchError,
-    LiftbridgeError,
-)
+from liftbridge_sync.errors import ClientClosedError, ConfigurationError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
-from liftbridge_sync.subscription.opening import build_subscribe_request
-from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
 
 __all__ = ["CONSUMER_BUFFER", "Consumer", "group_cursor_id"]
 
@@ -58,8 +55,6 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 #: Messages buffered between the partition readers and the iterating thread.
 CONSUMER_BUFFER = 1024
 _START_KINDS = (StartKind.EARLIEST, StartKind.LATEST, StartKind.NEW_ONLY)
-
-_Key = tuple[str, int]
 
 
 def group_cursor_id(group: str) -> str:
@@ -138,11 +133,10 @@ class Consumer:
         #: A generated id is replaced on a rejoin; one the user chose is kept.
         self._generated_id = consumer_id is None
         self._rejoin = rejoin
-        self._start = start
         self._auto_commit = interval
         self._cursor_id = group_cursor_id(group)
+        #: Shared with the collaborators below: guards their state and this object's.
         self._lock = threading.Lock()
-        self._commit_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
         self._mailbox = Mailbox(buffer)
@@ -150,12 +144,20 @@ class Consumer:
         self._membership = Membership(
             core, group, self._consumer_id, self._streams, self._lock, self._counters
         )
-        self._readers: dict[_Key, PartitionReader] = {}
-        self._done: dict[_Key, int] = {}
-        self._committed: dict[_Key, int] = {}
-        #: The messages delivered last, ``(reader, offset)``: processed once the next
-        #: read (or a commit, or leaving the ``with`` block) says so.
-        self._pending: list[tuple[PartitionReader, int]] = []
+        self._commits = Commits(core, self._cursor_id, self._lock)
+        self._readers = Readers(
+            core,
+            group,
+            self._consumer_id,
+            start,
+            lock=self._lock,
+            stop=self._stop,
+            mailbox=self._mailbox,
+            membership=self._membership,
+            commits=self._commits,
+            counters=self._counters,
+            commit_on_revoke=interval is not None,
+        )
         #: Set once a poll answer was applied, or on close or failure: what
         #: wait_for_assignment() waits for.
         self._settled = threading.Event()
@@ -234,7 +236,7 @@ class Consumer:
         """The (stream, partition) pairs currently assigned to and read by this member."""
         self._refuse_if_forked()
         with self._lock:
-            return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
+            return self._readers.reading()
 
     def wait_for_assignment(self, timeout: float | None) -> frozenset[tuple[str, int]]:
         """Wait until the coordinator's first answer was applied; the assignment then.
@@ -287,23 +289,18 @@ class Consumer:
             if self._closed:
                 return
             self._closed = True
-            readers = list(self._readers.values())
-            self._readers.clear()
+            readers = self._readers.shut()
         self._stop.set()
         self._settled.set()
-        for reader in readers:
-            self._stop_reader(reader)
+        self._readers.stop_all(readers)
         current = threading.current_thread()
         timeout = self._core.options.rpc_timeout * 2 + 1.0
-        for reader in readers:
-            if reader.thread is not None and reader.thread is not current:
-                reader.thread.join(timeout)
         for thread in self._threads:
             if thread is not current:
                 thread.join(timeout)
         if self._auto_commit is not None:
             try:
-                self._commit_done((r.stream, r.partition) for r in readers)
+                self._commits.commit((r.stream, r.partition) for r in readers)
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: final commit failed: %s", self._who, exc)
         self._mailbox.close()
@@ -314,7 +311,7 @@ class Consumer:
 
     def __exit__(self, exc_type: object, *exc_info: object) -> None:
         if exc_type is None and not self._core.forked:
-            self._mark_pending_done()
+            self._commits.mark_processed(self._readers)
         self.close()
 
     def __repr__(self) -> str:
@@ -360,22 +357,12 @@ class Consumer:
         self._refuse_if_forked()
         most = check_int("max_messages", max_messages, minimum=1)
         seconds = check_timeout("timeout", timeout)
-        self._mark_pending_done()
+        self._commits.mark_processed(self._readers)
         batch = self._mailbox.get_many(most, seconds)
         with self._lock:
-            self._pending = [(reader, msg.offset) for reader, msg in batch]
+            self._commits.delivered(batch)
             self._counters.delivered += len(batch)
         return [msg for _, msg in batch]
-
-    def _mark_pending_done(self) -> None:
-        with self._lock:
-            pending, self._pending = self._pending, []
-            for reader, offset in pending:
-                key = (reader.stream, reader.partition)
-                # A partition taken away (or this member dropped) since: its position
-                # is no longer this member's to commit.
-                if key in self._readers and offset > self._done.get(key, -1):
-                    self._done[key] = offset
 
     def _fail(self, error: BaseException) -> None:
         """End the membership: the iterator and wait_for_assignment() raise ``error``."""
@@ -400,115 +387,41 @@ class Consumer:
                 ForkedClientError in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
-        self._mark_pending_done()
-        return self._commit_done()
+        self._commits.mark_processed(self._readers)
+        return self._commits.commit(self._readers)
 
     def committed(self) -> dict[tuple[str, int], int]:
         """The offsets this member committed, per (stream, partition)."""
         self._refuse_if_forked()
-        with self._lock:
-            return dict(self._committed)
+        return self._commits.committed()
 
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
         """Per assigned partition ``(stream, partition, last delivered, "consumer")``."""
         with self._lock:
             if self._closed:
                 return []
-            delivered = dict(self._done)
-            for reader, offset in self._pending:
-                key = (reader.stream, reader.partition)
-                delivered[key] = max(offset, delivered.get(key, -1))
+            delivered = self._commits.delivered_positions()
             keys = sorted(self._readers)
         return [(stream, p, delivered.get((stream, p)), "consumer") for stream, p in keys]
-
-    def _commit_done(self, keys: Iterable[_Key] | None = None) -> dict[_Key, int]:
-        """Commit processed positions of ``keys`` (default: the partitions assigned now)."""
-        with self._commit_lock:
-            with self._lock:
-                wanted = set(self._readers) if keys is None else set(keys)
-                todo = {
-                    k: self._done[k]
-                    for k in wanted
-                    if k in self._done and self._done[k] > self._committed.get(k, -1)
-                }
-            for (stream, partition), offset in sorted(todo.items()):
-                self._core.set_cursor(self._cursor_id, stream, partition, offset)
-                with self._lock:
-                    self._committed[(stream, partition)] = offset
-            return todo
 
     def _commit_loop(self) -> None:
         interval = self._auto_commit
         assert interval is not None
         while not self._stop.wait(interval):
             try:
-                self._commit_done()
+                self._commits.commit(self._readers)
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
 
     # ------------------------------------------------------------------ assignments
 
     def _reconcile(self, assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> None:
-        wanted = {(a.stream, int(p)) for a in assignments for p in a.partitions}
-        with self._lock:
-            if self._closed:
-                return
-            self._membership.epoch = epoch
-            revoked = [r for k, r in self._readers.items() if k not in wanted or r.failed]
-            for reader in revoked:
-                del self._readers[(reader.stream, reader.partition)]
-            added = sorted(k for k in wanted if k not in self._readers)
-            self._counters.reader_restarts += sum(
-                1 for r in revoked if (r.stream, r.partition) in wanted
-            )
-        for reader in revoked:
-            self._stop_reader(reader)
-        if revoked:
-            _log.info(
-                "consumer %s: epoch %d: stopped %s",
-                self._who,
-                epoch,
-                [(r.stream, r.partition) for r in revoked],
-            )
-            if self._auto_commit is not None:
-                try:
-                    self._commit_done((r.stream, r.partition) for r in revoked)
-                except LiftbridgeError as exc:
-                    _log.warning("consumer %s: commit on revoke failed: %s", self._who, exc)
-            self._forget(k for k in ((r.stream, r.partition) for r in revoked) if k not in wanted)
-        for stream, partition in added:
-            reader = PartitionReader(stream, partition, epoch)
-            with self._lock:
-                if self._closed:
-                    return
-                self._readers[(stream, partition)] = reader
-                # Started under the lock: close() lists the readers under it too, and
-                # must never find one whose thread exists but has not started (joining
-                # it would raise).
-                reader.thread = threading.Thread(
-                    target=self._read,
-                    args=(reader,),
-                    name=f"liftbridge-consumer-{stream}-{partition}",
-                    daemon=True,
-                )
-                reader.thread.start()
-        if added:
-            _log.info("consumer %s: epoch %d: reading %s", self._who, epoch, added)
+        """Apply a polled assignment (heartbeat thread); wait_for_assignment() may return."""
+        if not self._readers.reconcile(assignments, epoch):
+            return  # closed meanwhile
         with self._lock:
             self._answered = True
         self._settled.set()
-
-    def _forget(self, keys: Iterable[_Key]) -> None:
-        """Drop the positions of partitions no longer this member's.
-
-        Their next owner moves the cursors on; should one come back, its reader starts
-        from the cursor then stored, and an old position here must never be committed
-        over it.
-        """
-        with self._lock:
-            for key in keys:
-                self._done.pop(key, None)
-                self._committed.pop(key, None)
 
     def _rejoin_group(self, error: BaseException) -> None:
         """The server dropped this member: stop reading, join again (heartbeat thread).
@@ -523,15 +436,12 @@ class Consumer:
         with self._lock:
             if self._closed:
                 return
-            readers = list(self._readers.values())
-            self._readers.clear()
-            self._done.clear()
-            self._committed.clear()
-            self._pending = []
             old = self._consumer_id
             if self._generated_id:
                 self._consumer_id = uuid.uuid4().hex
             new = self._consumer_id
+            readers = self._readers.drop_all(new)
+            self._commits.clear()
             self._counters.rejoins += 1
         _log.warning(
             "consumer %s: member %s was dropped by the server (%s); stopped %d partition "
@@ -543,106 +453,5 @@ class Consumer:
             new,
         )
         for reader in readers:
-            self._stop_reader(reader)
+            self._readers.stop(reader)
         self._membership.rejoin(new, self._stop)
-
-    def _stop_reader(self, reader: PartitionReader) -> None:
-        with self._lock:
-            reader.stopped = True
-            sub = reader.sub
-        if sub is not None:
-            sub.close()
-        self._mailbox.wake()
-        thread = reader.thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(self._core.options.rpc_timeout * 2 + 1.0)
-
-    def _start_position(self, stream: str, partition: int) -> StartAt:
-        cursor = self._core.fetch_cursor(self._cursor_id, stream, partition)
-        if cursor >= 0:
-            with self._lock:
-                # What is stored is committed: an older position of ours is not.
-                key = (stream, partition)
-                self._committed[key] = max(cursor, self._committed.get(key, -1))
-            return StartAt.offset(cursor + 1)
-        return self._start
-
-    def _read(self, reader: PartitionReader) -> None:
-        """Reader thread: subscribe as a group member and feed the mailbox."""
-        core, stream, partition = self._core, reader.stream, reader.partition
-        with self._lock:
-            consumer_id = self._consumer_id
-        try:
-            request = build_subscribe_request(
-                core,
-                stream,
-                partition,
-                self._start_position(stream, partition),
-                None,
-                read_isr_replica=False,
-                resume=False,
-                reverse=False,
-            )
-            assert request is not None  # no stop position: never empty
-            request.consumer.CopyFrom(
-                api_pb2.Consumer(
-                    groupId=self._group, groupEpoch=reader.epoch, consumerId=consumer_id
-                )
-            )
-            target = SubscriptionTarget(
-                stream=stream,
-                partition=partition,
-                request=request,
-                read_isr_replica=False,
-                reverse=False,
-            )
-            sub = Subscription(core, target)
-            with self._lock:
-                if reader.stopped:
-                    return
-                reader.sub = sub
-            sub.open(empty=False)
-            for msg in sub:
-                if not self._mailbox.put(reader, msg):
-                    break
-            else:
-                # The server ends a group member's stream with OK when another member
-                # subscribes to the partition with a newer epoch: a rebalance race.
-                self._lost_race(reader, "the server ended the stream")
-        except CoordinatorMismatchError as exc:
-            # "Consumer is not currently assigned this partition": another member holds
-            # it at a newer epoch. Expected around every rebalance; the next poll says
-            # whether the partition is still ours (then the reader starts again).
-            self._lost_race(reader, str(exc))
-        except Exception as exc:
-            if reader.stopped or self._stop.is_set():
-                return
-            _log.warning(
-                "consumer %s: reading %s/%d failed (%s); retrying at the next poll",
-                self._who,
-                stream,
-                partition,
-                exc,
-            )
-            with self._lock:
-                reader.failed = True
-        finally:
-            sub_ = reader.sub
-            if sub_ is not None:
-                sub_.close()
-
-    def _lost_race(self, reader: PartitionReader, why: str) -> None:
-        with self._lock:
-            if reader.stopped or self._stop.is_set():
-                return
-            reader.failed = True
-            self._counters.expected_races += 1
-        _log.debug(
-            "consumer %s: %s/%d read at epoch %d ended (%s): another member reads it "
-            "at a newer epoch; the next poll decides",
-            self._who,
-            reader.stream,
-            reader.partition,
-            reader.epoch,
-            why,
-        )

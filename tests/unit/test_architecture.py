@@ -45,7 +45,15 @@ LAYERS: list[tuple[int, list[str]]] = [
     (5, ["liftbridge_sync.consumer"]),  # consumer groups
     (5, ["liftbridge_sync.health"]),  # the bounded reachability probe
     (5, ["liftbridge_sync.stats"]),  # snapshots of a client: publisher, lag, channels
-    (5, ["liftbridge_sync.consumer._membership", "liftbridge_sync.consumer._mailbox"]),
+    (
+        5,
+        [
+            "liftbridge_sync.consumer._membership",
+            "liftbridge_sync.consumer._mailbox",
+            "liftbridge_sync.consumer._readers",
+            "liftbridge_sync.consumer._commits",
+        ],
+    ),
     (6, ["liftbridge_sync.client"]),
     (6, ["liftbridge_sync._client"]),  # the client's state and calls below its facade
     (7, ["liftbridge_sync"]),  # the package's face (__init__): re-exports the public names

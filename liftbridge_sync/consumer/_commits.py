@@ -1,0 +1,133 @@
+"""A consumer's positions per partition: delivered, processed, committed as cursors.
+
+The messages the consumer's iterator handed out last are *delivered*; they count as
+*processed* once the iterator is asked for more (or a commit, or the end of a ``with``
+block, says so; see :class:`~liftbridge_sync.consumer.group.Consumer`), and only for
+partitions still assigned. :meth:`Commits.commit` stores the processed positions not
+yet committed as cursors under the group's cursor id. The partition readers
+(:mod:`._readers`) drop the positions of partitions taken away and record the cursors
+they start from.
+
+Thread-safe as :class:`Commits` says.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Container, Iterable
+
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync.consumer._mailbox import PartitionReader
+from liftbridge_sync.models import Message
+
+__all__ = ["Commits", "Key"]
+
+#: A partition: ``(stream, partition)``.
+Key = tuple[str, int]
+
+
+class Commits:
+    """The delivered, processed and committed positions of one member; its commits.
+
+    Thread-safe: the positions are guarded by ``lock``, the lock the consumer shares
+    with its collaborators; the methods that say so must be called with it held, the
+    others take it. Commits are serialized by a lock of their own.
+    """
+
+    def __init__(self, core: ClientCore, cursor_id: str, lock: threading.Lock) -> None:
+        self._core = core
+        self._cursor_id = cursor_id
+        self._lock = lock
+        self._commit_lock = threading.Lock()
+        #: The messages delivered last, ``(reader, offset)``: processed once the next
+        #: read (or a commit, or leaving the ``with`` block) says so.
+        self._pending: list[tuple[PartitionReader, int]] = []
+        self._done: dict[Key, int] = {}
+        self._committed: dict[Key, int] = {}
+
+    def delivered(self, batch: Iterable[tuple[PartitionReader, Message]]) -> None:
+        """The messages the iterator handed out now. Call with the lock held."""
+        self._pending = [(reader, msg.offset) for reader, msg in batch]
+
+    def mark_processed(self, assigned: Container[Key]) -> None:
+        """The messages delivered last were processed: record their positions.
+
+        ``assigned`` (the partitions assigned now) is asked with the lock held.
+        """
+        with self._lock:
+            pending, self._pending = self._pending, []
+            for reader, offset in pending:
+                key = (reader.stream, reader.partition)
+                # A partition taken away (or this member dropped) since: its position
+                # is no longer this member's to commit.
+                if key in assigned and offset > self._done.get(key, -1):
+                    self._done[key] = offset
+
+    def delivered_positions(self) -> dict[Key, int]:
+        """The last offset delivered per partition. Call with the lock held."""
+        delivered = dict(self._done)
+        for reader, offset in self._pending:
+            key = (reader.stream, reader.partition)
+            delivered[key] = max(offset, delivered.get(key, -1))
+        return delivered
+
+    def committed(self) -> dict[Key, int]:
+        """A copy of the committed positions."""
+        with self._lock:
+            return dict(self._committed)
+
+    def commit(self, keys: Iterable[Key]) -> dict[Key, int]:
+        """Commit the processed positions of ``keys``, read with the lock held (so the
+        consumer's readers stand for the partitions assigned when the commit starts).
+
+        Returns:
+            The offsets stored by this call, per (stream, partition).
+
+        Raises:
+            LiftbridgeError: if a cursor could not be stored (the others may have been).
+        """
+        with self._commit_lock:
+            with self._lock:
+                wanted = set(keys)
+                todo = {
+                    k: self._done[k]
+                    for k in wanted
+                    if k in self._done and self._done[k] > self._committed.get(k, -1)
+                }
+            for (stream, partition), offset in sorted(todo.items()):
+                self._core.set_cursor(self._cursor_id, stream, partition, offset)
+                with self._lock:
+                    self._committed[(stream, partition)] = offset
+            return todo
+
+    def fetch(self, key: Key) -> int:
+        """The cursor stored for ``key`` (-1: none), recorded as committed.
+
+        Raises:
+            LiftbridgeError: if the cursor could not be fetched.
+        """
+        stream, partition = key
+        cursor = self._core.fetch_cursor(self._cursor_id, stream, partition)
+        if cursor >= 0:
+            with self._lock:
+                # What is stored is committed: an older position of ours is not.
+                self._committed[key] = max(cursor, self._committed.get(key, -1))
+        return cursor
+
+    def forget(self, keys: Iterable[Key]) -> None:
+        """Drop the positions of partitions no longer this member's.
+
+        Their next owner moves the cursors on; should one come back, its reader starts
+        from the cursor then stored, and an old position here must never be committed
+        over it.
+        """
+        with self._lock:
+            for key in keys:
+                self._done.pop(key, None)
+                self._committed.pop(key, None)
+
+    def clear(self) -> None:
+        """Drop every position (the server dropped this member). Call with the lock held."""
+        self._pending = []
+        self._done.clear()
+        self._committed.clear()

@@ -1,0 +1,285 @@
+"""A consumer's partition readers, kept in line with the group's assignment.
+
+Each assigned partition is read by a ``liftbridge-consumer-<stream>-<partition>`` thread
+with an ordinary resubscribing subscription carrying the group's ``Consumer`` field,
+from the partition's cursor + 1 (or the configured start position when it has no
+cursor), into the consumer's :class:`~._mailbox.Mailbox`. :meth:`Readers.reconcile`
+applies each assignment the heartbeat polls (:mod:`._membership`): it stops the readers
+of partitions taken away (committing their positions first with auto-commit, see
+:mod:`._commits`) and starts those of partitions added.
+
+Thread-safe as :class:`Readers` says.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync.consumer._commits import Commits, Key
+from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
+from liftbridge_sync.consumer._membership import Membership
+from liftbridge_sync.consumer._stats import Counters
+from liftbridge_sync.errors import CoordinatorMismatchError, LiftbridgeError
+from liftbridge_sync.positions import StartAt
+from liftbridge_sync.subscription.opening import build_subscribe_request
+from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
+
+__all__ = ["Readers"]
+
+_log = logging.getLogger("liftbridge_sync.consumer")
+
+
+class Readers:
+    """One member's partition readers, one per assigned partition.
+
+    Made and driven by the consumer: :meth:`reconcile` on the heartbeat thread,
+    :meth:`shut` and :meth:`drop_all` when the consumer closes or was dropped.
+
+    Thread-safe: the readers, the member id they subscribe as and whether they were
+    shut are guarded by ``lock``, the lock the consumer shares with its collaborators;
+    the methods that say so must be called with it held, the others take it.
+    """
+
+    def __init__(
+        self,
+        core: ClientCore,
+        group: str,
+        consumer_id: str,
+        start: StartAt,
+        *,
+        lock: threading.Lock,
+        stop: threading.Event,
+        mailbox: Mailbox,
+        membership: Membership,
+        commits: Commits,
+        counters: Counters,
+        commit_on_revoke: bool,
+    ) -> None:
+        self._core = core
+        self._group = group
+        self._consumer_id = consumer_id
+        self._start = start
+        self._lock = lock
+        #: The consumer's: set when it closes.
+        self._stop = stop
+        self._mailbox = mailbox
+        self._membership = membership
+        self._commits = commits
+        self._counters = counters
+        self._commit_on_revoke = commit_on_revoke
+        self._readers: dict[Key, PartitionReader] = {}
+        #: Set once the consumer closes (under the lock, as it marks itself closed): no
+        #: reader starts any more.
+        self._shut = False
+
+    @property
+    def _who(self) -> str:
+        """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
+        return f"{self._group}/{self._consumer_id}"
+
+    # ------------------------------------------------------------------ under the lock
+
+    def __iter__(self) -> Iterator[Key]:
+        """The partitions assigned now. Call with the lock held."""
+        return iter(self._readers)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is assigned now. Call with the lock held."""
+        return key in self._readers
+
+    def reading(self) -> frozenset[Key]:
+        """The partitions assigned and being read. Call with the lock held."""
+        return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
+
+    def shut(self) -> list[PartitionReader]:
+        """The consumer closes: no reader starts any more; the readers to stop.
+
+        Call with the lock held.
+        """
+        self._shut = True
+        readers = list(self._readers.values())
+        self._readers.clear()
+        return readers
+
+    def drop_all(self, consumer_id: str) -> list[PartitionReader]:
+        """The server dropped this member: the readers to stop (without committing).
+
+        Readers subscribe as ``consumer_id`` from now. Call with the lock held.
+        """
+        readers = list(self._readers.values())
+        self._readers.clear()
+        self._consumer_id = consumer_id
+        return readers
+
+    # ------------------------------------------------------------------ assignments
+
+    def reconcile(self, assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> bool:
+        """Apply a polled assignment: stop the readers of partitions taken away (and
+        of failed ones), start those of partitions added (heartbeat thread).
+
+        Returns:
+            ``False`` if the readers were shut meanwhile (the assignment was not
+            applied in full), ``True`` otherwise.
+        """
+        wanted = {(a.stream, int(p)) for a in assignments for p in a.partitions}
+        with self._lock:
+            if self._shut:
+                return False
+            self._membership.epoch = epoch
+            revoked = [r for k, r in self._readers.items() if k not in wanted or r.failed]
+            for reader in revoked:
+                del self._readers[(reader.stream, reader.partition)]
+            added = sorted(k for k in wanted if k not in self._readers)
+            self._counters.reader_restarts += sum(
+                1 for r in revoked if (r.stream, r.partition) in wanted
+            )
+        for reader in revoked:
+            self.stop(reader)
+        if revoked:
+            _log.info(
+                "consumer %s: epoch %d: stopped %s",
+                self._who,
+                epoch,
+                [(r.stream, r.partition) for r in revoked],
+            )
+            if self._commit_on_revoke:
+                try:
+                    self._commits.commit((r.stream, r.partition) for r in revoked)
+                except LiftbridgeError as exc:
+                    _log.warning("consumer %s: commit on revoke failed: %s", self._who, exc)
+            self._commits.forget(
+                k for k in ((r.stream, r.partition) for r in revoked) if k not in wanted
+            )
+        for stream, partition in added:
+            reader = PartitionReader(stream, partition, epoch)
+            with self._lock:
+                if self._shut:
+                    return False
+                self._readers[(stream, partition)] = reader
+                # Started under the lock: close() lists the readers under it too, and
+                # must never find one whose thread exists but has not started (joining
+                # it would raise).
+                reader.thread = threading.Thread(
+                    target=self._read,
+                    args=(reader,),
+                    name=f"liftbridge-consumer-{stream}-{partition}",
+                    daemon=True,
+                )
+                reader.thread.start()
+        if added:
+            _log.info("consumer %s: epoch %d: reading %s", self._who, epoch, added)
+        return True
+
+    def stop(self, reader: PartitionReader) -> None:
+        """Stop ``reader``: close its subscription, drop its queued messages, join it."""
+        with self._lock:
+            reader.stopped = True
+            sub = reader.sub
+        if sub is not None:
+            sub.close()
+        self._mailbox.wake()
+        thread = reader.thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(self._core.options.rpc_timeout * 2 + 1.0)
+
+    def stop_all(self, readers: Sequence[PartitionReader]) -> None:
+        """Stop ``readers`` (the consumer closes), then wait for each thread again."""
+        for reader in readers:
+            self.stop(reader)
+        current = threading.current_thread()
+        timeout = self._core.options.rpc_timeout * 2 + 1.0
+        for reader in readers:
+            if reader.thread is not None and reader.thread is not current:
+                reader.thread.join(timeout)
+
+    # ------------------------------------------------------------------ reader threads
+
+    def _start_position(self, stream: str, partition: int) -> StartAt:
+        cursor = self._commits.fetch((stream, partition))
+        if cursor >= 0:
+            return StartAt.offset(cursor + 1)
+        return self._start
+
+    def _read(self, reader: PartitionReader) -> None:
+        """Reader thread: subscribe as a group member and feed the mailbox."""
+        core, stream, partition = self._core, reader.stream, reader.partition
+        with self._lock:
+            consumer_id = self._consumer_id
+        try:
+            request = build_subscribe_request(
+                core,
+                stream,
+                partition,
+                self._start_position(stream, partition),
+                None,
+                read_isr_replica=False,
+                resume=False,
+                reverse=False,
+            )
+            assert request is not None  # no stop position: never empty
+            request.consumer.CopyFrom(
+                api_pb2.Consumer(
+                    groupId=self._group, groupEpoch=reader.epoch, consumerId=consumer_id
+                )
+            )
+            target = SubscriptionTarget(
+                stream=stream,
+                partition=partition,
+                request=request,
+                read_isr_replica=False,
+                reverse=False,
+            )
+            sub = Subscription(core, target)
+            with self._lock:
+                if reader.stopped:
+                    return
+                reader.sub = sub
+            sub.open(empty=False)
+            for msg in sub:
+                if not self._mailbox.put(reader, msg):
+                    break
+            else:
+                # The server ends a group member's stream with OK when another member
+                # subscribes to the partition with a newer epoch: a rebalance race.
+                self._lost_race(reader, "the server ended the stream")
+        except CoordinatorMismatchError as exc:
+            # "Consumer is not currently assigned this partition": another member holds
+            # it at a newer epoch. Expected around every rebalance; the next poll says
+            # whether the partition is still ours (then the reader starts again).
+            self._lost_race(reader, str(exc))
+        except Exception as exc:
+            if reader.stopped or self._stop.is_set():
+                return
+            _log.warning(
+                "consumer %s: reading %s/%d failed (%s); retrying at the next poll",
+                self._who,
+                stream,
+                partition,
+                exc,
+            )
+            with self._lock:
+                reader.failed = True
+        finally:
+            sub_ = reader.sub
+            if sub_ is not None:
+                sub_.close()
+
+    def _lost_race(self, reader: PartitionReader, why: str) -> None:
+        with self._lock:
+            if reader.stopped or self._stop.is_set():
+                return
+            reader.failed = True
+            self._counters.expected_races += 1
+        _log.debug(
+            "consumer %s: %s/%d read at epoch %d ended (%s): another member reads it "
+            "at a newer epoch; the next poll decides",
+            self._who,
+            reader.stream,
+            reader.partition,
+            reader.epoch,
+            why,
+        )
