@@ -1,7 +1,7 @@
 """A consumer's counters and their frozen snapshot, :class:`ConsumerStats`.
 
 The counters are written by the consumer's threads under the lock the consumer shares
-with its membership; :meth:`Counters.snapshot` copies them under that lock.
+with its membership, readers and commits; :meth:`Counters.snapshot` copies them under that lock.
 """
 
 from __future__ import annotations
