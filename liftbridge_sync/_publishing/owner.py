@@ -1,12 +1,14 @@
-"""The owner loop: the ``liftbridge-publisher`` thread, its inbox and timers, and the stream.
+"""The owner loop: the ``liftbridge-publisher`` thread, its inbox and its timers.
 
 Callers enter publishes and write them themselves (:mod:`.publisher`, :mod:`.table`);
 this thread, woken only by whole batches, does everything else: ack timeouts (it sleeps
 until the oldest deadline of the pending table, a deque per timeout value in send order,
-no timer per message), the end of a stream (it reopens it, rotating brokers with
-back-off from the retry policy, and re-sends every unacknowledged message in order
-under the send lock), running done-callbacks, and closing. Answers from the server are
-routed by :mod:`.answers`, re-sends without a new stream are :mod:`.resending`'s.
+no timer per message), the end of a stream (when the back-off is over, its
+:class:`~.connection.PublishConnection` reopens it, rotating brokers, and re-sends every
+unacknowledged message in order under the send lock), running done-callbacks (nested
+loops for those that wait), and closing. The stream's life is :mod:`.connection`'s;
+answers from the server are routed by :mod:`.answers`, re-sends without a new stream
+are :mod:`.resending`'s.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from liftbridge_sync._publishing.answers import AckRouter
-from liftbridge_sync._publishing.dialing import DialAttempts
+from liftbridge_sync._publishing.connection import PublishConnection
 from liftbridge_sync._publishing.failover import ProbeResult
 from liftbridge_sync._publishing.futures import settle
 from liftbridge_sync._publishing.pending import (
@@ -30,17 +32,13 @@ from liftbridge_sync._publishing.pending import (
     TOO_DEEP,
     WAKE,
     Close,
-    Entry,
     FailureLedger,
     Forwarded,
-    failure,
 )
 from liftbridge_sync._publishing.resending import Resender
 from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._transport.opening import publish_opener
 from liftbridge_sync._transport.publish_stream import (
-    PublishStream,
     StreamClosed,
     StreamDraining,
     StreamOpener,
@@ -48,8 +46,6 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
     StreamSent,
 )
-from liftbridge_sync._transport.retry import backoff_delay
-from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync.errors import (
     ClientClosedError,
     InternalThreadError,
@@ -79,12 +75,14 @@ class Barrier:
 
 
 class OwnerLoop:
-    """The ``liftbridge-publisher`` thread and what it alone touches: the stream (its
-    epochs, draining streams, reconnect timing), timers, closing.
+    """The ``liftbridge-publisher`` thread and what it alone touches: the inbox, timers,
+    nested loops, closing, and the stream's :class:`~.connection.PublishConnection`
+    (which it owns and drives).
 
     Thread-safe: :meth:`start`, :meth:`close`, :meth:`barrier` and the inbox may be used
     from any thread; the rest of its state is touched only by the owner thread (and
-    :meth:`on_stream_event` by the current stream's thread, as documented there).
+    the connection's :meth:`~.connection.PublishConnection.on_stream_event` by the
+    current stream's thread, as documented there).
     """
 
     def __init__(
@@ -100,7 +98,6 @@ class OwnerLoop:
         opener: StreamOpener | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._core = core
         self._options = core.options
         self._table = table
         self._router = router
@@ -108,39 +105,37 @@ class OwnerLoop:
         self._ledger = ledger
         self._inbox = inbox
         self._wake_waiters = wake_waiters
-        self._opener = opener or publish_opener(core.options.publish_transport)
         self._clock = clock
         self._lock = threading.Lock()  # thread start and close
         self._thread: threading.Thread | None = None
-        self._stream: PublishStream | None = None
-        #: Streams whose broker is shutting down gracefully, by epoch: each answers
-        #: the publishes it was sent (their ids alongside) and then ends; the next
-        #: stream does not send those again unless it ends without answering them.
-        self._draining: dict[int, tuple[PublishStream, set[str]]] = {}
-        self._epoch = 0
-        self._address = ""  # of the current stream's broker
-        self._failures = 0
-        self._reconnect_at: float | None = None
+        #: The stream: opened, drained, reopened after it ends, closed (its one owner).
+        self._connection = PublishConnection(
+            core,
+            table,
+            router,
+            resender,
+            ledger,
+            inbox,
+            wake_waiters,
+            opener=opener,
+            clock=clock,
+        )
         self._close_requested = False
         self._close_deadline: float | None = None
         self._linger_until: float | None = None
         self._nesting = 0
         #: Why the owner thread died, if it did (see InternalThreadError).
         self._crash: BaseException | None = None
-        self._connects = 0
-        #: Failed attempts to open a stream in a row (see dialing).
-        self._dials = DialAttempts(core.options.retry)
-        self._resent_after_reconnect = 0
 
     @property
     def connects(self) -> int:
         """Streams opened so far."""
-        return self._connects
+        return self._connection.connects
 
     @property
     def resent_after_reconnect(self) -> int:
         """Publishes re-sent on a new stream after the one before ended."""
-        return self._resent_after_reconnect
+        return self._connection.resent_after_reconnect
 
     def closed_error(self) -> LiftbridgeError:
         """The error of a publish refused because the publisher is closed (or died)."""
@@ -257,12 +252,13 @@ class OwnerLoop:
                     head = min(head, now + resend_after)
         else:
             self._linger_until = None
-        stall_check = self._resender.watch_stalls(now, self._stream is not None)
+        connection = self._connection
+        stall_check = self._resender.watch_stalls(now, connection.stream is not None)
         upcoming = [
             c
             for c in (
                 head,
-                self._reconnect_at,
+                connection.reconnect_at,
                 self._close_deadline,
                 stall_check,
                 self._resender.resend_refused_at,
@@ -281,8 +277,9 @@ class OwnerLoop:
         if timed_out:
             settle(timed_out, self._ledger)
             self._wake_waiters()
-            if self._stream is not None:
-                self._stream.probe()  # a dead peer ends the stream: we reconnect
+            stream = self._connection.stream
+            if stream is not None:
+                stream.probe()  # a dead peer ends the stream: we reconnect
         return earliest
 
     def _step(self, wait: float | None) -> None:
@@ -300,10 +297,9 @@ class OwnerLoop:
                 break
             self._handle(event)
         now = self._clock()
-        if self._reconnect_at is not None and now >= self._reconnect_at:
-            self._reconnect_at = None
-            if self._table.entries:
-                self._connect()
+        reconnect_at = self._connection.reconnect_at
+        if reconnect_at is not None and now >= reconnect_at:
+            self._connection.reconnect()
         resend_refused_at = self._resender.resend_refused_at
         if resend_refused_at is not None and now >= resend_refused_at:
             self._resender.resend_refused()
@@ -332,210 +328,55 @@ class OwnerLoop:
             self._nesting -= 1
 
     def _handle(self, event: object) -> None:
+        # Answers and sends (the per-message path) are routed here against the
+        # connection's epochs, without a call into it; its other events are its own.
         if type(event) is Forwarded:
-            if event.epoch == self._epoch or event.epoch in self._draining:
+            if event.epoch == self._connection.epoch or event.epoch in self._connection.draining:
                 self._router.on_responses(event.responses)
             self._router.handled()
         elif isinstance(event, StreamResponses):
-            if event.epoch == self._epoch:
-                self._failures = 0
+            if event.epoch == self._connection.epoch:
+                self._connection.answered()
                 self._router.on_responses(event.responses)
-            elif event.epoch in self._draining:
+            elif event.epoch in self._connection.draining:
                 self._router.on_responses(event.responses)
         elif isinstance(event, StreamResponse):
-            if event.epoch == self._epoch:
-                self._failures = 0
+            if event.epoch == self._connection.epoch:
+                self._connection.answered()
                 self._router.on_responses((event.response,))
-            elif event.epoch in self._draining:
+            elif event.epoch in self._connection.draining:
                 self._router.on_responses((event.response,))
         elif event is WAKE:
             pass  # _plan() looks at the new deadlines
         elif type(event) is Barrier:
             event.passed.set()  # everything before it in this thread is done
         elif event is KICK:
-            if self._stream is None and self._reconnect_at is None and self._table.entries:
-                self._connect()
+            self._connection.on_kick()
         elif isinstance(event, StreamSent):
             pending = self._table.entries
             entry = pending.get(event.correlation_id)
-            current = event.epoch == self._epoch or event.epoch in self._draining
+            current = (
+                event.epoch == self._connection.epoch or event.epoch in self._connection.draining
+            )
             if current and entry is not None and not entry.wants_ack:
                 del pending[event.correlation_id]
                 settle(((entry.future, None, None),))
                 self._wake_waiters()
         elif isinstance(event, StreamClosed):
-            if event.epoch == self._epoch:
-                if event.reached:
-                    self._dials.succeeded()
-                elif event.error is not None:  # a connect that failed late (grpc)
-                    self._dials.failed(self._address, event.error, self._clock())
-                self._on_stream_closed(event.error)
-            elif event.epoch in self._draining:
-                self._on_drained(event.epoch, event.error)
+            self._connection.on_closed(event)
         elif isinstance(event, StreamDraining):
-            if event.epoch == self._epoch and self._stream is not None:
-                self._start_draining()
+            self._connection.on_draining(event)
         elif isinstance(event, ProbeResult):
             self._resender.on_probe_result(event)
         elif isinstance(event, Close):
             self._close_requested = True
             self._close_deadline = event.deadline
 
-    def _connect(self) -> None:
-        addresses = self._core.addresses()
-        address = self._address = addresses[self._epoch % len(addresses)]
-        self._epoch += 1
-        try:
-            stream = self._opener(self._core, address, self._epoch, self._on_stream_event)
-        except ClientClosedError as exc:
-            self._fail_all(exc)
-            return
-        except LiftbridgeError as exc:
-            # A transport that connects eagerly (h2) fails here instead of with an event.
-            self._stream = None
-            self._dials.failed(address, exc, self._clock())
-            self._on_stream_closed(exc)
-            return
-        # A transport that cannot tell yet (grpc, channel not connected) says so later,
-        # in StreamClosed; meanwhile what it is sent still counts as never sent.
-        confirmed = getattr(stream, "confirmed", True)
-        if confirmed:
-            self._dials.succeeded()
-        self._stream = stream
-        self._connects += 1
-        # Those of draining streams are answered by them, unless those fail.
-        held: set[str] = set().union(*(ids for _, ids in self._draining.values()))
-        entries = self._table.go_live(stream, held, confirmed)
-        if entries:
-            _log.info("publish stream %d open on %s; sent %d", self._epoch, address, len(entries))
-        if self._connects > 1:
-            self._resent_after_reconnect += len(entries)
-
-    def _start_draining(self) -> None:
-        """The current stream's broker is shutting down gracefully: it answers what it
-        was sent, so that stays with it; new publishes go to a new stream at once."""
-        stream = self._stream
-        assert stream is not None
-        held = self._table.go_offline()
-        self._stream = None
-        self._draining[self._epoch] = (stream, held)
-        # Half-close after whatever was queued on it: the broker ends the call once it
-        # has answered (it waits for nothing more from us).
-        stream.close()
-        _log.info(
-            "publish stream %d: the broker is shutting down gracefully; %d publishes wait "
-            "for its answers, new ones go to another connection",
-            self._epoch,
-            len(held),
-        )
-        self._connect()
-
-    def _on_drained(self, epoch: int, error: LiftbridgeError | None) -> None:
-        """A draining stream ended: what it left unanswered goes again (in order) on the
-        live stream, or on the next one."""
-        stream, held = self._draining.pop(epoch)
-        stream.join(1.0)
-        if error is not None:
-            _log.info("draining publish stream %d ended: %s", epoch, error)
-
-        pending = self._table.entries
-
-        def unanswered() -> list[Entry]:
-            left = [pending[i] for i in held if i in pending]
-            return sorted(left, key=lambda e: e.seq)
-
-        count = self._table.send_again(unanswered)
-        self._resent_after_reconnect += count
-        if count:
-            _log.warning("re-sent %d publishes a gracefully stopped broker left unanswered", count)
-        elif self._stream is None and self._reconnect_at is None and pending:
-            self._connect()  # not connected: the next stream sends them
-
-    def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
-        self._resender.disrupted()
-        self._table.go_offline()
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            stream.join(1.0)
-        if not self._table.entries:
-            return  # reopen lazily on the next publish
-        if error is not None and not error.retryable:
-            _log.warning("publish stream failed: %s", error)
-            self._fail_all(error)
-            return
-        if self._dials.exhausted(self._clock()):
-            self._fail_unsent()
-            if not self._table.entries:
-                return
-        # Keep reconnecting while anything is pending: each entry's own deadline bounds
-        # how long it waits, so giving up earlier would only fail work that may succeed.
-        self._failures += 1
-        delay = backoff_delay(self._options.retry, self._failures)
-        _log.warning(
-            "publish stream broke (%s); reconnecting in %.3fs, then re-sending %d",
-            error or "ended by server",
-            delay,
-            len(self._table),
-        )
-        self._reconnect_at = self._clock() + delay
-
-    def _fail_unsent(self) -> None:
-        """Fail the publishes no broker ever saw: no broker was reachable for as long as
-        the retry policy allows. Those written to a broker before keep waiting for their
-        ack (or its timeout): the broker may have stored them."""
-        error = self._dials.error(self._clock())
-        unsent = self._table.take_unsent()
-        if unsent:
-            _log.warning("%s; failing %d publishes never sent", error, len(unsent))
-            settle([failure(e, error) for e in unsent], self._ledger)
-            self._wake_waiters()
-
-    def _fail_all(self, error: BaseException) -> None:
-        entries = self._table.take_all()
-        settle([failure(e, error) for e in entries], self._ledger)
-        self._wake_waiters()
-
     def _shutdown(self) -> None:
         self._table.finish()
         self._resender.close()
         if self._crash is not None:
-            self._fail_all(self._closed_error())
+            error: BaseException = self._closed_error()
         else:
-            self._fail_all(ClientClosedError("publisher closed before the ack arrived"))
-        self._table.clear_deadlines()
-        draining = [old for old, _ in self._draining.values()]
-        self._draining.clear()
-        for old in draining:
-            old.cancel()
-            old.join(5.0)
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            # Half-close first so that requests already queued are written, then give
-            # the server a moment to end the call before aborting it.
-            stream.close()
-            stream.join(2.0)
-            stream.cancel()
-            stream.join(5.0)
-
-    def _on_stream_event(self, event: object) -> None:
-        """Stream events arrive here on the stream's thread.
-
-        Plain acks of futures without done-callbacks are resolved right here (a
-        ``publish()`` waiting for one wakes without a hop through the publisher thread);
-        everything else goes to the publisher thread's inbox.
-        """
-        responses: Sequence[Answer]
-        if type(event) is StreamResponses and event.epoch == self._epoch:
-            responses = event.responses
-        elif type(event) is StreamResponse and event.epoch == self._epoch:
-            responses = [event.response]
-        else:
-            self._inbox.put(event)
-            return
-        self._failures = 0  # the stream works (reconnect back-off starts afresh)
-        self._table.reached()
-        rest = self._router.resolve_plain(responses)
-        if rest:
-            # Only this (the current stream's) thread counts up, only the owner down.
-            self._router.forwarded()
-            self._inbox.put(Forwarded(event.epoch, rest))
+            error = ClientClosedError("publisher closed before the ack arrived")
+        self._connection.shutdown(error)

@@ -14,6 +14,8 @@ the callers' facade; it holds the parts, each the one owner of its state:
 * :mod:`.owner`: the ``liftbridge-publisher`` thread and its inbox, woken only by whole
   batches: ack timeouts, reopening a broken stream and re-sending what is
   unacknowledged, closing;
+* :mod:`.connection`: the stream's life, for the owner loop: opened on the next broker,
+  drained, reopened with back-off after it ends, closed;
 * :mod:`.answers`: ack routing, answers to futures (resolved in bulk, on the stream's
   thread when nothing else needs doing);
 * :mod:`.resending`: refusals re-sent, silent partitions probed and re-sent;

@@ -3,7 +3,7 @@
 Publishes the server could not hand to NATS, or refused as "no such stream" while it was
 still starting (:mod:`.recovering`), are sent again after a back-off; partitions that went
 silent are probed (:mod:`.failover`) and their silent publishes re-sent. A broken stream
-needs none of this: the owner loop's next stream re-sends everything pending.
+needs none of this: the next stream (:mod:`.connection`) re-sends everything pending.
 """
 
 from __future__ import annotations

@@ -1,0 +1,305 @@
+"""The publish stream's life: opened, drained, reopened after it ends, closed.
+
+:class:`PublishConnection` is the owner loop's (:mod:`.owner`) one collaborator for the
+stream. It opens a stream on the next broker in turn, numbering each one (its epoch, by
+which events of a stream that ended are told apart), and the new stream sends every
+pending publish in order under the send lock (but those a draining stream still
+answers). When the broker shuts down gracefully the old stream keeps draining (it
+answers what it was sent; what it leaves unanswered goes again) and a new one opens at
+once; when a stream ends with publishes pending, the next one is due after a back-off
+from the retry policy. It fails the publishes no broker ever saw once opening a stream
+has used up the retry policy (:mod:`.dialing`), all of them when the stream fails for
+good, and closes every stream when the publisher closes.
+It also receives the stream's events, on the stream's thread: plain acks go to
+:mod:`.answers` right there, everything else to the owner loop's inbox. The owner loop
+decides when (its inbox and timers); this module does what a stream's events and the
+reconnect timer call for.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import time
+from collections.abc import Callable, Sequence
+
+from liftbridge_sync._publishing.answers import AckRouter
+from liftbridge_sync._publishing.dialing import DialAttempts
+from liftbridge_sync._publishing.futures import settle
+from liftbridge_sync._publishing.pending import Entry, FailureLedger, Forwarded, failure
+from liftbridge_sync._publishing.resending import Resender
+from liftbridge_sync._publishing.table import PendingTable
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.opening import publish_opener
+from liftbridge_sync._transport.publish_stream import (
+    PublishStream,
+    StreamClosed,
+    StreamDraining,
+    StreamOpener,
+    StreamResponse,
+    StreamResponses,
+)
+from liftbridge_sync._transport.retry import backoff_delay
+from liftbridge_sync._wire.publish_codec import Answer
+from liftbridge_sync.errors import ClientClosedError, LiftbridgeError
+
+__all__ = ["PublishConnection"]
+
+_log = logging.getLogger("liftbridge_sync.publisher")
+
+
+class PublishConnection:
+    """The publish stream, the streams still draining, and when to reopen.
+
+    Args:
+        core: The client's core (broker addresses, options).
+        table: The pending table the streams serve.
+        router: Ack routing (the stream's plain acks are resolved on its thread).
+        resender: Told when a stream breaks.
+        ledger: Failures of futures nobody waits for.
+        inbox: The owner loop's inbox, for the stream's other events.
+        wake_waiters: Wakes callers waiting for futures, room or flushes.
+        opener: Opens a stream (default: the client's publish transport).
+        clock: Monotonic clock.
+
+    Owner-thread only, but for :meth:`on_stream_event` (the current stream's thread)
+    and the counters (plain reads).
+    """
+
+    def __init__(
+        self,
+        core: ClientCore,
+        table: PendingTable,
+        router: AckRouter,
+        resender: Resender,
+        ledger: FailureLedger,
+        inbox: queue.SimpleQueue[object],
+        wake_waiters: Callable[[], None],
+        *,
+        opener: StreamOpener | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._core = core
+        self._options = core.options
+        self._table = table
+        self._router = router
+        self._resender = resender
+        self._ledger = ledger
+        self._inbox = inbox
+        self._wake_waiters = wake_waiters
+        self._opener = opener or publish_opener(core.options.publish_transport)
+        self._clock = clock
+        # Plain attributes, not properties: the owner loop reads them on every event
+        # (the per-message path); only this object writes them.
+        #: The live stream (``None``: not connected).
+        self.stream: PublishStream | None = None
+        #: Streams whose broker is shutting down gracefully, by epoch: each answers
+        #: the publishes it was sent (their ids alongside) and then ends; the next
+        #: stream does not send those again unless it ends without answering them.
+        self.draining: dict[int, tuple[PublishStream, set[str]]] = {}
+        #: The number of the newest stream (events of older ones are told apart by it).
+        self.epoch = 0
+        #: When to open the next stream after one ended (``None``: not scheduled).
+        self.reconnect_at: float | None = None
+        self._address = ""  # of the current stream's broker
+        self._failures = 0
+        self._connects = 0
+        #: Failed attempts to open a stream in a row (see dialing).
+        self._dials = DialAttempts(core.options.retry)
+        self._resent_after_reconnect = 0
+
+    @property
+    def connects(self) -> int:
+        """Streams opened so far."""
+        return self._connects
+
+    @property
+    def resent_after_reconnect(self) -> int:
+        """Publishes re-sent on a new stream after the one before ended."""
+        return self._resent_after_reconnect
+
+    def answered(self) -> None:
+        """The current stream answered: reconnect back-off starts afresh."""
+        self._failures = 0
+
+    def on_kick(self) -> None:
+        """A publish was entered while no stream is live: open one, unless one is due."""
+        if self.stream is None and self.reconnect_at is None and self._table.entries:
+            self._connect()
+
+    def reconnect(self) -> None:
+        """The back-off after a stream ended is over: open the next one, if still needed."""
+        self.reconnect_at = None
+        if self._table.entries:
+            self._connect()
+
+    def on_closed(self, event: StreamClosed) -> None:
+        """A stream ended: the current one (reopen), or one that was draining."""
+        if event.epoch == self.epoch:
+            if event.reached:
+                self._dials.succeeded()
+            elif event.error is not None:  # a connect that failed late (grpc)
+                self._dials.failed(self._address, event.error, self._clock())
+            self._on_stream_closed(event.error)
+        elif event.epoch in self.draining:
+            self._on_drained(event.epoch, event.error)
+
+    def on_draining(self, event: StreamDraining) -> None:
+        """A stream's broker is shutting down gracefully."""
+        if event.epoch == self.epoch and self.stream is not None:
+            self._start_draining()
+
+    def shutdown(self, error: BaseException) -> None:
+        """The publisher closes: fail what is pending with ``error``, end every stream."""
+        self._fail_all(error)
+        self._table.clear_deadlines()
+        draining = [old for old, _ in self.draining.values()]
+        self.draining.clear()
+        for old in draining:
+            old.cancel()
+            old.join(5.0)
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            # Half-close first so that requests already queued are written, then give
+            # the server a moment to end the call before aborting it.
+            stream.close()
+            stream.join(2.0)
+            stream.cancel()
+            stream.join(5.0)
+
+    def _connect(self) -> None:
+        addresses = self._core.addresses()
+        address = self._address = addresses[self.epoch % len(addresses)]
+        self.epoch += 1
+        try:
+            stream = self._opener(self._core, address, self.epoch, self.on_stream_event)
+        except ClientClosedError as exc:
+            self._fail_all(exc)
+            return
+        except LiftbridgeError as exc:
+            # A transport that connects eagerly (h2) fails here instead of with an event.
+            self.stream = None
+            self._dials.failed(address, exc, self._clock())
+            self._on_stream_closed(exc)
+            return
+        # A transport that cannot tell yet (grpc, channel not connected) says so later,
+        # in StreamClosed; meanwhile what it is sent still counts as never sent.
+        confirmed = getattr(stream, "confirmed", True)
+        if confirmed:
+            self._dials.succeeded()
+        self.stream = stream
+        self._connects += 1
+        # Those of draining streams are answered by them, unless those fail.
+        held: set[str] = set().union(*(ids for _, ids in self.draining.values()))
+        entries = self._table.go_live(stream, held, confirmed)
+        if entries:
+            _log.info("publish stream %d open on %s; sent %d", self.epoch, address, len(entries))
+        if self._connects > 1:
+            self._resent_after_reconnect += len(entries)
+
+    def _start_draining(self) -> None:
+        """The current stream's broker is shutting down gracefully: it answers what it
+        was sent, so that stays with it; new publishes go to a new stream at once."""
+        stream = self.stream
+        assert stream is not None
+        held = self._table.go_offline()
+        self.stream = None
+        self.draining[self.epoch] = (stream, held)
+        # Half-close after whatever was queued on it: the broker ends the call once it
+        # has answered (it waits for nothing more from us).
+        stream.close()
+        _log.info(
+            "publish stream %d: the broker is shutting down gracefully; %d publishes wait "
+            "for its answers, new ones go to another connection",
+            self.epoch,
+            len(held),
+        )
+        self._connect()
+
+    def _on_drained(self, epoch: int, error: LiftbridgeError | None) -> None:
+        """A draining stream ended: what it left unanswered goes again (in order) on the
+        live stream, or on the next one."""
+        stream, held = self.draining.pop(epoch)
+        stream.join(1.0)
+        if error is not None:
+            _log.info("draining publish stream %d ended: %s", epoch, error)
+
+        pending = self._table.entries
+
+        def unanswered() -> list[Entry]:
+            left = [pending[i] for i in held if i in pending]
+            return sorted(left, key=lambda e: e.seq)
+
+        count = self._table.send_again(unanswered)
+        self._resent_after_reconnect += count
+        if count:
+            _log.warning("re-sent %d publishes a gracefully stopped broker left unanswered", count)
+        elif self.stream is None and self.reconnect_at is None and pending:
+            self._connect()  # not connected: the next stream sends them
+
+    def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
+        self._resender.disrupted()
+        self._table.go_offline()
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.join(1.0)
+        if not self._table.entries:
+            return  # reopen lazily on the next publish
+        if error is not None and not error.retryable:
+            _log.warning("publish stream failed: %s", error)
+            self._fail_all(error)
+            return
+        if self._dials.exhausted(self._clock()):
+            self._fail_unsent()
+            if not self._table.entries:
+                return
+        # Keep reconnecting while anything is pending: each entry's own deadline bounds
+        # how long it waits, so giving up earlier would only fail work that may succeed.
+        self._failures += 1
+        delay = backoff_delay(self._options.retry, self._failures)
+        _log.warning(
+            "publish stream broke (%s); reconnecting in %.3fs, then re-sending %d",
+            error or "ended by server",
+            delay,
+            len(self._table),
+        )
+        self.reconnect_at = self._clock() + delay
+
+    def _fail_unsent(self) -> None:
+        """Fail the publishes no broker ever saw: no broker was reachable for as long as
+        the retry policy allows. Those written to a broker before keep waiting for their
+        ack (or its timeout): the broker may have stored them."""
+        error = self._dials.error(self._clock())
+        unsent = self._table.take_unsent()
+        if unsent:
+            _log.warning("%s; failing %d publishes never sent", error, len(unsent))
+            settle([failure(e, error) for e in unsent], self._ledger)
+            self._wake_waiters()
+
+    def _fail_all(self, error: BaseException) -> None:
+        entries = self._table.take_all()
+        settle([failure(e, error) for e in entries], self._ledger)
+        self._wake_waiters()
+
+    def on_stream_event(self, event: object) -> None:
+        """Stream events arrive here on the stream's thread.
+
+        Plain acks of futures without done-callbacks are resolved right here (a
+        ``publish()`` waiting for one wakes without a hop through the publisher thread);
+        everything else goes to the publisher thread's inbox.
+        """
+        responses: Sequence[Answer]
+        if type(event) is StreamResponses and event.epoch == self.epoch:
+            responses = event.responses
+        elif type(event) is StreamResponse and event.epoch == self.epoch:
+            responses = [event.response]
+        else:
+            self._inbox.put(event)
+            return
+        self._failures = 0  # the stream works (reconnect back-off starts afresh)
+        self._table.reached()
+        rest = self._router.resolve_plain(responses)
+        if rest:
+            # Only this (the current stream's) thread counts up, only the owner down.
+            self._router.forwarded()
+            self._inbox.put(Forwarded(event.epoch, rest))
