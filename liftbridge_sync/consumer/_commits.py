@@ -59,14 +59,19 @@ class Commits:
             for reader, offset in pending:
                 key = (reader.stream, reader.partition)
                 # A partition taken away (or this member dropped) since: its position
-                # is no longer this member's to commit.
-                if key in assigned and offset > self._done.get(key, -1):
+                # is no longer this member's to commit, even when the partition has
+                # come back by now (``released``).
+                if reader.released or key not in assigned:
+                    continue
+                if offset > self._done.get(key, -1):
                     self._done[key] = offset
 
     def delivered_positions(self) -> dict[Key, int]:
         """The last offset delivered per partition. Call with the lock held."""
         delivered = dict(self._done)
         for reader, offset in self._pending:
+            if reader.released:
+                continue
             key = (reader.stream, reader.partition)
             delivered[key] = max(offset, delivered.get(key, -1))
         return delivered

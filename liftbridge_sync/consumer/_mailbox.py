@@ -31,6 +31,11 @@ class PartitionReader:
     sub: Subscription | None = None
     stopped: bool = False
     failed: bool = False
+    #: Its partition stopped being this member's (taken away, or this member dropped by
+    #: the server): what it delivered never counts as processed any more, even if the
+    #: partition comes back before the next read (its new owner may have moved the
+    #: cursor on meanwhile).
+    released: bool = False
 
 
 class Mailbox:

@@ -108,9 +108,14 @@ class Readers:
     def drop_all(self, consumer_id: str) -> list[PartitionReader]:
         """The server dropped this member: the readers to stop (without committing).
 
-        Readers subscribe as ``consumer_id`` from now. Call with the lock held.
+        They are marked stopped and released at once, in the caller's critical section:
+        the iterator hands out none of their queued messages from now, and what they
+        delivered before never counts as processed. Readers subscribe as
+        ``consumer_id`` from now. Call with the lock held.
         """
         readers = list(self._readers.values())
+        for reader in readers:
+            reader.stopped = reader.released = True
         self._readers.clear()
         self._consumer_id = consumer_id
         return readers
@@ -132,7 +137,11 @@ class Readers:
             self._membership.epoch = epoch
             revoked = [r for k, r in self._readers.items() if k not in wanted or r.failed]
             for reader in revoked:
-                del self._readers[(reader.stream, reader.partition)]
+                key = (reader.stream, reader.partition)
+                del self._readers[key]
+                # Taken away: its deliveries are no longer ours. A failed reader of a
+                # partition still ours is only restarted: what it delivered still counts.
+                reader.released = key not in wanted
             added = sorted(k for k in wanted if k not in self._readers)
             self._counters.reader_restarts += sum(
                 1 for r in revoked if (r.stream, r.partition) in wanted

@@ -1,0 +1,162 @@
+"""A consumer's positions: what counts as processed when partitions move (no server).
+
+The race these pin down: the iterator hands out a message, then the partition is taken
+away (or the server drops the member) and given back before the next read. Another
+member may have moved the cursor on meanwhile, so the old delivery must not count as
+processed: committing it would move the cursor back.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any, cast
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.consumer._commits import Commits
+from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
+from liftbridge_sync.consumer._readers import Readers
+from liftbridge_sync.consumer._stats import Counters
+from liftbridge_sync.models import Message
+from liftbridge_sync.positions import StartAt
+
+KEY = ("orders", 0)
+
+
+class _Core:
+    """Records the cursors stored."""
+
+    def __init__(self) -> None:
+        self.cursors: list[tuple[str, int, int]] = []
+
+    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        self.cursors.append((stream, partition, offset))
+
+
+def _message(offset: int) -> Message:
+    return Message(
+        offset=offset,
+        key=None,
+        value=b"",
+        partition=KEY[1],
+        stream=KEY[0],
+        subject=KEY[0],
+        reply_subject="",
+    )
+
+
+class _Member:
+    """A consumer's commits and readers, wired as the consumer wires them."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.core = _Core()
+        self.commits = Commits(cast(Any, self.core), "__group:g", self.lock)
+        self.readers = Readers(
+            cast(Any, self.core),
+            "g",
+            "member-1",
+            StartAt.earliest(),
+            lock=self.lock,
+            stop=threading.Event(),
+            mailbox=Mailbox(10),
+            membership=cast(Any, types.SimpleNamespace(epoch=0)),
+            commits=self.commits,
+            counters=Counters(),
+            commit_on_revoke=False,
+        )
+
+    def reading(self, reader: PartitionReader) -> None:
+        """``reader`` reads its partition (as :meth:`Readers.reconcile` starts one)."""
+        with self.lock:
+            self.readers._readers[(reader.stream, reader.partition)] = reader
+
+    def deliver(self, reader: PartitionReader, offset: int) -> None:
+        """The iterator handed out ``offset`` (``Consumer.get_many``)."""
+        with self.lock:
+            self.commits.delivered([(reader, _message(offset))])
+
+    def next_read_and_commit(self) -> dict[tuple[str, int], int]:
+        """The next read marks the delivery processed; then ``Consumer.commit``."""
+        self.commits.mark_processed(self.readers)
+        with self.lock:
+            keys = list(self.readers)
+        return self.commits.commit(keys)
+
+
+def _assignment(*partitions: int) -> api_pb2.PartitionAssignment:
+    return api_pb2.PartitionAssignment(stream=KEY[0], partitions=list(partitions))
+
+
+def test_a_delivery_counts_while_its_partition_stays_assigned() -> None:
+    member = _Member()
+    reader = PartitionReader(*KEY, epoch=1)
+    member.reading(reader)
+    member.deliver(reader, 10)
+    assert member.next_read_and_commit() == {KEY: 10}
+    assert member.core.cursors == [("orders", 0, 10)]
+
+
+def test_a_partition_taken_away_and_given_back_before_the_next_read() -> None:
+    member = _Member()
+    old = PartitionReader(*KEY, epoch=1)
+    member.reading(old)
+    member.deliver(old, 10)
+    assert member.readers.reconcile([], epoch=2)  # taken away
+    assert old.stopped and old.released
+    member.reading(PartitionReader(*KEY, epoch=3))  # given back, a new reader
+    assert member.next_read_and_commit() == {}
+    assert member.core.cursors == []
+    with member.lock:
+        assert member.commits.delivered_positions() == {}
+
+
+def test_a_member_dropped_by_the_server_and_assigned_the_partition_again() -> None:
+    member = _Member()
+    old = PartitionReader(*KEY, epoch=1)
+    member.reading(old)
+    with member.lock:  # Consumer._rejoin_group's critical section
+        dropped = member.readers.drop_all("member-2")
+        member.commits.clear()
+    assert dropped == [old] and old.stopped and old.released
+    # A get_many() that took the message before the rejoin records it only now.
+    member.deliver(old, 10)
+    member.reading(PartitionReader(*KEY, epoch=4))
+    assert member.next_read_and_commit() == {}
+    assert member.core.cursors == []
+
+
+def test_a_failed_reader_restarted_on_a_partition_still_assigned_keeps_its_delivery() -> None:
+    member = _Member()
+    failed = PartitionReader(*KEY, epoch=1, failed=True)
+    member.reading(failed)
+    member.deliver(failed, 10)
+    # The assignment still holds the partition: the reader is only restarted. The new
+    # one is started by reconcile; here it is put in place by hand (no thread).
+    with member.lock:
+        member.readers._readers.pop(KEY)
+    member.reading(PartitionReader(*KEY, epoch=1))
+    assert not failed.released
+    assert member.next_read_and_commit() == {KEY: 10}
+
+
+def test_reconcile_releases_only_the_partitions_taken_away() -> None:
+    member = _Member()
+    restarted = PartitionReader("orders", 1, epoch=1, failed=True)  # still ours
+    kept = PartitionReader("orders", 2, epoch=1)
+    gone = PartitionReader(*KEY, epoch=1)
+    for reader in (restarted, kept, gone):
+        member.reading(reader)
+    started: list[PartitionReader] = []
+    # The restarted partition's new reader gets a thread that only notes it started.
+    member.readers._read = started.append  # type: ignore[method-assign,assignment]
+    assert member.readers.reconcile([_assignment(1, 2)], epoch=2)
+    assert gone.released and gone.stopped
+    assert not restarted.released and restarted.stopped
+    assert not kept.released and not kept.stopped
+    with member.lock:
+        new = member.readers._readers[("orders", 1)]
+    assert new is not restarted
+    assert new.thread is not None
+    new.thread.join(5)
+    assert started == [new]
