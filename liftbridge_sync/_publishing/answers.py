@@ -100,16 +100,20 @@ class AckRouter:
             taken.append((entry, response))
             outcomes.append((entry.future, response))
         if outcomes:
+
+            def take_out(skipped: list[int]) -> None:
+                # Before the callers wake: a caller that publishes again at once with
+                # the same correlation id must not find its old entry still in place.
+                left = set(skipped)
+                for i, (entry, _) in enumerate(taken):
+                    if i not in left and pending.get(entry.correlation_id) is entry:
+                        pending.pop(entry.correlation_id, None)
+
             # Resolve first (the future's state decides who did: the owner may be timing
             # it out right now), then take the entries out of the pending table.
-            skipped = settle_plain(outcomes)
+            skipped = settle_plain(outcomes, before_waking=take_out)
             for i in skipped:
                 rest.append(taken[i][1])  # a callback was added meanwhile: the owner
-            if skipped:
-                taken = [t for i, t in enumerate(taken) if i not in set(skipped)]
-            for entry, _ in taken:
-                if pending.get(entry.correlation_id) is entry:
-                    pending.pop(entry.correlation_id, None)
             self._wake_waiters()
             self._table.drop_answered()
         return rest

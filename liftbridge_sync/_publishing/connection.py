@@ -227,7 +227,8 @@ class PublishConnection:
         pending = self._table.entries
 
         def unanswered() -> list[Entry]:
-            left = [pending[i] for i in held if i in pending]
+            # get(), not a look then an index: an ack may remove the entry in between.
+            left = [e for i in held if (e := pending.get(i)) is not None]
             return sorted(left, key=lambda e: e.seq)
 
         count = self._table.send_again(unanswered)

@@ -52,6 +52,9 @@ _log = logging.getLogger("liftbridge_sync.publisher")
 _SETTLE = 0.2
 #: Bound on each look (metadata refresh, then the leader's answer).
 _LOOK_TIMEOUT = 2.0
+#: How long close() waits for the probe thread: the refresh or look under way (each
+#: bounded by _LOOK_TIMEOUT) and a margin; the thread is daemonic beyond that.
+_CLOSE_WAIT = 2 * _LOOK_TIMEOUT + 1.0
 
 PartitionKey = tuple[str, int]
 #: One look at a leader: ``(leader id, newest offset, high watermark)``.
@@ -128,13 +131,14 @@ class LeaderProbe:
         self._requests.put(item)
 
     def close(self) -> None:
-        """Stop the thread (a probe under way is abandoned) and join it. Idempotent."""
+        """Stop the thread (a probe under way is abandoned after the look it is in) and
+        join it, for as long as one look and a metadata refresh may take. Idempotent."""
         with self._lock:
             self._stop.set()
             thread = self._thread
         self._requests.put(None)
         if thread is not None and thread is not threading.current_thread():
-            thread.join()
+            thread.join(_CLOSE_WAIT)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -183,13 +187,23 @@ class LeaderProbe:
             core.refresh_once(streams, self._clock() + _LOOK_TIMEOUT)
         except LiftbridgeError as exc:
             unreachable = f"no broker answered for metadata ({exc})"
-        first = {key: unreachable or self._look(*key) for key, _ in batch}
+        # Looks one after another, each up to _LOOK_TIMEOUT: a close() between two of
+        # them abandons the rest, so that closing waits for one look at most.
+        first: dict[PartitionKey, _Look | str] = {}
+        for key, _ in batch:
+            if self._stop.is_set():
+                return []
+            first[key] = unreachable or self._look(*key)
         settled = [
             k for k, look in first.items() if not isinstance(look, str) and look[1] <= look[2]
         ]
         if settled and self._stop.wait(_SETTLE):
             return []
-        second = {key: self._look(*key) for key in settled}
+        second: dict[PartitionKey, _Look | str] = {}
+        for key in settled:
+            if self._stop.is_set():
+                return []
+            second[key] = self._look(*key)
         results = []
         for key, started in batch:
             look, again = first[key], second.get(key)

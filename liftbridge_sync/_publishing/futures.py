@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -54,6 +55,19 @@ _DONE = frozenset((_FINISHED, "CANCELLED", "CANCELLED_AND_NOTIFIED"))
 _LAZY = threading.Lock()
 #: Guards every publish future's callbacks against its resolution.
 _CALLBACKS = threading.Lock()
+
+
+def _new_locks_in_child() -> None:
+    """After ``fork()``: another thread of the parent may have held either lock, and it
+    does not exist in the child; the child's futures (its rebuilt publisher's) need
+    locks nobody holds. Every user looks the locks up at call time."""
+    global _LAZY, _CALLBACKS
+    _LAZY = threading.Lock()
+    _CALLBACKS = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)
+
 #: ``_done_callbacks`` of a future without any (compared by identity: a callable may
 #: well be falsy).
 NO_CALLBACKS: Any = ()
@@ -269,10 +283,19 @@ def _prime_attribute_layout() -> None:
 _prime_attribute_layout()
 
 
-def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int]:
+def settle_plain(
+    outcomes: Iterable[tuple[PublishFuture[Any], Any]],
+    before_waking: Callable[[list[int]], object] | None = None,
+) -> list[int]:
     """Resolve with results the futures that have no done-callbacks; the positions of
     the others (left alone: with callbacks, so that they run where the caller wants, or
-    already resolved)."""
+    already resolved).
+
+    ``before_waking`` is given those positions after the futures are resolved and
+    before the threads blocked on them wake: what they do next (``publish()`` again
+    with the same correlation id) must find the entries out of the pending table, as
+    the C ``settle_acks`` leaves it.
+    """
     skipped: list[int] = []
     waited: list[PublishFuture[Any]] = []
     with _CALLBACKS:
@@ -284,6 +307,8 @@ def settle_plain(outcomes: Iterable[tuple[PublishFuture[Any], Any]]) -> list[int
             future._state = _FINISHED
             if future._waited:
                 waited.append(future)
+    if before_waking is not None:
+        before_waking(skipped)
     _notify(waited)
     return skipped
 

@@ -374,9 +374,11 @@ class OwnerLoop:
 
     def _shutdown(self) -> None:
         self._table.finish()
-        self._resender.close()
         if self._crash is not None:
             error: BaseException = self._closed_error()
         else:
             error = ClientClosedError("publisher closed before the ack arrived")
+        # The callers first: the leader probe may be in the middle of a look (seconds
+        # with a broker that drops packets), and nothing of it is needed any more.
         self._connection.shutdown(error)
+        self._resender.close()

@@ -192,9 +192,12 @@ class Resender:
         pending = self._table.entries
 
         def silent() -> list[Entry]:
+            # A snapshot first (one C call): threads settling acks remove entries
+            # without the send lock, and a dict that shrinks under a Python loop over
+            # it raises, which would kill the publisher thread.
             return [
                 e
-                for e in pending.values()
+                for e in list(pending.values())
                 if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
             ]
 

@@ -367,7 +367,8 @@ class PendingTable:
             first = self._unsent_from
             if first is None:
                 return []
-            unsent = [e for e in self._pending.values() if e.seq >= first]
+            # A snapshot first: settled entries leave the dict without the send lock.
+            unsent = [e for e in list(self._pending.values()) if e.seq >= first]
             for entry in unsent:
                 self._pending.pop(entry.correlation_id, None)
         return unsent

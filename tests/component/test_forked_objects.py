@@ -97,3 +97,42 @@ def test_objects_carried_across_fork_refuse_in_the_child() -> None:
         [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_FUTURE_LOCKS_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, threading
+    from liftbridge_sync._publishing import futures
+
+    # A parent thread inside a future's resolution (and one creating a condition) at
+    # the moment another thread forks.
+    held, release = threading.Event(), threading.Event()
+
+    def resolving():
+        with futures._CALLBACKS, futures._LAZY:
+            held.set()
+            release.wait()
+
+    thread = threading.Thread(target=resolving)
+    thread.start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(15, exit=True)
+        free = [lock.acquire(timeout=2) for lock in (futures._CALLBACKS, futures._LAZY)]
+        os._exit(0 if all(free) else 1)
+    release.set()
+    thread.join()
+    _, status = os.waitpid(pid, 0)
+    raise SystemExit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_publish_future_locks_held_at_fork_are_free_in_the_child() -> None:
+    """A child forked while a parent thread resolved a publish future gets locks of its
+    own: with the parent's (held forever there), its first publish would hang."""
+    result = subprocess.run(
+        [sys.executable, "-c", _FUTURE_LOCKS_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -140,3 +140,19 @@ def test_a_future_with_a_condition_waiter_too_wakes_both() -> None:
     _woken(thread, events)
     other.join(5.0)
     assert results == ["ack"]
+
+
+def test_settle_plain_runs_before_waking_while_the_waiter_still_sleeps() -> None:
+    """The entries of resolved futures leave the pending table before their callers
+    wake (``before_waking``): a caller that publishes again at once with the same
+    correlation id must not be refused as "in use"."""
+    future: PublishFuture[Any] = PublishFuture()
+    thread, events = _blocked(future)
+    seen: list[tuple[list[str], list[int], str]] = []
+
+    def before_waking(skipped: list[int]) -> None:
+        seen.append((list(events), skipped, future._state))
+
+    assert settle_plain([(future, "ack")], before_waking=before_waking) == []
+    _woken(thread, events)
+    assert seen == [([], [], "FINISHED")]
