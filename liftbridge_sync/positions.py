@@ -23,8 +23,10 @@ from liftbridge_sync.models import ns_from_datetime
 
 __all__ = ["StartAt", "StartKind", "StopAt", "StopKind"]
 
+#: The wire's offsets and nanosecond timestamps are int64.
+_INT64_MAX = 2**63 - 1
 #: The longest time delta: what Unix nanoseconds in an int64 can hold (~292 years).
-_MAX_DELTA_SECONDS = float(2**63 - 1) / 1e9
+_MAX_DELTA_SECONDS = float(_INT64_MAX) / 1e9
 
 
 class StartKind(enum.Enum):
@@ -53,14 +55,16 @@ def _to_ns(value: datetime | int, what: str) -> int:
     ns = ns_from_datetime(value) if isinstance(value, datetime) else value
     if ns < 0:
         raise ConfigurationError(f"{what} must not be before 1970")
+    if ns > _INT64_MAX:  # the wire's int64 nanoseconds end in April 2262
+        raise ConfigurationError(f"{what} must not be after 2262-04-11 (int64 nanoseconds)")
     return ns
 
 
 def _check_offset(offset: int, what: str) -> int:
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise ConfigurationError(f"{what} must be an int")
-    if offset < 0:
-        raise ConfigurationError(f"{what} must be >= 0, got {offset}")
+    if not 0 <= offset <= _INT64_MAX:
+        raise ConfigurationError(f"{what} must be between 0 and {_INT64_MAX}, got {offset}")
     return offset
 
 

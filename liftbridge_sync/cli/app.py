@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 import click
 
@@ -21,6 +22,17 @@ def _version_message() -> str:
         return "%(prog)s %(version)s (C speedups active)"
     reason = INACTIVE_REASON.replace("%", "%%")  # click %-formats the message
     return f"%(prog)s %(version)s (C speedups inactive: {reason}; pure-Python fallback)"
+
+
+#: The longest --timeout (11.6 days): the client's retry policy takes at most 2e6 s.
+_MAX_TIMEOUT = 1_000_000.0
+
+
+def _finite_timeout(value: float) -> float:
+    # FloatRange lets NaN through (every comparison with it is false).
+    if not math.isfinite(value):
+        raise click.BadParameter(f"{value} is not a number of seconds", param_hint="--timeout")
+    return value
 
 
 def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -45,7 +57,8 @@ def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=click.FloatRange(min=0.1, max=_MAX_TIMEOUT),
+    callback=lambda ctx, param, value: _finite_timeout(value),
     default=5.0,
     show_default=True,
     envvar="LIFTBRIDGE_TIMEOUT",

@@ -116,7 +116,16 @@ def metadata(ctx: click.Context, streams: tuple[str, ...], as_json: bool) -> Non
         # longest row, so that grep and cut see every name whole.
         width = shutil.get_terminal_size().columns if tty else _PIPED_WIDTH
         buffer = io.StringIO()
-        console = Console(file=buffer, width=width, force_terminal=tty, no_color=not tty)
+        # Names are data, not Rich markup or emoji codes: "a[bold]b" and "x:fire:" print as
+        # they are (and "x[/x]" does not fail).
+        console = Console(
+            file=buffer,
+            width=width,
+            force_terminal=tty,
+            no_color=not tty,
+            markup=False,
+            emoji=False,
+        )
         for table in _tables(meta):
             console.print(table)
         out.write(buffer.getvalue().encode("utf-8"))

@@ -32,13 +32,26 @@ __all__ = ["publish"]
 _POLICIES = {"leader": AckPolicy.LEADER, "all": AckPolicy.ALL, "none": AckPolicy.NONE}
 
 
+def _argv_bytes(text: str) -> bytes:
+    """The bytes the shell passed: Python decodes arguments that are not UTF-8 with
+    surrogate escapes, which ``str.encode("utf-8")`` refuses."""
+    return os.fsencode(text)
+
+
 def _headers(values: tuple[str, ...]) -> dict[str, bytes]:
     headers: dict[str, bytes] = {}
     for item in values:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"header {item!r} must be NAME=VALUE", param_hint="--header")
-        headers[name] = value.encode("utf-8")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise click.BadParameter(
+                f"header name {name!r} is not UTF-8 (the server's header names are text)",
+                param_hint="--header",
+            ) from None
+        headers[name] = _argv_bytes(value)
     return headers
 
 
@@ -206,8 +219,8 @@ def publish(
         raise click.UsageError("--print-acks needs acks: use --ack-policy leader or all")
     shape = _Shape(
         stream=stream,
-        key=key.encode("utf-8") if key is not None else None,
-        key_separator=key_separator.encode("utf-8") if key_separator else None,
+        key=_argv_bytes(key) if key is not None else None,
+        key_separator=_argv_bytes(key_separator) if key_separator else None,
         headers=_headers(headers),
         partition=partition,
         partitioner=_partitioner(partitioner),
@@ -219,7 +232,7 @@ def publish(
     with open_client(settings_of(ctx)) as client:
         try:
             if values:
-                _send(client, shape, (v.encode("utf-8") for v in values), tracker)
+                _send(client, shape, (_argv_bytes(v) for v in values), tracker)
             else:
                 _publish_file(client, shape, path or "-", tracker)
         except PipeClosed:

@@ -38,6 +38,9 @@ __all__ = [
     "to_json_dict",
 ]
 
+#: Offsets and nanosecond timestamps on the wire are int64.
+_INT64_MAX = 2**63 - 1
+
 EARLIEST = -2
 LATEST = -1
 
@@ -109,10 +112,14 @@ def parse_spec(
             raise ConfigurationError(
                 f"option {option!r}: partition {partition} is not read (partitions {partitions})"
             )
-        if isinstance(value, bool) or not isinstance(value, int) or value < EARLIEST:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not EARLIEST <= value <= _INT64_MAX
+        ):
             raise ConfigurationError(
-                f"option {option!r}: offset of partition {partition} must be an int >= -2, "
-                f"got {value!r}"
+                f"option {option!r}: offset of partition {partition} must be an int from -2 "
+                f"to {_INT64_MAX}, got {value!r}"
             )
         result[partition] = value
     return result
@@ -192,7 +199,9 @@ def resolve(
         hw = hws[partition]
         timestamp_ms = timestamps.get(partition) if timestamps else None
         if timestamp_ms is not None:
-            at = StartAt.timestamp(timestamp_ms * 1_000_000)
+            # Past April 2262 is past every message (the server keeps int64 nanoseconds):
+            # the same as the last instant it can store, so Long.MaxValue means "no end".
+            at = StartAt.timestamp(min(timestamp_ms * 1_000_000, _INT64_MAX))
             found = _first_offset(client, stream, partition, at, hw)
             if found > hw and strategy == "error":
                 raise NoOffsetForTimestampError(

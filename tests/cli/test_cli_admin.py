@@ -63,6 +63,23 @@ def test_piped_metadata_keeps_long_names_whole(run: Run, liftbridge_client: Clie
         liftbridge_client.delete_stream(name)
 
 
+@pytest.mark.parametrize("shape", ["[/x]", "[bold]b", ":fire:"])
+def test_metadata_prints_names_that_look_like_markup_as_they_are(
+    run: Run, liftbridge_client: Client, shape: str
+) -> None:
+    """Names are the server's data: Rich must neither style them, turn them into
+    emoji, nor fail on them (a closing tag alone, "[/x]", made Rich raise)."""
+    name = unique("cli-markup") + shape.replace("/", "")  # no '/' in stream names
+    subject = name + "-subject" + shape
+    liftbridge_client.create_stream(subject, name)
+    try:
+        table = run("metadata", name)
+        assert table.returncode == 0, table.stderr
+        assert f" {name} " in table.stdout and f" {subject} " in table.stdout
+    finally:
+        liftbridge_client.delete_stream(name)
+
+
 def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) -> None:
     paused = run("pause", stream, "-P", "1")
     assert paused.returncode == 0 and paused.stderr.strip() == f"paused stream {stream} partition 1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -60,6 +61,29 @@ def test_publish_arguments_with_key_headers_and_acks(
         (1, "k1", "two"),
     ]
     assert records[0]["headers"]["trace"] == "abc" and records[0]["headers"]["n"] == "1"
+
+
+def test_publish_arguments_that_are_not_utf8_go_out_as_the_bytes_given(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    """Python decodes such arguments with surrogate escapes; encoding them back as
+    UTF-8 raised a traceback. A header *name* must be text, and says so."""
+    value, key = os.fsdecode(b"\xffv"), os.fsdecode(b"k\xfe")
+    result = run("publish", stream, value, "-k", key, "-H", "h=" + os.fsdecode(b"\xfd"))
+    assert result.returncode == 0, result.stderr
+    with liftbridge_client.subscribe(stream, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+        [message] = list(sub)
+    assert (message.key, message.value, message.headers["h"]) == (b"k\xfe", b"\xffv", b"\xfd")
+    bad_name = run("publish", stream, "x", "-H", os.fsdecode(b"\xfe") + "=1")
+    assert bad_name.returncode == 2 and "--header" in bad_name.stderr
+    assert "Traceback" not in bad_name.stderr
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "1e10", "0"])
+def test_a_bad_timeout_is_a_usage_error_naming_the_timeout(run: Run, timeout: str) -> None:
+    result = run("--timeout", timeout, "metadata")
+    assert result.returncode == 2
+    assert "--timeout" in result.stderr and "--address" not in result.stderr
 
 
 def test_publish_from_a_shell_pipe_and_a_file(

@@ -196,6 +196,9 @@ def test_starting_and_ending_offsets_by_timestamp_in_batch(
         "endingTimestamp", str(future_ms)
     )
     assert everything.load().count() == 40
+    # Kafka users' "no end": Long.MaxValue milliseconds, past what int64 nanoseconds hold.
+    no_end = _reader(spark, liftbridge_address, stream).option("endingTimestamp", str(2**63 - 1))
+    assert no_end.load().count() == 40
 
     # A start timestamp that matches nothing: an error by default (as Kafka), naming the
     # partition and the strategy option; with strategy latest, that partition is empty.

@@ -111,8 +111,14 @@ def test_start_and_stop_positions() -> None:
     assert StopAt.latest().kind is StopKind.LATEST
     assert StopAt.offset(0).at_offset == 0
     assert StartAt.cursor("c").cursor_id == "c"
+    assert StopAt.offset(2**63 - 1).at_offset == 2**63 - 1  # int64 on the wire
+    assert StartAt.timestamp(2**63 - 1).at_timestamp_ns == 2**63 - 1
     for bad in (
         lambda: StartAt.offset(-1),
+        lambda: StartAt.offset(2**63),  # would fail untyped when put in the request
+        lambda: StopAt.offset(10**20),
+        lambda: StartAt.timestamp(2**63),
+        lambda: StopAt.timestamp(datetime(2262, 4, 12, tzinfo=UTC)),
         lambda: StopAt.offset(True),
         lambda: StartAt.timestamp("yesterday"),  # type: ignore[arg-type]
         lambda: StartAt.time_delta(-1),

@@ -78,8 +78,9 @@ def test_parse_spec() -> None:
         ("{", "must be 'earliest', 'latest' or JSON"),
         ('{"t": {"0": 1}}', "keyed by the stream 's'"),
         ('{"s": {"9": 1}}', "partition 9 is not read"),
-        ('{"s": {"0": -3}}', "must be an int >= -2"),
-        ('{"s": {"0": "1"}}', "must be an int >= -2"),
+        ('{"s": {"0": -3}}', "must be an int from -2 to 9223372036854775807"),
+        ('{"s": {"0": "1"}}', "must be an int from -2 to 9223372036854775807"),
+        ('{"s": {"0": 9223372036854775808}}', "must be an int from -2 to 9223372036854775807"),
     ]:
         with pytest.raises(ConfigurationError, match="option 'x'"):
             parse_spec("x", bad, "s", [0, 1], LATEST)
