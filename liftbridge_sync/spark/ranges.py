@@ -179,10 +179,16 @@ def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_p
     closed_segments = 0
     while True:
         batches = _batches(client, options, piece, next_offset)
+        past_end = False
         try:
             with contextlib.closing(batches):
-                for batch in batches:
+                for batch, resubscribed in batches:
                     offsets = [message.offset for message in batch]
+                    if resubscribed and next_offset != piece.start:
+                        # Where the read started over, retention may have deleted what
+                        # it was to read next: the server then starts at its oldest
+                        # message, and only this gap can tell.
+                        _check_gap(client, options, piece, next_offset, offsets)
                     if (
                         next_offset <= offsets[0]
                         and offsets[-1] < piece.end
@@ -213,9 +219,10 @@ def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_p
                         break
                     if next_offset >= piece.end:
                         return
-                if next_offset == piece.start:
-                    # Nothing at all: compacted away, or fallen off the log (retention).
-                    check_data_loss(client, options, piece, piece.end)
+                if not past_end and next_offset < piece.end:
+                    # The subscription ended before the range did: the rest was
+                    # compacted away, or fell off the log (retention).
+                    check_data_loss(client, options, piece, piece.end, next_offset)
                 return
         except ServerError as exc:
             if _STOP_BEFORE_START in str(exc).lower() and next_offset == piece.start:
@@ -238,11 +245,27 @@ def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_p
             )
 
 
+def _check_gap(
+    client: Client,
+    options: SourceOptions,
+    piece: OffsetRange,
+    next_offset: int,
+    offsets: list[int],
+) -> None:
+    """:func:`check_data_loss` for a gap before the first of ``offsets`` not yet
+    yielded, if there is one."""
+    first = next((o for o in offsets if o >= next_offset), None)
+    if first is not None and first > next_offset:
+        check_data_loss(client, options, piece, min(first, piece.end), next_offset)
+
+
 def _batches(
     client: Client, options: SourceOptions, piece: OffsetRange, start: int
-) -> Generator[list[api_pb2.Message], None, None]:
+) -> Generator[tuple[list[api_pb2.Message], bool], None, None]:
     """The subscription's messages from ``start`` up to the stop offset ``end - 1``, in
-    the runs the subscription has at hand (one call each, not one per message)."""
+    the runs the subscription has at hand (one call each, not one per message), each
+    with whether the subscription started over for it: the first run, and any that
+    follows a resubscribe (after a failover or a lost connection)."""
     with client.subscribe(
         piece.stream,
         partition=piece.partition,
@@ -250,13 +273,17 @@ def _batches(
         stop=StopAt.offset(piece.end - 1),
         read_isr_replica=options.read_isr_replica,
     ) as sub:
+        resubscribes = -1
         while True:
             try:
                 # The wire messages: columns are built from them (the views' properties
                 # would cost more per cell).
-                yield list(map(wire_message, sub.get_many(_READ_BATCH, options.poll_timeout)))
+                batch = list(map(wire_message, sub.get_many(_READ_BATCH, options.poll_timeout)))
             except StopIteration:
                 return
+            now = sub.stats().resubscribes
+            yield batch, now != resubscribes
+            resubscribes = now
 
 
 def earliest_offset(client: Client, stream: str, partition: int, timeout: float) -> int | None:
@@ -275,11 +302,18 @@ def earliest_offset(client: Client, stream: str, partition: int, timeout: float)
     return retry_segment_closed(oldest)
 
 
-def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, first: int) -> None:
-    """Tell a compaction gap from retention loss when a range starts after ``start``.
+def check_data_loss(
+    client: Client,
+    options: SourceOptions,
+    piece: OffsetRange,
+    first: int,
+    gap_start: int | None = None,
+) -> None:
+    """Tell a compaction gap from retention loss where the read skips offsets.
 
-    The offsets ``[piece.start, first)`` are missing (``first`` is ``piece.end`` when
-    the range yielded nothing). Those before the partition's
+    The offsets ``[gap_start, first)`` are missing (``gap_start`` is ``piece.start`` by
+    default: where the read began or started over; ``first`` is ``piece.end`` when
+    nothing more came). Those before the partition's
     earliest retained message are lost (retention truncated the log); the rest were
     compacted away, which is normal. Lost offsets raise :class:`DataLossError` with
     ``failOnDataLoss`` on, else are logged as a warning and skipped. The earliest
@@ -289,9 +323,10 @@ def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, 
     Raises:
         DataLossError: offsets were lost and ``failOnDataLoss`` is on.
     """
+    start = piece.start if gap_start is None else gap_start
     wait = min(options.poll_timeout, _EARLIEST_WAIT)
     earliest = earliest_offset(client, piece.stream, piece.partition, wait)
-    if earliest is not None and earliest <= piece.start:
+    if earliest is not None and earliest <= start:
         return  # the gap is inside the log: compaction
     if earliest is None:
         earliest = first  # the log holds nothing: all of the range is gone
@@ -299,7 +334,7 @@ def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, 
     where = f"stream {piece.stream!r} partition {piece.partition}"
     if options.fail_on_data_loss:
         raise DataLossError(
-            f"{where}: offsets {piece.start}..{lost_end} are gone (before the earliest "
+            f"{where}: offsets {start}..{lost_end} are gone (before the earliest "
             f"retained offset {earliest}, removed by retention); set option "
             "failOnDataLoss=false to skip them"
         )
@@ -307,7 +342,7 @@ def check_data_loss(client: Client, options: SourceOptions, piece: OffsetRange, 
         "%s: offsets %d..%d are gone (before the earliest retained offset %d); skipped "
         "because failOnDataLoss=false",
         where,
-        piece.start,
+        start,
         lost_end,
         earliest,
     )

@@ -6,6 +6,7 @@ Python process; :meth:`read` runs on executors, one :class:`OffsetRange` per tas
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -34,10 +35,13 @@ from liftbridge_sync.spark.offsets import (
     stream_partitions,
     to_json_dict,
 )
-from liftbridge_sync.spark.ranges import OffsetRange, read_batches, split_ranges
+from liftbridge_sync.spark.ranges import DataLossError, OffsetRange, read_batches, split_ranges
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = ["BatchReader", "StreamReader"]
+
+
+_log = logging.getLogger("liftbridge_sync.spark")
 
 
 class BatchReader(DataSourceReader):
@@ -157,6 +161,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stream = self.options.stream
         latest = self._target if self._target is not None else self._latest()
         begin = from_json_dict(stream, start) if start else {}
+        for partition in self._gone_back(begin, latest):
+            begin[partition] = 0  # read again from the start (see partitions())
         hold = (
             self._delay is not None
             and self._target is None
@@ -172,6 +178,43 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
         return to_json_dict(stream, end)
 
+    def _gone_back(self, begin: Offsets, latest: Offsets) -> list[int]:
+        """The partitions whose log now ends before where the query stands: the stream
+        was deleted and created again (Kafka's "offset was changed"). Reading on from the
+        old offset would silently skip the new log up to it.
+
+        A high watermark alone may lag for a moment after a leader change; the newest
+        offset of the new leader's log never falls below what was committed, so only a
+        log whose end is below the checkpoint counts.
+
+        Raises:
+            DataLossError: with ``failOnDataLoss`` on; else the partitions are returned
+                (logged as a warning) and read again from their start.
+        """
+        opts = self.options
+        behind = [p for p, end in latest.items() if end < begin.get(p, 0)]
+        gone: list[int] = []
+        client = self._client() if behind else None
+        for partition in behind:
+            assert client is not None
+            newest = client.fetch_partition_metadata(opts.stream, partition).newest_offset
+            if newest + 1 >= begin[partition]:
+                continue  # a lagging high watermark: wait for it (latestOffset holds)
+            where = f"stream {opts.stream!r} partition {partition}"
+            told = (
+                f"{where}: the log now ends at offset {newest}, before offset "
+                f"{begin[partition]} where the query stands (the stream was deleted and "
+                "created again, or lost its messages)"
+            )
+            if opts.fail_on_data_loss:
+                raise DataLossError(
+                    f"{told}; set option failOnDataLoss=false to read the partition again "
+                    "from its start"
+                )
+            _log.warning("%s; reading it again from its start (failOnDataLoss=false)", told)
+            gone.append(partition)
+        return gone
+
     def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """The current high watermarks + 1, for query progress."""
         return to_json_dict(self.options.stream, self._latest())
@@ -181,7 +224,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stream = self.options.stream
         ends = from_json_dict(stream, end)
         begin = from_json_dict(stream, start)
-        starts = {p: begin.get(p, 0) for p in ends}
+        # A start past the end: the partition's log went back below the query
+        # (latestOffset reported it, see _gone_back), so it is read from its start.
+        starts = {p: begin.get(p, 0) if begin.get(p, 0) <= o else 0 for p, o in ends.items()}
         opts = self.options
         return split_ranges(
             stream, starts, ends, opts.max_records_per_partition, opts.min_partitions

@@ -15,6 +15,7 @@ import pytest
 from liftbridge_sync import Client, Message, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.options import ClientOptions
+from liftbridge_sync.subscription.stats import SubscriptionStats
 from tests.integration._pubdata import Record, publish
 from tests.integration.conftest import unique
 from tests.waiting import wait_until
@@ -23,20 +24,24 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.types import LongType, StructField, StructType  # noqa: E402
 
-from liftbridge_sync.spark.ranges import OffsetRange, read_batches  # noqa: E402
+from liftbridge_sync.spark.ranges import DataLossError, OffsetRange, read_batches  # noqa: E402
 from liftbridge_sync.spark.source_options import SourceOptions  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(400)]
 
 
 class _Scripted:
-    """A subscription handing out whatever offsets it was given, then ending."""
+    """A subscription handing out whatever offsets it was given, then ending; it counts
+    a resubscribe (a failover, as ``stats()`` reports it) before the batch that begins
+    at ``resubscribed_at``."""
 
-    def __init__(self, offsets: list[int]) -> None:
+    def __init__(self, offsets: list[int], resubscribed_at: int | None = None) -> None:
         self._messages = iter(
             Message.from_proto(api_pb2.Message(offset=o, value=b"v%d" % o, stream="s"))
             for o in offsets
         )
+        self._resubscribed_at = resubscribed_at
+        self._resubscribes = 0
 
     def get(self, timeout: float | None = None) -> Message:
         return next(self._messages)
@@ -46,7 +51,12 @@ class _Scripted:
         batch = list(itertools.islice(self._messages, min(max_messages, 3)))
         if not batch:
             raise StopIteration
+        if batch[0].offset == self._resubscribed_at:
+            self._resubscribes += 1
         return batch
+
+    def stats(self) -> SubscriptionStats:
+        return SubscriptionStats(resubscribes=self._resubscribes)
 
     def __enter__(self) -> _Scripted:
         return self
@@ -58,11 +68,19 @@ class _Scripted:
 
 
 class _ScriptedClient:
-    def __init__(self, offsets: list[int]) -> None:
+    """Reads get ``offsets``; a look for the oldest message gets ``earliest``."""
+
+    def __init__(
+        self, offsets: list[int], resubscribed_at: int | None = None, earliest: int = 0
+    ) -> None:
         self.offsets = offsets
+        self.resubscribed_at = resubscribed_at
+        self.earliest = earliest
 
     def subscribe(self, stream: str, **kwargs: Any) -> _Scripted:
-        return _Scripted(self.offsets)
+        if kwargs["start"] == StartAt.earliest():
+            return _Scripted([self.earliest])
+        return _Scripted(self.offsets, self.resubscribed_at)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +104,51 @@ def test_a_range_never_yields_a_row_outside_it_whatever_the_client_does(
     batches = read_batches(options, OffsetRange("s", 0, 1, 11), schema)  # the reader's path
     got = [offset for batch in batches for offset in batch.column("offset").to_pylist()]
     assert got == rows
+
+
+def _read(client: _ScriptedClient, fail_on_data_loss: bool) -> list[int]:
+    options = SourceOptions(
+        client=ClientOptions(addresses=("127.0.0.1:1",)),
+        stream="s",
+        fail_on_data_loss=fail_on_data_loss,
+    )
+    schema = StructType([StructField("offset", LongType())])
+    batches = read_batches(options, OffsetRange("s", 0, 0, 20), schema)
+    return [offset for batch in batches for offset in batch.column("offset").to_pylist()]
+
+
+def test_retention_loss_where_a_read_resubscribed_mid_range_is_data_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After 0..2 the subscription lost its broker and resubscribed at 3; retention had
+    deleted 3..6 meanwhile, so the server began at its oldest message, 7. Only the gap at
+    the resubscribe can tell (the range began long before), and it is data loss."""
+    delivered = [0, 1, 2, 7, 8, 9, 10]
+    lost = _ScriptedClient(delivered, resubscribed_at=7, earliest=7)
+    monkeypatch.setattr(Client, "for_process", staticmethod(lambda _: lost))
+    with pytest.raises(DataLossError, match=r"partition 0: offsets 3\.\.6 are gone"):
+        _read(lost, fail_on_data_loss=True)
+    assert _read(lost, fail_on_data_loss=False) == delivered  # skipped, with a warning
+
+
+def test_a_compaction_gap_where_a_read_resubscribed_is_no_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    delivered = [0, 1, 2, 7, 8, 9, 10]
+    compacted = _ScriptedClient(delivered, resubscribed_at=7, earliest=0)
+    monkeypatch.setattr(Client, "for_process", staticmethod(lambda _: compacted))
+    assert _read(compacted, fail_on_data_loss=True) == delivered
+
+
+def test_the_tail_of_a_range_deleted_by_retention_is_data_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The subscription ended at 12 (retention deleted the rest of the log meanwhile,
+    and the oldest message left is 25): offsets 13..19 of the range are gone."""
+    ended = _ScriptedClient(list(range(13)), earliest=25)
+    monkeypatch.setattr(Client, "for_process", staticmethod(lambda _: ended))
+    with pytest.raises(DataLossError, match=r"offsets 13\.\.19 are gone"):
+        _read(ended, fail_on_data_loss=True)
 
 
 # ---------------------------------------------------------------------- real server

@@ -26,13 +26,16 @@ def _publish(client: Client, stream: str, values: list[str], partitions: int) ->
         future.result()
 
 
-def _run_to_parquet(spark: Any, address: str, stream: str, out: Path, checkpoint: Path) -> Any:
+def _run_to_parquet(
+    spark: Any, address: str, stream: str, out: Path, checkpoint: Path, **options: str
+) -> Any:
     query = (
         spark.readStream.format("liftbridge")
         .option("brokers", address)
         .option("stream", stream)
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", "20")
+        .options(**options)
         .load()
         .writeStream.format("parquet")
         .option("path", str(out))
@@ -76,6 +79,35 @@ def test_stream_read_restarts_from_checkpoint_exactly_once(
     assert len(rows) == 45
     assert sorted(bytes(r.value).decode() for r in rows) == sorted(first + second)
     assert len({(r.partition, r.offset) for r in rows}) == 45
+
+
+def test_a_stream_created_again_below_the_checkpoint_is_data_loss(
+    spark: Any,
+    liftbridge_address: str,
+    liftbridge_client: Client,
+    new_stream: StreamFactory,
+    tmp_path: Path,
+) -> None:
+    """The stream is deleted and created again while the query is stopped: its log now
+    ends before the checkpoint. Reading on from the checkpointed offset would skip the
+    new log up to it without a word; as Kafka's connector, that is data loss."""
+    stream = new_stream(partitions=1)
+    _publish(liftbridge_client, stream, [f"old{i}" for i in range(10)], 1)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
+
+    liftbridge_client.delete_stream(stream)
+    liftbridge_client.create_stream(stream, stream)
+    new = [f"new{i}" for i in range(3)]
+    _publish(liftbridge_client, stream, new, 1)
+
+    with pytest.raises(
+        Exception, match="partition 0: the log now ends at offset 2, before offset 10"
+    ):
+        _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
+    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint, failOnDataLoss="false")
+    values = sorted(bytes(r.value).decode() for r in spark.read.parquet(str(out)).collect())
+    assert values == sorted([f"old{i}" for i in range(10)] + new)
 
 
 def test_stream_write_copies_a_stream(
