@@ -301,6 +301,13 @@ class PublishConnection:
         self._table.reached()
         rest = self._router.resolve_plain(responses)
         if rest:
+            # Answers for no pending publish (a repeat, one that timed out, or a broker
+            # sending nonsense) would change nothing on the owner thread either: dropped
+            # here, so that a broker flooding them cannot grow the owner's inbox. An
+            # entry never comes back once gone, so nothing is lost by looking now.
+            pending = self._table.entries
+            rest = [r for r in rest if r.correlation_id in pending]
+        if rest:
             # Only this (the current stream's) thread counts up, only the owner down.
             self._router.forwarded()
             self._inbox.put(Forwarded(event.epoch, rest))

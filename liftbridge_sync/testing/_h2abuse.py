@@ -27,6 +27,7 @@ import threading
 import time
 from typing import Self
 
+from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.options import parse_address
 from liftbridge_sync.testing._lifecycle import Lifecycle
 
@@ -122,11 +123,16 @@ class H2Abuser(Lifecycle):
             return [link for link in self._links if not link.closed.is_set()]
 
     def flood(self, kind: str = "ping", budget: int = 64 << 20, seconds: float = 20.0) -> None:
-        """Flood every open connection with PINGs (``"ping"``) or empty SETTINGS
-        (``"settings"``) frames, ``budget`` bytes or ``seconds`` at most each, reading
-        nothing from the client meanwhile (its answers pile up)."""
+        """Flood every open connection with PINGs (``"ping"``), empty SETTINGS
+        (``"settings"``) frames, or acks on stream 1 (``"acks"``: a publish stream's
+        answers, for a publish nobody sent), ``budget`` bytes or ``seconds`` at most
+        each, reading nothing from the client meanwhile (its answers pile up)."""
         if kind == "ping":
             frame = _HEADER.pack(8 << 8 | 6, 0, 0) + b"abuse!!!"
+        elif kind == "acks":
+            answer = api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="x")).SerializeToString()
+            message = b"\x00" + len(answer).to_bytes(4, "big") + answer
+            frame = _HEADER.pack(len(message) << 8 | 0, 0, 1) + message
         else:
             frame = _HEADER.pack(0 << 8 | 4, 0, 0)
         batch = frame * (16384 // len(frame))

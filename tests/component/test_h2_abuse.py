@@ -195,3 +195,32 @@ def test_a_stalled_broker_owing_acks_is_noticed_within_the_bound(
     assert ack is not None and ack.offset == 1
     assert took < 5, took  # the bound (1 s, 1.25 s at worst), not the 60 s ack timeout
     assert "no answer from the broker within 0.5s of a PING" in caplog.text
+
+
+def test_a_flood_of_acks_for_no_publish_neither_grows_memory_nor_holds_up_close(
+    abused: tuple[FakeBroker, H2Abuser],
+) -> None:
+    """Before the bound, one read call ran as long as every recv() came back full: a
+    broker flooding acks grew an unhanded list of them by millions (2.6 GB in 3 s) and
+    the loop never got to cancel() or close(). Now each turn reads about 1 MiB, hands
+    the acks over (those for no pending publish are dropped at once) and looks at
+    close() again."""
+    fake, abuser = abused
+    client = _client(fake)
+    try:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0  # the stream is up
+        tracemalloc.start()
+        try:
+            abuser.flood("acks", budget=48 << 20, seconds=60)
+            wait_until(lambda: abuser.flooded >= 16 << 20, timeout=60, what="16 MiB of acks")
+            _, peak = tracemalloc.get_traced_memory()
+            started = time.monotonic()
+            client.close()
+            took = time.monotonic() - started
+        finally:
+            tracemalloc.stop()
+    finally:
+        client.close()
+    assert took < 10, f"close() took {took:.1f}s during the flood"
+    assert peak < 24 << 20, f"{peak} bytes traced while {abuser.flooded} were flooded"

@@ -64,6 +64,7 @@ from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.reading import CallerReads
 from liftbridge_sync._transport.h2.responses import ResponseReader, unavailable
 from liftbridge_sync._transport.h2.sockets import (
+    READS_PER_TURN,
     RECV_SIZE,
     ConnectionLost,
     SocketCalls,
@@ -170,6 +171,8 @@ class H2PublishStream(CallerReads):
         self._want_write = False
         #: Responses read this turn, emitted once the I/O lock is released.
         self._arrived: list[Answer] = []
+        #: The last read stopped at READS_PER_TURN with more perhaps waiting.
+        self._more_to_read = False
         #: Held from taking responses off ``_arrived`` (under the I/O lock) until they
         #: are handed over, so two readers hand theirs over in the order read.
         self._hand_over_lock = threading.Lock()
@@ -316,6 +319,8 @@ class H2PublishStream(CallerReads):
                 timeout = gather_for if timeout is None else min(timeout, gather_for)
             if self._deferred or self._combining:
                 timeout = COMBINE_WAIT if timeout is None else min(timeout, COMBINE_WAIT)
+            if self._more_to_read:
+                timeout = 0.0
             events = select(timeout)
             if not events and self._combining:
                 with self._lock:  # the callers woken did not all come back: stop waiting
@@ -367,6 +372,12 @@ class H2PublishStream(CallerReads):
                 self._calls.drain_wake_ups()
         if not events and self._gather_for is not None and not self._reading_here:
             self._read()  # waited long enough for more acks: take what is there
+        elif (
+            self._more_to_read
+            and not self._reading_here
+            and not any(key.fileobj is sock for key, _ in events)
+        ):
+            self._read()  # the last turn stopped at its bound: read on
         if self._reader.ended:
             self._goodbye()
             return self._reader.error
@@ -415,8 +426,16 @@ class H2PublishStream(CallerReads):
             self._flush()
 
     def _read(self) -> None:
+        """Read what the socket has, ``READS_PER_TURN`` full reads at most.
+
+        A broker that keeps the socket full must not keep this loop from handing acks
+        over, honouring ``cancel()``/``close()`` and pinging, nor grow ``_arrived``
+        without end: past the bound the turn ends with ``_more_to_read`` set, and the
+        next turn reads on without waiting (TLS may hold decrypted bytes that the
+        selector does not see)."""
         sock = self._sock
-        while True:
+        self._more_to_read = False
+        for _ in range(READS_PER_TURN):
             data = self._calls.recv_some()
             if data is None:
                 return
@@ -453,3 +472,4 @@ class H2PublishStream(CallerReads):
                 return
             if len(data) < RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 return
+        self._more_to_read = True

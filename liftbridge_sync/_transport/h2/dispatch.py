@@ -51,12 +51,16 @@ from h2.stream import StreamState
 from liftbridge_sync._transport.h2.framing import (
     ACK,
     CODES,
+    CONTINUATION,
     DATA,
+    END_HEADERS,
     END_STREAM,
     FRAME_HEADER,
     GOAWAY,
+    HEADERS,
     PADDED,
     PING,
+    PUSH_PROMISE,
     RESET_CODES,
     SETTINGS,
     check_frame,
@@ -70,6 +74,9 @@ __all__ = ["MAX_WINDOW", "MessageCodec", "Scanned", "StreamDispatch"]
 
 #: The largest flow-control window HTTP/2 allows.
 MAX_WINDOW = 2**31 - 1
+#: h2 events of a stream the broker opened: a connection error for a gRPC client.
+_STREAM_OPENED = (h2.events.RequestReceived, h2.events.PushedStreamReceived)
+
 #: Stream states in which h2 takes a WINDOW_UPDATE by just adding to the window.
 _UPDATABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOSED_REMOTE)
 #: A DATA frame header followed by the gRPC prefix of the message it starts: length and
@@ -141,6 +148,9 @@ class StreamDispatch:
         self.out = bytearray()
         #: Plain DATA frames may bypass h2 (valid response headers, stream not over).
         self.fast = False
+        #: A header block h2 has begun without END_HEADERS: until its CONTINUATION ends
+        #: it, every frame goes to h2, which refuses any other (RFC 9113 §6.10).
+        self._open_block = False
         #: The broker sent a graceful GOAWAY covering our stream (see :meth:`_graceful`).
         self.draining = False
         #: The stream has ended (``error``: why; ``None`` for a clean end).
@@ -276,7 +286,17 @@ class StreamDispatch:
                 continue
             else:
                 check_frame(kind, flags, stream, length, buf, pos + 9)
-                if kind == GOAWAY and self._keep_graceful and self._graceful(buf, pos + 9):
+                if kind in (HEADERS, PUSH_PROMISE) and not flags & END_HEADERS:
+                    self._open_block = True
+                    self.fast = fast = whole = False  # restored by the response headers
+                elif kind == CONTINUATION and flags & END_HEADERS:
+                    self._open_block = False
+                if (
+                    kind == GOAWAY
+                    and self._keep_graceful
+                    and not self._open_block
+                    and self._graceful(buf, pos + 9)
+                ):
                     if slow >= 0:  # what came before it goes to h2 first
                         self._to_h2(buf[slow:pos])
                         slow = -1
@@ -380,8 +400,19 @@ class StreamDispatch:
         """Hand whole frames to h2 and act on its events."""
         consumed = 0
         rbuf = self.rbuf
+        ours = self._stream_id
         for event in self._conn.receive_data(bytes(frames)):
             kind = type(event)
+            if kind in _STREAM_OPENED:
+                # h2, as a client, takes a stream the broker opens (even ids) without
+                # complaint; a gRPC server never opens one (RFC 9113 §5.1.1, push off).
+                self._refuse(
+                    h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                    f"the broker opened stream {getattr(event, 'stream_id', '?')}",
+                )
+                return
+            if getattr(event, "stream_id", ours) not in (ours, 0):
+                continue  # another stream's (one h2 closed already): not ours to act on
             if kind is h2.events.DataReceived:
                 assert isinstance(event, h2.events.DataReceived)
                 consumed += event.flow_controlled_length or 0

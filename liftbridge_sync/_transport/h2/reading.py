@@ -48,6 +48,7 @@ class CallerReads(QueuedWrites):
     # Whoever holds _io_lock.
     _reader: ResponseReader
     _arrived: list[Answer]
+    _more_to_read: bool  # the last read stopped at its bound (see connection._read)
     #: A caller reads the socket; the I/O thread's selector does not watch it.
     _reading_here: bool
     #: What went wrong while a caller read: the I/O thread ends the stream with it.
@@ -116,7 +117,7 @@ class CallerReads(QueuedWrites):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if not poll(remaining * 1000.0):
+            if not self._more_to_read and not poll(remaining * 1000.0):
                 continue
             with io_lock:
                 if self._out.done:  # the socket is closed (its number may be reused)

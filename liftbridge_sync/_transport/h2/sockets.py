@@ -17,13 +17,23 @@ import ssl
 
 from liftbridge_sync._wire.speedups import recv_held, send_held
 
-__all__ = ["RECV_SIZE", "ConnectionLost", "SocketCalls", "bound_unacknowledged", "speaks_tls"]
+__all__ = [
+    "READS_PER_TURN",
+    "RECV_SIZE",
+    "ConnectionLost",
+    "SocketCalls",
+    "bound_unacknowledged",
+    "speaks_tls",
+]
 
 #: One ``recv()`` of the publish and subscribe streams; a full buffer means more may be
 #: waiting, so read again. Below glibc's mmap threshold (128 KiB): ``socket.recv``
 #: allocates its whole size first, and a larger buffer is mapped and unmapped on every
 #: read in a thread's malloc arena (about 15 µs).
 RECV_SIZE = 120 * 1024
+#: Full reads one turn of a publish stream's loop makes at most (about 1 MiB): a broker
+#: that keeps the socket full gets no more than this between two hand-overs of acks.
+READS_PER_TURN = 8
 _WOULD_BLOCK = (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
 
 
