@@ -136,12 +136,15 @@ class Readers:
                 return False
             self._membership.epoch = epoch
             revoked = [r for k, r in self._readers.items() if k not in wanted or r.failed]
+            # Released already (it lost a race to a newer epoch): nothing of it is ours
+            # to commit any more.
+            lost = [r for r in revoked if r.released]
             for reader in revoked:
                 key = (reader.stream, reader.partition)
                 del self._readers[key]
                 # Taken away: its deliveries are no longer ours. A failed reader of a
                 # partition still ours is only restarted: what it delivered still counts.
-                reader.released = key not in wanted
+                reader.released = reader.released or key not in wanted
             added = sorted(k for k in wanted if k not in self._readers)
             self._counters.reader_restarts += sum(
                 1 for r in revoked if (r.stream, r.partition) in wanted
@@ -157,11 +160,13 @@ class Readers:
             )
             if self._commit_on_revoke:
                 try:
-                    self._commits.commit((r.stream, r.partition) for r in revoked)
+                    self._commits.commit((r.stream, r.partition) for r in revoked if r not in lost)
                 except LiftbridgeError as exc:
                     _log.warning("consumer %s: commit on revoke failed: %s", self._who, exc)
             self._commits.forget(
-                k for k in ((r.stream, r.partition) for r in revoked) if k not in wanted
+                (r.stream, r.partition)
+                for r in revoked
+                if (r.stream, r.partition) not in wanted or r in lost
             )
         for stream, partition in added:
             reader = PartitionReader(stream, partition, epoch)
@@ -278,11 +283,19 @@ class Readers:
                 sub_.close()
 
     def _lost_race(self, reader: PartitionReader, why: str) -> None:
+        """Another member read the partition at a newer epoch: what this reader
+        delivered may have been processed and committed past by it meanwhile, so it no
+        longer counts (nor do its queued messages go out), and the positions of the
+        partition are dropped: a commit before the next poll would move the cursor
+        back. A new reader, should the partition still be ours, starts from the cursor
+        then stored."""
         with self._lock:
             if reader.stopped or self._stop.is_set():
                 return
-            reader.failed = True
+            reader.failed = reader.stopped = reader.released = True
             self._counters.expected_races += 1
+        self._mailbox.wake()
+        self._commits.forget([(reader.stream, reader.partition)])
         _log.debug(
             "consumer %s: %s/%d read at epoch %d ended (%s): another member reads it "
             "at a newer epoch; the next poll decides",

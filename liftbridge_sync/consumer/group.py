@@ -44,7 +44,13 @@ from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
-from liftbridge_sync.errors import ClientClosedError, ConfigurationError, LiftbridgeError
+from liftbridge_sync.errors import (
+    ClientClosedError,
+    ConfigurationError,
+    ConsumerGroupNotFoundError,
+    LiftbridgeError,
+    NotGroupMemberError,
+)
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind
 
@@ -290,6 +296,7 @@ class Consumer:
                 return
             self._closed = True
             readers = self._readers.shut()
+            dropped = isinstance(self._failure, ConsumerGroupNotFoundError | NotGroupMemberError)
         self._stop.set()
         self._settled.set()
         self._readers.stop_all(readers)
@@ -304,7 +311,8 @@ class Consumer:
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: final commit failed: %s", self._who, exc)
         self._mailbox.close()
-        self._membership.leave()
+        if not dropped:  # a member the server dropped has no group to leave
+            self._membership.leave()
 
     def __enter__(self) -> Consumer:
         return self
@@ -365,11 +373,21 @@ class Consumer:
         return [msg for _, msg in batch]
 
     def _fail(self, error: BaseException) -> None:
-        """End the membership: the iterator and wait_for_assignment() raise ``error``."""
+        """End the membership: the iterator and wait_for_assignment() raise ``error``.
+
+        The readers stop, without committing, and what they delivered no longer
+        counts: the server gave their partitions to others (or the group is gone), and
+        the readers would otherwise read on (the server does not end a dropped member's
+        streams), keep the error from ever being raised, and commit over the new
+        owners' cursors."""
         with self._lock:
             self._failure = error
+            readers = self._readers.drop_all(self._consumer_id)
+            self._commits.clear()
         self._mailbox.fail(error)
         self._settled.set()
+        for reader in readers:
+            self._readers.stop(reader)
 
     # ------------------------------------------------------------------ commits
 

@@ -12,6 +12,8 @@ import threading
 import types
 from typing import Any, cast
 
+import pytest
+
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.consumer._commits import Commits
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
@@ -160,3 +162,51 @@ def test_reconcile_releases_only_the_partitions_taken_away() -> None:
     assert new.thread is not None
     new.thread.join(5)
     assert started == [new]
+
+
+def test_a_reader_that_lost_a_race_to_a_newer_epoch_counts_for_nothing() -> None:
+    """Another member read the partition at a newer epoch (and may have committed past
+    what this reader delivered); the partition may come back before the next poll. A
+    commit meanwhile, on revoke or by auto-commit, must not move the cursor back."""
+    member = _Member()
+    member.readers._commit_on_revoke = True
+    reader = PartitionReader(*KEY, epoch=1)
+    member.reading(reader)
+    member.deliver(reader, 7)
+    member.commits.mark_processed(member.readers)  # 7 processed, not committed
+    member.deliver(reader, 8)
+    member.readers._lost_race(reader, "the server ended the stream")
+    assert reader.failed and reader.stopped and reader.released
+    assert member.next_read_and_commit() == {}  # auto-commit before the poll
+    started: list[PartitionReader] = []
+    member.readers._read = started.append  # type: ignore[method-assign,assignment]
+    assert member.readers.reconcile([_assignment(0)], epoch=3)  # still ours: restarted
+    assert member.core.cursors == []  # commit on revoke left it alone
+    with member.lock:
+        restarted = member.readers._readers[KEY]
+        assert member.commits.delivered_positions() == {}
+    assert restarted is not reader and restarted.thread is not None
+    restarted.thread.join(5)
+    assert started == [restarted]
+
+
+def test_a_member_dropped_for_good_stops_its_readers_and_raises() -> None:
+    """Without a rejoin, the server's verdict ends the membership: the server does not
+    end the dropped member's streams, so its readers must stop, their queued messages
+    must not go out before the error, and nothing of theirs may be committed."""
+    from liftbridge_sync import Client
+    from liftbridge_sync.consumer import Consumer
+    from liftbridge_sync.errors import NotGroupMemberError
+
+    with Client("127.0.0.1:1") as client:  # never connects
+        consumer = Consumer(client._core, "g", ["orders"], auto_commit=None, rejoin=False)
+        reader = PartitionReader(*KEY, epoch=1)
+        with consumer._lock:
+            consumer._readers._readers[KEY] = reader
+        assert consumer._mailbox.put(reader, _message(5))
+        consumer._fail(NotGroupMemberError("dropped by the server"))
+        assert reader.stopped and reader.released
+        with pytest.raises(NotGroupMemberError):
+            consumer.get(0.5)
+        assert consumer.commit() == {}
+        consumer.close()
