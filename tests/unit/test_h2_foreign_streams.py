@@ -17,22 +17,10 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER, PREFIX
 from liftbridge_sync._transport.h2.responses import ResponseReader
 from liftbridge_sync.models import Ack
+from tests.unit.h2_streams import open_stream
 
 _HEADERS, _DATA, _CONTINUATION, _PING = 1, 0, 9, 6
 _END_STREAM, _END_HEADERS = 0x1, 0x4
-
-
-def _open_stream() -> tuple[h2.connection.H2Connection, h2.connection.H2Connection, bytes]:
-    """A client with stream 1 open, the server that answered it, and its answer."""
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    client.initiate_connection()
-    request = [(":method", "POST"), (":path", "/p"), (":scheme", "http"), (":authority", "x")]
-    client.send_headers(1, request)
-    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    server.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
-    return client, server, server.data_to_send()
 
 
 def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
@@ -46,7 +34,7 @@ def _ack_data(correlation_id: str, stream: int = 1) -> bytes:
 
 
 def test_a_stream_the_broker_opens_ends_the_connection() -> None:
-    client, server, answer = _open_stream()
+    client, server, answer = open_stream()
     reader = ResponseReader(client, 1)
     assert reader.receive(answer) == [] and not reader.ended
     block = server.encoder.encode(
@@ -61,7 +49,7 @@ def test_a_stream_the_broker_opens_ends_the_connection() -> None:
 
 
 def test_our_own_acks_still_arrive() -> None:
-    client, _, answer = _open_stream()
+    client, _, answer = open_stream()
     reader = ResponseReader(client, 1)
     reader.receive(answer)
     got = reader.receive(_ack_data("a") + _ack_data("b"))
@@ -73,7 +61,7 @@ def test_frames_inside_an_open_header_block_are_a_connection_error() -> None:
     """Trailers begun without END_HEADERS: until their CONTINUATION, any other frame
     is a connection error (RFC 9113 §6.10), not a message, a PING to answer or a
     GOAWAY to act on."""
-    client, server, answer = _open_stream()
+    client, server, answer = open_stream()
     reader = ResponseReader(client, 1)
     reader.receive(answer)
     block = server.encoder.encode([("grpc-status", "0")])
@@ -83,7 +71,7 @@ def test_frames_inside_an_open_header_block_are_a_connection_error() -> None:
         reader.receive(begun + _ack_data("inside") + ping)  # the connection ends with it
     assert b"12345678" not in bytes(reader.credit_frames)  # the PING was not answered
     # Split across reads, the same: the frame after the begun block goes to h2 too.
-    client, server, answer = _open_stream()
+    client, server, answer = open_stream()
     reader = ResponseReader(client, 1)
     reader.receive(answer)
     assert reader.receive(begun) == []
@@ -92,7 +80,7 @@ def test_frames_inside_an_open_header_block_are_a_connection_error() -> None:
 
 
 def test_trailers_split_by_a_continuation_still_end_the_stream() -> None:
-    client, server, answer = _open_stream()
+    client, server, answer = open_stream()
     reader = ResponseReader(client, 1)
     reader.receive(answer)
     block = server.encoder.encode([("grpc-status", "0")])

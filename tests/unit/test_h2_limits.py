@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import socket
 
-import h2.config
-import h2.connection
 import pytest
 
 from liftbridge_sync import ClientOptions
@@ -18,19 +16,7 @@ from liftbridge_sync._transport.h2.responses import ResponseReader
 from liftbridge_sync._transport.h2.sockets import bound_unacknowledged
 from liftbridge_sync._transport.h2.stalls import StallWatch
 from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
-
-
-def _open_stream() -> tuple[h2.connection.H2Connection, bytes]:
-    """A client connection with stream 1 open, and the server's bytes answering it."""
-    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    client.initiate_connection()
-    request = [(":method", "POST"), (":path", "/p"), (":scheme", "http"), (":authority", "x")]
-    client.send_headers(1, request)
-    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-    server.initiate_connection()
-    server.receive_data(client.data_to_send())
-    server.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
-    return client, server.data_to_send()
+from tests.unit.h2_streams import open_stream
 
 
 def _data(payload: bytes) -> bytes:
@@ -67,7 +53,7 @@ def test_the_grpcio_channels_get_the_same_receive_limit() -> None:
 
 @pytest.mark.parametrize("in_one_frame", [True, False])
 def test_a_publish_response_over_the_limit_ends_the_stream(in_one_frame: bool) -> None:
-    conn, headers = _open_stream()
+    conn, _, headers = open_stream()
     reader = ResponseReader(conn, 1, max_message=2048)
     assert reader.receive(headers) == [] and not reader.ended
     body = api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="c" * 3000)).SerializeToString()
@@ -79,7 +65,7 @@ def test_a_publish_response_over_the_limit_ends_the_stream(in_one_frame: bool) -
 
 
 def test_under_the_limit_a_response_is_read() -> None:
-    conn, headers = _open_stream()
+    conn, _, headers = open_stream()
     reader = ResponseReader(conn, 1, max_message=4096)
     reader.receive(headers)
     body = api_pb2.PublishResponse(ack=api_pb2.Ack(correlationId="c" * 3000)).SerializeToString()
@@ -88,7 +74,7 @@ def test_under_the_limit_a_response_is_read() -> None:
 
 
 def test_framing_stops_at_the_output_cap() -> None:
-    conn, _ = _open_stream()
+    conn, _, _ = open_stream()
     out = bytearray(b"x" * 1000)
     data = bytearray(b"d" * 50_000)
     pos = frame_data(conn, 1, data, 0, out, limit=20_000)
