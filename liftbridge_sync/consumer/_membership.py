@@ -104,6 +104,10 @@ class Membership:
         #: heartbeat thread's (and a test's while no heartbeat runs).
         self._unanswered_since: float | None = None
         self._unreadable = False
+        #: The coordinator says this member (or the group) does not exist, and the
+        #: heartbeat waits a consumer timeout before it believes it (a broker may not
+        #: have applied the join yet). Written by the heartbeat thread, read by others.
+        self.in_doubt = False
 
     @property
     def _who(self) -> str:
@@ -215,6 +219,7 @@ class Membership:
                     response = self._fetch_assignments()
                     last_contact = time.monotonic()
                     unknown_since = None
+                    self.in_doubt = False
                     began = time.monotonic()
                     reconcile(response.assignments, int(response.epoch))
                     took = time.monotonic() - began
@@ -243,6 +248,7 @@ class Membership:
                 # answer that persists for a consumer timeout means we were dropped.
                 now = time.monotonic()
                 unknown_since = now if unknown_since is None else unknown_since
+                self.in_doubt = True
                 if now - unknown_since >= self._consumer_timeout:
                     if stop.is_set():
                         return
@@ -253,6 +259,7 @@ class Membership:
                     rejoin(exc)
                     last_contact = time.monotonic()
                     unknown_since = None
+                    self.in_doubt = False
                     wait = 0.0
                 else:
                     wait = min(_RETRY_WAIT, self._interval)

@@ -426,10 +426,18 @@ class Consumer:
         interval = self._auto_commit
         assert interval is not None
         while not self._stop.wait(interval):
-            try:
-                self._commits.commit(self._readers)
-            except LiftbridgeError as exc:
-                _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
+            self._auto_commit_once()
+
+    def _auto_commit_once(self) -> None:
+        """One auto-commit, unless the coordinator has just said this member does not
+        exist: if the server did drop it, its partitions are another member's, which may
+        have committed past these positions already."""
+        if self._membership.in_doubt:
+            return
+        try:
+            self._commits.commit(self._readers)
+        except LiftbridgeError as exc:
+            _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
 
     # ------------------------------------------------------------------ assignments
 

@@ -210,3 +210,61 @@ def test_a_member_dropped_for_good_stops_its_readers_and_raises() -> None:
             consumer.get(0.5)
         assert consumer.commit() == {}
         consumer.close()
+
+
+def test_auto_commit_waits_while_the_coordinator_doubts_the_membership() -> None:
+    """The coordinator says this member does not exist; the heartbeat waits a consumer
+    timeout before it believes it. If the server did drop it, its partitions are
+    another member's: an auto-commit meanwhile could move their cursors back."""
+    from liftbridge_sync import Client
+    from liftbridge_sync.consumer import Consumer
+
+    with Client("127.0.0.1:1") as client:  # never connects
+        consumer = Consumer(client._core, "g", ["orders"], auto_commit=1.0)
+        core = _Core()
+        consumer._commits._core = cast(Any, core)
+        reader = PartitionReader(*KEY, epoch=1)
+        with consumer._lock:
+            consumer._readers._readers[KEY] = reader
+            consumer._commits.delivered([(reader, _message(10))])
+        consumer._commits.mark_processed(consumer._readers)
+        consumer._membership.in_doubt = True
+        consumer._auto_commit_once()
+        assert core.cursors == []
+        consumer._membership.in_doubt = False  # the next poll answered
+        consumer._auto_commit_once()
+        assert core.cursors == [("orders", 0, 10)]
+
+
+def test_the_heartbeat_doubts_while_the_coordinator_denies_the_member() -> None:
+    from liftbridge_sync import Client
+    from liftbridge_sync.consumer import Consumer
+    from liftbridge_sync.errors import NotGroupMemberError
+
+    with Client("127.0.0.1:1") as client:  # never connects
+        consumer = Consumer(client._core, "g", ["orders"], auto_commit=None)
+        membership = consumer._membership
+        membership._interval = 0.01
+        stop = threading.Event()
+        seen: list[bool] = []
+        answers = iter([NotGroupMemberError("not a member"), None])
+
+        def fetch() -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+            seen.append(membership.in_doubt)
+            answer = next(answers)
+            if answer is not None:
+                raise answer
+            return api_pb2.FetchConsumerGroupAssignmentsResponse(epoch=2)
+
+        def reconcile(assignments: object, epoch: int) -> None:
+            seen.append(membership.in_doubt)
+            stop.set()
+
+        membership._fetch_assignments = fetch  # type: ignore[method-assign]
+        thread = threading.Thread(
+            target=membership.heartbeat, args=(stop, reconcile, lambda exc: None, None)
+        )
+        thread.start()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert seen == [False, True, False]  # doubted after the denial, not after an answer
