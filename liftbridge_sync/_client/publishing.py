@@ -25,7 +25,7 @@ from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.publish_codec import encode_publish, is_common_case
 from liftbridge_sync._wire.requests import partition_of, publish_to_subject_request
 from liftbridge_sync._wire.status import error_from_ack_error
-from liftbridge_sync._wire.validate import check_bytes, check_partition
+from liftbridge_sync._wire.validate import check_bytes, check_optional_text, check_partition
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ConfigurationError,
@@ -171,6 +171,7 @@ def submit(
         elif not isinstance(correlation, str) or not correlation:
             raise ConfigurationError("'correlation_id' must be a non-empty str or None")
         else:
+            check_optional_text("correlation_id", correlation)  # UTF-8, for protobuf
             # A plain str: the pending table's keys are compared without running any
             # Python code (the C fast path relies on it; a subclass may define __eq__).
             correlation = str.__str__(correlation)

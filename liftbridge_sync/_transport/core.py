@@ -35,11 +35,10 @@ from liftbridge_sync._wire.status import (
     error_from_rpc_error,
     plaintext_refused_error,
 )
-from liftbridge_sync._wire.validate import check_int, check_name, check_partition
+from liftbridge_sync._wire.validate import check_id, check_int, check_name, check_partition
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
-    ConfigurationError,
     DeadlineExceededError,
     ForkedClientError,
     LiftbridgeError,
@@ -483,8 +482,7 @@ class ClientCore:
         return PartitionMetadata.from_proto(stream, response.metadata)
 
     def _cursor_target(self, cursor_id: str, stream: str, partition: int, must_exist: bool) -> int:
-        if not isinstance(cursor_id, str) or not cursor_id:
-            raise ConfigurationError("'cursor_id' must be a non-empty str")
+        check_id("cursor_id", cursor_id)
         check_name("stream", stream, allow_reserved=True)
         check_partition("partition", partition)
         if must_exist:

@@ -14,6 +14,7 @@ from datetime import timedelta
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.validate import (
     INT32_MAX,
+    MAX_PARTITIONS,
     check_ack_policy,
     check_bool,
     check_bytes,
@@ -177,7 +178,7 @@ def create_stream_request(
     request = api_pb2.CreateStreamRequest(
         subject=check_subject("subject", subject),
         name=check_name("name", name, creating=True),
-        partitions=check_int("partitions", partitions, minimum=1, maximum=INT32_MAX),
+        partitions=check_int("partitions", partitions, minimum=1, maximum=MAX_PARTITIONS),
     )
     replication_factor = check_int(
         "replication_factor", replication_factor, minimum=-1, maximum=INT32_MAX

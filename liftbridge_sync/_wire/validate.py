@@ -22,11 +22,14 @@ __all__ = [
     "check_ack_policy",
     "check_optional_text",
     "INT32_MAX",
+    "DURATION_MAX_MS",
     "INT64_MAX",
+    "MAX_PARTITIONS",
     "RESERVED_STREAMS",
     "check_bool",
     "check_bytes",
     "check_headers",
+    "check_id",
     "check_int",
     "check_name",
     "check_partition",
@@ -37,6 +40,13 @@ __all__ = [
 
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
+#: The longest duration a server setting can hold: it turns milliseconds into Go's
+#: int64 nanoseconds (``time.Duration(ms) * time.Millisecond``).
+DURATION_MAX_MS = INT64_MAX // 1_000_000
+#: The most partitions a stream may be created with. The server allocates the whole
+#: partition list before any check (2**31 - 1 would exhaust a broker's memory), and the
+#: metadata of a few tens of thousands of partitions outgrows gRPC's 4 MiB answers.
+MAX_PARTITIONS = 10_000
 RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
 
 
@@ -166,6 +176,28 @@ def check_optional_text(name: str, value: object) -> str | None:
     return value
 
 
+def check_id(name: str, value: object, *, optional: bool = False) -> str | None:
+    """A non-empty ``str`` that is valid UTF-8 and has no comma (or ``None`` when
+    ``optional``): cursor, group and consumer ids.
+
+    The server keys a cursor by ``"<cursor id>,<stream>,<partition>"``: a comma in the
+    id would let two different cursors share one key and overwrite each other.
+
+    Raises:
+        ArgumentTypeError: not a ``str``.
+        ConfigurationError: empty, not valid UTF-8, or with a comma.
+    """
+    if value is None and not optional:
+        raise ArgumentTypeError(f"{name!r} must be a str, got None")
+    text = check_optional_text(name, value)
+    if text is not None and "," in text:
+        raise ConfigurationError(
+            f"{name!r} must not contain ',': the server keys cursors by "
+            "'<cursor id>,<stream>,<partition>', so two ids could share one key"
+        )
+    return text
+
+
 def check_timeout(name: str, value: object, *, allow_zero: bool = True) -> float | None:
     """Seconds to wait: ``None`` or ``inf`` for no limit, else a finite number >= 0.
 
@@ -211,7 +243,9 @@ def duration_ms(
 
     Raises:
         ConfigurationError: not a number or timedelta, NaN, negative, infinite (unless
-            ``inf_is_zero``), below 1 ms, or beyond an int64 of milliseconds.
+            ``inf_is_zero``), below 1 ms, or beyond what the server's durations hold
+            (int64 nanoseconds, about 292 years: it multiplies the milliseconds into
+            one, and a longer duration wraps negative and panics every broker).
     """
     if value is None:
         return None
@@ -219,13 +253,13 @@ def duration_ms(
         value = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"{name!r} must be seconds (int/float) or a timedelta")
-    seconds = check_seconds(name, value, unlimited=inf_is_zero, maximum=INT64_MAX / 1000)
+    seconds = check_seconds(name, value, unlimited=inf_is_zero, maximum=DURATION_MAX_MS / 1000)
     if seconds is None:  # inf, with inf_is_zero
         return 0
     ms = round(seconds * 1000)
     if ms == 0 and (seconds > 0 or not allow_zero):
         raise ConfigurationError(f"{name!r} must be at least 1 ms, got {value!r}")
-    return min(ms, INT64_MAX)
+    return min(ms, DURATION_MAX_MS)
 
 
 @overload

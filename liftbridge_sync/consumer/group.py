@@ -38,13 +38,20 @@ from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import check_int, check_name, check_timeout
+from liftbridge_sync._wire.validate import (
+    check_id,
+    check_int,
+    check_name,
+    check_optional_text,
+    check_timeout,
+)
 from liftbridge_sync.consumer._commits import Commits
 from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
 from liftbridge_sync.errors import (
+    ArgumentTypeError,
     ClientClosedError,
     ConfigurationError,
     ConsumerGroupNotFoundError,
@@ -115,13 +122,15 @@ class Consumer:
         buffer: int = CONSUMER_BUFFER,
         rejoin: bool = True,
     ) -> None:
-        if not isinstance(group, str) or not group:
-            raise ConfigurationError("'group' must be a non-empty str")
-        if isinstance(streams, str) or not streams:
-            raise ConfigurationError("'streams' must be a non-empty sequence of stream names")
+        check_id("group", group)  # its cursors are keyed "__group:<group>,<stream>,..."
+        if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
+            raise ArgumentTypeError(
+                f"'streams' must be a sequence of stream names, got {type(streams).__name__}"
+            )
         self._streams = tuple(check_name("streams", s) for s in streams)
-        if consumer_id is not None and (not isinstance(consumer_id, str) or not consumer_id):
-            raise ConfigurationError("'consumer_id' must be a non-empty str or None")
+        if not self._streams:
+            raise ConfigurationError("'streams' must be a non-empty sequence of stream names")
+        check_optional_text("consumer_id", consumer_id)
         start = StartAt.new_only() if start is None else start
         if not isinstance(start, StartAt) or start.kind not in _START_KINDS:
             raise ConfigurationError(

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from liftbridge_sync import Client, ConfigurationError, RetryPolicy
+from liftbridge_sync import ArgumentTypeError, Client, ConfigurationError, RetryPolicy
 from liftbridge_sync._wire.requests import create_stream_request
 from liftbridge_sync._wire.validate import (
     check_bytes,
@@ -69,6 +69,9 @@ def test_good_subject_and_reserved_name_when_allowed() -> None:
 
 def test_durations_in_milliseconds() -> None:
     assert duration_ms("d", 1.5) == 1500
+    # The longest a server duration holds (int64 nanoseconds of milliseconds).
+    assert duration_ms("d", 9_223_372_036.0) == 9_223_372_036_000
+    assert duration_ms("d", float("inf"), inf_is_zero=True) == 0
     assert duration_ms("d", timedelta(minutes=1)) == 60_000
     assert duration_ms("d", 0) == 0
     assert duration_ms("d", None) is None
@@ -136,6 +139,13 @@ def _request(**changes: object) -> object:
         {"partitions": 0},
         {"partitions": -3},
         {"partitions": 2**31},
+        # The server allocates the partition list before any check: a broker's memory.
+        {"partitions": 10_001},
+        # Longer than Go's int64 nanoseconds hold: wraps negative, every broker panics.
+        {"cleaner_interval": 1e10},
+        {"retention_max_age": timedelta.max},
+        {"segment_max_age": timedelta(days=999_999_999)},
+        {"auto_pause_time": 9_223_372_037.0},
         {"partitions": 1.0},
         {"replication_factor": 0},
         {"replication_factor": -2},
@@ -207,3 +217,31 @@ def test_infinite_waits_mean_no_limit_but_never_for_acks() -> None:
             client.publish_async("s", b"x", timeout=float("inf"))
     with pytest.raises(ConfigurationError):
         check_timeout("timeout", "1")
+
+
+def test_ids_are_utf8_text_and_cursor_keys_stay_unambiguous() -> None:
+    """protobuf raises a bare UnicodeEncodeError on a str that is not UTF-8 (a surrogate
+    from a bytes-decoded argument), and the server keys a cursor by
+    "<cursor id>,<stream>,<partition>": ids "a" + stream "b,c" and "a,b" + "c" met."""
+    from liftbridge_sync._wire.validate import check_id
+
+    assert check_id("cursor_id", "orders-reader") == "orders-reader"
+    assert check_id("consumer_id", None, optional=True) is None
+    for bad, error in (
+        ("\ud800", ConfigurationError),
+        ("a,b", ConfigurationError),
+        ("", ConfigurationError),
+        (7, ArgumentTypeError),
+        (None, ArgumentTypeError),
+    ):
+        with pytest.raises(error):
+            check_id("cursor_id", bad)
+    with Client("127.0.0.1:1") as client:  # refused before anything is sent
+        with pytest.raises(ConfigurationError, match="'cursor_id' must not contain ','"):
+            client.set_cursor("a,b", "c", 0, 1)
+        with pytest.raises(ConfigurationError, match="'group' is not valid UTF-8"):
+            client.consumer("\ud800", streams=["s"], auto_commit=None)
+        with pytest.raises(ArgumentTypeError, match="'streams' must be a sequence"):
+            client.consumer("g", streams=1.5, auto_commit=None)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="'correlation_id' is not valid UTF-8"):
+            client.publish_async("s", b"v", correlation_id="\ud800")
