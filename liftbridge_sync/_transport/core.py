@@ -200,7 +200,15 @@ class ClientCore:
                 response = method(request, timeout=deadline)
             return response
         except grpc.RpcError as exc:
+            if self.closed:  # the channel was closed under the call: not the server's doing
+                raise ClientClosedError(f"{rpc.name}: the client was closed") from None
             raise self.error_of(exc, context, address) from None
+        except ValueError as exc:
+            # grpcio's "Cannot invoke RPC: Channel closed!": close() won the race for the
+            # channel between the stub's lookup and the call.
+            if self.closed:
+                raise ClientClosedError(f"{rpc.name}: the client was closed") from None
+            raise
 
     def error_of(self, exc: grpc.RpcError, context: CallContext, address: str) -> LiftbridgeError:
         """The typed error of a failed gRPC call to ``address`` (every gRPC path's).

@@ -245,3 +245,27 @@ def test_ids_are_utf8_text_and_cursor_keys_stay_unambiguous() -> None:
             client.consumer("g", streams=1.5, auto_commit=None)  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="'correlation_id' is not valid UTF-8"):
             client.publish_async("s", b"v", correlation_id="\ud800")
+
+
+def test_a_call_that_lost_the_race_with_close_says_the_client_closed() -> None:
+    """The stub is looked up, then another thread's close() closes its channel, then the
+    call is made: grpcio raises a bare ValueError ("Channel closed!"), and an RPC under
+    way ends CANCELLED, which read as the server's doing."""
+    from liftbridge_sync import ClientClosedError
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync._wire import rpcs
+    from liftbridge_sync._wire.status import CallContext
+
+    client = Client("127.0.0.1:1")
+    core = client._core
+    stub = core.pool.stub("127.0.0.1:1")
+    client.close()
+    core.pool.stub = lambda address: stub  # type: ignore[method-assign,assignment,misc]
+    with pytest.raises(ClientClosedError, match="FetchMetadata: the client was closed"):
+        core.invoke(
+            "127.0.0.1:1",
+            rpcs.FETCH_METADATA,
+            api_pb2.FetchMetadataRequest(),
+            context=CallContext.GENERIC,
+            timeout=1.0,
+        )
