@@ -37,6 +37,26 @@ def _seconds(obj: object, name: str, *, allow_zero: bool = False, none: str = ""
     object.__setattr__(obj, name, seconds)
 
 
+def _grpc_option_ok(pair: tuple[object, ...]) -> bool:
+    """What grpcio's channel arguments take without failing untyped on first use."""
+    if len(pair) != 2:
+        return False
+    name, value = pair
+    if not isinstance(name, str):
+        return False
+    try:
+        name.encode("utf-8")
+        if isinstance(value, str):
+            value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**31) <= value < 2**31
+    return isinstance(value, str)
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """Split ``"host:port"`` (or ``"[v6]:port"``) and check both parts.
 
@@ -50,10 +70,17 @@ def parse_address(address: str) -> tuple[str, int]:
         raise ConfigurationError(f"address {address!r} must look like 'host:port'")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    # gRPC would cut a host at a NUL (and dial another host), and fail untyped on one
+    # that is not UTF-8; int() would take "1_0" and non-ASCII digits.
+    if not host.isprintable() or any(c.isspace() for c in host):
+        raise ConfigurationError(f"address {address!r} has control or space characters")
     try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigurationError(f"address {address!r} has a non-numeric port") from None
+        host.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"address {address!r} is not valid UTF-8") from None
+    if not (port_text.isascii() and port_text.isdigit()):
+        raise ConfigurationError(f"address {address!r} has a non-numeric port")
+    port = int(port_text)
     if not 0 < port < 65536:
         raise ConfigurationError(f"address {address!r} has a port outside 1..65535")
     return host, port
@@ -271,17 +298,21 @@ class ClientOptions:
             _seconds(self, name, none="unlimited")
         _seconds(self, "ack_read_delay", none="off")
         size = self.max_receive_message_size
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
+        if isinstance(size, bool) or not isinstance(size, int) or not 1024 <= size < 2**31:
             raise ConfigurationError(
-                f"'max_receive_message_size' must be an int >= 1024, got {size!r}"
+                "'max_receive_message_size' must be an int from 1024 to 2**31 - 1 (gRPC "
+                f"takes an int32), got {size!r}"
             )
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
             raise ConfigurationError("'max_in_flight' must be an int")
         if self.max_in_flight < 1:
             raise ConfigurationError(f"'max_in_flight' must be >= 1, got {self.max_in_flight}")
         options = tuple(tuple(pair) for pair in self.grpc_options)
-        if any(len(pair) != 2 or not isinstance(pair[0], str) for pair in options):
-            raise ConfigurationError("'grpc_options' must be (name, value) pairs")
+        if any(not _grpc_option_ok(pair) for pair in options):
+            raise ConfigurationError(
+                "'grpc_options' must be (name, value) pairs: a UTF-8 str name, and an int "
+                "within int32 or a str value"
+            )
         object.__setattr__(self, "grpc_options", options)
         if self.publish_transport not in ("grpc", "h2"):
             raise ConfigurationError("'publish_transport' must be 'grpc' or 'h2'")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,3 +160,31 @@ def test_grpc_channels_ping_within_grpc_gos_default_enforcement(streaming_reads:
         ClientOptions(addresses=("h:1",), grpc_options=(("grpc.keepalive_time_ms", 600_000),))
     )
     assert dict(mine._channel_options(streaming_reads))["grpc.keepalive_time_ms"] == 600_000
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"addresses": ("a\x00b:1",)},  # gRPC cut the host at the NUL and dialled "a"
+        {"addresses": ("\udc80x:1",)},  # UnicodeEncodeError on every call
+        {"addresses": ("a b:1",)},
+        {"addresses": ("a:1_0",)},  # int() took it
+        {"addresses": ("a:\u0661\u0662",)},  # Arabic-Indic digits: int() took them
+        {"max_receive_message_size": 2**31},  # OverflowError on every call
+        {"grpc_options": (("grpc.foo", object()),)},  # TypeError on every call
+        {"grpc_options": (("grpc.foo", 2**70),)},  # OverflowError on every call
+        {"grpc_options": (("grpc.\ud800", 1),)},
+    ],
+)
+def test_options_grpc_would_fail_on_untyped_are_refused_at_once(changes: dict[str, Any]) -> None:
+    with pytest.raises(ConfigurationError):
+        ClientOptions(**{"addresses": ("h:1",), **changes})
+
+
+def test_options_grpc_takes_still_pass() -> None:
+    options = ClientOptions(
+        addresses=("[::1]:9292", "host-1.example:65535"),
+        max_receive_message_size=2**31 - 1,
+        grpc_options=(("grpc.lb_policy_name", "pick_first"), ("grpc.enable_retries", 0)),
+    )
+    assert options.max_receive_message_size == 2**31 - 1
