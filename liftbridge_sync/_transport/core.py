@@ -203,7 +203,7 @@ class ClientCore:
             if self.closed:  # the channel was closed under the call: not the server's doing
                 raise ClientClosedError(f"{rpc.name}: the client was closed") from None
             raise self.error_of(exc, context, address) from None
-        except ValueError as exc:
+        except ValueError:
             # grpcio's "Cannot invoke RPC: Channel closed!": close() won the race for the
             # channel between the stub's lookup and the call.
             if self.closed:
