@@ -171,10 +171,10 @@ def submit(
         elif not isinstance(correlation, str) or not correlation:
             raise ConfigurationError("'correlation_id' must be a non-empty str or None")
         else:
-            check_optional_text("correlation_id", correlation)  # UTF-8, for protobuf
             # A plain str: the pending table's keys are compared without running any
             # Python code (the C fast path relies on it; a subclass may define __eq__).
             correlation = str.__str__(correlation)
+            check_optional_text("correlation_id", correlation)  # UTF-8, for protobuf
         payload, routing_key = value, key
         if partition is None and partitioner is None:
             chosen = 0
