@@ -19,6 +19,7 @@ from liftbridge_sync import (
     StartAt,
     StopAt,
 )
+from liftbridge_sync._wire.validate import INT64_MAX
 from liftbridge_sync.spark.cleaner import retry_segment_closed
 from liftbridge_sync.spark.source_options import SourceOptions
 
@@ -37,9 +38,6 @@ __all__ = [
     "timestamps_for",
     "to_json_dict",
 ]
-
-#: Offsets and nanosecond timestamps on the wire are int64.
-_INT64_MAX = 2**63 - 1
 
 EARLIEST = -2
 LATEST = -1
@@ -115,11 +113,11 @@ def parse_spec(
         if (
             isinstance(value, bool)
             or not isinstance(value, int)
-            or not EARLIEST <= value <= _INT64_MAX
+            or not EARLIEST <= value <= INT64_MAX
         ):
             raise ConfigurationError(
                 f"option {option!r}: offset of partition {partition} must be an int from -2 "
-                f"to {_INT64_MAX}, got {value!r}"
+                f"to {INT64_MAX}, got {value!r}"
             )
         result[partition] = value
     return result
@@ -201,7 +199,7 @@ def resolve(
         if timestamp_ms is not None:
             # Past April 2262 is past every message (the server keeps int64 nanoseconds):
             # the same as the last instant it can store, so Long.MaxValue means "no end".
-            at = StartAt.timestamp(min(timestamp_ms * 1_000_000, _INT64_MAX))
+            at = StartAt.timestamp(min(timestamp_ms * 1_000_000, INT64_MAX))
             found = _first_offset(client, stream, partition, at, hw)
             if found > hw and strategy == "error":
                 raise NoOffsetForTimestampError(
