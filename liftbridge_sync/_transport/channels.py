@@ -28,6 +28,7 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -72,7 +73,7 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x
 _PREFLIGHT_TIMEOUT = 5.0
 
 
-def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> None:
+def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> bool:
     """One TLS handshake to ``address`` with ``setup``; raise if it fails for a TLS reason.
 
     Sends the HTTP/2 preface and waits for the first bytes back, so that a TLS 1.3
@@ -83,7 +84,10 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> None:
     Args:
         address: ``host:port`` of the broker.
         setup: The client's TLS set-up (the same context as its other connections).
-        timeout: Seconds for the connect and for each read.
+        timeout: Seconds for the whole pre-flight (connect, handshake and answer).
+
+    Returns:
+        False if it ran out of time before a verdict, else True.
 
     Raises:
         TLSError: naming the cause (missing or rejected client certificate, untrusted
@@ -93,26 +97,37 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> None:
     """
     host, port = parse_address(address)
     context = setup.context()
+    deadline = time.monotonic() + timeout
+
+    def left() -> float:
+        # A step that finds nothing left times out at once (an OSError: returns quietly).
+        return max(deadline - time.monotonic(), 0.001)
+
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
+    except TimeoutError:
+        return False
     except OSError:
-        return  # not a TLS problem; gRPC reports and retries it
+        return True  # not a TLS problem; gRPC reports and retries it
     with contextlib.closing(raw):
         try:
+            raw.settimeout(left())
             with context.wrap_socket(raw, server_hostname=setup.server_hostname(host)) as conn:
                 try:
+                    conn.settimeout(left())
                     conn.sendall(_H2_PREFACE)
                 except OSError:
                     # A broker that refused us may have sent its alert and closed before
                     # the preface went out: the alert still waits to be read.
                     pass
+                conn.settimeout(left())
                 conn.recv(64)
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
-            return  # closed without a TLS verdict (e.g. a broker shutting down)
+            return True  # closed without a TLS verdict (e.g. a broker shutting down)
         except ssl.SSLError as exc:
             issuer = None
             if isinstance(exc, ssl.SSLCertVerificationError):
-                issuer = peer_issuer(host, port, setup.server_hostname(host), timeout)
+                issuer = peer_issuer(host, port, setup.server_hostname(host), left())
             raise error_from_tls_exception(
                 address,
                 exc,
@@ -120,8 +135,11 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> None:
                 system_roots=setup.options.ca_cert is None,
                 issuer=issuer,
             ) from None
+        except TimeoutError:
+            return False
         except OSError:
-            return
+            return True
+    return True
 
 
 class ChannelPool:
@@ -181,12 +199,16 @@ class ChannelPool:
         with self._lock:
             return tuple(sorted({address for address, _ in self._stubs}))
 
-    def stub(self, address: str, *, streaming_reads: bool = False) -> Stub:
+    def stub(
+        self, address: str, *, streaming_reads: bool = False, budget: float | None = None
+    ) -> Stub:
         """The stub for ``address``, creating its channel on first use.
 
         Args:
             address: ``host:port`` of a broker.
             streaming_reads: The channel for ``Subscribe`` (single-threaded reads).
+            budget: Seconds the caller's call has in all: bounds the TLS pre-flight
+                (:meth:`check_tls`) too.
 
         Raises:
             ClientClosedError: after :meth:`close`.
@@ -200,7 +222,7 @@ class ChannelPool:
         entry = self._stubs.get(key)
         if entry is not None:
             return entry[1]
-        self.check_tls(address)
+        self.check_tls(address, budget)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("client is closed")
@@ -225,13 +247,14 @@ class ChannelPool:
             raise ClientClosedError("client is closed")
         return entry[0]
 
-    def check_tls(self, address: str) -> None:
+    def check_tls(self, address: str, budget: float | None = None) -> None:
         """Run :func:`preflight_tls` once per broker (outside the lock: it does I/O).
 
         Called before the first channel to ``address`` is made; the transports that
         open their own sockets (the ``"h2"`` publish stream and subscriptions) call it
         too. Without TLS,
-        or once the broker passed, it returns at once.
+        or once the broker passed, it returns at once. It takes ``rpc_timeout`` (5 s at
+        most) or the caller's ``budget``, whichever is shorter.
 
         Raises:
             TLSError: the handshake failed for a TLS reason (checked again next time).
@@ -241,7 +264,10 @@ class ChannelPool:
         if setup is None or address in self._checked or self._factory != self._make_channel:
             return
         timeout = min(self._options.rpc_timeout, _PREFLIGHT_TIMEOUT)
-        preflight_tls(address, setup, timeout)
+        if budget is not None:
+            timeout = min(timeout, budget)
+        if not preflight_tls(address, setup, timeout) and budget is not None:
+            return  # cut short by the caller's budget: asked again next time
         with self._lock:
             self._checked.add(address)
 

@@ -64,6 +64,8 @@ _PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
 
 #: A TLS verdict not asked for yet.
 _UNASKED = object()
+#: The longest a broker's port is asked whether it speaks TLS (connect, then handshake).
+_TLS_QUESTION_WAIT = 2.0
 
 
 class ClientCore:
@@ -189,9 +191,21 @@ class ClientCore:
         context: CallContext,
         timeout: float | None = None,
     ) -> Resp:
-        """One attempt of a unary RPC on one broker; gRPC errors become LiftbridgeErrors."""
-        stub = self.pool.stub(address)
-        deadline = timeout or self.options.rpc_timeout
+        """One attempt of a unary RPC on one broker; gRPC errors become LiftbridgeErrors.
+
+        ``timeout`` (default ``rpc_timeout``) bounds the whole attempt: a first TLS
+        pre-flight to the broker and telling a refused plaintext connection apart
+        (:meth:`error_of`) included.
+        """
+        seconds = timeout or self.options.rpc_timeout
+        ends = time.monotonic() + seconds
+        stub = self.pool.stub(address, budget=seconds)
+        deadline = ends - time.monotonic()
+        if deadline <= 0:
+            raise DeadlineExceededError(
+                f"{rpc.name}: no answer within {seconds:g}s (the TLS pre-flight took it)",
+                code="DEADLINE_EXCEEDED",
+            )
         method = getattr(stub, rpc.name)
         try:
             if rpc.name in _LOCAL_DEADLINE_METHODS:
@@ -202,7 +216,7 @@ class ClientCore:
         except grpc.RpcError as exc:
             if self.closed:  # the channel was closed under the call: not the server's doing
                 raise ClientClosedError(f"{rpc.name}: the client was closed") from None
-            raise self.error_of(exc, context, address) from None
+            raise self.error_of(exc, context, address, ends - time.monotonic()) from None
         except ValueError:
             # grpcio's "Cannot invoke RPC: Channel closed!": close() won the race for the
             # channel between the stub's lookup and the call.
@@ -210,12 +224,18 @@ class ClientCore:
                 raise ClientClosedError(f"{rpc.name}: the client was closed") from None
             raise
 
-    def error_of(self, exc: grpc.RpcError, context: CallContext, address: str) -> LiftbridgeError:
+    def error_of(
+        self,
+        exc: grpc.RpcError,
+        context: CallContext,
+        address: str,
+        budget: float | None = None,
+    ) -> LiftbridgeError:
         """The typed error of a failed gRPC call to ``address`` (every gRPC path's).
 
         A plaintext connection the broker closed at connect is told apart by asking its
-        port for TLS (:meth:`_tls_required`): only a verified answer makes it a final
-        :class:`TLSError`.
+        port for TLS (:meth:`_tls_required`, within ``budget`` seconds if given): only a
+        verified answer makes it a final :class:`TLSError`.
         """
         error = error_from_rpc_error(exc, context)
         if (
@@ -223,19 +243,25 @@ class ClientCore:
             and isinstance(error, BrokerUnavailableError)
             and closed_at_connect(error.details or "")
         ):
-            return self._tls_required(address, error)
+            return self._tls_required(address, error, budget)
         return error
 
-    def _tls_required(self, address: str, error: BrokerUnavailableError) -> BrokerUnavailableError:
+    def _tls_required(
+        self, address: str, error: BrokerUnavailableError, budget: float | None = None
+    ) -> BrokerUnavailableError:
         """``error`` told apart: a verified TLS answer from the broker's port makes it a
         final TLSError, an unverified one a retryable hint, none leaves it as it is.
 
         The port is asked once per address and client (the answer is kept)."""
         verdict = self._tls_verdicts.get(address, _UNASKED)
         if verdict is _UNASKED:
+            wait = _TLS_QUESTION_WAIT if budget is None else min(_TLS_QUESTION_WAIT, budget)
+            if wait <= 0:
+                return error  # the caller's time is up: asked next time
             host, port = parse_address(address)
-            verdict = speaks_tls((host, port))
-            self._tls_verdicts[address] = verdict
+            verdict = speaks_tls((host, port), wait)
+            if verdict is not None or wait == _TLS_QUESTION_WAIT:
+                self._tls_verdicts[address] = verdict  # else perhaps only cut short
         if verdict is None:
             return error
         return plaintext_refused_error(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
-from liftbridge_sync import BrokerUnavailableError, Client, ConfigurationError, Health
+from liftbridge_sync import BrokerUnavailableError, Client, ConfigurationError, Health, TLSOptions
+from liftbridge_sync.testing import generate_certificates
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +36,24 @@ def test_unreachable_addresses_are_named_within_the_budget(liftbridge_address: s
             assert time.monotonic() - started < 4.0
     message = str(caught.value)
     assert "127.0.0.1:1" in message and silent_address in message
+
+
+def test_a_silent_tls_broker_is_given_up_within_the_budget(tmp_path: Path) -> None:
+    # With TLS the first call to a broker runs a TLS pre-flight first. A broker that
+    # accepts and never answers held it for min(rpc_timeout, 5 s), whatever the
+    # health check's budget: a readiness probe in a fresh worker took 5.5 s, not 0.5.
+    certs = generate_certificates(tmp_path, clients=[])
+    tls = TLSOptions(ca_cert=str(certs.ca_cert))
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        with Client([address], tls=tls, rpc_timeout=30.0) as client:
+            for _ in range(2):  # and again: a pre-flight cut short is not taken as passed
+                started = time.monotonic()
+                with pytest.raises(BrokerUnavailableError) as caught:
+                    client.check_health(0.5)
+                assert time.monotonic() - started < 1.5
+                assert address in str(caught.value)
+            assert address not in client._session.check().pool._checked
 
 
 @pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, 1e300, None, "5"])

@@ -182,9 +182,9 @@ def test_one_tls_preflight_per_broker(
     calls: list[str] = []
     real = channels.preflight_tls
 
-    def counting(address: str, *args: Any) -> None:
+    def counting(address: str, *args: Any) -> bool:
         calls.append(address)
-        real(address, *args)
+        return real(address, *args)
 
     monkeypatch.setattr(channels, "preflight_tls", counting)
     name = unique("tls")
@@ -206,9 +206,9 @@ def test_mutual_tls_cluster_reaches_every_leader(
     checked: list[str] = []
     real = channels.preflight_tls
 
-    def recording(address: str, *args: Any) -> None:
+    def recording(address: str, *args: Any) -> bool:
         checked.append(address)
-        real(address, *args)
+        return real(address, *args)
 
     monkeypatch.setattr(channels, "preflight_tls", recording)
     with LiftbridgeCluster(3, tls=certs.server_tls(mutual=True)) as cluster:
@@ -472,9 +472,10 @@ def _record_preflights(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     checked: list[str] = []
     real = channels.preflight_tls
 
-    def recording(address: str, *args: Any) -> None:
-        real(address, *args)
+    def recording(address: str, *args: Any) -> bool:
+        verdict = real(address, *args)
         checked.append(address)
+        return verdict
 
     monkeypatch.setattr(channels, "preflight_tls", recording)
     return checked

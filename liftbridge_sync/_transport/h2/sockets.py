@@ -52,8 +52,9 @@ class ConnectionLost(Exception):
     """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
 
 
-def speaks_tls(peer: tuple[str, int]) -> str | None:
-    """Whether ``peer`` answers a TLS ClientHello, and with what proof.
+def speaks_tls(peer: tuple[str, int], timeout: float = 2.0) -> str | None:
+    """Whether ``peer`` answers a TLS ClientHello within ``timeout`` seconds (for the
+    connect and for the handshake), and with what proof.
 
     Returns:
         ``"verified"``: it completed a handshake with a certificate valid for the
@@ -63,7 +64,7 @@ def speaks_tls(peer: tuple[str, int]) -> str | None:
     """
     context = ssl.create_default_context()  # the system store, hostname checked
     try:
-        with socket.create_connection(peer, timeout=2.0) as raw:
+        with socket.create_connection(peer, timeout=timeout) as raw:
             with context.wrap_socket(raw, server_hostname=peer[0]):
                 return "verified"
     except ssl.SSLCertVerificationError:
