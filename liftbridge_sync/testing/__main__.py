@@ -78,8 +78,13 @@ def _serve(args: argparse.Namespace) -> int:
             cursors_partitions=args.cursors_partitions,
             log_level=args.log_level,
         )
+    except (ServerInstallError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    try:
         server.start()
-    except (ServerInstallError, ServerStartError, ValueError) as exc:
+    except ServerStartError as exc:
+        server.close()  # its temporary directory (log and data) too
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:

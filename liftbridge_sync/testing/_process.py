@@ -327,6 +327,11 @@ class LiftbridgeProcess:
                     why,
                     attempt,
                 )
+            except BaseException:
+                # Not a start failure (a probe that broke, an interrupt): the process
+                # must not outlive it, as nobody would hold a handle to stop it.
+                self.kill()
+                raise
 
     def reap(self) -> None:
         """Collect the exit status of a finished process (avoids zombies)."""

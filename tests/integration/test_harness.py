@@ -34,6 +34,7 @@ from liftbridge_sync.testing import (
     install_server,
 )
 from liftbridge_sync.testing._config import check_keys, render_yaml
+from liftbridge_sync.testing._process import LiftbridgeProcess
 from liftbridge_sync.testing._rpc import create_stream, fetch_metadata
 from liftbridge_sync.testing._versions import (
     PINNED_PSEUDO_VERSION,
@@ -167,6 +168,39 @@ def test_close_stops_process_and_removes_temp_dir(installed: InstalledServer) ->
     assert not srv.running and srv.pid is None
     assert process_gone(pid)
     assert not run_dir.exists()
+
+
+def test_a_probe_that_breaks_leaves_no_server_running(
+    installed: InstalledServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any failure while the harness waits for readiness, not only a ServerStartError,
+    # must take the process down: nobody holds a handle to it yet.
+    spawned: list[int] = []
+    real_spawn = LiftbridgeProcess.spawn
+
+    def spawn(self: LiftbridgeProcess) -> None:
+        real_spawn(self)
+        assert self.pid is not None
+        spawned.append(self.pid)
+
+    def probe(self: LiftbridgeProcess) -> bool:
+        raise OSError("scripted: the readiness probe broke")
+
+    monkeypatch.setattr(LiftbridgeProcess, "spawn", spawn)
+    monkeypatch.setattr(LiftbridgeProcess, "_probe", probe)
+    srv = LiftbridgeServer(installed=installed)
+    try:
+        with pytest.raises(OSError, match="scripted"):
+            srv.start()
+        assert spawned
+        assert all(process_gone(pid) for pid in spawned)
+    finally:
+        for pid in spawned:  # without the fix: do not leave it running
+            if not process_gone(pid):
+                os.kill(pid, signal.SIGKILL)
+        run_dir = srv._run_dir
+        srv.close()
+    assert run_dir is not None and not run_dir.exists()
 
 
 _OUTLIVE_SCRIPT = textwrap.dedent(
