@@ -9,33 +9,86 @@ from __future__ import annotations
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync._wire.status import CallContext, closed_at_connect
 from liftbridge_sync._wire.validate import check_bool
-from liftbridge_sync.errors import StreamExistsError
+from liftbridge_sync.errors import (
+    DeadlineExceededError,
+    LiftbridgeError,
+    NoSuchStreamError,
+    StreamExistsError,
+)
 
 __all__ = ["create_stream", "delete_stream", "pause_stream", "set_stream_readonly"]
+
+#: gRPC's words for a call that never left the client (nothing was carried out).
+_NEVER_SENT = ("failed to connect", "connection refused", "dns resolution", "name resolution")
+
+
+def _maybe_carried_out(failed: list[LiftbridgeError]) -> LiftbridgeError | None:
+    """The first failed attempt that may have reached a broker and been carried out
+    (its answer lost: a connection that broke mid-call, a deadline), or None."""
+    for error in failed:
+        if isinstance(error, DeadlineExceededError):
+            return error
+        details = (error.details or str(error)).lower()
+        if error.retryable and not (
+            closed_at_connect(error.details or "") or any(w in details for w in _NEVER_SENT)
+        ):
+            return error
+    return None
 
 
 def create_stream(core: ClientCore, request: api_pb2.CreateStreamRequest, exist_ok: bool) -> bool:
     """Create the stream: ``True``, or ``False`` if it existed and ``exist_ok``.
+
+    CreateStream is not idempotent and is retried on UNAVAILABLE: if an earlier attempt
+    may have created the stream before its answer was lost, the
+    :class:`StreamExistsError` of a later one says so.
 
     Raises:
         ConfigurationError: on a bad ``exist_ok``, before anything is sent.
         StreamExistsError: if the name is taken and not ``exist_ok``.
     """
     check_bool("exist_ok", exist_ok)
+    failed: list[LiftbridgeError] = []
     try:
-        core.call_any(rpcs.CREATE_STREAM, request, context=CallContext.CREATE_STREAM)
-    except StreamExistsError:
+        core.call_any(rpcs.CREATE_STREAM, request, context=CallContext.CREATE_STREAM, failed=failed)
+    except StreamExistsError as exc:
         if exist_ok:
             return False
-        raise
+        earlier = _maybe_carried_out(failed)
+        if earlier is None:
+            raise
+        raise StreamExistsError(
+            f"{exc}; an earlier attempt of this call may have created it: it failed "
+            f"with '{earlier}' after it may have reached a broker",
+            code=exc.code,
+            details=exc.details,
+        ) from exc
     return True
 
 
 def delete_stream(core: ClientCore, request: api_pb2.DeleteStreamRequest) -> None:
-    """Delete the stream, then forget its cached metadata."""
-    core.call_any(rpcs.DELETE_STREAM, request, context=CallContext.DELETE_STREAM)
+    """Delete the stream, then forget its cached metadata.
+
+    DeleteStream is not idempotent and is retried on UNAVAILABLE: if an earlier attempt
+    may have deleted the stream before its answer was lost, the
+    :class:`NoSuchStreamError` of a later one says so.
+    """
+    failed: list[LiftbridgeError] = []
+    try:
+        core.call_any(rpcs.DELETE_STREAM, request, context=CallContext.DELETE_STREAM, failed=failed)
+    except NoSuchStreamError as exc:
+        earlier = _maybe_carried_out(failed)
+        if earlier is None:
+            raise
+        core.metadata.forget_stream(request.name)
+        raise NoSuchStreamError(
+            f"{exc}; an earlier attempt of this call may have deleted it: it failed "
+            f"with '{earlier}' after it may have reached a broker",
+            code=exc.code,
+            details=exc.details,
+        ) from exc
     core.metadata.forget_stream(request.name)
 
 

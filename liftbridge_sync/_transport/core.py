@@ -290,14 +290,24 @@ class ClientCore:
         *,
         context: CallContext = CallContext.GENERIC,
         timeout: float | None = None,
+        failed: list[LiftbridgeError] | None = None,
     ) -> Resp:
-        """Call an RPC that any broker can serve, rotating brokers on retryable errors."""
+        """Call an RPC that any broker can serve, rotating brokers on retryable errors.
+
+        ``failed``, if given, receives the error of every attempt that failed (for a
+        call that is not idempotent: an attempt may have been carried out though its
+        answer was lost)."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
             candidates = self.addresses()
             address = candidates[(start + number - 1) % len(candidates)]
-            return self.invoke(address, rpc, request, context=context, timeout=timeout)
+            try:
+                return self.invoke(address, rpc, request, context=context, timeout=timeout)
+            except LiftbridgeError as exc:
+                if failed is not None:
+                    failed.append(exc)
+                raise
 
         return call_with_retry(self.options.retry, rpc.name, attempt)
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from liftbridge_sync.testing._docker import DockerLiftbridgeServer, docker_unavailable_reason
     from liftbridge_sync.testing._external import ExternalLiftbridge, LiftbridgeEndpoint
     from liftbridge_sync.testing._fake import (
+        AdminScript,
         FakeBroker,
         FakeCluster,
         PublishScript,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "TcpProxy": "_proxy",
+    "AdminScript": "_fake",
     "FakeBroker": "_fake",
     "FakeCluster": "_fake",
     "PublishScript": "_fake",
@@ -96,6 +98,7 @@ _EXPORTS = {
 
 __all__ = [
     "AUTHZ_MODEL",
+    "AdminScript",
     "COMPAT_VERSION",
     "ClusterNode",
     "DockerLiftbridgeServer",

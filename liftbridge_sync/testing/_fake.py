@@ -32,6 +32,7 @@ import grpc
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 
 __all__ = [
+    "AdminScript",
     "FakeBroker",
     "FakeCluster",
     "PublishScript",
@@ -56,6 +57,16 @@ __all__ = [
 #: * ``("error_then_ack", code)``: that error, then an ack for the same id (a quirk of
 #:   the real server on PERMISSION_DENIED).
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
+
+#: Decides how one ``CreateStream`` or ``DeleteStream`` call ends (the method's name, and
+#: how many calls of it the broker has received so far, this one included):
+#:
+#: * ``"ok"``: success;
+#: * ``"exists"``: ALREADY_EXISTS (CreateStream: the name is taken);
+#: * ``"missing"``: NOT_FOUND (DeleteStream: no such stream);
+#: * ``"lost"``: UNAVAILABLE after the broker acted on it, as when the connection breaks
+#:   before the answer arrives (the client cannot tell whether it happened).
+AdminScript = Callable[[str, int], str]
 
 #: Runs one ``Subscribe`` call: yields the messages to send (the first being the
 #: server's empty handshake message) and may end the call with ``context.abort``.
@@ -160,6 +171,8 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         publish_script: See :data:`PublishScript` (default: ack everything).
         subscribe_scripts: Scripts for the next ``Subscribe`` calls, used in order; when
             none is left, a call gets :func:`silent`.
+        admin_script: See :data:`AdminScript` (default: every call succeeds).
+        admin_calls: Every ``CreateStream`` and ``DeleteStream`` call's method name.
         not_leader_times: Answer the next N ``FetchPartitionMetadata`` calls with
             "not partition leader".
         received: Every ``PublishRequest`` received.
@@ -183,6 +196,8 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         self.lock = threading.Lock()
         self.publish_script: PublishScript = lambda request, count: "ack"
         self.subscribe_scripts: list[SubscribeScript] = []
+        self.admin_script: AdminScript = lambda method, count: "ok"
+        self.admin_calls: list[str] = []
         self.not_leader_times = 0
         self.received: list[api_pb2.PublishRequest] = []
         self.subscribe_requests: list[api_pb2.SubscribeRequest] = []
@@ -247,6 +262,34 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 for name in names
             ],
         )
+
+    # ------------------------------------------------------------------ streams
+
+    def _admin(self, method: str, context: grpc.ServicerContext) -> None:
+        with self.lock:
+            self.admin_calls.append(method)
+            count = self.admin_calls.count(method)
+        action = self.admin_script(method, count)
+        if action == "exists":
+            context.abort(grpc.StatusCode.ALREADY_EXISTS, "stream already exists")
+        elif action == "missing":
+            context.abort(grpc.StatusCode.NOT_FOUND, "stream does not exist")
+        elif action == "lost":
+            context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: Socket closed")
+        elif action != "ok":
+            raise ValueError(f"unknown admin script action {action!r}")
+
+    def CreateStream(  # noqa: N802
+        self, request: api_pb2.CreateStreamRequest, context: grpc.ServicerContext
+    ) -> api_pb2.CreateStreamResponse:
+        self._admin("CreateStream", context)
+        return api_pb2.CreateStreamResponse()
+
+    def DeleteStream(  # noqa: N802
+        self, request: api_pb2.DeleteStreamRequest, context: grpc.ServicerContext
+    ) -> api_pb2.DeleteStreamResponse:
+        self._admin("DeleteStream", context)
+        return api_pb2.DeleteStreamResponse()
 
     def FetchPartitionMetadata(  # noqa: N802
         self, request: api_pb2.FetchPartitionMetadataRequest, context: grpc.ServicerContext

@@ -260,7 +260,7 @@ def test_a_call_that_lost_the_race_with_close_says_the_client_closed() -> None:
     core = client._core
     stub = core.pool.stub("127.0.0.1:1")
     client.close()
-    core.pool.stub = lambda address: stub  # type: ignore[method-assign,assignment,misc]
+    core.pool.stub = lambda address, **_: stub  # type: ignore[method-assign,assignment,misc]
     with pytest.raises(ClientClosedError, match="FetchMetadata: the client was closed"):
         core.invoke(
             "127.0.0.1:1",
