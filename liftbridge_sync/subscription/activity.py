@@ -9,6 +9,9 @@ publishes at-least-once).
 
 from __future__ import annotations
 
+import time
+
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.activity import ACTIVITY_STREAM, ActivityEvent, decode_event
 from liftbridge_sync.positions import StartAt
@@ -65,8 +68,12 @@ class ActivityStream:
             StopIteration: if closed.
             ServerError: if a message on ``__activity`` is not an activity event.
         """
+        seconds = check_seconds("timeout", timeout)
+        deadline = None if seconds is None else time.monotonic() + seconds
         while True:
-            msg = self._sub.get(timeout)
+            # One budget for the whole call: a repeat dropped does not start it again.
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            msg = self._sub.get(left)
             event = decode_event(msg.value, offset=msg.offset, timestamp_ns=msg.timestamp_ns)
             if self._last_id is not None and event.id <= self._last_id:
                 continue  # a repeat after a metadata-leader change

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import types
+from typing import Any
 
 import pytest
 
-from liftbridge_sync import ServerError
+from liftbridge_sync import ConfigurationError, ServerError
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.activity import (
     ConsumerLeftGroup,
@@ -14,6 +16,8 @@ from liftbridge_sync.activity import (
     UnknownActivity,
     decode_event,
 )
+from liftbridge_sync.subscription import activity as activity_module
+from liftbridge_sync.subscription.activity import ActivityStream
 
 
 def test_pause_event_decodes_every_field() -> None:
@@ -50,3 +54,40 @@ def test_expired_leave_and_unknown_op() -> None:
 def test_garbage_is_a_server_error() -> None:
     with pytest.raises(ServerError, match="not an ActivityStreamEvent"):
         decode_event(b"\xff\xff\xff")
+
+
+class _Repeating:
+    """A subscription that hands out the same event again and again, each 30 ms later on
+    a clock of its own, as a metadata leader's repeats would arrive."""
+
+    def __init__(self, value: bytes) -> None:
+        self.value = value
+        self.now = 0.0
+        self.timeouts: list[float | None] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def get(self, timeout: float | None) -> Any:
+        self.timeouts.append(timeout)
+        assert len(self.timeouts) < 1000, "get() kept waiting: its timeout started again"
+        if timeout is not None and timeout <= 0.0:
+            raise TimeoutError("nothing new")
+        self.now += 0.03
+        return types.SimpleNamespace(value=self.value, offset=1, timestamp_ns=1)
+
+
+def test_dropped_repeats_do_not_extend_the_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    pb = api_pb2.ActivityStreamEvent(
+        id=7, op=api_pb2.ActivityStreamOp.PAUSE_STREAM, pauseStreamOp=api_pb2.PauseStreamOp()
+    )
+    sub = _Repeating(pb.SerializeToString())
+    monkeypatch.setattr(activity_module, "time", sub)
+    events = ActivityStream(sub)  # type: ignore[arg-type]
+    assert events.get(1.0).id == 7
+    with pytest.raises(TimeoutError):
+        events.get(0.1)  # only repeats of event 7 arrive: 0.1 s on the clock, not forever
+    waits = sub.timeouts[1:]
+    assert len(waits) == 5  # after 0, 30, 60, 90 ms, then none left
+    assert waits[-1] == 0.0
+
