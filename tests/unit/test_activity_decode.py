@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import ConfigurationError, ServerError
+from liftbridge_sync import ServerError
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.activity import (
     ConsumerLeftGroup,
@@ -90,4 +90,3 @@ def test_dropped_repeats_do_not_extend_the_timeout(monkeypatch: pytest.MonkeyPat
     waits = sub.timeouts[1:]
     assert len(waits) == 5  # after 0, 30, 60, 90 ms, then none left
     assert waits[-1] == 0.0
-
