@@ -71,8 +71,8 @@ def _stop_index(
     if in_order and stop_offset is not None and batch[in_order - 1].offset > stop_offset:
         cut = next(i for i in range(in_order) if batch[i].offset > stop_offset)
     if in_order and stop_timestamp_ns is not None:
-        late = next(
-            (i for i in range(cut or in_order) if batch[i].timestamp > stop_timestamp_ns), None
-        )
+        # ``cut`` 0 is a cut (nothing of the batch is inside the range), not "no cut".
+        before = in_order if cut is None else cut
+        late = next((i for i in range(before) if batch[i].timestamp > stop_timestamp_ns), None)
         cut = late if late is not None else cut
     return cut

@@ -59,6 +59,13 @@ def test_the_earlier_of_the_two_stops_wins() -> None:
     assert screen(batch, 4, 5, 35) == Screened(4, 1)  # the offset is earlier
 
 
+def test_a_late_message_never_moves_a_cut_at_the_batch_start_forward() -> None:
+    # The stop offset 10 was compacted away: the batch starts past it, so nothing of
+    # it may go out, whatever the timestamps say later on.
+    batch = _batch(11, 12, 13, stamps=(900, 950, 1100))
+    assert screen(batch, 9, 10, 1000) == Screened(3, 0)
+
+
 def test_the_stop_is_looked_for_only_in_the_in_order_run() -> None:
     # 9 is past the stop, but it comes after the step back: the refusal decides first.
     batch = _batch(5, 3, 9)
