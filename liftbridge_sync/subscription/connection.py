@@ -72,6 +72,17 @@ class SubscriptionTarget:
     stop_timestamp_ns: int | None = None
 
     @property
+    def start_offset(self) -> int | None:
+        """The first offset a forward read asked for (``None``: not an offset start).
+
+        An offset, cursor, or pinned ``new_only()``/``latest()`` start.
+        """
+        request = self.request
+        if self.reverse or request.startPosition != api_pb2.OFFSET:
+            return None
+        return int(request.startOffset)
+
+    @property
     def stop_offset(self) -> int | None:
         """The last offset a forward read may deliver (``None``: no stop offset)."""
         request = self.request

@@ -37,7 +37,7 @@ from liftbridge_sync.subscription.connection import (
     PartitionConnection,
     SubscriptionTarget,
 )
-from liftbridge_sync.subscription.screening import screen
+from liftbridge_sync.subscription.screening import before_start, screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["Subscription", "SubscriptionTarget"]
@@ -64,6 +64,10 @@ class Subscription(PartitionConnection):
     :meth:`stats`, and the subscription resubscribes after the last delivered offset.
     A refusal the server gives while its cleaner swaps log segments ("segment has been
     closed") is retried like a lost connection.
+
+    The first message delivered is the one asked for: v1.9.0 serves a start offset above
+    the high watermark from the old watermark + 1 once it moves, and those offsets before
+    the start are skipped.
 
     With a stop position, no offset past it is delivered, even when compaction or
     retention removed the stop offset itself; and a read whose range is all committed
@@ -313,6 +317,10 @@ class Subscription(PartitionConnection):
         the call is dropped so the next read resubscribes after the last delivered offset.
         """
         target = self._target
+        if self._last_offset is None:
+            batch = self._skip_before_start(batch)
+            if not batch:
+                return batch
         good, cut = screen(batch, self._last_offset, self._stop_offset, target.stop_timestamp_ns)
         if good and self._disorder:
             self._disorder = 0  # in order again: the resubscribe budget starts afresh
@@ -324,6 +332,25 @@ class Subscription(PartitionConnection):
             self._refuse_out_of_order(call, batch, good)
             return batch[:good]
         return batch
+
+    def _skip_before_start(self, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
+        """``batch`` without its messages before the requested start (see
+        :func:`~liftbridge_sync.subscription.screening.before_start`); before the first
+        delivered message only.
+        """
+        target = self._target
+        start = target.start_offset
+        skipped = 0 if start is None else before_start(batch, start)
+        if not skipped:
+            return batch
+        _log.debug(
+            "subscription %s/%d: skipped offsets %d-%d, before the requested start",
+            target.stream,
+            target.partition,
+            batch[0].offset,
+            batch[skipped - 1].offset,
+        )
+        return batch[skipped:]
 
     def _refuse_out_of_order(
         self, call: SubscribeCall, batch: list[api_pb2.Message], bad: int

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from liftbridge_sync._proto import api_pb2
 
-__all__ = ["Screened", "screen"]
+__all__ = ["Screened", "before_start", "screen"]
 
 
 class Screened(NamedTuple):
@@ -58,6 +58,22 @@ def screen(
                 i for i, o in enumerate(offsets) if o <= (offsets[i - 1] if i else previous)
             )
     return Screened(in_order, _stop_index(batch, in_order, stop_offset, stop_timestamp_ns))
+
+
+def before_start(batch: Sequence[api_pb2.Message], start_offset: int) -> int:
+    """Length of ``batch``'s leading run below ``start_offset``, the requested start.
+
+    Only for the first messages of a subscription, before any was delivered: a v1.9.0
+    reader asked for an offset above the high watermark waits for the watermark to move
+    and then reads from the old watermark + 1, whatever it was asked for. Those messages
+    were not asked for; the ones after them are.
+    """
+    skipped = 0
+    for message in batch:
+        if message.offset >= start_offset:
+            break
+        skipped += 1
+    return skipped
 
 
 def _stop_index(

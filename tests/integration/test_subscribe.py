@@ -106,6 +106,26 @@ def test_start_offset_beyond_the_end_waits_for_it(
         assert [m.value for m in take(sub, 1)] == [b"m6"]
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_start_offset_beyond_the_end_is_the_first_delivered(
+    liftbridge_address: str, stream5: str, transport: str
+) -> None:
+    # v1.9.0 answers a start above the high watermark (4) with a reader that waits for
+    # the watermark to move, then reads from the old watermark + 1 (5): the messages
+    # published while the read is blocked, on the same call, begin below the start.
+    with (
+        Client([liftbridge_address], subscribe_transport=transport) as client,
+        client.subscribe(stream5, start=StartAt.offset(7)) as sub,
+    ):
+        got: list[Message] = []
+        read = threading.Thread(target=lambda: got.extend(take(sub, 2, timeout=20)))
+        read.start()
+        publish_values(liftbridge_address, stream5, 4, start=5)
+        read.join(25)
+        assert not read.is_alive()
+        assert offsets(got) == [7, 8]
+
+
 def test_start_latest_then_follow(
     liftbridge_client: Client, liftbridge_address: str, stream5: str
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.subscription.screening import Screened, screen
+from liftbridge_sync.subscription.screening import Screened, before_start, screen
 
 
 def _batch(*offsets: int, stamps: tuple[int, ...] | None = None) -> list[api_pb2.Message]:
@@ -71,3 +71,19 @@ def test_the_stop_is_looked_for_only_in_the_in_order_run() -> None:
     batch = _batch(5, 3, 9)
     assert screen(batch, 4, 6, None) == Screened(1, None)
     assert screen(_batch(3, 9), 4, 6, None) == Screened(0, None)
+
+
+@pytest.mark.parametrize(
+    ("offsets", "start", "skipped"),
+    [
+        ((3, 4, 5, 6), 5, 2),  # v1.9.0 read from the old high watermark + 1 (3), not 5
+        ((3, 4), 5, 2),  # all of it before the start: nothing goes out
+        ((5, 6), 5, 0),  # the requested start itself is delivered
+        ((7, 8), 5, 0),  # the start offset was compacted away: 7 is the first after it
+        ((2, 7, 3), 5, 1),  # only the leading run; what follows is the order check's
+    ],
+)
+def test_offsets_before_the_requested_start_are_skipped(
+    offsets: tuple[int, ...], start: int, skipped: int
+) -> None:
+    assert before_start(_batch(*offsets), start) == skipped
