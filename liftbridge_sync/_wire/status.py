@@ -101,6 +101,11 @@ _READER_IN_TRANSITION_HINTS = (
     "entry not found",
     "no segment to consume",
 )
+#: The RESOURCE_EXHAUSTED texts by which v1.9.0 says a subscription has nothing more to
+#: read (server/partition.go): a read-only partition read to its end, the stop offset
+#: delivered, STOP_LATEST on an empty partition. Any other RESOURCE_EXHAUSTED (grpcio's
+#: "Received message larger than max", an HTTP/2 ENHANCE_YOUR_CALM) is a failure.
+_SUBSCRIPTION_END_HINTS = ("end of readonly partition", "stop offset reached", "stream is empty")
 _NOT_LEADER_HINTS = ("not partition leader", "not leader", "partition leader", "not cursor")
 _NO_METADATA_LEADER_HINTS = ("no known metadata leader", "no leader")
 
@@ -399,10 +404,17 @@ def error_from_status(
         return make(ServerError)
 
     if code is sc.RESOURCE_EXHAUSTED:
-        if context in (CallContext.SUBSCRIBE_OPEN, CallContext.SUBSCRIPTION):
-            # End of a read-only partition, stop position reached, or STOP_LATEST on an
-            # empty partition. All mean "no more data will come".
+        subscribing = context in (CallContext.SUBSCRIBE_OPEN, CallContext.SUBSCRIPTION)
+        if subscribing and _contains(text, _SUBSCRIPTION_END_HINTS):
+            # "No more data will come": the subscription ends its iteration on this class.
             return make(ReadonlyPartitionError)
+        if subscribing and "larger than max" in text.lower():
+            # Not MessageTooLargeError: that one is a publish refused before the wire.
+            return make(
+                ServerError,
+                f"{where}: a message is larger than the limit: {text} (raise it with the "
+                "option max_receive_message_size)",
+            )
         if "larger than max" in text.lower():
             return make(MessageTooLargeError, f"{where}: message too large: {text}")
         return make(ServerError)

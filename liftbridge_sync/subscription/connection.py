@@ -29,6 +29,7 @@ from liftbridge_sync.errors import (
     NoSuchStreamError,
     NotLeaderError,
     PartitionPausedError,
+    ReadonlyPartitionError,
     ServerError,
     StreamDeletedError,
 )
@@ -395,7 +396,7 @@ class PartitionConnection:
             raise BrokerUnavailableError(f"subscribe: no handshake from {address} in time")
         if code == "CANCELLED":
             raise BrokerUnavailableError(f"subscribe: call to {address} was cancelled")
-        if code == "RESOURCE_EXHAUSTED":
+        if isinstance(exc, ReadonlyPartitionError):
             raise _Ended  # STOP_LATEST on an empty partition, or nothing left to read
         details = exc.details.lower()
         if self._target.reverse and code == "INTERNAL" and _has(details, _EMPTY_LOG_HINTS):

@@ -28,6 +28,7 @@ from liftbridge_sync._wire.validate import check_int, check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
     LiftbridgeError,
+    ReadonlyPartitionError,
     UnsupportedError,
 )
 from liftbridge_sync.models import Message, _set_message_pb
@@ -166,6 +167,8 @@ class Subscription(PartitionConnection):
             StopIteration: if the subscription has ended or was closed.
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions reported by the server.
+            ServerError: any other terminal failure, e.g. a message larger than the
+                ``max_receive_message_size`` option.
         """
         seconds = check_timeout("timeout", timeout)
         buf = self._buf
@@ -464,8 +467,9 @@ class Subscription(PartitionConnection):
             # Our own cancel: the connection is fine, so the next read resubscribes
             # without asking for metadata, with a fresh resubscribe budget.
             raise TimeoutError("no message arrived within the timeout")
-        if code == "RESOURCE_EXHAUSTED":
-            # End of a read-only partition, or the stop position was delivered.
+        if isinstance(exc, ReadonlyPartitionError):
+            # End of a read-only partition, or the stop position was delivered (only
+            # those texts of RESOURCE_EXHAUSTED: any other is a failure, raised below).
             self._done = True
             raise StopIteration
         if self._target.reverse and code == "UNKNOWN" and _is_eof(exc):

@@ -536,6 +536,37 @@ def test_end_of_readonly_partition_and_ok_status_end_the_iteration(
     assert values(client.subscribe("s", start=StartAt.earliest())) == [0]
 
 
+def test_a_message_over_the_receive_limit_is_an_error_not_the_end(
+    broker: FakeBroker, transport: str
+) -> None:
+    # grpcio fails such a read with RESOURCE_EXHAUSTED "Received message larger than
+    # max", the code v1.9.0 also ends a read-only partition with: only the server's own
+    # texts may end the iteration.
+    def oversized(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()
+        yield api_pb2.Message(offset=0, value=b"small")
+        yield api_pb2.Message(offset=1, value=b"x" * 4096)
+        yield api_pb2.Message(offset=2, value=b"after")
+
+    broker.subscribe_scripts = [oversized]
+    with make_client(broker, max_receive_message_size=1024) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        assert sub.get(5).offset == 0
+        with pytest.raises(lb.ServerError, match="max_receive_message_size"):
+            sub.get(5)
+    assert len(broker.subscribe_requests) == 1
+
+
+def test_another_resource_exhausted_before_the_handshake_is_raised(
+    broker: FakeBroker, client: Client
+) -> None:
+    broker.subscribe_scripts = [refuse(SC.RESOURCE_EXHAUSTED, "quota exceeded")]
+    with pytest.raises(lb.ServerError, match="quota exceeded"):
+        client.subscribe("s", start=StartAt.earliest())
+
+
 # ---------------------------------------------------------------------- reverse
 
 

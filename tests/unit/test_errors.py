@@ -97,6 +97,25 @@ def test_tree_shape_documented_in_module_docstring() -> None:
             lb.MessageTooLargeError,
         ),
         (SC.RESOURCE_EXHAUSTED, "quota", CallContext.GENERIC, lb.ServerError),
+        (
+            SC.RESOURCE_EXHAUSTED,
+            "Stop offset reached",
+            CallContext.SUBSCRIPTION,
+            lb.ReadonlyPartitionError,
+        ),
+        (
+            SC.RESOURCE_EXHAUSTED,
+            "Stream is empty",
+            CallContext.SUBSCRIBE_OPEN,
+            lb.ReadonlyPartitionError,
+        ),
+        (
+            SC.RESOURCE_EXHAUSTED,
+            "Received message larger than max (5000 vs. 1024)",
+            CallContext.SUBSCRIPTION,
+            lb.ServerError,
+        ),
+        (SC.RESOURCE_EXHAUSTED, "", CallContext.SUBSCRIPTION, lb.ServerError),
         (SC.PERMISSION_DENIED, "", CallContext.GENERIC, lb.PermissionDeniedError),
         (
             SC.UNKNOWN,
