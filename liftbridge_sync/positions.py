@@ -52,7 +52,12 @@ class StopKind(enum.Enum):
 def _to_ns(value: datetime | int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, datetime | int):
         raise ConfigurationError(f"{what} must be a datetime or Unix nanoseconds (int)")
-    ns = ns_from_datetime(value) if isinstance(value, datetime) else value
+    try:
+        ns = ns_from_datetime(value) if isinstance(value, datetime) else value
+    except (ValueError, OverflowError, OSError) as exc:
+        # A naive datetime is taken as local time, and the platform's conversion fails
+        # near the ends of datetime's range (datetime(1, 1, 1): "year 0 is out of range").
+        raise ConfigurationError(f"{what} {value!r} is out of range: {exc}") from None
     if ns < 0:
         raise ConfigurationError(f"{what} must not be before 1970")
     if ns > _INT64_MAX:  # the wire's int64 nanoseconds end in April 2262

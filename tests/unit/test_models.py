@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -12,6 +13,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import FrozenMap, datetime_from_ns, ns_from_datetime
 from liftbridge_sync.positions import StartKind, StopKind
+from liftbridge_sync.tail import parse_start, parse_stop
 
 
 def test_nanosecond_timestamps_round_trip_through_datetime() -> None:
@@ -98,6 +100,24 @@ def test_frozen_map_is_read_only_and_comparable() -> None:
     assert fm == {"a": 1} and len(fm) == 1 and hash(fm) == hash(FrozenMap({"a": 1}))
     with pytest.raises(TypeError):
         fm["b"] = 2  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("make", "named"),
+    [
+        (lambda: StartAt.timestamp(datetime(1, 1, 1)), "start timestamp"),
+        (lambda: StopAt.timestamp(datetime.min), "stop timestamp"),
+        (lambda: parse_start("time:0001-01-01"), "start timestamp"),
+        (lambda: parse_stop("time:0001-01-01T00:00:00"), "stop timestamp"),
+    ],
+)
+def test_a_naive_datetime_local_time_cannot_hold_is_a_configuration_error(
+    make: Callable[[], object], named: str
+) -> None:
+    # Taking it as local time fails in the platform's conversion ("year 0 is out of
+    # range", an OverflowError elsewhere): typed, naming the argument.
+    with pytest.raises(ConfigurationError, match=named):
+        make()
 
 
 def test_start_and_stop_positions() -> None:
