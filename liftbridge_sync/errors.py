@@ -154,6 +154,10 @@ class InternalThreadError(LiftbridgeError):
     (publishing, subscription timeouts) can no longer work: every later call that needs
     it raises this error, with the original one as ``__cause__``. Close the client and
     create a new one (and please report the traceback that was logged).
+
+    ``subscribe_stream`` also raises it when a reader thread cannot be started (the
+    process is out of threads or memory; ``RuntimeError`` as ``__cause__``): nothing of
+    that subscription stays open, and the client is still usable.
     """
 
 

@@ -14,6 +14,7 @@ import time
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_int, check_name, check_timeout
+from liftbridge_sync.errors import InternalThreadError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.opening import check_positions, open_partition
@@ -108,7 +109,9 @@ class StreamSubscription:
     (``liftbridge-subscribe-<stream>-<partition>``) feeds a bounded buffer; each
     partition resubscribes on its own after failover. The iterator finishes when every
     partition has ended (with a stop position, or read-only partitions); a terminal error
-    in any partition is raised at iteration and ends the whole subscription.
+    in any partition is raised at iteration and ends the whole subscription. If a reader
+    thread cannot be started, everything already started is closed and
+    :class:`~liftbridge_sync.errors.InternalThreadError` is raised.
 
     Not thread-safe for iteration; close() may be called from any thread.
     """
@@ -131,8 +134,19 @@ class StreamSubscription:
             )
             for sub in subs
         ]
-        for thread in self._threads:
-            thread.start()
+        started: list[threading.Thread] = []
+        try:
+            for thread in self._threads:
+                thread.start()
+                started.append(thread)
+        except RuntimeError as exc:  # "can't start new thread": out of threads or memory
+            # The readers already started, and every subscription, would run on unowned.
+            self._threads = started
+            self.close(core.options.rpc_timeout)
+            raise InternalThreadError(
+                f"could not start the reader of {stream!r} partition "
+                f"{subs[len(started)].partition}: {exc}"
+            ) from exc
 
     @property
     def stream(self) -> str:

@@ -27,6 +27,7 @@ from liftbridge_sync.testing import (
     silent,
 )
 from tests.constants import SHORT_RETRY
+from tests.waiting import wait_until
 
 SC = grpc.StatusCode
 
@@ -692,6 +693,42 @@ def test_whole_stream_partitions_resubscribe_independently() -> None:
             sub = client.subscribe_stream("s", start=StartAt.earliest())
             got = sorted((m.partition, m.offset) for m in sub)
         assert got == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    finally:
+        a.stop()
+
+
+def test_whole_stream_reader_that_cannot_start_leaves_nothing_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster = FakeCluster(leader="a", partitions=3)
+    a = FakeBroker("a", cluster).start()
+    real_start = threading.Thread.start
+
+    def start(thread: threading.Thread) -> None:
+        if thread.name == "liftbridge-subscribe-s-1":
+            raise RuntimeError("can't start new thread")
+        real_start(thread)
+
+    cancelled: list[int] = []
+
+    def hang(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield from serve([], "hang")(request, context)
+        cancelled.append(request.partition)
+
+    try:
+        a.subscribe_scripts = [hang] * 3
+        with make_client(a) as client:
+            monkeypatch.setattr(threading.Thread, "start", start)
+            with pytest.raises(lb.InternalThreadError, match="partition 1") as raised:
+                client.subscribe_stream("s", start=StartAt.earliest())
+            monkeypatch.undo()
+            assert isinstance(raised.value.__cause__, RuntimeError)
+            # Partition 0's reader was stopped and joined before the error was raised.
+            assert [t for t in threading.enumerate() if t.name.startswith("liftbridge-subs")] == []
+            # Every partition's call was cancelled, not left open on the server.
+            wait_until(lambda: sorted(cancelled) == [0, 1, 2], 5, "every call cancelled")
     finally:
         a.stop()
 
