@@ -21,37 +21,50 @@ from liftbridge_sync.subscription.opening import check_positions, open_partition
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
-__all__ = ["STREAM_BUFFER", "StreamSubscription", "open_stream_subscription"]
+__all__ = ["STREAM_BUFFER", "STREAM_BUFFER_BYTES", "StreamSubscription", "open_stream_subscription"]
 
 #: Messages buffered between the partition readers and the consumer; a full buffer
 #: blocks the readers, which lets gRPC flow control slow the server down.
 STREAM_BUFFER = 1024
+#: Bytes (wire size) of the messages buffered likewise: messages of up to 4 MiB would
+#: let 1024 of them hold 4 GiB. One message bigger than this is still taken alone.
+STREAM_BUFFER_BYTES = 64 << 20
 
 
 class _Mailbox:
-    """A bounded FIFO between partition reader threads and the consumer.
+    """A FIFO between partition reader threads and the consumer, bounded in messages
+    and in bytes (a message is admitted into an empty buffer whatever its size).
 
     Thread-safe.
     """
 
-    def __init__(self, capacity: int, producers: int) -> None:
+    def __init__(self, capacity: int, producers: int, max_bytes: int = STREAM_BUFFER_BYTES) -> None:
         lock = threading.Lock()
         self._not_empty = threading.Condition(lock)
         self._not_full = threading.Condition(lock)
-        self._items: collections.deque[Message | BaseException] = collections.deque()
+        #: Items with their wire size (0 for an error).
+        self._items: collections.deque[tuple[Message | BaseException, int]] = collections.deque()
         self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._producers = producers
         self._closed = False
 
     def put(self, item: Message | BaseException) -> bool:
-        """Queue ``item`` (errors skip the bound); ``False`` once closed."""
+        """Queue ``item`` (errors skip the bounds); ``False`` once closed."""
+        message = isinstance(item, Message)
+        size = item._pb.ByteSize() if isinstance(item, Message) else 0
         with self._not_full:
-            if isinstance(item, Message):
-                while len(self._items) >= self._capacity and not self._closed:
+            if message:
+                while not self._closed and (
+                    len(self._items) >= self._capacity
+                    or (self._bytes and self._bytes + size > self._max_bytes)
+                ):
                     self._not_full.wait()
             if self._closed:
                 return False
-            self._items.append(item)
+            self._items.append((item, size))
+            self._bytes += size
             self._not_empty.notify()
             return True
 
@@ -74,7 +87,8 @@ class _Mailbox:
                 if remaining <= 0:
                     raise TimeoutError("no message arrived within the timeout")
                 self._not_empty.wait(remaining)
-            item = self._items.popleft()
+            item, size = self._items.popleft()
+            self._bytes -= size
             self._not_full.notify()
             return item
 
@@ -88,8 +102,10 @@ class _Mailbox:
         taken = [first]
         with self._not_full:
             items = self._items
-            while len(taken) < most and items and isinstance(items[0], Message):
-                taken.append(items.popleft())  # type: ignore[arg-type]
+            while len(taken) < most and items and isinstance(items[0][0], Message):
+                message, size = items.popleft()
+                taken.append(message)  # type: ignore[arg-type]
+                self._bytes -= size
             self._not_full.notify(len(taken) - 1)
         return taken
 
@@ -97,6 +113,7 @@ class _Mailbox:
         with self._not_empty:
             self._closed = True
             self._items.clear()
+            self._bytes = 0
             self._not_empty.notify_all()
             self._not_full.notify_all()
 
@@ -107,11 +124,13 @@ class StreamSubscription:
     Order is kept within each partition; ``msg.partition`` and ``msg.offset`` say where
     each message came from. One daemon reader thread per partition
     (``liftbridge-subscribe-<stream>-<partition>``) feeds a bounded buffer; each
-    partition resubscribes on its own after failover. The iterator finishes when every
-    partition has ended (with a stop position, or read-only partitions); a terminal error
-    in any partition is raised at iteration and ends the whole subscription. If a reader
-    thread cannot be started, everything already started is closed and
-    :class:`~liftbridge_sync.errors.InternalThreadError` is raised.
+    partition resubscribes on its own after failover. The buffer holds at most
+    :data:`STREAM_BUFFER` messages and :data:`STREAM_BUFFER_BYTES` bytes (a bigger message
+    alone). The iterator finishes when every partition has ended (with a stop position,
+    or read-only partitions); a terminal error in any partition is raised at iteration
+    and ends the whole subscription. If a reader thread cannot be started, everything
+    already started is closed and :class:`~liftbridge_sync.errors.InternalThreadError`
+    is raised.
 
     Not thread-safe for iteration; close() may be called from any thread.
     """

@@ -325,6 +325,31 @@ def test_mailbox_bounds_messages_but_not_errors() -> None:
     assert cast(Message, box.get(1)).offset == 1
 
 
+def _sized(offset: int, size: int) -> Message:
+    return Message.from_proto(api_pb2.Message(offset=offset, value=b"x" * size))
+
+
+def test_mailbox_bounds_bytes_too_but_takes_a_big_message_alone() -> None:
+    box = _Mailbox(capacity=1024, producers=1, max_bytes=1000)
+    assert box.put(_sized(0, 600))
+    put_done = threading.Event()
+
+    def produce() -> None:
+        box.put(_sized(1, 600))  # 1200 bytes with the first: waits for room
+        put_done.set()
+        box.put(_sized(2, 5000))  # bigger than the whole budget: taken once empty
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    assert not put_done.wait(0.2)  # two messages by count, but not by bytes
+    assert cast(Message, box.get(1)).offset == 0
+    assert put_done.wait(5)
+    assert cast(Message, box.get(1)).offset == 1
+    producer.join(5)
+    assert not producer.is_alive()
+    assert [m.offset for m in cast(list[Message], box.get_many(5, 1))] == [2]
+
+
 def test_mailbox_close_releases_blocked_producers_and_consumers() -> None:
     box = _Mailbox(capacity=1, producers=1)
     assert box.put(_msg(0))
