@@ -129,8 +129,16 @@ def collect(core: ClientCore, publisher: PublisherStats) -> ClientStats:
 class StatsReporter:
     """The ``liftbridge-stats`` thread: a snapshot to a callback at an interval.
 
-    Thread-safe: :meth:`start` and :meth:`close` may be called from any thread.
+    Closing is two steps so the client can close its channels in between: :meth:`stop`
+    (no callback starts after it) and :meth:`join` (wait for a callback in progress).
+
+    Thread-safe: :meth:`start`, :meth:`stop` and :meth:`join` may be called from any
+    thread, the callback included.
     """
+
+    #: How long :meth:`join` waits at most for a callback in progress: the user's code,
+    #: which the library cannot interrupt (only a callback stuck longer outlives close).
+    CALLBACK_GRACE = 30.0
 
     def __init__(
         self,
@@ -150,7 +158,7 @@ class StatsReporter:
         return StatsReporter(self._take, self._callback, self._interval)
 
     def start(self) -> None:
-        """Start the thread (once; later calls do nothing)."""
+        """Start the thread (once; later calls and calls after :meth:`stop` do nothing)."""
         if self._thread is not None:  # the common case, without the lock
             return
         with self._lock:
@@ -159,17 +167,43 @@ class StatsReporter:
             self._thread = threading.Thread(target=self._run, name="liftbridge-stats", daemon=True)
             self._thread.start()
 
-    def close(self, timeout: float) -> None:
-        """Stop the thread and wait up to ``timeout`` seconds for it to end."""
+    def stop(self) -> None:
+        """Start no callback from now on; a snapshot being taken is dropped."""
         self._stop.set()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Stop, then wait for the thread to end: for a callback in progress to return.
+
+        Args:
+            timeout: Seconds to wait at most (``None``: :attr:`CALLBACK_GRACE`). A thread
+                still running after it is logged, not waited for.
+        """
+        self.stop()
         with self._lock:
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        if thread is None or thread is threading.current_thread():
+            return  # never started, or the callback itself closes the client
+        thread.join(self.CALLBACK_GRACE if timeout is None else timeout)
+        if thread.is_alive():
+            _log.warning(
+                "stats_callback still running after %.1fs; close() returns without it",
+                self.CALLBACK_GRACE if timeout is None else timeout,
+            )
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
             try:
-                self._callback(self._take())
+                stats = self._take()
+            except Exception:
+                if self._stop.is_set():
+                    return  # the client closed under the snapshot: nothing to report
+                _log.exception("stats: no snapshot")
+                continue
+            # Checked again: close() may have begun while the snapshot was taken, and a
+            # callback must not start once it has (close() waits only for one under way).
+            if self._stop.is_set():
+                return
+            try:
+                self._callback(stats)
             except Exception:  # the user's callback: log it, keep reporting
                 _log.exception("stats_callback failed")

@@ -143,7 +143,12 @@ class Session:
             publisher.flush(seconds)
 
     def close(self, timeout: float | None) -> None:
-        """Close subscriptions and the publisher, then the channels. Idempotent."""
+        """Close subscriptions and the publisher, then the channels. Idempotent.
+
+        The stats thread starts no callback once this began and is joined before it
+        returns: a callback in progress is waited for (at most
+        :attr:`StatsReporter.CALLBACK_GRACE` seconds), whatever ``timeout`` is.
+        """
         seconds = check_timeout("timeout", timeout)
         with self.lock:
             if self.closed:
@@ -151,9 +156,14 @@ class Session:
             self.closed = True
         if self.pid != os.getpid():
             return  # a forked child must not touch its parent's channels
-        if self.reporter is not None:
-            self.reporter.close(self.options.rpc_timeout * 2 + 1.0)
+        reporter = self.reporter
+        if reporter is not None:
+            reporter.stop()  # first: no callback starts while the channels close
+        # Closing the channels also ends a snapshot's RPCs at once, so the join below
+        # waits only for a callback already under way.
         self.core.close(seconds)
+        if reporter is not None:
+            reporter.join()
 
     # The names the fork and exit hooks call (``_runtime.fork.ForkAware``).
 
