@@ -8,8 +8,9 @@ ship them to executors) and checked in ``__post_init__``, which raises
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from liftbridge_sync._durations import check_seconds
@@ -57,6 +58,37 @@ def _grpc_option_ok(pair: tuple[object, ...]) -> bool:
     return isinstance(value, str)
 
 
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _grpc_options(value: object) -> tuple[tuple[object, ...], ...]:
+    """``value`` as a tuple of pairs, each a tuple.
+
+    A str, a dict or a pair that is a str would iterate into one-letter names and values.
+
+    Raises:
+        ConfigurationError: ``value`` is not a collection of tuples or lists.
+    """
+    if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
+        raise ConfigurationError(
+            "'grpc_options' must be a sequence of (name, value) tuples, got a "
+            f"{type(value).__name__} (a dict: pass tuple(d.items()))"
+        )
+    pairs = []
+    for pair in value:
+        if not isinstance(pair, tuple | list):
+            raise ConfigurationError(
+                f"'grpc_options' must hold (name, value) tuples, got a {type(pair).__name__}"
+            )
+        pairs.append(tuple(pair))
+    return tuple(pairs)
+
+
 def parse_address(address: str) -> tuple[str, int]:
     """Split ``"host:port"`` (or ``"[v6]:port"``) and check both parts.
 
@@ -70,6 +102,13 @@ def parse_address(address: str) -> tuple[str, int]:
         raise ConfigurationError(f"address {address!r} must look like 'host:port'")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if "," in host:
+        # A list item holding a comma-separated list: read as one IPv6-looking host.
+        raise ConfigurationError(
+            f"address {address!r} has a ','; give one 'host:port' per list item"
+        )
+    if ":" in host and not _is_ipv6(host):
+        raise ConfigurationError(f"address {address!r} has a host that is not an IPv6 address")
     # gRPC would cut a host at a NUL (and dial another host), and fail untyped on one
     # that is not UTF-8; int() would take "1_0" and non-ASCII digits.
     if not host.isprintable() or any(c.isspace() for c in host):
@@ -142,6 +181,14 @@ class RetryPolicy:
         return cls(max_attempts=1, max_delay=0.0, initial=0.0, maximum=0.0, jitter=0.0)
 
 
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _read_pem(name: str, value: bytes | str | None) -> bytes | None:
     if value is None:
         return None
@@ -181,8 +228,14 @@ class TLSOptions:
             object.__setattr__(self, name, _read_pem(name, getattr(self, name)))
         if (self.client_cert is None) != (self.client_key is None):
             raise ConfigurationError("'client_cert' and 'client_key' must be given together")
-        if self.server_name is not None and not self.server_name:
-            raise ConfigurationError("'server_name' must not be empty")
+        server = self.server_name
+        if server is None:
+            return
+        if not isinstance(server, str) or not server:
+            raise ConfigurationError(f"'server_name' must be a non-empty str, got {server!r}")
+        # It goes into SNI and gRPC's target name override: no controls, no spaces.
+        if not server.isprintable() or any(c.isspace() for c in server) or not _utf8(server):
+            raise ConfigurationError(f"'server_name' {server!r} is not a host name")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -226,7 +279,7 @@ class ClientOptions:
     #: (``clustering.replica.max.leader.timeout`` is 15 s), during which the publish is
     #: re-sent to the new leader (``resend_after``).
     ack_timeout: float = 30.0
-    #: Publishes awaiting an ack before ``publish_async`` blocks.
+    #: Publishes awaiting an ack before ``publish_async`` blocks (1 to 2**63 - 1).
     max_in_flight: int = 1024
     #: Seconds ``publish_async`` blocks for a free slot (``None`` or ``inf``: forever). Not shorter
     #: than ``ack_timeout`` by default: a slot frees at the latest when the oldest
@@ -305,9 +358,13 @@ class ClientOptions:
             )
         if isinstance(self.max_in_flight, bool) or not isinstance(self.max_in_flight, int):
             raise ConfigurationError("'max_in_flight' must be an int")
-        if self.max_in_flight < 1:
-            raise ConfigurationError(f"'max_in_flight' must be >= 1, got {self.max_in_flight}")
-        options = tuple(tuple(pair) for pair in self.grpc_options)
+        # The C pending table counts in a C ssize_t: a larger value overflowed untyped on
+        # the first publish.
+        if not 1 <= self.max_in_flight < 2**63:
+            raise ConfigurationError(
+                f"'max_in_flight' must be from 1 to 2**63 - 1, got {self.max_in_flight}"
+            )
+        options = _grpc_options(self.grpc_options)
         if any(not _grpc_option_ok(pair) for pair in options):
             raise ConfigurationError(
                 "'grpc_options' must be (name, value) pairs: a UTF-8 str name, and an int "

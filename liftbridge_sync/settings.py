@@ -7,6 +7,9 @@ Both frameworks name options in upper case: Flask as ``LIFTBRIDGE_<NAME>`` keys 
 * ``TLS``: ``None`` or a dict of :class:`~liftbridge_sync.TLSOptions` fields
   (``ca_cert``, ``client_cert``, ``client_key``, ``server_name``; PEM bytes or paths).
 * ``RETRY``: a dict of :class:`~liftbridge_sync.RetryPolicy` fields.
+
+The keys of ``TLS`` and ``RETRY`` may be in either case (``"max_attempts"`` or
+``"MAX_ATTEMPTS"``).
 * ``RPC_TIMEOUT``, ``ACK_TIMEOUT``, ``MAX_IN_FLIGHT``, ``ENQUEUE_TIMEOUT``,
   ``RESUBSCRIBE_WAIT``, ``PUBLISH_TRANSPORT``, ``GRPC_OPTIONS``: the
   :class:`~liftbridge_sync.ClientOptions` fields of the same (lower-case) name.
@@ -43,13 +46,19 @@ def _group(value: object, cls: Callable[..., Any], label: str) -> Any:
     if not isinstance(value, Mapping):
         raise ConfigurationError(f"{label} must be a dict, got {type(value).__name__}")
     fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(map(str, value)) - fields)
+    strange = [k for k in value if not isinstance(k, str)]
+    if strange:
+        raise ConfigurationError(f"{label} keys must be str, got {strange[0]!r}")
+    kwargs = {k.lower(): v for k, v in value.items()}
+    if len(kwargs) < len(value):
+        raise ConfigurationError(f"{label} has the same key in two cases: {sorted(value)}")
+    unknown = sorted(set(kwargs) - fields)
     if unknown:
         raise ConfigurationError(
             f"{label} has unknown keys {unknown}; expected some of {sorted(fields)}"
         )
     try:
-        return cls(**{str(k).lower(): v for k, v in value.items()})
+        return cls(**kwargs)
     except ConfigurationError as exc:
         raise ConfigurationError(f"{label}: {exc}") from None
 
@@ -69,6 +78,9 @@ def options_from_settings(
 
     Thread-safe: a pure function.
     """
+    strange = [n for n in settings if not isinstance(n, str)]
+    if strange:
+        raise ConfigurationError(f"Liftbridge setting names must be str, got {strange[0]!r}")
     unknown = sorted(set(settings) - set(SETTING_NAMES))
     if unknown:
         raise ConfigurationError(

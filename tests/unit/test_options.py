@@ -37,6 +37,7 @@ def test_defaults_are_sane_and_picklable() -> None:
         ("a:1, b:2", ("a:1", "b:2")),
         (["a:1", "a:1", " b:2 "], ("a:1", "b:2")),
         (["[::1]:9292"], ("[::1]:9292",)),
+        (["fe80::1%eth0:9292"], ("[fe80::1%eth0]:9292",)),
     ],
 )
 def test_addresses_are_normalised(raw: object, expected: tuple[str, ...]) -> None:
@@ -174,11 +175,24 @@ def test_grpc_channels_ping_within_grpc_gos_default_enforcement(streaming_reads:
         {"grpc_options": (("grpc.foo", object()),)},  # TypeError on every call
         {"grpc_options": (("grpc.foo", 2**70),)},  # OverflowError on every call
         {"grpc_options": (("grpc.\ud800", 1),)},
+        {"max_in_flight": 2**63},  # the C pending table's ssize_t: OverflowError on publish
+        {"grpc_options": 5},  # a bare TypeError
+        {"grpc_options": {"grpc.foo": 1}},  # iterated into (("g", "r", ...),)
+        {"grpc_options": ["ab"]},  # was (("a", "b"),)
+        {"grpc_options": "ab"},
+        {"addresses": ("a:1,b:2",)},  # was the one host "[a:1,b]:2"
+        {"addresses": ("a:b:1",)},
     ],
 )
 def test_options_grpc_would_fail_on_untyped_are_refused_at_once(changes: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError):
         ClientOptions(**{"addresses": ("h:1",), **changes})
+
+
+@pytest.mark.parametrize("name", [5, b"lb", "a b", "lb\x00x", "\udc80"])
+def test_a_server_name_that_is_not_a_host_name_is_refused(name: object) -> None:
+    with pytest.raises(ConfigurationError, match="server_name"):
+        TLSOptions(server_name=name)  # type: ignore[arg-type]
 
 
 def test_options_grpc_takes_still_pass() -> None:
