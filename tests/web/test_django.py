@@ -71,6 +71,14 @@ def test_liftbridge_tail(
     assert bad.returncode == 1 and "unknown start position" in bad.stderr
 
 
+@pytest.mark.parametrize("count", ["0", "-1"])
+def test_liftbridge_tail_refuses_a_count_below_one(count: str) -> None:
+    # Refused before any broker is asked (none listens there): it printed one message.
+    refused = manage("liftbridge_tail", "s", "-n", count, LIFTBRIDGE_ADDRESSES="127.0.0.1:1")
+    assert refused.returncode == 1 and "CommandError" in refused.stderr
+    assert "--count must be at least 1" in refused.stderr
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_django_example_under_gunicorn(
     config: str, web_stream: str, liftbridge_address: str, liftbridge_client: Client

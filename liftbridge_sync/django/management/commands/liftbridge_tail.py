@@ -43,6 +43,9 @@ class Command(BaseCommand):
         """Read and print the messages."""
         if options["follow"] and options["stop"]:
             raise CommandError("give --follow or --stop, not both")
+        if options["count"] is not None and options["count"] < 1:
+            # The count is checked after a message is printed: 0 would print one.
+            raise CommandError(f"--count must be at least 1, got {options['count']}")
         try:
             self._tail(options)
         except LiftbridgeError as exc:
