@@ -23,7 +23,11 @@ conventions:
   the contexts callers set. (An SDK keeps 128 links per span unless
   ``OTEL_SPAN_LINK_COUNT_LIMIT`` says otherwise; it drops the rest);
 * metrics ``messaging.client.operation.duration`` (seconds, from the call to the ack),
-  ``messaging.client.sent.messages`` and ``messaging.client.consumed.messages``.
+  ``messaging.client.sent.messages`` and ``messaging.client.consumed.messages``; and
+  observable ones per client, told apart by ``messaging.client.id`` (``<pid>-<n>``):
+  ``messaging.liftbridge.publish.in_flight``, ``.publish.resent``, ``.publish.connects``
+  and ``messaging.liftbridge.consumer.lag``. A client reports them from its first
+  publish in a process until it is closed (or garbage collected).
 
 On the consuming side, wrap the handling of each message::
 
@@ -43,7 +47,12 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import inspect
+import itertools
+import os
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -97,10 +106,12 @@ def telemetry_for(
     """The client's telemetry, or ``None`` when no SDK is configured (nothing to do).
 
     ``publisher_stats`` and ``client_stats`` feed the observable instruments (in flight,
-    re-sends, reconnects, consumer lag) when metrics are on. ``batch_create_spans``: a
-    ``create`` span per message of a ``publish_batch`` (see the module's docstring).
+    re-sends, reconnects, consumer lag) when metrics are on, until the telemetry's
+    :meth:`Telemetry.close`; bound methods are held weakly, plain functions as given.
+    ``batch_create_spans``: a ``create`` span per message of a ``publish_batch`` (see
+    the module's docstring).
 
-    Thread-safe: reads the global providers.
+    Thread-safe: reads the global providers; the instruments are made once per provider.
     """
     tracer_provider = tracer_provider or trace.get_tracer_provider()
     meter_provider = meter_provider or metrics.get_meter_provider()
@@ -115,77 +126,160 @@ def telemetry_for(
         batch_create_spans=batch_create_spans,
     )
     if metering:
-        _observe(meter_provider.get_meter(_SCOPE), publisher_stats, client_stats)
+        telemetry._unobserve = _observe(meter_provider, publisher_stats, client_stats)
     return telemetry
 
 
-def _observe(
-    meter: metrics.Meter,
-    publisher_stats: Callable[[], PublisherStats] | None,
-    client_stats: Callable[[], ClientStats] | None,
-) -> None:
-    """The client's own observable instruments, read at each metrics collection."""
-    base = {"messaging.system": _SYSTEM}
+class _Source:
+    """One client's readers of its stats, held weakly when they are bound methods (a
+    client dropped without ``close()`` is not kept alive by the metrics SDK, and stops
+    reporting once collected).
 
-    def safely(read: Callable[[], Any]) -> Any:
-        try:
-            return read()
-        except LiftbridgeError:  # closed client, cluster away: nothing to report now
-            return None
+    Thread-safe: immutable after construction.
+    """
 
-    if publisher_stats is not None:
+    __slots__ = ("attributes", "pid", "_publisher", "_client")
 
-        def in_flight(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-            stats = safely(publisher_stats)
-            return [] if stats is None else [metrics.Observation(stats.in_flight, base)]
+    def __init__(
+        self,
+        publisher_stats: Callable[[], PublisherStats] | None,
+        client_stats: Callable[[], ClientStats] | None,
+    ) -> None:
+        self.pid = os.getpid()
+        self.attributes = {
+            "messaging.system": _SYSTEM,
+            "messaging.client.id": f"{self.pid}-{next(_CLIENT_IDS)}",
+        }
+        self._publisher = _reference(publisher_stats)
+        self._client = _reference(client_stats)
 
-        def resends(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-            stats = safely(publisher_stats)
-            if stats is None:
-                return []
-            causes = {
-                "reconnect": stats.resent_after_reconnect,
-                "stall": stats.resent_after_stall,
-                "refusal": stats.resent_after_refusal,
-            }
-            return [
-                metrics.Observation(count, {**base, "messaging.liftbridge.resend.cause": cause})
-                for cause, count in causes.items()
-            ]
+    @property
+    def alive(self) -> bool:
+        """Whether its client still exists in this process (not inherited by a fork)."""
+        refs = [ref for ref in (self._publisher, self._client) if ref is not None]
+        return self.pid == os.getpid() and all(ref() is not None for ref in refs)
 
-        def connects(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-            stats = safely(publisher_stats)
-            return [] if stats is None else [metrics.Observation(stats.connects, base)]
+    def publisher(self) -> PublisherStats | None:
+        """The publisher's counters (``None``: its client is gone)."""
+        stats: PublisherStats | None = _read(self._publisher)
+        return stats
 
+    def client(self) -> ClientStats | None:
+        """A client snapshot (``None``: its client is gone, closed or unanswered)."""
+        stats: ClientStats | None = _read(self._client)
+        return stats
+
+
+def _reference(read: Callable[[], Any] | None) -> Callable[[], Callable[[], Any] | None] | None:
+    if read is None:
+        return None
+    if inspect.ismethod(read):
+        return weakref.WeakMethod(read)
+    return lambda: read  # a plain function: nothing to watch, held as given
+
+
+def _read(reference: Callable[[], Callable[[], Any] | None] | None) -> Any:
+    read = None if reference is None else reference()
+    if read is None:
+        return None
+    try:
+        return read()
+    except LiftbridgeError:  # closed client, cluster away: nothing to report now
+        return None
+
+
+class _Observed:
+    """A meter provider's observable instruments, each made once, reading every client.
+
+    The SDK answers a second creation of an instrument of the same name with the first
+    one and drops the new callbacks: instruments made per client would report the first
+    client of the process forever (the master's zeros in every gunicorn ``--preload``
+    worker). So each provider gets one set, and every client is a :class:`_Source`.
+
+    Thread-safe: the sources change under ``_LOCK``.
+    """
+
+    def __init__(self, meter: metrics.Meter) -> None:
+        self._sources: list[_Source] = []
         meter.create_observable_up_down_counter(
             "messaging.liftbridge.publish.in_flight",
-            [in_flight],
+            [self._in_flight],
             unit="{message}",
             description="Publishes awaiting their ack.",
         )
         meter.create_observable_counter(
             "messaging.liftbridge.publish.resent",
-            [resends],
+            [self._resends],
             unit="{message}",
             description="Publishes sent again, by cause (each may have stored a duplicate).",
         )
         meter.create_observable_counter(
             "messaging.liftbridge.publish.connects",
-            [connects],
+            [self._connects],
             unit="{connection}",
             description="Times the publish stream was opened (the first included).",
         )
-    if client_stats is not None:
+        meter.create_observable_gauge(
+            "messaging.liftbridge.consumer.lag",
+            [self._lag],
+            unit="{message}",
+            description="High watermark minus the last offset read, per reader and partition.",
+        )
 
-        def lag(_: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-            stats = safely(client_stats)
+    def add(self, source: _Source) -> None:
+        """Report ``source`` from now on."""
+        with _LOCK:
+            self._sources.append(source)
+
+    def discard(self, source: _Source) -> None:
+        """Stop reporting ``source`` (its client closed)."""
+        with _LOCK:
+            self._sources = [s for s in self._sources if s is not source]
+
+    def _live(self) -> list[_Source]:
+        with _LOCK:
+            self._sources = [s for s in self._sources if s.alive]
+            return list(self._sources)
+
+    def _publishers(self) -> Iterator[tuple[dict[str, Any], PublisherStats]]:
+        for source in self._live():
+            stats = source.publisher()
+            if stats is not None:
+                yield source.attributes, stats
+
+    def _in_flight(self, _: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [metrics.Observation(s.in_flight, a) for a, s in self._publishers()]
+
+    def _connects(self, _: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        return [metrics.Observation(s.connects, a) for a, s in self._publishers()]
+
+    def _resends(self, _: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        found: list[metrics.Observation] = []
+        for attributes, stats in self._publishers():
+            causes = {
+                "reconnect": stats.resent_after_reconnect,
+                "stall": stats.resent_after_stall,
+                "refusal": stats.resent_after_refusal,
+            }
+            found.extend(
+                metrics.Observation(
+                    count, {**attributes, "messaging.liftbridge.resend.cause": cause}
+                )
+                for cause, count in causes.items()
+            )
+        return found
+
+    def _lag(self, _: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        found: list[metrics.Observation] = []
+        for source in self._live():
+            stats = source.client()
             if stats is None:
-                return []
-            return [
+                continue
+            found.extend(
                 metrics.Observation(
                     item.lag,
                     {
-                        **base,
+                        **source.attributes,
                         "messaging.destination.name": item.stream,
                         "messaging.destination.partition.id": str(item.partition),
                         "messaging.liftbridge.reader": item.reader,
@@ -193,14 +287,67 @@ def _observe(
                 )
                 for item in stats.lag
                 if item.lag is not None
-            ]
+            )
+        return found
 
-        meter.create_observable_gauge(
-            "messaging.liftbridge.consumer.lag",
-            [lag],
-            unit="{message}",
-            description="High watermark minus the last offset read, per reader and partition.",
-        )
+
+#: Guards each :class:`_Observed`'s sources (a new lock in a forked child: a parent's
+#: thread may have held it at the fork; so for :data:`_MAKING`).
+_LOCK = threading.Lock()
+#: Serialises the making of a provider's instruments: made twice, the second set would
+#: be dropped by the SDK while its sources were the ones kept.
+_MAKING = threading.Lock()
+#: The instruments of each meter provider, made once (weakly keyed: a provider the
+#: application dropped goes with them; one that cannot be weakly referenced is kept).
+_OBSERVED: weakref.WeakKeyDictionary[Any, _Observed] = weakref.WeakKeyDictionary()
+_OBSERVED_STRONGLY: dict[int, tuple[Any, _Observed]] = {}
+_CLIENT_IDS = itertools.count(1)
+
+
+def _new_locks_in_child() -> None:
+    global _LOCK, _MAKING
+    _LOCK = threading.Lock()
+    _MAKING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_locks_in_child)
+
+
+def _observed(provider: metrics.MeterProvider) -> _Observed:
+    """``provider``'s observable instruments, made on first call."""
+    # Not under _LOCK, which the SDK's collection takes in the callbacks: the SDK may
+    # hold its own locks then, and take them again to make instruments.
+    with _MAKING:
+        try:
+            found = _OBSERVED.get(provider)
+        except TypeError:  # not weakly referenceable
+            kept = _OBSERVED_STRONGLY.get(id(provider))
+            found = kept[1] if kept is not None else None
+        if found is None:
+            found = _Observed(provider.get_meter(_SCOPE))
+            try:
+                _OBSERVED[provider] = found
+            except TypeError:
+                _OBSERVED_STRONGLY[id(provider)] = (provider, found)
+        return found
+
+
+def _observe(
+    provider: metrics.MeterProvider,
+    publisher_stats: Callable[[], PublisherStats] | None,
+    client_stats: Callable[[], ClientStats] | None,
+) -> Callable[[], None] | None:
+    """Report the client's stats through ``provider``'s observable instruments.
+
+    Returns:
+        What stops it (the client closes), or ``None`` if there is nothing to report.
+    """
+    if publisher_stats is None and client_stats is None:
+        return None
+    observed = _observed(provider)
+    source = _Source(publisher_stats, client_stats)
+    observed.add(source)
+    return functools.partial(observed.discard, source)
 
 
 @functools.lru_cache(maxsize=8)
@@ -215,8 +362,12 @@ def _consumed_counter(provider: metrics.MeterProvider) -> metrics.Counter:
 class Telemetry:
     """The spans and instruments of one client.
 
-    Thread-safe: OpenTelemetry tracers and instruments are; nothing here is mutable.
+    Thread-safe: OpenTelemetry tracers and instruments are; nothing here is mutable but
+    the client's registration with the observable instruments, which :meth:`close` ends.
     """
+
+    #: Stops the client's observable stats (``None``: it reports none).
+    _unobserve: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -250,6 +401,12 @@ class Telemetry:
             if meter
             else None
         )
+
+    def close(self) -> None:
+        """The client closed: its observable stats are reported no more. Idempotent."""
+        unobserve, self._unobserve = self._unobserve, None
+        if unobserve is not None:
+            unobserve()
 
     # ------------------------------------------------------------------ producing
 

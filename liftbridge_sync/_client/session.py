@@ -154,6 +154,8 @@ class Session:
             if self.closed:
                 return
             self.closed = True
+        if self.telemetry is not None:
+            self.telemetry.close()  # a closed client's stats are reported no more
         if self.pid != os.getpid():
             return  # a forked child must not touch its parent's channels
         reporter = self.reporter

@@ -1,0 +1,148 @@
+"""Observable instruments: every client of a meter provider reports its own series.
+
+The real SDK with an in-memory reader; no server: a publish to a closed port fails at
+once, and the client's telemetry is set up by it all the same.
+"""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
+
+from liftbridge_sync import BrokerUnavailableError, Client, RetryPolicy  # noqa: E402
+
+OBSERVED = (
+    "messaging.liftbridge.publish.in_flight",
+    "messaging.liftbridge.publish.resent",
+    "messaging.liftbridge.publish.connects",
+)
+
+
+@pytest.fixture
+def metrics() -> Iterator[tuple[MeterProvider, InMemoryMetricReader]]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    yield provider, reader
+    provider.shutdown()
+
+
+def _publishing_client(provider: MeterProvider) -> Client:
+    client = Client(["127.0.0.1:1"], meter_provider=provider, retry=RetryPolicy.no_retry())
+    error = client.publish_async("s", b"x", partition=0).exception(10)
+    assert isinstance(error, BrokerUnavailableError)
+    return client
+
+
+def _clients(reader: InMemoryMetricReader) -> dict[str, set[str]]:
+    """Each observable instrument's ``messaging.client.id`` values this collection."""
+    found: dict[str, set[str]] = {name: set() for name in OBSERVED}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource in data.resource_metrics:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name in found:
+                    found[metric.name] |= {
+                        str((point.attributes or {})["messaging.client.id"])
+                        for point in metric.data.data_points
+                    }
+    return found
+
+
+def test_two_clients_of_one_provider_report_two_series_until_closed(
+    metrics: tuple[MeterProvider, InMemoryMetricReader],
+) -> None:
+    provider, reader = metrics
+    first = _publishing_client(provider)
+    (first_id,) = _clients(reader)[OBSERVED[0]]
+    second = _publishing_client(provider)
+    both = _clients(reader)
+    # The SDK handed the second client the first one's instruments, and dropped its
+    # callbacks: it was never reported.
+    assert all(len(ids) == 2 and first_id in ids for ids in both.values()), both
+    (second_id,) = both[OBSERVED[0]] - {first_id}
+
+    first.close()
+    assert _clients(reader) == {name: {second_id} for name in OBSERVED}
+    second.close()
+    assert _clients(reader) == {name: set() for name in OBSERVED}
+
+
+def test_a_client_dropped_without_close_stops_reporting(
+    metrics: tuple[MeterProvider, InMemoryMetricReader],
+) -> None:
+    provider, reader = metrics
+    kept = _publishing_client(provider)
+    (kept_id,) = _clients(reader)[OBSERVED[0]]
+    dropped = _publishing_client(provider)
+    assert len(_clients(reader)[OBSERVED[0]]) == 2
+    # Its parts with threads, closed below: only the client itself is let go.
+    core, publisher = dropped._core, dropped._publisher
+    assert publisher is not None
+    del dropped
+    gc.collect()
+    try:
+        assert _clients(reader)[OBSERVED[0]] == {kept_id}
+    finally:
+        publisher.close(timeout=0)
+        core.close(0)
+        kept.close()
+
+
+FORKED = textwrap.dedent(
+    """
+    import faulthandler, os, sys
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from liftbridge_sync import Client, RetryPolicy
+
+    def publishing_client():
+        client = Client(["127.0.0.1:1"], meter_provider=provider, retry=RetryPolicy.no_retry())
+        client.publish_async("s", b"x", partition=0).exception(10)
+        return client
+
+    def client_ids():
+        data = reader.get_metrics_data()
+        return {
+            str(point.attributes["messaging.client.id"])
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "messaging.liftbridge.publish.connects"
+            for point in metric.data.data_points
+        }
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    master = publishing_client()  # gunicorn --preload: the master published once
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(15, exit=True)
+        worker = publishing_client()
+        ids = client_ids()
+        print(sorted(ids), flush=True)
+        ok = len(ids) == 1 and next(iter(ids)).startswith(f"{os.getpid()}-")
+        worker.close()
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    master.close()
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_forked_worker_reports_its_own_client_not_the_masters() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
