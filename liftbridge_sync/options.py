@@ -251,8 +251,9 @@ class ClientOptions:
     #: OpenTelemetry traces and metrics (:mod:`liftbridge_sync.otel`) when the API is
     #: installed and an SDK is configured at the first publish; ``False`` turns them off.
     telemetry: bool = True
-    #: With telemetry, inject the W3C ``traceparent``/``tracestate`` of each publish's
-    #: span into its headers (never over ones the caller set).
+    #: With telemetry, inject each publish's span context into its headers with the
+    #: configured propagator (W3C ``traceparent``/``tracestate`` and ``baggage`` by
+    #: default), never over a header the caller set, nor when the caller set a context.
     trace_propagation: bool = True
     #: With telemetry, a ``create <stream>`` span per message of a ``publish_batch``,
     #: whose context the message carries, linked from the batch's ``send`` span (the

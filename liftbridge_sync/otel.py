@@ -11,12 +11,13 @@ conventions:
   ``messaging.destination.name``, ``messaging.destination.partition.id``,
   ``messaging.operation.type="send"`` and the correlation id as
   ``messaging.message.id``; a failed publish records its error on the span;
-* the W3C ``traceparent``/``tracestate`` of that span injected into the message's
-  headers, unless the caller set them or built the client with
-  ``trace_propagation=False``;
+* that span's context injected into the message's headers by the configured
+  propagator (W3C ``traceparent``/``tracestate`` and ``baggage`` by default), never
+  over a header the caller set, and not at all when the caller set a trace context
+  (or built the client with ``trace_propagation=False``);
 * per ``publish_batch``, as the conventions advise for batch APIs: a ``create <stream>``
   PRODUCER span per message, whose context its headers carry (a message whose caller
-  set ``traceparent`` keeps it, and gets none), and one ``send <stream>`` CLIENT span
+  set a trace context keeps it, and gets none), and one ``send <stream>`` CLIENT span
   with ``messaging.batch.message_count``, linked to each message's creation context.
   ``ClientOptions(batch_create_spans=False)`` makes no ``create`` spans: the batch's
   ``send`` span is then a PRODUCER span whose context the messages carry, linked to
@@ -59,7 +60,9 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.propagate import extract as _extract
+from opentelemetry.propagate import get_global_textmap
 from opentelemetry.propagate import inject as _inject
+from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._publishing.futures import peek
@@ -79,6 +82,29 @@ _SYSTEM = "liftbridge"
 _SCOPE = "liftbridge_sync"
 #: Headers the W3C trace context propagator writes.
 _TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+class _TextGetter(Getter[Mapping[str, Any]]):
+    """Message headers for a propagator: values read as text when it asks for them.
+
+    Thread-safe: stateless.
+    """
+
+    def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
+        """The header ``key`` as text (``None``: absent)."""
+        value = carrier.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bytes | bytearray | memoryview):
+            return [bytes(value).decode("ascii", "replace")]
+        return [str(value)]
+
+    def keys(self, carrier: Mapping[str, Any]) -> list[str]:
+        """Every header name."""
+        return [name for name in carrier if isinstance(name, str)]
+
+
+_TEXT = _TextGetter()
 #: Bucket boundaries the semantic conventions advise for operation durations (seconds).
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 
@@ -444,20 +470,23 @@ class Telemetry:
     def headers_with_context(
         self, span: trace.Span | None, headers: Mapping[str, bytes] | None
     ) -> Mapping[str, bytes] | None:
-        """``headers`` plus the span's ``traceparent``/``tracestate``.
+        """``headers`` plus what the propagator writes for the span, where it is absent.
 
-        Unchanged when propagation is off or the caller set either header.
+        Unchanged when propagation is off or the caller set a trace context. A header the
+        caller set (``baggage``, say) is never replaced.
         """
         if span is None or not self._propagate:
             return headers
-        if headers is not None and any(name in headers for name in _TRACE_HEADERS):
+        if headers and _caller_context(headers) is not None:
             return headers
         carrier: dict[str, str] = {}
         _inject(carrier, context=trace.set_span_in_context(span))
         if not carrier:
             return headers
         merged = dict(headers) if headers else {}
-        merged.update((name, value.encode("ascii")) for name, value in carrier.items())
+        for name, value in carrier.items():
+            if name not in merged:
+                merged[name] = value.encode("utf-8")
         return merged
 
     def finish_send(
@@ -615,16 +644,19 @@ def _triple(item: Any) -> tuple[Any, Any, Any]:
 
 def _caller_context(headers: Any) -> list[Link] | None:
     """``None`` when ``headers`` carry no trace context; else a link to the one the
-    caller set (none if it is not a valid one: it is still left as it is)."""
-    if not isinstance(headers, Mapping) or not any(name in headers for name in _TRACE_HEADERS):
+    caller set (none if a ``traceparent`` or ``tracestate`` is not a valid one: it is
+    still left as it is).
+
+    Any propagator's context counts (B3, say), read from every header."""
+    if not isinstance(headers, Mapping) or not headers:
         return None
-    carrier = {}
-    for name in _TRACE_HEADERS:
-        value = headers.get(name)
-        if isinstance(value, bytes | bytearray | memoryview):
-            carrier[name] = bytes(value).decode("ascii", "replace")
-    caller = trace.get_current_span(_extract(carrier)).get_span_context()
-    return [Link(caller)] if caller.is_valid else []
+    w3c = any(name in headers for name in _TRACE_HEADERS)
+    if not w3c and not any(name in headers for name in get_global_textmap().fields):
+        return None  # the common case: nothing a propagator writes
+    caller = trace.get_current_span(_extract(headers, getter=_TEXT)).get_span_context()
+    if caller.is_valid:
+        return [Link(caller)]
+    return [] if w3c else None
 
 
 def extract(message: Message) -> otel_context.Context:
@@ -644,9 +676,10 @@ def extract_headers(
 
     ``headers`` is a mapping of name to value, or a sequence of ``(key, value)`` pairs
     such as the Spark source's ``headers array<struct<key, value>>`` column
-    (``includeHeaders=true``) of a collected row; values are bytes or strings. Only
-    ``traceparent`` and ``tracestate`` are read (the last of a repeated name wins).
-    An empty context when there are none::
+    (``includeHeaders=true``) of a collected row; values are bytes or strings. The
+    configured propagator reads what it needs (W3C ``traceparent``/``tracestate`` and
+    ``baggage`` by default, B3 headers with a B3 propagator); the last of a repeated
+    name wins. An empty context when there are none::
 
         for row in df.select("value", "headers").toLocalIterator():
             with tracer.start_as_current_span("handle", context=otel.extract_headers(row.headers)):
@@ -665,7 +698,7 @@ def extract_headers(
         )
     else:
         pairs = list(headers)
-    carrier: dict[str, str] = {}
+    carrier: dict[str, Any] = {}
     for pair in pairs:
         try:
             name, value = pair
@@ -673,10 +706,9 @@ def extract_headers(
             raise ArgumentTypeError(
                 f"headers must be a mapping or (key, value) pairs, got an entry {pair!r:.60}"
             ) from None
-        if name in _TRACE_HEADERS and value is not None:
-            raw = bytes(value) if isinstance(value, bytes | bytearray | memoryview) else None
-            carrier[name] = raw.decode("ascii", "replace") if raw is not None else str(value)
-    return _extract(carrier)
+        if isinstance(name, str) and value is not None:
+            carrier[name] = value
+    return _extract(carrier, getter=_TEXT)
 
 
 @contextlib.contextmanager
