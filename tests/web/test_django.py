@@ -188,3 +188,39 @@ def test_django_health_check_reports_the_cluster(liftbridge_address: str) -> Non
     answer = json.loads(down.stdout.strip().splitlines()[-1])
     assert answer["status"] == 500, answer
     assert "Liftbridge unreachable" in json.dumps(answer["body"]), answer
+
+
+CLIENT_SCRIPT = """
+import json
+import django
+from django.conf import settings
+from django.test import override_settings
+
+settings.configure(INSTALLED_APPS=["liftbridge_sync.django"], LIFTBRIDGE={"ADDRESSES": "a:1"})
+django.setup()
+from liftbridge_sync.django import client_options, get_client
+
+result = {}
+first = get_client()
+result["same options"] = client_options() is client_options()
+result["same client"] = get_client() is first
+with override_settings(LIFTBRIDGE={"ADDRESSES": "b:1"}):
+    second = get_client()
+    result["new client"] = second is not first and second.options.addresses == ("b:1",)
+    result["old closed"] = first.closed
+    settings.LIFTBRIDGE["RPC_TIMEOUT"] = 3  # changed in place: seen too
+    third = get_client()
+    result["changed in place"] = third.options.rpc_timeout == 3 and second.closed
+result["back"] = get_client().options.addresses == ("a:1",) and third.closed
+print(json.dumps(result))
+"""
+
+
+def test_a_settings_change_closes_the_client_it_replaces() -> None:
+    # No broker: clients are made and closed without a call.
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found == {name: True for name in found} and len(found) == 6, found
