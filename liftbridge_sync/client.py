@@ -158,6 +158,10 @@ class Client:
     def close(self, timeout: float | None = None) -> None:
         """Close subscriptions and the publisher, then the channels. Idempotent.
 
+        With a ``stats_callback``, no call of it starts once ``close()`` began, and one
+        under way is waited for (at most 30 s, whatever ``timeout`` is): when
+        ``close()`` returns, the ``liftbridge-stats`` thread has ended.
+
         Args:
             timeout: Seconds to wait for pending publishes to be acknowledged before
                 they fail with :class:`ClientClosedError` (``None``: wait for them).
