@@ -87,24 +87,33 @@ _TRACE_HEADERS = ("traceparent", "tracestate")
 class _TextGetter(Getter[Mapping[str, Any]]):
     """Message headers for a propagator: values read as text when it asks for them.
 
-    Thread-safe: stateless.
+    Args:
+        strings: Whether str values count (bare headers); a publish's headers are bytes,
+            and a str there is refused by the publish, so it carries no context.
+
+    Thread-safe: immutable.
     """
 
+    def __init__(self, *, strings: bool) -> None:
+        self._strings = strings
+
     def get(self, carrier: Mapping[str, Any], key: str) -> list[str] | None:
-        """The header ``key`` as text (``None``: absent)."""
+        """The header ``key`` as text (``None``: absent or not a header value)."""
         value = carrier.get(key)
-        if value is None:
-            return None
         if isinstance(value, bytes | bytearray | memoryview):
             return [bytes(value).decode("ascii", "replace")]
-        return [str(value)]
+        if self._strings and isinstance(value, str):
+            return [value]
+        return None
 
     def keys(self, carrier: Mapping[str, Any]) -> list[str]:
         """Every header name."""
         return [name for name in carrier if isinstance(name, str)]
 
 
-_TEXT = _TextGetter()
+#: A publish's headers (bytes values), and bare ones (bytes or str values).
+_PUBLISHED = _TextGetter(strings=False)
+_BARE = _TextGetter(strings=True)
 #: Bucket boundaries the semantic conventions advise for operation durations (seconds).
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 
@@ -653,7 +662,7 @@ def _caller_context(headers: Any) -> list[Link] | None:
     w3c = any(name in headers for name in _TRACE_HEADERS)
     if not w3c and not any(name in headers for name in get_global_textmap().fields):
         return None  # the common case: nothing a propagator writes
-    caller = trace.get_current_span(_extract(headers, getter=_TEXT)).get_span_context()
+    caller = trace.get_current_span(_extract(headers, getter=_PUBLISHED)).get_span_context()
     if caller.is_valid:
         return [Link(caller)]
     return [] if w3c else None
@@ -707,8 +716,9 @@ def extract_headers(
                 f"headers must be a mapping or (key, value) pairs, got an entry {pair!r:.60}"
             ) from None
         if isinstance(name, str) and value is not None:
-            carrier[name] = value
-    return _extract(carrier, getter=_TEXT)
+            text = isinstance(value, str | bytes | bytearray | memoryview)
+            carrier[name] = value if text else str(value)
+    return _extract(carrier, getter=_BARE)
 
 
 @contextlib.contextmanager
