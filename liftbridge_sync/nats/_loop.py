@@ -24,6 +24,7 @@ from liftbridge_sync._runtime.timerwheel import TimerWheel
 from liftbridge_sync._wire.status import (
     error_from_ack_error,
 )
+from liftbridge_sync._wire.validate import SUBJECT_MAX_BYTES
 from liftbridge_sync.envelope import unmarshal_ack
 from liftbridge_sync.errors import (
     AckTimeoutError,
@@ -45,6 +46,9 @@ __all__ = ["LoopSide"]
 from liftbridge_sync.nats._support import Job, settle
 
 _log = logging.getLogger("liftbridge_sync.nats")
+
+#: At least a PUB command's bytes besides its payload (verb, subject, reply, size, CRLFs).
+_PUB_OVERHEAD = 64 + 2 * SUBJECT_MAX_BYTES
 
 
 class LoopSide:
@@ -70,6 +74,7 @@ class LoopSide:
     _timer: asyncio.TimerHandle | None
     _timer_at: float
     _tasks: set[asyncio.Task[Any]]
+    _pending_limit: float
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -138,7 +143,7 @@ class LoopSide:
                 job.handle = self._wheel.schedule(job.deadline, job.correlation_id)
                 scheduled = True
             try:
-                await nc.publish(job.subject, job.payload, reply=job.reply)
+                await self._publish(nc, job)
             except Exception as exc:
                 self._forget(job)
                 settle(job.future, error=self._map_nats_error(exc))
@@ -151,6 +156,23 @@ class LoopSide:
             self._arm_timer()
         if flushed:
             self._spawn(self._resolve_when_flushed(flushed))
+
+    async def _publish(self, nc: _NatsClient, job: Job) -> None:
+        """Hand ``job``'s message to nats-py, bounded by the job's deadline if it may wait.
+
+        nats-py suspends a publish only when its buffer would exceed ``pending_size``: it
+        then waits for a forced flush, with no timeout by default. Only then is the loop
+        timer armed (ack deadlines must fire while the writer waits) and the wait bounded
+        (jobs queued behind must not stall past it); the common path stays timer-free.
+        """
+        limit = self._pending_limit
+        if limit <= 0 or nc.pending_data_size + len(job.payload) + _PUB_OVERHEAD <= limit:
+            await nc.publish(job.subject, job.payload, reply=job.reply)
+            return
+        self._arm_timer()
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout_at(loop.time() + (job.deadline - time.monotonic())):
+            await nc.publish(job.subject, job.payload, reply=job.reply)
 
     def _forget(self, job: Job) -> None:
         if job.kind == "ack":

@@ -100,7 +100,8 @@ class Job:
     reply: str = ""
     correlation_id: str = ""
     partition: int = -1
-    #: Monotonic ack deadline ("ack", "none"); for "flush", the NATS flush timeout.
+    #: Monotonic ack deadline ("ack", "none"), or until when nats-py may take the message
+    #: ("raw"); for "flush", the NATS flush timeout.
     deadline: float = 0.0
     handle: TimerHandle[str] | None = None
 

@@ -30,6 +30,7 @@ from liftbridge_sync._wire.validate import (
 )
 from liftbridge_sync.envelope import new_message
 from liftbridge_sync.errors import (
+    AckTimeoutError,
     ClientClosedError,
     ConfigurationError,
 )
@@ -49,9 +50,13 @@ from liftbridge_sync.nats._support import (
     check_timeout_arg,
     import_nats,
     partition_subject,
+    settle,
 )
 
 _log = logging.getLogger("liftbridge_sync.nats")
+
+#: Seconds a blocking publish waits beyond its timeout before failing the publish itself.
+_WAIT_GRACE = 1.0
 
 
 class NatsPublisher(Handoff):
@@ -112,6 +117,14 @@ class NatsPublisher(Handoff):
         self._ack_timeout = ack
         self._connect_timeout = conn
         self._nats_options = dict(nats_options)
+        pending_size = nats_options.get("pending_size", self._nats.aio.client.DEFAULT_PENDING_SIZE)
+        # What nats-py buffers before a publish waits for a flush (see LoopSide._publish);
+        # a value nats-py cannot compare makes every publish take the bounded path.
+        self._pending_limit: float = (
+            pending_size
+            if isinstance(pending_size, int | float) and not isinstance(pending_size, bool)
+            else 1
+        )
         inbox_prefix = nats_options.get("inbox_prefix", "_INBOX")
         if isinstance(inbox_prefix, bytes):
             inbox_prefix = inbox_prefix.decode()
@@ -314,8 +327,9 @@ class NatsPublisher(Handoff):
             timeout=timeout,
             crc=crc,
         )
-        # The future's own ack timer bounds this wait.
-        return future.result()
+        seconds = self._ack_timeout if timeout is None else timeout
+        result: Ack | None = self._wait_for(future, seconds)
+        return result
 
     def publish_raw(self, subject: str, payload: bytes, *, reply: str | None = None) -> None:
         """Publish a plain NATS message (no envelope) and return once NATS has it queued.
@@ -332,6 +346,8 @@ class NatsPublisher(Handoff):
             TypeError: ``payload`` is not bytes-like.
             ConfigurationError: Invalid subject or reply.
             PublishRejectedError: The payload exceeds the NATS server's max payload.
+            AckTimeoutError: nats-py's buffer stayed full (NATS not reading) for the
+                publisher's ``ack_timeout``.
             BrokerUnavailableError: No NATS connection.
             ClientClosedError: The publisher is closed.
             RuntimeError: Called on the ``liftbridge-nats`` thread.
@@ -348,9 +364,25 @@ class NatsPublisher(Handoff):
             subject=checked_subject,
             payload=data if data is not None else b"",
             reply=checked_reply,
+            deadline=time.monotonic() + self._ack_timeout,
         )
         self._submit(job)
-        job.future.result()
+        self._wait_for(job.future, self._ack_timeout)
+
+    def _wait_for(self, future: concurrent.futures.Future[Any], seconds: float) -> Any:
+        """The outcome of a publish's future, waiting at most ``seconds`` plus a grace.
+
+        The loop side fails the future at its deadline; the grace covers a writer held up
+        by an earlier job with a later deadline. Past it the future is failed here, which
+        also keeps its message from being written later.
+        """
+        try:
+            return future.result(timeout=seconds + _WAIT_GRACE)
+        except concurrent.futures.TimeoutError:
+            if future.done():
+                raise  # the publish's own AckTimeoutError
+        settle(future, error=AckTimeoutError("NATS did not take the message in time"))
+        return future.result()  # our error, or the outcome that won the race
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until NATS has everything published so far and every publish resolved.

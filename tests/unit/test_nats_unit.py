@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -10,9 +11,11 @@ import threading
 import time
 from collections.abc import Iterator
 
+import nats.aio.client
 import pytest
 
 from liftbridge_sync.errors import (
+    AckTimeoutError,
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
@@ -301,3 +304,63 @@ def test_import_liftbridge_sync_does_not_import_nats() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+# ---------------------------------------------------------------- a NATS that stops reading
+
+
+class _StuckNats:
+    """Fault fake of a nats-py client: the buffer is over ``pending_size`` and the server
+    never reads, so every publish waits for a flush that never completes."""
+
+    is_connected = True
+    pending_data_size = 4 * 1024 * 1024
+
+    async def connect(self, **kwargs: object) -> None:
+        pass
+
+    async def subscribe(self, subject: str, cb: object) -> None:
+        pass
+
+    async def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
+        await asyncio.Event().wait()
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def stuck_publisher(monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsPublisher]:
+    monkeypatch.setattr(nats.aio.client, "Client", _StuckNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=0.2)
+    yield pub
+    pub.close()
+
+
+def test_ack_timeout_fires_while_nats_publish_waits(stuck_publisher: NatsPublisher) -> None:
+    started = time.monotonic()
+    first = stuck_publisher.publish_async("s", b"v", timeout=0.2)
+    queued = stuck_publisher.publish_async("s", b"w", timeout=0.2)
+    with pytest.raises(AckTimeoutError):
+        first.result(timeout=3)
+    with pytest.raises(AckTimeoutError):
+        queued.result(timeout=3)
+    assert time.monotonic() - started < 1.5
+    started = time.monotonic()
+    stuck_publisher.close()
+    assert time.monotonic() - started < 2.0
+    assert not _nats_threads()
+
+
+def test_blocking_publishes_are_bounded_while_nats_publish_waits(
+    stuck_publisher: NatsPublisher,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(AckTimeoutError):
+        stuck_publisher.publish("s", b"v")
+    with pytest.raises(AckTimeoutError):
+        stuck_publisher.publish_raw("s", b"raw")
+    assert time.monotonic() - started < 3.0
