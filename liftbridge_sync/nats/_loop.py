@@ -70,7 +70,7 @@ class LoopSide:
     _wake: asyncio.Event | None
     _writer: asyncio.Task[None] | None
     _stopping: bool
-    _wheel: TimerWheel[str]
+    _wheel: TimerWheel[Job]
     _timer: asyncio.TimerHandle | None
     _timer_at: float
     _tasks: set[asyncio.Task[Any]]
@@ -133,14 +133,15 @@ class LoopSide:
         flushed: list[Job] = []
         scheduled = False
         for job in batch:
-            if job.future.cancelled():
+            if job.future.done():
+                # Cancelled, or failed by a blocked publish() giving up: not written.
                 self._forget(job)
                 continue
             if job.kind == "flush":
                 self._spawn(self._flush_marker(job))
                 continue
             if job.kind == "ack":
-                job.handle = self._wheel.schedule(job.deadline, job.correlation_id)
+                job.handle = self._wheel.schedule(job.deadline, job)
                 scheduled = True
             try:
                 await self._publish(nc, job)
@@ -214,9 +215,17 @@ class LoopSide:
             _log.warning("ignoring undecodable ack on %s: %s", msg.subject, exc)
             return
         with self._lock:
-            job = self._pending.pop(ack.correlation_id, None)
+            job = self._pending.get(ack.correlation_id)
+            # A job gets its wheel entry just before it is written: an ack for a job not
+            # yet written is a late or duplicate one for an earlier publish with its id.
+            if job is not None and job.handle is not None:
+                del self._pending[ack.correlation_id]
+            else:
+                job = None
         if job is None:
-            _log.debug("ack for unknown or expired correlation id %r", ack.correlation_id)
+            _log.debug(
+                "ack for unknown, unwritten or expired correlation id %r", ack.correlation_id
+            )
             return
         if job.handle is not None:
             self._wheel.cancel(job.handle)
@@ -245,17 +254,19 @@ class LoopSide:
         self._timer = None
         self._timer_at = math.inf
         expired = self._wheel.advance(time.monotonic())
-        for cid in expired:
+        for job in expired:
+            # The entry is this job's own: a later publish reusing its id keeps its entry.
             with self._lock:
-                job = self._pending.pop(cid, None)
-            if job is not None:
-                settle(
-                    job.future,
-                    error=AckTimeoutError(
-                        f"no ack for {job.subject!r} (correlation id {cid!r}) in time; "
-                        "the stream may not exist, or the partition may be paused or read-only"
-                    ),
-                )
+                if self._pending.get(job.correlation_id) is job:
+                    del self._pending[job.correlation_id]
+            settle(
+                job.future,
+                error=AckTimeoutError(
+                    f"no ack for {job.subject!r} (correlation id {job.correlation_id!r}) in "
+                    "time; the stream may not exist, or the partition may be paused or "
+                    "read-only"
+                ),
+            )
         self._arm_timer()
 
     def _map_nats_error(self, exc: BaseException) -> LiftbridgeError:

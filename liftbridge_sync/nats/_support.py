@@ -103,7 +103,8 @@ class Job:
     #: Monotonic ack deadline ("ack", "none"), or until when nats-py may take the message
     #: ("raw"); for "flush", the NATS flush timeout.
     deadline: float = 0.0
-    handle: TimerHandle[str] | None = None
+    #: The job's ack timer, set on the loop thread just before the job is written.
+    handle: TimerHandle[Job] | None = None
 
 
 def settle(

@@ -149,7 +149,7 @@ class NatsPublisher(Handoff):
         self._wake: asyncio.Event | None = None
         self._writer: asyncio.Task[None] | None = None
         self._stopping = False
-        self._wheel: TimerWheel[str] = TimerWheel(tick=0.01, slots=1024, now=time.monotonic())
+        self._wheel: TimerWheel[Job] = TimerWheel(tick=0.01, slots=1024, now=time.monotonic())
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
 
 import nats.aio.client
 import pytest
 
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.envelope import MessageType, encode_envelope
 from liftbridge_sync.errors import (
     AckTimeoutError,
     BrokerUnavailableError,
@@ -364,3 +369,105 @@ def test_blocking_publishes_are_bounded_while_nats_publish_waits(
     with pytest.raises(AckTimeoutError):
         stuck_publisher.publish_raw("s", b"raw")
     assert time.monotonic() - started < 3.0
+
+
+# ---------------------------------------------------------------- acks and the write order
+
+
+class _ScriptedNats:
+    """Fault fake of a nats-py client: publishes to ``gate`` wait until released, and
+    the test delivers (late, duplicate) acks itself."""
+
+    last: _ScriptedNats | None = None
+    is_connected = True
+    pending_data_size = 0
+
+    def __init__(self) -> None:
+        self.published: list[str] = []
+        self._written = threading.Condition()
+        self.gate_entered = threading.Event()
+        self._cb: Callable[[Any], Coroutine[Any, Any, None]] | None = None
+        self._ack_inbox = ""
+        _ScriptedNats.last = self
+
+    async def connect(self, **kwargs: object) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._gate = asyncio.Event()
+
+    async def subscribe(self, subject: str, cb: Callable[[Any], Coroutine[Any, Any, None]]) -> None:
+        self._ack_inbox = subject
+        self._cb = cb
+
+    async def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
+        if subject == "gate":
+            self.gate_entered.set()
+            await self._gate.wait()
+        with self._written:
+            self.published.append(subject)
+            self._written.notify_all()
+
+    async def close(self) -> None:
+        pass
+
+    def release_gate(self) -> None:
+        self.loop.call_soon_threadsafe(self._gate.set)
+
+    def wait_published(self, count: int) -> list[str]:
+        with self._written:
+            assert self._written.wait_for(lambda: len(self.published) >= count, timeout=5)
+            return list(self.published)
+
+    def ack(self, correlation_id: str) -> None:
+        """Deliver an ack for ``correlation_id`` and wait until the publisher handled it."""
+        wire = api_pb2.Ack(stream="s", partitionSubject="s", correlationId=correlation_id)
+        data = encode_envelope(wire.SerializeToString(), MessageType.ACK, crc=False)
+        msg = types.SimpleNamespace(subject=self._ack_inbox, data=data)
+        assert self._cb is not None
+        asyncio.run_coroutine_threadsafe(self._cb(msg), self.loop).result(timeout=5)
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsPublisher]:
+    monkeypatch.setattr(nats.aio.client, "Client", _ScriptedNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=5.0)
+    yield pub
+    pub.close()
+
+
+def _hold_the_writer(pub: NatsPublisher) -> _ScriptedNats:
+    pub.publish_async("gate", b"g", ack_policy=AckPolicy.NONE)
+    fake = _ScriptedNats.last
+    assert fake is not None
+    assert fake.gate_entered.wait(5)
+    return fake
+
+
+def test_an_ack_arriving_before_the_write_resolves_nothing(scripted: NatsPublisher) -> None:
+    fake = _hold_the_writer(scripted)
+    queued = scripted.publish_async("s", b"v", correlation_id="x", timeout=0.5)
+    fake.ack("x")  # a late duplicate of an earlier publish's ack
+    assert not queued.done()
+    fake.release_gate()
+    assert fake.wait_published(2) == ["gate", "s"]
+    fake.ack("x")
+    ack = queued.result(timeout=5)
+    assert ack is not None and ack.correlation_id == "x"
+    # A later publish reusing the id is not failed by an earlier entry's timer (0.5 s).
+    later = scripted.publish_async("s", b"w", correlation_id="x", timeout=5)
+    fake.wait_published(3)
+    done, _ = concurrent.futures.wait([later], timeout=1.0)
+    assert not done
+    fake.ack("x")
+    assert later.result(timeout=5) is not None
+
+
+def test_a_publish_given_up_before_its_write_is_not_written(scripted: NatsPublisher) -> None:
+    fake = _hold_the_writer(scripted)
+    with pytest.raises(AckTimeoutError):
+        scripted.publish("s", b"v", timeout=0.2)
+    fake.release_gate()
+    scripted.flush(5)
+    assert fake.published == ["gate"]
