@@ -145,12 +145,19 @@ def publish_to_subject_request(
 
 
 def partition_of(ack: api_pb2.Ack) -> int:
-    """The partition an ack is for, from its subjects (``<subject>.<N>`` is partition N)."""
+    """The partition an ack is for, from its subjects (``<subject>.<N>`` is partition N).
+
+    The subjects come from the server: anything but ASCII digits of an int32 (``isdigit``
+    alone admits digits ``int`` refuses, such as ``"²"``) gives -1, never an error.
+    """
     if ack.msgSubject == ack.partitionSubject:
         return 0
     prefix = ack.partitionSubject + "."
     suffix = ack.msgSubject[len(prefix) :] if ack.msgSubject.startswith(prefix) else ""
-    return int(suffix) if suffix.isdigit() else -1
+    if not (suffix.isascii() and suffix.isdigit()) or len(suffix) > len(str(INT32_MAX)):
+        return -1
+    number = int(suffix)
+    return number if number <= INT32_MAX else -1
 
 
 def create_stream_request(

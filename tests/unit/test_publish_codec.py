@@ -15,12 +15,13 @@ from hypothesis import strategies as st
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire import publish_codec as codec
 from liftbridge_sync._wire import speedups
-from liftbridge_sync._wire.requests import build_publish_request
+from liftbridge_sync._wire.requests import build_publish_request, partition_of
 from liftbridge_sync._wire.status import (
     error_from_ack_error,
     error_from_async_error,
     is_transient_async_error,
 )
+from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.models._ack import ACK_ERROR_NAMES
 
@@ -361,3 +362,23 @@ def test_frame_functions_refuse_wrong_types(which: str) -> None:
         impl.frame_value(head, "text", b"c")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         impl.frame_id(head, "text", "p", 1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("msg_subject", "expected"),
+    [
+        ("foo", 0),
+        ("foo.3", 3),
+        ("foo.2147483647", INT32_MAX),
+        ("foo.2147483648", -1),
+        ("foo.²", -1),  # isdigit() but not int()
+        ("foo.٣", -1),  # an Arabic-Indic digit: int() takes it, Liftbridge never sends it
+        ("foo." + "9" * 5000, -1),  # past int()'s digit limit
+        ("foo.", -1),
+        ("foo.-1", -1),
+        ("bar.1", -1),
+    ],
+)
+def test_partition_of_a_server_sent_subject(msg_subject: str, expected: int) -> None:
+    ack = api_pb2.Ack(partitionSubject="foo", msgSubject=msg_subject)
+    assert partition_of(ack) == expected
