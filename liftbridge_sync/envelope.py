@@ -24,10 +24,12 @@ import crc32c
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.validate import (
     check_ack_policy,
+    check_bool,
     check_bytes,
     check_headers,
     check_int,
     check_optional_text,
+    check_publish_subject,
 )
 from liftbridge_sync.errors import ConfigurationError, EnvelopeError
 from liftbridge_sync.models import Ack, AckPolicy, Message
@@ -97,13 +99,15 @@ def encode_envelope(payload: _BytesLike, msg_type: MessageType | int, *, crc: bo
     Args:
         payload: The serialized protobuf (or any bytes).
         msg_type: The envelope message type, 0-255.
-        crc: Whether to add the CRC-32C of the payload (HeaderLen 12, flag bit 0).
+        crc: Whether to add the CRC-32C of the payload (HeaderLen 12, flag bit 0); a
+            ``bool``.
 
     Returns:
         The envelope bytes.
 
     Raises:
         TypeError: ``payload`` is not bytes-like.
+        ArgumentTypeError: ``crc`` is not a ``bool`` (a ``ConfigurationError``).
         ConfigurationError: ``msg_type`` does not fit in a byte.
     """
     data = _as_bytes(payload, "payload")
@@ -111,7 +115,7 @@ def encode_envelope(payload: _BytesLike, msg_type: MessageType | int, *, crc: bo
         raise TypeError(f"msg_type must be a MessageType or int, not {type(msg_type).__name__}")
     if not 0 <= msg_type <= 0xFF:
         raise ConfigurationError(f"msg_type must be in 0..255, got {msg_type}")
-    if crc:
+    if check_bool("crc", crc):
         header = _HEADER.pack(MAGIC, VERSION, _CRC_HEADER_LEN, _FLAG_CRC, msg_type)
         return header + _CRC.pack(crc32c.crc32c(data)) + data
     return _HEADER.pack(MAGIC, VERSION, _HEADER_LEN, 0, msg_type) + data
@@ -241,11 +245,13 @@ def new_message(
         value: The payload.
         key: The message key (``None`` or empty for none).
         headers: Message headers, ``str`` names to bytes-like values.
-        ack_inbox: NATS subject where the leader sends the ack (none if ``None``).
+        ack_inbox: NATS subject where the leader sends the ack (none if ``None``); no
+            wildcard tokens (it is published to).
         correlation_id: Copied into the ack.
         ack_policy: When the leader acks.
         expected_offset: Optimistic concurrency: the offset the message must get.
-            ``None`` or -1 means no check (the wire gets -1, not the proto default 0).
+            ``None`` means no check (the wire gets -1, not the proto default 0); else
+            an int >= 0, as for ``Client.publish``.
         crc: Add the CRC-32C of the payload to the header.
 
     Returns:
@@ -267,14 +273,14 @@ def new_message(
     if headers is not None:
         pb.headers.update(check_headers(headers))
     if ack_inbox is not None:
-        pb.ackInbox = check_optional_text("ack_inbox", ack_inbox) or ""
+        pb.ackInbox = check_publish_subject("ack_inbox", ack_inbox)
     if correlation_id is not None:
         pb.correlationId = check_optional_text("correlation_id", correlation_id) or ""
     return encode_envelope(pb.SerializeToString(), MessageType.PUBLISH, crc=crc)
 
 
 def _check_offset(expected_offset: object) -> int:
-    if expected_offset is None or expected_offset == -1:
+    if expected_offset is None:
         return -1
     return check_int("expected_offset", expected_offset, minimum=0)
 

@@ -23,6 +23,7 @@ from liftbridge_sync._wire.validate import (
     check_name,
     check_optional_text,
     check_partitions,
+    check_publish_subject,
     check_subject,
     duration_ms,
 )
@@ -123,14 +124,14 @@ def publish_to_subject_request(
     correlation_id: str | None,
 ) -> api_pb2.PublishToSubjectRequest:
     """Validate ``publish_to_subject`` arguments and build the wire request."""
-    check_subject("subject", subject)
+    check_publish_subject("subject", subject)
     payload = check_bytes("value", value)
     key_bytes = check_bytes("key", key, optional=True)
     check_ack_policy(ack_policy)
     check_optional_text("ack_inbox", ack_inbox)
     check_optional_text("correlation_id", correlation_id)
     if ack_inbox is not None:
-        check_subject("ack_inbox", ack_inbox)
+        check_publish_subject("ack_inbox", ack_inbox)
     request = api_pb2.PublishToSubjectRequest(
         subject=subject,
         value=payload,

@@ -34,8 +34,10 @@ __all__ = [
     "check_name",
     "check_partition",
     "check_partitions",
+    "check_publish_subject",
     "check_subject",
     "duration_ms",
+    "refuse_wildcards",
 ]
 
 INT32_MAX = 2**31 - 1
@@ -153,6 +155,30 @@ def check_subject(name: str, value: object) -> str:
     _check_tokens(name, subject, what="NATS subject")
     if len(subject.encode("utf-8", "surrogatepass")) > SUBJECT_MAX_BYTES:
         raise ConfigurationError(f"{name!r} must be at most {SUBJECT_MAX_BYTES} bytes of UTF-8")
+    return subject
+
+
+def check_publish_subject(name: str, value: object) -> str:
+    """A NATS subject to publish or reply to: :func:`check_subject` without wildcards.
+
+    NATS refuses a publish to a subject with a ``*`` or ``>`` token.
+
+    Raises:
+        ConfigurationError: naming the argument and the rule.
+    """
+    return refuse_wildcards(name, check_subject(name, value))
+
+
+def refuse_wildcards(name: str, subject: str) -> str:
+    """``subject`` (already checked) unless a token is a NATS wildcard.
+
+    Raises:
+        ConfigurationError: naming the argument.
+    """
+    if any(token in NATS_WILDCARDS for token in subject.split(".")):
+        raise ConfigurationError(
+            f"{name!r}: {subject!r} has a '*' or '>' token: NATS wildcards cannot be published to"
+        )
     return subject
 
 

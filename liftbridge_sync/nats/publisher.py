@@ -26,7 +26,8 @@ from liftbridge_sync._wire.validate import (
     check_ack_policy,
     check_bytes,
     check_headers,
-    check_subject,
+    check_publish_subject,
+    refuse_wildcards,
 )
 from liftbridge_sync.envelope import new_message
 from liftbridge_sync.errors import (
@@ -129,7 +130,7 @@ class NatsPublisher(Handoff):
         if isinstance(inbox_prefix, bytes):
             inbox_prefix = inbox_prefix.decode()
         nuid = self._nats.nuid.NUID().next().decode()
-        self._ack_inbox = check_subject("inbox_prefix", f"{inbox_prefix}.{nuid}.acks")
+        self._ack_inbox = check_publish_subject("inbox_prefix", f"{inbox_prefix}.{nuid}.acks")
         self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."
         self._ids = itertools.count()
 
@@ -218,7 +219,8 @@ class NatsPublisher(Handoff):
                 (a PING/PONG round trip after it was written).
             expected_offset: Optimistic concurrency (streams created with
                 ``optimistic_concurrency_control=True``): the offset the message must
-                get; ``None`` or -1 for no check. Needs an ack policy other than NONE.
+                get (an int >= 0, as for ``Client.publish``); ``None`` for no check.
+                Needs an ack policy other than NONE.
             correlation_id: Id echoed in the ack (default: a generated unique id); must
                 not equal the id of another publish still awaiting its ack.
             timeout: Seconds until the future fails with :class:`AckTimeoutError`
@@ -246,8 +248,9 @@ class NatsPublisher(Handoff):
         Thread-safe.
         """
         subject = partition_subject(stream_subject, partition)
+        refuse_wildcards("stream_subject", stream_subject)
         check_ack_policy(ack_policy)
-        if ack_policy is AckPolicy.NONE and expected_offset is not None and expected_offset != -1:
+        if ack_policy is AckPolicy.NONE and expected_offset is not None:
             raise ConfigurationError(
                 "'expected_offset' needs an ack policy other than AckPolicy.NONE: the "
                 "outcome of the offset check is only reported in the ack"
@@ -338,7 +341,8 @@ class NatsPublisher(Handoff):
         a message (no key, no ack), with headers ``subject`` and ``reply``.
 
         Args:
-            subject: Any NATS subject (e.g. a stream subject or ``<subject>.<N>``).
+            subject: Any NATS subject without wildcards (e.g. a stream subject or
+                ``<subject>.<N>``).
             payload: The bytes to publish.
             reply: Optional NATS reply subject (stored in the ``reply`` header).
 
@@ -355,8 +359,8 @@ class NatsPublisher(Handoff):
         Thread-safe.
         """
         self._forbid_loop_thread("publish_raw")
-        checked_subject = check_subject("subject", subject)
-        checked_reply = "" if reply is None else check_subject("reply", reply)
+        checked_subject = check_publish_subject("subject", subject)
+        checked_reply = "" if reply is None else check_publish_subject("reply", reply)
         data = check_bytes("payload", payload)
         job = Job(
             kind="raw",

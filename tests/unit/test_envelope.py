@@ -137,7 +137,7 @@ def test_round_trip_every_field(crc: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("expected_offset", "wire"), [(None, -1), (-1, -1), (0, 0), (7, 7), (2**63 - 1, 2**63 - 1)]
+    ("expected_offset", "wire"), [(None, -1), (0, 0), (7, 7), (2**63 - 1, 2**63 - 1)]
 )
 def test_expected_offset_on_the_wire(expected_offset: int | None, wire: int) -> None:
     data = new_message(b"v", expected_offset=expected_offset)
@@ -338,13 +338,14 @@ def test_headers_validation() -> None:
         new_message(b"v", headers={"\ud800": b"x"})
 
 
-@pytest.mark.parametrize("bad", [-2, -100, 2**63])
+# -1 too, as for Client.publish: only None means "no check".
+@pytest.mark.parametrize("bad", [-1, -2, -100, 2**63])
 def test_expected_offset_out_of_range(bad: int) -> None:
     with pytest.raises(ConfigurationError, match="'expected_offset' must be between 0"):
         new_message(b"v", expected_offset=bad)
 
 
-@pytest.mark.parametrize("bad", [True, 1.0, "3"])
+@pytest.mark.parametrize("bad", [True, 1.0, -1.0, "3"])
 def test_expected_offset_wrong_type(bad: object) -> None:
     with pytest.raises(ArgumentTypeError, match="'expected_offset' must be an int"):
         new_message(b"v", expected_offset=bad)  # type: ignore[arg-type]
@@ -378,6 +379,12 @@ def test_string_field_validation() -> None:
         new_message(b"v", correlation_id="\udcff")
 
 
+@pytest.mark.parametrize("bad", ["bad inbox..x >", "a b", "a..b", "acks.>", "*.acks", "_INBOX.*"])
+def test_ack_inbox_must_be_a_subject_to_publish_to(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="'ack_inbox'"):
+        new_message(b"v", ack_inbox=bad)
+
+
 def test_encode_envelope_validation() -> None:
     with pytest.raises(ConfigurationError, match="msg_type must be in 0..255"):
         encode_envelope(b"", 256, crc=False)
@@ -389,6 +396,14 @@ def test_encode_envelope_validation() -> None:
         encode_envelope("x", 0, crc=False)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("bad", ["no", 1, 0, None])
+def test_crc_must_be_a_bool(bad: object) -> None:
+    with pytest.raises(ConfigurationError, match="'crc' must be a bool"):
+        encode_envelope(b"", MessageType.PUBLISH, crc=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="'crc' must be a bool"):
+        new_message(b"v", crc=bad)  # type: ignore[arg-type]
+
+
 # --- properties ---------------------------------------------------------------------
 
 _header_names = st.text(min_size=1, max_size=8)
@@ -397,10 +412,11 @@ _messages = st.fixed_dictionaries(
         "value": st.binary(max_size=64),
         "key": st.none() | st.binary(min_size=1, max_size=16),
         "headers": st.none() | st.dictionaries(_header_names, st.binary(max_size=8), max_size=4),
-        "ack_inbox": st.none() | st.text(min_size=1, max_size=16),
+        "ack_inbox": st.none()
+        | st.from_regex(r"[A-Za-z0-9_-]{1,6}(\.[A-Za-z0-9_-]{1,6}){0,2}", fullmatch=True),
         "correlation_id": st.none() | st.text(min_size=1, max_size=16),
         "ack_policy": st.sampled_from(AckPolicy),
-        "expected_offset": st.none() | st.integers(min_value=-1, max_value=2**63 - 1),
+        "expected_offset": st.none() | st.integers(min_value=0, max_value=2**63 - 1),
         "crc": st.booleans(),
     }
 )

@@ -139,6 +139,11 @@ def test_bad_constructor_arguments(kwargs: dict[str, object]) -> None:
         NatsPublisher("nats://127.0.0.1:4222", **kwargs)  # type: ignore[arg-type]
 
 
+def test_inbox_prefix_with_a_wildcard_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="wildcards"):
+        NatsPublisher("nats://127.0.0.1:4222", inbox_prefix="_INBOX.*")
+
+
 @pytest.mark.parametrize("servers", ["", [], [""], [3]])
 def test_bad_servers(servers: object) -> None:
     with pytest.raises(ConfigurationError):
@@ -216,6 +221,8 @@ def test_expected_offset_with_ack_policy_none_is_refused(publisher: NatsPublishe
         {"partition": -1},
         {"partition": True},
         {"expected_offset": -2},
+        {"expected_offset": -1},
+        {"expected_offset": -1.0},
         {"timeout": 0},
         {"timeout": -1},
         {"timeout": float("inf")},
@@ -233,7 +240,7 @@ def test_bad_values_are_configuration_errors(
     assert not _nats_threads()
 
 
-@pytest.mark.parametrize("subject", ["", "a b", "a..b"])
+@pytest.mark.parametrize("subject", ["", "a b", "a..b", "orders.*", ">", "a.>"])
 def test_bad_stream_subject(publisher: NatsPublisher, subject: str) -> None:
     with pytest.raises(ConfigurationError):
         publisher.publish_async(subject, b"x")
@@ -246,6 +253,11 @@ def test_publish_raw_validation(publisher: NatsPublisher) -> None:
         publisher.publish_raw("", b"x")
     with pytest.raises(ConfigurationError):
         publisher.publish_raw("foo", b"x", reply="bad reply")
+    # NATS refuses a publish to a wildcard subject.
+    with pytest.raises(ConfigurationError, match="wildcards"):
+        publisher.publish_raw("foo.*", b"x")
+    with pytest.raises(ConfigurationError, match="wildcards"):
+        publisher.publish_raw("foo", b"x", reply="replies.>")
     assert not _nats_threads()
 
 

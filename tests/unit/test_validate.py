@@ -8,16 +8,18 @@ from datetime import timedelta
 import pytest
 
 from liftbridge_sync import ArgumentTypeError, Client, ConfigurationError, RetryPolicy
-from liftbridge_sync._wire.requests import create_stream_request
+from liftbridge_sync._wire.requests import create_stream_request, publish_to_subject_request
 from liftbridge_sync._wire.validate import (
     check_bytes,
     check_headers,
     check_name,
     check_partitions,
+    check_publish_subject,
     check_subject,
     check_timeout,
     duration_ms,
 )
+from liftbridge_sync.models import AckPolicy
 
 
 @pytest.mark.parametrize("bad", ["", " ", "a b", "tab\t", "nl\n", "\x00", "__cursors", 3])
@@ -60,6 +62,34 @@ def test_longest_names_and_subjects_allowed() -> None:
     assert check_subject("subject", "s" * 1024)
     with pytest.raises(ConfigurationError, match="1024 bytes"):
         check_subject("subject", "s" * 1025)
+
+
+@pytest.mark.parametrize("bad", ["*", ">", "orders.*", "orders.>", "*.eu"])
+def test_wildcards_are_refused_where_a_subject_is_published_to(bad: str) -> None:
+    assert check_subject("subject", bad) == bad  # a stream may listen on it
+    assert check_publish_subject("subject", "a*b.c>") == "a*b.c>"  # not whole tokens
+    with pytest.raises(ConfigurationError, match="wildcards"):
+        check_publish_subject("subject", bad)
+    with pytest.raises(ConfigurationError, match="'subject'.*wildcards"):
+        publish_to_subject_request(
+            bad,
+            b"v",
+            key=None,
+            headers=None,
+            ack_policy=AckPolicy.LEADER,
+            ack_inbox=None,
+            correlation_id=None,
+        )
+    with pytest.raises(ConfigurationError, match="'ack_inbox'.*wildcards"):
+        publish_to_subject_request(
+            "orders",
+            b"v",
+            key=None,
+            headers=None,
+            ack_policy=AckPolicy.LEADER,
+            ack_inbox=bad,
+            correlation_id=None,
+        )
 
 
 def test_good_subject_and_reserved_name_when_allowed() -> None:
