@@ -70,7 +70,9 @@ Choices made where the spec is silent or contradicts itself:
   to the first one with the response-end flag. All its frames must carry the same opcode.
   A frame with the system-error flag ends its sequence whether or not it has the
   response-end flag (it is sent "instead of the normal response"). The frames held for
-  unfinished sequences are bounded by ``max_pending_bytes``.
+  unfinished sequences are bounded by ``max_pending_bytes`` (each counting its length
+  plus ``FRAME_OVERHEAD``, each sequence ``SEQUENCE_OVERHEAD`` more: what they cost in
+  memory), and the stream identifiers tracked by ``max_pending_sequences``.
 
 Errors derive from :class:`SBPError`, a :class:`~liftbridge_sync.errors.LiftbridgeError`::
 
@@ -81,7 +83,7 @@ Errors derive from :class:`SBPError`, a :class:`~liftbridge_sync.errors.Liftbrid
     │   ├── MalformedFrameError          length below 16, or header past the frame end
     │   └── TruncatedFrameError          the stream ended inside a frame
     ├── ResponseSequenceError            a frame does not fit its response sequence
-    │   └── ResponseTooLargeError        unfinished responses over max_pending_bytes
+    │   └── ResponseTooLargeError        unfinished responses over a max_pending_* bound
     └── SBPSystemError                   the peer answered with a system-error frame
 
 Frames, responses, reports and errors are immutable and safe to share between threads;
@@ -90,7 +92,14 @@ a :class:`FrameDecoder` or :class:`ResponseAssembler` belongs to one thread at a
 
 from __future__ import annotations
 
-from liftbridge_sync.sbp._assembler import DEFAULT_MAX_PENDING_BYTES, Response, ResponseAssembler
+from liftbridge_sync.sbp._assembler import (
+    DEFAULT_MAX_PENDING_BYTES,
+    DEFAULT_MAX_PENDING_SEQUENCES,
+    FRAME_OVERHEAD,
+    SEQUENCE_OVERHEAD,
+    Response,
+    ResponseAssembler,
+)
 from liftbridge_sync.sbp._decoder import FrameDecoder, decode_frame
 from liftbridge_sync.sbp._errors import (
     FrameTooLargeError,
@@ -122,7 +131,9 @@ from liftbridge_sync.sbp._frame import (
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "DEFAULT_MAX_PENDING_BYTES",
+    "DEFAULT_MAX_PENDING_SEQUENCES",
     "FIXED_HEADER_SIZE",
+    "FRAME_OVERHEAD",
     "MAGIC",
     "MAX_FRAME_SIZE_LIMIT",
     "MAX_HEADER_LENGTH",
@@ -144,6 +155,7 @@ __all__ = [
     "ResponseTooLargeError",
     "SBPError",
     "SBPSystemError",
+    "SEQUENCE_OVERHEAD",
     "TruncatedFrameError",
     "decode_frame",
     "encode_frame",

@@ -5,11 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.sbp._errors import ResponseSequenceError, ResponseTooLargeError, SBPSystemError
 from liftbridge_sync.sbp._frame import Frame, Opcode
 
 #: Default bound of the frames a :class:`ResponseAssembler` holds (64 MiB).
 DEFAULT_MAX_PENDING_BYTES: Final = 64 * 1024 * 1024
+#: Default bound of the unfinished sequences a :class:`ResponseAssembler` tracks.
+DEFAULT_MAX_PENDING_SEQUENCES: Final = 65_536
+#: Octets charged per held frame on top of its length: the Python objects holding it
+#: (about 120 on CPython 3.11, whatever the frame's size).
+FRAME_OVERHEAD: Final = 128
+#: Octets charged per unfinished sequence whose frames are held (about 170 on CPython).
+SEQUENCE_OVERHEAD: Final = 192
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,32 +58,46 @@ class ResponseAssembler:
     """Joins response frames into whole responses, per stream identifier.
 
     Feed it the response frames a :class:`FrameDecoder` returns; requests (and discard
-    reports) are the caller's to handle. Frames held for unfinished sequences count their
-    frame length against ``max_pending_bytes``; a frame that ends its sequence at once is
-    not held.
+    reports) are the caller's to handle. Frames held for unfinished sequences count
+    against ``max_pending_bytes`` with what they cost in memory: their frame length plus
+    :data:`FRAME_OVERHEAD` each, plus :data:`SEQUENCE_OVERHEAD` per sequence; a frame that
+    ends its sequence at once is not held. At most ``max_pending_sequences`` stream
+    identifiers are tracked at a time, held or being dropped.
 
     Args:
-        max_pending_bytes: Bound of the frames held for all unfinished sequences.
+        max_pending_bytes: Bound of the memory charged for all unfinished sequences.
+        max_pending_sequences: Bound of the unfinished sequences tracked.
 
     Raises:
-        ValueError: ``max_pending_bytes`` is not positive.
+        ArgumentTypeError: A bound is not an int.
+        ConfigurationError: A bound is not positive.
 
     Not thread-safe: use one assembler per connection, from one thread at a time.
     """
 
-    def __init__(self, *, max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES) -> None:
-        if isinstance(max_pending_bytes, bool) or not isinstance(max_pending_bytes, int):
-            raise TypeError("max_pending_bytes must be an int")
-        if max_pending_bytes < 1:
-            raise ValueError(f"max_pending_bytes must be positive, got {max_pending_bytes}")
+    def __init__(
+        self,
+        *,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        max_pending_sequences: int = DEFAULT_MAX_PENDING_SEQUENCES,
+    ) -> None:
+        for name, value in (
+            ("max_pending_bytes", max_pending_bytes),
+            ("max_pending_sequences", max_pending_sequences),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentTypeError(f"{name} must be an int")
+            if value < 1:
+                raise ConfigurationError(f"{name} must be positive, got {value}")
         self._limit = max_pending_bytes
+        self._max_sequences = max_pending_sequences
         self._pending: dict[int, _Pending] = {}
         self._dropping: set[int] = set()
         self._size = 0
 
     @property
     def pending_bytes(self) -> int:
-        """Total frame length of the frames held."""
+        """Memory charged for the frames held: their lengths plus the overheads."""
         return self._size
 
     @property
@@ -96,7 +118,10 @@ class ResponseAssembler:
 
         Raises:
             SBPSystemError: ``frame`` has the system-error flag; its sequence is over.
-            ResponseTooLargeError: Holding ``frame`` would exceed ``max_pending_bytes``.
+            ResponseTooLargeError: Holding ``frame`` would exceed ``max_pending_bytes`` (the
+                sequence is dropped), or it opens a sequence beyond
+                ``max_pending_sequences`` (the frame is refused and its stream identifier
+                not tracked: later frames of it are taken as a new sequence).
             ResponseSequenceError: ``frame`` is a request frame, or its opcode differs from
                 the one of its sequence; the frame is rejected and the sequence goes on.
         """
@@ -127,7 +152,17 @@ class ResponseAssembler:
             return None
         if frame.is_response_end:
             return Response(sid, frame.opcode, (*self._pop(sid), frame))
-        if self._size + frame.length > self._limit:
+        cost = frame.length + FRAME_OVERHEAD
+        if pending is None:
+            # Dropped sequences count too: each is a stream identifier remembered.
+            if len(self._pending) + len(self._dropping) >= self._max_sequences:
+                raise ResponseTooLargeError(
+                    f"stream {sid}: {self._max_sequences} unfinished sequences are tracked "
+                    "already (max_pending_sequences); the frame is refused",
+                    stream_id=sid,
+                )
+            cost += SEQUENCE_OVERHEAD
+        if self._size + cost > self._limit:
             self._pop(sid)
             self._dropping.add(sid)
             raise ResponseTooLargeError(
@@ -138,8 +173,8 @@ class ResponseAssembler:
         if pending is None:
             pending = self._pending[sid] = _Pending(frame.opcode)
         pending.frames.append(frame)
-        pending.size += frame.length
-        self._size += frame.length
+        pending.size += cost
+        self._size += cost
         return None
 
     def discard(self, stream_id: int) -> tuple[Frame, ...]:

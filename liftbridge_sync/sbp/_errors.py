@@ -95,10 +95,12 @@ class ResponseSequenceError(SBPError):
 
 
 class ResponseTooLargeError(ResponseSequenceError):
-    """Holding one more frame would exceed the assembler's ``max_pending_bytes``.
+    """Holding one more frame would exceed the assembler's ``max_pending_bytes``, or
+    ``max_pending_sequences`` sequences are unfinished already.
 
-    The sequence of ``stream_id`` is dropped, and so are its frames still to come, up to
-    and including the one that ends it.
+    Over ``max_pending_bytes``, the sequence of ``stream_id`` is dropped, and so are its
+    frames still to come, up to and including the one that ends it. Over
+    ``max_pending_sequences``, only the frame is refused (nothing more can be tracked).
 
     Instances are immutable values and safe to share between threads.
     """

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import pickle
 import struct
+import tracemalloc
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError, LiftbridgeError
 from liftbridge_sync.sbp import (
     DEFAULT_MAX_FRAME_SIZE,
+    FRAME_OVERHEAD,
     MAGIC,
     MAX_FRAME_SIZE_LIMIT,
     MAX_HEADER_LENGTH,
     MIN_FRAME_SIZE,
+    SEQUENCE_OVERHEAD,
     DiscardedFrame,
     DiscardReason,
     Flags,
@@ -555,7 +558,8 @@ def test_system_error_flag_is_a_typed_error_and_ends_the_sequence(end: bool) -> 
     assert (error.stream_id, error.frame, error.partial) == (3, error_frame, (first,))
     assert isinstance(error, LiftbridgeError)
     assert assembler.pending_stream_ids == frozenset({4})
-    assert assembler.pending_bytes == response(Opcode.FETCH, 4, b"other").length
+    other = response(Opcode.FETCH, 4, b"other").length
+    assert assembler.pending_bytes == other + FRAME_OVERHEAD + SEQUENCE_OVERHEAD
     # The system error frame of another opcode (a request-agnostic error) ends it too.
     with pytest.raises(SBPSystemError):
         assembler.add(Frame(Opcode.PING, 4, Flags.RESPONSE | Flags.SYSTEM_ERROR))
@@ -582,10 +586,11 @@ def test_opcode_change_inside_a_sequence_is_rejected() -> None:
 
 def test_pending_bytes_are_bounded() -> None:
     frame = response(Opcode.FETCH, 1, bytes(83))  # 16 + 1 + 83 = 100 octets
-    assembler = ResponseAssembler(max_pending_bytes=250)
+    first = 100 + FRAME_OVERHEAD + SEQUENCE_OVERHEAD
+    assembler = ResponseAssembler(max_pending_bytes=first + (100 + FRAME_OVERHEAD) + 100)
     assembler.add(frame)
     assembler.add(frame)
-    assert assembler.pending_bytes == 200
+    assert assembler.pending_bytes == first + 100 + FRAME_OVERHEAD
     # A frame that ends its sequence is never held, so it always fits.
     assert assembler.add(response(Opcode.PING, 2, bytes(1000), end=True)) is not None
     other = response(Opcode.FETCH, 3, bytes(83))
@@ -600,6 +605,75 @@ def test_pending_bytes_are_bounded() -> None:
     assert assembler.pending_stream_ids == frozenset({3})
     fresh = response(Opcode.FETCH, 1, end=True)
     assert assembler.add(fresh) == Response(1, Opcode.FETCH, (fresh,))
+
+
+def _fragment(sid: int) -> Frame:
+    """The cheapest frame to hold: 16 octets that do not end their sequence."""
+    return Frame(Opcode.FETCH, sid, Flags.RESPONSE)
+
+
+def test_held_frames_are_charged_what_they_cost_in_memory() -> None:
+    """One-frame sequences of 16-octet frames on fresh stream ids: the worst case."""
+    count = 2000
+    assembler = ResponseAssembler(
+        max_pending_bytes=count * (16 + FRAME_OVERHEAD + SEQUENCE_OVERHEAD)
+    )
+    fragments = [_fragment(sid) for sid in range(count + 1)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for frame in fragments[:count]:
+            assert assembler.add(frame) is None
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held <= assembler.pending_bytes  # it used to be about 19 times the charge
+    with pytest.raises(ResponseTooLargeError):
+        assembler.add(fragments[count])
+
+
+def test_stream_ids_being_dropped_are_bounded() -> None:
+    assembler = ResponseAssembler(max_pending_bytes=1, max_pending_sequences=8)
+    for sid in range(100):
+        with pytest.raises(ResponseTooLargeError) as info:
+            assembler.add(_fragment(sid))
+        assert info.value.stream_id == sid
+    assert len(assembler.pending_stream_ids) == 8
+    # The ones remembered are still dropped up to their end.
+    assert assembler.add(response(Opcode.FETCH, 0, end=True)) is None
+    assert len(assembler.pending_stream_ids) == 7
+
+
+def test_unfinished_sequences_are_bounded() -> None:
+    assembler = ResponseAssembler(max_pending_sequences=4)
+    for sid in range(4):
+        assert assembler.add(_fragment(sid)) is None
+    for sid in range(4, 10):
+        with pytest.raises(ResponseTooLargeError, match="max_pending_sequences") as info:
+            assembler.add(_fragment(sid))
+        assert info.value.stream_id == sid
+    assert assembler.pending_stream_ids == frozenset(range(4))
+    # Frames of the sequences tracked go on; one-frame responses are never held.
+    assert assembler.add(_fragment(0)) is None
+    assert assembler.add(response(Opcode.PING, 99, end=True)) is not None
+    assert assembler.add(response(Opcode.FETCH, 3, end=True)) is not None
+    assert assembler.add(_fragment(4)) is None
+    assert assembler.pending_stream_ids == frozenset({0, 1, 2, 4})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_pending_bytes": 0}, ConfigurationError),
+        ({"max_pending_sequences": 0}, ConfigurationError),
+        ({"max_pending_sequences": -1}, ConfigurationError),
+        ({"max_pending_sequences": 1.5}, ArgumentTypeError),
+        ({"max_pending_bytes": True}, ArgumentTypeError),
+    ],
+)
+def test_assembler_bounds_are_checked(kwargs: dict[str, object], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        ResponseAssembler(**kwargs)  # type: ignore[arg-type]
 
 
 def test_discard_forgets_a_sequence() -> None:
