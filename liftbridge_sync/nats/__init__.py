@@ -35,7 +35,8 @@ the message may have been stored.
 
 Threading: nats-py is asyncio-only, so each publisher runs a private event loop in one
 daemon thread named ``liftbridge-nats``, started on first use and joined by
-:meth:`NatsPublisher.close`. Callers on any thread hand work to it with
+:meth:`NatsPublisher.close` (as are the ``liftbridge-nats-dns`` threads resolving a host
+name). Callers on any thread hand work to it with
 ``loop.call_soon_threadsafe`` / ``asyncio.run_coroutine_threadsafe``. Ack timeouts come
 from a hashed timer wheel driven by one loop timer: no thread or timer object per message.
 """

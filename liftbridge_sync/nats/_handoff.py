@@ -21,7 +21,7 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
 )
 from liftbridge_sync.nats._loop import LoopSide
-from liftbridge_sync.nats._support import THREAD_NAME, Job
+from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor, Job
 
 __all__ = ["Handoff"]
 
@@ -36,6 +36,7 @@ class Handoff(LoopSide):
     _start_lock: threading.Lock
     _loop: asyncio.AbstractEventLoop | None
     _thread: threading.Thread | None
+    _dns: DnsExecutor | None
 
     def _forbid_loop_thread(self, name: str) -> None:
         if self._thread is not None and threading.current_thread() is self._thread:
@@ -78,6 +79,10 @@ class Handoff(LoopSide):
             if self._loop is not None:
                 return self._loop
             loop = asyncio.new_event_loop()
+            # Connecting to a host name resolves it in the default executor; asyncio's own
+            # would leave an unnamed pool thread behind. loop.close() shuts this one down.
+            self._dns = DnsExecutor()
+            loop.set_default_executor(self._dns)
             thread = threading.Thread(
                 target=self._run_loop, args=(loop,), name=THREAD_NAME, daemon=True
             )

@@ -10,8 +10,11 @@ import concurrent.futures
 import dataclasses
 import importlib
 import logging
+import threading
+import time
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._runtime.timerwheel import TimerHandle
@@ -26,9 +29,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_FLUSH_TIMEOUT",
+    "DNS_THREAD_NAME",
     "INSTALL_HINT",
     "THREAD_NAME",
     "AckFuture",
+    "DnsExecutor",
     "Job",
     "check_timeout_arg",
     "import_nats",
@@ -42,6 +47,10 @@ AckFuture = concurrent.futures.Future[Ack | None]
 
 INSTALL_HINT = "pip install liftbridge-sync[nats]"
 THREAD_NAME = "liftbridge-nats"
+DNS_THREAD_NAME = "liftbridge-nats-dns"
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 DEFAULT_FLUSH_TIMEOUT = 10.0
 
 
@@ -122,3 +131,68 @@ def settle(
             future.set_result(result)
     except concurrent.futures.InvalidStateError:  # cancelled concurrently
         pass
+
+
+class DnsExecutor(concurrent.futures.ThreadPoolExecutor):
+    """The publisher's event loop's default executor: each call on its own thread.
+
+    asyncio runs ``getaddrinfo`` there when nats-py connects to a host name; left alone it
+    would start an ``asyncio_0`` pool thread that nobody joins. asyncio accepts only a
+    ``ThreadPoolExecutor``, so this is one, but it starts no pool: each call (one per
+    connection attempt) runs on a daemon thread named ``liftbridge-nats-dns``, and
+    :meth:`join` waits for the calls under way with a bound.
+
+    Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix=DNS_THREAD_NAME)  # starts nothing
+        self._calls_lock = threading.Lock()
+        self._calls: set[threading.Thread] = set()
+        self._refusing = False
+
+    def submit(
+        self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> concurrent.futures.Future[_T]:
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                if future.set_running_or_notify_cancel():
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as exc:
+                        future.set_exception(exc)
+                    else:
+                        future.set_result(result)
+            finally:
+                with self._calls_lock:
+                    self._calls.discard(threading.current_thread())
+
+        thread = threading.Thread(target=run, name=DNS_THREAD_NAME, daemon=True)
+        with self._calls_lock:
+            if self._refusing:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._calls.add(thread)
+        thread.start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._calls_lock:
+            self._refusing = True
+        if wait:
+            self.join(None)
+        super().shutdown(wait=False)
+
+    def join(self, timeout: float | None) -> bool:
+        """Wait for the calls under way (``None``: no limit); whether none is left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._calls_lock:
+                thread = next(iter(self._calls), None)
+            if thread is None:
+                return True
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            thread.join(remaining)

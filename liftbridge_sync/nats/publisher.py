@@ -47,6 +47,7 @@ from liftbridge_sync.nats._handoff import Handoff
 from liftbridge_sync.nats._support import (
     DEFAULT_FLUSH_TIMEOUT,
     AckFuture,
+    DnsExecutor,
     Job,
     check_timeout_arg,
     import_nats,
@@ -144,6 +145,7 @@ class NatsPublisher(Handoff):
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._dns: DnsExecutor | None = None
 
         # Loop-thread state: touched only on the liftbridge-nats thread.
         self._nc: _NatsClient | None = None
@@ -438,8 +440,10 @@ class NatsPublisher(Handoff):
         seconds); publishes still waiting for an ack then fail with
         :class:`~liftbridge_sync.errors.ClientClosedError` (call :meth:`flush` first to
         wait for acks). The NATS connection is closed and the ``liftbridge-nats`` thread
-        joined. Idempotent; later calls return after the first has finished (except on
-        the ``liftbridge-nats`` thread itself, where the shutdown is only started).
+        joined, and so are ``liftbridge-nats-dns`` threads resolving a host name (for at
+        most ``timeout``). Idempotent; later calls return after the first has finished
+        (except on the ``liftbridge-nats`` thread itself, where the shutdown is only
+        started).
 
         Args:
             timeout: Seconds allowed for writing and flushing pending data.
@@ -458,8 +462,10 @@ class NatsPublisher(Handoff):
                 self._spawn(self._shutdown(seconds))
             return
         with self._start_lock:  # a first connection in progress finishes (or fails) first
-            loop, thread = self._loop, self._thread
+            loop, thread, dns = self._loop, self._thread, self._dns
         if loop is None or thread is None:
+            if dns is not None:  # a failed start may have left a name lookup under way
+                dns.join(seconds)
             return
         if not already:
             future = asyncio.run_coroutine_threadsafe(self._shutdown(seconds), loop)
@@ -469,3 +475,5 @@ class NatsPublisher(Handoff):
                 _log.exception("NatsPublisher shutdown failed")
                 loop.call_soon_threadsafe(loop.stop)
         thread.join()
+        if dns is not None and not dns.join(seconds):
+            _log.warning("a NATS host name lookup is still under way after close")

@@ -287,6 +287,27 @@ def test_connect_failure_raises_and_joins_thread() -> None:
         pub.close()
 
 
+def test_resolving_a_host_name_starts_only_named_threads_joined_on_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def recording_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    url = _closed_port_url().replace("127.0.0.1", "localhost")  # resolved by getaddrinfo
+    pub = NatsPublisher(url, connect_timeout=1.0)
+    with pytest.raises(BrokerUnavailableError):
+        pub.publish_async("foo", b"x")
+    pub.close()
+    assert "liftbridge-nats-dns" in started
+    assert [name for name in started if not name.startswith("liftbridge-")] == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("liftbridge-nats")]
+
+
 # ---------------------------------------------------------------- optional dependency
 
 
