@@ -164,10 +164,14 @@ class LoopSide:
         nats-py suspends a publish only when its buffer would exceed ``pending_size``: it
         then waits for a forced flush, with no timeout by default. Only then is the loop
         timer armed (ack deadlines must fire while the writer waits) and the wait bounded
-        (jobs queued behind must not stall past it); the common path stays timer-free.
+        (jobs queued behind must not stall past it); the common path stays timer-free. A
+        client that does not tell its buffered size always takes the bounded path.
         """
         limit = self._pending_limit
-        if limit <= 0 or nc.pending_data_size + len(job.payload) + _PUB_OVERHEAD <= limit:
+        buffered = getattr(nc, "pending_data_size", None)
+        if limit <= 0 or (
+            isinstance(buffered, int) and buffered + len(job.payload) + _PUB_OVERHEAD <= limit
+        ):
             await nc.publish(job.subject, job.payload, reply=job.reply)
             return
         self._arm_timer()

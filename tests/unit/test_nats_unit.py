@@ -348,11 +348,10 @@ def test_import_liftbridge_sync_does_not_import_nats() -> None:
 
 
 class _StuckNats:
-    """Fault fake of a nats-py client: the buffer is over ``pending_size`` and the server
-    never reads, so every publish waits for a flush that never completes."""
+    """Fault fake of a client that does not tell its buffered size, whose publishes wait
+    for a flush that never completes (the server never reads)."""
 
     is_connected = True
-    pending_data_size = 4 * 1024 * 1024
 
     async def connect(self, **kwargs: object) -> None:
         pass
@@ -370,9 +369,17 @@ class _StuckNats:
         pass
 
 
-@pytest.fixture
-def stuck_publisher(monkeypatch: pytest.MonkeyPatch) -> Iterator[NatsPublisher]:
-    monkeypatch.setattr(nats.aio.client, "Client", _StuckNats)
+class _FullNats(_StuckNats):
+    """Fault fake of a nats-py client whose buffer is over ``pending_size``."""
+
+    pending_data_size = 4 * 1024 * 1024
+
+
+@pytest.fixture(params=[_FullNats, _StuckNats])
+def stuck_publisher(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> Iterator[NatsPublisher]:
+    monkeypatch.setattr(nats.aio.client, "Client", request.param)
     pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=0.2)
     yield pub
     pub.close()
