@@ -439,6 +439,32 @@ def test_thread_starts_on_first_use_and_close_joins_it(
         pub.publish(subject, b"y")
 
 
+def test_a_host_name_is_resolved_on_a_named_thread_joined_on_close(
+    nats_url: str, liftbridge_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    by_name = nats_url.replace("127.0.0.1", "localhost")
+    if by_name == nats_url:
+        pytest.skip("the server's NATS URL names no 127.0.0.1 to swap for a host name")
+    subject, _ = make_stream(liftbridge_client)
+    started: list[str] = []
+    start = threading.Thread.start
+
+    def recording_start(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        start(thread)
+
+    before = set(threading.enumerate())
+    monkeypatch.setattr(threading.Thread, "start", recording_start)
+    pub = NatsPublisher(by_name)
+    try:
+        assert pub.publish(subject, b"x") is not None
+    finally:
+        pub.close()
+    assert "liftbridge-nats-dns" in started
+    assert [name for name in started if not name.startswith("liftbridge-")] == []
+    assert [t.name for t in threading.enumerate() if t not in before] == []
+
+
 def test_close_fails_pending_publishes(nats_url: str) -> None:
     pub = NatsPublisher(nats_url)
     subject = f"nobody-listens.{uuid.uuid4().hex}"
