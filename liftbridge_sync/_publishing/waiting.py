@@ -111,6 +111,9 @@ class Waiting:
         self._ledger = ledger
         self._enqueue_timeout = enqueue_timeout
         self._clock = table.clock
+        #: ``publish()`` callers waiting for their acks now, and the lock guarding it.
+        self._readers = 0
+        self._readers_lock = threading.Lock()
 
     def check_can_wait(self) -> None:
         """Refuse, before anything is sent, a blocking call that could not wait here.
@@ -164,11 +167,24 @@ class Waiting:
             if not future.done():
                 raise TimeoutError("publish did not complete in time")
         elif read_here and future._state != "FINISHED":
-            stream = self._table.live
-            if stream is not None:
-                stream.answer_here(future.done)
-            if timeout is None and isinstance(future, PublishFuture):
-                wait_gated(future)  # one lock of this thread's, no Condition
+            lock = self._readers_lock
+            with lock:
+                self._readers += 1
+                alone = self._readers == 1
+            try:
+                stream = self._table.live
+                if alone and stream is not None:
+                    # Only a caller waiting alone reads its own ack: with others
+                    # waiting, the I/O thread hands their acks over together and they
+                    # write their next requests together (combining, see the h2
+                    # transport's writing); one of them reading would wake them one at
+                    # a time, each writing alone, and the broker answering alone.
+                    stream.answer_here(future.done)
+                if timeout is None and isinstance(future, PublishFuture):
+                    wait_gated(future)  # one lock of this thread's, no Condition
+            finally:
+                with lock:
+                    self._readers -= 1
         return future.result(timeout=timeout)
 
     @staticmethod

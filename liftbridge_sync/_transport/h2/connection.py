@@ -329,10 +329,6 @@ class H2PublishStream(CallerReads):
                 result = self._step(events, sock)
                 arrived = self._take_arrived()
             if arrived:
-                if len(arrived) > 1 and self._gathering.awaited(len(arrived)):
-                    # publish() callers are among those this wakes (see writing).
-                    with self._lock:
-                        self._combining = len(arrived) - 1
                 self._hand_over(arrived)
             if result is not _GO_ON:
                 return result  # type: ignore[return-value]
@@ -354,8 +350,12 @@ class H2PublishStream(CallerReads):
         try:
             if len(responses) == 1:
                 self._on_event(StreamResponse(self._epoch, responses[0]))
-            else:
-                self._on_event(StreamResponses(self._epoch, responses))
+                return
+            if self._gathering.awaited(len(responses)):
+                # publish() callers are among those this wakes (see writing).
+                with self._lock:
+                    self._combining = len(responses) - 1
+            self._on_event(StreamResponses(self._epoch, responses))
         finally:
             self._hand_over_lock.release()
 

@@ -6,10 +6,15 @@ latency, per call. Instead, a caller whose request just went out takes over read
 while it waits (:meth:`CallerReads.answer_here`): the socket leaves the I/O thread's
 selector, the caller polls it, reads and hands over whatever arrives (its own ack and
 anybody else's, in order), and gives the socket back once its ack is in or after
-``READ_HERE_FOR``. Only one caller reads at a time, and only when its ack is the only
-one due (never for a publish without an ack): with other acks due (other threads
-publishing), one caller reading for all of them would only move the hand-offs to
-itself, and measured slower with eight threads calling ``publish()``. The I/O lock
+``READ_HERE_FOR``. Only one caller reads at a time, only when its ack is the only
+one due (never for a publish without an ack), and only while no other ``publish()``
+caller waits (:meth:`~liftbridge_sync._publishing.waiting.Waiting.wait` decides): a
+caller reading for the others woke them one at a time, each then wrote its next
+request alone and the broker answered each alone, where the I/O thread hands their
+acks over together and they write together (combining, :mod:`.writing`; with eight
+threads calling ``publish()`` that was a third more messages a second and a third less
+of the broker's CPU, bench/HISTORY.md 2026-11-26 16:00). Whoever hands several acks
+over starts the combining, this caller too. The I/O lock
 still guards every socket and h2 operation, and it is held only while reading, not
 while polling, so other callers keep writing their requests themselves meanwhile.
 
