@@ -125,3 +125,8 @@ def test_a_hand_over_of_several_acks_starts_combining_on_any_thread(fake: FakeBr
         stream._hand_over_lock.acquire()
         stream._hand_over(answers)
         assert seen == [1]
+        # Another hand-over before those callers came back: all of them are expected,
+        # and only the last one writes (2 + 2 callers, 3 of them only queue).
+        stream._hand_over_lock.acquire()
+        stream._hand_over(answers)
+        assert seen == [1, 3]

@@ -322,8 +322,11 @@ class H2PublishStream(CallerReads):
             if self._more_to_read:
                 timeout = 0.0
             events = select(timeout)
-            if not events and self._combining:
-                with self._lock:  # the callers woken did not all come back: stop waiting
+            if not events and self._combining and not self._deferred:
+                # None of the callers woken came back within COMBINE_WAIT: stop waiting
+                # for them. (While they keep coming back, more slowly than that with
+                # many threads wanting the GIL, this turn only writes what they queued.)
+                with self._lock:
                     self._combining = 0
             with self._io_lock:
                 result = self._step(events, sock)
@@ -354,7 +357,10 @@ class H2PublishStream(CallerReads):
             if self._gathering.awaited(len(responses)):
                 # publish() callers are among those this wakes (see writing).
                 with self._lock:
-                    self._combining = len(responses) - 1
+                    # Those of an earlier hand-over still to come count too: the last
+                    # caller of all writes (with many threads they come back slowly).
+                    expected = self._combining + 1 if self._combining else 0
+                    self._combining = expected + len(responses) - 1
             self._on_event(StreamResponses(self._epoch, responses))
         finally:
             self._hand_over_lock.release()

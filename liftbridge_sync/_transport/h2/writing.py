@@ -11,9 +11,12 @@ writes it with one ``send()``.
 Combining: when the I/O thread hands over the acks of several ``publish()`` callers at
 once, the first of them to publish again only queue their next request (no ``send()``,
 no wake-up), and the last one writes them all with one ``send()``: the broker then
-reads and answers them together, and its acks come back together too. A request left
-in the queue that way waits at most ``COMBINE_WAIT`` (the I/O thread writes it then),
-whether or not the other callers come back.
+reads and answers them together, and its acks come back together too. The callers of
+a hand-over that comes before all those of the previous one are back add to those
+expected. A request left in the queue that way waits at most ``COMBINE_WAIT`` (the I/O
+thread writes it then), whether or not the other callers come back; the combining ends
+once ``COMBINE_WAIT`` passes with none of them coming back (with many threads they come
+back one at a time, each wanting the GIL, over more than that).
 
 :class:`QueuedWrites` is the part of
 :class:`~.connection.H2PublishStream` that does this; its state is set up there.
