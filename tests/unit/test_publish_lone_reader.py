@@ -130,3 +130,35 @@ def test_a_hand_over_of_several_acks_starts_combining_on_any_thread(fake: FakeBr
         stream._hand_over_lock.acquire()
         stream._hand_over(answers)
         assert seen == [1, 3]
+
+
+def test_callers_a_reading_caller_woke_are_written_without_any_other_event(
+    fake: FakeBroker,
+) -> None:
+    # A caller reading here hands over several acks while the I/O thread waits with no
+    # end in sight (nothing due, seconds to its next look). The woken caller only queues
+    # its request (combining); the I/O thread must still write it within COMBINE_WAIT.
+    # Before, it sat in the queue until the stall check, and the publisher re-sent it
+    # as silent: stored twice (CI, gunicorn gthread).
+    with Client([fake.address], retry=FAST_RETRY, publish_transport="h2") as client:
+        client.publish("s", b"first")
+        publisher = client._publisher
+        assert publisher is not None
+        stream = publisher._table.live
+        assert isinstance(stream, connection.H2PublishStream)
+        answers = [
+            decode_response(
+                api_pb2.PublishResponse(
+                    ack=api_pb2.Ack(stream="s", correlationId=f"unknown-{i}", offset=i)
+                ).SerializeToString()
+            )
+            for i in (1, 2)
+        ]
+        stream._hand_over_lock.acquire()
+        stream._hand_over(answers, on_io_thread=False)
+        assert stream._combining == 1
+        # This caller is the one woken: it queues without writing, and nobody else comes.
+        ack = client.publish("s", b"second", timeout=3.0)
+        assert ack is not None and ack.offset == 1
+        assert stream._combining == 0 and not stream._deferred
+        assert [r.value for r in fake.received] == [b"first", b"second"]

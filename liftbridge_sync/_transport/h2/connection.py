@@ -345,22 +345,31 @@ class H2PublishStream(CallerReads):
             self._arrived = []
         return arrived
 
-    def _hand_over(self, responses: list[Answer]) -> None:
+    def _hand_over(self, responses: list[Answer], on_io_thread: bool = True) -> None:
         """Emit the responses read, outside the I/O lock and after this turn's writes:
         a ``publish()`` caller woken by its ack then finds the lock free and writes its
         next request itself, and nothing is left between its wake-up and our next
-        poll (which releases the GIL it needs)."""
+        poll (which releases the GIL it needs). ``on_io_thread``: called by the I/O
+        thread, not by a caller reading here."""
         try:
             if len(responses) == 1:
                 self._on_event(StreamResponse(self._epoch, responses[0]))
                 return
             if self._gathering.awaited(len(responses)):
                 # publish() callers are among those this wakes (see writing).
-                with self._lock:
+                out = self._out
+                with out:
                     # Those of an earlier hand-over still to come count too: the last
                     # caller of all writes (with many threads they come back slowly).
                     expected = self._combining + 1 if self._combining else 0
                     self._combining = expected + len(responses) - 1
+                    if not on_io_thread and not out.signalled and not out.done:
+                        # The I/O thread may be waiting with no end in sight (the
+                        # socket is a caller's meanwhile): it must come back within
+                        # COMBINE_WAIT to write what the woken callers only queue, or
+                        # that waits for the next event, seconds away, and the
+                        # publisher takes the silence for a loss and sends it again.
+                        self._wake()
             self._on_event(StreamResponses(self._epoch, responses))
         finally:
             self._hand_over_lock.release()

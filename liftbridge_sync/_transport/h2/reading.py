@@ -70,7 +70,7 @@ class CallerReads(QueuedWrites):
     def _take_arrived(self) -> list[Answer]:
         raise NotImplementedError
 
-    def _hand_over(self, responses: list[Answer]) -> None:
+    def _hand_over(self, responses: list[Answer], on_io_thread: bool = True) -> None:
         raise NotImplementedError
 
     def answer_here(self, done: Callable[[], bool]) -> None:
@@ -143,7 +143,7 @@ class CallerReads(QueuedWrites):
                     stop = self._reader.ended or (self._reader.draining and not self._drain_told)
                 arrived = self._take_arrived()
             if arrived:
-                self._hand_over(arrived)
+                self._hand_over(arrived, on_io_thread=False)
             if stop:
                 return True
             if self._gathering.due <= 0:
