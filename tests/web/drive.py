@@ -49,7 +49,9 @@ def drive_and_check(
     stored = read_stream(client, stream)
     for body, (_, answer) in zip(bodies, answers, strict=True):
         assert stored.get((answer["partition"], answer["offset"])) == body  # type: ignore[arg-type]
-    assert sorted(stored.values()) == sorted(bodies + later)
+    have, want = collections.Counter(stored.values()), collections.Counter(bodies + later)
+    twice = {body: sorted(at for at, b in stored.items() if b == body) for body in have - want}
+    assert have == want, f"stored more than once (where): {twice}; missing: {want - have}"
     assert {partition for partition, _ in stored} == {0, 1}
 
     assert "Traceback" not in log and "WORKER TIMEOUT" not in log, log
