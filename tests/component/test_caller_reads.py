@@ -92,9 +92,11 @@ def _spy_hand_overs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     real = connection.H2PublishStream._hand_over
 
-    def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
+    def hand_over(
+        self: connection.H2PublishStream, responses: list[Any], on_io_thread: bool = True
+    ) -> None:
         names.append(threading.current_thread().name)
-        real(self, responses)
+        real(self, responses, on_io_thread)
 
     monkeypatch.setattr(connection.H2PublishStream, "_hand_over", hand_over)
     return names
@@ -284,8 +286,10 @@ def test_a_refusal_read_by_the_caller_is_not_held_back(
     polled_after: list[float] = []
     real_hand_over = connection.H2PublishStream._hand_over
 
-    def hand_over(self: connection.H2PublishStream, responses: list[Any]) -> None:
-        real_hand_over(self, responses)
+    def hand_over(
+        self: connection.H2PublishStream, responses: list[Any], on_io_thread: bool = True
+    ) -> None:
+        real_hand_over(self, responses, on_io_thread)
         if any(isinstance(r, Refusal) and r.async_code is not None for r in responses):
             answered.set()
 

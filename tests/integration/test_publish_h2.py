@@ -93,9 +93,11 @@ def test_publish_reads_its_own_ack_from_the_real_broker(
     handed_over_on: list[str] = []
     real = connection.H2PublishStream._hand_over
 
-    def spy(self: connection.H2PublishStream, responses: list[object]) -> None:
+    def spy(
+        self: connection.H2PublishStream, responses: list[object], on_io_thread: bool = True
+    ) -> None:
         handed_over_on.append(threading.current_thread().name)
-        real(self, responses)  # type: ignore[arg-type]
+        real(self, responses, on_io_thread)  # type: ignore[arg-type]
 
     monkeypatch.setattr(connection.H2PublishStream, "_hand_over", spy)
     name = new_stream()
