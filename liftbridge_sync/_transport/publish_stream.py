@@ -123,6 +123,13 @@ class PublishStream(Protocol):
     def probe(self) -> None:
         """Check that the peer is alive (a PING); a dead one ends the stream."""
 
+    def queued_mark(self) -> int:
+        """A mark for everything queued so far (see :meth:`written_through`)."""
+
+    def written_through(self, mark: int) -> bool:
+        """Whether everything queued before :meth:`queued_mark` gave ``mark`` has left
+        this client's queues (handed to the socket, or to grpcio, which wrote it)."""
+
     def close(self) -> None:
         """Half-close: no more requests; responses keep arriving until the server ends."""
 
@@ -177,6 +184,10 @@ class GrpcPublishStream:
         self._epoch = epoch
         self._on_event = on_event
         self._requests: queue.SimpleQueue[object] = queue.SimpleQueue()
+        # Counted by grpcio's consumer thread only: requests taken off the queue, and
+        # of those sent (grpcio asks for the next request only once one is sent).
+        self._taken = 0
+        self._written = 0
         self._finished = threading.Event()
         publish_async = channel.stream_stream(
             _PUBLISH_ASYNC,
@@ -200,13 +211,16 @@ class GrpcPublishStream:
                 continue
             if item is _END:
                 return
+            self._taken += 1
             if isinstance(item, _Notify):
                 yield item.message
                 # gRPC asks for the next request only after this one's send completed.
+                self._written += 1
                 self._on_event(StreamSent(self._epoch, item.correlation_id))
                 continue
             assert isinstance(item, bytes)
             yield item
+            self._written += 1
 
     def _read(self) -> None:
         error: LiftbridgeError | None = None
@@ -243,6 +257,14 @@ class GrpcPublishStream:
 
     def probe(self) -> None:
         """Nothing to do: grpcio's own keepalive (``grpc_options``) watches the peer."""
+
+    def queued_mark(self) -> int:
+        """Requests queued so far (taken by grpcio, or still waiting)."""
+        return self._taken + self._requests.qsize()
+
+    def written_through(self, mark: int) -> bool:
+        """Whether grpcio has sent the first ``mark`` requests."""
+        return self._written >= mark
 
     def close(self) -> None:
         """Half-close the stream after the queued requests."""

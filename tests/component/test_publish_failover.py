@@ -118,6 +118,45 @@ def test_a_leader_idle_for_long_is_proof_enough_and_the_publish_is_resent(
     assert len(fake.received) == 2
 
 
+def test_a_publish_still_in_the_clients_own_queue_is_not_resent(fake: FakeBroker) -> None:
+    # The leader is idle and committed for longer than IDLE_PROOF periods, which is
+    # proof enough of a loss for a publish that was written; but this one never left
+    # the client's queue (its I/O is held up, as by a combining caller that never came
+    # back). Re-sent then, both copies went out once the queue moved: stored twice.
+    with _client(fake, "h2", resend_after=0.1) as client:
+        client.publish("s", b"warm-up")
+        publisher = client._publisher
+        assert publisher is not None
+        stream = publisher._table.live
+        io_lock = stream._io_lock  # type: ignore[union-attr]
+        with io_lock:  # nobody writes, the I/O thread included, until released
+            future = client.publish_async("s", b"x", partition=0, timeout=10)
+            # Enough probes that an idle leader is proof of a loss several times over.
+            wait_until(lambda: client.publisher_stats().stall_probes >= 6, timeout=10)
+        ack = future.result(timeout=10)
+        stats = client.publisher_stats()
+    assert ack is not None and ack.offset == 1
+    assert stats.resent_after_stall == 0
+    assert [r.value for r in fake.received] == [b"warm-up", b"x"]
+
+
+def test_the_queued_mark_is_written_through_once_the_requests_left(
+    fake: FakeBroker, transport: str
+) -> None:
+    with _client(fake, transport) as client:
+        client.publish("s", b"one")
+        publisher = client._publisher
+        assert publisher is not None
+        stream = publisher._table.live
+        assert stream is not None
+        mark = stream.queued_mark()
+        assert mark > 0
+        # Nothing queued after the mark yet: a later one is not written through.
+        assert not stream.written_through(mark + 1)
+        client.publish("s", b"two")
+        wait_until(lambda: stream.written_through(mark + 1), timeout=10)
+
+
 def test_uncommitted_messages_at_the_leader_hold_the_resend_back(
     fake: FakeBroker, transport: str
 ) -> None:

@@ -140,6 +140,16 @@ class QueuedWrites:
             out.release()
         self._write_here(direct)
 
+    def queued_mark(self) -> int:
+        """Bytes queued so far (see :meth:`written_through`)."""
+        return self._out.queued_bytes
+
+    def written_through(self, mark: int) -> bool:
+        """Whether the first ``mark`` bytes queued were framed and given to the socket's
+        output (what the socket did not take yet is left to the stall watch: a broker
+        that does not read is not helped by sending again on the same connection)."""
+        return self._framed_bytes >= mark
+
     def nudge(self, write_here: bool) -> None:
         """After a request was queued without :meth:`send_framed` (by the C fast path of
         ``Publisher.submit_value``): what ``send_framed`` would have done next. With
