@@ -65,6 +65,11 @@ class _DeadConnection(Exception):
     """A keepalive PING went unanswered."""
 
 
+#: The shortest a read with a deadline waits for bytes: ``read_batch(deadline)`` with the
+#: deadline already past still takes what the kernel has received (``get(0)``).
+_LEAST_WAIT = 0.001
+
+
 class H2SubscribeCall(SubscribeReceiver):
     """One ``Subscribe`` call on its own HTTP/2 connection, read by the iterating thread.
 
@@ -101,6 +106,12 @@ class H2SubscribeCall(SubscribeReceiver):
         self._in_io = False
         #: When a keepalive PING may go out on the call's one connection.
         self._pings = _ping_policy(options)
+        #: When the keepalive PING now unanswered went out (kept across reads: a read
+        #: that ends at its deadline leaves the PING's answer to the next one).
+        self._pinged_at: float | None = None
+        #: When the connection was opened or last brought bytes: silence is measured
+        #: from here, across reads that end at their deadlines (``get(timeout)``).
+        self._heard_at = 0.0
 
     # ------------------------------------------------------------------ grpcio-like API
 
@@ -115,10 +126,15 @@ class H2SubscribeCall(SubscribeReceiver):
             return ready[i]
         return self._fill()
 
-    def read_batch(self) -> list[api_pb2.Message]:
+    def read_batch(self, deadline: float | None = None) -> list[api_pb2.Message]:
         """Every decoded message not handed out yet, reading until there is at least one.
 
+        Args:
+            deadline: ``time.monotonic()`` by which to give up waiting (``None``: no
+                limit). The call stays open and usable: a later read goes on.
+
         Raises:
+            TimeoutError: no message arrived by ``deadline``.
             StopIteration: the server ended the stream with OK.
             LiftbridgeError: the stream failed or was cancelled, after every message
                 received before that was handed out.
@@ -126,7 +142,7 @@ class H2SubscribeCall(SubscribeReceiver):
         ready = self._ready
         i = self._next
         if i >= len(ready):
-            self._fill()
+            self._fill(deadline)
             ready = self._ready
             i = 0
         self._ready = []
@@ -158,8 +174,8 @@ class H2SubscribeCall(SubscribeReceiver):
 
     # ------------------------------------------------------------------ reading
 
-    def _fill(self) -> api_pb2.Message:
-        """Read until a message is decoded or the stream ends."""
+    def _fill(self, deadline: float | None = None) -> api_pb2.Message:
+        """Read until a message is decoded or the stream ends (or ``deadline``)."""
         self._ready = []
         self._next = 0
         while True:
@@ -170,7 +186,7 @@ class H2SubscribeCall(SubscribeReceiver):
                 raise StopIteration
             if self._conn is None:
                 self._connect()
-            data = self._recv()
+            data = self._recv(deadline)
             try:
                 self._receive(data)
             except h2.exceptions.ProtocolError as exc:
@@ -186,14 +202,22 @@ class H2SubscribeCall(SubscribeReceiver):
                 self._pings.data_received()
                 return ready[0]
 
-    def _recv(self) -> bytes:
+    def _recv(self, deadline: float | None = None) -> bytes:
         with self._lock:
             sock = self._sock
             if self._cancelled or sock is None:
                 raise self._cancelled_error()
             self._in_io = True
         try:
-            data = self._recv_alive(sock)
+            data = self._recv_alive(sock, deadline)
+        except _PastDeadline:
+            with self._lock:
+                self._in_io = False
+                if self._cancelled:
+                    self._sock = None
+                    sock.close()
+                    raise self._cancelled_error() from None
+            raise TimeoutError("no message arrived by the deadline") from None
         except _DeadConnection as exc:
             data = b""
             failure = str(exc)
@@ -219,7 +243,7 @@ class H2SubscribeCall(SubscribeReceiver):
             raise self._fail(_SC.UNAVAILABLE, failure)
         return data
 
-    def _recv_alive(self, sock: socket.socket) -> bytes:
+    def _recv_alive(self, sock: socket.socket, deadline: float | None = None) -> bytes:
         """One ``recv()``, PINGing a connection that stays silent (keepalive).
 
         An idle stream is legitimate (nothing is published), so silence alone ends
@@ -237,32 +261,40 @@ class H2SubscribeCall(SubscribeReceiver):
         so it never earns a GOAWAY ``too_many_pings``.
 
         Raises:
+            _PastDeadline: nothing arrived by ``deadline``.
             _DeadConnection: no sign of life after a PING.
             OSError: the socket failed (or was closed by ``cancel``).
         """
         interval = self._options.keepalive_interval
         if interval is None:
-            return _recv_within(sock, None)
-        pinged_at: float | None = None
+            return _recv_by(sock, None, deadline)
         while True:
+            pinged_at = self._pinged_at
             if pinged_at is None:
                 allowed = self._pings.next_allowed()  # inf: not until the broker sends
+                heard = self._heard_at
                 if allowed == -math.inf:  # a free PING: the broker sent since the last
-                    wait = min(interval, self._options.keepalive_timeout / 2)
+                    wait = heard + min(interval, self._options.keepalive_timeout / 2)
                 elif allowed == math.inf:
                     wait = None
                 else:
-                    wait = max(interval, allowed - time.monotonic())
+                    wait = max(heard + interval, allowed)
+                if wait is not None:
+                    wait -= time.monotonic()
             else:
-                wait = self._options.keepalive_timeout
+                wait = pinged_at + self._options.keepalive_timeout - time.monotonic()
             try:
-                return _recv_within(sock, wait)
+                data = _recv_by(sock, wait, deadline)
             except TimeoutError:
                 if pinged_at is not None:
                     raise _DeadConnection(
                         f"{self._address} did not answer a keepalive PING within "
                         f"{self._options.keepalive_timeout}s: the connection is dead"
                     ) from None
+            else:
+                self._pinged_at = None  # any bytes are a sign of life
+                self._heard_at = time.monotonic()
+                return data
             conn = self._conn
             if conn is None:
                 raise _DeadConnection(f"{self._address}: no HTTP/2 connection")
@@ -270,7 +302,7 @@ class H2SubscribeCall(SubscribeReceiver):
             sock.settimeout(self._options.keepalive_timeout)
             sock.sendall(conn.data_to_send())
             self._pings.pinged()
-            pinged_at = time.monotonic()
+            self._pinged_at = time.monotonic()
 
     def _cancelled_error(self) -> LiftbridgeError:
         return self._fail(_SC.CANCELLED, "subscription call cancelled")
@@ -348,6 +380,7 @@ class H2SubscribeCall(SubscribeReceiver):
                 sock.close()
                 raise self._cancelled_error()
             self._sock = sock
+        self._heard_at = time.monotonic()
         self._attach(conn, sid)
 
 
@@ -369,6 +402,27 @@ def _ping_policy(options: ClientOptions) -> PingPolicy:
 
 #: Longest single blocking ``recv()`` on the main thread, seconds (see :func:`_recv_within`).
 _SIGNAL_SLICE = 1.0
+
+
+class _PastDeadline(Exception):
+    """A read's deadline passed with nothing received (not a socket failure)."""
+
+
+def _recv_by(sock: socket.socket, wait: float | None, deadline: float | None) -> bytes:
+    """:func:`_recv_within` ``wait`` seconds, or until ``deadline`` if that comes first
+    (then ``_PastDeadline``). At least :data:`_LEAST_WAIT` is waited either way: a
+    socket timeout of 0 would make ``recv()`` non-blocking, with another error."""
+    if wait is not None:
+        wait = max(wait, _LEAST_WAIT)
+    if deadline is None:
+        return _recv_within(sock, wait)
+    left = max(deadline - time.monotonic(), _LEAST_WAIT)
+    if wait is not None and wait <= left:
+        return _recv_within(sock, wait)
+    try:
+        return _recv_within(sock, left)
+    except TimeoutError:
+        raise _PastDeadline from None
 
 
 def _recv_within(sock: socket.socket, wait: float | None) -> bytes:

@@ -44,8 +44,10 @@ class SubscribeCall(Protocol):
 
     def __next__(self) -> api_pb2.Message: ...
 
-    def read_batch(self) -> list[api_pb2.Message]:
-        """Every received message not handed out yet (at least one); raises as ``next()``."""
+    def read_batch(self, deadline: float | None = None) -> list[api_pb2.Message]:
+        """Every received message not handed out yet (at least one); raises as ``next()``,
+        and ``TimeoutError`` when nothing came by ``deadline`` (``time.monotonic()``; the
+        call stays usable)."""
         ...
 
     def cancel(self) -> None:
@@ -111,8 +113,9 @@ class _GrpcSubscribeCall:
         self._opened = True
         return message
 
-    def read_batch(self) -> list[api_pb2.Message]:
-        """The next message, as a batch of one."""
+    def read_batch(self, deadline: float | None = None) -> list[api_pb2.Message]:
+        """The next message, as a batch of one. grpcio's reads take no deadline: it is
+        not honoured here (a reader that needs one cancels the call from a timer)."""
         return [next(self)]
 
     def cancel(self) -> None:

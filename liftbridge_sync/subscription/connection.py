@@ -35,7 +35,13 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.options import RetryPolicy
 
-__all__ = ["Closed", "PartitionConnection", "SubscriptionTarget"]
+__all__ = ["ATTEMPT_AT_LEAST", "Closed", "PartitionConnection", "SubscriptionTarget"]
+
+#: The least one resubscribe attempt gets for its metadata look and the server's
+#: handshake, whatever is left of the ``get(timeout)`` it runs in (``rpc_timeout``
+#: bounds each otherwise). Cut at once, a ``get(0)`` polling loop after a lost
+#: connection subscribed again and again without ever reading a message.
+ATTEMPT_AT_LEAST = 0.05
 
 #: Server details of INTERNAL when a reverse read finds an empty log.
 _EMPTY_LOG_HINTS = ("segment not found", "empty")
@@ -351,6 +357,8 @@ class PartitionConnection:
 
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
+        if deadline is not None:
+            deadline = max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
         address = self._address(refresh, deadline)
         # Reverse reads check every offset as it is delivered: one at a time.
         call = open_subscribe(

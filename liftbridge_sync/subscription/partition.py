@@ -2,10 +2,13 @@
 
 A :class:`Subscription` reads its subscribe call (opened by
 :func:`liftbridge_sync._transport.opening.open_subscribe`, either transport) on the caller's
-thread and starts no thread of its own. A blocked read is
-bounded by the client's shared ``liftbridge-timer`` thread, which cancels the call
-when ``get(timeout)`` expires; the next read then resubscribes from ``last_offset + 1``,
-so a timeout loses and repeats nothing.
+thread and starts no thread of its own. With the default ``"h2"`` transport a
+``get(timeout)`` waits on the call's socket until its deadline and leaves the call open:
+the next read goes on where it stopped, and ``get(0)`` hands out what has arrived.
+grpcio's reads take no deadline, so with ``"grpc"`` the client's shared
+``liftbridge-timer`` thread cancels the call when ``get(timeout)`` expires, and the next
+read resubscribes from ``last_offset + 1``. Either way a timeout loses and repeats
+nothing.
 
 The first request is built (and its moment-dependent positions pinned) by
 :mod:`liftbridge_sync.subscription.opening`; opening and reopening the call (broker
@@ -262,8 +265,11 @@ class Subscription(PartitionConnection):
                 call = self._reconnect(deadline)
             timer: TimerHandle | None = None
             idle: TimerHandle | None = None
+            batched = self._batched
             try:
-                if deadline is not None:
+                if deadline is not None and not batched:
+                    # grpcio's reads take no deadline: the timer cancels the call, and
+                    # the next read resubscribes.
                     timer = self._arm(deadline - time.monotonic(), call)
                 if self._stop_offset is not None:
                     idle = self._arm_idle(call)
@@ -272,8 +278,9 @@ class Subscription(PartitionConnection):
                     timer.cancel()
                 raise StopIteration from None
             try:
-                if self._batched:
-                    batch = call.read_batch()
+                if batched:
+                    # The call stays open past the deadline: the next read goes on.
+                    batch = call.read_batch(deadline)
                     if self._closed.is_set():
                         raise StopIteration
                     batch = self._screen(call, batch)
@@ -290,6 +297,10 @@ class Subscription(PartitionConnection):
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
                 raise
+            except TimeoutError:
+                if self._closed.is_set():
+                    raise StopIteration from None
+                raise TimeoutError("no message arrived within the timeout") from None
             except LiftbridgeError as exc:
                 self._on_broken(call, exc, timer, idle)
                 continue

@@ -61,6 +61,11 @@ class PingWatch:
         self.max_strikes = 0
         self.server_goaways = 0
 
+    def pings_by_connection(self) -> list[int]:
+        """Client PINGs seen on each connection, in the order they were opened."""
+        with self._lock:
+            return [c.pings for _, c in sorted(self._connections.items())]
+
     @property
     def would_goaway(self) -> bool:
         """Whether a grpc-go server with this policy would have sent too_many_pings."""

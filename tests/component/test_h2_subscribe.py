@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -381,3 +382,29 @@ def test_a_cancel_that_closes_the_socket_under_a_send_is_a_cancel() -> None:
     call._send_out()
     assert isinstance(call._error, LiftbridgeError)
     assert call._error.code == "CANCELLED"
+
+
+def test_a_get_0_polling_loop_resubscribes_once_after_a_lost_stream(
+    broker: FakeBroker,
+) -> None:
+    # grpcio's reads take no deadline (a get() timeout cancels the call and the next
+    # read resubscribes), so this is the h2 transport's alone.
+    # The stream is lost after offset 2. Each get(0) that resubscribed cut the handshake
+    # at once: the call was cancelled, its script used up, and the loop subscribed again
+    # and again (here: silent calls after the second) without reading offsets 3-5.
+    broker.subscribe_scripts = [
+        serve([0, 1, 2], (grpc.StatusCode.UNAVAILABLE, "gone")),
+        serve([3, 4, 5]),
+    ]
+    got: list[int] = []
+    client = make_client(broker, subscribe_transport="h2")
+    with client, client.subscribe("s", start=StartAt.earliest()) as sub:
+        deadline = time.monotonic() + 10
+        while len(got) < 6 and time.monotonic() < deadline:
+            try:
+                got.append(sub.get(0).offset)
+            except TimeoutError:
+                continue
+        assert got == [0, 1, 2, 3, 4, 5]
+        assert sub.stats().resubscribes == 1
+    assert len(broker.subscribe_requests) == 2

@@ -107,3 +107,33 @@ def test_a_quiet_subscription_with_an_eager_keepalive_keeps_its_connection(
     assert not watch.would_goaway  # ...within grpc-go's enforcement
     assert watch.server_goaways == 0
     assert resubscribes == 0
+
+
+def test_a_subscription_polled_with_short_timeouts_still_pings_when_quiet(
+    watched: tuple[TcpProxy, PingWatch], new_stream: StreamFactory, liftbridge_address: str
+) -> None:
+    # get(timeout) shorter than the keepalive interval leaves the call open: the silence
+    # is measured across such reads, or no PING would ever go out while a consumer
+    # polls, and a dead connection would go unnoticed.
+    proxy, watch = watched
+    stream = new_stream()
+    # Only the subscription's connection goes through the proxy (metadata comes from
+    # the seed): grpcio's own PINGs on its channels do not count.
+    with Client(
+        [liftbridge_address],
+        keepalive_interval=0.05,
+        address_translator=lambda _: proxy.address,
+    ) as client:
+        with client.subscribe(stream) as sub:
+            # The subscription's connection is the last one through the proxy (before
+            # it, the client's grpcio channel that checked the address for TLS).
+            opened = len(watch.pings_by_connection())
+            deadline = time.monotonic() + 10
+            while watch.pings_by_connection()[-1] < 1 and time.monotonic() < deadline:
+                with pytest.raises(TimeoutError):
+                    sub.get(timeout=0.01)
+            assert len(watch.pings_by_connection()) == opened  # no new connection
+            resubscribes = sub.stats().resubscribes
+    assert watch.pings_by_connection()[-1] >= 1
+    assert not watch.would_goaway
+    assert resubscribes == 0

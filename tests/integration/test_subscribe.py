@@ -239,7 +239,9 @@ def test_close_from_another_thread_ends_a_blocked_iteration(
 def test_client_close_ends_subscriptions_and_the_timer_thread(
     liftbridge_address: str, stream5: str
 ) -> None:
-    client = Client(liftbridge_address)
+    # grpcio's reads take no deadline: a get() timeout is the timer thread cancelling
+    # the call (the h2 reader waits on its socket with the deadline instead).
+    client = Client(liftbridge_address, subscribe_transport="grpc")
     sub = client.subscribe(stream5, start=StartAt.earliest())
     assert offsets(take(sub, 5)) == [0, 1, 2, 3, 4]
     with pytest.raises(TimeoutError):
@@ -272,6 +274,45 @@ def test_get_timeout_on_an_idle_stream_loses_nothing(
         publish_values(liftbridge_address, name, 2, start=3)
         assert [m.value for m in take(sub, 2)] == [b"m3", b"m4"]
         assert sub.last_offset == 4
+
+
+def test_get_timeouts_keep_the_call_and_a_get_0_poll_loop_takes_what_arrived(
+    liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    # With the default (h2) transport a get() timeout leaves the call open: no
+    # resubscribe per timeout, and get(0) hands out what has arrived. Before, every
+    # timeout cancelled the call and the next read subscribed again; a get(0) polling
+    # loop then subscribed and cancelled on every call and received nothing until a
+    # reply happened to beat its own cancel (94 calls for a stored message).
+    name = new_stream()
+    with Client(liftbridge_address) as client, client.subscribe(name) as sub:
+        for _ in range(20):
+            with pytest.raises(TimeoutError):
+                sub.get(0.01)
+        publish_values(liftbridge_address, name, 3)
+        got: list[Message] = []
+        deadline = time.monotonic() + 10
+        while len(got) < 3 and time.monotonic() < deadline:
+            try:
+                got.append(sub.get(0))
+            except TimeoutError:
+                continue
+        assert offsets(got) == [0, 1, 2]
+        with pytest.raises(TimeoutError):
+            sub.get(0)
+        assert sub.stats().resubscribes == 0
+    # Stored before the subscription: the first get(0) calls connect, later ones read.
+    with Client(liftbridge_address) as client:
+        with client.subscribe(name, start=StartAt.earliest()) as sub:
+            got = []
+            deadline = time.monotonic() + 10
+            while len(got) < 3 and time.monotonic() < deadline:
+                try:
+                    got.append(sub.get(0))
+                except TimeoutError:
+                    continue
+            assert offsets(got) == [0, 1, 2]
+            assert sub.stats().resubscribes == 0
 
 
 @pytest.mark.parametrize("transport", ["h2", "grpc"])
