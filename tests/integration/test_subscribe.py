@@ -276,6 +276,19 @@ def test_get_timeout_on_an_idle_stream_loses_nothing(
         assert sub.last_offset == 4
 
 
+def _poll_with_get_0(sub: Subscription, n: int, within: float = 10.0) -> list[Message]:
+    """``n`` messages taken by a ``get(0)`` polling loop (what it has after ``within``
+    seconds if fewer come)."""
+    got: list[Message] = []
+    deadline = time.monotonic() + within
+    while len(got) < n and time.monotonic() < deadline:
+        try:
+            got.append(sub.get(0))
+        except TimeoutError:
+            continue
+    return got
+
+
 def test_get_timeouts_keep_the_call_and_a_get_0_poll_loop_takes_what_arrived(
     liftbridge_address: str, new_stream: StreamFactory
 ) -> None:
@@ -290,28 +303,14 @@ def test_get_timeouts_keep_the_call_and_a_get_0_poll_loop_takes_what_arrived(
             with pytest.raises(TimeoutError):
                 sub.get(0.01)
         publish_values(liftbridge_address, name, 3)
-        got: list[Message] = []
-        deadline = time.monotonic() + 10
-        while len(got) < 3 and time.monotonic() < deadline:
-            try:
-                got.append(sub.get(0))
-            except TimeoutError:
-                continue
-        assert offsets(got) == [0, 1, 2]
+        assert offsets(_poll_with_get_0(sub, 3)) == [0, 1, 2]
         with pytest.raises(TimeoutError):
             sub.get(0)
         assert sub.stats().resubscribes == 0
     # Stored before the subscription: the first get(0) calls connect, later ones read.
     with Client(liftbridge_address) as client:
         with client.subscribe(name, start=StartAt.earliest()) as sub:
-            got = []
-            deadline = time.monotonic() + 10
-            while len(got) < 3 and time.monotonic() < deadline:
-                try:
-                    got.append(sub.get(0))
-                except TimeoutError:
-                    continue
-            assert offsets(got) == [0, 1, 2]
+            assert offsets(_poll_with_get_0(sub, 3)) == [0, 1, 2]
             assert sub.stats().resubscribes == 0
 
 

@@ -90,6 +90,18 @@ def test_a_lone_caller_reads_again_once_the_others_are_done() -> None:
     assert stream.askers == [threading.current_thread().name]
 
 
+def _unknown_answers() -> list[Any]:
+    """Two acks for no pending publish (the publisher drops them)."""
+    return [
+        decode_response(
+            api_pb2.PublishResponse(
+                ack=api_pb2.Ack(stream="s", correlationId=f"unknown-{i}", offset=i)
+            ).SerializeToString()
+        )
+        for i in (1, 2)
+    ]
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeBroker]:
     with FakeBroker(cluster=FakeCluster(leader="fake", partitions=1)) as server:
@@ -106,14 +118,7 @@ def test_a_hand_over_of_several_acks_starts_combining_on_any_thread(fake: FakeBr
         assert stream._gathering.awaited(2)
         # Two answers for no pending publish (dropped), handed over by this thread as
         # a caller reading here would: the callers they wake must combine.
-        answers = [
-            decode_response(
-                api_pb2.PublishResponse(
-                    ack=api_pb2.Ack(stream="s", correlationId=f"unknown-{i}", offset=i)
-                ).SerializeToString()
-            )
-            for i in (1, 2)
-        ]
+        answers = _unknown_answers()
         seen: list[int] = []
         emit = stream._on_event
 
@@ -146,14 +151,7 @@ def test_callers_a_reading_caller_woke_are_written_without_any_other_event(
         assert publisher is not None
         stream = publisher._table.live
         assert isinstance(stream, connection.H2PublishStream)
-        answers = [
-            decode_response(
-                api_pb2.PublishResponse(
-                    ack=api_pb2.Ack(stream="s", correlationId=f"unknown-{i}", offset=i)
-                ).SerializeToString()
-            )
-            for i in (1, 2)
-        ]
+        answers = _unknown_answers()
         stream._hand_over_lock.acquire()
         stream._hand_over(answers, on_io_thread=False)
         assert stream._combining == 1
