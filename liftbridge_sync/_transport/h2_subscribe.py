@@ -208,16 +208,13 @@ class H2SubscribeCall(SubscribeReceiver):
             if self._cancelled or sock is None:
                 raise self._cancelled_error()
             self._in_io = True
+        past_deadline = False
         try:
             data = self._recv_alive(sock, deadline)
         except _PastDeadline:
-            with self._lock:
-                self._in_io = False
-                if self._cancelled:
-                    self._sock = None
-                    sock.close()
-                    raise self._cancelled_error() from None
-            raise TimeoutError("no message arrived by the deadline") from None
+            data = b""
+            failure = ""
+            past_deadline = True
         except _DeadConnection as exc:
             data = b""
             failure = str(exc)
@@ -238,6 +235,8 @@ class H2SubscribeCall(SubscribeReceiver):
                 self._sock = None
                 sock.close()
                 raise self._cancelled_error()
+        if past_deadline:  # the call stays open: a later read goes on
+            raise TimeoutError("no message arrived by the deadline")
         if not data:
             self._close()
             raise self._fail(_SC.UNAVAILABLE, failure)

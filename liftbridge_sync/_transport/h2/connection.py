@@ -357,19 +357,18 @@ class H2PublishStream(CallerReads):
                 return
             if self._gathering.awaited(len(responses)):
                 # publish() callers are among those this wakes (see writing).
-                out = self._out
-                with out:
+                with self._lock:
                     # Those of an earlier hand-over still to come count too: the last
                     # caller of all writes (with many threads they come back slowly).
                     expected = self._combining + 1 if self._combining else 0
                     self._combining = expected + len(responses) - 1
-                    if not on_io_thread and not out.signalled and not out.done:
-                        # The I/O thread may be waiting with no end in sight (the
-                        # socket is a caller's meanwhile): it must come back within
-                        # COMBINE_WAIT to write what the woken callers only queue, or
-                        # that waits for the next event, seconds away, and the
-                        # publisher takes the silence for a loss and sends it again.
-                        self._wake()
+                if not on_io_thread:
+                    # The I/O thread may be waiting with no end in sight (the socket is
+                    # a caller's meanwhile): it must come back within COMBINE_WAIT to
+                    # write what the woken callers only queue, or that waits for the
+                    # next event, seconds away, and the publisher takes the silence for
+                    # a loss and sends it again.
+                    self._wake_unless_woken()
             self._on_event(StreamResponses(self._epoch, responses))
         finally:
             self._hand_over_lock.release()
