@@ -12,13 +12,20 @@ import pytest
 
 
 def wait_until(
-    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+    condition: Callable[[], bool],
+    timeout: float = 10.0,
+    what: str | Callable[[], str] = "condition",
 ) -> None:
-    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds.
+
+    ``what`` names the condition in the failure; a callable is asked only then, so it
+    can describe the state that kept the condition from holding.
+    """
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            described = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout}s waiting for {described}")
         time.sleep(0.01)
 
 

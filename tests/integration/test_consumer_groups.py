@@ -605,6 +605,8 @@ def test_a_partition_held_at_a_newer_epoch_is_an_expected_race_logged_at_debug(
 def test_a_member_dropped_by_the_server_rejoins_unless_asked_not_to(
     client: Client, stream: str, rejoin: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Each reader's start and end, for the report of a failure.
+    caplog.set_level(logging.DEBUG, logger="liftbridge_sync.consumer")
     group = unique("g")
     start = StartAt.earliest()
     with (
@@ -625,16 +627,25 @@ def test_a_member_dropped_by_the_server_rejoins_unless_asked_not_to(
             wait_until(lambda: bool(ca.errors), 20, "a's iterator raising")
             assert isinstance(ca.errors[0], NotGroupMemberError | ConsumerGroupNotFoundError)
             assert a.stats().rejoins == 0
+
             # b takes every partition over from the committed cursors: it reads all of
             # the second batch, and what a delivered of the first but had not committed
             # when it stalled (its auto-commit may or may not have run): nothing is lost.
+            def b_missing() -> str:
+                missing = sorted((first | second) - set(ca.values()) - set(cb.values()))
+                return (
+                    f"b reads all: missing {missing}, second not by b "
+                    f"{sorted(second - set(cb.values()))}; b reads {sorted(b.assignment())} "
+                    f"at epoch {b.epoch}, {b.stats()}, committed {b._commits.committed()}"
+                )
+
             wait_until(
                 lambda: (
                     set(cb.values()) >= second
                     and set(ca.values()) | set(cb.values()) >= first | second
                 ),
                 20,
-                "b reads all",
+                b_missing,
             )
             cb.stop()
             return
