@@ -14,7 +14,7 @@ Thread-safe as :class:`Commits` says.
 from __future__ import annotations
 
 import threading
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container, Iterable
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.consumer._mailbox import PartitionReader
@@ -81,9 +81,17 @@ class Commits:
         with self._lock:
             return dict(self._committed)
 
-    def commit(self, keys: Iterable[Key]) -> dict[Key, int]:
+    def commit(
+        self, keys: Iterable[Key], allowed: Callable[[], bool] | None = None
+    ) -> dict[Key, int]:
         """Commit the processed positions of ``keys``, read with the lock held (so the
         consumer's readers stand for the partitions assigned when the commit starts).
+
+        Args:
+            keys: The partitions to commit.
+            allowed: Asked once the commit holds both locks, and before each cursor is
+                stored: ``False`` stops the commit there (a commit may have waited for
+                the locks while the member lost its standing).
 
         Returns:
             The offsets stored by this call, per (stream, partition).
@@ -93,17 +101,23 @@ class Commits:
         """
         with self._commit_lock:
             with self._lock:
+                if allowed is not None and not allowed():
+                    return {}
                 wanted = set(keys)
                 todo = {
                     k: self._done[k]
                     for k in wanted
                     if k in self._done and self._done[k] > self._committed.get(k, -1)
                 }
+            stored: dict[Key, int] = {}
             for (stream, partition), offset in sorted(todo.items()):
+                if allowed is not None and stored and not allowed():
+                    break
                 self._core.set_cursor(self._cursor_id, stream, partition, offset)
                 with self._lock:
                     self._committed[(stream, partition)] = offset
-            return todo
+                stored[(stream, partition)] = offset
+            return stored
 
     def fetch(self, key: Key) -> int:
         """The cursor stored for ``key`` (-1: none), recorded as committed.

@@ -50,6 +50,13 @@ _RETRY_WAIT = 0.5
 #: the new coordinator. Poll interval (0.4) + one stalled call (0.25) + the retry wait
 #: stay within the timeout.
 _CALL_FRACTION = 0.25
+#: A member commits only while its coordinator answered within this fraction of the
+#: consumer timeout. The server drops a member that has not polled for the timeout and
+#: gives its partitions to others, and cursors carry no epoch: a commit by a member
+#: that may have been dropped could move a cursor another member is reading from. A
+#: healthy member hears back every 0.4 of the timeout (plus the call); the rest leaves
+#: room for the commit's own calls to land before the server could drop it.
+_COMMIT_FRACTION = 0.75
 
 #: A coordinator id no broker has and an epoch no group reaches: a report naming them
 #: is refused with the group's current coordinator and epoch (see _ask_coordinator).
@@ -108,6 +115,9 @@ class Membership:
         #: heartbeat waits a consumer timeout before it believes it (a broker may not
         #: have applied the join yet). Written by the heartbeat thread, read by others.
         self.in_doubt = False
+        #: When the coordinator (or a join) last answered this member. Written by the
+        #: heartbeat thread (and join), read by others.
+        self.heard_at = time.monotonic()
 
     @property
     def _who(self) -> str:
@@ -139,6 +149,29 @@ class Membership:
                 self._core.options.rpc_timeout, max(0.1, _CALL_FRACTION * consumer_timeout)
             )
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
+            self.heard_at = time.monotonic()
+
+    def silent_for(self) -> float | None:
+        """Seconds since the coordinator last answered, when that is too long to commit.
+
+        ``None`` while this member may commit: the coordinator answered within
+        :data:`_COMMIT_FRACTION` of the consumer timeout and has not said that the member
+        does not exist. Otherwise the server may have dropped the member already and
+        given its partitions to others (see :data:`_COMMIT_FRACTION`).
+        """
+        silent = time.monotonic() - self.heard_at
+        if silent < _COMMIT_FRACTION * self._consumer_timeout and not self.in_doubt:
+            return None
+        return silent
+
+    def may_commit(self) -> bool:
+        """Whether this member may commit now (see :meth:`silent_for`); takes no lock."""
+        return self.silent_for() is None
+
+    @property
+    def consumer_timeout(self) -> float:
+        """The server's consumer timeout, in seconds, as the last join reported it."""
+        return self._consumer_timeout
 
     def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
         """Join again as ``consumer_id`` after the server dropped this member.
@@ -167,6 +200,7 @@ class Membership:
                 if "already" in (exc.details or "").lower():
                     # The id is a member after all (a broker had not applied the join
                     # we were told of): keep polling as it.
+                    self.heard_at = time.monotonic()
                     return
                 if type(exc) is not ServerError:
                     raise  # a precise refusal: invalid or unsupported
@@ -209,7 +243,6 @@ class Membership:
     def _heartbeat(
         self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
     ) -> None:
-        last_contact = time.monotonic()
         #: Since when the cluster says this member (or the group) does not exist.
         unknown_since: float | None = None
         while not stop.is_set():
@@ -217,7 +250,7 @@ class Membership:
             try:
                 try:
                     response = self._fetch_assignments()
-                    last_contact = time.monotonic()
+                    self.heard_at = time.monotonic()
                     unknown_since = None
                     self.in_doubt = False
                     began = time.monotonic()
@@ -236,7 +269,7 @@ class Membership:
                     _log.warning("consumer %s: polling the coordinator failed: %s", self._who, exc)
                     wait = min(_RETRY_WAIT, self._interval)
                     if not self._safe_refresh() and (
-                        time.monotonic() - last_contact > self._coordinator_timeout
+                        time.monotonic() - self.heard_at > self._coordinator_timeout
                     ):
                         self._report_coordinator()
                         # The report may have completed a majority: a new coordinator
@@ -257,7 +290,6 @@ class Membership:
                         fail(exc)
                         return
                     rejoin(exc)
-                    last_contact = time.monotonic()
                     unknown_since = None
                     self.in_doubt = False
                     wait = 0.0

@@ -24,6 +24,11 @@ class ConsumerStats:
             restarted at the next poll if the partition is still this member's.
         coordinator_changes: Times the member learnt of a new group coordinator.
         reader_restarts: Partition readers started again after failing or ending.
+        commits_withheld: Automatic commits (the periodic one, the one on close) not
+            made because the coordinator had not answered this member for most of the
+            server's consumer timeout, or had said it does not exist: the server may
+            have given its partitions to another member already. The positions stay
+            for the next commit.
 
     Immutable, so thread-safe.
     """
@@ -33,6 +38,7 @@ class ConsumerStats:
     expected_races: int = 0
     coordinator_changes: int = 0
     reader_restarts: int = 0
+    commits_withheld: int = 0
 
 
 @dataclasses.dataclass
@@ -47,6 +53,7 @@ class Counters:
     expected_races: int = 0
     coordinator_changes: int = 0
     reader_restarts: int = 0
+    commits_withheld: int = 0
 
     def snapshot(self) -> ConsumerStats:
         """A frozen copy."""

@@ -102,7 +102,10 @@ class Consumer:
     consumer timeout, e.g. while the coordinator failed over) stops its readers
     *without committing* (its partitions may have moved on), joins again and resumes
     from the committed cursors; with ``rejoin=False`` the iterator raises
-    :class:`ConsumerGroupNotFoundError` or :class:`NotGroupMemberError` instead.
+    :class:`ConsumerGroupNotFoundError` or :class:`NotGroupMemberError` instead. Before
+    it knows, automatic commits already hold back once the coordinator has not answered
+    for most of the consumer timeout (:attr:`ConsumerStats.commits_withheld`);
+    :meth:`commit` always commits.
 
     Thread-safe: iterate from one thread; :meth:`commit` and :meth:`close` may be called
     from any thread.
@@ -179,6 +182,9 @@ class Consumer:
         self._answered = False
         self._failure: BaseException | None = None
         self._threads: list[threading.Thread] = []
+        #: An automatic commit was withheld and nothing was committed since (one log
+        #: line per silence). Guarded by the lock.
+        self._withholding = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -314,9 +320,12 @@ class Consumer:
         for thread in self._threads:
             if thread is not current:
                 thread.join(timeout)
-        if self._auto_commit is not None:
+        if self._auto_commit is not None and self._may_auto_commit("final commit"):
             try:
-                self._commits.commit((r.stream, r.partition) for r in readers)
+                self._commits.commit(
+                    ((r.stream, r.partition) for r in readers),
+                    allowed=self._membership.may_commit,
+                )
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: final commit failed: %s", self._who, exc)
         self._mailbox.close()
@@ -438,15 +447,44 @@ class Consumer:
             self._auto_commit_once()
 
     def _auto_commit_once(self) -> None:
-        """One auto-commit, unless the coordinator has just said this member does not
-        exist: if the server did drop it, its partitions are another member's, which may
-        have committed past these positions already."""
-        if self._membership.in_doubt:
+        """One auto-commit, unless this member may have been dropped (see
+        :meth:`_may_auto_commit`)."""
+        if not self._may_auto_commit("auto-commit"):
             return
         try:
-            self._commits.commit(self._readers)
+            self._commits.commit(self._readers, allowed=self._membership.may_commit)
         except LiftbridgeError as exc:
             _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
+
+    def _may_auto_commit(self, what: str) -> bool:
+        """Whether an automatic commit may go ahead; counts and logs one that may not.
+
+        Not when the coordinator has not answered for most of the consumer timeout, or
+        has just said this member does not exist: the server may have dropped it and
+        given its partitions to another member, which reads from the cursors as they
+        were. Cursors carry no epoch, so a commit now could move one under the new
+        owner (backwards: it reads again what it has read). Kafka fences such commits
+        by generation; a Liftbridge member has to hold back. Logged once per silence.
+        """
+        silent = self._membership.silent_for()
+        with self._lock:
+            if silent is None:
+                self._withholding = False
+                return True
+            self._counters.commits_withheld += 1
+            first, self._withholding = not self._withholding, True
+        if first:
+            _log.warning(
+                "consumer %s: %s withheld: the coordinator %s (the server drops a member "
+                "after %.1fs without a poll); the positions are kept for the next commit",
+                self._who,
+                what,
+                "says this member does not exist"
+                if self._membership.in_doubt
+                else f"has not answered for {silent:.1f}s",
+                self._membership.consumer_timeout,
+            )
+        return False
 
     # ------------------------------------------------------------------ assignments
 

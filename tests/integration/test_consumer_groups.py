@@ -601,6 +601,53 @@ def test_a_partition_held_at_a_newer_epoch_is_an_expected_race_logged_at_debug(
     assert not loud, [r.getMessage() for r in loud]
 
 
+def test_a_member_unheard_for_most_of_the_consumer_timeout_withholds_its_commits(
+    client: Client,
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    group = unique("g")
+    with client.consumer(
+        group, streams=[stream], auto_commit=0.1, start=StartAt.earliest(), rejoin=False
+    ) as member:
+        member.wait_for_assignment(15)
+        first = publish_batch(client, stream, "first", 8)
+        assert {member.get(10).value for _ in first} == first
+        with pytest.raises(TimeoutError):
+            member.get(0.01)  # the first batch counts as processed
+        last = {p: 1 for p in ALL}  # two messages a partition: offsets 0 and 1
+        wait_until(
+            lambda: member.committed() == {(stream, p): last[p] for p in ALL}, 10, "first batch"
+        )
+        # A fault: the heartbeat's poll hangs, as in a process paused past the server's
+        # consumer timeout. The server drops the member; its streams stay open.
+        resume = threading.Event()
+        poll = member._membership._fetch_assignments
+
+        def hung() -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+            resume.wait(30)
+            return poll()
+
+        monkeypatch.setattr(member._membership, "_fetch_assignments", hung)
+        try:
+            wait_until(lambda: not member._membership.may_commit(), 10, "the member unheard")
+            second = publish_batch(client, stream, "second", 8)
+            assert {member.get(10).value for _ in second} == second
+            with pytest.raises(TimeoutError):
+                member.get(0.01)  # the second batch counts as processed, too
+            withheld = member.stats().commits_withheld
+            wait_until(lambda: member.stats().commits_withheld >= withheld + 3, 10, "auto-commits")
+            # The cursors another member would start from are still the first batch's.
+            stored = {p: client.fetch_cursor(member.cursor_id, stream, p) for p in ALL}
+            assert stored == last
+            assert member.committed() == {(stream, p): last[p] for p in ALL}
+        finally:
+            resume.set()
+    warned = [r.getMessage() for r in caplog.records if "withheld" in r.getMessage()]
+    assert len(warned) == 1 and "has not answered for" in warned[0], warned
+
+
 @pytest.mark.parametrize("rejoin", [True, False])
 def test_a_member_dropped_by_the_server_rejoins_unless_asked_not_to(
     client: Client, stream: str, rejoin: bool, caplog: pytest.LogCaptureFixture

@@ -268,3 +268,25 @@ def test_the_heartbeat_doubts_while_the_coordinator_denies_the_member() -> None:
         thread.join(10)
         assert not thread.is_alive()
         assert seen == [False, True, False]  # doubted after the denial, not after an answer
+
+
+def test_a_commit_that_loses_its_standing_while_storing_stops_there() -> None:
+    """``allowed`` is asked once the commit holds its locks and before each further
+    cursor: a member whose coordinator fell silent meanwhile stores no more."""
+    member = _Member()
+    readers = [PartitionReader("orders", p, epoch=1) for p in range(3)]
+    for reader in readers:
+        member.reading(reader)
+    with member.lock:
+        member.commits.delivered([(r, _message(5)) for r in readers])
+    member.commits.mark_processed(member.readers)
+    answers = iter([True, False])
+    stored = member.commits.commit([("orders", p) for p in range(3)], allowed=lambda: next(answers))
+    assert stored == {("orders", 0): 5}
+    assert member.core.cursors == [("orders", 0, 5)]
+    # Refused outright: nothing is stored, and the positions are kept for later.
+    assert member.commits.commit([("orders", 1)], allowed=lambda: False) == {}
+    assert member.commits.commit([("orders", 1), ("orders", 2)]) == {
+        ("orders", 1): 5,
+        ("orders", 2): 5,
+    }
