@@ -87,8 +87,13 @@ def _check(client: Client, run: _Run, futures: list[Future[Ack | None]], what: s
 
 @pytest.fixture
 def replicated(liftbridge_cluster: LiftbridgeCluster) -> Iterator[tuple[str, int]]:
-    """A stream with RF 3 and its leader's index; the cluster is whole again afterwards."""
+    """A stream with RF 3 and its leader's index; the cluster is whole again afterwards.
+
+    The stream is not deleted: v1.9.0 panics in a follower still replicating a stream
+    being deleted, and the next test would find the cluster without a quorum.
+    """
     cluster = liftbridge_cluster
+    cluster.heal()
     name = unique()
     with Client(cluster.addresses) as admin:
         admin.create_stream(name, name, replication_factor=3)
@@ -98,7 +103,6 @@ def replicated(liftbridge_cluster: LiftbridgeCluster) -> Iterator[tuple[str, int
             if not node.running:
                 cluster.start_node(node.index)
         cluster.wait_ready()
-        admin.delete_stream(name)
 
 
 def test_leader_killed_mid_publish_nothing_fails(
@@ -180,6 +184,7 @@ def test_a_broker_leading_several_partitions_killed_nothing_fails(
     # Six partitions over three nodes; the node that leads the most of them (on v1.9.0
     # often all six) is killed, and their publishes all go silent at once.
     cluster = liftbridge_cluster
+    cluster.heal()
     name = unique()
     partitions = 6
     with Client(cluster.addresses) as client:
@@ -210,5 +215,4 @@ def test_a_broker_leading_several_partitions_killed_nothing_fails(
             assert stats.resent > 0
         finally:
             cluster.start_node(victim)
-            cluster.wait_ready()
-            client.delete_stream(name)
+            cluster.wait_ready()  # the stream stays: see ``replicated``

@@ -35,8 +35,13 @@ AFTER = 2.0
 
 @pytest.fixture
 def stream3(liftbridge_cluster: LiftbridgeCluster) -> Iterator[str]:
-    """A 3-partition RF 3 stream; the cluster is whole again afterwards."""
+    """A 3-partition RF 3 stream; the cluster is whole again afterwards.
+
+    The stream is not deleted: v1.9.0 panics in a follower still replicating a stream
+    being deleted, and the next test would find the cluster without a quorum.
+    """
     cluster = liftbridge_cluster
+    cluster.heal()
     name = unique()
     with Client(cluster.addresses) as admin:
         admin.create_stream(name, name, partitions=PARTITIONS, replication_factor=3)
@@ -47,7 +52,6 @@ def stream3(liftbridge_cluster: LiftbridgeCluster) -> Iterator[str]:
             if not node.running:
                 cluster.start_node(node.index)
         cluster.wait_ready()
-        admin.delete_stream(name)
 
 
 @pytest.mark.parametrize("pace", ["fast", "slow"])

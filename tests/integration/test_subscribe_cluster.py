@@ -31,6 +31,7 @@ def take(sub: Subscription | StreamSubscription, n: int, timeout: float = 30.0) 
 
 @pytest.fixture
 def client(liftbridge_cluster: LiftbridgeCluster) -> Iterator[Client]:
+    liftbridge_cluster.heal()
     with Client(liftbridge_cluster.addresses, grpc_options=FAST_RECONNECT) as client:
         yield client
 
@@ -56,7 +57,8 @@ def test_read_from_isr_replicas_over_the_whole_stream(
     )
     got = sorted((m.partition, m.offset) for m in sub)
     assert got == [(p, o) for p in range(2) for o in range(5)]
-    client.delete_stream(name)
+    # The stream stays: v1.9.0 panics in a follower still replicating a stream being
+    # deleted, and the next test would find the cluster without a quorum.
 
 
 def test_leader_killed_mid_iteration_resumes_without_gap_or_duplicate(
