@@ -77,6 +77,10 @@ class SubscriptionTarget:
     #: ``StopAt.timestamp()`` of a forward read in Unix ns: the subscription ends before
     #: the first message stamped later (the request stops at the newest offset).
     stop_timestamp_ns: int | None = None
+    #: ``StartAt.timestamp()`` of a forward read in Unix ns, the request pinned to the
+    #: first committed offset at or after it: messages stamped earlier (written but not
+    #: committed when it was pinned) are skipped until one is delivered.
+    start_timestamp_ns: int | None = None
 
     @property
     def start_offset(self) -> int | None:

@@ -13,6 +13,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
 from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
 
@@ -22,6 +23,9 @@ __all__ = [
     "open_partition",
     "open_subscription",
 ]
+
+
+_TIME_STARTS = (StartKind.TIMESTAMP, StartKind.TIME_DELTA)
 
 
 def check_positions(start: StartAt | None, stop: StopAt | None) -> StartAt:
@@ -61,16 +65,25 @@ def build_subscribe_request(
     )
     kind = start.kind
     pin_start = not reverse and kind in (StartKind.NEW_ONLY, StartKind.LATEST)
+    pin_time = not reverse and kind in _TIME_STARTS
     pin_stop = (
         not reverse and stop is not None and stop.kind in (StopKind.LATEST, StopKind.TIMESTAMP)
     )
-    newest = -1
-    if pin_start or pin_stop:
-        newest = core.fetch_partition_metadata(stream, partition).newest_offset
+    # The start time in Unix ns, for TIMESTAMP and TIME_DELTA starts.
+    since = start.resolve_timestamp_ns() if kind in _TIME_STARTS else None
+    if (
+        since is not None
+        and stop is not None
+        and stop.kind is StopKind.TIMESTAMP
+        and stop.at_timestamp_ns < since
+    ):
+        return None  # the stop time is before the start time: nothing to look up
+    newest = committed = -1
+    if pin_start or pin_time or pin_stop:
+        info = core.fetch_partition_metadata(stream, partition)
+        newest, committed = info.newest_offset, info.high_watermark
     # The first offset to read, when known without asking the server.
     first: int | None = None
-    # The start time in Unix ns, for TIMESTAMP and TIME_DELTA starts.
-    since: int | None = None
     if pin_start:
         # The server computes the same offsets at subscribe time; fixing them here makes
         # a resubscribe before the first message resume exactly where this one began.
@@ -87,8 +100,12 @@ def build_subscribe_request(
         first = start.at_offset
         request.startPosition = api_pb2.OFFSET
         request.startOffset = first
-    elif kind in (StartKind.TIMESTAMP, StartKind.TIME_DELTA):
-        since = start.resolve_timestamp_ns()
+    elif pin_time:
+        assert since is not None
+        first = first_offset_since(core, stream, partition, since, committed, resume=resume)
+        request.startPosition = api_pb2.OFFSET
+        request.startOffset = first
+    elif since is not None:
         request.startPosition = api_pb2.TIMESTAMP
         request.startTimestamp = since
     elif kind is StartKind.CURSOR:
@@ -114,11 +131,99 @@ def build_subscribe_request(
         last = stop.at_offset
     if first is not None and last < first:
         return None  # the stop is before the start
-    if stop.kind is StopKind.TIMESTAMP and since is not None and stop.at_timestamp_ns < since:
-        return None  # the stop time is before the start time
     request.stopPosition = api_pb2.STOP_OFFSET
     request.stopOffset = last
     return request
+
+
+def first_offset_since(
+    core: ClientCore,
+    stream: str,
+    partition: int,
+    since_ns: int,
+    committed: int,
+    *,
+    resume: bool = False,
+) -> int:
+    """The offset of the first committed message at or after ``since_ns`` (Unix ns);
+    ``committed + 1`` when every committed message is older.
+
+    A message written but not committed yet when this is asked may be older, too: a
+    subscription from the offset returned skips those
+    (:attr:`SubscriptionTarget.start_timestamp_ns`).
+
+    The server's answer is taken when it lies among the committed messages. v1.9.0
+    answers the log's next offset, skipping every message of its last segment, when the
+    time falls between the last message of the segment before and the first of the
+    last segment (its search looks at that segment only if another follows it), or when
+    the last segment is still empty (a read error stops the search). Every wrong answer
+    of its is that one, so only then is the newest committed message looked at, and if
+    it is not older than ``since_ns``, the first that is not is found by bisecting the
+    offsets (a read at an offset returns the first message at or after it, whatever
+    compaction removed). Committed messages are served at once: no read waits. With
+    ``resume`` the reads resume a paused partition, as the subscription would.
+
+    Raises:
+        LiftbridgeError: if a read failed.
+    """
+    if committed < 0:
+        return 0
+
+    def first_from(position: api_pb2.StartPosition, at: int, stop: int) -> Message | None:
+        return _one_message(core, stream, partition, position, at, stop, resume)
+
+    probe = first_from(api_pb2.TIMESTAMP, since_ns, committed)
+    if probe is not None:
+        return probe.offset
+    last = first_from(api_pb2.OFFSET, committed, committed)
+    if last is None or last.timestamp_ns < since_ns:
+        return committed + 1
+    # Bisect the offsets o for the first at which "the first message at or after o is
+    # not older": ``answer`` is that message's offset for the lowest o found so far.
+    low, high, answer = 0, last.offset, last.offset
+    while low < high:
+        middle = (low + high) // 2
+        found = first_from(api_pb2.OFFSET, middle, answer)
+        if found is not None and found.timestamp_ns >= since_ns:
+            high, answer = middle, found.offset
+        else:
+            # Older (or gone since): so is everything up to it.
+            low = middle + 1 if found is None else max(middle, found.offset) + 1
+    return answer
+
+
+def _one_message(
+    core: ClientCore,
+    stream: str,
+    partition: int,
+    position: api_pb2.StartPosition,
+    at: int,
+    stop: int,
+    resume: bool,
+) -> Message | None:
+    """The first message from ``position`` (``api_pb2.OFFSET`` at offset ``at``, or
+    ``api_pb2.TIMESTAMP`` at Unix ns ``at``) up to offset ``stop``; ``None`` if none."""
+    request = api_pb2.SubscribeRequest(
+        stream=stream,
+        partition=partition,
+        startPosition=position,
+        stopPosition=api_pb2.STOP_OFFSET,
+        stopOffset=stop,
+        resume=resume,
+    )
+    if position == api_pb2.OFFSET:
+        request.startOffset = at
+    else:
+        request.startTimestamp = at
+    target = SubscriptionTarget(
+        stream=stream, partition=partition, request=request, read_isr_replica=False, reverse=False
+    )
+    sub = Subscription(core, target)
+    try:
+        sub.open(empty=False)
+        return next(iter(sub), None)
+    finally:
+        sub.close()
 
 
 def _set_stop_for_the_server(request: api_pb2.SubscribeRequest, stop: StopAt) -> None:
@@ -144,6 +249,9 @@ def open_partition(
     resume: bool,
     reverse: bool,
 ) -> Subscription:
+    if start.kind is StartKind.TIME_DELTA:
+        # One instant for the request and the screening of its first messages.
+        start = StartAt.timestamp(start.resolve_timestamp_ns())
     request = build_subscribe_request(
         core,
         stream,
@@ -164,6 +272,9 @@ def open_partition(
             stop.at_timestamp_ns
             if stop is not None and stop.kind is StopKind.TIMESTAMP and not reverse
             else None
+        ),
+        start_timestamp_ns=(
+            start.at_timestamp_ns if start.kind is StartKind.TIMESTAMP and not reverse else None
         ),
     )
     sub = Subscription(core, target)

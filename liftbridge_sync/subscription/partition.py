@@ -354,7 +354,7 @@ class Subscription(PartitionConnection):
         """
         target = self._target
         start = target.start_offset
-        skipped = 0 if start is None else before_start(batch, start)
+        skipped = 0 if start is None else before_start(batch, start, target.start_timestamp_ns)
         if not skipped:
             return batch
         _log.debug(

@@ -60,17 +60,23 @@ def screen(
     return Screened(in_order, _stop_index(batch, in_order, stop_offset, stop_timestamp_ns))
 
 
-def before_start(batch: Sequence[api_pb2.Message], start_offset: int) -> int:
-    """Length of ``batch``'s leading run below ``start_offset``, the requested start.
+def before_start(
+    batch: Sequence[api_pb2.Message], start_offset: int, start_timestamp_ns: int | None = None
+) -> int:
+    """Length of ``batch``'s leading run before the requested start: below
+    ``start_offset``, or stamped before ``start_timestamp_ns``.
 
     Only for the first messages of a subscription, before any was delivered: a v1.9.0
     reader asked for an offset above the high watermark waits for the watermark to move
-    and then reads from the old watermark + 1, whatever it was asked for. Those messages
-    were not asked for; the ones after them are.
+    and then reads from the old watermark + 1, whatever it was asked for; a start time
+    pinned to an offset leaves the messages not committed then to be judged by their
+    time. Those messages were not asked for; the ones after them are.
     """
     skipped = 0
     for message in batch:
-        if message.offset >= start_offset:
+        if message.offset >= start_offset and (
+            start_timestamp_ns is None or message.timestamp >= start_timestamp_ns
+        ):
             break
         skipped += 1
     return skipped

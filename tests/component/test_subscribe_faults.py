@@ -222,10 +222,10 @@ def test_nothing_received_resubscribes_from_the_original_start(
 ) -> None:
     # go-liftbridge #51/#69: it resumed at offset 1 (lastOffset + 1 with lastOffset = 0).
     broker.subscribe_scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([5], "end")]
-    assert values(client.subscribe("s", start=StartAt.timestamp(123))) == [5]
-    assert [(r.startPosition, r.startTimestamp) for r in broker.subscribe_requests] == [
-        (api_pb2.TIMESTAMP, 123),
-        (api_pb2.TIMESTAMP, 123),
+    assert values(client.subscribe("s", start=StartAt.earliest())) == [5]
+    assert [r.startPosition for r in broker.subscribe_requests] == [
+        api_pb2.EARLIEST,
+        api_pb2.EARLIEST,
     ]
 
 
@@ -239,12 +239,16 @@ def test_new_only_is_pinned_so_a_resubscribe_misses_nothing(
 
 
 def test_time_delta_is_resolved_once(broker: FakeBroker, client: Client) -> None:
+    """Pinned to an offset (an empty partition: 0), the same for the resubscribe, and one
+    instant for the screening of messages not committed when it was pinned."""
     broker.subscribe_scripts = [serve([], (SC.UNAVAILABLE, "gone")), serve([], "end")]
     before = time.time_ns()
-    list(client.subscribe("s", start=StartAt.time_delta(10)))
-    stamps = {r.startTimestamp for r in broker.subscribe_requests}
-    assert len(stamps) == 1
-    assert before - 10_000_000_000 <= stamps.pop() <= time.time_ns() - 10_000_000_000
+    sub = client.subscribe("s", start=StartAt.time_delta(10))
+    list(sub)
+    assert broker.subscribe_starts() == [(api_pb2.OFFSET, 0), (api_pb2.OFFSET, 0)]
+    since = sub._target.start_timestamp_ns
+    assert since is not None
+    assert before - 10_000_000_000 <= since <= time.time_ns() - 10_000_000_000
 
 
 def test_not_leader_at_open_refreshes_metadata_and_moves() -> None:
@@ -384,7 +388,10 @@ def test_a_start_past_the_end_with_a_stop_is_an_empty_range(
 ) -> None:
     broker.cluster.newest_offset = 99
     broker.subscribe_scripts = [
-        refuse(SC.INVALID_ARGUMENT, "Stop offset is before start offset: 99 < 100")
+        # Pinning the start time: the server puts it past the end, and the newest
+        # message (stamped 0) is older, so the range starts at 100.
+        refuse(SC.INVALID_ARGUMENT, "Stop offset is before start offset: 99 < 100"),
+        serve([99], "end"),
     ]
     sub = client.subscribe("s", start=StartAt.timestamp(10**18), stop=StopAt.latest())
     assert list(sub) == []
@@ -394,7 +401,11 @@ def test_a_start_past_the_end_with_a_stop_is_an_empty_range(
         (StartAt.offset(7), StopAt.offset(6)),
     ]:
         assert list(client.subscribe("s", start=start, stop=stop)) == []
-    assert len(broker.subscribe_requests) == 1  # the others were decided without one
+    # The two look-ups of the start time; every range was decided without a subscribe.
+    assert [r.startPosition for r in broker.subscribe_requests] == [
+        api_pb2.TIMESTAMP,
+        api_pb2.OFFSET,
+    ]
 
 
 def test_whole_stream_stops_every_partition_at_or_before_the_stop() -> None:

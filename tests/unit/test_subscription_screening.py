@@ -87,3 +87,20 @@ def test_offsets_before_the_requested_start_are_skipped(
     offsets: tuple[int, ...], start: int, skipped: int
 ) -> None:
     assert before_start(_batch(*offsets), start) == skipped
+
+
+@pytest.mark.parametrize(
+    ("stamps", "since", "skipped"),
+    [
+        ((90, 95, 100, 105), 100, 2),  # written, not committed, when the time was pinned
+        ((100, 105), 100, 0),  # stamped at the start time itself: delivered
+        ((90, 95), 100, 2),  # all older: nothing goes out
+        ((90, 101, 95), 100, 1),  # only the leading run
+    ],
+)
+def test_messages_stamped_before_a_pinned_start_time_are_skipped(
+    stamps: tuple[int, ...], since: int, skipped: int
+) -> None:
+    batch = _batch(*range(5, 5 + len(stamps)), stamps=stamps)
+    assert before_start(batch, 5, since) == skipped
+    assert before_start(batch, 5) == 0  # without a start time only offsets count

@@ -24,6 +24,7 @@ from liftbridge_sync.subscription.stream import _Mailbox
 @dataclass
 class _Meta:
     newest_offset: int
+    high_watermark: int
 
 
 class FakeClient:
@@ -36,7 +37,7 @@ class FakeClient:
 
     def fetch_partition_metadata(self, stream: str, partition: int) -> _Meta:
         self.calls.append("metadata")
-        return _Meta(self.newest)
+        return _Meta(self.newest, self.newest)
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         self.calls.append(f"cursor {cursor_id} {stream} {partition}")
@@ -120,15 +121,42 @@ def test_a_stop_in_the_future_is_left_to_wait_for() -> None:
 
 
 def test_timestamps_are_unix_nanoseconds() -> None:
+    """As a reverse read sends them (a forward read pins them to offsets, below)."""
     when = datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
-    request = build(StartAt.timestamp(when))
+    request = build(StartAt.timestamp(when), reverse=True)
     assert request is not None
     assert request.startPosition == api_pb2.TIMESTAMP
     assert request.startTimestamp == int(when.timestamp()) * 10**9 + 678901000
     before = time.time_ns()
-    request = build(StartAt.time_delta(1.5))
+    request = build(StartAt.time_delta(1.5), reverse=True)
     assert request is not None
     assert before - 1_500_000_000 <= request.startTimestamp <= time.time_ns() - 1_500_000_000
+
+
+def test_a_forward_start_time_is_pinned_to_the_first_offset_at_or_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[tuple[int, int]] = []
+
+    def first_offset_since(
+        core: object, stream: str, partition: int, since: int, committed: int, *, resume: bool
+    ) -> int:
+        asked.append((since, committed))
+        return 7
+
+    monkeypatch.setattr(
+        "liftbridge_sync.subscription.opening.first_offset_since", first_offset_since
+    )
+    client = FakeClient(newest=9)
+    request = build(StartAt.timestamp(1_000), StopAt.latest(), client=client)
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 7)
+    assert request.startTimestamp == 0  # nothing stray on the wire
+    assert (request.stopPosition, request.stopOffset) == (api_pb2.STOP_OFFSET, 9)
+    assert asked == [(1_000, 9)] and client.calls == ["metadata"]
+    # A stop time before the start time is empty without a look-up.
+    assert build(StartAt.timestamp(200), StopAt.timestamp(100), client=client) is None
+    assert len(asked) == 1 and client.calls == ["metadata"]
 
 
 def test_new_only_and_latest_are_pinned_to_offsets() -> None:
