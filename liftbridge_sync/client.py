@@ -10,6 +10,7 @@ module could own; ``tests/unit/test_client_facade.py`` keeps it under 450 lines 
 from __future__ import annotations
 
 import concurrent.futures
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Unpack
@@ -174,6 +175,20 @@ class Client:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        # As for an unclosed file or socket: threads, channels and sockets stay until
+        # the process exits. Not closed here: a subscription or future of this client
+        # may still be in use, and the collecting thread could be one close() joins.
+        session = getattr(self, "_session", None)
+        if session is not None and session.left_open():
+            warnings.warn(
+                f"unclosed {self!r}: its threads and connections stay until the process "
+                "exits; call close() or use it in a with block",
+                ResourceWarning,
+                stacklevel=2,
+                source=self,
+            )
 
     def __reduce__(self) -> Any:
         raise TypeError(

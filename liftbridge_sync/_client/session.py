@@ -181,6 +181,14 @@ class Session:
             self.reporter = self.reporter.for_child()
         self.pid = os.getpid()
 
+    def left_open(self) -> bool:
+        """Whether the client was dropped holding what only :meth:`close` releases."""
+        return (
+            not self.closed
+            and self.pid == os.getpid()
+            and (self.publisher is not None or self.core.holds_resources())
+        )
+
     def _close_at_exit(self) -> None:
         if self.pid == os.getpid() and not self.closed:
             self.close(timeout=5.0)

@@ -234,6 +234,11 @@ class ChannelPool:
                 self._used = True
             return entry[1]
 
+    @property
+    def opened(self) -> bool:
+        """Whether a channel was made (and not closed since)."""
+        return bool(self._stubs)
+
     def channel(self, address: str) -> grpc.Channel:
         """The channel of :meth:`stub` for ``address`` (for a call made without the
         stub's serializers).

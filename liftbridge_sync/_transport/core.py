@@ -112,6 +112,10 @@ class ClientCore:
         closeable.close()
         raise ClientClosedError("client is closed")
 
+    def holds_resources(self) -> bool:
+        """Whether closing would end something: a channel, a thread, a subscription."""
+        return not self.closed and (self.pool.opened or bool(self.registered()))
+
     def registered(self) -> list[Any]:
         """The publishers, subscriptions and consumers opened through this core and open."""
         with self._lock:

@@ -89,8 +89,9 @@ def test_a_client_dropped_without_close_stops_reporting(
     # Its parts with threads, closed below: only the client itself is let go.
     core, publisher = dropped._core, dropped._publisher
     assert publisher is not None
-    del dropped
-    gc.collect()
+    with pytest.warns(ResourceWarning, match="unclosed"):
+        del dropped
+        gc.collect()
     try:
         assert _clients(reader)[OBSERVED[0]] == {kept_id}
     finally:
