@@ -228,9 +228,7 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
 ) -> None:
     # Three live nodes to start with (another test may have killed one), so that each
     # kill leaves a majority.
-    for node in cluster.servers:
-        if not node.running:
-            cluster.start_node(node.index, 60)
+    cluster.heal(60)
     with (
         Client(cluster.addresses, grpc_options=FAST_RECONNECT, ack_timeout=10.0) as client,
         Client(cluster.addresses, grpc_options=FAST_RECONNECT, ack_timeout=10.0) as producer,

@@ -99,9 +99,7 @@ def replicated(liftbridge_cluster: LiftbridgeCluster) -> Iterator[tuple[str, int
         admin.create_stream(name, name, replication_factor=3)
         leader = cluster.wait_for_partition_leader(name, 0)
         yield name, leader
-        for node in cluster.servers:
-            if not node.running:
-                cluster.start_node(node.index)
+        cluster.heal()
         cluster.wait_ready()
 
 

@@ -48,9 +48,7 @@ def stream3(liftbridge_cluster: LiftbridgeCluster) -> Iterator[str]:
         for partition in range(PARTITIONS):
             cluster.wait_for_partition_leader(name, partition)
         yield name
-        for node in cluster.servers:
-            if not node.running:
-                cluster.start_node(node.index)
+        cluster.heal()
         cluster.wait_ready()
 
 
