@@ -113,8 +113,12 @@ class ClientCore:
         raise ClientClosedError("client is closed")
 
     def holds_resources(self) -> bool:
-        """Whether closing would end something: a channel, a thread, a subscription."""
-        return not self.closed and (self.pool.opened or bool(self.registered()))
+        """Whether closing would end something: a channel, a thread, a subscription.
+
+        Takes no lock: ``Client.__del__`` asks, and the garbage collector may run it on
+        a thread that holds this core's lock.
+        """
+        return not self.closed and (self.pool.opened or len(self._closeables) > 0)
 
     def registered(self) -> list[Any]:
         """The publishers, subscriptions and consumers opened through this core and open."""
