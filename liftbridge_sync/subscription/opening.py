@@ -143,7 +143,7 @@ def first_offset_since(
     since_ns: int,
     committed: int,
     *,
-    resume: bool = False,
+    resume: bool,
 ) -> int:
     """The offset of the first committed message at or after ``since_ns`` (Unix ns);
     ``committed + 1`` when every committed message is older.
