@@ -5,28 +5,26 @@ from __future__ import annotations
 import gc
 import threading
 import warnings
-from collections.abc import Iterator
 
 import pytest
 
 from liftbridge_sync import Client
-from liftbridge_sync.testing import FakeBroker
 
+from .conftest import unique
 
-@pytest.fixture
-def fake() -> Iterator[FakeBroker]:
-    with FakeBroker() as server:
-        yield server
+pytestmark = pytest.mark.integration
 
 
 def _ours() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("liftbridge-")}
 
 
-def test_a_client_dropped_holding_connections_warns(fake: FakeBroker) -> None:
+def test_a_client_dropped_holding_connections_warns(liftbridge_address: str) -> None:
     before = _ours()
-    client = Client(fake.address)
-    client.publish("s", b"x")  # a channel, the publish stream and its threads
+    client = Client(liftbridge_address)
+    stream = unique("unclosed")
+    client.create_stream(stream, stream)
+    client.publish(stream, b"x")  # a channel, the publish stream and its threads
     session = client._session
     assert _ours() - before
     with pytest.warns(ResourceWarning, match=r"unclosed <Client .* open>"):
@@ -39,12 +37,14 @@ def test_a_client_dropped_holding_connections_warns(fake: FakeBroker) -> None:
     assert not _ours() - before
 
 
-def test_a_client_closed_or_never_used_drops_silently(fake: FakeBroker) -> None:
+def test_a_client_closed_or_never_used_drops_silently(liftbridge_address: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with Client(fake.address) as client:
-            client.publish("s", b"x")
+        with Client(liftbridge_address) as client:
+            stream = unique("closed")
+            client.create_stream(stream, stream)
+            client.publish(stream, b"x")
         del client
-        unused = Client(fake.address)
+        unused = Client(liftbridge_address)
         del unused
         gc.collect()
