@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from liftbridge_sync import (
+    Ack,
     AckPolicy,
     Client,
     LiftbridgeError,
@@ -23,6 +24,7 @@ from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.testing import LiftbridgeCluster
 from tests.waiting import wait_until
 
+from ._rewrites import Where, overwritten_after_ack, reread_after_rewrite
 from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -105,6 +107,8 @@ class Publisher:
 
     def __init__(self, client: Client, stream: str, partitions: int) -> None:
         self.acked: set[bytes] = set()
+        #: The ack of each acknowledged value.
+        self.acks: dict[bytes, Ack] = {}
         self.failed = 0
         self._client, self._stream, self._partitions = client, stream, partitions
         self._stop = threading.Event()
@@ -116,9 +120,11 @@ class Publisher:
         while not self._stop.is_set():
             value = f"v-{i}".encode()
             try:
-                self._client.publish(
+                ack = self._client.publish(
                     self._stream, value, partition=i % self._partitions, ack_policy=AckPolicy.ALL
                 )
+                assert ack is not None  # AckPolicy.ALL
+                self.acks[value] = ack
                 self.acked.add(value)
             except LiftbridgeError:
                 self.failed += 1
@@ -167,32 +173,46 @@ class Reader:
 
 
 def undelivered_report(
-    client: Client, stream: str, missing: set[bytes], members: tuple[Consumer, ...]
-) -> str:
-    """Where the acknowledged but undelivered values are in the log, and the members' state.
+    client: Client,
+    stream: str,
+    missing: set[bytes],
+    publisher: Publisher,
+    readers: list[Reader],
+    members: tuple[Consumer, ...],
+) -> tuple[str, bool]:
+    """Where the acknowledged but undelivered values are in the log, the members' state,
+    and whether the server's rewriting of its log explains every one of them.
 
     Tells a message the cluster lost (not in the log) from one the consumers did not
-    read (in the log, at an offset the report gives).
+    read (in the log, at an offset the report gives), and either from the work of a
+    log that v1.9.0 rewrote (see ``_rewrites``).
     """
-    found: dict[bytes, tuple[int, int]] = {}
+    log: dict[Where, Message] = {}
     for partition in range(4):
         with client.subscribe(
             stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
         ) as sub:
-            for msg in sub:
-                if msg.value in missing:
-                    found[msg.value] = (partition, msg.offset)
-    lines = [
-        f"{v!r}: "
-        + (f"partition {found[v][0]} offset {found[v][1]}" if v in found else "NOT IN THE LOG")
-        for v in sorted(missing)
-    ]
+            log.update(((partition, msg.offset), msg) for msg in sub)
+    found = {msg.value: where for where, msg in log.items() if msg.value in missing}
+    delivered_at = {where: value for r in readers for value, where in r.where.items()}
+    lines = []
+    explained = True
+    for value in sorted(missing):
+        if value in found:
+            proof = reread_after_rewrite(found[value], value, delivered_at)
+            where = f"partition {found[value][0]} offset {found[value][1]}"
+        else:
+            ack = publisher.acks.get(value)
+            proof = None if ack is None else overwritten_after_ack(ack, log)
+            where = f"NOT IN THE LOG (ack {ack})"
+        explained = explained and proof is not None
+        lines.append(f"{value!r}: {where}" + (f", rewritten: {proof}" if proof else ""))
     for m in members:
         lines.append(
             f"member {m.consumer_id}: epoch {m.epoch} assignment {sorted(m.assignment())} "
             f"read {m.read_positions()} committed {m.committed()} stats {m.stats()}"
         )
-    return "; ".join(lines)
+    return "; ".join(lines), explained
 
 
 def create_once_led(client: Client, stream: str) -> None:
@@ -288,11 +308,16 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
                 )
             except pytest.fail.Exception as exc:
                 missing = acked - readers[0].values - readers[1].values
-                report = undelivered_report(client, stream, missing, (a, b))
+                report, rewritten = undelivered_report(
+                    client, stream, missing, publisher, readers, (a, b)
+                )
                 # An iterator that ended (or raised) leaves its partitions' messages
                 # undelivered too: say so rather than only "timed out".
                 ended = [(r.ended, r.errors) for r in readers]
-                pytest.fail(f"{exc}; {len(missing)} undelivered: {report}; readers {ended}")
+                summary = f"{exc}; {len(missing)} undelivered: {report}; readers {ended}"
+                if rewritten and not any(r.ended or r.errors for r in readers):
+                    pytest.xfail(f"v1.9.0 rewrote acked offsets: {summary}")
+                pytest.fail(summary)
             for reader in readers:
                 reader.stop()
             assert [r.errors for r in readers] == [[], []]
