@@ -293,6 +293,10 @@ class ClientOptions:
     resend_after: float | None = 1.0
     #: Seconds a subscription keeps trying to resubscribe after losing its stream.
     resubscribe_wait: float = 30.0
+    #: Seconds a stream's cached partition count places keys (``partitioner``) before
+    #: it is fetched again (``None`` or ``inf``: never). A stream deleted and created
+    #: again under its name with another count is noticed within this time.
+    metadata_max_age: float | None = 30.0
     #: Extra gRPC channel options, e.g. ``(("grpc.max_receive_message_length", 8 << 20),)``.
     grpc_options: tuple[tuple[str, Any], ...] = ()
     #: Transport of the ``PublishAsync`` stream: ``"h2"`` (the default: our own HTTP/2
@@ -348,7 +352,7 @@ class ClientOptions:
             raise ConfigurationError("'retry' must be a RetryPolicy")
         for name in ("rpc_timeout", "ack_timeout", "resubscribe_wait", "keepalive_timeout"):
             _seconds(self, name)
-        for name in ("enqueue_timeout", "resend_after", "keepalive_interval"):
+        for name in ("enqueue_timeout", "resend_after", "keepalive_interval", "metadata_max_age"):
             _seconds(self, name, none="unlimited")
         _seconds(self, "ack_read_delay", none="off")
         size = self.max_receive_message_size
@@ -398,6 +402,7 @@ class ClientKwargs(TypedDict, total=False):
     enqueue_timeout: float | None
     resend_after: float | None
     resubscribe_wait: float
+    metadata_max_age: float | None
     grpc_options: tuple[tuple[str, Any], ...]
     publish_transport: str
     ack_read_delay: float | None

@@ -406,7 +406,10 @@ class ClientCore:
         # more than the look-up.
         info = self._cached_stream(stream)
         if info is not None:
-            return len(info.partitions)
+            max_age = self.options.metadata_max_age
+            if max_age is None or not self.metadata.claim_stale(stream, max_age):
+                return len(info.partitions)
+            return self._recount(stream, len(info.partitions))
         # Every attempt asks the servers, because metadata comes from each server's
         # replicated view, which may trail a CreateStream that just returned by a few
         # milliseconds.
@@ -417,6 +420,30 @@ class ClientCore:
             lambda _: self.stream_info_partitions(stream, refresh=True),
             retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
         )
+
+    def _recount(self, stream: str, cached: int) -> int:
+        """``stream``'s partition count from the server, or ``cached`` if none answers.
+
+        A stream deleted and created again with another partition count keeps its name:
+        without this, keys would go on being placed by the old count, and a partition
+        that no longer exists would fail publishes.
+        """
+        try:
+            count = self.stream_info_partitions(stream, refresh=True)
+        except LiftbridgeError as exc:
+            # The publish itself will tell whether the stream is gone; a broker that
+            # does not answer now must not fail publishes the cache can place.
+            _log.debug("refreshing the partition count of %r failed: %s", stream, exc)
+            return cached
+        if count != cached:
+            _log.warning(
+                "stream %r now has %d partitions (the cached metadata said %d): it was "
+                "created again; keys are placed by the new count",
+                stream,
+                count,
+                cached,
+            )
+        return count
 
     def _cached_stream(self, stream: str) -> StreamInfo | None:
         """``stream``'s metadata as the cache has it (``None``: not known there)."""

@@ -49,15 +49,20 @@ class MetadataCache:
     Snapshots are immutable and swapped atomically, so readers never lock. Concurrent
     refreshes collapse into one RPC: a thread that waited for another thread's refresh
     uses its result, provided that refresh *started* after it asked (one that started
-    earlier may predate, say, the stream the waiting thread just created). Thread-safe.
+    earlier may predate, say, the stream the waiting thread just created). Each stream's
+    entry has an age, so that a caller can have it fetched again when it is old
+    (:meth:`claim_stale`). Thread-safe.
     """
 
-    def __init__(self, fetch: Fetcher) -> None:
+    def __init__(self, fetch: Fetcher, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._fetch = fetch
+        self._clock = clock
         self._snapshot: Metadata | None = None
         self._refresh_lock = threading.Lock()
         #: Full refreshes started so far (each runs entirely under the lock).
         self._started = 0
+        #: When each cached stream was last fetched (or its refresh last claimed).
+        self._fetched: dict[str, float] = {}
 
     @property
     def snapshot(self) -> Metadata | None:
@@ -81,6 +86,7 @@ class MetadataCache:
             self._started += 1
             snapshot = self._fetch(())
             self._snapshot = snapshot
+            self._fetched = dict.fromkeys(snapshot.streams, self._clock())
             return snapshot
 
     def store(self, snapshot: Metadata) -> None:
@@ -88,10 +94,13 @@ class MetadataCache:
         with self._refresh_lock:
             self._started += 1
             self._snapshot = snapshot
+            self._fetched = dict.fromkeys(snapshot.streams, self._clock())
 
     def merge(self, partial: Metadata) -> None:
         """Fold a snapshot of some streams into the cache (brokers are replaced)."""
         with self._refresh_lock:
+            now = self._clock()
+            self._fetched.update(dict.fromkeys(partial.streams, now))
             current = self._snapshot
             if current is None:
                 self._snapshot = partial
@@ -107,6 +116,7 @@ class MetadataCache:
     def forget_stream(self, name: str) -> None:
         """Drop a stream from the cache (after it was deleted)."""
         with self._refresh_lock:
+            self._fetched.pop(name, None)
             current = self._snapshot
             if current is not None and name in current.streams:
                 streams = {k: v for k, v in current.streams.items() if k != name}
@@ -115,3 +125,20 @@ class MetadataCache:
                     streams=FrozenMap(streams),
                     fetched_at=current.fetched_at,
                 )
+
+    def claim_stale(self, name: str, max_age: float) -> bool:
+        """Whether ``name``'s cached entry is older than ``max_age`` seconds; if so, the
+        caller is the one to refetch it: the entry counts as fresh for everyone else
+        meanwhile (and for ``max_age`` more if that refetch fails), so that threads
+        publishing together do not all ask the server at once.
+        """
+        fetched = self._fetched.get(name)
+        now = self._clock()
+        if fetched is not None and now - fetched < max_age:
+            return False  # the common case, without the lock
+        with self._refresh_lock:
+            fetched = self._fetched.get(name)
+            if fetched is not None and now - fetched < max_age:
+                return False
+            self._fetched[name] = now
+            return True

@@ -13,6 +13,7 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import AckPolicy, ByKey, Client, Message, RoundRobin, StartAt, StopAt
 from liftbridge_sync.testing import LiftbridgeServer
+from tests.waiting import wait_until
 
 from .conftest import StreamFactory, unique
 
@@ -99,6 +100,34 @@ def test_partitioner_waits_for_a_just_created_stream(liftbridge_client: Client) 
     ack = liftbridge_client.publish(name, b"v", key=b"k", partitioner=ByKey())
     assert ack is not None and ack.partition == zlib.crc32(b"k") % 3
     liftbridge_client.delete_stream(name)
+
+
+def test_a_stream_created_again_with_more_partitions_is_placed_by_the_new_count(
+    liftbridge_address: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    name = unique()
+    # A key ByKey places on partition 1 of 2, and on partition 5 of 6.
+    key = next(b"k%d" % i for i in range(1000) if zlib.crc32(b"k%d" % i) % 6 == 5)
+    with (
+        Client([liftbridge_address], metadata_max_age=0.5) as client,
+        Client([liftbridge_address]) as admin,
+    ):
+        admin.create_stream(name, name, partitions=2)
+        first = client.publish(name, b"v", key=key, partitioner=ByKey())
+        assert first is not None and first.partition == 1
+        admin.delete_stream(name)
+        admin.create_stream(name, name, partitions=6)
+
+        def placed_by_six() -> bool:
+            ack = client.publish(name, b"v", key=key, partitioner=ByKey())
+            assert ack is not None
+            return ack.partition == 5
+
+        # Polls the publishes until the cached count is half a second old.
+        wait_until(placed_by_six, 10, "a publish placed by the new partition count")
+        assert "now has 6 partitions (the cached metadata said 2)" in caplog.text
+        assert [m.key for m in read_all(client, name, 5)][-1:] == [key]
+        admin.delete_stream(name)
 
 
 def test_optimistic_concurrency(liftbridge_client: Client, new_stream: StreamFactory) -> None:

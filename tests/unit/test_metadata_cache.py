@@ -6,7 +6,7 @@ import threading
 from collections.abc import Sequence
 
 from liftbridge_sync._transport.metadata import MetadataCache
-from liftbridge_sync.models import FrozenMap, Metadata
+from liftbridge_sync.models import FrozenMap, Metadata, StreamInfo
 from tests.waiting import wait_until
 
 
@@ -60,3 +60,33 @@ def test_waiters_share_a_refresh_that_began_after_they_asked() -> None:
         thread.join(10)
     # Whoever asked during the first fetch shares one second fetch: at most two in all.
     assert 1 <= len(fetches) <= 2
+
+
+def test_a_stream_entry_older_than_the_max_age_is_claimed_by_one_caller() -> None:
+    now = [100.0]
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        return Metadata(
+            brokers=(),
+            streams=FrozenMap({n: StreamInfo(name=n, subject=n) for n in ("s", "t")}),
+            fetched_at=now[0],
+        )
+
+    cache = MetadataCache(fetch, clock=lambda: now[0])
+    assert cache.claim_stale("s", 30.0)  # never fetched: stale
+    cache.refresh()
+    assert not cache.claim_stale("s", 30.0)
+    now[0] += 30.0
+    assert cache.claim_stale("s", 30.0)
+    # The claim counts as fresh for the others until it is max_age old in turn.
+    assert not cache.claim_stale("s", 30.0)
+    assert cache.claim_stale("t", 30.0)  # each stream ages on its own
+    now[0] += 29.0
+    assert not cache.claim_stale("s", 30.0)
+    # A partial fetch of one stream makes only that one fresh.
+    now[0] += 5.0
+    cache.merge(Metadata(brokers=(), streams=FrozenMap({"t": StreamInfo(name="t", subject="t")})))
+    assert not cache.claim_stale("t", 30.0)
+    assert cache.claim_stale("s", 30.0)
+    cache.forget_stream("t")
+    assert cache.claim_stale("t", 30.0)

@@ -24,6 +24,7 @@ def test_defaults_are_sane_and_picklable() -> None:
     assert options.ack_read_delay == 0.001
     assert options.max_in_flight == 1024
     assert options.resubscribe_wait == 30.0
+    assert options.metadata_max_age == 30.0
     assert pickle.loads(pickle.dumps(options)) == options
     assert hash(options) == hash(pickle.loads(pickle.dumps(options)))
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -65,6 +66,9 @@ def test_bad_addresses_are_refused(bad: object) -> None:
         {"resend_after": float("nan")},
         {"resend_after": "1"},
         {"resend_after": True},
+        {"metadata_max_age": 0},
+        {"metadata_max_age": -5.0},
+        {"metadata_max_age": float("nan")},
         {"ack_read_delay": 0},
         {"ack_read_delay": -0.001},
         {"ack_read_delay": float("inf")},
@@ -92,7 +96,9 @@ def test_enqueue_timeout_none_means_forever() -> None:
     assert ClientOptions(addresses=("h:1",), enqueue_timeout=None).enqueue_timeout is None
 
 
-@pytest.mark.parametrize("field", ["enqueue_timeout", "resend_after", "keepalive_interval"])
+@pytest.mark.parametrize(
+    "field", ["enqueue_timeout", "resend_after", "keepalive_interval", "metadata_max_age"]
+)
 def test_inf_means_no_limit_where_none_does(field: str) -> None:
     options = ClientOptions(addresses=("h:1",), **{field: float("inf")})  # type: ignore[arg-type]
     assert getattr(options, field) is None

@@ -1,0 +1,86 @@
+"""Partitioners' partition count: fetched again when old, kept when no broker answers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from liftbridge_sync import BrokerUnavailableError, ClientOptions
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync.models import FrozenMap, Metadata, PartitionInfo, StreamInfo
+
+
+def _metadata(partitions: int) -> Metadata:
+    infos = {
+        p: PartitionInfo(stream="s", id=p, leader="a", replicas=("a",), isr=("a",))
+        for p in range(partitions)
+    }
+    stream = StreamInfo(name="s", subject="s", partitions=FrozenMap(infos))
+    return Metadata(brokers=(), streams=FrozenMap({"s": stream}))
+
+
+class _Server:
+    """Answers FetchMetadata with ``partitions`` partitions, or fails."""
+
+    def __init__(self) -> None:
+        self.partitions = 2
+        self.down = False
+        self.fetches = 0
+
+    def fetch(self, streams: Sequence[str]) -> Metadata:
+        self.fetches += 1
+        if self.down:
+            raise BrokerUnavailableError("no broker answered FetchMetadata")
+        return _metadata(self.partitions)
+
+
+@pytest.fixture
+def clock() -> list[float]:
+    return [1000.0]
+
+
+def _core(server: _Server, clock: list[float], max_age: float | None) -> ClientCore:
+    core = ClientCore(ClientOptions(addresses=("127.0.0.1:1",), metadata_max_age=max_age))
+    core.metadata = MetadataCache(server.fetch, clock=lambda: clock[0])
+    core._fetch_metadata = server.fetch  # type: ignore[method-assign]
+    return core
+
+
+def test_an_old_count_is_fetched_again_once_and_a_silent_server_keeps_it(
+    clock: list[float],
+) -> None:
+    server = _Server()
+    core = _core(server, clock, 30.0)
+    assert core.partition_count("s") == 2
+    fetched = server.fetches
+    server.partitions = 6
+    clock[0] += 29.0
+    assert core.partition_count("s") == 2  # young enough: the cache answers
+    assert server.fetches == fetched
+    clock[0] += 1.0
+    assert core.partition_count("s") == 6
+    assert server.fetches == fetched + 1
+    assert core.partition_count("s") == 6
+    assert server.fetches == fetched + 1
+    # Old again, and nobody answers: the cached count goes on placing keys, and the
+    # next attempt waits for another max age.
+    server.down = True
+    server.partitions = 3
+    clock[0] += 30.0
+    assert core.partition_count("s") == 6
+    assert core.partition_count("s") == 6
+    assert server.fetches == fetched + 2
+    server.down = False
+    clock[0] += 30.0
+    assert core.partition_count("s") == 3
+
+
+def test_no_max_age_keeps_the_first_count(clock: list[float]) -> None:
+    server = _Server()
+    core = _core(server, clock, None)
+    assert core.partition_count("s") == 2
+    server.partitions = 6
+    clock[0] += 3600.0
+    assert core.partition_count("s") == 2
