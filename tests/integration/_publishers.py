@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import Future
 
-from liftbridge_sync import Ack, AckPolicy, Client, StartAt, StopAt
+from liftbridge_sync import Ack, AckPolicy, Client, Message, StartAt, StopAt
+
+from ._rewrites import Where
 
 __all__ = ["Publishers", "Subscribers", "read_back"]
 
@@ -73,6 +76,17 @@ class Publishers:
                 self._record(None)
             i += 1
 
+    def acks_of(self, values: Iterable[bytes]) -> dict[bytes, Ack | None]:
+        """The ack of each of ``values`` (acknowledged ones, published by these threads)."""
+        sync = dict(self.sync_acks)
+        acks: dict[bytes, Ack | None] = {}
+        for value in values:
+            if value.startswith(b"a"):
+                acks[value] = self.futures[int(value[1:])].result(timeout=0)
+            else:
+                acks[value] = sync[value]
+        return acks
+
     def longest_stall(self) -> float:
         with self._lock:
             times = sorted(self.done_at)
@@ -80,10 +94,15 @@ class Publishers:
 
 
 def read_back(
-    client: Client, stream: str, partitions: int, offsets: dict[int, list[int]] | None = None
+    client: Client,
+    stream: str,
+    partitions: int,
+    offsets: dict[int, list[int]] | None = None,
+    log: dict[Where, Message] | None = None,
 ) -> list[bytes]:
     """Every value stored in ``stream``, checking each partition's offsets increase
-    (and putting them in ``offsets`` by partition, when given)."""
+    (and putting them in ``offsets`` by partition, and the messages in ``log`` by
+    partition and offset, when given)."""
     values: list[bytes] = []
     for partition in range(partitions):
         seen: list[int] = []
@@ -93,6 +112,8 @@ def read_back(
             for message in sub:
                 seen.append(message.offset)
                 values.append(message.value)
+                if log is not None:
+                    log[(partition, message.offset)] = message
         assert seen == sorted(set(seen)), f"partition {partition}: offsets out of order"
         if offsets is not None:
             offsets[partition] = seen

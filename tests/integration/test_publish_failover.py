@@ -20,7 +20,7 @@ import pytest
 from liftbridge_sync import Ack, AckPolicy, Client, Message, StartAt, StopAt
 from liftbridge_sync.testing import LiftbridgeCluster
 
-from ._rewrites import Where, overwritten_after_ack
+from ._rewrites import Where, judge_missing
 from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -81,32 +81,11 @@ def read_back(client: Client, stream: str, partitions: int) -> dict[Where, Messa
 
 
 def check_all_read_back(read: dict[Where, Message], futures: list[Future[Ack | None]]) -> None:
-    """Every published value (``b"%d" % index``) is in the log ``read``.
-
-    A value missing is the client's fault unless the server provably rewrote the offset
-    its ack named (see ``_rewrites``): the test then xfails, with that evidence.
-    """
+    """Every published value (``b"%d" % index``) is in the log ``read`` (see
+    ``_rewrites.judge_missing`` for what a missing one means)."""
     values = {int(m.value) for m in read.values()}
     missing = sorted(set(range(len(futures))) - values)
-    if not missing:
-        return
-    proofs: dict[int, str | None] = {}
-    for value in missing:
-        ack = futures[value].result(timeout=0)
-        proofs[value] = None if ack is None else overwritten_after_ack(ack, read)
-    newest: dict[int, int] = {}
-    for partition, offset in read:
-        newest[partition] = max(newest.get(partition, -1), offset)
-    report = (
-        f"{len(missing)} acked values not read back: "
-        + "; ".join(
-            f"{v}: {proofs[v] or f'ack {futures[v].result(timeout=0)}'}" for v in missing[:20]
-        )
-        + f"; newest offsets read {newest}"
-    )
-    if all(proofs.values()):
-        pytest.xfail(f"v1.9.0 rewrote acked offsets: {report}")
-    pytest.fail(report)
+    judge_missing({b"%d" % v: futures[v].result(timeout=0) for v in missing}, read)
 
 
 def _check(client: Client, run: _Run, futures: list[Future[Ack | None]], what: str) -> None:

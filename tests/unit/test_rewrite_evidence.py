@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from liftbridge_sync import Ack, AckPolicy, Message
-from tests.integration._rewrites import overwritten_after_ack, reread_after_rewrite
+from tests.integration._rewrites import judge_missing, overwritten_after_ack, reread_after_rewrite
 
 
 def _ack(offset: int, commit_ns: int) -> Ack:
@@ -52,3 +54,14 @@ def test_a_reader_that_saw_another_value_at_the_offset_skipped_it_after_a_rewrit
     assert reread_after_rewrite((1, 7), b"second", delivered_at) is not None
     assert reread_after_rewrite((1, 8), b"same", delivered_at) is None
     assert reread_after_rewrite((1, 9), b"never read", delivered_at) is None
+
+
+def test_missing_messages_xfail_only_when_every_one_is_proven_rewritten() -> None:
+    log = {(1, 7): _message(7, b"other", 2_000), (1, 8): _message(8, b"x", 500)}
+    judge_missing({}, log)  # nothing missing: nothing to say
+    with pytest.raises(pytest.xfail.Exception, match="v1.9.0 rewrote"):
+        judge_missing({b"lost": _ack(7, 1_000)}, log)
+    with pytest.raises(pytest.fail.Exception, match="b'mine'"):
+        judge_missing({b"lost": _ack(7, 1_000), b"mine": _ack(8, 1_000)}, log)
+    with pytest.raises(pytest.fail.Exception):
+        judge_missing({b"unacked": None}, log)
