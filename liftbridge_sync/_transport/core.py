@@ -56,6 +56,10 @@ T = TypeVar("T")
 
 _log = logging.getLogger("liftbridge_sync.client")
 
+#: Seconds a publish may wait for its stream's partition count to be fetched again
+#: (see ``metadata_max_age``); past that, the cached count places it.
+_RECOUNT_WITHIN = 1.0
+
 #: RPCs whose deadline is enforced by the client only (see ``_invoke_with_local_deadline``).
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
 CURSORS_STREAM = "__cursors"
@@ -429,12 +433,16 @@ class ClientCore:
         that no longer exists would fail publishes.
         """
         try:
-            count = self.stream_info_partitions(stream, refresh=True)
+            # One pass over the brokers, briefly: the publish waits for it.
+            self.refresh_once([stream], time.monotonic() + _RECOUNT_WITHIN)
         except LiftbridgeError as exc:
-            # The publish itself will tell whether the stream is gone; a broker that
-            # does not answer now must not fail publishes the cache can place.
+            # A broker that does not answer now must not fail publishes the cache can
+            # place (nor hold them up for a retry policy's worth of attempts).
             _log.debug("refreshing the partition count of %r failed: %s", stream, exc)
             return cached
+        info = self._cached_stream(stream)
+        # Not in the answer (deleted): the publish itself will say so.
+        count = cached if info is None else len(info.partitions)
         if count != cached:
             _log.warning(
                 "stream %r now has %d partitions (the cached metadata said %d): it was "

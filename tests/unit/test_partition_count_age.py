@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -45,6 +46,13 @@ def _core(server: _Server, clock: list[float], max_age: float | None) -> ClientC
     core = ClientCore(ClientOptions(addresses=("127.0.0.1:1",), metadata_max_age=max_age))
     core.metadata = MetadataCache(server.fetch, clock=lambda: clock[0])
     core._fetch_metadata = server.fetch  # type: ignore[method-assign]
+
+    def refresh_once(streams: Sequence[str], deadline: float | None) -> None:
+        # One pass, and a short one: the publish that asked waits for it.
+        assert deadline is not None and deadline - time.monotonic() <= 1.0
+        core.metadata.merge(server.fetch(streams))
+
+    core.refresh_once = refresh_once  # type: ignore[method-assign]
     return core
 
 
