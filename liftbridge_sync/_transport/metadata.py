@@ -63,6 +63,9 @@ class MetadataCache:
         self._started = 0
         #: When each cached stream was last fetched (or its refresh last claimed).
         self._fetched: dict[str, float] = {}
+        #: Serializes claims only: the refresh lock is held across whole fetches, and a
+        #: publish asking for its count must not wait for one.
+        self._claim_lock = threading.Lock()
 
     @property
     def snapshot(self) -> Metadata | None:
@@ -136,7 +139,7 @@ class MetadataCache:
         now = self._clock()
         if fetched is not None and now - fetched < max_age:
             return False  # the common case, without the lock
-        with self._refresh_lock:
+        with self._claim_lock:
             fetched = self._fetched.get(name)
             if fetched is not None and now - fetched < max_age:
                 return False

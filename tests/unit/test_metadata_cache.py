@@ -90,3 +90,28 @@ def test_a_stream_entry_older_than_the_max_age_is_claimed_by_one_caller() -> Non
     assert cache.claim_stale("s", 30.0)
     cache.forget_stream("t")
     assert cache.claim_stale("t", 30.0)
+
+
+def test_a_claim_does_not_wait_for_a_full_refresh_in_progress() -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        entered.set()
+        assert release.wait(10)
+        return Metadata(brokers=(), streams=FrozenMap({}))
+
+    cache = MetadataCache(fetch)
+    refresher = threading.Thread(target=cache.refresh)
+    refresher.start()
+    try:
+        assert entered.wait(10)
+        claimed: list[bool] = []
+        claimer = threading.Thread(target=lambda: claimed.append(cache.claim_stale("s", 30.0)))
+        claimer.start()
+        # The refresh holds its lock until released: a claim that waited for it would
+        # still be blocked after this join's bound.
+        claimer.join(5)
+        assert claimed == [True]
+    finally:
+        release.set()
+        refresher.join(10)
