@@ -14,12 +14,24 @@ from collections.abc import Mapping
 
 import pytest
 
-from liftbridge_sync import Ack, Message
+from liftbridge_sync import Ack, Client, Message, StartAt, StopAt
 
-__all__ = ["Where", "judge_missing", "overwritten_after_ack", "reread_after_rewrite"]
+__all__ = ["Where", "judge_missing", "log_of", "overwritten_after_ack", "reread_after_rewrite"]
 
 #: ``(partition, offset)``.
 Where = tuple[int, int]
+
+
+def log_of(client: Client, stream: str, partitions: int) -> dict[Where, Message]:
+    """Every committed message of ``stream``, by ``(partition, offset)``: what the
+    checks below judge against."""
+    log: dict[Where, Message] = {}
+    for partition in range(partitions):
+        with client.subscribe(
+            stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
+        ) as sub:
+            log.update(((partition, msg.offset), msg) for msg in sub)
+    return log
 
 
 def overwritten_after_ack(ack: Ack, log: Mapping[Where, Message]) -> str | None:

@@ -17,14 +17,13 @@ from liftbridge_sync import (
     Message,
     ServerError,
     StartAt,
-    StopAt,
     StreamExistsError,
 )
 from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.testing import LiftbridgeCluster
 from tests.waiting import wait_until
 
-from ._rewrites import Where, overwritten_after_ack, reread_after_rewrite
+from ._rewrites import log_of, overwritten_after_ack, reread_after_rewrite
 from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -106,7 +105,6 @@ class Publisher:
     """
 
     def __init__(self, client: Client, stream: str, partitions: int) -> None:
-        self.acked: set[bytes] = set()
         #: The ack of each acknowledged value.
         self.acks: dict[bytes, Ack] = {}
         self.failed = 0
@@ -125,11 +123,15 @@ class Publisher:
                 )
                 assert ack is not None  # AckPolicy.ALL
                 self.acks[value] = ack
-                self.acked.add(value)
             except LiftbridgeError:
                 self.failed += 1
             i += 1
             self._stop.wait(0.01)  # pace, not synchronisation: about 100 messages/s
+
+    @property
+    def acked(self) -> set[bytes]:
+        """The acknowledged values."""
+        return set(self.acks)
 
     def stop(self) -> None:
         self._stop.set()
@@ -187,12 +189,7 @@ def undelivered_report(
     read (in the log, at an offset the report gives), and either from the work of a
     log that v1.9.0 rewrote (see ``_rewrites``).
     """
-    log: dict[Where, Message] = {}
-    for partition in range(4):
-        with client.subscribe(
-            stream, partition=partition, start=StartAt.earliest(), stop=StopAt.latest()
-        ) as sub:
-            log.update(((partition, msg.offset), msg) for msg in sub)
+    log = log_of(client, stream, 4)
     found = {msg.value: where for where, msg in log.items() if msg.value in missing}
     delivered_at = {where: value for r in readers for value, where in r.where.items()}
     lines = []
@@ -295,7 +292,7 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
                 # Publishes with AckPolicy.ALL stall while a restarted replica catches up
                 # (some runs got 0-5 acknowledged during the kills): go on publishing
                 # until there is something to check, also after the last failover.
-                wait_until(lambda: len(publisher.acked) >= 20, 60, "20 acknowledged publishes")
+                wait_until(lambda: len(publisher.acks) >= 20, 60, "20 acknowledged publishes")
             finally:
                 publisher.stop()
             acked = publisher.acked

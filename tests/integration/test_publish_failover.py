@@ -17,10 +17,10 @@ from concurrent.futures import Future
 
 import pytest
 
-from liftbridge_sync import Ack, AckPolicy, Client, Message, StartAt, StopAt
+from liftbridge_sync import Ack, AckPolicy, Client, Message
 from liftbridge_sync.testing import LiftbridgeCluster
 
-from ._rewrites import Where, judge_missing
+from ._rewrites import Where, judge_missing, log_of
 from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -69,17 +69,6 @@ def publisher_debug_log(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="liftbridge_sync.publisher")
 
 
-def read_back(client: Client, stream: str, partitions: int) -> dict[Where, Message]:
-    """Every message of the stream, by (partition, offset)."""
-    read: dict[Where, Message] = {}
-    for p in range(partitions):
-        with client.subscribe(
-            stream, partition=p, start=StartAt.earliest(), stop=StopAt.latest()
-        ) as sub:
-            read.update(((p, m.offset), m) for m in sub)
-    return read
-
-
 def check_all_read_back(read: dict[Where, Message], futures: list[Future[Ack | None]]) -> None:
     """Every published value (``b"%d" % index``) is in the log ``read`` (see
     ``_rewrites.judge_missing`` for what a missing one means)."""
@@ -92,7 +81,7 @@ def _check(client: Client, run: _Run, futures: list[Future[Ack | None]], what: s
     failed = [f.exception(timeout=60) for f in futures]
     failed = [e for e in failed if e is not None]
     assert not failed, f"{len(failed)} failed, e.g. {failed[:3]}; {client.publisher_stats()}"
-    read = read_back(client, run.stream, 1)
+    read = log_of(client, run.stream, 1)
     check_all_read_back(read, futures)
     values = list(read.values())
     stats = client.publisher_stats()
@@ -221,7 +210,7 @@ def test_a_broker_leading_several_partitions_killed_nothing_fails(
                     cluster.kill(victim)
             failed = [e for e in (f.exception(timeout=60) for f in futures) if e is not None]
             assert not failed, f"{len(failed)} failed, e.g. {failed[:3]}"
-            check_all_read_back(read_back(client, name, partitions), futures)
+            check_all_read_back(log_of(client, name, partitions), futures)
             stats = client.publisher_stats()
             print(f"\n{leaders.count(victim)} of {partitions} partitions' leader killed: {stats}")
             assert stats.resent > 0
