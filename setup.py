@@ -87,6 +87,7 @@ setup(
                 "liftbridge_sync/_speedups_ack.c",
                 "liftbridge_sync/_speedups_entry.c",
                 "liftbridge_sync/_speedups_future.c",
+                "liftbridge_sync/_speedups_gate.c",
                 "liftbridge_sync/_speedups_io.c",
                 "liftbridge_sync/_speedups_lock.c",
                 "liftbridge_sync/_speedups_outbound.c",

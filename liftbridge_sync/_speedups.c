@@ -830,7 +830,7 @@ PyInit__speedups(void)
     if (m == NULL)
         return NULL;
     if (add_pending_core(m) < 0 || add_outbound_queue(m) < 0 || add_future_core(m) < 0 ||
-        add_entry_core(m) < 0 || add_ack_core(m) < 0) {
+        add_entry_core(m) < 0 || add_ack_core(m) < 0 || add_gate(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -77,7 +77,7 @@ typedef struct {
     PyObject *result;    /* the Ack (or None) once resolved */
     PyObject *exception; /* the typed error once failed, else None */
     PyObject *callbacks; /* () without done-callbacks, the callable with one, a list */
-    PyObject *gate;      /* the lock of the thread blocked in wait_gated, or None */
+    PyObject *gate;      /* the Gate of the thread blocked in wait_gated, or None */
     PyObject *ledger;    /* a failure's Unobserved tracker, or None */
     char waited;         /* some thread blocks on it: wake it when resolved */
     char conditioned;    /* its _condition and _waiters exist (in its instance dict) */
@@ -120,6 +120,9 @@ typedef struct {
 } OutboundQueueObject;
 LBS_INTERNAL extern PyTypeObject *outbound_queue_type;
 LBS_INTERNAL int add_outbound_queue(PyObject *module);
+
+/* _speedups_gate.c: what a blocked publishing thread sleeps on (see there). */
+LBS_INTERNAL int add_gate(PyObject *module);
 
 /* _speedups_submit.c */
 LBS_INTERNAL PyObject *setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

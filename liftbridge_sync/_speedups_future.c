@@ -86,7 +86,7 @@ static PyMemberDef future_members[] = {
     MEMBER("_exception", T_OBJECT, exception, "the typed error once failed, else None"),
     MEMBER("_done_callbacks", T_OBJECT, callbacks,
            "() without callbacks, the callable with one, a list with more"),
-    MEMBER("_gate", T_OBJECT, gate, "the lock of the thread blocked in wait_gated, or None"),
+    MEMBER("_gate", T_OBJECT, gate, "the Gate of the thread blocked in wait_gated, or None"),
     MEMBER("ledger", T_OBJECT, ledger, "a failure's Unobserved tracker, or None"),
     MEMBER("_waited", T_BOOL, waited, "some thread blocks on it: wake it when resolved"),
     MEMBER("_conditioned", T_BOOL, conditioned, "its _condition and _waiters exist"),

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from liftbridge_sync._publishing.gates import Gate
 from liftbridge_sync._wire import speedups as _speedups
 from liftbridge_sync._wire.speedups import run_callbacks as _run_callbacks
 from liftbridge_sync._wire.speedups import settle_acks as _settle_acks
@@ -130,7 +131,7 @@ class PyFutureCore:
     _waited = False
     #: ``_condition`` and ``_waiters`` exist.
     _conditioned = False
-    #: The gate of the thread blocked in :func:`wait_gated` on it, released (and
+    #: The gate of the thread blocked in :func:`wait_gated` on it, opened (and
     #: cleared) by whoever resolves it.
     _gate: Any = None
 
@@ -328,31 +329,30 @@ def _notify(waited: Iterable[PublishFuture[Any]]) -> None:
             condition.notify_all()
 
 
-#: Each thread's gate for :func:`wait_gated` (a lock it holds while not waiting).
+#: Each thread's :class:`~.gates.Gate` for :func:`wait_gated`, made once and reused.
 _GATES = threading.local()
 
 
 def _open(future: PublishFuture[Any], gate: Any) -> None:
-    """Release the gate of the thread blocked on ``future``: by the one thread that
+    """Open the gate of the thread blocked on ``future``: by the one thread that
     resolved it (so exactly once), after the state says finished."""
     future._gate = None
-    gate.release()
+    gate.open()
 
 
 def wait_gated(future: PublishFuture[Any]) -> None:
-    """Block the calling thread until ``future`` is resolved, on a lock of its own.
+    """Block the calling thread until ``future`` is resolved, on a gate of its own.
 
-    The cheapest wait there is: one uncontended lock, made once per thread and reused,
-    that whoever resolves the future releases (:func:`_notify`, :func:`settle`); no
+    The cheapest wait there is: one :class:`~.gates.Gate`, made once per thread and reused,
+    that whoever resolves the future opens (:func:`_notify`, :func:`settle`); no
     ``Condition`` is built, and the resolver takes no lock of the waiter's. Unbounded:
     for a future that resolves or fails by itself (a publish's own deadline bounds it).
     If the wait is interrupted (``KeyboardInterrupt``) the thread's gate is dropped,
-    since a resolver may still release it. Thread-safe; one waiter per future.
+    since a resolver may still open it. Thread-safe; one waiter per future.
     """
     gate = getattr(_GATES, "gate", None)
     if gate is None:
-        gate = threading.Lock()
-        gate.acquire()
+        gate = Gate()
     with _CALLBACKS:
         # Under the lock the resolvers set the state under: either they see the gate,
         # or this sees the state finished.
@@ -362,9 +362,9 @@ def wait_gated(future: PublishFuture[Any]) -> None:
         future._gate = gate
         future._waited = True
     # Taken from the thread until closed again below: interrupted (KeyboardInterrupt),
-    # it is dropped, as the resolver may still release it.
+    # it is dropped, as the resolver may still open it.
     _GATES.gate = None
-    gate.acquire()  # released by whoever resolves the future; the GIL meanwhile too
+    gate.wait()  # opened by whoever resolves the future; the GIL released meanwhile
     _GATES.gate = gate
 
 

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._publishing.futures import PublishFuture, wait_gated
+from liftbridge_sync._publishing.gates import Gate, GateLike
 from liftbridge_sync._publishing.owner import OwnerLoop
 from liftbridge_sync._publishing.pending import AckFuture, FailureLedger
 from liftbridge_sync._publishing.table import PendingTable
@@ -37,7 +38,7 @@ _BARRIER_WAIT = 1.0
 class Waiters:
     """Threads blocked until a condition holds (a free slot, a flush, a batch).
 
-    Each is listed as ``(condition, gate)``, blocked on its own gate (a lock it holds).
+    Each is listed as ``(condition, gate)``, blocked on its own :class:`~.gates.Gate`.
     Whoever changes what the conditions read calls :meth:`wake`, which releases the
     gates of those that now hold, so the many batches of acks that free nothing a waiter
     needs wake nobody, and one thread's batch done wakes that thread only. Thread-safe.
@@ -47,7 +48,7 @@ class Waiters:
         self._clock = clock
         #: Guards ``_waits``.
         self._space = threading.Lock()
-        self._waits: list[tuple[Callable[[], bool], threading.Lock]] = []
+        self._waits: list[tuple[Callable[[], bool], GateLike]] = []
 
     def wake(self) -> None:
         """Release the waiters whose condition now holds."""
@@ -58,7 +59,7 @@ class Waiters:
                     ready, gate = waits[i]
                     if ready():
                         del waits[i]
-                        gate.release()
+                        gate.open()
 
     def wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
         """Block (not on the owner thread) until ``ready()``; False at ``deadline``.
@@ -68,8 +69,7 @@ class Waiters:
         only when it holds (:meth:`wake`).
         """
         while True:
-            gate = threading.Lock()
-            gate.acquire()
+            gate = Gate()
             entry = (ready, gate)
             with self._space:
                 # Listed *before* the look at ``ready``, and whoever changes what it
@@ -79,10 +79,10 @@ class Waiters:
                     self._waits.remove(entry)
                     return True
             if deadline is None:
-                gate.acquire()
+                gate.wait()
             else:
                 remaining = deadline - self._clock()
-                if remaining <= 0 or not gate.acquire(timeout=remaining):
+                if remaining <= 0 or not gate.wait(remaining):
                     with self._space:
                         if entry in self._waits:
                             self._waits.remove(entry)
@@ -181,7 +181,7 @@ class Waiting:
                     # a time, each writing alone, and the broker answering alone.
                     stream.answer_here(future.done)
                 if timeout is None and isinstance(future, PublishFuture):
-                    wait_gated(future)  # one lock of this thread's, no Condition
+                    wait_gated(future)  # one gate of this thread's, no Condition
             finally:
                 with lock:
                     self._readers -= 1

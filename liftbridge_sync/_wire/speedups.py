@@ -78,6 +78,7 @@ __all__ = [
     "OutboundQueue",
     "FutureCore",
     "EntryCore",
+    "Gate",
 ]
 
 _log = logging.getLogger("liftbridge_sync.speedups")
@@ -127,6 +128,9 @@ FutureCore: Any = None
 #: seq=0, resent_at=0.0, key=None)``: one pending publish in a C struct, the base of the
 #: publisher's ``Entry`` (``_speedups_entry.c``; twin: ``_publishing.pending.PyEntryCore``).
 EntryCore: Any = None
+#: ``Gate()``: what a blocked publishing thread sleeps on, opened with the GIL released
+#: (``_speedups_gate.c``; twin: ``_publishing.gates.PyGate``).
+Gate: Any = None
 #: ``setup_submit(deque_type, heads, no_ack)`` once, then
 #: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
 #: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
@@ -153,6 +157,7 @@ if _speedups is not None:
     OutboundQueue = _speedups.OutboundQueue
     FutureCore = _speedups.FutureCore
     EntryCore = _speedups.EntryCore
+    Gate = _speedups.Gate
     run_callbacks = _speedups.run_callbacks
     ACTIVE = True
 

@@ -65,6 +65,7 @@ C = _load_module_under_test()
 # sanitized module.
 from liftbridge_sync._proto import api_pb2  # noqa: E402
 from liftbridge_sync._publishing.futures import PublishFuture  # noqa: E402
+from liftbridge_sync._publishing.gates import PyGate  # noqa: E402
 from liftbridge_sync._publishing.pending import Entry, PyEntryCore  # noqa: E402
 from liftbridge_sync._publishing.pending_core import PyPendingCore  # noqa: E402
 from liftbridge_sync._transport.h2.framing import FRAME_HEADER  # noqa: E402
@@ -682,6 +683,47 @@ def fuzz_ack_core(args: list[Any], kwargs: dict[str, Any], writes: list[tuple[st
     assert [getattr(ack, n) for n in ACK_FIELD_NAMES] == [values.get(n) for n in ACK_FIELD_NAMES]
 
 
+@settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(
+    ops=st.lists(
+        st.one_of(
+            st.just("open"),
+            st.tuples(st.just("wait"), st.one_of(st.none(), st.floats(-1.0, 0.0))),
+        ),
+        max_size=40,
+    )
+)
+def fuzz_gate(ops: list[Any]) -> None:
+    """The C Gate and its Python twin: the same results (or the same error) for any
+    sequence of opens and waits that cannot block; gates dropped open or closed."""
+    gates = [C.Gate(), PyGate()]
+    is_open = False
+    for op in ops:
+        if op == "open":
+            outcomes: list[Any] = []
+            for gate in gates:
+                try:
+                    gate.open()
+                    outcomes.append("opened")
+                except RuntimeError:
+                    outcomes.append("refused")
+            assert outcomes == ["refused"] * 2 if is_open else ["opened"] * 2, outcomes
+            is_open = True
+            continue
+        timeout = op[1]
+        if timeout is None and not is_open:
+            continue  # would block for ever
+        results: list[Any] = []
+        for gate in gates:
+            try:
+                results.append(gate.wait(timeout))
+            except ValueError:
+                results.append("refused")
+        assert results[0] == results[1], (op, results)
+        if results[0] is True:
+            is_open = False
+
+
 TARGETS: list[Callable[[], None]] = [
     fuzz_scan_acks,
     fuzz_scan_acks_truncated,
@@ -696,6 +738,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_outbound_queue,
     fuzz_entry_core,
     fuzz_ack_core,
+    fuzz_gate,
 ]
 
 
