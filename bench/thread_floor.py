@@ -1,15 +1,17 @@
 """Python's own floor for many threads that each wait for an answer (issue 27).
 
-Run: ``python -m bench.thread_floor [--threads 1,2,8,64] [--seconds 3]`` with any
-interpreter (it imports nothing of the client; ``$(pyenv prefix 3.13)/bin/python -m
-bench.thread_floor`` measures 3.13).
+Run: ``python -m bench.thread_floor [--threads 1,2,8,64] [--seconds 3] [--gates
+lock,gate]`` with any interpreter (with ``lock`` alone it imports nothing of the client;
+``$(pyenv prefix 3.13)/bin/python -m bench.thread_floor`` measures 3.13).
 
 N caller threads loop: queue a request, wake the answering thread, block on a lock of
 their own. One answering thread takes everything queued and releases each caller's lock:
 the least that ``publish()`` from N threads sharing one client must do in CPython (a
 caller parks, is woken and takes the GIL back), with no encoding, no socket and no broker.
 Prints round trips a second, the process's CPU (all threads) and context switches per
-round trip.
+round trip. ``--gates`` names what the callers block on: ``lock``, a ``threading.Lock``
+released by the answering thread with the GIL held; ``gate``, the client's C ``Gate``
+(``liftbridge_sync/_speedups_gate.c``), opened with the GIL released.
 
 What it bounds: a client whose callers park on OS threads cannot answer faster than this
 on the same cores, and the broker needs its own CPU beside it. Go parks goroutines
@@ -25,7 +27,9 @@ import resource
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -59,9 +63,34 @@ def _usage() -> tuple[float, int]:
     return usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw
 
 
-def measure(threads: int, seconds: float) -> Floor:
+class _LockGate:
+    """A ``threading.Lock`` as a gate: held while closed, released with the GIL held."""
+
+    __slots__ = ("wait", "open")
+
+    def __init__(self) -> None:
+        lock = _thread.allocate_lock()
+        lock.acquire()
+        self.wait = lock.acquire
+        self.open = lock.release
+
+
+def _gate_factory(name: str) -> Callable[[], Any]:
+    if name == "lock":
+        return _LockGate
+    if name == "gate":
+        from liftbridge_sync._wire import speedups
+
+        if speedups.Gate is None:
+            raise SystemExit("--gates gate: the C speedups are not built or are disabled")
+        return speedups.Gate  # type: ignore[no-any-return]
+    raise SystemExit(f"--gates: {name!r} is neither lock nor gate")
+
+
+def measure(threads: int, seconds: float, gate: str = "lock") -> Floor:
     """Run ``threads`` callers against one answering thread for ``seconds``."""
-    queued: collections.deque[_thread.LockType] = collections.deque()
+    new_gate = _gate_factory(gate)
+    queued: collections.deque[Any] = collections.deque()
     wake = threading.Condition(threading.Lock())
     stopping = threading.Event()  # callers: stop calling
     finished = threading.Event()  # answerer: every caller has left
@@ -75,17 +104,16 @@ def measure(threads: int, seconds: float) -> Floor:
             if finished.is_set():
                 return
             while queued:
-                queued.popleft().release()
+                queued.popleft().open()
 
     def call(index: int) -> None:
-        mine = _thread.allocate_lock()
-        mine.acquire()
+        mine = new_gate()
         done = 0
         while not stopping.is_set():
             queued.append(mine)
             with wake:
                 wake.notify()
-            mine.acquire()
+            mine.wait()
             done += 1
         counts[index] = done
 
@@ -123,17 +151,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.thread_floor")
     parser.add_argument("--threads", default="1,2,8,64")
     parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--gates", default="lock", help="lock, gate or both (lock,gate)")
     args = parser.parse_args()
     print(f"Python {sys.version.split()[0]}")
-    print("| threads | round trips/s | CPU µs/trip | context switches/trip |")
-    print("|---|---|---|---|")
+    print("| threads | gate | round trips/s | CPU µs/trip | context switches/trip |")
+    print("|---|---|---|---|---|")
     for threads in (int(n) for n in args.threads.split(",")):
-        floor = measure(threads, args.seconds)
-        print(
-            f"| {threads} | {floor.rate:,.0f} | {floor.cpu_per_trip_us:.1f} | "
-            f"{floor.switches_per_trip:.2f} |",
-            flush=True,
-        )
+        for gate in args.gates.split(","):
+            floor = measure(threads, args.seconds, gate)
+            print(
+                f"| {threads} | {gate} | {floor.rate:,.0f} | {floor.cpu_per_trip_us:.1f} | "
+                f"{floor.switches_per_trip:.2f} |",
+                flush=True,
+            )
     return 0
 
 
