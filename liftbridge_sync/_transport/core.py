@@ -25,6 +25,7 @@ from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.h2.sockets import speaks_tls
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
+from liftbridge_sync._transport.partition_counts import PartitionCounts
 from liftbridge_sync._transport.retry import call_with_retry
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.cursors import cursor_partition
@@ -47,18 +48,14 @@ from liftbridge_sync.errors import (
     NotLeaderError,
     ServerError,
 )
-from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata, StreamInfo
-from liftbridge_sync.options import ClientOptions, RetryPolicy, parse_address
+from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
+from liftbridge_sync.options import ClientOptions, parse_address
 
 __all__ = ["ClientCore"]
 
 T = TypeVar("T")
 
 _log = logging.getLogger("liftbridge_sync.client")
-
-#: Seconds a publish may wait for its stream's partition count to be fetched again
-#: (see ``metadata_max_age``); past that, the cached count places it.
-_RECOUNT_WITHIN = 1.0
 
 #: RPCs whose deadline is enforced by the client only (see ``_invoke_with_local_deadline``).
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
@@ -91,6 +88,13 @@ class ClientCore:
         self.options = options
         self.pool = ChannelPool(options, channel_factory=channel_factory)
         self.metadata = MetadataCache(self._fetch_metadata)
+        # Lambdas, not bound methods: what they call is looked up on each call.
+        self._counts = PartitionCounts(
+            self.metadata,
+            options.metadata_max_age,
+            lambda streams, deadline: self.refresh_once(streams, deadline),
+            lambda stream: self.stream_info_partitions(stream, refresh=True),
+        )
         self._rotation = itertools.count()
         self._lock = threading.Lock()
         self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -392,7 +396,7 @@ class ClientCore:
         Raises:
             NoSuchStreamError: if the server does not know the stream.
         """
-        info = None if refresh else self._cached_stream(stream)
+        info = None if refresh else self.metadata.cached_stream(stream)
         if info is None:
             info = self.fetch_metadata([stream]).streams.get(stream)
         if info is None:
@@ -400,63 +404,12 @@ class ClientCore:
         return len(info.partitions)
 
     def partition_count(self, stream: str) -> int:
-        """Partition count for partitioners; waits briefly for a just-created stream.
+        """Partition count for partitioners (see :class:`.PartitionCounts`).
 
         Raises:
             NoSuchStreamError: if the stream is still unknown after a short wait.
         """
-        # The cache answers almost every call (one per message a partitioner places):
-        # only a stream it does not know takes the retry machinery, whose set-up costs
-        # more than the look-up.
-        info = self._cached_stream(stream)
-        if info is not None:
-            max_age = self.options.metadata_max_age
-            if max_age is None or not self.metadata.claim_stale(stream, max_age):
-                return len(info.partitions)
-            return self._recount(stream, len(info.partitions))
-        # Every attempt asks the servers, because metadata comes from each server's
-        # replicated view, which may trail a CreateStream that just returned by a few
-        # milliseconds.
-        settle = RetryPolicy(max_attempts=6, max_delay=1.0, initial=0.05, maximum=0.2, jitter=0.0)
-        return call_with_retry(
-            settle,
-            "partition count",
-            lambda _: self.stream_info_partitions(stream, refresh=True),
-            retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
-        )
-
-    def _recount(self, stream: str, cached: int) -> int:
-        """``stream``'s partition count from the server, or ``cached`` if none answers.
-
-        A stream deleted and created again with another partition count keeps its name:
-        without this, keys would go on being placed by the old count, and a partition
-        that no longer exists would fail publishes.
-        """
-        try:
-            # One pass over the brokers, briefly: the publish waits for it.
-            self.refresh_once([stream], time.monotonic() + _RECOUNT_WITHIN)
-        except LiftbridgeError as exc:
-            # A broker that does not answer now must not fail publishes the cache can
-            # place (nor hold them up for a retry policy's worth of attempts).
-            _log.debug("refreshing the partition count of %r failed: %s", stream, exc)
-            return cached
-        info = self._cached_stream(stream)
-        # Not in the answer (deleted): the publish itself will say so.
-        count = cached if info is None else len(info.partitions)
-        if count != cached:
-            _log.warning(
-                "stream %r now has %d partitions (the cached metadata said %d): it was "
-                "created again; keys are placed by the new count",
-                stream,
-                count,
-                cached,
-            )
-        return count
-
-    def _cached_stream(self, stream: str) -> StreamInfo | None:
-        """``stream``'s metadata as the cache has it (``None``: not known there)."""
-        snapshot = self.metadata.snapshot
-        return None if snapshot is None else snapshot.streams.get(stream)
+        return self._counts.count(stream)
 
     def partition_info(self, stream: str, partition: int, *, refresh: bool) -> PartitionInfo:
         """The partition's metadata, refreshing once if the cache lacks it.

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync.errors import ConfigurationError
-from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata
+from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata, StreamInfo
 from liftbridge_sync.options import parse_address
 
 __all__ = ["MetadataCache", "translate_broker"]
@@ -71,6 +71,11 @@ class MetadataCache:
     def snapshot(self) -> Metadata | None:
         """The latest snapshot, or ``None`` before the first fetch."""
         return self._snapshot
+
+    def cached_stream(self, name: str) -> StreamInfo | None:
+        """``name``'s metadata as the cache has it (``None``: not known there)."""
+        snapshot = self._snapshot
+        return None if snapshot is None else snapshot.streams.get(name)
 
     def get(self) -> Metadata:
         """The cached snapshot, fetching one first if there is none."""

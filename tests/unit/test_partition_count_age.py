@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from liftbridge_sync import BrokerUnavailableError, ClientOptions
-from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync import BrokerUnavailableError
 from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync._transport.partition_counts import PartitionCounts
 from liftbridge_sync.models import FrozenMap, Metadata, PartitionInfo, StreamInfo
 
 
@@ -42,53 +42,55 @@ def clock() -> list[float]:
     return [1000.0]
 
 
-def _core(server: _Server, clock: list[float], max_age: float | None) -> ClientCore:
-    core = ClientCore(ClientOptions(addresses=("127.0.0.1:1",), metadata_max_age=max_age))
-    core.metadata = MetadataCache(server.fetch, clock=lambda: clock[0])
-    core._fetch_metadata = server.fetch  # type: ignore[method-assign]
+def _counts(server: _Server, clock: list[float], max_age: float | None) -> PartitionCounts:
+    cache = MetadataCache(server.fetch, clock=lambda: clock[0])
 
     def refresh_once(streams: Sequence[str], deadline: float | None) -> None:
         # One pass, and a short one: the publish that asked waits for it.
         assert deadline is not None and deadline - time.monotonic() <= 1.0
-        core.metadata.merge(server.fetch(streams))
+        cache.merge(server.fetch(streams))
 
-    core.refresh_once = refresh_once  # type: ignore[method-assign]
-    return core
+    def fetch_count(stream: str) -> int:
+        snapshot = server.fetch([stream])
+        cache.merge(snapshot)
+        return len(snapshot.streams[stream].partitions)
+
+    return PartitionCounts(cache, max_age, refresh_once, fetch_count)
 
 
 def test_an_old_count_is_fetched_again_once_and_a_silent_server_keeps_it(
     clock: list[float],
 ) -> None:
     server = _Server()
-    core = _core(server, clock, 30.0)
-    assert core.partition_count("s") == 2
+    counts = _counts(server, clock, 30.0)
+    assert counts.count("s") == 2
     fetched = server.fetches
     server.partitions = 6
     clock[0] += 29.0
-    assert core.partition_count("s") == 2  # young enough: the cache answers
+    assert counts.count("s") == 2  # young enough: the cache answers
     assert server.fetches == fetched
     clock[0] += 1.0
-    assert core.partition_count("s") == 6
+    assert counts.count("s") == 6
     assert server.fetches == fetched + 1
-    assert core.partition_count("s") == 6
+    assert counts.count("s") == 6
     assert server.fetches == fetched + 1
     # Old again, and nobody answers: the cached count goes on placing keys, and the
     # next attempt waits for another max age.
     server.down = True
     server.partitions = 3
     clock[0] += 30.0
-    assert core.partition_count("s") == 6
-    assert core.partition_count("s") == 6
+    assert counts.count("s") == 6
+    assert counts.count("s") == 6
     assert server.fetches == fetched + 2
     server.down = False
     clock[0] += 30.0
-    assert core.partition_count("s") == 3
+    assert counts.count("s") == 3
 
 
 def test_no_max_age_keeps_the_first_count(clock: list[float]) -> None:
     server = _Server()
-    core = _core(server, clock, None)
-    assert core.partition_count("s") == 2
+    counts = _counts(server, clock, None)
+    assert counts.count("s") == 2
     server.partitions = 6
     clock[0] += 3600.0
-    assert core.partition_count("s") == 2
+    assert counts.count("s") == 2
