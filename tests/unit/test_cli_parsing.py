@@ -21,6 +21,7 @@ from liftbridge_sync import (
 from liftbridge_sync.cli.errors import ExitCode, exit_code_for
 from liftbridge_sync.cli.positions import parse_start, parse_stop
 from liftbridge_sync.tail import Template, format_message, parse_last
+from tests.messages import make_message
 
 
 @pytest.mark.parametrize(
@@ -55,17 +56,7 @@ def test_stop_positions() -> None:
 
 
 def _message(value: bytes, key: bytes | None, headers: dict[str, bytes]) -> Message:
-    return Message(
-        offset=4,
-        key=key,
-        value=value,
-        partition=1,
-        stream="s",
-        subject="s.1",
-        reply_subject="",
-        headers=headers,
-        timestamp_ns=5,
-    )
+    return make_message(4, value, key=key, partition=1, headers=headers, timestamp_ns=5)
 
 
 def test_formats() -> None:

@@ -21,6 +21,7 @@ from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt
+from tests.messages import make_message
 
 KEY = ("orders", 0)
 
@@ -36,15 +37,7 @@ class _Core:
 
 
 def _message(offset: int) -> Message:
-    return Message(
-        offset=offset,
-        key=None,
-        value=b"",
-        partition=KEY[1],
-        stream=KEY[0],
-        subject=KEY[0],
-        reply_subject="",
-    )
+    return make_message(offset, partition=KEY[1], stream=KEY[0], subject=KEY[0])
 
 
 class _Member:

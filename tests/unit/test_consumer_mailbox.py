@@ -8,6 +8,7 @@ import pytest
 
 from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.models import Message
+from tests.messages import make_message
 
 
 @dataclasses.dataclass
@@ -18,15 +19,7 @@ class _Reader:
 
 
 def _message(offset: int) -> Message:
-    return Message(
-        offset=offset,
-        key=None,
-        value=b"%d" % offset,
-        partition=0,
-        stream="s",
-        subject="s",
-        reply_subject="",
-    )
+    return make_message(offset, b"%d" % offset)
 
 
 def _queued(mailbox: Mailbox, reader: _Reader, offsets: range) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from liftbridge_sync import Ack, AckPolicy, Message
 from tests.integration._rewrites import judge_missing, overwritten_after_ack, reread_after_rewrite
+from tests.messages import make_message
 
 
 def _ack(offset: int, commit_ns: int) -> Ack:
@@ -23,16 +24,7 @@ def _ack(offset: int, commit_ns: int) -> Ack:
 
 
 def _message(offset: int, value: bytes, timestamp_ns: int) -> Message:
-    return Message(
-        offset=offset,
-        key=None,
-        value=value,
-        partition=1,
-        stream="s",
-        subject="s.1",
-        reply_subject="",
-        timestamp_ns=timestamp_ns,
-    )
+    return make_message(offset, value, partition=1, timestamp_ns=timestamp_ns)
 
 
 def test_an_offset_holding_a_message_written_after_its_ack_proves_a_rewrite() -> None:

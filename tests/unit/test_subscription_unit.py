@@ -17,6 +17,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.opening import build_subscribe_request as _build_request
 from liftbridge_sync.subscription.stream import _Mailbox
+from tests.messages import make_message
 
 # ---------------------------------------------------------------------- requests
 
@@ -314,15 +315,7 @@ def test_one_scheduler_per_client_closed_with_the_client() -> None:
 
 
 def _msg(offset: int, partition: int = 0) -> Message:
-    return Message(
-        offset=offset,
-        key=None,
-        value=b"",
-        partition=partition,
-        stream="s",
-        subject="s",
-        reply_subject="",
-    )
+    return make_message(offset, partition=partition, subject="s")
 
 
 def test_mailbox_is_fifo_and_ends_when_every_producer_is_done() -> None:
