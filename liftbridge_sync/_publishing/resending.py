@@ -63,8 +63,9 @@ class Resender:
         #: When the stream last broke or a broker last refused for want of NATS.
         self._disrupted_at = -INF
         self._next_stall_check = 0.0
-        #: Publishes the server could not hand to NATS, to send again at the time below.
-        self._refused: list[Entry] = []
+        #: Publishes the server could not hand to NATS, to send again at the time below,
+        #: each with when it had last been re-sent as the refusal came (see refused).
+        self._refused: list[tuple[Entry, float]] = []
         self._resend_refused_at: float | None = None
         self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
         #: NOT_FOUND refusals from brokers still rebuilding their streams.
@@ -95,7 +96,7 @@ class Resender:
     def refused(self, entry: Entry) -> None:
         """The server did not store ``entry`` for now: it goes again shortly (its own
         deadline still bounds it)."""
-        self._refused.append(entry)
+        self._refused.append((entry, entry.resent_at))
         self._disrupted_at = self._clock()
 
     def answers_handled(self) -> None:
@@ -115,8 +116,15 @@ class Resender:
         pending = self._table.entries
 
         def still_pending() -> list[Entry]:
-            entries = [e for e in refused if pending.get(e.correlation_id) is e]
-            return sorted(entries, key=lambda e: e.seq)
+            # Once each, and not if sent again since it was refused (a stall re-send, a
+            # new stream): that copy is on its way and answers for itself. A copy per
+            # refusal would store the message as often once the server takes it.
+            entries = {
+                e.correlation_id: e
+                for e, resent_at in refused
+                if pending.get(e.correlation_id) is e and e.resent_at == resent_at
+            }
+            return sorted(entries.values(), key=lambda e: e.seq)
 
         count = self._table.send_again(still_pending)
         if not count:

@@ -324,3 +324,43 @@ def test_publishes_after_the_window_emptied_are_still_watched(
     assert ack is not None and stats.resent_after_stall == 1
     assert waited < 10
     assert [r.value for r in fake.received][-2:] == [b"lost", b"lost"]
+
+
+def test_a_refused_publish_also_sent_again_meanwhile_is_stored_once(
+    fake: FakeBroker, transport: str
+) -> None:
+    # The broker's NATS connection stays down longer than resend_after: while the
+    # refused publish waits for its back-off, its partition is silent, troubled (the
+    # refusal) and idle, so the stall path sends it again, and that copy is refused
+    # too. Each refusal was noted for the back-off's re-send, which then sent one copy
+    # per refusal: once NATS was back, the message was stored as many times.
+    nats_up = threading.Event()
+    stored: list[bytes] = []
+
+    def script(request: object, n: int) -> object:
+        if not nats_up.is_set():
+            return ("error", 3, NATS_DOWN)
+        stored.append(request.value)  # type: ignore[attr-defined]
+        return "ack"
+
+    fake.publish_script = script
+    # The refusals' back-off (4 s) outlasts several silences of resend_after (0.1 s).
+    retry = lb.RetryPolicy(max_attempts=20, max_delay=30.0, initial=4.0, maximum=4.0, jitter=0)
+    with Client(
+        [fake.address], retry=retry, publish_transport=transport, resend_after=0.1
+    ) as client:
+        future = client.publish_async("s", b"x", partition=0, timeout=30)
+        wait_until(lambda: client.publisher_stats().resent_after_stall >= 2, timeout=10)
+        # Acks may still come now (uncommitted offsets at the leader): the stall path
+        # sends nothing more; a probe asked for after this one sees it.
+        fake.cluster.newest_offset, fake.cluster.high_watermark = 10, 5
+        probes = client.publisher_stats().stall_probes
+        wait_until(lambda: client.publisher_stats().stall_probes >= probes + 2, timeout=10)
+        nats_up.set()
+        ack = future.result(timeout=30)
+        stats = client.publisher_stats()
+        sent = 1 + stats.resent_after_stall + stats.resent_after_refusal
+        wait_until(lambda: len(fake.received) >= sent, timeout=10)
+    assert ack is not None and ack.offset == 0
+    assert stored == [b"x"]
+    assert stats.resent_after_refusal == 1
