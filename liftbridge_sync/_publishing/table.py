@@ -406,7 +406,20 @@ class PendingTable:
                 return 0
             entries = pick()
             if entries:
-                stream.send_many([e.framed for e in entries])
+                # AckPolicy.NONE: done once written, so the stream is told to say when
+                # (a StreamSent event), as on the first send; without a note it would
+                # fail with "not sent" at its deadline after going out.
+                batch: list[bytes] = []
+                for entry in entries:
+                    if entry.wants_ack:
+                        batch.append(entry.framed)
+                        continue
+                    if batch:
+                        stream.send_many(batch)
+                        batch = []
+                    stream.send_framed(entry.framed, entry.correlation_id)
+                if batch:
+                    stream.send_many(batch)
                 now = core.clock()
                 for entry in entries:
                     entry.resent_at = now

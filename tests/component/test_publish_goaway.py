@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_sync import Client
+from liftbridge_sync import AckPolicy, Client
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
 from tests.waiting import wait_until
@@ -75,3 +75,29 @@ def test_what_the_draining_broker_leaves_unanswered_goes_to_the_next_one(
     assert errors == [None] * 100
     assert sorted(r.value for r in second.received) == sorted(b"%d" % i for i in range(20, 100))
     assert stats.resent_after_reconnect == 80
+
+
+def test_fire_and_forget_publishes_the_draining_broker_never_read_are_sent_and_resolved(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    # The broker stops reading (its handler blocks on the first request): the stream's
+    # flow-control window fills and most publishes (AckPolicy.NONE, done once written)
+    # stay queued here when the grace runs out. They go to the other broker, and each
+    # resolves once written there, not with an ack timeout ("not sent") after it was.
+    first, second = brokers
+    first.publish_script = lambda request, n: ("delay", 3.0) if n == 1 else "ack"
+    value = b"v" * (64 << 10)
+    count = 512  # 32 MiB: more than the broker's windows
+    with Client([first.address], retry=FAST_RETRY, publish_transport="h2") as client:
+        client.fetch_metadata()
+        futures = [
+            client.publish_async("s", value, partition=0, ack_policy=AckPolicy.NONE, timeout=5)
+            for _ in range(count)
+        ]
+        wait_until(lambda: len(first.received) >= 1, what="the first publish to arrive")
+        first.stop_gracefully(grace=0.3)
+        errors = [f.exception(timeout=30) for f in futures]
+        stats = client.publisher_stats()
+    assert stats.resent_after_reconnect > 0  # the broker left some unread
+    assert errors == [None] * count
+    wait_until(lambda: len(second.received) >= stats.resent_after_reconnect)
