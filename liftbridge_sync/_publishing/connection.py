@@ -94,9 +94,10 @@ class PublishConnection:
         #: The live stream (``None``: not connected).
         self.stream: PublishStream | None = None
         #: Streams whose broker is shutting down gracefully, by epoch: each answers
-        #: the publishes it was sent (their ids alongside) and then ends; the next
-        #: stream does not send those again unless it ends without answering them.
-        self.draining: dict[int, tuple[PublishStream, set[str]]] = {}
+        #: the publishes it was sent and then ends; the next stream does not send those
+        #: again unless it ends without answering them. Alongside, their ids, each with
+        #: when it had last been re-sent (see _on_drained).
+        self.draining: dict[int, tuple[PublishStream, dict[str, float]]] = {}
         #: The number of the newest stream (events of older ones are told apart by it).
         self.epoch = 0
         #: When to open the next stream after one ended (``None``: not scheduled).
@@ -190,7 +191,7 @@ class PublishConnection:
         self.stream = stream
         self._connects += 1
         # Those of draining streams are answered by them, unless those fail.
-        held: set[str] = set().union(*(ids for _, ids in self.draining.values()))
+        held: set[str] = set().union(*(ids.keys() for _, ids in self.draining.values()))
         entries = self._table.go_live(stream, held, confirmed)
         if entries:
             _log.info("publish stream %d open on %s; sent %d", self.epoch, address, len(entries))
@@ -202,7 +203,9 @@ class PublishConnection:
         was sent, so that stays with it; new publishes go to a new stream at once."""
         stream = self.stream
         assert stream is not None
-        held = self._table.go_offline()
+        ids = self._table.go_offline()
+        pending = self._table.entries
+        held = {i: e.resent_at for i in ids if (e := pending.get(i)) is not None}
         self.stream = None
         self.draining[self.epoch] = (stream, held)
         # Half-close after whatever was queued on it: the broker ends the call once it
@@ -228,7 +231,13 @@ class PublishConnection:
 
         def unanswered() -> list[Entry]:
             # get(), not a look then an index: an ack may remove the entry in between.
-            left = [e for i in held if (e := pending.get(i)) is not None]
+            # Not those sent again on the live stream meanwhile (their partition went
+            # silent): that copy answers for itself, and one more would follow it.
+            left = [
+                e
+                for i, resent_at in held.items()
+                if (e := pending.get(i)) is not None and e.resent_at == resent_at
+            ]
             return sorted(left, key=lambda e: e.seq)
 
         count = self._table.send_again(unanswered)
@@ -241,6 +250,13 @@ class PublishConnection:
     def _on_stream_closed(self, error: LiftbridgeError | None) -> None:
         self._resender.disrupted()
         self._table.go_offline()
+        pending = self._table.entries
+        for _, held in self.draining.values():
+            # Copies re-sent on this stream are lost with it: the draining stream's end
+            # sends those it leaves unanswered again after all.
+            for i in list(held):
+                if (e := pending.get(i)) is not None:
+                    held[i] = e.resent_at
         stream, self.stream = self.stream, None
         if stream is not None:
             stream.join(1.0)

@@ -9,6 +9,7 @@ publishes go to another broker at once, and nothing answered is sent twice.
 from __future__ import annotations
 
 import collections
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -101,3 +102,53 @@ def test_fire_and_forget_publishes_the_draining_broker_never_read_are_sent_and_r
     assert stats.resent_after_reconnect > 0  # the broker left some unread
     assert errors == [None] * count
     wait_until(lambda: len(second.received) >= stats.resent_after_reconnect)
+
+
+def test_a_held_publish_sent_again_meanwhile_does_not_go_again_when_the_drain_ends(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    # A publish waits for the draining broker's answer; meanwhile its partition's leader
+    # moved and the silence got it re-sent on the live connection. When the draining
+    # stream then ended without answering it, it went to the live connection a second
+    # time while the first copy was still unanswered there: stored twice.
+    first, second = brokers
+    first_reads, second_acks = threading.Event(), threading.Event()
+
+    def held_by_first(request: object, n: int) -> str:
+        first_reads.wait(20)  # the draining broker keeps the stream open until then
+        return "drop"
+
+    def acked_by_second(request: object, n: int) -> str:
+        second_acks.wait(20)
+        return "ack"
+
+    first.publish_script = held_by_first
+    second.publish_script = acked_by_second
+    with Client(
+        [first.address], retry=FAST_RETRY, publish_transport="h2", resend_after=0.1
+    ) as client:
+        client.fetch_metadata()  # the client knows leader a
+        future = client.publish_async("s", b"x", partition=0, timeout=30)
+        wait_until(lambda: len(first.received) == 1, what="the publish to arrive")
+        first.stop_gracefully(grace=20)
+        wait_until(lambda: client.publisher_stats().connects == 2, what="a second connection")
+        first.cluster.leader = "b"
+        wait_until(lambda: client.publisher_stats().resent_after_stall >= 1, timeout=10)
+        # Uncommitted offsets at the new leader: the stall path sends nothing more (a
+        # probe asked for after this one sees it).
+        first.cluster.newest_offset, first.cluster.high_watermark = 10, 5
+        probes = client.publisher_stats().stall_probes
+        wait_until(lambda: client.publisher_stats().stall_probes >= probes + 2, timeout=10)
+        publisher = client._publisher
+        assert publisher is not None
+        connection = publisher._loop._connection
+        first_reads.set()
+        wait_until(lambda: not connection.draining, what="the draining stream to end")
+        second_acks.set()
+        ack = future.result(timeout=30)
+        stats = client.publisher_stats()
+        sent = stats.resent_after_stall + stats.resent_after_reconnect
+        wait_until(lambda: len(second.received) >= sent, what="every copy to arrive")
+    assert ack is not None
+    assert [r.value for r in second.received] == [b"x"] * stats.resent_after_stall
+    assert stats.resent_after_reconnect == 0
