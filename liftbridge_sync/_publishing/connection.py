@@ -208,6 +208,8 @@ class PublishConnection:
         held = {i: e.resent_at for i in ids if (e := pending.get(i)) is not None}
         self.stream = None
         self.draining[self.epoch] = (stream, held)
+        # Nothing more is queued on it (it is offline): what it still has to write.
+        self._resender.draining(stream, held.keys(), stream.queued_mark())
         # Half-close after whatever was queued on it: the broker ends the call once it
         # has answered (it waits for nothing more from us).
         stream.close()
@@ -223,6 +225,7 @@ class PublishConnection:
         """A draining stream ended: what it left unanswered goes again (in order) on the
         live stream, or on the next one."""
         stream, held = self.draining.pop(epoch)
+        self._resender.drained(stream)
         stream.join(1.0)
         if error is not None:
             _log.info("draining publish stream %d ended: %s", epoch, error)

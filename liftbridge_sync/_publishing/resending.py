@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
 from liftbridge_sync._publishing.pending import INF, Entry
@@ -60,6 +60,9 @@ class Resender:
         self._idle_since: dict[PartitionKey, float] = {}
         #: The live stream and its queued mark when each probe under way was asked for.
         self._marks: dict[PartitionKey, tuple[PublishStream, int]] = {}
+        #: Streams draining (see connection): the ids of the publishes each was sent,
+        #: and its final queued mark (nothing is queued on it after the drain began).
+        self._draining: dict[PublishStream, tuple[Collection[str], int]] = {}
         #: When the stream last broke or a broker last refused for want of NATS.
         self._disrupted_at = -INF
         self._next_stall_check = 0.0
@@ -78,6 +81,14 @@ class Resender:
     def resend_refused_at(self) -> float | None:
         """When refused publishes are due to go again (``None``: none are)."""
         return self._resend_refused_at
+
+    def draining(self, stream: PublishStream, ids: Collection[str], mark: int) -> None:
+        """``stream`` drains: it still writes what it was queued, up to ``mark``."""
+        self._draining[stream] = (ids, mark)
+
+    def drained(self, stream: PublishStream) -> None:
+        """A draining stream ended."""
+        self._draining.pop(stream, None)
 
     def disrupted(self) -> None:
         """The stream broke: trouble for every partition silent since shortly before."""
@@ -217,6 +228,11 @@ class Resender:
             _log.debug("partition %s/%d is silent, but not all was written yet", *result.key)
             return
         pending = self._table.entries
+        # Likewise those still in the queue of a draining stream, which writes them yet.
+        queued: set[str] = set()
+        for old, (ids, end) in self._draining.items():
+            if not old.written_through(end):
+                queued.update(ids)
 
         def silent() -> list[Entry]:
             # A snapshot first (one C call): threads settling acks remove entries
@@ -225,7 +241,10 @@ class Resender:
             return [
                 e
                 for e in list(pending.values())
-                if e.wants_ack and e.sent_at() <= result.started and e.partition_key() == result.key
+                if e.wants_ack
+                and e.sent_at() <= result.started
+                and e.partition_key() == result.key
+                and e.correlation_id not in queued
             ]
 
         count = self._table.send_again(silent)

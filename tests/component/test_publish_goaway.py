@@ -152,3 +152,63 @@ def test_a_held_publish_sent_again_meanwhile_does_not_go_again_when_the_drain_en
     assert ack is not None
     assert [r.value for r in second.received] == [b"x"] * stats.resent_after_stall
     assert stats.resent_after_reconnect == 0
+
+
+def test_publishes_still_queued_for_the_draining_broker_are_not_resent_meanwhile(
+    brokers: tuple[FakeBroker, FakeBroker],
+) -> None:
+    # The draining broker stops reading (its handler blocks on the first request), so
+    # most publishes are still in this client's queue for it; their partition's leader
+    # moves and they go silent. Re-sent on the live connection then, they were stored
+    # twice: the draining stream writes its queue once the broker reads again.
+    first, second = brokers
+    first_reads = threading.Event()
+
+    def blocked_then_acked(request: object, n: int) -> str:
+        first_reads.wait(20)
+        return "ack"
+
+    first.publish_script = blocked_then_acked
+    value = b"v" * (64 << 10)
+    count = 512  # 32 MiB: more than the broker's windows
+    with Client(
+        [first.address], retry=FAST_RETRY, publish_transport="h2", resend_after=0.1
+    ) as client:
+        client.fetch_metadata()  # the client knows leader a
+        futures = [
+            client.publish_async("s", b"%d" % i + value, partition=0, timeout=30)
+            for i in range(count)
+        ]
+        wait_until(lambda: len(first.received) >= 1, what="the first publish to arrive")
+        first.stop_gracefully(grace=20)
+        wait_until(lambda: client.publisher_stats().connects == 2, what="a second connection")
+        first.cluster.leader = "b"
+        # Probes enough to re-send several times over, were the silence proof of a loss.
+        wait_until(
+            lambda: (
+                client.publisher_stats().stall_probes >= 6
+                or client.publisher_stats().resent_after_stall > 0
+            ),
+            timeout=10,
+        )
+        stalled = client.publisher_stats().resent_after_stall
+        first.cluster.newest_offset, first.cluster.high_watermark = 10, 5  # no more
+        probes = client.publisher_stats().stall_probes
+        wait_until(
+            lambda: (
+                client.publisher_stats().stall_probes >= probes + 2
+                or all(f.done() for f in futures)
+            ),
+            timeout=10,
+        )
+        publisher = client._publisher
+        assert publisher is not None
+        connection = publisher._loop._connection
+        first_reads.set()
+        errors = [f.exception(timeout=30) for f in futures]
+        # Everything the draining stream was to write arrives before the stream ends.
+        wait_until(lambda: not connection.draining, what="the draining stream to end")
+    assert errors == [None] * count
+    arrivals = collections.Counter(r.value.rstrip(b"v") for r in first.received + second.received)
+    assert sorted(v for v, n in arrivals.items() if n > 1) == []  # none stored twice
+    assert stalled == 0

@@ -25,6 +25,7 @@ class _Entry:
 
     def __init__(self, key: tuple[str, int], on_look: Callable[[], object] = lambda: None) -> None:
         self.wants_ack = True
+        self.correlation_id = f"id-{id(self)}"
         self.framed = b""
         self._key = key
         self._on_look = on_look
