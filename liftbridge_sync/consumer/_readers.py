@@ -257,6 +257,17 @@ class Readers:
                 if not self._mailbox.put(reader, msg):
                     break
             else:
+                if sub.exhausted:
+                    # A read-only partition read to its end: no other member took it,
+                    # what the reader delivered still counts and its queued messages
+                    # still go out; nothing more will come, so it is not restarted.
+                    _log.info(
+                        "consumer %s: %s/%d is read-only and was read to its end",
+                        self._who,
+                        stream,
+                        partition,
+                    )
+                    return
                 # The server ends a group member's stream with OK when another member
                 # subscribes to the partition with a newer epoch: a rebalance race.
                 self._lost_race(reader, "the server ended the stream")

@@ -116,6 +116,9 @@ class PartitionConnection:
         self._closed = threading.Event()
         self._call: SubscribeCall | None = None
         self._done = False
+        #: The read ended because the server has nothing more for it (a read-only
+        #: partition read to its end, an empty range), not by a close of either side.
+        self._exhausted_by_server = False
         self._last_offset: int | None = None
         #: When the stream was lost (None: not lost, or lost by our own timeout cancel).
         self._broken_since: float | None = None
@@ -202,7 +205,7 @@ class PartitionConnection:
                         raise
                     return
         except _Ended:
-            self._done = True
+            self._done = self._exhausted_by_server = True
             raise StopIteration from None
         except (NoSuchStreamError, NoSuchPartitionError) as exc:
             if not resubscribing:

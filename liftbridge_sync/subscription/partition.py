@@ -140,6 +140,15 @@ class Subscription(PartitionConnection):
         """Whether :meth:`close` was called."""
         return self._closed.is_set()
 
+    @property
+    def exhausted(self) -> bool:
+        """Whether the iteration ended because the server has nothing more for it: a
+        read-only partition read to its end (or the stop position delivered), an empty
+        range. ``False`` when it ended otherwise, e.g. by :meth:`close`, or because the
+        server closed the stream (a consumer-group member with a newer epoch took the
+        partition)."""
+        return self._exhausted_by_server
+
     def stats(self) -> SubscriptionStats:
         """Resubscribes and out-of-order messages refused so far (see SubscriptionStats)."""
         return SubscriptionStats(resubscribes=self._resubscribes, out_of_order=self._out_of_order)
@@ -481,7 +490,7 @@ class Subscription(PartitionConnection):
         if isinstance(exc, ReadonlyPartitionError):
             # End of a read-only partition, or the stop position was delivered (only
             # those texts of RESOURCE_EXHAUSTED: any other is a failure, raised below).
-            self._done = True
+            self._done = self._exhausted_by_server = True
             raise StopIteration
         if self._target.reverse and code == "UNKNOWN" and _is_eof(exc):
             self._done = True

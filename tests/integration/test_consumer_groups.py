@@ -495,6 +495,34 @@ def test_get_many_hands_out_batches_that_count_as_processed_at_the_next_read(
             b.get_many(10, 0.5)  # every batch was committed
 
 
+def test_a_read_only_partition_is_read_to_its_end_once_and_its_positions_count(
+    client: Client,
+) -> None:
+    # The server ends a reader at the end of a read-only partition ("Stop offset
+    # reached" / "End of readonly partition"): no other member took it.
+    stream = unique("ro")
+    client.create_stream(stream, stream, partitions=1)
+    sent = [f"ro-{i}".encode() for i in range(30)]
+    for value in sent:
+        client.publish(stream, value, partition=0)
+    client.set_stream_readonly(stream)
+    with client.consumer(
+        unique("g"), streams=[stream], auto_commit=None, start=StartAt.earliest()
+    ) as consumer:
+        assert consumer.wait_for_assignment(15) == {(stream, 0)}
+        reader = [t for t in threading.enumerate() if t.name == f"liftbridge-consumer-{stream}-0"]
+        for thread in reader:
+            thread.join(15)  # it has queued the whole partition and reached its end
+            assert not thread.is_alive()
+        got = [consumer.get(10) for _ in sent]
+        assert [m.value for m in got] == sent
+        assert [m.offset for m in got] == list(range(len(sent)))
+        with pytest.raises(TimeoutError):
+            consumer.get(2.0)  # two polls: the partition is not read again
+        assert consumer.commit() == {(stream, 0): len(sent) - 1}
+        assert consumer.stats().expected_races == 0
+
+
 def test_wait_for_assignment_returns_the_first_answer_even_an_empty_one(client: Client) -> None:
     stream = unique("one")
     client.create_stream(stream, stream, partitions=1)
