@@ -36,6 +36,7 @@ import threading
 import uuid
 from collections.abc import Iterable, Sequence
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import (
@@ -140,7 +141,13 @@ class Consumer:
                 "'start' must be StartAt.earliest(), StartAt.latest() or StartAt.new_only(): "
                 "where partitions without a committed cursor begin"
             )
-        interval = check_timeout("auto_commit", auto_commit, allow_zero=False)
+        # None: manual commits only. inf is no interval (check_timeout would read it as
+        # None, and nothing would be committed at all, not even on revoke or close).
+        interval = (
+            None
+            if auto_commit is None
+            else check_seconds("auto_commit", auto_commit, allow_zero=False, unlimited=False)
+        )
         if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
             raise ConfigurationError("'buffer' must be an int >= 1")
         if not isinstance(rejoin, bool):

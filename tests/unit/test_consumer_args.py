@@ -31,7 +31,9 @@ def test_bad_arguments_raise_before_the_wire(
             client.consumer(group, auto_commit=None, **kwargs)
 
 
-@pytest.mark.parametrize("interval", [0, -1.0, float("nan")])
+# inf is no interval: it used to pass as None, so nothing was ever committed, not even
+# on revoke or close, which any interval promises.
+@pytest.mark.parametrize("interval", [0, -1.0, float("nan"), float("inf")])
 def test_auto_commit_must_be_a_positive_interval_or_none(interval: float) -> None:
     with Client("127.0.0.1:1") as client:
         with pytest.raises(ConfigurationError, match="auto_commit"):
