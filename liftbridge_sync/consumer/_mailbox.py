@@ -36,6 +36,10 @@ class PartitionReader:
     #: partition comes back before the next read (its new owner may have moved the
     #: cursor on meanwhile).
     released: bool = False
+    #: The last offset the failed reader of the partition before this one queued (its
+    #: queued messages are this one's now): this one reads on after it (``None``: from
+    #: the cursor, or the start position).
+    resume_after: int | None = None
 
 
 class Mailbox:
@@ -68,6 +72,14 @@ class Mailbox:
             if self._error is None:
                 self._error = error
             self._cond.notify_all()
+
+    def hand_over(self, old: PartitionReader, new: PartitionReader) -> None:
+        """``old``'s queued messages are ``new``'s from now (a failed reader restarted
+        where it stopped: they go out, and count, as the new reader's)."""
+        with self._cond:
+            self._items = collections.deque(
+                (new if reader is old else reader, msg) for reader, msg in self._items
+            )
 
     def wake(self) -> None:
         """Wake blocked calls to re-check their reader (one was stopped)."""

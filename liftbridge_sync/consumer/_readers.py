@@ -149,8 +149,17 @@ class Readers:
             self._counters.reader_restarts += sum(
                 1 for r in revoked if (r.stream, r.partition) in wanted
             )
+        # A failed reader of a partition still ours (never released) is restarted where
+        # it stopped: its queued messages are handed over to the new reader, which reads
+        # on after them. Starting from the cursor would drop them, and with no cursor the
+        # start position (new-only) would skip them and all that came meanwhile.
+        failed: dict[Key, PartitionReader] = {}
         for reader in revoked:
-            self.stop(reader)
+            if reader.released:
+                self.stop(reader)
+            else:
+                self._join(reader)  # its thread ends by itself
+                failed[(reader.stream, reader.partition)] = reader
         if revoked:
             _log.info(
                 "consumer %s: epoch %d: stopped %s",
@@ -170,10 +179,17 @@ class Readers:
             )
         for stream, partition in added:
             reader = PartitionReader(stream, partition, epoch)
+            old = failed.get((stream, partition))
+            if old is not None:
+                last = old.sub.last_offset if old.sub is not None else None
+                reader.resume_after = old.resume_after if last is None else last
             with self._lock:
                 if self._shut:
                     return False
                 self._readers[(stream, partition)] = reader
+                if old is not None:
+                    self._mailbox.hand_over(old, reader)
+                    old.stopped = True
                 # Started under the lock: close() lists the readers under it too, and
                 # must never find one whose thread exists but has not started (joining
                 # it would raise).
@@ -196,6 +212,10 @@ class Readers:
         if sub is not None:
             sub.close()
         self._mailbox.wake()
+        self._join(reader)
+
+    def _join(self, reader: PartitionReader) -> None:
+        """Wait for ``reader``'s thread to end (a failed one ends by itself)."""
         thread = reader.thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._core.options.rpc_timeout * 2 + 1.0)
@@ -212,7 +232,10 @@ class Readers:
 
     # ------------------------------------------------------------------ reader threads
 
-    def _start_position(self, stream: str, partition: int) -> StartAt:
+    def _start_position(self, reader: PartitionReader) -> StartAt:
+        if reader.resume_after is not None:
+            return StartAt.offset(reader.resume_after + 1)
+        stream, partition = reader.stream, reader.partition
         cursor = self._commits.fetch((stream, partition))
         if cursor >= 0:
             return StartAt.offset(cursor + 1)
@@ -228,7 +251,7 @@ class Readers:
                 core,
                 stream,
                 partition,
-                self._start_position(stream, partition),
+                self._start_position(reader),
                 None,
                 read_isr_replica=False,
                 resume=False,

@@ -19,6 +19,7 @@ import pytest
 from liftbridge_sync import (
     ActivityEvent,
     ActivityStream,
+    BrokerUnavailableError,
     Client,
     ClientClosedError,
     ConsumerGroupNotFoundError,
@@ -30,7 +31,8 @@ from liftbridge_sync import (
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
-from liftbridge_sync.consumer import Consumer, ConsumerStats
+from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
+from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.waiting import wait_until
 
@@ -521,6 +523,56 @@ def test_a_read_only_partition_is_read_to_its_end_once_and_its_positions_count(
             consumer.get(2.0)  # two polls: the partition is not read again
         assert consumer.commit() == {(stream, 0): len(sent) - 1}
         assert consumer.stats().expected_races == 0
+
+
+def test_a_failed_reader_restarts_where_it_stopped_on_a_partition_still_assigned(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader fails (its subscription gave up: a failover outlasting resubscribe_wait,
+    # here injected) and starts again at the next poll. The partition never left the
+    # member and nothing is committed yet: what the reader had queued must still go out,
+    # and the new reader must not start from the start position (new-only) again.
+    stream = unique("fail")
+    client.create_stream(stream, stream, partitions=1)
+    sent_a = [f"a-{i}".encode() for i in range(10)]
+
+    class GivesUpOnce(Subscription):
+        """The first one gives up once it has handed out the last message of batch A."""
+
+        gave_up = False
+
+        def __next__(self) -> Message:
+            if getattr(self, "_armed", False):
+                GivesUpOnce.gave_up = True
+                raise BrokerUnavailableError("injected: no leader within resubscribe_wait")
+            msg = super().__next__()
+            self._armed = msg.value == sent_a[-1] and not GivesUpOnce.gave_up
+            return msg
+
+    monkeypatch.setattr(_readers, "Subscription", GivesUpOnce)
+    with client.consumer(unique("g"), streams=[stream], auto_commit=30.0) as consumer:
+        assert consumer.wait_for_assignment(15) == {(stream, 0)}
+
+        def reading() -> bool:  # new-only: the reader is subscribed once a message comes
+            client.publish(stream, b"warm-up", partition=0)
+            try:
+                return consumer.get(0.5).value == b"warm-up"
+            except TimeoutError:
+                return False
+
+        wait_until(reading, 15, "the reader subscribed")
+        for value in sent_a:
+            client.publish(stream, value, partition=0)
+        wait_until(lambda: not consumer.assignment(), 15, "the reader gave up")
+        sent_b = [f"b-{i}".encode() for i in range(5)]
+        for value in sent_b:
+            client.publish(stream, value, partition=0)
+        # Nothing of A is read before the restart (reading it would commit it on the way).
+        wait_until(lambda: bool(consumer.assignment()), 15, "the reader restarted")
+        got = [consumer.get(10).value for _ in sent_a + sent_b]
+        assert got == sent_a + sent_b
+        with pytest.raises(TimeoutError):
+            consumer.get(0.5)  # nothing twice
 
 
 def test_wait_for_assignment_returns_the_first_answer_even_an_empty_one(client: Client) -> None:

@@ -142,6 +142,8 @@ def test_reconcile_releases_only_the_partitions_taken_away() -> None:
     gone = PartitionReader(*KEY, epoch=1)
     for reader in (restarted, kept, gone):
         member.reading(reader)
+    queued = _message(7)
+    assert member.readers._mailbox.put(restarted, queued)  # before it failed
     started: list[PartitionReader] = []
     # The restarted partition's new reader gets a thread that only notes it started.
     member.readers._read = started.append  # type: ignore[method-assign,assignment]
@@ -155,6 +157,9 @@ def test_reconcile_releases_only_the_partitions_taken_away() -> None:
     assert new.thread is not None
     new.thread.join(5)
     assert started == [new]
+    # What the failed reader queued goes out as the new reader's (dropped with it if
+    # the partition is taken away or the member dropped).
+    assert member.readers._mailbox.get(0) == (new, queued)
 
 
 def test_a_reader_that_lost_a_race_to_a_newer_epoch_counts_for_nothing() -> None:
