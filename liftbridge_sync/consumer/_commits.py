@@ -49,6 +49,13 @@ class Commits:
         """The messages the iterator handed out now. Call with the lock held."""
         self._pending = [(reader, msg.offset) for reader, msg in batch]
 
+    def hand_over(self, old: PartitionReader, new: PartitionReader) -> None:
+        """``old``'s deliveries not yet processed are ``new``'s from now (a failed
+        reader restarted where it stopped): they count while ``new``'s partition stays
+        this member's, and no longer once ``new`` is released. Call with the lock held.
+        """
+        self._pending = [(new if r is old else r, offset) for r, offset in self._pending]
+
     def mark_processed(self, assigned: Container[Key]) -> None:
         """The messages delivered last were processed: record their positions.
 

@@ -189,6 +189,7 @@ class Readers:
                 self._readers[(stream, partition)] = reader
                 if old is not None:
                     self._mailbox.hand_over(old, reader)
+                    self._commits.hand_over(old, reader)
                     old.stopped = True
                 # Started under the lock: close() lists the readers under it too, and
                 # must never find one whose thread exists but has not started (joining

@@ -31,6 +31,7 @@ class _Core:
 
     def __init__(self) -> None:
         self.cursors: list[tuple[str, int, int]] = []
+        self.options = types.SimpleNamespace(rpc_timeout=1.0)  # readers' joins
 
     def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
         self.cursors.append((stream, partition, offset))
@@ -160,6 +161,23 @@ def test_reconcile_releases_only_the_partitions_taken_away() -> None:
     # What the failed reader queued goes out as the new reader's (dropped with it if
     # the partition is taken away or the member dropped).
     assert member.readers._mailbox.get(0) == (new, queued)
+
+
+def test_a_restarted_readers_delivery_is_released_with_the_partition() -> None:
+    """A failed reader is restarted; the message it handed out before is still being
+    processed when the partition is taken away and given back. Its new owner meanwhile
+    may have moved the cursor on: the old delivery must not count, as for any other."""
+    member = _Member()
+    started: list[PartitionReader] = []
+    member.readers._read = started.append  # type: ignore[method-assign,assignment]
+    failed = PartitionReader(*KEY, epoch=1, failed=True)
+    member.reading(failed)
+    member.deliver(failed, 10)  # handed out, not processed yet
+    assert member.readers.reconcile([_assignment(0)], epoch=1)  # restarted
+    assert member.readers.reconcile([], epoch=2)  # taken away
+    member.reading(PartitionReader(*KEY, epoch=3))  # given back, a new reader
+    assert member.next_read_and_commit() == {}
+    assert member.core.cursors == []
 
 
 def test_a_reader_that_lost_a_race_to_a_newer_epoch_counts_for_nothing() -> None:
