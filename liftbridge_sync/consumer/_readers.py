@@ -238,8 +238,25 @@ class Readers:
             return StartAt.offset(reader.resume_after + 1)
         stream, partition = reader.stream, reader.partition
         cursor = self._commits.fetch((stream, partition))
-        if cursor >= 0:
+        if cursor < 0:
+            return self._start
+        # A cursor is only ever committed for a message delivered, so the log reaches
+        # it, on any leader since (each comes from the ISR). Past the log's end, the
+        # stream was deleted and created again under its name (v1.9.0 keeps the cursors
+        # of a deleted stream): starting after the cursor would skip every message up
+        # to it. As Kafka's auto.offset.reset, the start position applies instead.
+        meta = self._core.fetch_partition_metadata(stream, partition)
+        if meta.paused or cursor <= meta.newest_offset:
             return StartAt.offset(cursor + 1)
+        _log.warning(
+            "consumer %s: %s/%d: cursor %d is past the partition's newest offset %d (the "
+            "stream was created again): reading from the start position instead",
+            self._who,
+            stream,
+            partition,
+            cursor,
+            meta.newest_offset,
+        )
         return self._start
 
     def _read(self, reader: PartitionReader) -> None:

@@ -810,3 +810,29 @@ def test_the_metadata_leader_names_the_coordinator_without_a_report(
         assert member.stats().coordinator_changes == 0
     with pytest.raises(ConsumerGroupNotFoundError):
         membership._ask_coordinator()
+
+
+def test_a_cursor_past_the_end_of_a_stream_created_again_starts_from_the_start_position(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # v1.9.0 keeps a group's cursors when their stream is deleted: the stream created
+    # again under the same name starts at offset 0, below the old cursor. Starting
+    # after that cursor would skip every message up to it without a word.
+    group = unique("g")
+    name = unique("grp")
+    start = StartAt.earliest()
+    client.create_stream(name, name)
+    for i in range(20):
+        client.publish(name, b"old-%d" % i)
+    with client.consumer(group, streams=[name], auto_commit=None, start=start) as a:
+        assert [a.get(10).value for _ in range(20)] == [b"old-%d" % i for i in range(20)]
+        assert a.commit() == {(name, 0): 19}
+    client.delete_stream(name)
+    client.create_stream(name, name)
+    new = [b"new-%d" % i for i in range(5)]
+    for value in new:
+        client.publish(name, value)
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
+        with client.consumer(group, streams=[name], auto_commit=None, start=start) as b:
+            assert [b.get(10).value for _ in range(5)] == new
+    assert f"{name}/0" in caplog.text and "cursor 19" in caplog.text
