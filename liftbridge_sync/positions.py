@@ -134,7 +134,9 @@ class StartAt:
         """Resume after the offset stored under ``cursor_id`` (earliest when none is stored).
 
         The cursor holds the last processed offset (Go client semantics), so reading
-        resumes at cursor + 1.
+        resumes at cursor + 1. A cursor past the partition's newest offset (a stream
+        deleted and created again under its name: v1.9.0 keeps its cursors) counts as
+        none stored, with a WARNING.
         """
         if not isinstance(cursor_id, str) or not cursor_id:
             raise ConfigurationError("cursor_id must be a non-empty str")

@@ -9,6 +9,8 @@ not subscribed at all. Functions only: thread-safe.
 
 from __future__ import annotations
 
+import logging
+
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
@@ -23,6 +25,8 @@ __all__ = [
     "open_partition",
     "open_subscription",
 ]
+
+_log = logging.getLogger("liftbridge_sync.subscription")
 
 
 _TIME_STARTS = (StartKind.TIMESTAMP, StartKind.TIME_DELTA)
@@ -110,12 +114,12 @@ def build_subscribe_request(
         request.startTimestamp = since
     elif kind is StartKind.CURSOR:
         cursor = core.fetch_cursor(start.cursor_id, stream, partition)
-        if cursor < 0:
-            request.startPosition = api_pb2.EARLIEST
-        else:
+        if cursor >= 0 and _cursor_in_range(core, stream, partition, start.cursor_id, cursor):
             first = cursor + 1
             request.startPosition = api_pb2.OFFSET
             request.startOffset = first
+        else:
+            request.startPosition = api_pb2.EARLIEST
     else:  # pragma: no cover - exhaustive over StartKind
         raise ConfigurationError(f"unsupported start position {kind}")
     if stop is None:
@@ -134,6 +138,31 @@ def build_subscribe_request(
     request.stopPosition = api_pb2.STOP_OFFSET
     request.stopOffset = last
     return request
+
+
+def _cursor_in_range(
+    core: ClientCore, stream: str, partition: int, cursor_id: str, cursor: int
+) -> bool:
+    """Whether ``cursor`` lies in the partition's log (at or before its newest offset).
+
+    One past it is what a stream deleted and created again under its name leaves
+    (v1.9.0 keeps the cursors of a deleted stream): reading after it would skip every
+    message up to it, unsaid. Out of range counts as no cursor (earliest), with a
+    WARNING, as Kafka's ``auto.offset.reset``.
+    """
+    meta = core.fetch_partition_metadata(stream, partition)
+    if meta.paused or cursor <= meta.newest_offset:
+        return True
+    _log.warning(
+        "%s/%d: cursor %r at %d is past the partition's newest offset %d (the stream was "
+        "created again?): reading from the earliest offset instead",
+        stream,
+        partition,
+        cursor_id,
+        cursor,
+        meta.newest_offset,
+    )
+    return False
 
 
 def first_offset_since(

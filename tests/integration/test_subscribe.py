@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -425,6 +426,26 @@ def test_checkpoint_and_resume_from_cursor(liftbridge_client: Client, stream5: s
     empty = liftbridge_client.subscribe(stream5, start=StartAt.earliest())
     assert empty.checkpoint("c2") is None
     empty.close()
+
+
+def test_a_cursor_past_the_newest_offset_reads_from_the_earliest_with_a_warning(
+    liftbridge_client: Client, stream5: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As a stream deleted and created again leaves it (v1.9.0 keeps the cursors): read
+    # after it, the subscription would wait for offset 51 and skip 0 ... 50 unsaid.
+    liftbridge_client.set_cursor("ahead", stream5, 0, 50)
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.subscription"):
+        sub = liftbridge_client.subscribe(stream5, start=StartAt.cursor("ahead"))
+        with sub:
+            assert offsets(take(sub, 5)) == [0, 1, 2, 3, 4]
+    assert "cursor 'ahead'" in caplog.text and "past the partition's newest offset 4" in caplog.text
+    # At the newest offset the cursor is in range: nothing new to read yet.
+    liftbridge_client.set_cursor("ahead", stream5, 0, 4)
+    caplog.clear()
+    with liftbridge_client.subscribe(stream5, start=StartAt.cursor("ahead")) as sub:
+        with pytest.raises(TimeoutError):
+            sub.get(0.3)
+    assert "past the partition" not in caplog.text
 
 
 # ---------------------------------------------------------------------- whole stream

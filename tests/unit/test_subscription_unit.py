@@ -26,6 +26,7 @@ from tests.messages import make_message
 class _Meta:
     newest_offset: int
     high_watermark: int
+    paused: bool = False
 
 
 class FakeClient:
@@ -196,12 +197,25 @@ def test_reverse_positions_are_left_to_the_server() -> None:
 
 
 def test_cursor_start_resumes_after_the_stored_offset() -> None:
-    client = FakeClient(cursor=6)
+    client = FakeClient(newest=9, cursor=6)
     request = build(StartAt.cursor("c"), client=client)
     assert request is not None
     assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 7)
-    assert client.calls == ["cursor c s 2"]
+    assert client.calls == ["cursor c s 2", "metadata"]
+    request = build(StartAt.cursor("c"), client=FakeClient(newest=6, cursor=6))
+    assert request is not None
+    assert (request.startPosition, request.startOffset) == (api_pb2.OFFSET, 7)
     request = build(StartAt.cursor("c"), client=FakeClient(cursor=-1))
+    assert request is not None
+    assert request.startPosition == api_pb2.EARLIEST
+
+
+def test_a_cursor_past_the_newest_offset_counts_as_none() -> None:
+    # What a stream deleted and created again leaves: reading after it would skip.
+    request = build(StartAt.cursor("c"), client=FakeClient(newest=3, cursor=6))
+    assert request is not None
+    assert request.startPosition == api_pb2.EARLIEST
+    request = build(StartAt.cursor("c"), client=FakeClient(newest=-1, cursor=0))
     assert request is not None
     assert request.startPosition == api_pb2.EARLIEST
 
