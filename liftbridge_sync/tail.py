@@ -205,7 +205,8 @@ _FIELDS: dict[str, Callable[[Message], bytes]] = {
 class Template:
     """A kcat-style output template (``-f '%k %o %s\\n'``), checked once, rendered per message.
 
-    See :data:`TEMPLATE_HELP` for the fields. Values and keys are written as their bytes.
+    See :data:`TEMPLATE_HELP` for the fields. Values and keys are written as their bytes,
+    and so is the text of an argument that is not UTF-8 (decoded with surrogate escapes).
 
     Raises:
         ConfigurationError: from the constructor, for an unknown ``%`` field or escape.
@@ -238,7 +239,11 @@ class Template:
                 else:
                     raise ConfigurationError(f"unknown field %{code} in template; {TEMPLATE_HELP}")
                 continue
-            literal += char.encode("utf-8")
+            try:
+                # An argument that is not UTF-8 arrives with surrogate escapes: its bytes.
+                literal += char.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:
+                raise ConfigurationError(f"template has a lone surrogate {char!r}") from None
             index += 1
         if literal:
             parts.append(bytes(literal))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 import pytest
@@ -88,6 +89,17 @@ def test_templates_render_like_kcat() -> None:
     assert Template("[%k]").render(_message(b"x", None, {})) == b"[]"
     assert Template("%K").render(_message(b"x", None, {})) == b"-1"
     assert Template("plain text").render(message) == b"plain text"
+
+
+def test_template_bytes_that_are_not_utf8_are_written_as_given() -> None:
+    """Python decodes a command-line argument that is not UTF-8 with surrogate escapes
+    (``-f $'%s\\xff'``); encoding the template as strict UTF-8 raised a bare
+    UnicodeEncodeError (a traceback from ``subscribe -f``). The bytes go out as given."""
+    message = _message(b"v", b"k", {})
+    assert Template(os.fsdecode(b"%k\xff%s\xfe")).render(message) == b"k\xffv\xfe"
+    # A lone surrogate that no argument can carry is refused as a bad template.
+    with pytest.raises(ConfigurationError):
+        Template("%s\ud800")
 
 
 @pytest.mark.parametrize("text", ["%q", "%", "abc\\", "\\x"])
