@@ -70,6 +70,14 @@ class _Shape:
     allow_unkeyed: bool
 
 
+def _shown(data: bytes) -> str:
+    """``data`` quoted for a message: as text, or as bytes when it is not UTF-8."""
+    try:
+        return repr(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return repr(data)
+
+
 def _lines(handle: BinaryIO, bar: Progress, shape: _Shape) -> Iterator[bytes]:
     for number, line in enumerate(handle, start=1):
         bar.advance(len(line))
@@ -83,7 +91,7 @@ def _lines(handle: BinaryIO, bar: Progress, shape: _Shape) -> Iterator[bytes]:
         if shape.key_separator is not None and shape.key_separator not in line:
             if not shape.allow_unkeyed:
                 raise CommandFailed(
-                    f"line {number} has no key separator {shape.key_separator.decode()!r}: "
+                    f"line {number} has no key separator {_shown(shape.key_separator)}: "
                     "fix the input or pass --allow-unkeyed to publish such lines without a key",
                     ExitCode.USAGE,
                 )

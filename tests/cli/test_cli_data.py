@@ -79,6 +79,23 @@ def test_publish_arguments_that_are_not_utf8_go_out_as_the_bytes_given(
     assert "Traceback" not in bad_name.stderr
 
 
+def test_a_line_without_a_key_separator_that_is_not_utf8_is_one_line_and_exit_2(
+    run: Run, stream: str, liftbridge_client: Client, tmp_path: Path
+) -> None:
+    """The refusal decoded the separator as strict UTF-8 for its message, so a
+    separator such as ``-K $'\\xff'`` turned it into a UnicodeDecodeError traceback
+    (exit 1) instead of the usage error."""
+    source = tmp_path / "lines.txt"
+    source.write_bytes(b"a\xffb\nno-key\n")
+    separator = os.fsdecode(b"\xff")
+    result = run("publish", stream, "-P", "0", "-K", separator, "-f", str(source))
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "line 2 has no key separator" in result.stderr
+    assert "(1 earlier message(s) published)" in result.stderr
+    assert _read_all(liftbridge_client, stream, 0) == [(b"a", b"b")]
+
+
 @pytest.mark.parametrize("timeout", ["nan", "inf", "1e10", "0"])
 def test_a_bad_timeout_is_a_usage_error_naming_the_timeout(run: Run, timeout: str) -> None:
     result = run("--timeout", timeout, "metadata")
