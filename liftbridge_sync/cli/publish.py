@@ -117,6 +117,8 @@ class _Tracker:
         self.first_error: BaseException | None = None
         #: The reader of the printed acks went away (``| head``): input is no longer read.
         self.output_closed = False
+        #: A failure was seen while sending: the rest of the input was not read.
+        self.stopped_reading = False
 
     def add(self, future: concurrent.futures.Future[Ack | None]) -> None:
         self.sent += 1
@@ -268,8 +270,15 @@ def publish(
         code = (
             exit_code_for(error) if isinstance(error, LiftbridgeError) else ExitCode.PUBLISH_FAILED
         )
+        unread = (
+            f" and input after message {tracker.sent} was not read (publishing stops at "
+            "the first failure)"
+            if tracker.stopped_reading
+            else ""
+        )
+        failed = f"{tracker.failed} of {tracker.sent} messages failed{unread}"
         raise CommandFailed(
-            f"{tracker.failed} of {tracker.sent} messages failed, the first with: {error}",
+            f"{failed}, the first with: {error}",
             code if code is not ExitCode.ERROR else ExitCode.PUBLISH_FAILED,
         ) from error
 
@@ -307,4 +316,5 @@ def _send(client: Client, shape: _Shape, messages: Iterator[bytes], tracker: _Tr
             )
         )
         if tracker.first_error is not None:
+            tracker.stopped_reading = True
             return

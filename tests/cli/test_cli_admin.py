@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -101,6 +102,32 @@ def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) ->
     assert published.returncode == 0
     assert published.stderr.strip() == f"published 1 message to {stream}"
     assert liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset == 0
+
+
+def test_publish_that_stops_at_a_failure_says_the_rest_of_the_input_was_not_read(
+    run: Run, liftbridge_client: Client, tmp_path: Path
+) -> None:
+    """Publishing stops reading input at the first failure it sees. The error said only
+    "1025 of 1025 messages failed" for a 3000-line file: the 1975 lines never read (nor
+    published) were not mentioned, as if the input had ended there."""
+    name = unique("cli-ro")
+    liftbridge_client.create_stream(name, name)
+    try:
+        liftbridge_client.set_stream_readonly(name)
+        source = tmp_path / "lines.txt"
+        source.write_bytes(b"".join(b"%d\n" % i for i in range(3000)))
+        result = run("publish", name, "-f", str(source))
+        assert result.returncode == 6, result.stderr
+        assert "Traceback" not in result.stderr
+        # At most max_in_flight (1024) publishes wait for their acks: the first failure
+        # is seen before the 1026th line is read.
+        match = re.search(r"(\d+) of (\d+) messages failed", result.stderr)
+        assert match is not None, result.stderr
+        read = int(match.group(2))
+        assert int(match.group(1)) == read < 3000
+        assert f"input after message {read} was not read" in result.stderr
+    finally:
+        liftbridge_client.delete_stream(name)
 
 
 def test_cursor_set_and_get(run: Run, stream: str, liftbridge_client: Client) -> None:
