@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from liftbridge_sync import NoSuchStreamError, StartAt, StopAt
+from liftbridge_sync._wire.requests import SERVER_MAX_REQUEST_BYTES
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode
@@ -24,7 +25,12 @@ __all__ = ["bench"]
 @cli.command()
 @click.option("-n", "--count", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option(
-    "--size", type=click.IntRange(min=0), default=100, show_default=True, help="Bytes per message."
+    "--size",
+    # No message is larger than a request the server accepts.
+    type=click.IntRange(min=0, max=SERVER_MAX_REQUEST_BYTES),
+    default=100,
+    show_default=True,
+    help="Bytes per message.",
 )
 @click.option("--stream", help="Use this existing stream (default: a temporary one).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")

@@ -225,6 +225,14 @@ def test_bench(run: Run) -> None:
     assert record["publish_per_second"] > 0
 
 
+def test_bench_with_a_size_no_message_can_have_is_a_usage_error(run: Run) -> None:
+    """``--size`` had no upper bound: the payload was built before anything else, so a
+    size beyond memory ended in a MemoryError traceback (exit 1)."""
+    result = run("bench", "--count", "1", "--size", str(10**14))
+    assert result.returncode == 2, result.stderr
+    assert "--size" in result.stderr and "Traceback" not in result.stderr
+
+
 def test_progress_bars_only_on_a_terminal(liftbridge_address: str, tmp_path: Path) -> None:
     """bench and publish --file draw progress on a terminal, and nothing into a pipe."""
     source = tmp_path / "lines.txt"
