@@ -224,3 +224,26 @@ def test_a_flood_of_acks_for_no_publish_neither_grows_memory_nor_holds_up_close(
         client.close()
     assert took < 10, f"close() took {took:.1f}s during the flood"
     assert peak < 24 << 20, f"{peak} bytes traced while {abuser.flooded} were flooded"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\0", b"\0\x10ab"],  # no Origin-Len; half of one; an Origin-Len past the end
+)
+def test_an_altsvc_frame_the_client_does_not_use_is_ignored_however_malformed(
+    abused: tuple[FakeBroker, H2Abuser], payload: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ALTSVC (RFC 7838) is an extension frame this client does not support, so it is
+    discarded (RFC 9113 §5.5, as grpc-go does). It went to h2, which parses it and took
+    a short one for a connection error: the publish connection was dropped and
+    replaced, and the publish waiting for its ack re-sent on a new one."""
+    fake, abuser = abused
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync")
+    with _client(fake) as client:
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0
+        # Ahead of the next ack on the same connection: read before it.
+        abuser.send_frame(_HEADER.pack(len(payload) << 8 | 0xA, 0, 0) + payload)
+        second = client.publish_async("s", b"second", timeout=30).result(timeout=30)
+    assert second is not None and second.offset == 1
+    assert abuser.connections == 1 and fake.streams_opened == 1, caplog.text

@@ -17,6 +17,7 @@ stream's :class:`~.responses.ResponseReader` and the Subscribe call's
 * answers PING and empty SETTINGS itself, as ``h2`` would (a broker's flood of them must
   not cost ~10 µs each), keeps a graceful GOAWAY that still covers our stream from
   ``h2`` when asked to (:attr:`draining`; the stream goes on until the broker ends it),
+  discards ALTSVC frames (an extension we do not support; ``h2`` would parse them),
   adds the WINDOW_UPDATE increments the C scanner summed to ``h2``'s send windows, and
   hands every other frame to ``h2``, whose events (headers, trailers, end, RST_STREAM,
   GOAWAY) end the stream with the first reason;
@@ -50,6 +51,7 @@ from h2.stream import StreamState
 
 from liftbridge_sync._transport.h2.framing import (
     ACK,
+    ALTSVC,
     CODES,
     CONTINUATION,
     DATA,
@@ -291,11 +293,11 @@ class StreamDispatch:
                     self.fast = fast = whole = False  # restored by the response headers
                 elif kind == CONTINUATION and flags & END_HEADERS:
                     self._open_block = False
-                if (
-                    kind == GOAWAY
-                    and self._keep_graceful
-                    and not self._open_block
-                    and self._graceful(buf, pos + 9)
+                if not self._open_block and (
+                    # ALTSVC: discarded, as every extension we do not support must be
+                    # (RFC 9113 §5.5); h2 parses it and fails the connection on a short one.
+                    kind == ALTSVC
+                    or (kind == GOAWAY and self._keep_graceful and self._graceful(buf, pos + 9))
                 ):
                     if slow >= 0:  # what came before it goes to h2 first
                         self._to_h2(buf[slow:pos])

@@ -20,6 +20,7 @@ from liftbridge_sync.errors import BrokerUnavailableError
 
 __all__ = [
     "ACK",
+    "ALTSVC",
     "CODES",
     "DATA",
     "END_STREAM",
@@ -54,6 +55,8 @@ MAX_MESSAGE_SIZE = 4 << 20
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0, 1, 2, 3, 4
 PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 5, 6, 7, 8, 9
+#: RFC 7838's frame: an extension we do not support, so ignored (RFC 9113 §5.5).
+ALTSVC = 10
 END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
 _STREAM_ID = 0x7FFFFFFF
 
