@@ -90,6 +90,11 @@ def test_oversized_frames_are_refused_before_their_payload_arrives(length: int, 
         (7, 0, 0, b"\0" * 4),  # GOAWAY too short
         (3, 0, 1, b"\0" * 3),  # RST_STREAM of the wrong length
         (0, 0x8, 1, b"\x05abc"),  # padding longer than the frame
+        # HEADERS (END_STREAM, END_HEADERS, PADDED, PRIORITY): padding reaching into the
+        # 5 bytes of priority fields (h2 took it for an empty header block, trailers
+        # without grpc-status), and a frame too short for those fields
+        (1, 0x2D, 1, b"\x03" + b"\0" * 5 + b"\x88"),
+        (1, 0x25, 1, b"\0" * 4),
     ],
 )
 def test_frames_breaking_the_rules_are_typed_errors(

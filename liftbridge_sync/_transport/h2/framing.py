@@ -57,7 +57,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0, 1, 2, 3, 4
 PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 5, 6, 7, 8, 9
 #: RFC 7838's frame: an extension we do not support, so ignored (RFC 9113 §5.5).
 ALTSVC = 10
-END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 _STREAM_ID = 0x7FFFFFFF
 
 CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -136,9 +136,14 @@ def check_frame(
         raise FrameError(f"SETTINGS of length {length}", code="UNAVAILABLE")
     if kind == GOAWAY and length < 8:
         raise FrameError(f"GOAWAY of length {length}", code="UNAVAILABLE")
-    if flags & PADDED and kind in (DATA, HEADERS, PUSH_PROMISE):
-        if length < 1 or buf[at] >= length:
-            raise FrameError(f"padding of {length}-byte frame too long", code="UNAVAILABLE")
+    if kind in (DATA, HEADERS, PUSH_PROMISE):
+        # Fields between the pad length and the data or header block (§6.2, §6.6).
+        fixed = 5 if kind == HEADERS and flags & PRIORITY_FLAG else 4 if kind == PUSH_PROMISE else 0
+        if flags & PADDED:
+            if length < 1 or 1 + fixed + buf[at] > length:
+                raise FrameError(f"padding of {length}-byte frame too long", code="UNAVAILABLE")
+        elif length < fixed:
+            raise FrameError(f"frame type {kind} of length {length}", code="UNAVAILABLE")
 
 
 def split_frames(
