@@ -6,10 +6,14 @@ which events of a stream that ended are told apart), and the new stream sends ev
 pending publish in order under the send lock (but those a draining stream still
 answers). When the broker shuts down gracefully the old stream keeps draining (it
 answers what it was sent; what it leaves unanswered goes again) and a new one opens at
-once; when a stream ends with publishes pending, the next one is due after a back-off
-from the retry policy. It fails the publishes no broker ever saw once opening a stream
-has used up the retry policy (:mod:`.dialing`), all of them when the stream fails for
-good, and closes every stream when the publisher closes.
+once (after the back-off if no stream answered since the last drain or failure: a
+broker saying goodbye on every connection gets no dial storm); at most
+:data:`MAX_DRAINING` streams drain at a time (the oldest is cancelled: a broker that
+never ends its calls cannot pile them up). When a stream ends with publishes pending,
+the next one is due after a back-off from the retry policy. It fails the publishes no
+broker ever saw once opening a stream has used up the retry policy (:mod:`.dialing`),
+all of them when the stream fails for good, and closes every stream when the publisher
+closes.
 It also receives the stream's events, on the stream's thread: plain acks go to
 :mod:`.answers` right there, everything else to the owner loop's inbox. The owner loop
 decides when (its inbox and timers); this module does what a stream's events and the
@@ -43,9 +47,12 @@ from liftbridge_sync._transport.retry import backoff_delay
 from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync.errors import ClientClosedError, LiftbridgeError
 
-__all__ = ["PublishConnection"]
+__all__ = ["MAX_DRAINING", "PublishConnection"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
+
+#: Streams left to drain at most; a drain beyond it cancels the oldest.
+MAX_DRAINING = 4
 
 
 class PublishConnection:
@@ -219,7 +226,17 @@ class PublishConnection:
             self.epoch,
             len(held),
         )
-        self._connect()
+        for epoch in sorted(self.draining)[: len(self.draining) - MAX_DRAINING]:
+            # Its end (StreamClosed) sends what it leaves unanswered again.
+            self.draining[epoch][0].cancel()
+        # Reset by an answer on the live stream: a second drain with none in between
+        # waits for the back-off, as a failure would.
+        self._failures += 1
+        if self._failures > 1:
+            delay = backoff_delay(self._options.retry, self._failures - 1)
+            self.reconnect_at = self._clock() + delay
+        else:
+            self._connect()
 
     def _on_drained(self, epoch: int, error: LiftbridgeError | None) -> None:
         """A draining stream ended: what it left unanswered goes again (in order) on the

@@ -12,7 +12,9 @@ connections open at that moment:
 * :meth:`stall` stops reading from the client and forwarding to it (a broker that
   stopped: SIGSTOP, a full disk, a black hole that still ACKs at the TCP level).
 
-Connections accepted afterwards are forwarded cleanly. A broker advertising the
+Connections accepted afterwards are forwarded cleanly, but after :meth:`goaway_new`:
+each then gets a graceful GOAWAY after the broker's first frame, and nothing more from
+the broker (one that says goodbye at once and never ends its calls). A broker advertising the
 proxy's port (``FakeBroker(advertised_port=abuser.port)``) routes a client's publish and
 subscribe connections (to the partition leader) through it. Thread-safe: commands may
 come from any thread while ``lbtest-h2abuse`` threads forward.
@@ -34,6 +36,8 @@ from liftbridge_sync.testing._lifecycle import Lifecycle
 __all__ = ["H2Abuser"]
 
 _HEADER = struct.Struct(">IBI")
+#: GOAWAY(NO_ERROR) whose last stream id covers every stream: a graceful shutdown.
+_GOAWAY_ALL = _HEADER.pack(8 << 8 | 7, 0, 0) + struct.pack(">II", 0x7FFFFFFF, 0)
 
 
 class _Link:
@@ -48,6 +52,7 @@ class _Link:
         self.forwarding = threading.Event()  # broker → client forwarding allowed
         self.forwarding.set()
         self.closed = threading.Event()
+        self.goaway_at_once = False  # see H2Abuser.goaway_new
 
     def send_client(self, data: bytes) -> bool:
         with self.write_lock:
@@ -92,6 +97,7 @@ class H2Abuser(Lifecycle):
         self._stopping = False
         self.connections = 0
         self.flooded = 0
+        self._goaway_new = False
 
     def start(self) -> Self:
         """Accept and forward on ``lbtest-h2abuse`` threads."""
@@ -145,6 +151,12 @@ class H2Abuser(Lifecycle):
         for link in self.live():
             link.send_client(data)
 
+    def goaway_new(self) -> None:
+        """From now on, answer each new connection's first broker frame (its SETTINGS)
+        with ``GOAWAY(NO_ERROR)`` covering every stream, and forward nothing more from
+        the broker: the calls on it never end. Client bytes still reach the broker."""
+        self._goaway_new = True
+
     def stall(self) -> None:
         """Stop reading from, and forwarding to, every open connection's client."""
         for link in self.live():
@@ -183,6 +195,7 @@ class H2Abuser(Lifecycle):
                 client.close()
                 continue
             link = _Link(client, upstream)
+            link.goaway_at_once = self._goaway_new
             with self._lock:
                 self.connections += 1
                 self._links.append(link)
@@ -209,6 +222,7 @@ class H2Abuser(Lifecycle):
 
     def _to_client(self, link: _Link) -> None:
         buf = bytearray()
+        muted = False  # said goodbye (goaway_at_once): nothing more goes to the client
         try:
             while not link.closed.is_set():
                 data = link.upstream.recv(65536)
@@ -221,9 +235,16 @@ class H2Abuser(Lifecycle):
                     if end > len(buf):
                         break
                     link.forwarding.wait()
+                    if muted:
+                        pos = end
+                        continue
                     if link.closed.is_set() or not link.send_client(bytes(buf[pos:end])):
                         return
                     pos = end
+                    if link.goaway_at_once:
+                        muted = True
+                        if not link.send_client(_GOAWAY_ALL):
+                            return
                 del buf[:pos]
         except OSError:
             pass

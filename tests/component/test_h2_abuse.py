@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from liftbridge_sync import Client, StartAt
+from liftbridge_sync.errors import AckTimeoutError
 from liftbridge_sync.testing import FakeBroker, serve
 from liftbridge_sync.testing._h2abuse import H2Abuser
 from tests.constants import FAST_RETRY
@@ -247,3 +248,29 @@ def test_an_altsvc_frame_the_client_does_not_use_is_ignored_however_malformed(
         second = client.publish_async("s", b"second", timeout=30).result(timeout=30)
     assert second is not None and second.offset == 1
     assert abuser.connections == 1 and fake.streams_opened == 1, caplog.text
+
+
+def test_a_broker_saying_goodbye_on_every_connection_gets_neither_a_storm_nor_a_pile(
+    abused: tuple[FakeBroker, H2Abuser],
+) -> None:
+    """A broker answering every new connection with a graceful GOAWAY and never ending
+    the call on it: each draining stream was kept (a socket and an I/O thread) until
+    the broker ended it, and the next stream opened at once, so the client dialled some
+    350 connections a second and kept them all (a thousand I/O threads in 3 s). Now a
+    stream that goes draining before its broker answered anything is reopened after
+    the reconnect back-off, and only a few streams drain at a time (the oldest is
+    cancelled; what it leaves unanswered goes again as for any drain's end)."""
+    fake, abuser = abused
+    # Every address, the seed too, is the abuser's (the metadata connection is made
+    # before the abuse starts and stays clean).
+    with Client(abuser.address, retry=FAST_RETRY, ack_timeout=1.0) as client:
+        client.fetch_metadata()
+        abuser.goaway_new()
+        pending = client.publish_async("s", b"x")
+        with pytest.raises(AckTimeoutError):
+            pending.result(timeout=30)  # unanswered: the draining streams never end
+        io_threads = sum(t.name == "liftbridge-publish-io" for t in threading.enumerate())
+        connections = abuser.connections
+    # 1 s of back-off from 10 ms doubling to 50 ms: about 25 dials; without it hundreds.
+    assert connections <= 60, connections
+    assert io_threads <= 8, io_threads
