@@ -129,6 +129,9 @@ class PartitionConnection:
         self._batched = False
         #: Calls dropped in a row for out-of-order messages (0 once one arrives in order).
         self._disorder = 0
+        #: Streams lost in a row without a message in between (0 once one arrives):
+        #: from the second on, a resubscribe waits for the retry back-off first.
+        self._lost = 0
         #: Counters for ``stats()`` (written by the iterating thread only).
         self._resubscribes = 0
         self._out_of_order = 0
@@ -303,6 +306,11 @@ class PartitionConnection:
         try:
             if self._disorder and not self._done:
                 self._back_off_disorder(remaining, deadline)
+            elif self._lost > 1 and not self._done:
+                # Lost again before any message: a server that takes every call and
+                # fails it at once must not be called in a tight loop.
+                delay = backoff_delay(options.retry, self._lost - 1)
+                self._backoff(min(max(0.0, remaining), delay), deadline)
             self._connect(policy, deadline, resubscribing=True)
         except Closed:
             raise StopIteration from None

@@ -319,6 +319,7 @@ class Subscription(PartitionConnection):
                 if idle is not None:
                     idle.cancel()
             self._idle_since = None
+            self._lost = 0
             offset = pb.offset
             last = self._last_offset
             if self._target.reverse and last is not None and offset > last:
@@ -511,6 +512,7 @@ class Subscription(PartitionConnection):
             )
             self._broken_since = time.monotonic()
             self._stale = True
+            self._lost += 1
             return
         self._done = True
         raise error

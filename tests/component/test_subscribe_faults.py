@@ -786,3 +786,23 @@ def test_whole_stream_terminal_error_is_raised_and_closes_everything() -> None:
                 sub.get(0)
     finally:
         a.stop()
+
+
+def test_a_server_failing_every_call_at_once_is_resubscribed_to_with_back_off(
+    broker: FakeBroker,
+) -> None:
+    """A server that accepts every Subscribe (handshake) and at once ends it with
+    UNAVAILABLE: each resubscribe connected, so the budget started afresh and the next
+    one followed at once, some 450 calls a second (and as many warnings) for as long as
+    it lasted. Now a stream lost again before any message since the last loss waits for
+    the retry back-off first (the first loss after messages still resubscribes at once)."""
+    gone = ("UNAVAILABLE", "gone")
+    broker.subscribe_scripts = [serve([0], then=gone)] + [serve([], then=gone)] * 20_000
+    with make_client(broker, retry=SHORT_RETRY) as client:
+        subscription = client.subscribe("s", start=StartAt.earliest())
+        assert subscription.get(timeout=10).offset == 0
+        with pytest.raises(TimeoutError):
+            subscription.get(timeout=1.0)  # resubscribing all along, nothing arrives
+        calls = len(broker.subscribe_requests)
+    # Back-off from 10 ms, doubling to 50 ms: about 25 calls in the second.
+    assert calls <= 60, calls
