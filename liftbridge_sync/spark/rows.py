@@ -120,8 +120,13 @@ def _headers(cell: Any) -> dict[str, bytes] | None:
         )
     result: dict[str, bytes] = {}
     for pair in pairs:
-        if isinstance(pair, Mapping) and "key" in pair:
-            pair = (pair["key"], pair.get("value"))  # an Arrow struct, as a dict
+        if isinstance(pair, Mapping):  # an Arrow struct, as a dict: fields by name
+            if "key" not in pair or "value" not in pair:
+                raise ConfigurationError(
+                    "column 'headers': a struct entry needs fields 'key' and 'value', "
+                    f"got {sorted(pair)}"
+                )
+            pair = (pair["key"], pair["value"])
         try:
             name, raw = pair
         except (TypeError, ValueError):

@@ -256,6 +256,29 @@ def test_arrow_batches_map_to_messages_column_by_column() -> None:
         list(batch_messages(pa.RecordBatch.from_arrays([pa.array([1])], names=["key"])))
 
 
+def test_header_structs_are_read_by_field_name_not_unpacked_as_dicts() -> None:
+    """Arrow hands a struct cell over as a dict: unpacking it as a (key, value) pair
+    gave its field names. ``struct<name, data>`` wrote the header ``name: b"data"`` and
+    ``struct<key, data>`` dropped every value, both without a word."""
+    pa = pytest.importorskip("pyarrow")
+    from liftbridge_sync.spark.rows import batch_messages
+
+    def batch(*fields: tuple[str, object], cell: dict[str, object]) -> object:
+        kind = pa.list_(pa.struct(list(fields)))
+        return pa.RecordBatch.from_arrays(
+            [pa.array([b"v"]), pa.array([[cell]], kind)], names=["value", "headers"]
+        )
+
+    swapped = batch(("value", pa.binary()), ("key", pa.string()), cell={"key": "h", "value": b"x"})
+    assert [m.headers for m in batch_messages(swapped)] == [{"h": b"x"}]
+    for names in (("name", "data"), ("key", "data"), ("k", "value")):
+        other = batch(
+            (names[0], pa.string()), (names[1], pa.binary()), cell={names[0]: "h", names[1]: b"x"}
+        )
+        with pytest.raises(ConfigurationError, match="column 'headers'.*'key' and 'value'"):
+            list(batch_messages(other))
+
+
 def test_plain_arrow_batches_become_publish_batch_items() -> None:
     pa = pytest.importorskip("pyarrow")
     from liftbridge_sync.spark.rows import plain_items
