@@ -15,7 +15,19 @@ from __future__ import annotations
 from typing import Any
 
 from pyspark.sql.datasource import DataSource
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    NullType,
+    ShortType,
+    StringType,
+    StructType,
+)
 
 from liftbridge_sync import ConfigurationError
 from liftbridge_sync.spark.preflight import check_target
@@ -34,7 +46,52 @@ from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
 __all__ = ["LiftbridgeDataSource", "register"]
 
 
-def _sink_options(options: Any, overwrite: bool) -> SinkOptions:
+_BYTES = (BinaryType, StringType, NullType)
+_INTS = (ByteType, ShortType, IntegerType, LongType, NullType)
+
+
+def _header_entries(kind: DataType) -> bool:
+    if isinstance(kind, NullType):
+        return True
+    if isinstance(kind, MapType):
+        return isinstance(kind.keyType, StringType) and isinstance(kind.valueType, _BYTES)
+    if not isinstance(kind, ArrayType) or not isinstance(kind.elementType, StructType):
+        return False
+    fields = {f.name: f.dataType for f in kind.elementType.fields}
+    return isinstance(fields.get("key"), StringType) and isinstance(fields.get("value"), _BYTES)
+
+
+def _check_schema(schema: StructType, stream: str | None) -> None:
+    """Refuse, on the driver, rows the tasks could not publish (as Kafka's sink does).
+
+    Raises:
+        ConfigurationError: no ``value`` column, no stream, or a column of a wrong type.
+    """
+    types = {f.name: f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise ConfigurationError(
+            f"the rows need a 'value' column (binary or string); got {schema.fieldNames()}"
+        )
+    if stream is None and "stream" not in types:
+        raise ConfigurationError("no target stream: set the 'stream' option or a 'stream' column")
+    wanted: dict[str, tuple[str, Any]] = {
+        "value": ("binary or string", lambda t: isinstance(t, _BYTES)),
+        "key": ("binary or string", lambda t: isinstance(t, _BYTES)),
+        "partition": ("an integer", lambda t: isinstance(t, _INTS)),
+        "correlationId": ("a string", lambda t: isinstance(t, StringType | NullType)),
+        "stream": ("a string", lambda t: isinstance(t, StringType | NullType)),
+        "headers": (
+            "map<string, binary|string> or array<struct<key:string, value:binary|string>>",
+            _header_entries,
+        ),
+    }
+    for name, (what, fits) in wanted.items():
+        kind = types.get(name)
+        if kind is not None and not fits(kind):
+            raise ConfigurationError(f"column {name!r} must be {what}, got {kind.simpleString()}")
+
+
+def _sink_options(options: Any, overwrite: bool, schema: StructType | None = None) -> SinkOptions:
     """Parse the write options and check the target on the driver, before any task."""
     if overwrite:
         raise ConfigurationError(
@@ -43,6 +100,8 @@ def _sink_options(options: Any, overwrite: bool) -> SinkOptions:
     lowered = {str(k).lower(): v for k, v in options.items()}
     check_known(lowered, WRITE_OPTIONS, "write")
     sink = SinkOptions.from_strings(lowered)
+    if schema is not None:
+        _check_schema(schema, sink.stream)
     check_target(sink.client, sink.stream)
     return sink
 
@@ -115,16 +174,18 @@ class LiftbridgeDataSource(DataSource):
         """A batch writer; refuses overwrite.
 
         Raises:
-            ConfigurationError: overwrite, or a bad option (named).
+            ConfigurationError: overwrite, a bad option (named), or rows the tasks
+                could not publish: no ``value`` column, no stream, a column of a
+                wrong type (named).
             BrokerUnavailableError: no broker of option ``brokers`` answered within
                 about ``liftbridge.rpcTimeoutMs``.
             NoSuchStreamError: the stream of option ``stream`` does not exist.
         """
-        return BatchWriter(_sink_options(self.options, overwrite))
+        return BatchWriter(_sink_options(self.options, overwrite, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: N802
         """A streaming writer; refuses complete-mode overwrite; checks as :meth:`writer`."""
-        return StreamWriter(_sink_options(self.options, overwrite))
+        return StreamWriter(_sink_options(self.options, overwrite, schema))
 
 
 def register(spark: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,43 @@ def test_writes_check_brokers_and_stream_on_the_driver(
 
     _fails_fast(lambda: streaming("127.0.0.1:1", stream), *unreachable)
     _fails_fast(lambda: streaming(liftbridge_address, "no-such-stream"), *missing)
+
+
+def test_rows_the_tasks_could_not_publish_are_refused_on_the_driver(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """The writer is given the rows' schema on the driver. Without a check there, an
+    empty DataFrame with no ``value`` column (or no stream at all) was "written"
+    without a word, and a wrong column type failed only in every task attempt."""
+    stream = new_stream()
+    cases = [
+        ("data string", "need a 'value' column", True),
+        ("value string", "no target stream", False),
+        ("value int", "column 'value' must be binary or string, got int", True),
+        ("value string, partition string", "column 'partition' must be an integer", True),
+        ("value string, headers string", "column 'headers' must be map", True),
+        (
+            "value string, headers array<struct<name:string,data:binary>>",
+            "column 'headers' must be map",
+            True,
+        ),
+    ]
+    for ddl, error, with_stream in cases:
+        empty = spark.createDataFrame([], ddl)
+        writer = empty.write.format("liftbridge").option("brokers", liftbridge_address)
+        if with_stream:
+            writer = writer.option("stream", stream)
+        with pytest.raises(Exception, match=re.escape(error)):
+            writer.mode("append").save()
+    # The shapes the sink takes still pass: Kafka's headers, a null partition column.
+    ok = spark.createDataFrame(
+        [("k", b"v", None, [("h", b"1")], "c1")],
+        "key string, value binary, partition long, "
+        "headers array<struct<key:string,value:binary>>, correlationId string",
+    )
+    _writer(ok, liftbridge_address, stream).mode("append").save()
+    [message] = read_all(liftbridge_client, stream)
+    assert (message.key, message.value, message.headers["h"]) == (b"k", b"v", b"1")
 
 
 def _client(address: str) -> ClientOptions:
