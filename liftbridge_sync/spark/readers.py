@@ -163,6 +163,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = from_json_dict(stream, start) if start else {}
         for partition in self._gone_back(begin, latest):
             begin[partition] = 0  # read again from the start (see partitions())
+        self._check_gone(begin, latest)
         hold = (
             self._delay is not None
             and self._target is None
@@ -214,6 +215,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             _log.warning("%s; reading it again from its start (failOnDataLoss=false)", told)
             gone.append(partition)
         return gone
+
+    def _check_gone(self, begin: Offsets, latest: Offsets) -> None:
+        """Partitions the query stands in that it no longer reads (the stream was created
+        again with fewer, or option ``partitions`` changed): the next offsets leave them
+        out, as Kafka's "are gone".
+
+        Raises:
+            DataLossError: with ``failOnDataLoss`` on; else logged as a warning.
+        """
+        gone = sorted(set(begin) - set(latest))
+        if not gone:
+            return
+        opts = self.options
+        told = (
+            f"stream {opts.stream!r} partition {', '.join(map(str, gone))}: no longer read "
+            "(the stream was deleted and created again with fewer partitions, or option "
+            "'partitions' changed); what it held after the query's offsets may be missed"
+        )
+        if opts.fail_on_data_loss:
+            raise DataLossError(f"{told}; set option failOnDataLoss=false to go on without it")
+        _log.warning("%s; going on without it (failOnDataLoss=false)", told)
 
     def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """The current high watermarks + 1, for query progress."""

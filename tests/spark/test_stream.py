@@ -110,6 +110,33 @@ def test_a_stream_created_again_below_the_checkpoint_is_data_loss(
     assert values == sorted([f"old{i}" for i in range(10)] + new)
 
 
+def test_a_partition_gone_since_the_checkpoint_is_data_loss(
+    spark: Any,
+    liftbridge_address: str,
+    liftbridge_client: Client,
+    new_stream: StreamFactory,
+    tmp_path: Path,
+) -> None:
+    """The stream is created again with fewer partitions while the query is stopped:
+    a checkpointed partition no longer exists. It was dropped from the next offsets
+    without a word; as Kafka's connector ("are gone"), that is data loss."""
+    stream = new_stream(partitions=2)
+    _publish(liftbridge_client, stream, [f"old{i}" for i in range(10)], 2)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
+
+    liftbridge_client.delete_stream(stream)
+    liftbridge_client.create_stream(stream, stream, partitions=1)
+    new = [f"new{i}" for i in range(8)]  # past partition 0's checkpointed offset 5
+    _publish(liftbridge_client, stream, new, 1)
+
+    with pytest.raises(Exception, match=r"partition 1: no longer read"):
+        _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
+    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint, failOnDataLoss="false")
+    values = sorted(bytes(r.value).decode() for r in spark.read.parquet(str(out)).collect())
+    assert values == sorted([f"old{i}" for i in range(10)] + new[5:])
+
+
 def test_stream_write_copies_a_stream(
     spark: Any,
     liftbridge_address: str,
