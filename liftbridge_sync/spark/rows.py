@@ -120,6 +120,9 @@ def _headers(cell: Any) -> dict[str, bytes] | None:
         )
     result: dict[str, bytes] = {}
     for pair in pairs:
+        fields = getattr(pair, "__fields__", None)  # a pyspark Row: by name, if it can be
+        if fields is not None and "key" in fields and "value" in fields:
+            pair = pair.asDict()
         if isinstance(pair, Mapping):  # an Arrow struct, as a dict: fields by name
             if "key" not in pair or "value" not in pair:
                 raise ConfigurationError(

@@ -103,6 +103,20 @@ def test_bad_column_type_names_the_column(
         df.foreachPartition(publish_partition(liftbridge_address, stream))
 
 
+def test_header_structs_are_read_by_field_name(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """A header struct reaches the sink as a ``Row``, a tuple: unpacked by position,
+    ``struct<value, key>`` swapped every header's name and value without a word."""
+    stream = new_stream()
+    df = spark.createDataFrame(
+        [(b"v", [("x", "h")])], "value binary, headers array<struct<value:string,key:string>>"
+    )
+    df.foreachPartition(publish_partition(liftbridge_address, stream))
+    [message] = read_all(liftbridge_client, stream)
+    assert {k: v for k, v in message.headers.items() if k in ("h", "x")} == {"h": b"x"}
+
+
 def test_bad_arguments_fail_on_the_driver() -> None:
     with pytest.raises(ConfigurationError, match="partitioner"):
         publish_partition("127.0.0.1:9292", "s", partitioner="random", check=False)
