@@ -442,9 +442,12 @@ def test_a_large_batch_keeps_two_chunks_alive_and_returns_errors_once_entered(
     assert len(outcomes) == 1000
     assert [o.offset for o in outcomes[:512]] == list(range(512))  # type: ignore[union-attr]
     assert all(o is refused for o in outcomes[512:])
-    # Never more than one chunk's futures besides the new one (beyond those other
-    # tests left to the garbage collector before the first chunk).
-    assert max(live) - live[0] <= 256
+    # Never two whole chunks' futures besides the new one (beyond those other tests
+    # left to the garbage collector before the first chunk): the chunk in flight, and
+    # at most a few of the one before, still referenced by the I/O thread that
+    # resolved them while it wakes this one (it opens the gate with the GIL released,
+    # so this thread may run before that turn ends). A chunk kept alive counts 512.
+    assert max(live) - live[0] < 2 * 256
     assert len(fake.received) == 512
 
 
