@@ -329,5 +329,12 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
             # metadata leader, not a FetchMetadata slowed by the dead broker; asking again
             # soon while no metadata leader answers; no heartbeat call waiting longer than
             # a quarter of the consumer timeout): no rejoin was needed. (Without the first,
-            # runs needed 1-3 rejoins; before the others, 2 runs in 29 needed one.)
-            assert [s.rejoins for s in stats] == [0, 0]
+            # runs needed 1-3 rejoins; before the others, 2 runs in 29 needed one.) One
+            # rejoin is allowed only when a kill cycle outlasted the consumer timeout
+            # (3 s): the cluster itself took that long to serve both members again (a CI
+            # run on a loaded machine: cycles of 2.2-2.9 s and one of 4.8 s, one rejoin).
+            rejoins = [s.rejoins for s in stats]
+            if max(timings) <= 3.0:
+                assert rejoins == [0, 0], (rejoins, timings)
+            else:
+                assert sum(rejoins) <= 1, (rejoins, timings)
