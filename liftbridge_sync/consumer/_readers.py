@@ -25,7 +25,7 @@ from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import CoordinatorMismatchError, LiftbridgeError
 from liftbridge_sync.positions import StartAt
-from liftbridge_sync.subscription.opening import build_subscribe_request
+from liftbridge_sync.subscription.opening import build_subscribe_request, cursor_in_range
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
 
 __all__ = ["Readers"]
@@ -241,22 +241,18 @@ class Readers:
         if cursor < 0:
             return self._start
         # A cursor is only ever committed for a message delivered, so the log reaches
-        # it, on any leader since (each comes from the ISR). Past the log's end, the
-        # stream was deleted and created again under its name (v1.9.0 keeps the cursors
-        # of a deleted stream): starting after the cursor would skip every message up
-        # to it. As Kafka's auto.offset.reset, the start position applies instead.
-        meta = self._core.fetch_partition_metadata(stream, partition)
-        if meta.paused or cursor <= meta.newest_offset:
-            return StartAt.offset(cursor + 1)
-        _log.warning(
-            "consumer %s: %s/%d: cursor %d is past the partition's newest offset %d (the "
-            "stream was created again): reading from the start position instead",
-            self._who,
+        # it, on any leader since (each comes from the ISR): past the log's end, the
+        # stream was created again (see cursor_in_range).
+        if cursor_in_range(
+            self._core,
             stream,
             partition,
             cursor,
-            meta.newest_offset,
-        )
+            named="",
+            instead=f"the start position (consumer {self._who})",
+            log=_log,
+        ):
+            return StartAt.offset(cursor + 1)
         return self._start
 
     def _read(self, reader: PartitionReader) -> None:

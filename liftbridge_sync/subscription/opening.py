@@ -22,6 +22,7 @@ from liftbridge_sync.subscription.partition import Subscription, SubscriptionTar
 __all__ = [
     "build_subscribe_request",
     "check_positions",
+    "cursor_in_range",
     "open_partition",
     "open_subscription",
 ]
@@ -114,7 +115,15 @@ def build_subscribe_request(
         request.startTimestamp = since
     elif kind is StartKind.CURSOR:
         cursor = core.fetch_cursor(start.cursor_id, stream, partition)
-        if cursor >= 0 and _cursor_in_range(core, stream, partition, start.cursor_id, cursor):
+        if cursor >= 0 and cursor_in_range(
+            core,
+            stream,
+            partition,
+            cursor,
+            named=f"{start.cursor_id!r} at ",
+            instead="the earliest offset",
+            log=_log,
+        ):
             first = cursor + 1
             request.startPosition = api_pb2.OFFSET
             request.startOffset = first
@@ -140,27 +149,36 @@ def build_subscribe_request(
     return request
 
 
-def _cursor_in_range(
-    core: ClientCore, stream: str, partition: int, cursor_id: str, cursor: int
+def cursor_in_range(
+    core: ClientCore,
+    stream: str,
+    partition: int,
+    cursor: int,
+    *,
+    named: str,
+    instead: str,
+    log: logging.Logger,
 ) -> bool:
     """Whether ``cursor`` lies in the partition's log (at or before its newest offset).
 
     One past it is what a stream deleted and created again under its name leaves
     (v1.9.0 keeps the cursors of a deleted stream): reading after it would skip every
-    message up to it, unsaid. Out of range counts as no cursor (earliest), with a
-    WARNING, as Kafka's ``auto.offset.reset``.
+    message up to it, unsaid. Out of range, the caller reads from elsewhere, as Kafka's
+    ``auto.offset.reset``; this logs a WARNING to ``log`` naming the cursor (``named``:
+    a prefix for it, such as its id) and where reading goes ``instead``.
     """
     meta = core.fetch_partition_metadata(stream, partition)
     if meta.paused or cursor <= meta.newest_offset:
         return True
-    _log.warning(
-        "%s/%d: cursor %r at %d is past the partition's newest offset %d (the stream was "
-        "created again?): reading from the earliest offset instead",
+    log.warning(
+        "%s/%d: cursor %s%d is past the partition's newest offset %d (the stream was "
+        "created again?): reading from %s instead",
         stream,
         partition,
-        cursor_id,
+        named,
         cursor,
         meta.newest_offset,
+        instead,
     )
     return False
 
