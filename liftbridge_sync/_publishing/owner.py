@@ -358,8 +358,15 @@ class OwnerLoop:
             current = (
                 event.epoch == self._connection.epoch or event.epoch in self._connection.draining
             )
-            if current and entry is not None and not entry.wants_ack:
-                del pending[event.correlation_id]
+            # Other threads pop entries without a lock (a broker may answer even an
+            # AckPolicy.NONE publish), so only the thread whose pop takes this very
+            # entry settles it; a plain del could raise KeyError in this thread.
+            if (
+                current
+                and entry is not None
+                and not entry.wants_ack
+                and pending.pop(event.correlation_id, None) is entry
+            ):
                 settle(((entry.future, None, None),))
                 self._wake_waiters()
         elif isinstance(event, StreamClosed):
