@@ -116,7 +116,10 @@ typedef struct {
     PyThread_type_lock lock; /* the stream's lock */
     PyObject *frames;        /* list of bytes: framed requests queued */
     Py_ssize_t queued_bytes, taken_bytes, asked, write_here_at;
+    Py_ssize_t direct_mark; /* asked when a publish() caller last queued its own */
+    Py_ssize_t combining;   /* callers woken by a hand-over still to queue theirs */
     char signalled, done, close_requested;
+    char deferred; /* one of them queued without writing: take it within COMBINE_WAIT */
 } OutboundQueueObject;
 LBS_INTERNAL extern PyTypeObject *outbound_queue_type;
 LBS_INTERNAL int add_outbound_queue(PyObject *module);

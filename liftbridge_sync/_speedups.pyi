@@ -157,6 +157,9 @@ class OutboundQueue:
     signalled: bool
     done: bool
     close_requested: bool
+    direct_mark: int
+    combining: int
+    deferred: bool
     def acquire(self, blocking: bool = True, /) -> bool: ...
     def release(self) -> None: ...
     def locked(self) -> bool: ...

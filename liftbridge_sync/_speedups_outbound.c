@@ -11,7 +11,11 @@
  * the broker answers (asked), and the flags a publishing thread checks: a wake-up byte
  * is on its way (signalled), the I/O thread has finished (done), close() was asked for
  * (close_requested). write_here_at is fixed: the queued bytes at which a caller writes
- * the queue itself. The stream (liftbridge_sync._transport.h2.connection) changes all of
+ * the queue itself. It also holds the state of combining (see
+ * liftbridge_sync._transport.h2.writing): the ack-gathering mark of the last publish()
+ * caller that queued its own request (direct_mark), how many callers woken by a
+ * hand-over are still to queue without writing (combining), and whether one did
+ * (deferred). The stream (liftbridge_sync._transport.h2.connection) changes all of
  * it under the lock; the publish_async fast path (submit_plain, _speedups_submit.c)
  * reads and writes the struct directly under the same lock, taken with try-acquire.
  *
@@ -152,6 +156,13 @@ static PyMemberDef queue_members[] = {
      "the I/O thread has finished; sends are dropped"},
     {"close_requested", T_BOOL, offsetof(OutboundQueueObject, close_requested), 0,
      "close() was asked for; sends are dropped"},
+    {"direct_mark", T_PYSSIZET, offsetof(OutboundQueueObject, direct_mark), 0,
+     "asked when a publish() caller last queued its own request (acks are not gathered "
+     "until that many are read)"},
+    {"combining", T_PYSSIZET, offsetof(OutboundQueueObject, combining), 0,
+     "callers woken by the last hand-over of acks still to queue without writing"},
+    {"deferred", T_BOOL, offsetof(OutboundQueueObject, deferred), 0,
+     "a caller queued without writing (combining): the I/O thread takes the queue soon"},
     {NULL, 0, 0, 0, NULL},
 };
 

@@ -124,7 +124,7 @@ def test_threads_calling_publish_on_one_client_each_get_their_own_ack(
     real_take = writing.QueuedWrites._take_queue
 
     def take_queue(self: writing.QueuedWrites, on_io_thread: bool = True) -> None:
-        combined[0] += self._deferred  # requests some caller left to be written for it
+        combined[0] += self._out.deferred  # requests some caller left to be written for it
         real_take(self, on_io_thread)
 
     monkeypatch.setattr(writing.QueuedWrites, "_take_queue", take_queue)

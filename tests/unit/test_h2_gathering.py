@@ -98,7 +98,7 @@ def test_any_byte_wakes_the_reader_when(
     gathering, counts = _gathering(reader, due=50, delay=delay)
     gathering.plan(quiet=True)
     assert _lowat(reader) == (1 if delay is None else 50 * 100)
-    counts.asked, gathering.direct_mark = 1 + asked, 1 + direct_mark
+    counts.asked, counts.direct_mark = 1 + asked, 1 + direct_mark
     assert gathering.plan(quiet=quiet) is None
     assert _lowat(reader) == 1
 
@@ -143,7 +143,7 @@ def test_awaited_says_whether_publish_callers_wrote_since_the_answers_before(
     gathering.answered(nbytes=500, responses=5)
     assert not gathering.awaited(5)
     counts.asked += 1
-    gathering.direct_mark = counts.asked  # a publish() caller wrote the 11th
+    counts.direct_mark = counts.asked  # a publish() caller wrote the 11th
     gathering.answered(nbytes=500, responses=5)  # the 6th to 10th
     assert gathering.awaited(5)
     gathering.answered(nbytes=100, responses=1)  # the 11th, its own

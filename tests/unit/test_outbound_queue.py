@@ -44,6 +44,7 @@ def test_a_new_queue_is_empty_with_the_threshold_given(make: Factory) -> None:
     assert queue.frames == [] and type(queue.frames) is list
     assert (queue.queued_bytes, queue.taken_bytes, queue.asked) == (0, 0, 0)
     assert (queue.signalled, queue.done, queue.close_requested) == (False, False, False)
+    assert (queue.direct_mark, queue.combining, queue.deferred) == (0, 0, False)
     assert not queue.locked()
 
 
@@ -59,6 +60,11 @@ def test_the_writable_fields_keep_what_is_written(make: Factory) -> None:
     assert (queue.signalled, queue.done, queue.close_requested) == (True, True, True)
     queue.signalled = False
     assert queue.signalled is False and queue.done is True
+    queue.direct_mark = 1 << 40
+    queue.combining = 5
+    queue.combining -= 1
+    queue.deferred = True
+    assert (queue.direct_mark, queue.combining, queue.deferred) == (1 << 40, 4, True)
 
 
 def test_the_frames_list_and_threshold_cannot_be_replaced(make: Factory) -> None:

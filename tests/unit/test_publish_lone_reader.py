@@ -123,7 +123,7 @@ def test_a_hand_over_of_several_acks_starts_combining_on_any_thread(fake: FakeBr
         emit = stream._on_event
 
         def record(event: Any) -> None:
-            seen.append(stream._combining)  # when the woken callers may run
+            seen.append(stream.outbound.combining)  # when the woken callers may run
             emit(event)
 
         stream._on_event = record  # type: ignore[method-assign]
@@ -154,7 +154,7 @@ def test_callers_a_reading_caller_woke_are_written_without_any_other_event(
         answers = _unknown_answers()
         stream._hand_over_lock.acquire()
         stream._hand_over(answers, on_io_thread=False)
-        assert stream._combining == 1
+        assert stream.outbound.combining == 1
         # This caller is the one woken: it queues without writing (or, the I/O thread's
         # wake-up on its way, leaves the writing to it), and nobody else comes.
         ack = client.publish("s", b"second", timeout=3.0)

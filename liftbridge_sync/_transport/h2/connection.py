@@ -141,8 +141,6 @@ class H2PublishStream(CallerReads):
         #: caller writing directly (only ever acquired without blocking under _lock).
         self._io_lock = threading.Lock()
         self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
-        self._combining = 0  # callers still to queue without writing (see writing)
-        self._deferred = False  # one did: take the queue within COMBINE_WAIT
         self._cancel_requested = False
         self._probe_requested = False
 
@@ -312,22 +310,23 @@ class H2PublishStream(CallerReads):
     def _loop(self) -> LiftbridgeError | None:
         select = self._selector.select
         sock = self._sock
+        out = self._out
         while True:
             timeout = self._timeout()
             gather_for = self._gather_for
             if gather_for is not None:
                 timeout = gather_for if timeout is None else min(timeout, gather_for)
-            if self._deferred or self._combining:
+            if out.deferred or out.combining:
                 timeout = COMBINE_WAIT if timeout is None else min(timeout, COMBINE_WAIT)
             if self._more_to_read:
                 timeout = 0.0
             events = select(timeout)
-            if not events and self._combining and not self._deferred:
+            if not events and out.combining and not out.deferred:
                 # None of the callers woken came back within COMBINE_WAIT: stop waiting
                 # for them. (While they keep coming back, more slowly than that with
                 # many threads wanting the GIL, this turn only writes what they queued.)
                 with self._lock:
-                    self._combining = 0
+                    out.combining = 0
             with self._io_lock:
                 result = self._step(events, sock)
                 arrived = self._take_arrived()
@@ -360,8 +359,9 @@ class H2PublishStream(CallerReads):
                 with self._lock:
                     # Those of an earlier hand-over still to come count too: the last
                     # caller of all writes (with many threads they come back slowly).
-                    expected = self._combining + 1 if self._combining else 0
-                    self._combining = expected + len(responses) - 1
+                    out = self._out
+                    expected = out.combining + 1 if out.combining else 0
+                    out.combining = expected + len(responses) - 1
                 if not on_io_thread:
                     # The I/O thread may be waiting with no end in sight (the socket is
                     # a caller's meanwhile): it must come back within COMBINE_WAIT to

@@ -26,22 +26,25 @@ _SO_RCVLOWAT: int | None = getattr(socket, "SO_RCVLOWAT", None)
 
 
 class Asked(Protocol):
-    """Where the count of requests written that the broker answers is kept (the
-    stream's :class:`~.outbound_queue.OutboundQueue`)."""
+    """Where the count of requests written that the broker answers, and that count when
+    a ``publish()`` caller last queued its own request, are kept (the stream's
+    :class:`~.outbound_queue.OutboundQueue`)."""
 
     asked: int
+    direct_mark: int
 
 
 class AckGathering:
     """The low-water mark of one publish connection's socket.
 
     ``counts.asked`` (requests queued that the broker answers, ack policy LEADER or ALL)
-    and ``direct_mark`` are written by publishing threads under the stream's lock;
+    and ``counts.direct_mark`` (``asked`` when a ``publish()`` caller last queued its own
+    request) are written by publishing threads under the stream's lock;
     everything else runs on the thread holding the stream's I/O lock. Not thread-safe
     beyond that.
     """
 
-    __slots__ = ("_answered", "_counts", "_delay", "_lowat", "_per_ack", "_sock", "direct_mark")
+    __slots__ = ("_answered", "_counts", "_delay", "_lowat", "_per_ack", "_sock")
 
     def __init__(self, sock: socket.socket, delay: float | None, counts: Asked) -> None:
         self._sock = sock
@@ -50,9 +53,6 @@ class AckGathering:
         self._lowat = 1  # the socket's SO_RCVLOWAT as we last set it
         self._per_ack = 0  # fewest bytes read per response so far (0: nothing read yet)
         self._answered = 0  # responses read
-        #: ``asked`` when a ``publish()`` caller last wrote its own request: until that
-        #: many responses are read, somebody waits for one, so nothing is gathered.
-        self.direct_mark = 0
 
     @property
     def due(self) -> int:
@@ -64,7 +64,7 @@ class AckGathering:
         wake: the last one wrote its own request after the answers before them. (Only
         the last caller's mark is kept, so this says that callers of ``publish()`` are
         active, not that this batch holds one's answer.)"""
-        return self.direct_mark > self._answered - responses
+        return self._counts.direct_mark > self._answered - responses
 
     def answered(self, nbytes: int, responses: int) -> None:
         """A read brought ``responses`` whole responses, ``nbytes`` on the wire (their
@@ -90,7 +90,8 @@ class AckGathering:
         want = 1
         if quiet and self._delay is not None and self._per_ack:
             due = self.due
-            if due > 1 and self.direct_mark <= self._answered:
+            # Until direct_mark responses are read, a caller waits for one of them.
+            if due > 1 and self._counts.direct_mark <= self._answered:
                 want = min(due * self._per_ack, MOST_GATHERED)
         if want != self._lowat:
             self._set(want)

@@ -32,6 +32,9 @@ class OutboundQueueType(Protocol):
     signalled: bool
     done: bool
     close_requested: bool
+    direct_mark: int
+    combining: int
+    deferred: bool
 
     def acquire(self, blocking: bool = True) -> bool: ...
     def release(self) -> None: ...
@@ -54,6 +57,12 @@ class PyOutboundQueue(OwnLock):
         signalled: A wake-up byte is on its way to the I/O thread.
         done: The I/O thread has finished; sends are dropped.
         close_requested: ``close()`` was asked for; sends are dropped.
+        direct_mark: ``asked`` when a ``publish()`` caller last queued its own request
+            (acks are not gathered until that many are read).
+        combining: Callers woken by the last hand-over of acks still to queue without
+            writing (see :mod:`.writing`).
+        deferred: A caller queued without writing (combining): the I/O thread takes the
+            queue soon.
 
     Thread-safe as the C type: every field is changed under the lock.
     """
@@ -67,6 +76,9 @@ class PyOutboundQueue(OwnLock):
         "signalled",
         "done",
         "close_requested",
+        "direct_mark",
+        "combining",
+        "deferred",
     )
 
     def __init__(self, write_here_at: int) -> None:
@@ -83,6 +95,9 @@ class PyOutboundQueue(OwnLock):
         self.signalled = False
         self.done = False
         self.close_requested = False
+        self.direct_mark = 0
+        self.combining = 0
+        self.deferred = False
 
     @property
     def frames(self) -> list[bytes]:

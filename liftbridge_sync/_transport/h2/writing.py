@@ -68,15 +68,13 @@ class QueuedWrites:
     rest only by whoever holds ``_io_lock``."""
 
     # Shared with callers, guarded by _lock (the outbound queue's lock): the queue, its
-    # byte counts, ``signalled``, ``done``, ``close_requested`` and ``asked`` are fields
-    # of _out (see outbound_queue).
+    # byte counts, ``signalled``, ``done``, ``close_requested``, ``asked`` and the
+    # combining state (``direct_mark``, ``combining``: how many more ``publish()``
+    # callers queue without writing; ``deferred``: some did, so the I/O thread takes the
+    # queue within COMBINE_WAIT) are fields of _out (see outbound_queue).
     _out: OutboundQueueType
     _lock: OutboundQueueType
     _notes: list[tuple[int, str]]  # (end byte offset, correlation id)
-    #: How many more ``publish()`` callers queue without writing (see COMBINE_WAIT).
-    _combining: int
-    #: Some did: the I/O thread takes the queue within COMBINE_WAIT.
-    _deferred: bool
     _probe_requested: bool
     _gathering: AckGathering
     # Whoever holds _io_lock.
@@ -121,15 +119,15 @@ class QueuedWrites:
             else:
                 out.asked += 1
             if direct:
-                self._gathering.direct_mark = out.asked
+                out.direct_mark = out.asked
                 if out.signalled:
                     return
-                if self._combining:
+                if out.combining:
                     # Callers woken by the I/O thread's last hand-over are still to
                     # queue theirs: the last of them writes all (or the I/O thread
                     # does, within COMBINE_WAIT).
-                    self._combining -= 1
-                    self._deferred = True
+                    out.combining -= 1
+                    out.deferred = True
                     return
                 if not self._io_lock.acquire(blocking=False):
                     self._wake()
@@ -246,7 +244,7 @@ class QueuedWrites:
             notes = self._notes
             closing = out.close_requested
             probe = self._probe_requested
-            self._deferred = False
+            out.deferred = False
             if notes:
                 self._notes = []
             self._probe_requested = False
