@@ -57,7 +57,14 @@ def run_callbacks(
 ) -> tuple[int, list[tuple[Any, BaseException]]]: ...
 def setup_submit(deque_type: type, heads: dict[Any, bytes], no_ack: Any, /) -> None: ...
 def submit_plain(
-    core: PendingCore, stream: str, value: bytes, partition: int, ack_policy: Any, timeout: float, /
+    core: PendingCore,
+    stream: str,
+    value: bytes,
+    partition: int,
+    ack_policy: Any,
+    timeout: float,
+    direct: bool = False,
+    /,
 ) -> Any: ...
 
 class FutureCore:

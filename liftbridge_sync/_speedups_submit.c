@@ -9,7 +9,7 @@
  *       collections.deque, the publisher's cache of request heads ((stream, partition,
  *       policy) -> bytes) and AckPolicy.NONE. Until it is set up, submit_plain returns
  *       None.
- *   submit_plain(core, stream, value, partition, ack_policy, timeout)
+ *   submit_plain(core, stream, value, partition, ack_policy, timeout, direct=False)
  *           -> future | (future, todo, stream) | entry | None
  *       core: the pending table's PendingCore (_speedups_table.c).
  *       future: the publish is entered in the pending table and the deadline queue, and
@@ -20,6 +20,8 @@
  *       entered here (a lock is held, no slot, no open HTTP/2 stream's queue,
  *       ...): the caller enters it by the Python path. None: nothing made (not the
  *       common case, not set up, or too large): the caller does it all in Python.
+ *       direct: a publish() caller, about to wait for this ack, as send_framed's direct
+ *       (it writes the queue itself when nobody else is: TODO_WRITE_DIRECT).
  *
  * Locks. The Python path holds the send lock (the PendingCore's own lock) and the
  * stream's lock (its OutboundQueue's own lock, _speedups_outbound.c) while it enters a
@@ -37,8 +39,10 @@
  */
 #include "_speedups.h"
 
-/* What the caller of submit_plain still does (bits of todo). */
-enum { TODO_WAKE_OWNER = 1, TODO_WAKE_STREAM = 2, TODO_WRITE_HERE = 4 };
+/* What the caller of submit_plain still does (bits of todo). TODO_WRITE_DIRECT (a
+ * publish() caller, nobody combining and no wake-up on its way): write the queue itself
+ * if the stream's I/O lock is free, else wake the I/O thread. */
+enum { TODO_WAKE_OWNER = 1, TODO_WAKE_STREAM = 2, TODO_WRITE_HERE = 4, TODO_WRITE_DIRECT = 8 };
 
 static PyTypeObject *deque_type = NULL;
 static PyObject *heads = NULL, *no_ack = NULL, *n_append = NULL;
@@ -66,7 +70,7 @@ setup_submit(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  */
 static int
 enter(PendingCoreObject *core, PyObject *entry, PyObject *framed, PyObject *cid,
-      PyObject *timeout, double deadline, int *todo, PyObject **stream_out)
+      PyObject *timeout, double deadline, int direct, int *todo, PyObject **stream_out)
 {
     PyObject *pending = core->pending;
     PyObject *out_obj = core->outbound;
@@ -128,7 +132,21 @@ enter(PendingCoreObject *core, PyObject *entry, PyObject *framed, PyObject *cid,
     int t = 0;
     if (deadline < core->sleep_until)
         t |= TODO_WAKE_OWNER;
-    if (out->queued_bytes - out->taken_bytes >= out->write_here_at)
+    if (direct) {
+        /* As H2PublishStream.send_framed with direct: acks are not gathered until this
+         * one is read; a wake-up on its way takes it; a caller woken by the last
+         * hand-over of acks leaves it to the last of them (combining). */
+        out->direct_mark = out->asked;
+        if (out->signalled)
+            ;
+        else if (out->combining) {
+            out->combining--;
+            out->deferred = 1;
+        }
+        else
+            t |= TODO_WRITE_DIRECT;
+    }
+    else if (out->queued_bytes - out->taken_bytes >= out->write_here_at)
         t |= TODO_WRITE_HERE;
     else if (!out->signalled)
         t |= TODO_WAKE_STREAM;
@@ -143,11 +161,14 @@ unlock:
 LBS_INTERNAL PyObject *
 submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "submit_plain(core, stream, value, partition, ack_policy, timeout)");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "submit_plain(core, stream, value, partition, "
+                                         "ack_policy, timeout, direct=False)");
         return NULL;
     }
+    int direct = nargs == 7 ? PyObject_IsTrue(args[6]) : 0;
+    if (direct < 0)
+        return NULL;
     PyObject *core_obj = args[0], *stream = args[1], *value = args[2], *partition = args[3],
              *policy = args[4], *timeout = args[5];
     if (heads == NULL || pending_core_type == NULL || !Py_IS_TYPE(core_obj, pending_core_type) ||
@@ -207,7 +228,7 @@ submit_plain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* The send lock, taken without waiting: held, the Python path waits for it. */
     int entered = 0;
     if (lbs_lock_take(core->lock, 0)) {
-        entered = enter(core, entry, framed, cid, timeout, deadline, &todo, &live);
+        entered = enter(core, entry, framed, cid, timeout, deadline, direct, &todo, &live);
         PyThread_release_lock(core->lock);
     }
     if (entered < 0)

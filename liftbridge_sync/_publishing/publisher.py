@@ -70,6 +70,7 @@ _NO_ACK = AckPolicy.NONE
 _TODO_WAKE_OWNER = 1
 _TODO_STREAM = 2 | 4  # wake the stream's I/O thread, or write its queue here
 _TODO_WRITE_HERE = 4
+_TODO_WRITE_DIRECT = 8  # a publish() caller: write here if nobody is, else wake
 
 
 class Publisher:
@@ -266,26 +267,32 @@ class Publisher:
         partition, no key, headers, expected offset or own correlation id. ``direct``: the
         caller waits for the ack next (``publish``), so it writes on its own thread.
 
-        With the C speedups, a ``publish_async`` that needs no lock to be waited for is
-        done by one call (``submit_plain``) that runs no bytecode.
+        With the C speedups, a publish that needs no lock to be waited for is entered
+        and queued by one call (``submit_plain``) that runs no bytecode; a ``publish()``
+        caller then writes the queue itself, unless the I/O thread or a caller woken
+        with it will (as :meth:`H2PublishStream.send_framed
+        <liftbridge_sync._transport.h2.connection.H2PublishStream.send_framed>` with
+        ``direct``).
 
         Raises:
             ConfigurationError: a bad stream name or ack policy (before anything is sent).
             ClientClosedError, PublishQueueFullError: as :meth:`submit`.
         """
-        if not direct and _submit_plain is not None:
-            done = _submit_plain(self._core, stream, value, partition, ack_policy, timeout)
+        if _submit_plain is not None:
+            done = _submit_plain(self._core, stream, value, partition, ack_policy, timeout, direct)
             if done.__class__ is PublishFuture:
                 return done  # type: ignore[no-any-return]
             if done.__class__ is tuple:
                 future, todo, stream_ = done
                 if todo & _TODO_WAKE_OWNER:
                     self._table.wake_owner()
-                if todo & _TODO_STREAM:
+                if todo & _TODO_WRITE_DIRECT:
+                    stream_.write_direct()
+                elif todo & _TODO_STREAM:
                     stream_.nudge(bool(todo & _TODO_WRITE_HERE))
                 return future  # type: ignore[no-any-return]
             if done is not None:  # an entry it could not enter without waiting
-                return self._send_entry(done)
+                return self._send_entry(done, direct)
         table = self._table
         if table.closing:
             raise self._loop.closed_error()

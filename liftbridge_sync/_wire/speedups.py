@@ -24,7 +24,7 @@ with the same results. :data:`ACTIVE` tells which
   futures for framed requests, and answered entries off a deadline queue (see
   :mod:`~liftbridge_sync._publishing.pending`).
 * :data:`submit_plain` (with :data:`setup_submit`):
-  ``None`` in pure Python; in C, a ``publish_async`` of the common case entered and
+  ``None`` in pure Python; in C, a publish of the common case entered and
   queued without running bytecode (see :meth:`~liftbridge_sync._publishing.publisher.
   Publisher.submit_value`).
 * :data:`PendingCore`: ``None`` in pure Python; in C, the pending table's state and send
@@ -132,7 +132,7 @@ EntryCore: Any = None
 #: (``_speedups_gate.c``; twin: ``_publishing.gates.PyGate``).
 Gate: Any = None
 #: ``setup_submit(deque_type, heads, no_ack)`` once, then
-#: ``submit_plain(core, stream, value, partition, ack_policy, timeout) -> future |
+#: ``submit_plain(core, stream, value, partition, ack_policy, timeout, direct=False) -> future |
 #: (future, todo, stream) | entry | None`` (see ``_speedups_submit.c``).
 setup_submit: Callable[..., None] | None = None
 submit_plain: Callable[..., Any] | None = None

@@ -1,4 +1,5 @@
-"""The C fast path of ``publish_async`` (``submit_plain``) against the fake broker.
+"""The C fast path of ``publish_async`` and ``publish()`` (``submit_plain``) against the
+fake broker.
 
 It enters a publish and queues its request without taking the publisher's send lock or
 the stream's lock, having seen both free while it holds the GIL. These tests check that
@@ -116,6 +117,56 @@ def test_both_paths_leave_the_same_state(
         client.close()
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
+@pytest.mark.parametrize("combining", [0, 2])
+def test_a_publish_caller_leaves_the_same_state_on_both_paths(
+    fake: FakeBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    outcomes: collections.Counter[str],
+    path: str,
+    combining: int,
+) -> None:
+    # publish() (direct): acks are not gathered past the caller's request, and the
+    # caller writes it itself unless callers woken by a hand-over are combining (then
+    # it leaves it to the last of them) or the I/O thread is busy (then it wakes it).
+    if path == "python":
+        monkeypatch.setattr(publisher_module, "_submit_plain", None)
+    client = _client(fake)
+    try:
+        client.publish("s", b"warm-up")
+        publisher = client._publisher
+        assert publisher is not None
+        stream: Any = publisher._table.live
+        out = stream.outbound
+        result: list[Any] = []
+        caller = threading.Thread(
+            target=lambda: result.append(client.publish("s", b"direct")), name="test-caller"
+        )
+        fast_before = outcomes["future"] + outcomes["todo"]
+        with stream._io_lock:  # nobody can write: the caller's request stays queued
+            with out:
+                out.combining = combining
+                asked = out.asked
+            caller.start()
+            wait_until(lambda: out.asked == asked + 1, what="the caller's request queued")
+            with out:
+                assert out.direct_mark == asked + 1
+                assert out.combining == max(combining - 1, 0)
+                assert out.deferred is (combining > 0)
+                assert len(out.frames) == 1
+                # Not combining, it found the I/O lock held and woke the I/O thread.
+                assert out.signalled is (combining == 0)
+            if path == "c":
+                assert outcomes["future"] + outcomes["todo"] == fast_before + 1
+        stream.nudge(False)  # the I/O thread, asleep since before the test combined
+        caller.join(timeout=10)
+        assert not caller.is_alive()
+        assert result[0] is not None and result[0].offset == 1
+        assert [r.value for r in fake.received] == [b"warm-up", b"direct"]
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("lock_name", ["send lock", "stream lock"])
 def test_a_held_lock_sends_the_publish_down_the_waiting_path(
     fake: FakeBroker, outcomes: collections.Counter[str], lock_name: str
@@ -136,9 +187,12 @@ def test_a_held_lock_sends_the_publish_down_the_waiting_path(
             target=lambda: result.append(client.publish_async("s", b"behind the lock")),
             name="test-publisher",
         )
+        stepped_aside = outcomes["entry"]  # the warm-up's, before the stream was open
         with lock:
             publishing.start()
-            wait_until(lambda: outcomes["entry"] == 1, what="the fast path to step aside")
+            wait_until(
+                lambda: outcomes["entry"] == stepped_aside + 1, what="the fast path to step aside"
+            )
             publishing.join(timeout=0.2)
             assert publishing.is_alive(), "the publish went past a held lock"
             assert stream.outbound.frames == []  # type: ignore[union-attr]

@@ -158,6 +158,16 @@ class QueuedWrites:
         else:
             self._wake_unless_woken()
 
+    def write_direct(self) -> None:
+        """After a ``publish()`` caller's request was queued by the C fast path with no
+        wake-up on its way and nobody combining (what :meth:`send_framed` with
+        ``direct`` does next): the caller writes the queue itself if nobody else is,
+        otherwise the I/O thread is woken unless it already is."""
+        if self._io_lock.acquire(blocking=False):
+            self._write_here(True)
+        else:
+            self._wake_unless_woken()
+
     def _writes_here(self, queued: int) -> bool:
         """Under ``_lock``, after queueing: whether the caller writes the queue itself
         (``WRITE_HERE_AT`` bytes wait and nobody else is writing; ``_io_lock`` is then
