@@ -560,6 +560,36 @@ class Telemetry:
         self.finish_on(future, span, stream, started)
         return future
 
+    def trace_publish(
+        self,
+        stream: str,
+        partition: int | None,
+        headers: Mapping[str, bytes] | None,
+        send: Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]],
+        wait: Callable[[concurrent.futures.Future[Ack | None]], Ack | None],
+    ) -> Ack | None:
+        """A synchronous publish in its ``send`` span: :meth:`trace_send`, then ``wait``.
+
+        When ``wait`` returns (or raises) with the future resolved, the span has ended
+        and the metrics are recorded: the future's done-callbacks run after its waiters
+        are woken, on the thread that resolved it, so without this a ``publish()`` could
+        return before its span ended. A wait interrupted before the outcome (a
+        ``KeyboardInterrupt``) leaves the span to the future's resolution.
+        """
+        started = time.monotonic()
+        span = self.start_send(stream, partition)
+        try:
+            future = send(self.headers_with_context(span, headers))
+        except BaseException as exc:
+            self.finish_send(span, stream, started, exc)
+            raise
+        finish = self.finish_on(future, span, stream, started)
+        try:
+            return wait(future)
+        finally:
+            if future.done():
+                finish()
+
     def trace_batch(
         self,
         stream: str,
@@ -628,15 +658,26 @@ class Telemetry:
         span: trace.Span | None,
         stream: str,
         started: float,
-    ) -> None:
-        """End the span and record metrics when ``future`` resolves."""
+    ) -> Callable[[], None]:
+        """End the span and record metrics when ``future`` resolves.
 
-        def done(resolved: concurrent.futures.Future[Ack | None]) -> None:
+        Returns:
+            What ends them now, once ``future`` is done: whichever of it and the
+            done-callback comes first does, the other nothing.
+        """
+        unfinished = [True]  # popped once: list.pop is atomic
+
+        def finish() -> None:
+            try:
+                unfinished.pop()
+            except IndexError:
+                return  # ended already
             # Peeked, not retrieved: telemetry must not hide a failure from flush().
-            result, error = peek(resolved)  # type: ignore[arg-type]
+            result, error = peek(future)  # type: ignore[arg-type]
             self.finish_send(span, stream, started, error if error is not None else result)
 
-        future.add_done_callback(done)
+        future.add_done_callback(lambda _: finish())
+        return finish
 
 
 def _malformed(item: Any) -> bool:

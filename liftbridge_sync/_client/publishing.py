@@ -10,7 +10,7 @@ there. Functions of the session they are given: thread-safe.
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from liftbridge_sync._client.session import Session
@@ -126,7 +126,7 @@ def publish(
             direct=True,
         )
         return publisher.wait(fast, None, read_here=ack_policy is not AckPolicy.NONE)
-    future = submit(
+    send = _sender(
         session,
         publisher,
         stream,
@@ -134,15 +134,21 @@ def publish(
         key,
         partition,
         partitioner,
-        headers,
         ack_policy,
         expected_offset,
         correlation_id,
         timeout,
         direct=True,
     )
-    # The future's own ack timer bounds this wait.
-    return publisher.wait(future, None, read_here=ack_policy is not AckPolicy.NONE)
+    read_here = ack_policy is not AckPolicy.NONE
+    telemetry = session.telemetry
+    if telemetry is None:
+        # The future's own ack timer bounds this wait.
+        return publisher.wait(send(headers), None, read_here=read_here)
+    # Its span ends before it returns (not in a done-callback that may still be running).
+    return telemetry.trace_publish(
+        stream, partition, headers, send, lambda f: publisher.wait(f, None, read_here=read_here)
+    )
 
 
 def submit(
@@ -163,6 +169,41 @@ def submit(
     """A publish beyond the common case: checked, framed and submitted, in its ``send``
     span with the trace context in its headers when tracing. ``direct``: the caller
     waits for the ack next (``publish``), so it writes on its own thread."""
+    send = _sender(
+        session,
+        publisher,
+        stream,
+        value,
+        key,
+        partition,
+        partitioner,
+        ack_policy,
+        expected_offset,
+        correlation_id,
+        timeout,
+        direct,
+    )
+    telemetry = session.telemetry
+    if telemetry is None:
+        return send(headers)
+    return telemetry.trace_send(stream, partition, headers, send)
+
+
+def _sender(
+    session: Session,
+    publisher: Publisher,
+    stream: str,
+    value: bytes,
+    key: bytes | None,
+    partition: int | None,
+    partitioner: Partitioner | None,
+    ack_policy: AckPolicy,
+    expected_offset: int | None,
+    correlation_id: str | None,
+    timeout: float | None,
+    direct: bool,
+) -> Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]]:
+    """What checks, frames and submits one publish given its (traced) headers."""
 
     def send(headers: Mapping[str, bytes] | None) -> concurrent.futures.Future[Ack | None]:
         correlation = correlation_id
@@ -204,10 +245,7 @@ def submit(
             direct=direct,
         )
 
-    telemetry = session.telemetry
-    if telemetry is None:
-        return send(headers)
-    return telemetry.trace_send(stream, partition, headers, send)
+    return send
 
 
 def publish_batch(

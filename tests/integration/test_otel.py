@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -123,6 +124,43 @@ CUSTOM = f"00-{CUSTOM_TRACE}-{CUSTOM_SPAN}-01".encode()
 def _carried(message: Message) -> trace.SpanContext:
     """The span context a message's headers carry."""
     return trace.get_current_span(otel.extract(message)).get_span_context()
+
+
+def test_a_publish_has_ended_its_span_and_recorded_its_metrics_when_it_returns(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # publish() is synchronous: its send span is over when it returns, also when the
+    # I/O thread (not the caller) read the ack, as it does for concurrent callers.
+    name = unique("otel")
+    late: list[str] = []
+    with Client(
+        [liftbridge_address],
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    ) as client:
+        client.create_stream(name, name)
+
+        def publish_some() -> None:
+            for _ in range(50):
+                ack = client.publish(name, b"x", key=b"k")
+                assert ack is not None
+                ended = {
+                    s.attributes["messaging.message.id"]  # type: ignore[index]
+                    for s in telemetry.finished(f"send {name}")
+                }
+                if ack.correlation_id not in ended:
+                    late.append(ack.correlation_id)
+
+        threads = [threading.Thread(target=publish_some) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert not any(thread.is_alive() for thread in threads)
+        assert late == []
+        # And so are its metrics: nothing is recorded after the last publish returned.
+        sent = telemetry.points("messaging.client.sent.messages")
+        assert sum(p.value for p in sent) == 200  # type: ignore[attr-defined]
 
 
 def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
