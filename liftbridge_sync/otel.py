@@ -77,6 +77,10 @@ __all__ = ["Telemetry", "extract", "extract_headers", "process", "telemetry_for"
 
 #: What a ``publish_batch`` sends: the outcome of each message, in order.
 Outcomes = list[Ack | None | LiftbridgeError]
+#: Sends one publish given its headers: its future, correlation id and partition.
+Sender = Callable[
+    [Mapping[str, bytes] | None], tuple[concurrent.futures.Future[Ack | None], str, int]
+]
 
 _SYSTEM = "liftbridge"
 _SCOPE = "liftbridge_sync"
@@ -506,8 +510,13 @@ class Telemetry:
         outcome: Ack | None | BaseException,
         correlation_id: str | None = None,
         count: int = 1,
+        partition: int | None = None,
     ) -> None:
-        """End a publish's span and record its metrics, from its outcome."""
+        """End a publish's span and record its metrics, from its outcome.
+
+        ``correlation_id`` and ``partition``: what the publish was sent with, for an
+        outcome that does not say (a failure, an ``AckPolicy.NONE`` publish).
+        """
         error = outcome if isinstance(outcome, BaseException) else None
         attributes: dict[str, Any] = {
             "messaging.system": _SYSTEM,
@@ -516,7 +525,9 @@ class Telemetry:
             "messaging.operation.name": "send",
         }
         if isinstance(outcome, Ack) and outcome.partition >= 0:
-            attributes["messaging.destination.partition.id"] = str(outcome.partition)
+            partition = outcome.partition
+        if partition is not None:
+            attributes["messaging.destination.partition.id"] = str(partition)
         if error is not None:
             attributes["error.type"] = type(error).__name__
         if self._duration is not None:
@@ -525,9 +536,9 @@ class Telemetry:
             self._sent.add(count, attributes)
         if span is None:
             return
+        if partition is not None:
+            span.set_attribute("messaging.destination.partition.id", str(partition))
         if isinstance(outcome, Ack):
-            if outcome.partition >= 0:
-                span.set_attribute("messaging.destination.partition.id", str(outcome.partition))
             if outcome.correlation_id:
                 span.set_attribute("messaging.message.id", outcome.correlation_id)
             span.set_attribute("messaging.liftbridge.offset", outcome.offset)
@@ -544,20 +555,21 @@ class Telemetry:
         stream: str,
         partition: int | None,
         headers: Mapping[str, bytes] | None,
-        send: Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]],
+        send: Sender,
     ) -> concurrent.futures.Future[Ack | None]:
-        """One publish in its ``send`` span: ``send`` gets ``headers`` with the context.
+        """One publish in its ``send`` span: ``send`` gets ``headers`` with the context,
+        and returns its future, the correlation id and the partition it was sent with.
 
         The span ends when the future resolves, or at once if ``send`` raises.
         """
         started = time.monotonic()
         span = self.start_send(stream, partition)
         try:
-            future = send(self.headers_with_context(span, headers))
+            future, correlation_id, chosen = send(self.headers_with_context(span, headers))
         except BaseException as exc:
-            self.finish_send(span, stream, started, exc)
+            self.finish_send(span, stream, started, exc, partition=partition)
             raise
-        self.finish_on(future, span, stream, started)
+        self.finish_on(future, span, stream, started, correlation_id, chosen)
         return future
 
     def trace_publish(
@@ -565,7 +577,7 @@ class Telemetry:
         stream: str,
         partition: int | None,
         headers: Mapping[str, bytes] | None,
-        send: Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]],
+        send: Sender,
         wait: Callable[[concurrent.futures.Future[Ack | None]], Ack | None],
     ) -> Ack | None:
         """A synchronous publish in its ``send`` span: :meth:`trace_send`, then ``wait``.
@@ -579,11 +591,11 @@ class Telemetry:
         started = time.monotonic()
         span = self.start_send(stream, partition)
         try:
-            future = send(self.headers_with_context(span, headers))
+            future, correlation_id, chosen = send(self.headers_with_context(span, headers))
         except BaseException as exc:
-            self.finish_send(span, stream, started, exc)
+            self.finish_send(span, stream, started, exc, partition=partition)
             raise
-        finish = self.finish_on(future, span, stream, started)
+        finish = self.finish_on(future, span, stream, started, correlation_id, chosen)
         try:
             return wait(future)
         finally:
@@ -658,8 +670,11 @@ class Telemetry:
         span: trace.Span | None,
         stream: str,
         started: float,
+        correlation_id: str | None = None,
+        partition: int | None = None,
     ) -> Callable[[], None]:
-        """End the span and record metrics when ``future`` resolves.
+        """End the span and record metrics when ``future`` resolves (``correlation_id``
+        and ``partition``: what the publish was sent with).
 
         Returns:
             What ends them now, once ``future`` is done: whichever of it and the
@@ -674,7 +689,8 @@ class Telemetry:
                 return  # ended already
             # Peeked, not retrieved: telemetry must not hide a failure from flush().
             result, error = peek(future)  # type: ignore[arg-type]
-            self.finish_send(span, stream, started, error if error is not None else result)
+            outcome = error if error is not None else result
+            self.finish_send(span, stream, started, outcome, correlation_id, partition=partition)
 
         future.add_done_callback(lambda _: finish())
         return finish

@@ -37,6 +37,11 @@ from liftbridge_sync.partitioners import Partitioner
 
 __all__ = ["publish", "publish_async", "publish_batch", "publish_to_subject", "submit"]
 
+#: One publish sent: its future, correlation id and partition (for its span).
+Sent = tuple[concurrent.futures.Future[Ack | None], str, int]
+#: Sends one publish given its (traced) headers.
+Sender = Callable[[Mapping[str, bytes] | None], Sent]
+
 
 def publish_async(
     session: Session,
@@ -144,7 +149,7 @@ def publish(
     telemetry = session.telemetry
     if telemetry is None:
         # The future's own ack timer bounds this wait.
-        return publisher.wait(send(headers), None, read_here=read_here)
+        return publisher.wait(send(headers)[0], None, read_here=read_here)
     # Its span ends before it returns (not in a done-callback that may still be running).
     return telemetry.trace_publish(
         stream, partition, headers, send, lambda f: publisher.wait(f, None, read_here=read_here)
@@ -185,7 +190,7 @@ def submit(
     )
     telemetry = session.telemetry
     if telemetry is None:
-        return send(headers)
+        return send(headers)[0]
     return telemetry.trace_send(stream, partition, headers, send)
 
 
@@ -202,10 +207,11 @@ def _sender(
     correlation_id: str | None,
     timeout: float | None,
     direct: bool,
-) -> Callable[[Mapping[str, bytes] | None], concurrent.futures.Future[Ack | None]]:
-    """What checks, frames and submits one publish given its (traced) headers."""
+) -> Sender:
+    """What checks, frames and submits one publish given its (traced) headers, and
+    returns its future, correlation id and partition (for its span)."""
 
-    def send(headers: Mapping[str, bytes] | None) -> concurrent.futures.Future[Ack | None]:
+    def send(headers: Mapping[str, bytes] | None) -> Sent:
         correlation = correlation_id
         if correlation is None:
             correlation = publisher.next_correlation_id()
@@ -236,7 +242,7 @@ def _sender(
             expected_offset=expected_offset,
             correlation_id=correlation,
         )
-        return publisher.submit(
+        future = publisher.submit(
             framed,
             correlation,
             partition=chosen,
@@ -244,6 +250,7 @@ def _sender(
             timeout=resolve_ack_timeout(timeout, session.options.ack_timeout),
             direct=direct,
         )
+        return future, correlation, chosen
 
     return send
 

@@ -17,7 +17,16 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from liftbridge_sync import Ack, Client, Message, NoSuchPartitionError, StartAt, StopAt, otel
+from liftbridge_sync import (
+    Ack,
+    Client,
+    Message,
+    NoSuchPartitionError,
+    ReadonlyPartitionError,
+    StartAt,
+    StopAt,
+    otel,
+)
 
 from .conftest import unique
 
@@ -320,6 +329,40 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
     (failed,) = [s for s in telemetry.finished(f"send {name}") if not s.status.is_ok]
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.attributes["error.type"] == "NoSuchPartitionError"  # type: ignore[index]
+
+
+def test_a_failed_publish_names_its_message_and_partition(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # A publish the broker refused was sent with a correlation id to a partition: its
+    # span and metrics say which, as for one acknowledged (the partition defaulted here).
+    name = unique("otel")
+    with Client(
+        [liftbridge_address],
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    ) as client:
+        client.create_stream(name, name)
+        client.set_stream_readonly(name)
+        with pytest.raises(ReadonlyPartitionError):
+            client.publish(name, b"x", correlation_id="sync-1")
+        refused = client.publish_async(name, b"y", key=b"k").exception(30)
+        assert isinstance(refused, ReadonlyPartitionError)
+        generated = client.publish_async(name, b"z", headers={"h": b"v"})
+        assert isinstance(generated.exception(30), ReadonlyPartitionError)
+
+    sends = telemetry.finished(f"send {name}")
+    assert len(sends) == 3
+    for span in sends:
+        attributes = dict(span.attributes or {})
+        assert attributes["error.type"] == "ReadonlyPartitionError"
+        assert attributes["messaging.destination.partition.id"] == "0"
+        assert attributes.get("messaging.message.id")
+    assert "sync-1" in {s.attributes["messaging.message.id"] for s in sends}  # type: ignore[index]
+    assert len({s.attributes["messaging.message.id"] for s in sends}) == 3  # type: ignore[index]
+    (sent,) = telemetry.points("messaging.client.sent.messages")
+    assert sent.value == 3  # type: ignore[attr-defined]
+    assert sent.attributes["messaging.destination.partition.id"] == "0"  # type: ignore[attr-defined]
 
 
 def test_without_an_sdk_nothing_is_traced_or_injected(liftbridge_address: str) -> None:
