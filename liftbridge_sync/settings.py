@@ -10,9 +10,11 @@ Both frameworks name options in upper case: Flask as ``LIFTBRIDGE_<NAME>`` keys 
 
 The keys of ``TLS`` and ``RETRY`` may be in either case (``"max_attempts"`` or
 ``"MAX_ATTEMPTS"``).
-* ``RPC_TIMEOUT``, ``ACK_TIMEOUT``, ``MAX_IN_FLIGHT``, ``ENQUEUE_TIMEOUT``,
-  ``RESUBSCRIBE_WAIT``, ``PUBLISH_TRANSPORT``, ``GRPC_OPTIONS``: the
-  :class:`~liftbridge_sync.ClientOptions` fields of the same (lower-case) name.
+* Every other :class:`~liftbridge_sync.ClientOptions` field, by its upper-case name:
+  ``RPC_TIMEOUT``, ``ACK_TIMEOUT``, ``MAX_IN_FLIGHT``, ``ENQUEUE_TIMEOUT``,
+  ``RESUBSCRIBE_WAIT``, ``PUBLISH_TRANSPORT``, ``GRPC_OPTIONS``, ``TELEMETRY``,
+  ``TRACE_PROPAGATION``, ``KEEPALIVE_INTERVAL``, ``METADATA_MAX_AGE``, ...
+  (:data:`SETTING_NAMES` lists them all).
 """
 
 from __future__ import annotations
@@ -26,14 +28,11 @@ from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 
 __all__ = ["SETTING_NAMES", "options_from_settings"]
 
-_SCALARS = (
-    "RPC_TIMEOUT",
-    "ACK_TIMEOUT",
-    "MAX_IN_FLIGHT",
-    "ENQUEUE_TIMEOUT",
-    "RESUBSCRIBE_WAIT",
-    "PUBLISH_TRANSPORT",
-    "GRPC_OPTIONS",
+#: The other :class:`ClientOptions` fields, each a setting of its upper-case name.
+_SCALARS = tuple(
+    f.name.upper()
+    for f in dataclasses.fields(ClientOptions)
+    if f.name not in ("addresses", "tls", "retry")
 )
 
 #: Every setting name understood by :func:`options_from_settings`.

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
-from liftbridge_sync.settings import options_from_settings
+from liftbridge_sync.settings import SETTING_NAMES, options_from_settings
 
 
 def _label(name: str) -> str:
@@ -67,3 +68,33 @@ def test_good_settings_still_pass() -> None:
         max_in_flight=2**63 - 1,
         grpc_options=(("grpc.enable_retries", 0),),
     )
+
+
+def test_every_client_option_is_a_setting() -> None:
+    # Options added after the settings were written (telemetry, keepalives, metadata
+    # age, ...) were refused as "unknown Liftbridge settings": a Flask or Django app
+    # could not turn telemetry off.
+    grouped = {"addresses": "ADDRESSES", "tls": "TLS", "retry": "RETRY"}
+    names = {grouped.get(f.name, f.name.upper()) for f in dataclasses.fields(ClientOptions)}
+    assert set(SETTING_NAMES) == names
+    options = options_from_settings(
+        {
+            "ADDRESSES": "h:1",
+            "TELEMETRY": False,
+            "TRACE_PROPAGATION": False,
+            "KEEPALIVE_INTERVAL": None,
+            "METADATA_MAX_AGE": 5,
+            "SUBSCRIBE_TRANSPORT": "grpc",
+        }
+    )
+    assert options == ClientOptions(
+        addresses=("h:1",),
+        telemetry=False,
+        trace_propagation=False,
+        keepalive_interval=None,
+        metadata_max_age=5,
+        subscribe_transport="grpc",
+    )
+    with pytest.raises(ConfigurationError) as info:
+        options_from_settings({"ADDRESSES": "h:1", "KEEPALIVE_TIMEOUT": -1}, label=_label)
+    assert _label("KEEPALIVE_TIMEOUT") in str(info.value)
