@@ -31,6 +31,7 @@ from collections.abc import Callable
 from flask import Flask, Response, current_app, jsonify
 
 from liftbridge_sync import BrokerUnavailableError, Client, ClientOptions, ConfigurationError
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.settings import options_from_settings
 
 __all__ = ["EXTENSION_KEY", "Liftbridge", "get_client", "options_from_config"]
@@ -90,12 +91,18 @@ class Liftbridge:
         "unavailable", "reason": ...}``. Bad settings are not hidden behind a 503: they
         raise as in any view.
 
+        Raises:
+            ConfigurationError: ``timeout`` is not a finite number of seconds > 0 (here,
+                not at every probe).
+
         Thread-safe: the view may run on every request thread.
         """
+        seconds = check_seconds("timeout", timeout, allow_zero=False, unlimited=False)
+        assert seconds is not None  # unlimited=False: None and inf were refused
 
         def liftbridge_readiness() -> tuple[Response, int]:
             try:
-                health = get_client().check_health(timeout)
+                health = get_client().check_health(seconds)
             except BrokerUnavailableError as exc:
                 return jsonify(status="unavailable", reason=str(exc)), 503
             return (

@@ -50,6 +50,15 @@ def test_get_client_without_init_app() -> None:
         get_client()
 
 
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), "2", None, True])
+def test_a_bad_readiness_timeout_fails_when_the_view_is_made(timeout: object) -> None:
+    # Not at every probe: a typo would otherwise surface as a 500 from the endpoint an
+    # orchestrator polls, and the app would never become ready.
+    liftbridge = Liftbridge(_app(LIFTBRIDGE_ADDRESSES="127.0.0.1:1"))
+    with pytest.raises(ConfigurationError, match="timeout"):
+        liftbridge.readiness_view(timeout=timeout)  # type: ignore[arg-type]
+
+
 @pytest.mark.integration
 def test_one_client_per_process_across_requests(liftbridge_address: str) -> None:
     app = _app(LIFTBRIDGE_ADDRESSES=liftbridge_address)
