@@ -486,9 +486,12 @@ class Telemetry:
         """``headers`` plus what the propagator writes for the span, where it is absent.
 
         Unchanged when propagation is off or the caller set a trace context. A header the
-        caller set (``baggage``, say) is never replaced.
+        caller set (``baggage``, say) is never replaced. Headers that are no mapping are
+        left for the publish to refuse, as it does without telemetry.
         """
         if span is None or not self._propagate:
+            return headers
+        if headers is not None and not isinstance(headers, Mapping):
             return headers
         if headers and _caller_context(headers) is not None:
             return headers

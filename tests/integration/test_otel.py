@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from liftbridge_sync import (
     Ack,
+    ArgumentTypeError,
     Client,
     Message,
     NoSuchPartitionError,
@@ -363,6 +364,39 @@ def test_a_failed_publish_names_its_message_and_partition(
     (sent,) = telemetry.points("messaging.client.sent.messages")
     assert sent.value == 3  # type: ignore[attr-defined]
     assert sent.attributes["messaging.destination.partition.id"] == "0"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("headers", [5, "ab", [("a", b"b")], (("a", b"b"),)])
+def test_headers_that_are_no_mapping_are_refused_as_without_telemetry(
+    liftbridge_address: str, telemetry: Telemetry, headers: object
+) -> None:
+    # Injecting the trace context copied them into a dict first: a list of pairs was
+    # published, an int or a str raised a bare TypeError or ValueError.
+    name = unique("otel")
+    calls = {
+        "publish": lambda c: c.publish(name, b"x", headers=headers),
+        "publish_async": lambda c: c.publish_async(name, b"x", headers=headers),
+        "publish_batch": lambda c: c.publish_batch(name, [(None, b"x", headers)]),
+    }
+    refusals: dict[bool, list[tuple[type[BaseException], str]]] = {}
+    with Client([liftbridge_address]) as plain:
+        plain.create_stream(name, name)
+        for traced in (False, True):
+            with Client(
+                [liftbridge_address],
+                tracer_provider=telemetry.tracer_provider if traced else None,
+                telemetry=traced,
+            ) as client:
+                found = refusals.setdefault(traced, [])
+                for call in calls.values():
+                    with pytest.raises(ArgumentTypeError) as info:
+                        call(client)
+                    found.append((info.type, str(info.value)))
+        assert plain.fetch_partition_metadata(name).newest_offset == -1  # nothing sent
+    assert refusals[True] == refusals[False]
+    sends = telemetry.finished(f"send {name}")
+    assert len(sends) == 3
+    assert all(s.status.status_code is StatusCode.ERROR for s in sends)
 
 
 def test_without_an_sdk_nothing_is_traced_or_injected(liftbridge_address: str) -> None:
