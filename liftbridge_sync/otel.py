@@ -10,7 +10,8 @@ conventions:
 * a ``send <stream>`` PRODUCER span per publish, with ``messaging.system="liftbridge"``,
   ``messaging.destination.name``, ``messaging.destination.partition.id``,
   ``messaging.operation.type="send"`` and the correlation id as
-  ``messaging.message.id``; a failed publish records its error on the span;
+  ``messaging.message.id``; a failed publish records its error on the span (a
+  ``publish_to_subject`` is a ``send <subject>`` span, named after its subject);
 * that span's context injected into the message's headers by the configured
   propagator (W3C ``traceparent``/``tracestate`` and ``baggage`` by default), never
   over a header the caller set, and not at all when the caller set a trace context
@@ -604,6 +605,26 @@ class Telemetry:
         finally:
             if future.done():
                 finish()
+
+    def trace_call(
+        self,
+        destination: str,
+        headers: Mapping[str, bytes] | None,
+        call: Callable[[Mapping[str, bytes] | None], Ack | None],
+        correlation_id: str | None = None,
+    ) -> Ack | None:
+        """A blocking publish (``publish_to_subject``) in its ``send`` span, named after
+        its ``destination``: ``call`` gets ``headers`` with the context, and returns its
+        ack. The span ends before this returns or raises."""
+        started = time.monotonic()
+        span = self.start_send(destination, None)
+        try:
+            ack = call(self.headers_with_context(span, headers))
+        except BaseException as exc:
+            self.finish_send(span, destination, started, exc, correlation_id)
+            raise
+        self.finish_send(span, destination, started, ack, correlation_id)
+        return ack
 
     def trace_batch(
         self,

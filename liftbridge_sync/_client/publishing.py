@@ -21,6 +21,7 @@ from liftbridge_sync._publishing.routing import (
     choose_partition,
     resolve_ack_timeout,
 )
+from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.publish_codec import encode_publish, is_common_case
 from liftbridge_sync._wire.requests import partition_of, publish_to_subject_request
@@ -303,16 +304,34 @@ def publish_to_subject(
 ) -> Ack | None:
     """:meth:`Client.publish_to_subject <liftbridge_sync.Client.publish_to_subject>`."""
     core = session.check()
-    request = publish_to_subject_request(
-        subject,
-        value,
-        key=key,
-        headers=headers,
-        ack_policy=ack_policy,
-        ack_inbox=ack_inbox,
-        correlation_id=correlation_id,
-    )
+    telemetry = session.telemetry if session.telemetry_made else session.get_telemetry()
     ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
+
+    def send(headers: Mapping[str, bytes] | None) -> Ack | None:
+        request = publish_to_subject_request(
+            subject,
+            value,
+            key=key,
+            headers=headers,
+            ack_policy=ack_policy,
+            ack_inbox=ack_inbox,
+            correlation_id=correlation_id,
+        )
+        return _publish_to_subject(core, subject, request, ack_policy, ack_timeout)
+
+    if telemetry is None:
+        return send(headers)
+    return telemetry.trace_call(subject, headers, send, correlation_id)
+
+
+def _publish_to_subject(
+    core: ClientCore,
+    subject: str,
+    request: Any,
+    ack_policy: AckPolicy,
+    ack_timeout: float,
+) -> Ack | None:
+    """Send a ``PublishToSubject`` request; its first ack (``None``: AckPolicy.NONE)."""
     try:
         response = core.call_any(rpcs.PUBLISH_TO_SUBJECT, request, timeout=ack_timeout)
     except DeadlineExceededError as exc:

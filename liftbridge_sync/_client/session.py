@@ -60,6 +60,7 @@ class Session:
         "publisher",
         "reporter",
         "telemetry",
+        "telemetry_made",
     )
 
     def __init__(
@@ -83,8 +84,11 @@ class Session:
         self.options = options
         #: OpenTelemetry providers given to the client (else the global ones).
         self.providers = (tracer_provider, meter_provider)
-        #: Set with the publisher: ``None`` unless an OpenTelemetry SDK is configured.
+        #: Made by the first publish (:meth:`get_telemetry`): ``None`` unless an
+        #: OpenTelemetry SDK is configured.
         self.telemetry: Telemetry | None = None
+        #: Whether :attr:`telemetry` was made (in this process).
+        self.telemetry_made = False
         self.core = ClientCore(options)
         self.lock = threading.RLock()
         self.pid = os.getpid()
@@ -116,13 +120,24 @@ class Session:
             if self.publisher is None:
                 if self.reporter is not None:
                     self.reporter.start()
-                self.telemetry = make_telemetry(
-                    self.options, self.providers, self.publisher_stats, self.stats
-                )
+                self.get_telemetry()
                 publisher = Publisher(self.core)
                 self.core.register(publisher)
                 self.publisher = publisher
             return self.publisher
+
+    def get_telemetry(self) -> Telemetry | None:
+        """The telemetry, made on first call (a publish: with the publisher, or by
+        ``publish_to_subject``): once, so a client reports as one."""
+        if self.telemetry_made:
+            return self.telemetry
+        with self.lock:
+            if not self.telemetry_made:
+                self.telemetry = make_telemetry(
+                    self.options, self.providers, self.publisher_stats, self.stats
+                )
+                self.telemetry_made = True
+            return self.telemetry
 
     def publisher_stats(self) -> PublisherStats:
         """The publisher's counters (all zero before the first publish)."""
@@ -177,6 +192,9 @@ class Session:
         self.core.abandon_after_fork()
         self.core = ClientCore(self.options)
         self.publisher = None
+        # The parent's reports the parent's pid; the child's is made by its first publish.
+        self.telemetry = None
+        self.telemetry_made = False
         if self.reporter is not None:  # its thread is the parent's
             self.reporter = self.reporter.for_child()
         self.pid = os.getpid()

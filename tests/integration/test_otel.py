@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from liftbridge_sync import (
     Ack,
+    AckTimeoutError,
     ArgumentTypeError,
     Client,
     Message,
@@ -397,6 +398,40 @@ def test_headers_that_are_no_mapping_are_refused_as_without_telemetry(
     sends = telemetry.finished(f"send {name}")
     assert len(sends) == 3
     assert all(s.status.status_code is StatusCode.ERROR for s in sends)
+
+
+def test_publish_to_subject_is_a_send_span_whose_context_travels_in_the_headers(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    name = unique("otel")
+    with Client(
+        [liftbridge_address],
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    ) as client:
+        client.create_stream(name, name)
+        ack = client.publish_to_subject(name, b"by subject", correlation_id="subj-1")
+        assert ack is not None
+        with pytest.raises(AckTimeoutError):  # no stream listens there
+            client.publish_to_subject(unique("nobody"), b"lost", timeout=0.5)
+        client.publish(name, b"by stream")  # its publisher reports with the same id
+        (message, _) = _read(client, name)
+        observed = telemetry.points("messaging.liftbridge.publish.connects")
+
+    sends = telemetry.finished(f"send {name}")
+    (send,) = [s for s in sends if (s.attributes or {}).get("messaging.message.id") == "subj-1"]
+    assert send.kind is SpanKind.PRODUCER and send.status.is_ok
+    attributes = dict(send.attributes or {})
+    assert attributes["messaging.system"] == "liftbridge"
+    assert attributes["messaging.destination.name"] == name
+    assert attributes["messaging.destination.partition.id"] == "0"
+    assert message.value == b"by subject"
+    assert _carried(message).span_id == send.context.span_id
+    (failed,) = [s for s in telemetry.spans.get_finished_spans() if not s.status.is_ok]
+    assert failed.attributes["error.type"] == "AckTimeoutError"  # type: ignore[index]
+    sent = telemetry.points("messaging.client.sent.messages")
+    assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
+    assert len(observed) == 1  # one client, one series
 
 
 def test_without_an_sdk_nothing_is_traced_or_injected(liftbridge_address: str) -> None:
