@@ -38,6 +38,7 @@ __all__ = [
     "MAGIC",
     "VERSION",
     "MessageType",
+    "check_raw_payload",
     "decode_ack_pb",
     "decode_envelope",
     "decode_message_pb",
@@ -171,6 +172,33 @@ def decode_envelope(data: _BytesLike, expected_type: MessageType | int) -> bytes
                 f"CRC mismatch: header says {expected_crc:#010x}, payload has {actual_crc:#010x}"
             )
     return payload
+
+
+def check_raw_payload(name: str, data: bytes) -> bytes:
+    """Refuse plain NATS data that a Liftbridge partition leader would crash on.
+
+    A leader reads every message on its subject as an envelope first, and the server
+    (v1.9.0 and later) slices the payload at HeaderLen before it checks anything past
+    the version: data that starts with the magic number and version 0 but whose
+    HeaderLen byte is beyond its length panics the broker process, whatever the message
+    type or flags (e.g. the 8 bytes ``B9 0E 43 B4 00 FF 00 00``). Any other data is
+    stored verbatim or read as the envelope it is.
+
+    Returns:
+        ``data``.
+
+    Raises:
+        ConfigurationError: ``data`` is such an envelope header.
+    """
+    if len(data) >= _HEADER_LEN and data[:4] == MAGIC and data[4] == VERSION:
+        header_len = data[5]
+        if header_len > len(data):
+            raise ConfigurationError(
+                f"{name!r} starts with a Liftbridge envelope header whose HeaderLen "
+                f"({header_len}) is beyond its {len(data)} bytes: the partition leader "
+                "would crash on it"
+            )
+    return data
 
 
 def decode_message_pb(data: _BytesLike) -> api_pb2.Message:

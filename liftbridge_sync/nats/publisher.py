@@ -29,7 +29,7 @@ from liftbridge_sync._wire.validate import (
     check_publish_subject,
     refuse_wildcards,
 )
-from liftbridge_sync.envelope import new_message
+from liftbridge_sync.envelope import check_raw_payload, new_message
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ClientClosedError,
@@ -350,7 +350,10 @@ class NatsPublisher(Handoff):
 
         Raises:
             TypeError: ``payload`` is not bytes-like.
-            ConfigurationError: Invalid subject or reply.
+            ConfigurationError: Invalid subject or reply, or a payload that starts with
+                an envelope header (magic number, version 0) whose HeaderLen is beyond
+                its length: the partition leader would crash on it (see
+                :func:`~liftbridge_sync.envelope.check_raw_payload`).
             PublishRejectedError: The payload exceeds the NATS server's max payload.
             AckTimeoutError: nats-py's buffer stayed full (NATS not reading) for the
                 publisher's ``ack_timeout``.
@@ -363,12 +366,12 @@ class NatsPublisher(Handoff):
         self._forbid_loop_thread("publish_raw")
         checked_subject = check_publish_subject("subject", subject)
         checked_reply = "" if reply is None else check_publish_subject("reply", reply)
-        data = check_bytes("payload", payload)
+        data = check_raw_payload("payload", check_bytes("payload", payload))
         job = Job(
             kind="raw",
             future=concurrent.futures.Future(),
             subject=checked_subject,
-            payload=data if data is not None else b"",
+            payload=data,
             reply=checked_reply,
             deadline=time.monotonic() + self._ack_timeout,
         )

@@ -241,6 +241,30 @@ def test_raw_payload_is_stored_verbatim(
     assert broken.reply_subject == reply
 
 
+def test_raw_data_that_would_crash_the_leader_is_refused() -> None:
+    """The server slices a payload at its HeaderLen before checking it: 8 bytes with the
+    magic, version 0 and a HeaderLen of 255 panicked the broker (own server: it died)."""
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    crashing = b"\xb9\x0e\x43\xb4\x00\xff\x00\x00"
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        subject, name = make_stream(client)
+        with NatsPublisher(server.nats_url, ack_timeout=10.0) as publisher:
+            with pytest.raises(ConfigurationError, match="HeaderLen"):
+                publisher.publish_raw(subject, crashing)
+            with pytest.raises(ConfigurationError, match="HeaderLen"):
+                publisher.publish_raw(subject, crashing[:5] + b"\x0d" + crashing[6:] + b"1234")
+            # HeaderLen at the very end is an envelope with an empty payload, and one
+            # with another version is plain data: the leader survives both.
+            publisher.publish_raw(subject, crashing[:5] + b"\x08" + crashing[6:])
+            publisher.publish_raw(subject, crashing[:4] + b"\x01" + crashing[5:])
+            ack = publisher.publish(subject, b"after")
+            assert ack is not None and ack.offset == 2
+        stored = read_messages(server.address, name, 3)
+        assert [m.value for m in stored] == [b"", crashing[:4] + b"\x01" + crashing[5:], b"after"]
+        assert server.running
+
+
 def test_many_concurrent_publishes_from_several_threads(
     publisher: NatsPublisher, liftbridge_client: Client
 ) -> None:

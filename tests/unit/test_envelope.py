@@ -15,6 +15,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.envelope import (
     MAGIC,
     MessageType,
+    check_raw_payload,
     decode_ack_pb,
     decode_envelope,
     decode_message_pb,
@@ -512,3 +513,33 @@ def test_fuzz_header_bytes(header_len: int, flags: int, rest: bytes) -> None:
     if flags & 1:
         assert header_len == 12
         assert struct.unpack(">I", data[8:12])[0] == crc32c.crc32c(payload)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        MAGIC + b"\x00\xff\x00\x00",  # HeaderLen 255 of 8 bytes: the server slices past the end
+        MAGIC + b"\x00\x09\x00\x00",
+        MAGIC + b"\x00\x0d\x01\x00" + b"\x00" * 4,  # CRC flag, 12 bytes, HeaderLen 13
+        MAGIC + b"\x00\xff\x00\x05" + b"x" * 200,  # any message type
+    ],
+)
+def test_raw_payload_with_a_header_len_beyond_its_end_is_refused(data: bytes) -> None:
+    with pytest.raises(ConfigurationError, match="HeaderLen"):
+        check_raw_payload("payload", data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"plain",
+        MAGIC + b"\x00\x08\x00\x00",  # an envelope with an empty payload
+        MAGIC + b"\x00\x0c\x01\x00" + b"\x00" * 4,
+        MAGIC + b"\x01\xff\x00\x00",  # another version: stored verbatim
+        MAGIC + b"\x00\xff\x00",  # shorter than a header: stored verbatim
+        b"\xb9\x0e\x43\xb5\x00\xff\x00\x00",
+    ],
+)
+def test_raw_payload_the_server_survives_is_returned(data: bytes) -> None:
+    assert check_raw_payload("payload", data) is data
