@@ -23,6 +23,7 @@ __all__ = [
     "check_optional_text",
     "INT32_MAX",
     "DURATION_MAX_MS",
+    "HEADER_NAME_MAX_BYTES",
     "INT64_MAX",
     "MAX_PARTITIONS",
     "RESERVED_STREAMS",
@@ -310,8 +311,17 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
     raise ArgumentTypeError(f"{name} must be bytes-like, not {type(value).__name__}")
 
 
+#: The longest header name the server's log holds, in bytes of UTF-8: its encoder
+#: refuses a longer one (an int16 length) and the partition leader panics on it.
+HEADER_NAME_MAX_BYTES = 2**15 - 1
+
+
 def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
-    """Headers: a mapping of non-empty str keys to bytes-like values."""
+    """Headers: a mapping of non-empty str keys to bytes-like values.
+
+    A name must be valid UTF-8 of at most 32767 bytes: the server writes each name to
+    its log with an int16 length and panics (the broker dies) on a longer one.
+    """
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -323,9 +333,14 @@ def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
         if not key:
             raise ConfigurationError("header names must not be empty")
         try:
-            key.encode("utf-8")
+            size = len(key.encode("utf-8"))
         except UnicodeEncodeError as exc:
             raise ConfigurationError(f"header name {key!r} is not valid UTF-8") from exc
+        if size > HEADER_NAME_MAX_BYTES:
+            raise ConfigurationError(
+                f"header name {key[:20]!r}... is {size} bytes of UTF-8; the server holds at "
+                f"most {HEADER_NAME_MAX_BYTES} (a longer one crashes the partition leader)"
+            )
         checked = check_bytes(f"headers[{key!r}]", item)
         assert checked is not None
         result[key] = checked

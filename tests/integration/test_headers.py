@@ -51,3 +51,24 @@ def test_received_headers_are_a_read_only_dict(
     with pytest.raises(KeyError):
         metadata.streams[name].partitions[7]
     assert list(metadata.streams[name].partitions) == [0]
+
+
+def test_a_header_name_the_server_cannot_log_is_refused() -> None:
+    """The server logs a header name with an int16 length: a 32768-byte name panicked the
+    partition leader (own server: it died). The longest it holds is stored and read back."""
+    from liftbridge_sync import ConfigurationError
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    longest = "é" * (2**14 - 1) + "x"  # 32767 bytes of UTF-8, 16384 characters
+    too_long = "é" * 2**14  # 32768 bytes, fewer characters than the longest
+    with LiftbridgeServer() as server, Client(server.address, ack_timeout=10) as client:
+        client.create_stream("long-header", "long-header")
+        with pytest.raises(ConfigurationError, match="32768 bytes"):
+            client.publish("long-header", b"v", headers={too_long: b"x"})
+        with pytest.raises(ConfigurationError, match="32768 bytes"):
+            client.publish_to_subject("long-header", b"v", headers={too_long: b"x"})
+        ack = client.publish("long-header", b"v", headers={longest: b"x"})
+        assert ack is not None and ack.offset == 0
+        [msg] = client.subscribe("long-header", start=StartAt.earliest(), stop=StopAt.latest())
+        assert msg.headers[longest] == b"x"
+        assert server.running

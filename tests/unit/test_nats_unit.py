@@ -511,3 +511,9 @@ def test_a_publish_given_up_before_its_write_is_not_written(scripted: NatsPublis
     fake.release_gate()
     scripted.flush(5)
     assert fake.published == ["gate"]
+
+
+def test_a_header_name_longer_than_the_server_logs_is_refused(publisher: NatsPublisher) -> None:
+    with pytest.raises(ConfigurationError, match="32768 bytes"):
+        publisher.publish_async("foo", b"x", headers={"h" * 32768: b""})
+    assert not _nats_threads()

@@ -138,6 +138,15 @@ def test_payloads_must_be_bytes_like() -> None:
         check_headers({"\ud800": b"1"})
 
 
+def test_header_names_are_at_most_32767_bytes_of_utf8() -> None:
+    # The server logs a name with an int16 length and panics on a longer one.
+    assert check_headers({"a" * 32767: b""}) == {"a" * 32767: b""}
+    with pytest.raises(ConfigurationError, match="32768 bytes"):
+        check_headers({"a" * 32768: b""})
+    with pytest.raises(ConfigurationError, match="32769 bytes"):
+        check_headers({"€" * 10923: b""})  # 10923 characters, 32769 bytes
+
+
 def _request(**changes: object) -> object:
     args: dict[str, object] = dict(
         subject="s",
