@@ -24,6 +24,8 @@ __all__ = [
     "INT32_MAX",
     "DURATION_MAX_MS",
     "HEADER_NAME_MAX_BYTES",
+    "HEADERS_MAX",
+    "SERVER_HEADERS",
     "INT64_MAX",
     "MAX_PARTITIONS",
     "RESERVED_STREAMS",
@@ -316,11 +318,20 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
 HEADER_NAME_MAX_BYTES = 2**15 - 1
 
 
+#: The most headers a message in the server's log holds (a 16-bit count), the two the
+#: server sets on every message included.
+HEADERS_MAX = 2**16 - 1
+#: The headers the server sets on every message it stores (over any the client sent).
+SERVER_HEADERS = ("subject", "reply")
+
+
 def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
     """Headers: a mapping of non-empty str keys to bytes-like values.
 
     A name must be valid UTF-8 of at most 32767 bytes: the server writes each name to
-    its log with an int16 length and panics (the broker dies) on a longer one.
+    its log with an int16 length and panics (the broker dies) on a longer one. With the
+    server's ``subject`` and ``reply`` there may be at most 65535 headers: the server
+    writes their count in 16 bits, so 65536 would be read back as none.
     """
     if value is None:
         return {}
@@ -344,4 +355,13 @@ def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
         checked = check_bytes(f"headers[{key!r}]", item)
         assert checked is not None
         result[key] = checked
+    if len(result) > HEADERS_MAX - 2:
+        total = len(result) + sum(name not in result for name in SERVER_HEADERS)
+        if total > HEADERS_MAX:
+            raise ConfigurationError(
+                f"{len(result)} headers are too many: with the server's own "
+                f"{' and '.join(repr(n) for n in SERVER_HEADERS)} a message holds at most "
+                f"{HEADERS_MAX} (the server counts them in 16 bits: more would be stored "
+                "with some or none of them)"
+            )
     return result

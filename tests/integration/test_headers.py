@@ -72,3 +72,19 @@ def test_a_header_name_the_server_cannot_log_is_refused() -> None:
         [msg] = client.subscribe("long-header", start=StartAt.earliest(), stop=StopAt.latest())
         assert msg.headers[longest] == b"x"
         assert server.running
+
+
+def test_more_headers_than_the_server_counts_are_refused(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """The server counts headers in 16 bits with its own two: 65534 of ours were stored
+    and read back as none at all. The most it holds are read back whole."""
+    from liftbridge_sync import ConfigurationError
+
+    name = new_stream()
+    most = {f"h{i}": b"" for i in range(65533)}
+    with pytest.raises(ConfigurationError, match="too many"):
+        liftbridge_client.publish(name, b"v", headers={**most, "one-more": b""})
+    liftbridge_client.publish(name, b"v", headers=most)
+    got = list(liftbridge_client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()))
+    assert [len(m.headers) for m in got] == [65535]

@@ -308,3 +308,15 @@ def test_a_call_that_lost_the_race_with_close_says_the_client_closed() -> None:
             context=CallContext.GENERIC,
             timeout=1.0,
         )
+
+
+def test_at_most_65535_headers_with_the_servers_subject_and_reply() -> None:
+    # The server writes the count in 16 bits and adds "subject" and "reply".
+    most = {f"h{i}": b"" for i in range(65533)}
+    assert len(check_headers(most)) == 65533
+    with pytest.raises(ConfigurationError, match="65534 headers are too many"):
+        check_headers({**most, "one-more": b""})
+    # Names the server overwrites count once.
+    assert len(check_headers({**most, "subject": b"s", "reply": b"r"})) == 65535
+    with pytest.raises(ConfigurationError, match="65536 headers are too many"):
+        check_headers({**most, "subject": b"s", "reply": b"r", "x": b""})
