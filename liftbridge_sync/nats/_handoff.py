@@ -97,6 +97,12 @@ class Handoff(LoopSide):
                 thread.join()
                 if isinstance(exc, LiftbridgeError):
                     raise
+                if isinstance(exc, TypeError | ValueError):
+                    # nats-py refusing an option's value (e.g. max_reconnect_attempts="x"):
+                    # no retry would connect.
+                    raise ConfigurationError(
+                        f"NATS refused the connection options: {exc or type(exc).__name__}"
+                    ) from exc
                 raise BrokerUnavailableError(
                     f"cannot connect to NATS at {', '.join(self._servers)}: "
                     f"{exc or type(exc).__name__}"

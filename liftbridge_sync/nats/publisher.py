@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import inspect
 import itertools
 import logging
 import math
@@ -61,6 +62,14 @@ _log = logging.getLogger("liftbridge_sync.nats")
 _WAIT_GRACE = 1.0
 
 
+def _unknown_options(nats: Any, options: Mapping[str, object]) -> list[str]:
+    """The names in ``options`` that ``nats.connect`` does not take, sorted."""
+    parameters = inspect.signature(nats.aio.client.Client.connect).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return []  # pragma: no cover - nats-py 2 names every option
+    return sorted(set(options) - (set(parameters) - {"self"}))
+
+
 class NatsPublisher(Handoff):
     """Publish to Liftbridge streams directly over NATS, synchronously.
 
@@ -92,7 +101,9 @@ class NatsPublisher(Handoff):
 
     Raises:
         ImportError: nats-py is not installed (``pip install liftbridge-sync[nats]``).
-        ConfigurationError: A timeout is not a positive number, or ``servers`` is empty.
+        ConfigurationError: A timeout is not a positive number, ``servers`` is empty,
+            or an option is not one ``nats.connect`` takes (a value it refuses is a
+            ``ConfigurationError`` at the first connection).
 
     Thread-safe: any number of threads may publish through one instance concurrently.
     """
@@ -119,6 +130,12 @@ class NatsPublisher(Handoff):
         self._ack_timeout = ack
         self._connect_timeout = conn
         self._nats_options = dict(nats_options)
+        unknown = _unknown_options(self._nats, nats_options)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown NATS option(s) {', '.join(map(repr, unknown))}: not an argument "
+                "of nats.connect"
+            )
         pending_size = nats_options.get("pending_size", self._nats.aio.client.DEFAULT_PENDING_SIZE)
         # What nats-py buffers before a publish waits for a flush (see LoopSide._publish);
         # a value nats-py cannot compare makes every publish take the bounded path.
@@ -244,7 +261,8 @@ class NatsPublisher(Handoff):
             TypeError: ``value``/``key``/``headers`` are not bytes-like.
             ConfigurationError: Any other invalid argument (checked before anything is
                 sent or connected), or a duplicate pending ``correlation_id``.
-            BrokerUnavailableError: The first connection to NATS failed.
+            BrokerUnavailableError: The first connection to NATS failed (a
+                ``ConfigurationError`` when nats-py refused an option's value).
             ClientClosedError: The publisher is closed.
 
         Thread-safe.

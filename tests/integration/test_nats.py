@@ -589,3 +589,18 @@ def test_close_from_a_done_callback(nats_url: str, liftbridge_client: Client) ->
     assert not thread.is_alive()
     assert pub.closed
     pub.close()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"max_reconnect_attempts": "3"}, {"name": b"\xff"}, {"pedantic": True, "typo_option": 1}],
+)
+def test_nats_options_nats_py_refuses_are_a_configuration_error(
+    nats_url: str, options: dict[str, object]
+) -> None:
+    """NATS is up: a bad option used to be a retryable BrokerUnavailableError."""
+    with pytest.raises(ConfigurationError) as info:
+        with NatsPublisher(nats_url, **options) as publisher:  # type: ignore[arg-type]
+            publisher.publish("nats-options.test", b"x", ack_policy=AckPolicy.NONE)
+    assert not info.value.retryable
+    assert not _nats_threads()

@@ -517,3 +517,10 @@ def test_a_header_name_longer_than_the_server_logs_is_refused(publisher: NatsPub
     with pytest.raises(ConfigurationError, match="32768 bytes"):
         publisher.publish_async("foo", b"x", headers={"h" * 32768: b""})
     assert not _nats_threads()
+
+
+def test_an_unknown_nats_option_is_refused_at_construction() -> None:
+    # It used to reach nats.connect at the first publish: a retryable "cannot connect".
+    with pytest.raises(ConfigurationError, match="'max_reconect_attempts'"):
+        NatsPublisher("nats://127.0.0.1:4222", max_reconect_attempts=3)
+    assert not _nats_threads()
