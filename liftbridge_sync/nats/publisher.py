@@ -439,16 +439,13 @@ class NatsPublisher(Handoff):
             if self._loop is None:
                 return  # nothing was ever published
             waiting = list(self._outstanding)
-        marker = Job(
-            kind="flush",
-            future=concurrent.futures.Future(),
-            deadline=seconds if seconds is not None else DEFAULT_FLUSH_TIMEOUT,
-        )
+        flush_limit = seconds if seconds is not None else DEFAULT_FLUSH_TIMEOUT
+        marker = Job(kind="flush", future=concurrent.futures.Future(), deadline=flush_limit)
         self._submit(marker)
         try:
             marker.future.result(timeout=seconds)
-        except concurrent.futures.TimeoutError:
-            raise TimeoutError(f"NATS flush did not complete within {seconds}s") from None
+        except concurrent.futures.TimeoutError:  # ours, or the NATS flush's AckTimeoutError
+            raise TimeoutError(f"NATS flush did not complete within {flush_limit}s") from None
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         _, not_done = concurrent.futures.wait(waiting, timeout=remaining)
         if not_done:

@@ -524,3 +524,37 @@ def test_an_unknown_nats_option_is_refused_at_construction() -> None:
     with pytest.raises(ConfigurationError, match="'max_reconect_attempts'"):
         NatsPublisher("nats://127.0.0.1:4222", max_reconect_attempts=3)
     assert not _nats_threads()
+
+
+class _SilentNats(_StuckNats):
+    """Fault fake of a NATS server that takes publishes but, once connected, never
+    answers a PING."""
+
+    connected = False
+
+    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
+        pass
+
+    async def flush(self, timeout: float | None = None) -> None:
+        if not self.connected:  # the flush that ends connecting
+            self.connected = True
+            return
+        await asyncio.sleep(timeout or 0)
+        raise nats.errors.FlushTimeoutError
+
+
+def test_a_flush_without_a_timeout_names_the_nats_flush_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # flush(None) is bounded by the NATS flush's own limit; its error said "within Nones".
+    monkeypatch.setattr(nats.aio.client, "Client", _SilentNats)
+    monkeypatch.setattr("liftbridge_sync.nats.publisher.DEFAULT_FLUSH_TIMEOUT", 0.2)
+    pub = NatsPublisher("nats://127.0.0.1:4222")
+    try:
+        pub.publish_raw("s", b"v")
+        with pytest.raises(TimeoutError, match=r"^NATS flush did not complete within 0\.2s$"):
+            pub.flush()
+        with pytest.raises(TimeoutError, match=r"^NATS flush did not complete within 0\.1s$"):
+            pub.flush(0.1)
+    finally:
+        pub.close(0.1)  # its own NATS flush times out too
