@@ -8,7 +8,7 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 import click
@@ -96,6 +96,21 @@ def _lines(handle: BinaryIO, bar: Progress, shape: _Shape) -> Iterator[bytes]:
                     ExitCode.USAGE,
                 )
         yield line
+
+
+def _argument_values(values: Sequence[str], shape: _Shape) -> Iterator[bytes]:
+    # All of them are known before anything is sent: a VALUE without the separator is
+    # refused as a line of a file is, but before the first message goes out.
+    encoded = [_argv_bytes(value) for value in values]
+    if shape.key_separator is not None and not shape.allow_unkeyed:
+        for number, value in enumerate(encoded, start=1):
+            if shape.key_separator not in value:
+                raise CommandFailed(
+                    f"VALUE {number} has no key separator {_shown(shape.key_separator)}: "
+                    "fix it or pass --allow-unkeyed to publish such values without a key",
+                    ExitCode.USAGE,
+                )
+    return iter(encoded)
 
 
 def _partitioner(name: str | None) -> Partitioner | None:
@@ -196,7 +211,7 @@ class _Tracker:
 @click.option(
     "--allow-unkeyed",
     is_flag=True,
-    help="With -K, publish a line without the separator with no key (default: refuse it).",
+    help="With -K, publish a line or VALUE without the separator with no key (default: refuse it).",
 )
 @click.pass_context
 def publish(
@@ -242,7 +257,7 @@ def publish(
     with open_client(settings_of(ctx)) as client:
         try:
             if values:
-                _send(client, shape, (_argv_bytes(v) for v in values), tracker)
+                _send(client, shape, _argument_values(values, shape), tracker)
             else:
                 _publish_file(client, shape, path or "-", tracker)
         except PipeClosed:

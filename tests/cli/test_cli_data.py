@@ -96,6 +96,21 @@ def test_a_line_without_a_key_separator_that_is_not_utf8_is_one_line_and_exit_2(
     assert _read_all(liftbridge_client, stream, 0) == [(b"a", b"b")]
 
 
+def test_a_value_argument_without_the_key_separator_is_refused_before_any_is_sent(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    """With ``-K``, VALUES without the separator were published without a key, where a
+    line of a file is refused unless ``--allow-unkeyed``."""
+    refused = run("publish", stream, "-P", "0", "-K", ":", "k1:v1", "v2")
+    assert refused.returncode == 2, refused.stderr
+    assert "VALUE 2 has no key separator" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert _read_all(liftbridge_client, stream, 0) == []  # nothing went out
+    allowed = run("publish", stream, "-P", "0", "-K", ":", "k1:v1", "v2", "--allow-unkeyed")
+    assert allowed.returncode == 0, allowed.stderr
+    assert _read_all(liftbridge_client, stream, 0) == [(b"k1", b"v1"), (None, b"v2")]
+
+
 @pytest.mark.parametrize("timeout", ["nan", "inf", "1e10", "0"])
 def test_a_bad_timeout_is_a_usage_error_naming_the_timeout(run: Run, timeout: str) -> None:
     result = run("--timeout", timeout, "metadata")
