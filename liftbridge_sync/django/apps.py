@@ -5,11 +5,12 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.core import checks
 
-from liftbridge_sync.django.checks import check_settings
+from liftbridge_sync.django.checks import check_health_checks, check_settings
 
 
 class LiftbridgeConfig(AppConfig):
-    """Registers the ``LIFTBRIDGE`` settings checks (tag ``liftbridge``).
+    """Registers the system checks of the ``LIFTBRIDGE`` setting and of the URLconf's
+    Liftbridge health checks (tag ``liftbridge``).
 
     Thread-safe: Django calls :meth:`ready` once, at start-up.
     """
@@ -21,3 +22,4 @@ class LiftbridgeConfig(AppConfig):
     def ready(self) -> None:
         """Register the system checks."""
         checks.register(check_settings, "liftbridge")
+        checks.register(check_health_checks, "liftbridge")

@@ -13,7 +13,13 @@ Add it to the health check view next to the others::
 
 The check uses the project's client (:func:`liftbridge_sync.django.get_client`) and
 :meth:`Client.check_health <liftbridge_sync.Client.check_health>`: the cluster is
-healthy when a broker returns fresh metadata within the check's timeout.
+healthy when a broker returns fresh metadata within the check's timeout. The timeout is
+a ``datetime.timedelta``, as for django-health-check's own checks::
+
+    ("liftbridge_sync.django.health.Liftbridge", {"timeout": datetime.timedelta(seconds=2)})
+
+A bad one is refused when the check is made, and ``manage.py check`` reports it
+(``liftbridge_sync.E002``, naming the URL) for every ``HealthCheckView`` of the URLconf.
 """
 
 from __future__ import annotations
@@ -24,15 +30,23 @@ import datetime
 from health_check.base import HealthCheck
 from health_check.exceptions import ServiceUnavailable
 
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.django.client import get_client
-from liftbridge_sync.errors import BrokerUnavailableError
+from liftbridge_sync.errors import ArgumentTypeError, BrokerUnavailableError, ConfigurationError
 
 __all__ = ["Liftbridge"]
+
+_NAME = "liftbridge_sync.django.health.Liftbridge"
 
 
 @dataclasses.dataclass
 class Liftbridge(HealthCheck):  # type: ignore[misc]  # untyped base
     """Healthy when a Liftbridge broker answers within ``timeout``.
+
+    Raises:
+        ConfigurationError: ``timeout`` is not more than 0 s nor at most about 24 days
+            (an ``ArgumentTypeError`` when it is no ``datetime.timedelta``): when the
+            check is made, not as an "unknown error" at every probe.
 
     Thread-safe: django-health-check runs it on an executor thread; the client is shared.
     """
@@ -40,6 +54,17 @@ class Liftbridge(HealthCheck):  # type: ignore[misc]  # untyped base
     timeout: datetime.timedelta = dataclasses.field(
         default=datetime.timedelta(seconds=5), repr=False
     )
+
+    def __post_init__(self) -> None:
+        timeout: object = self.timeout
+        if not isinstance(timeout, datetime.timedelta):
+            raise ArgumentTypeError(
+                f"{_NAME}: 'timeout' must be a datetime.timedelta, got {timeout!r}"
+            )
+        try:
+            check_seconds("timeout", timeout.total_seconds(), allow_zero=False, unlimited=False)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{_NAME}: {exc} ({timeout!r})") from None
 
     def run(self) -> None:
         """Raise ``ServiceUnavailable`` (with the client's reason) if no broker answers."""
