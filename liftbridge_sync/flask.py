@@ -26,11 +26,18 @@ exits, not after each request.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 from flask import Flask, Response, current_app, jsonify
 
-from liftbridge_sync import BrokerUnavailableError, Client, ClientOptions, ConfigurationError
+from liftbridge_sync import (
+    ArgumentTypeError,
+    BrokerUnavailableError,
+    Client,
+    ClientOptions,
+    ConfigurationError,
+)
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.settings import options_from_settings
 
@@ -63,6 +70,8 @@ class Liftbridge:
     """
 
     def __init__(self, app: Flask | None = None) -> None:
+        #: Numbers the readiness views made without an endpoint (atomic ``next``).
+        self._views = itertools.count(1)
         if app is not None:
             self.init_app(app)
 
@@ -79,12 +88,19 @@ class Liftbridge:
         """The client of the current app in this process (needs an app context)."""
         return get_client()
 
-    def readiness_view(self, timeout: float = 2.0) -> Callable[[], tuple[Response, int]]:
+    def readiness_view(
+        self, timeout: float = 2.0, *, endpoint: str | None = None
+    ) -> Callable[[], tuple[Response, int]]:
         """A view answering whether the Liftbridge cluster is reachable now.
 
         Register it where your orchestrator probes readiness::
 
             app.add_url_rule("/ready", view_func=liftbridge.readiness_view())
+
+        The view's name, Flask's endpoint when ``add_url_rule`` is given none, is
+        ``endpoint``; without it, ``liftbridge_readiness`` for the first view this
+        extension makes, then ``liftbridge_readiness_2``, ``_3``...: several views (two
+        paths, two timeouts) register without an ``endpoint=``.
 
         It answers ``200 {"status": "ok", "broker": ..., "latency_ms": ...}`` when a
         broker answered within ``timeout`` seconds, else ``503 {"status":
@@ -93,12 +109,20 @@ class Liftbridge:
 
         Raises:
             ConfigurationError: ``timeout`` is not a finite number of seconds > 0 (here,
-                not at every probe).
+                not at every probe), or ``endpoint`` is an empty str (an
+                ``ArgumentTypeError`` if it is no str).
 
         Thread-safe: the view may run on every request thread.
         """
         seconds = check_seconds("timeout", timeout, allow_zero=False, unlimited=False)
         assert seconds is not None  # unlimited=False: None and inf were refused
+        if endpoint is not None and not isinstance(endpoint, str):
+            raise ArgumentTypeError(f"'endpoint' must be a str or None, got {endpoint!r}")
+        if endpoint == "":
+            raise ConfigurationError("'endpoint' must be a non-empty str or None")
+        if endpoint is None:
+            number = next(self._views)
+            endpoint = "liftbridge_readiness" if number == 1 else f"liftbridge_readiness_{number}"
 
         def liftbridge_readiness() -> tuple[Response, int]:
             try:
@@ -115,6 +139,7 @@ class Liftbridge:
                 200,
             )
 
+        liftbridge_readiness.__name__ = liftbridge_readiness.__qualname__ = endpoint
         return liftbridge_readiness
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from flask import Flask
+from flask import Flask, url_for
 
 from liftbridge_sync import Client, ConfigurationError, RetryPolicy, TLSOptions
 from liftbridge_sync.flask import EXTENSION_KEY, Liftbridge, get_client
@@ -97,3 +97,37 @@ def test_readiness_view_answers_200_then_503(liftbridge_address: str) -> None:
         finally:
             with app.app_context():
                 get_client().close()
+
+
+def test_two_readiness_views_register_without_an_endpoint() -> None:
+    # Both were named liftbridge_readiness: Flask refused the second ("View function
+    # mapping is overwriting an existing endpoint function").
+    app = _app(LIFTBRIDGE_ADDRESSES="127.0.0.1:1")  # nothing listens: both answer 503
+    liftbridge = Liftbridge(app)
+    app.add_url_rule("/ready", view_func=liftbridge.readiness_view(timeout=1.0))
+    app.add_url_rule("/live/ready", view_func=liftbridge.readiness_view(timeout=0.5))
+    app.add_url_rule("/named", view_func=liftbridge.readiness_view(endpoint="lb_ready"))
+    try:
+        with app.test_request_context():
+            assert url_for("liftbridge_readiness") == "/ready"  # the first keeps its name
+            assert url_for("lb_ready") == "/named"
+            assert {url_for(e) for e in app.view_functions if e != "static"} == {
+                "/ready",
+                "/live/ready",
+                "/named",
+            }
+        http = app.test_client()
+        for path in ("/ready", "/live/ready", "/named"):
+            response = http.get(path)
+            assert response.status_code == 503, (path, response.get_json())
+            assert "127.0.0.1:1" in response.get_json()["reason"]
+    finally:
+        with app.app_context():
+            get_client().close()
+
+
+@pytest.mark.parametrize("endpoint", ["", 5, b"ready"])
+def test_a_bad_readiness_endpoint_fails_when_the_view_is_made(endpoint: object) -> None:
+    liftbridge = Liftbridge(_app(LIFTBRIDGE_ADDRESSES="127.0.0.1:1"))
+    with pytest.raises(ConfigurationError, match="endpoint"):
+        liftbridge.readiness_view(endpoint=endpoint)  # type: ignore[arg-type]
