@@ -120,7 +120,8 @@ class Client:
 
         Meant for code that runs in worker processes (Spark executors, Celery, gunicorn):
         ship the picklable ``options`` and call this in the worker. A forked child gets
-        its own client, never its parent's.
+        its own client, never its parent's. Once closed, the client is no longer kept:
+        the next call for ``options`` makes a new one.
         """
         if not isinstance(options, ClientOptions):
             raise ConfigurationError("options must be a ClientOptions")
@@ -167,7 +168,11 @@ class Client:
             timeout: Seconds to wait for pending publishes to be acknowledged before
                 they fail with :class:`ClientClosedError` (``None``: wait for them).
         """
-        self._session.close(timeout)
+        try:
+            self._session.close(timeout)
+        finally:
+            # A for_process client: its next call makes a new one; this one may go.
+            _fork.release(self)
 
     def __enter__(self) -> Client:
         self._session.check()

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["ForkAware", "per_process", "track"]
+__all__ = ["ForkAware", "per_process", "release", "track"]
 
 T = TypeVar("T")
 
@@ -45,7 +45,10 @@ def per_process(key: Hashable, create: Callable[[], T], *, usable: Callable[[T],
     """The one object of this process for ``key``, created by ``create`` on first use.
 
     A forked child never gets its parent's object: entries are keyed by pid, and those of
-    other pids are dropped. Thread-safe and fork-safe.
+    other pids are dropped. An object that is no longer ``usable`` is replaced; one
+    closed should be given to :func:`release`, so that the registry does not keep it
+    (for a key never asked for again: options replaced after a settings change).
+    Thread-safe and fork-safe.
     """
     pid = os.getpid()
     with _REGISTRY_LOCK:
@@ -57,6 +60,14 @@ def per_process(key: Hashable, create: Callable[[], T], *, usable: Callable[[T],
         created = create()
         _REGISTRY[(pid, key)] = created
         return created
+
+
+def release(obj: object) -> None:
+    """Forget ``obj`` (closed) wherever the registry holds it, so that it can be
+    collected; another object since made for its key stays. Thread-safe."""
+    with _REGISTRY_LOCK:
+        for key in [k for k, found in _REGISTRY.items() if found is obj]:
+            del _REGISTRY[key]
 
 
 def _after_fork_in_child() -> None:

@@ -191,7 +191,9 @@ def test_django_health_check_reports_the_cluster(liftbridge_address: str) -> Non
 
 
 CLIENT_SCRIPT = """
+import gc
 import json
+import weakref
 import django
 from django.conf import settings
 from django.test import override_settings
@@ -212,6 +214,11 @@ with override_settings(LIFTBRIDGE={"ADDRESSES": "b:1"}):
     third = get_client()
     result["changed in place"] = third.options.rpc_timeout == 3 and second.closed
 result["back"] = get_client().options.addresses == ("a:1",) and third.closed
+# The clients replaced are let go (the per-process registry kept each one, closed).
+replaced = [weakref.ref(client) for client in (first, second, third)]
+del first, second, third
+gc.collect()
+result["replaced freed"] = [ref() for ref in replaced] == [None, None, None]
 print(json.dumps(result))
 """
 
@@ -223,4 +230,4 @@ def test_a_settings_change_closes_the_client_it_replaces() -> None:
     )
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert found == {name: True for name in found} and len(found) == 6, found
+    assert found == {name: True for name in found} and len(found) == 7, found
