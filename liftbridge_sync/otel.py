@@ -533,7 +533,7 @@ class Telemetry:
         if partition is not None:
             attributes["messaging.destination.partition.id"] = str(partition)
         if error is not None:
-            attributes["error.type"] = type(error).__name__
+            attributes["error.type"] = _error_type(error)
         if self._duration is not None:
             self._duration.record(time.monotonic() - started, attributes)
         if self._sent is not None:
@@ -551,7 +551,7 @@ class Telemetry:
         if error is not None:
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, str(error)))
-            span.set_attribute("error.type", type(error).__name__)
+            span.set_attribute("error.type", _error_type(error))
         span.end()
 
     def trace_send(
@@ -718,6 +718,20 @@ class Telemetry:
 
         future.add_done_callback(lambda _: finish())
         return finish
+
+
+def _error_type(error: BaseException) -> str:
+    """``error.type`` of a failed operation: the exception's fully qualified class name
+    (``liftbridge_sync.errors.AckTimeoutError``), as the semantic conventions ask for an
+    exception type and as the SDK records ``exception.type`` (a builtin's name alone).
+
+    Thread-safe: a pure function.
+    """
+    cls = type(error)
+    module = cls.__module__
+    if not module or module == "builtins":
+        return cls.__qualname__
+    return f"{module}.{cls.__qualname__}"
 
 
 def _malformed(item: Any) -> bool:

@@ -330,7 +330,11 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
 
     (failed,) = [s for s in telemetry.finished(f"send {name}") if not s.status.is_ok]
     assert failed.status.status_code is StatusCode.ERROR
-    assert failed.attributes["error.type"] == "NoSuchPartitionError"  # type: ignore[index]
+    # The fully qualified class name, as the conventions ask and as the SDK records it.
+    error_type = "liftbridge_sync.errors.NoSuchPartitionError"
+    assert failed.attributes["error.type"] == error_type  # type: ignore[index]
+    (event,) = [e for e in failed.events if e.name == "exception"]
+    assert event.attributes["exception.type"] == error_type  # type: ignore[index]
 
 
 def test_a_failed_publish_names_its_message_and_partition(
@@ -357,7 +361,7 @@ def test_a_failed_publish_names_its_message_and_partition(
     assert len(sends) == 3
     for span in sends:
         attributes = dict(span.attributes or {})
-        assert attributes["error.type"] == "ReadonlyPartitionError"
+        assert attributes["error.type"] == "liftbridge_sync.errors.ReadonlyPartitionError"
         assert attributes["messaging.destination.partition.id"] == "0"
         assert attributes.get("messaging.message.id")
     assert "sync-1" in {s.attributes["messaging.message.id"] for s in sends}  # type: ignore[index]
@@ -365,6 +369,10 @@ def test_a_failed_publish_names_its_message_and_partition(
     (sent,) = telemetry.points("messaging.client.sent.messages")
     assert sent.value == 3  # type: ignore[attr-defined]
     assert sent.attributes["messaging.destination.partition.id"] == "0"  # type: ignore[attr-defined]
+    (duration,) = telemetry.points("messaging.client.operation.duration")
+    for point in (sent, duration):  # the spans' error.type
+        error_type = point.attributes["error.type"]  # type: ignore[attr-defined]
+        assert error_type == "liftbridge_sync.errors.ReadonlyPartitionError"
 
 
 @pytest.mark.parametrize("headers", [5, "ab", [("a", b"b")], (("a", b"b"),)])
@@ -428,7 +436,7 @@ def test_publish_to_subject_is_a_send_span_whose_context_travels_in_the_headers(
     assert message.value == b"by subject"
     assert _carried(message).span_id == send.context.span_id
     (failed,) = [s for s in telemetry.spans.get_finished_spans() if not s.status.is_ok]
-    assert failed.attributes["error.type"] == "AckTimeoutError"  # type: ignore[index]
+    assert failed.attributes["error.type"] == "liftbridge_sync.errors.AckTimeoutError"  # type: ignore[index]
     sent = telemetry.points("messaging.client.sent.messages")
     assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
     assert len(observed) == 1  # one client, one series
@@ -480,8 +488,9 @@ def test_a_refused_batch_records_its_error_and_leaves_no_create_spans(
     assert not telemetry.finished(f"create {name}")
     sends = sorted(telemetry.finished(f"send {name}"), key=lambda s: s.start_time or 0)
     assert [s.attributes["error.type"] for s in sends] == [  # type: ignore[index]
-        malformed.type.__name__,
-        not_bytes.type.__name__,
+        "TypeError",  # a builtin's name alone, as the SDK's exception.type
+        f"{not_bytes.type.__module__}.{not_bytes.type.__qualname__}".removeprefix("builtins."),
     ]
+    assert malformed.type is TypeError
     assert all(send.status.status_code is StatusCode.ERROR for send in sends)
     assert [len(send.links) for send in sends] == [0, 0]  # the str context is no context
