@@ -67,7 +67,7 @@ from opentelemetry.propagators.textmap import Getter
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._publishing.futures import peek
-from liftbridge_sync.errors import ArgumentTypeError, LiftbridgeError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError, LiftbridgeError
 from liftbridge_sync.models import Ack, Message
 
 if TYPE_CHECKING:
@@ -515,11 +515,15 @@ class Telemetry:
         correlation_id: str | None = None,
         count: int = 1,
         partition: int | None = None,
+        sent: bool = True,
     ) -> None:
         """End a publish's span and record its metrics, from its outcome.
 
         ``correlation_id`` and ``partition``: what the publish was sent with, for an
         outcome that does not say (a failure, an ``AckPolicy.NONE`` publish).
+        ``sent=False``: refused before anything was sent (a bad argument, a full queue):
+        its span and duration point say so, but ``messaging.client.sent.messages``,
+        the messages attempted to send to the broker, does not count it.
         """
         error = outcome if isinstance(outcome, BaseException) else None
         attributes: dict[str, Any] = {
@@ -536,7 +540,7 @@ class Telemetry:
             attributes["error.type"] = _error_type(error)
         if self._duration is not None:
             self._duration.record(time.monotonic() - started, attributes)
-        if self._sent is not None:
+        if self._sent is not None and sent:
             self._sent.add(count, attributes)
         if span is None:
             return
@@ -570,8 +574,8 @@ class Telemetry:
         span = self.start_send(stream, partition)
         try:
             future, correlation_id, chosen = send(self.headers_with_context(span, headers))
-        except BaseException as exc:
-            self.finish_send(span, stream, started, exc, partition=partition)
+        except BaseException as exc:  # refused before it was sent
+            self.finish_send(span, stream, started, exc, partition=partition, sent=False)
             raise
         self.finish_on(future, span, stream, started, correlation_id, chosen)
         return future
@@ -596,8 +600,8 @@ class Telemetry:
         span = self.start_send(stream, partition)
         try:
             future, correlation_id, chosen = send(self.headers_with_context(span, headers))
-        except BaseException as exc:
-            self.finish_send(span, stream, started, exc, partition=partition)
+        except BaseException as exc:  # refused before it was sent
+            self.finish_send(span, stream, started, exc, partition=partition, sent=False)
             raise
         finish = self.finish_on(future, span, stream, started, correlation_id, chosen)
         try:
@@ -610,16 +614,22 @@ class Telemetry:
         self,
         destination: str,
         headers: Mapping[str, bytes] | None,
-        call: Callable[[Mapping[str, bytes] | None], Ack | None],
+        prepare: Callable[[Mapping[str, bytes] | None], Callable[[], Ack | None]],
         correlation_id: str | None = None,
     ) -> Ack | None:
         """A blocking publish (``publish_to_subject``) in its ``send`` span, named after
-        its ``destination``: ``call`` gets ``headers`` with the context, and returns its
-        ack. The span ends before this returns or raises."""
+        its ``destination``: ``prepare`` gets ``headers`` with the context, checks the
+        publish and returns what sends it and returns its ack. The span ends before
+        this returns or raises."""
         started = time.monotonic()
         span = self.start_send(destination, None)
         try:
-            ack = call(self.headers_with_context(span, headers))
+            call = prepare(self.headers_with_context(span, headers))
+        except BaseException as exc:  # refused before it was sent
+            self.finish_send(span, destination, started, exc, correlation_id, sent=False)
+            raise
+        try:
+            ack = call()
         except BaseException as exc:
             self.finish_send(span, destination, started, exc, correlation_id)
             raise
@@ -661,7 +671,9 @@ class Telemetry:
         try:
             outcomes = send(traced)
         except BaseException as exc:
-            self.finish_send(span, stream, started, exc, count=count)
+            # publish_batch refuses bad items and arguments before anything is sent.
+            refused = isinstance(exc, TypeError | ConfigurationError)
+            self.finish_send(span, stream, started, exc, count=count, sent=not refused)
             raise
         failed = next((o for o in outcomes if isinstance(o, LiftbridgeError)), None)
         self.finish_send(span, stream, started, failed, count=count)

@@ -307,7 +307,8 @@ def publish_to_subject(
     telemetry = session.telemetry if session.telemetry_made else session.get_telemetry()
     ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
 
-    def send(headers: Mapping[str, bytes] | None) -> Ack | None:
+    def prepare(headers: Mapping[str, bytes] | None) -> Callable[[], Ack | None]:
+        """Check the publish (before anything is sent); what sends it."""
         request = publish_to_subject_request(
             subject,
             value,
@@ -317,11 +318,11 @@ def publish_to_subject(
             ack_inbox=ack_inbox,
             correlation_id=correlation_id,
         )
-        return _publish_to_subject(core, subject, request, ack_policy, ack_timeout)
+        return lambda: _publish_to_subject(core, subject, request, ack_policy, ack_timeout)
 
     if telemetry is None:
-        return send(headers)
-    return telemetry.trace_call(subject, headers, send, correlation_id)
+        return prepare(headers)()
+    return telemetry.trace_call(subject, headers, prepare, correlation_id)
 
 
 def _publish_to_subject(

@@ -408,6 +408,43 @@ def test_headers_that_are_no_mapping_are_refused_as_without_telemetry(
     assert all(s.status.status_code is StatusCode.ERROR for s in sends)
 
 
+def test_a_publish_refused_before_it_is_sent_is_no_sent_message(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # messaging.client.sent.messages counts the messages the client attempted to send
+    # to the broker and MUST NOT count those not sent: a refused argument is neither.
+    # The refused operation still has its span and duration point, with its error.type.
+    name = unique("otel")
+    with Client(
+        [liftbridge_address],
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    ) as client:
+        client.create_stream(name, name)
+        refusals = [
+            lambda: client.publish(name, "not bytes"),  # type: ignore[arg-type]
+            lambda: client.publish_async(name, b"x", headers=5),  # type: ignore[arg-type]
+            lambda: client.publish_batch(name, [b"a", (b"only",)]),  # type: ignore[list-item]
+            lambda: client.publish_to_subject(name, "not bytes"),  # type: ignore[arg-type]
+        ]
+        for refusal in refusals:
+            with pytest.raises(TypeError):
+                refusal()
+        assert client.fetch_partition_metadata(name).newest_offset == -1  # nothing sent
+        client.publish(name, b"sent")
+        client.publish_batch(name, [b"one", b"two"])
+        client.publish_to_subject(name, b"by subject")
+
+    sent = telemetry.points("messaging.client.sent.messages")
+    assert sum(p.value for p in sent) == 4  # type: ignore[attr-defined]
+    assert all("error.type" not in p.attributes for p in sent)  # type: ignore[attr-defined]
+    duration = telemetry.points("messaging.client.operation.duration")
+    failed = [p for p in duration if "error.type" in p.attributes]  # type: ignore[attr-defined]
+    assert sum(p.count for p in failed) == 4  # type: ignore[attr-defined]
+    assert sum(p.count for p in duration) == 7  # type: ignore[attr-defined]
+    assert len(telemetry.finished(f"send {name}")) == 7
+
+
 def test_publish_to_subject_is_a_send_span_whose_context_travels_in_the_headers(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:
