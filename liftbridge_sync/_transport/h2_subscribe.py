@@ -368,10 +368,19 @@ class H2SubscribeCall(SubscribeReceiver):
             raise self._cancelled_error()
         body = self._request.SerializeToString()
         try:
+            # cancel() (a get() deadline, close()) ends a connect left waiting at once.
             sock, conn, sid = dial(
-                self._address, self._options, self._tls, _PATH, _RECV_WINDOW, body
+                self._address,
+                self._options,
+                self._tls,
+                _PATH,
+                _RECV_WINDOW,
+                body,
+                cancelled=lambda: self._cancelled,
             )
         except DialError as exc:
+            if self._cancelled:
+                raise self._cancelled_error() from None
             raise self._fail(_SC.UNAVAILABLE, str(exc)) from None
         sock.settimeout(None)
         with self._lock:

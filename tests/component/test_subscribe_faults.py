@@ -7,6 +7,7 @@ offsets), which is where other clients went wrong.
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -691,6 +692,60 @@ def test_get_timeout_bounds_a_resubscribe_in_progress(broker: FakeBroker) -> Non
         broker.subscribe_scripts = [serve([1], "hang")]
         assert sub.get(5).offset == 1
         sub.close()
+
+
+@pytest.fixture
+def black_hole() -> Iterator[int]:
+    """A local port whose SYNs go unanswered: a listener with a full accept queue (Linux
+    drops further SYNs), as a broker host that went away leaves its address."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port), timeout=5)
+    yield port
+    filler.close()
+    listener.close()
+
+
+def _connecting_to(port: int) -> bool:
+    """Whether a local socket is in SYN_SENT towards ``port`` (from /proc/net/tcp)."""
+    with open("/proc/net/tcp") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return any(row[3] == "02" and int(row[2].split(":")[1], 16) == port for row in rows)
+
+
+def test_get_timeout_and_close_bound_a_resubscribe_to_an_unreachable_leader(
+    black_hole: int, transport: str
+) -> None:
+    """The new leader's address black-holes SYNs (its host is gone): the h2 reader's
+    TCP connect blocked for the whole ``rpc_timeout``, which neither the ``get(timeout)``
+    deadline nor ``close()`` from another thread could cut short."""
+    cluster = FakeCluster(leader="a")
+    a = FakeBroker("a", cluster).start()
+    FakeBroker("b", cluster, advertised_port=black_hole)  # never started: an address only
+    try:
+        a.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "node died"))]
+        with make_client(a, rpc_timeout=5.0, resubscribe_wait=30.0) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert sub.get(5).offset == 0
+            cluster.leader = "b"
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                sub.get(0.3)
+            assert time.monotonic() - started < 1.5
+            result: list[object] = []
+            reader = threading.Thread(target=lambda: result.append(list(sub)))
+            reader.start()
+            if transport == "h2":  # grpcio connects on its own threads, and backs off
+                wait_until(lambda: _connecting_to(black_hole), 5, "a connect to the black hole")
+            started = time.monotonic()
+            sub.close()
+            reader.join(5)
+            assert result == [[]]
+            assert time.monotonic() - started < 1.5
+    finally:
+        a.stop()
 
 
 # ---------------------------------------------------------------------- whole stream

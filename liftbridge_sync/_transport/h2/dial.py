@@ -4,9 +4,12 @@ reader), and the ``PublishAsync`` opener. Every function here is thread-safe."""
 
 from __future__ import annotations
 
+import errno
+import os
 import selectors
 import socket
 import ssl
+import time
 from collections.abc import Callable
 
 import h2.config
@@ -31,6 +34,10 @@ __all__ = ["DialError", "dial", "open_h2_stream"]
 _PATH = b"/proto.API/PublishAsync"
 #: Longest wait for the broker's side of the HTTP/2 handshake (also ``rpc_timeout``).
 _HANDSHAKE_TIMEOUT = 5.0
+#: How often a cancellable TCP connect asks whether it was cancelled, seconds.
+_CANCEL_POLL = 0.05
+#: ``connect()`` of a non-blocking socket still under way.
+_IN_PROGRESS = (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK)
 
 
 def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
@@ -46,6 +53,46 @@ def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
                 f"{address} accepted the connection but sent no HTTP/2 handshake "
                 f"within {timeout:g}s"
             )
+
+
+def _connect_tcp(
+    host: str, port: int, timeout: float, cancelled: Callable[[], bool] | None
+) -> socket.socket:
+    """``socket.create_connection`` bounded by ``timeout``; with ``cancelled``, also
+    given up on (``OSError``) within :data:`_CANCEL_POLL` seconds of it saying so.
+
+    A blocking ``connect()`` to an address that black-holes SYNs (a host that went away)
+    waits for its whole timeout: neither ``close()`` nor ``shutdown()`` from another
+    thread wakes it. A non-blocking one waited on in short slices can be left.
+    """
+    if cancelled is None:
+        return socket.create_connection((host, port), timeout=timeout)
+    deadline = time.monotonic() + timeout
+    error: OSError = OSError(f"cannot resolve {host!r}")
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            code = sock.connect_ex(sockaddr)
+            if code in _IN_PROGRESS:
+                with selectors.DefaultSelector() as selector:
+                    selector.register(sock, selectors.EVENT_WRITE)
+                    while not selector.select(min(_CANCEL_POLL, deadline - time.monotonic())):
+                        if cancelled():
+                            raise OSError(errno.ECANCELED, "connect cancelled")
+                        if time.monotonic() >= deadline:
+                            raise TimeoutError("timed out")
+                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if code:
+                raise OSError(code, os.strerror(code))
+            sock.settimeout(timeout)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+            if cancelled():
+                break
+    raise error
 
 
 def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
@@ -71,6 +118,7 @@ def dial(
     path: bytes,
     recv_window: int,
     body: bytes | None = None,
+    cancelled: Callable[[], bool] | None = None,
 ) -> tuple[socket.socket, h2.connection.H2Connection, int]:
     """Open one gRPC call on a new HTTP/2 connection (the publish and subscribe dial).
 
@@ -88,6 +136,8 @@ def dial(
         recv_window: Receive window of the stream and the connection, bytes.
         body: The request message, already serialized, or ``None`` to keep the
             request open (a client stream).
+        cancelled: Asked while the TCP connect waits: once it returns true, the dial
+            fails at once (within :data:`_CANCEL_POLL` seconds).
 
     Returns:
         The socket, the ``h2`` connection and the stream id.
@@ -98,7 +148,7 @@ def dial(
     """
     host, port = parse_address(address)
     try:
-        sock = socket.create_connection((host, port), timeout=options.rpc_timeout)
+        sock = _connect_tcp(host, port, options.rpc_timeout, cancelled)
     except OSError as exc:
         raise DialError(f"cannot connect to {address}: {exc}") from exc
     try:
