@@ -116,9 +116,10 @@ class PartitionConnection:
         self._closed = threading.Event()
         self._call: SubscribeCall | None = None
         self._done = False
-        #: The read ended because the server has nothing more for it (a read-only
-        #: partition read to its end, an empty range), not by a close of either side.
-        self._exhausted_by_server = False
+        #: The read ended because nothing more is there for it (its stop reached, a
+        #: read-only partition read to its end, an empty range), not by a close of
+        #: either side or a failure.
+        self._nothing_left = False
         self._last_offset: int | None = None
         #: When the stream was lost (None: not lost, or lost by our own timeout cancel).
         self._broken_since: float | None = None
@@ -175,8 +176,10 @@ class PartitionConnection:
 
     def _connect(self, policy: RetryPolicy, deadline: float | None, *, resubscribing: bool) -> None:
         """Open the stream and consume the handshake, retrying under ``policy``."""
-        if self._done or self._exhausted():
-            self._done = True
+        if self._done:
+            raise StopIteration
+        if self._exhausted():  # the stop was delivered just before the stream broke
+            self._done = self._nothing_left = True
             raise StopIteration
         refresh = self._stale
         target = self._target
@@ -208,7 +211,7 @@ class PartitionConnection:
                         raise
                     return
         except _Ended:
-            self._done = self._exhausted_by_server = True
+            self._done = self._nothing_left = True
             raise StopIteration from None
         except (NoSuchStreamError, NoSuchPartitionError) as exc:
             if not resubscribing:

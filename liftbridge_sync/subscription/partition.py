@@ -103,7 +103,7 @@ class Subscription(PartitionConnection):
             ClientClosedError: if closed while opening.
         """
         if empty:
-            self._done = True
+            self._done = self._nothing_left = True
             return
         try:
             self._connect_first()
@@ -142,12 +142,13 @@ class Subscription(PartitionConnection):
 
     @property
     def exhausted(self) -> bool:
-        """Whether the iteration ended because the server has nothing more for it: a
-        read-only partition read to its end (or the stop position delivered), an empty
-        range. ``False`` when it ended otherwise, e.g. by :meth:`close`, or because the
-        server closed the stream (a consumer-group member with a newer epoch took the
-        partition)."""
-        return self._exhausted_by_server
+        """Whether the iteration ended because nothing more is there for it: the stop
+        position reached (by the server, or by the client before the first message past
+        it, also when compaction or retention removed the stop offset), a read-only
+        partition read to its end, a range with nothing in it. ``False`` when it ended
+        otherwise, e.g. by :meth:`close`, or because the server closed the stream (a
+        consumer-group member with a newer epoch took the partition)."""
+        return self._nothing_left
 
     def stats(self) -> SubscriptionStats:
         """Resubscribes and out-of-order messages refused so far (see SubscriptionStats)."""
@@ -351,6 +352,7 @@ class Subscription(PartitionConnection):
             self._broken_since = None
         if cut is not None:
             self._finish(call)
+            self._nothing_left = True  # the rest is past the stop
             return batch[:cut]
         if good < len(batch):
             self._refuse_out_of_order(call, batch, good)
@@ -480,7 +482,7 @@ class Subscription(PartitionConnection):
             # Our own idle cancel: the next read resubscribes (a fresh server reader).
             self._idle_since = None
             if self._rest_is_gone():
-                self._done = True
+                self._done = self._nothing_left = True
                 raise StopIteration
             if timer is None or not timer.fired:
                 return
@@ -491,10 +493,10 @@ class Subscription(PartitionConnection):
         if isinstance(exc, ReadonlyPartitionError):
             # End of a read-only partition, or the stop position was delivered (only
             # those texts of RESOURCE_EXHAUSTED: any other is a failure, raised below).
-            self._done = self._exhausted_by_server = True
+            self._done = self._nothing_left = True
             raise StopIteration
         if self._target.reverse and code == "UNKNOWN" and _is_eof(exc):
-            self._done = True
+            self._done = self._nothing_left = True  # read down to the oldest message
             raise StopIteration
         if code == "CANCELLED":
             # A cancel we did not ask for, e.g. a get() timer that fired just as its

@@ -309,6 +309,7 @@ def test_stop_offset_delivered_just_before_the_stream_broke(
     sub = client.subscribe("s", start=StartAt.earliest(), stop=StopAt.offset(1))
     assert values(sub) == [0, 1]
     assert len(broker.subscribe_requests) == 1  # no pointless resubscribe
+    assert sub.exhausted
 
 
 def stamped(messages: list[tuple[int, int]], then: str = "hang") -> SubscribeScript:
@@ -369,6 +370,7 @@ def test_a_stop_offset_that_is_missing_ends_before_the_next_message(
     sub = client.subscribe("s", start=StartAt.offset(1), stop=stop)
     assert values(sub) == [1, 4, 8]
     assert len(broker.subscribe_requests) == 1
+    assert sub.exhausted
     with pytest.raises(StopIteration):
         sub.get(0)
 

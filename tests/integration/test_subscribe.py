@@ -182,6 +182,31 @@ def test_stop_before_start_is_an_empty_range(liftbridge_client: Client, stream5:
     assert list(sub) == []
 
 
+def test_a_read_ended_by_its_stop_or_an_empty_range_is_exhausted(
+    liftbridge_client: Client, stream5: str, new_stream: StreamFactory
+) -> None:
+    """``exhausted`` says the iteration ended because nothing more is there for it, however
+    the end was found: the server's stop, the client's (a stop time, ended before the first
+    later message), or a range known to be empty without subscribing."""
+    client = liftbridge_client
+    by_offset = client.subscribe(stream5, start=StartAt.earliest(), stop=StopAt.offset(4))
+    assert offsets(list(by_offset)) == [0, 1, 2, 3, 4] and by_offset.exhausted
+    with client.subscribe(stream5, start=StartAt.offset(1), stop=StopAt.offset(1)) as one:
+        second = one.get(10)
+    by_time = client.subscribe(
+        stream5, start=StartAt.earliest(), stop=StopAt.timestamp(second.timestamp_ns)
+    )
+    assert offsets(list(by_time)) == [0, 1] and by_time.exhausted
+    backwards = client.subscribe(stream5, start=StartAt.offset(3), stop=StopAt.offset(1))
+    assert list(backwards) == [] and backwards.exhausted
+    empty = client.subscribe(new_stream(), start=StartAt.earliest(), stop=StopAt.latest())
+    assert list(empty) == [] and empty.exhausted
+    closed = client.subscribe(stream5, start=StartAt.earliest(), stop=StopAt.offset(4))
+    assert closed.get(10).offset == 0
+    closed.close()
+    assert list(closed) == [] and not closed.exhausted
+
+
 def test_missing_stream_or_partition(liftbridge_client: Client, stream5: str) -> None:
     with pytest.raises(lb.NoSuchStreamError):
         liftbridge_client.subscribe("no-such-stream-here", start=StartAt.earliest())
