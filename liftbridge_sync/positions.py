@@ -7,6 +7,9 @@
     client.subscribe("orders", start=StartAt.cursor("billing"))  # after a stored cursor
 
 Timestamps are accepted as aware (or local naive) datetimes or as Unix nanoseconds.
+The class methods refuse an argument of a wrong type with
+:class:`~liftbridge_sync.errors.ArgumentTypeError` and a value out of range with
+:class:`~liftbridge_sync.errors.ConfigurationError`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import time
 from datetime import datetime
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import ns_from_datetime
 
 __all__ = ["StartAt", "StartKind", "StopAt", "StopKind"]
@@ -51,7 +54,9 @@ class StopKind(enum.Enum):
 
 def _to_ns(value: datetime | int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, datetime | int):
-        raise ConfigurationError(f"{what} must be a datetime or Unix nanoseconds (int)")
+        raise ArgumentTypeError(
+            f"{what} must be a datetime or Unix nanoseconds (int), got {type(value).__name__}"
+        )
     try:
         ns = ns_from_datetime(value) if isinstance(value, datetime) else value
     except (ValueError, OverflowError, OSError) as exc:
@@ -67,7 +72,7 @@ def _to_ns(value: datetime | int, what: str) -> int:
 
 def _check_offset(offset: int, what: str) -> int:
     if isinstance(offset, bool) or not isinstance(offset, int):
-        raise ConfigurationError(f"{what} must be an int")
+        raise ArgumentTypeError(f"{what} must be an int, got {type(offset).__name__}")
     if not 0 <= offset <= _INT64_MAX:
         raise ConfigurationError(f"{what} must be between 0 and {_INT64_MAX}, got {offset}")
     return offset
@@ -138,7 +143,9 @@ class StartAt:
         deleted and created again under its name: v1.9.0 keeps its cursors) counts as
         none stored, with a WARNING.
         """
-        if not isinstance(cursor_id, str) or not cursor_id:
+        if not isinstance(cursor_id, str):
+            raise ArgumentTypeError(f"cursor_id must be a str, got {type(cursor_id).__name__}")
+        if not cursor_id:
             raise ConfigurationError("cursor_id must be a non-empty str")
         return cls(StartKind.CURSOR, cursor_id=cursor_id)
 

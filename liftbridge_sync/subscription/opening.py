@@ -14,7 +14,7 @@ import logging
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
@@ -34,10 +34,15 @@ _TIME_STARTS = (StartKind.TIMESTAMP, StartKind.TIME_DELTA)
 
 
 def check_positions(start: StartAt | None, stop: StopAt | None) -> StartAt:
+    """``start`` (``StartAt.new_only()`` for ``None``), once both are checked.
+
+    Raises:
+        ArgumentTypeError: ``start`` is not a StartAt, or ``stop`` not a StopAt (or None).
+    """
     if start is not None and not isinstance(start, StartAt):
-        raise ConfigurationError("'start' must be a StartAt or None")
+        raise ArgumentTypeError(f"'start' must be a StartAt or None, got {type(start).__name__}")
     if stop is not None and not isinstance(stop, StopAt):
-        raise ConfigurationError("'stop' must be a StopAt or None")
+        raise ArgumentTypeError(f"'stop' must be a StopAt or None, got {type(stop).__name__}")
     return StartAt.new_only() if start is None else start
 
 
