@@ -521,6 +521,28 @@ class ClientCore:
             return response
         return PartitionMetadata.from_proto(stream, response.metadata)
 
+    def fetch_partition_metadata_once(
+        self, stream: str, partition: int, timeout: float
+    ) -> PartitionMetadata:
+        """One attempt of :meth:`fetch_partition_metadata`, at the cached leader, within
+        ``timeout`` seconds: for callers that keep a deadline of their own (no retries,
+        no metadata refresh, no answer for a paused partition).
+
+        Raises:
+            NotLeaderError: the cached leader is not (or no longer) the leader.
+            LiftbridgeError: any other failure of the one attempt.
+        """
+        info = self.partition_info(stream, partition, refresh=False)
+        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
+        response = self.invoke(
+            self.leader_address_of(info),
+            rpcs.FETCH_PARTITION_METADATA,
+            request,
+            context=CallContext.LEADER,
+            timeout=timeout,
+        )
+        return PartitionMetadata.from_proto(stream, response.metadata)
+
     def _cursor_target(self, cursor_id: str, stream: str, partition: int, must_exist: bool) -> int:
         check_id("cursor_id", cursor_id)
         check_name("stream", stream, allow_reserved=True)

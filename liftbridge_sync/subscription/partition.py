@@ -37,6 +37,7 @@ from liftbridge_sync.errors import (
 from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
 from liftbridge_sync.subscription.connection import (
+    ATTEMPT_AT_LEAST,
     Closed,
     PartitionConnection,
     SubscriptionTarget,
@@ -312,7 +313,7 @@ class Subscription(PartitionConnection):
                     raise StopIteration from None
                 raise TimeoutError("no message arrived within the timeout") from None
             except LiftbridgeError as exc:
-                self._on_broken(call, exc, timer, idle)
+                self._on_broken(call, exc, timer, idle, deadline)
                 continue
             finally:
                 if timer is not None:
@@ -433,21 +434,30 @@ class Subscription(PartitionConnection):
         window = self._core.options.rpc_timeout
         return self._arm(max(0.0, window - (now - self._idle_since)), call)
 
-    def _rest_is_gone(self) -> bool:
+    def _rest_is_gone(self, deadline: float | None) -> bool:
         """Whether a read with a stop offset has nothing left to wait for.
 
         v1.9.0 serves committed messages at once, but once retention has deleted every
         message (the active segment empty), its reader waits for the next message to be
         published, even for offsets long committed: a range that ends at or below the
         high watermark and got nothing for ``rpc_timeout`` has had the rest deleted.
+
+        The leader is asked once, within ``rpc_timeout`` and what is left before
+        ``deadline`` (the ``get`` timeout's; at least ``ATTEMPT_AT_LEAST``): no retry
+        policy holds the read. An answer not had is no answer: the read goes on waiting
+        (and asks again after the next ``rpc_timeout`` of silence).
         """
         stop = self._stop_offset
         target = self._target
+        wait = self._core.options.rpc_timeout
+        if deadline is not None:
+            wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_AT_LEAST))
         try:
-            committed = self._core.fetch_partition_metadata(
-                target.stream, target.partition
+            committed = self._core.fetch_partition_metadata_once(
+                target.stream, target.partition, wait
             ).high_watermark
         except LiftbridgeError:
+            self._stale = True  # the leader may have moved: the resubscribe looks again
             return False  # not known: go on waiting
         if stop is None or committed < stop:
             return False  # the rest of the range is not written (or committed) yet
@@ -470,8 +480,10 @@ class Subscription(PartitionConnection):
         exc: LiftbridgeError,
         timer: TimerHandle | None,
         idle: TimerHandle | None = None,
+        deadline: float | None = None,
     ) -> None:
-        """Decide what a failed read means; returns only if a resubscribe should follow."""
+        """Decide what a failed read means; returns only if a resubscribe should follow
+        (``deadline``: the read's, for what is decided on the way)."""
         with self._lock:
             if self._call is call:
                 self._call = None
@@ -481,7 +493,7 @@ class Subscription(PartitionConnection):
         if idle is not None and idle.fired and code == "CANCELLED":
             # Our own idle cancel: the next read resubscribes (a fresh server reader).
             self._idle_since = None
-            if self._rest_is_gone():
+            if self._rest_is_gone(deadline):
                 self._done = self._nothing_left = True
                 raise StopIteration
             if timer is None or not timer.fired:

@@ -460,6 +460,30 @@ def test_a_stop_not_committed_yet_is_waited_for(broker: FakeBroker) -> None:
         assert time.monotonic() - started < 2.0
 
 
+def test_the_idle_check_of_a_range_keeps_within_the_get_timeout(broker: FakeBroker) -> None:
+    """The check made after ``rpc_timeout`` of silence on a range asks the leader for its
+    high watermark. It went through the client's retry policy with no deadline: a leader
+    answering "not leader" (an election under way) held ``get(0.5)`` for the policy's
+    whole ``max_delay``, and ``close()`` could not end it sooner. One attempt, within
+    what is left of the read, now decides; not knowing is waiting on."""
+    broker.cluster.newest_offset = 20  # committed up to 20
+    broker.subscribe_scripts = [serve([1], "hang")] + [serve([], "hang") for _ in range(100)]
+    patient = RetryPolicy(max_attempts=1000, max_delay=6.0, initial=0.1, maximum=0.1, jitter=0)
+    with make_client(broker, rpc_timeout=0.2, retry=patient) as client:
+        sub = client.subscribe("s", start=StartAt.offset(1), stop=StopAt.offset(10))
+        assert sub.get(1).offset == 1
+        broker.not_leader_times = 10**6
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sub.get(0.5)
+        assert time.monotonic() - started < 1.5
+        assert broker.partition_metadata_calls > 0  # the check was made, and failed
+        broker.not_leader_times = 0  # the leader answers again: the rest is gone
+        with pytest.raises(StopIteration):
+            sub.get(5)
+        assert sub.exhausted
+
+
 # ---------------------------------------------------------------------- transient refusals
 
 
