@@ -334,7 +334,9 @@ def open_stream_subscription(
     start = check_positions(start, stop)
     read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
     resume = check_bool("resume", resume)
-    count = core.stream_info_partitions(stream)
+    # Asked of the server, not the cache: a stream deleted and created again under its
+    # name may have more partitions than this client last saw, and they would go unread.
+    count = core.stream_info_partitions(stream, refresh=True)
     subs: list[Subscription] = []
     try:
         for partition in range(count):

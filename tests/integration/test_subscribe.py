@@ -502,6 +502,26 @@ def test_whole_stream_merges_partitions(liftbridge_client: Client, stream4p: str
     assert all(m.value == f"p{m.partition}-{m.offset}".encode() for m in got)
 
 
+def test_whole_stream_of_a_stream_created_again_with_more_partitions(
+    liftbridge_client: Client, liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    """The partition count came from this client's cached metadata: after the stream
+    was deleted and created again with more partitions (by anyone), ``subscribe_stream``
+    read the old count of partitions and never the new ones, without a word."""
+    name = new_stream(partitions=2)
+    with liftbridge_client.subscribe_stream(name) as before:
+        assert before.partitions == (0, 1)
+    with Client(liftbridge_address) as other:
+        other.delete_stream(name)
+        other.create_stream(name, name, partitions=4)
+    publish(liftbridge_address, name, [b"late"], partition=3)
+    with liftbridge_client.subscribe_stream(
+        name, start=StartAt.earliest(), stop=StopAt.latest()
+    ) as sub:
+        assert sub.partitions == (0, 1, 2, 3)
+        assert [(m.partition, m.value) for m in sub] == [(3, b"late")]
+
+
 def test_whole_stream_get_many_takes_what_is_queued(
     liftbridge_client: Client, stream4p: str
 ) -> None:
