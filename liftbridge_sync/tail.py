@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 
@@ -44,6 +44,13 @@ TEMPLATE_HELP = (
 STOP_HELP = "latest | offset:N | time:ISO-8601 (default: latest, or never with --follow)"
 
 
+def _check_text(name: str, value: object) -> str:
+    """``value``, a ``str``: the text forms are parsed as text, never bytes or None."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name!r} must be a str, got {type(value).__name__}")
+    return value
+
+
 def _int(text: str, what: str) -> int:
     try:
         value = int(text)
@@ -65,11 +72,12 @@ def parse_start(text: str) -> StartAt:
     """A :class:`StartAt` from its text form (see ``START_HELP``).
 
     Raises:
+        ArgumentTypeError: if ``text`` is not a ``str``.
         ConfigurationError: if ``text`` is not a start position.
 
     Thread-safe: a pure function.
     """
-    kind, _, arg = text.partition(":")
+    kind, _, arg = _check_text("text", text).partition(":")
     simple = {"earliest": StartAt.earliest, "latest": StartAt.latest, "new": StartAt.new_only}
     if kind in simple and not arg:
         return simple[kind]()
@@ -94,11 +102,12 @@ def parse_last(text: str) -> int | None:
     """N of a ``last:N`` start position (the newest N offsets), or None for another form.
 
     Raises:
+        ArgumentTypeError: if ``text`` is not a ``str``.
         ConfigurationError: if ``text`` is ``last:`` with something but a positive integer.
 
     Thread-safe: a pure function.
     """
-    kind, sep, arg = text.partition(":")
+    kind, sep, arg = _check_text("text", text).partition(":")
     if kind != "last" or not sep:
         return None
     count = _int(arg, "last:N")
@@ -111,11 +120,12 @@ def parse_stop(text: str) -> StopAt:
     """A :class:`StopAt` from its text form (see ``STOP_HELP``).
 
     Raises:
+        ArgumentTypeError: if ``text`` is not a ``str``.
         ConfigurationError: if ``text`` is not a stop position.
 
     Thread-safe: a pure function.
     """
-    kind, _, arg = text.partition(":")
+    kind, _, arg = _check_text("text", text).partition(":")
     if kind == "latest" and not arg:
         return StopAt.latest()
     if kind == "offset":
@@ -141,10 +151,14 @@ def format_message(message: Message, fmt: str, separator: bytes = b"\n") -> byte
     ``raw`` is the value bytes alone, without a separator.
 
     Raises:
+        ArgumentTypeError: if ``fmt`` is not a ``str`` or ``separator`` not ``bytes``.
         ConfigurationError: if ``fmt`` is not one of :data:`FORMATS`.
 
     Thread-safe: a pure function.
     """
+    _check_text("fmt", fmt)
+    if not isinstance(separator, bytes):
+        raise ArgumentTypeError(f"'separator' must be bytes, got {type(separator).__name__}")
     if fmt == "raw":
         return message.value
     if fmt == "plain":
@@ -209,12 +223,14 @@ class Template:
     and so is the text of an argument that is not UTF-8 (decoded with surrogate escapes).
 
     Raises:
+        ArgumentTypeError: from the constructor, for a ``text`` that is not a ``str``.
         ConfigurationError: from the constructor, for an unknown ``%`` field or escape.
 
     Immutable; safe to share between threads.
     """
 
     def __init__(self, text: str) -> None:
+        _check_text("text", text)
         parts: list[bytes | Callable[[Message], bytes]] = []
         literal = bytearray()
         index = 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import click
 import pytest
 
 from liftbridge_sync import (
     AckTimeoutError,
+    ArgumentTypeError,
     BrokerUnavailableError,
     ConfigurationError,
     Message,
@@ -18,6 +20,7 @@ from liftbridge_sync import (
     StartAt,
     StopAt,
     StreamExistsError,
+    tail,
 )
 from liftbridge_sync.cli.errors import ExitCode, exit_code_for
 from liftbridge_sync.cli.positions import parse_start, parse_stop
@@ -114,6 +117,26 @@ def test_last_n() -> None:
     for bad in ("last:0", "last:x", "last:-1", "last:"):
         with pytest.raises(ConfigurationError):
             parse_last(bad)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: tail.parse_start(None),  # type: ignore[arg-type]
+        lambda: tail.parse_start(b"earliest"),  # type: ignore[arg-type]
+        lambda: tail.parse_stop(5),  # type: ignore[arg-type]
+        lambda: tail.parse_last(b"last:3"),  # type: ignore[arg-type]
+        lambda: Template(None),  # type: ignore[arg-type]
+        lambda: Template(b"%s"),  # type: ignore[arg-type]
+        lambda: format_message(_message(b"v", None, {}), None),  # type: ignore[arg-type]
+        lambda: format_message(_message(b"v", None, {}), "plain", "\n"),  # type: ignore[arg-type]
+    ],
+)
+def test_text_helpers_refuse_a_wrong_type_with_a_typed_error(call: Callable[[], object]) -> None:
+    """They raised AttributeError or a bare TypeError from inside (``None.partition``,
+    ``len(None)``, ``bytes + str``): the library's errors are LiftbridgeErrors."""
+    with pytest.raises(ArgumentTypeError):
+        call()
 
 
 def test_exit_codes() -> None:
