@@ -125,6 +125,13 @@ class PartitionConnection:
         self._broken_since: float | None = None
         #: Whether the cached leader may be wrong (the stream broke, not timed out).
         self._stale = False
+        #: Whether the current call reads from the partition's leader (with
+        #: ``read_isr_replica`` it may be a follower).
+        self._at_leader = True
+        #: Read from the leader from now on, even with ``read_isr_replica``: a follower
+        #: was silent about offsets the leader has committed (it may lag; see
+        #: ``_rest_is_gone``).
+        self._leader_only = False
         self._scheduler: Scheduler = core.scheduler()
         #: Whether the current call hands out messages in batches (``read_batch``).
         self._batched = False
@@ -353,7 +360,8 @@ class PartitionConnection:
         )
 
     def _address(self, refresh: bool, deadline: float | None) -> str:
-        """Where to subscribe: the leader, or a random in-sync replica if allowed."""
+        """Where to subscribe: the leader, or a random in-sync replica if allowed (and
+        no follower was found lagging)."""
         target, core = self._target, self._core
         if refresh:
             core.refresh_once([target.stream], deadline)
@@ -367,11 +375,15 @@ class PartitionConnection:
         else:
             info = core.partition_info(target.stream, target.partition, refresh=False)
             snapshot = core.metadata.get()
-        if target.read_isr_replica:
+        leader = core.leader_address_of(info)
+        if target.read_isr_replica and not self._leader_only:
             brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
             if brokers:
-                return random.choice(brokers).address
-        return core.leader_address_of(info)
+                address = random.choice(brokers).address
+                self._at_leader = address == leader
+                return address
+        self._at_leader = True
+        return leader
 
     def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""

@@ -440,7 +440,9 @@ class Subscription(PartitionConnection):
         v1.9.0 serves committed messages at once, but once retention has deleted every
         message (the active segment empty), its reader waits for the next message to be
         published, even for offsets long committed: a range that ends at or below the
-        high watermark and got nothing for ``rpc_timeout`` has had the rest deleted.
+        high watermark and got nothing for ``rpc_timeout`` from the leader has had the
+        rest deleted. A follower's silence (``read_isr_replica``) proves nothing, as it
+        may lag: the read goes on from the leader instead.
 
         The leader is asked once, within ``rpc_timeout`` and what is left before
         ``deadline`` (the ``get`` timeout's; at least ``ATTEMPT_AT_LEAST``): no retry
@@ -461,6 +463,20 @@ class Subscription(PartitionConnection):
             return False  # not known: go on waiting
         if stop is None or committed < stop:
             return False  # the rest of the range is not written (or committed) yet
+        if not self._at_leader:
+            # A follower (read_isr_replica) may lag the leader's high watermark for as
+            # long as it stays in the ISR, longer than rpc_timeout: its silence says
+            # nothing about deletion. Only the leader's own silence does.
+            _log.info(
+                "subscription %s/%d: the replica read is silent after offset %s although "
+                "the leader has committed up to the stop (%d); reading from the leader",
+                target.stream,
+                target.partition,
+                self._last_offset,
+                stop,
+            )
+            self._leader_only = True
+            return False
         _log.warning(
             "subscription %s/%d: nothing arrived for %.1fs after offset %s although every "
             "offset up to the stop (%d) is committed (high watermark %d): the rest was "

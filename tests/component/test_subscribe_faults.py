@@ -444,6 +444,35 @@ def test_a_committed_range_that_stays_silent_ends_after_rpc_timeout(broker: Fake
     assert len(broker.subscribe_requests) == 1
 
 
+def test_a_lagging_replicas_silence_is_not_taken_for_deletion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With ``read_isr_replica`` the read may go to a follower, which may lag the
+    leader's high watermark by more than ``rpc_timeout`` and still be in the ISR. Its
+    silence was taken for retention having deleted the rest: the range ended early,
+    missing offsets the leader had. The rest is now read from the leader."""
+    from liftbridge_sync.subscription import connection
+
+    cluster = FakeCluster(leader="a", newest_offset=9)  # the leader committed 0-9
+    leader, follower = FakeBroker("a", cluster).start(), FakeBroker("b", cluster).start()
+    try:
+        leader.subscribe_scripts = [serve([5, 6, 7, 8, 9], "hang")]
+        follower.subscribe_scripts = [serve([0, 1, 2, 3, 4], "hang")]  # then lags
+        monkeypatch.setattr(  # the replica chosen first is the follower
+            connection.random, "choice", lambda brokers: brokers[-1]
+        )
+        with make_client(leader, rpc_timeout=0.3) as client:
+            sub = client.subscribe(
+                "s", start=StartAt.earliest(), stop=StopAt.offset(9), read_isr_replica=True
+            )
+            assert values(sub) == list(range(10))
+            assert sub.exhausted
+        assert [r.startOffset for r in leader.subscribe_requests] == [5]
+    finally:
+        leader.stop()
+        follower.stop()
+
+
 def test_a_stop_not_committed_yet_is_waited_for(broker: FakeBroker) -> None:
     broker.cluster.newest_offset = 20
     broker.subscribe_scripts = [serve([1, 2], "hang")] + [serve([], "hang") for _ in range(100)]
