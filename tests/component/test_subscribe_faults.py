@@ -7,6 +7,7 @@ offsets), which is where other clients went wrong.
 
 from __future__ import annotations
 
+import random
 import socket
 import threading
 import time
@@ -451,16 +452,13 @@ def test_a_lagging_replicas_silence_is_not_taken_for_deletion(
     leader's high watermark by more than ``rpc_timeout`` and still be in the ISR. Its
     silence was taken for retention having deleted the rest: the range ended early,
     missing offsets the leader had. The rest is now read from the leader."""
-    from liftbridge_sync.subscription import connection
-
     cluster = FakeCluster(leader="a", newest_offset=9)  # the leader committed 0-9
     leader, follower = FakeBroker("a", cluster).start(), FakeBroker("b", cluster).start()
     try:
         leader.subscribe_scripts = [serve([5, 6, 7, 8, 9], "hang")]
         follower.subscribe_scripts = [serve([0, 1, 2, 3, 4], "hang")]  # then lags
-        monkeypatch.setattr(  # the replica chosen first is the follower
-            connection.random, "choice", lambda brokers: brokers[-1]
-        )
+        # The replica chosen first is the follower.
+        monkeypatch.setattr(random, "choice", lambda brokers: brokers[-1])
         with make_client(leader, rpc_timeout=0.3) as client:
             sub = client.subscribe(
                 "s", start=StartAt.earliest(), stop=StopAt.offset(9), read_isr_replica=True
