@@ -27,7 +27,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall
-from liftbridge_sync._wire.validate import check_int, check_timeout
+from liftbridge_sync._wire.validate import check_id, check_int, check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
     LiftbridgeError,
@@ -227,7 +227,12 @@ class Subscription(PartitionConnection):
 
         Returns:
             The stored offset, or ``None`` when nothing was delivered yet (nothing stored).
+
+        Raises:
+            ArgumentTypeError, ConfigurationError: a bad ``cursor_id`` (checked even
+                when nothing is stored).
         """
+        check_id("cursor_id", cursor_id)
         offset = self._last_offset
         if offset is None:
             return None

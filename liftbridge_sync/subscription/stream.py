@@ -13,7 +13,13 @@ import threading
 import time
 
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import check_bool, check_int, check_name, check_timeout
+from liftbridge_sync._wire.validate import (
+    check_bool,
+    check_id,
+    check_int,
+    check_name,
+    check_timeout,
+)
 from liftbridge_sync.errors import InternalThreadError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
@@ -274,7 +280,12 @@ class StreamSubscription:
         Returns:
             The stored offsets by partition (partitions with no delivered message are
             left untouched).
+
+        Raises:
+            ArgumentTypeError, ConfigurationError: a bad ``cursor_id`` (checked even
+                when nothing is stored).
         """
+        check_id("cursor_id", cursor_id)
         stored = dict(self._delivered)
         for partition, offset in stored.items():
             self._core.set_cursor(cursor_id, self._stream, partition, offset)

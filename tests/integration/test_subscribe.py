@@ -450,7 +450,16 @@ def test_checkpoint_and_resume_from_cursor(liftbridge_client: Client, stream5: s
     assert offsets(list(second)) == [3, 4]
     empty = liftbridge_client.subscribe(stream5, start=StartAt.earliest())
     assert empty.checkpoint("c2") is None
+    # A bad id is refused even when nothing would be stored, not first at a later call.
+    with pytest.raises(lb.ConfigurationError, match="cursor_id"):
+        empty.checkpoint("")
+    with pytest.raises(lb.ArgumentTypeError, match="cursor_id"):
+        empty.checkpoint(5)  # type: ignore[arg-type]
     empty.close()
+    whole = liftbridge_client.subscribe_stream(stream5)
+    with pytest.raises(lb.ConfigurationError, match="cursor_id"):
+        whole.checkpoint("a,b")
+    whole.close()
 
 
 def test_a_cursor_past_the_newest_offset_reads_from_the_earliest_with_a_warning(
