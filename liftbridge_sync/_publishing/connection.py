@@ -13,7 +13,9 @@ never ends its calls cannot pile them up). When a stream ends with publishes pen
 the next one is due after a back-off from the retry policy. It fails the publishes no
 broker ever saw once opening a stream has used up the retry policy (:mod:`.dialing`),
 all of them when the stream fails for good, and closes every stream when the publisher
-closes.
+closes. A dial under way can be abandoned from another thread
+(:meth:`PublishConnection.abort_dials`, the publisher's ``close()`` at its deadline):
+the owner thread cannot see a close while it waits for a broker's SYN-ACK or handshake.
 It also receives the stream's events, on the stream's thread: plain acks go to
 :mod:`.answers` right there, everything else to the owner loop's inbox. The owner loop
 decides when (its inbox and timers); this module does what a stream's events and the
@@ -33,6 +35,7 @@ from liftbridge_sync._publishing.futures import settle
 from liftbridge_sync._publishing.pending import Entry, FailureLedger, Forwarded, failure
 from liftbridge_sync._publishing.resending import Resender
 from liftbridge_sync._publishing.table import PendingTable
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import publish_opener
 from liftbridge_sync._transport.publish_stream import (
@@ -69,8 +72,8 @@ class PublishConnection:
         opener: Opens a stream (default: the client's publish transport).
         clock: Monotonic clock.
 
-    Owner-thread only, but for :meth:`on_stream_event` (the current stream's thread)
-    and the counters (plain reads).
+    Owner-thread only, but for :meth:`on_stream_event` (the current stream's thread),
+    :meth:`abort_dials` (any thread) and the counters (plain reads).
     """
 
     def __init__(
@@ -115,6 +118,8 @@ class PublishConnection:
         #: Failed attempts to open a stream in a row (see dialing).
         self._dials = DialAttempts(core.options.retry)
         self._resent_after_reconnect = 0
+        #: Abandons the dial under way, and refuses later ones, once the publisher closes.
+        self._abort = DialAbort()
 
     @property
     def connects(self) -> int:
@@ -157,6 +162,12 @@ class PublishConnection:
         if event.epoch == self.epoch and self.stream is not None:
             self._start_draining()
 
+    def abort_dials(self) -> None:
+        """Any thread: abandon the dial under way, if any (it fails with
+        ``ClientClosedError`` at once), and open no stream any more. For ``close()``
+        once its deadline passed while the owner thread was dialling."""
+        self._abort.abort()
+
     def shutdown(self, error: BaseException) -> None:
         """The publisher closes: fail what is pending with ``error``, end every stream."""
         self._fail_all(error)
@@ -176,12 +187,20 @@ class PublishConnection:
             stream.join(5.0)
 
     def _connect(self) -> None:
+        if self._abort.aborted:
+            return  # the publisher is closing: what is pending fails as close() decides
         addresses = self._core.addresses()
         address = self._address = addresses[self.epoch % len(addresses)]
         self.epoch += 1
         try:
-            stream = self._opener(self._core, address, self.epoch, self.on_stream_event)
+            stream = self._opener(
+                self._core, address, self.epoch, self.on_stream_event, self._abort
+            )
         except ClientClosedError as exc:
+            if self._abort.aborted:
+                # close() abandoned the dial at its deadline: nothing was sent, and what
+                # is pending fails with the close (or its own ack timeout).
+                return
             self._fail_all(exc)
             return
         except LiftbridgeError as exc:

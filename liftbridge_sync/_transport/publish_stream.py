@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import grpc
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.publish_codec import PREFIX_SIZE, Answer, DecodeError, decode_response
 from liftbridge_sync._wire.status import (
@@ -141,8 +142,12 @@ class PublishStream(Protocol):
 
 
 #: Opens stream ``epoch`` to the broker at ``address`` (channels and TLS settings come
-#: from the core); every response and the end of the stream go to ``on_event``.
-StreamOpener = Callable[[ClientCore, str, int, Callable[[StreamEvent], None]], PublishStream]
+#: from the core); every response and the end of the stream go to ``on_event``. An
+#: opener that blocks (connects) does so only until the :class:`DialAbort` aborts (then
+#: it raises ``ClientClosedError``).
+StreamOpener = Callable[
+    [ClientCore, str, int, Callable[[StreamEvent], None], DialAbort], PublishStream
+]
 
 _END = object()
 
@@ -283,9 +288,18 @@ class GrpcPublishStream:
 
 
 def open_grpc_stream(
-    core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
+    core: ClientCore,
+    address: str,
+    epoch: int,
+    on_event: Callable[[StreamEvent], None],
+    abort: DialAbort | None = None,
 ) -> PublishStream:
-    """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API."""
+    """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API. grpcio
+    connects later, on its own threads; with TLS, the first channel to a broker waits
+    for its pre-flight (:meth:`~.channels.ChannelPool.check_tls`), which ``abort`` does
+    not end."""
+    if abort is not None:
+        abort.check()
     return GrpcPublishStream(
         core.pool.channel(address),
         epoch,

@@ -1,9 +1,13 @@
 """Opening a call over our own HTTP/2: TCP, TLS with ALPN ``h2``, the HTTP/2 preface and
 the request (:func:`dial`, shared by the ``"h2"`` publish stream and the ``Subscribe``
-reader), and the ``PublishAsync`` opener. Every function here is thread-safe."""
+reader), and the ``PublishAsync`` opener. Given a
+:class:`~liftbridge_sync._transport.aborting.DialAbort`, the connect, the TLS handshake
+and the wait for the broker's first frame are abandoned as soon as it aborts (the
+publisher's ``close()``); the name lookup is not. Every function here is thread-safe."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import selectors
@@ -11,12 +15,14 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import h2.config
 import h2.connection
 import h2.exceptions
 import h2.settings
 
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2 import connection as _connection
 from liftbridge_sync._transport.h2 import framing
@@ -62,8 +68,10 @@ def _connect_tcp(
     given up on (``OSError``) within :data:`_CANCEL_POLL` seconds of it saying so.
 
     A blocking ``connect()`` to an address that black-holes SYNs (a host that went away)
-    waits for its whole timeout: neither ``close()`` nor ``shutdown()`` from another
-    thread wakes it. A non-blocking one waited on in short slices can be left.
+    waits for its whole timeout unless another thread shuts its socket down (what
+    :func:`_connect_socket` does with a ``DialAbort``). A caller that can only be asked
+    (the subscribe reader's deadline and ``close()``) gets a non-blocking connect waited
+    on in short slices instead.
     """
     if cancelled is None:
         return socket.create_connection((host, port), timeout=timeout)
@@ -95,6 +103,42 @@ def _connect_tcp(
     raise error
 
 
+def _watching(abort: DialAbort | None, sock: socket.socket) -> AbstractContextManager[None]:
+    """A blocking step on ``sock`` that ``abort`` (if any) can wake."""
+    return contextlib.nullcontext() if abort is None else abort.watching(sock)
+
+
+def _connect_socket(host: str, port: int, timeout: float, abort: DialAbort | None) -> socket.socket:
+    """:func:`socket.create_connection` (each address in turn, ``timeout`` each), with
+    every connect watched by ``abort``.
+
+    Raises:
+        OSError: no address could be connected to (the last address's error).
+        ClientClosedError: ``abort`` aborted.
+    """
+    if abort is None:
+        return socket.create_connection((host, port), timeout=timeout)
+    abort.check()
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            with abort.watching(sock):
+                sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    if error is None:
+        raise OSError(f"no address found for {host}")
+    raise error
+
+
 def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
     """(seconds without reads before a PING or None, seconds to wait for its answer)."""
     settings = dict(options.grpc_options)
@@ -119,6 +163,7 @@ def dial(
     recv_window: int,
     body: bytes | None = None,
     cancelled: Callable[[], bool] | None = None,
+    abort: DialAbort | None = None,
 ) -> tuple[socket.socket, h2.connection.H2Connection, int]:
     """Open one gRPC call on a new HTTP/2 connection (the publish and subscribe dial).
 
@@ -137,7 +182,9 @@ def dial(
         body: The request message, already serialized, or ``None`` to keep the
             request open (a client stream).
         cancelled: Asked while the TCP connect waits: once it returns true, the dial
-            fails at once (within :data:`_CANCEL_POLL` seconds).
+            fails at once (within :data:`_CANCEL_POLL` seconds). The subscribe reader's.
+        abort: Abandons the connect and the TLS handshake from another thread (used
+            when ``cancelled`` is not given). The publisher's.
 
     Returns:
         The socket, the ``h2`` connection and the stream id.
@@ -145,10 +192,14 @@ def dial(
     Raises:
         DialError: the connection or the stream could not be opened.
         ConfigurationError: the TLS options' certificates do not load.
+        ClientClosedError: ``abort`` aborted.
     """
     host, port = parse_address(address)
     try:
-        sock = _connect_tcp(host, port, options.rpc_timeout, cancelled)
+        if cancelled is not None:
+            sock = _connect_tcp(host, port, options.rpc_timeout, cancelled)
+        else:
+            sock = _connect_socket(host, port, options.rpc_timeout, abort)
     except OSError as exc:
         raise DialError(f"cannot connect to {address}: {exc}") from exc
     try:
@@ -156,7 +207,11 @@ def dial(
         # A broker that stops acknowledging TCP is given up on (Linux: TCP_USER_TIMEOUT).
         bound_unacknowledged(sock, options.keepalive_timeout)
         if tls is not None:
-            sock = tls.context().wrap_socket(sock, server_hostname=tls.server_hostname(host))
+            sock = tls.context().wrap_socket(
+                sock, server_hostname=tls.server_hostname(host), do_handshake_on_connect=False
+            )
+            with _watching(abort, sock):
+                sock.do_handshake()
             if sock.selected_alpn_protocol() != "h2":
                 raise DialError(f"{address} did not negotiate HTTP/2 (ALPN h2)")
         conn = h2.connection.H2Connection(
@@ -199,31 +254,42 @@ def dial(
 
 
 def open_h2_stream(
-    core: ClientCore, address: str, epoch: int, on_event: Callable[[StreamEvent], None]
+    core: ClientCore,
+    address: str,
+    epoch: int,
+    on_event: Callable[[StreamEvent], None],
+    abort: DialAbort | None = None,
 ) -> PublishStream:
     """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
     Connects (bounded by ``rpc_timeout``), negotiates TLS with ALPN ``h2`` when
     configured, sends the connection preface and the request headers, waits for the
     broker's first frame (at most 5 s), then hands the socket to a new
-    :class:`H2PublishStream`. Called on the publisher's owner thread.
+    :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends
+    the connect, the TLS handshake and the wait at once (not the TLS pre-flight of
+    :meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`, nor the name
+    lookup).
 
     Raises:
         BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends
             nothing back.
+        ClientClosedError: ``abort`` aborted.
     """
+    if abort is not None:
+        abort.check()
     options = core.options
     # The same TLS diagnosis as the gRPC channels get: a misconfiguration is a typed,
     # non-retried TLSError naming its cause, not a stream that never opens.
     core.pool.check_tls(address)
     try:
         sock, conn, stream_id = dial(
-            address, options, core.pool.tls, _PATH, _connection._RECV_WINDOW
+            address, options, core.pool.tls, _PATH, _connection._RECV_WINDOW, abort=abort
         )
     except DialError as exc:
         raise _unavailable(str(exc)) from exc
     try:
-        _await_handshake(sock, address, min(options.rpc_timeout, _HANDSHAKE_TIMEOUT))
+        with _watching(abort, sock):
+            _await_handshake(sock, address, min(options.rpc_timeout, _HANDSHAKE_TIMEOUT))
         return H2PublishStream(
             sock,
             conn,
