@@ -164,9 +164,19 @@ class Client:
         under way is waited for (at most 30 s, whatever ``timeout`` is): when
         ``close()`` returns, the ``liftbridge-stats`` thread has ended.
 
+        Closing the publisher takes ``timeout`` (``None``: until the last pending ack
+        timeout) plus one second at most, whatever the broker does: at the deadline a
+        connect or handshake still waiting for a broker is abandoned, and a stream the
+        broker does not end is cancelled, so every publish still pending has failed
+        when it returns. Only what the library cannot wake holds the
+        ``liftbridge-publisher`` thread longer (a done-callback that blocks, a slow name
+        lookup, with TLS a first connection's pre-flight of up to 5 s): it is not waited
+        for then, and ends by itself (daemonic) once that returns.
+
         Args:
             timeout: Seconds to wait for pending publishes to be acknowledged before
-                they fail with :class:`ClientClosedError` (``None``: wait for them).
+                they fail with :class:`ClientClosedError` (``None``: wait for each
+                until its ack timeout, when it fails with :class:`AckTimeoutError`).
         """
         try:
             self._session.close(timeout)

@@ -13,7 +13,7 @@ never ends its calls cannot pile them up). When a stream ends with publishes pen
 the next one is due after a back-off from the retry policy. It fails the publishes no
 broker ever saw once opening a stream has used up the retry policy (:mod:`.dialing`),
 all of them when the stream fails for good, and closes every stream when the publisher
-closes. A dial under way can be abandoned from another thread
+closes, by a deadline. A dial under way can be abandoned from another thread
 (:meth:`PublishConnection.abort_dials`, the publisher's ``close()`` at its deadline):
 the owner thread cannot see a close while it waits for a broker's SYN-ACK or handshake.
 It also receives the stream's events, on the stream's thread: plain acks go to
@@ -168,23 +168,33 @@ class PublishConnection:
         once its deadline passed while the owner thread was dialling."""
         self._abort.abort()
 
-    def shutdown(self, error: BaseException) -> None:
-        """The publisher closes: fail what is pending with ``error``, end every stream."""
+    def shutdown(self, error: BaseException, until: float) -> None:
+        """The publisher closes: fail what is pending with ``error``, end every stream.
+
+        Waits until ``until`` (the clock's time) at most. The live stream is half-closed
+        first, so that requests already queued are written, and the server is given
+        half the time left (2 s at most) to end the call before it is cancelled;
+        draining streams are cancelled at once. A stream's thread that has not ended by
+        ``until`` (cancelled, it ends by itself at its next turn) is not waited for.
+        """
+        self._abort.abort()
         self._fail_all(error)
         self._table.clear_deadlines()
         draining = [old for old, _ in self.draining.values()]
         self.draining.clear()
         for old in draining:
             old.cancel()
-            old.join(5.0)
         stream, self.stream = self.stream, None
         if stream is not None:
-            # Half-close first so that requests already queued are written, then give
-            # the server a moment to end the call before aborting it.
             stream.close()
-            stream.join(2.0)
+            stream.join(min(2.0, self._left(until) / 2))
             stream.cancel()
-            stream.join(5.0)
+            draining.append(stream)
+        for old in draining:
+            old.join(self._left(until))
+
+    def _left(self, until: float) -> float:
+        return max(0.0, until - self._clock())
 
     def _connect(self) -> None:
         if self._abort.aborted:

@@ -130,15 +130,17 @@ class LeaderProbe:
                 self._thread.start()
         self._requests.put(item)
 
-    def close(self) -> None:
+    def close(self, wait: float | None = None) -> None:
         """Stop the thread (a probe under way is abandoned after the look it is in) and
-        join it, for as long as one look and a metadata refresh may take. Idempotent."""
+        join it, for as long as one look and a metadata refresh may take, or ``wait``
+        seconds if shorter (a look under way then ends by itself: at its own timeout,
+        or when the client's channels close). Idempotent."""
         with self._lock:
             self._stop.set()
             thread = self._thread
         self._requests.put(None)
         if thread is not None and thread is not threading.current_thread():
-            thread.join(_CLOSE_WAIT)
+            thread.join(_CLOSE_WAIT if wait is None else min(wait, _CLOSE_WAIT))
 
     def _run(self) -> None:
         while not self._stop.is_set():

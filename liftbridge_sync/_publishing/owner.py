@@ -53,9 +53,16 @@ from liftbridge_sync.errors import (
     PublishError,
 )
 
-__all__ = ["OwnerLoop", "max_message"]
+__all__ = ["CLOSE_SLACK", "OwnerLoop", "max_message"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
+
+#: Seconds :meth:`OwnerLoop.close` waits past its deadline for the owner thread to end
+#: (a dial under way abandoned, the streams ended): ``close(timeout=T)`` returns within
+#: ``T + CLOSE_SLACK``.
+CLOSE_SLACK = 1.0
+#: Of that, what the owner thread gives its streams to end (the rest is its margin).
+_STREAMS_SLACK = 0.75
 
 
 def max_message(grpc_options: tuple[tuple[str, Any], ...]) -> int:
@@ -122,6 +129,9 @@ class OwnerLoop:
         )
         self._close_requested = False
         self._close_deadline: float | None = None
+        #: When close() stops waiting for acks (its deadline, or for ``timeout=None``
+        #: the latest ack deadline pending then); set once, by the first close().
+        self._close_by: float | None = None
         self._linger_until: float | None = None
         self._nesting = 0
         #: Why the owner thread died, if it did (see InternalThreadError).
@@ -163,19 +173,52 @@ class OwnerLoop:
     def close(self, timeout: float | None) -> None:
         """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
 
+        Returns within ``timeout`` + :data:`CLOSE_SLACK` seconds, whatever the broker
+        does: at the deadline a dial under way (a connect, a TLS or HTTP/2 handshake
+        waiting for the broker) is abandoned, and the streams get what is left of the
+        slack to end (then they are cancelled). When it returns, every publish pending
+        has failed (:class:`ClientClosedError`, or :class:`AckTimeoutError` for those
+        whose ack timeout came first) and the owner thread has ended; but for one
+        blocked outside the library's waits (a done-callback that blocks, a name
+        lookup or a TLS pre-flight under way), which is not waited for longer: it ends
+        by itself when that returns (daemonic, ``liftbridge-publisher``), failing what
+        is left then. A later call waits for the first call's deadline; called from a
+        done-callback (the owner thread), it returns at once.
+
         Args:
-            timeout: Seconds to wait for pending acks (``None``: until each times out).
+            timeout: Seconds to wait for pending acks (``None``: until each times out,
+                so the latest ack deadline pending now is the deadline).
         """
         with self._lock:
             already = self._table.close_admission()
             thread = self._thread
+            if self._close_by is None:
+                now = self._clock()
+                self._close_by = (
+                    self._table.latest_deadline(now) if timeout is None else now + timeout
+                )
+            close_by = self._close_by
         if thread is None:
             return
         if not already:
-            deadline = None if timeout is None else self._clock() + timeout
-            self._inbox.put(Close(deadline))
-        if threading.current_thread() is not thread:
-            thread.join()
+            self._inbox.put(Close(None if timeout is None else close_by))
+        if threading.current_thread() is thread:
+            return
+        thread.join(max(0.0, close_by - self._clock()))
+        if not thread.is_alive():
+            return
+        # The deadline passed with the thread still busy: stop waiting for acks (those
+        # entered while close() began may be due later), and abandon a dial under way,
+        # which it cannot leave to see the close.
+        self._inbox.put(Close(close_by))
+        self._connection.abort_dials()
+        thread.join(max(0.0, close_by + CLOSE_SLACK - self._clock()))
+        if thread.is_alive():
+            _log.warning(
+                "the liftbridge-publisher thread did not end within %gs of close()'s "
+                "deadline (a done-callback that blocks?); it ends by itself once free",
+                CLOSE_SLACK,
+            )
 
     def check_can_nest(self) -> None:
         """Refuse a blocking call on the owner thread past the nesting limit.
@@ -380,12 +423,24 @@ class OwnerLoop:
             self._close_deadline = event.deadline
 
     def _shutdown(self) -> None:
+        if self._crash is None:
+            # Those whose ack timeout passed while this thread was busy (a dial close()
+            # abandoned) time out, as they would have here: not "closed".
+            timed_out, _ = self._table.expire(self._clock())
+            if timed_out:
+                settle(timed_out, self._ledger)
+                self._wake_waiters()
         self._table.finish()
         if self._crash is not None:
             error: BaseException = self._closed_error()
         else:
             error = ClientClosedError("publisher closed before the ack arrived")
+        # Within the slack of close()'s deadline (a crash has none: from now).
+        now = self._clock()
+        close_by = self._close_by
+        until = max(now, now if close_by is None else close_by) + _STREAMS_SLACK
         # The callers first: the leader probe may be in the middle of a look (seconds
         # with a broker that drops packets), and nothing of it is needed any more.
-        self._connection.shutdown(error)
-        self._resender.close()
+        self._connection.shutdown(error, until)
+        # A look under way ends when the client's channels close, right after this.
+        self._resender.close(max(0.0, until - self._clock()))

@@ -333,6 +333,9 @@ class Publisher:
     def close(self, timeout: float | None = None) -> None:
         """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
 
+        Returns within ``timeout`` + :data:`~.owner.CLOSE_SLACK` seconds whatever the
+        broker does (see :meth:`~.owner.OwnerLoop.close`).
+
         Args:
             timeout: Seconds to wait for pending acks (``None``: until each times out);
                 what is still pending then fails with :class:`ClientClosedError`.

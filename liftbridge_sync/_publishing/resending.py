@@ -259,5 +259,7 @@ class Resender:
             count,
         )
 
-    def close(self) -> None:
-        self._probe.close()
+    def close(self, wait: float | None = None) -> None:
+        """Stop the leader probe, waiting ``wait`` seconds at most (see
+        :meth:`~.failover.LeaderProbe.close`)."""
+        self._probe.close(wait)

@@ -385,6 +385,15 @@ class PendingTable:
             self._core.finished = True
             self._offline_locked()
 
+    def latest_deadline(self, now: float) -> float:
+        """When the last publish pending times out (``now`` if none is later)."""
+        latest = now
+        with self._send_lock:  # the deadline queues change under it only
+            for queue_ in self._expiry.values():
+                for entry in queue_:
+                    latest = max(latest, entry.deadline)
+        return latest
+
     def clear_deadlines(self) -> None:
         self._expiry.clear()
 

@@ -1,0 +1,170 @@
+"""``close(timeout=T)`` returns within about ``T`` whatever the broker does.
+
+The publisher thread used to be joined without a limit while it could not be woken: in
+the middle of a TCP connect (``rpc_timeout``), waiting for the broker's HTTP/2 handshake
+(5 s), or ending a stream the broker does not end (2 s + 5 s). ``close(timeout=1)``
+against a broker that accepts connections and never answers took 4-5 s. Now close()
+interrupts the dial at its deadline and gives the streams only what is left of
+``CLOSE_SLACK``: it returns within ``T + CLOSE_SLACK``, every publish still pending has
+failed with a typed error, and no ``liftbridge-*`` thread is left (the suite's
+``no_thread_leaks`` fixture).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import AckPolicy, Client, RetryPolicy
+from liftbridge_sync._publishing.owner import CLOSE_SLACK
+from liftbridge_sync.testing import FakeBroker
+from liftbridge_sync.testing._h2abuse import H2Abuser
+from tests.waiting import wait_until
+
+#: Patient: the dial is retried for longer than any test runs (nothing fails "unavailable").
+RETRY = RetryPolicy(max_attempts=1000, max_delay=120.0, initial=0.01, maximum=0.05, jitter=0.0)
+#: What the bound may be exceeded by on a loaded 2-core machine (scheduling, not waits).
+MARGIN = 0.5
+
+
+class _Listener:
+    """A listener that accepts connections and never says anything (a hung process, a
+    proxy with nothing behind it); with ``full=True`` it accepts none either: its
+    backlog is full, so a client's SYN is dropped and its connect() waits."""
+
+    def __init__(self, *, full: bool) -> None:
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if full:
+            # A backlog of 0 queues one connection: ours fills it, and nobody accepts.
+            self._server.listen(0)
+            filler = socket.create_connection(self._server.getsockname(), timeout=5)
+            self._held.append(filler)
+        else:
+            self._server.listen(16)
+            self._thread = threading.Thread(target=self._accept, name="test-silent", daemon=True)
+            self._thread.start()
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        self._server.settimeout(0.05)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[_Listener]:
+    listener = _Listener(full=False)
+    yield listener
+    listener.close()
+
+
+@pytest.fixture
+def full() -> Iterator[_Listener]:
+    listener = _Listener(full=True)
+    yield listener
+    listener.close()
+
+
+def _publisher_in(client: Client, function: str) -> bool:
+    """Whether the client's publisher thread is inside ``function`` (its stack)."""
+    publisher = client._publisher
+    thread = publisher._loop._thread if publisher is not None else None
+    frame = sys._current_frames().get(thread.ident or -1) if thread is not None else None
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _close(client: Client, timeout: float | None) -> float:
+    started = time.monotonic()
+    client.close(timeout=timeout)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize("timeout", [0.0, 1.0])
+def test_close_returns_within_its_timeout_while_the_broker_withholds_the_handshake(
+    silent: _Listener, timeout: float
+) -> None:
+    # rpc_timeout 10 s: the handshake wait is its 5 s cap, the 4-5 s close() took.
+    client = Client([silent.address], retry=RETRY, rpc_timeout=10.0)
+    futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
+    unacked = client.publish_async("s", b"none", partition=0, ack_policy=AckPolicy.NONE)
+    wait_until(lambda: _publisher_in(client, "_await_handshake"), what="the handshake wait")
+    took = _close(client, timeout)
+    assert took < timeout + CLOSE_SLACK + MARGIN, f"close({timeout}) took {took:.2f}s"
+    for future in [*futures, unacked]:
+        assert isinstance(future.exception(timeout=0), lb.ClientClosedError)
+    assert silent.accepted >= 1
+
+
+def test_close_returns_within_its_timeout_while_the_connect_waits(full: _Listener) -> None:
+    # The broker's backlog is full: the SYN is dropped, connect() waits rpc_timeout.
+    client = Client([full.address], retry=RETRY, rpc_timeout=30.0)
+    future = client.publish_async("s", b"x", partition=0)
+    wait_until(lambda: _publisher_in(client, "_connect_socket"), what="the connect")
+    took = _close(client, 1.0)
+    assert took < 1.0 + CLOSE_SLACK + MARGIN, f"close(1) took {took:.2f}s"
+    assert isinstance(future.exception(timeout=0), lb.ClientClosedError)
+
+
+def test_close_without_a_timeout_waits_for_the_ack_timeouts_only(silent: _Listener) -> None:
+    # close() waits for the pending publishes until each times out: the longest
+    # ack timeout pending bounds it, not the dial.
+    client = Client([silent.address], retry=RETRY, rpc_timeout=10.0)
+    short = client.publish_async("s", b"short", partition=0, timeout=0.5)
+    longer = client.publish_async("s", b"longer", partition=0, timeout=1.5)
+    wait_until(lambda: _publisher_in(client, "_await_handshake"), what="the handshake wait")
+    took = _close(client, None)
+    assert took < 1.5 + CLOSE_SLACK + MARGIN, f"close() took {took:.2f}s"
+    # Each failed as it would have without the close: its ack timeout (not sent).
+    for future in (short, longer):
+        error = future.exception(timeout=0)
+        assert isinstance(error, lb.AckTimeoutError), error
+
+
+def test_close_returns_within_its_timeout_when_the_broker_never_ends_the_stream() -> None:
+    # The broker took the stream, then stopped reading and answering: the half-close
+    # is never answered, so the stream is cancelled within the slack (it was given 2 s).
+    with FakeBroker() as fake, H2Abuser(fake.address) as abuser:
+        fake.advertised_port = abuser.port
+        client = Client(
+            fake.address, retry=RETRY, keepalive_timeout=60.0, resend_after=None, ack_timeout=60
+        )
+        client.fetch_metadata()  # publish to the leader's advertised address: the proxy
+        first = client.publish("s", b"first")
+        assert first is not None and first.offset == 0
+        abuser.stall()
+        pending = client.publish_async("s", b"second")
+        took = _close(client, 1.0)
+    assert took < 1.0 + CLOSE_SLACK + MARGIN, f"close(1) took {took:.2f}s"
+    assert isinstance(pending.exception(timeout=0), lb.ClientClosedError)
