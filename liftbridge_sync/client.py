@@ -170,8 +170,8 @@ class Client:
         broker does not end is cancelled, so every publish still pending has failed
         when it returns. Only what the library cannot wake holds the
         ``liftbridge-publisher`` thread longer (a done-callback that blocks, a slow name
-        lookup, with TLS a first connection's pre-flight of up to 5 s): it is not waited
-        for then, and ends by itself (daemonic) once that returns.
+        lookup): it is not waited for then, and ends by itself (daemonic) once that
+        returns.
 
         Args:
             timeout: Seconds to wait for pending publishes to be acknowledged before

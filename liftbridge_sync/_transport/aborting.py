@@ -6,7 +6,8 @@ its answers. Nothing in them looks at a flag, but a blocked socket call returns 
 as its socket is shut down. The dialling thread does each blocking step inside
 :meth:`DialAbort.watching`; :meth:`DialAbort.abort`, from any thread, shuts the socket
 of the step under way down and makes that step, and every later one, raise
-:class:`~liftbridge_sync.errors.ClientClosedError`.
+:class:`~liftbridge_sync.errors.ClientClosedError`. :func:`connect` is
+:func:`socket.create_connection` with each connect so watched.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 
 from liftbridge_sync.errors import ClientClosedError
 
-__all__ = ["DialAbort"]
+__all__ = ["DialAbort", "connect", "watching"]
 
 _ABANDONED = "the dial was abandoned: the publisher is closing"
 
@@ -85,3 +87,40 @@ class DialAbort:
             with self._lock:
                 self._watched = None
         self.check()  # a step that returned because its socket was shut down
+
+
+def watching(abort: DialAbort | None, sock: socket.socket) -> AbstractContextManager[None]:
+    """A blocking step on ``sock`` that ``abort`` (if any) can wake (see
+    :meth:`DialAbort.watching`)."""
+    return contextlib.nullcontext() if abort is None else abort.watching(sock)
+
+
+def connect(host: str, port: int, timeout: float, abort: DialAbort | None) -> socket.socket:
+    """:func:`socket.create_connection` (each address in turn, ``timeout`` each), with
+    every connect watched by ``abort``; the name lookup is not.
+
+    Raises:
+        OSError: no address could be connected to (the last address's error).
+        ClientClosedError: ``abort`` aborted.
+    """
+    if abort is None:
+        return socket.create_connection((host, port), timeout=timeout)
+    abort.check()
+    error: OSError | None = None
+    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            with abort.watching(sock):
+                sock.connect(address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    if error is None:
+        raise OSError(f"no address found for {host}")
+    raise error

@@ -25,7 +25,6 @@ connections; an application that wants no C-core logging at all can still set
 from __future__ import annotations
 
 import contextlib
-import socket
 import ssl
 import threading
 import time
@@ -36,6 +35,7 @@ import grpc
 import grpc.experimental
 
 from liftbridge_sync._proto import api_pb2_grpc
+from liftbridge_sync._transport.aborting import DialAbort, connect, watching
 from liftbridge_sync._transport.tls import TLSSetup, peer_issuer
 from liftbridge_sync._wire.status import error_from_tls_exception
 from liftbridge_sync.errors import ClientClosedError, ForkedClientError
@@ -73,7 +73,9 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x
 _PREFLIGHT_TIMEOUT = 5.0
 
 
-def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> bool:
+def preflight_tls(
+    address: str, setup: TLSSetup, timeout: float, abort: DialAbort | None = None
+) -> bool:
     """One TLS handshake to ``address`` with ``setup``; raise if it fails for a TLS reason.
 
     Sends the HTTP/2 preface and waits for the first bytes back, so that a TLS 1.3
@@ -85,11 +87,14 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> bool:
         address: ``host:port`` of the broker.
         setup: The client's TLS set-up (the same context as its other connections).
         timeout: Seconds for the whole pre-flight (connect, handshake and answer).
+        abort: Abandons the connect, the handshake and the wait for the answer from
+            another thread.
 
     Returns:
         False if it ran out of time before a verdict, else True.
 
     Raises:
+        ClientClosedError: ``abort`` aborted.
         TLSError: naming the cause (missing or rejected client certificate, untrusted
             server certificate, strict X.509 verification, name mismatch, plaintext
             server).
@@ -104,7 +109,7 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> bool:
         return max(deadline - time.monotonic(), 0.001)
 
     try:
-        raw = socket.create_connection((host, port), timeout=timeout)
+        raw = connect(host, port, timeout, abort)
     except TimeoutError:
         return False
     except OSError:
@@ -112,7 +117,11 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> bool:
     with contextlib.closing(raw):
         try:
             raw.settimeout(left())
-            with context.wrap_socket(raw, server_hostname=setup.server_hostname(host)) as conn:
+            with context.wrap_socket(
+                raw, server_hostname=setup.server_hostname(host), do_handshake_on_connect=False
+            ) as conn:
+                with watching(abort, conn):
+                    conn.do_handshake()
                 try:
                     conn.settimeout(left())
                     conn.sendall(_H2_PREFACE)
@@ -121,7 +130,8 @@ def preflight_tls(address: str, setup: TLSSetup, timeout: float) -> bool:
                     # the preface went out: the alert still waits to be read.
                     pass
                 conn.settimeout(left())
-                conn.recv(64)
+                with watching(abort, conn):
+                    conn.recv(64)
         except (ssl.SSLEOFError, ssl.SSLZeroReturnError):
             return True  # closed without a TLS verdict (e.g. a broker shutting down)
         except ssl.SSLError as exc:
@@ -252,16 +262,20 @@ class ChannelPool:
             raise ClientClosedError("client is closed")
         return entry[0]
 
-    def check_tls(self, address: str, budget: float | None = None) -> None:
+    def check_tls(
+        self, address: str, budget: float | None = None, abort: DialAbort | None = None
+    ) -> None:
         """Run :func:`preflight_tls` once per broker (outside the lock: it does I/O).
 
         Called before the first channel to ``address`` is made; the transports that
         open their own sockets (the ``"h2"`` publish stream and subscriptions) call it
         too. Without TLS,
         or once the broker passed, it returns at once. It takes ``rpc_timeout`` (5 s at
-        most) or the caller's ``budget``, whichever is shorter.
+        most) or the caller's ``budget``, whichever is shorter; ``abort`` ends it at
+        once (see :func:`preflight_tls`).
 
         Raises:
+            ClientClosedError: ``abort`` aborted.
             TLSError: the handshake failed for a TLS reason (checked again next time).
             ConfigurationError: the TLS options' certificates do not load.
         """
@@ -271,7 +285,7 @@ class ChannelPool:
         timeout = min(self._options.rpc_timeout, _PREFLIGHT_TIMEOUT)
         if budget is not None:
             timeout = min(timeout, budget)
-        if not preflight_tls(address, setup, timeout) and budget is not None:
+        if not preflight_tls(address, setup, timeout, abort) and budget is not None:
             return  # cut short by the caller's budget: asked again next time
         with self._lock:
             self._checked.add(address)

@@ -296,10 +296,11 @@ def open_grpc_stream(
 ) -> PublishStream:
     """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API. grpcio
     connects later, on its own threads; with TLS, the first channel to a broker waits
-    for its pre-flight (:meth:`~.channels.ChannelPool.check_tls`), which ``abort`` does
-    not end."""
+    for its pre-flight (:meth:`~.channels.ChannelPool.check_tls`), which ``abort``
+    ends."""
     if abort is not None:
         abort.check()
+        core.pool.check_tls(address, abort=abort)  # channel() then finds it checked
     return GrpcPublishStream(
         core.pool.channel(address),
         epoch,

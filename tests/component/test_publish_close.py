@@ -16,14 +16,18 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import AckPolicy, Client, RetryPolicy
+from liftbridge_sync import AckPolicy, Client, ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync._publishing.owner import CLOSE_SLACK
-from liftbridge_sync.testing import FakeBroker
+from liftbridge_sync._transport.aborting import DialAbort
+from liftbridge_sync._transport.channels import preflight_tls
+from liftbridge_sync._transport.h2.dial import dial
+from liftbridge_sync._transport.tls import TLSSetup
+from liftbridge_sync.testing import FakeBroker, TestCertificates, generate_certificates
 from liftbridge_sync.testing._h2abuse import H2Abuser
 from tests.waiting import wait_until
 
@@ -93,6 +97,15 @@ def full() -> Iterator[_Listener]:
     listener.close()
 
 
+@pytest.fixture
+def clients() -> Iterator[list[Client]]:
+    """Clients closed at the end of the test, also when it fails before closing them."""
+    made: list[Client] = []
+    yield made
+    for client in made:
+        client.close()
+
+
 def _publisher_in(client: Client, function: str) -> bool:
     """Whether the client's publisher thread is inside ``function`` (its stack)."""
     publisher = client._publisher
@@ -113,10 +126,11 @@ def _close(client: Client, timeout: float | None) -> float:
 
 @pytest.mark.parametrize("timeout", [0.0, 1.0])
 def test_close_returns_within_its_timeout_while_the_broker_withholds_the_handshake(
-    silent: _Listener, timeout: float
+    silent: _Listener, timeout: float, clients: list[Client]
 ) -> None:
     # rpc_timeout 10 s: the handshake wait is its 5 s cap, the 4-5 s close() took.
     client = Client([silent.address], retry=RETRY, rpc_timeout=10.0)
+    clients.append(client)
     futures = [client.publish_async("s", b"%d" % i, partition=0) for i in range(3)]
     unacked = client.publish_async("s", b"none", partition=0, ack_policy=AckPolicy.NONE)
     wait_until(lambda: _publisher_in(client, "_await_handshake"), what="the handshake wait")
@@ -127,20 +141,39 @@ def test_close_returns_within_its_timeout_while_the_broker_withholds_the_handsha
     assert silent.accepted >= 1
 
 
-def test_close_returns_within_its_timeout_while_the_connect_waits(full: _Listener) -> None:
+def test_close_returns_within_its_timeout_while_the_connect_waits(
+    full: _Listener, clients: list[Client]
+) -> None:
     # The broker's backlog is full: the SYN is dropped, connect() waits rpc_timeout.
     client = Client([full.address], retry=RETRY, rpc_timeout=30.0)
+    clients.append(client)
     future = client.publish_async("s", b"x", partition=0)
-    wait_until(lambda: _publisher_in(client, "_connect_socket"), what="the connect")
+    wait_until(lambda: _publisher_in(client, "connect"), what="the connect")
     took = _close(client, 1.0)
     assert took < 1.0 + CLOSE_SLACK + MARGIN, f"close(1) took {took:.2f}s"
     assert isinstance(future.exception(timeout=0), lb.ClientClosedError)
 
 
-def test_close_without_a_timeout_waits_for_the_ack_timeouts_only(silent: _Listener) -> None:
+def test_close_returns_within_its_timeout_on_grpc_while_the_broker_is_silent(
+    silent: _Listener, clients: list[Client]
+) -> None:
+    # grpcio connects on its own threads: close() cancels the call it never opened.
+    client = Client([silent.address], retry=RETRY, rpc_timeout=10.0, publish_transport="grpc")
+    clients.append(client)
+    future = client.publish_async("s", b"x", partition=0)
+    wait_until(lambda: silent.accepted >= 1, what="grpcio to connect")
+    took = _close(client, 1.0)
+    assert took < 1.0 + CLOSE_SLACK + MARGIN, f"close(1) took {took:.2f}s"
+    assert isinstance(future.exception(timeout=0), lb.ClientClosedError)
+
+
+def test_close_without_a_timeout_waits_for_the_ack_timeouts_only(
+    silent: _Listener, clients: list[Client]
+) -> None:
     # close() waits for the pending publishes until each times out: the longest
     # ack timeout pending bounds it, not the dial.
     client = Client([silent.address], retry=RETRY, rpc_timeout=10.0)
+    clients.append(client)
     short = client.publish_async("s", b"short", partition=0, timeout=0.5)
     longer = client.publish_async("s", b"longer", partition=0, timeout=1.5)
     wait_until(lambda: _publisher_in(client, "_await_handshake"), what="the handshake wait")
@@ -152,7 +185,9 @@ def test_close_without_a_timeout_waits_for_the_ack_timeouts_only(silent: _Listen
         assert isinstance(error, lb.AckTimeoutError), error
 
 
-def test_close_returns_within_its_timeout_when_the_broker_never_ends_the_stream() -> None:
+def test_close_returns_within_its_timeout_when_the_broker_never_ends_the_stream(
+    clients: list[Client],
+) -> None:
     # The broker took the stream, then stopped reading and answering: the half-close
     # is never answered, so the stream is cancelled within the slack (it was given 2 s).
     with FakeBroker() as fake, H2Abuser(fake.address) as abuser:
@@ -160,6 +195,7 @@ def test_close_returns_within_its_timeout_when_the_broker_never_ends_the_stream(
         client = Client(
             fake.address, retry=RETRY, keepalive_timeout=60.0, resend_after=None, ack_timeout=60
         )
+        clients.append(client)
         client.fetch_metadata()  # publish to the leader's advertised address: the proxy
         first = client.publish("s", b"first")
         assert first is not None and first.offset == 0
@@ -168,3 +204,82 @@ def test_close_returns_within_its_timeout_when_the_broker_never_ends_the_stream(
         took = _close(client, 1.0)
     assert took < 1.0 + CLOSE_SLACK + MARGIN, f"close(1) took {took:.2f}s"
     assert isinstance(pending.exception(timeout=0), lb.ClientClosedError)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
+    return generate_certificates(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_close_returns_within_its_timeout_while_the_tls_pre_flight_waits(
+    silent: _Listener, certs: TestCertificates, clients: list[Client], transport: str
+) -> None:
+    # The first stream to a TLS broker checks its TLS set-up first (up to 5 s): the
+    # listener never answers the ClientHello.
+    tls = TLSOptions(ca_cert=str(certs.ca_cert))
+    client = Client(
+        [silent.address], retry=RETRY, rpc_timeout=10.0, tls=tls, publish_transport=transport
+    )
+    clients.append(client)
+    future = client.publish_async("s", b"x", partition=0)
+    wait_until(lambda: _publisher_in(client, "preflight_tls"), what="the TLS pre-flight")
+    took = _close(client, 1.0)
+    assert took < 1.0 + CLOSE_SLACK + MARGIN, f"close(1) took {took:.2f}s"
+    assert isinstance(future.exception(timeout=0), lb.ClientClosedError)
+
+
+def _abandoned(step: Callable[[DialAbort], object], ready: Callable[[], bool]) -> BaseException:
+    """What ``step`` raised once aborted as soon as ``ready()``; fails past 5 s."""
+    abort = DialAbort()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            step(abort)
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, name="test-dial", daemon=True)
+    thread.start()
+    wait_until(ready, what="the step to block")
+    started = time.monotonic()
+    abort.abort()
+    thread.join(5)
+    assert not thread.is_alive() and time.monotonic() - started < 1.0
+    assert len(raised) == 1
+    return raised[0]
+
+
+def _in(thread_name: str, function: str) -> bool:
+    for thread in threading.enumerate():
+        if thread.name == thread_name:
+            frame = sys._current_frames().get(thread.ident or -1)
+            while frame is not None:
+                if frame.f_code.co_name == function:
+                    return True
+                frame = frame.f_back
+    return False
+
+
+def test_an_abandoned_tls_handshake_of_the_dial_ends_at_once(
+    silent: _Listener, certs: TestCertificates
+) -> None:
+    options = ClientOptions(addresses=(silent.address,), rpc_timeout=30.0)
+    setup = TLSSetup(TLSOptions(ca_cert=str(certs.ca_cert)))
+    error = _abandoned(
+        lambda abort: dial(silent.address, options, setup, b"/p", 65535, abort=abort),
+        lambda: _in("test-dial", "do_handshake"),
+    )
+    assert isinstance(error, lb.ClientClosedError), error
+
+
+def test_an_abandoned_tls_pre_flight_ends_at_once(
+    silent: _Listener, certs: TestCertificates
+) -> None:
+    setup = TLSSetup(TLSOptions(ca_cert=str(certs.ca_cert)))
+    error = _abandoned(
+        lambda abort: preflight_tls(silent.address, setup, 30.0, abort),
+        lambda: _in("test-dial", "preflight_tls") and silent.accepted >= 1,
+    )
+    assert isinstance(error, lb.ClientClosedError), error

@@ -1,13 +1,13 @@
 """Opening a call over our own HTTP/2: TCP, TLS with ALPN ``h2``, the HTTP/2 preface and
 the request (:func:`dial`, shared by the ``"h2"`` publish stream and the ``Subscribe``
 reader), and the ``PublishAsync`` opener. Given a
-:class:`~liftbridge_sync._transport.aborting.DialAbort`, the connect, the TLS handshake
-and the wait for the broker's first frame are abandoned as soon as it aborts (the
-publisher's ``close()``); the name lookup is not. Every function here is thread-safe."""
+:class:`~liftbridge_sync._transport.aborting.DialAbort`, the TLS pre-flight, the
+connect, the TLS handshake and the wait for the broker's first frame are abandoned as
+soon as it aborts (the publisher's ``close()``); the name lookup is not. Every function
+here is thread-safe."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import selectors
@@ -15,14 +15,13 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 
 import h2.config
 import h2.connection
 import h2.exceptions
 import h2.settings
 
-from liftbridge_sync._transport.aborting import DialAbort
+from liftbridge_sync._transport.aborting import DialAbort, connect, watching
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2 import connection as _connection
 from liftbridge_sync._transport.h2 import framing
@@ -69,9 +68,9 @@ def _connect_tcp(
 
     A blocking ``connect()`` to an address that black-holes SYNs (a host that went away)
     waits for its whole timeout unless another thread shuts its socket down (what
-    :func:`_connect_socket` does with a ``DialAbort``). A caller that can only be asked
-    (the subscribe reader's deadline and ``close()``) gets a non-blocking connect waited
-    on in short slices instead.
+    :func:`~liftbridge_sync._transport.aborting.connect` does for a ``DialAbort``). A
+    caller that can only be asked (the subscribe reader's deadline and ``close()``)
+    gets a non-blocking connect waited on in short slices instead.
     """
     if cancelled is None:
         return socket.create_connection((host, port), timeout=timeout)
@@ -100,42 +99,6 @@ def _connect_tcp(
             error = exc
             if cancelled():
                 break
-    raise error
-
-
-def _watching(abort: DialAbort | None, sock: socket.socket) -> AbstractContextManager[None]:
-    """A blocking step on ``sock`` that ``abort`` (if any) can wake."""
-    return contextlib.nullcontext() if abort is None else abort.watching(sock)
-
-
-def _connect_socket(host: str, port: int, timeout: float, abort: DialAbort | None) -> socket.socket:
-    """:func:`socket.create_connection` (each address in turn, ``timeout`` each), with
-    every connect watched by ``abort``.
-
-    Raises:
-        OSError: no address could be connected to (the last address's error).
-        ClientClosedError: ``abort`` aborted.
-    """
-    if abort is None:
-        return socket.create_connection((host, port), timeout=timeout)
-    abort.check()
-    error: OSError | None = None
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.settimeout(timeout)
-            with abort.watching(sock):
-                sock.connect(address)
-        except OSError as exc:
-            sock.close()
-            error = exc
-            continue
-        except BaseException:
-            sock.close()
-            raise
-        return sock
-    if error is None:
-        raise OSError(f"no address found for {host}")
     raise error
 
 
@@ -199,7 +162,7 @@ def dial(
         if cancelled is not None:
             sock = _connect_tcp(host, port, options.rpc_timeout, cancelled)
         else:
-            sock = _connect_socket(host, port, options.rpc_timeout, abort)
+            sock = connect(host, port, options.rpc_timeout, abort)
     except OSError as exc:
         raise DialError(f"cannot connect to {address}: {exc}") from exc
     try:
@@ -210,7 +173,7 @@ def dial(
             sock = tls.context().wrap_socket(
                 sock, server_hostname=tls.server_hostname(host), do_handshake_on_connect=False
             )
-            with _watching(abort, sock):
+            with watching(abort, sock):
                 sock.do_handshake()
             if sock.selected_alpn_protocol() != "h2":
                 raise DialError(f"{address} did not negotiate HTTP/2 (ALPN h2)")
@@ -266,9 +229,8 @@ def open_h2_stream(
     configured, sends the connection preface and the request headers, waits for the
     broker's first frame (at most 5 s), then hands the socket to a new
     :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends
-    the connect, the TLS handshake and the wait at once (not the TLS pre-flight of
-    :meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`, nor the name
-    lookup).
+    the TLS pre-flight (:meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`),
+    the connect, the TLS handshake and the wait at once (not a name lookup).
 
     Raises:
         BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends
@@ -280,7 +242,7 @@ def open_h2_stream(
     options = core.options
     # The same TLS diagnosis as the gRPC channels get: a misconfiguration is a typed,
     # non-retried TLSError naming its cause, not a stream that never opens.
-    core.pool.check_tls(address)
+    core.pool.check_tls(address, abort=abort)
     try:
         sock, conn, stream_id = dial(
             address, options, core.pool.tls, _PATH, _connection._RECV_WINDOW, abort=abort
@@ -288,7 +250,7 @@ def open_h2_stream(
     except DialError as exc:
         raise _unavailable(str(exc)) from exc
     try:
-        with _watching(abort, sock):
+        with watching(abort, sock):
             _await_handshake(sock, address, min(options.rpc_timeout, _HANDSHAKE_TIMEOUT))
         return H2PublishStream(
             sock,
