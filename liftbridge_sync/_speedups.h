@@ -63,7 +63,8 @@ LBS_INTERNAL PyObject *send_held(PyObject *self, PyObject *const *args, Py_ssize
 LBS_INTERNAL PyObject *recv_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 /* _speedups_lock.c: the C types' lock, with threading.Lock's methods (see there). */
-/* Take the lock: 1 taken, 0 not (only without blocking). */
+/* Take the lock: 1 taken, 0 not (only without blocking), -1 with an exception (a
+ * signal handler raised while it blocked). */
 LBS_INTERNAL int lbs_lock_take(PyThread_type_lock lock, int blocking);
 LBS_INTERNAL PyObject *lbs_lock_acquire(PyThread_type_lock lock, PyObject *const *args,
                                         Py_ssize_t nargsf, PyObject *kwnames);

@@ -5,7 +5,9 @@
  *
  * A PyThread lock works on every supported version, free-threaded builds included. A
  * blocking take releases the GIL while it waits, so a thread that holds the lock while it
- * runs Python code never deadlocks one that waits for it.
+ * runs Python code never deadlocks one that waits for it, and, as threading.Lock's, runs
+ * the handlers of the signals that interrupt the wait: one that raises (Ctrl-C's
+ * KeyboardInterrupt) ends it, the lock not taken.
  */
 #include "_speedups.h"
 
@@ -16,11 +18,18 @@ lbs_lock_take(PyThread_type_lock lock, int blocking)
         return 1;
     if (!blocking)
         return 0;
-    int got;
-    Py_BEGIN_ALLOW_THREADS
-    got = PyThread_acquire_lock(lock, WAIT_LOCK);
-    Py_END_ALLOW_THREADS
-    return got != 0;
+    for (;;) {
+        PyLockStatus got;
+        Py_BEGIN_ALLOW_THREADS
+        got = PyThread_acquire_lock_timed(lock, -1, 1);
+        Py_END_ALLOW_THREADS
+        if (got == PY_LOCK_ACQUIRED)
+            return 1;
+        /* PY_LOCK_INTR, a signal: run its handlers as threading.Lock's acquire does
+         * (KeyboardInterrupt raises here, the lock not taken), then wait on. */
+        if (Py_MakePendingCalls() < 0)
+            return -1;
+    }
 }
 
 LBS_INTERNAL PyObject *
@@ -38,7 +47,10 @@ lbs_lock_acquire(PyThread_type_lock lock, PyObject *const *args, Py_ssize_t narg
     }
     if (nargs + nkw == 1 && (blocking = PyObject_IsTrue(args[0])) < 0)
         return NULL;
-    return PyBool_FromLong(lbs_lock_take(lock, blocking));
+    int taken = lbs_lock_take(lock, blocking);
+    if (taken < 0)
+        return NULL;
+    return PyBool_FromLong(taken);
 }
 
 LBS_INTERNAL PyObject *

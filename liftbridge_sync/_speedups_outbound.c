@@ -96,7 +96,8 @@ queue_release(OutboundQueueObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 queue_enter(OutboundQueueObject *self, PyObject *Py_UNUSED(ignored))
 {
-    lbs_lock_take(self->lock, 1);
+    if (lbs_lock_take(self->lock, 1) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

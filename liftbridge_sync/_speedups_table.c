@@ -117,7 +117,8 @@ core_release(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 core_enter(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 {
-    lbs_lock_take(self->lock, 1);
+    if (lbs_lock_take(self->lock, 1) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -143,7 +144,8 @@ static PyObject *
 core_next_id(PendingCoreObject *self, PyObject *Py_UNUSED(ignored))
 {
 #ifdef Py_GIL_DISABLED
-    lbs_lock_take(self->lock, 1);
+    if (lbs_lock_take(self->lock, 1) < 0)
+        return NULL;
     long long n = self->ids++;
     PyThread_release_lock(self->lock);
     return PyLong_FromLongLong(n);

@@ -13,6 +13,7 @@ import pytest
 
 from liftbridge_sync._transport.h2.outbound_queue import OutboundQueueType, PyOutboundQueue
 from liftbridge_sync._wire import speedups
+from tests.lock_signals import BLOCKING_TAKES, assert_a_signal_ends_a_blocked_take
 from tests.waiting import wait_until
 
 Factory = Callable[..., OutboundQueueType]
@@ -187,3 +188,12 @@ def test_the_c_fast_path_names_no_attribute_of_the_streams_classes() -> None:
     source = (SOURCES / "_speedups_submit.c").read_text()
     assert not set(re.findall(r'"([^"\n]*)"', source)) & former
     assert "member_offsets" not in source
+
+
+@pytest.mark.parametrize("take", BLOCKING_TAKES)
+def test_a_signal_handler_runs_during_a_blocked_acquire_and_its_error_ends_it(
+    make: Factory, take: Callable[[Any], object]
+) -> None:
+    # As threading.Lock's: Ctrl-C reaches a thread blocked on a lock another holds.
+    queue = make(10)
+    assert_a_signal_ends_a_blocked_take(queue, take)

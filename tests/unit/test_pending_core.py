@@ -12,6 +12,7 @@ import pytest
 
 from liftbridge_sync._publishing.pending_core import PendingCoreType, PyPendingCore
 from liftbridge_sync._wire import speedups
+from tests.lock_signals import BLOCKING_TAKES, assert_a_signal_ends_a_blocked_take
 from tests.waiting import wait_until
 
 Factory = Callable[..., PendingCoreType]
@@ -158,3 +159,12 @@ def test_a_blocked_acquire_waits_for_the_holder_and_lets_it_run(make: Factory) -
 def test_bad_arguments_are_refused(make: Factory, args: tuple[Any, ...], error: type) -> None:
     with pytest.raises(error):
         make(*args)
+
+
+@pytest.mark.parametrize("take", BLOCKING_TAKES)
+def test_a_signal_handler_runs_during_a_blocked_acquire_and_its_error_ends_it(
+    make: Factory, take: Callable[[Any], object]
+) -> None:
+    # As threading.Lock's: Ctrl-C reaches a thread blocked on a lock another holds.
+    core = make(8, 1000, "ab.", _clock)
+    assert_a_signal_ends_a_blocked_take(core, take)
