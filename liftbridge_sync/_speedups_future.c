@@ -126,7 +126,14 @@ future_finished(FutureCoreObject *future)
 {
     if (future->state == s_finished)
         return 1;
-    return future->state == NULL ? 0 : PyObject_RichCompareBool(future->state, s_finished, Py_EQ);
+    if (future->state == NULL)
+        return 0;
+    /* A reference of our own: the comparison may run Python code that replaces the state
+     * (dropping the future's reference) while CPython still reads the object. */
+    PyObject *state = Py_NewRef(future->state);
+    int finished = PyObject_RichCompareBool(state, s_finished, Py_EQ);
+    Py_DECREF(state);
+    return finished;
 }
 
 LBS_INTERNAL int

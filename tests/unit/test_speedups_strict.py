@@ -258,6 +258,47 @@ def test_settle_acks_tolerates_an_entry_gone_while_it_looks_at_the_future() -> N
     assert future.result(0) is ack and ack.partition == 4
 
 
+def test_settle_acks_holds_the_state_it_compares_until_the_comparison_is_over() -> None:
+    """A future's state that is not the interned "FINISHED" is compared with ``==``,
+    which may run Python code: here it replaces the state, dropping the future's
+    reference to the object being compared. settle_acks must keep that object alive until
+    the comparison is over (CPython reads it again after ``__eq__`` returns, e.g. for
+    the reflected comparison after ``NotImplemented``): its finalizer runs after the
+    truth test of the comparison's result, not in between."""
+    from typing import Any
+
+    from liftbridge_sync._publishing.futures import PublishFuture
+    from liftbridge_sync._publishing.pending import Entry
+
+    events: list[str] = []
+    future: PublishFuture[Any] = PublishFuture()
+
+    class Verdict:
+        def __bool__(self) -> bool:
+            events.append("truth test")
+            return False
+
+    class State(str):
+        __hash__ = str.__hash__
+
+        def __eq__(self, other: object) -> Any:
+            future._state = "RUNNING"  # type: ignore[attr-defined]
+            return Verdict()
+
+        def __del__(self) -> None:
+            events.append("state freed")
+
+    future._state = State("FIN" + "ISHED")  # type: ignore[attr-defined]
+    pending = {"c1": Entry(b"", "c1", 4, True, future, 0.0, 0.0)}
+    ack = c_decode(delimited(1, _CID))
+    assert ack is not None
+    assert speedups.settle_acks is not None
+    count, ready = speedups.settle_acks([ack], pending, threading.Lock(), True)
+    assert events == ["truth test", "state freed"]
+    assert count == 1 and ready == [] and not pending
+    assert future.result(0) is ack
+
+
 def test_empty_settings_are_answered_like_pings_and_the_rest_left_to_h2() -> None:
     """An empty SETTINGS asks only for an ACK (answered by the C reader, so a flood of
     them costs what a PING flood does); a SETTINGS ACK or one with values goes to h2."""
