@@ -86,6 +86,12 @@ Errors derive from :class:`SBPError`, a :class:`~liftbridge_sync.errors.Liftbrid
     │   └── ResponseTooLargeError        unfinished responses over a max_pending_* bound
     └── SBPSystemError                   the peer answered with a system-error frame
 
+An argument of the wrong type (data that is not bytes-like, a ``max_frame_size`` that is
+not an int, something other than a :class:`Frame` given to the assembler) raises
+:class:`~liftbridge_sync.errors.ArgumentTypeError`, one out of range
+:class:`~liftbridge_sync.errors.ConfigurationError` (also a ``TypeError`` and a
+``ValueError``), as everywhere in the library.
+
 Frames, responses, reports and errors are immutable and safe to share between threads;
 a :class:`FrameDecoder` or :class:`ResponseAssembler` belongs to one thread at a time.
 """

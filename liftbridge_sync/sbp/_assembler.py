@@ -124,7 +124,14 @@ class ResponseAssembler:
                 not tracked: later frames of it are taken as a new sequence).
             ResponseSequenceError: ``frame`` is a request frame, or its opcode differs from
                 the one of its sequence; the frame is rejected and the sequence goes on.
+            ArgumentTypeError: ``frame`` is no :class:`Frame` (e.g. a
+                :class:`DiscardedFrame`); nothing changes.
         """
+        if not isinstance(frame, Frame):
+            raise ArgumentTypeError(
+                f"frame must be a Frame, not {type(frame).__name__} (discard reports and "
+                "request frames are the caller's to handle)"
+            )
         sid = frame.stream_id
         if not frame.is_response:
             raise ResponseSequenceError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from liftbridge_sync.errors import ArgumentTypeError
 from liftbridge_sync.sbp._errors import (
     FrameTooLargeError,
     FramingError,
@@ -40,7 +41,8 @@ def decode_frame(
 
     Raises:
         FramingError: ``data`` is not exactly one frame (a subclass says why).
-        ValueError: ``max_frame_size`` is out of range.
+        ArgumentTypeError: ``data`` is not bytes-like, or ``max_frame_size`` not an int.
+        ConfigurationError: ``max_frame_size`` is out of range.
 
     Thread-safe: a pure function.
     """
@@ -64,7 +66,8 @@ class FrameDecoder:
         max_frame_size: The largest frame accepted (16..``2**31 - 1``).
 
     Raises:
-        ValueError: ``max_frame_size`` is out of range.
+        ArgumentTypeError: ``max_frame_size`` is not an int.
+        ConfigurationError: ``max_frame_size`` is out of range.
 
     Not thread-safe: use one decoder per byte stream, from one thread at a time.
     """
@@ -105,11 +108,11 @@ class FrameDecoder:
             MalformedFrameError: A frame length is below 16, or an extended header runs
                 past the end of its frame.
             FramingError: The decoder failed earlier, or was closed.
-            TypeError: ``data`` is not bytes-like.
+            ArgumentTypeError: ``data`` is not bytes-like.
         """
         self._check_usable()
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"data must be bytes-like, not {type(data).__name__}")
+            raise ArgumentTypeError(f"data must be bytes-like, not {type(data).__name__}")
         self._buf += data
         events: list[Frame | DiscardedFrame] = []
         buf = self._buf

@@ -7,6 +7,7 @@ import struct
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.sbp._errors import FrameTooLargeError, InvalidFrameError
 
 #: The magic code every valid frame carries.
@@ -195,9 +196,11 @@ class DiscardedFrame:
 
 def _check_max_frame_size(max_frame_size: int) -> int:
     if isinstance(max_frame_size, bool) or not isinstance(max_frame_size, int):
-        raise TypeError(f"max_frame_size must be an int, not {type(max_frame_size).__name__}")
+        raise ArgumentTypeError(
+            f"max_frame_size must be an int, not {type(max_frame_size).__name__}"
+        )
     if not MIN_FRAME_SIZE <= max_frame_size <= MAX_FRAME_SIZE_LIMIT:
-        raise ValueError(
+        raise ConfigurationError(
             f"max_frame_size must be in {MIN_FRAME_SIZE}..{MAX_FRAME_SIZE_LIMIT}, "
             f"got {max_frame_size}"
         )
@@ -217,7 +220,8 @@ def encode_frame(frame: Frame, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) 
     Raises:
         InvalidFrameError: A request frame has a negative stream identifier.
         FrameTooLargeError: The frame is longer than ``max_frame_size``.
-        ValueError: ``max_frame_size`` is out of range.
+        ArgumentTypeError: ``max_frame_size`` is not an int.
+        ConfigurationError: ``max_frame_size`` is out of range.
 
     Thread-safe: a pure function.
     """

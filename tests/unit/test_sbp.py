@@ -264,10 +264,21 @@ def test_encoding_refuses_frames_over_the_limit() -> None:
 
 @pytest.mark.parametrize("bad", [15, 0, MAX_FRAME_SIZE_LIMIT + 1, -1])
 def test_max_frame_size_is_checked(bad: int) -> None:
-    with pytest.raises(ValueError, match="max_frame_size"):
+    # A ConfigurationError (the library's own error, and a ValueError) as the assembler's.
+    with pytest.raises(ConfigurationError, match="max_frame_size"):
         FrameDecoder(max_frame_size=bad)
-    with pytest.raises(ValueError, match="max_frame_size"):
+    with pytest.raises(ConfigurationError, match="max_frame_size"):
         encode_frame(Frame(Opcode.PING, 0), max_frame_size=bad)
+    with pytest.raises(ConfigurationError, match="max_frame_size"):
+        decode_frame(b"", max_frame_size=bad)
+
+
+@pytest.mark.parametrize("bad", [True, 16.0, "64", None])
+def test_a_max_frame_size_of_a_wrong_type_is_an_argument_type_error(bad: object) -> None:
+    with pytest.raises(ArgumentTypeError, match="max_frame_size"):
+        FrameDecoder(max_frame_size=bad)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="max_frame_size"):
+        encode_frame(Frame(Opcode.PING, 0), max_frame_size=bad)  # type: ignore[arg-type]
 
 
 # --- the incremental decoder ----------------------------------------------------------
@@ -455,8 +466,10 @@ def test_garbage_gives_clean_errors_and_bounded_buffering(
 
 def test_feed_refuses_text_and_closed_decoder_refuses_data() -> None:
     decoder = FrameDecoder()
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError, match="bytes-like"):
         decoder.feed("text")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="bytes-like"):
+        decode_frame(None)  # type: ignore[arg-type]
     decoder.close()
     with pytest.raises(FramingError, match="closed"):
         decoder.feed(b"")
@@ -674,6 +687,24 @@ def test_unfinished_sequences_are_bounded() -> None:
 def test_assembler_bounds_are_checked(kwargs: dict[str, object], error: type[Exception]) -> None:
     with pytest.raises(error):
         ResponseAssembler(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x00" * 16,
+        None,
+        DiscardedFrame(DiscardReason.BAD_MAGIC, 0, 16, 22, 1, 1, 1),
+        DiscardedFrame(DiscardReason.UNKNOWN_OPCODE, 0, 16, MAGIC, 9, 3, 1),
+    ],
+)
+def test_the_assembler_refuses_what_is_not_a_frame(bad: object) -> None:
+    # A discard report fed by mistake (the decoder returns both) is refused by type,
+    # not with an AttributeError from inside, and changes nothing.
+    assembler = ResponseAssembler()
+    with pytest.raises(ArgumentTypeError, match="Frame"):
+        assembler.add(bad)  # type: ignore[arg-type]
+    assert (assembler.pending_bytes, assembler.pending_stream_ids) == (0, frozenset())
 
 
 def test_discard_forgets_a_sequence() -> None:
