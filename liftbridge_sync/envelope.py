@@ -31,7 +31,7 @@ from liftbridge_sync._wire.validate import (
     check_optional_text,
     check_publish_subject,
 )
-from liftbridge_sync.errors import ConfigurationError, EnvelopeError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError, EnvelopeError
 from liftbridge_sync.models import Ack, AckPolicy, Message
 
 __all__ = [
@@ -87,6 +87,15 @@ class MessageType(enum.IntEnum):
     PARTITION_NOTIFICATION = 14
 
 
+def _check_msg_type(name: str, value: object) -> int:
+    """``value`` as a message type: an int (a :class:`MessageType` is one) in 0..255."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{name} must be a MessageType or int, not {type(value).__name__}")
+    if not 0 <= value <= 0xFF:
+        raise ConfigurationError(f"{name} must be in 0..255, got {value}")
+    return value
+
+
 def _type_name(value: int) -> str:
     try:
         return f"{MessageType(value).name} ({value})"
@@ -107,15 +116,12 @@ def encode_envelope(payload: _BytesLike, msg_type: MessageType | int, *, crc: bo
         The envelope bytes.
 
     Raises:
-        TypeError: ``payload`` is not bytes-like.
-        ArgumentTypeError: ``crc`` is not a ``bool`` (a ``ConfigurationError``).
+        ArgumentTypeError: ``payload`` is not bytes-like, ``msg_type`` not an int, or
+            ``crc`` not a ``bool`` (a ``ConfigurationError`` and a ``TypeError``).
         ConfigurationError: ``msg_type`` does not fit in a byte.
     """
     data = _as_bytes(payload, "payload")
-    if isinstance(msg_type, bool) or not isinstance(msg_type, int):
-        raise TypeError(f"msg_type must be a MessageType or int, not {type(msg_type).__name__}")
-    if not 0 <= msg_type <= 0xFF:
-        raise ConfigurationError(f"msg_type must be in 0..255, got {msg_type}")
+    msg_type = _check_msg_type("msg_type", msg_type)
     if check_bool("crc", crc):
         header = _HEADER.pack(MAGIC, VERSION, _CRC_HEADER_LEN, _FLAG_CRC, msg_type)
         return header + _CRC.pack(crc32c.crc32c(data)) + data
@@ -138,8 +144,11 @@ def decode_envelope(data: _BytesLike, expected_type: MessageType | int) -> bytes
     Raises:
         EnvelopeError: The data is not a valid envelope of ``expected_type``; the message
             names the failed check.
-        TypeError: ``data`` is not bytes-like.
+        ArgumentTypeError: ``data`` is not bytes-like, or ``expected_type`` not an int
+            (a ``ConfigurationError`` and a ``TypeError``).
+        ConfigurationError: ``expected_type`` does not fit in a byte.
     """
+    expected_type = _check_msg_type("expected_type", expected_type)
     raw = _as_bytes(data, "data")
     size = len(raw)
     if size < _HEADER_LEN:

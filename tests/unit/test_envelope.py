@@ -391,10 +391,36 @@ def test_encode_envelope_validation() -> None:
         encode_envelope(b"", 256, crc=False)
     with pytest.raises(ConfigurationError, match="msg_type must be in 0..255"):
         encode_envelope(b"", -1, crc=False)
-    with pytest.raises(TypeError, match="msg_type must be"):
+    with pytest.raises(ArgumentTypeError, match="msg_type must be"):
         encode_envelope(b"", "0", crc=False)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="msg_type must be"):
+        encode_envelope(b"", 1.0, crc=False)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="msg_type must be"):
+        encode_envelope(b"", True, crc=False)
     with pytest.raises(TypeError, match="payload must be bytes-like"):
         encode_envelope("x", 0, crc=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [
+        ("1", ArgumentTypeError),
+        (None, ArgumentTypeError),
+        (1.0, ArgumentTypeError),
+        (True, ArgumentTypeError),  # a bool is no message type (True == 1, ACK)
+        (256, ConfigurationError),
+        (-1, ConfigurationError),
+        (10**30, ConfigurationError),
+    ],
+)
+def test_decode_envelope_refuses_an_expected_type_that_is_no_message_type(
+    bad: object, error: type[Exception]
+) -> None:
+    # The caller's mistake, not the data's: an argument error, not an EnvelopeError.
+    data = encode_envelope(b"", MessageType.ACK, crc=False)
+    with pytest.raises(error, match="expected_type") as info:
+        decode_envelope(data, bad)  # type: ignore[arg-type]
+    assert not isinstance(info.value, EnvelopeError)
 
 
 @pytest.mark.parametrize("bad", ["no", 1, 0, None])
