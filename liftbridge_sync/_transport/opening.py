@@ -26,6 +26,7 @@ from liftbridge_sync._transport.h2.dial import open_h2_stream
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
 from liftbridge_sync._transport.publish_stream import StreamOpener, open_grpc_stream
 from liftbridge_sync._wire.status import CallContext, error_from_rpc_error
+from liftbridge_sync.errors import ClientClosedError
 
 __all__ = ["SubscribeCall", "open_subscribe", "publish_opener"]
 
@@ -71,6 +72,9 @@ def open_subscribe(
         request: The request to send.
         batched: Whether the reader takes messages in batches; the grpc transport hands
             them out one at a time whatever this says.
+
+    Raises:
+        ClientClosedError: the client is closed (or was closed as the call was made).
     """
     options = core.options
     if options.subscribe_transport == "h2":
@@ -80,7 +84,15 @@ def open_subscribe(
         call.batched = batched
         return call
     stub = core.pool.stub(address, streaming_reads=True)
-    return _GrpcSubscribeCall(stub.Subscribe(request), core, address)
+    try:
+        call = stub.Subscribe(request)
+    except ValueError:
+        # grpcio's "Cannot invoke RPC on closed channel!": close() won the race for the
+        # channel between the stub's lookup and the call.
+        if core.closed:
+            raise ClientClosedError("subscribe: the client was closed") from None
+        raise
+    return _GrpcSubscribeCall(call, core, address)
 
 
 class _GrpcSubscribeCall:
