@@ -2,7 +2,9 @@
 
 Every unary call carries a deadline (``ClientOptions.rpc_timeout`` per attempt). Calls that
 any broker can serve rotate over the known brokers (metadata, then seeds) and retry
-``UNAVAILABLE`` under the retry policy. Calls that must reach a partition leader look the
+``UNAVAILABLE`` under the retry policy; ``FetchMetadata``, which only reads, also goes on
+to the next broker after an attempt that ran out of its deadline (a broker that takes
+connections but does not answer). Calls that must reach a partition leader look the
 leader up in the metadata cache, and on not-leader or an unreachable leader refresh the
 metadata and try again.
 """
@@ -26,7 +28,7 @@ from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.h2.sockets import speaks_tls
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.partition_counts import PartitionCounts
-from liftbridge_sync._transport.retry import call_with_retry
+from liftbridge_sync._transport.retry import call_with_retry, is_retryable
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.cursors import cursor_partition
 from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
@@ -61,6 +63,12 @@ _log = logging.getLogger("liftbridge_sync.client")
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
 CURSORS_STREAM = "__cursors"
 _PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
+
+
+def _retryable_elsewhere(error: BaseException) -> bool:
+    """Whether a call that only reads may go on to the next broker after ``error``: a
+    retryable one, or a deadline (that broker may be hung while the others answer)."""
+    return is_retryable(error) or isinstance(error, DeadlineExceededError)
 
 
 #: A TLS verdict not asked for yet.
@@ -225,7 +233,9 @@ class ClientCore:
         method = getattr(stub, rpc.name)
         try:
             if rpc.name in _LOCAL_DEADLINE_METHODS:
-                response: Resp = self._invoke_with_local_deadline(method, request, deadline)
+                response: Resp = self._invoke_with_local_deadline(
+                    method, request, deadline, f"{rpc.name} to {address}"
+                )
             else:
                 response = method(request, timeout=deadline)
             return response
@@ -285,7 +295,7 @@ class ClientCore:
         )
 
     @staticmethod
-    def _invoke_with_local_deadline(rpc: Any, request: Any, deadline: float) -> Any:
+    def _invoke_with_local_deadline(rpc: Any, request: Any, deadline: float, what: str) -> Any:
         # The server surveys its peers for FetchMetadata until the call's deadline, or
         # for 3 s when the call has none. With a peer down, any deadline we send would be
         # used up by the survey and the answer would arrive just too late; so the wait is
@@ -296,7 +306,7 @@ class ClientCore:
         except grpc.FutureTimeoutError:
             future.cancel()
             raise DeadlineExceededError(
-                f"no answer within {deadline}s", code="DEADLINE_EXCEEDED"
+                f"{what}: no answer within {deadline:.3g}s", code="DEADLINE_EXCEEDED"
             ) from None
 
     def call_any(
@@ -307,12 +317,14 @@ class ClientCore:
         context: CallContext = CallContext.GENERIC,
         timeout: float | None = None,
         failed: list[LiftbridgeError] | None = None,
+        read_only: bool = False,
     ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors.
 
         ``failed``, if given, receives the error of every attempt that failed (for a
         call that is not idempotent: an attempt may have been carried out though its
-        answer was lost)."""
+        answer was lost). A ``read_only`` call also goes on to the next broker after an
+        attempt that ran out of its deadline."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
@@ -325,13 +337,14 @@ class ClientCore:
                     failed.append(exc)
                 raise
 
-        return call_with_retry(self.options.retry, rpc.name, attempt)
+        retry_if = _retryable_elsewhere if read_only else is_retryable
+        return call_with_retry(self.options.retry, rpc.name, attempt, retry_if=retry_if)
 
     # ------------------------------------------------------------------ metadata
 
     def _fetch_metadata(self, streams: Sequence[str]) -> Metadata:
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
-        response = self.call_any(rpcs.FETCH_METADATA, request)
+        response = self.call_any(rpcs.FETCH_METADATA, request, read_only=True)
         return self._metadata_of(response)
 
     def adopt_metadata(self, response: api_pb2.FetchMetadataResponse) -> Metadata:
