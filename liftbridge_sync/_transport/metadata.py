@@ -49,7 +49,8 @@ class MetadataCache:
     Snapshots are immutable and swapped atomically, so readers never lock. Concurrent
     refreshes collapse into one RPC: a thread that waited for another thread's refresh
     uses its result, provided that refresh *started* after it asked (one that started
-    earlier may predate, say, the stream the waiting thread just created). Each stream's
+    earlier may predate, say, the stream the waiting thread just created) and succeeded
+    (else it fetches itself). Each stream's
     entry has an age, so that a caller can have it fetched again when it is old
     (:meth:`claim_stale`). Thread-safe.
     """
@@ -61,6 +62,8 @@ class MetadataCache:
         self._refresh_lock = threading.Lock()
         #: Full refreshes started so far (each runs entirely under the lock).
         self._started = 0
+        #: The number (in ``_started``) of the latest full refresh that succeeded.
+        self._succeeded = 0
         #: When each cached stream was last fetched (or its refresh last claimed).
         self._fetched: dict[str, float] = {}
         #: Serializes claims only: the refresh lock is held across whole fetches, and a
@@ -85,15 +88,19 @@ class MetadataCache:
     def refresh(self) -> Metadata:
         """Fetch all metadata from the server and cache it.
 
-        If another thread is already refreshing, wait for it and return its snapshot.
+        If another thread is already refreshing, wait for it and return its snapshot
+        (provided it began after this call and succeeded).
         """
         asked = self._started
         with self._refresh_lock:
-            if self._started > asked and self._snapshot is not None:
-                return self._snapshot  # a refresh that began after we asked has finished
+            snapshot = self._snapshot
+            if self._succeeded > asked and snapshot is not None:
+                return snapshot  # a refresh that began after we asked has succeeded
             self._started += 1
+            number = self._started
             snapshot = self._fetch(())
             self._snapshot = snapshot
+            self._succeeded = number
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
             return snapshot
 
@@ -101,6 +108,7 @@ class MetadataCache:
         """Replace the cache with a snapshot of every stream fetched by someone else."""
         with self._refresh_lock:
             self._started += 1
+            self._succeeded = self._started
             self._snapshot = snapshot
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
 

@@ -6,6 +6,7 @@ import threading
 from collections.abc import Sequence
 
 from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.models import FrozenMap, Metadata, StreamInfo
 from tests.waiting import wait_until
 
@@ -115,3 +116,60 @@ def test_a_claim_does_not_wait_for_a_full_refresh_in_progress() -> None:
     finally:
         release.set()
         refresher.join(10)
+
+
+class _CountingLock:
+    """A lock that counts the threads that came to take it (having asked already)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.arrived = 0
+
+    def __enter__(self) -> None:
+        self.arrived += 1
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_a_waiter_does_not_take_an_older_snapshot_for_a_failed_refresh() -> None:
+    gate = threading.Event()
+    fetches: list[int] = []
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        number = len(fetches)
+        fetches.append(number)
+        if number == 0:
+            assert gate.wait(10)  # the two waiters ask meanwhile
+        if number == 1:
+            raise BrokerUnavailableError("no broker answered")
+        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=float(number))
+
+    cache = MetadataCache(fetch)
+    lock = _CountingLock()
+    cache._refresh_lock = lock  # type: ignore[assignment]
+    first = threading.Thread(target=cache.refresh)
+    first.start()
+    wait_until(lambda: bool(fetches), what="the first refresh under way")
+    results: list[Metadata | BaseException] = []
+
+    def waiter() -> None:
+        try:
+            results.append(cache.refresh())
+        except BrokerUnavailableError as exc:
+            results.append(exc)
+
+    waiters = [threading.Thread(target=waiter) for _ in range(2)]
+    for thread in waiters:
+        thread.start()
+    wait_until(lambda: lock.arrived == 3, what="both waiters at the lock")
+    gate.set()
+    for thread in [first, *waiters]:
+        thread.join(10)
+    # One waiter's refresh failed (it says so); the other's answer must come from a
+    # refresh that began after it asked, not the first one, which began before.
+    failed = [r for r in results if isinstance(r, BaseException)]
+    answered = [r for r in results if isinstance(r, Metadata)]
+    assert len(failed) == 1
+    assert [m.fetched_at for m in answered] == [2.0]
