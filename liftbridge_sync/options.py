@@ -218,7 +218,8 @@ class TLSOptions:
     ca_cert: bytes | str | None = None
     #: Client certificate chain for mutual TLS.
     client_cert: bytes | str | None = None
-    #: Private key of the client certificate.
+    #: Private key of the client certificate, unencrypted (an encrypted one is a
+    #: ``ConfigurationError`` when the first connection is set up).
     client_key: bytes | str | None = None
     #: Override the name checked against the server certificate (SNI and verification).
     server_name: str | None = None

@@ -165,7 +165,9 @@ class TLSSetup:
             cert, key = _as_bytes(tls.client_cert), _as_bytes(tls.client_key)
             if cert is not None and key is not None:
                 with _memory_path(cert) as cert_path, _memory_path(key) as key_path:
-                    context.load_cert_chain(cert_path, key_path)
+                    # Without a callback OpenSSL asks for an encrypted key's passphrase
+                    # on the terminal (blocking), or fails with a bare OSError.
+                    context.load_cert_chain(cert_path, key_path, password=_no_passphrase)
         except (ssl.SSLError, UnicodeDecodeError) as exc:
             raise ConfigurationError(
                 f"TLSOptions: the CA certificate or the client certificate and key do not "
@@ -173,6 +175,14 @@ class TLSSetup:
             ) from None
         context.set_alpn_protocols(["h2"])
         return context
+
+
+def _no_passphrase() -> bytes:
+    raise ConfigurationError(
+        "TLSOptions: the client key is encrypted (it needs a passphrase, which "
+        "TLSOptions has no field for): give it decrypted, e.g. `openssl pkey -in KEY "
+        "-out PLAIN_KEY`, kept readable by this process only"
+    )
 
 
 def _as_bytes(value: bytes | str | None) -> bytes | None:

@@ -175,6 +175,29 @@ def test_a_key_that_does_not_match_is_a_configuration_error(certs: TestCertifica
         setup.context()
 
 
+def test_an_encrypted_client_key_is_a_configuration_error_not_a_passphrase_prompt(
+    certs: TestCertificates, tmp_path: Path
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    cert, key = certs.client("alice")
+    plain = serialization.load_pem_private_key(key.read_bytes(), None)
+    encrypted = tmp_path / "encrypted-key.pem"
+    encrypted.write_bytes(
+        plain.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    tls = TLSOptions(ca_cert=str(certs.ca_cert), client_cert=str(cert), client_key=str(encrypted))
+    # OpenSSL would ask for the passphrase on the terminal (or fail with a bare OSError
+    # without one); the TLS set-up is made before anything is dialled.
+    with lb.Client("127.0.0.1:1", tls=tls) as client:
+        with pytest.raises(lb.ConfigurationError, match="encrypted"):
+            client.fetch_metadata()
+
+
 # ---------------------------------------------------------------- the plaintext probe
 
 
