@@ -66,6 +66,21 @@ def _is_ipv6(host: str) -> bool:
     return True
 
 
+def _host_name_problem(host: str) -> str:
+    """Why Python's ``socket`` module cannot look ``host`` up, or ``""``.
+
+    It encodes every name with the ``idna`` codec first, which refuses an empty label
+    (``a..b``, ``.``) and one longer than 63 characters with a bare ``UnicodeError``.
+    """
+    if _is_ipv6(host):
+        return ""
+    try:
+        host.encode("idna")
+    except UnicodeError as exc:
+        return f"{host!r} is not a host name (an empty label or one over 63 characters: {exc})"
+    return ""
+
+
 def _grpc_options(value: object) -> tuple[tuple[object, ...], ...]:
     """``value`` as a tuple of pairs, each a tuple.
 
@@ -117,6 +132,11 @@ def parse_address(address: str) -> tuple[str, int]:
         host.encode("utf-8")
     except UnicodeEncodeError:
         raise ConfigurationError(f"address {address!r} is not valid UTF-8") from None
+    if not host:
+        raise ConfigurationError(f"address {address!r} has an empty host")
+    problem = _host_name_problem(host)
+    if problem:
+        raise ConfigurationError(f"address {address!r}: {problem}")
     if not (port_text.isascii() and port_text.isdigit()):
         raise ConfigurationError(f"address {address!r} has a non-numeric port")
     port = int(port_text)
@@ -237,6 +257,9 @@ class TLSOptions:
         # It goes into SNI and gRPC's target name override: no controls, no spaces.
         if not server.isprintable() or any(c.isspace() for c in server) or not _utf8(server):
             raise ConfigurationError(f"'server_name' {server!r} is not a host name")
+        problem = _host_name_problem(server)
+        if problem:
+            raise ConfigurationError(f"'server_name': {problem}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -188,6 +188,12 @@ def test_grpc_channels_ping_within_grpc_gos_default_enforcement(streaming_reads:
         {"grpc_options": "ab"},
         {"addresses": ("a:1,b:2",)},  # was the one host "[a:1,b]:2"
         {"addresses": ("a:b:1",)},
+        # Python's socket module refuses these names (UnicodeError from its idna codec):
+        # the h2 publisher thread died of it, and the client could never publish again.
+        {"addresses": ("a..b:1",)},
+        {"addresses": (".:1",)},
+        {"addresses": ("a" * 64 + ".example:1",)},
+        {"addresses": ("[]:1",)},  # was the address ":1"
     ],
 )
 def test_options_grpc_would_fail_on_untyped_are_refused_at_once(changes: dict[str, Any]) -> None:
@@ -195,7 +201,9 @@ def test_options_grpc_would_fail_on_untyped_are_refused_at_once(changes: dict[st
         ClientOptions(**{"addresses": ("h:1",), **changes})
 
 
-@pytest.mark.parametrize("name", [5, b"lb", "a b", "lb\x00x", "\udc80"])
+@pytest.mark.parametrize(
+    "name", [5, b"lb", "a b", "lb\x00x", "\udc80", "a..b", ".", "a" * 64 + ".example"]
+)
 def test_a_server_name_that_is_not_a_host_name_is_refused(name: object) -> None:
     with pytest.raises(ConfigurationError, match="server_name"):
         TLSOptions(server_name=name)  # type: ignore[arg-type]
