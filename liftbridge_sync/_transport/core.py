@@ -4,9 +4,10 @@ Every unary call carries a deadline (``ClientOptions.rpc_timeout`` per attempt).
 any broker can serve rotate over the known brokers (metadata, then seeds) and retry
 ``UNAVAILABLE`` under the retry policy; ``FetchMetadata``, which only reads, also goes on
 to the next broker after an attempt that ran out of its deadline (a broker that takes
-connections but does not answer). Calls that must reach a partition leader look the
-leader up in the metadata cache, and on not-leader or an unreachable leader refresh the
-metadata and try again.
+connections but does not answer). Calls that must reach a partition leader (each
+idempotent) look the leader up in the metadata cache, and on not-leader, an unreachable
+leader or one that did not answer in time (hung: another may have taken over) refresh
+the metadata and try again.
 """
 
 from __future__ import annotations
@@ -66,8 +67,9 @@ _PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
 
 
 def _retryable_elsewhere(error: BaseException) -> bool:
-    """Whether a call that only reads may go on to the next broker after ``error``: a
-    retryable one, or a deadline (that broker may be hung while the others answer)."""
+    """Whether an idempotent call may be tried again, at another broker or at a refreshed
+    leader, after ``error``: a retryable one, or a deadline (the broker it went to may be
+    hung while the others answer)."""
     return is_retryable(error) or isinstance(error, DeadlineExceededError)
 
 
@@ -487,7 +489,8 @@ class ClientCore:
         context: CallContext = CallContext.LEADER,
         settle: Callable[[PartitionInfo], T | None] | None = None,
     ) -> Resp | T:
-        """Call an RPC that the partition leader must serve; refresh and retry on not-leader.
+        """Call an RPC that the partition leader must serve; refresh and retry on
+        not-leader, an unreachable leader or a deadline (the RPC must be idempotent).
 
         Args:
             settle: After a not-leader answer, the refreshed partition metadata is passed
@@ -506,11 +509,11 @@ class ClientCore:
                         return settled
                 address = self.leader_address_of(info)
                 return self.invoke(address, rpc, request, context=context)
-            except (NotLeaderError, BrokerUnavailableError):
+            except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError):
                 refresh = True
                 raise
 
-        return call_with_retry(self.options.retry, rpc.name, attempt)
+        return call_with_retry(self.options.retry, rpc.name, attempt, retry_if=_retryable_elsewhere)
 
     # ------------------------------------------------------------------ leader RPCs
 

@@ -61,3 +61,29 @@ def test_heal_starts_a_node_that_went_down_and_says_so(
     assert len(cluster.metadata().brokers) == 3
     warned = [r.getMessage() for r in caplog.records if down.server_id in r.getMessage()]
     assert len(warned) == 1 and "exit code -9" in warned[0], warned
+
+
+def test_leader_calls_leave_a_hung_leader_for_the_new_one(
+    liftbridge_cluster: LiftbridgeCluster,
+) -> None:
+    # A leader that hangs (SIGSTOP: a stalled host or disk) keeps its TCP connections:
+    # calls to it run out of their deadline rather than fail. The cached leader was
+    # never refreshed on a deadline, so every leader-routed call after the failover
+    # went on timing out at the old leader.
+    cluster = liftbridge_cluster
+    cluster.heal()
+    with Client(cluster.addresses, rpc_timeout=5.0) as client:
+        name = unique()
+        client.create_stream(name, name, replication_factor=3)
+        old = cluster.wait_for_partition_leader(name, 0)
+        client.publish(name, b"0", ack_policy=AckPolicy.ALL)
+        assert client.fetch_partition_metadata(name, 0).leader == cluster.servers[old].server_id
+        hung = cluster.servers[old]
+        hung.pause()
+        try:
+            new = cluster.wait_for_new_leader(name, 0, old, timeout=60)
+            meta = client.fetch_partition_metadata(name, 0)
+            assert meta.leader == cluster.servers[new].server_id
+            assert meta.newest_offset == 0
+        finally:
+            hung.resume()
