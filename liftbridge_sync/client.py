@@ -442,7 +442,9 @@ class Client:
                 (streams created with ``optimistic_concurrency_control=True``).
             correlation_id: Id echoed in the ack (default: a unique generated id).
             timeout: Seconds until the future fails with :class:`AckTimeoutError`
-                (default ``ack_timeout``, 5 s).
+                (default ``ack_timeout``, 30 s), counted from when the message is sent:
+                a publish that first waits for a free slot (``max_in_flight``) waits up
+                to ``enqueue_timeout`` for it.
 
         Returns:
             A ``concurrent.futures.Future``. It fails with a typed error:
@@ -542,7 +544,8 @@ class Client:
                 :class:`~liftbridge_sync.ByKey`.
             ack_policy: ``LEADER`` (default), ``ALL`` or ``NONE``.
             timeout: Seconds each message may wait for its ack once sent (default
-                ``ack_timeout``).
+                ``ack_timeout``); a message sent late in a long batch, after waiting for
+                room in the window, has the whole timeout too.
 
         Returns:
             One outcome per message, in order: its :class:`Ack` (``None`` with

@@ -206,13 +206,17 @@ class Batches:
         table = self._table
         start = 0
         total = len(entries)
+        waited = False
         try:
             while start < total:
-                entered = table.enter(entries, start)
+                # Once it waited for room, what is left is sent later than its deadline
+                # was set for: its timeout counts from when it is entered instead.
+                entered = table.enter(entries, start, waited)
                 if entered < 0:
                     raise self._loop.closed_error()
                 if entered == start:
                     self._waiting.wait_for_space()
+                    waited = True
                 start = entered
         except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             vars(exc)["entered"] = start

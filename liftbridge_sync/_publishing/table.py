@@ -193,10 +193,12 @@ class PendingTable:
             core.release()
         return False
 
-    def enter(self, entries: Sequence[Entry], start: int) -> int:
+    def enter(self, entries: Sequence[Entry], start: int, restart: bool = False) -> int:
         """Enter ``entries[start:]`` in order and send them, as many as there is room
         for; the index of the first one not entered (``start``: no room), or -1 once
-        the publisher has finished (nothing entered)."""
+        the publisher has finished (nothing entered). ``restart``: they were made a
+        while ago (they waited for room), so each one's deadline is its timeout from
+        now: the ack timeout counts from when a publish is sent."""
         core = self._core
         with core:
             if core.finished:
@@ -205,10 +207,12 @@ class PendingTable:
             if room <= 0:
                 return start
             end = min(len(entries), start + room)
-            self._enter_locked(entries, start, end)
+            self._enter_locked(entries, start, end, core.clock() if restart else None)
             return end
 
-    def _enter_locked(self, entries: Sequence[Entry], start: int, end: int) -> None:
+    def _enter_locked(
+        self, entries: Sequence[Entry], start: int, end: int, now: float | None
+    ) -> None:
         pending = self._pending
         core = self._core
         stream: PublishStream | None = core.live
@@ -229,6 +233,8 @@ class PendingTable:
                 continue
             entry.seq = next_seq()
             pending[correlation_id] = entry
+            if now is not None:
+                entry.deadline = now + entry.timeout
             if entry.timeout != queue_timeout:
                 queue_timeout = entry.timeout
                 found = expiry.get(queue_timeout)
