@@ -556,8 +556,9 @@ class Client:
             errors count as observed: ``flush()`` does not report them again.
 
         Raises:
-            TypeError: a value, key or header is not bytes-like, or an item is a tuple
-                of another length (before anything is sent).
+            TypeError: a value, key or header is not bytes-like, an item is a tuple of
+                another length, or ``messages`` is no iterable of items (before
+                anything is sent): an :class:`ArgumentTypeError`.
             ConfigurationError: other bad arguments (before anything is sent).
             ClientClosedError: the client is closed.
 

@@ -29,6 +29,7 @@ from liftbridge_sync._wire.status import error_from_ack_error
 from liftbridge_sync._wire.validate import check_bytes, check_optional_text, check_partition
 from liftbridge_sync.errors import (
     AckTimeoutError,
+    ArgumentTypeError,
     ConfigurationError,
     DeadlineExceededError,
     LiftbridgeError,
@@ -270,7 +271,7 @@ def publish_batch(
     traced per the messaging conventions for batches when tracing."""
     core = session.check()
     publisher = session.publisher or session.get_publisher()
-    items: list[Any] = messages if type(messages) is list else list(messages)
+    items: list[Any] = messages if type(messages) is list else _items(messages)
     ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
 
     def send(batch: list[Any]) -> list[Ack | None | LiftbridgeError]:
@@ -289,6 +290,27 @@ def publish_batch(
     if telemetry is None:
         return send(items)
     return telemetry.trace_batch(stream, partition, items, send)
+
+
+def _items(messages: object) -> list[Any]:
+    """The items of ``publish_batch``'s ``messages``, an iterable of them.
+
+    Raises:
+        ArgumentTypeError: ``messages`` is no iterable, or is one value (``bytes``,
+            ``str``...) whose elements would have been taken for the items.
+    """
+    if isinstance(messages, bytes | bytearray | memoryview | str):
+        raise ArgumentTypeError(
+            f"'messages' must be an iterable of items, not {type(messages).__name__} "
+            "(one message: [value])"
+        )
+    try:
+        iterator = iter(messages)  # type: ignore[call-overload]
+    except TypeError:
+        raise ArgumentTypeError(
+            f"'messages' must be an iterable of items, not {type(messages).__name__}"
+        ) from None
+    return list(iterator)
 
 
 def publish_to_subject(

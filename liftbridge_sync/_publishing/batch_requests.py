@@ -25,7 +25,7 @@ from liftbridge_sync._wire.publish_codec import (
     head,
 )
 from liftbridge_sync._wire.validate import check_ack_policy, check_bytes, check_partition
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import ArgumentTypeError, LiftbridgeError
 from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.partitioners import Partitioner
 
@@ -51,8 +51,8 @@ def publish_batch(
     message's ack timeout, already resolved.
 
     Raises:
-        TypeError: a value, key or header is not bytes-like, or a tuple of another
-            length (before anything is sent).
+        ArgumentTypeError: a value, key or header is not bytes-like, or a tuple of
+            another length (before anything is sent).
         ConfigurationError: other bad arguments (before anything is sent).
     """
     check_ack_policy(ack_policy)
@@ -117,7 +117,7 @@ def publish_batch(
             elif len(item) == 3:
                 key, value, headers = item
             else:
-                raise TypeError(
+                raise ArgumentTypeError(
                     "publish_batch items are values, (key, value) pairs or "
                     f"(key, value, headers) triples, not a tuple of {len(item)}"
                 )

@@ -455,6 +455,30 @@ def test_publish_batch_is_ordered_bounded_and_typed(
             client.publish_batch(name, ["text"])  # type: ignore[list-item]
 
 
+def test_a_malformed_batch_is_refused_with_the_librarys_typed_error(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # These raised a bare TypeError (from list(), or the batch's own item check): not a
+    # LiftbridgeError, so `except LiftbridgeError` let them through. One value passed
+    # as `messages` was taken for a batch of its bytes (ints) or characters.
+    name = new_stream()
+    malformed: list[tuple[object, str]] = [
+        ([b"a", (None, b"b", None, b"?")], "tuple of 4"),
+        ([(b"only",)], "tuple of 1"),
+        (None, "not NoneType"),
+        (5, "not int"),
+        (b"value", r"not bytes \(one message: \[value\]\)"),
+        ("value", "not str"),
+    ]
+    for messages, message in malformed:
+        with pytest.raises(lb.ArgumentTypeError, match=message):
+            liftbridge_client.publish_batch(name, messages)  # type: ignore[arg-type]
+    assert liftbridge_client.fetch_partition_metadata(name).newest_offset == -1
+    # Any other iterable of items is a batch.
+    outcomes = liftbridge_client.publish_batch(name, (b"%d" % i for i in range(3)))
+    assert [o.offset for o in outcomes] == [0, 1, 2]  # type: ignore[union-attr]
+
+
 def test_a_batch_longer_than_its_timeout_gives_each_message_the_whole_timeout(
     liftbridge_client: Client, new_stream: StreamFactory
 ) -> None:
