@@ -6,6 +6,7 @@ Functions of their arguments and the client's core (for the partition count): th
 from __future__ import annotations
 
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.requests import check_publish_stream
 from liftbridge_sync._wire.validate import check_partition, check_timeout
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.partitioners import ByKey, Partitioner
@@ -41,8 +42,9 @@ def choose_partition(
     """The partition to publish to: ``partition``, the partitioner's choice, or 0.
 
     Raises:
-        ConfigurationError: both given, a bad partition, or a partitioner that returns
-            something other than a partition of the stream.
+        ConfigurationError: both given, a bad partition, a bad stream name (a
+            partitioner given: before the partition count is asked for), or a
+            partitioner that returns something other than a partition of the stream.
         NoSuchStreamError: a partitioner needs the partition count of a missing stream.
     """
     if partition is not None:
@@ -52,7 +54,8 @@ def choose_partition(
     if partitioner is None:
         return 0
     _check_partitioner(partitioner)
-    return _checked_choice(partitioner, stream, key, value, core.partition_count(stream))
+    count = core.partition_count(check_publish_stream(stream))  # no bad name to the server
+    return _checked_choice(partitioner, stream, key, value, count)
 
 
 class BatchChooser:
@@ -90,7 +93,8 @@ class BatchChooser:
         count = self._count
         if not count:
             _check_partitioner(partitioner)
-            count = self._count = self._core.partition_count(self._stream)
+            stream = check_publish_stream(self._stream)  # no bad name to the server
+            count = self._count = self._core.partition_count(stream)
         if self._by_key:  # the library's own: always a partition of the stream
             return partitioner.partition(self._stream, key, value, count)
         return _checked_choice(partitioner, self._stream, key, value, count)

@@ -34,6 +34,7 @@ __all__ = [
     "SERVER_MAX_REQUEST_BYTES",
     "check_request_size",
     "build_publish_request",
+    "check_publish_stream",
     "create_stream_request",
     "delete_stream_request",
     "pause_stream_request",
@@ -45,6 +46,23 @@ __all__ = [
 
 #: Stream names that passed validation: publishing checks each name once, not per message.
 _valid_streams: set[str] = set()
+
+
+def check_publish_stream(stream: object) -> str:
+    """The name of a stream to publish to, checked as :func:`check_name` does (the
+    reserved names allowed); a name checked before is not checked again.
+
+    Raises:
+        ArgumentTypeError: not a ``str``.
+        ConfigurationError: a name the server cannot hold.
+    """
+    if not isinstance(stream, str) or stream not in _valid_streams:
+        checked = check_name("stream", stream, allow_reserved=True)
+        if len(_valid_streams) >= 4096:
+            _valid_streams.clear()
+        _valid_streams.add(checked)
+        return checked
+    return stream
 
 
 def build_publish_request(
@@ -59,11 +77,7 @@ def build_publish_request(
     correlation_id: str,
 ) -> api_pb2.PublishRequest:
     """Validate publish arguments and build the wire request (raises before any I/O)."""
-    if not isinstance(stream, str) or stream not in _valid_streams:
-        check_name("stream", stream, allow_reserved=True)
-        if len(_valid_streams) >= 4096:
-            _valid_streams.clear()
-        _valid_streams.add(stream)
+    check_publish_stream(stream)
     payload = check_bytes("value", value)
     key_bytes = check_bytes("key", key, optional=True)
     check_ack_policy(ack_policy)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -453,6 +456,41 @@ def test_publish_batch_is_ordered_bounded_and_typed(
         client.flush(30)
         with pytest.raises(TypeError):
             client.publish_batch(name, ["text"])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("stream", "error"),
+    [
+        ("", lb.ConfigurationError),
+        ("a b", lb.ConfigurationError),
+        ("a..b", lb.ConfigurationError),
+        ("orders.*", lb.ConfigurationError),
+        (5, lb.ArgumentTypeError),
+        (None, lb.ArgumentTypeError),
+    ],
+)
+def test_a_bad_stream_name_is_refused_before_a_partitioner_asks_for_its_partitions(
+    liftbridge_client: Client, stream: object, error: type[Exception]
+) -> None:
+    # With a partitioner the partition count was asked for first: a name the server
+    # cannot hold went to it in metadata requests, retried for most of a second, and
+    # came back NoSuchStreamError; one of another type failed in protobuf with a bare
+    # TypeError. Without a partitioner each is a ConfigurationError before the wire.
+    client: Any = liftbridge_client
+    for partitioner in (ByKey(), RoundRobin()):
+        calls: list[Callable[[], object]] = [
+            functools.partial(client.publish, stream, b"v", key=b"k", partitioner=partitioner),
+            functools.partial(client.publish_async, stream, b"v", partitioner=partitioner),
+            functools.partial(
+                client.publish_batch, stream, [(b"k", b"v")], partitioner=partitioner
+            ),
+            functools.partial(client.publish_batch, stream, [b"v"], partitioner=partitioner),
+        ]
+        for call in calls:
+            started = time.monotonic()
+            with pytest.raises(error, match="'stream'"):
+                call()
+            assert time.monotonic() - started < 0.5, f"{call}: asked the server first"
 
 
 def test_a_malformed_batch_is_refused_with_the_librarys_typed_error(
