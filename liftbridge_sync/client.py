@@ -561,6 +561,8 @@ class Client:
                 anything is sent): an :class:`ArgumentTypeError`.
             ConfigurationError: other bad arguments (before anything is sent).
             ClientClosedError: the client is closed.
+            PublishError: in a done-callback nested more than 32 deep, as ``publish``
+                (before anything is sent).
 
         Thread-safe: batches and single publishes from several threads share the stream.
         """

@@ -271,6 +271,7 @@ def publish_batch(
     traced per the messaging conventions for batches when tracing."""
     core = session.check()
     publisher = session.publisher or session.get_publisher()
+    publisher.check_can_wait()  # before anything is sent: no false failures
     items: list[Any] = messages if type(messages) is list else _items(messages)
     ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
 

@@ -305,12 +305,14 @@ def test_publishing_while_closing_never_leaves_a_future_pending(
     assert refused[0] == 4  # every producer was eventually refused
 
 
+@pytest.mark.parametrize("call", ["publish", "publish_batch"])
 def test_deeply_nested_callbacks_fail_typed_and_never_falsely(
-    fake: FakeBroker, transport: str
+    fake: FakeBroker, transport: str, call: str
 ) -> None:
     """Each level publishes synchronously, then chains the next level and flushes, so
-    every level nests one deeper on the publisher thread. Past the limit, publish raises
-    a typed error *before* sending: no message is reported failed that the broker got."""
+    every level nests one deeper on the publisher thread. Past the limit, publish (and
+    publish_batch, which sent its messages before it raised) raises a typed error
+    *before* sending: no message is reported failed that the broker got."""
     outcomes: list[tuple[str, int]] = []
     done = threading.Event()
 
@@ -319,7 +321,11 @@ def test_deeply_nested_callbacks_fail_typed_and_never_falsely(
         def level(depth: int) -> Callable[[concurrent.futures.Future[lb.Ack | None]], None]:
             def callback(_: concurrent.futures.Future[lb.Ack | None]) -> None:
                 try:
-                    client.publish("s", b"sync-%d" % depth)
+                    if call == "publish":
+                        client.publish("s", b"sync-%d" % depth)
+                    else:
+                        (outcome,) = client.publish_batch("s", [b"sync-%d" % depth])
+                        assert isinstance(outcome, lb.Ack), outcome
                     outcomes.append(("ok", depth))
                 except lb.PublishError:
                     outcomes.append(("refused", depth))
