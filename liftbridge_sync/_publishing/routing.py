@@ -5,10 +5,12 @@ Functions of their arguments and the client's core (for the partition count): th
 
 from __future__ import annotations
 
+import inspect
+
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.requests import check_publish_stream
 from liftbridge_sync._wire.validate import check_partition, check_timeout
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.partitioners import ByKey, Partitioner
 
 __all__ = ["BatchChooser", "choose_partition", "resolve_ack_timeout"]
@@ -106,6 +108,14 @@ def _check_partitioner(partitioner: object) -> None:
     if not callable(getattr(partitioner, "partition", None)):
         raise ConfigurationError(
             "'partitioner' must have partition(stream, key, value, partition_count)"
+        )
+    if isinstance(partitioner, type) and not isinstance(
+        inspect.getattr_static(partitioner, "partition"), staticmethod | classmethod
+    ):
+        # partitioner=ByKey: its partition would be called unbound (a bare TypeError).
+        name = partitioner.__name__
+        raise ArgumentTypeError(
+            f"'partitioner' must be a partitioner, not the class; pass {name}()"
         )
 
 

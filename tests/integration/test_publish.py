@@ -493,6 +493,34 @@ def test_a_bad_stream_name_is_refused_before_a_partitioner_asks_for_its_partitio
             assert time.monotonic() - started < 0.5, f"{call}: asked the server first"
 
 
+def test_a_partitioner_class_given_for_a_partitioner_is_refused_with_a_hint(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # partitioner=ByKey (the class) called ByKey.partition unbound: a bare TypeError
+    # ("missing 1 required positional argument") from inside the publish.
+    name = new_stream(partitions=3)
+    client: Any = liftbridge_client
+    for kind in (ByKey, RoundRobin):
+        for call in (
+            functools.partial(client.publish, name, b"v", key=b"k", partitioner=kind),
+            functools.partial(client.publish_async, name, b"v", partitioner=kind),
+            functools.partial(client.publish_batch, name, [(b"k", b"v")], partitioner=kind),
+        ):
+            with pytest.raises(
+                lb.ArgumentTypeError, match=rf"not the class; pass {kind.__name__}\(\)"
+            ):
+                call()
+    assert all(client.fetch_partition_metadata(name, p).newest_offset == -1 for p in range(3))
+
+    class Static:  # a class whose partition needs no instance is a partitioner
+        @staticmethod
+        def partition(stream: str, key: bytes | None, value: bytes, count: int) -> int:
+            return count - 1
+
+    assert client.publish(name, b"v", partitioner=Static).partition == 2
+    assert [o.partition for o in client.publish_batch(name, [b"v"], partitioner=Static)] == [2]
+
+
 def test_a_malformed_batch_is_refused_with_the_librarys_typed_error(
     liftbridge_client: Client, new_stream: StreamFactory
 ) -> None:
