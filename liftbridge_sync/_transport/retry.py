@@ -67,8 +67,10 @@ def build_retrying(
         )
 
     return tenacity.Retrying(
+        # Before the delay, not after it: no attempt starts later than max_delay (after
+        # it, the sleep before the next attempt could carry it up to ``maximum`` past).
         stop=tenacity.stop_after_attempt(policy.max_attempts)
-        | tenacity.stop_after_delay(policy.max_delay),
+        | tenacity.stop_before_delay(policy.max_delay),
         wait=lambda state: backoff_delay(policy, state.attempt_number),
         retry=tenacity.retry_if_exception(retry_if),
         before_sleep=log_retry,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from liftbridge_sync import BrokerUnavailableError, NoSuchStreamError, RetryPolicy
@@ -49,3 +51,19 @@ def test_non_retryable_errors_are_raised_at_once() -> None:
 
 def test_each_call_gets_its_own_retrying() -> None:
     assert build_retrying(FAST, label="a") is not build_retrying(FAST, label="a")
+
+
+def test_no_attempt_starts_after_max_delay() -> None:
+    # The sleep before a third attempt would carry it past max_delay: it is not made.
+    policy = RetryPolicy(max_attempts=10, max_delay=0.25, initial=0.2, maximum=0.2, jitter=0.0)
+    started: list[float] = []
+    begin = time.monotonic()
+
+    def attempt(number: int) -> None:
+        started.append(time.monotonic() - begin)
+        raise BrokerUnavailableError(f"down {number}")
+
+    with pytest.raises(BrokerUnavailableError, match="down 2"):
+        call_with_retry(policy, "op", attempt)
+    assert len(started) == 2
+    assert all(at < policy.max_delay for at in started)
