@@ -9,6 +9,9 @@ goes to the owner thread, which resolves futures in bulk. Refusals for now go to
 from __future__ import annotations
 
 import logging
+import math
+import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +38,9 @@ from liftbridge_sync.models import Ack
 __all__ = ["AckRouter"]
 
 _log = logging.getLogger("liftbridge_sync.publisher")
+#: Seconds between two warnings about refusals nothing waits for (see
+#: :meth:`AckRouter.unclaimed`).
+UNCLAIMED_LOG_EVERY = 10.0
 
 
 class AckRouter:
@@ -58,6 +64,34 @@ class AckRouter:
         #: itself only while they are equal.
         self._forwarded = 0
         self._handled = 0
+        #: Refusals of publishes nothing waits for, since the last one was logged, and
+        #: when that was (see :meth:`unclaimed`).
+        self._unclaimed = 0
+        self._unclaimed_logged = -math.inf
+        self._unclaimed_lock = threading.Lock()
+
+    def unclaimed(self, refusal: Refusal) -> None:
+        """A refusal of a publish nothing waits for any more: mostly an
+        ``AckPolicy.NONE`` publish (resolved once written; the broker refuses those too,
+        e.g. every one on a stream with optimistic concurrency), whose message is then
+        lost. Said in a WARNING rather than dropped: the first at once, then at most one
+        every :data:`UNCLAIMED_LOG_EVERY` seconds with how many came meanwhile (a broker
+        sending them in a flood does not flood the log). Any thread."""
+        with self._unclaimed_lock:
+            self._unclaimed += 1
+            now = time.monotonic()
+            if now - self._unclaimed_logged < UNCLAIMED_LOG_EVERY:
+                return
+            count, self._unclaimed = self._unclaimed, 0
+            self._unclaimed_logged = now
+        _log.warning(
+            "the broker refused %d publish(es) nothing waits for any more (AckPolicy.NONE "
+            "publishes, ones failed before, or copies sent again after the first was "
+            "answered); the last, %s: %s",
+            count,
+            refusal.correlation_id,
+            refusal.error,
+        )
 
     def forwarded(self) -> None:
         """The stream's thread handed the rest of a batch to the owner thread (only the
@@ -150,6 +184,8 @@ class AckRouter:
             entry = pending.pop(correlation_id, None)
             if entry is not None:
                 outcomes.append(failure(entry, response.error))
+            else:
+                self.unclaimed(response)
         if outcomes or taken_now:
             settle(outcomes, self._ledger, resolved)
             self._wake_waiters()

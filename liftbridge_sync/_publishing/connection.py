@@ -47,7 +47,7 @@ from liftbridge_sync._transport.publish_stream import (
     StreamResponses,
 )
 from liftbridge_sync._transport.retry import backoff_delay
-from liftbridge_sync._wire.publish_codec import Answer
+from liftbridge_sync._wire.publish_codec import Answer, Refusal
 from liftbridge_sync.errors import ClientClosedError, LiftbridgeError
 
 __all__ = ["MAX_DRAINING", "PublishConnection"]
@@ -371,7 +371,12 @@ class PublishConnection:
             # here, so that a broker flooding them cannot grow the owner's inbox. An
             # entry never comes back once gone, so nothing is lost by looking now.
             pending = self._table.entries
-            rest = [r for r in rest if r.correlation_id in pending]
+            claimed = [r for r in rest if r.correlation_id in pending]
+            if len(claimed) != len(rest):
+                for answer in rest:
+                    if type(answer) is Refusal and answer.correlation_id not in pending:
+                        self._router.unclaimed(answer)  # a lost message: said, not dropped
+            rest = claimed
         if rest:
             # Only this (the current stream's) thread counts up, only the owner down.
             self._router.forwarded()

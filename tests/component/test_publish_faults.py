@@ -128,6 +128,25 @@ def test_ack_policy_none_resolves_once_sent(fake: FakeBroker, transport: str) ->
     assert [r.value for r in fake.received] == [b"fire"]
 
 
+def test_a_refused_ack_policy_none_publish_is_logged_not_dropped(
+    fake: FakeBroker, transport: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An AckPolicy.NONE publish resolves once written; the broker may still refuse it
+    # (a stream with optimistic concurrency refuses every one). The refusal matched
+    # nothing and was dropped without a word: the message was lost silently.
+    refused = api_pb2.PublishAsyncError.INCORRECT_OFFSET
+    fake.publish_script = lambda req, n: refused if n == 1 else "ack"
+    with caplog.at_level("WARNING", logger="liftbridge_sync.publisher"):
+        with _client(fake, transport) as client:
+            assert client.publish("s", b"lost", ack_policy=AckPolicy.NONE) is None
+            # Answers come in order: once this ack is back, the refusal was handled.
+            assert client.publish("s", b"kept") is not None
+    (record,) = [r for r in caplog.records if "nothing waits for" in r.getMessage()]
+    assert "refused 1 publish(es)" in record.getMessage()
+    assert fake.received[0].correlationId in record.getMessage()
+    assert "scripted" in record.getMessage()  # the broker's own words
+
+
 def test_backpressure_raises_queue_full(fake: FakeBroker, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop"
     with _client(fake, transport, max_in_flight=2, enqueue_timeout=0.2) as client:
