@@ -570,6 +570,17 @@ class Telemetry:
 
         The span ends when the future resolves, or at once if ``send`` raises.
         """
+        return self._sent_in_span(stream, partition, headers, send)[0]
+
+    def _sent_in_span(
+        self,
+        stream: str,
+        partition: int | None,
+        headers: Mapping[str, bytes] | None,
+        send: Sender,
+    ) -> tuple[concurrent.futures.Future[Ack | None], Callable[[], None]]:
+        """``send`` in a new ``send`` span; its future and what ends the span (run by
+        the future's resolution too, whichever comes first)."""
         started = time.monotonic()
         span = self.start_send(stream, partition)
         try:
@@ -577,8 +588,7 @@ class Telemetry:
         except BaseException as exc:  # refused before it was sent
             self.finish_send(span, stream, started, exc, partition=partition, sent=False)
             raise
-        self.finish_on(future, span, stream, started, correlation_id, chosen)
-        return future
+        return future, self.finish_on(future, span, stream, started, correlation_id, chosen)
 
     def trace_publish(
         self,
@@ -596,14 +606,7 @@ class Telemetry:
         return before its span ended. A wait interrupted before the outcome (a
         ``KeyboardInterrupt``) leaves the span to the future's resolution.
         """
-        started = time.monotonic()
-        span = self.start_send(stream, partition)
-        try:
-            future, correlation_id, chosen = send(self.headers_with_context(span, headers))
-        except BaseException as exc:  # refused before it was sent
-            self.finish_send(span, stream, started, exc, partition=partition, sent=False)
-            raise
-        finish = self.finish_on(future, span, stream, started, correlation_id, chosen)
+        future, finish = self._sent_in_span(stream, partition, headers, send)
         try:
             return wait(future)
         finally:
