@@ -433,3 +433,4 @@ class ClientKwargs(TypedDict, total=False):
     keepalive_interval: float | None
     keepalive_timeout: float
     subscribe_transport: str
+    max_receive_message_size: int

@@ -216,3 +216,16 @@ def test_options_grpc_takes_still_pass() -> None:
         grpc_options=(("grpc.lb_policy_name", "pick_first"), ("grpc.enable_retries", 0)),
     )
     assert options.max_receive_message_size == 2**31 - 1
+
+
+def test_every_option_is_a_typed_keyword_of_client() -> None:
+    """``Client(addresses, **options)`` accepts every ClientOptions field, typed."""
+    from typing import get_type_hints
+
+    from liftbridge_sync.options import ClientKwargs
+
+    fields = {field.name for field in dataclasses.fields(ClientOptions)} - {"addresses"}
+    assert set(ClientKwargs.__annotations__) == fields
+    hints = get_type_hints(ClientOptions)
+    kwargs = get_type_hints(ClientKwargs)
+    assert {name: kwargs[name] for name in fields} == {name: hints[name] for name in fields}
