@@ -70,9 +70,14 @@ class Client:
 
     Args:
         addresses: Seed brokers as ``"host:port"``, a sequence or a comma-separated str.
-        **options: Fields of :class:`~liftbridge_sync.options.ClientOptions`
-            (``tls``, ``retry``, ``rpc_timeout``, ``ack_timeout``, ``max_in_flight``,
-            ``enqueue_timeout``, ``resubscribe_wait``, ``grpc_options``).
+        **options: Any field of :class:`~liftbridge_sync.options.ClientOptions` but
+            ``addresses`` (``tls``, ``retry``, ``rpc_timeout``, ``ack_timeout``,
+            ``max_in_flight``, ``publish_transport``, ...).
+        tracer_provider: OpenTelemetry tracer provider (default: the global one).
+        meter_provider: OpenTelemetry meter provider (default: the global one).
+        stats_callback: Called with a :class:`ClientStats` every ``stats_interval``
+            seconds on the ``liftbridge-stats`` thread (``None``: no thread).
+        stats_interval: Seconds between two ``stats_callback`` calls.
 
     Raises:
         ConfigurationError: if an address or option is invalid.
@@ -256,7 +261,8 @@ class Client:
         """Authoritative partition state (offsets, ISR, paused, readonly) from its leader.
 
         Raises:
-            NoSuchPartitionError: if the stream or partition does not exist.
+            NoSuchStreamError: if the stream does not exist.
+            NoSuchPartitionError: if the stream has no such partition.
         """
         return self._session.check().fetch_partition_metadata(stream, partition)
 
@@ -448,7 +454,8 @@ class Client:
 
         Returns:
             A ``concurrent.futures.Future``. It fails with a typed error:
-            :class:`NoSuchPartitionError`, :class:`ReadonlyPartitionError`,
+            :class:`NoSuchStreamError`, :class:`NoSuchPartitionError`,
+            :class:`ReadonlyPartitionError`,
             :class:`IncorrectOffsetError`, :class:`PermissionDeniedError`,
             :class:`PublishRejectedError` (``code``: TOO_LARGE, BAD_REQUEST, ...),
             :class:`AckTimeoutError` (sent, no ack in time: it may be stored),
