@@ -102,7 +102,7 @@ def _tables(meta: Metadata) -> tuple[Table, Table]:
 def metadata(ctx: click.Context, streams: tuple[str, ...], as_json: bool) -> None:
     """Show brokers, streams, partitions, leaders, ISR and watermarks (all streams by default).
 
-    Piped, the tables keep every name whole; ``--json`` is the form for programs.
+    Piped, the tables keep every name whole; --json is the form for programs.
     """
     with open_client(settings_of(ctx)) as client:
         meta = client.fetch_metadata(*streams)
