@@ -83,7 +83,8 @@ class Ack(AckCore):  # type: ignore[misc]
 
     #: Stream the message was written to.
     stream: str
-    #: Partition the client chose (the wire ack does not carry it; ``-1`` if unknown).
+    #: Partition the client chose (the wire ack does not carry it); for
+    #: ``publish_to_subject``, the one the ack's subjects name (``-1`` if unknown).
     partition: int
     #: The stream's base subject.
     partition_subject: str
