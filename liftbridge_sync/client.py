@@ -566,7 +566,9 @@ class Client:
             TypeError: a value, key or header is not bytes-like, an item is a tuple of
                 another length, or ``messages`` is no iterable of items (before
                 anything is sent): an :class:`ArgumentTypeError`.
-            ConfigurationError: other bad arguments (before anything is sent).
+            ConfigurationError: other bad arguments (before anything is sent), such
+                as a message over the server's 4 MiB limit (a
+                :class:`MessageTooLargeError`).
             ClientClosedError: the client is closed.
             PublishError: in a done-callback nested more than 32 deep, as ``publish``
                 (before anything is sent).

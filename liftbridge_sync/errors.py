@@ -332,8 +332,9 @@ class PublishRejectedError(PublishError):
 class MessageTooLargeError(ConfigurationError, PublishRejectedError):
     """The encoded request exceeds the server's 4 MiB gRPC message limit; never sent.
 
-    Raised by ``publish``/``publish_async`` before the wire (the server would otherwise
-    end the whole publish stream, failing the messages queued beside it). ``code`` is
+    Raised by ``publish``/``publish_async``, and by ``publish_batch`` for the whole batch
+    (no message of it sent), before the wire (the server would otherwise end the whole
+    publish stream, failing the messages queued beside it). ``code`` is
     ``"TOO_LARGE"``.
     """
 
