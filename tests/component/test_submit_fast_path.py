@@ -146,6 +146,10 @@ def test_a_publish_caller_leaves_the_same_state_on_both_paths(
         with stream._io_lock:  # nobody can write: the caller's request stays queued
             with out:
                 out.combining = combining
+                # As if an earlier caller of the same hand-over had left its request:
+                # the I/O thread, woken meanwhile, stops waiting for the rest of them
+                # (combining = 0) only when none has.
+                out.deferred = combining > 0
                 asked = out.asked
             caller.start()
             wait_until(lambda: out.asked == asked + 1, what="the caller's request queued")
