@@ -31,6 +31,7 @@ from liftbridge_sync._wire.validate import check_id, check_int, check_timeout
 from liftbridge_sync.errors import (
     ClientClosedError,
     LiftbridgeError,
+    PartitionPausedError,
     ReadonlyPartitionError,
     UnsupportedError,
 )
@@ -550,6 +551,18 @@ class Subscription(PartitionConnection):
             self._lost += 1
             return
         self._done = True
+        if isinstance(error, PartitionPausedError):
+            # Paused under a running read, the server says only "commit log was
+            # closed": when metadata confirms the pause, say where the read stopped and
+            # the way on, as for a partition paused before the subscribe.
+            paused = self._paused(deadline)
+            if paused is not None:
+                raise PartitionPausedError(
+                    f"{paused} (paused during this subscription, after offset "
+                    f"{self._last_offset}; the server said: {error})",
+                    code=error.code,
+                    details=error.details,
+                ) from error
         raise error
 
 

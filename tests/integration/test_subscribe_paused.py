@@ -43,6 +43,25 @@ def test_a_paused_partition_is_refused_at_once_and_resume_reads_it(
         client.delete_stream(name)
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_a_pause_under_a_running_read_names_the_way_on(
+    liftbridge_address: str, transport: str
+) -> None:
+    # The server ends the read with "commit log was closed" only: the error said
+    # nothing of the pause's way out, nor where the read stopped.
+    name = unique("paused")
+    with Client([liftbridge_address], subscribe_transport=transport) as client:
+        client.create_stream(name, name)
+        client.publish(name, b"before the pause")
+        with client.subscribe(name, start=StartAt.earliest()) as sub:
+            assert sub.get(10).value == b"before the pause"
+            client.pause_stream(name)
+            with pytest.raises(PartitionPausedError, match="resume=True") as info:
+                sub.get(10)
+        assert "after offset 0" in str(info.value)
+        client.delete_stream(name)
+
+
 def test_the_command_line_names_the_pause_and_the_way_out(liftbridge_address: str) -> None:
     name = unique("paused")
     with Client([liftbridge_address]) as client:
