@@ -1,11 +1,13 @@
-"""Suite-wide fixtures: no ``liftbridge-*`` thread may outlive a test; hypothesis profile;
-a failed test that used a server which is no longer running gets that server's log tail."""
+"""Suite-wide fixtures: no ``liftbridge-*`` thread may outlive a test; hypothesis profile.
+
+(A failed test that used a server which is no longer running gets that server's log
+tail from the kit's pytest plugin, :mod:`liftbridge_sync.testing.plugin`.)"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -31,20 +33,3 @@ def no_thread_leaks() -> Iterator[None]:
         leaked[0].join(timeout=0.05)
         leaked = [t for t in _liftbridge_threads() if t not in before]
     assert not leaked, f"threads leaked: {[t.name for t in leaked]}"
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A server that died mid-module fails every later test with "connection refused":
-    put its own last words (a Go panic, usually) into the report of each failure."""
-    report = yield
-    if report.failed:
-        from liftbridge_sync.testing import LiftbridgeServer
-
-        for name, value in getattr(item, "funcargs", {}).items():
-            if isinstance(value, LiftbridgeServer) and value.exited:
-                words = f"{value.crash_reason()}\n...\n{value.log_tail(60)}"
-                report.sections.append((f"liftbridge server {name!r} exited", words))
-    return report

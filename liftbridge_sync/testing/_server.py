@@ -234,6 +234,12 @@ class LiftbridgeServer(Lifecycle):
         """Whether the server was started and its process has ended since (stopped or died)."""
         return self._node is not None and self._node.returncode is not None
 
+    @property
+    def returncode(self) -> int | None:
+        """Exit code of the last process (negative: killed by that signal), or None
+        while it runs or before it was started."""
+        return None if self._node is None else self._node.returncode
+
     def _require_node(self) -> LiftbridgeProcess:
         if self._node is None:
             raise RuntimeError("the server has not been started")

@@ -12,6 +12,12 @@ Fixtures:
   :class:`~liftbridge_sync.testing.LiftbridgeCluster` (local backend only).
 * ``liftbridge_client`` (function): ``liftbridge_sync.Client([address])``, closed afterwards.
 
+A failed test that used a harness server (a fixture value that is a
+:class:`~liftbridge_sync.testing.LiftbridgeServer` or
+:class:`~liftbridge_sync.testing.LiftbridgeCluster`) whose process has exited gets a
+report section with that server's crash reason and log tail: a server that died
+mid-session otherwise shows only as "connection refused" in every later test.
+
 Environment:
 
 * ``LIFTBRIDGE_ADDRESS`` / ``LIFTBRIDGE_NATS_URL``: use an external server.
@@ -25,14 +31,14 @@ Environment:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from liftbridge_sync.client import Client
-    from liftbridge_sync.testing._cluster import LiftbridgeCluster
+    from liftbridge_sync.testing._cluster import ClusterNode, LiftbridgeCluster
     from liftbridge_sync.testing._external import LiftbridgeEndpoint
 
 __all__ = [
@@ -42,6 +48,7 @@ __all__ = [
     "liftbridge_server",
     "pytest_configure",
     "pytest_report_header",
+    "pytest_runtest_makereport",
 ]
 
 _BACKENDS = ("local", "docker", "auto")
@@ -101,6 +108,43 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"liftbridge: server {installed.version} ({installed.target}) at {installed.path}"
         + (" [backend auto]" if backend == "auto" else "")
     ]
+
+
+def _exited_servers(name: str, value: object) -> list[tuple[str, str]]:
+    """Report sections for the harness servers in fixture ``name`` whose process exited."""
+    from liftbridge_sync.testing._cluster import LiftbridgeCluster
+    from liftbridge_sync.testing._server import LiftbridgeServer
+
+    dead: list[tuple[str, LiftbridgeServer | ClusterNode]] = []
+    if isinstance(value, LiftbridgeServer):
+        if value.exited:
+            dead.append((f"liftbridge server {name!r}", value))
+    elif isinstance(value, LiftbridgeCluster):
+        dead.extend(
+            (f"liftbridge cluster {name!r} node {node.index} ({node.server_id})", node)
+            for node in value.servers
+            if node.returncode is not None
+        )
+    return [
+        (
+            f"{title} exited (code {server.returncode})",
+            f"{server.crash_reason()}\n...\n{server.log_tail(60)}",
+        )
+        for title, server in dead
+    ]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A server that died mid-session fails every later test with "connection refused":
+    put its own last words (a Go panic, usually) into the report of each failure."""
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            report.sections.extend(_exited_servers(name, value))
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -518,9 +518,15 @@ def test_client(liftbridge_client):
 """
 
 
-def run_child_pytest(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    (tmp_path / "test_child.py").write_text(textwrap.dedent(CHILD_TESTS))
+def run_child_pytest(
+    tmp_path: Path, env: dict[str, str], tests: str = CHILD_TESTS
+) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "test_child.py").write_text(textwrap.dedent(tests))
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    # The kit under test, whichever checkout the environment's install points at.
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
     child_env.update(env)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", str(tmp_path)],
@@ -552,3 +558,26 @@ def test_plugin_docker_backend_skips_without_engine(tmp_path: Path) -> None:
     assert "liftbridge: docker image liftbridge/standalone-dev:latest" in out
     assert "LIFTBRIDGE_BACKEND=docker but Docker engine not reachable" in out, out
     assert "3 skipped" in out, out
+
+
+CHILD_CRASH_TESTS = """
+def test_server_dies(liftbridge_server):
+    liftbridge_server.kill()  # as a crash would
+    assert False, "scripted failure"
+
+def test_server_gone_later(liftbridge_client):
+    assert False, "scripted failure"
+"""
+
+
+def test_plugin_reports_a_dead_server_in_failed_tests(tmp_path: Path) -> None:
+    """A user's test failing after the session server died gets that server's log
+    tail and exit code in its report (not only "connection refused"), from the plugin
+    alone: the child run has no conftest of ours."""
+    env = {"LIFTBRIDGE_ADDRESS": "", "LIFTBRIDGE_BACKEND": "local"}
+    result = run_child_pytest(tmp_path, env, CHILD_CRASH_TESTS)
+    out = result.stdout + result.stderr
+    assert "2 failed" in out, out
+    header = "liftbridge server 'liftbridge_server' exited (code -9)"
+    assert out.count(header) == 2, out
+    assert LEADER_LOG_LINE in out.split(header, 1)[1], out
