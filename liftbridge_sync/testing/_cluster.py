@@ -38,6 +38,8 @@ FAST_FAILOVER: Mapping[str, object] = {
     "groups.coordinator.timeout": "3s",
 }
 _POLL_INTERVAL = 0.1
+#: Starts of a node whose gRPC port turned out to be taken.
+_PORT_RETRIES = 3
 
 
 class ClusterNode(LiftbridgeProcess):
@@ -229,7 +231,7 @@ class LiftbridgeCluster(Lifecycle):
             node.spawn()
         deadline = started + self.startup_timeout
         for node in self.servers:
-            node.wait_ready(max(0.1, deadline - time.monotonic()))
+            self._wait_node_started(node, deadline)
         self.wait_ready(max(0.1, deadline - time.monotonic()))
         logger.info(
             "Liftbridge %s cluster of %d ready in %.1fs: %s (NATS %s)",
@@ -240,6 +242,30 @@ class LiftbridgeCluster(Lifecycle):
             self.nats_url,
         )
         return self
+
+    def _wait_node_started(self, node: ClusterNode, deadline: float) -> None:
+        """Wait until ``node`` serves; one whose gRPC port was taken meanwhile (ports
+        are picked free, but another process, a pytest-xdist worker's server or any
+        outgoing connection, may bind one before the node does) is started again on
+        a new port, up to ``_PORT_RETRIES`` times."""
+        for attempt in range(1, _PORT_RETRIES + 1):
+            try:
+                node.wait_ready(max(0.1, deadline - time.monotonic()))
+                return
+            except ServerStartError as exc:
+                if not exc.address_in_use or attempt == _PORT_RETRIES:
+                    raise
+                taken = node.port
+                node.port = free_port(exclude={n.port for n in self.servers})
+                node.config["port"] = node.port
+                logger.info(
+                    "cluster %s: port %d of node %s was taken; starting it on %d",
+                    self.namespace,
+                    taken,
+                    node.server_id,
+                    node.port,
+                )
+                node.spawn()
 
     def _has_metadata_leader(self) -> bool:
         return any(n.running and n.is_metadata_leader_logged() for n in self.servers)

@@ -421,6 +421,34 @@ def test_cluster_failover_and_rejoin(installed: InstalledServer) -> None:
     print(f"failover {failover:.1f}s, total {time.monotonic() - started:.1f}s")
 
 
+@pytest.mark.cluster
+def test_cluster_node_whose_port_was_taken_starts_on_another(
+    installed: InstalledServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ports are picked free, but another process (a pytest-xdist worker's server, an
+    outgoing connection) may bind one before the node does: that node is started
+    again on a new port instead of failing the whole cluster."""
+    from liftbridge_sync.testing._net import free_port as real_free_port
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        handed = iter([port])
+
+        def free_port(exclude: frozenset[int] | set[int] = frozenset()) -> int:
+            return next(handed, None) or real_free_port(exclude)
+
+        monkeypatch.setattr("liftbridge_sync.testing._cluster.free_port", free_port)
+        with LiftbridgeCluster(3, installed=installed) as cluster:
+            node = cluster.servers[0]
+            assert node.port != port and node.config["port"] == node.port
+            assert "address already in use" in node.log_tail(10_000)
+            response = cluster.metadata()
+            assert len(response.brokers) == 3
+            assert {b.port for b in response.brokers} == {n.port for n in cluster.servers}
+
+
 # -- installer and config (no server needed) -------------------------------------------------
 
 
