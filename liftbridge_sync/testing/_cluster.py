@@ -212,11 +212,16 @@ class LiftbridgeCluster(Lifecycle):
     def start(self) -> LiftbridgeCluster:
         """Start NATS and all nodes; wait for a metadata leader and ``size`` brokers.
 
+        A start that fails (or is interrupted) kills every process it started, NATS
+        included, whether or not a ``with`` block closes the cluster afterwards; the
+        temporary directory with the logs stays until :meth:`close`.
+
         Returns:
             self.
 
         Raises:
             ServerStartError: If the cluster is not ready in time (with log tails).
+            ValueError: If ``config`` has a key the server version does not know.
         """
         if self._run_dir is not None:
             raise RuntimeError("the cluster was already started")
@@ -224,8 +229,19 @@ class LiftbridgeCluster(Lifecycle):
         if self._base_dir is not None:
             self._base_dir.mkdir(parents=True, exist_ok=True)
         self._run_dir = Path(tempfile.mkdtemp(prefix="liftbridge-cluster-", dir=self._base_dir))
-        self._nats = NatsServer(self._run_dir).start()
-        self.servers = self._build_nodes(self._run_dir, self._nats.url)
+        try:
+            self._start_processes(installed, self._run_dir)
+        except BaseException:
+            for node in self.servers:
+                node.kill()
+            if self._nats is not None:
+                self._nats.kill()
+            raise
+        return self
+
+    def _start_processes(self, installed: InstalledServer, run_dir: Path) -> None:
+        self._nats = NatsServer(run_dir).start()
+        self.servers = self._build_nodes(run_dir, self._nats.url)
         started = time.monotonic()
         for node in self.servers:
             node.spawn()
@@ -241,7 +257,6 @@ class LiftbridgeCluster(Lifecycle):
             ", ".join(self.addresses),
             self.nats_url,
         )
-        return self
 
     def _wait_node_started(self, node: ClusterNode, deadline: float) -> None:
         """Wait until ``node`` serves; one whose gRPC port was taken meanwhile (ports

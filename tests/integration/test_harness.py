@@ -27,6 +27,7 @@ from liftbridge_sync.testing import (
     LiftbridgeCluster,
     LiftbridgeEndpoint,
     LiftbridgeServer,
+    NatsServer,
     ServerInstallError,
     ServerStartError,
     _install,
@@ -447,6 +448,66 @@ def test_cluster_node_whose_port_was_taken_starts_on_another(
             response = cluster.metadata()
             assert len(response.brokers) == 3
             assert {b.port for b in response.brokers} == {n.port for n in cluster.servers}
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("failure", ["unknown key", "node not ready", "interrupted"])
+def test_a_cluster_that_fails_to_start_leaves_nothing_running(
+    installed: InstalledServer, monkeypatch: pytest.MonkeyPatch, failure: str
+) -> None:
+    """``LiftbridgeCluster(...).start()`` outside a ``with`` block: when it fails, the
+    caller may hold no handle to the cluster, so NATS and every node must be gone."""
+    from liftbridge_sync.testing._cluster import ClusterNode
+
+    nats_pids: list[int] = []
+    node_pids: list[int] = []
+    real_spawn, real_wait = ClusterNode.spawn, ClusterNode.wait_ready
+    real_nats_start = NatsServer.start
+
+    def nats_start(self: NatsServer) -> NatsServer:
+        started = real_nats_start(self)
+        assert self.pid is not None
+        nats_pids.append(self.pid)
+        return started
+
+    def spawn(self: ClusterNode) -> None:
+        real_spawn(self)
+        assert self.pid is not None
+        node_pids.append(self.pid)
+
+    def wait_ready(self: ClusterNode, timeout: float | None = None) -> None:
+        if self.index == 2:
+            if failure == "interrupted":
+                raise KeyboardInterrupt
+            raise ServerStartError("scripted: not ready")
+        real_wait(self, timeout)
+
+    def check_keys(keys: object, version: str, telemetry: bool) -> None:
+        raise ValueError("scripted: unknown key")  # whatever the server version
+
+    monkeypatch.setattr(NatsServer, "start", nats_start)
+    monkeypatch.setattr(ClusterNode, "spawn", spawn)
+    monkeypatch.setattr(ClusterNode, "wait_ready", wait_ready)
+    if failure == "unknown key":
+        monkeypatch.setattr("liftbridge_sync.testing._cluster.check_keys", check_keys)
+    cluster = LiftbridgeCluster(3, installed=installed)
+    expected: type[BaseException] = {
+        "unknown key": ValueError,
+        "node not ready": ServerStartError,
+        "interrupted": KeyboardInterrupt,
+    }[failure]
+    try:
+        with pytest.raises(expected):
+            cluster.start()
+        assert len(nats_pids) == 1
+        assert len(node_pids) == (0 if failure == "unknown key" else 3)
+        assert cluster.nats_pid is None
+        assert [pid for pid in nats_pids + node_pids if not process_gone(pid)] == []
+        assert cluster.run_dir.is_dir()  # the logs, until close()
+    finally:
+        run_dir = cluster.run_dir
+        cluster.close()
+    assert not run_dir.exists()
 
 
 # -- installer and config (no server needed) -------------------------------------------------
