@@ -309,8 +309,23 @@ def _build_compat(target_dir: Path) -> str:
     return spec
 
 
+_BIN_HINT = "or set LIFTBRIDGE_BIN to an existing liftbridge binary"
+
+
 def _install_target(target: str) -> InstalledServer:
     root = cache_dir()
+    try:
+        return _install_target_into(root, target)
+    except OSError as exc:
+        # An unusable cache (not a directory, not writable, disk full) or a `go` that
+        # cannot be run: say so, and what to do, instead of a bare OSError.
+        raise ServerInstallError(
+            f"cannot build the {target} Liftbridge server into {root}: {exc}; set "
+            f"LIFTBRIDGE_SYNC_CACHE to a writable directory {_BIN_HINT}"
+        ) from exc
+
+
+def _install_target_into(root: Path, target: str) -> InstalledServer:
     target_dir = root / target
     cached = _read_marker(target_dir)
     if cached is not None:
@@ -366,8 +381,9 @@ def install_server(target: str = "auto") -> InstalledServer:
         The installed server.
 
     Raises:
-        ServerInstallError: If ``go`` is missing or every build failed; the
-            message contains the go output.
+        ServerInstallError: If ``go`` is missing or cannot be run, the cache
+            directory cannot be used, or every build failed; the message contains the
+            go output.
         ValueError: If ``target`` is unknown.
     """
     env_bin = os.environ.get("LIFTBRIDGE_BIN", "")

@@ -582,6 +582,25 @@ def test_missing_go_is_a_clear_error(
         install_server("pinned")
 
 
+def test_an_unusable_cache_is_a_clear_install_error(
+    fresh_install_state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A build cache that cannot be made (here under a file) is a ServerInstallError
+    saying what to do, as documented, not a bare NotADirectoryError (a traceback from
+    ``python -m liftbridge_sync.testing install``)."""
+    not_a_dir = fresh_install_state / "file"
+    not_a_dir.write_text("")
+    monkeypatch.setenv("LIFTBRIDGE_SYNC_CACHE", str(not_a_dir / "cache"))
+    with pytest.raises(ServerInstallError, match="set LIFTBRIDGE_SYNC_CACHE to a writable"):
+        install_server("v1.9.0")
+    from liftbridge_sync.testing.__main__ import main
+
+    assert main(["install", "--target", "v1.9.0"]) == 1
+    err = capsys.readouterr().err
+    assert "error: cannot build the v1.9.0 Liftbridge server" in err
+    assert "LIFTBRIDGE_BIN" in err
+
+
 def test_liftbridge_bin_is_used_as_is(
     fresh_install_state: Path, monkeypatch: pytest.MonkeyPatch, installed: InstalledServer
 ) -> None:
