@@ -162,7 +162,8 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         broker_id: The broker's id in metadata.
         cluster: Shared with the other brokers of a fake cluster (default: a cluster of
             its own, led by this broker).
-        max_workers: Threads serving calls.
+        max_workers: Threads serving calls (named ``liftbridge-fake-broker*``, ended
+            by :meth:`stop`).
         advertised_port: The port given for this broker in metadata (default: its own),
             e.g. an :class:`~liftbridge_sync.testing._h2abuse.H2Abuser` in front of it.
 
@@ -205,7 +206,10 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         self.metadata_calls = 0
         self.partition_metadata_calls = 0
         self._offsets: dict[tuple[str, int], int] = {}
-        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers))
+        self._executor = futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="liftbridge-fake-broker"
+        )
+        self._server = grpc.server(self._executor)
         api_pb2_grpc.add_APIServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
@@ -217,8 +221,11 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         return self
 
     def stop(self) -> None:
-        """Stop at once: calls in flight end with UNAVAILABLE (a broker dying)."""
+        """Stop at once: calls in flight end with UNAVAILABLE (a broker dying). Returns
+        once the threads serving calls (``liftbridge-fake-broker*``) have ended, that
+        is once every script running has returned."""
         self._server.stop(grace=None).wait()
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
     def stop_gracefully(self, grace: float) -> threading.Event:
         """Start a graceful shutdown, as grpc-go's ``GracefulStop``: every connection

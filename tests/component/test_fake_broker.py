@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -10,6 +11,7 @@ import liftbridge_sync as lb
 from liftbridge_sync import Client, StartAt
 from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve
 from tests.constants import SHORT_RETRY
+from tests.waiting import wait_until
 
 
 def test_users_script_slow_and_lost_acks() -> None:
@@ -53,3 +55,23 @@ def test_users_script_not_leader_and_a_refused_subscribe() -> None:
             assert broker.partition_metadata_calls == 2  # refused once, then retried
             with pytest.raises(lb.PermissionDeniedError):
                 client.subscribe("s", start=StartAt.earliest())
+
+
+def test_a_stopped_broker_leaves_no_thread_behind() -> None:
+    """The threads serving calls end with the broker, calls in flight or not (they
+    stayed, idle, for the rest of the process: one or more per broker a suite made)."""
+    before = set(threading.enumerate())
+    with FakeBroker() as broker:
+        broker.subscribe_scripts = [serve([0])]  # then hangs until cancelled
+        with Client(broker.address, retry=SHORT_RETRY) as client:
+            assert client.publish("s", b"x") is not None
+            subscription = client.subscribe("s", start=StartAt.earliest())
+            assert next(iter(subscription)).offset == 0
+            serving = [t.name for t in set(threading.enumerate()) - before]
+            assert any(name.startswith("liftbridge-fake-broker") for name in serving), serving
+            subscription.close()
+
+    def left() -> list[threading.Thread]:
+        return [t for t in set(threading.enumerate()) - before if t.is_alive()]
+
+    wait_until(lambda: not left(), 10, lambda: f"threads to end: {[t.name for t in left()]}")
