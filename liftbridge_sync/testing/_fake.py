@@ -52,8 +52,8 @@ __all__ = [
 #: * ``("delay", seconds)``: acknowledge it after ``seconds`` (a slow ack);
 #: * an ``int``: answer with that ``PublishAsyncError`` code (e.g. 4 = READONLY);
 #: * ``("error", code, message)``: that ``PublishAsyncError`` with that message (e.g.
-#:   ``(3, "failed to publish to NATS: nats: connection closed")``, what the real server
-#:   answers while its NATS connection is down);
+#:   ``("error", 3, "failed to publish to NATS: nats: connection closed")``, what the
+#:   real server answers while its NATS connection is down);
 #: * ``("error_then_ack", code)``: that error, then an ack for the same id (a quirk of
 #:   the real server on PERMISSION_DENIED).
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
@@ -351,6 +351,8 @@ class FakeBroker(api_pb2_grpc.APIServicer):
             if isinstance(action, tuple) and action[0] == "delay":
                 time.sleep(float(action[1]))
                 action = "ack"
+                if request.ackPolicy == api_pb2.NONE:
+                    continue  # as "ack": the real server answers no AckPolicy.NONE publish
             message = "scripted"
             if isinstance(action, tuple) and action[0] == "error":
                 action, message = action[1], action[2]

@@ -83,6 +83,7 @@ class TcpProxy(Lifecycle):
             with contextlib.suppress(OSError):
                 sock.close()
         self._pairs.clear()
+        self._selector.close()  # its epoll descriptor too
 
     # ------------------------------------------------------------------ proxy thread
 

@@ -75,3 +75,36 @@ def test_a_stopped_broker_leaves_no_thread_behind() -> None:
         return [t for t in set(threading.enumerate()) - before if t.is_alive()]
 
     wait_until(lambda: not left(), 10, lambda: f"threads to end: {[t.name for t in left()]}")
+
+
+def test_a_delayed_ack_policy_none_publish_is_not_answered_as_the_real_server() -> None:
+    # "ack" skips AckPolicy.NONE publishes, as the real server does; ("delay", s)
+    # answered them after the delay, which no real broker does.
+    import grpc
+
+    from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+
+    with FakeBroker() as broker:
+        broker.publish_script = lambda request, n: ("delay", 0.01)
+        requests = [
+            api_pb2.PublishRequest(
+                stream="s", value=b"a", correlationId="none", ackPolicy=api_pb2.NONE
+            ),
+            api_pb2.PublishRequest(stream="s", value=b"b", correlationId="acked"),
+        ]
+        with grpc.insecure_channel(broker.address) as channel:
+            stub = api_pb2_grpc.APIStub(channel)  # type: ignore[no-untyped-call]
+            answers = [r.correlationId for r in stub.PublishAsync(iter(requests), timeout=10)]
+    assert answers == ["acked"]
+
+
+def test_a_closed_proxy_leaves_no_descriptor_open() -> None:
+    import os
+
+    from liftbridge_sync.testing import TcpProxy
+
+    with FakeBroker() as broker:
+        before = len(os.listdir("/proc/self/fd"))
+        proxy = TcpProxy(broker.address).start()
+        proxy.close()
+        assert len(os.listdir("/proc/self/fd")) == before
