@@ -142,9 +142,13 @@ class Readers:
             for reader in revoked:
                 key = (reader.stream, reader.partition)
                 del self._readers[key]
-                # Taken away: its deliveries are no longer ours. A failed reader of a
+                # Taken away: its deliveries are no longer ours, and neither are its
+                # queued messages (its new owner reads them from the cursor): stopped
+                # here, in this critical section, the iterator hands out none of them,
+                # while the readers are stopped one by one below. A failed reader of a
                 # partition still ours is only restarted: what it delivered still counts.
-                reader.released = reader.released or key not in wanted
+                if key not in wanted:
+                    reader.released = reader.stopped = True
             added = sorted(k for k in wanted if k not in self._readers)
             self._counters.reader_restarts += sum(
                 1 for r in revoked if (r.stream, r.partition) in wanted

@@ -306,3 +306,38 @@ def test_a_commit_that_loses_its_standing_while_storing_stops_there() -> None:
         ("orders", 1): 5,
         ("orders", 2): 5,
     }
+
+
+def test_the_queued_messages_of_every_revoked_partition_stop_going_out_at_once() -> None:
+    """Two partitions are taken away by one assignment. Stopping the first one's reader
+    takes a while (its thread is inside a call that cannot be interrupted): meanwhile
+    the iterator must not hand out what the second one queued. Those messages are its
+    new owner's now, which reads them again from the cursor: handed out here too, they
+    would be processed twice."""
+    member = _Member()
+    first = PartitionReader("orders", 0, epoch=1)
+    second = PartitionReader("orders", 1, epoch=1)
+    closing, go = threading.Event(), threading.Event()
+
+    class _SlowSub:
+        def close(self) -> None:
+            closing.set()
+            go.wait(10)
+
+    first.sub = cast(Any, _SlowSub())
+    member.reading(first)
+    member.reading(second)
+    mailbox = member.readers._mailbox
+    assert mailbox.put(second, make_message(5, partition=1, stream="orders", subject="orders"))
+    revoking = threading.Thread(target=member.readers.reconcile, args=([], 2))
+    revoking.start()
+    try:
+        assert closing.wait(10)  # stopping the first reader
+        assert second.released
+        with pytest.raises(TimeoutError):
+            mailbox.get(0)
+    finally:
+        go.set()
+        revoking.join(10)
+    assert not revoking.is_alive()
+    assert first.stopped and second.stopped
