@@ -98,10 +98,14 @@ class Readers:
     def shut(self) -> list[PartitionReader]:
         """The consumer closes: no reader starts any more; the readers to stop.
 
-        Call with the lock held.
+        They are marked stopped at once, in the caller's critical section: the iterator
+        hands out none of their queued messages while they are stopped one by one (what
+        it would hand out now could never count as processed). Call with the lock held.
         """
         self._shut = True
         readers = list(self._readers.values())
+        for reader in readers:
+            reader.stopped = True
         self._readers.clear()
         return readers
 

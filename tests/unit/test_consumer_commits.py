@@ -341,3 +341,44 @@ def test_the_queued_messages_of_every_revoked_partition_stop_going_out_at_once()
         revoking.join(10)
     assert not revoking.is_alive()
     assert first.stopped and second.stopped
+
+
+def test_close_hands_out_no_more_messages_while_it_stops_the_readers() -> None:
+    """``close()`` from another thread stops the readers one by one (one inside a call
+    that cannot be interrupted takes up to the RPC timeout). Meanwhile the iterator
+    must not hand out what the others queued: their partitions are no longer read, the
+    messages would never count as processed, and the next owner delivers them again."""
+    from liftbridge_sync import Client
+    from liftbridge_sync.consumer import Consumer
+
+    with Client("127.0.0.1:1") as client:  # never connects
+        consumer = Consumer(client._core, "g", ["orders"], auto_commit=None)
+        consumer._membership.leave = lambda: None  # type: ignore[method-assign]
+        first = PartitionReader("orders", 0, epoch=1)
+        second = PartitionReader("orders", 1, epoch=1)
+        closing, go = threading.Event(), threading.Event()
+
+        class _SlowSub:
+            def close(self) -> None:
+                closing.set()
+                go.wait(10)
+
+        first.sub = cast(Any, _SlowSub())
+        with consumer._lock:
+            consumer._readers._readers[("orders", 0)] = first
+            consumer._readers._readers[("orders", 1)] = second
+        queued = make_message(5, partition=1, stream="orders", subject="orders")
+        assert consumer._mailbox.put(second, queued)
+        closer = threading.Thread(target=consumer.close)
+        closer.start()
+        try:
+            assert closing.wait(10)  # stopping the first reader
+            with pytest.raises(TimeoutError):
+                consumer.get(0)
+        finally:
+            go.set()
+            closer.join(10)
+        assert not closer.is_alive()
+        assert first.stopped and second.stopped
+        with pytest.raises(StopIteration):
+            consumer.get(0)
