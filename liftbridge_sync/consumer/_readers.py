@@ -72,6 +72,9 @@ class Readers:
         self._counters = counters
         self._commit_on_revoke = commit_on_revoke
         self._readers: dict[Key, PartitionReader] = {}
+        #: The threads of readers stopped and maybe not ended yet (see :meth:`stop`):
+        #: joined when the consumer closes.
+        self._stopping: list[threading.Thread] = []
         #: Set once the consumer closes (under the lock, as it marks itself closed): no
         #: reader starts any more.
         self._shut = False
@@ -214,14 +217,25 @@ class Readers:
         return True
 
     def stop(self, reader: PartitionReader) -> None:
-        """Stop ``reader``: close its subscription, drop its queued messages, join it."""
+        """Stop ``reader``: close its subscription, drop its queued messages.
+
+        Its thread is not waited for: it ends by itself at once, or, inside a call it
+        cannot leave (a cursor fetch from a hung leader: up to ``rpc_timeout`` per
+        attempt), once that call returns, without reading on. The heartbeat thread
+        stops readers, and waiting there would keep it from polling for longer than
+        the server's consumer timeout: the member would be dropped. :meth:`stop_all`
+        (the consumer closing) joins every thread stopped so far.
+        """
         with self._lock:
             reader.stopped = True
             sub = reader.sub
+            thread = reader.thread
+            if thread is not None:
+                self._stopping = [t for t in self._stopping if t.is_alive()]
+                self._stopping.append(thread)
         if sub is not None:
             sub.close()
         self._mailbox.wake()
-        self._join(reader)
 
     def _join(self, reader: PartitionReader) -> None:
         """Wait for ``reader``'s thread to end (a failed one ends by itself)."""
@@ -230,14 +244,21 @@ class Readers:
             thread.join(self._core.options.rpc_timeout * 2 + 1.0)
 
     def stop_all(self, readers: Sequence[PartitionReader]) -> None:
-        """Stop ``readers`` (the consumer closes), then wait for each thread again."""
+        """Stop ``readers`` (the consumer closes), then wait for their threads and for
+        those of the readers stopped before (see :meth:`stop`)."""
         for reader in readers:
             self.stop(reader)
+        self.join_stopped()
+
+    def join_stopped(self) -> None:
+        """Wait for the threads of the readers stopped so far (the consumer closes)."""
+        with self._lock:
+            threads, self._stopping = self._stopping, []
         current = threading.current_thread()
         timeout = self._core.options.rpc_timeout * 2 + 1.0
-        for reader in readers:
-            if reader.thread is not None and reader.thread is not current:
-                reader.thread.join(timeout)
+        for thread in threads:
+            if thread is not current:
+                thread.join(timeout)
 
     # ------------------------------------------------------------------ reader threads
 

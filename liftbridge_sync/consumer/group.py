@@ -327,6 +327,7 @@ class Consumer:
         for thread in self._threads:
             if thread is not current:
                 thread.join(timeout)
+        self._readers.join_stopped()  # those the heartbeat stopped meanwhile
         if self._auto_commit is not None and self._may_auto_commit("final commit"):
             try:
                 self._commits.commit(

@@ -32,6 +32,7 @@ from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
+from liftbridge_sync.consumer._mailbox import PartitionReader
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.waiting import wait_until
@@ -836,3 +837,50 @@ def test_a_cursor_past_the_end_of_a_stream_created_again_starts_from_the_start_p
         with client.consumer(group, streams=[name], auto_commit=None, start=start) as b:
             assert [b.get(10).value for _ in range(5)] == new
     assert f"{name}/0" in caplog.text and "cursor 19" in caplog.text
+
+
+def test_a_revoked_reader_stuck_in_a_call_does_not_stall_the_heartbeat(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: the reader of partition 0 hangs in a call it cannot leave (its cursor
+    # fetch, with the cursors partition's leader hung), up to rpc_timeout per attempt.
+    # Partition 0 then moves to another member. The heartbeat must not wait for the
+    # stuck thread: the server drops a member that has not polled for the consumer
+    # timeout (2 s here), far less than the call may take.
+    hung = threading.Event()
+    release = threading.Event()
+    start_position = _readers.Readers._start_position
+
+    def stuck(self: _readers.Readers, reader: PartitionReader) -> StartAt:
+        if reader.partition == 0:
+            hung.set()
+            release.wait(60)
+        return start_position(self, reader)
+
+    monkeypatch.setattr(_readers.Readers, "_start_position", stuck)
+    group = unique("g")
+    # Ties go to the lower id: "m1" is given partitions 0 and 2 when it joins.
+    a = client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m2")
+    try:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        assert hung.wait(15)
+        with a._lock:
+            stuck_reader = a._readers._readers[(stream, 0)].thread
+        assert stuck_reader is not None
+        with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as b:
+            wait_until(lambda: split_evenly(a, b) and a.epoch == b.epoch, 15, "two each")
+            assert partitions_of(b) == {0, 2}
+            # The heartbeat goes on polling (every 0.8 s) while the revoked reader is
+            # still stuck.
+            revoked_at = a._membership.heard_at
+            wait_until(lambda: a._membership.heard_at > revoked_at, 5, "a polling again")
+            assert stuck_reader.is_alive()
+            assert a.stats().rejoins == 0
+            release.set()
+            stuck_reader.join(15)
+            assert not stuck_reader.is_alive()  # it ends by itself once its call returns
+            assert a.stats().rejoins == 0 and a.epoch == b.epoch
+    finally:
+        release.set()
+        a.close()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
