@@ -157,7 +157,9 @@ class InternalThreadError(LiftbridgeError):
 
     ``subscribe_stream`` also raises it when a reader thread cannot be started (the
     process is out of threads or memory; ``RuntimeError`` as ``__cause__``): nothing of
-    that subscription stays open, and the client is still usable.
+    that subscription stays open, and the client is still usable. A consumer-group
+    member's iterator raises it when its heartbeat thread died, e.g. because no thread
+    could be started for a partition reader: close that consumer and create another.
     """
 
 

@@ -28,6 +28,7 @@ from liftbridge_sync.errors import (
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
     DeadlineExceededError,
+    InternalThreadError,
     LiftbridgeError,
     NotGroupMemberError,
     NotLeaderError,
@@ -238,7 +239,14 @@ class Membership:
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
                 _log.exception("consumer %s: heartbeat thread failed", self._who)
-                fail(exc)
+                error = exc
+                if not isinstance(exc, LiftbridgeError):  # e.g. out of threads
+                    error = InternalThreadError(
+                        f"the liftbridge-consumer-{self._group} thread died ({exc!r}): "
+                        "this member no longer polls its group; close it and create a new one"
+                    )
+                    error.__cause__ = exc
+                fail(error)
 
     def _heartbeat(
         self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None

@@ -202,16 +202,18 @@ class Readers:
                     self._mailbox.hand_over(old, reader)
                     self._commits.hand_over(old, reader)
                     old.stopped = True
-                # Started under the lock: close() lists the readers under it too, and
-                # must never find one whose thread exists but has not started (joining
-                # it would raise).
-                reader.thread = threading.Thread(
+                # Started under the lock, and known only once started: close() lists
+                # the readers under it too, and must never find one whose thread exists
+                # but has not started (joining it would raise). One that cannot start
+                # (out of threads) ends the heartbeat, and the membership with it.
+                thread = threading.Thread(
                     target=self._read,
                     args=(reader,),
                     name=f"liftbridge-consumer-{stream}-{partition}",
                     daemon=True,
                 )
-                reader.thread.start()
+                thread.start()
+                reader.thread = thread
         if added:
             _log.info("consumer %s: epoch %d: reading %s", self._who, epoch, added)
         return True

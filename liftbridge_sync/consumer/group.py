@@ -285,6 +285,9 @@ class Consumer:
             ClientClosedError: if the consumer was (or gets) closed.
             ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
                 member and ``rejoin=False``.
+            InternalThreadError: the heartbeat thread died (e.g. no thread could be
+                started for a partition reader), with the original error as
+                ``__cause__``.
             ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
@@ -368,6 +371,8 @@ class Consumer:
             StopIteration: once closed.
             ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
                 member.
+            InternalThreadError: the heartbeat thread died (see
+                :meth:`wait_for_assignment`).
             ForkedClientError: in a process forked after this consumer was created.
         """
         return self.get_many(1, timeout)[0]
@@ -386,6 +391,8 @@ class Consumer:
             StopIteration: once closed.
             ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
                 member.
+            InternalThreadError: the heartbeat thread died (see
+                :meth:`wait_for_assignment`).
             ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()

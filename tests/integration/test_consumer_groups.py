@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from liftbridge_sync import (
     ClientClosedError,
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
+    InternalThreadError,
     Message,
     NotGroupMemberError,
     StartAt,
@@ -883,4 +885,30 @@ def test_a_revoked_reader_stuck_in_a_call_does_not_stall_the_heartbeat(
     finally:
         release.set()
         a.close()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def test_a_reader_thread_that_cannot_start_ends_the_membership_with_a_typed_error(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: the process is out of threads when the first assignment arrives.
+    class NoThreads(threading.Thread):
+        def start(self) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(
+        _readers,
+        "threading",
+        types.SimpleNamespace(Thread=NoThreads, current_thread=threading.current_thread),
+    )
+    consumer = client.consumer(unique("g"), streams=[stream], auto_commit=1.0)
+    try:
+        with pytest.raises(InternalThreadError) as raised:
+            consumer.wait_for_assignment(15)
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        with pytest.raises(InternalThreadError):
+            consumer.get(5)
+    finally:
+        consumer.close()  # nothing to join of a thread that never started
+    assert consumer.closed
     assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
