@@ -310,7 +310,10 @@ class Consumer:
     def close(self) -> None:
         """Stop reading, commit (with auto-commit), leave the group, join threads.
 
-        Idempotent. A blocked iteration ends with ``StopIteration``. In a forked child
+        With ``auto_commit=None`` nothing is committed here: what was processed but not
+        committed is read again by the partition's next owner; call :meth:`commit`
+        first (it raises :class:`~liftbridge_sync.errors.ClientClosedError` after
+        ``close()``). Idempotent. A blocked iteration ends with ``StopIteration``. In a forked child
         it only marks this object closed: the member and its threads are the parent's.
         """
         if self._core.forked:
@@ -434,10 +437,18 @@ class Consumer:
             The offsets stored by this call, per (stream, partition).
 
         Raises:
+            ClientClosedError: after :meth:`close` (nothing is committed then: with
+                ``auto_commit=None``, commit before closing).
             LiftbridgeError: if a cursor could not be stored (the others may have been);
                 ForkedClientError in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
+        if self._closed:
+            # Its readers are gone: returning {} would look like "nothing to commit".
+            raise ClientClosedError(
+                f"consumer {self._group} was closed: nothing was committed (with "
+                "auto_commit=None, commit() before close())"
+            )
         self._commits.mark_processed(self._readers)
         return self._commits.commit(self._readers)
 
@@ -470,6 +481,10 @@ class Consumer:
             self._commits.commit(self._readers, allowed=self._membership.may_commit)
         except LiftbridgeError as exc:
             _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
+        except Exception:
+            # A bug: said with its traceback, and the next interval tries again (the
+            # thread ending would stop every later auto-commit without a word).
+            _log.exception("consumer %s: auto-commit failed unexpectedly", self._who)
 
     def _may_auto_commit(self, what: str) -> bool:
         """Whether an automatic commit may go ahead; counts and logs one that may not.

@@ -526,6 +526,9 @@ def test_a_read_only_partition_is_read_to_its_end_once_and_its_positions_count(
             consumer.get(2.0)  # two polls: the partition is not read again
         assert consumer.commit() == {(stream, 0): len(sent) - 1}
         assert consumer.stats().expected_races == 0
+    # Closed, its readers are gone: a commit() now would store nothing, and said {}.
+    with pytest.raises(ClientClosedError, match="commit"):
+        consumer.commit()
 
 
 def test_a_failed_reader_restarts_where_it_stopped_on_a_partition_still_assigned(

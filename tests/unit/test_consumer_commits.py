@@ -382,3 +382,30 @@ def test_close_hands_out_no_more_messages_while_it_stops_the_readers() -> None:
         assert first.stopped and second.stopped
         with pytest.raises(StopIteration):
             consumer.get(0)
+
+
+def test_an_unexpected_auto_commit_failure_is_logged_and_the_next_interval_tries_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Only LiftbridgeError was caught: any other exception ended the commit thread, and
+    every later auto-commit, without a word."""
+    from liftbridge_sync import Client
+    from liftbridge_sync.consumer import Consumer
+
+    with Client("127.0.0.1:1") as client:  # never connects
+        consumer = Consumer(client._core, "g", ["orders"], auto_commit=5.0, rejoin=False)
+        calls: list[int] = []
+
+        def broken(*args: object, **kwargs: object) -> dict[tuple[str, int], int]:
+            calls.append(1)
+            raise RuntimeError("a bug")
+
+        working = consumer._commits.commit
+        consumer._commits.commit = broken  # type: ignore[method-assign]
+        with caplog.at_level("ERROR", logger="liftbridge_sync.consumer"):
+            consumer._auto_commit_once()  # raised RuntimeError (ending the thread)
+            consumer._auto_commit_once()
+        assert len(calls) == 2
+        assert [r.exc_info is not None for r in caplog.records] == [True, True]
+        consumer._commits.commit = working  # type: ignore[method-assign]
+        consumer.close()
