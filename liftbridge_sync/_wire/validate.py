@@ -216,8 +216,8 @@ def check_id(name: str, value: object, *, optional: bool = False) -> str | None:
         ArgumentTypeError: not a ``str``.
         ConfigurationError: empty, not valid UTF-8, or with a comma.
     """
-    if value is None and not optional:
-        raise ArgumentTypeError(f"{name!r} must be a str, got None")
+    if not optional and not isinstance(value, str):
+        raise ArgumentTypeError(f"{name!r} must be a str, got {type(value).__name__}")
     text = check_optional_text(name, value)
     if text is not None and "," in text:
         raise ConfigurationError(

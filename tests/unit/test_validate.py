@@ -275,6 +275,9 @@ def test_ids_are_utf8_text_and_cursor_keys_stay_unambiguous() -> None:
     ):
         with pytest.raises(error):
             check_id("cursor_id", bad)
+    # A required id's type error does not offer None, which is refused too.
+    with pytest.raises(ArgumentTypeError, match="'group' must be a str, got int"):
+        check_id("group", 5)
     with Client("127.0.0.1:1") as client:  # refused before anything is sent
         with pytest.raises(ConfigurationError, match="'cursor_id' must not contain ','"):
             client.set_cursor("a,b", "c", 0, 1)
