@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 import click
 
 from liftbridge_sync import ConfigurationError, __version__, speedups_active
 from liftbridge_sync._wire.speedups import INACTIVE_REASON
 from liftbridge_sync.cli.context import CliSettings
-from liftbridge_sync.cli.errors import CommandFailed, ExitCode
+from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed
 
 __all__ = ["cli"]
 
@@ -45,7 +46,37 @@ def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(items)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Group(click.Group):
+    """The root group: a write into a closed standard output ends in :class:`PipeClosed`.
+
+    click's ``main`` turns an EPIPE into a bare exit 1, with nothing on stderr, even
+    outside standalone mode: for its own help and version text and for what a command
+    prints with ``click.echo``. It never sees this exception, so the exit code is 141.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:  # --help, --version
+            raise PipeClosed() from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # a command's click.echo, a subcommand's --help
+            raise PipeClosed() from None
+
+
+@click.group(
+    cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "-a",
     "--address",

@@ -138,6 +138,28 @@ def test_cursor_set_and_get(run: Run, stream: str, liftbridge_client: Client) ->
     assert (got.returncode, got.stdout.strip()) == (0, "41")
 
 
+def test_text_printed_into_a_closed_pipe_is_exit_141_without_a_word(
+    liftbridge_address: str, stream: str
+) -> None:
+    # What click prints itself (help, version) and what a command prints with click.echo
+    # (cursor get): click turned the EPIPE into a bare exit 1, nothing on stderr.
+    for args in (("cursor", "get", stream, "billing"), ("--help",), ("publish", "--help")):
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before anything is written
+        try:
+            result = subprocess.run(
+                [*CLI, *args],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=cli_env(liftbridge_address),
+                timeout=60,
+            )
+        finally:
+            os.close(write_end)
+        assert (result.returncode, result.stderr) == (141, ""), (args, result)
+
+
 def test_cursor_of_a_missing_stream_or_partition_is_exit_3(run: Run, stream: str) -> None:
     missing = unique("cli-missing")
     for args in (
