@@ -19,6 +19,7 @@ from liftbridge_sync import (
     Client,
     LiftbridgeError,
     Partitioner,
+    PublishError,
 )
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
@@ -285,6 +286,9 @@ def publish(
         code = (
             exit_code_for(error) if isinstance(error, LiftbridgeError) else ExitCode.PUBLISH_FAILED
         )
+        if code is ExitCode.USAGE:
+            # The command line was right: a message of the input was refused (too large).
+            code = ExitCode.PUBLISH_FAILED
         unread = (
             f" and input after message {tracker.sent} was not read (publishing stops at "
             "the first failure)"
@@ -319,8 +323,8 @@ def _send(client: Client, shape: _Shape, messages: Iterator[bytes], tracker: _Tr
         if shape.key_separator is not None:
             head, sep, tail = value.partition(shape.key_separator)
             message_key, value = (head, tail) if sep else (None, value)
-        tracker.add(
-            client.publish_async(
+        try:
+            future = client.publish_async(
                 shape.stream,
                 value,
                 key=message_key,
@@ -329,7 +333,12 @@ def _send(client: Client, shape: _Shape, messages: Iterator[bytes], tracker: _Tr
                 headers=shape.headers or None,
                 ack_policy=shape.policy,
             )
-        )
+        except PublishError as exc:
+            # Refused before sending (a message over the server's limit, no free slot):
+            # a failed publish like the others, not the end of the command.
+            future = concurrent.futures.Future()
+            future.set_exception(exc)
+        tracker.add(future)
         if tracker.first_error is not None:
             tracker.stopped_reading = True
             return

@@ -152,6 +152,23 @@ def test_publish_from_a_shell_pipe_and_a_file(
     assert absent.returncode == 2 and "Traceback" not in absent.stderr
 
 
+def test_a_line_too_large_to_publish_stops_publishing_as_a_failed_publish_does(
+    run: Run, stream: str, liftbridge_client: Client, tmp_path: Path
+) -> None:
+    """The client refuses a message over the server's 4 MiB before sending it, raising
+    from publish_async: that ended the command with exit 2 and only the size error, not
+    saying the line before it had gone out nor that the lines after it were not read."""
+    source = tmp_path / "lines.txt"
+    source.write_bytes(b"first\n" + b"x" * (5 * 1024 * 1024) + b"\nlast\n")
+    result = run("publish", stream, "-P", "0", "-f", str(source))
+    assert result.returncode == 6, result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert "1 of 2 messages failed" in result.stderr, result.stderr
+    assert "input after message 2 was not read" in result.stderr
+    assert "4,194,304" in result.stderr  # the size error itself
+    assert _read_all(liftbridge_client, stream) == [(None, b"first")]
+
+
 def test_subscribe_positions_and_formats(run: Run, stream: str, liftbridge_client: Client) -> None:
     for i in range(6):
         liftbridge_client.publish(stream, f"m{i}".encode(), partition=0)
