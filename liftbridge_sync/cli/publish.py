@@ -18,7 +18,9 @@ from liftbridge_sync import (
     AckPolicy,
     Client,
     LiftbridgeError,
+    NoSuchStreamError,
     Partitioner,
+    PartitionInfo,
     PublishError,
 )
 from liftbridge_sync.cli.app import cli, settings_of
@@ -206,6 +208,7 @@ class _Tracker:
     type=click.Choice(list(_POLICIES)),
     default="leader",
     show_default=True,
+    help="none: no acks; a missing or read-only target is refused before sending.",
 )
 @click.option("--print-acks", is_flag=True, help="Print one JSON line per ack, in order.")
 @click.option("--skip-empty", is_flag=True, help="Do not publish empty input lines.")
@@ -256,6 +259,8 @@ def publish(
     )
     tracker = _Tracker(print_acks)
     with open_client(settings_of(ctx)) as client:
+        if shape.policy is AckPolicy.NONE:
+            _check_unacked_target(client, shape)
         try:
             if values:
                 _send(client, shape, _argument_values(values, shape), tracker)
@@ -280,7 +285,13 @@ def publish(
         raise PipeClosed()
     if tracker.first_error is None:
         noun = "message" if tracker.acked == 1 else "messages"
-        click.echo(f"published {tracker.acked} {noun} to {stream}", err=True)
+        if shape.policy is AckPolicy.NONE:
+            click.echo(
+                f"sent {tracker.acked} {noun} to {stream} (--ack-policy none: not acknowledged)",
+                err=True,
+            )
+        else:
+            click.echo(f"published {tracker.acked} {noun} to {stream}", err=True)
     else:
         error = tracker.first_error
         code = (
@@ -300,6 +311,32 @@ def publish(
             f"{failed}, the first with: {error}",
             code if code is not ExitCode.ERROR else ExitCode.PUBLISH_FAILED,
         ) from error
+
+
+def _check_unacked_target(client: Client, shape: _Shape) -> None:
+    """Refuse, before sending, a target whose broker would drop every message.
+
+    With ``--ack-policy none`` nothing waits for the broker's answer: a publish to a
+    missing stream or partition, or to a read-only one, would be lost without a word.
+    """
+    if shape.partitioner is None:
+        partitions: list[PartitionInfo] = [
+            client.fetch_partition_metadata(shape.stream, shape.partition or 0)
+        ]
+    else:
+        info = client.fetch_metadata(shape.stream).streams.get(shape.stream)
+        if info is None:
+            raise NoSuchStreamError(f"no such stream: {shape.stream!r}")
+        partitions = list(info.partitions.values())
+    readonly = sorted(part.id for part in partitions if part.readonly)
+    if readonly:
+        listed = ", ".join(str(pid) for pid in readonly)
+        raise CommandFailed(
+            f"stream {shape.stream} partition{'s' if len(readonly) > 1 else ''} {listed} "
+            f"{'are' if len(readonly) > 1 else 'is'} read-only: nothing sent (with "
+            "--ack-policy none the broker's refusal would go unseen)",
+            ExitCode.PUBLISH_FAILED,
+        )
 
 
 def _publish_file(client: Client, shape: _Shape, path: str, tracker: _Tracker) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from liftbridge_sync import Client, StartAt, StopAt
 from tests.cli.conftest import CLI, Run, cli_env
+from tests.integration.conftest import unique
 from tests.waiting import interrupt
 
 pytestmark = pytest.mark.integration
@@ -167,6 +168,40 @@ def test_a_line_too_large_to_publish_stops_publishing_as_a_failed_publish_does(
     assert "input after message 2 was not read" in result.stderr
     assert "4,194,304" in result.stderr  # the size error itself
     assert _read_all(liftbridge_client, stream) == [(None, b"first")]
+
+
+def test_publish_without_acks_to_a_target_that_would_drop_it_is_refused_before_sending(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    """With --ack-policy none nothing waits for the broker's answer: a missing stream or
+    partition, or a read-only partition, lost every message while the command said
+    "published 1 message" and exited 0."""
+    missing = unique("cli-missing")
+    for args, code, said in (
+        ((missing, "x"), 3, "no such stream"),
+        ((stream, "x", "-P", "5"), 3, "no such partition"),
+        ((missing, "x", "--partitioner", "key", "-k", "k"), 3, "no such stream"),
+    ):
+        result = run("publish", *args, "--ack-policy", "none")
+        assert result.returncode == code, (args, result.stderr)
+        assert said in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    liftbridge_client.set_stream_readonly(stream, partitions=[1])
+    for args in (("-P", "1"), ("--partitioner", "round-robin")):
+        refused = run("publish", stream, "x", *args, "--ack-policy", "none")
+        assert refused.returncode == 6, (args, refused.stderr)
+        assert "read-only" in refused.stderr and "partition 1" in refused.stderr
+    assert [
+        liftbridge_client.fetch_partition_metadata(stream, p).newest_offset for p in (0, 1)
+    ] == [
+        -1,
+        -1,
+    ]
+    sent = run("publish", stream, "x", "--ack-policy", "none")
+    assert sent.returncode == 0, sent.stderr
+    assert (
+        sent.stderr.strip() == f"sent 1 message to {stream} (--ack-policy none: not acknowledged)"
+    )
+    assert _read_all(liftbridge_client, stream) == [(None, b"x")]
 
 
 def test_subscribe_positions_and_formats(run: Run, stream: str, liftbridge_client: Client) -> None:
