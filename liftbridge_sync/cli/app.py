@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from typing import Any
 
 import click
@@ -25,6 +26,8 @@ def _version_message() -> str:
     return f"%(prog)s %(version)s (C speedups inactive: {reason}; pure-Python fallback)"
 
 
+_ADDRESSES_ENV = "LIFTBRIDGE_ADDRESSES"
+
 #: The longest --timeout (11.6 days): the client's retry policy takes at most 2e6 s.
 _MAX_TIMEOUT = 1_000_000.0
 
@@ -36,13 +39,20 @@ def _finite_timeout(value: float) -> float:
     return value
 
 
-def _addresses(values: tuple[str, ...]) -> tuple[str, ...]:
+def _addresses(
+    values: tuple[str, ...], source: click.core.ParameterSource | None
+) -> tuple[str, ...]:
     if not values:
+        if _ADDRESSES_ENV in os.environ and source is not click.core.ParameterSource.COMMANDLINE:
+            # click takes an empty or blank variable for an unset one; it is a mistake
+            # (export LIFTBRIDGE_ADDRESSES=$UNSET), not a request for localhost.
+            raise CommandFailed(f"{_ADDRESSES_ENV} is set but names no broker", ExitCode.USAGE)
         return ("localhost:9292",)
     items = [part.strip() for value in values for part in value.split(",") if part.strip()]
     if not items:
-        # An empty -a (or LIFTBRIDGE_ADDRESSES="") is a mistake, not a request for localhost.
-        raise CommandFailed("--address: no broker address given", ExitCode.USAGE)
+        # An empty -a (or LIFTBRIDGE_ADDRESSES=",") is a mistake, not a request for localhost.
+        where = "--address" if source is click.core.ParameterSource.COMMANDLINE else _ADDRESSES_ENV
+        raise CommandFailed(f"{where}: no broker address given", ExitCode.USAGE)
     return tuple(items)
 
 
@@ -82,7 +92,7 @@ class _Group(click.Group):
     "--address",
     "addresses",
     multiple=True,
-    envvar="LIFTBRIDGE_ADDRESSES",
+    envvar=_ADDRESSES_ENV,
     help="Seed broker host:port; repeat or comma-separate (env LIFTBRIDGE_ADDRESSES; "
     "default localhost:9292).",
 )
@@ -108,7 +118,8 @@ def cli(ctx: click.Context, addresses: tuple[str, ...], timeout: float, debug: b
     """
     if isinstance(addresses, str):  # an envvar with multiple=True may arrive split or not
         addresses = (addresses,)
-    settings = CliSettings(addresses=_addresses(addresses), timeout=timeout, debug=debug)
+    source = ctx.get_parameter_source("addresses")
+    settings = CliSettings(addresses=_addresses(addresses, source), timeout=timeout, debug=debug)
     state = ctx.ensure_object(dict)
     state["settings"] = settings
     if debug:

@@ -211,6 +211,32 @@ def test_refused_connection_is_one_line_and_exit_5(liftbridge_address: str) -> N
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("liftbridge-sync: error: ")
 
 
+@pytest.mark.parametrize("value", ["", "  ", ","])
+def test_an_empty_addresses_variable_is_a_usage_error_not_localhost(
+    liftbridge_address: str, value: str
+) -> None:
+    """click takes an empty (or blank) environment variable for an unset one: an
+    ``export LIFTBRIDGE_ADDRESSES=$UNSET_VAR`` sent the command to localhost:9292 (exit 5
+    there, or whatever broker listens on it) where an empty -a is exit 2."""
+    env = cli_env(liftbridge_address)
+    env["LIFTBRIDGE_ADDRESSES"] = value
+    result = subprocess.run(
+        [*CLI, "--timeout", "1", "metadata"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert result.returncode == 2, result.stderr
+    assert "LIFTBRIDGE_ADDRESSES" in result.stderr and "localhost" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    # An -a still wins over the variable, empty or not.
+    given = subprocess.run(
+        [*CLI, "-a", liftbridge_address, "metadata", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert given.returncode == 0, given.stderr
+
+
 def test_console_script_and_help(liftbridge_address: str) -> None:
     script = Path(sys.executable).with_name("liftbridge-sync")
     assert script.exists(), "the console script is not installed: pip install -e '.[cli]'"
