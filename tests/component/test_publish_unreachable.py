@@ -34,6 +34,16 @@ def _refusing_address() -> str:
 @pytest.fixture
 def silent_listener() -> Iterator[str]:
     """A listener that accepts connections and never says anything."""
+    yield from _listener(b"")
+
+
+@pytest.fixture
+def nats_like_listener() -> Iterator[str]:
+    """A listener that greets every connection as a NATS server does (not HTTP/2)."""
+    yield from _listener(b'INFO {"server_id":"fake","version":"2.10.0"}\r\n')
+
+
+def _listener(greeting: bytes) -> Iterator[str]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
@@ -50,8 +60,10 @@ def silent_listener() -> Iterator[str]:
             except OSError:
                 return
             accepted.append(conn)
+            if greeting:
+                conn.sendall(greeting)
 
-    thread = threading.Thread(target=accept, name="silent-listener", daemon=True)
+    thread = threading.Thread(target=accept, name="test-listener", daemon=True)
     thread.start()
     try:
         yield f"127.0.0.1:{server.getsockname()[1]}"
@@ -92,6 +104,24 @@ def test_a_listener_that_never_answers_the_handshake_is_unavailable(
             client.publish("s", b"x", partition=0)
         elapsed = time.monotonic() - started
     assert elapsed < 10.0
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_a_port_that_does_not_speak_http2_is_unavailable(
+    nats_like_listener: str, transport: str
+) -> None:
+    # The h2 stream opened (bytes came back), then died on them, again and again: the
+    # publish waited for its whole ack timeout and failed with AckTimeoutError, where
+    # grpcio's channel said unavailable. A NATS port given by mistake is the usual case.
+    options = {"retry": RETRY, "publish_transport": transport, "rpc_timeout": 1.0}
+    with Client([nats_like_listener], **options) as client:  # type: ignore[arg-type]
+        started = time.monotonic()
+        with pytest.raises(lb.BrokerUnavailableError, match=nats_like_listener) as info:
+            client.publish("s", b"x", partition=0)
+        elapsed = time.monotonic() - started
+    if transport == "h2":
+        assert "does not speak HTTP/2" in str(info.value)
+    assert elapsed < 10.0  # the retry policy's bound, far below the 30 s ack timeout
 
 
 @pytest.mark.parametrize("transport", ["h2", "grpc"])

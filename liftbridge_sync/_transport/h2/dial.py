@@ -48,9 +48,15 @@ _IN_PROGRESS = (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK)
 def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
     """Wait until the broker sends anything (its SETTINGS frame opens every HTTP/2
     connection): a listener that accepts connections and never answers (a hung process,
-    a proxy with nothing behind it) is unavailable, not a stream to write publishes to."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return
+    a proxy with nothing behind it) is unavailable, not a stream to write publishes to.
+    Nor is one whose first bytes are no SETTINGS frame (NATS's port greets with
+    ``INFO``, an HTTP/1 server answers ``HTTP/1.1``): the stream would die at once
+    every time, and pending publishes wait for their ack timeout instead of failing as
+    unreachable. (Bytes of a TLS record are left to the stream, which tells a port
+    that requires TLS.)"""
+    if isinstance(sock, ssl.SSLSocket):
+        if sock.pending():
+            return
     with selectors.DefaultSelector() as selector:
         selector.register(sock, selectors.EVENT_READ)
         if not selector.select(timeout):
@@ -58,6 +64,23 @@ def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
                 f"{address} accepted the connection but sent no HTTP/2 handshake "
                 f"within {timeout:g}s"
             )
+    if isinstance(sock, ssl.SSLSocket):
+        return  # ALPN h2 was negotiated
+    head = sock.recv(9, socket.MSG_PEEK)
+    if len(head) >= 4 and head[3] != _SETTINGS and not _tls_record(head):
+        raise _unavailable(
+            f"{address} does not speak HTTP/2: it began with {head!r}, not a SETTINGS "
+            "frame (is it a Liftbridge server's gRPC port?)"
+        )
+
+
+#: The type of the frame every HTTP/2 server sends first (RFC 9113, 3.4).
+_SETTINGS = 0x4
+
+
+def _tls_record(head: bytes) -> bool:
+    """Whether ``head`` starts like a TLS record (alert or handshake, version 3.x)."""
+    return head[0] in (0x15, 0x16) and head[1] == 0x03
 
 
 def _connect_tcp(
