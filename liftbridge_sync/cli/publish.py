@@ -372,9 +372,14 @@ def _send(client: Client, shape: _Shape, messages: Iterator[bytes], tracker: _Tr
             )
         except PublishError as exc:
             # Refused before sending (a message over the server's limit, no free slot):
-            # a failed publish like the others, not the end of the command.
-            future = concurrent.futures.Future()
-            future.set_exception(exc)
+            # a failed publish like the others, not the end of the command. Known at
+            # once, so no more input is read, whether or not the earlier acks are in
+            # (the tracker sees failures in order, as the acks come).
+            failed: concurrent.futures.Future[Ack | None] = concurrent.futures.Future()
+            failed.set_exception(exc)
+            tracker.add(failed)
+            tracker.stopped_reading = True
+            return
         tracker.add(future)
         if tracker.first_error is not None:
             tracker.stopped_reading = True
