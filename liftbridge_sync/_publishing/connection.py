@@ -371,11 +371,12 @@ class PublishConnection:
             # here, so that a broker flooding them cannot grow the owner's inbox. An
             # entry never comes back once gone, so nothing is lost by looking now.
             pending = self._table.entries
-            claimed = [r for r in rest if r.correlation_id in pending]
-            if len(claimed) != len(rest):
-                for answer in rest:
-                    if type(answer) is Refusal and answer.correlation_id not in pending:
-                        self._router.unclaimed(answer)  # a lost message: said, not dropped
+            claimed: list[Answer] = []
+            for answer in rest:
+                if answer.correlation_id in pending:
+                    claimed.append(answer)
+                elif type(answer) is Refusal:
+                    self._router.unclaimed(answer)  # a lost message: said, not dropped
             rest = claimed
         if rest:
             # Only this (the current stream's) thread counts up, only the owner down.
