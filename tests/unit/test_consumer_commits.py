@@ -308,6 +308,18 @@ def test_a_commit_that_loses_its_standing_while_storing_stops_there() -> None:
     }
 
 
+class _SlowToClose:
+    """A reader's subscription whose ``close()`` says it began (``closing``) and returns
+    only once let go (``go``): a reader stuck in a call it cannot leave."""
+
+    def __init__(self) -> None:
+        self.closing, self.go = threading.Event(), threading.Event()
+
+    def close(self) -> None:
+        self.closing.set()
+        self.go.wait(10)
+
+
 def test_the_queued_messages_of_every_revoked_partition_stop_going_out_at_once() -> None:
     """Two partitions are taken away by one assignment. Stopping the first one's reader
     takes a while (its thread is inside a call that cannot be interrupted): meanwhile
@@ -317,14 +329,8 @@ def test_the_queued_messages_of_every_revoked_partition_stop_going_out_at_once()
     member = _Member()
     first = PartitionReader("orders", 0, epoch=1)
     second = PartitionReader("orders", 1, epoch=1)
-    closing, go = threading.Event(), threading.Event()
-
-    class _SlowSub:
-        def close(self) -> None:
-            closing.set()
-            go.wait(10)
-
-    first.sub = cast(Any, _SlowSub())
+    slow = _SlowToClose()
+    first.sub = cast(Any, slow)
     member.reading(first)
     member.reading(second)
     mailbox = member.readers._mailbox
@@ -332,12 +338,12 @@ def test_the_queued_messages_of_every_revoked_partition_stop_going_out_at_once()
     revoking = threading.Thread(target=member.readers.reconcile, args=([], 2))
     revoking.start()
     try:
-        assert closing.wait(10)  # stopping the first reader
+        assert slow.closing.wait(10)  # stopping the first reader
         assert second.released
         with pytest.raises(TimeoutError):
             mailbox.get(0)
     finally:
-        go.set()
+        slow.go.set()
         revoking.join(10)
     assert not revoking.is_alive()
     assert first.stopped and second.stopped
@@ -356,14 +362,8 @@ def test_close_hands_out_no_more_messages_while_it_stops_the_readers() -> None:
         consumer._membership.leave = lambda: None  # type: ignore[method-assign]
         first = PartitionReader("orders", 0, epoch=1)
         second = PartitionReader("orders", 1, epoch=1)
-        closing, go = threading.Event(), threading.Event()
-
-        class _SlowSub:
-            def close(self) -> None:
-                closing.set()
-                go.wait(10)
-
-        first.sub = cast(Any, _SlowSub())
+        slow = _SlowToClose()
+        first.sub = cast(Any, slow)
         with consumer._lock:
             consumer._readers._readers[("orders", 0)] = first
             consumer._readers._readers[("orders", 1)] = second
@@ -372,11 +372,11 @@ def test_close_hands_out_no_more_messages_while_it_stops_the_readers() -> None:
         closer = threading.Thread(target=consumer.close)
         closer.start()
         try:
-            assert closing.wait(10)  # stopping the first reader
+            assert slow.closing.wait(10)  # stopping the first reader
             with pytest.raises(TimeoutError):
                 consumer.get(0)
         finally:
-            go.set()
+            slow.go.set()
             closer.join(10)
         assert not closer.is_alive()
         assert first.stopped and second.stopped
