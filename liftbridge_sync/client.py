@@ -446,7 +446,11 @@ class Client:
                 with ``None`` once the message is sent).
             expected_offset: Optimistic concurrency: the offset the message must get
                 (streams created with ``optimistic_concurrency_control=True``).
-            correlation_id: Id echoed in the ack (default: a unique generated id).
+            correlation_id: Id echoed in the ack (default: a unique generated id). An
+                id already awaiting an ack is refused (:class:`ConfigurationError`). Acks
+                are matched by id alone, as in every Liftbridge client: reusing the id of
+                a publish that failed with :class:`AckTimeoutError` lets that publish's
+                late ack, if the broker sends one, settle the new one.
             timeout: Seconds until the future fails with :class:`AckTimeoutError`
                 (default ``ack_timeout``, 30 s), counted from when the message is sent:
                 a publish that first waits for a free slot (``max_in_flight``) waits up
