@@ -31,7 +31,7 @@ from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.partition_counts import PartitionCounts
 from liftbridge_sync._transport.retry import call_with_retry, is_retryable
 from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.cursors import cursor_partition
+from liftbridge_sync._wire.cursors import cursor_partition, visibility_cursor
 from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
 from liftbridge_sync._wire.status import (
     CallContext,
@@ -49,6 +49,7 @@ from liftbridge_sync.errors import (
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
+    PermissionDeniedError,
     ServerError,
 )
 from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
@@ -111,6 +112,7 @@ class ClientCore:
         #: What each broker's port answered a TLS probe with (see ``_tls_required``).
         self._tls_verdicts: dict[str, str | None | object] = {}
         self._scheduler: Scheduler | None = None
+        self._cursors_unrevealed_told = False
         self.closed = False
         #: Set in a forked child: everything opened through this core is the parent's.
         self.forked = False
@@ -559,7 +561,9 @@ class ClientCore:
         )
         return PartitionMetadata.from_proto(stream, response.metadata)
 
-    def _cursor_target(self, cursor_id: str, stream: str, partition: int, must_exist: bool) -> int:
+    def _cursor_target(
+        self, cursor_id: str, stream: str, partition: int, must_exist: bool
+    ) -> tuple[int, int]:
         check_id("cursor_id", cursor_id)
         check_name("stream", stream, allow_reserved=True)
         check_partition("partition", partition)
@@ -575,7 +579,8 @@ class ClientCore:
                 "the server has no __cursors stream: cursors are disabled "
                 "(set cursors.stream.partitions > 0 in the server configuration)"
             )
-        return cursor_partition(cursor_id, stream, partition, len(info.partitions))
+        count = len(info.partitions)
+        return cursor_partition(cursor_id, stream, partition, count), count
 
     def set_cursor(
         self, cursor_id: str, stream: str, partition: int, offset: int, *, must_exist: bool = False
@@ -586,7 +591,7 @@ class ClientCore:
         refresh) raises ``NoSuchStreamError``/``NoSuchPartitionError`` instead.
         """
         check_int("offset", offset, minimum=-1)
-        target = self._cursor_target(cursor_id, stream, partition, must_exist)
+        target, _ = self._cursor_target(cursor_id, stream, partition, must_exist)
         request = api_pb2.SetCursorRequest(
             stream=stream, partition=partition, cursorId=cursor_id, offset=offset
         )
@@ -597,7 +602,45 @@ class ClientCore:
     ) -> int:
         """The offset stored under ``cursor_id``, or ``-1`` (``must_exist`` as for
         :meth:`set_cursor`)."""
-        target = self._cursor_target(cursor_id, stream, partition, must_exist)
+        target, count = self._cursor_target(cursor_id, stream, partition, must_exist)
+        self._reveal_cursors(target, count)
         request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
         response = self.call_leader(CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request)
         return int(response.offset)
+
+    def _reveal_cursors(self, target: int, count: int) -> None:
+        """Make every cursor stored in ``__cursors`` partition ``target`` readable.
+
+        v1.9.0 answers FetchCursor from the log up to the high watermark, which a
+        restarted leader recovers from a checkpoint written every 5 s and not at
+        shutdown: cursors set in the seconds before a restart read back older, or as
+        ``-1``, until the partition commits something new (and the stale answer is then
+        cached). A partition whose newest offset is past its watermark is given that
+        new commit first: a cursor of our own, stored with ack ALL. So is a paused one,
+        whose watermark no leader reports (the commit resumes it, as FetchCursor would).
+
+        An ACL that lets this identity fetch cursors need not let it ask about or write
+        to ``__cursors`` itself: then the cursor is read as the server has it, and the
+        first time a WARNING says why it may be older.
+        """
+        try:
+            info = self.fetch_partition_metadata(CURSORS_STREAM, target)
+            if not info.paused and info.newest_offset <= info.high_watermark:
+                return
+            request = api_pb2.SetCursorRequest(
+                stream=CURSORS_STREAM,
+                partition=target,
+                cursorId=visibility_cursor(target, count),
+                offset=info.newest_offset,
+            )
+            self.call_leader(CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
+        except PermissionDeniedError as error:
+            if not self._cursors_unrevealed_told:
+                self._cursors_unrevealed_told = True
+                _log.warning(
+                    "cursors are read without first committing the rest of their "
+                    "__cursors partition (%s): a cursor stored in the seconds before a "
+                    "server restart may read back older, or as -1, until that partition "
+                    "commits something new",
+                    error,
+                )

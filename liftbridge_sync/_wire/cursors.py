@@ -13,7 +13,7 @@ import zlib
 
 from liftbridge_sync.errors import ConfigurationError
 
-__all__ = ["cursor_key", "cursor_partition"]
+__all__ = ["VISIBILITY_CURSOR_ID", "cursor_key", "cursor_partition", "visibility_cursor"]
 
 
 def cursor_key(cursor_id: str, stream: str, partition: int) -> bytes:
@@ -56,3 +56,38 @@ def cursor_partition(
             f"the __cursors stream must have at least 1 partition, got {cursors_partition_count}"
         )
     return zlib.crc32(cursor_key(cursor_id, stream, partition)) % cursors_partition_count
+
+
+#: Prefix of the cursor ids :func:`visibility_cursor` picks. Their cursors are stored
+#: for the ``__cursors`` stream itself, which no reader of ours ever asks about.
+VISIBILITY_CURSOR_ID = "__liftbridge_sync:visibility"
+
+
+def visibility_cursor(target: int, cursors_partition_count: int) -> str:
+    """A cursor id whose cursor for ``("__cursors", target)`` lands in partition
+    ``target`` of ``__cursors``: storing it commits a message there.
+
+    The same id every time for a given partition and count, so the compacted
+    ``__cursors`` stream keeps one such message per partition.
+
+    Args:
+        target: The ``__cursors`` partition.
+        cursors_partition_count: Number of partitions of the ``__cursors`` stream.
+
+    Returns:
+        ``VISIBILITY_CURSOR_ID`` with a numeric suffix.
+
+    Raises:
+        ConfigurationError: ``target`` is not a partition of a stream of that many.
+    """
+    if not 0 <= target < cursors_partition_count:
+        raise ConfigurationError(
+            f"__cursors partition {target} is not below the count {cursors_partition_count}"
+        )
+    suffix = 0
+    while True:
+        # CRC-32 spreads consecutive suffixes evenly: about ``count`` tries on average.
+        cursor_id = f"{VISIBILITY_CURSOR_ID}.{suffix}"
+        if cursor_partition(cursor_id, "__cursors", target, cursors_partition_count) == target:
+            return cursor_id
+        suffix += 1

@@ -381,6 +381,31 @@ def test_leader_routed_calls_follow_a_restarted_server() -> None:
             assert client.fetch_cursor("c", name, 0) == 1
 
 
+@pytest.mark.parametrize("kill", [False, True], ids=["SIGINT", "SIGKILL"])
+def test_cursors_set_just_before_a_restart_read_back_after_it(kill: bool) -> None:
+    """v1.9.0 recovers a partition's high watermark from a checkpoint written every 5 s
+    (not at shutdown) and reads cursors only up to it: cursors set in the seconds before
+    a restart read back as -1, or as an older value, until the partition commits
+    something new. The client makes that commit before it reads a cursor."""
+    with LiftbridgeServer(cursors_partitions=3) as server:
+        name = unique()
+        ids = [f"c{i}" for i in range(12)]  # on every __cursors partition
+        with Client(server.address) as client:
+            client.create_stream(name, name)
+            for offset, cursor_id in enumerate(ids):
+                client.set_cursor(cursor_id, name, 0, offset)
+                client.set_cursor(cursor_id, name, 0, offset + 100)  # moved on once
+        server.restart(kill=kill)
+        with Client(server.address) as client:
+            assert [client.fetch_cursor(c, name, 0) for c in ids] == [
+                offset + 100 for offset in range(len(ids))
+            ]
+            # Cursors of ours set afterwards are read as they are, and the ones the
+            # client stored to make the partitions commit are none of the user's.
+            client.set_cursor(ids[0], name, 0, 7)
+            assert client.fetch_cursor(ids[0], name, 0) == 7
+
+
 def test_options_object_and_kwargs_agree(liftbridge_address: str) -> None:
     options = ClientOptions(addresses=(liftbridge_address,), ack_timeout=2.0)
     client = Client.from_options(options)

@@ -6,7 +6,12 @@ import zlib
 
 import pytest
 
-from liftbridge_sync._wire.cursors import cursor_key, cursor_partition
+from liftbridge_sync._wire.cursors import (
+    VISIBILITY_CURSOR_ID,
+    cursor_key,
+    cursor_partition,
+    visibility_cursor,
+)
 from liftbridge_sync.errors import ConfigurationError
 
 
@@ -59,3 +64,18 @@ def test_partition_count_must_be_positive(count: int) -> None:
 def test_partition_must_be_an_integer() -> None:
     with pytest.raises(TypeError):
         cursor_key("c", "s", 1.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7, 64])
+def test_visibility_cursor_lands_in_its_partition(count: int) -> None:
+    for target in range(count):
+        cursor_id = visibility_cursor(target, count)
+        assert cursor_id.startswith(VISIBILITY_CURSOR_ID)
+        assert cursor_partition(cursor_id, "__cursors", target, count) == target
+        assert visibility_cursor(target, count) == cursor_id  # one key per partition
+
+
+@pytest.mark.parametrize(("target", "count"), [(-1, 3), (3, 3), (0, 0)])
+def test_visibility_cursor_refuses_a_partition_outside_the_stream(target: int, count: int) -> None:
+    with pytest.raises(ConfigurationError):
+        visibility_cursor(target, count)
