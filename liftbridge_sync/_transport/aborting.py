@@ -1,4 +1,5 @@
-"""Abandoning a dial from another thread (the publisher's ``close()`` at its deadline).
+"""Abandoning a dial from another thread: the publisher's ``close()`` at its deadline, a
+subscribe call's ``cancel()`` (the subscription's ``close()``, a ``get(timeout)`` deadline).
 
 A dial blocks in the kernel: a TCP connect waits for the broker's SYN-ACK (up to
 ``rpc_timeout``), a TLS handshake and the wait for the broker's first HTTP/2 frame for
@@ -22,7 +23,7 @@ from liftbridge_sync.errors import ClientClosedError
 
 __all__ = ["DialAbort", "connect", "watching"]
 
-_ABANDONED = "the dial was abandoned: the publisher is closing"
+_ABANDONED = "the dial was abandoned: its owner is closing or gave up"
 
 
 class DialAbort:

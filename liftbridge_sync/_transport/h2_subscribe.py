@@ -34,11 +34,13 @@ import math
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import grpc
 import h2.exceptions
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.h2.dial import DialError, dial
 from liftbridge_sync._transport.h2.framing import FrameError
 from liftbridge_sync._transport.h2.limits import max_message_size
@@ -46,7 +48,7 @@ from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver
 from liftbridge_sync._transport.tls import TLSSetup
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import ClientClosedError, LiftbridgeError
 from liftbridge_sync.options import ClientOptions
 
 __all__ = ["H2SubscribeCall"]
@@ -73,9 +75,21 @@ _LEAST_WAIT = 0.001
 class H2SubscribeCall(SubscribeReceiver):
     """One ``Subscribe`` call on its own HTTP/2 connection, read by the iterating thread.
 
-    Nothing happens on construction; the first ``next()`` connects (bounded by
-    ``rpc_timeout``) and sends the request. The socket is closed when the call ends,
-    when it is cancelled, or when the object is collected.
+    Nothing happens on construction; the first ``next()`` runs the TLS pre-flight (if
+    given), connects (bounded by ``rpc_timeout``) and sends the request. ``cancel()``
+    abandons any of these steps at once, as the wait for the broker's first frame. The
+    socket is closed when the call ends, when it is cancelled, or when the object is
+    collected.
+
+    Args:
+        address: ``host:port`` of the broker.
+        request: The request to send.
+        options: The client's options.
+        tls: The client's TLS set-up; ``None`` builds one from ``options.tls``.
+        preflight: Run before the first connect with the call's
+            :class:`~liftbridge_sync._transport.aborting.DialAbort` (the client's TLS
+            pre-flight, :meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`):
+            ``cancel()`` ends it too, and what it raises (``TLSError``) is raised.
 
     ``next()`` must be called by one thread at a time; ``cancel()`` is thread-safe.
     """
@@ -89,6 +103,7 @@ class H2SubscribeCall(SubscribeReceiver):
         request: api_pb2.SubscribeRequest,
         options: ClientOptions,
         tls: TLSSetup | None = None,
+        preflight: Callable[[DialAbort], None] | None = None,
     ):
         self._address = address
         self._request = request
@@ -101,6 +116,10 @@ class H2SubscribeCall(SubscribeReceiver):
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._cancelled = False
+        self._preflight = preflight
+        #: Abandons the dial (pre-flight, connect, TLS handshake) from cancel(): a
+        #: blocked step returns once its socket is shut down, it looks at no flag.
+        self._abort = DialAbort()
         #: The iterating thread may be inside recv() or send(): cancel() wakes it with
         #: shutdown() (on Linux, close() alone wakes neither), and it closes the socket.
         self._in_io = False
@@ -151,6 +170,7 @@ class H2SubscribeCall(SubscribeReceiver):
 
     def cancel(self) -> None:
         """End the call; a blocked ``next()`` raises CANCELLED. Idempotent."""
+        self._abort.abort()  # a dial under way (the reader is not in recv() yet)
         with self._lock:
             self._cancelled = True
             sock = self._sock
@@ -368,7 +388,9 @@ class H2SubscribeCall(SubscribeReceiver):
             raise self._cancelled_error()
         body = self._request.SerializeToString()
         try:
-            # cancel() (a get() deadline, close()) ends a connect left waiting at once.
+            # cancel() (a get() deadline, close()) ends a step left waiting at once.
+            if self._preflight is not None:
+                self._preflight(self._abort)
             sock, conn, sid = dial(
                 self._address,
                 self._options,
@@ -376,8 +398,10 @@ class H2SubscribeCall(SubscribeReceiver):
                 _PATH,
                 _RECV_WINDOW,
                 body,
-                cancelled=lambda: self._cancelled,
+                abort=self._abort,
             )
+        except ClientClosedError:  # our own cancel() abandoned the dial
+            raise self._cancelled_error() from None
         except DialError as exc:
             if self._cancelled:
                 raise self._cancelled_error() from None

@@ -78,9 +78,16 @@ def open_subscribe(
     """
     options = core.options
     if options.subscribe_transport == "h2":
-        # The diagnosis the grpcio channels get (and their TLS set-up).
-        core.pool.check_tls(address)
-        call = H2SubscribeCall(address, request, options, core.pool.tls)
+        # The diagnosis the grpcio channels get (and their TLS set-up), made by the
+        # call's first read so that its cancel() (close(), a get() deadline) ends it.
+        pool = core.pool
+        call = H2SubscribeCall(
+            address,
+            request,
+            options,
+            pool.tls,
+            preflight=lambda abort: pool.check_tls(address, abort=abort),
+        )
         call.batched = batched
         return call
     stub = core.pool.stub(address, streaming_reads=True)

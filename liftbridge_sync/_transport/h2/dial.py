@@ -3,17 +3,14 @@ the request (:func:`dial`, shared by the ``"h2"`` publish stream and the ``Subsc
 reader), and the ``PublishAsync`` opener. Given a
 :class:`~liftbridge_sync._transport.aborting.DialAbort`, the TLS pre-flight, the
 connect, the TLS handshake and the wait for the broker's first frame are abandoned as
-soon as it aborts (the publisher's ``close()``); the name lookup is not. Every function
-here is thread-safe."""
+soon as it aborts (the publisher's ``close()``, a subscribe call's ``cancel()``); the
+name lookup is not. Every function here is thread-safe."""
 
 from __future__ import annotations
 
-import errno
-import os
 import selectors
 import socket
 import ssl
-import time
 from collections.abc import Callable
 
 import h2.config
@@ -39,10 +36,6 @@ __all__ = ["DialError", "dial", "open_h2_stream"]
 _PATH = b"/proto.API/PublishAsync"
 #: Longest wait for the broker's side of the HTTP/2 handshake (also ``rpc_timeout``).
 _HANDSHAKE_TIMEOUT = 5.0
-#: How often a cancellable TCP connect asks whether it was cancelled, seconds.
-_CANCEL_POLL = 0.05
-#: ``connect()`` of a non-blocking socket still under way.
-_IN_PROGRESS = (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK)
 
 
 def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
@@ -83,48 +76,6 @@ def _tls_record(head: bytes) -> bool:
     return head[0] in (0x15, 0x16) and head[1] == 0x03
 
 
-def _connect_tcp(
-    host: str, port: int, timeout: float, cancelled: Callable[[], bool] | None
-) -> socket.socket:
-    """``socket.create_connection`` bounded by ``timeout``; with ``cancelled``, also
-    given up on (``OSError``) within :data:`_CANCEL_POLL` seconds of it saying so.
-
-    A blocking ``connect()`` to an address that black-holes SYNs (a host that went away)
-    waits for its whole timeout unless another thread shuts its socket down (what
-    :func:`~liftbridge_sync._transport.aborting.connect` does for a ``DialAbort``). A
-    caller that can only be asked (the subscribe reader's deadline and ``close()``)
-    gets a non-blocking connect waited on in short slices instead.
-    """
-    if cancelled is None:
-        return socket.create_connection((host, port), timeout=timeout)
-    deadline = time.monotonic() + timeout
-    error: OSError = OSError(f"cannot resolve {host!r}")
-    for family, kind, proto, _, sockaddr in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.setblocking(False)
-            code = sock.connect_ex(sockaddr)
-            if code in _IN_PROGRESS:
-                with selectors.DefaultSelector() as selector:
-                    selector.register(sock, selectors.EVENT_WRITE)
-                    while not selector.select(min(_CANCEL_POLL, deadline - time.monotonic())):
-                        if cancelled():
-                            raise OSError(errno.ECANCELED, "connect cancelled")
-                        if time.monotonic() >= deadline:
-                            raise TimeoutError("timed out")
-                code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if code:
-                raise OSError(code, os.strerror(code))
-            sock.settimeout(timeout)
-            return sock
-        except OSError as exc:
-            sock.close()
-            error = exc
-            if cancelled():
-                break
-    raise error
-
-
 def _keepalive(options: ClientOptions) -> tuple[float | None, float]:
     """(seconds without reads before a PING or None, seconds to wait for its answer)."""
     settings = dict(options.grpc_options)
@@ -148,7 +99,6 @@ def dial(
     path: bytes,
     recv_window: int,
     body: bytes | None = None,
-    cancelled: Callable[[], bool] | None = None,
     abort: DialAbort | None = None,
 ) -> tuple[socket.socket, h2.connection.H2Connection, int]:
     """Open one gRPC call on a new HTTP/2 connection (the publish and subscribe dial).
@@ -167,10 +117,8 @@ def dial(
         recv_window: Receive window of the stream and the connection, bytes.
         body: The request message, already serialized, or ``None`` to keep the
             request open (a client stream).
-        cancelled: Asked while the TCP connect waits: once it returns true, the dial
-            fails at once (within :data:`_CANCEL_POLL` seconds). The subscribe reader's.
-        abort: Abandons the connect and the TLS handshake from another thread (used
-            when ``cancelled`` is not given). The publisher's.
+        abort: Abandons the connect and the TLS handshake from another thread (the
+            publisher's ``close()``, a subscribe call's ``cancel()``).
 
     Returns:
         The socket, the ``h2`` connection and the stream id.
@@ -182,10 +130,7 @@ def dial(
     """
     host, port = parse_address(address)
     try:
-        if cancelled is not None:
-            sock = _connect_tcp(host, port, options.rpc_timeout, cancelled)
-        else:
-            sock = connect(host, port, options.rpc_timeout, abort)
+        sock = connect(host, port, options.rpc_timeout, abort)
     except OSError as exc:
         raise DialError(f"cannot connect to {address}: {exc}") from exc
     try:

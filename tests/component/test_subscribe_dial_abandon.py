@@ -1,0 +1,199 @@
+"""A subscription's ``close()`` and ``get(timeout)`` abandon the ``"h2"`` dial at once.
+
+The subscribe reader's dial could only be asked to stop while its TCP connect waited (a
+flag polled every 50 ms): the TLS pre-flight, the TLS handshake and the wait for the
+broker's first frame went on until ``rpc_timeout`` (the pre-flight: 5 s at most) against
+a broker that accepts connections and then says nothing. Now the call's dial is
+abandoned as the publisher's is (a :class:`~liftbridge_sync._transport.aborting.DialAbort`
+shuts the socket of the step under way down), so with ``rpc_timeout=30`` close()
+returns, and ``get(timeout)`` times out, within a second or so.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import ClientOptions, StartAt, TLSOptions
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.channels import ChannelPool
+from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
+from liftbridge_sync.testing import (
+    FakeBroker,
+    FakeCluster,
+    TestCertificates,
+    generate_certificates,
+    serve,
+)
+from tests.waiting import wait_until
+
+from .test_subscribe_faults import SC, make_client
+
+#: What a bound may be exceeded by on a loaded 2-core machine (scheduling, not waits).
+BOUND = 2.0
+
+
+class _Silent:
+    """Accepts connections and never says anything: no TLS ServerHello, no SETTINGS (a
+    hung broker process, a proxy with nothing behind it)."""
+
+    def __init__(self) -> None:
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(16)
+        self.port: int = self._server.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._held: list[socket.socket] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="test-silent", daemon=True)
+        self._thread.start()
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        self._server.settimeout(0.05)
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[_Silent]:
+    listener = _Silent()
+    yield listener
+    listener.close()
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
+    return generate_certificates(tmp_path_factory.mktemp("pki"))
+
+
+def _tls(certs: TestCertificates) -> TLSOptions:
+    return TLSOptions(ca_cert=str(certs.ca_cert), server_name="localhost")
+
+
+def _in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is inside ``function`` (its stack)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize(
+    ("tls", "step"),
+    [(False, "_recv_within"), (True, "do_handshake"), (True, "preflight_tls")],
+    ids=["first-frame", "tls-handshake", "tls-pre-flight"],
+)
+def test_cancel_abandons_the_dial_of_a_call_to_a_silent_broker(
+    silent: _Silent, certs: TestCertificates, tls: bool, step: str
+) -> None:
+    options = ClientOptions(
+        addresses=(silent.address,), rpc_timeout=30.0, tls=_tls(certs) if tls else None
+    )
+    pool = ChannelPool(options)
+    if step == "do_handshake":
+        pool._checked.add(silent.address)  # the pre-flight passed earlier
+    call = H2SubscribeCall(
+        silent.address,
+        api_pb2.SubscribeRequest(stream="s", partition=0),
+        options,
+        pool.tls,
+        preflight=lambda abort: pool.check_tls(silent.address, abort=abort),
+    )
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            next(call)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    reader = threading.Thread(target=read, name="test-reader", daemon=True)
+    reader.start()
+    wait_until(lambda: _in(reader, step) and silent.accepted >= 1, what=f"the reader in {step}")
+    started = time.monotonic()
+    call.cancel()
+    reader.join(BOUND)
+    took = time.monotonic() - started
+    assert not reader.is_alive(), f"cancel() did not end the read within {BOUND}s"
+    assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
+    assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
+    assert errors[0].code == "CANCELLED"
+    pool.close()
+
+
+def _tls_broker(fake: FakeBroker, certs: TestCertificates) -> None:
+    """Serve ``fake`` on a TLS port (not started yet) instead of its plaintext one."""
+    credentials = grpc.ssl_server_credentials(
+        [(certs.server_key.read_bytes(), certs.server_cert.read_bytes())]
+    )
+    fake.port = fake._server.add_secure_port("127.0.0.1:0", credentials)
+    fake.address = f"127.0.0.1:{fake.port}"
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
+def test_get_timeout_and_close_abandon_a_resubscribe_to_a_silent_leader(
+    silent: _Silent, certs: TestCertificates, tls: bool
+) -> None:
+    """The new leader accepts connections and says nothing: with TLS, the pre-flight
+    (5 s) and the handshake (``rpc_timeout``) could not be cut short."""
+    cluster = FakeCluster(leader="a")
+    a = FakeBroker("a", cluster)
+    if tls:
+        _tls_broker(a, certs)
+    a.start()
+    FakeBroker("b", cluster, advertised_port=silent.port)  # never started: an address only
+    try:
+        a.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "node died"))]
+        options = {"tls": _tls(certs)} if tls else {}
+        with make_client(
+            a, rpc_timeout=30.0, resubscribe_wait=60.0, subscribe_transport="h2", **options
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert sub.get(5).offset == 0
+            cluster.leader = "b"
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                sub.get(0.3)
+            took = time.monotonic() - started
+            assert took < BOUND, f"get(0.3) took {took:.2f}s"
+            assert silent.accepted >= 1
+            result: list[object] = []
+            reader = threading.Thread(target=lambda: result.append(list(sub)), daemon=True)
+            reader.start()
+            accepted = silent.accepted
+            wait_until(lambda: silent.accepted > accepted, what="the reader to dial the leader")
+            started = time.monotonic()
+            sub.close()
+            reader.join(BOUND)
+            took = time.monotonic() - started
+            assert not reader.is_alive(), f"close() did not end the read within {BOUND}s"
+            assert took < BOUND, f"the read ended {took:.2f}s after close()"
+            assert result == [[]]  # a closed subscription ends its iteration
+    finally:
+        a.stop()
