@@ -173,16 +173,16 @@ class OwnerLoop:
     def close(self, timeout: float | None) -> None:
         """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
 
-        Returns within ``timeout`` + :data:`CLOSE_SLACK` seconds, whatever the broker
-        does: at the deadline a dial under way (a connect, the TLS pre-flight, a TLS
-        or HTTP/2 handshake waiting for the broker) is abandoned, and the streams get
-        what is left of the slack to end (then they are cancelled). When it returns,
+        Returns within ``timeout`` + :data:`CLOSE_SLACK` seconds, whatever the broker does: at
+        the deadline a dial under way (a name lookup, a connect, the TLS pre-flight, a
+        TLS or HTTP/2 handshake waiting for the broker) is abandoned, and the streams
+        get what is left of the slack to end (then they are cancelled). When it returns,
         every publish pending has failed (:class:`ClientClosedError`, or
         :class:`AckTimeoutError` for those whose ack timeout came first) and the owner
         thread has ended; but for one blocked outside the library's waits (a
-        done-callback that blocks, a name lookup under way), which is not waited for
-        longer: it ends by itself when that returns (daemonic, ``liftbridge-publisher``),
-        failing what is left then. A later call waits for the first call's deadline; called from a
+        done-callback that blocks), which is not waited for longer: it ends by itself
+        when that returns (daemonic, ``liftbridge-publisher``), failing what is left
+        then. A later call waits for the first call's deadline; called from a
         done-callback (the owner thread), it returns at once.
 
         Args:

@@ -8,7 +8,15 @@ as its socket is shut down. The dialling thread does each blocking step inside
 :meth:`DialAbort.watching`; :meth:`DialAbort.abort`, from any thread, shuts the socket
 of the step under way down and makes that step, and every later one, raise
 :class:`~liftbridge_sync.errors.ClientClosedError`. :func:`connect` is
-:func:`socket.create_connection` with each connect so watched.
+:func:`socket.create_connection` with each connect so watched, and the name lookup
+before them bounded (:func:`resolve`).
+
+A name lookup (``getaddrinfo``) cannot be woken at all, and the system resolver's own
+timeouts (5 s per server and attempt by default) can add up to far more than
+``rpc_timeout``. :func:`resolve` therefore runs a lookup of a host name on a
+short-lived ``liftbridge-resolve`` thread and waits for it until the timeout or the
+abort; a lookup given up on is left to end by itself on that daemon thread (its answer
+is dropped). A numeric address needs no lookup and starts no thread.
 """
 
 from __future__ import annotations
@@ -16,29 +24,36 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from typing import Any
 
 from liftbridge_sync.errors import ClientClosedError
 
-__all__ = ["DialAbort", "connect", "watching"]
+__all__ = ["RESOLVE_THREAD", "DialAbort", "connect", "resolve", "watching"]
 
 _ABANDONED = "the dial was abandoned: its owner is closing or gave up"
+#: The name of the thread a host name is looked up on (see :func:`resolve`).
+RESOLVE_THREAD = "liftbridge-resolve"
+
+#: What :func:`socket.getaddrinfo` returns.
+AddrInfo = Sequence[tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]]
 
 
 class DialAbort:
     """Lets another thread abandon one owner's dials, for good.
 
-    One thread dials at a time (:meth:`watching` watches one socket); :meth:`abort` and
+    One thread dials at a time (:meth:`watching` watches one step); :meth:`abort` and
     :attr:`aborted` are thread-safe.
     """
 
-    __slots__ = ("_aborted", "_lock", "_watched")
+    __slots__ = ("_aborted", "_lock", "_wake")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._aborted = False
-        self._watched: socket.socket | None = None
+        #: Wakes the blocking step under way (None: none is).
+        self._wake: Callable[[], None] | None = None
 
     @property
     def aborted(self) -> bool:
@@ -49,13 +64,8 @@ class DialAbort:
         """Wake the blocking step under way, if any, and refuse every later one."""
         with self._lock:
             self._aborted = True
-            sock = self._watched
-            if sock is not None:
-                # The plain socket's shutdown, also for an SSLSocket (whose own shutdown
-                # drops its SSL object under the thread using it). A socket the dialling
-                # thread closed meanwhile has no descriptor any more: EBADF, ignored.
-                with contextlib.suppress(OSError):
-                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            if self._wake is not None:
+                self._wake()
 
     def check(self) -> None:
         """Raise if the dial was abandoned.
@@ -66,8 +76,7 @@ class DialAbort:
         if self._aborted:
             raise ClientClosedError(_ABANDONED)
 
-    @contextlib.contextmanager
-    def watching(self, sock: socket.socket) -> Iterator[None]:
+    def watching(self, sock: socket.socket) -> AbstractContextManager[None]:
         """Run one blocking step on ``sock``, which :meth:`abort` wakes by shutting
         ``sock`` down; leave ``sock`` open (closing it is the caller's).
 
@@ -75,9 +84,21 @@ class DialAbort:
             ClientClosedError: the dial was abandoned, before or during the step (then
                 whatever the step raised is its ``__cause__``).
         """
+        return self._step(lambda: _shut_down(sock))
+
+    def waiting(self, event: threading.Event) -> AbstractContextManager[None]:
+        """Run one wait for ``event``, which :meth:`abort` sets (as :meth:`watching`).
+
+        Raises:
+            ClientClosedError: the dial was abandoned, before or during the wait.
+        """
+        return self._step(event.set)
+
+    @contextlib.contextmanager
+    def _step(self, wake: Callable[[], None]) -> Iterator[None]:
         with self._lock:
             self.check()
-            self._watched = sock
+            self._wake = wake
         try:
             yield
         except BaseException as exc:
@@ -86,8 +107,16 @@ class DialAbort:
             raise
         finally:
             with self._lock:
-                self._watched = None
+                self._wake = None
         self.check()  # a step that returned because its socket was shut down
+
+
+def _shut_down(sock: socket.socket) -> None:
+    # The plain socket's shutdown, also for an SSLSocket (whose own shutdown drops its
+    # SSL object under the thread using it). A socket the dialling thread closed
+    # meanwhile has no descriptor any more: EBADF, ignored.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
 def watching(abort: DialAbort | None, sock: socket.socket) -> AbstractContextManager[None]:
@@ -96,23 +125,84 @@ def watching(abort: DialAbort | None, sock: socket.socket) -> AbstractContextMan
     return contextlib.nullcontext() if abort is None else abort.watching(sock)
 
 
-def connect(host: str, port: int, timeout: float, abort: DialAbort | None) -> socket.socket:
-    """:func:`socket.create_connection` (each address in turn, ``timeout`` each), with
-    every connect watched by ``abort``; the name lookup is not.
+def resolve(host: str, port: int, timeout: float, abort: DialAbort | None = None) -> AddrInfo:
+    """The TCP addresses of ``host`` (:func:`socket.getaddrinfo`), looked up for at most
+    ``timeout`` seconds and abandoned as soon as ``abort`` aborts.
+
+    A numeric address is answered at once. A host name is looked up on a
+    ``liftbridge-resolve`` daemon thread, which a lookup given up on leaves running
+    until the system resolver gives up by itself (its answer is then dropped).
 
     Raises:
-        OSError: no address could be connected to (the last address's error).
+        OSError: the name is unknown (``socket.gaierror``), or ``TimeoutError`` when the
+            lookup took longer than ``timeout``.
         ClientClosedError: ``abort`` aborted.
     """
-    if abort is None:
-        return socket.create_connection((host, port), timeout=timeout)
-    abort.check()
+    try:
+        return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        pass  # a host name: looked up below
+    lookup = _Lookup(host, port)
+    thread = threading.Thread(target=lookup.run, name=RESOLVE_THREAD, daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:
+        lookup.run()  # out of threads: here, unbounded (as socket.create_connection)
+        return lookup.answer()
+    with contextlib.nullcontext() if abort is None else abort.waiting(lookup.done):
+        done = lookup.done.wait(timeout)
+    if not done:
+        raise TimeoutError(f"the name lookup of {host!r} took longer than {timeout:g}s")
+    thread.join(timeout)  # it has set `done`: it is returning
+    return lookup.answer()
+
+
+class _Lookup:
+    """One ``getaddrinfo`` whose answer, or error, another thread picks up."""
+
+    __slots__ = ("_args", "_error", "_result", "done")
+
+    def __init__(self, host: str, port: int) -> None:
+        self._args = (host, port)
+        self._result: AddrInfo | None = None
+        self._error: BaseException | None = None
+        #: Set once the answer or the error is in, or by an abort (see ``resolve``).
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._result = socket.getaddrinfo(*self._args, 0, socket.SOCK_STREAM)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self._error = exc
+        finally:
+            self.done.set()
+
+    def answer(self) -> AddrInfo:
+        """What :meth:`run` got: the addresses, or its error raised."""
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+
+def connect(host: str, port: int, timeout: float, abort: DialAbort | None = None) -> socket.socket:
+    """:func:`socket.create_connection` (each address in turn, ``timeout`` each), with
+    the name lookup bounded by ``timeout`` too (:func:`resolve`), and the lookup and
+    every connect abandoned when ``abort`` aborts.
+
+    Raises:
+        OSError: the name lookup failed or took longer than ``timeout``, or no address
+            could be connected to (the last address's error).
+        ClientClosedError: ``abort`` aborted.
+    """
+    if abort is not None:
+        abort.check()
     error: OSError | None = None
-    for family, kind, proto, _, address in socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM):
+    for family, kind, proto, _, address in resolve(host, port, timeout, abort):
         sock = socket.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)
-            with abort.watching(sock):
+            with watching(abort, sock):
                 sock.connect(address)
         except OSError as exc:
             sock.close()

@@ -86,9 +86,10 @@ def preflight_tls(
     Args:
         address: ``host:port`` of the broker.
         setup: The client's TLS set-up (the same context as its other connections).
-        timeout: Seconds for the whole pre-flight (connect, handshake and answer).
-        abort: Abandons the connect, the handshake and the wait for the answer from
-            another thread.
+        timeout: Seconds for the pre-flight: the name lookup and each connect may
+            take this long, the handshake and the answer what is left of it.
+        abort: Abandons the name lookup, the connect, the handshake and the wait for the
+            answer from another thread.
 
     Returns:
         False if it ran out of time before a verdict, else True.

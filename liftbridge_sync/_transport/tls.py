@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 import ssl
 import tempfile
 import threading
@@ -43,6 +42,7 @@ from collections.abc import Iterator
 
 import grpc
 
+from liftbridge_sync._transport.aborting import connect
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.options import TLSOptions
 
@@ -259,7 +259,7 @@ def peer_issuer(host: str, port: int, server_hostname: str, timeout: float) -> s
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((host, port), timeout=timeout) as raw:
+        with connect(host, port, timeout) as raw:
             with context.wrap_socket(raw, server_hostname=server_hostname) as conn:
                 der = conn.getpeercert(binary_form=True)
     except OSError:

@@ -1,10 +1,10 @@
 """Opening a call over our own HTTP/2: TCP, TLS with ALPN ``h2``, the HTTP/2 preface and
 the request (:func:`dial`, shared by the ``"h2"`` publish stream and the ``Subscribe``
-reader), and the ``PublishAsync`` opener. Given a
-:class:`~liftbridge_sync._transport.aborting.DialAbort`, the TLS pre-flight, the
-connect, the TLS handshake and the wait for the broker's first frame are abandoned as
-soon as it aborts (the publisher's ``close()``, a subscribe call's ``cancel()``); the
-name lookup is not. Every function here is thread-safe."""
+reader), and the ``PublishAsync`` opener. The name lookup is bounded by ``rpc_timeout``.
+Given a :class:`~liftbridge_sync._transport.aborting.DialAbort`, the TLS pre-flight, the
+name lookup, the connect, the TLS handshake and the wait for the broker's first frame
+are abandoned as soon as it aborts (the publisher's ``close()``, a subscribe call's
+``cancel()``). Every function here is thread-safe."""
 
 from __future__ import annotations
 
@@ -103,11 +103,12 @@ def dial(
 ) -> tuple[socket.socket, h2.connection.H2Connection, int]:
     """Open one gRPC call on a new HTTP/2 connection (the publish and subscribe dial).
 
-    TCP (connect bounded by ``rpc_timeout``, ``TCP_NODELAY``), TLS with ALPN ``h2``
-    from the client's one :class:`~liftbridge_sync._transport.tls.TLSSetup`, the
-    connection preface with our SETTINGS and receive window, the request headers and,
-    for a call with a single request, ``body`` (one gRPC message) ending the request.
-    Everything is written before returning; the socket keeps the connect timeout.
+    TCP (name lookup and connect each bounded by ``rpc_timeout``, ``TCP_NODELAY``), TLS with
+    ALPN ``h2`` from the client's one :class:`~liftbridge_sync._transport.tls.TLSSetup`,
+    the connection preface with our SETTINGS and receive window, the request headers
+    and, for a call with a single request, ``body`` (one gRPC message) ending the
+    request. Everything is written before returning; the socket keeps the connect
+    timeout.
 
     Args:
         address: ``host:port`` of the broker.
@@ -117,8 +118,8 @@ def dial(
         recv_window: Receive window of the stream and the connection, bytes.
         body: The request message, already serialized, or ``None`` to keep the
             request open (a client stream).
-        abort: Abandons the connect and the TLS handshake from another thread (the
-            publisher's ``close()``, a subscribe call's ``cancel()``).
+        abort: Abandons the name lookup, the connect and the TLS handshake from another
+            thread (the publisher's ``close()``, a subscribe call's ``cancel()``).
 
     Returns:
         The socket, the ``h2`` connection and the stream id.
@@ -193,12 +194,12 @@ def open_h2_stream(
 ) -> PublishStream:
     """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
-    Connects (bounded by ``rpc_timeout``), negotiates TLS with ALPN ``h2`` when
-    configured, sends the connection preface and the request headers, waits for the
-    broker's first frame (at most 5 s), then hands the socket to a new
-    :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends
-    the TLS pre-flight (:meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`),
-    the connect, the TLS handshake and the wait at once (not a name lookup).
+    Looks the host up and connects (each bounded by ``rpc_timeout``), negotiates TLS with
+    ALPN ``h2`` when configured, sends the connection preface and the request headers,
+    waits for the broker's first frame (at most 5 s), then hands the socket to a new
+    :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends the
+    TLS pre-flight (:meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`),
+    the name lookup, the connect, the TLS handshake and the wait at once.
 
     Raises:
         BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends

@@ -15,6 +15,7 @@ import contextlib
 import socket
 import ssl
 
+from liftbridge_sync._transport.aborting import connect
 from liftbridge_sync._wire.speedups import recv_held, send_held
 
 __all__ = [
@@ -64,7 +65,7 @@ def speaks_tls(peer: tuple[str, int], timeout: float = 2.0) -> str | None:
     """
     context = ssl.create_default_context()  # the system store, hostname checked
     try:
-        with socket.create_connection(peer, timeout=timeout) as raw:
+        with connect(*peer, timeout) as raw:
             with context.wrap_socket(raw, server_hostname=peer[0]):
                 return "verified"
     except ssl.SSLCertVerificationError:
