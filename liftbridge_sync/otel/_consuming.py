@@ -1,0 +1,83 @@
+"""The consuming side: a CONSUMER ``process`` span around the handling of a message.
+
+Thread-safe: the counters are made once per provider; a span is the caller's thread's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.trace import Link, SpanKind
+
+from liftbridge_sync.models import Message
+from liftbridge_sync.otel._conventions import SCOPE, SYSTEM, metrics_configured
+from liftbridge_sync.otel._propagation import extract
+
+__all__ = ["process"]
+
+
+@functools.lru_cache(maxsize=8)
+def _consumed_counter(provider: metrics.MeterProvider) -> metrics.Counter:
+    return provider.get_meter(SCOPE).create_counter(
+        "messaging.client.consumed.messages",
+        unit="{message}",
+        description="Number of messages that were delivered to the application.",
+    )
+
+
+@contextlib.contextmanager
+def process(
+    message: Message,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    as_child: bool = True,
+) -> Iterator[trace.Span]:
+    """A CONSUMER ``process <stream>`` span around the handling of one message.
+
+    The span is linked to the producer's span carried in the message's headers and,
+    with ``as_child`` (the default), also its child, so the handling joins the
+    producer's trace; otherwise it continues the current trace. Errors raised in the
+    block are recorded on the span and re-raised. ``messaging.client.consumed.messages``
+    counts the message.
+
+    Thread-safe: use it on the thread that handles the message.
+    """
+    producer = extract(message)
+    producer_span = trace.get_current_span(producer).get_span_context()
+    links = [Link(producer_span)] if producer_span.is_valid else []
+    tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE)
+    attributes: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": message.stream,
+        "messaging.destination.partition.id": str(message.partition),
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "messaging.liftbridge.offset": message.offset,
+    }
+    if message.key is not None:
+        attributes["messaging.liftbridge.message.key"] = message.key.decode("utf-8", "replace")
+    meters = meter_provider or metrics.get_meter_provider()
+    if metrics_configured(meters):
+        _consumed_counter(meters).add(
+            1,
+            {
+                "messaging.system": SYSTEM,
+                "messaging.destination.name": message.stream,
+                "messaging.destination.partition.id": str(message.partition),
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "process",
+            },
+        )
+    with tracer.start_as_current_span(
+        f"process {message.stream}",
+        context=producer if as_child and producer_span.is_valid else None,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+    ) as span:
+        yield span
