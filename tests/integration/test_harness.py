@@ -440,7 +440,7 @@ def test_cluster_node_whose_port_was_taken_starts_on_another(
         def free_port(exclude: frozenset[int] | set[int] = frozenset()) -> int:
             return next(handed, None) or real_free_port(exclude)
 
-        monkeypatch.setattr("liftbridge_sync.testing._cluster.free_port", free_port)
+        monkeypatch.setattr("liftbridge_sync.testing._cluster.nodes.free_port", free_port)
         with LiftbridgeCluster(3, installed=installed) as cluster:
             node = cluster.servers[0]
             assert node.port != port and node.config["port"] == node.port
@@ -489,7 +489,7 @@ def test_a_cluster_that_fails_to_start_leaves_nothing_running(
     monkeypatch.setattr(ClusterNode, "spawn", spawn)
     monkeypatch.setattr(ClusterNode, "wait_ready", wait_ready)
     if failure == "unknown key":
-        monkeypatch.setattr("liftbridge_sync.testing._cluster.check_keys", check_keys)
+        monkeypatch.setattr("liftbridge_sync.testing._cluster.nodes.check_keys", check_keys)
     cluster = LiftbridgeCluster(3, installed=installed)
     expected: type[BaseException] = {
         "unknown key": ValueError,

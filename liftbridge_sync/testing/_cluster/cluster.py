@@ -1,4 +1,5 @@
-"""A Liftbridge cluster on loopback sharing one external ``nats-server``."""
+"""A Liftbridge cluster on loopback sharing one external ``nats-server``: starting,
+healing and stopping it, and its nodes one by one."""
 
 from __future__ import annotations
 
@@ -10,57 +11,28 @@ from pathlib import Path
 
 import grpc
 
-from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.testing._config import check_keys, flatten
+from liftbridge_sync.testing._cluster.nodes import ClusterNode, build_nodes
+from liftbridge_sync.testing._cluster.queries import POLL_INTERVAL, ClusterMetadata
+from liftbridge_sync.testing._config import flatten
 from liftbridge_sync.testing._install import InstalledServer, install_server
 from liftbridge_sync.testing._lifecycle import Lifecycle
 from liftbridge_sync.testing._nats import NatsServer
 from liftbridge_sync.testing._net import free_port
-from liftbridge_sync.testing._process import LiftbridgeProcess, ServerStartError, internal_streams
+from liftbridge_sync.testing._process import ServerStartError, internal_streams
 from liftbridge_sync.testing._rpc import fetch_metadata
-from liftbridge_sync.testing._server import base_config, unique_name
+from liftbridge_sync.testing._server import unique_name
 from liftbridge_sync.testing._tls import ServerTLS
 
-__all__ = ["FAST_FAILOVER", "ClusterNode", "LiftbridgeCluster"]
+__all__ = ["LiftbridgeCluster"]
 
-logger = logging.getLogger(__name__)
+#: Named as when the cluster was one module, for the log configurations that name it.
+logger = logging.getLogger("liftbridge_sync.testing._cluster")
 
-#: Settings that make failover happen within seconds instead of minutes.
-FAST_FAILOVER: Mapping[str, object] = {
-    "metadata.cache.max.age": "1s",
-    "clustering.replica.max.leader.timeout": "1s",
-    "clustering.replica.max.idle.wait": "500ms",
-    "clustering.replica.fetch.timeout": "500ms",
-    # A dead replica leaves the ISR after this long; until then nothing new commits
-    # and committed-only reads stall (the default is 15 s). Must exceed max.idle.wait.
-    "clustering.replica.max.lag.time": "2s",
-    "groups.consumer.timeout": "3s",
-    "groups.coordinator.timeout": "3s",
-}
-_POLL_INTERVAL = 0.1
 #: Starts of a node whose gRPC port turned out to be taken.
 _PORT_RETRIES = 3
 
 
-class ClusterNode(LiftbridgeProcess):
-    """One node of a :class:`LiftbridgeCluster`.
-
-    Shares :class:`~liftbridge_sync.testing.LiftbridgeServer`'s API where it
-    makes sense (``address``, ``port``, ``pid``, ``stop``, ``kill``, ``log_tail``…).
-    Not thread-safe.
-
-    Attributes:
-        index: Position in :attr:`LiftbridgeCluster.servers`.
-    """
-
-    index: int = 0
-
-    def __repr__(self) -> str:
-        state = "running" if self.running else "stopped"
-        return f"<ClusterNode {self.index} {self.server_id} {self.address} {state}>"
-
-
-class LiftbridgeCluster(Lifecycle):
+class LiftbridgeCluster(ClusterMetadata, Lifecycle):
     """``size`` Liftbridge nodes on 127.0.0.1 with one external ``nats-server``.
 
     Every node lists all server ids in ``clustering.raft.bootstrap.peers`` (so
@@ -165,50 +137,6 @@ class LiftbridgeCluster(Lifecycle):
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def _build_nodes(self, run_dir: Path, nats_url: str) -> list[ClusterNode]:
-        installed = self.installed
-        ids = [unique_name(f"n{i}-") for i in range(self.size)]
-        used: set[int] = set()
-        nodes = []
-        for index, server_id in enumerate(ids):
-            port = free_port(exclude=used)
-            used.add(port)
-            data_dir = run_dir / server_id / "data"
-            config = base_config(
-                installed,
-                server_id=server_id,
-                namespace=self.namespace,
-                port=port,
-                data_dir=data_dir,
-                nats_servers=[nats_url],
-                cursors_partitions=self._cursors_partitions,
-                activity=self._activity,
-                log_level=self._log_level,
-            )
-            config["clustering.raft.bootstrap.peers"] = list(ids)
-            config.update(FAST_FAILOVER)
-            if self.tls is not None:
-                config.update(self.tls.server_config(run_dir))
-            config.update(self._extra_config)
-            check_keys(config.keys(), installed.version, installed.supports_telemetry_key)
-            node = ClusterNode(
-                installed=installed,
-                run_dir=run_dir,
-                config=config,
-                server_id=server_id,
-                namespace=self.namespace,
-                port=port,
-                nats_url=nats_url,
-                data_dir=data_dir,
-                env=self._env,
-                require_leader=False,
-                startup_timeout=self.startup_timeout,
-                tls=self.tls,
-            )
-            node.index = index
-            nodes.append(node)
-        return nodes
-
     def start(self) -> LiftbridgeCluster:
         """Start NATS and all nodes; wait for a metadata leader and ``size`` brokers.
 
@@ -241,7 +169,20 @@ class LiftbridgeCluster(Lifecycle):
 
     def _start_processes(self, installed: InstalledServer, run_dir: Path) -> None:
         self._nats = NatsServer(run_dir).start()
-        self.servers = self._build_nodes(run_dir, self._nats.url)
+        self.servers = build_nodes(
+            installed,
+            run_dir,
+            self._nats.url,
+            size=self.size,
+            namespace=self.namespace,
+            tls=self.tls,
+            cursors_partitions=self._cursors_partitions,
+            activity=self._activity,
+            log_level=self._log_level,
+            extra_config=self._extra_config,
+            env=self._env,
+            startup_timeout=self.startup_timeout,
+        )
         started = time.monotonic()
         for node in self.servers:
             node.spawn()
@@ -308,7 +249,7 @@ class LiftbridgeCluster(Lifecycle):
                         return
             if time.monotonic() >= deadline:
                 raise self._error(f"cluster not ready within {timeout:.0f}s")
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
 
     def _error(self, what: str) -> ServerStartError:
         tails = "\n".join(
@@ -354,7 +295,7 @@ class LiftbridgeCluster(Lifecycle):
                 pass
             if time.monotonic() >= deadline:
                 raise self._error(f"node {index} did not rejoin within {timeout:.0f}s")
-            time.sleep(_POLL_INTERVAL)
+            time.sleep(POLL_INTERVAL)
 
     def heal(self, timeout: float = 30.0) -> list[str]:
         """Start every node that is not running, then wait until the cluster is ready.
@@ -406,112 +347,6 @@ class LiftbridgeCluster(Lifecycle):
         else:
             node.stop()
         self.start_node(index, timeout)
-
-    # -- metadata ------------------------------------------------------------------------
-
-    def metadata(
-        self, streams: list[str] | None = None, timeout: float = 10.0
-    ) -> api_pb2.FetchMetadataResponse:
-        """FetchMetadata from the first live node that answers.
-
-        Args:
-            streams: Stream names (default: all).
-            timeout: Deadline per attempted node.
-
-        Returns:
-            The response.
-
-        Raises:
-            LookupError: If no node answered.
-        """
-        errors = []
-        for node in self.servers:
-            if not node.running:
-                continue
-            try:
-                return fetch_metadata(
-                    node.address, timeout=timeout, streams=streams or (), tls=self.tls
-                )
-            except grpc.RpcError as exc:
-                errors.append(f"{node.address}: {exc.code()}")
-            except TimeoutError as exc:
-                errors.append(str(exc))
-        raise LookupError(f"no live node answered FetchMetadata ({errors or 'none running'})")
-
-    def index_of(self, server_id: str) -> int:
-        """Return the index of the node with ``server_id``.
-
-        Raises:
-            LookupError: If no node has that id.
-        """
-        for node in self.servers:
-            if node.server_id == server_id:
-                return node.index
-        raise LookupError(f"unknown server id {server_id!r}")
-
-    def partition_leader(self, stream: str, partition: int = 0) -> int:
-        """Return the index of the node leading ``stream``/``partition``.
-
-        Raises:
-            LookupError: If the stream, partition or a leader is not known.
-        """
-        response = self.metadata([stream])
-        for meta in response.streamMetadata:
-            if meta.name != stream:
-                continue
-            if partition not in meta.partitions:
-                raise LookupError(f"stream {stream!r} has no partition {partition}")
-            leader = meta.partitions[partition].leader
-            if not leader:
-                raise LookupError(f"{stream}/{partition} has no leader")
-            return self.index_of(leader)
-        raise LookupError(f"stream {stream!r} not found")
-
-    def wait_for_partition_leader(
-        self, stream: str, partition: int = 0, timeout: float = 10.0
-    ) -> int:
-        """Wait until ``stream``/``partition`` has a leader that is running.
-
-        Returns:
-            Its index.
-
-        Raises:
-            TimeoutError: If there is none in time.
-        """
-        return self.wait_for_new_leader(stream, partition, None, timeout)
-
-    def wait_for_new_leader(
-        self, stream: str, partition: int, old_index: int | None, timeout: float = 30.0
-    ) -> int:
-        """Wait until a running node other than ``old_index`` leads the partition.
-
-        Args:
-            stream: Stream name.
-            partition: Partition number.
-            old_index: Index of the previous leader (None: any running leader).
-            timeout: Seconds.
-
-        Returns:
-            The new leader's index.
-
-        Raises:
-            TimeoutError: If no new leader appears in time.
-        """
-        deadline = time.monotonic() + timeout
-        last: str = "no answer yet"
-        while True:
-            try:
-                index = self.partition_leader(stream, partition)
-                if index != old_index and self.servers[index].running:
-                    return index
-                last = f"leader is still node {index}"
-            except LookupError as exc:
-                last = str(exc)
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"no new leader for {stream}/{partition} within {timeout:.0f}s ({last})"
-                )
-            time.sleep(_POLL_INTERVAL)
 
     # -- teardown ------------------------------------------------------------------------
 
