@@ -4,6 +4,8 @@
   caller's thread, resubscribing from the last offset after failover.
 * :mod:`.connection`: opening and reopening that stream (broker choice, retries, the
   handshake, a deletion told apart from a restart).
+* :mod:`.read_failures`: what a read that failed or stayed silent means (resubscribe,
+  end, or raise).
 * :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscriber`` thread per
   partition merged into one iterator.
 * :mod:`.stats`: :class:`SubscriptionStats`, what a subscription counted.

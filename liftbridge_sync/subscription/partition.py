@@ -14,7 +14,8 @@ The first request is built (and its moment-dependent positions pinned) by
 :mod:`liftbridge_sync.subscription.opening`; opening and reopening the call (broker
 choice, retries, the handshake, deletion or restart) is
 :mod:`liftbridge_sync.subscription.connection`'s; which messages of a batch may be
-delivered, :mod:`liftbridge_sync.subscription.screening`'s. This module delivers them.
+delivered, :mod:`liftbridge_sync.subscription.screening`'s; what a failed or silent read
+means, :mod:`liftbridge_sync.subscription.read_failures`'. This module delivers them.
 Thread-safe as :class:`Subscription` says.
 """
 
@@ -28,21 +29,11 @@ from liftbridge_sync._runtime.scheduler import TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall
 from liftbridge_sync._wire.validate import check_id, check_int, check_timeout
-from liftbridge_sync.errors import (
-    ClientClosedError,
-    LiftbridgeError,
-    PartitionPausedError,
-    ReadonlyPartitionError,
-    UnsupportedError,
-)
+from liftbridge_sync.errors import ClientClosedError, LiftbridgeError, UnsupportedError
 from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
-from liftbridge_sync.subscription.connection import (
-    ATTEMPT_AT_LEAST,
-    Closed,
-    PartitionConnection,
-    SubscriptionTarget,
-)
+from liftbridge_sync.subscription.connection import Closed, SubscriptionTarget
+from liftbridge_sync.subscription.read_failures import ReadFailures
 from liftbridge_sync.subscription.screening import before_start, screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
@@ -52,7 +43,7 @@ _log = logging.getLogger("liftbridge_sync.subscription")
 _from_proto = Message.from_proto
 
 
-class Subscription(PartitionConnection):
+class Subscription(ReadFailures):
     """Iterate messages of one partition; resubscribes after failover from last_offset + 1.
 
     Use it as an iterator (``for msg in sub``) and a context manager. :meth:`get` waits at
@@ -93,10 +84,6 @@ class Subscription(PartitionConnection):
         self._pos = 0
         #: The last message delivered one at a time (for the out-of-order log line).
         self._last_pb: api_pb2.Message | None = None
-        #: The last offset a forward read may deliver (``None``: no stop offset).
-        self._stop_offset = target.stop_offset
-        #: When reads began to find nothing (``None``: a message came since).
-        self._idle_since: float | None = None
 
     def open(self, *, empty: bool) -> None:
         """Connect for the first time (``empty``: there is nothing to read at all).
@@ -427,144 +414,3 @@ class Subscription(PartitionConnection):
             if self._call is call:
                 self._call = None
         call.cancel()
-
-    def _arm_idle(self, call: SubscribeCall) -> TimerHandle:
-        """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
-
-        The clock runs from the first read that found nothing buffered, across ``get``
-        timeouts, until a message arrives.
-        """
-        now = time.monotonic()
-        if self._idle_since is None:
-            self._idle_since = now
-        window = self._core.options.rpc_timeout
-        return self._arm(max(0.0, window - (now - self._idle_since)), call)
-
-    def _rest_is_gone(self, deadline: float | None) -> bool:
-        """Whether a read with a stop offset has nothing left to wait for.
-
-        v1.9.0 serves committed messages at once, but once retention has deleted every
-        message (the active segment empty), its reader waits for the next message to be
-        published, even for offsets long committed: a range that ends at or below the
-        high watermark and got nothing for ``rpc_timeout`` from the leader has had the
-        rest deleted. A follower's silence (``read_isr_replica``) proves nothing, as it
-        may lag: the read goes on from the leader instead.
-
-        The leader is asked once, within ``rpc_timeout`` and what is left before
-        ``deadline`` (the ``get`` timeout's; at least ``ATTEMPT_AT_LEAST``): no retry
-        policy holds the read. An answer not had is no answer: the read goes on waiting
-        (and asks again after the next ``rpc_timeout`` of silence).
-        """
-        stop = self._stop_offset
-        target = self._target
-        wait = self._core.options.rpc_timeout
-        if deadline is not None:
-            wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_AT_LEAST))
-        try:
-            committed = self._core.fetch_partition_metadata_once(
-                target.stream, target.partition, wait
-            ).high_watermark
-        except LiftbridgeError:
-            self._stale = True  # the leader may have moved: the resubscribe looks again
-            return False  # not known: go on waiting
-        if stop is None or committed < stop:
-            return False  # the rest of the range is not written (or committed) yet
-        if not self._at_leader:
-            # A follower (read_isr_replica) may lag the leader's high watermark for as
-            # long as it stays in the ISR, longer than rpc_timeout: its silence says
-            # nothing about deletion. Only the leader's own silence does.
-            _log.info(
-                "subscription %s/%d: the replica read is silent after offset %s although "
-                "the leader has committed up to the stop (%d); reading from the leader",
-                target.stream,
-                target.partition,
-                self._last_offset,
-                stop,
-            )
-            self._leader_only = True
-            return False
-        _log.warning(
-            "subscription %s/%d: nothing arrived for %.1fs after offset %s although every "
-            "offset up to the stop (%d) is committed (high watermark %d): the rest was "
-            "deleted (retention); ending",
-            target.stream,
-            target.partition,
-            self._core.options.rpc_timeout,
-            self._last_offset,
-            stop,
-            committed,
-        )
-        return True
-
-    def _on_broken(
-        self,
-        call: SubscribeCall,
-        exc: LiftbridgeError,
-        timer: TimerHandle | None,
-        idle: TimerHandle | None = None,
-        deadline: float | None = None,
-    ) -> None:
-        """Decide what a failed read means; returns only if a resubscribe should follow
-        (``deadline``: the read's, for what is decided on the way)."""
-        with self._lock:
-            if self._call is call:
-                self._call = None
-        if self._closed.is_set():
-            raise StopIteration
-        code = exc.code
-        if idle is not None and idle.fired and code == "CANCELLED":
-            # Our own idle cancel: the next read resubscribes (a fresh server reader).
-            self._idle_since = None
-            if self._rest_is_gone(deadline):
-                self._done = self._nothing_left = True
-                raise StopIteration
-            if timer is None or not timer.fired:
-                return
-        if timer is not None and timer.fired and code == "CANCELLED":
-            # Our own cancel: the connection is fine, so the next read resubscribes
-            # without asking for metadata, with a fresh resubscribe budget.
-            raise TimeoutError("no message arrived within the timeout")
-        if isinstance(exc, ReadonlyPartitionError):
-            # End of a read-only partition, or the stop position was delivered (only
-            # those texts of RESOURCE_EXHAUSTED: any other is a failure, raised below).
-            self._done = self._nothing_left = True
-            raise StopIteration
-        if self._target.reverse and code == "UNKNOWN" and _is_eof(exc):
-            self._done = self._nothing_left = True  # read down to the oldest message
-            raise StopIteration
-        if code == "CANCELLED":
-            # A cancel we did not ask for, e.g. a get() timer that fired just as its
-            # message arrived: quietly continue after the last offset.
-            return
-        # Already typed by the transport, as the end of a running subscription.
-        error = exc
-        if code == "UNAVAILABLE" or error.retryable:
-            _log.warning(
-                "subscription %s/%d lost its stream (%s); resubscribing after offset %s",
-                self._target.stream,
-                self._target.partition,
-                error,
-                self._last_offset,
-            )
-            self._broken_since = time.monotonic()
-            self._stale = True
-            self._lost += 1
-            return
-        self._done = True
-        if isinstance(error, PartitionPausedError):
-            # Paused under a running read, the server says only "commit log was
-            # closed": when metadata confirms the pause, say where the read stopped and
-            # the way on, as for a partition paused before the subscribe.
-            paused = self._paused(deadline)
-            if paused is not None:
-                raise PartitionPausedError(
-                    f"{paused} (paused during this subscription, after offset "
-                    f"{self._last_offset}; the server said: {error})",
-                    code=error.code,
-                    details=error.details,
-                ) from error
-        raise error
-
-
-def _is_eof(exc: LiftbridgeError) -> bool:
-    return exc.details.strip().lower() == "eof"
