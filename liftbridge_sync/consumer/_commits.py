@@ -5,22 +5,27 @@ The messages the consumer's iterator handed out last are *delivered*; they count
 block, says so; see :class:`~liftbridge_sync.consumer.group.Consumer`), and only for
 partitions still assigned. :meth:`Commits.commit` stores the processed positions not
 yet committed as cursors under the group's cursor id. The partition readers
-(:mod:`._readers`) drop the positions of partitions taken away and record the cursors
-they start from.
+(:mod:`._readers`) hand the positions of partitions taken away over to
+:meth:`Commits.hand_off` (with auto-commit) and record the cursors they start from.
 
 Thread-safe as :class:`Commits` says.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Container, Iterable
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.consumer._mailbox import PartitionReader
+from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Message
 
 __all__ = ["Commits", "Key"]
+
+_log = logging.getLogger("liftbridge_sync.consumer")
 
 #: A partition: ``(stream, partition)``.
 Key = tuple[str, int]
@@ -44,6 +49,11 @@ class Commits:
         self._pending: list[tuple[PartitionReader, int]] = []
         self._done: dict[Key, int] = {}
         self._committed: dict[Key, int] = {}
+        #: Partitions taken away whose processed position is still to be committed:
+        #: ``key -> (offset, deadline)`` (see :meth:`release`).
+        self._handoff: dict[Key, tuple[int, float]] = {}
+        #: Set when :meth:`release` hands a position over: wakes the commit thread.
+        self.handed_off = threading.Event()
 
     def delivered(self, batch: Iterable[tuple[PartitionReader, Message]]) -> None:
         """The messages the iterator handed out now. Call with the lock held."""
@@ -100,6 +110,11 @@ class Commits:
                 stored: ``False`` stops the commit there (a commit may have waited for
                 the locks while the member lost its standing).
 
+        A partition taken away (or this member dropped) while the commit stores the
+        cursors before it is skipped: its position is :meth:`hand_off`'s to commit now,
+        or nobody's, and storing the one read at the start could move the cursor back
+        under the commit on revoke, or under the partition's new owner.
+
         Returns:
             The offsets stored by this call, per (stream, partition).
 
@@ -120,6 +135,9 @@ class Commits:
             for (stream, partition), offset in sorted(todo.items()):
                 if allowed is not None and stored and not allowed():
                     break
+                with self._lock:
+                    if self._done.get((stream, partition), -1) < offset:
+                        continue  # released meanwhile (see above)
                 self._core.set_cursor(self._cursor_id, stream, partition, offset)
                 with self._lock:
                     self._committed[(stream, partition)] = offset
@@ -140,6 +158,95 @@ class Commits:
                 self._committed[key] = max(cursor, self._committed.get(key, -1))
         return cursor
 
+    def release(self, commit: Iterable[Key], forget: Iterable[Key], within: float) -> None:
+        """Partitions taken away: hand the processed positions of ``commit`` not yet
+        committed over to :meth:`hand_off` (for at most ``within`` seconds), then drop
+        the positions of ``forget`` (see :meth:`forget`).
+
+        Called on the heartbeat thread, which must not make the commit itself: a leader
+        that hangs, or a :meth:`commit` holding the commit lock across one, would keep
+        it from polling past the server's consumer timeout (the member dropped).
+        """
+        deadline = time.monotonic() + within
+        with self._lock:
+            for key in commit:
+                offset = self._done.get(key, -1)
+                if offset > self._committed.get(key, -1):
+                    self._handoff[key] = (offset, deadline)
+            for key in forget:
+                self._done.pop(key, None)
+                self._committed.pop(key, None)
+            if self._handoff:
+                self.handed_off.set()
+
+    def reclaim(self, key: Key) -> None:
+        """``key`` is assigned again: a handed-off position of it is no longer committed
+        (the new reader starts from the cursor stored; storing an older position after
+        its own commits would move the cursor back). Call with the lock held."""
+        self._handoff.pop(key, None)
+
+    def hand_off(self, allowed: Callable[[], bool]) -> dict[Key, int]:
+        """Commit the positions :meth:`release` handed over (the commit thread).
+
+        Those whose deadline passed are dropped with a WARNING: the partition's new owner
+        has long started from the cursor as it was, and may have committed past the
+        position since (it reads those messages again: at-least-once). Not the commit
+        lock: the positions are of partitions no longer assigned, which no other commit
+        stores, and a :meth:`commit` stuck on a hung leader must not hold them back.
+        A cursor that cannot be stored is logged and the others are still tried.
+
+        Args:
+            allowed: Asked before each cursor is stored: ``False`` keeps the positions
+                not stored yet for the next call (within their deadline).
+
+        Returns:
+            The offsets stored by this call, per (stream, partition).
+        """
+        with self._lock:
+            self.handed_off.clear()
+            now = time.monotonic()
+            late = sorted(k for k, (_, deadline) in self._handoff.items() if deadline <= now)
+            for key in late:
+                del self._handoff[key]
+            todo = sorted(self._handoff)
+        if late:
+            _log.warning(
+                "cursors %s: the positions of %s, taken away, were not committed in time; "
+                "their new owner reads the messages after the stored cursors again",
+                self._cursor_id,
+                late,
+            )
+        stored: dict[Key, int] = {}
+        for key in todo:
+            if not allowed():
+                break
+            with self._lock:
+                entry = self._handoff.pop(key, None)
+            if entry is None:
+                continue  # assigned again (reclaim) or cleared meanwhile
+            offset, deadline = entry
+            if time.monotonic() >= deadline:
+                _log.warning(
+                    "cursors %s: the position %d of %s/%d, taken away, was not committed "
+                    "in time; its new owner reads the messages after the stored cursor again",
+                    self._cursor_id,
+                    offset,
+                    *key,
+                )
+                continue
+            try:
+                self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+            except LiftbridgeError as exc:
+                _log.warning(
+                    "cursors %s: commit of %s/%d on revoke failed: %s",
+                    self._cursor_id,
+                    *key,
+                    exc,
+                )
+                continue
+            stored[key] = offset
+        return stored
+
     def forget(self, keys: Iterable[Key]) -> None:
         """Drop the positions of partitions no longer this member's.
 
@@ -153,7 +260,9 @@ class Commits:
                 self._committed.pop(key, None)
 
     def clear(self) -> None:
-        """Drop every position (the server dropped this member). Call with the lock held."""
+        """Drop every position (the server dropped this member), those handed off too.
+        Call with the lock held."""
         self._pending = []
+        self._handoff.clear()
         self._done.clear()
         self._committed.clear()

@@ -5,8 +5,8 @@ with an ordinary resubscribing subscription carrying the group's ``Consumer`` fi
 from the partition's cursor + 1 (or the configured start position when it has no
 cursor), into the consumer's :class:`~._mailbox.Mailbox`. :meth:`Readers.reconcile`
 applies each assignment the heartbeat polls (:mod:`._membership`): it stops the readers
-of partitions taken away (committing their positions first with auto-commit, see
-:mod:`._commits`) and starts those of partitions added.
+of partitions taken away (handing their positions to the commit thread with
+auto-commit, see :mod:`._commits`) and starts those of partitions added.
 
 Thread-safe as :class:`Readers` says.
 """
@@ -23,7 +23,7 @@ from liftbridge_sync.consumer._commits import Commits, Key
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
-from liftbridge_sync.errors import CoordinatorMismatchError, LiftbridgeError
+from liftbridge_sync.errors import CoordinatorMismatchError
 from liftbridge_sync.positions import StartAt
 from liftbridge_sync.subscription.opening import build_subscribe_request, cursor_in_range
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
@@ -178,15 +178,17 @@ class Readers:
                 epoch,
                 [(r.stream, r.partition) for r in revoked],
             )
-            if self._commit_on_revoke:
-                try:
-                    self._commits.commit((r.stream, r.partition) for r in revoked if r not in lost)
-                except LiftbridgeError as exc:
-                    _log.warning("consumer %s: commit on revoke failed: %s", self._who, exc)
-            self._commits.forget(
-                (r.stream, r.partition)
-                for r in revoked
-                if (r.stream, r.partition) not in wanted or r in lost
+            # Their processed positions are committed by the commit thread, at once and
+            # within a consumer timeout: a commit here, on the heartbeat thread, could
+            # keep it from polling past the consumer timeout (a hung leader, or a
+            # commit() holding the commit lock across one), and the member is dropped.
+            moved = [r for r in revoked if (r.stream, r.partition) not in wanted]
+            self._commits.release(
+                ((r.stream, r.partition) for r in moved if r not in lost)
+                if self._commit_on_revoke
+                else (),
+                [(r.stream, r.partition) for r in revoked if r in lost or r in moved],
+                self._membership.consumer_timeout,
             )
         for stream, partition in added:
             reader = PartitionReader(stream, partition, epoch)
@@ -198,6 +200,7 @@ class Readers:
                 if self._shut:
                     return False
                 self._readers[(stream, partition)] = reader
+                self._commits.reclaim((stream, partition))
                 if old is not None:
                     self._mailbox.hand_over(old, reader)
                     self._commits.hand_over(old, reader)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 
@@ -90,7 +91,8 @@ class Consumer:
     *processed* once the iterator is asked for the next message (or :meth:`commit` is
     called); committed positions are what a partition's next owner resumes after.
     With ``auto_commit=<seconds>`` processed positions are committed at that interval,
-    when a partition is taken away and on close; with ``auto_commit=None`` only
+    when a partition is taken away (by the commit thread, within a consumer timeout,
+    never on the heartbeat) and on close; with ``auto_commit=None`` only
     :meth:`commit` commits. Cursors use go-liftbridge's id ``__group:<group>``, so Go and
     Python members of one group continue each other's work.
 
@@ -326,6 +328,7 @@ class Consumer:
             readers = self._readers.shut()
             dropped = isinstance(self._failure, ConsumerGroupNotFoundError | NotGroupMemberError)
         self._stop.set()
+        self._commits.handed_off.set()  # wakes the commit thread
         self._settled.set()
         self._readers.stop_all(readers)
         current = threading.current_thread()
@@ -335,6 +338,7 @@ class Consumer:
                 thread.join(timeout)
         self._readers.join_stopped()  # those the heartbeat stopped meanwhile
         if self._auto_commit is not None and self._may_auto_commit("final commit"):
+            self._commits.hand_off(self._membership.may_commit)  # partitions taken away
             try:
                 self._commits.commit(
                     ((r.stream, r.partition) for r in readers),
@@ -467,10 +471,32 @@ class Consumer:
         return [(stream, p, delivered.get((stream, p)), "consumer") for stream, p in keys]
 
     def _commit_loop(self) -> None:
+        """The ``liftbridge-consumer-commit`` thread: the positions of partitions taken
+        away as soon as the heartbeat hands them over, the others every interval."""
         interval = self._auto_commit
         assert interval is not None
-        while not self._stop.wait(interval):
-            self._auto_commit_once()
+        due = time.monotonic() + interval
+        while True:
+            self._commits.handed_off.wait(max(0.0, due - time.monotonic()))
+            if self._stop.is_set():
+                return
+            # Cleared here too: a commit on revoke withheld waits for the interval.
+            self._commits.handed_off.clear()
+            self._hand_off_once()
+            if time.monotonic() >= due:
+                self._auto_commit_once()
+                due = time.monotonic() + interval
+
+    def _hand_off_once(self) -> None:
+        """Commit the positions of the partitions taken away (see
+        :meth:`Commits.hand_off`), unless this member may have been dropped."""
+        if not self._may_auto_commit("commit on revoke"):
+            return
+        try:
+            self._commits.hand_off(self._membership.may_commit)
+        except Exception:
+            # A bug: as in _auto_commit_once, said and the thread goes on.
+            _log.exception("consumer %s: commit on revoke failed unexpectedly", self._who)
 
     def _auto_commit_once(self) -> None:
         """One auto-commit, unless this member may have been dropped (see

@@ -915,3 +915,71 @@ def test_a_reader_thread_that_cannot_start_ends_the_membership_with_a_typed_erro
         consumer.close()  # nothing to join of a thread that never started
     assert consumer.closed
     assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def test_a_commit_stuck_on_a_hung_leader_does_not_stall_the_heartbeat_on_a_revoke(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: storing the cursor of partition 1 hangs (its cursor partition's leader
+    # hung), inside a commit() the user made, which holds the commit lock meanwhile.
+    # Partitions 0 and 2 then move to another member. The commit on revoke must not be
+    # made on the heartbeat thread, nor wait for that lock: the server drops a member
+    # that has not polled for the consumer timeout (2 s here).
+    hung = threading.Event()
+    release = threading.Event()
+    set_cursor = client._core.set_cursor
+
+    def hanging(cursor_id: str, s: str, partition: int, offset: int, **kw: bool) -> None:
+        if s == stream and partition == 1:
+            hung.set()
+            release.wait(60)
+        set_cursor(cursor_id, s, partition, offset, **kw)
+
+    monkeypatch.setattr(client._core, "set_cursor", hanging)
+    # The new owner's readers wait until a has seen the revoke: one subscribing first
+    # would end a's streams, and a would drop the positions (a lost race, not a revoke).
+    revoked = threading.Event()
+    start_position = _readers.Readers._start_position
+
+    def after_the_revoke(self: _readers.Readers, reader: PartitionReader) -> StartAt:
+        if self._consumer_id == "m1":
+            revoked.wait(30)
+        return start_position(self, reader)
+
+    monkeypatch.setattr(_readers.Readers, "_start_position", after_the_revoke)
+    group = unique("g")
+    start = StartAt.earliest()
+    # Ties go to the lower id: "m1" is given partitions 0 and 2 when it joins.
+    a = client.consumer(group, streams=[stream], auto_commit=60.0, start=start, consumer_id="m2")
+    committer: threading.Thread | None = None
+    try:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        sent = publish_batch(client, stream, "m", 8)  # offsets 0 and 1 per partition
+        assert {a.get(10).value for _ in sent} == sent
+        committed: list[dict[tuple[str, int], int]] = []
+        committer = threading.Thread(target=lambda: committed.append(a.commit()), daemon=True)
+        committer.start()  # stores partition 0, then hangs on partition 1
+        assert hung.wait(15)
+        with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as b:
+            wait_until(lambda: partitions_of(a) == {1, 3}, 15, "a revoked 0 and 2")
+            revoked_at = time.monotonic()
+            revoked.set()
+            # The revoked partition 2's position is committed at once, the lock held
+            # by the stuck commit() notwithstanding.
+            wait_until(lambda: client.fetch_cursor(a.cursor_id, stream, 2) == 1, 5, "cursor 2")
+            # The heartbeat goes on polling for longer than the consumer timeout.
+            wait_until(lambda: a._membership.heard_at > revoked_at + 2.5, 10, "a polling on and on")
+            assert a.stats().rejoins == 0 and a.epoch == b.epoch
+            assert partitions_of(b) == {0, 2}
+            release.set()
+            committer.join(15)
+            assert not committer.is_alive()
+            # The stuck commit stored partition 1 and skipped 2, taken away meanwhile.
+            assert committed == [{(stream, p): 1 for p in (0, 1, 3)}]
+    finally:
+        release.set()
+        revoked.set()
+        if committer is not None:
+            committer.join(15)
+        a.close()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())

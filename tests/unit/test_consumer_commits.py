@@ -44,7 +44,7 @@ def _message(offset: int) -> Message:
 class _Member:
     """A consumer's commits and readers, wired as the consumer wires them."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, commit_on_revoke: bool = False) -> None:
         self.lock = threading.Lock()
         self.core = _Core()
         self.commits = Commits(cast(Any, self.core), "__group:g", self.lock)
@@ -56,10 +56,10 @@ class _Member:
             lock=self.lock,
             stop=threading.Event(),
             mailbox=Mailbox(10),
-            membership=cast(Any, types.SimpleNamespace(epoch=0)),
+            membership=cast(Any, types.SimpleNamespace(epoch=0, consumer_timeout=2.0)),
             commits=self.commits,
             counters=Counters(),
-            commit_on_revoke=False,
+            commit_on_revoke=commit_on_revoke,
         )
 
     def reading(self, reader: PartitionReader) -> None:
@@ -409,3 +409,36 @@ def test_an_unexpected_auto_commit_failure_is_logged_and_the_next_interval_tries
         assert [r.exc_info is not None for r in caplog.records] == [True, True]
         consumer._commits.commit = working  # type: ignore[method-assign]
         consumer.close()
+
+
+def test_a_revoked_position_is_committed_off_the_heartbeat_within_its_deadline(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The heartbeat only hands the positions of partitions taken away over; the commit
+    thread stores them, unless the partition came back meanwhile (its new reader starts
+    from the cursor) or the deadline passed (the new owner has long started)."""
+    member = _Member(commit_on_revoke=True)
+    readers = [PartitionReader("orders", p, epoch=1) for p in range(3)]
+    for reader in readers:
+        member.reading(reader)
+    with member.lock:
+        member.commits.delivered([(r, _message(7)) for r in readers])
+    member.commits.mark_processed(member.readers)
+    assert member.readers.reconcile([_assignment(2)], epoch=2)  # 0 and 1 taken away
+    assert member.core.cursors == []  # not on the heartbeat thread
+    assert member.commits.handed_off.is_set()
+    assert member.commits.hand_off(lambda: True) == {("orders", 0): 7, ("orders", 1): 7}
+    assert not member.commits.hand_off(lambda: True)  # once
+    # Taken away and given back before the commit thread ran: nothing to store.
+    member.commits.release([("orders", 2)], [("orders", 2)], within=10)
+    with member.lock:
+        member.commits.reclaim(("orders", 2))
+    assert member.commits.hand_off(lambda: True) == {}
+    # Too late: dropped with a WARNING.
+    with member.lock:
+        member.commits._done[("orders", 2)] = 9
+    member.commits.release([("orders", 2)], [("orders", 2)], within=0)
+    with caplog.at_level("WARNING", logger="liftbridge_sync.consumer"):
+        assert member.commits.hand_off(lambda: True) == {}
+    assert "not committed in time" in caplog.text
+    assert member.core.cursors == [("orders", 0, 7), ("orders", 1, 7)]
