@@ -119,6 +119,9 @@ class Membership:
         #: When the coordinator (or a join) last answered this member. Written by the
         #: heartbeat thread (and join), read by others.
         self.heard_at = time.monotonic()
+        #: :meth:`leave` was called (the consumer closes): a rejoin that completes
+        #: afterwards leaves again. Guarded by the lock.
+        self._left = False
 
     @property
     def _who(self) -> str:
@@ -182,7 +185,8 @@ class Membership:
         precise meaning. A member is dropped when its coordinator failed over, which is
         when the broker it asks has no metadata leader to forward the join to ("nats: no
         responders available for request", a NATS timeout, a leadership lost mid-apply):
-        such an answer must not end the membership for good.
+        such an answer must not end the membership for good. A join that completes after
+        :meth:`leave` was called (the consumer closed meanwhile) is left again at once.
 
         Raises:
             NoSuchStreamError: if a stream no longer exists.
@@ -194,6 +198,7 @@ class Membership:
         while not stop.is_set():
             try:
                 self.join()
+                self._leave_if_left()
                 return
             except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
@@ -202,15 +207,33 @@ class Membership:
                     # The id is a member after all (a broker had not applied the join
                     # we were told of): keep polling as it.
                     self.heard_at = time.monotonic()
+                    self._leave_if_left()
                     return
                 if type(exc) is not ServerError:
                     raise  # a precise refusal: invalid or unsupported
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
             stop.wait(_RETRY_WAIT)
 
-    def leave(self) -> None:
-        """Leave the group; a member the server already dropped is not an error."""
+    def _leave_if_left(self) -> None:
+        """After a rejoin: leave again if :meth:`leave` was called meanwhile.
+
+        The consumer closing does not wait for a rejoin without limit: its leave may
+        reach the server before the join, which would keep the new member in the group,
+        holding partitions nobody reads, until the server's consumer timeout.
+        """
         with self._lock:
+            left = self._left
+        if left:
+            _log.info("consumer %s: rejoined while closing; leaving again", self._who)
+            self.leave()
+
+    def leave(self) -> None:
+        """Leave the group; a member the server already dropped is not an error.
+
+        A rejoin in progress leaves again once it has joined (see :meth:`rejoin`).
+        """
+        with self._lock:
+            self._left = True
             consumer_id = self._consumer_id
         try:
             self._core.call_any(

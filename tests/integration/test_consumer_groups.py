@@ -983,3 +983,57 @@ def test_a_commit_stuck_on_a_hung_leader_does_not_stall_the_heartbeat_on_a_revok
             committer.join(15)
         a.close()
     assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
+    client: Client, stream: str, group_server: LiftbridgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # close() waits for the heartbeat thread at most 2 x rpc_timeout + 1 s, then leaves
+    # the group. A rejoin still in flight then must not leave a member behind: it would
+    # hold partitions nobody reads until the server's consumer timeout.
+    group = unique("g")
+    with Client(group_server.address, rpc_timeout=0.3) as quick:
+        a = quick.consumer(group, streams=[stream], auto_commit=None)
+        a.wait_for_assignment(15)
+        membership = a._membership
+        rejoining, left = threading.Event(), threading.Event()
+        join, leave = membership.join, membership.leave
+
+        def join_after_close_left() -> None:  # the join reaches the server late
+            rejoining.set()
+            left.wait(30)
+            join()
+
+        def leave_and_say() -> None:
+            leave()
+            left.set()
+
+        monkeypatch.setattr(membership, "join", join_after_close_left)
+        monkeypatch.setattr(membership, "leave", leave_and_say)
+        old_id = a.consumer_id
+        # The server drops the member (as if it had expired): it rejoins under a new id.
+        client._core.call_any(
+            rpcs.LEAVE_CONSUMER_GROUP,
+            api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=old_id),
+            context=CallContext.GROUP,
+        )
+        assert rejoining.wait(15)
+        a.close()
+        assert left.is_set()
+        (heartbeat,) = [t for t in a._threads if t.name == f"liftbridge-consumer-{group}"]
+        heartbeat.join(15)
+        assert not heartbeat.is_alive()
+    new_id = a.consumer_id
+    assert new_id != old_id
+    # The rejoined member is no longer in the group: the server accepts a join under
+    # its id (it refuses one for a member it has).
+    client._core.call_any(
+        rpcs.JOIN_CONSUMER_GROUP,
+        api_pb2.JoinConsumerGroupRequest(groupId=group, consumerId=new_id, streams=[stream]),
+        context=CallContext.GROUP,
+    )
+    client._core.call_any(
+        rpcs.LEAVE_CONSUMER_GROUP,
+        api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=new_id),
+        context=CallContext.GROUP,
+    )
