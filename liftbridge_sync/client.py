@@ -802,6 +802,8 @@ class Client:
         Raises:
             ConfigurationError: on a bad argument.
             NoSuchStreamError: if a stream does not exist.
+            InternalThreadError: if no thread could be started for it (the process is
+                out of threads): it left the group again.
         """
         return groups.join(
             self._session.check(), group, streams, consumer_id, start, auto_commit, rejoin

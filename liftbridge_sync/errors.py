@@ -159,7 +159,9 @@ class InternalThreadError(LiftbridgeError):
     process is out of threads or memory; ``RuntimeError`` as ``__cause__``): nothing of
     that subscription stays open, and the client is still usable. A consumer-group
     member's iterator raises it when its heartbeat thread died, e.g. because no thread
-    could be started for a partition reader: close that consumer and create another.
+    could be started for a partition reader: close that consumer and create another;
+    ``Client.consumer`` raises it when the member's own threads cannot be started (it
+    has left the group again).
     """
 
 

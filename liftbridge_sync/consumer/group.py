@@ -57,6 +57,7 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     ConsumerGroupNotFoundError,
+    InternalThreadError,
     LiftbridgeError,
     NotGroupMemberError,
 )
@@ -203,6 +204,9 @@ class Consumer:
         Raises:
             NoSuchStreamError: if a stream does not exist.
             ServerError: if the server refused the join (e.g. the id is already a member).
+            InternalThreadError: if a thread could not be started (the process is out
+                of threads; ``RuntimeError`` as ``__cause__``): the member left the
+                group again and its threads were joined.
         """
         self._refuse_if_forked()
         self._membership.join()
@@ -213,15 +217,23 @@ class Consumer:
             self._fail,
             self._rejoin_group if self._rejoin else None,
         )
-        self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
-        if self._auto_commit is not None:
-            self._start_thread(f"liftbridge-consumer-commit-{self._group}", self._commit_loop)
+        try:
+            self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
+            if self._auto_commit is not None:
+                self._start_thread(f"liftbridge-consumer-commit-{self._group}", self._commit_loop)
+        except RuntimeError as exc:
+            # Nobody holds this consumer yet to close it: a heartbeat left running would
+            # keep the member in the group, holding partitions, for the process's life.
+            self.close()
+            error = InternalThreadError(
+                f"consumer {self._who}: no thread could be started ({exc!r}); it left the group"
+            )
+            raise error from exc
 
-    def _start_thread(self, name: str, target: object) -> threading.Thread:
+    def _start_thread(self, name: str, target: object) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
-        self._threads.append(thread)
         thread.start()
-        return thread
+        self._threads.append(thread)  # only once started: close() joins it
 
     @property
     def group(self) -> str:

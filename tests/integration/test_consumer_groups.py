@@ -34,6 +34,7 @@ from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
+from liftbridge_sync.consumer import group as group_module
 from liftbridge_sync.consumer._mailbox import PartitionReader
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import LiftbridgeServer
@@ -1037,3 +1038,36 @@ def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
         api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=new_id),
         context=CallContext.GROUP,
     )
+
+
+def test_a_member_whose_threads_cannot_start_leaves_the_group_with_a_typed_error(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: the process runs out of threads between the heartbeat's start and the
+    # commit thread's. Nobody holds the consumer to close it: the heartbeat must not be
+    # left polling, keeping the member (and its partitions) in the group.
+    class NoCommitThread(threading.Thread):
+        def start(self) -> None:
+            if "-commit-" in self.name:
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(
+        group_module,
+        "threading",
+        types.SimpleNamespace(
+            Thread=NoCommitThread,
+            Lock=threading.Lock,
+            Event=threading.Event,
+            current_thread=threading.current_thread,
+        ),
+    )
+    group = unique("g")
+    with pytest.raises(InternalThreadError) as raised:
+        client.consumer(group, streams=[stream], auto_commit=1.0, consumer_id="m1")
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+    # It left the group: the server accepts a join under its id again.
+    monkeypatch.undo()
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as again:
+        assert again.wait_for_assignment(15) == {(stream, p) for p in ALL}
