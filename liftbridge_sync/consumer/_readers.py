@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from liftbridge_sync._proto import api_pb2
@@ -248,22 +249,30 @@ class Readers:
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._core.options.rpc_timeout * 2 + 1.0)
 
-    def stop_all(self, readers: Sequence[PartitionReader]) -> None:
+    def stop_all(self, readers: Sequence[PartitionReader], deadline: float) -> list[str]:
         """Stop ``readers`` (the consumer closes), then wait for their threads and for
-        those of the readers stopped before (see :meth:`stop`)."""
+        those of the readers stopped before (see :meth:`join_stopped`)."""
         for reader in readers:
             self.stop(reader)
-        self.join_stopped()
+        return self.join_stopped(deadline)
 
-    def join_stopped(self) -> None:
-        """Wait for the threads of the readers stopped so far (the consumer closes)."""
+    def join_stopped(self, deadline: float) -> list[str]:
+        """Wait for the threads of the readers stopped so far (the consumer closes),
+        all of them until ``deadline`` (``time.monotonic()``) at most: one each would
+        make a close with many readers stuck in a call (a hung leader) last that many
+        times as long.
+
+        Returns:
+            The names of the threads still running at the deadline (they end by
+            themselves once their call returns).
+        """
         with self._lock:
             threads, self._stopping = self._stopping, []
         current = threading.current_thread()
-        timeout = self._core.options.rpc_timeout * 2 + 1.0
         for thread in threads:
             if thread is not current:
-                thread.join(timeout)
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in threads if t is not current and t.is_alive()]
 
     # ------------------------------------------------------------------ reader threads
 

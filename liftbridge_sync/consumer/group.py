@@ -327,8 +327,11 @@ class Consumer:
         With ``auto_commit=None`` nothing is committed here: what was processed but not
         committed is read again by the partition's next owner; call :meth:`commit`
         first (it raises :class:`~liftbridge_sync.errors.ClientClosedError` after
-        ``close()``). Idempotent. A blocked iteration ends with ``StopIteration``. In a forked child
-        it only marks this object closed: the member and its threads are the parent's.
+        ``close()``). Idempotent. A blocked iteration ends with ``StopIteration``. The
+        threads get ``2 × rpc_timeout + 1`` seconds in all to end; one stuck in a call
+        longer (a hung leader) is left to end by itself, with a WARNING. In a forked
+        child it only marks this object closed: the member and its threads are the
+        parent's.
         """
         if self._core.forked:
             self._closed = True
@@ -342,13 +345,25 @@ class Consumer:
         self._stop.set()
         self._commits.handed_off.set()  # wakes the commit thread
         self._settled.set()
-        self._readers.stop_all(readers)
+        # One deadline for every thread: a thread stuck in a call (a hung leader: up to
+        # rpc_timeout per attempt) ends by itself once the call returns, and waiting for
+        # each in turn made close() last that long per reader.
+        deadline = time.monotonic() + self._core.options.rpc_timeout * 2 + 1.0
+        running = self._readers.stop_all(readers, deadline)
         current = threading.current_thread()
-        timeout = self._core.options.rpc_timeout * 2 + 1.0
         for thread in self._threads:
             if thread is not current:
-                thread.join(timeout)
-        self._readers.join_stopped()  # those the heartbeat stopped meanwhile
+                thread.join(max(0.0, deadline - time.monotonic()))
+                if thread.is_alive():
+                    running.append(thread.name)
+        running += self._readers.join_stopped(deadline)  # stopped by the heartbeat meanwhile
+        if running:
+            _log.warning(
+                "consumer %s: closing without waiting longer for %s, stuck in a call; they "
+                "end by themselves once it returns",
+                self._who,
+                running,
+            )
         if self._auto_commit is not None and self._may_auto_commit("final commit"):
             self._commits.hand_off(self._membership.may_commit)  # partitions taken away
             try:

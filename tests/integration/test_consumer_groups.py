@@ -1071,3 +1071,40 @@ def test_a_member_whose_threads_cannot_start_leaves_the_group_with_a_typed_error
     monkeypatch.undo()
     with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as again:
         assert again.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+
+def test_close_waits_for_readers_stuck_in_a_call_within_one_deadline_for_all(
+    stream: str,
+    group_server: LiftbridgeServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A fault: every reader hangs in its cursor fetch (the cursors' leader hung). close()
+    # used to wait 2 x rpc_timeout + 1 s for each stuck thread in turn: with many
+    # partitions, minutes. One deadline bounds them all.
+    stuck = threading.Semaphore(0)
+    release = threading.Event()
+    start_position = _readers.Readers._start_position
+
+    def hanging(self: _readers.Readers, reader: PartitionReader) -> StartAt:
+        stuck.release()
+        release.wait(60)
+        return start_position(self, reader)
+
+    monkeypatch.setattr(_readers.Readers, "_start_position", hanging)
+    try:
+        with Client(group_server.address, rpc_timeout=0.5) as quick:  # 2 s to join
+            consumer = quick.consumer(unique("g"), streams=[stream], auto_commit=None)
+            assert consumer.wait_for_assignment(15) == {(stream, p) for p in ALL}
+            for _ in ALL:
+                assert stuck.acquire(timeout=15)
+            began = time.monotonic()
+            consumer.close()
+            took = time.monotonic() - began
+            # One deadline (2 s), not one per thread (4 x 2 s).
+            assert took < 4.0, took
+            (warned,) = [r.getMessage() for r in caplog.records if "stuck in a call" in r.msg]
+            assert all(f"liftbridge-consumer-{stream}-{p}" in warned for p in ALL)
+    finally:
+        release.set()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
