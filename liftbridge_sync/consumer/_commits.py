@@ -77,8 +77,10 @@ class Commits:
                 key = (reader.stream, reader.partition)
                 # A partition taken away (or this member dropped) since: its position
                 # is no longer this member's to commit, even when the partition has
-                # come back by now (``released``).
-                if reader.released or key not in assigned:
+                # come back by now (``released``). A failed reader never released is
+                # being restarted on a partition still ours: absent from ``assigned``
+                # only until its successor is in place.
+                if reader.released or (key not in assigned and not reader.failed):
                     continue
                 if offset > self._done.get(key, -1):
                     self._done[key] = offset

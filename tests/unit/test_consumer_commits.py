@@ -442,3 +442,41 @@ def test_a_revoked_position_is_committed_off_the_heartbeat_within_its_deadline(
         assert member.commits.hand_off(lambda: True) == {}
     assert "not committed in time" in caplog.text
     assert member.core.cursors == [("orders", 0, 7), ("orders", 1, 7)]
+
+
+class _EndingThread:
+    """A failed reader's thread that is ending: ``join()`` says it began (``joining``)
+    and returns once let go (``go``)."""
+
+    def __init__(self) -> None:
+        self.joining, self.go = threading.Event(), threading.Event()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.joining.set()
+        self.go.wait(10)
+
+
+def test_a_delivery_of_a_failed_reader_counts_while_the_reader_is_being_restarted() -> None:
+    """The heartbeat restarts a failed reader of a partition still assigned: it waits
+    for the old thread to end, then puts the new reader in place. A read meanwhile marks
+    the old reader's delivery processed: it must count (the partition never stopped
+    being this member's), not be dropped as if the partition had been taken away."""
+    member = _Member()
+    member.readers._read = lambda reader: None  # type: ignore[method-assign,assignment]
+    failed = PartitionReader(*KEY, epoch=1, failed=True)
+    ending = _EndingThread()
+    failed.thread = cast(Any, ending)
+    member.reading(failed)
+    member.deliver(failed, 10)
+    restarting = threading.Thread(target=member.readers.reconcile, args=([_assignment(0)], 1))
+    restarting.start()
+    try:
+        assert ending.joining.wait(10)  # between the old reader and the new one
+        member.commits.mark_processed(member.readers)  # the next read
+    finally:
+        ending.go.set()
+        restarting.join(10)
+    assert not restarting.is_alive()
+    with member.lock:
+        assert member.readers._readers[KEY] is not failed
+    assert member.commits.commit([KEY]) == {KEY: 10}
