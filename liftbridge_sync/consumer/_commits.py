@@ -146,6 +146,17 @@ class Commits:
                 stored[(stream, partition)] = offset
             return stored
 
+    def store(self, key: Key, offset: int) -> None:
+        """Store ``offset`` as ``key``'s cursor, where a partition without one starts
+        (see :meth:`Readers._without_cursor`), and record it as committed.
+
+        Raises:
+            LiftbridgeError: if the cursor could not be stored.
+        """
+        self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+        with self._lock:
+            self._committed[key] = max(offset, self._committed.get(key, -1))
+
     def fetch(self, key: Key) -> int:
         """The cursor stored for ``key`` (-1: none), recorded as committed.
 

@@ -25,7 +25,7 @@ from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import CoordinatorMismatchError
-from liftbridge_sync.positions import StartAt
+from liftbridge_sync.positions import StartAt, StartKind
 from liftbridge_sync.subscription.opening import build_subscribe_request, cursor_in_range
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
 
@@ -282,7 +282,7 @@ class Readers:
         stream, partition = reader.stream, reader.partition
         cursor = self._commits.fetch((stream, partition))
         if cursor < 0:
-            return self._start
+            return self._without_cursor(reader)
         # A cursor is only ever committed for a message delivered, so the log reaches
         # it, on any leader since (each comes from the ISR): past the log's end, the
         # stream was created again (see cursor_in_range).
@@ -296,7 +296,32 @@ class Readers:
             log=_log,
         ):
             return StartAt.offset(cursor + 1)
-        return self._start
+        return self._without_cursor(reader)
+
+    def _without_cursor(self, reader: PartitionReader) -> StartAt:
+        """Where a partition without a usable cursor starts; with auto-commit and a
+        start at the partition's end (new-only, latest), that end becomes its cursor.
+
+        Its next owner would otherwise find no cursor either, should the partition move
+        before anything of it was committed (group members joining one after the other,
+        or this one closing without having read it), and start at the end as it was
+        *then*: what came in between would be read by no member. Stored at once, the
+        cursor makes it start where this reader did. An empty partition has no offset
+        to store (a cursor of -1 reads as none). With ``auto_commit=None`` nothing is
+        stored but what :meth:`Consumer.commit` stores.
+        """
+        kind = self._start.kind
+        if not self._commit_on_revoke or kind not in (StartKind.NEW_ONLY, StartKind.LATEST):
+            return self._start
+        stream, partition = reader.stream, reader.partition
+        meta = self._core.fetch_partition_metadata(stream, partition)
+        if meta.paused:
+            return self._start  # its offsets are the last known, maybe not its end
+        before = meta.newest_offset if kind is StartKind.NEW_ONLY else meta.newest_offset - 1
+        if before < 0 or not self._membership.may_commit():
+            return StartAt.offset(before + 1) if before >= 0 else self._start
+        self._commits.store((stream, partition), before)
+        return StartAt.offset(before + 1)
 
     def _read(self, reader: PartitionReader) -> None:
         """Reader thread: subscribe as a group member and feed the mailbox."""

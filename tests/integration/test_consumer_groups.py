@@ -1108,3 +1108,29 @@ def test_close_waits_for_readers_stuck_in_a_call_within_one_deadline_for_all(
     finally:
         release.set()
     assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def test_a_partition_read_from_its_end_without_a_cursor_loses_nothing_when_it_moves(
+    client: Client, stream: str
+) -> None:
+    # The default start (new-only) reads a partition without a cursor from its end. A
+    # member that has read nothing of it yet commits nothing; its next owner found no
+    # cursor either and started at the end as it was then: what came in between was
+    # read by no member.
+    group = unique("g")
+    old = publish_batch(client, stream, "old", 8)  # before the group: never read
+    a = client.consumer(group, streams=[stream], auto_commit=60.0)
+    try:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+        def subscribed() -> bool:
+            with a._lock:
+                return all(r.sub is not None for r in a._readers._readers.values())
+
+        wait_until(subscribed, 15, "a reading every partition")
+        between = publish_batch(client, stream, "between", 8)
+    finally:
+        a.close()  # nothing of it processed: nothing to commit
+    with client.consumer(group, streams=[stream], auto_commit=None) as b:
+        got = {b.get(10).value for _ in between}
+        assert got == between and not got & old
