@@ -40,6 +40,8 @@ class ReadFailures(PartitionConnection):
         self._stop_offset = target.stop_offset
         #: When reads began to find nothing (``None``: a message came since).
         self._idle_since: float | None = None
+        #: Whether the WARNING about written but uncommitted offsets was given.
+        self._told_uncommitted = False
 
     def _arm_idle(self, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
@@ -74,13 +76,14 @@ class ReadFailures(PartitionConnection):
         if deadline is not None:
             wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_AT_LEAST))
         try:
-            committed = self._core.fetch_partition_metadata_once(
-                target.stream, target.partition, wait
-            ).high_watermark
+            info = self._core.fetch_partition_metadata_once(target.stream, target.partition, wait)
         except LiftbridgeError:
             self._stale = True  # the leader may have moved: the resubscribe looks again
             return False  # not known: go on waiting
+        committed = info.high_watermark
         if stop is None or committed < stop:
+            if stop is not None and info.newest_offset > committed:
+                self._tell_uncommitted(committed, min(stop, info.newest_offset))
             return False  # the rest of the range is not written (or committed) yet
         if not self._at_leader:
             # A follower (read_isr_replica) may lag the leader's high watermark for as
@@ -108,6 +111,32 @@ class ReadFailures(PartitionConnection):
             committed,
         )
         return True
+
+    def _tell_uncommitted(self, committed: int, written: int) -> None:
+        """Say once why a range read waits although the rest of its range is written.
+
+        Silence for ``rpc_timeout`` with offsets written past the high watermark is not
+        replication at work: a v1.9.0 leader recovers its high watermark at restart from
+        a checkpoint up to 5 s old and serves nothing past it until the partition
+        commits a new message. The read goes on waiting (the messages are stored, and
+        come once anything is published to the partition), but not without a word.
+        """
+        if self._told_uncommitted:
+            return
+        self._told_uncommitted = True
+        target = self._target
+        _log.warning(
+            "subscription %s/%d: nothing arrived for %.1fs after offset %s although "
+            "offsets up to %d are written; the leader has committed only up to %d and "
+            "serves nothing past it until the partition commits a new message (a "
+            "restarted v1.9.0 leader recovers an old high watermark); waiting",
+            target.stream,
+            target.partition,
+            self._core.options.rpc_timeout,
+            self._last_offset,
+            written,
+            committed,
+        )
 
     def _on_broken(
         self,

@@ -703,3 +703,43 @@ def _next_or_error(sub: Subscription) -> object:
         return next(sub)
     except Exception as exc:  # the test inspects what the reader saw
         return exc
+
+
+def test_a_range_read_after_a_restart_says_why_it_waits_and_ends_once_committed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After a restart v1.9.0 serves a partition only up to the high watermark it
+    recovered (checkpointed every 5 s, not at shutdown) until it commits something new:
+    a read to ``StopAt.latest()`` of messages stored before the restart waits. It says
+    why after ``rpc_timeout`` of silence, and ends with every message once anything is
+    committed to the partition."""
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream("stale", "stale")
+            for i in range(10):
+                client.publish("stale", b"m%d" % i)
+        # Within 5 s of the stream's creation: its log has checkpointed no watermark yet.
+        server.restart()
+        with Client(server.address, rpc_timeout=1.0) as client:
+            info = client.fetch_partition_metadata("stale", 0)
+            assert (info.high_watermark, info.newest_offset) == (-1, 9)  # the server's doing
+            got: list[Message] = []
+            with caplog.at_level(logging.WARNING, logger="liftbridge_sync"):
+                sub = client.subscribe("stale", start=StartAt.earliest(), stop=StopAt.latest())
+                reader = threading.Thread(target=lambda: got.extend(sub))
+                reader.start()
+                wait_until(
+                    lambda: any("commits a new message" in r.getMessage() for r in caplog.records),
+                    30,
+                    "the warning",
+                )
+                told = [r for r in caplog.records if "commits a new message" in r.getMessage()]
+                assert "offsets up to 9 are written" in told[0].getMessage()
+                assert "committed only up to -1" in told[0].getMessage()
+                client.publish("stale", b"new")
+                reader.join(30)
+                assert not reader.is_alive()
+                sub.close()
+            assert [(m.offset, m.value) for m in got] == [(i, b"m%d" % i) for i in range(10)]
+            told = [r for r in caplog.records if "commits a new message" in r.getMessage()]
+            assert len(told) == 1  # once per subscription, however long it waited
