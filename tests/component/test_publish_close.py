@@ -12,7 +12,6 @@ failed with a typed error, and no ``liftbridge-*`` thread is left (the suite's
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 import time
@@ -29,6 +28,7 @@ from liftbridge_sync._transport.h2.dial import dial
 from liftbridge_sync._transport.tls import TLSSetup
 from liftbridge_sync.testing import FakeBroker, TestCertificates, generate_certificates
 from liftbridge_sync.testing._h2abuse import H2Abuser
+from tests.silent_listener import SilentListener
 from tests.waiting import wait_until
 
 #: Patient: the dial is retried for longer than any test runs (nothing fails "unavailable").
@@ -37,62 +37,16 @@ RETRY = RetryPolicy(max_attempts=1000, max_delay=120.0, initial=0.01, maximum=0.
 MARGIN = 0.5
 
 
-class _Listener:
-    """A listener that accepts connections and never says anything (a hung process, a
-    proxy with nothing behind it); with ``full=True`` it accepts none either: its
-    backlog is full, so a client's SYN is dropped and its connect() waits."""
-
-    def __init__(self, *, full: bool) -> None:
-        self._server = socket.socket()
-        self._server.bind(("127.0.0.1", 0))
-        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        if full:
-            # A backlog of 0 queues one connection: ours fills it, and nobody accepts.
-            self._server.listen(0)
-            filler = socket.create_connection(self._server.getsockname(), timeout=5)
-            self._held.append(filler)
-        else:
-            self._server.listen(16)
-            self._thread = threading.Thread(target=self._accept, name="test-silent", daemon=True)
-            self._thread.start()
-
-    @property
-    def accepted(self) -> int:
-        return len(self._held)
-
-    def _accept(self) -> None:
-        self._server.settimeout(0.05)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self._held.append(conn)
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
-        self._server.close()
-        for conn in self._held:
-            conn.close()
-
-
 @pytest.fixture
-def silent() -> Iterator[_Listener]:
-    listener = _Listener(full=False)
+def silent() -> Iterator[SilentListener]:
+    listener = SilentListener(full=False)
     yield listener
     listener.close()
 
 
 @pytest.fixture
-def full() -> Iterator[_Listener]:
-    listener = _Listener(full=True)
+def full() -> Iterator[SilentListener]:
+    listener = SilentListener(full=True)
     yield listener
     listener.close()
 
@@ -126,7 +80,7 @@ def _close(client: Client, timeout: float | None) -> float:
 
 @pytest.mark.parametrize("timeout", [0.0, 1.0])
 def test_close_returns_within_its_timeout_while_the_broker_withholds_the_handshake(
-    silent: _Listener, timeout: float, clients: list[Client]
+    silent: SilentListener, timeout: float, clients: list[Client]
 ) -> None:
     # rpc_timeout 10 s: the handshake wait is its 5 s cap, the 4-5 s close() took.
     client = Client([silent.address], retry=RETRY, rpc_timeout=10.0)
@@ -142,7 +96,7 @@ def test_close_returns_within_its_timeout_while_the_broker_withholds_the_handsha
 
 
 def test_close_returns_within_its_timeout_while_the_connect_waits(
-    full: _Listener, clients: list[Client]
+    full: SilentListener, clients: list[Client]
 ) -> None:
     # The broker's backlog is full: the SYN is dropped, connect() waits rpc_timeout.
     client = Client([full.address], retry=RETRY, rpc_timeout=30.0)
@@ -155,7 +109,7 @@ def test_close_returns_within_its_timeout_while_the_connect_waits(
 
 
 def test_close_returns_within_its_timeout_on_grpc_while_the_broker_is_silent(
-    silent: _Listener, clients: list[Client]
+    silent: SilentListener, clients: list[Client]
 ) -> None:
     # grpcio connects on its own threads: close() cancels the call it never opened.
     client = Client([silent.address], retry=RETRY, rpc_timeout=10.0, publish_transport="grpc")
@@ -168,7 +122,7 @@ def test_close_returns_within_its_timeout_on_grpc_while_the_broker_is_silent(
 
 
 def test_close_without_a_timeout_waits_for_the_ack_timeouts_only(
-    silent: _Listener, clients: list[Client]
+    silent: SilentListener, clients: list[Client]
 ) -> None:
     # close() waits for the pending publishes until each times out: the longest
     # ack timeout pending bounds it, not the dial.
@@ -213,7 +167,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
 
 @pytest.mark.parametrize("transport", ["h2", "grpc"])
 def test_close_returns_within_its_timeout_while_the_tls_pre_flight_waits(
-    silent: _Listener, certs: TestCertificates, clients: list[Client], transport: str
+    silent: SilentListener, certs: TestCertificates, clients: list[Client], transport: str
 ) -> None:
     # The first stream to a TLS broker checks its TLS set-up first (up to 5 s): the
     # listener never answers the ClientHello.
@@ -263,7 +217,7 @@ def _in(thread_name: str, function: str) -> bool:
 
 
 def test_an_abandoned_tls_handshake_of_the_dial_ends_at_once(
-    silent: _Listener, certs: TestCertificates
+    silent: SilentListener, certs: TestCertificates
 ) -> None:
     options = ClientOptions(addresses=(silent.address,), rpc_timeout=30.0)
     setup = TLSSetup(TLSOptions(ca_cert=str(certs.ca_cert)))
@@ -275,7 +229,7 @@ def test_an_abandoned_tls_handshake_of_the_dial_ends_at_once(
 
 
 def test_an_abandoned_tls_pre_flight_ends_at_once(
-    silent: _Listener, certs: TestCertificates
+    silent: SilentListener, certs: TestCertificates
 ) -> None:
     setup = TLSSetup(TLSOptions(ca_cert=str(certs.ca_cert)))
     error = _abandoned(

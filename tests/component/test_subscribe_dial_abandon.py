@@ -11,7 +11,6 @@ returns, and ``get(timeout)`` times out, within a second or so.
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 import time
@@ -32,6 +31,7 @@ from liftbridge_sync.testing import (
     generate_certificates,
     serve,
 )
+from tests.silent_listener import SilentListener
 from tests.waiting import wait_until
 
 from .test_subscribe_faults import SC, make_client
@@ -40,47 +40,9 @@ from .test_subscribe_faults import SC, make_client
 BOUND = 2.0
 
 
-class _Silent:
-    """Accepts connections and never says anything: no TLS ServerHello, no SETTINGS (a
-    hung broker process, a proxy with nothing behind it)."""
-
-    def __init__(self) -> None:
-        self._server = socket.socket()
-        self._server.bind(("127.0.0.1", 0))
-        self._server.listen(16)
-        self.port: int = self._server.getsockname()[1]
-        self.address = f"127.0.0.1:{self.port}"
-        self._held: list[socket.socket] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._accept, name="test-silent", daemon=True)
-        self._thread.start()
-
-    @property
-    def accepted(self) -> int:
-        return len(self._held)
-
-    def _accept(self) -> None:
-        self._server.settimeout(0.05)
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            self._held.append(conn)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._server.close()
-        for conn in self._held:
-            conn.close()
-
-
 @pytest.fixture
-def silent() -> Iterator[_Silent]:
-    listener = _Silent()
+def silent() -> Iterator[SilentListener]:
+    listener = SilentListener()
     yield listener
     listener.close()
 
@@ -110,7 +72,7 @@ def _in(thread: threading.Thread, function: str) -> bool:
     ids=["first-frame", "tls-handshake", "tls-pre-flight"],
 )
 def test_cancel_abandons_the_dial_of_a_call_to_a_silent_broker(
-    silent: _Silent, certs: TestCertificates, tls: bool, step: str
+    silent: SilentListener, certs: TestCertificates, tls: bool, step: str
 ) -> None:
     options = ClientOptions(
         addresses=(silent.address,), rpc_timeout=30.0, tls=_tls(certs) if tls else None
@@ -158,7 +120,7 @@ def _tls_broker(fake: FakeBroker, certs: TestCertificates) -> None:
 
 @pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
 def test_get_timeout_and_close_abandon_a_resubscribe_to_a_silent_leader(
-    silent: _Silent, certs: TestCertificates, tls: bool
+    silent: SilentListener, certs: TestCertificates, tls: bool
 ) -> None:
     """The new leader accepts connections and says nothing: with TLS, the pre-flight
     (5 s) and the handshake (``rpc_timeout``) could not be cut short."""
