@@ -28,7 +28,7 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import grpc
@@ -153,11 +153,29 @@ def preflight_tls(
     return True
 
 
+class _Entry:
+    """One channel, its stub, and the calls made on it that have not ended yet."""
+
+    __slots__ = ("address", "calls", "channel", "retired", "stub")
+
+    def __init__(self, address: str, channel: grpc.Channel) -> None:
+        self.address = address
+        self.channel = channel
+        self.stub = Stub(channel)  # type: ignore[no-untyped-call]
+        self.calls = 0
+        #: No longer handed out (its broker left the cluster): closed by its last release.
+        self.retired = False
+
+
 class ChannelPool:
     """Lazily created gRPC channels and stubs keyed by ``host:port``.
 
     With TLS, the first channel to each broker is created only after a
     :func:`preflight_tls` to it passed (or was inconclusive).
+
+    Each :meth:`stub` or :meth:`channel` counts as a call in progress on its channel
+    until it is given back with :meth:`release`, so that :meth:`retire` can close the
+    channels of brokers that left the cluster without ending a call under way on one.
 
     Thread-safe.
     """
@@ -170,7 +188,9 @@ class ChannelPool:
     ) -> None:
         self._options = options
         self._lock = threading.Lock()
-        self._stubs: dict[tuple[str, bool], tuple[grpc.Channel, Stub]] = {}
+        self._stubs: dict[tuple[str, bool], _Entry] = {}
+        #: Retired channels with calls still under way on them.
+        self._retired: list[_Entry] = []
         self._closed = False
         self._forked = False
         self._used = False
@@ -206,14 +226,43 @@ class ChannelPool:
         return grpc.secure_channel(address, self.tls.channel_credentials(), options=channel_options)
 
     def addresses(self) -> tuple[str, ...]:
-        """The brokers this pool has a channel to, sorted."""
+        """The brokers this pool has an open channel to, sorted (retired channels whose
+        calls have not ended yet included)."""
         with self._lock:
-            return tuple(sorted({address for address, _ in self._stubs}))
+            held = {address for address, _ in self._stubs}
+            held.update(entry.address for entry in self._retired)
+            return tuple(sorted(held))
+
+    def _acquire(self, address: str, streaming_reads: bool, budget: float | None) -> _Entry:
+        if self._forked:
+            raise ForkedClientError(
+                "this object was created before the process forked and uses the parent's "
+                "connections; the Client itself reconnects in the child: call it again"
+            )
+        key = (address, streaming_reads)
+        if key not in self._stubs:
+            self.check_tls(address, budget)
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("client is closed")
+            entry = self._stubs.get(key)
+            if entry is None:
+                channel = self._factory(address, self._channel_options(streaming_reads))
+                entry = _Entry(address, channel)
+                self._stubs[key] = entry
+                self._used = True
+            # Counted under the lock: retire() then either sees the call or has already
+            # taken the channel out of the pool (and this made a new one).
+            entry.calls += 1
+            return entry
 
     def stub(
         self, address: str, *, streaming_reads: bool = False, budget: float | None = None
     ) -> Stub:
         """The stub for ``address``, creating its channel on first use.
+
+        Counts as a call in progress on the channel until :meth:`release` is given the
+        stub (a stub never released only keeps its channel open until :meth:`close`).
 
         Args:
             address: ``host:port`` of a broker.
@@ -224,44 +273,92 @@ class ChannelPool:
         Raises:
             ClientClosedError: after :meth:`close`.
         """
-        if self._forked:
-            raise ForkedClientError(
-                "this object was created before the process forked and uses the parent's "
-                "connections; the Client itself reconnects in the child: call it again"
-            )
-        key = (address, streaming_reads)
-        entry = self._stubs.get(key)
-        if entry is not None:
-            return entry[1]
-        self.check_tls(address, budget)
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("client is closed")
-            entry = self._stubs.get(key)
-            if entry is None:
-                channel = self._factory(address, self._channel_options(streaming_reads))
-                entry = (channel, Stub(channel))  # type: ignore[no-untyped-call]
-                self._stubs[key] = entry
-                self._used = True
-            return entry[1]
+        return self._acquire(address, streaming_reads, budget).stub
 
     @property
     def opened(self) -> bool:
         """Whether a channel was made (and not closed since)."""
-        return bool(self._stubs)
+        return bool(self._stubs) or bool(self._retired)
 
     def channel(self, address: str) -> grpc.Channel:
         """The channel of :meth:`stub` for ``address`` (for a call made without the
-        stub's serializers).
+        stub's serializers); counts as a call in progress until :meth:`release` is given
+        the channel.
 
         Raises:
             ClientClosedError: after :meth:`close`.
         """
-        self.stub(address)
-        entry = self._stubs.get((address, False))
-        if entry is None:  # closed meanwhile
-            raise ClientClosedError("client is closed")
-        return entry[0]
+        return self._acquire(address, False, None).channel
+
+    def release(self, handle: object) -> None:
+        """End the call that took ``handle`` (a stub or channel of :meth:`stub` or
+        :meth:`channel`); the last call on a retired channel closes it. A handle this
+        pool no longer holds (closed) is ignored."""
+        with self._lock:
+            entry = next(
+                (
+                    e
+                    for e in (*self._stubs.values(), *self._retired)
+                    if e.stub is handle or e.channel is handle
+                ),
+                None,
+            )
+            if entry is None or entry.calls == 0:
+                return
+            entry.calls -= 1
+            if not entry.retired or entry.calls:
+                return
+            self._retired.remove(entry)
+        entry.channel.close()
+
+    def releaser(self, handle: object) -> Callable[[], None]:
+        """A function that calls :meth:`release` for ``handle`` on its first call only
+        (for a call that ends in one of several ways, on several threads)."""
+        lock = threading.Lock()
+        pending = [True]
+
+        def release() -> None:
+            with lock:
+                if not pending:
+                    return
+                pending.clear()
+            self.release(handle)
+
+        return release
+
+    def retire(self, keep: Collection[str]) -> list[str]:
+        """Stop using the channels to addresses not in ``keep`` (brokers that left the
+        cluster): each is closed now if no call is under way on it, else by the
+        :meth:`release` of its last call. A later :meth:`stub` for such an address opens
+        a new channel.
+
+        grpcio's ``Channel.close()`` ends every call in progress on the channel
+        (CANCELLED), so a channel in use is never closed here: a publish stream or a
+        subscription on a broker that was only left out of one metadata answer (a v1.9.0
+        server lists only the peers that answered its survey in time) goes on.
+
+        Returns:
+            The addresses taken out of the pool, sorted.
+        """
+        idle: list[_Entry] = []
+        gone: set[str] = set()
+        with self._lock:
+            if self._closed:
+                return []
+            for key in [key for key in self._stubs if key[0] not in keep]:
+                entry = self._stubs.pop(key)
+                gone.add(key[0])
+                if entry.calls:
+                    entry.retired = True
+                    self._retired.append(entry)
+                else:
+                    idle.append(entry)
+            # A broker coming back at the address is checked again (and the set of
+            # addresses seen does not grow for ever under rolling replacements).
+            self._checked.difference_update(gone)
+        for entry in idle:
+            entry.channel.close()
+        return sorted(gone)
 
     def check_tls(
         self, address: str, budget: float | None = None, abort: DialAbort | None = None
@@ -308,7 +405,8 @@ class ChannelPool:
         """Close every channel; idempotent."""
         with self._lock:
             self._closed = True
-            entries = list(self._stubs.values())
+            entries = [*self._stubs.values(), *self._retired]
             self._stubs.clear()
-        for channel, _ in entries:
-            channel.close()
+            self._retired.clear()
+        for entry in entries:
+            entry.channel.close()

@@ -98,7 +98,7 @@ class ClientCore:
     ) -> None:
         self.options = options
         self.pool = ChannelPool(options, channel_factory=channel_factory)
-        self.metadata = MetadataCache(self._fetch_metadata)
+        self.metadata = MetadataCache(self._fetch_metadata, on_brokers=self._forget_departed)
         # Lambdas, not bound methods: what they call is looked up on each call.
         self._counts = PartitionCounts(
             self.metadata,
@@ -210,6 +210,24 @@ class ClientCore:
         result.extend(a for a in self.options.addresses if a not in result)
         return result
 
+    def _forget_departed(self) -> None:
+        """Retire the channels to addresses that are neither a broker of the latest
+        metadata nor a seed: under rolling replacements (new addresses each time) they
+        would otherwise pile up, with their connections, until :meth:`close`.
+
+        An answer that lists no broker retires nothing. Called after every metadata
+        update that replaced the broker list; it reads the latest snapshot, so a late
+        call with an older list cannot undo a newer one's view for long.
+        """
+        snapshot = self.metadata.snapshot
+        if self.closed or snapshot is None or not snapshot.brokers:
+            return
+        keep = {broker.address for broker in snapshot.brokers}
+        keep.update(self.options.addresses)
+        gone = self.pool.retire(keep)
+        if gone:
+            _log.debug("closing the channels to brokers no longer in the cluster: %s", gone)
+
     def invoke(
         self,
         address: str,
@@ -234,6 +252,21 @@ class ClientCore:
                 f"{rpc.name}: no answer within {seconds:g}s (the TLS pre-flight took it)",
                 code="DEADLINE_EXCEEDED",
             )
+        try:
+            return self._invoke_on(stub, address, rpc, request, context, deadline, ends)
+        finally:
+            self.pool.release(stub)
+
+    def _invoke_on(
+        self,
+        stub: Any,
+        address: str,
+        rpc: Rpc[Req, Resp],
+        request: Req,
+        context: CallContext,
+        deadline: float,
+        ends: float,
+    ) -> Resp:
         method = getattr(stub, rpc.name)
         try:
             if rpc.name in _LOCAL_DEADLINE_METHODS:

@@ -55,8 +55,16 @@ class MetadataCache:
     (:meth:`claim_stale`). Thread-safe.
     """
 
-    def __init__(self, fetch: Fetcher, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        fetch: Fetcher,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_brokers: Callable[[], None] | None = None,
+    ) -> None:
         self._fetch = fetch
+        #: Called (outside the lock) after each update that replaced the broker list.
+        self._on_brokers = on_brokers or (lambda: None)
         self._clock = clock
         self._snapshot: Metadata | None = None
         self._refresh_lock = threading.Lock()
@@ -102,7 +110,8 @@ class MetadataCache:
             self._snapshot = snapshot
             self._succeeded = number
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
-            return snapshot
+        self._on_brokers()
+        return snapshot
 
     def store(self, snapshot: Metadata) -> None:
         """Replace the cache with a snapshot of every stream fetched by someone else."""
@@ -111,6 +120,7 @@ class MetadataCache:
             self._succeeded = self._started
             self._snapshot = snapshot
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
+        self._on_brokers()
 
     def merge(self, partial: Metadata) -> None:
         """Fold a snapshot of some streams into the cache (brokers are replaced)."""
@@ -128,6 +138,8 @@ class MetadataCache:
                     streams=FrozenMap(streams),
                     fetched_at=time.monotonic(),
                 )
+        if partial.brokers:
+            self._on_brokers()
 
     def forget_stream(self, name: str) -> None:
         """Drop a stream from the cache (after it was deleted)."""

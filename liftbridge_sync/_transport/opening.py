@@ -16,6 +16,7 @@ server's handshake message is mapped as opening the subscription
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
@@ -91,15 +92,20 @@ def open_subscribe(
         call.batched = batched
         return call
     stub = core.pool.stub(address, streaming_reads=True)
+    release = core.pool.releaser(stub)
     try:
         call = stub.Subscribe(request)
     except ValueError:
+        release()
         # grpcio's "Cannot invoke RPC on closed channel!": close() won the race for the
         # channel between the stub's lookup and the call.
         if core.closed:
             raise ClientClosedError("subscribe: the client was closed") from None
         raise
-    return _GrpcSubscribeCall(call, core, address)
+    except BaseException:
+        release()
+        raise
+    return _GrpcSubscribeCall(call, core, address, release)
 
 
 class _GrpcSubscribeCall:
@@ -108,15 +114,20 @@ class _GrpcSubscribeCall:
     One reading thread at a time; ``cancel()`` is thread-safe (grpcio's).
     """
 
-    __slots__ = ("_address", "_call", "_core", "_opened")
+    __slots__ = ("_address", "_call", "_core", "_opened", "_release")
 
     batched = False
 
-    def __init__(self, call: Any, core: ClientCore, address: str) -> None:
+    def __init__(
+        self, call: Any, core: ClientCore, address: str, release: Callable[[], None]
+    ) -> None:
         self._call = call
         self._core = core
         self._address = address
         self._opened = False  # the handshake message arrived
+        #: Gives the channel back to the pool once the call ended (ended, failed or
+        #: cancelled): its broker's channel may then be closed (ChannelPool.retire).
+        self._release = release
 
     def __iter__(self) -> _GrpcSubscribeCall:
         return self
@@ -124,7 +135,11 @@ class _GrpcSubscribeCall:
     def __next__(self) -> api_pb2.Message:
         try:
             message: api_pb2.Message = next(self._call)
+        except StopIteration:
+            self._release()
+            raise
         except grpc.RpcError as exc:
+            self._release()
             if self._opened:
                 raise error_from_rpc_error(exc, CallContext.SUBSCRIPTION) from None
             # Before the handshake: also tells a TLS-only broker from a passing failure.
@@ -140,3 +155,4 @@ class _GrpcSubscribeCall:
     def cancel(self) -> None:
         """Cancel the grpcio call."""
         self._call.cancel()
+        self._release()

@@ -183,7 +183,11 @@ class GrpcPublishStream:
         epoch: int,
         on_event: Callable[[StreamEvent], None],
         error_of: Callable[[grpc.RpcError], LiftbridgeError] | None = None,
+        on_done: Callable[[], None] | None = None,
     ) -> None:
+        #: Called once the call is over (by the reader thread, last): gives the channel
+        #: back to the pool (see ChannelPool.release).
+        self._on_done = on_done or (lambda: None)
         self._error_of = error_of or (lambda exc: error_from_rpc_error(exc, CallContext.GENERIC))
         self._reached = False
         self._epoch = epoch
@@ -240,7 +244,10 @@ class GrpcPublishStream:
             self._call.cancel()
         finally:
             self._finished.set()
-            self._on_event(StreamClosed(self._epoch, error, self._reached))
+            try:
+                self._on_event(StreamClosed(self._epoch, error, self._reached))
+            finally:
+                self._on_done()
 
     def send(self, request: api_pb2.PublishRequest, *, notify_sent: bool = False) -> None:
         """Queue ``request`` for gRPC's request-iterator thread."""
@@ -301,9 +308,15 @@ def open_grpc_stream(
     if abort is not None:
         abort.check()
         core.pool.check_tls(address, abort=abort)  # channel() then finds it checked
-    return GrpcPublishStream(
-        core.pool.channel(address),
-        epoch,
-        on_event,
-        lambda exc: core.error_of(exc, CallContext.GENERIC, address),
-    )
+    channel = core.pool.channel(address)
+    try:
+        return GrpcPublishStream(
+            channel,
+            epoch,
+            on_event,
+            lambda exc: core.error_of(exc, CallContext.GENERIC, address),
+            on_done=lambda: core.pool.release(channel),
+        )
+    except BaseException:
+        core.pool.release(channel)
+        raise

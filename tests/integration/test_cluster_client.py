@@ -7,7 +7,11 @@ import logging
 import pytest
 
 from liftbridge_sync import AckPolicy, Client, StartAt, StopAt
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.testing import LiftbridgeCluster
+from tests.waiting import wait_until
 
 from .conftest import unique
 
@@ -87,3 +91,48 @@ def test_leader_calls_leave_a_hung_leader_for_the_new_one(
             assert meta.newest_offset == 0
         finally:
             hung.resume()
+
+
+def test_the_channels_to_a_broker_that_left_the_cluster_are_closed(
+    liftbridge_cluster: LiftbridgeCluster,
+) -> None:
+    # Under rolling replacements (new addresses each time, as in Kubernetes) the
+    # channels to brokers gone for good stayed open until Client.close(), with their
+    # connections, and piled up. A node stopped here stands for one such broker: the
+    # metadata then lists it no more (a v1.9.0 server lists the peers that answered).
+    cluster = liftbridge_cluster
+    cluster.heal()
+    seed, _, leaving = cluster.addresses
+    with Client([seed]) as client:
+        core = client._core
+        brokers = [b.address for b in client.fetch_metadata().brokers]
+        assert sorted(brokers) == sorted(cluster.addresses)
+        for address in brokers:  # one call to each: a channel to each
+            core.invoke(
+                address,
+                rpcs.FETCH_METADATA,
+                api_pb2.FetchMetadataRequest(),
+                context=CallContext.GENERIC,
+            )
+        assert len(client.stats().connections) == 3
+        cluster.stop_node(2)
+        try:
+            wait_until(
+                lambda: leaving not in [b.address for b in client.fetch_metadata().brokers],
+                timeout=30,
+                what="the metadata to leave the stopped node out",
+            )
+            assert sorted(client.stats().connections) == sorted(cluster.addresses[:2])
+            # The client goes on working with the brokers that are left.
+            assert len(client.fetch_metadata().brokers) == 2
+        finally:
+            cluster.start_node(2)
+        # The node back at its address: the metadata lists it, and a call reaches it.
+        wait_until(lambda: len(client.fetch_metadata().brokers) == 3, timeout=30)
+        core.invoke(
+            leaving,
+            rpcs.FETCH_METADATA,
+            api_pb2.FetchMetadataRequest(),
+            context=CallContext.GENERIC,
+        )
+        assert leaving in client.stats().connections

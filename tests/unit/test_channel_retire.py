@@ -1,0 +1,105 @@
+"""Channels to brokers that left the cluster are closed once the metadata says so.
+
+Driven through the client core's metadata path with channels that only record whether
+they were closed (the real cluster's version is in tests/integration/test_cluster_client.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import grpc
+
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync.options import ClientOptions
+
+
+class _Channel:
+    """Stands in for a grpcio channel: stubs can be made on it; it records close()."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.closed = False
+
+    def unary_unary(self, *args: Any, **kwargs: Any) -> Any:
+        return lambda *a, **k: None
+
+    unary_stream = stream_unary = stream_stream = unary_unary
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _core() -> tuple[ClientCore, list[_Channel]]:
+    made: list[_Channel] = []
+
+    def factory(address: str, options: list[tuple[str, Any]]) -> grpc.Channel:
+        made.append(_Channel(address))
+        return cast(grpc.Channel, made[-1])
+
+    return ClientCore(ClientOptions(addresses=("seed:1",)), channel_factory=factory), made
+
+
+def _brokers(*addresses: str) -> api_pb2.FetchMetadataResponse:
+    return api_pb2.FetchMetadataResponse(
+        brokers=[
+            api_pb2.Broker(id=a, host=a.split(":")[0], port=int(a.split(":")[1])) for a in addresses
+        ]
+    )
+
+
+def _use(core: ClientCore, *addresses: str) -> None:
+    for address in addresses:
+        core.pool.release(core.pool.stub(address))
+
+
+def test_a_broker_gone_from_the_metadata_has_its_idle_channels_closed() -> None:
+    core, made = _core()
+    _use(core, "seed:1", "a:1", "b:1")
+    core.pool.release(core.pool.stub("b:1", streaming_reads=True))
+    assert len(made) == 4
+    core.adopt_metadata(_brokers("a:1", "c:1"))  # b replaced by c; the seed stays
+    assert [c.address for c in made if c.closed] == ["b:1", "b:1"]
+    assert core.pool.addresses() == ("a:1", "seed:1")
+    # Back at that address later: a new channel.
+    _use(core, "b:1")
+    assert len(made) == 5 and not made[-1].closed
+    core.close()
+    assert all(c.closed for c in made)
+
+
+def test_a_partial_metadata_answer_retires_too_and_an_empty_list_retires_nothing() -> None:
+    core, made = _core()
+    _use(core, "a:1", "b:1")
+    core.metadata.merge(core._metadata_of(api_pb2.FetchMetadataResponse()))
+    assert not any(c.closed for c in made)
+    core.metadata.merge(core._metadata_of(_brokers("a:1")))
+    assert [c.address for c in made if c.closed] == ["b:1"]
+    core.close()
+
+
+def test_a_channel_with_a_call_under_way_is_closed_when_the_call_ends() -> None:
+    core, made = _core()
+    stub = core.pool.stub("b:1")  # a call in progress (not released)
+    _use(core, "b:1")  # and one that ended
+    core.adopt_metadata(_brokers("a:1"))
+    assert not made[0].closed
+    assert core.pool.addresses() == ("b:1",)  # still open, for that call
+    assert core.pool.opened
+    # New calls to the address do not use the retired channel.
+    _use(core, "b:1")
+    assert len(made) == 2
+    core.pool.release(stub)
+    assert made[0].closed
+    core.pool.release(stub)  # a second release of a closed one: nothing
+    core.close()
+
+
+def test_close_closes_a_retired_channel_still_in_use() -> None:
+    core, made = _core()
+    core.pool.stub("b:1")
+    core.adopt_metadata(_brokers("a:1"))
+    assert not made[0].closed
+    core.close()
+    assert made[0].closed
