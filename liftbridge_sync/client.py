@@ -253,6 +253,7 @@ class Client:
         Raises:
             BrokerUnavailableError: no broker answered in time; the message gives each
                 address tried and why it failed.
+            ClientClosedError: the client is closed, or was closed during the check.
             ConfigurationError: on a bad ``timeout``.
         """
         return probe(self._session.check(), timeout)

@@ -3,7 +3,9 @@
 :meth:`Client.check_health <liftbridge_sync.Client.check_health>` asks the brokers it
 knows, one after another within the caller's time budget, for fresh cluster metadata.
 The first answer makes the cluster healthy; none within the budget raises
-:class:`~liftbridge_sync.errors.BrokerUnavailableError` saying why for each address.
+:class:`~liftbridge_sync.errors.BrokerUnavailableError` saying why for each address. A
+client closed during the check raises :class:`~liftbridge_sync.errors.ClientClosedError`,
+as it does before one.
 The Flask view (:meth:`liftbridge_sync.flask.Liftbridge.readiness_view`) and the
 django-health-check backend (:mod:`liftbridge_sync.django.health`) are built on it.
 """
@@ -18,7 +20,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
-from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
+from liftbridge_sync.errors import BrokerUnavailableError, ClientClosedError, LiftbridgeError
 
 __all__ = ["Health", "probe"]
 
@@ -48,6 +50,7 @@ def probe(core: ClientCore, timeout: float) -> Health:
     Raises:
         BrokerUnavailableError: no broker answered in time; the message lists each
             address tried and its failure.
+        ClientClosedError: the client was closed during the check.
         ConfigurationError: ``timeout`` is not a finite number of seconds > 0.
 
     Thread-safe: uses the client core's thread-safe calls.
@@ -70,6 +73,10 @@ def probe(core: ClientCore, timeout: float) -> Health:
                 context=CallContext.GENERIC,
                 timeout=min(left, core.options.rpc_timeout),
             )
+        except ClientClosedError:
+            # Closed under the check (or before it reached this broker): the cluster's
+            # state is unknown, not unreachable, and the other brokers cannot be asked.
+            raise ClientClosedError("check_health: the client was closed") from None
         except LiftbridgeError as exc:
             failures.append(f"{address}: {exc}")
             continue

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import math
 import socket
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from liftbridge_sync import BrokerUnavailableError, Client, ConfigurationError, Health, TLSOptions
+from liftbridge_sync import (
+    BrokerUnavailableError,
+    Client,
+    ClientClosedError,
+    ConfigurationError,
+    Health,
+    TLSOptions,
+)
 from liftbridge_sync.testing import generate_certificates
 
 pytestmark = pytest.mark.integration
@@ -61,3 +69,32 @@ def test_bad_budgets_are_typed_errors(timeout: object) -> None:
     with Client(["127.0.0.1:1"]) as client:
         with pytest.raises(ConfigurationError):
             client.check_health(timeout)  # type: ignore[arg-type]
+
+
+def test_a_client_closed_during_the_check_says_so() -> None:
+    # close() from another thread while the check waits on a broker that does not
+    # answer: that is no unreachable cluster (BrokerUnavailableError naming each
+    # address, as it said), and a readiness view must not report it as one.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.settimeout(10.0)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        client = Client([address, "127.0.0.1:1"], rpc_timeout=30.0)
+        outcome: list[BaseException] = []
+
+        def check() -> None:
+            try:
+                client.check_health(20.0)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        checker = threading.Thread(target=check, name="liftbridge-test-health")
+        checker.start()
+        connection, _ = silent.accept()  # the check is waiting on it
+        with connection:
+            started = time.monotonic()
+            client.close()
+            checker.join(10.0)
+        assert not checker.is_alive()
+        assert time.monotonic() - started < 5.0
+        assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
+        assert "closed" in str(outcome[0])
