@@ -337,7 +337,8 @@ class ClientOptions:
     #: single-threaded streaming reads).
     subscribe_transport: str = "h2"
     #: Seconds a subscription stream may stay silent before the client sends an HTTP/2
-    #: PING to check the connection (``None`` or ``inf``: never). The broker's gRPC
+    #: PING to check the connection (``None`` or ``inf``: never; at least 0.001, as gRPC
+    #: counts it in milliseconds). The broker's gRPC
     #: keepalive policy (grpc-go's: no PINGs sooner than 5 minutes apart without data in
     #: between, else GOAWAY ``too_many_pings``) decides the rest on the ``"h2"``
     #: transport: the first PING of a quiet spell after messages (or of a connection)
@@ -349,13 +350,13 @@ class ClientOptions:
     #: progress, spaced by grpcio itself; ``grpc_options`` override it).
     keepalive_interval: float | None = 300.0
     #: Seconds to wait for any sign of life after such a PING before the connection is
-    #: declared dead (the subscription then resubscribes). Also the bound on a broker
-    #: that stops answering on the ``"h2"`` transports: a write to a subscription's
-    #: connection fails after this long; on Linux ``TCP_USER_TIMEOUT`` is set to it (as
-    #: grpc does), so our data left unacknowledged that long fails the connection; and a
-    #: publish connection owing acks that hears nothing for half of it sends one PING and
-    #: ends when nothing answers within the other half (noticed within 1.25 times this:
-    #: 25 s by default). The publisher then reconnects and re-sends.
+    #: declared dead (the subscription then resubscribes; at least 0.001). Also the
+    #: bound on a broker that stops answering on the ``"h2"`` transports: a write to a
+    #: subscription's connection fails after this long; on Linux ``TCP_USER_TIMEOUT`` is
+    #: set to it (as grpc does), so our data left unacknowledged that long fails the
+    #: connection; and a publish connection owing acks that hears nothing for half of it
+    #: sends one PING and ends when nothing answers within the other half (noticed within
+    #: 1.25 times this: 25 s by default). The publisher then reconnects and re-sends.
     keepalive_timeout: float = 20.0
     #: The largest message (response) accepted from a broker, in bytes, on every
     #: transport (grpcio's ``grpc.max_receive_message_length``, which ``grpc_options``
@@ -379,6 +380,17 @@ class ClientOptions:
         for name in ("enqueue_timeout", "resend_after", "keepalive_interval", "metadata_max_age"):
             _seconds(self, name, none="unlimited")
         _seconds(self, "ack_read_delay", none="off")
+        for name in ("keepalive_interval", "keepalive_timeout"):
+            # gRPC takes both in whole milliseconds (grpc.keepalive_time_ms and _timeout_ms):
+            # less than one became 0, which gRPC documents no meaning for and which the
+            # "h2" transports read in grpc_options as "off". Refused rather than rounded
+            # up: a PING every millisecond is no setting anybody wants either.
+            value = getattr(self, name)
+            if value is not None and value < 0.001:
+                raise ConfigurationError(
+                    f"{name!r} must be at least 0.001 s (gRPC counts it in whole "
+                    f"milliseconds), got {value!r}"
+                )
         size = self.max_receive_message_size
         if isinstance(size, bool) or not isinstance(size, int) or not 1024 <= size < 2**31:
             raise ConfigurationError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -167,6 +167,20 @@ def test_grpc_channels_ping_within_grpc_gos_default_enforcement(streaming_reads:
         ClientOptions(addresses=("h:1",), grpc_options=(("grpc.keepalive_time_ms", 600_000),))
     )
     assert dict(mine._channel_options(streaming_reads))["grpc.keepalive_time_ms"] == 600_000
+
+
+@pytest.mark.parametrize("field", ["keepalive_interval", "keepalive_timeout"])
+@pytest.mark.parametrize("value", [0.0009, 1e-9])
+def test_keepalive_under_a_millisecond_is_refused_not_zero(field: str, value: float) -> None:
+    # gRPC takes both in whole milliseconds: int(value * 1000) made them 0, which gRPC
+    # documents no meaning for (the "h2" transports read it in grpc_options as "off").
+    with pytest.raises(ConfigurationError, match=f"'{field}' must be at least 0.001 s"):
+        ClientOptions(addresses=("h:1",), **cast(dict[str, Any], {field: value}))
+    from liftbridge_sync._transport.channels import ChannelPool
+
+    least = ChannelPool(ClientOptions(addresses=("h:1",), **cast(dict[str, Any], {field: 0.001})))
+    merged = dict(least._channel_options(streaming_reads=False))
+    assert min(merged["grpc.keepalive_time_ms"], merged["grpc.keepalive_timeout_ms"]) == 1
 
 
 @pytest.mark.parametrize(
