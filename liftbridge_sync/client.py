@@ -648,11 +648,19 @@ class Client:
         Headers are sent (the Go client drops them). When an ack is wanted the call
         carries a deadline, so the server waits for the first ack.
 
+        Args:
+            timeout: Seconds for the whole call (default: the client's ``ack_timeout``):
+                every attempt and the back-off between them. A broker unreachable at
+                one attempt is retried under the retry policy, each attempt getting the
+                time left, and no retry starts once the time is up.
+
         Returns:
             The first :class:`Ack`, or ``None`` for AckPolicy.NONE.
 
         Raises:
             AckTimeoutError: no stream acknowledged the message within ``timeout``.
+            BrokerUnavailableError: no broker could be reached within ``timeout`` (the
+                last attempt's error).
             PublishRejectedError, IncorrectOffsetError: the leader refused the message.
         """
         return publishing.publish_to_subject(

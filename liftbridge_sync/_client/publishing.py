@@ -10,6 +10,7 @@ there. Functions of the session they are given: thread-safe.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -355,9 +356,17 @@ def _publish_to_subject(
     ack_policy: AckPolicy,
     ack_timeout: float,
 ) -> Ack | None:
-    """Send a ``PublishToSubject`` request; its first ack (``None``: AckPolicy.NONE)."""
+    """Send a ``PublishToSubject`` request; its first ack (``None``: AckPolicy.NONE).
+
+    ``ack_timeout`` bounds the whole call: attempts and the back-off between them.
+    """
     try:
-        response = core.call_any(rpcs.PUBLISH_TO_SUBJECT, request, timeout=ack_timeout)
+        response = core.call_any(
+            rpcs.PUBLISH_TO_SUBJECT,
+            request,
+            timeout=ack_timeout,
+            deadline=time.monotonic() + ack_timeout,
+        )
     except DeadlineExceededError as exc:
         raise AckTimeoutError(
             f"no ack for the message on {subject!r} within {ack_timeout}s",

@@ -355,27 +355,41 @@ class ClientCore:
         timeout: float | None = None,
         failed: list[LiftbridgeError] | None = None,
         read_only: bool = False,
+        deadline: float | None = None,
     ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors.
 
         ``failed``, if given, receives the error of every attempt that failed (for a
         call that is not idempotent: an attempt may have been carried out though its
         answer was lost). A ``read_only`` call also goes on to the next broker after an
-        attempt that ran out of its deadline."""
+        attempt that ran out of its deadline. ``timeout`` bounds each attempt;
+        ``deadline`` (a ``time.monotonic()``), if given, the whole call: each attempt
+        gets at most the time left, and no retry starts whose back-off would reach it
+        (the last attempt's error is raised then)."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
             candidates = self.addresses()
             address = candidates[(start + number - 1) % len(candidates)]
+            seconds = timeout
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceededError(
+                        f"{rpc.name}: no time left for an attempt", code="DEADLINE_EXCEEDED"
+                    )
+                seconds = min(seconds or self.options.rpc_timeout, left)
             try:
-                return self.invoke(address, rpc, request, context=context, timeout=timeout)
+                return self.invoke(address, rpc, request, context=context, timeout=seconds)
             except LiftbridgeError as exc:
                 if failed is not None:
                     failed.append(exc)
                 raise
 
         retry_if = _retryable_elsewhere if read_only else is_retryable
-        return call_with_retry(self.options.retry, rpc.name, attempt, retry_if=retry_if)
+        return call_with_retry(
+            self.options.retry, rpc.name, attempt, retry_if=retry_if, deadline=deadline
+        )
 
     # ------------------------------------------------------------------ metadata
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -38,11 +39,23 @@ def backoff_delay(policy: RetryPolicy, failures: int) -> float:
     return float(delay + random.uniform(0, policy.jitter))
 
 
+class _StopBefore(tenacity.stop.stop_base):
+    """Stop when the sleep before the next attempt would reach ``deadline`` (a
+    ``time.monotonic()``): tenacity knows the sleep when it asks."""
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return time.monotonic() + (retry_state.upcoming_sleep or 0.0) >= self._deadline
+
+
 def build_retrying(
     policy: RetryPolicy,
     *,
     label: str,
     retry_if: Callable[[BaseException], bool] = is_retryable,
+    deadline: float | None = None,
 ) -> tenacity.Retrying:
     """A fresh ``tenacity.Retrying`` for one call.
 
@@ -50,6 +63,8 @@ def build_retrying(
         policy: Attempts, total time and back-off.
         label: Names the operation in log messages.
         retry_if: Decides whether an exception is worth another attempt.
+        deadline: A ``time.monotonic()`` the caller's whole call must end by: no retry
+            whose back-off would reach it.
 
     Returns:
         A ``Retrying`` that re-raises the last exception when it gives up. Not thread-safe;
@@ -66,11 +81,15 @@ def build_retrying(
             state.upcoming_sleep,
         )
 
+    stop = tenacity.stop_after_attempt(policy.max_attempts) | tenacity.stop_before_delay(
+        policy.max_delay
+    )
+    if deadline is not None:
+        stop = stop | _StopBefore(deadline)
     return tenacity.Retrying(
         # Before the delay, not after it: no attempt starts later than max_delay (after
         # it, the sleep before the next attempt could carry it up to ``maximum`` past).
-        stop=tenacity.stop_after_attempt(policy.max_attempts)
-        | tenacity.stop_before_delay(policy.max_delay),
+        stop=stop,
         wait=lambda state: backoff_delay(policy, state.attempt_number),
         retry=tenacity.retry_if_exception(retry_if),
         before_sleep=log_retry,
@@ -84,12 +103,14 @@ def call_with_retry(
     attempt: Callable[[int], _T],
     *,
     retry_if: Callable[[BaseException], bool] = is_retryable,
+    deadline: float | None = None,
 ) -> _T:
-    """Run ``attempt(attempt_number)`` until it succeeds or the policy gives up.
+    """Run ``attempt(attempt_number)`` until it succeeds or the policy gives up (or a
+    retry's back-off would reach ``deadline``, a ``time.monotonic()``).
 
     Thread-safe: each call builds its own ``Retrying``.
     """
-    for trial in build_retrying(policy, label=label, retry_if=retry_if):
+    for trial in build_retrying(policy, label=label, retry_if=retry_if, deadline=deadline):
         with trial:
             return attempt(trial.retry_state.attempt_number)
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
