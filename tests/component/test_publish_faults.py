@@ -135,10 +135,21 @@ def test_a_refused_ack_policy_none_publish_is_logged_not_dropped(
     # (a stream with optimistic concurrency refuses every one). The refusal matched
     # nothing and was dropped without a word: the message was lost silently.
     refused = api_pb2.PublishAsyncError.INCORRECT_OFFSET
-    fake.publish_script = lambda req, n: refused if n == 1 else "ack"
+    written = threading.Event()
+
+    def script(request: api_pb2.PublishRequest, n: int) -> object:
+        if n == 1:
+            # Refuse only once the client has counted the publish written: a refusal
+            # arriving first fails its future instead (typed, so nothing is lost either).
+            assert written.wait(10)
+            return refused
+        return "ack"
+
+    fake.publish_script = script
     with caplog.at_level("WARNING", logger="liftbridge_sync.publisher"):
         with _client(fake, transport) as client:
             assert client.publish("s", b"lost", ack_policy=AckPolicy.NONE) is None
+            written.set()
             # Answers come in order: once this ack is back, the refusal was handled.
             assert client.publish("s", b"kept") is not None
     (record,) = [r for r in caplog.records if "nothing waits for" in r.getMessage()]
