@@ -58,6 +58,15 @@ _CALL_FRACTION = 0.25
 #: healthy member hears back every 0.4 of the timeout (plus the call); the rest leaves
 #: room for the commit's own calls to land before the server could drop it.
 _COMMIT_FRACTION = 0.75
+#: A member leaves its group only while its coordinator answered within this fraction of
+#: the consumer timeout, and the leave call must end by then. v1.9.0 crashes (a nil
+#: dereference in consumerExpired, groups.go) when a member leaves while the server is
+#: expiring it: the expiry fails to remove a member that is gone and then writes to it.
+#: The member's timer was reset at most _CALL_FRACTION before the coordinator's answer,
+#: so it fires no sooner than 0.75 of the timeout after it: 0.5 leaves a quarter of the
+#: timeout for the leave to be applied. Later, the member asks once more first (which
+#: resets the timer) or, if that fails, leaves the group to the server's timeout.
+_LEAVE_FRACTION = 0.5
 
 #: A coordinator id no broker has and an epoch no group reaches: a report naming them
 #: is refused with the group's current coordinator and epoch (see _ask_coordinator).
@@ -235,16 +244,51 @@ class Membership:
         with self._lock:
             self._left = True
             consumer_id = self._consumer_id
+        until = self._leave_deadline()
+        if until is None:
+            _log.info(
+                "consumer %s: not leaving the group: the coordinator last answered %.1fs "
+                "ago, so the server may be expiring this member right now, and a v1.9.0 "
+                "server crashes on a leave at that moment; its consumer timeout (%.1fs) "
+                "removes the member instead",
+                self._who,
+                time.monotonic() - self.heard_at,
+                self._consumer_timeout,
+            )
+            return
         try:
             self._core.call_any(
                 rpcs.LEAVE_CONSUMER_GROUP,
                 api_pb2.LeaveConsumerGroupRequest(groupId=self._group, consumerId=consumer_id),
                 context=CallContext.GROUP,
+                deadline=until,
             )
         except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
             pass  # already out of the group
         except LiftbridgeError as exc:
             _log.warning("consumer %s: leaving the group failed: %s", self._who, exc)
+
+    def _leave_deadline(self) -> float | None:
+        """When a leave must have ended, or ``None`` if this member must not leave.
+
+        See :data:`_LEAVE_FRACTION`. A member that has not heard from its coordinator
+        for that long polls it once more (which resets its timer on the server), if the
+        timer cannot have fired yet; the heartbeat thread has stopped by then.
+        """
+        timeout = self._consumer_timeout
+        if time.monotonic() - self.heard_at >= _LEAVE_FRACTION * timeout:
+            # The timer fires no sooner than 0.75 of the timeout after the last answer;
+            # a poll that is answered well before then has reset it (the answer then
+            # came within a quarter of the timeout of the reset, as the rule needs).
+            left = self.heard_at + (_COMMIT_FRACTION - 0.1) * timeout - time.monotonic()
+            if left > 0:
+                try:
+                    self._fetch_assignments(min(self._call_timeout, left))
+                    self.heard_at = time.monotonic()
+                except LiftbridgeError:
+                    pass
+        until = self.heard_at + _LEAVE_FRACTION * timeout
+        return until if time.monotonic() < until else None
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -334,7 +378,9 @@ class Membership:
             if wait > 0:
                 stop.wait(wait)
 
-    def _fetch_assignments(self) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+    def _fetch_assignments(
+        self, timeout: float | None = None
+    ) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
         with self._lock:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         address = self._coordinator_address(coordinator)
@@ -346,7 +392,7 @@ class Membership:
             rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
             request,
             context=CallContext.GROUP,
-            timeout=self._call_timeout,
+            timeout=self._call_timeout if timeout is None else timeout,
         )
         return response
 
