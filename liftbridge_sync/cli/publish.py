@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import os
+import select
+import signal
 import sys
-from collections.abc import Iterator, Sequence
-from typing import BinaryIO
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import click
 
@@ -81,8 +84,8 @@ def _shown(data: bytes) -> str:
         return repr(data)
 
 
-def _lines(handle: BinaryIO, bar: Progress, shape: _Shape) -> Iterator[bytes]:
-    for number, line in enumerate(handle, start=1):
+def _lines(raw: Iterable[bytes], bar: Progress, shape: _Shape) -> Iterator[bytes]:
+    for number, line in enumerate(raw, start=1):
         bar.advance(len(line))
         # A CRLF line ending (a file from Windows) is a line ending, not data.
         if line.endswith(b"\r\n"):
@@ -120,15 +123,95 @@ def _partitioner(name: str | None) -> Partitioner | None:
     return None if name is None else partitioner_named(name)
 
 
-class _Tracker:
-    """Futures in submission order; reports acks in order and keeps the first failure.
+#: Ack lines the printer may fall behind by before reading input waits for it: a
+#: slow reader of the acks slows publishing down instead of filling memory.
+_MAX_UNPRINTED = 10_000
 
-    Not thread-safe: used by the command's main thread only.
+#: Seconds between checks for a signal while the main thread waits on a lock: the
+#: kernel may deliver SIGINT to another thread, and then nothing wakes the main thread.
+_SIGNAL_SLICE = 0.5
+
+
+class _Waker:
+    """A pipe that wakes the main thread's wait for input: for a signal (through
+    :func:`signal.set_wakeup_fd`), a failed publish, or the acks' reader gone.
+
+    Thread-safe: :meth:`wake` may be called from any thread.
     """
 
-    def __init__(self, print_acks: bool) -> None:
-        self.pending: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
-        self.out = Output() if print_acks else None
+    def __init__(self) -> None:
+        self.read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        os.set_blocking(self._write_fd, False)
+        self._previous: int | None = None
+        if threading.current_thread() is threading.main_thread():
+            # Python writes a byte here for every signal it handles: a Ctrl-C that the
+            # kernel gives to another thread still ends the main thread's select().
+            self._previous = signal.set_wakeup_fd(self._write_fd)
+
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._write_fd, b"\0")
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self.read_fd, 512):
+                pass
+
+    def close(self) -> None:
+        if self._previous is not None:
+            signal.set_wakeup_fd(self._previous)
+        os.close(self.read_fd)
+        os.close(self._write_fd)
+
+
+def _fd_lines(fd: int, waker: _Waker, stop: Callable[[], bool]) -> Iterator[bytes]:
+    """The lines read from ``fd`` (each with its line ending), until end of input or
+    ``stop()``: a blocked read is woken by a signal, a failure or a closed output."""
+    pending = bytearray()
+    while True:
+        if stop():
+            return  # a partial last line is not published either
+        ready, _, _ = select.select([fd, waker.read_fd], [], [])
+        if waker.read_fd in ready:
+            # Python runs a pending signal handler (KeyboardInterrupt) before the next
+            # line of this function; a failure or a closed output is seen by stop().
+            waker.clear()
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        start = len(pending)
+        pending += chunk
+        begin = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield bytes(pending[begin : end + 1])
+            begin = start = end + 1
+        del pending[:begin]
+    if pending:
+        yield bytes(pending)
+
+
+class _Tracker:
+    """Futures in submission order: settles them in that order as their acks come,
+    prints each ack as soon as it and all earlier ones are in, keeps the first failure.
+
+    The futures' done-callbacks (on the client's threads) settle them; a thread of its
+    own (``liftbridge-cli-acks``) writes the acks, so standard output is written by one
+    thread and a slow reader of it never holds up the client.
+
+    Thread-safe: :meth:`add`, :meth:`wait_settled` and :meth:`close` are called by the
+    command's main thread, the settling by any thread.
+    """
+
+    def __init__(self, print_acks: bool, waker: _Waker | None = None) -> None:
+        self._lock = threading.Condition(threading.Lock())
+        self._pending: collections.deque[concurrent.futures.Future[Ack | None]] = (
+            collections.deque()
+        )
+        self._unprinted: list[bytes] = []
+        self._closing = False
+        self._waker = waker
         self.sent = 0
         self.acked = 0
         self.failed = 0
@@ -137,47 +220,96 @@ class _Tracker:
         self.output_closed = False
         #: A failure was seen while sending: the rest of the input was not read.
         self.stopped_reading = False
+        self._printer: threading.Thread | None = None
+        if print_acks:
+            self._printer = threading.Thread(
+                target=self._print, args=(Output(),), name="liftbridge-cli-acks", daemon=True
+            )
+            self._printer.start()
 
     def add(self, future: concurrent.futures.Future[Ack | None]) -> None:
-        self.sent += 1
-        self.pending.append(future)
-        while self.pending and self.pending[0].done():
-            self._settle(self.pending.popleft())
+        """Track ``future``; raise :class:`PipeClosed` once the acks' reader is gone."""
+        with self._lock:
+            self.sent += 1
+            self._pending.append(future)
+        future.add_done_callback(self._settle_done)
+        with self._lock:
+            while len(self._unprinted) >= _MAX_UNPRINTED and not self.output_closed:
+                self._lock.wait(_SIGNAL_SLICE)
+            if self.output_closed:
+                raise PipeClosed()
 
-    def drain(self) -> None:
-        while self.pending:
-            self._settle(self.pending.popleft(), stop_on_closed_output=False)
-        if self.out is not None:
+    def stop_reading(self) -> bool:
+        """Whether reading input should stop: a failure seen or the output closed."""
+        return self.first_error is not None or self.output_closed
+
+    def wait_settled(self) -> None:
+        """Wait until every future added is settled (each ends by its ack timeout)."""
+        with self._lock:
+            while self._pending:
+                self._lock.wait(_SIGNAL_SLICE)
+
+    def close(self) -> None:
+        """Print the acks settled so far, flush, and end the printing thread."""
+        with self._lock:
+            self._closing = True
+            self._lock.notify_all()
+        if self._printer is not None:
+            self._printer.join()
+
+    def _settle_done(self, _: object) -> None:
+        # On the thread that resolved a future (or the main thread if it already was):
+        # settle the leading run of resolved futures, in submission order.
+        wake = False
+        with self._lock:
+            while self._pending and self._pending[0].done():
+                future = self._pending.popleft()
+                error = future.exception()
+                if error is not None:
+                    self.failed += 1
+                    if self.first_error is None:
+                        self.first_error = error
+                        wake = True
+                    continue
+                self.acked += 1
+                ack = future.result()
+                if self._printer is not None and ack is not None and not self.output_closed:
+                    record = {
+                        "stream": ack.stream,
+                        "partition": ack.partition,
+                        "offset": ack.offset,
+                    }
+                    self._unprinted.append(json.dumps(record).encode() + b"\n")
+            self._lock.notify_all()
+        if wake and self._waker is not None:
+            self._waker.wake()  # a wait for the next input line ends now
+
+    def _print(self, out: Output) -> None:
+        while True:
+            with self._lock:
+                while not self._unprinted and not self._closing:
+                    self._lock.wait()
+                lines, self._unprinted = self._unprinted, []
+                closing = self._closing
+                self._lock.notify_all()  # room for add()
             try:
-                self.out.flush()
+                if lines:
+                    out.write(b"".join(lines))
+                out.flush()
             except PipeClosed:
-                self._close_output()
-
-    def _close_output(self) -> None:
-        self.out = None
-        self.output_closed = True
-
-    def _settle(
-        self, future: concurrent.futures.Future[Ack | None], stop_on_closed_output: bool = True
-    ) -> None:
-        error = future.exception()
-        if error is not None:
-            self.failed += 1
-            if self.first_error is None:
-                self.first_error = error
-            return
-        self.acked += 1
-        ack = future.result()
-        if self.out is not None and ack is not None:
-            record = {"stream": ack.stream, "partition": ack.partition, "offset": ack.offset}
-            try:
-                self.out.write(json.dumps(record).encode() + b"\n")
-            except PipeClosed:
-                # Every message sent so far is still settled (drain); only reading more
-                # input stops, and the summary says how far it got.
-                self._close_output()
-                if stop_on_closed_output:
-                    raise
+                # Every message sent so far is still settled; only reading more input
+                # stops, and the summary says how far it got.
+                with self._lock:
+                    self.output_closed = True
+                    self._unprinted.clear()
+                    self._lock.notify_all()
+                if self._waker is not None:
+                    self._waker.wake()
+                return
+            if closing:
+                with self._lock:
+                    if not self._unprinted:
+                        return
 
 
 @cli.command()
@@ -210,7 +342,11 @@ class _Tracker:
     show_default=True,
     help="none: no acks; a missing or read-only target is refused before sending.",
 )
-@click.option("--print-acks", is_flag=True, help="Print one JSON line per ack, in order.")
+@click.option(
+    "--print-acks",
+    is_flag=True,
+    help="Print one JSON line per ack as soon as it and all earlier ones are in (input order).",
+)
 @click.option("--skip-empty", is_flag=True, help="Do not publish empty input lines.")
 @click.option(
     "--allow-unkeyed",
@@ -257,24 +393,30 @@ def publish(
         skip_empty=skip_empty,
         allow_unkeyed=allow_unkeyed,
     )
-    tracker = _Tracker(print_acks)
-    with open_client(settings_of(ctx)) as client:
-        if shape.policy is AckPolicy.NONE:
-            _check_unacked_target(client, shape)
-        try:
-            if values:
-                _send(client, shape, _argument_values(values, shape), tracker)
-            else:
-                _publish_file(client, shape, path or "-", tracker)
-        except PipeClosed:
-            pass  # summarised below, once every message sent is settled
-        except CommandFailed as exc:  # bad input line: say what went out before it
-            tracker.drain()
-            raise CommandFailed(
-                f"{exc} ({tracker.acked} earlier message(s) published)", exc.code
-            ) from None
-        finally:
-            tracker.drain()
+    waker = _Waker()
+    tracker = _Tracker(print_acks, waker)
+    try:
+        with open_client(settings_of(ctx)) as client:
+            if shape.policy is AckPolicy.NONE:
+                _check_unacked_target(client, shape)
+            try:
+                if values:
+                    _send(client, shape, _argument_values(values, shape), tracker)
+                else:
+                    _publish_file(client, shape, path or "-", tracker, waker)
+            except PipeClosed:
+                pass  # summarised below, once every message sent is settled
+            except CommandFailed as exc:  # bad input line: say what went out before it
+                tracker.wait_settled()
+                raise CommandFailed(
+                    f"{exc} ({tracker.acked} earlier message(s) published)", exc.code
+                ) from None
+            tracker.wait_settled()
+    finally:
+        # Also on Ctrl-C: closing the client above waited for the acks of what was
+        # sent, and they are printed before the command ends.
+        tracker.close()
+        waker.close()
     if tracker.output_closed:
         click.echo(
             f"liftbridge-sync: output closed: stopped reading input after {tracker.sent} "
@@ -339,19 +481,27 @@ def _check_unacked_target(client: Client, shape: _Shape) -> None:
         )
 
 
-def _publish_file(client: Client, shape: _Shape, path: str, tracker: _Tracker) -> None:
+def _publish_file(
+    client: Client, shape: _Shape, path: str, tracker: _Tracker, waker: _Waker
+) -> None:
+    def stop() -> bool:
+        if tracker.first_error is not None:
+            tracker.stopped_reading = True
+        return tracker.stop_reading()
+
     if path == "-":
-        _send(client, shape, _lines(sys.stdin.buffer, Silent(), shape), tracker)
+        raw = _fd_lines(sys.stdin.fileno(), waker, stop)
+        _send(client, shape, _lines(raw, Silent(), shape), tracker)
         return
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb", buffering=0)
     except OSError as exc:
         raise click.FileError(path, hint=exc.strerror or str(exc)) from None
     with (
         handle,
         progress(f"publishing {os.path.basename(path)}", os.fstat(handle.fileno()).st_size) as bar,
     ):
-        _send(client, shape, _lines(handle, bar, shape), tracker)
+        _send(client, shape, _lines(_fd_lines(handle.fileno(), waker, stop), bar, shape), tracker)
 
 
 def _send(client: Client, shape: _Shape, messages: Iterator[bytes], tracker: _Tracker) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import shlex
+import signal
 import subprocess
 import threading
 import time
@@ -324,6 +326,57 @@ def test_printed_acks_into_head_say_how_far_publishing_got(
     # What the summary says was published is exactly what the partition holds.
     newest = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset
     assert newest + 1 == published
+
+
+def test_printed_acks_come_as_they_arrive_and_ctrl_c_prints_those_received(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    """``tail -f log | publish --print-acks``: each ack was printed only when the next
+    line came, and Ctrl-C, which the kernel may give to one of the client's threads,
+    left the command blocked reading the still open input, then dropped its acks."""
+    with subprocess.Popen(
+        [*CLI, "publish", stream, "-P", "0", "--print-acks"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(liftbridge_address),
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        printed: queue.Queue[bytes] = queue.Queue()
+
+        def read() -> None:
+            for printed_line in process.stdout or []:
+                printed.put(printed_line)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        try:
+            for i in range(3):
+                process.stdin.write(f"m{i}\n".encode())
+                process.stdin.flush()
+                # The pipe stays open: the ack must come without another line or EOF.
+                line = printed.get(timeout=30)
+                assert json.loads(line) == {"stream": stream, "partition": 0, "offset": i}
+            process.stdin.write(b"".join(f"burst-{i}\n".encode() for i in range(200)))
+            process.stdin.flush()
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                process.wait(timeout=30)
+                pytest.fail("still running 30 s after SIGINT with its input open")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+            reader.join(timeout=30)
+        err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+    assert process.returncode == 130, err
+    assert err.strip().endswith("liftbridge-sync: interrupted") and "Traceback" not in err
+    offsets = [json.loads(line)["offset"] for line in list(printed.queue)]
+    # Every message the partition holds was acked, and its ack printed, in order.
+    stored = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset + 1
+    assert offsets == list(range(3, stored))
 
 
 def test_print_acks_without_acks_is_a_usage_error(run: Run, stream: str) -> None:
