@@ -114,7 +114,8 @@ def cli(ctx: click.Context, addresses: tuple[str, ...], timeout: float, debug: b
     """Manage and use Liftbridge streams from the shell.
 
     Exit codes: 0 ok, 1 error, 2 usage, 3 not found, 4 exists, 5 broker unavailable,
-    6 publish failed, 130 interrupted, 141 output pipe closed.
+    6 publish failed, 130 interrupted (Ctrl-C), 141 output pipe closed, 143 terminated
+    (SIGTERM).
     """
     if isinstance(addresses, str):  # an envvar with multiple=True may arrive split or not
         addresses = (addresses,)

@@ -17,7 +17,7 @@ from liftbridge_sync import (
     StreamExistsError,
 )
 
-__all__ = ["CommandFailed", "ExitCode", "PipeClosed", "exit_code_for"]
+__all__ = ["CommandFailed", "ExitCode", "PipeClosed", "Terminated", "exit_code_for"]
 
 
 class ExitCode(enum.IntEnum):
@@ -40,14 +40,27 @@ class ExitCode(enum.IntEnum):
     UNAVAILABLE = 5
     #: One or more messages could not be published.
     PUBLISH_FAILED = 6
-    #: Interrupted by Ctrl-C.
+    #: Interrupted by Ctrl-C (SIGINT).
     INTERRUPTED = 130
     #: The reader of standard output went away (e.g. ``| head``), as for SIGPIPE.
     BROKEN_PIPE = 141
+    #: Stopped by SIGTERM (``kill``, a service manager, a CI timeout), as cleanly as by
+    #: Ctrl-C: output flushed, subscriptions and the client closed.
+    TERMINATED = 143
 
 
 class PipeClosed(Exception):
     """Standard output was closed by its reader; raised instead of ``BrokenPipeError``.
+
+    Immutable; safe to share between threads.
+    """
+
+
+class Terminated(BaseException):
+    """Raised in the main thread when the process receives SIGTERM.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that no ``except Exception``
+    on the way takes it for an error; every ``finally`` and ``with`` still runs.
 
     Immutable; safe to share between threads.
     """

@@ -3,16 +3,26 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 import click
 
 from liftbridge_sync import LiftbridgeError
 from liftbridge_sync.cli import admin, bench, metadata, publish, subscribe  # noqa: F401 - commands
 from liftbridge_sync.cli.app import cli
-from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed, exit_code_for
+from liftbridge_sync.cli.errors import (
+    CommandFailed,
+    ExitCode,
+    PipeClosed,
+    Terminated,
+    exit_code_for,
+)
 
 __all__ = ["main"]
 
@@ -36,15 +46,52 @@ def _silence_stdout() -> None:
     os.close(devnull)
 
 
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_as_exception() -> Iterator[None]:
+    """SIGTERM raises :class:`Terminated` in the main thread while the command runs.
+
+    Its default action ends the process on the spot: no flush of what is printed, no
+    close of subscriptions and client, exit 143 without a word.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stopped(message: str, code: ExitCode) -> int:
+    # What was printed before the signal still reaches the reader.
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    click.echo(f"liftbridge-sync: {message}", err=True)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``liftbridge-sync`` with ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
     Errors print one line on stderr (after a traceback under ``--debug``); the exit code
-    is the same with or without ``--debug``.
+    is the same with or without ``--debug``. SIGTERM stops a command as Ctrl-C does
+    (output flushed, subscriptions and client closed), with exit code 143.
 
     Not thread-safe: run it from the main thread of a process.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    with _sigterm_as_exception():
+        return _main(args)
+
+
+def _main(args: list[str]) -> int:
     debug = _debug(args)
     try:
         try:
@@ -58,8 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BROKEN_PIPE
     except (click.exceptions.Abort, KeyboardInterrupt):
         # Ctrl-C is the user's choice, not an error.
-        click.echo("liftbridge-sync: interrupted", err=True)
-        return ExitCode.INTERRUPTED
+        return _stopped("interrupted", ExitCode.INTERRUPTED)
+    except Terminated:
+        return _stopped("terminated", ExitCode.TERMINATED)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -419,6 +419,45 @@ def test_follow_prints_new_messages_until_interrupted(
     assert "Traceback" not in err
 
 
+def test_sigterm_stops_follow_as_ctrl_c_does_with_its_own_exit_code(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    """SIGTERM (``kill``, systemd, a CI timeout) ended the process on the spot: exit 143
+    without a word, nothing flushed, the subscription not closed."""
+    with subprocess.Popen(
+        [*CLI, "subscribe", stream, "-P", "0", "--follow", "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(liftbridge_address),
+    ) as process:
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(process.stdout or []))
+        reader.start()
+        try:
+            deadline = time.monotonic() + 30
+            while not lines and time.monotonic() < deadline:
+                liftbridge_client.publish(stream, b"before-term", partition=0)
+                reader.join(timeout=0.2)
+            assert lines, "follow printed nothing"
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                process.wait(timeout=30)
+                pytest.fail("still running 30 s after SIGTERM")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+            reader.join(timeout=30)
+        err = process.stderr.read() if process.stderr else ""
+    assert process.returncode == 143, err
+    assert err.strip().splitlines()[-1] == "liftbridge-sync: terminated", err
+    assert "Traceback" not in err
+    assert all(json.loads(line)["value"] == "before-term" for line in lines)
+
+
 def test_empty_ranges_exit_zero_with_no_output(
     run: Run, stream: str, liftbridge_client: Client
 ) -> None:
