@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from types import FrameType
+from typing import Any, NoReturn
 
 import click
 
@@ -28,7 +30,13 @@ from liftbridge_sync import (
 )
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
-from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed, exit_code_for
+from liftbridge_sync.cli.errors import (
+    CommandFailed,
+    ExitCode,
+    PipeClosed,
+    Terminated,
+    exit_code_for,
+)
 from liftbridge_sync.cli.output import Output
 from liftbridge_sync.cli.progress import Progress, Silent, progress
 from liftbridge_sync.partitioners import PARTITIONER_NAMES, partitioner_named
@@ -133,21 +141,42 @@ _SIGNAL_SLICE = 0.5
 
 
 class _Waker:
-    """A pipe that wakes the main thread's wait for input: for a signal (through
-    :func:`signal.set_wakeup_fd`), a failed publish, or the acks' reader gone.
+    """A pipe that wakes the main thread's wait for input, and Ctrl-C and SIGTERM put
+    off until the main thread is between two messages.
 
-    Thread-safe: :meth:`wake` may be called from any thread.
+    A signal that raised in the middle of ``publish_async`` could leave a message sent
+    whose ack nobody prints; the handlers set here only record it, and :meth:`check`,
+    called where no message is half-handled, raises ``KeyboardInterrupt`` or
+    :class:`Terminated`. A second one raises at once (the user insists). The pipe is
+    written to for a signal (:func:`signal.set_wakeup_fd`: the kernel may hand the
+    signal to another thread, and nothing else would end the main thread's
+    ``select()``), a failed publish, or the acks' reader gone.
+
+    Thread-safe: :meth:`wake` may be called from any thread, the rest from the main one.
     """
 
     def __init__(self) -> None:
         self.read_fd, self._write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self._write_fd, False)
-        self._previous: int | None = None
+        self._received: int | None = None
+        self._previous_fd: int | None = None
+        self._previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            # Python writes a byte here for every signal it handles: a Ctrl-C that the
-            # kernel gives to another thread still ends the main thread's select().
-            self._previous = signal.set_wakeup_fd(self._write_fd)
+            self._previous_fd = signal.set_wakeup_fd(self._write_fd)
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._record)
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        if self._received is not None:
+            _raise_for(signum)
+        self._received = signum
+
+    def check(self) -> None:
+        """Raise for a signal received so far (``KeyboardInterrupt`` for SIGINT,
+        :class:`Terminated` for SIGTERM)."""
+        if self._received is not None:
+            _raise_for(self._received)
 
     def wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
@@ -159,10 +188,19 @@ class _Waker:
                 pass
 
     def close(self) -> None:
-        if self._previous is not None:
-            signal.set_wakeup_fd(self._previous)
+        """Restore the signal handlers; a signal received stays for :meth:`check`."""
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        if self._previous_fd is not None:
+            signal.set_wakeup_fd(self._previous_fd)
         os.close(self.read_fd)
         os.close(self._write_fd)
+
+
+def _raise_for(signum: int) -> NoReturn:
+    if signum == signal.SIGTERM:
+        raise Terminated()
+    raise KeyboardInterrupt
 
 
 def _fd_lines(fd: int, waker: _Waker, stop: Callable[[], bool]) -> Iterator[bytes]:
@@ -170,12 +208,12 @@ def _fd_lines(fd: int, waker: _Waker, stop: Callable[[], bool]) -> Iterator[byte
     ``stop()``: a blocked read is woken by a signal, a failure or a closed output."""
     pending = bytearray()
     while True:
+        waker.check()
         if stop():
             return  # a partial last line is not published either
         ready, _, _ = select.select([fd, waker.read_fd], [], [])
         if waker.read_fd in ready:
-            # Python runs a pending signal handler (KeyboardInterrupt) before the next
-            # line of this function; a failure or a closed output is seen by stop().
+            # A signal is seen by check(), a failure or a closed output by stop().
             waker.clear()
             continue
         chunk = os.read(fd, 1 << 16)
@@ -228,7 +266,8 @@ class _Tracker:
             self._printer.start()
 
     def add(self, future: concurrent.futures.Future[Ack | None]) -> None:
-        """Track ``future``; raise :class:`PipeClosed` once the acks' reader is gone."""
+        """Track ``future``; raise :class:`PipeClosed` once the acks' reader is gone, or
+        for a signal received (:meth:`_Waker.check`)."""
         with self._lock:
             self.sent += 1
             self._pending.append(future)
@@ -236,8 +275,10 @@ class _Tracker:
         with self._lock:
             while len(self._unprinted) >= _MAX_UNPRINTED and not self.output_closed:
                 self._lock.wait(_SIGNAL_SLICE)
+                self._check_signals()
             if self.output_closed:
                 raise PipeClosed()
+        self._check_signals()
 
     def stop_reading(self) -> bool:
         """Whether reading input should stop: a failure seen or the output closed."""
@@ -248,6 +289,11 @@ class _Tracker:
         with self._lock:
             while self._pending:
                 self._lock.wait(_SIGNAL_SLICE)
+                self._check_signals()
+
+    def _check_signals(self) -> None:
+        if self._waker is not None:
+            self._waker.check()
 
     def close(self) -> None:
         """Print the acks settled so far, flush, and end the printing thread."""
@@ -417,6 +463,7 @@ def publish(
         # sent, and they are printed before the command ends.
         tracker.close()
         waker.close()
+    waker.check()  # a signal received after the last check: exit as it asks
     if tracker.output_closed:
         click.echo(
             f"liftbridge-sync: output closed: stopped reading input after {tracker.sent} "

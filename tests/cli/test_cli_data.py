@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -377,6 +378,74 @@ def test_printed_acks_come_as_they_arrive_and_ctrl_c_prints_those_received(
     # Every message the partition holds was acked, and its ack printed, in order.
     stored = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset + 1
     assert offsets == list(range(3, stored))
+
+
+def _publish_until_signalled(address: str, stream: str, signum: int) -> tuple[int, str, list[int]]:
+    """Run ``publish --print-acks`` on input that keeps coming, send it ``signum`` once 50
+    acks are printed; return its exit code, stderr and the offsets printed after them."""
+    with subprocess.Popen(
+        [*CLI, "publish", stream, "-P", "0", "--print-acks"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(address),
+        bufsize=0,  # nothing left to flush into the closed pipe at exit
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        stdin = process.stdin
+        printed: queue.Queue[bytes] = queue.Queue()
+
+        def read() -> None:
+            for printed_line in process.stdout or []:
+                printed.put(printed_line)
+
+        def write() -> None:
+            # Far more than is published before the signal; the pipe stays open.
+            with contextlib.suppress(OSError):
+                for chunk in range(200):
+                    stdin.write(b"".join(b"m%d-%d\n" % (chunk, i) for i in range(500)))
+                    stdin.flush()
+
+        threads = [threading.Thread(target=read), threading.Thread(target=write, daemon=True)]
+        for thread in threads:
+            thread.start()
+        try:
+            for _ in range(50):  # publishing is under way
+                printed.get(timeout=30)
+            process.send_signal(signum)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                process.wait(timeout=30)
+                pytest.fail("still running 30 s after the signal")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+            threads[0].join(timeout=30)
+        err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+    return process.returncode, err, [json.loads(line)["offset"] for line in list(printed.queue)]
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_in_the_middle_of_publishing_leaves_no_stored_message_without_its_ack(
+    liftbridge_address: str, liftbridge_client: Client, signum: int, code: int
+) -> None:
+    """Raised wherever the main thread was, KeyboardInterrupt could come out of
+    ``publish_async`` after the message was sent and before its future was tracked: the
+    message was stored, its ack never printed (a narrow window: a few rounds)."""
+    for _ in range(4):
+        stream = unique("cli-signal")
+        liftbridge_client.create_stream(stream, stream)
+        try:
+            returncode, err, offsets = _publish_until_signalled(liftbridge_address, stream, signum)
+            assert returncode == code, err
+            assert "Traceback" not in err
+            stored = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset + 1
+            assert stored < 100_000, "the signal came after the input was all published"
+            assert offsets == list(range(50, stored)), (len(offsets), stored)
+        finally:
+            liftbridge_client.delete_stream(stream)
 
 
 def test_print_acks_without_acks_is_a_usage_error(run: Run, stream: str) -> None:
