@@ -2,7 +2,10 @@
 
 * ``install [--target T]``: build (or find) the server binary; print its path and version.
 * ``serve [--port N] [--nats-port N] [--cursors-partitions N]``: run a loopback
-  server in the foreground until Ctrl-C or SIGTERM.
+  server in the foreground until Ctrl-C or SIGTERM (exit 0).
+
+Ctrl-C or SIGTERM during a build (the first ``install`` or ``serve``) stops the ``go``
+build at once and exits 130 or 143.
 """
 
 from __future__ import annotations
@@ -16,6 +19,14 @@ from collections.abc import Sequence
 from types import FrameType
 
 __all__ = ["main"]
+
+
+class _Terminated(BaseException):
+    """SIGTERM before the server runs (a ``BaseException``, as ``KeyboardInterrupt``)."""
+
+
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -62,15 +73,23 @@ def _serve(args: argparse.Namespace) -> int:
     from liftbridge_sync.testing._process import ServerStartError
     from liftbridge_sync.testing._server import LiftbridgeServer
 
+    try:
+        # The first run builds the server (minutes of `go install`): Ctrl-C and SIGTERM
+        # end the build (main() reports them), they are not noted for after it.
+        installed = install_server(args.target)
+    except (ServerInstallError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    # From here a signal stops the server through the loop below.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        installed = install_server(args.target)
         server = LiftbridgeServer(
             installed=installed,
             port=args.port,
@@ -78,7 +97,7 @@ def _serve(args: argparse.Namespace) -> int:
             cursors_partitions=args.cursors_partitions,
             log_level=args.log_level,
         )
-    except (ServerInstallError, ValueError) as exc:
+    except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     try:
@@ -129,9 +148,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s",
     )
-    if args.command == "install":
-        return _install(args)
-    return _serve(args)
+    # Until serve's server runs, Ctrl-C and SIGTERM raise: out of a build's
+    # subprocess.run the exception kills `go`, and no fallback build follows. SIGTERM's
+    # default action would leave `go` building on, orphaned.
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum, handler in (
+            (signal.SIGINT, signal.default_int_handler),
+            (signal.SIGTERM, _raise_terminated),
+        )
+    }
+    try:
+        if args.command == "install":
+            return _install(args)
+        return _serve(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except _Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":

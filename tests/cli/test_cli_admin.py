@@ -16,6 +16,7 @@ import pytest
 from liftbridge_sync import Client
 from tests.cli.conftest import CLI, Run, cli_env
 from tests.integration.conftest import unique
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -379,3 +380,82 @@ def test_serve_on_a_taken_port_fails_and_leaves_no_directory(tmp_path: Path) -> 
     assert served.returncode == 1, served.stderr
     assert "\nerror: " in "\n" + served.stderr, served.stderr
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("liftbridge-")]
+
+
+_FAKE_GO = """#!/bin/sh
+# A `go` whose build never ends: notes each run (and its pid), then waits.
+echo "$$ $*" >> "$FAKE_GO_LOG"
+exec sleep 300
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "signum", "code", "group"),
+    [
+        ("serve", signal.SIGINT, 130, False),  # kill -INT of the Python process only
+        ("serve", signal.SIGINT, 130, True),  # Ctrl-C in a terminal: go is signalled too
+        ("serve", signal.SIGTERM, 143, False),
+        ("install", signal.SIGINT, 130, False),
+    ],
+)
+def test_a_signal_during_the_server_build_stops_it_at_once(
+    tmp_path: Path, command: str, signum: int, code: int, group: bool
+) -> None:
+    """serve noted Ctrl-C and SIGTERM for after the build (minutes of `go install`);
+    with go signalled as well (a terminal's Ctrl-C) the failed pinned build was followed
+    by the v1.9.0 one. install printed a traceback."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "go").write_text(_FAKE_GO)
+    (bindir / "go").chmod(0o755)
+    log = tmp_path / "go.log"
+    log.touch()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LIFTBRIDGE_")}
+    env.update(
+        PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}",
+        LIFTBRIDGE_SYNC_CACHE=str(tmp_path / "cache"),  # empty: a build is needed
+        FAKE_GO_LOG=str(log),
+        PYTHONFAULTHANDLER="1",
+    )
+    with subprocess.Popen(
+        [sys.executable, "-m", "liftbridge_sync.testing", command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    ) as process:
+        try:
+            wait_until(
+                lambda: process.poll() is not None or log.read_text().endswith("\n"),
+                timeout=60,
+                what="the fake go to run",
+            )
+            assert process.poll() is None, process.communicate(timeout=30)
+            if group:
+                os.killpg(process.pid, signum)
+            else:
+                process.send_signal(signum)
+            try:
+                _, err = process.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGABRT)
+                _, err = process.communicate(timeout=30)
+                pytest.fail(f"the build went on after the signal:\n{err[-4000:]}")
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == code, err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("interrupted" if code == 130 else "terminated")
+    runs = log.read_text().splitlines()
+    assert len(runs) == 1 and " install " in f" {runs[0]} ", runs  # no fallback build
+    fake_go = int(runs[0].split()[0])
+    assert not Path(f"/proc/{fake_go}").exists() or _zombie(fake_go), "go left running"
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
