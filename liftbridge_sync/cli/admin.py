@@ -10,11 +10,29 @@ from liftbridge_sync.cli.context import open_client
 __all__ = ["create", "cursor", "delete", "pause", "readonly"]
 
 
+def _replication_factor(value: int) -> int:
+    # Checked here so that the error names the option, not the client's parameter.
+    if value == 0:
+        raise click.BadParameter(
+            "0 replicas: give 1 or more, or -1 for one on every broker",
+            param_hint="--replication-factor",
+        )
+    return value
+
+
 @cli.command()
 @click.argument("name")
 @click.option("-s", "--subject", help="NATS subject (default: the stream name).")
 @click.option("-p", "--partitions", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("-r", "--replication-factor", type=int, default=1, show_default=True)
+@click.option(
+    "-r",
+    "--replication-factor",
+    type=click.IntRange(min=-1),
+    callback=lambda ctx, param, value: _replication_factor(value),
+    default=1,
+    show_default=True,
+    help="Replicas of each partition; -1: one on every broker.",
+)
 @click.option("--group", help="NATS queue group.")
 @click.option("--retention-max-messages", type=click.IntRange(min=0))
 @click.option("--retention-max-bytes", type=click.IntRange(min=0))
@@ -64,7 +82,9 @@ def delete(ctx: click.Context, name: str) -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option("-P", "--partition", "partitions", type=int, multiple=True, help="Repeatable.")
+@click.option(
+    "-P", "--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Repeatable."
+)
 @click.option("--resume-all", is_flag=True, help="A publish to any partition resumes all.")
 @click.pass_context
 def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all: bool) -> None:
@@ -76,7 +96,9 @@ def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all
 
 @cli.command()
 @click.argument("name")
-@click.option("-P", "--partition", "partitions", type=int, multiple=True, help="Repeatable.")
+@click.option(
+    "-P", "--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Repeatable."
+)
 @click.option("--off", is_flag=True, help="Make the partitions writable again.")
 @click.pass_context
 def readonly(ctx: click.Context, name: str, partitions: tuple[int, ...], off: bool) -> None:

@@ -105,6 +105,26 @@ def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) ->
     assert liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (("pause", "{stream}", "-P", "-1"), "--partition"),
+        (("readonly", "{stream}", "-P", "-2"), "--partition"),
+        (("readonly", "{stream}", "--off", "-P", "-1"), "--partition"),
+        (("create", "{stream}-new", "-r", "0"), "--replication-factor"),
+        (("create", "{stream}-new", "-r", "-2"), "--replication-factor"),
+    ],
+)
+def test_an_option_out_of_range_is_a_usage_error_naming_the_option(
+    run: Run, stream: str, args: tuple[str, ...], option: str
+) -> None:
+    """They failed in the client's terms ('partitions' must be between 0 and ...)."""
+    result = run(*(arg.format(stream=stream) for arg in args))
+    assert result.returncode == 2, result.stderr
+    assert option in result.stderr and "'partitions'" not in result.stderr, result.stderr
+    assert "'replication_factor'" not in result.stderr
+
+
 def test_publish_that_stops_at_a_failure_says_the_rest_of_the_input_was_not_read(
     run: Run, liftbridge_client: Client, tmp_path: Path
 ) -> None:
