@@ -23,6 +23,7 @@ from liftbridge_sync.cli.errors import (
     Terminated,
     exit_code_for,
 )
+from liftbridge_sync.cli.output import stand_in_for_closed_stdio
 
 __all__ = ["main"]
 
@@ -87,8 +88,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     Not thread-safe: run it from the main thread of a process.
     """
     args = list(sys.argv[1:] if argv is None else argv)
-    with _sigterm_as_exception():
-        return _main(args)
+    replaced = stand_in_for_closed_stdio()
+    try:
+        with _sigterm_as_exception():
+            return _main(args)
+    finally:
+        for name, previous in replaced:
+            setattr(sys, name, previous)
 
 
 def _main(args: list[str]) -> int:

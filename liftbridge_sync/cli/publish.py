@@ -439,6 +439,8 @@ def publish(
         skip_empty=skip_empty,
         allow_unkeyed=allow_unkeyed,
     )
+    if not values and (path or "-") == "-":
+        sys.stdin.fileno()  # a closed standard input fails here, before a client is made
     waker = _Waker()
     tracker = _Tracker(print_acks, waker)
     try:

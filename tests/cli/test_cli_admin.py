@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -123,6 +124,47 @@ def test_an_option_out_of_range_is_a_usage_error_naming_the_option(
     assert result.returncode == 2, result.stderr
     assert option in result.stderr and "'partitions'" not in result.stderr, result.stderr
     assert "'replication_factor'" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "redirect", "code", "error"),
+    [
+        (("subscribe", "{stream}"), ">&-", 1, "standard output is closed"),
+        (("cursor", "get", "{stream}", "c"), ">&-", 1, "standard output is closed"),
+        (("publish", "{stream}", "x", "--print-acks"), ">&-", 1, "standard output is closed"),
+        (("metadata",), ">&-", 1, "standard output is closed"),
+        (("publish", "{stream}"), "<&-", 2, "standard input is closed"),
+        (("publish", "{stream}", "x"), ">&- <&-", 0, None),  # needs neither
+        (("create", "{stream}", "--exist-ok"), ">&- <&-", 0, None),
+    ],
+)
+def test_a_closed_standard_input_or_output_is_one_line_not_a_traceback(
+    liftbridge_address: str,
+    stream: str,
+    liftbridge_client: Client,
+    args: tuple[str, ...],
+    redirect: str,
+    code: int,
+    error: str | None,
+) -> None:
+    """Python makes a closed stdin or stdout None: every command failed with an
+    AttributeError traceback, even one that prints nothing on stdout."""
+    command = shlex.join([*CLI, *(arg.format(stream=stream) for arg in args)])
+    result = subprocess.run(
+        ["bash", "-c", f"{command} {redirect}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(liftbridge_address),
+        timeout=60,
+    )
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    if error is not None:
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"liftbridge-sync: error: {error}"), result.stderr
+        # Refused before anything was sent.
+        assert liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset == -1
 
 
 def test_publish_that_stops_at_a_failure_says_the_rest_of_the_input_was_not_read(
