@@ -19,7 +19,7 @@ import pytest
 from liftbridge_sync import Client, StartAt, StopAt
 from tests.cli.conftest import CLI, Run, cli_env
 from tests.integration.conftest import unique
-from tests.waiting import interrupt
+from tests.waiting import interrupt, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -378,6 +378,41 @@ def test_printed_acks_come_as_they_arrive_and_ctrl_c_prints_those_received(
     # Every message the partition holds was acked, and its ack printed, in order.
     stored = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset + 1
     assert offsets == list(range(3, stored))
+
+
+def test_a_failed_publish_ends_the_wait_for_the_next_input_line(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    """The failure was seen only when the next line was read: with input that stays
+    open (``tail -f``) the command kept waiting, the failure unreported."""
+    with subprocess.Popen(
+        [*CLI, "publish", stream, "-P", "0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=cli_env(liftbridge_address),
+        bufsize=0,
+    ) as process:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(b"kept\n")
+            wait_until(
+                lambda: liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset == 0,
+                timeout=30,
+                what="the first line published",
+            )
+            liftbridge_client.set_stream_readonly(stream, partitions=[0])
+            process.stdin.write(b"refused\n")  # and no more: the pipe stays open
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("still waiting for input 30 s after a failed publish")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+        err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+    assert process.returncode == 6, err
+    assert "1 of 2 messages failed and input after message 2 was not read" in err, err
 
 
 def _publish_until_signalled(address: str, stream: str, signum: int) -> tuple[int, str, list[int]]:
