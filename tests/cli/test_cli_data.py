@@ -7,6 +7,7 @@ import json
 import os
 import queue
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -413,6 +414,38 @@ def test_a_failed_publish_ends_the_wait_for_the_next_input_line(
         err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
     assert process.returncode == 6, err
     assert "1 of 2 messages failed and input after message 2 was not read" in err, err
+
+
+def test_acks_reader_gone_ends_the_wait_for_the_next_input_line(
+    liftbridge_address: str, stream: str
+) -> None:
+    """``tail -f log | publish --print-acks | head -n 1``: once an ack cannot be written
+    the command stops at once, not when (if ever) another line comes."""
+    with subprocess.Popen(
+        [*CLI, "publish", stream, "-P", "0", "--print-acks"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(liftbridge_address),
+        bufsize=0,
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(b"one\n")
+            readable, _, _ = select.select([process.stdout], [], [], 30)
+            assert readable, "no ack within 30 s"
+            process.stdout.close()  # the reader goes away after one ack, as head does
+            process.stdin.write(b"two\n")  # its ack has nowhere to go; the pipe stays open
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("still waiting for input 30 s after its output closed")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+        err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+    assert process.returncode == 141, err
+    assert "output closed: stopped reading input after 2 messages; 2 published" in err, err
 
 
 def _publish_until_signalled(address: str, stream: str, signum: int) -> tuple[int, str, list[int]]:
