@@ -68,13 +68,16 @@ def _sigterm_as_exception() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _stopped(message: str, code: ExitCode) -> int:
+def _stopped(message: str, code: ExitCode, exc: BaseException) -> int:
     # What was printed before the signal still reaches the reader.
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _silence_stdout()
-    click.echo(f"liftbridge-sync: {message}", err=True)
+    # A command may say how far it got (publish); click wraps Ctrl-C in Abort.
+    signalled = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
+    detail = str(signalled) if signalled is not None else ""
+    click.echo(f"liftbridge-sync: {message}{': ' + detail if detail else ''}", err=True)
     return code
 
 
@@ -109,11 +112,11 @@ def _main(args: list[str]) -> int:
     except PipeClosed:
         _silence_stdout()
         return ExitCode.BROKEN_PIPE
-    except (click.exceptions.Abort, KeyboardInterrupt):
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         # Ctrl-C is the user's choice, not an error.
-        return _stopped("interrupted", ExitCode.INTERRUPTED)
-    except Terminated:
-        return _stopped("terminated", ExitCode.TERMINATED)
+        return _stopped("interrupted", ExitCode.INTERRUPTED, exc)
+    except Terminated as exc:
+        return _stopped("terminated", ExitCode.TERMINATED, exc)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -444,28 +444,33 @@ def publish(
     waker = _Waker()
     tracker = _Tracker(print_acks, waker)
     try:
-        with open_client(settings_of(ctx)) as client:
-            if shape.policy is AckPolicy.NONE:
-                _check_unacked_target(client, shape)
-            try:
-                if values:
-                    _send(client, shape, _argument_values(values, shape), tracker)
-                else:
-                    _publish_file(client, shape, path or "-", tracker, waker)
-            except PipeClosed:
-                pass  # summarised below, once every message sent is settled
-            except CommandFailed as exc:  # bad input line: say what went out before it
+        try:
+            with open_client(settings_of(ctx)) as client:
+                if shape.policy is AckPolicy.NONE:
+                    _check_unacked_target(client, shape)
+                try:
+                    if values:
+                        _send(client, shape, _argument_values(values, shape), tracker)
+                    else:
+                        _publish_file(client, shape, path or "-", tracker, waker)
+                except PipeClosed:
+                    pass  # summarised below, once every message sent is settled
+                except CommandFailed as exc:  # bad input line: say what went out before it
+                    tracker.wait_settled()
+                    raise CommandFailed(
+                        f"{exc} ({tracker.acked} earlier message(s) published)", exc.code
+                    ) from None
                 tracker.wait_settled()
-                raise CommandFailed(
-                    f"{exc} ({tracker.acked} earlier message(s) published)", exc.code
-                ) from None
-            tracker.wait_settled()
-    finally:
-        # Also on Ctrl-C: closing the client above waited for the acks of what was
-        # sent, and they are printed before the command ends.
-        tracker.close()
-        waker.close()
-    waker.check()  # a signal received after the last check: exit as it asks
+        finally:
+            # Also on Ctrl-C: closing the client above waited for the acks of what was
+            # sent, and they are printed before the command ends.
+            tracker.close()
+            waker.close()
+        waker.check()  # a signal received after the last check: exit as it asks
+    except (KeyboardInterrupt, Terminated) as exc:
+        # main() says "interrupted" or "terminated", and with it how far publishing got:
+        # where to take up the input again.
+        raise type(exc)(_how_far(tracker, shape.policy)) from None
     if tracker.output_closed:
         click.echo(
             f"liftbridge-sync: output closed: stopped reading input after {tracker.sent} "
@@ -502,6 +507,17 @@ def publish(
             f"{failed}, the first with: {error}",
             code if code is not ExitCode.ERROR else ExitCode.PUBLISH_FAILED,
         ) from error
+
+
+def _how_far(tracker: _Tracker, policy: AckPolicy) -> str:
+    """What a stopped publish got done, in the terms of the end-of-run summary."""
+    done = "sent" if policy is AckPolicy.NONE else "published"
+    unsettled = tracker.sent - tracker.acked - tracker.failed
+    return (
+        f"{tracker.sent} message{'' if tracker.sent == 1 else 's'} read, "
+        f"{tracker.acked} {done}, {tracker.failed} failed"
+        + (f", {unsettled} unacknowledged" if unsettled else "")
+    )
 
 
 def _check_unacked_target(client: Client, shape: _Shape) -> None:

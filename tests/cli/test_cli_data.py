@@ -374,11 +374,16 @@ def test_printed_acks_come_as_they_arrive_and_ctrl_c_prints_those_received(
             reader.join(timeout=30)
         err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
     assert process.returncode == 130, err
-    assert err.strip().endswith("liftbridge-sync: interrupted") and "Traceback" not in err
+    assert "Traceback" not in err
     offsets = [json.loads(line)["offset"] for line in list(printed.queue)]
     # Every message the partition holds was acked, and its ack printed, in order.
     stored = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset + 1
     assert offsets == list(range(3, stored))
+    last = err.strip().splitlines()[-1]
+    assert (
+        last
+        == f"liftbridge-sync: interrupted: {stored} messages read, {stored} published, 0 failed"
+    )
 
 
 def test_a_failed_publish_ends_the_wait_for_the_next_input_line(
@@ -512,6 +517,13 @@ def test_a_signal_in_the_middle_of_publishing_leaves_no_stored_message_without_i
             stored = liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset + 1
             assert stored < 100_000, "the signal came after the input was all published"
             assert offsets == list(range(50, stored)), (len(offsets), stored)
+            # How far it got, to take up the input again: all it read is published.
+            word = "interrupted" if signum == signal.SIGINT else "terminated"
+            last = err.strip().splitlines()[-1]
+            assert (
+                last
+                == f"liftbridge-sync: {word}: {stored} messages read, {stored} published, 0 failed"
+            )
         finally:
             liftbridge_client.delete_stream(stream)
 
