@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from liftbridge_sync import Client, ClientOptions, RetryPolicy
+from liftbridge_sync.cli.errors import Terminated
 
-__all__ = ["CliSettings", "open_client"]
+__all__ = ["INTERRUPT_GRACE", "CliSettings", "open_client"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,14 +37,29 @@ class CliSettings:
         )
 
 
+#: Seconds a command stopped by Ctrl-C or SIGTERM still waits for pending acks: those
+#: of a healthy broker come within it, and a hung one does not hold the exit for the
+#: whole --timeout.
+INTERRUPT_GRACE = 1.0
+
+
 @contextmanager
 def open_client(settings: CliSettings) -> Iterator[Client]:
     """A client for one command, closed (pending publishes awaited) when it ends.
+
+    Pending publishes are awaited for ``--timeout`` seconds, or only
+    :data:`INTERRUPT_GRACE` when the command was stopped by Ctrl-C or SIGTERM; those
+    still pending then fail with ``ClientClosedError``.
 
     Thread-safe: each call builds its own client.
     """
     client = Client.from_options(settings.client_options())
     try:
         yield client
-    finally:
+    except (KeyboardInterrupt, Terminated):
+        client.close(timeout=min(settings.timeout, INTERRUPT_GRACE))
+        raise
+    except BaseException:
         client.close(timeout=settings.timeout)
+        raise
+    client.close(timeout=settings.timeout)

@@ -22,6 +22,7 @@ from liftbridge_sync import (
     Ack,
     AckPolicy,
     Client,
+    ClientClosedError,
     LiftbridgeError,
     NoSuchStreamError,
     Partitioner,
@@ -253,6 +254,8 @@ class _Tracker:
         self.sent = 0
         self.acked = 0
         self.failed = 0
+        #: Given up unacknowledged when the command was stopped (Ctrl-C, SIGTERM).
+        self.unacknowledged = 0
         self.first_error: BaseException | None = None
         #: The reader of the printed acks went away (``| head``): input is no longer read.
         self.output_closed = False
@@ -311,6 +314,11 @@ class _Tracker:
             while self._pending and self._pending[0].done():
                 future = self._pending.popleft()
                 error = future.exception()
+                if isinstance(error, ClientClosedError):
+                    # Still pending when a stopped command closed its client: whether
+                    # the broker stored it is unknown, which "failed" would not say.
+                    self.unacknowledged += 1
+                    continue
                 if error is not None:
                     self.failed += 1
                     if self.first_error is None:
@@ -512,7 +520,7 @@ def publish(
 def _how_far(tracker: _Tracker, policy: AckPolicy) -> str:
     """What a stopped publish got done, in the terms of the end-of-run summary."""
     done = "sent" if policy is AckPolicy.NONE else "published"
-    unsettled = tracker.sent - tracker.acked - tracker.failed
+    unsettled = tracker.sent - tracker.acked - tracker.failed  # unacknowledged included
     return (
         f"{tracker.sent} message{'' if tracker.sent == 1 else 's'} read, "
         f"{tracker.acked} {done}, {tracker.failed} failed"

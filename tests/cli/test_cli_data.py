@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from liftbridge_sync import Client, StartAt, StopAt
+from liftbridge_sync.testing import FakeBroker
 from tests.cli.conftest import CLI, Run, cli_env
 from tests.integration.conftest import unique
 from tests.waiting import interrupt, wait_until
@@ -526,6 +527,46 @@ def test_a_signal_in_the_middle_of_publishing_leaves_no_stored_message_without_i
             )
         finally:
             liftbridge_client.delete_stream(stream)
+
+
+def test_ctrl_c_with_acks_that_never_come_exits_within_a_second_not_the_timeout() -> None:
+    """Stopped, the command waited for pending acks for the whole --timeout (30 s here)
+    before exiting; it now gives them a second and says how many it gave up on."""
+    with FakeBroker() as broker:
+        # The first publish is acknowledged, the second never is (a hung broker).
+        broker.publish_script = lambda request, count: "ack" if count == 1 else "drop"
+        with subprocess.Popen(
+            [*CLI, "--timeout", "30", "publish", "s", "-P", "0", "--print-acks"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=cli_env(broker.address),
+            bufsize=0,
+        ) as process:
+            assert process.stdin is not None and process.stdout is not None
+            try:
+                process.stdin.write(b"acked\nnever\n")
+                wait_until(lambda: len(broker.received) == 2, timeout=30, what="two publishes")
+                readable, _, _ = select.select([process.stdout], [], [], 30)
+                assert readable, "no ack within 30 s"
+                process.send_signal(signal.SIGINT)
+                started = time.monotonic()
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    pytest.fail("still waiting 15 s after Ctrl-C for an ack that never comes")
+                waited = time.monotonic() - started
+            finally:
+                process.kill()
+                process.wait(timeout=30)
+            out = process.stdout.read()
+            err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+    assert process.returncode == 130, err
+    assert waited < 10, waited
+    assert [json.loads(line)["offset"] for line in out.splitlines()] == [0]
+    assert err.strip().splitlines()[-1] == (
+        "liftbridge-sync: interrupted: 2 messages read, 1 published, 0 failed, 1 unacknowledged"
+    )
 
 
 def test_print_acks_without_acks_is_a_usage_error(run: Run, stream: str) -> None:
