@@ -23,7 +23,7 @@ from liftbridge_sync.cli.errors import (
     Terminated,
     exit_code_for,
 )
-from liftbridge_sync.cli.output import stand_in_for_closed_stdio
+from liftbridge_sync.cli.output import silence_stdout, stand_in_for_closed_stdio
 
 __all__ = ["main"]
 
@@ -38,13 +38,6 @@ def _fail(message: str, code: int, debug: bool = False) -> int:
         traceback.print_exc()
     click.echo(f"liftbridge-sync: error: {message}", err=True)
     return code
-
-
-def _silence_stdout() -> None:
-    # Further writes (including the interpreter's final flush) go nowhere.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
 
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
@@ -73,7 +66,7 @@ def _stopped(message: str, code: ExitCode, exc: BaseException) -> int:
     try:
         sys.stdout.flush()
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
     # A command may say how far it got (publish); click wraps Ctrl-C in Abort.
     signalled = exc.__cause__ if isinstance(exc, click.exceptions.Abort) else exc
     detail = str(signalled) if signalled is not None else ""
@@ -110,7 +103,7 @@ def _main(args: list[str]) -> int:
             raise PipeClosed() from None
         return result if isinstance(result, int) else ExitCode.OK
     except PipeClosed:
-        _silence_stdout()
+        silence_stdout()
         return ExitCode.BROKEN_PIPE
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         # Ctrl-C is the user's choice, not an error.

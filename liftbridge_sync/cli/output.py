@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import io
+import os
 import sys
 from typing import BinaryIO
 
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed
 from liftbridge_sync.tail import FORMATS, format_message
 
-__all__ = ["FORMATS", "ClosedStdio", "Output", "format_message", "stand_in_for_closed_stdio"]
+__all__ = [
+    "FORMATS",
+    "ClosedStdio",
+    "Output",
+    "format_message",
+    "silence_stdout",
+    "stand_in_for_closed_stdio",
+]
+
+
+def silence_stdout() -> None:
+    """Send further writes to standard output, the interpreter's final flush of what
+    could not be written included, to ``/dev/null``: its reader is gone or its disk
+    full, and a second failure at exit would change the exit status to 120.
+
+    Not thread-safe: call it once nothing else writes to standard output.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 class ClosedStdio(io.RawIOBase):

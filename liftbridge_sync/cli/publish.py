@@ -38,7 +38,7 @@ from liftbridge_sync.cli.errors import (
     Terminated,
     exit_code_for,
 )
-from liftbridge_sync.cli.output import Output
+from liftbridge_sync.cli.output import Output, silence_stdout
 from liftbridge_sync.cli.progress import Progress, Silent, progress
 from liftbridge_sync.partitioners import PARTITIONER_NAMES, partitioner_named
 
@@ -136,8 +136,9 @@ def _partitioner(name: str | None) -> Partitioner | None:
 #: slow reader of the acks slows publishing down instead of filling memory.
 _MAX_UNPRINTED = 10_000
 
-#: Seconds between checks for a signal while the main thread waits on a lock: the
-#: kernel may deliver SIGINT to another thread, and then nothing wakes the main thread.
+#: Seconds between checks for a signal (:meth:`_Waker.check`) while the main thread
+#: waits on a lock: its handler only records the signal, and the kernel may deliver it
+#: to another thread, so nothing ends the wait early.
 _SIGNAL_SLICE = 0.5
 
 
@@ -259,6 +260,8 @@ class _Tracker:
         self.first_error: BaseException | None = None
         #: The reader of the printed acks went away (``| head``): input is no longer read.
         self.output_closed = False
+        #: Writing the acks failed otherwise (a full disk): input is no longer read.
+        self.output_error: Exception | None = None
         #: A failure was seen while sending: the rest of the input was not read.
         self.stopped_reading = False
         self._printer: threading.Thread | None = None
@@ -276,16 +279,19 @@ class _Tracker:
             self._pending.append(future)
         future.add_done_callback(self._settle_done)
         with self._lock:
-            while len(self._unprinted) >= _MAX_UNPRINTED and not self.output_closed:
+            while len(self._unprinted) >= _MAX_UNPRINTED and not self._output_gone():
                 self._lock.wait(_SIGNAL_SLICE)
                 self._check_signals()
-            if self.output_closed:
-                raise PipeClosed()
+            if self._output_gone():
+                raise PipeClosed()  # the command says which, once all is settled
         self._check_signals()
 
     def stop_reading(self) -> bool:
-        """Whether reading input should stop: a failure seen or the output closed."""
-        return self.first_error is not None or self.output_closed
+        """Whether reading input should stop: a failure seen or the output gone."""
+        return self.first_error is not None or self._output_gone()
+
+    def _output_gone(self) -> bool:
+        return self.output_closed or self.output_error is not None
 
     def wait_settled(self) -> None:
         """Wait until every future added is settled (each ends by its ack timeout)."""
@@ -327,7 +333,7 @@ class _Tracker:
                     continue
                 self.acked += 1
                 ack = future.result()
-                if self._printer is not None and ack is not None and not self.output_closed:
+                if self._printer is not None and ack is not None and not self._output_gone():
                     record = {
                         "stream": ack.stream,
                         "partition": ack.partition,
@@ -350,11 +356,15 @@ class _Tracker:
                 if lines:
                     out.write(b"".join(lines))
                 out.flush()
-            except PipeClosed:
+            except (PipeClosed, Exception) as exc:
                 # Every message sent so far is still settled; only reading more input
-                # stops, and the summary says how far it got.
+                # stops, and the summary says how far it got. Not only a closed pipe:
+                # a full disk (OSError), a closed stdout (CommandFailed) end it too.
                 with self._lock:
-                    self.output_closed = True
+                    if isinstance(exc, PipeClosed):
+                        self.output_closed = True
+                    else:
+                        self.output_error = exc
                     self._unprinted.clear()
                     self._lock.notify_all()
                 if self._waker is not None:
@@ -479,6 +489,14 @@ def publish(
         # main() says "interrupted" or "terminated", and with it how far publishing got:
         # where to take up the input again.
         raise type(exc)(_how_far(tracker, shape.policy)) from None
+    if tracker.output_error is not None:
+        silence_stdout()
+        raise CommandFailed(
+            f"cannot print the acks: {tracker.output_error}; stopped reading input after "
+            f"{tracker.sent} message{'' if tracker.sent == 1 else 's'}; {tracker.acked} "
+            f"published, {tracker.failed} failed",
+            ExitCode.ERROR,
+        )
     if tracker.output_closed:
         click.echo(
             f"liftbridge-sync: output closed: stopped reading input after {tracker.sent} "

@@ -569,6 +569,28 @@ def test_ctrl_c_with_acks_that_never_come_exits_within_a_second_not_the_timeout(
     )
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_acks_that_cannot_be_written_are_one_line_and_exit_1(
+    liftbridge_address: str, stream: str
+) -> None:
+    """A full disk under the printed acks: the thread writing them died with a traceback
+    and the command said "published" and exited 0."""
+    with open("/dev/full", "wb") as full:
+        result = subprocess.run(
+            [*CLI, "publish", stream, "-P", "0", "--print-acks"],
+            input=b"a\nb\n",
+            stdout=full,
+            stderr=subprocess.PIPE,
+            env=cli_env(liftbridge_address),
+            timeout=60,
+        )
+    err = result.stderr.decode(errors="replace")
+    assert result.returncode == 1, err
+    [line] = err.splitlines()
+    assert line.startswith("liftbridge-sync: error: cannot print the acks: "), err
+    assert "No space left on device" in line and "0 failed" in line
+
+
 def test_print_acks_without_acks_is_a_usage_error(run: Run, stream: str) -> None:
     refused = run("publish", stream, "x", "--ack-policy", "none", "--print-acks")
     assert refused.returncode == 2 and "--print-acks" in refused.stderr
