@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator
+import os
+import select
+import signal
+import stat
+import sys
+import threading
+from collections.abc import Generator, Iterator
+from types import FrameType
 
 import click
 
@@ -19,10 +26,69 @@ from liftbridge_sync import (
 )
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
+from liftbridge_sync.cli.errors import PipeClosed
 from liftbridge_sync.cli.output import FORMATS, Output, format_message
 from liftbridge_sync.cli.positions import START_HELP, STOP_HELP, parse_start, parse_stop
 
 __all__ = ["subscribe"]
+
+
+#: Seconds between the output watcher's checks that the command still follows.
+_WATCH_SLICE = 0.5
+
+
+class _OutputGone(BaseException):
+    """Raised in the main thread when the reader of a followed output has gone.
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that the subscription code it
+    comes out of cleans up and lets it through.
+    """
+
+
+def _raise_output_gone(signum: int, frame: FrameType | None) -> None:
+    raise _OutputGone()
+
+
+@contextlib.contextmanager
+def _end_when_output_closes(follow: bool) -> Iterator[None]:
+    """With ``--follow`` into a pipe, end the command (exit 141) as soon as the pipe's
+    reader goes away, as ``tail -f`` does, not at the next message's write: on a quiet
+    stream ``subscribe --follow | head -n 5`` waited for a sixth message, maybe forever.
+
+    A thread (``liftbridge-cli-output-watch``) polls the pipe, and on its error sends
+    SIGUSR1 to the main thread, whose handler raises there: a real signal, as a wait
+    without a timeout (a whole-stream subscription's) ends only for one.
+    """
+    fd = sys.stdout.fileno()
+    if (
+        not follow
+        or threading.current_thread() is not threading.main_thread()
+        or not stat.S_ISFIFO(os.fstat(fd).st_mode)
+    ):
+        yield
+        return
+    previous = signal.signal(signal.SIGUSR1, _raise_output_gone)
+    main = threading.get_ident()
+    done = threading.Event()
+
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(fd, 0)  # POLLERR, reported for a pipe without a reader, is implied
+        while not done.is_set():
+            if poller.poll(_WATCH_SLICE * 1000):
+                signal.pthread_kill(main, signal.SIGUSR1)
+                return
+
+    watcher = threading.Thread(target=watch, name="liftbridge-cli-output-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    except _OutputGone:
+        raise PipeClosed() from None
+    finally:
+        done.set()
+        watcher.join()
+        signal.signal(signal.SIGUSR1, previous)
 
 
 def _template(text: str | None, fmt: str) -> tail.Template | None:
@@ -123,7 +189,7 @@ def subscribe(
     stop_at = None if follow or last is not None else parse_stop(stop or "latest")
     out = Output()
     seen = 0
-    with open_client(settings_of(ctx)) as client:
+    with _end_when_output_closes(follow), open_client(settings_of(ctx)) as client:
         messages: Generator[Message, None, None]
         if last is not None:
             messages = _last_messages(client, stream, partition, last, follow, resume)

@@ -670,6 +670,37 @@ def test_sigterm_stops_follow_as_ctrl_c_does_with_its_own_exit_code(
     assert all(json.loads(line)["value"] == "before-term" for line in lines)
 
 
+@pytest.mark.parametrize("partition", [("-P", "0"), ()], ids=["partition", "stream"])
+def test_follow_ends_when_its_reader_goes_away_without_another_message(
+    liftbridge_address: str, stream: str, liftbridge_client: Client, partition: tuple[str, ...]
+) -> None:
+    """``subscribe --follow | head -n 1`` on a quiet stream: the closed pipe was seen only
+    at the next message's write, so the command waited on, maybe forever."""
+    with subprocess.Popen(
+        [*CLI, "subscribe", stream, *partition, "--follow", "--start", "earliest"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(liftbridge_address),
+        bufsize=0,
+    ) as process:
+        assert process.stdout is not None
+        try:
+            liftbridge_client.publish(stream, b"only", partition=0)
+            readable, _, _ = select.select([process.stdout], [], [], 30)
+            assert readable, "follow printed nothing within 30 s"
+            process.stdout.close()  # as head does after its line; no message comes after
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pytest.fail("still following 15 s after its reader went away")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+        err = (process.stderr.read() if process.stderr else b"").decode(errors="replace")
+    assert process.returncode == 141, err
+    assert err == "", err
+
+
 def test_empty_ranges_exit_zero_with_no_output(
     run: Run, stream: str, liftbridge_client: Client
 ) -> None:
