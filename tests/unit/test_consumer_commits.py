@@ -265,7 +265,7 @@ def test_the_heartbeat_doubts_while_the_coordinator_denies_the_member() -> None:
         seen: list[bool] = []
         answers = iter([NotGroupMemberError("not a member"), None])
 
-        def fetch() -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+        def fetch(timeout: float | None = None) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
             seen.append(membership.in_doubt)
             answer = next(answers)
             if answer is not None:
