@@ -18,6 +18,7 @@ from liftbridge_sync import (
     NoSuchStreamError,
     StartAt,
     StopAt,
+    StreamInfo,
 )
 from liftbridge_sync._wire.validate import INT64_MAX
 from liftbridge_sync.spark.cleaner import retry_segment_closed
@@ -34,6 +35,7 @@ __all__ = [
     "parse_spec",
     "resolve",
     "start_offsets",
+    "stream_info",
     "stream_partitions",
     "timestamps_for",
     "to_json_dict",
@@ -46,16 +48,32 @@ LATEST = -1
 Offsets = dict[int, int]
 
 
-def stream_partitions(client: Client, stream: str, wanted: tuple[int, ...] | None) -> list[int]:
+def stream_info(client: Client, stream: str) -> StreamInfo:
+    """The metadata of ``stream``.
+
+    Raises:
+        NoSuchStreamError: the stream does not exist.
+    """
+    info = client.fetch_metadata(stream).streams.get(stream)
+    if info is None:
+        raise NoSuchStreamError(f"stream {stream!r} does not exist (option 'stream')")
+    return info
+
+
+def stream_partitions(
+    client: Client, stream: str, wanted: tuple[int, ...] | None, info: StreamInfo | None = None
+) -> list[int]:
     """The partition ids to read: all of ``stream``'s, or ``wanted`` after checking them.
+
+    Args:
+        info: The stream's metadata when already fetched (else it is fetched).
 
     Raises:
         NoSuchStreamError: the stream does not exist.
         ConfigurationError: a wanted partition does not exist.
     """
-    info = client.fetch_metadata(stream).streams.get(stream)
     if info is None:
-        raise NoSuchStreamError(f"stream {stream!r} does not exist (option 'stream')")
+        info = stream_info(client, stream)
     existing = sorted(info.partitions)
     if wanted is None:
         return existing

@@ -22,7 +22,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from liftbridge_sync import Client, ConfigurationError
+from liftbridge_sync import Client, ConfigurationError, NoSuchPartitionError, NoSuchStreamError
 from liftbridge_sync.spark.admission import TriggerDelay, cap_offsets
 from liftbridge_sync.spark.offsets import (
     EARLIEST,
@@ -32,6 +32,7 @@ from liftbridge_sync.spark.offsets import (
     from_json_dict,
     high_watermarks,
     start_offsets,
+    stream_info,
     stream_partitions,
     to_json_dict,
 )
@@ -97,6 +98,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     connector; not under ``Trigger.AvailableNow`` or ``Trigger.Once``, which read
     what is there).
 
+    A stream deleted while a query reads it is data loss under ``failOnDataLoss``;
+    without it the query waits for the stream to be created again and then reads the
+    new one from its start (the stream's creation time tells a new stream from the
+    old one, however long its log). Across a restart only a log now ending before the
+    checkpoint can tell (see :meth:`_gone_back`).
+
     Lag: PySpark 4.3's Python streaming sources cannot report custom metrics (no
     ``offsetsBehindLatest``), so progress ``metrics`` stays empty. Each progress's
     source entry carries ``latestOffset`` (from :meth:`reportLatestOffset`) and
@@ -113,6 +120,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.schema = schema
         self._target: Offsets | None = None
+        # The stream's creation time at the last look (ns; 0 before one): another one
+        # means it was deleted and created again in between.
+        self._created = 0
+        self._gone_logged = False
         self._delay: TriggerDelay | None = None
         if options.min_offsets_per_trigger:
             self._delay = TriggerDelay(
@@ -122,17 +133,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _client(self) -> Client:
         return Client.for_process(self.options.client)
 
-    def _latest(self) -> Offsets:
+    def _look(self) -> tuple[int, Offsets]:
+        """The stream's creation time (ns, 0 if unknown) and its high watermarks + 1.
+
+        Raises:
+            NoSuchStreamError, NoSuchPartitionError: the stream is gone (or going).
+        """
         opts = self.options
         client = self._client()
-        ids = stream_partitions(client, opts.stream, opts.partitions)
-        return {p: hw + 1 for p, hw in high_watermarks(client, opts.stream, ids).items()}
+        info = stream_info(client, opts.stream)
+        ids = stream_partitions(client, opts.stream, opts.partitions, info)
+        hws = high_watermarks(client, opts.stream, ids)
+        return info.creation_timestamp_ns, {p: hw + 1 for p, hw in hws.items()}
+
+    def _latest(self) -> Offsets:
+        return self._look()[1]
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """Where a new query starts: ``startingOffsets`` (default latest)."""
         opts = self.options
         client = self._client()
-        ids = stream_partitions(client, opts.stream, opts.partitions)
+        info = stream_info(client, opts.stream)
+        self._created = info.creation_timestamp_ns
+        ids = stream_partitions(client, opts.stream, opts.partitions, info)
         hws = high_watermarks(client, opts.stream, ids)
         return to_json_dict(opts.stream, start_offsets(client, opts, ids, hws, LATEST))
 
@@ -159,8 +182,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ) -> dict[str, Any]:
         """The end of the next micro-batch, within ``limit`` and the availableNow target."""
         stream = self.options.stream
-        latest = self._target if self._target is not None else self._latest()
         begin = from_json_dict(stream, start) if start else {}
+        if self._target is not None:
+            latest = self._target
+        else:
+            try:
+                created, latest = self._look()
+            except (NoSuchStreamError, NoSuchPartitionError):
+                self._vanished()
+                return to_json_dict(stream, begin)  # no micro-batch while it is gone
+            known, self._created = self._created, created
+            self._gone_logged = False
+            if known and created and created != known:
+                return to_json_dict(stream, self._recreated(begin, latest))
         for partition in self._gone_back(begin, latest):
             begin[partition] = 0  # read again from the start (see partitions())
         self._check_gone(begin, latest)
@@ -178,6 +212,52 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         else:
             end = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
         return to_json_dict(stream, end)
+
+    def _vanished(self) -> None:
+        """The stream no longer exists (deleted since the last micro-batch, perhaps to be
+        created again); the query was to read on in it.
+
+        Raises:
+            DataLossError: with ``failOnDataLoss`` on; else no micro-batch runs until
+                the stream is back (logged once as a warning), and then it is read from
+                its start (see :meth:`_recreated`).
+        """
+        told = (
+            f"stream {self.options.stream!r} no longer exists (deleted while the query "
+            "reads it); what it held after the query's offsets may be missed"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{told}; set option failOnDataLoss=false to wait for it to be created "
+                "again and read it from its start"
+            )
+        if not self._gone_logged:
+            _log.warning("%s; waiting for it to be created again (failOnDataLoss=false)", told)
+            self._gone_logged = True
+
+    def _recreated(self, begin: Offsets, latest: Offsets) -> Offsets:
+        """The stream was deleted and created again since the last micro-batch (its
+        creation time changed): the checkpointed offsets belong to the old log. Reading
+        on from them would skip the new log up to them, however long it has grown.
+
+        Returns:
+            The end offsets of one empty micro-batch that takes every partition back to
+            offset 0; :meth:`partitions` reads a partition whose end lies before its
+            start from the start, so the next micro-batch reads the new log whole.
+
+        Raises:
+            DataLossError: with ``failOnDataLoss`` on.
+        """
+        told = (
+            f"stream {self.options.stream!r} was deleted and created again since the last "
+            f"micro-batch, which stood at offsets {to_json_dict(self.options.stream, begin)}"
+        )
+        if self.options.fail_on_data_loss:
+            raise DataLossError(
+                f"{told}; set option failOnDataLoss=false to read the new stream from its start"
+            )
+        _log.warning("%s; reading the new stream from its start (failOnDataLoss=false)", told)
+        return dict.fromkeys(latest, 0)
 
     def _gone_back(self, begin: Offsets, latest: Offsets) -> list[int]:
         """The partitions whose log now ends before where the query stands: the stream
@@ -238,8 +318,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         _log.warning("%s; going on without it (failOnDataLoss=false)", told)
 
     def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
-        """The current high watermarks + 1, for query progress."""
-        return to_json_dict(self.options.stream, self._latest())
+        """The current high watermarks + 1, for query progress (none while the stream
+        does not exist)."""
+        try:
+            latest = self._latest()
+        except (NoSuchStreamError, NoSuchPartitionError):
+            latest = {}
+        return to_json_dict(self.options.stream, latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Ranges between two checkpointed offsets (partitions new since ``start`` at 0)."""

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client
-from tests.integration.conftest import StreamFactory
+from liftbridge_sync import Client, NoSuchStreamError
+from tests.integration.conftest import StreamFactory, unique
 from tests.spark._helpers import read_all
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -135,6 +136,80 @@ def test_a_partition_gone_since_the_checkpoint_is_data_loss(
     _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint, failOnDataLoss="false")
     values = sorted(bytes(r.value).decode() for r in spark.read.parquet(str(out)).collect())
     assert values == sorted([f"old{i}" for i in range(10)] + new[5:])
+
+
+def _running_query(spark: Any, address: str, stream: str, checkpoint: Path, fail: str) -> Any:
+    """A query reading ``stream`` from the earliest offset into a memory table named
+    after the stream, run with processAllAvailable()."""
+    return (
+        spark.readStream.format("liftbridge")
+        .option("brokers", address)
+        .option("stream", stream)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", fail)
+        .load()
+        .writeStream.format("memory")
+        .queryName(stream.replace("-", "_"))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+
+
+def _values(spark: Any, stream: str) -> list[str]:
+    table = stream.replace("-", "_")
+    return sorted(bytes(r.value).decode() for r in spark.table(table).collect())
+
+
+def test_a_stream_deleted_and_created_again_under_a_running_query(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, tmp_path: Path
+) -> None:
+    """Between two micro-batches the stream is deleted (the query failed with
+    NoSuchStreamError, failOnDataLoss=false or not), then created again and filled
+    past the query's offsets (it read on from them: the new log's first offsets were
+    skipped without a word). The stream's creation time tells; without
+    failOnDataLoss the query waits for the stream and reads the new one whole."""
+    stream = unique("spark")
+    client = liftbridge_client
+    client.create_stream(stream, stream)
+    try:
+        _publish(client, stream, [f"old{i}" for i in range(5)], 1)
+        query = _running_query(spark, liftbridge_address, stream, tmp_path / "c1", "false")
+        try:
+            query.processAllAvailable()
+            client.delete_stream(stream)
+            query.processAllAvailable()  # no micro-batch, no failure while it is gone
+            client.create_stream(stream, stream, partitions=2)
+            new = [f"new{i}" for i in range(16)]  # 8 a partition: past offset 5
+            _publish(client, stream, new, 2)
+            query.processAllAvailable()
+            assert query.exception() is None
+            assert _values(spark, stream) == sorted([f"old{i}" for i in range(5)] + new)
+        finally:
+            query.stop()
+
+        query = _running_query(spark, liftbridge_address, stream, tmp_path / "c2", "true")
+        try:
+            query.processAllAvailable()
+            client.delete_stream(stream)
+            client.create_stream(stream, stream)
+            _publish(client, stream, [f"again{i}" for i in range(20)], 1)
+            # Whether a micro-batch polled while the stream was gone is up to timing.
+            gone = "was deleted and created again since|no longer exists"
+            with pytest.raises(Exception, match=gone):
+                query.processAllAvailable()
+        finally:
+            query.stop()
+        query = _running_query(spark, liftbridge_address, stream, tmp_path / "c3", "true")
+        try:
+            query.processAllAvailable()
+            client.delete_stream(stream)
+            with pytest.raises(Exception, match="no longer exists.*failOnDataLoss=false"):
+                query.processAllAvailable()
+        finally:
+            query.stop()
+    finally:
+        with contextlib.suppress(NoSuchStreamError):
+            client.delete_stream(stream)
 
 
 def test_stream_write_copies_a_stream(
