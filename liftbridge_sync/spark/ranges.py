@@ -225,9 +225,11 @@ def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_p
                     check_data_loss(client, options, piece, piece.end, next_offset)
                 return
         except ServerError as exc:
-            if _STOP_BEFORE_START in str(exc).lower() and next_offset == piece.start:
-                # The whole range lies before the log's start: the server refuses it.
-                check_data_loss(client, options, piece, piece.end)
+            if _STOP_BEFORE_START in str(exc).lower():
+                # What is left of the range lies before the log's start: the server
+                # refuses it. Where the read resumed mid-range (after a closed segment),
+                # retention deleted it while it was read.
+                check_data_loss(client, options, piece, piece.end, next_offset)
                 return
             # The cleaner of a compacted stream replaces the segments a reader holds; the
             # server reports it as "segment has been closed". Transient: resume after

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client, Message, StartAt, StopAt
+from liftbridge_sync import Client, Message, ServerError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.subscription.stats import SubscriptionStats
@@ -149,6 +149,46 @@ def test_the_tail_of_a_range_deleted_by_retention_is_data_loss(
     monkeypatch.setattr(Client, "for_process", staticmethod(lambda _: ended))
     with pytest.raises(DataLossError, match=r"offsets 13\.\.19 are gone"):
         _read(ended, fail_on_data_loss=True)
+
+
+class _ClosedThenTruncated:
+    """Reads 0..2, then the server closes the segment under the reader (retention deleting
+    it); the read resumes at 3, which the server refuses because the oldest message left,
+    25, is past the whole rest of the range."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+
+    def subscribe(self, stream: str, **kwargs: Any) -> Any:
+        start = kwargs["start"]
+        if start == StartAt.earliest():
+            return _Scripted([25])
+        self.starts.append(start.at_offset)
+        if start.at_offset == 0:
+            return _ClosingAfter([0, 1, 2])
+        raise ServerError("stop offset is before start offset")
+
+
+class _ClosingAfter(_Scripted):
+    def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
+        try:
+            return super().get_many(max_messages, timeout)
+        except StopIteration:
+            raise ServerError("failed to reinitialize reader: segment has been closed") from None
+
+
+def test_the_rest_of_a_range_refused_after_a_closed_segment_is_data_loss(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The refusal of a range wholly before the log's start was data loss only where the
+    range began; after resuming mid-range it escaped as a ServerError, failing the
+    query even with failOnDataLoss=false."""
+    truncated = _ClosedThenTruncated()
+    monkeypatch.setattr(Client, "for_process", staticmethod(lambda _: truncated))
+    with pytest.raises(DataLossError, match=r"partition 0: offsets 3\.\.19 are gone"):
+        _read(truncated, fail_on_data_loss=True)  # type: ignore[arg-type]
+    assert truncated.starts == [0, 3]
+    assert _read(truncated, fail_on_data_loss=False) == [0, 1, 2]  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- real server
