@@ -23,6 +23,7 @@ __all__ = [
     "get_millis",
     "get_int",
     "lower_keys",
+    "stream_option",
 ]
 
 #: ``liftbridge.*`` passthrough options (lower case) and the ClientOptions field each sets.
@@ -45,6 +46,24 @@ CLIENT_OPTIONS: Mapping[str, str] = {
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
     """A plain dict of ``options`` with lower-cased keys (Spark's own convention)."""
     return {str(k).lower(): v for k, v in options.items()}
+
+
+def stream_option(options: Mapping[str, str]) -> str | None:
+    """The stream named by option ``stream`` or by the path of ``load()``/``save()``
+    (Spark's ``path`` option), ``None`` when neither is given.
+
+    Raises:
+        ConfigurationError: both are given and name different streams: taking one of
+            them would read or write another stream than the user meant.
+    """
+    stream = options.get("stream") or None
+    path = options.get("path") or None
+    if stream is not None and path is not None and str(stream).strip() != str(path).strip():
+        raise ConfigurationError(
+            f"option 'stream' ({stream!r}) and the path of load()/save() ({path!r}) name "
+            "different streams; give one of them"
+        )
+    return stream if stream is not None else path
 
 
 def get_int(options: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:

@@ -25,7 +25,13 @@ from liftbridge_sync import (
 )
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.partitioners import PARTITIONER_NAMES
-from liftbridge_sync.spark.config import client_options, get_float, get_int, lower_keys
+from liftbridge_sync.spark.config import (
+    client_options,
+    get_float,
+    get_int,
+    lower_keys,
+    stream_option,
+)
 from liftbridge_sync.spark.rows import (
     Columns,
     RowMessage,
@@ -109,7 +115,7 @@ class SinkOptions:
         timeout_ms = get_float(lowered, "ackTimeoutMs", 0.0) if "acktimeoutms" in lowered else 0
         return cls(
             client=client_options(lowered.get("brokers"), lowered),
-            stream=lowered.get("stream") or lowered.get("path") or None,
+            stream=stream_option(lowered),
             partitioner=lowered.get("partitioner", "key").strip().lower(),
             ack_policy=AckPolicy[policy_name],
             max_in_flight=get_int(lowered, "maxInFlight", 1024, minimum=1),

@@ -20,6 +20,7 @@ from liftbridge_sync.spark.config import (
     get_int,
     get_millis,
     lower_keys,
+    stream_option,
 )
 
 __all__ = [
@@ -255,7 +256,7 @@ class SourceOptions:
         """
         lowered = lower_keys(options)
         check_known(lowered, READ_OPTIONS, "read")
-        stream = (lowered.get("stream") or lowered.get("path") or "").strip()
+        stream = (stream_option(lowered) or "").strip()
         if not stream:
             raise ConfigurationError(
                 "option 'stream' is required: .option('stream', 'orders') or .load('orders')"

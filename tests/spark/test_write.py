@@ -54,6 +54,11 @@ def test_overwrite_and_bad_write_options_are_refused(
         ).save()
     with pytest.raises(Exception, match="option 'ackPolicy' must be leader, all or none"):
         _writer(df, liftbridge_address, stream).option("ackPolicy", "most").mode("append").save()
+    # The rows went to the option's stream, and save()'s was dropped without a word.
+    other = new_stream()
+    with pytest.raises(Exception, match="option 'stream' .* and the path of load"):
+        _writer(df, liftbridge_address, stream).mode("append").save(other)
+    assert read_all(liftbridge_client, other) == []
     assert read_all(liftbridge_client, stream) == []
 
 

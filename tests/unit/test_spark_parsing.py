@@ -145,6 +145,20 @@ def test_sink_options() -> None:
         SinkOptions.from_strings({"brokers": "a:1", "partitioner": "hash"})
 
 
+def test_a_stream_option_and_a_different_path_are_refused() -> None:
+    """``.option("stream", "a").save("b")`` wrote to ``a`` (and ``load("b")`` read ``a``)
+    without a word: the path was dropped."""
+    both = {"brokers": "a:1", "stream": "orders", "path": "orders-copy"}
+    refused = r"option 'stream' \('orders'\) and the path of load\(\)/save\(\) \('orders-copy'\)"
+    with pytest.raises(ConfigurationError, match=refused):
+        SinkOptions.from_strings(both)
+    with pytest.raises(ConfigurationError, match=refused):
+        SourceOptions.parse(both)
+    same = {**both, "path": "orders"}
+    assert SinkOptions.from_strings(same).stream == "orders"
+    assert SourceOptions.parse(same).stream == "orders"
+
+
 def test_mapping_rows_are_read_by_name() -> None:
     from liftbridge_sync.spark.sink import RowLayout
 
