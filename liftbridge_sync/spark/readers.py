@@ -150,14 +150,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._look()[1]
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
-        """Where a new query starts: ``startingOffsets`` (default latest)."""
+        """Where a new query starts: ``startingOffsets`` (default latest).
+
+        Raises:
+            ConfigurationError: an offset of ``startingOffsets`` is past the end of
+                its partition.
+        """
         opts = self.options
         client = self._client()
         info = stream_info(client, opts.stream)
         self._created = info.creation_timestamp_ns
         ids = stream_partitions(client, opts.stream, opts.partitions, info)
         hws = high_watermarks(client, opts.stream, ids)
-        return to_json_dict(opts.stream, start_offsets(client, opts, ids, hws, LATEST))
+        starts = start_offsets(client, opts, ids, hws, LATEST)
+        for partition in sorted(starts):
+            if starts[partition] > hws[partition] + 1:
+                # Only an explicit offset can be there. The query would take the log
+                # ending before it for a stream created again (see _gone_back): data
+                # loss, or with failOnDataLoss=false the partition read from offset 0.
+                raise ConfigurationError(
+                    f"stream {opts.stream!r} partition {partition}: option "
+                    f"'startingOffsets' is {starts[partition]}, past the partition's end "
+                    f"{hws[partition] + 1} (the high watermark + 1, 'latest'); a query "
+                    "cannot start after the end"
+                )
+        return to_json_dict(opts.stream, starts)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else ``ReadMinRows`` with

@@ -138,6 +138,32 @@ def test_a_partition_gone_since_the_checkpoint_is_data_loss(
     assert values == sorted([f"old{i}" for i in range(10)] + new[5:])
 
 
+def test_a_starting_offset_past_the_end_is_refused(
+    spark: Any,
+    liftbridge_address: str,
+    liftbridge_client: Client,
+    new_stream: StreamFactory,
+    tmp_path: Path,
+) -> None:
+    """A query told to start at offset 100 of a 10-message partition took the log
+    ending before it for a stream created again: DataLossError about a deleted stream,
+    or with failOnDataLoss=false every row from offset 0, which it was told to skip."""
+    stream = new_stream(partitions=2)
+    _publish(liftbridge_client, stream, [f"m{i}" for i in range(20)], 2)
+    past = json.dumps({stream: {"0": 100}})
+    with pytest.raises(Exception, match="partition 0: option 'startingOffsets' is 100, past"):
+        _run_to_parquet(
+            spark,
+            liftbridge_address,
+            stream,
+            tmp_path / "out",
+            tmp_path / "checkpoint",
+            startingOffsets=past,
+            failOnDataLoss="false",
+        )
+    assert not list((tmp_path / "out").glob("*.parquet"))
+
+
 def _running_query(spark: Any, address: str, stream: str, checkpoint: Path, fail: str) -> Any:
     """A query reading ``stream`` from the earliest offset into a memory table named
     after the stream, run with processAllAvailable()."""
