@@ -2,7 +2,7 @@
 
 * :func:`publish_partition` builds a picklable function for ``df.foreachPartition`` /
   ``rdd.foreachPartition`` (also from ``foreachBatch``) that publishes every row and
-  waits for every ack: at-least-once.
+  waits for every ack: at-least-once (at-most-once with ``AckPolicy.NONE``).
 * :class:`LiftbridgeDataSource` is a Spark 4 Python Data Source named ``liftbridge``
   (batch and streaming read and write). It registers itself in every SparkSession
   through the top-level ``pyspark_liftbridge`` module; :func:`register` does it by hand.

@@ -8,7 +8,8 @@ out with ``publish_batch`` on a short-lived ``liftbridge-spark-run`` thread whil
 task gathers the next run; other rows go one by one with ``publish_async``; the rows of
 a partition keep their order. Any failed ack raises, so Spark retries the task:
 delivery is at-least-once (a retried task may duplicate the messages its failed attempt
-had published, never lose one).
+had published, never lose one). With ``AckPolicy.NONE`` nothing is acknowledged: a
+message the server refuses is dropped without an error (at-most-once).
 """
 
 from __future__ import annotations

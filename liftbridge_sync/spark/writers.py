@@ -1,7 +1,8 @@
 """Batch and streaming writers of the ``liftbridge`` data source.
 
 Both publish each task's rows with the sink (:class:`PartitionPublisher`) and wait
-for every ack before the task reports success: at-least-once, like the sink. Published
+for every ack before the task reports success: at-least-once, like the sink
+(at-most-once with ``ackPolicy=none``, where there are no acks). Published
 messages cannot be withdrawn, so ``abort`` does nothing. They take Spark's rows as
 Arrow record batches, read column by column, instead of one ``Row`` object per row.
 """

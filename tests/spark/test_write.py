@@ -207,3 +207,25 @@ def test_plain_rows_are_published_in_runs_with_every_partitioner(
     spread_messages = read_all(liftbridge_client, spread)
     assert sorted(int(m.value) for m in spread_messages) == list(range(3000))
     assert {m.partition for m in spread_messages} == {0, 1, 2}
+
+
+def test_a_row_over_the_servers_payload_limit_fails_the_write_unless_ack_policy_none(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """What the README says of a value near the server's limit: over NATS's max_payload
+    (1 MiB by default) the server refuses it and the write fails naming that; with
+    ackPolicy=none nothing is acknowledged, so it is dropped and the write succeeds."""
+    stream = new_stream()
+    rows = [(b"x" * 1_100_000,), (b"small",)]
+    df = spark.createDataFrame(rows, "value binary").coalesce(1)
+    with pytest.raises(Exception, match="PublishRejectedError.*maximum payload exceeded"):
+        _writer(df, liftbridge_address, stream).mode("append").save()
+    _writer(df, liftbridge_address, stream).option("ackPolicy", "none").mode("append").save()
+    small = ("x",)
+    _writer(spark.createDataFrame([small], "value string"), liftbridge_address, stream).mode(
+        "append"
+    ).save()  # acked, so everything before it on the partition is stored too
+    values = [m.value for m in read_all(liftbridge_client, stream)]
+    # The failed write's attempts published the row after the refused one (at least
+    # once); the big row is nowhere.
+    assert values[-2:] == [b"small", b"x"] and set(values) == {b"small", b"x"}
