@@ -25,10 +25,12 @@ from liftbridge_sync.spark.cleaner import retry_segment_closed
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = [
+    "CREATED",
     "EARLIEST",
     "LATEST",
     "NoOffsetForTimestampError",
     "Offsets",
+    "created_of",
     "end_offsets",
     "from_json_dict",
     "high_watermarks",
@@ -110,6 +112,9 @@ def parse_spec(
         raise ConfigurationError(
             f"option {option!r} must be 'earliest', 'latest' or JSON like {example}: {exc}"
         ) from None
+    if isinstance(parsed, dict) and stream != CREATED:
+        # Offsets pasted from a query's progress carry the stream's creation time.
+        parsed.pop(CREATED, None)
     if not isinstance(parsed, dict) or set(parsed) != {stream}:
         raise ConfigurationError(
             f"option {option!r} must be a JSON object keyed by the stream {stream!r}, "
@@ -293,9 +298,29 @@ def end_offsets(
     return resolve(client, stream, spec, hws, timestamps=timestamps, strategy="latest")
 
 
-def to_json_dict(stream: str, offsets: Mapping[int, int]) -> dict[str, dict[str, int]]:
-    """``{stream: {"<partition>": offset}}``: the checkpoint and progress format."""
-    return {stream: {str(p): o for p, o in sorted(offsets.items())}}
+#: Key of the stream's creation time in streaming offsets, ``{CREATED: {stream: ns}}``:
+#: another creation time than the checkpoint's means the stream was deleted and created
+#: again, and the checkpointed offsets belong to the old log.
+CREATED = "liftbridge.streamCreated"
+
+
+def to_json_dict(
+    stream: str, offsets: Mapping[int, int], created: int = 0
+) -> dict[str, dict[str, int]]:
+    """``{stream: {"<partition>": offset}}``: the checkpoint and progress format, plus
+    ``{"liftbridge.streamCreated": {stream: ns}}`` when ``created`` (ns) is known."""
+    result = {stream: {str(p): o for p, o in sorted(offsets.items())}}
+    if created and stream != CREATED:
+        result[CREATED] = {stream: created}
+    return result
+
+
+def created_of(stream: str, value: Mapping[str, object]) -> int:
+    """The stream's creation time (ns) recorded in offsets by :func:`to_json_dict`; 0
+    when they hold none (offsets written before it was recorded)."""
+    inner = value.get(CREATED)
+    found = inner.get(stream) if isinstance(inner, Mapping) else None
+    return found if isinstance(found, int) and not isinstance(found, bool) else 0
 
 
 def from_json_dict(stream: str, value: Mapping[str, object]) -> Offsets:

@@ -28,6 +28,7 @@ from liftbridge_sync.spark.offsets import (
     EARLIEST,
     LATEST,
     Offsets,
+    created_of,
     end_offsets,
     from_json_dict,
     high_watermarks,
@@ -88,7 +89,8 @@ class BatchReader(DataSourceReader):
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Micro-batch reader; offsets ``{stream: {"<partition>": next_offset}}``.
+    """Micro-batch reader; offsets ``{stream: {"<partition>": next_offset}}`` and
+    ``{"liftbridge.streamCreated": {stream: creation_ns}}``.
 
     The checkpoint, not the source, is the truth: a restarted query resumes at the
     checkpointed end offset. ``maxOffsetsPerTrigger`` bounds each micro-batch, and
@@ -99,10 +101,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     what is there).
 
     A stream deleted while a query reads it is data loss under ``failOnDataLoss``;
-    without it the query waits for the stream to be created again and then reads the
-    new one from its start (the stream's creation time tells a new stream from the
-    old one, however long its log). Across a restart only a log now ending before the
-    checkpoint can tell (see :meth:`_gone_back`).
+    without it the query waits for the stream to be created again. A stream created
+    again since the offsets were taken, while the query ran or was stopped, is told by
+    the creation time the offsets carry, however long its new log: data loss, or read
+    from its start (see :meth:`_recreated`). Offsets without one (checkpoints older
+    than it) can tell only a log now ending before them (see :meth:`_gone_back`).
 
     Lag: PySpark 4.3's Python streaming sources cannot report custom metrics (no
     ``offsetsBehindLatest``), so progress ``metrics`` stays empty. Each progress's
@@ -111,7 +114,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         source = query.lastProgress["sources"][0]
         latest, end = json.loads(source["latestOffset"]), json.loads(source["endOffset"])
-        lag = {p: latest[s][p] - end[s][p] for s in latest for p in latest[s]}
+        lag = {p: o - end[stream][p] for p, o in latest[stream].items()}
 
     Not thread-safe; Spark calls it from one thread in the streaming-source process.
     """
@@ -119,10 +122,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self._target: Offsets | None = None
-        # The stream's creation time at the last look (ns; 0 before one): another one
-        # means it was deleted and created again in between.
-        self._created = 0
+        # The end of an availableNow run: the creation time and offsets at its start.
+        self._target: tuple[int, Offsets] | None = None
         self._gone_logged = False
         self._delay: TriggerDelay | None = None
         if options.min_offsets_per_trigger:
@@ -146,9 +147,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         hws = high_watermarks(client, opts.stream, ids)
         return info.creation_timestamp_ns, {p: hw + 1 for p, hw in hws.items()}
 
-    def _latest(self) -> Offsets:
-        return self._look()[1]
-
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
         """Where a new query starts: ``startingOffsets`` (default latest).
 
@@ -159,7 +157,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         client = self._client()
         info = stream_info(client, opts.stream)
-        self._created = info.creation_timestamp_ns
         ids = stream_partitions(client, opts.stream, opts.partitions, info)
         hws = high_watermarks(client, opts.stream, ids)
         starts = start_offsets(client, opts, ids, hws, LATEST)
@@ -174,7 +171,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"{hws[partition] + 1} (the high watermark + 1, 'latest'); a query "
                     "cannot start after the end"
                 )
-        return to_json_dict(opts.stream, starts)
+        return to_json_dict(opts.stream, starts, info.creation_timestamp_ns)
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
         """``ReadMaxRows(maxOffsetsPerTrigger)`` when set, else ``ReadMinRows`` with
@@ -192,7 +189,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
         """Fix the end of an ``availableNow`` run at today's high watermarks."""
-        self._target = self._latest()
+        self._target = self._look()
 
     def latestOffset(  # noqa: N802 - Spark's name
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
@@ -200,18 +197,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch, within ``limit`` and the availableNow target."""
         stream = self.options.stream
         begin = from_json_dict(stream, start) if start else {}
+        # The creation time the offsets were taken in (0 in offsets older than it).
+        known = created_of(stream, start) if start else 0
         if self._target is not None:
-            latest = self._target
+            created, latest = self._target
         else:
             try:
                 created, latest = self._look()
             except (NoSuchStreamError, NoSuchPartitionError):
                 self._vanished()
-                return to_json_dict(stream, begin)  # no micro-batch while it is gone
-            known, self._created = self._created, created
+                return to_json_dict(stream, begin, known)  # no micro-batch while gone
             self._gone_logged = False
-            if known and created and created != known:
-                return to_json_dict(stream, self._recreated(begin, latest))
+        if known and created and created != known:
+            return to_json_dict(stream, self._recreated(begin, latest), created)
         for partition in self._gone_back(begin, latest):
             begin[partition] = 0  # read again from the start (see partitions())
         self._check_gone(begin, latest)
@@ -223,12 +221,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         if hold:
             # Too few new offsets and maxTriggerDelay not reached: no micro-batch yet.
-            return to_json_dict(stream, {p: begin.get(p, 0) for p in latest})
+            return to_json_dict(stream, {p: begin.get(p, 0) for p in latest}, created)
         if isinstance(limit, ReadMaxRows):
             end = cap_offsets(begin, latest, limit.max_rows)
         else:
             end = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
-        return to_json_dict(stream, end)
+        return to_json_dict(stream, end, created)
 
     def _vanished(self) -> None:
         """The stream no longer exists (deleted since the last micro-batch, perhaps to be
@@ -253,9 +251,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._gone_logged = True
 
     def _recreated(self, begin: Offsets, latest: Offsets) -> Offsets:
-        """The stream was deleted and created again since the last micro-batch (its
-        creation time changed): the checkpointed offsets belong to the old log. Reading
-        on from them would skip the new log up to them, however long it has grown.
+        """The stream was deleted and created again since the query's offsets were taken
+        (its creation time is not theirs): they belong to the old log. Reading on from
+        them would skip the new log up to them, however long it has grown; a restart
+        from the checkpoint finds this too.
 
         Returns:
             The end offsets of one empty micro-batch that takes every partition back to
@@ -266,8 +265,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             DataLossError: with ``failOnDataLoss`` on.
         """
         told = (
-            f"stream {self.options.stream!r} was deleted and created again since the last "
-            f"micro-batch, which stood at offsets {to_json_dict(self.options.stream, begin)}"
+            f"stream {self.options.stream!r} was deleted and created again since the "
+            f"query's offsets {to_json_dict(self.options.stream, begin)} were taken"
         )
         if self.options.fail_on_data_loss:
             raise DataLossError(
@@ -338,10 +337,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The current high watermarks + 1, for query progress (none while the stream
         does not exist)."""
         try:
-            latest = self._latest()
+            created, latest = self._look()
         except (NoSuchStreamError, NoSuchPartitionError):
-            latest = {}
-        return to_json_dict(self.options.stream, latest)
+            created, latest = 0, {}
+        return to_json_dict(self.options.stream, latest, created)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """Ranges between two checkpointed offsets (partitions new since ``start`` at 0)."""

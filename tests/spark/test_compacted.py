@@ -164,7 +164,7 @@ def test_stream_of_a_compacted_stream_into_parquet_with_restart(
     before |= set(range(1001, 1101))
     query = run(100)
     end = json.loads(query.lastProgress["sources"][0]["endOffset"])
-    assert end == {stream: {"0": 1101}}
+    assert end[stream] == {"0": 1101}
     after = _poll_offsets(liftbridge_client, stream, bool)
     rows = _rows(spark.read.parquet(str(out)))
     _check(rows, 2, 1101, before, after)

@@ -5,6 +5,7 @@ None of these import PySpark, so they run without the ``spark`` extra.
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 
@@ -14,8 +15,10 @@ from liftbridge_sync import AckPolicy, ConfigurationError
 from liftbridge_sync.spark.admission import TriggerDelay, cap_offsets
 from liftbridge_sync.spark.config import client_options, get_duration
 from liftbridge_sync.spark.offsets import (
+    CREATED,
     EARLIEST,
     LATEST,
+    created_of,
     from_json_dict,
     parse_spec,
     timestamps_for,
@@ -95,6 +98,13 @@ def test_offset_json_round_trip() -> None:
     assert from_json_dict("s", as_json) == offsets
     with pytest.raises(ConfigurationError, match="new checkpointLocation"):
         from_json_dict("other", as_json)
+    assert created_of("s", as_json) == 0  # offsets without a creation time
+    stamped = to_json_dict("s", offsets, 1_764_000_000_000_000_000)
+    assert stamped == {"s": {"0": 3, "1": 5}, CREATED: {"s": 1_764_000_000_000_000_000}}
+    assert from_json_dict("s", stamped) == offsets
+    assert created_of("s", stamped) == 1_764_000_000_000_000_000
+    # Progress pasted into startingOffsets: the creation time is ignored.
+    assert parse_spec("startingOffsets", json.dumps(stamped), "s", [0, 1], LATEST) == {0: 3, 1: 5}
 
 
 def test_cap_offsets_splits_the_budget_in_proportion() -> None:
