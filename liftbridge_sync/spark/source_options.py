@@ -8,6 +8,7 @@ them, so a typo such as ``startingOffset`` never passes silently.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 from collections.abc import Mapping
 
@@ -25,10 +26,12 @@ from liftbridge_sync.spark.config import (
 
 __all__ = [
     "BATCH_ONLY_OPTIONS",
+    "READ_NAMES",
     "READ_OPTIONS",
     "STREAM_ONLY_OPTIONS",
     "SourceOptions",
     "TIMESTAMP_STRATEGIES",
+    "WRITE_NAMES",
     "WRITE_OPTIONS",
     "check_known",
 ]
@@ -42,60 +45,78 @@ STREAM_ONLY_OPTIONS = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTrigg
 #: What ``startingOffsetsByTimestampStrategy`` accepts (Kafka's values).
 TIMESTAMP_STRATEGIES = ("error", "latest")
 
-#: Options the reader understands (lower case).
-READ_OPTIONS = frozenset(
-    {
-        "brokers",
-        "stream",
-        "path",
-        "partitions",
-        "startingoffsets",
-        "endingoffsets",
-        "startingtimestamp",
-        "startingoffsetsbytimestamp",
-        "startingoffsetsbytimestampstrategy",
-        "endingtimestamp",
-        "endingoffsetsbytimestamp",
-        "maxoffsetspertrigger",
-        "minoffsetspertrigger",
-        "maxtriggerdelay",
-        "maxrecordsperpartition",
-        "minpartitions",
-        "includeheaders",
-        "failondataloss",
-        "readisrreplica",
-        "polltimeoutms",
-    }
+#: Options the reader understands, as the docs spell them.
+READ_NAMES = (
+    "brokers",
+    "stream",
+    "path",
+    "partitions",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "startingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingTimestamp",
+    "endingOffsetsByTimestamp",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "maxRecordsPerPartition",
+    "minPartitions",
+    "includeHeaders",
+    "failOnDataLoss",
+    "readISRReplica",
+    "pollTimeoutMs",
 )
 
-#: Options the writer understands (lower case); Spark adds ``checkpointLocation``.
-WRITE_OPTIONS = frozenset(
-    {
-        "brokers",
-        "stream",
-        "path",
-        "partitioner",
-        "ackpolicy",
-        "maxinflight",
-        "acktimeoutms",
-        "checkpointlocation",
-    }
+#: Options the writer understands, as the docs spell them; Spark adds
+#: ``checkpointLocation``.
+WRITE_NAMES = (
+    "brokers",
+    "stream",
+    "path",
+    "partitioner",
+    "ackPolicy",
+    "maxInFlight",
+    "ackTimeoutMs",
+    "checkpointLocation",
 )
+
+#: Options the reader understands (lower case).
+READ_OPTIONS = frozenset(name.lower() for name in READ_NAMES)
+
+#: Options the writer understands (lower case).
+WRITE_OPTIONS = frozenset(name.lower() for name in WRITE_NAMES)
+
+_SPELLING = {name.lower(): name for name in (*READ_NAMES, *WRITE_NAMES)}
 
 
 def check_known(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
     """Refuse any option not in ``known`` nor a ``liftbridge.*`` passthrough.
 
+    Args:
+        what: ``"read"`` or ``"write"``.
+
     Raises:
-        ConfigurationError: naming the first unknown option and the known ones.
+        ConfigurationError: naming the first option refused: one of the other kind
+            (a write option on a read, a read option on a write) is said to be so;
+            any other is unknown, with the known ones and the nearest spelling.
     """
     for key in options:
         if key in known or key in CLIENT_OPTIONS:
             continue
         if key.startswith("liftbridge."):
             continue  # client_options() names unknown liftbridge.* options itself
+        if key in _SPELLING:
+            other = "write" if what == "read" else "read"
+            raise ConfigurationError(
+                f"option {_SPELLING[key]!r} is for {other}s only; remove it from this {what}"
+            )
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+        hint = f" (did you mean {_SPELLING[close[0]]!r}?)" if close else ""
         raise ConfigurationError(
-            f"unknown {what} option {key!r}; known: {', '.join(sorted(known))}, liftbridge.*"
+            f"unknown {what} option {key!r}{hint}; known: "
+            f"{', '.join(_SPELLING[name] for name in sorted(known))}, liftbridge.*"
         )
 
 

@@ -122,7 +122,12 @@ def test_empty_stream_reads_no_rows(
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        ("startingOffset", "earliest", "unknown read option 'startingoffset'"),
+        (
+            "startingOffset",
+            "earliest",
+            "unknown read option 'startingoffset' (did you mean 'startingOffsets'?)",
+        ),
+        ("partitioner", "key", "option 'partitioner' is for writes only; remove it"),
         ("startingOffsets", "{not json", "option 'startingOffsets' must be 'earliest'"),
         ("startingOffsets", '{"other": {"0": 1}}', "keyed by the stream"),
         ("endingOffsets", "earliest", "may not be earliest"),

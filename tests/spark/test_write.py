@@ -48,7 +48,7 @@ def test_overwrite_and_bad_write_options_are_refused(
     df = spark.createDataFrame([("x",)], "value string")
     with pytest.raises(Exception, match="append-only"):
         _writer(df, liftbridge_address, stream).mode("overwrite").save()
-    with pytest.raises(Exception, match="unknown write option 'startingoffsets'"):
+    with pytest.raises(Exception, match="option 'startingOffsets' is for reads only; remove"):
         _writer(df, liftbridge_address, stream).option("startingOffsets", "earliest").mode(
             "append"
         ).save()

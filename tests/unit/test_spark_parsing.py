@@ -73,6 +73,17 @@ def test_source_options_are_case_insensitive_and_picklable() -> None:
         SourceOptions.parse({"brokers": "a:1", "stream": "s", "startingOffset": "earliest"})
 
 
+def test_options_of_the_other_kind_and_typos_are_named() -> None:
+    """A write option on a read was "unknown" (it is known: in the wrong place), and a
+    typo got no hint."""
+    with pytest.raises(ConfigurationError, match=r"'partitioner' is for writes only"):
+        SourceOptions.parse({"brokers": "a:1", "stream": "s", "PARTITIONER": "key"})
+    with pytest.raises(ConfigurationError, match=r"\(did you mean 'failOnDataLoss'\?\)"):
+        SourceOptions.parse({"brokers": "a:1", "stream": "s", "failOnDatLoss": "false"})
+    with pytest.raises(ConfigurationError, match=r"unknown read option 'bogus'; known: brokers,"):
+        SourceOptions.parse({"brokers": "a:1", "stream": "s", "bogus": "1"})
+
+
 def test_parse_spec() -> None:
     assert parse_spec("startingOffsets", None, "s", [0, 1], EARLIEST) == {0: -2, 1: -2}
     assert parse_spec("x", "Latest", "s", [0], EARLIEST) == {0: LATEST}
