@@ -32,6 +32,7 @@ from liftbridge_sync.spark.offsets import (
     end_offsets,
     from_json_dict,
     high_watermarks,
+    parse_spec,
     start_offsets,
     stream_info,
     stream_partitions,
@@ -60,10 +61,22 @@ class BatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        """Resolve the offsets and cut them into ranges (planner process, once)."""
+        """Resolve the offsets and cut them into ranges (planner process, once).
+
+        Raises:
+            ConfigurationError: ``startingOffsets`` says latest, or resolves after
+                ``endingOffsets``.
+        """
         opts = self.options
         client = Client.for_process(opts.client)
         ids = stream_partitions(client, opts.stream, opts.partitions)
+        spec = parse_spec("startingOffsets", opts.starting_offsets, opts.stream, ids, EARLIEST)
+        if LATEST in spec.values():
+            # As the Kafka connector: a batch read from latest would read nothing.
+            raise ConfigurationError(
+                "option 'startingOffsets' may not be latest (-1) in a batch read: it "
+                "would read nothing (latest is for streaming reads)"
+            )
         hws = high_watermarks(client, opts.stream, ids)
         ends = end_offsets(client, opts, ids, hws)
         starts = start_offsets(client, opts, ids, hws, EARLIEST)

@@ -131,6 +131,7 @@ def test_empty_stream_reads_no_rows(
         ("startingOffsets", "{not json", "option 'startingOffsets' must be 'earliest'"),
         ("startingOffsets", '{"other": {"0": 1}}', "keyed by the stream"),
         ("endingOffsets", "earliest", "may not be earliest"),
+        ("startingOffsets", "latest", "'startingOffsets' may not be latest (-1) in a batch read"),
         ("maxOffsetsPerTrigger", "many", "option 'maxOffsetsPerTrigger' must be an integer"),
         ("maxOffsetsPerTrigger", "10", "'maxOffsetsPerTrigger' is for streaming reads only"),
         ("minOffsetsPerTrigger", "10", "'minOffsetsPerTrigger' is for streaming reads only"),
