@@ -40,8 +40,9 @@ class TriggerDelay:
 
     A micro-batch is held back while fewer than ``min_offsets`` offsets are available
     and less than ``max_delay`` seconds passed since the last micro-batch was let
-    through (or since the query started: unlike Kafka's, the first micro-batch waits
-    too). Letting one through restarts the clock.
+    through. As Kafka's, the first look after the query (re)started lets one through,
+    so a restarted query does not sit idle up to ``max_delay`` with offsets waiting.
+    Letting one through restarts the clock.
 
     Not thread-safe; Spark asks from one thread.
     """
@@ -50,12 +51,12 @@ class TriggerDelay:
         self._min = min_offsets
         self._max_delay = max_delay
         self._clock = clock
-        self._last = clock()
+        self._last: float | None = None  # no micro-batch let through yet
 
     def hold(self, start: Mapping[int, int], latest: Mapping[int, int]) -> bool:
         """Whether to hold the next micro-batch back (``True``) or let it through."""
         now = self._clock()
-        if now - self._last >= self._max_delay:
+        if self._last is None or now - self._last >= self._max_delay:
             self._last = now
             return False
         available = sum(max(latest[p] - start.get(p, 0), 0) for p in latest)

@@ -110,8 +110,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``Trigger.AvailableNow`` stops at the high watermarks seen when the query started.
     ``minOffsetsPerTrigger`` holds a micro-batch back until that many offsets are
     available or ``maxTriggerDelay`` passed since the last one (as the Kafka
-    connector; not under ``Trigger.AvailableNow`` or ``Trigger.Once``, which read
-    what is there).
+    connector, not the first one after the query (re)started; not under
+    ``Trigger.AvailableNow`` or ``Trigger.Once``, which read what is there).
 
     A stream deleted while a query reads it is data loss under ``failOnDataLoss``;
     without it the query waits for the stream to be created again. A stream created

@@ -251,10 +251,13 @@ def test_trigger_options() -> None:
 def test_trigger_delay_holds_until_enough_offsets_or_the_delay() -> None:
     now = [100.0]
     delay = TriggerDelay(25, 10.0, lambda: now[0])
-    assert delay.hold({0: 0}, {0: 10})  # 10 < 25 and no time passed
+    # As Kafka's: the first look lets a micro-batch through (it waited a whole
+    # maxTriggerDelay after every start), and starts the clock.
+    assert not delay.hold({0: 0}, {0: 10})
+    assert delay.hold({0: 10}, {0: 20})  # 10 < 25 and no time passed
     now[0] += 5
-    assert delay.hold({0: 0, 1: 0}, {0: 10, 1: 14})  # 24 < 25
-    assert not delay.hold({0: 0, 1: 0}, {0: 10, 1: 15})  # 25: let through, clock restarts
+    assert delay.hold({0: 10, 1: 0}, {0: 20, 1: 14})  # 24 < 25
+    assert not delay.hold({0: 10, 1: 0}, {0: 20, 1: 15})  # 25: let through, clock restarts
     now[0] += 9.9
     assert delay.hold({0: 10}, {0: 11})
     now[0] += 0.1  # 10 s since the last batch: let through whatever is there
