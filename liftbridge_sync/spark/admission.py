@@ -15,7 +15,9 @@ def cap_offsets(start: Mapping[int, int], latest: Mapping[int, int], budget: int
     """End offsets that read at most ``budget`` offsets in all from ``start``.
 
     Like the Kafka connector, the budget is split across partitions in proportion to
-    what each has available; the rounding remainder goes to the lowest partition ids.
+    what each has available, and no partition with offsets is starved: the rounding
+    remainder goes first to those whose share rounded down to nothing, then to the
+    lowest partition ids. (Kafka's gives each of them one offset beyond the budget.)
     Partitions missing from ``start`` start at 0. Never returns less than ``start``.
     Pure function; thread-safe.
     """
@@ -26,7 +28,9 @@ def cap_offsets(start: Mapping[int, int], latest: Mapping[int, int], budget: int
         return {p: max(latest[p], begin[p]) for p in latest}
     share = {p: budget * available[p] // total for p in latest}
     left = budget - sum(share.values())
-    for p in sorted(latest):
+    # A small partition's share rounds down to 0 for as long as a big one has a
+    # backlog: it would get nothing until then.
+    for p in sorted(latest, key=lambda p: (share[p] > 0, p)):
         if left <= 0:
             break
         extra = min(available[p] - share[p], left)

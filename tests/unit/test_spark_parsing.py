@@ -125,6 +125,10 @@ def test_cap_offsets_splits_the_budget_in_proportion() -> None:
     assert cap_offsets({0: 9}, {0: 5}, 4) == {0: 9}  # never below the start
     capped = cap_offsets({0: 0, 1: 0}, {0: 1000, 1: 1}, 10)
     assert sum(capped.values()) == 10
+    # A partition whose share rounds to nothing is not starved behind a backlog (it
+    # got nothing until partition 0 had caught up).
+    assert capped == {0: 9, 1: 1}
+    assert cap_offsets({0: 0, 1: 0, 2: 0}, {0: 1000, 1: 2, 2: 3}, 3) == {0: 2, 1: 1, 2: 0}
 
 
 def test_rows_map_to_messages() -> None:
