@@ -22,6 +22,10 @@ __all__ = ["THREAD_NAME", "Scheduler", "TimerHandle"]
 
 THREAD_NAME = "liftbridge-timer"
 
+#: Entries the heap may hold before cancelled ones are first swept out; after a sweep,
+#: the next comes once the heap has doubled (an amortized O(1) a timer).
+_SWEEP_AT_LEAST = 256
+
 _log = logging.getLogger("liftbridge_sync.subscription")
 
 
@@ -42,9 +46,16 @@ class TimerHandle:
     def cancel(self) -> bool:
         """Prevent the callback from running; returns ``False`` if it already ran."""
         # Lazy removal: the scheduler skips cancelled entries when they reach the top,
-        # so cancelling costs no lock and no heap reordering.
+        # so cancelling costs no lock and no heap reordering. The entry waits there
+        # until its deadline (``rpc_timeout`` for most): it must not keep the callback,
+        # and through it a call with its buffers, alive that long.
         self.cancelled = True
+        self.callback = _nothing
         return not self.fired
+
+
+def _nothing() -> None:
+    """What a cancelled handle runs instead of its callback (it has let go of it)."""
 
 
 class Scheduler:
@@ -52,7 +63,9 @@ class Scheduler:
 
     The thread starts on the first :meth:`call_later` and is stopped and joined by
     :meth:`close`. Callbacks must be short; one that raises is logged and the thread
-    goes on. Thread-safe.
+    goes on. Cancelled timers are swept out of the heap as it grows, so it holds
+    at most about twice the live ones (a subscription read with a stop offset, or with
+    a timeout on the ``"grpc"`` transport, arms one or two a message). Thread-safe.
     """
 
     close_accepts_timeout = True
@@ -63,6 +76,8 @@ class Scheduler:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: The heap length at which cancelled entries are swept out next.
+        self._sweep_at = _SWEEP_AT_LEAST
 
     def call_later(self, delay: float, callback: Callable[[], object]) -> TimerHandle:
         """Run ``callback`` on the timer thread after ``delay`` seconds.
@@ -82,6 +97,8 @@ class Scheduler:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
                 self._thread.start()
+            if len(self._heap) >= self._sweep_at:
+                self._sweep()
             earliest = self._heap[0][0] if self._heap else None
             heapq.heappush(self._heap, (handle.deadline, next(self._seq), handle))
             # Only a new earliest deadline changes how long the thread must sleep.
@@ -89,16 +106,29 @@ class Scheduler:
                 self._cond.notify()
         return handle
 
+    def _sweep(self) -> None:
+        """Drop cancelled entries (called with the lock held).
+
+        Without this, every cancelled timer stayed until its deadline came: a reader
+        arming timers faster than ``rpc_timeout`` lets them expire grew the heap by
+        thousands of entries a second.
+        """
+        heap = [entry for entry in self._heap if not entry[2].cancelled]
+        heapq.heapify(heap)
+        self._heap = heap
+        self._sweep_at = max(_SWEEP_AT_LEAST, 2 * len(heap))
+
     def _run(self) -> None:
         while True:
             with self._cond:
                 due = self._next_due()
                 if due is None:
                     return
+            callback = due.callback  # read before the check: cancel() replaces it
             if not due.cancelled:
                 due.fired = True
                 try:
-                    due.callback()
+                    callback()
                 except Exception:  # one bad callback must not stop every other timeout
                     _log.exception("a timer callback failed")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -292,6 +294,28 @@ def test_a_dead_timer_thread_is_reported_not_hidden() -> None:
     try:
         with pytest.raises(InternalThreadError, match="liftbridge-timer thread died"):
             scheduler.call_later(1, lambda: None)
+    finally:
+        scheduler.close()
+
+
+def test_a_cancelled_timer_lets_go_of_its_callback_and_leaves_the_heap() -> None:
+    # A call cancelled by a timer is held by its callback: a cancelled timer that kept
+    # it until its deadline (rpc_timeout) kept every closed call, with its buffers.
+    class Call:
+        def cancel(self) -> None:
+            raise AssertionError("a cancelled timer ran")
+
+    scheduler = Scheduler()
+    try:
+        call = Call()
+        gone = weakref.ref(call)
+        scheduler.call_later(30, call.cancel).cancel()
+        del call
+        gc.collect()
+        assert gone() is None
+        for _ in range(10_000):
+            scheduler.call_later(30, lambda: None).cancel()
+        assert len(scheduler._heap) <= 512
     finally:
         scheduler.close()
 
