@@ -83,6 +83,13 @@ class ProbeResult:
     committed: bool = False
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Gone:
+    """A request to fetch a stream judged deleted, and drop it unless it is there."""
+
+    stream: str
+
+
 class LeaderProbe:
     """Probes silent partitions on a lazily started ``liftbridge-publisher-probe`` thread.
 
@@ -104,8 +111,9 @@ class LeaderProbe:
         self._core = core
         self._report = report
         self._clock = clock
-        #: Partitions to probe, streams whose metadata to fetch (str), or None (stop).
-        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | str | None] = (
+        #: Partitions to probe, streams whose metadata to fetch (str) or to drop unless
+        #: they are there (_Gone), or None (stop).
+        self._requests: queue.SimpleQueue[tuple[PartitionKey, float] | str | _Gone | None] = (
             queue.SimpleQueue()
         )
         self._stop = threading.Event()
@@ -121,7 +129,13 @@ class LeaderProbe:
         failures are ignored). Ignored once closed."""
         self._put(stream)
 
-    def _put(self, item: tuple[PartitionKey, float] | str) -> None:
+    def forget(self, stream: str) -> None:
+        """Fetch the metadata of ``stream``, judged deleted, and drop it from the cache
+        unless the answer has it (nothing is reported; failures are ignored). Ignored
+        once closed."""
+        self._put(_Gone(stream))
+
+    def _put(self, item: tuple[PartitionKey, float] | str | _Gone) -> None:
         with self._lock:
             if self._stop.is_set():
                 return
@@ -148,10 +162,13 @@ class LeaderProbe:
             # partitions makes them all silent at once, and they share one settle wait.
             batch: list[tuple[PartitionKey, float]] = []
             streams: set[str] = set()
+            gone: set[str] = set()
             item = self._requests.get()
             while item is not None:
                 if isinstance(item, str):
                     streams.add(item)
+                elif isinstance(item, _Gone):
+                    gone.add(item.stream)
                 else:
                     batch.append(item)
                 try:
@@ -163,6 +180,13 @@ class LeaderProbe:
                     self._core.refresh_once(sorted(streams), self._clock() + _LOOK_TIMEOUT)
                 except LiftbridgeError as exc:
                     _log.debug("metadata refresh for %s failed: %s", sorted(streams), exc)
+            if gone:
+                try:
+                    self._core.refresh_once(
+                        sorted(gone), self._clock() + _LOOK_TIMEOUT, drop_unknown=True
+                    )
+                except LiftbridgeError as exc:
+                    _log.debug("metadata refresh for %s failed: %s", sorted(gone), exc)
             if batch:
                 try:
                     results = self._probe_all(batch)

@@ -10,7 +10,9 @@ A client without metadata for the stream fetches it (on the probe thread) and se
 again meanwhile. A stream that is really gone fails with
 :class:`~liftbridge_sync.errors.NoSuchStreamError` (as soon as the metadata lacks it,
 else once the run is over), as the subscribe path decides "the server is recovering
-it".
+it". A run that is over has the stream fetched again and dropped from the metadata
+unless the answer has it: a stream deleted by another client stayed listed, so every
+later publish to it waited out a run of its own.
 """
 
 from __future__ import annotations
@@ -35,9 +37,12 @@ class RecoveringPartitions:
     Owner thread only (not thread-safe).
     """
 
-    def __init__(self, core: ClientCore, refresh: Callable[[str], None]) -> None:
+    def __init__(
+        self, core: ClientCore, refresh: Callable[[str], None], forget: Callable[[str], None]
+    ) -> None:
         self._core = core
         self._refresh = refresh  # fetches a stream's metadata off this thread
+        self._forget = forget  # the same, dropping the stream unless the answer has it
         retry = core.options.retry
         self._bound = retry.max_delay
         #: Refusals further apart than this start a new run (re-sends come at most
@@ -73,4 +78,9 @@ class RecoveringPartitions:
         self._runs[key] = (first, now)
         if len(self._runs) > 1024:  # old runs of partitions long since served
             self._runs = {k: v for k, v in self._runs.items() if now - v[1] <= self._gap}
-        return now - first < self._bound
+        if now - first < self._bound:
+            return True
+        # Refused for longer than any restart takes: deleted. The next publish then
+        # finds the stream unknown and fails as soon as a fresh answer lacks it.
+        self._forget(key[0])
+        return False

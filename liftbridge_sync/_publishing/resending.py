@@ -72,7 +72,7 @@ class Resender:
         self._resend_refused_at: float | None = None
         self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
         #: NOT_FOUND refusals from brokers still rebuilding their streams.
-        self._recovering = RecoveringPartitions(core, self._probe.refresh)
+        self._recovering = RecoveringPartitions(core, self._probe.refresh, self._probe.forget)
         self.resent_after_stall = 0
         self.resent_after_refusal = 0
         self.stall_probes = 0

@@ -422,11 +422,15 @@ class ClientCore:
         self.metadata.merge(snapshot)
         return snapshot
 
-    def refresh_once(self, streams: Sequence[str], deadline: float | None) -> None:
+    def refresh_once(
+        self, streams: Sequence[str], deadline: float | None, *, drop_unknown: bool = False
+    ) -> None:
         """One pass over the brokers for fresh metadata of ``streams``, without retries.
 
         For callers that own their back-off and must keep within a deadline (the
-        resubscribe loop): each broker gets at most the time left.
+        resubscribe loop): each broker gets at most the time left. With
+        ``drop_unknown``, streams the answer lacks leave the cache (see
+        :meth:`.MetadataCache.merge`).
 
         Raises:
             BrokerUnavailableError: no broker answered.
@@ -450,7 +454,7 @@ class ClientCore:
             except (BrokerUnavailableError, DeadlineExceededError) as exc:
                 error = exc
                 continue
-            self.metadata.merge(self._metadata_of(response))
+            self.metadata.merge(self._metadata_of(response), gone=streams if drop_unknown else ())
             return
         raise BrokerUnavailableError(f"no broker answered FetchMetadata ({error})")
 

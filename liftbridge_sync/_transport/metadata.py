@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata, StreamInfo
@@ -122,16 +122,28 @@ class MetadataCache:
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
         self._on_brokers()
 
-    def merge(self, partial: Metadata) -> None:
-        """Fold a snapshot of some streams into the cache (brokers are replaced)."""
+    def merge(self, partial: Metadata, *, gone: Collection[str] = ()) -> None:
+        """Fold a snapshot of some streams into the cache (brokers are replaced).
+
+        Args:
+            partial: The answer for some streams.
+            gone: Streams asked for that the cache drops unless ``partial`` has them.
+                Only for streams already judged deleted: a broker still rebuilding its
+                streams after a restart answers without them too.
+        """
         with self._refresh_lock:
             now = self._clock()
+            dropped = [name for name in gone if name not in partial.streams]
+            for name in dropped:
+                self._fetched.pop(name, None)
             self._fetched.update(dict.fromkeys(partial.streams, now))
             current = self._snapshot
             if current is None:
                 self._snapshot = partial
             else:
                 streams = dict(current.streams)
+                for name in dropped:
+                    streams.pop(name, None)
                 streams.update(partial.streams)
                 self._snapshot = Metadata(
                     brokers=partial.brokers or current.brokers,

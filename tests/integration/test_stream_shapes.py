@@ -4,12 +4,16 @@ bounded and be released."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from liftbridge_sync import Client, StartAt, StopAt
+from liftbridge_sync import Client, NoSuchStreamError, StartAt, StopAt
+from tests.constants import SHORT_RETRY
+from tests.waiting import wait_until
 
 from ._pubdata import publish_values
-from .conftest import StreamFactory
+from .conftest import StreamFactory, unique
 
 pytestmark = pytest.mark.integration
 
@@ -31,3 +35,34 @@ def test_timers_of_a_long_read_do_not_pile_up(
                 sub.get(10)
             held = len(scheduler._heap)
         assert held <= 512, f"{held} timer entries held after reading {count} messages"
+
+
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_a_stream_deleted_by_another_client_fails_publishes_fast_once_judged_gone(
+    liftbridge_address: str, liftbridge_client: Client, transport: str
+) -> None:
+    # The first publish after another client deleted the stream is retried for the
+    # retry policy's max_delay (a restarting broker refuses publishes alike); the
+    # stream then stayed in this client's metadata for good, so that every later
+    # publish to it (and to each such stream) waited out max_delay again.
+    name = unique()
+    liftbridge_client.create_stream(name, name, partitions=2)
+    with Client([liftbridge_address], retry=SHORT_RETRY, publish_transport=transport) as client:  # type: ignore[arg-type]
+        client.publish(name, b"a", partition=1)
+        client.fetch_metadata(name)  # known as a client using a partitioner knows it
+        liftbridge_client.delete_stream(name)
+        with pytest.raises(NoSuchStreamError):
+            client.publish(name, b"b", partition=1)
+        wait_until(lambda: client._core.metadata.cached_stream(name) is None, timeout=5)
+        for partition in (0, 1, 1):
+            started = time.monotonic()
+            with pytest.raises(NoSuchStreamError):
+                client.publish(name, b"c", partition=partition)
+            assert time.monotonic() - started < 1.0
+        # Created again (with another partition count), it is published to as before.
+        liftbridge_client.create_stream(name, name, partitions=3)
+        try:
+            ack = client.publish(name, b"d", partition=2)
+            assert ack is not None and ack.offset == 0
+        finally:
+            liftbridge_client.delete_stream(name)
