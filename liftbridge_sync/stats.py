@@ -88,22 +88,42 @@ def positions_of(readers: Iterable[object]) -> list[Position]:
 def collect(core: ClientCore, publisher: PublisherStats) -> ClientStats:
     """Build a snapshot, asking each read partition's leader for its high watermark.
 
-    Each leader is asked within the client's retry policy; one that does not answer
-    leaves that partition's lag unknown rather than failing the snapshot.
+    Leaders are asked within the client's retry policy until one does not answer; the
+    partitions after it are asked once each, within what is left of the policy's
+    ``max_delay`` from the start, and not at all once that has passed. A partition whose
+    leader did not answer has an unknown lag; the snapshot does not fail, and however
+    many partitions are read, it takes about ``max_delay`` (plus one ``rpc_timeout``)
+    at most.
 
     Thread-safe.
     """
     positions = positions_of(core.registered())
     watermarks: dict[tuple[str, int], int | None] = {}
+    # One budget for the snapshot: a retry policy's worth per partition held stats()
+    # (and the liftbridge-stats thread) for partitions x max_delay with a broker gone.
+    options = core.options
+    deadline = time.monotonic() + options.retry.max_delay
+    failed = False
     for stream, partition, _, _ in positions:
         key = (stream, partition)
         if key in watermarks:
             continue
+        watermarks[key] = None
+        left = deadline - time.monotonic()
+        if failed and left <= 0:
+            continue
         try:
-            watermarks[key] = core.fetch_partition_metadata(stream, partition).high_watermark
+            if failed:
+                found = core.fetch_partition_metadata_once(
+                    stream, partition, min(options.rpc_timeout, left)
+                )
+            else:
+                found = core.fetch_partition_metadata(stream, partition)
         except LiftbridgeError as exc:
             _log.debug("stats: no high watermark of %s/%d: %s", stream, partition, exc)
-            watermarks[key] = None
+            failed = True
+            continue
+        watermarks[key] = found.high_watermark
     lags = []
     for stream, partition, last, kind in positions:
         hw = watermarks[(stream, partition)]

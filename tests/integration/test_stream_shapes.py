@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from liftbridge_sync import Client, NoSuchStreamError, StartAt, StopAt
+from liftbridge_sync import Client, NoSuchStreamError, RetryPolicy, StartAt, StopAt
+from liftbridge_sync.testing import TcpProxy
 from tests.constants import SHORT_RETRY
 from tests.waiting import wait_until
 
@@ -66,3 +67,28 @@ def test_a_stream_deleted_by_another_client_fails_publishes_fast_once_judged_gon
             assert ack is not None and ack.offset == 0
         finally:
             liftbridge_client.delete_stream(name)
+
+
+def test_stats_of_many_partitions_with_their_broker_gone_take_one_retry_budget(
+    liftbridge_address: str, new_stream: StreamFactory
+) -> None:
+    # stats() asks each read partition's leader for its high watermark, each under the
+    # retry policy: with the broker gone, a subscribe_stream of 256 partitions held
+    # stats() (and the liftbridge-stats thread) for 256 x max_delay, 43 minutes.
+    name = new_stream(partitions=8)
+    retry = RetryPolicy(max_attempts=100, max_delay=1.0, initial=0.05, maximum=0.2, jitter=0.0)
+    with TcpProxy(liftbridge_address) as proxy:
+
+        def via_proxy(address: str) -> str:
+            return proxy.address if address == liftbridge_address else address
+
+        with Client([proxy.address], address_translator=via_proxy, retry=retry) as client:
+            with client.subscribe_stream(name) as sub:
+                assert {lag.lag for lag in client.stats().lag} == {0}
+                proxy.close()  # refuses connections from now on
+                started = time.monotonic()
+                stats = client.stats()
+                took = time.monotonic() - started
+                sub.close(5)
+            assert len(stats.lag) == 8 and {lag.lag for lag in stats.lag} == {None}
+            assert took < retry.max_delay + 1.5, f"stats() took {took:.1f}s"
