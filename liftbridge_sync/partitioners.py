@@ -15,7 +15,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from liftbridge_sync.errors import ConfigurationError
 
-__all__ = ["PARTITIONER_NAMES", "ByKey", "Partitioner", "RoundRobin", "partitioner_named"]
+__all__ = [
+    "PARTITIONER_NAMES",
+    "ROUND_ROBIN_STREAMS",
+    "ByKey",
+    "Partitioner",
+    "RoundRobin",
+    "partitioner_named",
+]
 
 
 @runtime_checkable
@@ -75,10 +82,15 @@ class ByKey:
         return hash(ByKey)
 
 
+#: Streams whose counters a :class:`RoundRobin` keeps: the most recently used ones.
+ROUND_ROBIN_STREAMS = 4096
+
+
 class RoundRobin:
     """Cycle through the partitions, with one counter per stream starting at 0.
 
-    A pickled copy starts with fresh counters.
+    Counters are kept for the :data:`ROUND_ROBIN_STREAMS` streams used last; a stream
+    unused for that long starts at 0 again. A pickled copy starts with fresh counters.
 
     Thread-safe: concurrent callers each get the next partition exactly once.
     """
@@ -99,9 +111,15 @@ class RoundRobin:
             ConfigurationError: ``partition_count`` is below 1.
         """
         count = _check_count(partition_count)
+        counters = self._counters
         with self._lock:
-            counter = self._counters.get(stream, 0)
-            self._counters[stream] = counter + 1
+            # Popped and put back, the dict's order is that of last use: one shared by a
+            # process publishing to ever new streams drops the longest unused, not
+            # growing for good.
+            counter = counters.pop(stream, 0)
+            counters[stream] = counter + 1
+            if len(counters) > ROUND_ROBIN_STREAMS:
+                del counters[next(iter(counters))]
         return counter % count
 
     def __repr__(self) -> str:

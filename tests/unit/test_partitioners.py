@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from liftbridge_sync.errors import ConfigurationError
-from liftbridge_sync.partitioners import ByKey, Partitioner, RoundRobin
+from liftbridge_sync.partitioners import ROUND_ROBIN_STREAMS, ByKey, Partitioner, RoundRobin
 
 
 @pytest.mark.parametrize(
@@ -170,3 +170,17 @@ def test_named_partitioners_take_both_spellings_of_round_robin() -> None:
             partitioner_named(bad)  # type: ignore[arg-type]
     usage = CliRunner().invoke(cli, ["publish", "--help"]).output
     assert "key|round-robin|roundrobin" in usage
+
+
+def test_round_robin_keeps_counters_of_recent_streams_only() -> None:
+    # One RoundRobin shared by a process that publishes to uniquely named streams kept a
+    # counter for every stream it ever placed a message of: memory grew for good.
+    rr = RoundRobin()
+    hot = [rr.partition("hot", None, b"", 3)]
+    for i in range(20_000):
+        rr.partition(f"once-{i}", None, b"", 3)
+        if i % 1000 == 0:
+            hot.append(rr.partition("hot", None, b"", 3))
+    assert len(rr._counters) <= ROUND_ROBIN_STREAMS
+    # A stream in use keeps its place in the cycle however many others come and go.
+    assert hot == [i % 3 for i in range(len(hot))]
