@@ -4,11 +4,23 @@ bounded and be released."""
 
 from __future__ import annotations
 
+import gc
+import os
+import threading
 import time
+from collections import Counter
 
 import pytest
 
-from liftbridge_sync import Client, NoSuchStreamError, RetryPolicy, StartAt, StopAt
+from liftbridge_sync import (
+    ByKey,
+    Client,
+    NoSuchStreamError,
+    RetryPolicy,
+    RoundRobin,
+    StartAt,
+    StopAt,
+)
 from liftbridge_sync.testing import TcpProxy
 from tests.constants import SHORT_RETRY
 from tests.waiting import wait_until
@@ -92,3 +104,59 @@ def test_stats_of_many_partitions_with_their_broker_gone_take_one_retry_budget(
                 sub.close(5)
             assert len(stats.lag) == 8 and {lag.lag for lag in stats.lag} == {None}
             assert took < retry.max_delay + 1.5, f"stats() took {took:.1f}s"
+
+
+def _library_objects() -> Counter[str]:
+    gc.collect()
+    return Counter(
+        f"{type(o).__module__}.{type(o).__qualname__}"
+        for o in gc.get_objects()
+        if str(type(o).__module__).startswith(("liftbridge_sync", "h2.", "hpack."))
+    )
+
+
+def test_creating_using_and_deleting_streams_for_long_leaves_nothing_behind(
+    liftbridge_address: str,
+) -> None:
+    # A long-running process that creates, uses and deletes uniquely named streams: after
+    # a warm-up, what the library holds (its objects, threads, open files) must not grow
+    # with the number of streams it went through.
+    rr = RoundRobin()
+
+    def churn(client: Client) -> None:
+        name = unique("churn")
+        client.create_stream(name, name, partitions=3)
+        client.publish(name, b"k", key=b"a", partitioner=ByKey())
+        client.publish_async(name, b"r", partitioner=rr).result(10)
+        client.publish_batch(name, [b"b", b"c"], partition=2)
+        with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.latest()) as s:
+            assert sum(1 for _ in s) == 4
+        with client.subscribe(
+            name, partition=2, start=StartAt.earliest(), stop=StopAt.latest()
+        ) as s:
+            assert [m.value for m in s] == [b"b", b"c"]
+        client.set_cursor("c", name, 2, 1)
+        assert client.fetch_cursor("c", name, 2) == 1
+        client.stats()
+        client.delete_stream(name)
+
+    for transport in ("h2", "grpc"):
+        with Client(
+            [liftbridge_address], publish_transport=transport, subscribe_transport=transport
+        ) as client:  # type: ignore[arg-type]
+            for _ in range(5):
+                churn(client)
+            before = _library_objects()
+            threads, files = threading.active_count(), len(os.listdir("/proc/self/fd"))
+            for _ in range(40):
+                churn(client)
+            after = _library_objects()
+            # Cancelled timers wait in the heap until it is swept (bounded on its own).
+            timers = "liftbridge_sync._runtime.scheduler.TimerHandle"
+            assert len(client._core.scheduler()._heap) <= 512
+            grown = {
+                k: after[k] - before[k] for k in after if after[k] - before[k] > 20 and k != timers
+            }
+            assert not grown, f"{transport}: objects grew over 40 streams: {grown}"
+            assert threading.active_count() <= threads
+            assert len(os.listdir("/proc/self/fd")) <= files + 2
