@@ -1,6 +1,7 @@
 """Publishers that keep publishing through a fault, and reading back what was stored.
 
-Shared by the restart tests (``test_publish_restarts.py``, ``test_publish_sigint.py``).
+Shared by the restart tests (``test_publish_restarts.py``, ``test_publish_sigint.py``,
+``test_rolling_restart.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ class Publishers:
         self.sync_acks: list[tuple[bytes, Ack | None]] = []
         self.sync_errors: list[BaseException] = []
         self.done_at: list[float] = []
+        #: The longest ``publish()`` call, seconds.
+        self.longest_publish = 0.0
         self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._pipelined, name="lbtest-pipelined", daemon=True),
@@ -65,6 +68,7 @@ class Publishers:
         i = 0
         while not self.stop.is_set():
             value = b"s%d" % i
+            began = time.monotonic()
             try:
                 ack = self.client.publish(
                     self.stream, value, partition=i % self.partitions, ack_policy=AckPolicy.ALL
@@ -74,6 +78,8 @@ class Publishers:
             else:
                 self.sync_acks.append((value, ack))
                 self._record(None)
+            finally:
+                self.longest_publish = max(self.longest_publish, time.monotonic() - began)
             i += 1
 
     def acks_of(self, values: Iterable[bytes]) -> dict[bytes, Ack | None]:
@@ -126,6 +132,10 @@ class Subscribers:
 
     def __init__(self, client: Client, stream: str, partitions: int) -> None:
         self.offsets: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        #: When each partition's messages arrived (``time.monotonic()``).
+        self.arrived_at: dict[int, list[float]] = {p: [] for p in range(partitions)}
+        #: The longest ``get(timeout=0.2)`` call, seconds.
+        self.longest_get = 0.0
         self.errors: list[BaseException] = []
         self._client = client
         self._stream = stream
@@ -167,10 +177,14 @@ class Subscribers:
                 self._stream, partition=partition, start=StartAt.earliest()
             ) as sub:
                 while not self._stop.is_set() and not self._done(partition):
+                    began = time.monotonic()
                     try:
                         message = sub.get(timeout=0.2)
                     except TimeoutError:
                         continue
+                    finally:
+                        self.longest_get = max(self.longest_get, time.monotonic() - began)
                     self.offsets[partition].append(message.offset)
+                    self.arrived_at[partition].append(time.monotonic())
         except Exception as exc:
             self.errors.append(exc)

@@ -23,7 +23,7 @@ from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.testing import LiftbridgeCluster
 from tests.waiting import wait_until
 
-from ._rewrites import log_of, overwritten_after_ack, reread_after_rewrite
+from ._members import Reader, undelivered_report
 from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -139,79 +139,6 @@ class Publisher:
         assert not self._thread.is_alive()
 
 
-class Reader:
-    """Iterates a consumer on its own thread; records values and what ended it."""
-
-    def __init__(self, consumer: Consumer) -> None:
-        self.values: set[bytes] = set()
-        #: Where each value was read: (partition, offset).
-        self.where: dict[bytes, tuple[int, int]] = {}
-        self.errors: list[BaseException] = []
-        self.ended = False
-        self._consumer = consumer
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                msg = self._consumer.get(0.2)
-            except TimeoutError:
-                continue
-            except StopIteration:
-                self.ended = True
-                return
-            except BaseException as exc:
-                self.errors.append(exc)
-                return
-            self.where[msg.value] = (msg.partition, msg.offset)
-            self.values.add(msg.value)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        assert not self._thread.is_alive()
-
-
-def undelivered_report(
-    client: Client,
-    stream: str,
-    missing: set[bytes],
-    publisher: Publisher,
-    readers: list[Reader],
-    members: tuple[Consumer, ...],
-) -> tuple[str, bool]:
-    """Where the acknowledged but undelivered values are in the log, the members' state,
-    and whether the server's rewriting of its log explains every one of them.
-
-    Tells a message the cluster lost (not in the log) from one the consumers did not
-    read (in the log, at an offset the report gives), and either from the work of a
-    log that v1.9.0 rewrote (see ``_rewrites``).
-    """
-    log = log_of(client, stream, 4)
-    found = {msg.value: where for where, msg in log.items() if msg.value in missing}
-    delivered_at = {where: value for r in readers for value, where in r.where.items()}
-    lines = []
-    explained = True
-    for value in sorted(missing):
-        if value in found:
-            proof = reread_after_rewrite(found[value], value, delivered_at)
-            where = f"partition {found[value][0]} offset {found[value][1]}"
-        else:
-            ack = publisher.acks.get(value)
-            proof = None if ack is None else overwritten_after_ack(ack, log)
-            where = f"NOT IN THE LOG (ack {ack})"
-        explained = explained and proof is not None
-        lines.append(f"{value!r}: {where}" + (f", rewritten: {proof}" if proof else ""))
-    for m in members:
-        lines.append(
-            f"member {m.consumer_id}: epoch {m.epoch} assignment {sorted(m.assignment())} "
-            f"read {m.read_positions()} committed {m.committed()} stats {m.stats()}"
-        )
-    return "; ".join(lines), explained
-
-
 def create_once_led(client: Client, stream: str) -> None:
     """Create the 4-partition stream, waiting out a metadata leader election.
 
@@ -306,7 +233,7 @@ def test_coordinator_killed_five_times_in_a_row_loses_nothing_and_ends_no_iterat
             except pytest.fail.Exception as exc:
                 missing = acked - readers[0].values - readers[1].values
                 report, rewritten = undelivered_report(
-                    client, stream, missing, publisher, readers, (a, b)
+                    client, stream, 4, missing, publisher.acks, readers, (a, b)
                 )
                 # An iterator that ended (or raised) leaves its partitions' messages
                 # undelivered too: say so rather than only "timed out".
