@@ -50,9 +50,10 @@ class MetadataCache:
     refreshes collapse into one RPC: a thread that waited for another thread's refresh
     uses its result, provided that refresh *started* after it asked (one that started
     earlier may predate, say, the stream the waiting thread just created) and succeeded
-    (else it fetches itself). Each stream's
-    entry has an age, so that a caller can have it fetched again when it is old
-    (:meth:`claim_stale`). Thread-safe.
+    (else it fetches itself). Folding in a partial answer (:meth:`merge`), a stored
+    one or a forgotten stream never waits for a refresh under way, which keeps what
+    they changed meanwhile. Each stream's entry has an age, so that a caller can have it
+    fetched again when it is old (:meth:`claim_stale`). Thread-safe.
     """
 
     def __init__(
@@ -67,13 +68,22 @@ class MetadataCache:
         self._on_brokers = on_brokers or (lambda: None)
         self._clock = clock
         self._snapshot: Metadata | None = None
+        #: Held across a whole full refresh (its fetch included): one at a time.
         self._refresh_lock = threading.Lock()
-        #: Full refreshes started so far (each runs entirely under the lock).
+        #: Guards the state below and the swap of ``_snapshot``; never held across a
+        #: fetch, so that folding in a partial answer (a resubscribe's, kept to its
+        #: ``get(timeout)``) does not wait for a full refresh stuck on a stopped broker.
+        self._state_lock = threading.Lock()
+        #: Full refreshes started so far (each runs entirely under the refresh lock).
         self._started = 0
         #: The number (in ``_started``) of the latest full refresh that succeeded.
         self._succeeded = 0
         #: When each cached stream was last fetched (or its refresh last claimed).
         self._fetched: dict[str, float] = {}
+        #: Merges and forgets so far, and the number of the latest one of each stream:
+        #: a full refresh keeps what changed while its fetch was under way.
+        self._changes = 0
+        self._changed: dict[str, int] = {}
         #: Serializes claims only: the refresh lock is held across whole fetches, and a
         #: publish asking for its count must not wait for one.
         self._claim_lock = threading.Lock()
@@ -101,21 +111,44 @@ class MetadataCache:
         """
         asked = self._started
         with self._refresh_lock:
-            snapshot = self._snapshot
-            if self._succeeded > asked and snapshot is not None:
-                return snapshot  # a refresh that began after we asked has succeeded
-            self._started += 1
-            number = self._started
-            snapshot = self._fetch(())
-            self._snapshot = snapshot
-            self._succeeded = number
-            self._fetched = dict.fromkeys(snapshot.streams, self._clock())
+            with self._state_lock:
+                snapshot = self._snapshot
+                if self._succeeded > asked and snapshot is not None:
+                    return snapshot  # a refresh that began after we asked has succeeded
+                self._started += 1
+                number = self._started
+                began = self._changes
+            fetched = self._fetch(())
+            with self._state_lock:
+                snapshot = self._keep_changes(fetched, began)
+                self._snapshot = snapshot
+                self._succeeded = max(self._succeeded, number)
+                self._fetched = dict.fromkeys(snapshot.streams, self._clock())
+                # Refreshes run one at a time: the next one begins after these.
+                self._changed = {n: c for n, c in self._changed.items() if c > began}
         self._on_brokers()
         return snapshot
 
+    def _keep_changes(self, fetched: Metadata, began: int) -> Metadata:
+        """``fetched`` with the streams merged or forgotten since change ``began`` as
+        they are now (a stream created meanwhile may be missing from ``fetched``).
+        Call with the state lock held."""
+        later = [name for name, change in self._changed.items() if change > began]
+        if not later:
+            return fetched
+        current = self._snapshot
+        streams = dict(fetched.streams)
+        for name in later:
+            info = None if current is None else current.streams.get(name)
+            if info is None:
+                streams.pop(name, None)
+            else:
+                streams[name] = info
+        return dataclasses.replace(fetched, streams=FrozenMap(streams))
+
     def store(self, snapshot: Metadata) -> None:
         """Replace the cache with a snapshot of every stream fetched by someone else."""
-        with self._refresh_lock:
+        with self._state_lock:
             self._started += 1
             self._succeeded = self._started
             self._snapshot = snapshot
@@ -131,9 +164,11 @@ class MetadataCache:
                 Only for streams already judged deleted: a broker still rebuilding its
                 streams after a restart answers without them too.
         """
-        with self._refresh_lock:
-            now = self._clock()
+        with self._state_lock:
             dropped = [name for name in gone if name not in partial.streams]
+            self._changes += 1
+            self._changed.update(dict.fromkeys([*partial.streams, *dropped], self._changes))
+            now = self._clock()
             for name in dropped:
                 self._fetched.pop(name, None)
             self._fetched.update(dict.fromkeys(partial.streams, now))
@@ -155,7 +190,9 @@ class MetadataCache:
 
     def forget_stream(self, name: str) -> None:
         """Drop a stream from the cache (after it was deleted)."""
-        with self._refresh_lock:
+        with self._state_lock:
+            self._changes += 1
+            self._changed[name] = self._changes
             self._fetched.pop(name, None)
             current = self._snapshot
             if current is not None and name in current.streams:

@@ -173,3 +173,43 @@ def test_a_waiter_does_not_take_an_older_snapshot_for_a_failed_refresh() -> None
     answered = [r for r in results if isinstance(r, Metadata)]
     assert len(failed) == 1
     assert [m.fetched_at for m in answered] == [2.0]
+
+
+def test_a_merge_does_not_wait_for_a_full_refresh_in_progress() -> None:
+    # A resubscribe keeps to its get(timeout) with a deadline on its own fetch; merging
+    # that answer waited for another thread's full refresh (seconds against a stopped
+    # broker), and a get(0.2) took 3 s in a rolling restart.
+    entered, release = threading.Event(), threading.Event()
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        entered.set()
+        assert release.wait(10)
+        # Fetched before "t" was merged: its answer must not drop "t" again.
+        return Metadata(brokers=(), streams=FrozenMap({"s": StreamInfo(name="s", subject="full")}))
+
+    cache = MetadataCache(fetch)
+    cache.merge(Metadata(brokers=(), streams=FrozenMap({"u": StreamInfo(name="u", subject="old")})))
+    refresher = threading.Thread(target=cache.refresh)
+    refresher.start()
+    try:
+        assert entered.wait(10)
+        partial = Metadata(
+            brokers=(), streams=FrozenMap({"t": StreamInfo(name="t", subject="partial")})
+        )
+        merger = threading.Thread(target=cache.merge, args=(partial,))
+        merger.start()
+        merger.join(5)  # the refresh holds on until released
+        assert not merger.is_alive()
+        snapshot = cache.snapshot
+        assert snapshot is not None and snapshot.streams["t"].subject == "partial"
+        forgetter = threading.Thread(target=cache.forget_stream, args=("u",))
+        forgetter.start()
+        forgetter.join(5)
+        assert not forgetter.is_alive()
+    finally:
+        release.set()
+        refresher.join(10)
+    # What changed while the refresh was under way stays changed.
+    snapshot = cache.snapshot
+    assert snapshot is not None
+    assert {n: i.subject for n, i in snapshot.streams.items()} == {"s": "full", "t": "partial"}
