@@ -165,7 +165,13 @@ class Consumer:
         self._cursor_id = group_cursor_id(group)
         #: Shared with the collaborators below: guards their state and this object's.
         self._lock = threading.Lock()
+        #: Set by close(): the readers and the commit thread end.
         self._stop = threading.Event()
+        #: Set by close() once the final commit is made: the heartbeat ends. Polling
+        #: goes on until then, or a close() that waited for a commit stuck on a hung
+        #: cursor leader found the coordinator "silent" and withheld the final commit.
+        self._stop_polling = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
         self._closed = False
         self._mailbox = Mailbox(buffer)
         self._counters = Counters()
@@ -212,13 +218,15 @@ class Consumer:
         self._membership.join()
         heartbeat = functools.partial(
             self._membership.heartbeat,
-            self._stop,
+            self._stop_polling,
             self._reconcile,
             self._fail,
             self._rejoin_group if self._rejoin else None,
         )
         try:
-            self._start_thread(f"liftbridge-consumer-{self._group}", heartbeat)
+            self._heartbeat_thread = self._start_thread(
+                f"liftbridge-consumer-{self._group}", heartbeat
+            )
             if self._auto_commit is not None:
                 self._start_thread(f"liftbridge-consumer-commit-{self._group}", self._commit_loop)
         except RuntimeError as exc:
@@ -230,10 +238,11 @@ class Consumer:
             )
             raise error from exc
 
-    def _start_thread(self, name: str, target: object) -> None:
+    def _start_thread(self, name: str, target: object) -> threading.Thread:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
         thread.start()
         self._threads.append(thread)  # only once started: close() joins it
+        return thread
 
     @property
     def group(self) -> str:
@@ -351,19 +360,15 @@ class Consumer:
         deadline = time.monotonic() + self._core.options.rpc_timeout * 2 + 1.0
         running = self._readers.stop_all(readers, deadline)
         current = threading.current_thread()
+        heartbeat = self._heartbeat_thread
         for thread in self._threads:
-            if thread is not current:
+            if thread is not current and thread is not heartbeat:
                 thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
                     running.append(thread.name)
         running += self._readers.join_stopped(deadline)  # stopped by the heartbeat meanwhile
-        if running:
-            _log.warning(
-                "consumer %s: closing without waiting longer for %s, stuck in a call; they "
-                "end by themselves once it returns",
-                self._who,
-                running,
-            )
+        # The heartbeat still polls: the member stays in the group (and may commit)
+        # however long the wait above was.
         if self._auto_commit is not None and self._may_auto_commit("final commit"):
             self._commits.hand_off(self._membership.may_commit)  # partitions taken away
             try:
@@ -373,6 +378,18 @@ class Consumer:
                 )
             except LiftbridgeError as exc:
                 _log.warning("consumer %s: final commit failed: %s", self._who, exc)
+        self._stop_polling.set()
+        if heartbeat is not None and heartbeat is not current:
+            heartbeat.join(max(0.0, deadline - time.monotonic()))
+            if heartbeat.is_alive():
+                running.append(heartbeat.name)
+        if running:
+            _log.warning(
+                "consumer %s: closing without waiting longer for %s, stuck in a call; they "
+                "end by themselves once it returns",
+                self._who,
+                running,
+            )
         self._mailbox.close()
         if not dropped:  # a member the server dropped has no group to leave
             self._membership.leave()

@@ -25,6 +25,7 @@ from liftbridge_sync import (
     ClientClosedError,
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
+    DeadlineExceededError,
     InternalThreadError,
     Message,
     NotGroupMemberError,
@@ -984,6 +985,41 @@ def test_a_commit_stuck_on_a_hung_leader_does_not_stall_the_heartbeat_on_a_revok
             committer.join(15)
         a.close()
     assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+def test_close_polls_on_while_it_waits_for_a_stuck_commit_and_makes_the_final_one(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault seen in a rolling restart: an auto-commit's SetCursor to a cursor leader
+    # just restarted hangs until its deadline. close() waits for it; the heartbeat had
+    # stopped already, so the coordinator counted as silent (1.5 s here), the final
+    # commit was withheld and the partition's next owner read everything again.
+    hung = threading.Event()
+    set_cursor = client._core.set_cursor
+    calls: list[int] = []
+
+    def hanging(cursor_id: str, s: str, partition: int, offset: int, **kw: bool) -> None:
+        calls.append(offset)
+        if len(calls) == 1:
+            hung.set()
+            time.sleep(3.0)  # the fault itself: a call that does not answer for 3 s
+            raise DeadlineExceededError("deadline exceeded", code="DEADLINE_EXCEEDED")
+        set_cursor(cursor_id, s, partition, offset, **kw)
+
+    sent = [b"c-%d" % i for i in range(4)]
+    for value in sent:
+        client.publish(stream, value, partition=0)
+    monkeypatch.setattr(client._core, "set_cursor", hanging)
+    start = StartAt.earliest()
+    with client.consumer(unique("g"), streams=[stream], auto_commit=0.1, start=start) as a:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        assert a.get(10).value == sent[0]
+        assert a.get(10).value == sent[1]  # offset 0 processed: the auto-commit hangs
+        assert hung.wait(10)
+        assert [a.get(10).value for _ in sent[2:]] == sent[2:]
+    # The with block counted offset 3 processed, and close() committed it.
+    assert client.fetch_cursor(a.cursor_id, stream, 0) == 3
+    assert a.stats().commits_withheld == 0
 
 
 def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
