@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from liftbridge_sync import Client, Message
+from liftbridge_sync import Client, LiftbridgeError, Message
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.constants import PATIENT_RETRY
 
@@ -42,7 +42,17 @@ def test_a_broker_stopped_with_sigint_and_restarted_fails_and_loses_nothing() ->
         failed = [e for e in (f.exception(timeout=60) for f in run.futures) if e is not None]
         stats = client.publisher_stats()
         log: dict[Where, Message] = {}
-        stored = read_back(client, name, 1, log=log)
+        try:
+            stored = read_back(client, name, 1, log=log)
+        except LiftbridgeError as exc:
+            # Seen once in CI: the restarted server went away during the read, without a
+            # word in the test's output. Its own last words, if it died:
+            if server.exited:
+                raise AssertionError(
+                    f"the restarted server exited (code {server.returncode}) during the "
+                    f"read: {server.crash_reason()}\n{server.log_tail(60)}"
+                ) from exc
+            raise
     acked = {b"a%d" % i for i in range(len(run.futures))} | {v for v, _ in run.sync_acks}
     missing = acked - set(stored)
     print(
