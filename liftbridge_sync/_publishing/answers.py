@@ -109,6 +109,8 @@ class AckRouter:
             # (an error and then an ack for the same message must be seen in turn).
             return list(responses)
         pending = self._table.entries
+        if self._resender.watching:  # a silent partition is being probed
+            self._resender.saw_answers(responses, pending)
         # C speedups: the leading run of plain acks resolved in one call.
         taken_now = settle_acks(responses, pending) if type(responses) is list else 0
         if taken_now:
@@ -154,6 +156,8 @@ class AckRouter:
 
     def on_responses(self, responses: Sequence[Answer]) -> None:
         pending = self._table.entries
+        if self._resender.watching:  # a silent partition is being probed
+            self._resender.saw_answers(responses, pending)
         # C speedups: the leading run of plain acks popped and resolved in one call;
         # their callbacks run in settle() below, first.
         taken_now, resolved = take_acks(responses, pending) if type(responses) is list else (0, [])

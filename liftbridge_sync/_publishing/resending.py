@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from liftbridge_sync._publishing.failover import LeaderProbe, PartitionKey, ProbeResult
 from liftbridge_sync._publishing.pending import INF, Entry
@@ -21,6 +21,7 @@ from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import PublishStream
 from liftbridge_sync._transport.retry import backoff_delay
+from liftbridge_sync._wire.publish_codec import Answer, Refusal
 
 __all__ = ["IDLE_PROOF", "Resender"]
 
@@ -58,6 +59,13 @@ class Resender:
         self._silent_leaders: dict[PartitionKey, str | None] = {}
         #: Since when each silent partition's leader has been seen idle and committed.
         self._idle_since: dict[PartitionKey, float] = {}
+        #: For each probe under way, the last sequence number among its partition's
+        #: silent publishes; replaced whole (the stream's thread reads it, see
+        #: saw_answers). Empty but while a partition is probed: answers are then not
+        #: looked at.
+        self.watching: dict[PartitionKey, int] = {}
+        #: Partitions probed that acknowledged a publish sent after their silent ones.
+        self._overtaken: set[PartitionKey] = set()
         #: The live stream and its queued mark when each probe under way was asked for.
         self._marks: dict[PartitionKey, tuple[PublishStream, int]] = {}
         #: Streams draining (see connection): the ids of the publishes each was sent,
@@ -169,12 +177,15 @@ class Resender:
             return due
         cutoff = now - resend_after
         first_sent: dict[PartitionKey, float] = {}
+        last_seq: dict[PartitionKey, int] = {}
         for entry in list(pending.values()):
             if entry.wants_ack and entry.sent_at() <= cutoff:
                 key = entry.partition_key()
                 sent = entry.deadline - entry.timeout
                 if sent < first_sent.get(key, INF):
                     first_sent[key] = sent
+                if entry.seq > last_seq.get(key, -1):
+                    last_seq[key] = entry.seq
         silent = set(first_sent)
         # Trouble counts for the silence it may explain: a broken stream or a refusal
         # since (or just before) the partition's oldest silent publish was sent.
@@ -190,6 +201,8 @@ class Resender:
         for key in silent - self._probing:
             self._probing.add(key)
             self.stall_probes += 1
+            self._overtaken.discard(key)
+            self.watching = {**self.watching, key: last_seq[key]}
             if stream is not None:
                 self._marks[key] = (stream, stream.queued_mark())
             self._probe.request(key, now)
@@ -197,10 +210,36 @@ class Resender:
         self._next_stall_check = now + min(resend_after, 0.25)
         return self._next_stall_check
 
+    def saw_answers(self, answers: Sequence[Answer], pending: Mapping[str, Entry]) -> None:
+        """Note the probed partitions that acknowledged a publish sent after their
+        silent ones (called with a batch of answers before they are resolved, only
+        while :attr:`watching`; on the stream's thread or the owner's)."""
+        watching = self.watching
+        for answer in answers:
+            if isinstance(answer, Refusal):
+                continue
+            entry = pending.get(answer.correlation_id)
+            if entry is None:
+                continue
+            key = entry.partition_key()
+            last = watching.get(key)
+            if last is not None and entry.seq > last:
+                self._overtaken.add(key)
+
     def on_probe_result(self, result: ProbeResult) -> None:
         self._probing.discard(result.key)
         mark = self._marks.pop(result.key, None)
         if result.trouble:
+            self._troubled.add(result.key)
+        self.watching = {k: v for k, v in self.watching.items() if k != result.key}
+        # A leader answers a partition's publishes in the order it receives them, and
+        # it acknowledged one this client sent after the silent ones while they wait:
+        # they never reached it (a new leader not yet listening on the partition's
+        # subject), or their acks were lost. With its log fully committed, none of them
+        # waits for replication either.
+        overtaken = result.committed and result.key in self._overtaken
+        self._overtaken.discard(result.key)
+        if overtaken:
             self._troubled.add(result.key)
         if result.idle and self._resend_after is not None:
             # A leader that stays idle and fully committed while publishes sent to it
@@ -213,7 +252,7 @@ class Resender:
         # The leader the client knew when this silence began (see failover).
         before = self._silent_leaders.setdefault(result.key, result.known_leader)
         moved = result.leader is not None and before is not None and result.leader != before
-        ready = result.idle or (moved and result.committed)
+        ready = result.idle or (moved and result.committed) or overtaken
         if not (ready and result.key in self._troubled):
             _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
             return

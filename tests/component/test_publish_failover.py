@@ -364,3 +364,32 @@ def test_a_refused_publish_also_sent_again_meanwhile_is_stored_once(
     assert ack is not None and ack.offset == 0
     assert stored == [b"x"]
     assert stats.resent_after_refusal == 1
+
+
+def test_publishes_a_busy_leader_overtook_are_resent_without_waiting_for_their_timeout(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Seen in a rolling restart (tests/integration/test_rolling_restart.py): publishes
+    # that never reached a new leader, not yet listening on the partition's NATS
+    # subject, while it stored and acknowledged the ones sent after them. Its log keeps
+    # moving (no idle proof) and it stays the leader, yet a later publish of the
+    # partition acknowledged while the earlier ones wait proves them lost (a leader
+    # answers a partition's publishes in order).
+    fake.publish_script = lambda request, n: "drop" if n <= 5 else "ack"
+    with _client(fake, transport, resend_after=0.2) as client:
+        lost = [client.publish_async("s", b"lost%d" % i, partition=0) for i in range(5)]
+        later = []
+        started = time.monotonic()
+        while not all(f.done() for f in lost) and time.monotonic() - started < 8:
+            later.append(client.publish_async("s", b"later", partition=0))
+            fake.cluster.newest_offset += 1  # the leader's log moves: it is not idle
+            time.sleep(0.02)  # the pace of a steady publisher, not a synchronisation
+        took = time.monotonic() - started
+        acks = [f.result(timeout=1) for f in lost]
+        for f in later:
+            f.result(timeout=5)
+        stats = client.publisher_stats()
+    assert all(a is not None for a in acks)
+    assert took < 3.0, took  # within a few probes, not at the ack timeout (30 s)
+    assert stats.resent_after_stall == 5
+    assert [r.value for r in fake.received].count(b"lost0") == 2

@@ -23,9 +23,10 @@ group, the longest stalls and the watermarks after the roll are printed (``pytes
 
 Two server behaviours are told apart rather than failed: publishes that never reached a
 new leader while it stored later ones time out (``lost_in_transit``: about one slow
-busy run in six), and a ``SetCursor`` to a ``__cursors`` leader just restarted that goes
-unanswered for ``rpc_timeout`` (seen holding auto-commits for 10 s) fails the final
-commit only if it is that commit's own.
+busy run in six before the client re-sent them on that proof; none since), and a
+``SetCursor`` to a ``__cursors`` leader just restarted that goes unanswered for
+``rpc_timeout`` (seen holding auto-commits for 10 s) fails the final commit only if it
+is that commit's own.
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ def lost_in_transit(
     Proof: each timed out (``AckTimeoutError``), is not in the log, and a publish of its
     partition sent after it (``a<n>`` are sent in the order of n) was stored and
     acknowledged: its leader took later messages while this one never reached it (a
-    new leader not yet listening on the partition's NATS subject). The client re-sends
-    a silent partition's publishes only once its leader is idle or has changed
-    (``_publishing/resending.py``), so these wait out ``ack_timeout``.
+    new leader not yet listening on the partition's NATS subject). Since the
+    fourteenth session the client re-sends such publishes once its leader acknowledges
+    a later one while their partition is probed (``_publishing/resending.py``); this
+    xfail stays as the record of any that still time out (none in the runs since),
+    until CI runs show it never fires and it can become a failure.
     """
     if not failed:
         return None
