@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,18 @@ from tests.integration.conftest import unique
 from tests.waiting import interrupt, wait_until
 
 pytestmark = pytest.mark.integration
+
+
+def _signal_and_wait(process: subprocess.Popen[Any], signum: int, what: str) -> None:
+    """Send ``signum``; fail (after a SIGABRT for its traceback) if the command is
+    still running 30 s later."""
+    process.send_signal(signum)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGABRT)
+        process.wait(timeout=30)
+        pytest.fail(f"still running 30 s after {what}")
 
 
 def _read_all(client: Client, stream: str, partition: int = 0) -> list[tuple[bytes | None, bytes]]:
@@ -362,13 +375,7 @@ def test_printed_acks_come_as_they_arrive_and_ctrl_c_prints_those_received(
                 assert json.loads(line) == {"stream": stream, "partition": 0, "offset": i}
             process.stdin.write(b"".join(f"burst-{i}\n".encode() for i in range(200)))
             process.stdin.flush()
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGABRT)
-                process.wait(timeout=30)
-                pytest.fail("still running 30 s after SIGINT with its input open")
+            _signal_and_wait(process, signal.SIGINT, "SIGINT with its input open")
         finally:
             process.kill()
             process.wait(timeout=30)
@@ -486,13 +493,7 @@ def _publish_until_signalled(address: str, stream: str, signum: int) -> tuple[in
         try:
             for _ in range(50):  # publishing is under way
                 printed.get(timeout=30)
-            process.send_signal(signum)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGABRT)
-                process.wait(timeout=30)
-                pytest.fail("still running 30 s after the signal")
+            _signal_and_wait(process, signum, "the signal")
         finally:
             process.kill()
             process.wait(timeout=30)
@@ -652,13 +653,7 @@ def test_sigterm_stops_follow_as_ctrl_c_does_with_its_own_exit_code(
                 liftbridge_client.publish(stream, b"before-term", partition=0)
                 reader.join(timeout=0.2)
             assert lines, "follow printed nothing"
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.send_signal(signal.SIGABRT)
-                process.wait(timeout=30)
-                pytest.fail("still running 30 s after SIGTERM")
+            _signal_and_wait(process, signal.SIGTERM, "SIGTERM")
         finally:
             process.kill()
             process.wait(timeout=30)
