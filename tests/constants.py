@@ -10,3 +10,10 @@ FAST_RETRY = RetryPolicy(max_attempts=20, max_delay=5.0, initial=0.01, maximum=0
 SHORT_RETRY = RetryPolicy(max_attempts=5, max_delay=2.0, initial=0.01, maximum=0.05, jitter=0.0)
 #: Patient retries for tests that break connections for a while (black holes, restarts).
 PATIENT_RETRY = RetryPolicy(max_attempts=100, max_delay=30, initial=0.05, maximum=0.2, jitter=0)
+
+#: grpcio channel options that reconnect within half a second of a broker coming back
+#: (its default back-off grows to two minutes): for tests that restart brokers.
+FAST_RECONNECT = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+)

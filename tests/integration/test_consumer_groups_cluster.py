@@ -21,6 +21,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.testing import LiftbridgeCluster
+from tests.constants import FAST_RECONNECT
 from tests.waiting import wait_until
 
 from ._members import Reader, undelivered_report
@@ -28,10 +29,6 @@ from .conftest import unique
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
-FAST_RECONNECT = (
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,7 @@ import pytest
 from liftbridge_sync import Ack, AckPolicy, AckTimeoutError, Client, Message, StartAt
 from liftbridge_sync.consumer import group_cursor_id
 from liftbridge_sync.testing import LiftbridgeCluster
+from tests.constants import FAST_RECONNECT
 from tests.waiting import wait_until
 
 from ._members import Reader, undelivered_report
@@ -56,10 +57,6 @@ AFTER = 2.0
 #: Seconds past its timeout a ``get(0.2)`` may take (a resubscribe cut short, a slow
 #: machine); a get held by a dial or a stale leader takes ``rpc_timeout`` or more.
 GET_SLACK = 2.0
-FAST_RECONNECT = (
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from liftbridge_sync import Client, StartAt, StopAt, StreamSubscription, Subscri
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models import Message
 from liftbridge_sync.testing import LiftbridgeCluster
+from tests.constants import FAST_RECONNECT
 
 from ._pubdata import publish_values
 from .conftest import unique
@@ -18,10 +19,6 @@ from .conftest import unique
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 #: Reconnect quickly to restarted nodes (gRPC's default backoff starts at 1 s).
-FAST_RECONNECT = (
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 500),
-)
 
 
 def take(sub: Subscription | StreamSubscription, n: int, timeout: float = 30.0) -> list[Message]:
