@@ -30,7 +30,6 @@ from .conftest import unique
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[LiftbridgeCluster]:
     config = {"groups.consumer.timeout": "3s", "groups.coordinator.timeout": "2s"}
