@@ -105,8 +105,16 @@ def test_the_channels_to_a_broker_that_left_the_cluster_are_closed(
     seed, _, leaving = cluster.addresses
     with Client([seed]) as client:
         core = client._core
+        # A node a test before this one restarted is listed once it answers its peers.
+        wait_until(
+            lambda: (
+                sorted(b.address for b in client.fetch_metadata().brokers)
+                == sorted(cluster.addresses)
+            ),
+            timeout=30,
+            what="the metadata to list every node",
+        )
         brokers = [b.address for b in client.fetch_metadata().brokers]
-        assert sorted(brokers) == sorted(cluster.addresses)
         for address in brokers:  # one call to each: a channel to each
             core.invoke(
                 address,
