@@ -61,6 +61,10 @@ T = TypeVar("T")
 
 _log = logging.getLogger("liftbridge_sync.client")
 
+#: Seconds a broker must be missing from the metadata before its channels are closed:
+#: one that left for good stays missing, one restarting is back within seconds.
+DEPARTED_AFTER = 30.0
+
 #: RPCs whose deadline is enforced by the client only (see ``_invoke_with_local_deadline``).
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
 CURSORS_STREAM = "__cursors"
@@ -113,6 +117,11 @@ class ClientCore:
         self._tls_verdicts: dict[str, str | None | object] = {}
         self._scheduler: Scheduler | None = None
         self._cursors_unrevealed_told = False
+        #: Seconds a broker must be missing from every metadata answer before the
+        #: channels to it are closed (see _forget_departed); tests shorten it.
+        self.departed_after = DEPARTED_AFTER
+        #: Since when each address with a channel has been missing from the metadata.
+        self._absent_since: dict[str, float] = {}
         self.closed = False
         #: Set in a forked child: everything opened through this core is the parent's.
         self.forked = False
@@ -211,9 +220,10 @@ class ClientCore:
         return result
 
     def _forget_departed(self) -> None:
-        """Retire the channels to addresses that are neither a broker of the latest
-        metadata nor a seed: under rolling replacements (new addresses each time) they
-        would otherwise pile up, with their connections, until :meth:`close`.
+        """Retire the channels to addresses that have been neither a broker of the
+        metadata nor a seed for :attr:`departed_after` seconds: under rolling
+        replacements (new addresses each time) they would otherwise pile up, with their
+        connections, until :meth:`close`.
 
         An answer that lists no broker retires nothing. Called after every metadata
         update that replaced the broker list; it reads the latest snapshot, so a late
@@ -222,9 +232,26 @@ class ClientCore:
         snapshot = self.metadata.snapshot
         if self.closed or snapshot is None or not snapshot.brokers:
             return
-        keep = {broker.address for broker in snapshot.brokers}
-        keep.update(self.options.addresses)
-        gone = self.pool.retire(keep)
+        listed = {broker.address for broker in snapshot.brokers}
+        listed.update(self.options.addresses)
+        now = time.monotonic()
+        with self._lock:
+            # A v1.9.0 broker lists only the peers that answered its survey in time: a
+            # broker restarting, or slow for a moment, is left out of an answer or two.
+            # Only one missing from every answer for departed_after is gone for good.
+            held = set(self.pool.addresses())
+            absent = held - listed
+            since = self._absent_since
+            for address in [a for a in since if a not in absent]:
+                del since[address]
+            for address in absent:
+                since.setdefault(address, now)
+            departed = {a for a in absent if now - since[a] >= self.departed_after}
+            for address in departed:
+                del since[address]
+        if not departed:
+            return
+        gone = self.pool.retire(held - departed | listed)
         if gone:
             _log.debug("closing the channels to brokers no longer in the cluster: %s", gone)
 

@@ -38,7 +38,9 @@ def _core() -> tuple[ClientCore, list[_Channel]]:
         made.append(_Channel(address))
         return cast(grpc.Channel, made[-1])
 
-    return ClientCore(ClientOptions(addresses=("seed:1",)), channel_factory=factory), made
+    core = ClientCore(ClientOptions(addresses=("seed:1",)), channel_factory=factory)
+    core.departed_after = 0.0  # at the first answer without the broker (see below)
+    return core, made
 
 
 def _brokers(*addresses: str) -> api_pb2.FetchMetadataResponse:
@@ -103,3 +105,22 @@ def test_close_closes_a_retired_channel_still_in_use() -> None:
     assert not made[0].closed
     core.close()
     assert made[0].closed
+
+
+def test_a_broker_missing_from_answers_for_a_moment_keeps_its_channels() -> None:
+    # A v1.9.0 broker lists only the peers that answered its survey in time: one that
+    # restarts, or is slow for a moment, is left out of an answer or two. Its channels
+    # are closed only once it has been missing from every answer for departed_after.
+    core, made = _core()
+    core.departed_after = 30.0
+    _use(core, "a:1", "b:1")
+    core.adopt_metadata(_brokers("a:1"))
+    core.adopt_metadata(_brokers("a:1", "b:1"))  # back: its clock starts over
+    assert core._absent_since == {}
+    core.adopt_metadata(_brokers("a:1"))
+    assert not any(c.closed for c in made)
+    core._absent_since["b:1"] -= 31.0  # missing from every answer for 31 s
+    core.adopt_metadata(_brokers("a:1"))
+    assert [c.address for c in made if c.closed] == ["b:1"]
+    assert core._absent_since == {}
+    core.close()
