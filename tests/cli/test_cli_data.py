@@ -27,6 +27,15 @@ from tests.waiting import interrupt, wait_until
 pytestmark = pytest.mark.integration
 
 
+def _ends_within(process: subprocess.Popen[Any], seconds: float, failure: str) -> None:
+    """Wait for the command to end; fail with ``failure`` if it still runs ``seconds``
+    later (the caller's ``finally`` kills it)."""
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        pytest.fail(failure)
+
+
 def _signal_and_wait(process: subprocess.Popen[Any], signum: int, what: str) -> None:
     """Send ``signum``; fail (after a SIGABRT for its traceback) if the command is
     still running 30 s later."""
@@ -417,10 +426,7 @@ def test_a_failed_publish_ends_the_wait_for_the_next_input_line(
             )
             liftbridge_client.set_stream_readonly(stream, partitions=[0])
             process.stdin.write(b"refused\n")  # and no more: the pipe stays open
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pytest.fail("still waiting for input 30 s after a failed publish")
+            _ends_within(process, 30, "still waiting for input 30 s after a failed publish")
         finally:
             process.kill()
             process.wait(timeout=30)
@@ -449,10 +455,7 @@ def test_acks_reader_gone_ends_the_wait_for_the_next_input_line(
             assert readable, "no ack within 30 s"
             process.stdout.close()  # the reader goes away after one ack, as head does
             process.stdin.write(b"two\n")  # its ack has nowhere to go; the pipe stays open
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pytest.fail("still waiting for input 30 s after its output closed")
+            _ends_within(process, 30, "still waiting for input 30 s after its output closed")
         finally:
             process.kill()
             process.wait(timeout=30)
@@ -552,10 +555,9 @@ def test_ctrl_c_with_acks_that_never_come_exits_within_a_second_not_the_timeout(
                 assert readable, "no ack within 30 s"
                 process.send_signal(signal.SIGINT)
                 started = time.monotonic()
-                try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    pytest.fail("still waiting 15 s after Ctrl-C for an ack that never comes")
+                _ends_within(
+                    process, 15, "still waiting 15 s after Ctrl-C for an ack that never comes"
+                )
                 waited = time.monotonic() - started
             finally:
                 process.kill()
@@ -684,10 +686,7 @@ def test_follow_ends_when_its_reader_goes_away_without_another_message(
             readable, _, _ = select.select([process.stdout], [], [], 30)
             assert readable, "follow printed nothing within 30 s"
             process.stdout.close()  # as head does after its line; no message comes after
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pytest.fail("still following 15 s after its reader went away")
+            _ends_within(process, 15, "still following 15 s after its reader went away")
         finally:
             process.kill()
             process.wait(timeout=30)
