@@ -23,11 +23,23 @@ from liftbridge_sync import (
     ConfigurationError,
     LiftbridgeError,
     Partitioner,
+    PublishRejectedError,
     partitioners,
 )
 from liftbridge_sync.spark.rows import RowMessage
 
-__all__ = ["PublishSummary", "RowSender", "RunInFlight", "SendOptions", "sink_partitioner"]
+__all__ = [
+    "NATS_DEFAULT_MAX_PAYLOAD",
+    "PublishSummary",
+    "RowSender",
+    "RunInFlight",
+    "SendOptions",
+    "sink_partitioner",
+]
+
+#: The NATS server's default ``max_payload``: Liftbridge forwards each message to NATS in
+#: an envelope, and NATS refuses a larger one ("maximum payload exceeded").
+NATS_DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 class SendOptions(Protocol):
@@ -104,6 +116,43 @@ def sink_partitioner(name: str) -> Partitioner | None:
     return None
 
 
+def row_size(item: RowMessage | bytes | tuple[bytes | None, bytes]) -> int:
+    """Bytes of a row's value, key and headers (a run item is a value or a key-value pair).
+
+    Thread-safe: reads its argument only.
+    """
+    if isinstance(item, RowMessage):
+        headers = item.headers or {}
+        return (
+            len(item.value)
+            + len(item.key or b"")
+            + sum(len(k.encode()) + len(v) for k, v in headers.items())
+        )
+    if isinstance(item, tuple):
+        return len(item[0] or b"") + len(item[1])
+    return len(item)
+
+
+def with_row_size(exc: BaseException, stream: str, size: int) -> PublishRejectedError | None:
+    """``exc`` naming the row's size and the limit when the server refused the row as over
+    NATS's ``max_payload`` (whose own words give neither); else ``None``.
+
+    Thread-safe: builds a new error.
+    """
+    if not isinstance(exc, PublishRejectedError) or (
+        "maximum payload" not in str(exc).lower() and exc.code != "MAX_PAYLOAD"
+    ):
+        return None
+    return PublishRejectedError(
+        f"stream {stream!r}: a row of {size:,} bytes (value, key and headers) is over the "
+        f"NATS server's max_payload ({NATS_DEFAULT_MAX_PAYLOAD:,} bytes unless the NATS "
+        "server's configuration sets another; Liftbridge's envelope adds to the row, and "
+        f"no option of the writer raises it): {exc}",
+        code=exc.code,
+        details=exc.details,
+    )
+
+
 class RunInFlight:
     """One run's ``publish_batch`` on a thread of its own (``liftbridge-spark-run``), so
     that the task reads and converts the next rows while this run waits for its acks.
@@ -112,7 +161,15 @@ class RunInFlight:
     itself (every message has an ack timeout). Not thread-safe: one owner.
     """
 
-    def __init__(self, send: Callable[[], list[Ack | None | LiftbridgeError]]) -> None:
+    def __init__(
+        self,
+        send: Callable[[], list[Ack | None | LiftbridgeError]],
+        stream: str = "",
+        items: list[Any] | None = None,
+    ) -> None:
+        #: The run's stream and items, to name a refused row's size.
+        self.stream = stream
+        self.items: list[Any] = items or []
         self._send = send
         self._outcomes: list[Ack | None | LiftbridgeError] = []
         self._error: BaseException | None = None
@@ -150,7 +207,10 @@ class RowSender:
         self._client = client
         self._options = options
         self._partitioner = sink_partitioner(options.partitioner)
-        self._window: collections.deque[concurrent.futures.Future[Ack | None]] = collections.deque()
+        # Each future with its stream and message, to name a refused row's size.
+        self._window: collections.deque[
+            tuple[concurrent.futures.Future[Ack | None], str, RowMessage]
+        ] = collections.deque()
         self._run: list[Any] = []
         self._run_stream = ""
         self._run_keyed = False
@@ -214,7 +274,7 @@ class RowSender:
             with contextlib.suppress(Exception):  # the task is failing already
                 in_flight.outcomes()
         while self._window:
-            future = self._window.popleft()
+            future = self._window.popleft()[0]
             if not future.cancel():
                 future.exception()
 
@@ -227,26 +287,33 @@ class RowSender:
     def _drain(self, keep: int) -> None:
         window = self._window
         while len(window) > keep:
-            self.summary.add(window.popleft().result())
+            future, stream, message = window.popleft()
+            try:
+                ack = future.result()
+            except PublishRejectedError as exc:
+                sized = with_row_size(exc, stream, row_size(message))
+                if sized is None:
+                    raise
+                raise sized from exc
+            self.summary.add(ack)
 
     def _send_one(self, stream: str, message: RowMessage) -> None:
         options = self._options
         part = message.partition
         self._await_run()
         self._drain(options.max_in_flight - 1)
-        self._window.append(
-            self._client.publish_async(
-                stream,
-                message.value,
-                key=message.key,
-                partition=part,
-                partitioner=self._partitioner if part is None else None,
-                headers=message.headers,
-                ack_policy=options.ack_policy,
-                correlation_id=message.correlation_id,
-                timeout=options.ack_timeout,
-            )
+        future = self._client.publish_async(
+            stream,
+            message.value,
+            key=message.key,
+            partition=part,
+            partitioner=self._partitioner if part is None else None,
+            headers=message.headers,
+            ack_policy=options.ack_policy,
+            correlation_id=message.correlation_id,
+            timeout=options.ack_timeout,
         )
+        self._window.append((future, stream, message))
 
     def _send_run(self) -> None:
         run = self._run
@@ -266,7 +333,9 @@ class RowSender:
                 partitioner=partitioner,
                 ack_policy=self._options.ack_policy,
                 timeout=self._options.ack_timeout,
-            )
+            ),
+            self._run_stream,
+            run,
         )
         self._run = []
         self._run_keyed = False
@@ -276,6 +345,11 @@ class RowSender:
         in_flight, self._in_flight = self._in_flight, None
         if in_flight is None:
             return
-        failure = self.summary.add_outcomes(in_flight.outcomes())
+        outcomes = in_flight.outcomes()
+        failure = self.summary.add_outcomes(outcomes)
         if failure is not None:
+            index = next(i for i, outcome in enumerate(outcomes) if outcome is failure)
+            sized = with_row_size(failure, in_flight.stream, row_size(in_flight.items[index]))
+            if sized is not None:
+                raise sized from failure
             raise failure

@@ -213,13 +213,25 @@ def test_a_row_over_the_servers_payload_limit_fails_the_write_unless_ack_policy_
     spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
 ) -> None:
     """What the README says of a value near the server's limit: over NATS's max_payload
-    (1 MiB by default) the server refuses it and the write fails naming that; with
-    ackPolicy=none nothing is acknowledged, so it is dropped and the write succeeds."""
+    (1 MiB by default) the server refuses it and the write fails naming the row's size,
+    the limit and the server's words (a plain row in a run, or one with headers sent on
+    its own); with ackPolicy=none nothing is acknowledged, so it is dropped and the write
+    succeeds."""
     stream = new_stream()
     rows = [(b"x" * 1_100_000,), (b"small",)]
     df = spark.createDataFrame(rows, "value binary").coalesce(1)
-    with pytest.raises(Exception, match="PublishRejectedError.*maximum payload exceeded"):
+    refused = (
+        rf"PublishRejectedError: stream '{re.escape(stream)}': a row of 1,100,000 bytes "
+        r"\(value, key and headers\) is over the NATS server's max_payload "
+        r"\(1,048,576 bytes.*maximum payload exceeded"
+    )
+    with pytest.raises(Exception, match=refused):
         _writer(df, liftbridge_address, stream).mode("append").save()
+    with_headers = spark.createDataFrame(
+        [(b"x" * 1_100_000, {"h": b"vv"})], "value binary, headers map<string,binary>"
+    )
+    with pytest.raises(Exception, match=refused.replace("1,100,000", "1,100,003")):
+        _writer(with_headers, liftbridge_address, stream).mode("append").save()
     _writer(df, liftbridge_address, stream).option("ackPolicy", "none").mode("append").save()
     small = ("x",)
     _writer(spark.createDataFrame([small], "value string"), liftbridge_address, stream).mode(
