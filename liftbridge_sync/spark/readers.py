@@ -41,10 +41,17 @@ from liftbridge_sync.spark.offsets import (
 from liftbridge_sync.spark.ranges import DataLossError, OffsetRange, read_batches, split_ranges
 from liftbridge_sync.spark.source_options import SourceOptions
 
-__all__ = ["BatchReader", "StreamReader"]
+__all__ = ["MISSING_STREAM_GRACE", "BatchReader", "StreamReader"]
 
 
 _log = logging.getLogger("liftbridge_sync.spark")
+
+#: Seconds a stream must stay missing before a streaming query with ``failOnDataLoss``
+#: takes it as deleted: a server that is starting answers "no such stream" until it has
+#: replayed its metadata log (thousands of such answers in a restart of the tests' server).
+MISSING_STREAM_GRACE = 10.0
+#: Pause between looks while a stream is missing (back-off, not synchronisation).
+_MISSING_PAUSE = 0.2
 
 
 class BatchReader(DataSourceReader):
@@ -113,8 +120,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     connector, not the first one after the query (re)started; not under
     ``Trigger.AvailableNow`` or ``Trigger.Once``, which read what is there).
 
-    A stream deleted while a query reads it is data loss under ``failOnDataLoss``;
-    without it the query waits for the stream to be created again. A stream created
+    A stream deleted while a query reads it is data loss under ``failOnDataLoss`` once
+    it stays missing for :data:`MISSING_STREAM_GRACE` seconds (a restarting server says
+    "no such stream" for a while); without it the query waits for the stream to be
+    created again. A stream created
     again since the offsets were taken, while the query ran or was stopped, is told by
     the creation time the offsets carry, however long its new log: data loss, or read
     from its start (see :meth:`_recreated`). Offsets without one (checkpoints older
@@ -218,8 +227,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             try:
                 created, latest = self._look()
             except (NoSuchStreamError, NoSuchPartitionError):
-                self._vanished()
-                return to_json_dict(stream, begin, known)  # no micro-batch while gone
+                found = self._look_again() if self.options.fail_on_data_loss else None
+                if found is None:
+                    self._vanished()
+                    return to_json_dict(stream, begin, known)  # no micro-batch while gone
+                created, latest = found
             self._gone_logged = False
         if known and created and created != known:
             return to_json_dict(stream, self._recreated(begin, latest), created)
@@ -241,14 +253,35 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {p: max(o, begin.get(p, 0)) for p, o in latest.items()}
         return to_json_dict(stream, end, created)
 
+    def _look_again(self) -> tuple[int, Offsets] | None:
+        """:meth:`_look` again while the stream is missing, for up to
+        :data:`MISSING_STREAM_GRACE` seconds: a restarting server says "no such stream" of
+        a stream it has yet to recover, and data loss would end the query for good.
+
+        Returns:
+            What :meth:`_look` returns once the stream is there (created again in the
+            meantime, its creation time tells), or ``None`` when it stayed missing.
+        """
+        deadline = time.monotonic() + MISSING_STREAM_GRACE
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(_MISSING_PAUSE, left))  # back-off between looks
+            try:
+                return self._look()
+            except (NoSuchStreamError, NoSuchPartitionError):
+                continue
+
     def _vanished(self) -> None:
         """The stream no longer exists (deleted since the last micro-batch, perhaps to be
         created again); the query was to read on in it.
 
         Raises:
-            DataLossError: with ``failOnDataLoss`` on; else no micro-batch runs until
-                the stream is back (logged once as a warning), and then it is read from
-                its start (see :meth:`_recreated`).
+            DataLossError: with ``failOnDataLoss`` on (the stream stayed missing for
+                :data:`MISSING_STREAM_GRACE` seconds); else no micro-batch runs until the
+                stream is back (logged once as a warning), and then it is read from its
+                start (see :meth:`_recreated`).
         """
         told = (
             f"stream {self.options.stream!r} no longer exists (deleted while the query "
@@ -256,8 +289,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         if self.options.fail_on_data_loss:
             raise DataLossError(
-                f"{told}; set option failOnDataLoss=false to wait for it to be created "
-                "again and read it from its start"
+                f"{told}; it stayed missing for {MISSING_STREAM_GRACE:g} s (longer than a "
+                "restarting server takes to recover it); set option failOnDataLoss=false "
+                "to wait for it to be created again and read it from its start"
             )
         if not self._gone_logged:
             _log.warning("%s; waiting for it to be created again (failOnDataLoss=false)", told)
