@@ -84,82 +84,45 @@ def test_stream_read_restarts_from_checkpoint_exactly_once(
     assert len({(r.partition, r.offset) for r in rows}) == 45
 
 
-def test_a_stream_created_again_below_the_checkpoint_is_data_loss(
+@pytest.mark.parametrize(
+    ("before", "after", "count"),
+    [
+        # Its log now ends before the checkpoint. (The checkpoint's creation time tells
+        # first; without one, the short log would.)
+        pytest.param(1, 1, 3, id="below-the-checkpoint"),
+        # More partitions, 15 messages each: the restart read partition 0 on from the old
+        # offset 10, skipping the new log's first ten messages.
+        pytest.param(1, 2, 30, id="more-partitions-past-the-checkpoint"),
+        # Fewer partitions: checkpointed partition 1 no longer exists, and was dropped
+        # from the next offsets (Kafka's "are gone"); 8 messages, past partition 0's
+        # checkpointed offset 5.
+        pytest.param(2, 1, 8, id="a-partition-gone"),
+    ],
+)
+def test_a_stream_created_again_while_the_query_is_stopped_is_data_loss(
     spark: Any,
     liftbridge_address: str,
     liftbridge_client: Client,
     new_stream: StreamFactory,
     tmp_path: Path,
+    before: int,
+    after: int,
+    count: int,
 ) -> None:
-    """The stream is deleted and created again while the query is stopped: its log now
-    ends before the checkpoint. Reading on from the checkpointed offset would skip the
-    new log up to it without a word; as Kafka's connector, that is data loss. (The
-    checkpoint's creation time tells first; without one, the short log would.)"""
-    stream = new_stream(partitions=1)
-    _publish(liftbridge_client, stream, [f"old{i}" for i in range(10)], 1)
+    """The stream (10 messages in ``before`` partitions) is deleted and created again
+    with ``after`` partitions and ``count`` messages while the query is stopped. Reading
+    on from the checkpointed offsets would skip or drop some of the new log without a
+    word; as Kafka's connector, that is data loss. With failOnDataLoss=false the new
+    stream is read whole (its log past the checkpoint's offsets too)."""
+    stream = new_stream(partitions=before)
+    _publish(liftbridge_client, stream, [f"old{i}" for i in range(10)], before)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
 
     liftbridge_client.delete_stream(stream)
-    liftbridge_client.create_stream(stream, stream)
-    new = [f"new{i}" for i in range(3)]
-    _publish(liftbridge_client, stream, new, 1)
-
-    with pytest.raises(Exception, match="was deleted and created again since the query's"):
-        _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
-    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint, failOnDataLoss="false")
-    values = sorted(bytes(r.value).decode() for r in spark.read.parquet(str(out)).collect())
-    assert values == sorted([f"old{i}" for i in range(10)] + new)
-
-
-def test_a_stream_created_again_with_more_partitions_past_the_checkpoint_is_data_loss(
-    spark: Any,
-    liftbridge_address: str,
-    liftbridge_client: Client,
-    new_stream: StreamFactory,
-    tmp_path: Path,
-) -> None:
-    """While the query is stopped, the stream is created again with more partitions
-    and its new log grows past the checkpoint. The restart read partition 0 on from
-    the old offset 10, skipping the new log's first ten messages without a word; the
-    creation time in the checkpoint tells."""
-    stream = new_stream(partitions=1)
-    _publish(liftbridge_client, stream, [f"old{i}" for i in range(10)], 1)
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
-
-    liftbridge_client.delete_stream(stream)
-    liftbridge_client.create_stream(stream, stream, partitions=2)
-    new = [f"new{i}" for i in range(30)]  # 15 a partition: past the checkpoint's 10
-    _publish(liftbridge_client, stream, new, 2)
-
-    with pytest.raises(Exception, match="was deleted and created again since the query's"):
-        _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
-    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint, failOnDataLoss="false")
-    values = sorted(bytes(r.value).decode() for r in spark.read.parquet(str(out)).collect())
-    assert values == sorted([f"old{i}" for i in range(10)] + new)
-
-
-def test_a_partition_gone_since_the_checkpoint_is_data_loss(
-    spark: Any,
-    liftbridge_address: str,
-    liftbridge_client: Client,
-    new_stream: StreamFactory,
-    tmp_path: Path,
-) -> None:
-    """The stream is created again with fewer partitions while the query is stopped:
-    a checkpointed partition no longer exists. It was dropped from the next offsets
-    without a word; as Kafka's connector ("are gone"), that is data loss. Without it,
-    the new stream is read whole (its log past the checkpoint's offset too)."""
-    stream = new_stream(partitions=2)
-    _publish(liftbridge_client, stream, [f"old{i}" for i in range(10)], 2)
-    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
-
-    liftbridge_client.delete_stream(stream)
-    liftbridge_client.create_stream(stream, stream, partitions=1)
-    new = [f"new{i}" for i in range(8)]  # past partition 0's checkpointed offset 5
-    _publish(liftbridge_client, stream, new, 1)
+    liftbridge_client.create_stream(stream, stream, partitions=after)
+    new = [f"new{i}" for i in range(count)]
+    _publish(liftbridge_client, stream, new, after)
 
     with pytest.raises(Exception, match="was deleted and created again since the query's"):
         _run_to_parquet(spark, liftbridge_address, stream, out, checkpoint)
