@@ -26,6 +26,7 @@ from liftbridge_sync.spark.config import (
 
 __all__ = [
     "BATCH_ONLY_OPTIONS",
+    "KAFKA_OPTIONS",
     "READ_NAMES",
     "READ_OPTIONS",
     "STREAM_ONLY_OPTIONS",
@@ -90,6 +91,20 @@ WRITE_OPTIONS = frozenset(name.lower() for name in WRITE_NAMES)
 
 _SPELLING = {name.lower(): name for name in (*READ_NAMES, *WRITE_NAMES)}
 
+_NO_GROUP = "no group: a query's offsets are kept in its checkpoint"
+
+#: The Kafka connector's options (lower case) that have no near spelling here, with what
+#: takes their place; a user moving a query over gets that, not only the list of names.
+KAFKA_OPTIONS: Mapping[str, str] = {
+    "kafka.bootstrap.servers": "here it is 'brokers' (host:port,...)",
+    "subscribe": "here it is 'stream' or load(name), one stream a query",
+    "topic": "here it is 'stream' or save(name) (or a 'stream' column)",
+    "assign": "here they are 'stream' and 'partitions'",
+    "subscribepattern": "here it is 'stream': one stream a query, no pattern",
+    "kafka.group.id": _NO_GROUP,
+    "groupidprefix": _NO_GROUP,
+}
+
 
 def check_known(options: Mapping[str, str], known: frozenset[str], what: str) -> None:
     """Refuse any option not in ``known`` nor a ``liftbridge.*`` passthrough.
@@ -99,8 +114,10 @@ def check_known(options: Mapping[str, str], known: frozenset[str], what: str) ->
 
     Raises:
         ConfigurationError: naming the first option refused: one of the other kind
-            (a write option on a read, a read option on a write) is said to be so;
-            any other is unknown, with the known ones and the nearest spelling.
+            (a write option on a read, a read option on a write) is said to be so; one
+            of the Kafka connector's with what takes its place (:data:`KAFKA_OPTIONS`,
+            ``kafka.*``); any other is unknown, with the known ones and the nearest
+            spelling.
     """
     for key in options:
         if key in known or key in CLIENT_OPTIONS:
@@ -111,6 +128,14 @@ def check_known(options: Mapping[str, str], known: frozenset[str], what: str) ->
             other = "write" if what == "read" else "read"
             raise ConfigurationError(
                 f"option {_SPELLING[key]!r} is for {other}s only; remove it from this {what}"
+            )
+        instead = KAFKA_OPTIONS.get(key)
+        if instead is None and key.startswith("kafka."):
+            instead = "the client's settings here are liftbridge.* options"
+        if instead is not None:
+            raise ConfigurationError(
+                f"unknown {what} option {key!r}: that is the Kafka connector's; {instead} "
+                "(see the README's Spark section)"
             )
         close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
         hint = f" (did you mean {_SPELLING[close[0]]!r}?)" if close else ""

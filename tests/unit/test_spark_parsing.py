@@ -13,7 +13,7 @@ import pytest
 
 from liftbridge_sync import AckPolicy, ConfigurationError
 from liftbridge_sync.spark.admission import TriggerDelay, cap_offsets
-from liftbridge_sync.spark.config import client_options, get_duration
+from liftbridge_sync.spark.config import client_options, get_duration, lower_keys
 from liftbridge_sync.spark.offsets import (
     CREATED,
     EARLIEST,
@@ -26,7 +26,12 @@ from liftbridge_sync.spark.offsets import (
 )
 from liftbridge_sync.spark.rows import column_index, to_message
 from liftbridge_sync.spark.sink import SinkOptions, publish_partition
-from liftbridge_sync.spark.source_options import SourceOptions
+from liftbridge_sync.spark.source_options import (
+    READ_OPTIONS,
+    WRITE_OPTIONS,
+    SourceOptions,
+    check_known,
+)
 
 
 def test_importing_the_package_does_not_import_pyspark() -> None:
@@ -82,6 +87,32 @@ def test_options_of_the_other_kind_and_typos_are_named() -> None:
         SourceOptions.parse({"brokers": "a:1", "stream": "s", "failOnDatLoss": "false"})
     with pytest.raises(ConfigurationError, match=r"unknown read option 'bogus'; known: brokers,"):
         SourceOptions.parse({"brokers": "a:1", "stream": "s", "bogus": "1"})
+
+
+@pytest.mark.parametrize(
+    ("kind", "option", "instead"),
+    [
+        ("read", "kafka.bootstrap.servers", "here it is 'brokers'"),
+        ("read", "subscribe", "here it is 'stream' or load"),
+        ("read", "assign", "here they are 'stream' and 'partitions'"),
+        ("read", "subscribePattern", "one stream a query"),
+        ("read", "kafka.group.id", "no group"),
+        ("read", "groupIdPrefix", "no group"),
+        ("read", "kafka.max.poll.records", "liftbridge.*"),
+        ("write", "topic", "here it is 'stream' or save"),
+        ("write", "kafka.bootstrap.servers", "here it is 'brokers'"),
+        ("write", "kafka.acks", "liftbridge.*"),
+    ],
+)
+def test_a_kafka_connector_option_says_what_takes_its_place(
+    kind: str, option: str, instead: str
+) -> None:
+    """A Kafka connector user's ``kafka.bootstrap.servers`` or ``subscribe`` was refused
+    as unknown with nothing said of ``brokers`` or ``stream`` (no spelling is near)."""
+    options = {"brokers": "a:1", "stream": "s", option: "x"}
+    known = READ_OPTIONS if kind == "read" else WRITE_OPTIONS
+    with pytest.raises(ConfigurationError, match=rf"the Kafka connector's.*{re.escape(instead)}"):
+        check_known(lower_keys(options), known, kind)
 
 
 def test_parse_spec() -> None:
