@@ -210,8 +210,21 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
-        """Fix the end of an ``availableNow`` run at today's high watermarks."""
-        self._target = self._look()
+        """Fix the end of an ``availableNow`` run at today's high watermarks.
+
+        A stream missing is looked for again for :data:`MISSING_STREAM_GRACE` seconds
+        (a restarting server says "no such stream" for a while).
+
+        Raises:
+            NoSuchStreamError, NoSuchPartitionError: the stream stayed missing.
+        """
+        try:
+            self._target = self._look()
+        except (NoSuchStreamError, NoSuchPartitionError):
+            found = self._look_again()
+            if found is None:
+                raise
+            self._target = found
 
     def latestOffset(  # noqa: N802 - Spark's name
         self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
@@ -329,7 +342,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         A high watermark alone may lag for a moment after a leader change; the newest
         offset of the new leader's log never falls below what was committed, so only a
-        log whose end is below the checkpoint counts.
+        log whose end is below the checkpoint counts. A leader that does not know the
+        stream yet (a restart) holds the partition until the next trigger.
 
         Raises:
             DataLossError: with ``failOnDataLoss`` on; else the partitions are returned
@@ -341,7 +355,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._client() if behind else None
         for partition in behind:
             assert client is not None
-            newest = client.fetch_partition_metadata(opts.stream, partition).newest_offset
+            try:
+                newest = client.fetch_partition_metadata(opts.stream, partition).newest_offset
+            except (NoSuchStreamError, NoSuchPartitionError):
+                # The metadata has just listed the stream, its leader does not know it
+                # yet (a server starting up): hold the partition and look next trigger.
+                continue
             if newest + 1 >= begin[partition]:
                 continue  # a lagging high watermark: wait for it (latestOffset holds)
             where = f"stream {opts.stream!r} partition {partition}"

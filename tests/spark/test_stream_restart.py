@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client
+from liftbridge_sync import Client, NoSuchPartitionError
 from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.integration.conftest import unique
@@ -85,3 +85,89 @@ def test_a_stream_missing_while_its_server_restarts_is_not_data_loss() -> None:
                 reader.latestOffset(start, ReadAllAvailable())
         finally:
             Client.for_process(options.client).close()
+
+
+def _failing_call(which: int, real: Any, error: Exception) -> Any:
+    """``real`` whose call number ``which`` (from 0) raises ``error`` (the fault)."""
+    calls = [0]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] - 1 == which:
+            raise error
+        return real(*args, **kwargs)
+
+    return call
+
+
+def test_a_leader_that_does_not_know_the_stream_yet_holds_the_partition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A partition whose high watermark is below where the query stands is checked with
+    its leader (deleted and created again, or a watermark lagging after a restart). A
+    leader that answered "no such partition" there (a server starting up, just after its
+    metadata listed the stream) failed the query with NoSuchPartitionError; the
+    partition is now held at the query's offset until the next trigger, which still
+    tells a log that really went back (DataLossError)."""
+    stream = unique("spark")
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream(stream, stream)
+            for i in range(3):
+                client.publish(stream, b"m%d" % i)
+        options = SourceOptions(
+            client=ClientOptions(addresses=(server.address,)),
+            stream=stream,
+            fail_on_data_loss=True,
+        )
+        reader = StreamReader(options, StructType())
+        shared = Client.for_process(options.client)
+        try:
+            ahead = reader.initialOffset()
+            ahead[stream] = {"0": 10}  # beyond the log's end (3): the log went back
+            monkeypatch.setattr(
+                shared,
+                "fetch_partition_metadata",
+                # Call 0 is the watermark look; call 1 asks the leader for its log's end.
+                _failing_call(
+                    1,
+                    shared.fetch_partition_metadata,
+                    NoSuchPartitionError("no such partition (starting up)"),
+                ),
+            )
+            held = reader.latestOffset(ahead, ReadAllAvailable())
+            assert held[stream] == {"0": 10}
+            with pytest.raises(DataLossError, match="log now ends at offset 2, before offset 10"):
+                reader.latestOffset(ahead, ReadAllAvailable())
+        finally:
+            shared.close()
+
+
+def test_an_available_now_run_looks_again_for_a_stream_missing_at_its_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Trigger.AvailableNow`` fixes its end first; a stream a restarting server did not
+    list yet failed the run with NoSuchStreamError at once. It is looked for again (a
+    stream that stays missing still fails, after the grace period)."""
+    stream = unique("spark")
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream(stream, stream)
+            client.publish(stream, b"m")
+        options = SourceOptions(client=ClientOptions(addresses=(server.address,)), stream=stream)
+        reader = StreamReader(options, StructType())
+        shared = Client.for_process(options.client)
+        try:
+            # A starting server's metadata leaves the stream out (the fault), twice.
+            listed_nothing = shared.fetch_metadata(unique("absent"))
+            answers = [listed_nothing, listed_nothing]
+            real = shared.fetch_metadata
+
+            def fetch_metadata(*args: Any, **kwargs: Any) -> Any:
+                return answers.pop() if answers else real(*args, **kwargs)
+
+            monkeypatch.setattr(shared, "fetch_metadata", fetch_metadata)
+            reader.prepareForTriggerAvailableNow()
+            assert reader.latestOffset(None, ReadAllAvailable())[stream] == {"0": 1}
+        finally:
+            shared.close()
