@@ -22,7 +22,8 @@ Every exception derives from :class:`LiftbridgeError`::
     ├── ConsumerGroupError                   consumer groups
     │   ├── ConsumerGroupNotFoundError       unknown group (also a NotFoundError)
     │   ├── CoordinatorMismatchError         not the group's coordinator, or a stale epoch
-    │   └── NotGroupMemberError              the consumer is not (or no longer) a member
+    │   ├── NotGroupMemberError              the consumer is not (or no longer) a member
+    │   └── CommitError                      cursors of a commit not stored (the others were)
     ├── PartitionPausedError                 partition paused under a subscription
     ├── ReadonlyPartitionError               partition is read-only
     ├── PermissionDeniedError                server-side authorization refused the call
@@ -56,6 +57,7 @@ __all__ = [
     "ArgumentTypeError",
     "BrokerUnavailableError",
     "ClientClosedError",
+    "CommitError",
     "ConfigurationError",
     "ConsumerGroupError",
     "ConsumerGroupNotFoundError",
@@ -264,6 +266,38 @@ class CoordinatorMismatchError(ConsumerGroupError):
 
 class NotGroupMemberError(ConsumerGroupError):
     """The consumer is not a member of the group (it left, or the server expired it)."""
+
+
+class CommitError(ConsumerGroupError):
+    """A consumer's commit could not store the cursors of some partitions.
+
+    Each partition's cursor is stored on its own: one whose ``__cursors`` leader hung or
+    was unreachable does not hold back the others, which were committed.
+
+    Attributes:
+        failed: The error of each partition whose cursor was not stored, per
+            ``(stream, partition)``.
+        committed: The offsets this commit did store, per ``(stream, partition)``.
+
+    Instances are immutable values and safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        failed: dict[tuple[str, int], LiftbridgeError] | None = None,
+        committed: dict[tuple[str, int], int] | None = None,
+        code: str | None = None,
+        details: str = "",
+    ) -> None:
+        failed = dict(failed or {})
+        if not message:
+            named = ", ".join(f"{s}/{p}: {e}" for (s, p), e in sorted(failed.items()))
+            message = f"the cursors of {len(failed)} partition(s) were not stored ({named})"
+        super().__init__(message, code=code, details=details)
+        self.failed = failed
+        self.committed = dict(committed or {})
 
 
 class PartitionPausedError(LiftbridgeError):

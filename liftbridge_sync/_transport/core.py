@@ -675,6 +675,31 @@ class ClientCore:
         )
         self.call_leader(CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
 
+    def set_cursor_once(
+        self, cursor_id: str, stream: str, partition: int, offset: int, timeout: float
+    ) -> None:
+        """One attempt of :meth:`set_cursor`, at the cached leader of the cursor's
+        ``__cursors`` partition, within ``timeout`` seconds: for callers that keep a
+        deadline of their own (no retries, no metadata refresh).
+
+        Raises:
+            NotLeaderError: the cached leader is not (or no longer) the leader.
+            LiftbridgeError: any other failure of the one attempt.
+        """
+        check_int("offset", offset, minimum=-1)
+        target, _ = self._cursor_target(cursor_id, stream, partition, False)
+        info = self.partition_info(CURSORS_STREAM, target, refresh=False)
+        request = api_pb2.SetCursorRequest(
+            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
+        )
+        self.invoke(
+            self.leader_address_of(info),
+            rpcs.SET_CURSOR,
+            request,
+            context=CallContext.LEADER,
+            timeout=timeout,
+        )
+
     def fetch_cursor(
         self, cursor_id: str, stream: str, partition: int, *, must_exist: bool = False
     ) -> int:

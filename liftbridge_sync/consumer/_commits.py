@@ -20,7 +20,7 @@ from collections.abc import Callable, Container, Iterable
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.consumer._mailbox import PartitionReader
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import CommitError, DeadlineExceededError, LiftbridgeError
 from liftbridge_sync.models import Message
 
 __all__ = ["Commits", "Key"]
@@ -117,11 +117,19 @@ class Commits:
         or nobody's, and storing the one read at the start could move the cursor back
         under the commit on revoke, or under the partition's new owner.
 
+        Each cursor is stored on its own: one that fails (its ``__cursors`` leader hung
+        or unreachable) does not hold back those after it. The first failure takes the
+        whole retry policy; from then on each cursor gets one attempt of at most
+        ``rpc_timeout``, within ``max(max_delay, rpc_timeout)`` of that failure (past
+        it the rest are not tried), so that a dead leader costs one policy per commit,
+        not one per partition.
+
         Returns:
             The offsets stored by this call, per (stream, partition).
 
         Raises:
-            LiftbridgeError: if a cursor could not be stored (the others may have been).
+            CommitError: if some cursors could not be stored: ``failed`` names each with
+                its error, ``committed`` holds those stored (recorded as committed).
         """
         with self._commit_lock:
             with self._lock:
@@ -134,16 +142,40 @@ class Commits:
                     if k in self._done and self._done[k] > self._committed.get(k, -1)
                 }
             stored: dict[Key, int] = {}
-            for (stream, partition), offset in sorted(todo.items()):
-                if allowed is not None and stored and not allowed():
+            failed: dict[Key, LiftbridgeError] = {}
+            #: Set by the first failure: the end of the single attempts after it.
+            once_until: float | None = None
+            options = self._core.options
+            for key, offset in sorted(todo.items()):
+                if allowed is not None and (stored or failed) and not allowed():
                     break
                 with self._lock:
-                    if self._done.get((stream, partition), -1) < offset:
+                    if self._done.get(key, -1) < offset:
                         continue  # released meanwhile (see above)
-                self._core.set_cursor(self._cursor_id, stream, partition, offset)
+                try:
+                    if once_until is None:
+                        self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+                    else:
+                        left = once_until - time.monotonic()
+                        if left <= 0:
+                            failed[key] = DeadlineExceededError(
+                                "not tried: the commit's time after its first failure was up"
+                            )
+                            continue
+                        self._core.set_cursor_once(
+                            self._cursor_id, key[0], key[1], offset, min(options.rpc_timeout, left)
+                        )
+                except LiftbridgeError as exc:
+                    failed[key] = exc
+                    if once_until is None:
+                        budget = max(options.retry.max_delay, options.rpc_timeout)
+                        once_until = time.monotonic() + budget
+                    continue
                 with self._lock:
-                    self._committed[(stream, partition)] = offset
-                stored[(stream, partition)] = offset
+                    self._committed[key] = offset
+                stored[key] = offset
+            if failed:
+                raise CommitError(failed=failed, committed=stored)
             return stored
 
     def store(self, key: Key, offset: int) -> None:

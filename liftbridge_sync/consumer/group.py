@@ -487,8 +487,10 @@ class Consumer:
         Raises:
             ClientClosedError: after :meth:`close` (nothing is committed then: with
                 ``auto_commit=None``, commit before closing).
-            LiftbridgeError: if a cursor could not be stored (the others may have been);
-                ForkedClientError in a process forked after this consumer was created.
+            CommitError: if some cursors could not be stored (a ``__cursors`` leader
+                hung or unreachable); the others were, each on its own. Its ``failed``
+                names each partition with its error, its ``committed`` what was stored.
+            ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
         if self._closed:

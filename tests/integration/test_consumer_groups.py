@@ -23,6 +23,7 @@ from liftbridge_sync import (
     BrokerUnavailableError,
     Client,
     ClientClosedError,
+    CommitError,
     ConsumerGroupNotFoundError,
     CoordinatorMismatchError,
     DeadlineExceededError,
@@ -1020,6 +1021,62 @@ def test_close_polls_on_while_it_waits_for_a_stuck_commit_and_makes_the_final_on
     # The with block counted offset 3 processed, and close() committed it.
     assert client.fetch_cursor(a.cursor_id, stream, 0) == 3
     assert a.stats().commits_withheld == 0
+
+
+def _unreachable_cursor_leader_for(
+    client: Client, stream: str, partition: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault: the ``__cursors`` leader of ``partition``'s cursor cannot be reached."""
+    set_cursor = client._core.set_cursor
+
+    def unreachable(cursor_id: str, s: str, p: int, offset: int, **kw: bool) -> None:
+        if s == stream and p == partition:
+            raise BrokerUnavailableError("connection refused", code="UNAVAILABLE")
+        set_cursor(cursor_id, s, p, offset, **kw)
+
+    monkeypatch.setattr(client._core, "set_cursor", unreachable)
+
+
+def test_a_cursor_that_cannot_be_stored_does_not_hold_back_the_others_in_a_commit(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The commit stopped at the first cursor that failed: partitions 1 to 3, sorted
+    # after partition 0, were committed by no commit while its cursor leader was gone.
+    _unreachable_cursor_leader_for(client, stream, 0, monkeypatch)
+    sent = publish_batch(client, stream, "f", 8)  # offsets 0 and 1 per partition
+    start = StartAt.earliest()
+    with client.consumer(unique("g"), streams=[stream], auto_commit=None, start=start) as a:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        assert {a.get(10).value for _ in sent} == sent
+        with pytest.raises(CommitError) as caught:
+            a.commit()
+        assert a.committed() == {(stream, p): 1 for p in (1, 2, 3)}
+    error = caught.value
+    assert list(error.failed) == [(stream, 0)]
+    assert isinstance(error.failed[(stream, 0)], BrokerUnavailableError)
+    assert f"{stream}/0: connection refused" in str(error)
+    assert error.committed == {(stream, p): 1 for p in (1, 2, 3)}
+    assert [client.fetch_cursor(a.cursor_id, stream, p) for p in sorted(ALL)] == [-1, 1, 1, 1]
+
+
+def test_an_auto_commit_stores_the_other_cursors_while_one_cannot_be_stored(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _unreachable_cursor_leader_for(client, stream, 0, monkeypatch)
+    sent = publish_batch(client, stream, "f", 8)
+    start = StartAt.earliest()
+    caplog.set_level(logging.WARNING, "liftbridge_sync.consumer")
+    with client.consumer(unique("g"), streams=[stream], auto_commit=0.1, start=start) as a:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        assert {a.get(10).value for _ in sent} == sent
+        # Every partition has a processed position by now (its offset 0 at least).
+        wait_until(
+            lambda: all((stream, p) in a.committed() for p in (1, 2, 3)), 10, "cursors 1 to 3"
+        )
+    assert f"auto-commit failed: the cursors of 1 partition(s) were not stored ({stream}/0" in (
+        caplog.text
+    )
+    assert [client.fetch_cursor(a.cursor_id, stream, p) for p in sorted(ALL)] == [-1, 1, 1, 1]
 
 
 def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(

@@ -15,10 +15,12 @@ from typing import Any, cast
 import pytest
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.consumer import _commits
 from liftbridge_sync.consumer._commits import Commits
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import Counters
+from liftbridge_sync.errors import BrokerUnavailableError, CommitError, DeadlineExceededError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt
 from tests.messages import make_message
@@ -480,3 +482,71 @@ def test_a_delivery_of_a_failed_reader_counts_while_the_reader_is_being_restarte
     with member.lock:
         assert member.readers._readers[KEY] is not failed
     assert member.commits.commit([KEY]) == {KEY: 10}
+
+
+class _FailingCore:
+    """A cursor store whose ``__cursors`` leaders fail for some partitions: ``refused``
+    by :meth:`set_cursor` (the retry policy's attempts), ``once_refused`` by
+    :meth:`set_cursor_once`; ``clock`` moves on by each attempt's cost."""
+
+    def __init__(self, refused: set[int], once_refused: set[int], cost: float = 0.0) -> None:
+        self.refused, self.once_refused, self.cost = refused, once_refused, cost
+        self.calls: list[tuple[str, int, float | None]] = []
+        self.clock = [0.0]
+        retry = types.SimpleNamespace(max_delay=10.0)
+        self.options = types.SimpleNamespace(rpc_timeout=4.0, retry=retry)
+
+    def set_cursor(self, cursor_id: str, stream: str, partition: int, offset: int) -> None:
+        self.calls.append(("policy", partition, None))
+        self.clock[0] += self.cost
+        if partition in self.refused:
+            raise BrokerUnavailableError("connection refused", code="UNAVAILABLE")
+
+    def set_cursor_once(
+        self, cursor_id: str, stream: str, partition: int, offset: int, timeout: float
+    ) -> None:
+        self.calls.append(("once", partition, timeout))
+        self.clock[0] += self.cost
+        if partition in self.once_refused:
+            raise DeadlineExceededError("no answer", code="DEADLINE_EXCEEDED")
+
+
+def _commit_processed(core: _FailingCore, partitions: range) -> Commits:
+    commits = Commits(cast(Any, core), "__group:g", threading.Lock())
+    for p in partitions:
+        commits._done[("orders", p)] = 5
+    return commits
+
+
+def test_a_cursor_that_fails_does_not_hold_back_the_cursors_after_it() -> None:
+    core = _FailingCore(refused={0}, once_refused={2})
+    commits = _commit_processed(core, range(4))
+    with pytest.raises(CommitError) as caught:
+        commits.commit([("orders", p) for p in range(4)])
+    assert sorted(caught.value.failed) == [("orders", 0), ("orders", 2)]
+    assert isinstance(caught.value.failed[("orders", 0)], BrokerUnavailableError)
+    assert caught.value.committed == {("orders", 1): 5, ("orders", 3): 5}
+    assert commits.committed() == caught.value.committed
+    # After the first failure, one attempt each, of at most rpc_timeout.
+    assert core.calls == [("policy", 0, None), ("once", 1, 4.0), ("once", 2, 4.0), ("once", 3, 4.0)]
+    # The next commit tries the failed ones again, the whole policy first.
+    core.refused = set()
+    assert commits.commit([("orders", p) for p in range(4)]) == {("orders", 0): 5, ("orders", 2): 5}
+
+
+def test_after_a_failure_the_cursors_are_tried_within_one_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every leader hangs: each attempt takes its whole rpc_timeout (4 s here). A commit
+    # of many partitions must not last one timeout per partition: after the first
+    # failure it has max(max_delay, rpc_timeout) = 10 s, and the rest are not tried.
+    core = _FailingCore(refused={0}, once_refused=set(range(1, 8)), cost=4.0)
+    # The module's clock only (time.monotonic itself is every thread's).
+    clock = types.SimpleNamespace(monotonic=lambda: core.clock[0])
+    monkeypatch.setattr(_commits, "time", clock)
+    commits = _commit_processed(core, range(8))
+    with pytest.raises(CommitError) as caught:
+        commits.commit([("orders", p) for p in range(8)])
+    assert len(caught.value.failed) == 8 and not caught.value.committed
+    assert core.calls == [("policy", 0, None), ("once", 1, 4.0), ("once", 2, 4.0), ("once", 3, 2.0)]
+    assert "not tried" in str(caught.value.failed[("orders", 7)])
