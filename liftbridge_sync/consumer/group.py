@@ -48,7 +48,7 @@ from liftbridge_sync._wire.validate import (
     check_timeout,
 )
 from liftbridge_sync.consumer._commits import Commits
-from liftbridge_sync.consumer._mailbox import Mailbox
+from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
@@ -173,6 +173,10 @@ class Consumer:
         self._stop_polling = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
         self._closed = False
+        #: The thread of the first close(), and set once it ended: a second close()
+        #: waits for it.
+        self._closer: threading.Thread | None = None
+        self._close_done = threading.Event()
         self._mailbox = Mailbox(buffer)
         self._counters = Counters()
         self._membership = Membership(
@@ -336,21 +340,54 @@ class Consumer:
         With ``auto_commit=None`` nothing is committed here: what was processed but not
         committed is read again by the partition's next owner; call :meth:`commit`
         first (it raises :class:`~liftbridge_sync.errors.ClientClosedError` after
-        ``close()``). Idempotent. A blocked iteration ends with ``StopIteration``. The
-        threads get ``2 × rpc_timeout + 1`` seconds in all to end; one stuck in a call
-        longer (a hung leader) is left to end by itself, with a WARNING. In a forked
-        child it only marks this object closed: the member and its threads are the
-        parent's.
+        ``close()``). Idempotent: a call while another thread's ``close()`` runs
+        returns once that one has ended (the member has left the group), or after as
+        long as a ``close()`` whose every call times out takes, with a WARNING. A
+        blocked iteration ends with ``StopIteration``. The threads get
+        ``2 × rpc_timeout + 1`` seconds in all to end; one stuck in a call longer (a
+        hung leader) is left to end by itself, with a WARNING. In a forked child it
+        only marks this object closed: the member and its threads are the parent's.
         """
         if self._core.forked:
             self._closed = True
             return
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            readers = self._readers.shut()
-            dropped = isinstance(self._failure, ConsumerGroupNotFoundError | NotGroupMemberError)
+            first = not self._closed
+            if first:
+                self._closed = True
+                self._closer = threading.current_thread()
+                readers = self._readers.shut()
+                failure = self._failure
+        if not first:
+            self._wait_for_close()
+            return
+        try:
+            dropped = isinstance(failure, ConsumerGroupNotFoundError | NotGroupMemberError)
+            self._close(readers, dropped)
+        finally:
+            self._close_done.set()
+
+    def _wait_for_close(self) -> None:
+        """A second close(): wait for the first to end, so that the member has left the
+        group when this one returns too; at most as long as a first close() takes with
+        every call it makes timing out (then a WARNING). Not on the thread of the first
+        close() or on one of the threads it joins: that wait would hold it up."""
+        current = threading.current_thread()
+        if current is self._closer or current in self._threads:
+            return
+        options = self._core.options
+        policy = max(options.retry.max_delay, options.rpc_timeout)
+        bound = options.rpc_timeout * 2 + 1.0 + policy * 2 + self._membership.consumer_timeout
+        if not self._close_done.wait(bound):
+            _log.warning(
+                "consumer %s: close() returns without waiting longer than %.1fs for "
+                "another thread's close() to end",
+                self._who,
+                bound,
+            )
+
+    def _close(self, readers: list[PartitionReader], dropped: bool) -> None:
+        """The first close(): ``readers`` are those shut out of the assignment."""
         self._stop.set()
         self._commits.handed_off.set()  # wakes the commit thread
         self._settled.set()

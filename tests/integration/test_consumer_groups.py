@@ -1079,6 +1079,55 @@ def test_an_auto_commit_stores_the_other_cursors_while_one_cannot_be_stored(
     assert [client.fetch_cursor(a.cursor_id, stream, p) for p in sorted(ALL)] == [-1, 1, 1, 1]
 
 
+def test_a_second_close_from_another_thread_returns_once_the_member_has_left(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second close() returned at once while the first was still leaving the group:
+    # code that closed and then counted the group's members found this one still in.
+    group = unique("g")
+    a = client.consumer(group, streams=[stream], auto_commit=None, consumer_id="a")
+    assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+    # The first close() is held up while the heartbeat still polls (a leave long after
+    # the coordinator's last answer is left to the server's consumer timeout).
+    closing, go, left = threading.Event(), threading.Event(), threading.Event()
+    join_stopped, leave = a._readers.join_stopped, a._membership.leave
+
+    def held_up(deadline: float) -> list[str]:
+        closing.set()
+        go.wait(30)
+        return join_stopped(deadline)
+
+    def leave_and_say() -> None:
+        leave()
+        left.set()
+
+    monkeypatch.setattr(a._readers, "join_stopped", held_up)
+    monkeypatch.setattr(a._membership, "leave", leave_and_say)
+    first = threading.Thread(target=a.close, daemon=True)
+    first.start()
+    seen: list[bool] = []
+
+    def close_again() -> None:
+        a.close()
+        seen.append(left.is_set())
+
+    second = threading.Thread(target=close_again, daemon=True)
+    try:
+        assert closing.wait(15)
+        second.start()
+        second.join(0.5)  # a close() that does not wait for the first returns meanwhile
+        assert seen == []
+    finally:
+        go.set()
+        first.join(30)
+        second.join(30)
+    assert not first.is_alive() and not second.is_alive()
+    assert seen == [True]
+    # The group is empty: a new member is given every partition at once.
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="b") as b:
+        assert b.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+
 def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
     client: Client, stream: str, group_server: LiftbridgeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
