@@ -307,8 +307,10 @@ class Readers:
         or this one closing without having read it), and start at the end as it was
         *then*: what came in between would be read by no member. Stored at once, the
         cursor makes it start where this reader did. An empty partition has no offset
-        to store (a cursor of -1 reads as none). With ``auto_commit=None`` nothing is
-        stored but what :meth:`Consumer.commit` stores.
+        to store (a cursor of -1 reads as none): it is read from offset 0, the end it
+        was found at (the start position, evaluated by the server at the subscribe,
+        would skip what was published meanwhile, and nothing else would read it). With
+        ``auto_commit=None`` nothing is stored but what :meth:`Consumer.commit` stores.
         """
         kind = self._start.kind
         if not self._commit_on_revoke or kind not in (StartKind.NEW_ONLY, StartKind.LATEST):
@@ -319,7 +321,7 @@ class Readers:
             return self._start  # its offsets are the last known, maybe not its end
         before = meta.newest_offset if kind is StartKind.NEW_ONLY else meta.newest_offset - 1
         if before < 0 or not self._membership.may_commit():
-            return StartAt.offset(before + 1) if before >= 0 else self._start
+            return StartAt.offset(max(before, -1) + 1)
         self._commits.store((stream, partition), before)
         return StartAt.offset(before + 1)
 

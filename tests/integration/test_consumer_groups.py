@@ -38,6 +38,7 @@ from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
 from liftbridge_sync.consumer import group as group_module
 from liftbridge_sync.consumer._mailbox import PartitionReader
+from liftbridge_sync.models import PartitionMetadata
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.waiting import wait_until
@@ -1276,3 +1277,27 @@ def test_a_partition_read_from_its_end_without_a_cursor_loses_nothing_when_it_mo
     with client.consumer(group, streams=[stream], auto_commit=None) as b:
         got = {b.get(10).value for _ in between}
         assert got == between and not got & old
+
+
+def test_an_empty_partition_read_from_its_end_loses_nothing_published_as_the_reader_starts(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With auto-commit, a reader starting from the end looks the end up first, to store
+    # it as the cursor. An empty partition has none to store, and the reader then
+    # subscribed "new only": what was published between the look-up and the subscribe
+    # was read by no member (it has no cursor either). It now starts at offset 0.
+    fetch = client._core.fetch_partition_metadata
+    published: list[bytes] = []
+
+    def then_publish(s: str, partition: int) -> PartitionMetadata:
+        meta = fetch(s, partition)
+        if s == stream and partition == 0 and not published:
+            published.append(b"as the reader starts")
+            client.publish(stream, published[0], partition=0)
+        return meta
+
+    monkeypatch.setattr(client._core, "fetch_partition_metadata", then_publish)
+    with client.consumer(unique("g"), streams=[stream], auto_commit=60.0) as a:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        assert a.get(10).value == b"as the reader starts"
+    assert published == [b"as the reader starts"]
