@@ -103,7 +103,8 @@ class _Group(click.Group):
     default=5.0,
     show_default=True,
     envvar="LIFTBRIDGE_TIMEOUT",
-    help="Seconds for each request and for reaching a broker.",
+    help="Seconds for each request; a broker that cannot be reached is retried until they "
+    "have passed (then exit 5).",
 )
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
 @click.version_option(

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,38 @@ def test_refused_connection_is_one_line_and_exit_5(liftbridge_address: str) -> N
     )
     assert bad.returncode == 2 and "host:port" in bad.stderr
     assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("liftbridge-sync: error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (("metadata",), "--timeout 3s"),
+        (("cursor", "get", "s", "c"), "--timeout 3s"),
+        (("publish", "s", "x"), "no broker reachable"),
+        (("publish", "s", "x", "--ack-policy", "none"), "--timeout 3s"),
+    ],
+)
+def test_an_unavailable_broker_is_retried_until_the_timeout(
+    liftbridge_address: str, args: tuple[str, ...], says: str
+) -> None:
+    """--timeout 3 with a refused port failed in under a second: the command's retry
+    policy gave up after 3 attempts whatever --timeout said (a broker restarting in that
+    time was never reached). It retries until --timeout has passed, then exits 5, and a
+    publish's ack wait does not run out first (that was exit 6, "no ack")."""
+    started = time.monotonic()
+    refused = subprocess.run(
+        [*CLI, "-a", "127.0.0.1:1", "--timeout", "3", *args],
+        capture_output=True,
+        text=True,
+        env=cli_env(liftbridge_address),
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert refused.returncode == 5, refused.stderr
+    assert says in refused.stderr and "127.0.0.1:1" in refused.stderr, refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    # The last attempt starts at most one back-off (0.5 s) before the 3 s are up.
+    assert 2.4 <= elapsed < 30, elapsed
 
 
 @pytest.mark.parametrize("value", ["", "  ", ","])
