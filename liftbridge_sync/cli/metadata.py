@@ -102,11 +102,18 @@ def _tables(meta: Metadata) -> tuple[Table, Table]:
 def metadata(ctx: click.Context, streams: tuple[str, ...], as_json: bool) -> None:
     """Show brokers, streams, partitions, leaders, ISR and watermarks (all streams by default).
 
-    Piped, the tables keep every name whole; --json is the form for programs.
+    Piped, the tables keep every name whole; --json is the form for programs. A STREAM
+    that does not exist prints nothing and exits 3.
     """
     with open_client(settings_of(ctx)) as client:
         meta = client.fetch_metadata(*streams)
-    missing = [s for s in streams if s not in meta.streams]
+    missing = sorted({s for s in streams if s not in meta.streams})
+    if missing:
+        # Before anything is printed: the brokers and an empty or partial streams table
+        # (or a JSON record without the stream) read as an answer, exit 3 or not.
+        raise NoSuchStreamError(
+            f"no such stream{'s' if len(missing) > 1 else ''}: {', '.join(missing)}"
+        )
     out = Output()
     if as_json:
         out.write(json.dumps(metadata_record(meta), indent=2).encode() + b"\n")
@@ -130,5 +137,3 @@ def metadata(ctx: click.Context, streams: tuple[str, ...], as_json: bool) -> Non
             console.print(table)
         out.write(buffer.getvalue().encode("utf-8"))
     out.flush()
-    if missing:
-        raise NoSuchStreamError(f"no such stream: {', '.join(missing)}")

@@ -54,6 +54,24 @@ def test_create_metadata_delete_with_exit_codes(run: Run, liftbridge_client: Cli
     assert missing.returncode == 3 and "no such stream" in missing.stderr
 
 
+def test_metadata_of_a_missing_stream_prints_nothing_and_exits_3(run: Run, stream: str) -> None:
+    """``metadata MISSING`` printed the brokers table and an empty streams table (or a
+    JSON record without the stream), which read as an answer, then exited 3."""
+    missing, other = unique("cli-missing"), unique("cli-missing")
+    for args in (
+        (missing,),
+        (missing, "--json"),
+        (stream, missing, other, "--json"),
+        (stream, missing, other),
+    ):
+        result = run("metadata", *args)
+        assert (result.returncode, result.stdout) == (3, ""), (args, result)
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+        assert result.stderr.startswith("liftbridge-sync: error: no such stream"), result.stderr
+        assert missing in result.stderr and stream not in result.stderr
+        assert (other in result.stderr) == (other in args), result.stderr
+
+
 def test_piped_metadata_keeps_long_names_whole(run: Run, liftbridge_client: Client) -> None:
     name = unique("cli-" + "very-long-stream-name-" * 4)
     subject = f"{name}.subject." + "deep." * 20 + "end"
