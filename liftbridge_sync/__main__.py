@@ -16,12 +16,19 @@ def main() -> int:
     """Run the command line on ``sys.argv[1:]``; return the exit code.
 
     Without the ``cli`` extra: one line on stderr naming ``pip install
-    'liftbridge-sync[cli]'``, exit code 1.
+    'liftbridge-sync[cli]'``, exit code 1. Ctrl-C while the command line loads: exit
+    code 130 as during a command (not so while ``liftbridge_sync`` itself is imported,
+    before this runs: Python's traceback then).
 
     Not thread-safe: run it from the main thread of a process.
     """
     try:
         from liftbridge_sync.cli import main as cli_main
+    except KeyboardInterrupt:
+        # Ctrl-C while the commands, click and rich load (a tenth of a second of every
+        # start): the user's choice, as it is during a command, not a traceback.
+        print("liftbridge-sync: interrupted", file=sys.stderr)
+        return 130
     except ImportError as exc:
         if exc.name not in ("click", "rich") and not (exc.name or "").startswith(
             ("click.", "rich.")

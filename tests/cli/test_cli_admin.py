@@ -379,6 +379,42 @@ def test_without_the_cli_extra_python_m_explains() -> None:
     assert "liftbridge-sync[cli]" in result.stderr and "Traceback" not in result.stderr
 
 
+_INTERRUPT_ON_IMPORT = """
+import os, runpy, signal, sys
+
+TARGET = sys.argv[1]
+
+class InterruptOn:
+    # Ctrl-C arrives while the module is being imported: a real SIGINT, which Python's
+    # handler turns into KeyboardInterrupt at the import's next bytecode.
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptOn())
+sys.argv[1:] = ["--help"]
+runpy.run_module("liftbridge_sync", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("module", ["liftbridge_sync.cli", "click", "rich.console"])
+def test_ctrl_c_while_the_command_line_loads_is_exit_130_without_a_traceback(
+    liftbridge_address: str, module: str
+) -> None:
+    """Ctrl-C while the command line was importing its commands, click or rich (a tenth
+    of a second of every start) printed a KeyboardInterrupt traceback."""
+    result = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_ON_IMPORT, module],
+        capture_output=True,
+        text=True,
+        env=cli_env(liftbridge_address),
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (130, ""), result
+    assert result.stderr == "liftbridge-sync: interrupted\n", result.stderr
+
+
 def test_bench(run: Run) -> None:
     result = run("bench", "--count", "300", "--size", "64", "--json")
     assert result.returncode == 0, result.stderr
