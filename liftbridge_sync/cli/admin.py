@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import click
 
-from liftbridge_sync.cli.app import cli, settings_of
+from liftbridge_sync._wire.validate import DURATION_MAX_MS, INT32_MAX, INT64_MAX, MAX_PARTITIONS
+from liftbridge_sync.cli.app import PARTITION, cli, settings_of
 from liftbridge_sync.cli.context import open_client
 
 __all__ = ["create", "cursor", "delete", "pause", "readonly"]
@@ -20,23 +23,71 @@ def _replication_factor(value: int) -> int:
     return value
 
 
+def _subject(value: str | None) -> str | None:
+    # An empty -s (``-s "$UNSET"``) is a mistake, not a request for the default subject.
+    if value is not None and not value:
+        raise click.BadParameter("an empty subject: leave the option out for NAME")
+    return value
+
+
+def _retention_age(value: float | None) -> float | None:
+    # Checked here so that the error names the option and speaks in seconds, not in the
+    # client's terms ("use None or inf").
+    if value is None or math.isinf(value):
+        return value  # inf: no limit (sent as 0, the server's "none")
+    if math.isnan(value):
+        raise click.BadParameter(f"{value} is not a number of seconds")
+    if value > DURATION_MAX_MS / 1000:
+        raise click.BadParameter(
+            f"{value:g} s is longer than the server holds (at most {DURATION_MAX_MS / 1000:g} s; "
+            "inf for no limit)"
+        )
+    if 0 < value < 0.0005:
+        raise click.BadParameter(
+            f"{value:g} s is below 1 ms, which the server would take for no limit"
+        )
+    return value
+
+
+def _cursor_id(value: str) -> str:
+    if not value:
+        raise click.BadParameter("an empty cursor id")
+    return value
+
+
 @cli.command()
 @click.argument("name")
-@click.option("-s", "--subject", help="NATS subject (default: the stream name).")
-@click.option("-p", "--partitions", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "-s",
+    "--subject",
+    callback=lambda ctx, param, value: _subject(value),
+    help="NATS subject (default: the stream name).",
+)
+@click.option(
+    "-p",
+    "--partitions",
+    type=click.IntRange(min=1, max=MAX_PARTITIONS),
+    default=1,
+    show_default=True,
+)
 @click.option(
     "-r",
     "--replication-factor",
-    type=click.IntRange(min=-1),
+    type=click.IntRange(min=-1, max=INT32_MAX),
     callback=lambda ctx, param, value: _replication_factor(value),
     default=1,
     show_default=True,
     help="Replicas of each partition; -1: one on every broker.",
 )
 @click.option("--group", help="NATS queue group.")
-@click.option("--retention-max-messages", type=click.IntRange(min=0))
-@click.option("--retention-max-bytes", type=click.IntRange(min=0))
-@click.option("--retention-max-age", type=click.FloatRange(min=0), help="Seconds.")
+@click.option("--retention-max-messages", type=click.IntRange(min=0, max=INT64_MAX))
+@click.option("--retention-max-bytes", type=click.IntRange(min=0, max=INT64_MAX))
+@click.option(
+    "--retention-max-age",
+    type=click.FloatRange(min=0),
+    callback=lambda ctx, param, value: _retention_age(value),
+    help="Seconds (inf: no limit).",
+)
 @click.option("--compact/--no-compact", default=None, help="Keep the latest message per key.")
 @click.option("--exist-ok", is_flag=True, help="Succeed if the stream already exists.")
 @click.pass_context
@@ -82,9 +133,7 @@ def delete(ctx: click.Context, name: str) -> None:
 
 @cli.command()
 @click.argument("name")
-@click.option(
-    "-P", "--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Repeatable."
-)
+@click.option("-P", "--partition", "partitions", type=PARTITION, multiple=True, help="Repeatable.")
 @click.option("--resume-all", is_flag=True, help="A publish to any partition resumes all.")
 @click.pass_context
 def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all: bool) -> None:
@@ -96,9 +145,7 @@ def pause(ctx: click.Context, name: str, partitions: tuple[int, ...], resume_all
 
 @cli.command()
 @click.argument("name")
-@click.option(
-    "-P", "--partition", "partitions", type=click.IntRange(min=0), multiple=True, help="Repeatable."
-)
+@click.option("-P", "--partition", "partitions", type=PARTITION, multiple=True, help="Repeatable.")
 @click.option("--off", is_flag=True, help="Make the partitions writable again.")
 @click.pass_context
 def readonly(ctx: click.Context, name: str, partitions: tuple[int, ...], off: bool) -> None:
@@ -125,8 +172,8 @@ def cursor() -> None:
 
 @cursor.command("get")
 @click.argument("stream")
-@click.argument("cursor_id")
-@click.option("-P", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
+@click.argument("cursor_id", callback=lambda ctx, param, value: _cursor_id(value))
+@click.option("-P", "--partition", type=PARTITION, default=0, show_default=True)
 @click.pass_context
 def cursor_get(ctx: click.Context, stream: str, cursor_id: str, partition: int) -> None:
     """Print the offset stored under CURSOR_ID for STREAM (-1 when none)."""
@@ -137,9 +184,9 @@ def cursor_get(ctx: click.Context, stream: str, cursor_id: str, partition: int) 
 
 @cursor.command("set")
 @click.argument("stream")
-@click.argument("cursor_id")
-@click.argument("offset", type=click.IntRange(min=-1))
-@click.option("-P", "--partition", type=click.IntRange(min=0), default=0, show_default=True)
+@click.argument("cursor_id", callback=lambda ctx, param, value: _cursor_id(value))
+@click.argument("offset", type=click.IntRange(min=-1, max=INT64_MAX))
+@click.option("-P", "--partition", type=PARTITION, default=0, show_default=True)
 @click.pass_context
 def cursor_set(
     ctx: click.Context, stream: str, cursor_id: str, offset: int, partition: int

@@ -11,10 +11,15 @@ import click
 
 from liftbridge_sync import ConfigurationError, __version__, speedups_active
 from liftbridge_sync._wire.speedups import INACTIVE_REASON
+from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.cli.context import CliSettings
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed
 
-__all__ = ["cli"]
+__all__ = ["PARTITION", "cli"]
+
+#: A partition number: the wire holds an int32, and click then names the option when
+#: one is out of range (the client's error named its own parameter, 'partition').
+PARTITION = click.IntRange(min=0, max=INT32_MAX)
 
 
 def _version_message() -> str:

@@ -29,7 +29,7 @@ from liftbridge_sync import (
     PartitionInfo,
     PublishError,
 )
-from liftbridge_sync.cli.app import cli, settings_of
+from liftbridge_sync.cli.app import PARTITION, cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import (
     CommandFailed,
@@ -393,7 +393,7 @@ class _Tracker:
     help="Split each line at the first SEP into key and value.",
 )
 @click.option("-H", "--header", "headers", multiple=True, help="NAME=VALUE; repeatable.")
-@click.option("-P", "--partition", type=click.IntRange(min=0), help="Target partition.")
+@click.option("-P", "--partition", type=PARTITION, help="Target partition.")
 @click.option(
     "--partitioner",
     type=click.Choice(list(PARTITIONER_NAMES)),

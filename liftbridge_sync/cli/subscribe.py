@@ -24,7 +24,7 @@ from liftbridge_sync import (
     Subscription,
     tail,
 )
-from liftbridge_sync.cli.app import cli, settings_of
+from liftbridge_sync.cli.app import PARTITION, cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import PipeClosed
 from liftbridge_sync.cli.output import FORMATS, Output, format_message
@@ -133,7 +133,7 @@ def _last_messages(
 
 @cli.command()
 @click.argument("stream")
-@click.option("-P", "--partition", type=click.IntRange(min=0), help="One partition (default: all).")
+@click.option("-P", "--partition", type=PARTITION, help="One partition (default: all).")
 @click.option("-s", "--start", help=START_HELP)
 @click.option("-e", "--stop", help=STOP_HELP)
 @click.option("-F", "--follow", is_flag=True, help="Keep waiting for new messages.")
