@@ -92,7 +92,14 @@ def parse_start(text: str) -> StartAt:
             raise ConfigurationError(f"ago: needs seconds, got {arg!r}") from None
         if not seconds >= 0:
             raise ConfigurationError("ago: seconds must be >= 0")
-        return StartAt.time_delta(seconds)
+        try:
+            return StartAt.time_delta(seconds)
+        except ConfigurationError:
+            # Its message names the Python API ('time_delta seconds', "use None or inf").
+            raise ConfigurationError(
+                f"ago:{arg} reaches back further than a timestamp holds (about 292 years); "
+                "ago:inf reads every message"
+            ) from None
     if kind == "cursor" and arg:
         return StartAt.cursor(arg)
     raise ConfigurationError(f"unknown start position {text!r}; use {START_HELP}")

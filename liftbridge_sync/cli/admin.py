@@ -30,6 +30,12 @@ def _subject(value: str | None) -> str | None:
     return value
 
 
+def _group(value: str | None) -> str | None:
+    if value is not None and not value:
+        raise click.BadParameter("an empty group: leave the option out for none")
+    return value
+
+
 def _retention_age(value: float | None) -> float | None:
     # Checked here so that the error names the option and speaks in seconds, not in the
     # client's terms ("use None or inf").
@@ -79,7 +85,7 @@ def _cursor_id(value: str) -> str:
     show_default=True,
     help="Replicas of each partition; -1: one on every broker.",
 )
-@click.option("--group", help="NATS queue group.")
+@click.option("--group", callback=lambda ctx, param, value: _group(value), help="NATS queue group.")
 @click.option("--retention-max-messages", type=click.IntRange(min=0, max=INT64_MAX))
 @click.option("--retention-max-bytes", type=click.IntRange(min=0, max=INT64_MAX))
 @click.option(

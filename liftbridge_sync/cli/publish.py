@@ -53,6 +53,13 @@ def _argv_bytes(text: str) -> bytes:
     return os.fsencode(text)
 
 
+def _key_separator(value: str | None) -> str | None:
+    # An empty -K (``-K "$UNSET"``) published every line unkeyed without a word.
+    if value is not None and not value:
+        raise click.BadParameter("an empty separator: leave the option out for unkeyed lines")
+    return value
+
+
 def _headers(values: tuple[str, ...]) -> dict[str, bytes]:
     headers: dict[str, bytes] = {}
     for item in values:
@@ -390,6 +397,7 @@ class _Tracker:
 @click.option(
     "-K",
     "--key-separator",
+    callback=lambda ctx, param, value: _key_separator(value),
     help="Split each line at the first SEP into key and value.",
 )
 @click.option("-H", "--header", "headers", multiple=True, help="NAME=VALUE; repeatable.")

@@ -148,6 +148,8 @@ def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) ->
         (("create", "{stream}-new", "--retention-max-age", "1e300"), "--retention-max-age"),
         (("create", "{stream}-new", "--retention-max-age", "0.0001"), "--retention-max-age"),
         (("create", "{stream}-new", "--subject", ""), "--subject"),
+        (("create", "{stream}-new", "--group", ""), "--group"),
+        (("publish", "{stream}", "a:b", "-K", ""), "--key-separator"),
         (("pause", "{stream}", "-P", "2147483648"), "--partition"),
         (("readonly", "{stream}", "-P", "2147483648"), "--partition"),
         (("cursor", "get", "{stream}", "c", "-P", "2147483648"), "--partition"),
@@ -163,8 +165,8 @@ def test_an_option_out_of_range_is_a_usage_error_naming_the_option(
     run: Run, stream: str, args: tuple[str, ...], option: str
 ) -> None:
     """They failed in the client's terms ('partitions' must be between 0 and ...,
-    'cursor_id' must be a non-empty str or None), or an empty --subject was taken for
-    none (the stream's name)."""
+    'cursor_id' must be a non-empty str or None), or an empty --subject or -K was taken
+    for none (the stream's name, an unkeyed line)."""
     result = run(*(arg.format(stream=stream) for arg in args))
     assert result.returncode == 2, result.stderr
     assert "Invalid value for" in result.stderr and option in result.stderr, result.stderr

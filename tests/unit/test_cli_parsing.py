@@ -52,6 +52,16 @@ def test_bad_start_positions(text: str) -> None:
         parse_start(text)
 
 
+def test_ago_further_back_than_a_timestamp_holds_is_worded_for_the_command_line() -> None:
+    """It said "'time_delta seconds' must be at most ...; use None or inf": the names of
+    the Python API, not of ``ago:``."""
+    with pytest.raises(click.BadParameter, match="ago:1e300 reaches back") as info:
+        parse_start("ago:1e300")
+    assert "time_delta" not in str(info.value) and "None" not in str(info.value)
+    assert "ago:inf" in str(info.value)
+    assert parse_start("ago:inf") == StartAt.time_delta(float("inf"))
+
+
 def test_stop_positions() -> None:
     assert parse_stop("latest") == StopAt.latest()
     assert parse_stop("offset:3") == StopAt.offset(3)
