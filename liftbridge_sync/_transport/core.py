@@ -223,7 +223,9 @@ class ClientCore:
         """Retire the channels to addresses that have been neither a broker of the
         metadata nor a seed for :attr:`departed_after` seconds: under rolling
         replacements (new addresses each time) they would otherwise pile up, with their
-        connections, until :meth:`close`.
+        connections, until :meth:`close`. The TLS verdicts (see :meth:`_tls_required`)
+        of the departed brokers, and of addresses neither listed nor holding a channel,
+        are forgotten with them.
 
         An answer that lists no broker retires nothing. Called after every metadata
         update that replaced the broker list; it reads the latest snapshot, so a late
@@ -249,6 +251,12 @@ class ClientCore:
             departed = {a for a in absent if now - since[a] >= self.departed_after}
             for address in departed:
                 del since[address]
+            # A verdict is kept only while its broker may still be called: one per
+            # address ever seen would grow for good under rolling replacements (and a
+            # broker coming back at a departed address is asked again).
+            verdicts = self._tls_verdicts
+            for address in [a for a in verdicts if a in departed or a not in held | listed]:
+                del verdicts[address]
         if not departed:
             return
         gone = self.pool.retire(held - departed | listed)
@@ -342,7 +350,8 @@ class ClientCore:
         """``error`` told apart: a verified TLS answer from the broker's port makes it a
         final TLSError, an unverified one a retryable hint, none leaves it as it is.
 
-        The port is asked once per address and client (the answer is kept)."""
+        The port is asked once per address and client (the answer is kept while the
+        broker is listed, a seed, or has a channel: see :meth:`_forget_departed`)."""
         verdict = self._tls_verdicts.get(address, _UNASKED)
         if verdict is _UNASKED:
             wait = _TLS_QUESTION_WAIT if budget is None else min(_TLS_QUESTION_WAIT, budget)
@@ -351,7 +360,8 @@ class ClientCore:
             host, port = parse_address(address)
             verdict = speaks_tls((host, port), wait)
             if verdict is not None or wait == _TLS_QUESTION_WAIT:
-                self._tls_verdicts[address] = verdict  # else perhaps only cut short
+                with self._lock:  # _forget_departed goes through the verdicts under it
+                    self._tls_verdicts[address] = verdict  # else perhaps only cut short
         if verdict is None:
             return error
         return plaintext_refused_error(

@@ -9,9 +9,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 import grpc
+import pytest
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport import core as core_module
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.options import ClientOptions
 
 
@@ -123,4 +126,34 @@ def test_a_broker_missing_from_answers_for_a_moment_keeps_its_channels() -> None
     core.adopt_metadata(_brokers("a:1"))
     assert [c.address for c in made if c.closed] == ["b:1"]
     assert core._absent_since == {}
+    core.close()
+
+
+def test_the_tls_verdicts_of_departed_brokers_are_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A plaintext connection a broker closed at connect makes the client ask that port
+    # whether it speaks TLS, and the answer is kept: one per address ever seen grew for
+    # good under rolling replacements (a new address each time).
+    asked: list[str] = []
+
+    def speaks_tls(peer: tuple[str, int], timeout: float) -> str | None:
+        asked.append(f"{peer[0]}:{peer[1]}")
+        return None
+
+    monkeypatch.setattr(core_module, "speaks_tls", speaks_tls)
+    core, _ = _core()
+    closed = BrokerUnavailableError("Subscribe: closed", details="Socket closed")
+    for n in range(200):
+        address = f"b{n}:1"
+        _use(core, address)
+        core._tls_required(address, closed)
+        core.adopt_metadata(_brokers(address))  # b{n-1} replaced by b{n}
+    assert len(asked) == 200
+    assert set(core._tls_verdicts) <= {"b199:1", "seed:1"}
+    # A broker back at an address it left is asked again; one still listed is not.
+    _use(core, "b0:1")
+    core._tls_required("b0:1", closed)
+    core._tls_required("b199:1", closed)
+    assert asked[200:] == ["b0:1"]
     core.close()
