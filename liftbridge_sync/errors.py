@@ -9,6 +9,7 @@ Every exception derives from :class:`LiftbridgeError`::
     ├── ClientClosedError                    the client (or subscription) was closed
     ├── ForkedClientError                    a connected client was used in a forked child
     ├── InternalThreadError                  a thread of the client died: it cannot go on
+    ├── LocalResourceError                   this process is out of file descriptors
     ├── BrokerUnavailableError               no broker reachable (UNAVAILABLE, no metadata leader)
     │   └── TLSError                         TLS set-up failed: certificates, names, TLS vs plain
     ├── NotLeaderError                       request reached a broker that does not lead
@@ -69,6 +70,7 @@ __all__ = [
     "InternalThreadError",
     "InvalidArgumentError",
     "LiftbridgeError",
+    "LocalResourceError",
     "MessageTooLargeError",
     "NoSuchPartitionError",
     "NoSuchStreamError",
@@ -164,6 +166,22 @@ class InternalThreadError(LiftbridgeError):
     could be started for a partition reader: close that consumer and create another;
     ``Client.consumer`` raises it when the member's own threads cannot be started (it
     has left the group again).
+    """
+
+
+class LocalResourceError(LiftbridgeError):
+    """A connection to a broker could not even be started: this process has no file
+    descriptor left ("Too many open files", ``EMFILE``), or the system has none
+    (``ENFILE``). The broker was never asked.
+
+    Raised at once, not retried (nor blamed on the broker as a
+    :class:`BrokerUnavailableError`): it lasts until the process closes files or
+    sockets, or its limit (``ulimit -n``, ``RLIMIT_NOFILE``) is raised. With the default
+    ``"h2"`` transports every publisher and every subscription holds a connection of
+    its own, so a ``subscribe_stream`` of many partitions needs as many descriptors. The
+    ``OSError`` is the ``__cause__``.
+
+    Instances are immutable values and safe to share between threads.
     """
 
 

@@ -22,13 +22,14 @@ is dropped). A numeric address needs no lookup and starts no thread.
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from liftbridge_sync.errors import ClientClosedError
+from liftbridge_sync.errors import ClientClosedError, LocalResourceError
 
 __all__ = ["RESOLVE_THREAD", "DialAbort", "connect", "resolve", "watching"]
 
@@ -193,13 +194,24 @@ def connect(host: str, port: int, timeout: float, abort: DialAbort | None = None
     Raises:
         OSError: the name lookup failed or took longer than ``timeout``, or no address
             could be connected to (the last address's error).
+        LocalResourceError: the process (or the system) has no file descriptor left
+            for the socket or the name lookup: nothing the broker did.
         ClientClosedError: ``abort`` aborted.
     """
     if abort is not None:
         abort.check()
     error: OSError | None = None
-    for family, kind, proto, _, address in resolve(host, port, timeout, abort):
-        sock = socket.socket(family, kind, proto)
+    try:
+        addresses = resolve(host, port, timeout, abort)
+    except OSError as exc:
+        _refuse_if_out_of_descriptors(exc, host, port)
+        raise
+    for family, kind, proto, _, address in addresses:
+        try:
+            sock = socket.socket(family, kind, proto)
+        except OSError as exc:
+            _refuse_if_out_of_descriptors(exc, host, port)
+            raise
         try:
             sock.settimeout(timeout)
             with watching(abort, sock):
@@ -215,3 +227,24 @@ def connect(host: str, port: int, timeout: float, abort: DialAbort | None = None
     if error is None:
         raise OSError(f"no address found for {host}")
     raise error
+
+
+#: A socket (or a name lookup's) failing for want of a file descriptor: in the process
+#: (EMFILE, "Too many open files") or in the whole system (ENFILE).
+_NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def _refuse_if_out_of_descriptors(error: OSError, host: str, port: int) -> None:
+    """Raise a :class:`LocalResourceError` instead of ``error`` if it means that no file
+    descriptor was left: retrying such a dial would take the whole retry policy (or a
+    subscription's ``resubscribe_wait``) and end blaming the broker, never asked.
+
+    Raises:
+        LocalResourceError: ``error`` is ``EMFILE`` or ``ENFILE``.
+    """
+    if error.errno in _NO_DESCRIPTOR:
+        raise LocalResourceError(
+            f"cannot connect to {host}:{port}: this process has no file descriptor left "
+            f"({error.strerror or error}); close connections it no longer needs or raise "
+            "its open-file limit (ulimit -n)"
+        ) from error

@@ -100,6 +100,7 @@ def preflight_tls(
             server certificate, strict X.509 verification, name mismatch, plaintext
             server).
         ConfigurationError: the TLS options' certificates do not load.
+        LocalResourceError: the process has no file descriptor left for the socket.
     """
     host, port = parse_address(address)
     context = setup.context()
@@ -376,6 +377,7 @@ class ChannelPool:
             ClientClosedError: ``abort`` aborted.
             TLSError: the handshake failed for a TLS reason (checked again next time).
             ConfigurationError: the TLS options' certificates do not load.
+            LocalResourceError: the process has no file descriptor left for the socket.
         """
         setup = self.tls
         if setup is None or address in self._checked or self._factory != self._make_channel:

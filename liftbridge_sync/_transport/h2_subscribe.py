@@ -48,7 +48,7 @@ from liftbridge_sync._transport.h2.pings import PingPolicy
 from liftbridge_sync._transport.h2.sockets import RECV_SIZE
 from liftbridge_sync._transport.h2.subscribe_receiver import SubscribeReceiver
 from liftbridge_sync._transport.tls import TLSSetup
-from liftbridge_sync.errors import ClientClosedError, LiftbridgeError
+from liftbridge_sync.errors import ClientClosedError, LiftbridgeError, LocalResourceError
 from liftbridge_sync.options import ClientOptions
 
 __all__ = ["H2SubscribeCall"]
@@ -402,6 +402,11 @@ class H2SubscribeCall(SubscribeReceiver):
             )
         except ClientClosedError:  # our own cancel() abandoned the dial
             raise self._cancelled_error() from None
+        except LocalResourceError as exc:
+            # This process's shortage, not the broker's: it ends the call, unretried.
+            self._ended = True
+            self._error = exc
+            raise
         except DialError as exc:
             if self._cancelled:
                 raise self._cancelled_error() from None

@@ -127,6 +127,7 @@ def dial(
     Raises:
         DialError: the connection or the stream could not be opened.
         ConfigurationError: the TLS options' certificates do not load.
+        LocalResourceError: the process has no file descriptor left (not retried).
         ClientClosedError: ``abort`` aborted.
     """
     host, port = parse_address(address)
@@ -204,6 +205,7 @@ def open_h2_stream(
     Raises:
         BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends
             nothing back.
+        LocalResourceError: the process has no file descriptor left (not retried).
         ClientClosedError: ``abort`` aborted.
     """
     if abort is not None:

@@ -17,6 +17,7 @@ import ssl
 
 from liftbridge_sync._transport.aborting import connect
 from liftbridge_sync._wire.speedups import recv_held, send_held
+from liftbridge_sync.errors import LocalResourceError
 
 __all__ = [
     "READS_PER_TURN",
@@ -76,7 +77,8 @@ def speaks_tls(peer: tuple[str, int], timeout: float = 2.0) -> str | None:
         text = str(exc).upper()
         plaintext = "WRONG_VERSION_NUMBER" in text or "RECORD_LAYER" in text or "EOF" in text
         return None if plaintext else "unverified"
-    except OSError:
+    except (OSError, LocalResourceError):
+        # No descriptor for the question: no answer (the caller's error stands).
         return None
 
 

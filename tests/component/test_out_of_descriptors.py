@@ -1,0 +1,84 @@
+"""A process out of file descriptors gets a ``LocalResourceError`` at once.
+
+"Too many open files" (``EMFILE``) while an ``"h2"`` publisher or subscription dialled
+was taken for an unreachable broker: retried under the whole retry policy (a first
+subscribe took about 6 s, a resubscribe up to ``resubscribe_wait``), then raised as a
+``BrokerUnavailableError`` that blamed the broker, which was never asked. The process's
+open-file limit is lowered and its free descriptors used up in a child process, so that
+the next socket fails with ``EMFILE``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, resource, sys, time
+    import liftbridge_sync.otel  # imported by a first publish: a file to open
+    from liftbridge_sync import Client, LocalResourceError, RetryPolicy, StartAt
+    from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
+
+    faulthandler.dump_traceback_later(50, exit=True)
+    what = sys.argv[1]
+    broker = FakeBroker("a", FakeCluster(leader="a")).start()
+    broker.subscribe_scripts = [serve([0], "end")] * 3
+    # A retry policy that takes 20 s: a retried EMFILE shows in the time taken.
+    retry = RetryPolicy(max_attempts=1000, max_delay=20.0, initial=0.1, maximum=0.5)
+    client = Client([broker.address], retry=retry, ack_timeout=30.0)
+    # Metadata and the unary channel first: they keep the connection they have.
+    client.fetch_metadata()
+
+    def run():
+        if what == "subscribe":
+            return [m.offset for m in client.subscribe("s", start=StartAt.earliest())]
+        return client.publish("s", b"x").offset
+
+    held = []
+    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 8, hard))
+    try:
+        while True:
+            held.append(open(os.devnull))
+    except OSError:
+        pass
+    started = time.monotonic()
+    try:
+        run()
+    except LocalResourceError as exc:
+        took = time.monotonic() - started
+        assert "no file descriptor left" in str(exc), exc
+        assert "ulimit -n" in str(exc), exc
+        print(f"LocalResourceError after {took:.2f}s", flush=True)
+    except Exception as exc:
+        took = time.monotonic() - started
+        print(f"{type(exc).__name__} after {took:.2f}s: {exc}", flush=True)
+        raise SystemExit(1)
+    else:
+        print("no error", flush=True)
+        raise SystemExit(1)
+    for f in held:
+        f.close()
+    print("afterwards", run(), flush=True)  # descriptors again: works again
+    client.close()
+    broker.stop()
+    """
+)
+
+
+@pytest.mark.parametrize("what", ["subscribe", "publish"])
+def test_a_dial_without_a_file_descriptor_fails_at_once_with_a_local_error(what: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, what], capture_output=True, text=True, timeout=60
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    took = float(result.stdout.split("LocalResourceError after ")[1].split("s")[0])
+    assert took < 1.0, output
+    expected = "[0]" if what == "subscribe" else "0"
+    assert f"afterwards {expected}" in result.stdout, output
