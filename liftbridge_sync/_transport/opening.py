@@ -16,17 +16,19 @@ server's handshake message is mapped as opening the subscription
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2.dial import open_h2_stream
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
 from liftbridge_sync._transport.publish_stream import StreamOpener, open_grpc_stream
-from liftbridge_sync._wire.status import CallContext, error_from_rpc_error
+from liftbridge_sync._wire.status import CallContext, error_from_rpc_error, error_from_status
 from liftbridge_sync.errors import ClientClosedError
 
 __all__ = ["SubscribeCall", "open_subscribe", "publish_opener"]
@@ -74,8 +76,9 @@ def open_subscribe(
         batched: Whether the reader takes messages in batches; the grpc transport hands
             them out one at a time whatever this says.
 
-    Raises:
-        ClientClosedError: the client is closed (or was closed as the call was made).
+    Nothing is sent before the call's first read, which also makes the broker's TLS
+    pre-flight (the call's ``cancel()`` abandons it), and raises what opening it raised:
+    ``ClientClosedError`` if the client is closed (or was closed as the call was made).
     """
     options = core.options
     if options.subscribe_transport == "h2":
@@ -91,55 +94,93 @@ def open_subscribe(
         )
         call.batched = batched
         return call
-    stub = core.pool.stub(address, streaming_reads=True)
-    release = core.pool.releaser(stub)
-    try:
-        call = stub.Subscribe(request)
-    except ValueError:
-        release()
-        # grpcio's "Cannot invoke RPC on closed channel!": close() won the race for the
-        # channel between the stub's lookup and the call.
-        if core.closed:
-            raise ClientClosedError("subscribe: the client was closed") from None
-        raise
-    except BaseException:
-        release()
-        raise
-    return _GrpcSubscribeCall(call, core, address, release)
+    # The TLS pre-flight (up to 5 s) and the call are made by the first read, so that
+    # cancel() (close(), a get() deadline) ends the pre-flight too.
+    return _GrpcSubscribeCall(core, address, request)
 
 
 class _GrpcSubscribeCall:
-    """A grpcio ``Subscribe`` call whose failures are Liftbridge errors.
+    """A grpcio ``Subscribe`` call whose failures are Liftbridge errors, made by the
+    first read (after the broker's TLS pre-flight, which :meth:`cancel` abandons).
 
-    One reading thread at a time; ``cancel()`` is thread-safe (grpcio's).
+    One reading thread at a time; ``cancel()`` is thread-safe.
     """
 
-    __slots__ = ("_address", "_call", "_core", "_opened", "_release")
+    __slots__ = (
+        "_abort",
+        "_address",
+        "_call",
+        "_cancelled",
+        "_core",
+        "_lock",
+        "_opened",
+        "_release",
+        "_request",
+    )
 
     batched = False
 
-    def __init__(
-        self, call: Any, core: ClientCore, address: str, release: Callable[[], None]
-    ) -> None:
-        self._call = call
+    def __init__(self, core: ClientCore, address: str, request: api_pb2.SubscribeRequest) -> None:
         self._core = core
         self._address = address
+        self._request = request
+        self._lock = threading.Lock()
+        #: Abandons the TLS pre-flight (see ChannelPool.check_tls).
+        self._abort = DialAbort()
+        self._cancelled = False
+        self._call: Any = None  # the grpcio call, once made
         self._opened = False  # the handshake message arrived
         #: Gives the channel back to the pool once the call ended (ended, failed or
         #: cancelled): its broker's channel may then be closed (ChannelPool.retire).
-        self._release = release
+        self._release: Callable[[], None] | None = None
 
     def __iter__(self) -> _GrpcSubscribeCall:
         return self
 
-    def __next__(self) -> api_pb2.Message:
+    def _start(self) -> Any:
+        """Make the grpcio call (after the TLS pre-flight, if the broker had none yet)."""
+        core, address = self._core, self._address
         try:
-            message: api_pb2.Message = next(self._call)
+            core.pool.check_tls(address, abort=self._abort)
+        except ClientClosedError:
+            if not self._abort.aborted:
+                raise
+            raise error_from_status(
+                grpc.StatusCode.CANCELLED, "subscription call cancelled", CallContext.SUBSCRIBE_OPEN
+            ) from None
+        stub = core.pool.stub(address, streaming_reads=True)
+        release = core.pool.releaser(stub)
+        try:
+            call = stub.Subscribe(self._request)
+        except ValueError:
+            release()
+            # grpcio's "Cannot invoke RPC on closed channel!": close() won the race for
+            # the channel between the stub's lookup and the call.
+            if core.closed:
+                raise ClientClosedError("subscribe: the client was closed") from None
+            raise
+        except BaseException:
+            release()
+            raise
+        with self._lock:
+            self._call, self._release = call, release
+            cancelled = self._cancelled
+        if cancelled:  # cancel() came while the call was being made
+            call.cancel()
+            release()
+        return call
+
+    def __next__(self) -> api_pb2.Message:
+        call = self._call
+        if call is None:
+            call = self._start()
+        try:
+            message: api_pb2.Message = next(call)
         except StopIteration:
-            self._release()
+            self._done()
             raise
         except grpc.RpcError as exc:
-            self._release()
+            self._done()
             if self._opened:
                 raise error_from_rpc_error(exc, CallContext.SUBSCRIPTION) from None
             # Before the handshake: also tells a TLS-only broker from a passing failure.
@@ -147,12 +188,23 @@ class _GrpcSubscribeCall:
         self._opened = True
         return message
 
+    def _done(self) -> None:
+        release = self._release
+        if release is not None:
+            release()
+
     def read_batch(self, deadline: float | None = None) -> list[api_pb2.Message]:
         """The next message, as a batch of one. grpcio's reads take no deadline: it is
         not honoured here (a reader that needs one cancels the call from a timer)."""
         return [next(self)]
 
     def cancel(self) -> None:
-        """Cancel the grpcio call."""
-        self._call.cancel()
-        self._release()
+        """Cancel the grpcio call, or abandon the TLS pre-flight before it."""
+        self._abort.abort()
+        with self._lock:
+            self._cancelled = True
+            call, release = self._call, self._release
+        if call is not None:
+            call.cancel()
+        if release is not None:
+            release()

@@ -118,12 +118,14 @@ def _tls_broker(fake: FakeBroker, certs: TestCertificates) -> None:
     fake.address = f"127.0.0.1:{fake.port}"
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
 @pytest.mark.parametrize("tls", [False, True], ids=["plaintext", "tls"])
 def test_get_timeout_and_close_abandon_a_resubscribe_to_a_silent_leader(
-    silent: SilentListener, certs: TestCertificates, tls: bool
+    silent: SilentListener, certs: TestCertificates, tls: bool, transport: str
 ) -> None:
     """The new leader accepts connections and says nothing: with TLS, the pre-flight
-    (5 s) and the handshake (``rpc_timeout``) could not be cut short."""
+    (5 s) and the handshake (``rpc_timeout``) could not be cut short (with ``"grpc"``,
+    the pre-flight ran before the call that close() cancels existed)."""
     cluster = FakeCluster(leader="a")
     a = FakeBroker("a", cluster)
     if tls:
@@ -134,7 +136,7 @@ def test_get_timeout_and_close_abandon_a_resubscribe_to_a_silent_leader(
         a.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "node died"))]
         options = {"tls": _tls(certs)} if tls else {}
         with make_client(
-            a, rpc_timeout=30.0, resubscribe_wait=60.0, subscribe_transport="h2", **options
+            a, rpc_timeout=30.0, resubscribe_wait=60.0, subscribe_transport=transport, **options
         ) as client:
             sub = client.subscribe("s", start=StartAt.earliest())
             assert sub.get(5).offset == 0
