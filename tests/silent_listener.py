@@ -11,10 +11,14 @@ __all__ = ["SilentListener"]
 class SilentListener:
     """A listener that accepts connections and never says anything (a hung process, a
     proxy with nothing behind it); with ``full=True`` it accepts none either: its
-    backlog is full, so a client's SYN is dropped and its connect() waits."""
+    backlog is full, so a client's SYN is dropped and its connect() waits. With
+    ``tiny_window=True`` its connections have the smallest receive buffer the kernel
+    allows, so that a few KiB the client writes fill it (and nothing is ever read)."""
 
-    def __init__(self, *, full: bool = False) -> None:
+    def __init__(self, *, full: bool = False, tiny_window: bool = False) -> None:
         self._server = socket.socket()
+        if tiny_window:  # inherited by the accepted connections
+            self._server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)
         self._server.bind(("127.0.0.1", 0))
         self.port: int = self._server.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"

@@ -11,10 +11,12 @@ returns, and ``get(timeout)`` times out, within a second or so.
 
 from __future__ import annotations
 
+import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -22,7 +24,9 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import ClientOptions, StartAt, TLSOptions
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import connect
 from liftbridge_sync._transport.channels import ChannelPool
+from liftbridge_sync._transport.h2 import dial as dial_module
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
 from liftbridge_sync.testing import (
     FakeBroker,
@@ -64,6 +68,12 @@ def _in(thread: threading.Thread, function: str) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def _innermost(thread: threading.Thread) -> str | None:
+    """The name of the function ``thread`` runs Python code of now (innermost frame)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    return None if frame is None else frame.f_code.co_name
 
 
 @pytest.mark.parametrize(
@@ -161,3 +171,51 @@ def test_get_timeout_and_close_abandon_a_resubscribe_to_a_silent_leader(
             assert result == [[]]  # a closed subscription ends its iteration
     finally:
         a.stop()
+
+
+def test_cancel_abandons_a_request_write_the_broker_does_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dial's one write (the HTTP/2 preface, the headers and the request) waited, with
+    ``rpc_timeout``, for a broker that accepted the connection and read nothing once it
+    filled the socket's buffers: no abort could wake it."""
+    silent = SilentListener(tiny_window=True)
+    real = connect  # what the dial calls
+
+    def small_buffers(host: str, port: int, timeout: float, abort: Any = None) -> socket.socket:
+        # Buffers that a request of 16 KB fills (the kernel's floor, a few KiB).
+        sock = real(host, port, timeout, abort)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)
+        return sock
+
+    monkeypatch.setattr(dial_module, "connect", small_buffers)
+    options = ClientOptions(addresses=(silent.address,), rpc_timeout=30.0)
+    # A stream name of 16,000 bytes: the largest request one HTTP/2 frame carries.
+    request = api_pb2.SubscribeRequest(stream="s" * 16_000, partition=0)
+    call = H2SubscribeCall(silent.address, request, options, None)
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            next(call)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    reader = threading.Thread(target=read, name="test-reader", daemon=True)
+    reader.start()
+    try:
+        # sendall() is C: the dial's own frame is the innermost one while it blocks.
+        wait_until(
+            lambda: silent.accepted >= 1 and _innermost(reader) == "dial",
+            what="the dial's write to block",
+        )
+        started = time.monotonic()
+        call.cancel()
+        reader.join(BOUND)
+        took = time.monotonic() - started
+        assert not reader.is_alive(), f"cancel() did not end the write within {BOUND}s"
+        assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
+        assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
+        assert errors[0].code == "CANCELLED"
+    finally:
+        silent.close()

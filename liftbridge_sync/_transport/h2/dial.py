@@ -2,9 +2,10 @@
 the request (:func:`dial`, shared by the ``"h2"`` publish stream and the ``Subscribe``
 reader), and the ``PublishAsync`` opener. The name lookup is bounded by ``rpc_timeout``.
 Given a :class:`~liftbridge_sync._transport.aborting.DialAbort`, the TLS pre-flight, the
-name lookup, the connect, the TLS handshake and the wait for the broker's first frame
-are abandoned as soon as it aborts (the publisher's ``close()``, a subscribe call's
-``cancel()``). Every function here is thread-safe."""
+name lookup, the connect, the TLS handshake, the write of the preface and the request,
+and the wait for the broker's first frame are abandoned as soon as it aborts (the
+publisher's ``close()``, a subscribe call's ``cancel()``). Every function here is
+thread-safe."""
 
 from __future__ import annotations
 
@@ -118,8 +119,9 @@ def dial(
         recv_window: Receive window of the stream and the connection, bytes.
         body: The request message, already serialized, or ``None`` to keep the
             request open (a client stream).
-        abort: Abandons the name lookup, the connect and the TLS handshake from another
-            thread (the publisher's ``close()``, a subscribe call's ``cancel()``).
+        abort: Abandons the name lookup, the connect, the TLS handshake and the write of
+            the preface and request from another thread (the publisher's ``close()``, a
+            subscribe call's ``cancel()``).
 
     Returns:
         The socket, the ``h2`` connection and the stream id.
@@ -177,7 +179,10 @@ def dial(
         )
         if body is not None:
             conn.send_data(stream_id, framing.PREFIX.pack(0, len(body)) + body, end_stream=True)
-        sock.sendall(conn.data_to_send())
+        # A broker that reads nothing holds this write once the buffers are full (up to
+        # rpc_timeout): the abort wakes it as it wakes the steps before.
+        with watching(abort, sock):
+            sock.sendall(conn.data_to_send())
     except BaseException as exc:
         sock.close()
         if isinstance(exc, OSError | h2.exceptions.ProtocolError):
@@ -200,7 +205,7 @@ def open_h2_stream(
     waits for the broker's first frame (at most 5 s), then hands the socket to a new
     :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends the
     TLS pre-flight (:meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`),
-    the name lookup, the connect, the TLS handshake and the wait at once.
+    the name lookup, the connect, the TLS handshake, the write and the wait at once.
 
     Raises:
         BrokerUnavailableError: if the broker cannot be reached, TLS fails, or it sends
