@@ -179,7 +179,8 @@ class LocalResourceError(LiftbridgeError):
     sockets, or its limit (``ulimit -n``, ``RLIMIT_NOFILE``) is raised. With the default
     ``"h2"`` transports every publisher and every subscription holds a connection of
     its own, so a ``subscribe_stream`` of many partitions needs as many descriptors. The
-    ``OSError`` is the ``__cause__``.
+    ``OSError`` is the ``__cause__`` (none when gRPC's own connect failed: a gRPC channel
+    then reports it until its next attempt, at most 2 s later).
 
     Instances are immutable values and safe to share between threads.
     """

@@ -33,6 +33,7 @@ from liftbridge_sync.errors import (
     IncorrectOffsetError,
     InvalidArgumentError,
     LiftbridgeError,
+    LocalResourceError,
     MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -331,6 +332,11 @@ def _permission_denied(where: str, details: str, code: str) -> PermissionDeniedE
     )
 
 
+#: How gRPC's C-core words a failed ``socket()`` for want of a descriptor ("socket: Too
+#: many open files", "... in system"), lower-cased: its own call, never a server's text.
+_OUT_OF_DESCRIPTORS = "socket: too many open files"
+
+
 def error_from_status(
     code: grpc.StatusCode, details: str, context: CallContext = CallContext.GENERIC
 ) -> LiftbridgeError:
@@ -359,6 +365,15 @@ def error_from_status(
         tls_error = _tls_error(name, details, where)
         if tls_error is not None:
             return tls_error
+        if _OUT_OF_DESCRIPTORS in text.lower():
+            # gRPC's own socket() failed (EMFILE, ENFILE): this process's shortage, which
+            # no retry cures and no broker caused.
+            return make(
+                LocalResourceError,
+                f"{where}: this process has no file descriptor left for a connection "
+                f"({text.splitlines()[0]}); close connections it no longer needs or raise "
+                "its open-file limit (ulimit -n)",
+            )
         return make(BrokerUnavailableError, f"{where}: broker unavailable: {text}")
     if code is sc.DEADLINE_EXCEEDED:
         return make(DeadlineExceededError, f"{where}: deadline exceeded: {text}")

@@ -1,8 +1,9 @@
 """A process out of file descriptors gets a ``LocalResourceError`` at once.
 
-"Too many open files" (``EMFILE``) while an ``"h2"`` publisher or subscription dialled
-was taken for an unreachable broker: retried under the whole retry policy (a first
-subscribe took about 6 s, a resubscribe up to ``resubscribe_wait``), then raised as a
+"Too many open files" (``EMFILE``) while an ``"h2"`` publisher or subscription dialled,
+or a gRPC channel connected (a unary call's, say ``fetch_metadata``), was taken for an
+unreachable broker: retried under the whole retry policy (a first subscribe took about
+6 s, a resubscribe up to ``resubscribe_wait``), then raised as a
 ``BrokerUnavailableError`` that blamed the broker, which was never asked. The process's
 open-file limit is lowered and its free descriptors used up in a child process, so that
 the next socket fails with ``EMFILE``.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +24,7 @@ _SCRIPT = textwrap.dedent(
     import liftbridge_sync.otel  # imported by a first publish: a file to open
     from liftbridge_sync import Client, LocalResourceError, RetryPolicy, StartAt
     from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
+    from tests.waiting import wait_until
 
     faulthandler.dump_traceback_later(50, exit=True)
     what = sys.argv[1]
@@ -33,9 +36,16 @@ _SCRIPT = textwrap.dedent(
     # Metadata and the unary channel first: they keep the connection they have.
     client.fetch_metadata()
 
+    # A client that has not connected yet, to a broker nothing here is connected to
+    # (gRPC channels to one address share their connection): its first call connects.
+    other = FakeBroker("b", FakeCluster(leader="b")).start()
+    fresh = Client([other.address], retry=retry)
+
     def run():
         if what == "subscribe":
             return [m.offset for m in client.subscribe("s", start=StartAt.earliest())]
+        if what == "metadata":
+            return len(fresh.fetch_metadata().brokers)
         return client.publish("s", b"x").offset
 
     held = []
@@ -64,21 +74,40 @@ _SCRIPT = textwrap.dedent(
         raise SystemExit(1)
     for f in held:
         f.close()
-    print("afterwards", run(), flush=True)  # descriptors again: works again
+    # Descriptors again: works again (a gRPC channel once its reconnect back-off, at
+    # most 2 s, has passed: until then it reports its last failure).
+    answers = []
+
+    def answered():
+        try:
+            answers.append(run())
+        except LocalResourceError:
+            if what != "metadata":
+                raise
+        return bool(answers)
+
+    wait_until(answered, what="a call to work again")
+    print("afterwards", answers[0], flush=True)
     client.close()
+    fresh.close()
     broker.stop()
+    other.stop()
     """
 )
 
 
-@pytest.mark.parametrize("what", ["subscribe", "publish"])
+@pytest.mark.parametrize("what", ["subscribe", "publish", "metadata"])
 def test_a_dial_without_a_file_descriptor_fails_at_once_with_a_local_error(what: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, what], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _SCRIPT, what],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],  # for tests.waiting
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     took = float(result.stdout.split("LocalResourceError after ")[1].split("s")[0])
     assert took < 1.0, output
-    expected = "[0]" if what == "subscribe" else "0"
+    expected = {"subscribe": "[0]", "publish": "0", "metadata": "1"}[what]
     assert f"afterwards {expected}" in result.stdout, output
