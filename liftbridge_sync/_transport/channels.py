@@ -139,7 +139,7 @@ def preflight_tls(
         except ssl.SSLError as exc:
             issuer = None
             if isinstance(exc, ssl.SSLCertVerificationError):
-                issuer = peer_issuer(host, port, setup.server_hostname(host), left())
+                issuer = peer_issuer(host, port, setup.server_hostname(host), left(), abort)
             raise error_from_tls_exception(
                 address,
                 exc,

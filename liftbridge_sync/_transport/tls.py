@@ -42,8 +42,8 @@ from collections.abc import Iterator
 
 import grpc
 
-from liftbridge_sync._transport.aborting import connect
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync._transport.aborting import DialAbort, connect, watching
+from liftbridge_sync.errors import ConfigurationError, LocalResourceError
 from liftbridge_sync.options import TLSOptions
 
 __all__ = ["TLSSetup", "certificate_issuer", "peer_issuer", "system_roots"]
@@ -249,21 +249,31 @@ def _memory_path(data: bytes) -> Iterator[str]:
         os.unlink(path)
 
 
-def peer_issuer(host: str, port: int, server_hostname: str, timeout: float) -> str | None:
+def peer_issuer(
+    host: str, port: int, server_hostname: str, timeout: float, abort: DialAbort | None = None
+) -> str | None:
     """The issuer the broker's certificate names, read without verifying anything.
 
     Only for an error message after verification failed (which CA to look for); the
     name is whatever the peer sent. ``None`` if it cannot be had.
+
+    Raises:
+        ClientClosedError: ``abort`` aborted (it abandons the connect and the handshake
+            as it does the pre-flight's own).
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        with connect(host, port, timeout) as raw:
-            with context.wrap_socket(raw, server_hostname=server_hostname) as conn:
+        with connect(host, port, timeout, abort) as raw:  # each step within timeout
+            with context.wrap_socket(
+                raw, server_hostname=server_hostname, do_handshake_on_connect=False
+            ) as conn:
+                with watching(abort, conn):
+                    conn.do_handshake()
                 der = conn.getpeercert(binary_form=True)
-    except OSError:
-        return None
+    except (OSError, LocalResourceError):
+        return None  # no issuer to name: the error says what it can without it
     return certificate_issuer(der) if der else None
 
 

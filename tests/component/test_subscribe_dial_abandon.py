@@ -11,7 +11,9 @@ returns, and ``get(timeout)`` times out, within a second or so.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -219,3 +221,92 @@ def test_cancel_abandons_a_request_write_the_broker_does_not_read(
         assert errors[0].code == "CANCELLED"
     finally:
         silent.close()
+
+
+class _UntrustedThenSilent:
+    """A TLS listener whose first connection completes a handshake with a certificate
+    the client does not trust, and whose later ones are accepted and never answered."""
+
+    def __init__(self, certs: TestCertificates) -> None:
+        self._context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self._context.load_cert_chain(str(certs.server_cert), str(certs.server_key))
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen(8)
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._serve, name="test-untrusted", daemon=True)
+        self._thread.start()
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _serve(self) -> None:
+        first = True
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            self._held.append(conn)
+            if first:
+                first = False
+                conn.settimeout(5)
+                with contextlib.suppress(OSError):  # the client refuses the certificate
+                    self._context.wrap_socket(conn, server_side=True)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept() (Linux)
+        self._server.close()
+        for conn in self._held:
+            conn.close()
+        self._thread.join(5)
+
+
+def test_cancel_abandons_the_look_at_an_untrusted_certificate(certs: TestCertificates) -> None:
+    """After a pre-flight found the broker's certificate untrusted, a second connection
+    reads the issuer it names (for the error message): it waited what was left of the
+    pre-flight's 5 s for a broker that did not answer it, whatever cancelled the call."""
+    broker = _UntrustedThenSilent(certs)
+    # The system's CAs: not the test CA that signed the broker's certificate.
+    options = ClientOptions(
+        addresses=(broker.address,),
+        rpc_timeout=30.0,
+        tls=TLSOptions(server_name="localhost"),
+    )
+    pool = ChannelPool(options)
+    call = H2SubscribeCall(
+        broker.address,
+        api_pb2.SubscribeRequest(stream="s", partition=0),
+        options,
+        pool.tls,
+        preflight=lambda abort: pool.check_tls(broker.address, abort=abort),
+    )
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            next(call)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    reader = threading.Thread(target=read, name="test-reader", daemon=True)
+    reader.start()
+    try:
+        wait_until(
+            lambda: _in(reader, "peer_issuer") and broker.accepted >= 2,
+            what="the reader reading the issuer",
+        )
+        started = time.monotonic()
+        call.cancel()
+        reader.join(BOUND)
+        took = time.monotonic() - started
+        assert not reader.is_alive(), f"cancel() did not end the read within {BOUND}s"
+        assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
+        assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
+        assert errors[0].code == "CANCELLED"
+    finally:
+        pool.close()
+        broker.close()
