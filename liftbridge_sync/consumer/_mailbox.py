@@ -14,6 +14,7 @@ import dataclasses
 import threading
 import time
 
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.partition import Subscription
 
@@ -45,11 +46,20 @@ class PartitionReader:
 class Mailbox:
     """Bounded FIFO of (reader, message) between reader threads and the iterator.
 
+    The iterator (often the main thread) waits on a :class:`Doorbell`, in slices and
+    without the lock, not on a ``Condition``: a Ctrl-C the kernel gives a reader thread
+    interrupts it within :data:`WAIT_SLICE`, and a second one cannot leave the lock
+    released under a reader (see :mod:`liftbridge_sync._runtime.doorbell`).
+
     Thread-safe.
     """
 
     def __init__(self, capacity: int) -> None:
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        #: Waited on by the readers (never the main thread) for room.
+        self._cond = threading.Condition(self._lock)
+        #: Rung when a message, a failure, a stopped reader or the close comes.
+        self._arrived = Doorbell()
         self._items: collections.deque[tuple[PartitionReader, Message]] = collections.deque()
         self._capacity = capacity
         self._closed = False
@@ -63,7 +73,7 @@ class Mailbox:
             if self._closed or reader.stopped:
                 return False
             self._items.append((reader, msg))
-            self._cond.notify_all()
+            self._arrived.ring()
             return True
 
     def fail(self, error: BaseException) -> None:
@@ -71,7 +81,7 @@ class Mailbox:
         with self._cond:
             if self._error is None:
                 self._error = error
-            self._cond.notify_all()
+            self._arrived.ring()
 
     def hand_over(self, old: PartitionReader, new: PartitionReader) -> None:
         """``old``'s queued messages are ``new``'s from now (a failed reader restarted
@@ -85,12 +95,16 @@ class Mailbox:
         """Wake blocked calls to re-check their reader (one was stopped)."""
         with self._cond:
             self._cond.notify_all()
+            self._arrived.ring()
 
     def get(self, timeout: float | None) -> tuple[PartitionReader, Message]:
         """The next message of a partition still assigned, with the reader it came from."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
-            while True:
+        bell: threading.Lock | None = None
+        while True:
+            with self._cond:
+                if bell is not None:
+                    self._arrived.forget(bell)
                 while self._items:
                     reader, msg = self._items.popleft()
                     self._cond.notify_all()
@@ -100,13 +114,13 @@ class Mailbox:
                     raise self._error
                 if self._closed:
                     raise StopIteration
-                if deadline is None:
-                    self._cond.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("no message arrived within the timeout")
-                self._cond.wait(remaining)
+                left = WAIT_SLICE
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError("no message arrived within the timeout")
+                bell = self._arrived.listen()
+            self._arrived.sleep(bell, left)
 
     def get_many(self, most: int, timeout: float | None) -> list[tuple[PartitionReader, Message]]:
         """The next message as :meth:`get` waits for it, then up to ``most - 1`` more of
@@ -128,3 +142,4 @@ class Mailbox:
             self._closed = True
             self._items.clear()
             self._cond.notify_all()
+            self._arrived.ring()

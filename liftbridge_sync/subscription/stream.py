@@ -12,6 +12,7 @@ import collections
 import threading
 import time
 
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import (
     check_bool,
@@ -41,13 +42,20 @@ class _Mailbox:
     """A FIFO between partition reader threads and the consumer, bounded in messages
     and in bytes (a message is admitted into an empty buffer whatever its size).
 
+    The consumer (often the main thread) waits on a :class:`Doorbell`, in slices and
+    without the lock, not on a ``Condition``: a Ctrl-C the kernel gives a reader thread
+    interrupts it within :data:`WAIT_SLICE`, and a second one cannot leave the lock
+    released under a reader (see :mod:`liftbridge_sync._runtime.doorbell`).
+
     Thread-safe.
     """
 
     def __init__(self, capacity: int, producers: int, max_bytes: int = STREAM_BUFFER_BYTES) -> None:
-        lock = threading.Lock()
-        self._not_empty = threading.Condition(lock)
-        self._not_full = threading.Condition(lock)
+        self._lock = threading.Lock()
+        #: Rung when an item, the end of a producer, or the close comes.
+        self._not_empty = Doorbell()
+        #: Waited on by the producers (reader threads, never the main one).
+        self._not_full = threading.Condition(self._lock)
         #: Items with their wire size (0 for an error).
         self._items: collections.deque[tuple[Message | BaseException, int]] = collections.deque()
         self._capacity = capacity
@@ -71,32 +79,36 @@ class _Mailbox:
                 return False
             self._items.append((item, size))
             self._bytes += size
-            self._not_empty.notify()
+            self._not_empty.ring()
             return True
 
     def producer_done(self) -> None:
-        with self._not_empty:
+        with self._lock:
             self._producers -= 1
-            self._not_empty.notify_all()
+            self._not_empty.ring()
 
     def get(self, timeout: float | None) -> Message | BaseException:
         """The next item; ``StopIteration`` when closed or every producer ended."""
-        with self._not_empty:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            while not self._items:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        bell: threading.Lock | None = None
+        while True:
+            with self._lock:
+                if bell is not None:
+                    self._not_empty.forget(bell)
+                if self._items:
+                    item, size = self._items.popleft()
+                    self._bytes -= size
+                    self._not_full.notify()
+                    return item
                 if self._closed or self._producers <= 0:
                     raise StopIteration
-                if deadline is None:
-                    self._not_empty.wait()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("no message arrived within the timeout")
-                self._not_empty.wait(remaining)
-            item, size = self._items.popleft()
-            self._bytes -= size
-            self._not_full.notify()
-            return item
+                left = WAIT_SLICE
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError("no message arrived within the timeout")
+                bell = self._not_empty.listen()
+            self._not_empty.sleep(bell, left)
 
     def get_many(self, most: int, timeout: float | None) -> list[Message] | BaseException:
         """Up to ``most`` queued messages after waiting for the first, or the error
@@ -116,11 +128,11 @@ class _Mailbox:
         return taken
 
     def close(self) -> None:
-        with self._not_empty:
+        with self._lock:
             self._closed = True
             self._items.clear()
             self._bytes = 0
-            self._not_empty.notify_all()
+            self._not_empty.ring()
             self._not_full.notify_all()
 
 

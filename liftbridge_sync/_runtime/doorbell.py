@@ -1,0 +1,77 @@
+"""Waiting for other threads to change a shared state, in slices and without its lock.
+
+An iterating thread (often the main one) waits for what its reader threads queue.
+``Condition.wait()`` without a timeout has two flaws there:
+
+* It sleeps on a lock until notified. The kernel delivers a process's SIGINT (Ctrl-C) to
+  any of its threads, and one delivered to a reader or timer thread does not wake the
+  main thread's sleep: Python runs the handler, and ``KeyboardInterrupt`` comes, only
+  once a message does, maybe never.
+* A handler that raises while the wait takes the condition's lock back (a second Ctrl-C,
+  the lock held by a reader that moment) ends the wait without the lock, and the ``with``
+  block around it then releases a lock it does not hold: ``RuntimeError: release
+  unlocked lock``, or the reader's hold released for it and the reader's own release
+  failing.
+
+A :class:`Doorbell` waiter sleeps on a lock of its own, not holding the owner's lock, for
+at most :data:`WAIT_SLICE` seconds at a time before it looks again; whoever changes the
+state under the owner's lock rings it. Nothing an exception from a signal handler
+interrupts is left half done but that lock of the waiter's, dropped at the next ring.
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = ["WAIT_SLICE", "Doorbell"]
+
+#: Longest single sleep of a waiter, seconds: Python runs a signal handler the kernel
+#: gave another thread at the end of it at the latest.
+WAIT_SLICE = 0.5
+
+
+class Doorbell:
+    """Wakes the threads waiting for a shared state to change.
+
+    Use under the owner's lock: a thread that found nothing to take calls :meth:`listen`
+    and sleeps with :meth:`sleep` once the lock is left; a thread that changed the state
+    calls :meth:`ring`. A ring between the two is not lost: the bell it released stays
+    open.
+
+    Thread-safe under the owner's lock (:meth:`sleep` without it).
+    """
+
+    __slots__ = ("_bells",)
+
+    def __init__(self) -> None:
+        #: One held lock per waiter, released by a ring (guarded by the owner's lock).
+        self._bells: list[threading.Lock] = []
+
+    def listen(self) -> threading.Lock:
+        """A bell the next :meth:`ring` opens, for :meth:`sleep` (owner's lock held)."""
+        bell = threading.Lock()
+        bell.acquire()
+        self._bells.append(bell)
+        return bell
+
+    def ring(self) -> None:
+        """Wake every waiter (owner's lock held). Cheap when nobody waits."""
+        bells = self._bells
+        if bells:
+            # Taken out first: a bell is released once, even if a signal handler's
+            # exception cuts this loop short (a waiter left out wakes at its slice's end).
+            self._bells = []
+            for bell in bells:
+                bell.release()
+
+    def sleep(self, bell: threading.Lock, seconds: float) -> None:
+        """Sleep until ``bell`` rings or ``min(seconds, WAIT_SLICE)`` passed (owner's
+        lock not held); then :meth:`forget` it under the lock."""
+        bell.acquire(True, max(0.0, min(seconds, WAIT_SLICE)))
+
+    def forget(self, bell: threading.Lock) -> None:
+        """Drop ``bell`` of an ended sleep, in case it did not ring (owner's lock held)."""
+        try:
+            self._bells.remove(bell)
+        except ValueError:
+            pass  # rung meanwhile
