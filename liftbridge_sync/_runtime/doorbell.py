@@ -22,8 +22,9 @@ interrupts is left half done but that lock of the waiter's, dropped at the next 
 from __future__ import annotations
 
 import threading
+import time
 
-__all__ = ["WAIT_SLICE", "Doorbell"]
+__all__ = ["WAIT_SLICE", "Doorbell", "wait_event"]
 
 #: Longest single sleep of a waiter, seconds: Python runs a signal handler the kernel
 #: gave another thread at the end of it at the latest.
@@ -75,3 +76,19 @@ class Doorbell:
             self._bells.remove(bell)
         except ValueError:
             pass  # rung meanwhile
+
+
+def wait_event(event: threading.Event, seconds: float | None) -> bool:
+    """``event.wait(seconds)`` (``None``: no limit) in sleeps of at most
+    :data:`WAIT_SLICE`, so that a signal the kernel gave another thread is handled in the
+    waiting main thread within one. Thread-safe."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while True:
+        step = WAIT_SLICE
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return event.is_set()
+            step = min(step, left)
+        if event.wait(step):
+            return True

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import (
     check_id,
@@ -319,7 +320,8 @@ class Consumer:
         """
         self._refuse_if_forked()
         seconds = check_timeout("timeout", timeout)
-        if not self._settled.wait(seconds):
+        # In slices: a Ctrl-C the kernel gave another thread is handled within one.
+        if not wait_event(self._settled, seconds):
             raise TimeoutError("no assignment arrived within the timeout")
         with self._lock:
             answered, closed, failure = self._answered, self._closed, self._failure

@@ -1,7 +1,7 @@
-"""The mailboxes an iterating thread waits on (a whole-stream subscription's, a consumer
-group's) towards signals and close(): a Ctrl-C the kernel hands another thread ends the
-main thread's wait within a slice, a second one cannot leave the lock broken, and a
-close() from another thread ends it at once."""
+"""The waits of a reading thread (a whole-stream subscription's and a consumer group's
+mailboxes, a consumer's wait for its assignment) towards signals and close(): a Ctrl-C
+the kernel hands another thread ends the main thread's wait within a slice, a second one
+cannot leave the lock broken, and a close() from another thread ends it at once."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from liftbridge_sync import Client, RetryPolicy
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync.consumer._mailbox import Mailbox
+from liftbridge_sync.consumer.group import Consumer
 from liftbridge_sync.subscription.stream import _Mailbox
 from tests.messages import make_message
 from tests.waiting import wait_until
@@ -78,7 +80,20 @@ MAILBOXES: list[Any] = [
 ]
 
 
-@pytest.mark.parametrize("make", MAILBOXES)
+def _assignment_wait() -> tuple[Callable[[], object], Callable[[], None]]:
+    client = Client("127.0.0.1:1", retry=RetryPolicy(max_attempts=1))  # a quick close()
+    consumer = Consumer(client._core, "g", ["s"], auto_commit=None)  # never answered
+
+    def close() -> None:
+        consumer.close()
+        client.close()
+
+    return lambda: consumer.wait_for_assignment(None), close
+
+
+@pytest.mark.parametrize(
+    "make", [*MAILBOXES, pytest.param(_assignment_wait, id="wait_for_assignment")]
+)
 def test_a_signal_given_another_thread_ends_the_main_threads_wait(
     raising_handler: threading.Event,
     make: Callable[[], tuple[Callable[[], object], Callable[[], None]]],
@@ -105,12 +120,17 @@ def test_a_signal_given_another_thread_ends_the_main_threads_wait(
     try:
         with pytest.raises(_Interrupted):
             waiting.set()
-            get()
+            try:
+                get()
+            finally:
+                ended.set()
+        took = time.monotonic() - started
     finally:
         ended.set()
         thread.join(30)
+        close()
     assert gave_up == [], "the wait went on although a signal's handler was pending"
-    assert time.monotonic() - started < WAIT_SLICE + 2.0
+    assert took < WAIT_SLICE + 2.0
 
 
 @pytest.mark.parametrize("make", MAILBOXES)
