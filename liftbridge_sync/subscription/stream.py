@@ -323,9 +323,16 @@ class StreamSubscription:
         deadline = None if timeout is None else time.monotonic() + timeout
         current = threading.current_thread()
         for thread in self._threads:
-            if thread is not current:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                thread.join(left)
+            # In slices: a reader ends within rpc_timeout of the close (a metadata call
+            # under way), and a Ctrl-C the kernel gave another thread meanwhile is
+            # handled within a slice, not once the reader has ended.
+            while thread is not current and thread.is_alive():
+                step = WAIT_SLICE
+                if deadline is not None:
+                    step = min(step, deadline - time.monotonic())
+                    if step <= 0:
+                        break
+                thread.join(step)
 
     def __enter__(self) -> StreamSubscription:
         return self

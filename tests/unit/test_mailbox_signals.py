@@ -1,7 +1,8 @@
 """The waits of a reading thread (a whole-stream subscription's and a consumer group's
-mailboxes, a consumer's wait for its assignment) towards signals and close(): a Ctrl-C
-the kernel hands another thread ends the main thread's wait within a slice, a second one
-cannot leave the lock broken, and a close() from another thread ends it at once."""
+mailboxes, a consumer's wait for its assignment, a whole-stream close()) towards signals
+and close(): a Ctrl-C the kernel hands another thread ends the main thread's wait within
+a slice, a second one cannot leave the lock broken, and a close() from another thread
+ends a mailbox's wait at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,7 +21,7 @@ from liftbridge_sync import Client, RetryPolicy
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer.group import Consumer
-from liftbridge_sync.subscription.stream import _Mailbox
+from liftbridge_sync.subscription.stream import StreamSubscription, _Mailbox
 from tests.messages import make_message
 from tests.waiting import wait_until
 
@@ -213,3 +214,73 @@ def test_a_second_signal_while_the_wait_wants_the_lock_back_leaves_it_sound(
     producer.start()
     assert box.get(5.0) is message
     producer.join(5)
+
+
+class _SlowToEnd:
+    """A partition's subscription whose reader ends only a while after close(), as one in
+    a metadata call to a hung broker does (up to ``rpc_timeout``)."""
+
+    partition = 0
+
+    def __init__(self) -> None:
+        self.reading = threading.Event()
+        self.ended = threading.Event()
+
+    def __iter__(self) -> _SlowToEnd:
+        return self
+
+    def __next__(self) -> object:
+        self.reading.set()
+        self.ended.wait(_GIVE_UP + 5.0)
+        raise StopIteration
+
+    def close(self) -> None:
+        pass  # the call under way does not end for it
+
+
+class _Core:
+    """What a whole-stream subscription asks of its client."""
+
+    forked = False
+
+    def refuse_if_forked(self, what: str) -> None:
+        pass
+
+
+def test_a_signal_given_another_thread_ends_a_close_waiting_for_a_reader(
+    raising_handler: threading.Event,
+) -> None:
+    reader = _SlowToEnd()
+    whole = StreamSubscription(cast(Any, _Core()), "s", [cast(Any, reader)])
+    assert reader.reading.wait(10)
+    main = threading.main_thread().native_id
+    closing = threading.Event()
+    ended = threading.Event()
+    gave_up: list[bool] = []
+
+    def other() -> None:
+        closing.wait(30)
+        wait_until(lambda: _state(main) == "S", what="the main thread to wait in close()")
+        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # to this thread
+        if not ended.wait(_GIVE_UP):
+            gave_up.append(True)
+            reader.ended.set()  # ends the wait the signal did not
+
+    thread = threading.Thread(target=other, name="test-signal-target")
+    thread.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(_Interrupted):
+            closing.set()
+            try:
+                whole.close()
+            finally:
+                ended.set()
+        took = time.monotonic() - started
+    finally:
+        thread.join(30)
+        reader.ended.set()
+        raising_handler.set()
+        whole.close(10)
+    assert gave_up == [], "close() went on waiting although a signal's handler was pending"
+    assert took < WAIT_SLICE + 2.0
