@@ -17,6 +17,7 @@ import threading
 import time
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
@@ -299,11 +300,13 @@ class PartitionConnection:
         )
 
     def _backoff(self, seconds: float, deadline: float | None) -> None:
+        # In slices (wait_event): on the main thread, a Ctrl-C the kernel gave another
+        # thread is handled within one, not after a back-off of up to RetryPolicy.maximum.
         if deadline is not None and time.monotonic() + seconds > deadline:
             # Keep the broken state: the next read goes on resubscribing.
-            self._closed.wait(max(0.0, deadline - time.monotonic()))
+            wait_event(self._closed, max(0.0, deadline - time.monotonic()))
             raise _ReadTimeout
-        self._closed.wait(seconds)
+        wait_event(self._closed, seconds)
 
     def _reconnect(self, deadline: float | None) -> SubscribeCall:
         """Resubscribe after the last offset within what is left of ``resubscribe_wait``."""
