@@ -6,8 +6,8 @@
   handshake, a deletion told apart from a restart).
 * :mod:`.read_failures`: what a read that failed or stayed silent means (resubscribe,
   end, or raise).
-* :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscriber`` thread per
-  partition merged into one iterator.
+* :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscribe-<stream>-<p>``
+  thread per partition merged into one iterator.
 * :mod:`.stats`: :class:`SubscriptionStats`, what a subscription counted.
 """
 
