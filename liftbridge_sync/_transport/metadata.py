@@ -80,10 +80,13 @@ class MetadataCache:
         self._succeeded = 0
         #: When each cached stream was last fetched (or its refresh last claimed).
         self._fetched: dict[str, float] = {}
-        #: Merges and forgets so far, and the number of the latest one of each stream:
-        #: a full refresh keeps what changed while its fetch was under way.
+        #: Merges and forgets so far, and the number of the latest one of each stream
+        #: made while a full refresh was under way (only those: one began later sees
+        #: the earlier ones in the cache), which that refresh keeps.
         self._changes = 0
         self._changed: dict[str, int] = {}
+        #: A full refresh is fetching (``_changed`` is recorded meanwhile).
+        self._refreshing = False
         #: Serializes claims only: the refresh lock is held across whole fetches, and a
         #: publish asking for its count must not wait for one.
         self._claim_lock = threading.Lock()
@@ -118,14 +121,24 @@ class MetadataCache:
                 self._started += 1
                 number = self._started
                 began = self._changes
-            fetched = self._fetch(())
+                self._refreshing = True
+            try:
+                fetched = self._fetch(())
+            except BaseException:
+                with self._state_lock:
+                    self._refreshing = False
+                    self._changed = {}
+                raise
             with self._state_lock:
                 snapshot = self._keep_changes(fetched, began)
                 self._snapshot = snapshot
                 self._succeeded = max(self._succeeded, number)
                 self._fetched = dict.fromkeys(snapshot.streams, self._clock())
-                # Refreshes run one at a time: the next one begins after these.
-                self._changed = {n: c for n, c in self._changed.items() if c > began}
+                # Refreshes run one at a time: the next one begins after these, and
+                # finds them in the cache. (Kept, one entry per stream name ever
+                # merged grew without end in a client that never refreshed in full.)
+                self._refreshing = False
+                self._changed = {}
         self._on_brokers()
         return snapshot
 
@@ -167,7 +180,8 @@ class MetadataCache:
         with self._state_lock:
             dropped = [name for name in gone if name not in partial.streams]
             self._changes += 1
-            self._changed.update(dict.fromkeys([*partial.streams, *dropped], self._changes))
+            if self._refreshing:
+                self._changed.update(dict.fromkeys([*partial.streams, *dropped], self._changes))
             now = self._clock()
             for name in dropped:
                 self._fetched.pop(name, None)
@@ -192,7 +206,8 @@ class MetadataCache:
         """Drop a stream from the cache (after it was deleted)."""
         with self._state_lock:
             self._changes += 1
-            self._changed[name] = self._changes
+            if self._refreshing:
+                self._changed[name] = self._changes
             self._fetched.pop(name, None)
             current = self._snapshot
             if current is not None and name in current.streams:

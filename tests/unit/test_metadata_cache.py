@@ -213,3 +213,35 @@ def test_a_merge_does_not_wait_for_a_full_refresh_in_progress() -> None:
     snapshot = cache.snapshot
     assert snapshot is not None
     assert {n: i.subject for n, i in snapshot.streams.items()} == {"s": "full", "t": "partial"}
+
+
+def test_merges_without_a_full_refresh_keep_no_record_per_stream_name() -> None:
+    # What a full refresh must keep was recorded for every merge and forget, and only a
+    # full refresh trimmed it: a client that never refreshed in full (streams made,
+    # used and deleted by name, each answer merged) kept one entry per name for good.
+    calls: list[int] = []
+
+    def fetch(streams: Sequence[str]) -> Metadata:
+        calls.append(1)
+        return Metadata(brokers=(), streams=FrozenMap({}))
+
+    cache = MetadataCache(fetch)
+    for n in range(2000):
+        name = f"temp-{n}"
+        cache.merge(
+            Metadata(brokers=(), streams=FrozenMap({name: StreamInfo(name=name, subject=name)}))
+        )
+        cache.merge(Metadata(brokers=(), streams=FrozenMap({})), gone=[name])
+        cache.forget_stream(name)
+    assert calls == []
+    assert len(cache._changed) == 0
+    snapshot = cache.snapshot
+    assert snapshot is not None and dict(snapshot.streams) == {}
+    # A refresh that failed forgets what it recorded too.
+    failing = MetadataCache(lambda streams: (_ for _ in ()).throw(BrokerUnavailableError("x")))
+    try:
+        failing.refresh()
+    except BrokerUnavailableError:
+        pass
+    failing.merge(Metadata(brokers=(), streams=FrozenMap({"a": StreamInfo(name="a", subject="a")})))
+    assert len(failing._changed) == 0
