@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import threading
 import time
+import types
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
 from liftbridge_sync.models import Message
@@ -64,6 +65,9 @@ class Mailbox:
         self._capacity = capacity
         self._closed = False
         self._error: BaseException | None = None
+        #: ``_error``'s traceback as it failed: each ``get`` raises it from there, so that
+        #: the traceback does not gain a ``get``'s frames at every call.
+        self._error_traceback: types.TracebackType | None = None
 
     def put(self, reader: PartitionReader, msg: Message) -> bool:
         """Queue ``msg``; ``False`` once the reader was stopped or the mailbox closed."""
@@ -81,6 +85,7 @@ class Mailbox:
         with self._cond:
             if self._error is None:
                 self._error = error
+                self._error_traceback = error.__traceback__
             self._arrived.ring()
 
     def hand_over(self, old: PartitionReader, new: PartitionReader) -> None:
@@ -111,7 +116,7 @@ class Mailbox:
                     if not reader.stopped:
                         return reader, msg
                 if self._error is not None:
-                    raise self._error
+                    raise self._error.with_traceback(self._error_traceback)
                 if self._closed:
                     raise StopIteration
                 left = WAIT_SLICE

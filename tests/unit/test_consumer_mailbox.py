@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from liftbridge_sync.consumer._mailbox import Mailbox
+from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.models import Message
 from tests.messages import make_message
 
@@ -61,3 +62,31 @@ def test_get_many_after_close_or_failure() -> None:
     closed.close()
     with pytest.raises(StopIteration):
         closed.get_many(5, 1.0)
+
+
+def _depth(error: BaseException) -> int:
+    depth, tb = 0, error.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth
+
+
+def test_a_failure_raised_again_at_every_get_keeps_its_traceback_short() -> None:
+    # Every get() after a failure raises the same error object; raised as it was, its
+    # traceback gained the get's frames each time (a loop retrying next() grew it
+    # without end), and the reader thread's own frames were buried under them.
+    mailbox = Mailbox(10)
+    try:
+        raise BrokerUnavailableError("reader failed")
+    except BrokerUnavailableError as exc:
+        failure = exc
+    at_failure = _depth(failure)
+    mailbox.fail(failure)
+    depths = []
+    for _ in range(50):
+        with pytest.raises(BrokerUnavailableError) as raised:
+            mailbox.get(1.0)
+        assert raised.value is failure
+        depths.append(_depth(raised.value))
+    assert depths[0] > at_failure  # raised from get(), on top of where it failed
+    assert depths == [depths[0]] * 50
