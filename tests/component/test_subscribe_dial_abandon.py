@@ -78,6 +78,35 @@ def _innermost(thread: threading.Thread) -> str | None:
     return None if frame is None else frame.f_code.co_name
 
 
+def _reading(call: H2SubscribeCall) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread reading ``call``'s first message, and where what it raises goes."""
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            next(call)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    reader = threading.Thread(target=read, name="test-reader", daemon=True)
+    reader.start()
+    return reader, errors
+
+
+def _cancel_ends(
+    call: H2SubscribeCall, reader: threading.Thread, errors: list[BaseException], what: str
+) -> None:
+    """``cancel()`` ends the blocked ``what`` within BOUND, with one CANCELLED error."""
+    started = time.monotonic()
+    call.cancel()
+    reader.join(BOUND)
+    took = time.monotonic() - started
+    assert not reader.is_alive(), f"cancel() did not end the {what} within {BOUND}s"
+    assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
+    assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
+    assert errors[0].code == "CANCELLED"
+
+
 @pytest.mark.parametrize(
     ("tls", "step"),
     [(False, "_recv_within"), (True, "do_handshake"), (True, "preflight_tls")],
@@ -99,25 +128,9 @@ def test_cancel_abandons_the_dial_of_a_call_to_a_silent_broker(
         pool.tls,
         preflight=lambda abort: pool.check_tls(silent.address, abort=abort),
     )
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            next(call)
-        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
-            errors.append(exc)
-
-    reader = threading.Thread(target=read, name="test-reader", daemon=True)
-    reader.start()
+    reader, errors = _reading(call)
     wait_until(lambda: _in(reader, step) and silent.accepted >= 1, what=f"the reader in {step}")
-    started = time.monotonic()
-    call.cancel()
-    reader.join(BOUND)
-    took = time.monotonic() - started
-    assert not reader.is_alive(), f"cancel() did not end the read within {BOUND}s"
-    assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
-    assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
-    assert errors[0].code == "CANCELLED"
+    _cancel_ends(call, reader, errors, "read")
     pool.close()
 
 
@@ -195,30 +208,14 @@ def test_cancel_abandons_a_request_write_the_broker_does_not_read(
     # A stream name of 16,000 bytes: the largest request one HTTP/2 frame carries.
     request = api_pb2.SubscribeRequest(stream="s" * 16_000, partition=0)
     call = H2SubscribeCall(silent.address, request, options, None)
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            next(call)
-        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
-            errors.append(exc)
-
-    reader = threading.Thread(target=read, name="test-reader", daemon=True)
-    reader.start()
+    reader, errors = _reading(call)
     try:
         # sendall() is C: the dial's own frame is the innermost one while it blocks.
         wait_until(
             lambda: silent.accepted >= 1 and _innermost(reader) == "dial",
             what="the dial's write to block",
         )
-        started = time.monotonic()
-        call.cancel()
-        reader.join(BOUND)
-        took = time.monotonic() - started
-        assert not reader.is_alive(), f"cancel() did not end the write within {BOUND}s"
-        assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
-        assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
-        assert errors[0].code == "CANCELLED"
+        _cancel_ends(call, reader, errors, "write")
     finally:
         silent.close()
 
@@ -284,29 +281,13 @@ def test_cancel_abandons_the_look_at_an_untrusted_certificate(certs: TestCertifi
         pool.tls,
         preflight=lambda abort: pool.check_tls(broker.address, abort=abort),
     )
-    errors: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            next(call)
-        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
-            errors.append(exc)
-
-    reader = threading.Thread(target=read, name="test-reader", daemon=True)
-    reader.start()
+    reader, errors = _reading(call)
     try:
         wait_until(
             lambda: _in(reader, "peer_issuer") and broker.accepted >= 2,
             what="the reader reading the issuer",
         )
-        started = time.monotonic()
-        call.cancel()
-        reader.join(BOUND)
-        took = time.monotonic() - started
-        assert not reader.is_alive(), f"cancel() did not end the read within {BOUND}s"
-        assert took < BOUND, f"the read ended {took:.2f}s after cancel()"
-        assert len(errors) == 1 and isinstance(errors[0], lb.LiftbridgeError), errors
-        assert errors[0].code == "CANCELLED"
+        _cancel_ends(call, reader, errors, "read")
     finally:
         pool.close()
         broker.close()
