@@ -218,6 +218,10 @@ class Consumer:
             InternalThreadError: if a thread could not be started (the process is out
                 of threads; ``RuntimeError`` as ``__cause__``): the member left the
                 group again and its threads were joined.
+
+        Any other exception once the member has joined (a ``KeyboardInterrupt`` while
+        the threads start) also makes it leave the group and join its threads before
+        it propagates.
         """
         self._refuse_if_forked()
         self._membership.join()
@@ -234,10 +238,13 @@ class Consumer:
             )
             if self._auto_commit is not None:
                 self._start_thread(f"liftbridge-consumer-commit-{self._group}", self._commit_loop)
-        except RuntimeError as exc:
+        except BaseException as exc:
             # Nobody holds this consumer yet to close it: a heartbeat left running would
             # keep the member in the group, holding partitions, for the process's life.
+            # Not only a thread that cannot start: a Ctrl-C between the two starts too.
             self.close()
+            if not isinstance(exc, RuntimeError):
+                raise
             error = InternalThreadError(
                 f"consumer {self._who}: no thread could be started ({exc!r}); it left the group"
             )

@@ -1216,6 +1216,39 @@ def test_a_member_whose_threads_cannot_start_leaves_the_group_with_a_typed_error
         assert again.wait_for_assignment(15) == {(stream, p) for p in ALL}
 
 
+def test_a_member_interrupted_while_its_threads_start_leaves_the_group(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: Ctrl-C (its handler's KeyboardInterrupt) between the heartbeat's start and
+    # the commit thread's. Only a thread that could not start used to make the member
+    # leave: this one stayed in the group, heartbeating and holding partitions, with
+    # nothing left to close it.
+    class InterruptedCommitThread(threading.Thread):
+        def start(self) -> None:
+            if "-commit-" in self.name:
+                raise KeyboardInterrupt
+            super().start()
+
+    monkeypatch.setattr(
+        group_module,
+        "threading",
+        types.SimpleNamespace(
+            Thread=InterruptedCommitThread,
+            Lock=threading.Lock,
+            Event=threading.Event,
+            current_thread=threading.current_thread,
+        ),
+    )
+    group = unique("g")
+    with pytest.raises(KeyboardInterrupt):
+        client.consumer(group, streams=[stream], auto_commit=1.0, consumer_id="m1")
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+    monkeypatch.undo()
+    # It left the group: another member is given every partition (not half of them).
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m2") as other:
+        assert other.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+
 def test_close_waits_for_readers_stuck_in_a_call_within_one_deadline_for_all(
     stream: str,
     group_server: LiftbridgeServer,
