@@ -31,6 +31,51 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 Key = tuple[str, int]
 
 
+class _Attempts:
+    """How one commit stores its cursors: the whole retry policy until one fails, then
+    one attempt each of at most ``rpc_timeout``, within ``max(max_delay, rpc_timeout)``
+    of that failure (past it none), so that a dead ``__cursors`` leader costs one policy
+    per commit, not one per partition.
+
+    Not thread-safe: one per commit, used by the committing thread only.
+    """
+
+    def __init__(self, core: ClientCore, cursor_id: str) -> None:
+        self._core = core
+        self._cursor_id = cursor_id
+        #: Set by the first failure: the end of the single attempts after it.
+        self._until: float | None = None
+
+    def spent(self) -> bool:
+        """Whether the time after the first failure is up: no cursor is tried now."""
+        return self._until is not None and time.monotonic() >= self._until
+
+    def store(self, key: Key, offset: int) -> None:
+        """Store ``offset`` as ``key``'s cursor.
+
+        Raises:
+            DeadlineExceededError: not tried, the time after the first failure is up.
+            LiftbridgeError: the cursor could not be stored.
+        """
+        options = self._core.options
+        if self._until is None:
+            try:
+                self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+            except LiftbridgeError:
+                budget = max(options.retry.max_delay, options.rpc_timeout)
+                self._until = time.monotonic() + budget
+                raise
+            return
+        left = self._until - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceededError(
+                "not tried: the commit's time after its first failure was up"
+            )
+        self._core.set_cursor_once(
+            self._cursor_id, key[0], key[1], offset, min(options.rpc_timeout, left)
+        )
+
+
 class Commits:
     """The delivered, processed and committed positions of one member; its commits.
 
@@ -143,9 +188,7 @@ class Commits:
                 }
             stored: dict[Key, int] = {}
             failed: dict[Key, LiftbridgeError] = {}
-            #: Set by the first failure: the end of the single attempts after it.
-            once_until: float | None = None
-            options = self._core.options
+            attempts = _Attempts(self._core, self._cursor_id)
             for key, offset in sorted(todo.items()):
                 if allowed is not None and (stored or failed) and not allowed():
                     break
@@ -153,23 +196,9 @@ class Commits:
                     if self._done.get(key, -1) < offset:
                         continue  # released meanwhile (see above)
                 try:
-                    if once_until is None:
-                        self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
-                    else:
-                        left = once_until - time.monotonic()
-                        if left <= 0:
-                            failed[key] = DeadlineExceededError(
-                                "not tried: the commit's time after its first failure was up"
-                            )
-                            continue
-                        self._core.set_cursor_once(
-                            self._cursor_id, key[0], key[1], offset, min(options.rpc_timeout, left)
-                        )
+                    attempts.store(key, offset)
                 except LiftbridgeError as exc:
                     failed[key] = exc
-                    if once_until is None:
-                        budget = max(options.retry.max_delay, options.rpc_timeout)
-                        once_until = time.monotonic() + budget
                     continue
                 with self._lock:
                     self._committed[key] = offset
@@ -238,7 +267,10 @@ class Commits:
         position since (it reads those messages again: at-least-once). Not the commit
         lock: the positions are of partitions no longer assigned, which no other commit
         stores, and a :meth:`commit` stuck on a hung leader must not hold them back.
-        A cursor that cannot be stored is logged and the others are still tried.
+        A cursor that cannot be stored is logged and the others are still tried, as
+        :meth:`commit` tries them: after the first failure one attempt each, within
+        ``max(max_delay, rpc_timeout)``; those left when that time is up are kept for
+        the next call (within their deadline).
 
         Args:
             allowed: Asked before each cursor is stored: ``False`` keeps the positions
@@ -262,7 +294,19 @@ class Commits:
                 late,
             )
         stored: dict[Key, int] = {}
-        for key in todo:
+        attempts = _Attempts(self._core, self._cursor_id)
+        for index, key in enumerate(todo):
+            if attempts.spent():
+                # A leader hung or down: one retry policy per partition would keep the
+                # commit thread from the interval's commit for as many policies.
+                _log.warning(
+                    "cursors %s: commit on revoke of %s not tried now: its time after a "
+                    "failure was up (tried again at the next auto-commit, within their "
+                    "deadline, unless the consumer is closing)",
+                    self._cursor_id,
+                    todo[index:],
+                )
+                break
             if not allowed():
                 break
             with self._lock:
@@ -280,7 +324,7 @@ class Commits:
                 )
                 continue
             try:
-                self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+                attempts.store(key, offset)
             except LiftbridgeError as exc:
                 _log.warning(
                     "cursors %s: commit of %s/%d on revoke failed: %s",

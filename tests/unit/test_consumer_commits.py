@@ -550,3 +550,26 @@ def test_after_a_failure_the_cursors_are_tried_within_one_budget(
     assert len(caught.value.failed) == 8 and not caught.value.committed
     assert core.calls == [("policy", 0, None), ("once", 1, 4.0), ("once", 2, 4.0), ("once", 3, 2.0)]
     assert "not tried" in str(caught.value.failed[("orders", 7)])
+
+
+def test_a_commit_on_revoke_tries_the_cursors_within_one_budget_after_a_failure(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Every leader hangs (4 s an attempt): the positions of partitions taken away used
+    # to get the whole retry policy each, keeping the commit thread from the interval's
+    # commit for one policy per partition. As commit(): the first failure takes the
+    # policy, then one attempt each within max(max_delay, rpc_timeout) = 10 s.
+    core = _FailingCore(refused={0}, once_refused=set(range(1, 8)), cost=4.0)
+    clock = types.SimpleNamespace(monotonic=lambda: core.clock[0])
+    monkeypatch.setattr(_commits, "time", clock)
+    commits = _commit_processed(core, range(8))
+    commits.release([("orders", p) for p in range(8)], [], within=100.0)
+    with caplog.at_level("WARNING", logger="liftbridge_sync.consumer"):
+        assert commits.hand_off(lambda: True) == {}
+    assert core.calls == [("policy", 0, None), ("once", 1, 4.0), ("once", 2, 4.0), ("once", 3, 2.0)]
+    assert "not tried now" in caplog.text
+    # The rest are kept for the next call, within their deadline: the policy first again.
+    core.calls.clear()
+    core.refused, core.once_refused = set(), set()
+    assert commits.hand_off(lambda: True) == {("orders", p): 5 for p in range(4, 8)}
+    assert core.calls == [("policy", p, None) for p in range(4, 8)]
