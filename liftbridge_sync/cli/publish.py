@@ -29,6 +29,7 @@ from liftbridge_sync import (
     PartitionInfo,
     PublishError,
 )
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
 from liftbridge_sync.cli.app import PARTITION, cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import (
@@ -143,11 +144,6 @@ def _partitioner(name: str | None) -> Partitioner | None:
 #: slow reader of the acks slows publishing down instead of filling memory.
 _MAX_UNPRINTED = 10_000
 
-#: Seconds between checks for a signal (:meth:`_Waker.check`) while the main thread
-#: waits on a lock: its handler only records the signal, and the kernel may deliver it
-#: to another thread, so nothing ends the wait early.
-_SIGNAL_SLICE = 0.5
-
 
 class _Waker:
     """A pipe that wakes the main thread's wait for input, and Ctrl-C and SIGTERM put
@@ -247,12 +243,22 @@ class _Tracker:
     own (``liftbridge-cli-acks``) writes the acks, so standard output is written by one
     thread and a slow reader of it never holds up the client.
 
+    The main thread waits on a :class:`Doorbell`, without the lock and at most
+    :data:`WAIT_SLICE` at a time, not on a ``Condition``: a signal the kernel gives
+    another thread is handled within a slice (the first one only recorded, see
+    :class:`_Waker`), and a second one, whose handler raises, cannot end a wait while it
+    takes the lock back and leave the lock released under a settling thread.
+
     Thread-safe: :meth:`add`, :meth:`wait_settled` and :meth:`close` are called by the
     command's main thread, the settling by any thread.
     """
 
     def __init__(self, print_acks: bool, waker: _Waker | None = None) -> None:
-        self._lock = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        #: Rung under the lock when a future settles, acks are taken for printing, the
+        #: output goes, the command closes or the printer ends.
+        self._changed = Doorbell()
+        self._printer_ended = False
         self._pending: collections.deque[concurrent.futures.Future[Ack | None]] = (
             collections.deque()
         )
@@ -285,12 +291,11 @@ class _Tracker:
             self.sent += 1
             self._pending.append(future)
         future.add_done_callback(self._settle_done)
+        self._wait_while(lambda: len(self._unprinted) >= _MAX_UNPRINTED and not self._output_gone())
         with self._lock:
-            while len(self._unprinted) >= _MAX_UNPRINTED and not self._output_gone():
-                self._lock.wait(_SIGNAL_SLICE)
-                self._check_signals()
-            if self._output_gone():
-                raise PipeClosed()  # the command says which, once all is settled
+            gone = self._output_gone()
+        if gone:
+            raise PipeClosed()  # the command says which, once all is settled
         self._check_signals()
 
     def stop_reading(self) -> bool:
@@ -302,9 +307,22 @@ class _Tracker:
 
     def wait_settled(self) -> None:
         """Wait until every future added is settled (each ends by its ack timeout)."""
-        with self._lock:
-            while self._pending:
-                self._lock.wait(_SIGNAL_SLICE)
+        self._wait_while(lambda: bool(self._pending))
+
+    def _wait_while(self, blocked: Callable[[], bool], *, check: bool = True) -> None:
+        """Wait while ``blocked()``, asked with the lock held; after each sleep (at most
+        :data:`WAIT_SLICE`, without the lock) raise for a signal received when ``check``
+        (not in :meth:`close` or on the printer: they wait for the acks to be out)."""
+        bell: threading.Lock | None = None
+        while True:
+            with self._lock:
+                if bell is not None:
+                    self._changed.forget(bell)
+                if not blocked():
+                    return
+                bell = self._changed.listen()
+            self._changed.sleep(bell, WAIT_SLICE)
+            if check:
                 self._check_signals()
 
     def _check_signals(self) -> None:
@@ -315,9 +333,12 @@ class _Tracker:
         """Print the acks settled so far, flush, and end the printing thread."""
         with self._lock:
             self._closing = True
-            self._lock.notify_all()
+            self._changed.ring()
         if self._printer is not None:
-            self._printer.join()
+            # Not join() alone: a signal given another thread would be handled only
+            # once a printer held up by a slow reader of the acks had ended.
+            self._wait_while(lambda: not self._printer_ended, check=False)
+            self._printer.join()  # it is ending
 
     def _settle_done(self, _: object) -> None:
         # On the thread that resolved a future (or the main thread if it already was):
@@ -347,18 +368,25 @@ class _Tracker:
                         "offset": ack.offset,
                     }
                     self._unprinted.append(json.dumps(record).encode() + b"\n")
-            self._lock.notify_all()
+            self._changed.ring()
         if wake and self._waker is not None:
             self._waker.wake()  # a wait for the next input line ends now
 
     def _print(self, out: Output) -> None:
-        while True:
+        try:
+            self._print_acks(out)
+        finally:
             with self._lock:
-                while not self._unprinted and not self._closing:
-                    self._lock.wait()
+                self._printer_ended = True
+                self._changed.ring()
+
+    def _print_acks(self, out: Output) -> None:
+        while True:
+            self._wait_while(lambda: not self._unprinted and not self._closing, check=False)
+            with self._lock:
                 lines, self._unprinted = self._unprinted, []
                 closing = self._closing
-                self._lock.notify_all()  # room for add()
+                self._changed.ring()  # room for add()
             try:
                 if lines:
                     out.write(b"".join(lines))
@@ -373,7 +401,7 @@ class _Tracker:
                     else:
                         self.output_error = exc
                     self._unprinted.clear()
-                    self._lock.notify_all()
+                    self._changed.ring()
                 if self._waker is not None:
                     self._waker.wake()
                 return
