@@ -33,3 +33,13 @@ def no_thread_leaks() -> Iterator[None]:
         leaked[0].join(timeout=0.05)
         leaked = [t for t in _liftbridge_threads() if t not in before]
     assert not leaked, f"threads leaked: {[t.name for t in leaked]}"
+
+
+@pytest.fixture
+def raising_handler() -> Iterator[threading.Event]:
+    """SIGUSR1 raises :class:`tests.signals.Interrupted` in the main thread until the event
+    is set (see :func:`tests.signals.raising_sigusr1`)."""
+    from tests.signals import raising_sigusr1
+
+    with raising_sigusr1() as quiet:
+        yield quiet

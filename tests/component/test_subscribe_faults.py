@@ -8,12 +8,10 @@ offsets), which is where other clients went wrong.
 from __future__ import annotations
 
 import random
-import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -32,6 +30,7 @@ from liftbridge_sync.testing import (
     silent,
 )
 from tests.constants import SHORT_RETRY
+from tests.signals import signal_another_thread
 from tests.waiting import wait_until
 
 SC = grpc.StatusCode
@@ -306,66 +305,30 @@ def test_resubscribe_gives_up_after_resubscribe_wait(broker: FakeBroker) -> None
             next(sub)
 
 
-class _Interrupted(Exception):
-    """What the SIGUSR1 handler below raises, as Ctrl-C's raises KeyboardInterrupt."""
-
-
-def test_a_signal_given_another_thread_ends_a_resubscribe_back_off(broker: FakeBroker) -> None:
+def test_a_signal_given_another_thread_ends_a_resubscribe_back_off(
+    broker: FakeBroker, raising_handler: threading.Event
+) -> None:
     # The kernel hands a process's SIGINT to any of its threads: one given another
     # thread was handled only once the main thread's back-off (up to RetryPolicy.maximum)
     # had passed.
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers run in the main thread only")
     broker.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
         refuse(SC.UNAVAILABLE, "still gone") for _ in range(10)
     ]
     slow = RetryPolicy(max_attempts=10, max_delay=60.0, initial=30.0, maximum=30.0, jitter=0.0)
-    main = threading.main_thread().native_id
-    resubscribing = threading.Event()
-    ended = threading.Event()
-    gave_up: list[bool] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if not ended.is_set():
-            raise _Interrupted
-
     with make_client(broker, retry=slow, resubscribe_wait=60.0) as client:
         sub = client.subscribe("s", start=StartAt.earliest())
         assert next(sub).offset == 0
-
-        def other() -> None:
-            resubscribing.wait(30)
-            wait_until(lambda: len(broker.subscribe_starts()) >= 2, what="a refused resubscribe")
-            wait_until(lambda: _state(main) == "S", what="the main thread to back off")
-            signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # to this thread
-            if not ended.wait(WAIT_SLICE + 5.0):
-                gave_up.append(True)
-                sub.close()  # ends the back-off the signal did not
-
-        previous = signal.signal(signal.SIGUSR1, handler)
-        thread = threading.Thread(target=other, name="test-signal-target")
-        thread.start()
-        started = time.monotonic()
         try:
-            with pytest.raises(_Interrupted):
-                resubscribing.set()
-                try:
-                    next(sub)
-                finally:
-                    ended.set()
-            took = time.monotonic() - started
+            took = signal_another_thread(
+                lambda: next(sub),
+                unblock=sub.close,
+                what="the resubscribe back-off",
+                ready=lambda: len(broker.subscribe_starts()) >= 2,  # a refused resubscribe
+            )
         finally:
-            thread.join(30)
-            signal.signal(signal.SIGUSR1, previous)
+            raising_handler.set()
             sub.close()
-    assert gave_up == [], "the back-off went on although a signal's handler was pending"
     assert took < WAIT_SLICE + 5.0
-
-
-def _state(thread_id: int | None) -> str:
-    """A thread's scheduler state from /proc (``S``: asleep in the kernel)."""
-    stat = Path(f"/proc/self/task/{thread_id}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0]
 
 
 def test_stop_offset_delivered_just_before_the_stream_broke(

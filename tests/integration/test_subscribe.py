@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
@@ -19,6 +17,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync.models import Message
 from liftbridge_sync.testing import LiftbridgeServer
+from tests.signals import signal_another_thread
 from tests.waiting import wait_until
 
 from ._pubdata import Record, publish, publish_values
@@ -573,57 +572,20 @@ def test_whole_stream_follows_timeouts_and_close(
     closer.join()
 
 
-class _Interrupted(Exception):
-    """What the SIGUSR1 handler of the test below raises, as Ctrl-C's raises KeyboardInterrupt."""
-
-
 def test_whole_stream_iteration_ends_for_a_signal_another_thread_was_given(
-    liftbridge_client: Client, stream4p: str
+    liftbridge_client: Client, stream4p: str, raising_handler: threading.Event
 ) -> None:
     # The kernel hands a process's SIGINT to any of its threads: one given a partition
     # reader left the main thread asleep in the merged iterator until a message came.
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("signal handlers run in the main thread only")
-    main = threading.main_thread().native_id
-    iterating = threading.Event()
-    ended = threading.Event()
-    gave_up: list[bool] = []
-
-    def handler(signum: int, frame: object) -> None:
-        if not ended.is_set():
-            raise _Interrupted
-
-    def asleep() -> bool:
-        stat = Path(f"/proc/self/task/{main}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] == "S"
-
     with liftbridge_client.subscribe_stream(stream4p) as sub:  # new only: nothing comes
 
-        def other() -> None:
-            iterating.wait(30)
-            wait_until(asleep, what="the main thread to block in the iteration")
-            signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # to this thread
-            if not ended.wait(WAIT_SLICE + 5.0):
-                gave_up.append(True)
-                sub.close()  # ends the iteration the signal did not
+        def iterate() -> None:
+            for _ in sub:
+                pass
 
-        previous = signal.signal(signal.SIGUSR1, handler)
-        thread = threading.Thread(target=other, name="test-signal-target")
-        thread.start()
-        started = time.monotonic()
-        try:
-            with pytest.raises(_Interrupted):
-                iterating.set()
-                try:
-                    for _ in sub:
-                        pass
-                finally:
-                    ended.set()
-        finally:
-            thread.join(30)
-            signal.signal(signal.SIGUSR1, previous)
-        assert gave_up == [], "the iteration went on although a signal's handler was pending"
-        assert time.monotonic() - started < WAIT_SLICE + 2.0
+        took = signal_another_thread(iterate, unblock=sub.close, what="the iteration")
+        raising_handler.set()
+        assert took < WAIT_SLICE + 2.0
         with pytest.raises(TimeoutError):  # still usable
             sub.get(0.05)
 

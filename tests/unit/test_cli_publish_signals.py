@@ -5,9 +5,7 @@ wait within a slice, and a second one cannot leave the tracker's lock broken."""
 from __future__ import annotations
 
 import concurrent.futures
-import signal
 import threading
-import time
 import types
 from typing import Any, cast
 
@@ -17,12 +15,7 @@ from liftbridge_sync import Ack
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync.cli import publish as publish_module
 from liftbridge_sync.cli.publish import _Tracker
-from tests.unit import test_mailbox_signals as mailbox_signals
-from tests.unit.test_mailbox_signals import _GIVE_UP, _Interrupted, _state
-from tests.waiting import wait_until
-
-#: SIGUSR1 raises in the main thread (the fixture of the mailboxes' tests).
-raising_handler = mailbox_signals.raising_handler
+from tests.signals import GIVE_UP, second_signal_while_locked, signal_another_thread
 
 
 def _ack(offset: int) -> concurrent.futures.Future[Ack | None]:
@@ -40,7 +33,7 @@ class _StuckOutput:
 
     def write(self, data: bytes) -> None:
         self.writing.set()
-        self.release.wait(_GIVE_UP + 5.0)
+        self.release.wait(GIVE_UP + 5.0)
 
     def flush(self) -> None:
         pass
@@ -56,36 +49,14 @@ def test_a_signal_given_another_thread_ends_a_close_waiting_for_the_printer(
     tracker = _Tracker(print_acks=True)
     tracker.add(_ack(0))
     assert output.writing.wait(10)
-    main = threading.main_thread().native_id
-    closing = threading.Event()
-    ended = threading.Event()
-    gave_up: list[bool] = []
-
-    def other() -> None:
-        closing.wait(30)
-        wait_until(lambda: _state(main) == "S", what="the main thread to wait in close()")
-        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)  # to this thread
-        if not ended.wait(_GIVE_UP):
-            gave_up.append(True)
-            output.release.set()  # ends the wait the signal did not
-
-    thread = threading.Thread(target=other, name="test-signal-target")
-    thread.start()
-    started = time.monotonic()
     try:
-        with pytest.raises(_Interrupted):
-            closing.set()
-            try:
-                tracker.close()
-            finally:
-                ended.set()
-        took = time.monotonic() - started
+        took = signal_another_thread(
+            tracker.close, unblock=output.release.set, what="close() waiting for the printer"
+        )
     finally:
-        thread.join(30)
         output.release.set()
         raising_handler.set()
         tracker.close()
-    assert gave_up == [], "close() went on waiting although a signal's handler was pending"
     assert took < WAIT_SLICE + 2.0
 
 
@@ -95,35 +66,15 @@ def test_a_signal_given_another_thread_ends_the_wait_for_the_acks(
     tracker = _Tracker(print_acks=False)
     unanswered: concurrent.futures.Future[Ack | None] = concurrent.futures.Future()
     tracker.add(unanswered)
-    main = threading.main_thread().native_id
-    waiting = threading.Event()
-    ended = threading.Event()
-    gave_up: list[bool] = []
-
-    def other() -> None:
-        waiting.wait(30)
-        wait_until(lambda: _state(main) == "S", what="the main thread to wait for the acks")
-        signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
-        if not ended.wait(_GIVE_UP):
-            gave_up.append(True)
-            unanswered.set_result(None)
-
-    thread = threading.Thread(target=other, name="test-signal-target")
-    thread.start()
-    started = time.monotonic()
     try:
-        with pytest.raises(_Interrupted):
-            waiting.set()
-            try:
-                tracker.wait_settled()
-            finally:
-                ended.set()
-        took = time.monotonic() - started
+        took = signal_another_thread(
+            tracker.wait_settled,
+            unblock=lambda: unanswered.set_result(None),
+            what="the wait for the acks",
+        )
     finally:
-        thread.join(30)
         raising_handler.set()
         tracker.close()
-    assert gave_up == []
     assert took < WAIT_SLICE + 2.0
 
 
@@ -136,45 +87,10 @@ def test_a_second_signal_while_the_wait_for_the_acks_wants_the_lock_back_leaves_
     tracker = _Tracker(print_acks=False)
     unanswered: concurrent.futures.Future[Ack | None] = concurrent.futures.Future()
     tracker.add(unanswered)
-    main = threading.main_thread()
-    native = main.native_id
-    assert main.ident is not None
-    ident = main.ident
-    waiting = threading.Event()
-    ended = threading.Event()
-    failures: list[BaseException] = []
-
-    def settler() -> None:
-        try:
-            waiting.wait(30)
-            wait_until(lambda: _state(native) == "S", what="the main thread to wait")
-            with tracker._lock:  # as a done-callback settling a future holds it
-                signal.pthread_kill(ident, signal.SIGUSR1)
-                # The main thread now either waits for the lock back, or is done.
-                wait_until(
-                    lambda: ended.is_set() or _state(native) == "S",
-                    what="the main thread to wait for the lock back",
-                )
-                if not ended.is_set():
-                    signal.pthread_kill(ident, signal.SIGUSR1)
-                    ended.wait(_GIVE_UP)
-        except BaseException as exc:
-            failures.append(exc)
-
-    thread = threading.Thread(target=settler, name="test-lock-holder")
-    thread.start()
-    try:
-        with pytest.raises(_Interrupted):
-            waiting.set()
-            try:
-                tracker.wait_settled()
-            finally:
-                ended.set()
-    finally:
-        raising_handler.set()
-        thread.join(30)
-    assert not thread.is_alive()
-    assert failures == []
+    # The lock, as a done-callback settling a future holds it.
+    second_signal_while_locked(
+        tracker.wait_settled, tracker._lock, raising_handler, what="the wait for the acks"
+    )
     # Still sound: an ack settled on another thread ends the next wait.
     waiter = threading.Thread(target=tracker.wait_settled, name="test-waiter")
     waiter.start()
