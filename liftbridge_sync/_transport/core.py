@@ -29,7 +29,7 @@ from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.h2.sockets import speaks_tls
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.partition_counts import PartitionCounts
-from liftbridge_sync._transport.retry import call_with_retry, is_retryable
+from liftbridge_sync._transport.retry import Budget, call_with_retry, is_retryable
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.cursors import cursor_partition, visibility_cursor
 from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
@@ -393,6 +393,7 @@ class ClientCore:
         failed: list[LiftbridgeError] | None = None,
         read_only: bool = False,
         deadline: float | None = None,
+        retry_until: float | None = None,
     ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors.
 
@@ -402,7 +403,8 @@ class ClientCore:
         attempt that ran out of its deadline. ``timeout`` bounds each attempt;
         ``deadline`` (a ``time.monotonic()``), if given, the whole call: each attempt
         gets at most the time left, and no retry starts whose back-off would reach it
-        (the last attempt's error is raised then)."""
+        (the last attempt's error is raised then), nor one reaching ``retry_until`` (a
+        ``time.monotonic()`` too) if given."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
@@ -424,15 +426,31 @@ class ClientCore:
                 raise
 
         retry_if = _retryable_elsewhere if read_only else is_retryable
+        ends = [t for t in (deadline, retry_until) if t is not None]
         return call_with_retry(
-            self.options.retry, rpc.name, attempt, retry_if=retry_if, deadline=deadline
+            self.options.retry,
+            rpc.name,
+            attempt,
+            retry_if=retry_if,
+            deadline=min(ends, default=None),
         )
 
     # ------------------------------------------------------------------ metadata
 
-    def _fetch_metadata(self, streams: Sequence[str]) -> Metadata:
+    def _fetch_metadata(self, streams: Sequence[str], budget: Budget | None = None) -> Metadata:
+        """FetchMetadata for ``streams``, under the retry policy, or within ``budget`` (what
+        is left of the call it is part of) if given."""
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
-        response = self.call_any(rpcs.FETCH_METADATA, request, read_only=True)
+        if budget is None:
+            response = self.call_any(rpcs.FETCH_METADATA, request, read_only=True)
+        else:
+            response = self.call_any(
+                rpcs.FETCH_METADATA,
+                request,
+                read_only=True,
+                deadline=budget.ends,
+                retry_until=budget.retry_until,
+            )
         return self._metadata_of(response)
 
     def adopt_metadata(self, response: api_pb2.FetchMetadataResponse) -> Metadata:
@@ -516,17 +534,21 @@ class ClientCore:
         """
         return self._counts.count(stream)
 
-    def partition_info(self, stream: str, partition: int, *, refresh: bool) -> PartitionInfo:
+    def partition_info(
+        self, stream: str, partition: int, *, refresh: bool, budget: Budget | None = None
+    ) -> PartitionInfo:
         """The partition's metadata, refreshing once if the cache lacks it.
+
+        A refresh keeps to ``budget`` if given (see :meth:`.MetadataCache.refresh`).
 
         Raises:
             NoSuchStreamError: if the server does not know the stream.
             NoSuchPartitionError: if the stream has no such partition.
         """
-        snapshot = self.metadata.refresh() if refresh else self.metadata.get()
+        snapshot = self.metadata.refresh(budget) if refresh else self.metadata.get(budget)
         info = snapshot.partition(stream, partition)
         if info is None and not refresh:
-            info = self.metadata.refresh().partition(stream, partition)
+            info = self.metadata.refresh(budget).partition(stream, partition)
         if info is None:
             if stream not in self.metadata.get().streams:
                 raise NoSuchStreamError(f"no such stream: {stream!r}", code="NOT_FOUND")
@@ -582,28 +604,46 @@ class ClientCore:
         """Call an RPC that the partition leader must serve; refresh and retry on
         not-leader, an unreachable leader or a deadline (the RPC must be idempotent).
 
+        The retry policy bounds the whole call, its metadata refreshes included: no
+        attempt starts after ``max_delay`` and each ends within ``rpc_timeout`` of it.
+
         Args:
             settle: After a not-leader answer, the refreshed partition metadata is passed
                 here; a non-``None`` result is returned instead of retrying (for a paused
                 partition there is no running leader to find).
         """
         refresh = False
+        # One budget for the call: a refresh retried under a policy of its own took up
+        # to max_delay again on each attempt (twice max_delay against a dead cluster).
+        budget = Budget.of(self.options.retry, self.options.rpc_timeout)
 
         def attempt(number: int) -> Resp | T:
             nonlocal refresh
             try:
-                info = self.partition_info(stream, partition, refresh=refresh)
+                info = self.partition_info(stream, partition, refresh=refresh, budget=budget)
                 if refresh and settle is not None:
                     settled = settle(info)
                     if settled is not None:
                         return settled
                 address = self.leader_address_of(info)
-                return self.invoke(address, rpc, request, context=context)
+                left = min(self.options.rpc_timeout, budget.ends - time.monotonic())
+                if left <= 0:
+                    raise DeadlineExceededError(
+                        f"{rpc.name}: the metadata refresh took the call's time",
+                        code="DEADLINE_EXCEEDED",
+                    )
+                return self.invoke(address, rpc, request, context=context, timeout=left)
             except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError):
                 refresh = True
                 raise
 
-        return call_with_retry(self.options.retry, rpc.name, attempt, retry_if=_retryable_elsewhere)
+        return call_with_retry(
+            self.options.retry,
+            rpc.name,
+            attempt,
+            retry_if=_retryable_elsewhere,
+            deadline=budget.retry_until,
+        )
 
     # ------------------------------------------------------------------ leader RPCs
 

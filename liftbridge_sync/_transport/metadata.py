@@ -7,13 +7,15 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync._transport.retry import Budget
+from liftbridge_sync.errors import ConfigurationError, DeadlineExceededError
 from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata, StreamInfo
 from liftbridge_sync.options import parse_address
 
 __all__ = ["MetadataCache", "translate_broker"]
 
-Fetcher = Callable[[Sequence[str]], Metadata]
+#: Fetches some streams' metadata (all: none named), within a budget if one is given.
+Fetcher = Callable[[Sequence[str], Budget | None], Metadata]
 
 
 def translate_broker(broker: BrokerInfo, translator: Callable[[str], str]) -> BrokerInfo:
@@ -101,46 +103,68 @@ class MetadataCache:
         snapshot = self._snapshot
         return None if snapshot is None else snapshot.streams.get(name)
 
-    def get(self) -> Metadata:
-        """The cached snapshot, fetching one first if there is none."""
+    def get(self, budget: Budget | None = None) -> Metadata:
+        """The cached snapshot, fetching one first (within ``budget``) if there is none."""
         snapshot = self._snapshot
-        return snapshot if snapshot is not None else self.refresh()
+        return snapshot if snapshot is not None else self.refresh(budget)
 
-    def refresh(self) -> Metadata:
+    def refresh(self, budget: Budget | None = None) -> Metadata:
         """Fetch all metadata from the server and cache it.
 
         If another thread is already refreshing, wait for it and return its snapshot
         (provided it began after this call and succeeded).
+
+        Args:
+            budget: What is left of the time of the call this refresh is part of: the
+                fetch keeps to it, and so does the wait for another thread's refresh.
+
+        Raises:
+            DeadlineExceededError: ``budget`` ran out while another thread refreshed.
         """
         asked = self._started
-        with self._refresh_lock:
+        wait = -1.0 if budget is None else max(0.0, budget.ends - time.monotonic())
+        if not self._refresh_lock.acquire(timeout=wait):
+            raise DeadlineExceededError(
+                "metadata refresh: another thread's refresh outlasted the call's retry policy",
+                code="DEADLINE_EXCEEDED",
+            )
+        try:
+            snapshot, fetched = self._refresh_locked(asked, budget)
+        finally:
+            self._refresh_lock.release()
+        if fetched:
+            self._on_brokers()
+        return snapshot
+
+    def _refresh_locked(self, asked: int, budget: Budget | None) -> tuple[Metadata, bool]:
+        """:meth:`refresh` with the refresh lock held: the snapshot, and whether this
+        call fetched it (not another thread's refresh)."""
+        with self._state_lock:
+            snapshot = self._snapshot
+            if self._succeeded > asked and snapshot is not None:
+                return snapshot, False  # a refresh that began after we asked succeeded
+            self._started += 1
+            number = self._started
+            began = self._changes
+            self._refreshing = True
+        try:
+            fetched = self._fetch((), budget)
+        except BaseException:
             with self._state_lock:
-                snapshot = self._snapshot
-                if self._succeeded > asked and snapshot is not None:
-                    return snapshot  # a refresh that began after we asked has succeeded
-                self._started += 1
-                number = self._started
-                began = self._changes
-                self._refreshing = True
-            try:
-                fetched = self._fetch(())
-            except BaseException:
-                with self._state_lock:
-                    self._refreshing = False
-                    self._changed = {}
-                raise
-            with self._state_lock:
-                snapshot = self._keep_changes(fetched, began)
-                self._snapshot = snapshot
-                self._succeeded = max(self._succeeded, number)
-                self._fetched = dict.fromkeys(snapshot.streams, self._clock())
-                # Refreshes run one at a time: the next one begins after these, and
-                # finds them in the cache. (Kept, one entry per stream name ever
-                # merged grew without end in a client that never refreshed in full.)
                 self._refreshing = False
                 self._changed = {}
-        self._on_brokers()
-        return snapshot
+            raise
+        with self._state_lock:
+            snapshot = self._keep_changes(fetched, began)
+            self._snapshot = snapshot
+            self._succeeded = max(self._succeeded, number)
+            self._fetched = dict.fromkeys(snapshot.streams, self._clock())
+            # Refreshes run one at a time: the next one begins after these, and finds
+            # them in the cache. (Kept, one entry per stream name ever merged grew
+            # without end in a client that never refreshed in full.)
+            self._refreshing = False
+            self._changed = {}
+        return snapshot, True
 
     def _keep_changes(self, fetched: Metadata, began: int) -> Metadata:
         """``fetched`` with the streams merged or forgotten since change ``began`` as

@@ -7,6 +7,7 @@ per-call state and are not safe to share between threads.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -17,7 +18,7 @@ import tenacity
 
 from liftbridge_sync.options import RetryPolicy
 
-__all__ = ["backoff_delay", "build_retrying", "call_with_retry", "is_retryable"]
+__all__ = ["Budget", "backoff_delay", "build_retrying", "call_with_retry", "is_retryable"]
 
 _log = logging.getLogger("liftbridge_sync.retry")
 _T = TypeVar("_T")
@@ -37,6 +38,32 @@ def backoff_delay(policy: RetryPolicy, failures: int) -> float:
     """
     delay = min(policy.maximum, policy.initial * 2.0 ** min(failures - 1, 30))
     return float(delay + random.uniform(0, policy.jitter))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Budget:
+    """The time one call's retry policy gives it, kept by the calls made within it (a
+    leader call's metadata refreshes): retried each under a policy of its own, they
+    took up to that policy's time again on every attempt of the call.
+
+    Attributes:
+        retry_until: A ``time.monotonic()`` after which no attempt is retried (the
+            call's ``max_delay`` from its start).
+        ends: A ``time.monotonic()`` by which every attempt has ended (one attempt's
+            timeout after ``retry_until``).
+
+    Immutable; safe to share between threads.
+    """
+
+    retry_until: float
+    ends: float
+
+    @classmethod
+    def of(cls, policy: RetryPolicy, attempt_timeout: float) -> Budget:
+        """The budget of a call starting now under ``policy``, each attempt of which
+        takes at most ``attempt_timeout`` seconds."""
+        now = time.monotonic()
+        return cls(now + policy.max_delay, now + policy.max_delay + attempt_timeout)
 
 
 class _StopBefore(tenacity.stop.stop_base):

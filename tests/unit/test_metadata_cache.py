@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 from liftbridge_sync._transport.metadata import MetadataCache
-from liftbridge_sync.errors import BrokerUnavailableError
+from liftbridge_sync._transport.retry import Budget
+from liftbridge_sync.errors import BrokerUnavailableError, DeadlineExceededError
 from liftbridge_sync.models import FrozenMap, Metadata, StreamInfo
 from tests.waiting import wait_until
 
@@ -16,7 +18,7 @@ def test_a_refresh_that_began_before_the_caller_asked_is_not_reused() -> None:
     release_first = threading.Event()
     first_started = threading.Event()
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         number = len(fetches)
         fetches.append(number)
         if number == 0:
@@ -44,7 +46,7 @@ def test_waiters_share_a_refresh_that_began_after_they_asked() -> None:
     fetches: list[int] = []
     gate = threading.Lock()
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         fetches.append(len(fetches))
         with gate:  # held by the test while waiters pile up
             pass
@@ -66,7 +68,7 @@ def test_waiters_share_a_refresh_that_began_after_they_asked() -> None:
 def test_a_stream_entry_older_than_the_max_age_is_claimed_by_one_caller() -> None:
     now = [100.0]
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         return Metadata(
             brokers=(),
             streams=FrozenMap({n: StreamInfo(name=n, subject=n) for n in ("s", "t")}),
@@ -96,7 +98,7 @@ def test_a_stream_entry_older_than_the_max_age_is_claimed_by_one_caller() -> Non
 def test_a_claim_does_not_wait_for_a_full_refresh_in_progress() -> None:
     entered, release = threading.Event(), threading.Event()
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         entered.set()
         assert release.wait(10)
         return Metadata(brokers=(), streams=FrozenMap({}))
@@ -125,11 +127,11 @@ class _CountingLock:
         self._lock = threading.Lock()
         self.arrived = 0
 
-    def __enter__(self) -> None:
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         self.arrived += 1
-        self._lock.acquire()
+        return self._lock.acquire(blocking, timeout)
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
         self._lock.release()
 
 
@@ -137,7 +139,7 @@ def test_a_waiter_does_not_take_an_older_snapshot_for_a_failed_refresh() -> None
     gate = threading.Event()
     fetches: list[int] = []
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         number = len(fetches)
         fetches.append(number)
         if number == 0:
@@ -181,7 +183,7 @@ def test_a_merge_does_not_wait_for_a_full_refresh_in_progress() -> None:
     # broker), and a get(0.2) took 3 s in a rolling restart.
     entered, release = threading.Event(), threading.Event()
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         entered.set()
         assert release.wait(10)
         # Fetched before "t" was merged: its answer must not drop "t" again.
@@ -221,7 +223,7 @@ def test_merges_without_a_full_refresh_keep_no_record_per_stream_name() -> None:
     # used and deleted by name, each answer merged) kept one entry per name for good.
     calls: list[int] = []
 
-    def fetch(streams: Sequence[str]) -> Metadata:
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         calls.append(1)
         return Metadata(brokers=(), streams=FrozenMap({}))
 
@@ -238,10 +240,47 @@ def test_merges_without_a_full_refresh_keep_no_record_per_stream_name() -> None:
     snapshot = cache.snapshot
     assert snapshot is not None and dict(snapshot.streams) == {}
     # A refresh that failed forgets what it recorded too.
-    failing = MetadataCache(lambda streams: (_ for _ in ()).throw(BrokerUnavailableError("x")))
+    failing = MetadataCache(
+        lambda streams, budget: (_ for _ in ()).throw(BrokerUnavailableError("x"))
+    )
     try:
         failing.refresh()
     except BrokerUnavailableError:
         pass
     failing.merge(Metadata(brokers=(), streams=FrozenMap({"a": StreamInfo(name="a", subject="a")})))
     assert len(failing._changed) == 0
+
+
+def test_a_refresh_within_a_budget_waits_for_another_thread_s_only_that_long() -> None:
+    release = threading.Event()
+    fetching = threading.Event()
+
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
+        fetching.set()
+        assert release.wait(10)
+        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
+
+    cache = MetadataCache(fetch)
+    stuck = threading.Thread(target=cache.refresh)
+    stuck.start()
+    errors: list[BaseException] = []
+
+    def refresh_within_budget() -> None:
+        now = time.monotonic()
+        try:
+            cache.refresh(Budget(retry_until=now, ends=now + 0.2))
+        except DeadlineExceededError as exc:
+            errors.append(exc)
+
+    try:
+        assert fetching.wait(10)
+        waiter = threading.Thread(target=refresh_within_budget)
+        waiter.start()
+        # The other thread's refresh is stuck (on a hung broker, say): the waiter's
+        # call must not outlast its own budget waiting for it.
+        waiter.join(5)
+        assert not waiter.is_alive()
+        assert len(errors) == 1
+    finally:
+        release.set()
+        stuck.join(10)

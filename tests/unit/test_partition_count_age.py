@@ -10,6 +10,7 @@ import pytest
 from liftbridge_sync import BrokerUnavailableError
 from liftbridge_sync._transport.metadata import MetadataCache
 from liftbridge_sync._transport.partition_counts import PartitionCounts
+from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync.models import FrozenMap, Metadata, PartitionInfo, StreamInfo
 
 
@@ -30,7 +31,7 @@ class _Server:
         self.down = False
         self.fetches = 0
 
-    def fetch(self, streams: Sequence[str]) -> Metadata:
+    def fetch(self, streams: Sequence[str], budget: Budget | None = None) -> Metadata:
         self.fetches += 1
         if self.down:
             raise BrokerUnavailableError("no broker answered FetchMetadata")

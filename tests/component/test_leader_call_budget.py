@@ -1,0 +1,28 @@
+"""A call to a partition leader keeps to one retry policy's time, its metadata refreshes
+included: they run within what is left of the call's ``max_delay``, not a policy each."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import Client, ClientOptions, RetryPolicy
+
+#: As the CLI builds it: only max_delay ends the retries.
+_POLICY = RetryPolicy(max_attempts=1_000_000, max_delay=2.0, initial=0.1, maximum=0.5, jitter=0)
+_RPC_TIMEOUT = 1.0
+
+
+def test_a_leader_call_with_no_broker_answering_ends_within_one_policy() -> None:
+    # No metadata yet and a refused seed: each attempt of the leader call refreshes the
+    # metadata, whose FetchMetadata retried for a policy of its own (and the leader call
+    # then started another: about twice max_delay in all).
+    options = ClientOptions(addresses=("127.0.0.1:1",), rpc_timeout=_RPC_TIMEOUT, retry=_POLICY)
+    with Client.from_options(options) as client:
+        started = time.monotonic()
+        with pytest.raises(lb.BrokerUnavailableError):
+            client.fetch_partition_metadata("s", 0)
+        elapsed = time.monotonic() - started
+    assert elapsed < _POLICY.max_delay + _RPC_TIMEOUT
