@@ -176,7 +176,9 @@ class Client:
         when it returns. Only what the library cannot wake holds the
         ``liftbridge-publisher`` thread longer (a done-callback that blocks, a slow name
         lookup): it is not waited for then, and ends by itself (daemonic) once that
-        returns.
+        returns. A call of another thread still asking a broker whether it speaks TLS
+        (before its first channel to it) is cut short once the channels close: it
+        raises :class:`ClientClosedError`.
 
         Args:
             timeout: Seconds to wait for pending publishes to be acknowledged before

@@ -1,5 +1,6 @@
 """Abandoning a dial from another thread: the publisher's ``close()`` at its deadline, a
-subscribe call's ``cancel()`` (the subscription's ``close()``, a ``get(timeout)`` deadline).
+subscribe call's ``cancel()`` (the subscription's ``close()``, a ``get(timeout)`` deadline),
+the client's ``close()`` (the TLS questions of its unary calls).
 
 A dial blocks in the kernel: a TCP connect waits for the broker's SYN-ACK (up to
 ``rpc_timeout``), a TLS handshake and the wait for the broker's first HTTP/2 frame for
@@ -44,17 +45,18 @@ AddrInfo = Sequence[tuple[socket.AddressFamily, socket.SocketKind, int, str, tup
 class DialAbort:
     """Lets another thread abandon one owner's dials, for good.
 
-    One thread dials at a time (:meth:`watching` watches one step); :meth:`abort` and
-    :attr:`aborted` are thread-safe.
+    Each dialling thread runs one step at a time (:meth:`watching`); several threads may
+    dial at once (a client's unary calls to several brokers), and :meth:`abort` wakes
+    the step of each. Thread-safe.
     """
 
-    __slots__ = ("_aborted", "_lock", "_wake")
+    __slots__ = ("_aborted", "_lock", "_wakes")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._aborted = False
-        #: Wakes the blocking step under way (None: none is).
-        self._wake: Callable[[], None] | None = None
+        #: Wakes each blocking step under way.
+        self._wakes: list[Callable[[], None]] = []
 
     @property
     def aborted(self) -> bool:
@@ -62,11 +64,11 @@ class DialAbort:
         return self._aborted
 
     def abort(self) -> None:
-        """Wake the blocking step under way, if any, and refuse every later one."""
+        """Wake each blocking step under way, if any, and refuse every later one."""
         with self._lock:
             self._aborted = True
-            if self._wake is not None:
-                self._wake()
+            for wake in self._wakes:
+                wake()
 
     def check(self) -> None:
         """Raise if the dial was abandoned.
@@ -99,7 +101,7 @@ class DialAbort:
     def _step(self, wake: Callable[[], None]) -> Iterator[None]:
         with self._lock:
             self.check()
-            self._wake = wake
+            self._wakes.append(wake)
         try:
             yield
         except BaseException as exc:
@@ -108,7 +110,7 @@ class DialAbort:
             raise
         finally:
             with self._lock:
-                self._wake = None
+                self._wakes.remove(wake)
         self.check()  # a step that returned because its socket was shut down
 
 

@@ -197,6 +197,8 @@ class ChannelPool:
         self._used = False
         self._factory = channel_factory or self._make_channel
         self._checked: set[str] = set()
+        #: Abandons the TLS questions of unary calls (see :meth:`stub`) at :meth:`close`.
+        self.closing = DialAbort()
         #: The client's one TLS set-up, also used by the ``"h2"`` dials.
         self.tls = TLSSetup(options.tls) if options.tls is not None else None
 
@@ -242,7 +244,7 @@ class ChannelPool:
             )
         key = (address, streaming_reads)
         if key not in self._stubs:
-            self.check_tls(address, budget)
+            self.check_tls(address, budget, self.closing)
         with self._lock:
             if self._closed:
                 raise ClientClosedError("client is closed")
@@ -272,7 +274,7 @@ class ChannelPool:
                 (:meth:`check_tls`) too.
 
         Raises:
-            ClientClosedError: after :meth:`close`.
+            ClientClosedError: after :meth:`close`, or when it cut the pre-flight short.
         """
         return self._acquire(address, streaming_reads, budget).stub
 
@@ -404,11 +406,15 @@ class ChannelPool:
         self._forked = True
 
     def close(self) -> None:
-        """Close every channel; idempotent."""
+        """Close every channel, and cut short the TLS questions of calls about to make
+        one (:attr:`closing`); idempotent."""
         with self._lock:
             self._closed = True
             entries = [*self._stubs.values(), *self._retired]
             self._stubs.clear()
             self._retired.clear()
+        # A pre-flight waits up to 5 s for a broker that says nothing, and the TLS
+        # question of a refused connection 2 s: a caller's thread then outlived close().
+        self.closing.abort()
         for entry in entries:
             entry.channel.close()

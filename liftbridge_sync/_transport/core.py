@@ -358,7 +358,7 @@ class ClientCore:
             if wait <= 0:
                 return error  # the caller's time is up: asked next time
             host, port = parse_address(address)
-            verdict = speaks_tls((host, port), wait)
+            verdict = speaks_tls((host, port), wait, self.pool.closing)
             if verdict is not None or wait == _TLS_QUESTION_WAIT:
                 with self._lock:  # _forget_departed goes through the verdicts under it
                     self._tls_verdicts[address] = verdict  # else perhaps only cut short

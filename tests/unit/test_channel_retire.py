@@ -137,7 +137,7 @@ def test_the_tls_verdicts_of_departed_brokers_are_forgotten(
     # good under rolling replacements (a new address each time).
     asked: list[str] = []
 
-    def speaks_tls(peer: tuple[str, int], timeout: float) -> str | None:
+    def speaks_tls(peer: tuple[str, int], timeout: float, abort: object = None) -> str | None:
         asked.append(f"{peer[0]}:{peer[1]}")
         return None
 

@@ -15,7 +15,7 @@ import contextlib
 import socket
 import ssl
 
-from liftbridge_sync._transport.aborting import connect
+from liftbridge_sync._transport.aborting import DialAbort, connect, watching
 from liftbridge_sync._wire.speedups import recv_held, send_held
 from liftbridge_sync.errors import LocalResourceError
 
@@ -54,20 +54,37 @@ class ConnectionLost(Exception):
     """The socket failed or the broker closed it; mapped to BrokerUnavailableError."""
 
 
-def speaks_tls(peer: tuple[str, int], timeout: float = 2.0) -> str | None:
+def speaks_tls(
+    peer: tuple[str, int], timeout: float = 2.0, abort: DialAbort | None = None
+) -> str | None:
     """Whether ``peer`` answers a TLS ClientHello within ``timeout`` seconds (for the
     connect and for the handshake), and with what proof.
+
+    Args:
+        peer: ``(host, port)`` to ask.
+        timeout: Seconds for the connect, and again for the handshake.
+        abort: Abandons the connect and the handshake from another thread (the
+            client's ``close()``).
 
     Returns:
         ``"verified"``: it completed a handshake with a certificate valid for the
         peer's address from a CA of the system store, which nobody else on the path
         can fake; ``"unverified"``: something answered in TLS (a hint, never grounds
         for a permanent error); ``None``: no TLS answer.
+
+    Raises:
+        ClientClosedError: ``abort`` aborted.
+
+    Thread-safe.
     """
     context = ssl.create_default_context()  # the system store, hostname checked
     try:
-        with connect(*peer, timeout) as raw:
-            with context.wrap_socket(raw, server_hostname=peer[0]):
+        with connect(*peer, timeout, abort) as raw:
+            with context.wrap_socket(
+                raw, server_hostname=peer[0], do_handshake_on_connect=False
+            ) as conn:
+                with watching(abort, conn):
+                    conn.do_handshake()
                 return "verified"
     except ssl.SSLCertVerificationError:
         return "unverified"
