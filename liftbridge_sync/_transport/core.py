@@ -469,11 +469,12 @@ class ClientCore:
             snapshot, brokers=tuple(translate_broker(b, translator) for b in snapshot.brokers)
         )
 
-    def fetch_metadata(self, streams: Sequence[str] = ()) -> Metadata:
-        """Ask a broker for metadata (all streams, or only ``streams``) and cache it."""
+    def fetch_metadata(self, streams: Sequence[str] = (), budget: Budget | None = None) -> Metadata:
+        """Ask a broker for metadata (all streams, or only ``streams``) and cache it;
+        within ``budget`` (see :meth:`_fetch_metadata`) if given."""
         if not streams:
-            return self.metadata.refresh()
-        snapshot = self._fetch_metadata(streams)
+            return self.metadata.refresh(budget)
+        snapshot = self._fetch_metadata(streams, budget)
         self.metadata.merge(snapshot)
         return snapshot
 
@@ -626,12 +627,7 @@ class ClientCore:
                     if settled is not None:
                         return settled
                 address = self.leader_address_of(info)
-                left = min(self.options.rpc_timeout, budget.ends - time.monotonic())
-                if left <= 0:
-                    raise DeadlineExceededError(
-                        f"{rpc.name}: the metadata refresh took the call's time",
-                        code="DEADLINE_EXCEEDED",
-                    )
+                left = self._time_left(budget, rpc.name)
                 return self.invoke(address, rpc, request, context=context, timeout=left)
             except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError):
                 refresh = True
@@ -644,6 +640,19 @@ class ClientCore:
             retry_if=_retryable_elsewhere,
             deadline=budget.retry_until,
         )
+
+    def _time_left(self, budget: Budget, what: str) -> float:
+        """Seconds the next RPC within ``budget`` may take (``rpc_timeout`` at most).
+
+        Raises:
+            DeadlineExceededError: none left (the metadata look-up took it).
+        """
+        left = min(self.options.rpc_timeout, budget.ends - time.monotonic())
+        if left <= 0:
+            raise DeadlineExceededError(
+                f"{what}: looking the leader up took the call's time", code="DEADLINE_EXCEEDED"
+            )
+        return left
 
     # ------------------------------------------------------------------ leader RPCs
 
@@ -672,25 +681,32 @@ class ClientCore:
     ) -> PartitionMetadata:
         """One attempt of :meth:`fetch_partition_metadata`, at the cached leader, within
         ``timeout`` seconds: for callers that keep a deadline of their own (no retries,
-        no metadata refresh, no answer for a paused partition).
+        no metadata refresh, no answer for a paused partition). A partition the cache
+        lacks is looked up within ``timeout`` too (one FetchMetadata attempt).
 
         Raises:
             NotLeaderError: the cached leader is not (or no longer) the leader.
             LiftbridgeError: any other failure of the one attempt.
         """
-        info = self.partition_info(stream, partition, refresh=False)
+        budget = Budget.once(timeout)
+        info = self.partition_info(stream, partition, refresh=False, budget=budget)
         request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
         response = self.invoke(
             self.leader_address_of(info),
             rpcs.FETCH_PARTITION_METADATA,
             request,
             context=CallContext.LEADER,
-            timeout=timeout,
+            timeout=self._time_left(budget, rpcs.FETCH_PARTITION_METADATA.name),
         )
         return PartitionMetadata.from_proto(stream, response.metadata)
 
     def _cursor_target(
-        self, cursor_id: str, stream: str, partition: int, must_exist: bool
+        self,
+        cursor_id: str,
+        stream: str,
+        partition: int,
+        must_exist: bool,
+        budget: Budget | None = None,
     ) -> tuple[int, int]:
         check_id("cursor_id", cursor_id)
         check_name("stream", stream, allow_reserved=True)
@@ -698,10 +714,10 @@ class ClientCore:
         if must_exist:
             # v1.9.0 stores a cursor for any name: a typo would go unnoticed. A stream
             # created a moment ago is found by the one refresh partition_info makes.
-            self.partition_info(stream, partition, refresh=False)
-        info = self.metadata.get().streams.get(CURSORS_STREAM)
+            self.partition_info(stream, partition, refresh=False, budget=budget)
+        info = self.metadata.get(budget).streams.get(CURSORS_STREAM)
         if info is None:
-            info = self.fetch_metadata([CURSORS_STREAM]).streams.get(CURSORS_STREAM)
+            info = self.fetch_metadata([CURSORS_STREAM], budget).streams.get(CURSORS_STREAM)
         if info is None or not info.partitions:
             raise ServerError(
                 "the server has no __cursors stream: cursors are disabled "
@@ -730,15 +746,17 @@ class ClientCore:
     ) -> None:
         """One attempt of :meth:`set_cursor`, at the cached leader of the cursor's
         ``__cursors`` partition, within ``timeout`` seconds: for callers that keep a
-        deadline of their own (no retries, no metadata refresh).
+        deadline of their own (no retries, no metadata refresh). What the cache lacks
+        is looked up within ``timeout`` too (one FetchMetadata attempt each).
 
         Raises:
             NotLeaderError: the cached leader is not (or no longer) the leader.
             LiftbridgeError: any other failure of the one attempt.
         """
         check_int("offset", offset, minimum=-1)
-        target, _ = self._cursor_target(cursor_id, stream, partition, False)
-        info = self.partition_info(CURSORS_STREAM, target, refresh=False)
+        budget = Budget.once(timeout)
+        target, _ = self._cursor_target(cursor_id, stream, partition, False, budget)
+        info = self.partition_info(CURSORS_STREAM, target, refresh=False, budget=budget)
         request = api_pb2.SetCursorRequest(
             stream=stream, partition=partition, cursorId=cursor_id, offset=offset
         )
@@ -747,7 +765,7 @@ class ClientCore:
             rpcs.SET_CURSOR,
             request,
             context=CallContext.LEADER,
-            timeout=timeout,
+            timeout=self._time_left(budget, rpcs.SET_CURSOR.name),
         )
 
     def fetch_cursor(

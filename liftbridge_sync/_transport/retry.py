@@ -65,6 +65,12 @@ class Budget:
         now = time.monotonic()
         return cls(now + policy.max_delay, now + policy.max_delay + attempt_timeout)
 
+    @classmethod
+    def once(cls, timeout: float) -> Budget:
+        """The budget of a single attempt starting now: no retries, ``timeout`` seconds."""
+        now = time.monotonic()
+        return cls(now, now + timeout)
+
 
 class _StopBefore(tenacity.stop.stop_base):
     """Stop when the sleep before the next attempt would reach ``deadline`` (a

@@ -1,5 +1,6 @@
 """A call to a partition leader keeps to one retry policy's time, its metadata refreshes
-included: they run within what is left of the call's ``max_delay``, not a policy each."""
+included: they run within what is left of the call's ``max_delay``, not a policy each. A
+single attempt keeps to its timeout, its metadata look-up included."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy
+from liftbridge_sync._transport.core import ClientCore
 
 #: As the CLI builds it: only max_delay ends the retries.
 _POLICY = RetryPolicy(max_attempts=1_000_000, max_delay=2.0, initial=0.1, maximum=0.5, jitter=0)
 _RPC_TIMEOUT = 1.0
+#: The time given to a single attempt.
+_ONCE = 0.3
 
 
 def test_a_leader_call_with_no_broker_answering_ends_within_one_policy() -> None:
@@ -26,3 +30,23 @@ def test_a_leader_call_with_no_broker_answering_ends_within_one_policy() -> None
             client.fetch_partition_metadata("s", 0)
         elapsed = time.monotonic() - started
     assert elapsed < _POLICY.max_delay + _RPC_TIMEOUT
+
+
+@pytest.mark.parametrize("call", ["fetch_partition_metadata_once", "set_cursor_once"])
+def test_a_single_attempt_keeps_to_its_timeout_when_the_metadata_is_missing(call: str) -> None:
+    # The single attempts (stats() and a consumer's commit after a first failure) are
+    # given what is left of their caller's time; with no metadata cached they looked the
+    # leader up with a FetchMetadata retried under the whole policy.
+    options = ClientOptions(addresses=("127.0.0.1:1",), rpc_timeout=_RPC_TIMEOUT, retry=_POLICY)
+    core = ClientCore(options)
+    try:
+        started = time.monotonic()
+        with pytest.raises(lb.BrokerUnavailableError):
+            if call == "set_cursor_once":
+                core.set_cursor_once("c", "s", 0, 5, _ONCE)
+            else:
+                core.fetch_partition_metadata_once("s", 0, _ONCE)
+        elapsed = time.monotonic() - started
+    finally:
+        core.close()
+    assert elapsed < _ONCE + 0.5
