@@ -24,6 +24,7 @@ connections; an application that wants no C-core logging at all can still set
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ssl
 import threading
@@ -41,7 +42,7 @@ from liftbridge_sync._wire.status import error_from_tls_exception
 from liftbridge_sync.errors import ClientClosedError, ForkedClientError
 from liftbridge_sync.options import ClientOptions, parse_address
 
-__all__ = ["ChannelPool", "Stub", "preflight_tls"]
+__all__ = ["ChannelPool", "Releaser", "Stub", "preflight_tls"]
 
 Stub = api_pb2_grpc.APIStub
 
@@ -175,8 +176,9 @@ class ChannelPool:
     :func:`preflight_tls` to it passed (or was inconclusive).
 
     Each :meth:`stub` or :meth:`channel` counts as a call in progress on its channel
-    until it is given back with :meth:`release`, so that :meth:`retire` can close the
-    channels of brokers that left the cluster without ending a call under way on one.
+    until it is given back with :meth:`release` (or :meth:`release_later`), so that
+    :meth:`retire` can close the channels of brokers that left the cluster without
+    ending a call under way on one.
 
     Thread-safe.
     """
@@ -192,6 +194,9 @@ class ChannelPool:
         self._stubs: dict[tuple[str, bool], _Entry] = {}
         #: Retired channels with calls still under way on them.
         self._retired: list[_Entry] = []
+        #: Handles given back by release_later() (a finalizer, which must take no lock):
+        #: released by the next operation that takes the lock.
+        self._deferred: collections.deque[object] = collections.deque()
         self._closed = False
         self._forked = False
         self._used = False
@@ -232,9 +237,11 @@ class ChannelPool:
         """The brokers this pool has an open channel to, sorted (retired channels whose
         calls have not ended yet included)."""
         with self._lock:
+            idle = self._release_deferred()
             held = {address for address, _ in self._stubs}
             held.update(entry.address for entry in self._retired)
-            return tuple(sorted(held))
+        _close_all(idle)
+        return tuple(sorted(held))
 
     def _acquire(self, address: str, streaming_reads: bool, budget: float | None) -> _Entry:
         if self._forked:
@@ -248,6 +255,7 @@ class ChannelPool:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("client is closed")
+            idle = self._release_deferred()
             entry = self._stubs.get(key)
             if entry is None:
                 channel = self._factory(address, self._channel_options(streaming_reads))
@@ -257,7 +265,8 @@ class ChannelPool:
             # Counted under the lock: retire() then either sees the call or has already
             # taken the channel out of the pool (and this made a new one).
             entry.calls += 1
-            return entry
+        _close_all(idle)
+        return entry
 
     def stub(
         self, address: str, *, streaming_reads: bool = False, budget: float | None = None
@@ -298,36 +307,55 @@ class ChannelPool:
         :meth:`channel`); the last call on a retired channel closes it. A handle this
         pool no longer holds (closed) is ignored."""
         with self._lock:
-            entry = next(
-                (
-                    e
-                    for e in (*self._stubs.values(), *self._retired)
-                    if e.stub is handle or e.channel is handle
-                ),
-                None,
-            )
-            if entry is None or entry.calls == 0:
-                return
-            entry.calls -= 1
-            if not entry.retired or entry.calls:
-                return
-            self._retired.remove(entry)
-        entry.channel.close()
+            idle = self._release_deferred()
+            entry = self._release_locked(handle)
+            if entry is not None:
+                idle.append(entry)
+        _close_all(idle)
 
-    def releaser(self, handle: object) -> Callable[[], None]:
-        """A function that calls :meth:`release` for ``handle`` on its first call only
-        (for a call that ends in one of several ways, on several threads)."""
-        lock = threading.Lock()
-        pending = [True]
+    def release_later(self, handle: object) -> None:
+        """:meth:`release` ``handle`` at the next operation on this pool that takes its
+        lock (any call made, a metadata refresh, :meth:`addresses`).
 
-        def release() -> None:
-            with lock:
-                if not pending:
-                    return
-                pending.clear()
-            self.release(handle)
+        For a finalizer: takes no lock (the garbage collector may run it on a thread
+        that holds this pool's lock, which is not reentrant) and closes nothing.
+        """
+        self._deferred.append(handle)  # atomic: no lock needed
 
-        return release
+    def _release_deferred(self) -> list[_Entry]:
+        """Release what :meth:`release_later` was given (under the lock); returns the
+        retired channels whose last call that was, to be closed outside the lock."""
+        idle: list[_Entry] = []
+        deferred = self._deferred
+        while deferred:
+            entry = self._release_locked(deferred.popleft())
+            if entry is not None:
+                idle.append(entry)
+        return idle
+
+    def _release_locked(self, handle: object) -> _Entry | None:
+        """Count one call on ``handle``'s channel as ended (under the lock); returns the
+        channel if it was retired and that was its last call (taken out: to be closed)."""
+        entry = next(
+            (
+                e
+                for e in (*self._stubs.values(), *self._retired)
+                if e.stub is handle or e.channel is handle
+            ),
+            None,
+        )
+        if entry is None or entry.calls == 0:
+            return None
+        entry.calls -= 1
+        if not entry.retired or entry.calls:
+            return None
+        self._retired.remove(entry)
+        return entry
+
+    def releaser(self, handle: object) -> Releaser:
+        """A :class:`Releaser` of ``handle``: releases it on its first use only (for a
+        call that ends in one of several ways, on several threads)."""
+        return Releaser(self, handle)
 
     def retire(self, keep: Collection[str]) -> list[str]:
         """Stop using the channels to addresses not in ``keep`` (brokers that left the
@@ -343,11 +371,11 @@ class ChannelPool:
         Returns:
             The addresses taken out of the pool, sorted.
         """
-        idle: list[_Entry] = []
         gone: set[str] = set()
         with self._lock:
             if self._closed:
                 return []
+            idle = self._release_deferred()
             for key in [key for key in self._stubs if key[0] not in keep]:
                 entry = self._stubs.pop(key)
                 gone.add(key[0])
@@ -359,8 +387,7 @@ class ChannelPool:
             # A broker coming back at the address is checked again (and the set of
             # addresses seen does not grow for ever under rolling replacements).
             self._checked.difference_update(gone)
-        for entry in idle:
-            entry.channel.close()
+        _close_all(idle)
         return sorted(gone)
 
     def check_tls(
@@ -413,8 +440,49 @@ class ChannelPool:
             entries = [*self._stubs.values(), *self._retired]
             self._stubs.clear()
             self._retired.clear()
+            self._deferred.clear()
         # A pre-flight waits up to 5 s for a broker that says nothing, and the TLS
         # question of a refused connection 2 s: a caller's thread then outlived close().
         self.closing.abort()
-        for entry in entries:
-            entry.channel.close()
+        _close_all(entries)
+
+
+class Releaser:
+    """Gives a call's handle back to its :class:`ChannelPool` once, however many times
+    and on whichever threads the call's ends ask (a read that ended, a cancel).
+
+    Thread-safe, and takes no lock to decide which use is the first: :meth:`later` may
+    be called from a finalizer.
+    """
+
+    __slots__ = ("_handle", "_pending", "_pool")
+
+    def __init__(self, pool: ChannelPool, handle: object) -> None:
+        self._pool = pool
+        self._handle = handle
+        #: One token; taking it (list.pop, atomic) is the first use.
+        self._pending = [True]
+
+    def _take(self) -> bool:
+        try:
+            self._pending.pop()
+        except IndexError:
+            return False
+        return True
+
+    def __call__(self) -> None:
+        """Release the handle now, if not done yet."""
+        if self._take():
+            self._pool.release(self._handle)
+
+    def later(self) -> None:
+        """Release the handle at the pool's next operation, if not done yet (takes no
+        lock; see :meth:`ChannelPool.release_later`)."""
+        if self._take():
+            self._pool.release_later(self._handle)
+
+
+def _close_all(entries: list[_Entry]) -> None:
+    """Close the channels of ``entries`` (outside the pool's lock)."""
+    for entry in entries:
+        entry.channel.close()

@@ -17,13 +17,13 @@ server's handshake message is mapped as opening the subscription
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any, Protocol
 
 import grpc
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.aborting import DialAbort
+from liftbridge_sync._transport.channels import Releaser
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.h2.dial import open_h2_stream
 from liftbridge_sync._transport.h2_subscribe import H2SubscribeCall
@@ -131,8 +131,9 @@ class _GrpcSubscribeCall:
         self._call: Any = None  # the grpcio call, once made
         self._opened = False  # the handshake message arrived
         #: Gives the channel back to the pool once the call ended (ended, failed or
-        #: cancelled): its broker's channel may then be closed (ChannelPool.retire).
-        self._release: Callable[[], None] | None = None
+        #: cancelled, or dropped unread: see __del__): its broker's channel may then be
+        #: closed (ChannelPool.retire).
+        self._release: Releaser | None = None
 
     def __iter__(self) -> _GrpcSubscribeCall:
         return self
@@ -208,3 +209,13 @@ class _GrpcSubscribeCall:
             call.cancel()
         if release is not None:
             release()
+
+    def __del__(self) -> None:
+        # Dropped without an end (a subscription never closed): grpcio cancels its own
+        # call when it is collected, but the pool would count the call until the
+        # client closed, and a departed broker's channel would stay open with it. The
+        # collector may run this on a thread holding the pool's lock: the release is
+        # queued for the pool's next operation, without a lock.
+        release = getattr(self, "_release", None)  # unset if __init__ failed
+        if release is not None:
+            release.later()

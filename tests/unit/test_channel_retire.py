@@ -157,3 +157,18 @@ def test_the_tls_verdicts_of_departed_brokers_are_forgotten(
     core._tls_required("b199:1", closed)
     assert asked[200:] == ["b0:1"]
     core.close()
+
+
+def test_a_release_later_takes_no_lock_and_the_next_pool_operation_closes_the_channel() -> None:
+    # What a subscribe call's finalizer does: the collector may run it on a thread
+    # that holds the pool's (non-reentrant) lock.
+    core, made = _core()
+    pool = core.pool
+    releaser = pool.releaser(pool.stub("a:1", streaming_reads=True))
+    assert pool.retire(()) == ["a:1"]
+    with pool._lock:
+        releaser.later()  # would deadlock if it took the lock
+    releaser()  # given back once only
+    assert not made[0].closed
+    assert pool.addresses() == ()  # the next operation released and closed it
+    assert made[0].closed
