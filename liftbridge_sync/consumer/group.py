@@ -352,7 +352,8 @@ class Consumer:
         ``close()``). Idempotent: a call while another thread's ``close()`` runs
         returns once that one has ended (the member has left the group), or after as
         long as a ``close()`` whose every call times out takes, with a WARNING. A
-        blocked iteration ends with ``StopIteration``. The threads get
+        blocked iteration ends with ``StopIteration`` as soon as it starts (before the
+        threads are joined and the final commit is made). The threads get
         ``2 × rpc_timeout + 1`` seconds in all to end; one stuck in a call longer (a
         hung leader) is left to end by itself, with a WARNING. In a forked child it
         only marks this object closed: the member and its threads are the parent's.
@@ -400,6 +401,11 @@ class Consumer:
         self._stop.set()
         self._commits.handed_off.set()  # wakes the commit thread
         self._settled.set()
+        # The iteration ends now, not once the threads below were joined (up to the
+        # deadline) and the final commit made: nothing it could still hand out would
+        # count (the readers are shut), and a second close() (Client.close()'s) still
+        # waits for this one to end.
+        self._mailbox.close()
         # One deadline for every thread: a thread stuck in a call (a hung leader: up to
         # rpc_timeout per attempt) ends by itself once the call returns, and waiting for
         # each in turn made close() last that long per reader.
@@ -436,7 +442,6 @@ class Consumer:
                 self._who,
                 running,
             )
-        self._mailbox.close()
         if not dropped:  # a member the server dropped has no group to leave
             self._membership.leave()
 

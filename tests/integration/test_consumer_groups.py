@@ -1129,6 +1129,45 @@ def test_a_second_close_from_another_thread_returns_once_the_member_has_left(
         assert b.wait_for_assignment(15) == {(stream, p) for p in ALL}
 
 
+def test_close_from_another_thread_ends_a_blocked_iteration_before_it_joins_the_readers(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The iteration ended only once close() had joined the readers (up to
+    # 2 x rpc_timeout + 1 s) and made the final commit: a loop told to stop went on
+    # waiting that long.
+    group = unique("g")
+    a = client.consumer(group, streams=[stream], auto_commit=5.0, consumer_id="a")
+    assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+    ended, closing = threading.Event(), threading.Event()
+    join_stopped = a._readers.join_stopped
+    iteration_ended_first: list[bool] = []
+
+    def held_up(deadline: float) -> list[str]:
+        closing.set()
+        iteration_ended_first.append(ended.wait(10))  # until the iteration ended
+        return join_stopped(deadline)
+
+    monkeypatch.setattr(a._readers, "join_stopped", held_up)
+
+    def iterate() -> None:
+        assert list(a) == []  # an idle stream: blocked until close()
+        ended.set()
+
+    iterating = threading.Thread(target=iterate, daemon=True)
+    iterating.start()
+    closer = threading.Thread(target=a.close, daemon=True)
+    try:
+        closer.start()
+        assert closing.wait(15)
+        closer.join(30)
+        assert not closer.is_alive()
+    finally:
+        ended.set()
+        iterating.join(30)
+    assert iteration_ended_first and all(iteration_ended_first)
+    assert not iterating.is_alive()
+
+
 def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
     client: Client, stream: str, group_server: LiftbridgeServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
