@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer._stats import Counters
@@ -381,22 +382,37 @@ class Membership:
     def _fetch_assignments(
         self, timeout: float | None = None
     ) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+        """Poll the coordinator, within ``timeout`` (default: a heartbeat call's time),
+        looking its address up included.
+
+        Raises:
+            DeadlineExceededError: the look-up took all of ``timeout``.
+        """
+        # One budget for the look-up and the poll: a refresh under the whole retry
+        # policy made the poll overrun the consumer timeout (the member was expired).
+        budget = Budget.once(self._call_timeout if timeout is None else timeout)
         with self._lock:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
-        address = self._coordinator_address(coordinator)
+        address = self._coordinator_address(coordinator, budget)
         request = api_pb2.FetchConsumerGroupAssignmentsRequest(
             groupId=self._group, consumerId=consumer_id, epoch=epoch
         )
+        left = budget.ends - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceededError(
+                "polling the coordinator: looking its address up took the call's time",
+                code="DEADLINE_EXCEEDED",
+            )
         response: api_pb2.FetchConsumerGroupAssignmentsResponse = self._core.invoke(
             address,
             rpcs.FETCH_CONSUMER_GROUP_ASSIGNMENTS,
             request,
             context=CallContext.GROUP,
-            timeout=self._call_timeout if timeout is None else timeout,
+            timeout=left,
         )
         return response
 
-    def _coordinator_address(self, coordinator: str) -> str:
+    def _coordinator_address(self, coordinator: str, budget: Budget) -> str:
         """The address of broker ``coordinator``, refreshing the metadata only if unknown.
 
         A broker that was down when the client last read the metadata is missing from
@@ -405,14 +421,17 @@ class Membership:
         server answers only after up to 3 s while another broker is down (long enough
         for the new coordinator to expire this member).
 
+        A metadata fetch keeps to ``budget`` (the poll's).
+
         Raises:
             BrokerUnavailableError: if no metadata ever listed the broker.
+            DeadlineExceededError: ``budget`` ran out while another thread refreshed.
         """
-        for broker in self._core.metadata.get().brokers:
+        for broker in self._core.metadata.get(budget).brokers:
             self._addresses[broker.id] = broker.address
         address = self._addresses.get(coordinator)
         if address is None:
-            for broker in self._core.metadata.refresh().brokers:
+            for broker in self._core.metadata.refresh(budget).brokers:
                 self._addresses[broker.id] = broker.address
             address = self._addresses.get(coordinator)
         if address is None:

@@ -32,7 +32,9 @@ class StubCore:
     def __init__(self, poll_error: BaseException | None = None) -> None:
         self.options = ClientOptions(addresses=("127.0.0.1:1",))
         broker = types.SimpleNamespace(id="n0", address="127.0.0.1:1")
-        self.metadata = types.SimpleNamespace(get=lambda: types.SimpleNamespace(brokers=[broker]))
+        self.metadata = types.SimpleNamespace(
+            get=lambda budget=None: types.SimpleNamespace(brokers=[broker])
+        )
         self.poll_error = poll_error
         self.polls: list[float | None] = []
         self.leaves: list[float | None] = []
