@@ -21,10 +21,16 @@ from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
-from liftbridge_sync._transport.retry import backoff_delay, build_retrying, is_retryable
+from liftbridge_sync._transport.retry import (
+    Budget,
+    backoff_delay,
+    build_retrying,
+    is_retryable,
+)
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
+    DeadlineExceededError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
@@ -376,7 +382,21 @@ class PartitionConnection:
                     code="NOT_FOUND",
                 )
         else:
-            info = core.partition_info(target.stream, target.partition, refresh=False)
+            # A partition the cache lacks is looked up within the deadline (the get's):
+            # under the whole retry policy it held get(timeout) for that policy.
+            budget = None if deadline is None else Budget(deadline, deadline)
+            try:
+                info = core.partition_info(
+                    target.stream, target.partition, refresh=False, budget=budget
+                )
+            except DeadlineExceededError as exc:
+                if budget is None:
+                    raise
+                # The get's time ran out, not the subscription's: retried, the back-off
+                # before the retry ends the get with TimeoutError (the read goes on).
+                raise BrokerUnavailableError(
+                    f"subscribe: looking the partition's leader up failed: {exc}"
+                ) from exc
             snapshot = core.metadata.get()
         leader = core.leader_address_of(info)
         if target.read_isr_replica and not self._leader_only:

@@ -1,0 +1,46 @@
+"""A resubscribe keeps to the ``get(timeout)`` it runs in, its metadata look-up included:
+a partition the cache lacked was looked up with a refresh retried under the whole
+retry policy, and ``get(0.3)`` returned only once that policy gave up."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from liftbridge_sync import Client, RetryPolicy, StartAt
+from liftbridge_sync.models import FrozenMap, Metadata
+from liftbridge_sync.testing import FakeBroker, serve
+
+#: Only max_delay ends the retries: a refresh under it takes 3 s with no broker up.
+_PATIENT = RetryPolicy(max_attempts=1_000_000, max_delay=3.0, initial=0.05, maximum=0.2, jitter=0)
+
+
+def test_a_resubscribe_looking_up_a_partition_the_cache_lacks_keeps_to_the_get_timeout() -> None:
+    broker = FakeBroker("a").start()
+    stopped = False
+    try:
+        broker.subscribe_scripts = [serve([0], "hang")]
+        # The grpc transport: a get() timing out cancels the call, and the next get()
+        # subscribes again at the cached leader (the leader is not suspect).
+        with Client(
+            [broker.address], retry=_PATIENT, subscribe_transport="grpc", resubscribe_wait=30.0
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert sub.get(5).offset == 0
+            with pytest.raises(TimeoutError):
+                sub.get(0.1)
+            # The cluster goes away, and the cache no longer lists the stream (another
+            # thread's refresh answered without it): the resubscribe must look it up.
+            broker.stop()
+            stopped = True
+            client._core.metadata.store(Metadata(brokers=(), streams=FrozenMap({})))
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                sub.get(0.3)
+            elapsed = time.monotonic() - started
+            assert not sub.closed and not sub._done  # it goes on resubscribing
+    finally:
+        if not stopped:
+            broker.stop()
+    assert elapsed < 0.3 + 0.5
