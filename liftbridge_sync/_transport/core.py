@@ -108,7 +108,9 @@ class ClientCore:
             self.metadata,
             options.metadata_max_age,
             lambda streams, deadline: self.refresh_once(streams, deadline),
-            lambda stream: self.stream_info_partitions(stream, refresh=True),
+            lambda stream, budget: self.stream_info_partitions(stream, refresh=True, budget=budget),
+            options.retry,
+            options.rpc_timeout,
         )
         self._rotation = itertools.count()
         self._lock = threading.Lock()
@@ -514,15 +516,18 @@ class ClientCore:
             return
         raise BrokerUnavailableError(f"no broker answered FetchMetadata ({error})")
 
-    def stream_info_partitions(self, stream: str, *, refresh: bool = False) -> int:
-        """Number of partitions of ``stream`` (fetching metadata when unknown).
+    def stream_info_partitions(
+        self, stream: str, *, refresh: bool = False, budget: Budget | None = None
+    ) -> int:
+        """Number of partitions of ``stream`` (fetching metadata when unknown, within
+        ``budget`` if given).
 
         Raises:
             NoSuchStreamError: if the server does not know the stream.
         """
         info = None if refresh else self.metadata.cached_stream(stream)
         if info is None:
-            info = self.fetch_metadata([stream]).streams.get(stream)
+            info = self.fetch_metadata([stream], budget).streams.get(stream)
         if info is None:
             raise NoSuchStreamError(f"no such stream: {stream!r}", code="NOT_FOUND")
         return len(info.partitions)

@@ -11,12 +11,13 @@ may have another count.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Sequence
 
 from liftbridge_sync._transport.metadata import MetadataCache
-from liftbridge_sync._transport.retry import call_with_retry
+from liftbridge_sync._transport.retry import Budget, call_with_retry
 from liftbridge_sync.errors import LiftbridgeError, NoSuchStreamError
 from liftbridge_sync.options import RetryPolicy
 
@@ -40,8 +41,11 @@ class PartitionCounts:
         max_age: ``ClientOptions.metadata_max_age`` (``None``: never fetched again).
         refresh_once: One pass over the brokers for some streams' metadata, within a
             deadline, merged into ``cache`` (``ClientCore.refresh_once``).
-        fetch_count: A stream's partition count asked of the servers
+        fetch_count: A stream's partition count asked of the servers within a budget
             (``NoSuchStreamError`` if unknown).
+        retry: The client's retry policy: a count of a stream the cache does not know
+            keeps to its ``max_delay`` (1 s at least, for a stream just created).
+        rpc_timeout: The longest one attempt takes.
 
     Thread-safe.
     """
@@ -51,18 +55,29 @@ class PartitionCounts:
         cache: MetadataCache,
         max_age: float | None,
         refresh_once: Callable[[Sequence[str], float | None], None],
-        fetch_count: Callable[[str], int],
+        fetch_count: Callable[[str, Budget], int],
+        retry: RetryPolicy,
+        rpc_timeout: float,
     ) -> None:
         self._cache = cache
         self._max_age = max_age
         self._refresh_once = refresh_once
         self._fetch_count = fetch_count
+        # At least the asks' own time: a client without retries still waits briefly
+        # for a stream just created (its fetches keep to its policy all the same).
+        self._retry = dataclasses.replace(retry, max_delay=max(retry.max_delay, _SETTLE.max_delay))
+        self._rpc_timeout = rpc_timeout
 
     def count(self, stream: str) -> int:
         """``stream``'s partition count; waits briefly for a just-created stream.
 
+        A stream the cache does not know is asked for within one retry policy, the
+        asks and their metadata fetches together (``max_delay``, 1 s at least, then one
+        attempt).
+
         Raises:
             NoSuchStreamError: if the stream is still unknown after a short wait.
+            BrokerUnavailableError: no broker answered within the policy.
         """
         # The cache answers almost every call (one per message a partitioner places):
         # only a stream it does not know takes the retry machinery, whose set-up costs
@@ -73,11 +88,15 @@ class PartitionCounts:
             if max_age is None or not self._cache.claim_stale(stream, max_age):
                 return len(info.partitions)
             return self._recount(stream, len(info.partitions))
+        # One budget for the asks and their fetches: each fetch retried under a policy
+        # of its own, and a cluster going down after a few asks took them and a policy.
+        budget = Budget.of(self._retry, self._rpc_timeout)
         return call_with_retry(
             _SETTLE,
             "partition count",
-            lambda _: self._fetch_count(stream),
+            lambda _: self._fetch_count(stream, budget),
             retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
+            deadline=budget.retry_until,
         )
 
     def _recount(self, stream: str, cached: int) -> int:

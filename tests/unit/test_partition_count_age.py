@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from liftbridge_sync import BrokerUnavailableError
+from liftbridge_sync import BrokerUnavailableError, RetryPolicy
 from liftbridge_sync._transport.metadata import MetadataCache
 from liftbridge_sync._transport.partition_counts import PartitionCounts
 from liftbridge_sync._transport.retry import Budget
@@ -51,12 +51,12 @@ def _counts(server: _Server, clock: list[float], max_age: float | None) -> Parti
         assert deadline is not None and deadline - time.monotonic() <= 1.0
         cache.merge(server.fetch(streams))
 
-    def fetch_count(stream: str) -> int:
+    def fetch_count(stream: str, budget: Budget) -> int:
         snapshot = server.fetch([stream])
         cache.merge(snapshot)
         return len(snapshot.streams[stream].partitions)
 
-    return PartitionCounts(cache, max_age, refresh_once, fetch_count)
+    return PartitionCounts(cache, max_age, refresh_once, fetch_count, RetryPolicy(), 1.0)
 
 
 def test_an_old_count_is_fetched_again_once_and_a_silent_server_keeps_it(
