@@ -24,6 +24,7 @@ from typing import Any, TypeVar, overload
 import grpc
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.h2.sockets import speaks_tls
@@ -209,6 +210,22 @@ class ClientCore:
             else:
                 closeable.close()
         self.pool.close()
+
+    def back_off(self, seconds: float) -> None:
+        """Sleep a retry's back-off of ``seconds``, cut short by :meth:`close`.
+
+        A back-off lasts up to ``RetryPolicy.maximum``: in a plain sleep, a thread in a
+        retried call outlived ``close()`` by that long.
+
+        Raises:
+            ClientClosedError: the client is closed, or was closed during the sleep.
+        """
+        woken = threading.Event()
+        try:
+            with self.pool.closing.waiting(woken):
+                wait_event(woken, seconds)
+        except ClientClosedError:
+            raise ClientClosedError("the client was closed during a retry's back-off") from None
 
     # ------------------------------------------------------------------ brokers
 
@@ -435,6 +452,7 @@ class ClientCore:
             attempt,
             retry_if=retry_if,
             deadline=min(ends, default=None),
+            sleep=self.back_off,
         )
 
     # ------------------------------------------------------------------ metadata
@@ -644,6 +662,7 @@ class ClientCore:
             attempt,
             retry_if=_retryable_elsewhere,
             deadline=budget.retry_until,
+            sleep=self.back_off,
         )
 
     def _time_left(self, budget: Budget, what: str) -> float:

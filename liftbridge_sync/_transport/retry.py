@@ -89,6 +89,7 @@ def build_retrying(
     label: str,
     retry_if: Callable[[BaseException], bool] = is_retryable,
     deadline: float | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> tenacity.Retrying:
     """A fresh ``tenacity.Retrying`` for one call.
 
@@ -98,6 +99,8 @@ def build_retrying(
         retry_if: Decides whether an exception is worth another attempt.
         deadline: A ``time.monotonic()`` the caller's whole call must end by: no retry
             whose back-off would reach it.
+        sleep: Sleeps each back-off (default ``time.sleep``); what it raises ends the
+            call (a back-off cut short by the client's ``close()``).
 
     Returns:
         A ``Retrying`` that re-raises the last exception when it gives up. Not thread-safe;
@@ -120,6 +123,7 @@ def build_retrying(
     if deadline is not None:
         stop = stop | _StopBefore(deadline)
     return tenacity.Retrying(
+        sleep=time.sleep if sleep is None else sleep,
         # Before the delay, not after it: no attempt starts later than max_delay (after
         # it, the sleep before the next attempt could carry it up to ``maximum`` past).
         stop=stop,
@@ -137,13 +141,18 @@ def call_with_retry(
     *,
     retry_if: Callable[[BaseException], bool] = is_retryable,
     deadline: float | None = None,
+    sleep: Callable[[float], None] | None = None,
 ) -> _T:
     """Run ``attempt(attempt_number)`` until it succeeds or the policy gives up (or a
-    retry's back-off would reach ``deadline``, a ``time.monotonic()``).
+    retry's back-off would reach ``deadline``, a ``time.monotonic()``), sleeping each
+    back-off with ``sleep`` if given (see :func:`build_retrying`).
 
     Thread-safe: each call builds its own ``Retrying``.
     """
-    for trial in build_retrying(policy, label=label, retry_if=retry_if, deadline=deadline):
+    retrying = build_retrying(
+        policy, label=label, retry_if=retry_if, deadline=deadline, sleep=sleep
+    )
+    for trial in retrying:
         with trial:
             return attempt(trial.retry_state.attempt_number)
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
