@@ -294,16 +294,23 @@ class Membership:
     # ------------------------------------------------------------------ heartbeat
 
     def heartbeat(
-        self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
+        self,
+        stop: threading.Event,
+        reconcile: Reconcile,
+        fail: Fail,
+        rejoin: Rejoin | None,
+        tend: Callable[[], None] | None = None,
     ) -> None:
         """Poll the coordinator until ``stop`` is set (the ``liftbridge-consumer`` thread).
 
-        Each answer is handed to ``reconcile``. When the server dropped this member,
-        ``rejoin`` is called (or, without one, ``fail``); what ends the membership (no
-        rejoin, a rejoin refused, the thread itself failing) is handed to ``fail``.
+        ``tend``, if any, is called before each poll (it closes a consumer dropped
+        without close(), which sets ``stop``). Each answer is handed to ``reconcile``.
+        When the server dropped this member, ``rejoin`` is called (or, without one,
+        ``fail``); what ends the membership (no rejoin, a rejoin refused, the thread
+        itself failing) is handed to ``fail``.
         """
         try:
-            self._heartbeat(stop, reconcile, fail, rejoin)
+            self._heartbeat(stop, reconcile, fail, rejoin, tend)
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
                 _log.exception("consumer %s: heartbeat thread failed", self._who)
@@ -317,11 +324,20 @@ class Membership:
                 fail(error)
 
     def _heartbeat(
-        self, stop: threading.Event, reconcile: Reconcile, fail: Fail, rejoin: Rejoin | None
+        self,
+        stop: threading.Event,
+        reconcile: Reconcile,
+        fail: Fail,
+        rejoin: Rejoin | None,
+        tend: Callable[[], None] | None,
     ) -> None:
         #: Since when the cluster says this member (or the group) does not exist.
         unknown_since: float | None = None
         while not stop.is_set():
+            if tend is not None:
+                tend()
+                if stop.is_set():
+                    return
             wait = self._interval
             try:
                 try:

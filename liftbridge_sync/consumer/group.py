@@ -30,11 +30,13 @@ readers and the iterator is :mod:`._mailbox`'s. Thread-safe as :class:`Consumer`
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._durations import check_seconds
@@ -111,6 +113,10 @@ class Consumer:
     it knows, automatic commits already hold back once the coordinator has not answered
     for most of the consumer timeout (:attr:`ConsumerStats.commits_withheld`);
     :meth:`commit` always commits.
+
+    Its threads hold it only weakly: a consumer dropped without :meth:`close` is
+    collected, and its heartbeat thread then closes it at its next poll (within
+    0.4 × the consumer timeout), with a WARNING, so that it leaves the group.
 
     Thread-safe: iterate from one thread; :meth:`commit` and :meth:`close` may be called
     from any thread.
@@ -206,6 +212,9 @@ class Consumer:
         #: An automatic commit was withheld and nothing was committed since (one log
         #: line per silence). Guarded by the lock.
         self._withholding = False
+        #: This consumer, put back by __del__ when dropped without close(): the
+        #: heartbeat thread, which holds it only weakly, closes it at its next turn.
+        self._dropped: collections.deque[Consumer] = collections.deque()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -225,19 +234,42 @@ class Consumer:
         """
         self._refuse_if_forked()
         self._membership.join()
+        # The threads hold this consumer weakly: one dropped without close() is then
+        # collected, and its __del__ hands it to the heartbeat thread to close.
+        ref = weakref.ref(self)
+
+        def reconcile(assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> None:
+            consumer = ref()
+            if consumer is not None:
+                consumer._reconcile(assignments, epoch)
+
+        def fail(error: BaseException) -> None:
+            consumer = ref()
+            if consumer is not None:
+                consumer._fail(error)
+
+        def rejoin(error: BaseException) -> None:
+            consumer = ref()
+            if consumer is not None:
+                consumer._rejoin_group(error)
+
         heartbeat = functools.partial(
             self._membership.heartbeat,
             self._stop_polling,
-            self._reconcile,
-            self._fail,
-            self._rejoin_group if self._rejoin else None,
+            reconcile,
+            fail,
+            rejoin if self._rejoin else None,
+            functools.partial(_close_dropped, self._dropped),
         )
         try:
             self._heartbeat_thread = self._start_thread(
                 f"liftbridge-consumer-{self._group}", heartbeat
             )
             if self._auto_commit is not None:
-                self._start_thread(f"liftbridge-consumer-commit-{self._group}", self._commit_loop)
+                commit_loop = functools.partial(
+                    _commit_loop, ref, self._stop, self._commits.handed_off, self._auto_commit
+                )
+                self._start_thread(f"liftbridge-consumer-commit-{self._group}", commit_loop)
         except BaseException as exc:
             # Nobody holds this consumer yet to close it: a heartbeat left running would
             # keep the member in the group, holding partitions, for the process's life.
@@ -445,6 +477,16 @@ class Consumer:
         if not dropped:  # a member the server dropped has no group to leave
             self._membership.leave()
 
+    def __del__(self) -> None:
+        # The collector may run this on any thread, one holding any lock (threading's
+        # own among them): it takes none and starts no thread, it only puts this
+        # consumer back where its heartbeat thread finds it (an atomic append). A
+        # consumer that never started its threads, or was closed, has nothing to end.
+        attrs = self.__dict__
+        if attrs.get("_heartbeat_thread") is not None and not attrs.get("_closed", True):
+            if not self._core.forked:  # the threads are the parent's
+                self._dropped.append(self)
+
     def __enter__(self) -> Consumer:
         return self
 
@@ -567,23 +609,6 @@ class Consumer:
             keys = sorted(self._readers)
         return [(stream, p, delivered.get((stream, p)), "consumer") for stream, p in keys]
 
-    def _commit_loop(self) -> None:
-        """The ``liftbridge-consumer-commit`` thread: the positions of partitions taken
-        away as soon as the heartbeat hands them over, the others every interval."""
-        interval = self._auto_commit
-        assert interval is not None
-        due = time.monotonic() + interval
-        while True:
-            self._commits.handed_off.wait(max(0.0, due - time.monotonic()))
-            if self._stop.is_set():
-                return
-            # Cleared here too: a commit on revoke withheld waits for the interval.
-            self._commits.handed_off.clear()
-            self._hand_off_once()
-            if time.monotonic() >= due:
-                self._auto_commit_once()
-                due = time.monotonic() + interval
-
     def _hand_off_once(self) -> None:
         """Commit the positions of the partitions taken away (see
         :meth:`Commits.hand_off`), unless this member may have been dropped."""
@@ -681,3 +706,47 @@ class Consumer:
         for reader in readers:
             self._readers.stop(reader)
         self._membership.rejoin(new, self._stop)
+
+
+def _close_dropped(dropped: collections.deque[Consumer]) -> None:
+    """Close the consumer its ``__del__`` put in ``dropped``, if any (heartbeat thread).
+
+    Otherwise it would stay in its group, holding partitions nobody reads, until
+    ``Client.close()``. Registered again first: the collector may have taken it off the
+    client, whose close() then waits for this one instead of ending before it.
+    """
+    try:
+        consumer = dropped.popleft()
+    except IndexError:
+        return
+    _log.warning("consumer %s: dropped without close(): closing", consumer._who)
+    try:
+        consumer._core.register(consumer)
+    except ClientClosedError:
+        return  # closed by register(), as by Client.close()
+    consumer.close()
+
+
+def _commit_loop(
+    ref: weakref.ref[Consumer],
+    stop: threading.Event,
+    handed_off: threading.Event,
+    interval: float | None,
+) -> None:
+    """The ``liftbridge-consumer-commit`` thread: the positions of partitions taken
+    away as soon as the heartbeat hands them over, the others every interval. It holds
+    the consumer only while it commits (see :meth:`Consumer.__del__`)."""
+    assert interval is not None
+    due = time.monotonic() + interval
+    while True:
+        handed_off.wait(max(0.0, due - time.monotonic()))
+        consumer = ref()
+        if stop.is_set() or consumer is None:
+            return  # closed, or dropped: its heartbeat thread closes it
+        # Cleared here too: a commit on revoke withheld waits for the interval.
+        handed_off.clear()
+        consumer._hand_off_once()
+        if time.monotonic() >= due:
+            consumer._auto_commit_once()
+            due = time.monotonic() + interval
+        del consumer

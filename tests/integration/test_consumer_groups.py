@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import os
 import shutil
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 import types
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -1373,3 +1375,32 @@ def test_an_empty_partition_read_from_its_end_loses_nothing_published_as_the_rea
         assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
         assert a.get(10).value == b"as the reader starts"
     assert published == [b"as the reader starts"]
+
+
+@pytest.mark.parametrize("in_a_cycle", [False, True], ids=["refcount", "collector"])
+def test_a_member_dropped_without_close_leaves_and_its_partitions_move(
+    client: Client, stream: str, caplog: pytest.LogCaptureFixture, in_a_cycle: bool
+) -> None:
+    # In a cycle it is freed by the collector, which clears the weak references to it
+    # (the client's included) before its __del__ puts it back.
+    group = unique("g")
+    b = client.consumer(group, streams=[stream], auto_commit=None)
+    try:
+        held = [client.consumer(group, streams=[stream], auto_commit=0.5)]
+        wait_until(lambda: split_evenly(held[0], b), 15, "two partitions each")
+        own = list(held[0]._threads)  # heartbeat and commit threads (b has no commit thread)
+        dropped = weakref.ref(held[0])
+        if in_a_cycle:
+            held[0].cycle = [held[0]]  # type: ignore[attr-defined]
+        with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
+            held.clear()  # without close()
+            gc.collect()
+            # Its heartbeat closes it within an interval (0.8 s): it leaves the group.
+            wait_until(lambda: partitions_of(b) == set(ALL), 10, "b owns every partition")
+            wait_until(lambda: not any(t.is_alive() for t in own), 10, "its threads ended")
+            wait_until(lambda: gc.collect() >= 0 and dropped() is None, 10, "collected")
+        assert "dropped without close(): closing" in caplog.text
+        assert not b.closed
+    finally:
+        b.close()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
