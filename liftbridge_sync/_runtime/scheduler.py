@@ -4,7 +4,8 @@ A subscription reads its gRPC stream on the caller's thread, and a blocked ``nex
 on a gRPC call has no timeout of its own; the only way to bound it is to cancel the call
 from elsewhere. Rather than a thread per subscription, every subscription of a client
 shares this one lazily started thread, which runs short callbacks (``call.cancel()``)
-at their deadlines.
+at their deadlines. It also looks for whole-stream subscriptions dropped without close()
+(see :mod:`liftbridge_sync.subscription.stream`).
 """
 
 from __future__ import annotations

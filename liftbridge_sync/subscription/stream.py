@@ -9,10 +9,13 @@ own after failover.
 from __future__ import annotations
 
 import collections
+import functools
+import logging
 import threading
 import time
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
+from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import (
     check_bool,
@@ -21,7 +24,7 @@ from liftbridge_sync._wire.validate import (
     check_name,
     check_timeout,
 )
-from liftbridge_sync.errors import InternalThreadError
+from liftbridge_sync.errors import InternalThreadError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.opening import check_positions, open_partition
@@ -29,6 +32,8 @@ from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["STREAM_BUFFER", "STREAM_BUFFER_BYTES", "StreamSubscription", "open_stream_subscription"]
+
+_log = logging.getLogger("liftbridge_sync.subscription")
 
 #: Messages buffered between the partition readers and the consumer; a full buffer
 #: blocks the readers, which lets gRPC flow control slow the server down.
@@ -63,6 +68,11 @@ class _Mailbox:
         self._bytes = 0
         self._producers = producers
         self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (read without the lock)."""
+        return self._closed
 
     def put(self, item: Message | BaseException) -> bool:
         """Queue ``item`` (errors skip the bounds); ``False`` once closed."""
@@ -150,6 +160,11 @@ class StreamSubscription:
     already started is closed and :class:`~liftbridge_sync.errors.InternalThreadError`
     is raised.
 
+    The reader threads hold the subscription only weakly: one dropped without
+    :meth:`close` is collected, and the client's ``liftbridge-timer`` thread, which
+    looks every :data:`~liftbridge_sync._runtime.doorbell.WAIT_SLICE` seconds, then
+    closes it with a WARNING; its readers end by themselves.
+
     Not thread-safe for iteration; close() may be called from any thread.
     """
 
@@ -162,10 +177,16 @@ class StreamSubscription:
         self._delivered: dict[int, int] = {}
         self._box = _Mailbox(STREAM_BUFFER, len(subs))
         self._closed = False
+        #: This subscription, put back by __del__ when dropped without close(): the
+        #: watch on the timer thread closes it (see _watch).
+        self._dropped: collections.deque[StreamSubscription] = collections.deque()
+        #: The watch's pending timer, replaced as it arms the next one.
+        self._watch: list[TimerHandle] = []
+        # Not bound methods: the readers must not hold the subscription (see _watch).
         self._threads = [
             threading.Thread(
-                target=self._pump,
-                args=(sub,),
+                target=_pump,
+                args=(self._box, sub),
                 name=f"liftbridge-subscribe-{stream}-{sub.partition}",
                 daemon=True,
             )
@@ -184,6 +205,30 @@ class StreamSubscription:
                 f"could not start the reader of {stream!r} partition "
                 f"{subs[len(started)].partition}: {exc}"
             ) from exc
+
+    def watch_for_drop(self) -> None:
+        """Have the timer thread close this subscription if it is dropped without
+        :meth:`close` (see :func:`_watch`).
+
+        Raises:
+            InternalThreadError: if the timer thread could not be started (the process
+                is out of threads); the subscription is closed.
+
+        Called once, by :func:`open_stream_subscription`, before anyone else has it.
+        """
+        try:
+            scheduler = self._core.scheduler()
+            watch = functools.partial(_watch, self._dropped, self._box, scheduler, self._watch)
+            self._watch.append(scheduler.call_later(WAIT_SLICE, watch))
+        except RuntimeError as exc:  # "can't start new thread"
+            self.close(self._core.options.rpc_timeout)
+            raise InternalThreadError(
+                f"could not start the liftbridge-timer thread: {exc}"
+            ) from exc
+        except LiftbridgeError:
+            # The client was closed meanwhile (it closed this subscription), or its timer
+            # thread died (subscriptions with a timeout fail then): no watch.
+            pass
 
     @property
     def stream(self) -> str:
@@ -217,17 +262,6 @@ class StreamSubscription:
             resubscribes=sum(p.resubscribes for p in parts),
             out_of_order=sum(p.out_of_order for p in parts),
         )
-
-    def _pump(self, sub: Subscription) -> None:
-        box = self._box
-        try:
-            for msg in sub:
-                if not box.put(msg):
-                    return
-        except BaseException as exc:  # handed to the consumer, raised at iteration
-            box.put(exc)
-        finally:
-            box.producer_done()
 
     def __iter__(self) -> StreamSubscription:
         return self
@@ -317,6 +351,8 @@ class StreamSubscription:
         self._closed = True
         if self._core.forked:
             return  # the readers, their locks and connections are the parent's
+        for handle in self._watch:
+            handle.cancel()
         for sub in self._subs:
             sub.close()
         self._box.close()
@@ -334,6 +370,15 @@ class StreamSubscription:
                         break
                 thread.join(step)
 
+    def __del__(self) -> None:
+        # The collector may run this on any thread, one holding any lock (threading's
+        # own among them): it takes none and starts no thread, it only puts this
+        # subscription back where the watch on the timer thread finds it (an atomic
+        # append). One closed, or never started, has nothing to end.
+        attrs = self.__dict__
+        if attrs.get("_watch") and not attrs.get("_closed", True) and not self._core.forked:
+            self._dropped.append(self)
+
     def __enter__(self) -> StreamSubscription:
         return self
 
@@ -343,6 +388,46 @@ class StreamSubscription:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<StreamSubscription {self._stream} partitions={len(self._subs)} {state}>"
+
+
+def _pump(box: _Mailbox, sub: Subscription) -> None:
+    """A ``liftbridge-subscribe-<stream>-<partition>`` thread: ``sub`` into ``box``."""
+    try:
+        for msg in sub:
+            if not box.put(msg):
+                return
+    except BaseException as exc:  # handed to the consumer, raised at iteration
+        box.put(exc)
+    finally:
+        box.producer_done()
+
+
+def _watch(
+    dropped: collections.deque[StreamSubscription],
+    box: _Mailbox,
+    scheduler: Scheduler,
+    pending: list[TimerHandle],
+) -> None:
+    """Close the subscription its ``__del__`` put in ``dropped`` (timer thread), or look
+    again in :data:`WAIT_SLICE` seconds while it is open.
+
+    Otherwise its readers, blocked in a read, would keep their calls and threads until
+    ``Client.close()``. It is closed without waiting for them (timer callbacks must be
+    short): they end by themselves once their calls are cancelled.
+    """
+    try:
+        subscription = dropped.popleft()
+    except IndexError:
+        if box.closed:
+            return
+        watch = functools.partial(_watch, dropped, box, scheduler, pending)
+        try:
+            pending[:] = [scheduler.call_later(WAIT_SLICE, watch)]
+        except LiftbridgeError:
+            pass  # the client is closing: it closes the subscription
+        return
+    _log.warning("subscription to %r: dropped without close(): closing", subscription.stream)
+    subscription.close(0)
 
 
 def open_stream_subscription(
@@ -389,6 +474,7 @@ def open_stream_subscription(
     result = StreamSubscription(core, stream, subs)
     try:
         core.register(result)
+        result.watch_for_drop()
     except BaseException:
         result.close()
         raise

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -763,3 +765,28 @@ def test_a_range_read_after_a_restart_says_why_it_waits_and_ends_once_committed(
             assert [(m.offset, m.value) for m in got] == [(i, b"m%d" % i) for i in range(10)]
             told = [r for r in caplog.records if "commits a new message" in r.getMessage()]
             assert len(told) == 1  # once per subscription, however long it waited
+
+
+@pytest.mark.parametrize("in_a_cycle", [False, True], ids=["refcount", "collector"])
+def test_a_whole_stream_subscription_dropped_without_close_ends_its_readers(
+    liftbridge_client: Client,
+    stream4p: str,
+    caplog: pytest.LogCaptureFixture,
+    in_a_cycle: bool,
+) -> None:
+    # In a cycle it is freed by the collector, which clears the weak references to it
+    # (the client's included) before its __del__ puts it back.
+    held = [liftbridge_client.subscribe_stream(stream4p)]  # new only: the readers wait
+    readers = [
+        t for t in threading.enumerate() if t.name.startswith(f"liftbridge-subscribe-{stream4p}-")
+    ]
+    assert len(readers) == 4
+    dropped = weakref.ref(held[0])
+    if in_a_cycle:
+        held[0].cycle = [held[0]]  # type: ignore[attr-defined]
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.subscription"):
+        held.clear()  # without close()
+        gc.collect()
+        wait_until(lambda: not any(t.is_alive() for t in readers), 10, "its readers ended")
+        wait_until(lambda: gc.collect() >= 0 and dropped() is None, 10, "collected")
+    assert "dropped without close(): closing" in caplog.text
