@@ -413,6 +413,7 @@ class ClientCore:
         read_only: bool = False,
         deadline: float | None = None,
         retry_until: float | None = None,
+        avoid: frozenset[str] = frozenset(),
     ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors.
 
@@ -423,11 +424,14 @@ class ClientCore:
         ``deadline`` (a ``time.monotonic()``), if given, the whole call: each attempt
         gets at most the time left, and no retry starts whose back-off would reach it
         (the last attempt's error is raised then), nor one reaching ``retry_until`` (a
-        ``time.monotonic()`` too) if given."""
+        ``time.monotonic()`` too) if given. Brokers in ``avoid`` are asked only when no
+        other is known."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
             candidates = self.addresses()
+            if avoid:
+                candidates = [a for a in candidates if a not in avoid] or candidates
             address = candidates[(start + number - 1) % len(candidates)]
             seconds = timeout
             if deadline is not None:
@@ -470,6 +474,7 @@ class ClientCore:
                 read_only=True,
                 deadline=budget.ends,
                 retry_until=budget.retry_until,
+                avoid=budget.avoid,
             )
         return self._metadata_of(response)
 
@@ -640,11 +645,16 @@ class ClientCore:
         # One budget for the call: a refresh retried under a policy of its own took up
         # to max_delay again on each attempt (twice max_delay against a dead cluster).
         budget = Budget.of(self.options.retry, self.options.rpc_timeout)
+        # Leaders that ran out of time or could not be reached: a refresh asks the other
+        # brokers first (a hung leader, asked again, took the rest of the budget).
+        suspects: set[str] = set()
 
         def attempt(number: int) -> Resp | T:
             nonlocal refresh
+            address = None
             try:
-                info = self.partition_info(stream, partition, refresh=refresh, budget=budget)
+                within = dataclasses.replace(budget, avoid=frozenset(suspects))
+                info = self.partition_info(stream, partition, refresh=refresh, budget=within)
                 if refresh and settle is not None:
                     settled = settle(info)
                     if settled is not None:
@@ -652,8 +662,10 @@ class ClientCore:
                 address = self.leader_address_of(info)
                 left = self._time_left(budget, rpc.name)
                 return self.invoke(address, rpc, request, context=context, timeout=left)
-            except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError):
+            except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError) as exc:
                 refresh = True
+                if address is not None and not isinstance(exc, NotLeaderError):
+                    suspects.add(address)
                 raise
 
         return call_with_retry(

@@ -51,12 +51,15 @@ class Budget:
             call's ``max_delay`` from its start).
         ends: A ``time.monotonic()`` by which every attempt has ended (one attempt's
             timeout after ``retry_until``).
+        avoid: Brokers the call found hung or unreachable: the calls within it ask the
+            others first (a hung broker would take a whole attempt's time again).
 
     Immutable; safe to share between threads.
     """
 
     retry_until: float
     ends: float
+    avoid: frozenset[str] = frozenset()
 
     @classmethod
     def of(cls, policy: RetryPolicy, attempt_timeout: float) -> Budget:

@@ -50,3 +50,40 @@ def test_a_single_attempt_keeps_to_its_timeout_when_the_metadata_is_missing(call
     finally:
         core.close()
     assert elapsed < _ONCE + 0.5
+
+
+def test_a_refresh_within_a_leader_call_asks_the_other_brokers_before_a_hung_one() -> None:
+    # A leader that hangs (SIGSTOP) took one attempt's time; the refresh that followed
+    # asked the brokers in turn, the hung one among them, whose second timeout used up
+    # the rest of the call's budget (a cluster test failed so, 1 run in 2). The brokers
+    # a leader call found hung are asked only when no other is known.
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync._wire import rpcs
+    from tests.silent_listener import SilentListener
+
+    silent = SilentListener()
+    options = ClientOptions(
+        addresses=(silent.address, "127.0.0.1:1"), rpc_timeout=_RPC_TIMEOUT, retry=_POLICY
+    )
+    core = ClientCore(options)
+    request = api_pb2.FetchMetadataRequest()
+    try:
+        for _ in range(2):  # from either end of the rotation
+            with pytest.raises(lb.LiftbridgeError):
+                core.call_any(
+                    rpcs.FETCH_METADATA,
+                    request,
+                    read_only=True,
+                    deadline=time.monotonic() + 1.0,
+                    avoid=frozenset({silent.address}),
+                )
+        assert silent.accepted == 0
+        # Without it, the rotation reaches the hung broker.
+        with pytest.raises(lb.LiftbridgeError):
+            core.call_any(
+                rpcs.FETCH_METADATA, request, read_only=True, deadline=time.monotonic() + 3.0
+            )
+        assert silent.accepted >= 1
+    finally:
+        core.close()
+        silent.close()
