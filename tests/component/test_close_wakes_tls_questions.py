@@ -6,7 +6,6 @@ that accepted the connection and said nothing, after close() had returned."""
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +18,7 @@ from liftbridge_sync._transport import channels as channels_module
 from liftbridge_sync._transport import core as core_module
 from liftbridge_sync.testing import TestCertificates, generate_certificates
 from tests.silent_listener import SilentListener
+from tests.stacks import thread_in
 from tests.waiting import wait_until
 
 #: What a bound may be exceeded by on a loaded 2-core machine (scheduling, not waits).
@@ -28,16 +28,6 @@ BOUND = 2.0
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
     return generate_certificates(tmp_path_factory.mktemp("pki"))
-
-
-def _in(thread: threading.Thread, function: str) -> bool:
-    """Whether ``thread`` is inside ``function`` (its stack)."""
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        if frame.f_code.co_name == function:
-            return True
-        frame = frame.f_back
-    return False
 
 
 class _PlaintextCloser:
@@ -103,7 +93,7 @@ def _close_during(client: Client, call: str, step: str, ready: Callable[[], bool
 
     caller = threading.Thread(target=run, name="test-caller", daemon=True)
     caller.start()
-    wait_until(lambda: _in(caller, step) and ready(), what=f"the call in {step}")
+    wait_until(lambda: thread_in(caller, step) and ready(), what=f"the call in {step}")
     started = time.monotonic()
     client.close()
     caller.join(BOUND)

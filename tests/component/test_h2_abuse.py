@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import sys
 import threading
 import time
 import tracemalloc
@@ -22,6 +21,7 @@ from liftbridge_sync.errors import AckTimeoutError
 from liftbridge_sync.testing import FakeBroker, serve
 from liftbridge_sync.testing._h2abuse import H2Abuser
 from tests.constants import FAST_RETRY
+from tests.stacks import thread_in
 from tests.waiting import wait_until
 
 _HEADER = struct.Struct(">IBI")
@@ -32,16 +32,6 @@ def abused() -> Iterator[tuple[FakeBroker, H2Abuser]]:
     with FakeBroker() as fake, H2Abuser(fake.address) as abuser:
         fake.advertised_port = abuser.port
         yield fake, abuser
-
-
-def _in_send(thread: threading.Thread) -> bool:
-    """Whether ``thread`` is inside the subscription's socket write."""
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        if frame.f_code.co_name == "_send_out":
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _client(fake: FakeBroker, **options: object) -> Client:
@@ -147,7 +137,7 @@ def test_close_from_another_thread_wakes_a_blocked_subscription_writer(
         abuser.flood("ping", budget=256 << 20, seconds=60)
         reader.start()
         # Blocked in the write once the flood filled the kernel buffers both ways.
-        wait_until(lambda: _in_send(reader), timeout=30)
+        wait_until(lambda: thread_in(reader, "_send_out"), timeout=30)
         assert reader.is_alive() and not outcome
         started = time.monotonic()
         sub.close()

@@ -29,6 +29,7 @@ from liftbridge_sync._transport.tls import TLSSetup
 from liftbridge_sync.testing import FakeBroker, TestCertificates, generate_certificates
 from liftbridge_sync.testing._h2abuse import H2Abuser
 from tests.silent_listener import SilentListener
+from tests.stacks import thread_in
 from tests.waiting import wait_until
 
 #: Patient: the dial is retried for longer than any test runs (nothing fails "unavailable").
@@ -206,14 +207,8 @@ def _abandoned(step: Callable[[DialAbort], object], ready: Callable[[], bool]) -
 
 
 def _in(thread_name: str, function: str) -> bool:
-    for thread in threading.enumerate():
-        if thread.name == thread_name:
-            frame = sys._current_frames().get(thread.ident or -1)
-            while frame is not None:
-                if frame.f_code.co_name == function:
-                    return True
-                frame = frame.f_back
-    return False
+    """Whether the thread named ``thread_name`` runs inside ``function``."""
+    return any(t.name == thread_name and thread_in(t, function) for t in threading.enumerate())
 
 
 def test_an_abandoned_tls_handshake_of_the_dial_ends_at_once(

@@ -38,6 +38,7 @@ from liftbridge_sync.testing import (
     serve,
 )
 from tests.silent_listener import SilentListener
+from tests.stacks import thread_in
 from tests.waiting import wait_until
 
 from .test_subscribe_faults import SC, make_client
@@ -60,16 +61,6 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
 
 def _tls(certs: TestCertificates) -> TLSOptions:
     return TLSOptions(ca_cert=str(certs.ca_cert), server_name="localhost")
-
-
-def _in(thread: threading.Thread, function: str) -> bool:
-    """Whether ``thread`` is inside ``function`` (its stack)."""
-    frame = sys._current_frames().get(thread.ident or -1)
-    while frame is not None:
-        if frame.f_code.co_name == function:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def _innermost(thread: threading.Thread) -> str | None:
@@ -129,7 +120,9 @@ def test_cancel_abandons_the_dial_of_a_call_to_a_silent_broker(
         preflight=lambda abort: pool.check_tls(silent.address, abort=abort),
     )
     reader, errors = _reading(call)
-    wait_until(lambda: _in(reader, step) and silent.accepted >= 1, what=f"the reader in {step}")
+    wait_until(
+        lambda: thread_in(reader, step) and silent.accepted >= 1, what=f"the reader in {step}"
+    )
     _cancel_ends(call, reader, errors, "read")
     pool.close()
 
@@ -284,7 +277,7 @@ def test_cancel_abandons_the_look_at_an_untrusted_certificate(certs: TestCertifi
     reader, errors = _reading(call)
     try:
         wait_until(
-            lambda: _in(reader, "peer_issuer") and broker.accepted >= 2,
+            lambda: thread_in(reader, "peer_issuer") and broker.accepted >= 2,
             what="the reader reading the issuer",
         )
         _cancel_ends(call, reader, errors, "read")
