@@ -23,8 +23,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 __all__ = ["WAIT_SLICE", "Doorbell", "wait_event"]
+
+_T = TypeVar("_T")
 
 #: Longest single sleep of a waiter, seconds: Python runs a signal handler the kernel
 #: gave another thread at the end of it at the latest.
@@ -34,12 +39,12 @@ WAIT_SLICE = 0.5
 class Doorbell:
     """Wakes the threads waiting for a shared state to change.
 
-    Use under the owner's lock: a thread that found nothing to take calls :meth:`listen`
-    and sleeps with :meth:`sleep` once the lock is left; a thread that changed the state
-    calls :meth:`ring`. A ring between the two is not lost: the bell it released stays
-    open.
+    A waiting thread calls :meth:`wait` (which looks under the owner's lock, and
+    sleeps without it: :meth:`listen`, :meth:`sleep`, :meth:`forget`); a thread that
+    changed the state calls :meth:`ring` under that lock. A ring between a look and the
+    sleep is not lost: the bell it released stays open.
 
-    Thread-safe under the owner's lock (:meth:`sleep` without it).
+    Thread-safe under the owner's lock (:meth:`wait` and :meth:`sleep` without it).
     """
 
     __slots__ = ("_bells",)
@@ -76,6 +81,41 @@ class Doorbell:
             self._bells.remove(bell)
         except ValueError:
             pass  # rung meanwhile
+
+    def wait(
+        self,
+        lock: AbstractContextManager[Any],
+        take: Callable[[], _T],
+        deadline: float | None = None,
+        between: Callable[[], None] | None = None,
+    ) -> _T | None:
+        """Call ``take`` with ``lock`` (the owner's) held until it returns something
+        other than ``None``, and return that; between two tries, sleep without the lock
+        until a :meth:`ring` or for :data:`WAIT_SLICE` at most, then call ``between``
+        (e.g. to raise for a signal), if given.
+
+        Returns:
+            What ``take`` returned, or ``None`` once ``deadline`` (a
+            ``time.monotonic()``) has passed with ``take`` still returning ``None``.
+            What ``take`` raises ends the wait.
+        """
+        bell: threading.Lock | None = None
+        while True:
+            with lock:
+                if bell is not None:
+                    self.forget(bell)
+                got = take()
+                if got is not None:
+                    return got
+                left = WAIT_SLICE
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return None
+                bell = self.listen()
+            self.sleep(bell, left)
+            if between is not None:
+                between()
 
 
 def wait_event(event: threading.Event, seconds: float | None) -> bool:

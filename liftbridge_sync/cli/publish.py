@@ -29,7 +29,7 @@ from liftbridge_sync import (
     PartitionInfo,
     PublishError,
 )
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
+from liftbridge_sync._runtime.doorbell import Doorbell
 from liftbridge_sync.cli.app import PARTITION, cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import (
@@ -313,17 +313,11 @@ class _Tracker:
         """Wait while ``blocked()``, asked with the lock held; after each sleep (at most
         :data:`WAIT_SLICE`, without the lock) raise for a signal received when ``check``
         (not in :meth:`close` or on the printer: they wait for the acks to be out)."""
-        bell: threading.Lock | None = None
-        while True:
-            with self._lock:
-                if bell is not None:
-                    self._changed.forget(bell)
-                if not blocked():
-                    return
-                bell = self._changed.listen()
-            self._changed.sleep(bell, WAIT_SLICE)
-            if check:
-                self._check_signals()
+        self._changed.wait(
+            self._lock,
+            lambda: None if blocked() else True,
+            between=self._check_signals if check else None,
+        )
 
     def _check_signals(self) -> None:
         if self._waker is not None:

@@ -15,7 +15,7 @@ import threading
 import time
 import types
 
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
+from liftbridge_sync._runtime.doorbell import Doorbell
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.partition import Subscription
 
@@ -105,27 +105,24 @@ class Mailbox:
     def get(self, timeout: float | None) -> tuple[PartitionReader, Message]:
         """The next message of a partition still assigned, with the reader it came from."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        bell: threading.Lock | None = None
-        while True:
-            with self._cond:
-                if bell is not None:
-                    self._arrived.forget(bell)
-                while self._items:
-                    reader, msg = self._items.popleft()
-                    self._cond.notify_all()
-                    if not reader.stopped:
-                        return reader, msg
-                if self._error is not None:
-                    raise self._error.with_traceback(self._error_traceback)
-                if self._closed:
-                    raise StopIteration
-                left = WAIT_SLICE
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError("no message arrived within the timeout")
-                bell = self._arrived.listen()
-            self._arrived.sleep(bell, left)
+        taken = self._arrived.wait(self._cond, self._take, deadline)
+        if taken is None:
+            raise TimeoutError("no message arrived within the timeout")
+        return taken
+
+    def _take(self) -> tuple[PartitionReader, Message] | None:
+        """The next message of a partition still assigned, if one is queued (lock
+        held); the failure, or ``StopIteration`` once closed, when none is."""
+        while self._items:
+            reader, msg = self._items.popleft()
+            self._cond.notify_all()
+            if not reader.stopped:
+                return reader, msg
+        if self._error is not None:
+            raise self._error.with_traceback(self._error_traceback)
+        if self._closed:
+            raise StopIteration
+        return None
 
     def get_many(self, most: int, timeout: float | None) -> list[tuple[PartitionReader, Message]]:
         """The next message as :meth:`get` waits for it, then up to ``most - 1`` more of

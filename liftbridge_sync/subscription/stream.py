@@ -100,25 +100,21 @@ class _Mailbox:
     def get(self, timeout: float | None) -> Message | BaseException:
         """The next item; ``StopIteration`` when closed or every producer ended."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        bell: threading.Lock | None = None
-        while True:
-            with self._lock:
-                if bell is not None:
-                    self._not_empty.forget(bell)
-                if self._items:
-                    item, size = self._items.popleft()
-                    self._bytes -= size
-                    self._not_full.notify()
-                    return item
-                if self._closed or self._producers <= 0:
-                    raise StopIteration
-                left = WAIT_SLICE
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise TimeoutError("no message arrived within the timeout")
-                bell = self._not_empty.listen()
-            self._not_empty.sleep(bell, left)
+        item = self._not_empty.wait(self._lock, self._take, deadline)
+        if item is None:
+            raise TimeoutError("no message arrived within the timeout")
+        return item
+
+    def _take(self) -> Message | BaseException | None:
+        """The next item, if one is queued (lock held); ``StopIteration`` at the end."""
+        if self._items:
+            item, size = self._items.popleft()
+            self._bytes -= size
+            self._not_full.notify()
+            return item
+        if self._closed or self._producers <= 0:
+            raise StopIteration
+        return None
 
     def get_many(self, most: int, timeout: float | None) -> list[Message] | BaseException:
         """Up to ``most`` queued messages after waiting for the first, or the error
