@@ -71,6 +71,19 @@ def raising_sigusr1() -> Iterator[threading.Event]:
         signal.signal(signal.SIGUSR1, previous)
 
 
+def _interrupted(
+    call: Callable[[], object], started: threading.Event, ended: threading.Event
+) -> None:
+    """Run ``call`` on the main thread, with ``started`` set before and ``ended`` after
+    it (the other thread acts between them); it must end with :class:`Interrupted`."""
+    with pytest.raises(Interrupted):
+        started.set()
+        try:
+            call()
+        finally:
+            ended.set()
+
+
 def signal_another_thread(
     call: Callable[[], object],
     *,
@@ -102,12 +115,7 @@ def signal_another_thread(
     thread.start()
     started = time.monotonic()
     try:
-        with pytest.raises(Interrupted):
-            started_call.set()
-            try:
-                call()
-            finally:
-                ended.set()
+        _interrupted(call, started_call, ended)
         took = time.monotonic() - started
     finally:
         ended.set()
@@ -159,12 +167,7 @@ def second_signal_while_locked(
     thread = threading.Thread(target=holder, name="test-lock-holder")
     thread.start()
     try:
-        with pytest.raises(Interrupted):
-            started_call.set()
-            try:
-                call()
-            finally:
-                ended.set()
+        _interrupted(call, started_call, ended)
     finally:
         ended.set()
         quiet.set()
