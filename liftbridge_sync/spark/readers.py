@@ -146,6 +146,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         # The end of an availableNow run: the creation time and offsets at its start.
         self._target: tuple[int, Offsets] | None = None
+        # With failOnDataLoss=false: since when the stream has been missing (monotonic),
+        # and whether that was told; a restarting server hides it for a few seconds.
+        self._missing_since: float | None = None
         self._gone_logged = False
         self._delay: TriggerDelay | None = None
         if options.min_offsets_per_trigger:
@@ -245,6 +248,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._vanished()
                     return to_json_dict(stream, begin, known)  # no micro-batch while gone
                 created, latest = found
+            self._missing_since = None
             self._gone_logged = False
         if known and created and created != known:
             return to_json_dict(stream, self._recreated(begin, latest), created)
@@ -293,8 +297,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Raises:
             DataLossError: with ``failOnDataLoss`` on (the stream stayed missing for
                 :data:`MISSING_STREAM_GRACE` seconds); else no micro-batch runs until the
-                stream is back (logged once as a warning), and then it is read from its
-                start (see :meth:`_recreated`).
+                stream is back (a warning once it has been missing for
+                :data:`MISSING_STREAM_GRACE` seconds, as a restarting server hides it for
+                less), and then it is read from its start (see :meth:`_recreated`).
         """
         told = (
             f"stream {self.options.stream!r} no longer exists (deleted while the query "
@@ -306,9 +311,22 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 "restarting server takes to recover it); set option failOnDataLoss=false "
                 "to wait for it to be created again and read it from its start"
             )
-        if not self._gone_logged:
-            _log.warning("%s; waiting for it to be created again (failOnDataLoss=false)", told)
-            self._gone_logged = True
+        now = time.monotonic()
+        if self._missing_since is None:
+            self._missing_since = now
+        if self._gone_logged:
+            return
+        if now - self._missing_since < MISSING_STREAM_GRACE:
+            # A restarting server says "no such stream" of a stream it has yet to
+            # recover: not worth a warning that it was deleted, unless it stays missing.
+            _log.debug("stream %r missing; no micro-batch until it is back", self.options.stream)
+            return
+        _log.warning(
+            "%s; missing for %g s, waiting for it to be created again (failOnDataLoss=false)",
+            told,
+            MISSING_STREAM_GRACE,
+        )
+        self._gone_logged = True
 
     def _recreated(self, begin: Offsets, latest: Offsets) -> Offsets:
         """The stream was deleted and created again since the query's offsets were taken

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
 from liftbridge_sync.spark.ranges import DataLossError  # noqa: E402
-from liftbridge_sync.spark.readers import StreamReader  # noqa: E402
+from liftbridge_sync.spark.readers import MISSING_STREAM_GRACE, StreamReader  # noqa: E402
 from liftbridge_sync.spark.source_options import SourceOptions  # noqa: E402
 
 # Restarts the server and races its recovery against MISSING_STREAM_GRACE: alone, after
@@ -83,6 +85,75 @@ def test_a_stream_missing_while_its_server_restarts_is_not_data_loss() -> None:
                 client.delete_stream(stream)
             with pytest.raises(DataLossError, match="no longer exists.*stayed missing for 10 s"):
                 reader.latestOffset(start, ReadAllAvailable())
+        finally:
+            Client.for_process(options.client).close()
+
+
+def _spark_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """The connector's own warnings (the client's retries warn too, on their logger)."""
+    return [
+        r
+        for r in caplog.records
+        if r.name == "liftbridge_sync.spark" and r.levelno >= logging.WARNING
+    ]
+
+
+def test_a_restart_is_not_told_as_a_deleted_stream_without_fail_on_data_loss(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With failOnDataLoss=false a stream missing for a moment (its server restarting)
+    logged a WARNING that it "no longer exists (deleted while the query reads it)";
+    nothing is told now unless it stays missing for the grace period, as a stream
+    really deleted does."""
+    stream = unique("spark")
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream(stream, stream)
+            client.publish(stream, b"m")
+        options = SourceOptions(
+            client=ClientOptions(addresses=(server.address,), grpc_options=_FAST),
+            stream=stream,
+            fail_on_data_loss=False,
+        )
+        reader = StreamReader(options, StructType())
+        try:
+            start = reader.initialOffset()
+            outcomes: list[Any] = []
+            done = threading.Event()
+
+            def poll() -> None:
+                while not done.is_set():
+                    try:
+                        outcomes.append(reader.latestOffset(start, ReadAllAvailable()))
+                    except Exception as exc:  # the test reports what the source raised
+                        outcomes.append(exc)
+                        return
+
+            poller = threading.Thread(target=poll, name="liftbridge-test-poll", daemon=True)
+            caplog.set_level(logging.DEBUG, logger="liftbridge_sync.spark")
+            poller.start()
+            try:
+                server.restart(kill=True)
+                seen = len(outcomes)
+                wait_until(lambda: len(outcomes) > seen or not poller.is_alive(), 60)
+            finally:
+                done.set()
+                poller.join(60)
+            assert not poller.is_alive()
+            assert [o for o in outcomes if isinstance(o, Exception)] == []
+            assert outcomes and all(o == start for o in outcomes)
+            assert not _spark_warnings(caplog)
+            with Client(server.address) as client:
+                client.delete_stream(stream)
+            began = time.monotonic()
+            # Each look is a metadata call; the warning comes once the grace has passed.
+            while not _spark_warnings(caplog):
+                assert reader.latestOffset(start, ReadAllAvailable()) == start
+                assert time.monotonic() - began < MISSING_STREAM_GRACE + 30
+            assert time.monotonic() - began >= MISSING_STREAM_GRACE
+            (warning,) = _spark_warnings(caplog)
+            assert "no longer exists" in warning.getMessage()
+            assert "failOnDataLoss=false" in warning.getMessage()
         finally:
             Client.for_process(options.client).close()
 
