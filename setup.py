@@ -13,8 +13,9 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.editable_wheel import editable_wheel
 
-#: The directory holding only the top-level ``pyspark_liftbridge`` module.
-PLUGIN_DIR = "spark_plugin"
+#: The directory holding only the top-level ``pyspark_liftbridge`` module (not itself a
+#: package, so ``find_packages`` does not take it into ``liftbridge_sync``).
+PLUGIN_DIR = "liftbridge_sync/spark/plugin"
 
 
 class OptionalBuildExt(build_ext):
@@ -38,11 +39,11 @@ class OptionalBuildExt(build_ext):
 
 
 class _PluginPath:
-    """Wraps an editable strategy: also puts ``spark_plugin/`` on ``sys.path``.
+    """Wraps an editable strategy: also puts :data:`PLUGIN_DIR` on ``sys.path``.
 
     PySpark finds Python data sources with ``pkgutil.iter_modules()``, which lists the
     modules of ``sys.path`` directories but not those that setuptools' editable
-    import hook maps. A ``.pth`` line naming ``spark_plugin/`` (which holds nothing but
+    import hook maps. A ``.pth`` line naming :data:`PLUGIN_DIR` (which holds nothing but
     ``pyspark_liftbridge``) makes ``format("liftbridge")`` work in an editable install
     from any working directory, without exposing ``tests`` or ``bench``.
     """
