@@ -32,6 +32,49 @@ pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(3
 _FAST = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 300))
 
 
+def _source(
+    server: LiftbridgeServer, stream: str, *, fail_on_data_loss: bool
+) -> tuple[SourceOptions, StreamReader]:
+    """A streaming source of ``stream`` whose client reconnects quickly."""
+    options = SourceOptions(
+        client=ClientOptions(addresses=(server.address,), grpc_options=_FAST),
+        stream=stream,
+        fail_on_data_loss=fail_on_data_loss,
+    )
+    return options, StreamReader(options, StructType())
+
+
+def _poll_through_restarts(
+    reader: StreamReader, start: dict[str, Any], server: LiftbridgeServer, kills: tuple[bool, ...]
+) -> list[Any]:
+    """What ``latestOffset`` answered (or raised, which ends the polling), asked again and
+    again as a query's trigger loop does, while ``server`` restarts once per ``kills``
+    entry (SIGKILL when true), and once more after it is back and ready."""
+    outcomes: list[Any] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            try:
+                outcomes.append(reader.latestOffset(start, ReadAllAvailable()))
+            except Exception as exc:  # the test reports what the source raised
+                outcomes.append(exc)
+                return
+
+    poller = threading.Thread(target=poll, name="liftbridge-test-poll", daemon=True)
+    poller.start()
+    try:
+        for kill in kills:
+            server.restart(kill=kill)
+        seen = len(outcomes)
+        wait_until(lambda: len(outcomes) > seen or not poller.is_alive(), 60)
+    finally:
+        done.set()
+        poller.join(60)
+    assert not poller.is_alive()
+    return outcomes
+
+
 def test_a_stream_missing_while_its_server_restarts_is_not_data_loss() -> None:
     """A server that is starting answers "no such stream" (metadata without the stream,
     thousands of answers a restart) until it has recovered it. With failOnDataLoss the
@@ -45,41 +88,12 @@ def test_a_stream_missing_while_its_server_restarts_is_not_data_loss() -> None:
             client.create_stream(stream, stream, partitions=2)
             for i in range(5):
                 client.publish(stream, b"m%d" % i, partition=i % 2)
-        options = SourceOptions(
-            client=ClientOptions(addresses=(server.address,), grpc_options=_FAST),
-            stream=stream,
-            fail_on_data_loss=True,
-        )
-        reader = StreamReader(options, StructType())
+        options, reader = _source(server, stream, fail_on_data_loss=True)
         try:
             start = reader.initialOffset()
             assert start[stream] == {"0": 3, "1": 2}
-            outcomes: list[Any] = []
-            done = threading.Event()
-
-            def poll() -> None:
-                # The query's trigger loop: the next offsets, again and again.
-                while not done.is_set():
-                    try:
-                        outcomes.append(reader.latestOffset(start, ReadAllAvailable()))
-                    except Exception as exc:  # the test reports what the source raised
-                        outcomes.append(exc)
-                        return
-
-            poller = threading.Thread(target=poll, name="liftbridge-test-poll", daemon=True)
-            poller.start()
-            try:
-                for kill in (False, True):
-                    server.restart(kill=kill)
-                # And one answer more once the server is back and ready.
-                seen = len(outcomes)
-                wait_until(lambda: len(outcomes) > seen or not poller.is_alive(), 60)
-            finally:
-                done.set()
-                poller.join(60)
-            assert not poller.is_alive()
-            errors = [o for o in outcomes if isinstance(o, Exception)]
-            assert errors == []
+            outcomes = _poll_through_restarts(reader, start, server, kills=(False, True))
+            assert [o for o in outcomes if isinstance(o, Exception)] == []
             assert outcomes and all(o == start for o in outcomes)
             with Client(server.address) as client:
                 client.delete_stream(stream)
@@ -110,36 +124,11 @@ def test_a_restart_is_not_told_as_a_deleted_stream_without_fail_on_data_loss(
         with Client(server.address) as client:
             client.create_stream(stream, stream)
             client.publish(stream, b"m")
-        options = SourceOptions(
-            client=ClientOptions(addresses=(server.address,), grpc_options=_FAST),
-            stream=stream,
-            fail_on_data_loss=False,
-        )
-        reader = StreamReader(options, StructType())
+        options, reader = _source(server, stream, fail_on_data_loss=False)
         try:
             start = reader.initialOffset()
-            outcomes: list[Any] = []
-            done = threading.Event()
-
-            def poll() -> None:
-                while not done.is_set():
-                    try:
-                        outcomes.append(reader.latestOffset(start, ReadAllAvailable()))
-                    except Exception as exc:  # the test reports what the source raised
-                        outcomes.append(exc)
-                        return
-
-            poller = threading.Thread(target=poll, name="liftbridge-test-poll", daemon=True)
             caplog.set_level(logging.DEBUG, logger="liftbridge_sync.spark")
-            poller.start()
-            try:
-                server.restart(kill=True)
-                seen = len(outcomes)
-                wait_until(lambda: len(outcomes) > seen or not poller.is_alive(), 60)
-            finally:
-                done.set()
-                poller.join(60)
-            assert not poller.is_alive()
+            outcomes = _poll_through_restarts(reader, start, server, kills=(True,))
             assert [o for o in outcomes if isinstance(o, Exception)] == []
             assert outcomes and all(o == start for o in outcomes)
             assert not _spark_warnings(caplog)
