@@ -39,7 +39,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def check_health_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``liftbridge_sync.E002`` for each :class:`~liftbridge_sync.django.health.Liftbridge`
     check of a django-health-check ``HealthCheckView`` in the URLconf that cannot be
-    made (a bad ``timeout``); the message starts with the view's route.
+    made (a bad ``timeout``, an option it does not take); the message starts with the
+    view's route.
 
     Nothing without django-health-check, and nothing for a URLconf that does not load
     (Django's own checks report that). Offline: no broker is contacted.
@@ -68,7 +69,9 @@ def check_health_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
                 continue
             try:
                 check(**options)
-            except ConfigurationError as exc:
+            except (ConfigurationError, TypeError) as exc:
+                # TypeError: an option it does not take (a misspelt "timout"), which
+                # would otherwise end manage.py check and runserver with a traceback.
                 errors.append(
                     Error(
                         f"{route}: {exc}",

@@ -18,8 +18,9 @@ a ``datetime.timedelta``, as for django-health-check's own checks::
 
     ("liftbridge_sync.django.health.Liftbridge", {"timeout": datetime.timedelta(seconds=2)})
 
-A bad one is refused when the check is made, and ``manage.py check`` reports it
-(``liftbridge_sync.E002``, naming the URL) for every ``HealthCheckView`` of the URLconf.
+A bad one is refused when the check is made, and ``manage.py check`` reports it, as it
+does an option the check does not take (a misspelt ``timout``): ``liftbridge_sync.E002``,
+naming the URL, for every ``HealthCheckView`` of the URLconf.
 """
 
 from __future__ import annotations

@@ -60,6 +60,9 @@ urls.urlpatterns = [
     path("typo/", HealthCheckView.as_view(checks=[
         ("liftbridge_sync.django.health.Liftbridge", {"timeout": 3}),
     ])),
+    path("misspelt/", HealthCheckView.as_view(checks=[
+        ("liftbridge_sync.django.health.Liftbridge", {"timout": datetime.timedelta(seconds=1)}),
+    ])),
 ]
 sys.modules["health_urls"] = urls
 settings.configure(
@@ -90,9 +93,11 @@ def test_manage_py_check_reports_a_bad_health_check_timeout() -> None:
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     checks = sorted(found["checks"], key=lambda m: m["msg"])
-    assert [m["id"] for m in checks] == ["liftbridge_sync.E002"] * 2, found
+    assert [m["id"] for m in checks] == ["liftbridge_sync.E002"] * 3, found
     assert checks[0]["msg"].startswith("ht/bad/: ") and "'timeout'" in checks[0]["msg"]
-    assert checks[1]["msg"].startswith("typo/: ") and "datetime.timedelta" in checks[1]["msg"]
+    # A misspelt option is reported, not a TypeError out of manage.py check.
+    assert checks[1]["msg"].startswith("misspelt/: ") and "'timout'" in checks[1]["msg"]
+    assert checks[2]["msg"].startswith("typo/: ") and "datetime.timedelta" in checks[2]["msg"]
     # A probe of the misconfigured view raises the typed error, not "unknown error".
     assert found["probe"].startswith("ConfigurationError: "), found
     assert "'timeout'" in found["probe"]
