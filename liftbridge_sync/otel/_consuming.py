@@ -14,7 +14,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind
 
 from liftbridge_sync.models import Message
-from liftbridge_sync.otel._conventions import SCOPE, SYSTEM, metrics_configured
+from liftbridge_sync.otel._conventions import SCOPE, SYSTEM, error_type, metrics_configured
 from liftbridge_sync.otel._propagation import extract
 
 __all__ = ["process"]
@@ -42,8 +42,8 @@ def process(
     The span is linked to the producer's span carried in the message's headers and,
     with ``as_child`` (the default), also its child, so the handling joins the
     producer's trace; otherwise it continues the current trace. Errors raised in the
-    block are recorded on the span and re-raised. ``messaging.client.consumed.messages``
-    counts the message.
+    block are recorded on the span, with their ``error.type``, and re-raised.
+    ``messaging.client.consumed.messages`` counts the message.
 
     Thread-safe: use it on the thread that handles the message.
     """
@@ -80,4 +80,10 @@ def process(
         attributes=attributes,
         links=links,
     ) as span:
-        yield span
+        try:
+            yield span
+        except Exception as exc:
+            # The conventions' error.type of a failed operation, as a send span has it;
+            # the SDK records the exception and the status (for an Exception alone).
+            span.set_attribute("error.type", error_type(exc))
+            raise

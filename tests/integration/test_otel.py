@@ -326,6 +326,8 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
     assert process.parent is not None and process.parent.span_id == send.context.span_id
     assert [link.context.span_id for link in process.links] == [send.context.span_id]
     assert process.status.status_code is StatusCode.ERROR
+    # A failed operation's error.type, as on the send spans (a builtin's bare name).
+    assert process.attributes["error.type"] == "RuntimeError"  # type: ignore[index]
     assert telemetry.points("messaging.client.consumed.messages")
 
     (failed,) = [s for s in telemetry.finished(f"send {name}") if not s.status.is_ok]
