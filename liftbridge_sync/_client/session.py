@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +22,7 @@ from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.speedups import note_fallback
 from liftbridge_sync._wire.validate import check_timeout
-from liftbridge_sync.errors import ClientClosedError, ConfigurationError
+from liftbridge_sync.errors import ClientClosedError, ConfigurationError, LiftbridgeError
 from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.stats import ClientStats, StatsReporter, collect
 
@@ -207,6 +208,23 @@ class Session:
             and (self.publisher is not None or self.core.holds_resources())
         )
 
+    def _flush_at_exit(self, timeout: float) -> None:
+        # Only a client with telemetry: its spans must end before the SDK shuts down.
+        publisher = self.publisher
+        if self.telemetry is None or publisher is None or self.closed:
+            return
+        if self.pid != os.getpid():
+            return
+        deadline = time.monotonic() + timeout
+        try:
+            publisher.flush(timeout)
+        except (TimeoutError, LiftbridgeError):
+            pass  # those still pending fail at the close at exit; nobody is left to tell
+        # The last publishes' spans end in their futures' done-callbacks, which run on
+        # the liftbridge-publisher thread after flush() has woken.
+        publisher.barrier(max(0.0, deadline - time.monotonic()))
+
     def _close_at_exit(self) -> None:
         if self.pid == os.getpid() and not self.closed:
-            self.close(timeout=5.0)
+            # What an earlier flush at exit left of the grace (5 s for both together).
+            self.close(timeout=_fork.exit_time_left())

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from liftbridge_sync._publishing.stats import PublisherStats
+from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.stats import ClientStats
 
@@ -45,10 +46,14 @@ def make_telemetry(
     except ImportError:  # the optional opentelemetry-api is not installed
         _log.debug("OpenTelemetry API not installed: no traces or metrics")
         return None
-    return telemetry_for(
+    telemetry = telemetry_for(
         *providers,
         options.trace_propagation,
         publisher_stats=publisher_stats,
         client_stats=client_stats,
         batch_create_spans=options.batch_create_spans,
     )
+    if telemetry is not None:
+        # The SDK's providers exist now, and with them their exit hooks: flush first.
+        _fork.flush_first_at_exit()
+    return telemetry

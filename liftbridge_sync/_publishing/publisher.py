@@ -165,6 +165,13 @@ class Publisher:
         """
         self._waiting.flush(timeout)
 
+    def barrier(self, timeout: float) -> None:
+        """Return once the ``liftbridge-publisher`` thread has finished its current turn
+        (at most ``timeout`` seconds): the done-callbacks of the publishes it resolved
+        in it have returned, which a :meth:`flush` returning does not say (it wakes as
+        the last one resolves, before its callbacks run)."""
+        self._loop.barrier(timeout)
+
     # -- batches (see batches.py) ------------------------------------------------------
 
     def next_correlation_id(self) -> str:

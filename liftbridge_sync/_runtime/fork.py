@@ -1,4 +1,5 @@
-"""Process-level hooks: fork, per-process singletons, and closing live clients at exit.
+"""Process-level hooks: fork, per-process singletons, and closing live clients at exit
+(those with OpenTelemetry flushed first, before the SDK's own exit hook).
 
 gRPC channels and our threads cannot cross ``fork()``. The at-fork hook below gives each
 live client fresh locks and a fresh core in the child (a parent thread may have held the
@@ -12,11 +13,20 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["ForkAware", "per_process", "release", "track"]
+__all__ = [
+    "EXIT_GRACE",
+    "ForkAware",
+    "exit_time_left",
+    "flush_first_at_exit",
+    "per_process",
+    "release",
+    "track",
+]
 
 T = TypeVar("T")
 
@@ -25,6 +35,8 @@ class ForkAware(Protocol):
     """What the hooks need from a client."""
 
     def _after_fork_in_child(self) -> None: ...
+
+    def _flush_at_exit(self, timeout: float) -> None: ...
 
     def _close_at_exit(self) -> None: ...
 
@@ -80,6 +92,43 @@ def _after_fork_in_child() -> None:
     _REGISTRY_LOCK = threading.Lock()
     for obj in list(_LIVE):
         obj._after_fork_in_child()
+
+
+#: Seconds the exit hooks give the live clients' pending publishes, all hooks together.
+EXIT_GRACE = 5.0
+#: When the first exit hook of the library ran out of :data:`EXIT_GRACE`.
+_exit_deadline: float | None = None
+
+
+def exit_time_left() -> float:
+    """Seconds left of :data:`EXIT_GRACE`, which the first exit hook to ask starts.
+
+    Not thread-safe, nor need it be: the exit hooks run one after another on one thread.
+    """
+    global _exit_deadline
+    if _exit_deadline is None:
+        _exit_deadline = time.monotonic() + EXIT_GRACE
+    return max(0.0, _exit_deadline - time.monotonic())
+
+
+def flush_first_at_exit() -> None:
+    """Flush the live clients at exit before the exit hooks registered so far run.
+
+    For a client that reports to an OpenTelemetry SDK (called when its telemetry is
+    made): the SDK's providers shut down in an exit hook registered when they were made,
+    usually after this module was imported, and atexit runs the last registered hook
+    first. Flushed only by :func:`_close_all_at_exit`, the publishes still pending at
+    exit would end their spans and metric points into a shut-down SDK, which drops
+    them. Flushing closes nothing: an application's exit hook between the two still
+    finds its client open. Thread-safe (atexit's own).
+    """
+    atexit.unregister(_flush_all_at_exit)  # once: it moves to the end of the hooks
+    atexit.register(_flush_all_at_exit)
+
+
+def _flush_all_at_exit() -> None:
+    for obj in list(_LIVE):
+        obj._flush_at_exit(exit_time_left())
 
 
 def _close_all_at_exit() -> None:

@@ -532,3 +532,52 @@ def test_a_refused_batch_records_its_error_and_leaves_no_create_spans(
     assert malformed.type is not_bytes.type is ArgumentTypeError
     assert all(send.status.status_code is StatusCode.ERROR for send in sends)
     assert [len(send.links) for send in sends] == [0, 0]  # the str context is no context
+
+
+def test_publishes_flushed_at_exit_end_their_spans_before_the_sdk_shuts_down(
+    liftbridge_address: str,
+) -> None:
+    # The usual order: liftbridge_sync imported, then the SDK set up. atexit runs the
+    # last registered hook first, so the SDK shut down before the library's exit hook
+    # flushed the client: every span of the publishes still pending was dropped
+    # ("Already shutdown"). An exit hook of the application registered before the first
+    # publish still finds the client open.
+    script = textwrap.dedent(
+        f"""
+        import atexit, secrets
+        from liftbridge_sync import Client
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            SimpleSpanProcessor, SpanExporter, SpanExportResult,
+        )
+
+        class Counter(SpanExporter):
+            sent = 0
+
+            def export(self, spans):
+                self.sent += sum(span.name.startswith("send ") for span in spans)
+                return SpanExportResult.SUCCESS
+
+            def shutdown(self):  # the SDK's exit hook
+                print("send spans exported:", self.sent, flush=True)
+
+        name = "otel-exit-" + secrets.token_hex(4)
+        client = Client(["{liftbridge_address}"])
+        client.create_stream(name, name)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(Counter()))
+        trace.set_tracer_provider(provider)
+        atexit.register(lambda: print("closed at exit:", client.closed, flush=True))
+        futures = [client.publish_async(name, b"x", key=b"k") for _ in range(200)]
+        print("acknowledged on return:", sum(f.done() for f in futures), flush=True)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "send spans exported: 200" in lines, (lines, result.stderr[-500:])
+    assert "closed at exit: False" in lines
+    assert "shutdown" not in result.stderr.lower(), result.stderr[-500:]
