@@ -25,7 +25,8 @@ conventions:
   the contexts callers set. (An SDK keeps 128 links per span unless
   ``OTEL_SPAN_LINK_COUNT_LIMIT`` says otherwise; it drops the rest);
 * metrics ``messaging.client.operation.duration`` (seconds, from the call to the ack),
-  ``messaging.client.sent.messages`` and ``messaging.client.consumed.messages``; and
+  ``messaging.client.sent.messages``, ``messaging.client.consumed.messages`` and
+  ``messaging.process.duration`` (both by :func:`process`); and
   observable ones per client, told apart by ``messaging.client.id`` (``<pid>-<n>``):
   ``messaging.liftbridge.publish.in_flight``, ``.publish.resent``, ``.publish.connects``
   and ``messaging.liftbridge.consumer.lag``. A client reports them from its first

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,13 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind
 
 from liftbridge_sync.models import Message
-from liftbridge_sync.otel._conventions import SCOPE, SYSTEM, error_type, metrics_configured
+from liftbridge_sync.otel._conventions import (
+    DURATION_BUCKETS,
+    SCOPE,
+    SYSTEM,
+    error_type,
+    metrics_configured,
+)
 from liftbridge_sync.otel._propagation import extract
 
 __all__ = ["process"]
@@ -26,6 +33,16 @@ def _consumed_counter(provider: metrics.MeterProvider) -> metrics.Counter:
         "messaging.client.consumed.messages",
         unit="{message}",
         description="Number of messages that were delivered to the application.",
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _process_duration(provider: metrics.MeterProvider) -> metrics.Histogram:
+    return provider.get_meter(SCOPE).create_histogram(
+        "messaging.process.duration",
+        unit="s",
+        description="Duration of processing operation.",
+        explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
     )
 
 
@@ -43,7 +60,9 @@ def process(
     with ``as_child`` (the default), also its child, so the handling joins the
     producer's trace; otherwise it continues the current trace. Errors raised in the
     block are recorded on the span, with their ``error.type``, and re-raised.
-    ``messaging.client.consumed.messages`` counts the message.
+    ``messaging.client.consumed.messages`` counts the message, and
+    ``messaging.process.duration`` records how long the block took (with the
+    ``error.type`` of a failure).
 
     Thread-safe: use it on the thread that handles the message.
     """
@@ -62,17 +81,17 @@ def process(
     if message.key is not None:
         attributes["messaging.liftbridge.message.key"] = message.key.decode("utf-8", "replace")
     meters = meter_provider or metrics.get_meter_provider()
-    if metrics_configured(meters):
-        _consumed_counter(meters).add(
-            1,
-            {
-                "messaging.system": SYSTEM,
-                "messaging.destination.name": message.stream,
-                "messaging.destination.partition.id": str(message.partition),
-                "messaging.operation.type": "process",
-                "messaging.operation.name": "process",
-            },
-        )
+    measured = metrics_configured(meters)
+    points: dict[str, Any] = {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": message.stream,
+        "messaging.destination.partition.id": str(message.partition),
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+    }
+    if measured:
+        _consumed_counter(meters).add(1, points)
+    started = time.monotonic()
     with tracer.start_as_current_span(
         f"process {message.stream}",
         context=producer if as_child and producer_span.is_valid else None,
@@ -86,4 +105,8 @@ def process(
             # The conventions' error.type of a failed operation, as a send span has it;
             # the SDK records the exception and the status (for an Exception alone).
             span.set_attribute("error.type", error_type(exc))
+            points["error.type"] = error_type(exc)
             raise
+        finally:
+            if measured:  # the conventions' processing duration, the span's own
+                _process_duration(meters).record(time.monotonic() - started, points)

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 from opentelemetry import metrics, trace
 
-__all__ = ["SCOPE", "SYSTEM", "error_type", "metrics_configured", "tracing_configured"]
+__all__ = [
+    "DURATION_BUCKETS",
+    "SCOPE",
+    "SYSTEM",
+    "error_type",
+    "metrics_configured",
+    "tracing_configured",
+]
 
 SYSTEM = "liftbridge"
 SCOPE = "liftbridge_sync"
+#: Bucket boundaries the conventions advise for operation and processing durations (s).
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 
 
 def tracing_configured(provider: trace.TracerProvider) -> bool:

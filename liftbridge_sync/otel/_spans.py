@@ -16,13 +16,10 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._publishing.futures import peek
 from liftbridge_sync.models import Ack
-from liftbridge_sync.otel._conventions import SCOPE, SYSTEM, error_type
+from liftbridge_sync.otel._conventions import DURATION_BUCKETS, SCOPE, SYSTEM, error_type
 from liftbridge_sync.otel._propagation import with_context
 
 __all__ = ["SendSpans"]
-
-#: Bucket boundaries the semantic conventions advise for operation durations (seconds).
-_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 
 
 class SendSpans:
@@ -54,7 +51,7 @@ class SendSpans:
                 "messaging.client.operation.duration",
                 unit="s",
                 description="Duration of messaging operations initiated by this client.",
-                explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+                explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
             )
             if meter
             else None

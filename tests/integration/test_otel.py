@@ -316,11 +316,18 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
                 meter_provider=telemetry.meter_provider,
             ):
                 raise RuntimeError("handler failed")
+        with otel.process(
+            message,
+            tracer_provider=telemetry.tracer_provider,
+            meter_provider=telemetry.meter_provider,
+        ):
+            pass  # handled this time
         with pytest.raises(NoSuchPartitionError):
             client.publish(name, b"x", partition=7)
 
     (send,) = [s for s in telemetry.finished(f"send {name}") if s.status.is_ok]
-    (process,) = telemetry.finished(f"process {name}")
+    (process, handled) = telemetry.finished(f"process {name}")
+    assert handled.status.is_ok and "error.type" not in (handled.attributes or {})
     assert process.kind is SpanKind.CONSUMER
     assert process.context.trace_id == send.context.trace_id
     assert process.parent is not None and process.parent.span_id == send.context.span_id
@@ -329,6 +336,17 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
     # A failed operation's error.type, as on the send spans (a builtin's bare name).
     assert process.attributes["error.type"] == "RuntimeError"  # type: ignore[index]
     assert telemetry.points("messaging.client.consumed.messages")
+    # The conventions' processing duration (which MUST be reported for process
+    # operations): a point per handling, the failed one with its error.type.
+    durations = {
+        p.attributes.get("error.type"): p  # type: ignore[attr-defined]
+        for p in telemetry.points("messaging.process.duration")
+    }
+    assert set(durations) == {"RuntimeError", None}
+    for point in durations.values():
+        assert point.count == 1  # type: ignore[attr-defined]
+        assert point.attributes["messaging.operation.name"] == "process"  # type: ignore[attr-defined]
+        assert point.attributes["messaging.destination.name"] == name  # type: ignore[attr-defined]
 
     (failed,) = [s for s in telemetry.finished(f"send {name}") if not s.status.is_ok]
     assert failed.status.status_code is StatusCode.ERROR
