@@ -39,8 +39,9 @@ On the consuming side, wrap the handling of each message::
             handle(msg)  # spans made here belong to the producer's trace
 
 :func:`process` opens a CONSUMER ``process <stream>`` span, a child of the producer's
-span and linked to it, so each message gets its own correct trace even though the loop
-itself runs in one context (the trap aiokafka users fall into). :func:`extract` gives a
+span and linked to it (the producer's baggage current in it too), so each message gets
+its own correct trace even though the loop itself runs in one context (the trap
+aiokafka users fall into). :func:`extract` gives a
 message's producer context for your own spans, and :func:`extract_headers` the same
 from bare headers, such as the Spark source's ``headers`` column.
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind
 
@@ -58,7 +59,8 @@ def process(
 
     The span is linked to the producer's span carried in the message's headers and,
     with ``as_child`` (the default), also its child, so the handling joins the
-    producer's trace; otherwise it continues the current trace. Errors raised in the
+    producer's context: its trace, and its baggage, current in the block; otherwise it
+    continues the current trace, in the current context. Errors raised in the
     block are recorded on the span, with their ``error.type``, and re-raised.
     ``messaging.client.consumed.messages`` counts the message, and
     ``messaging.process.duration`` records how long the block took (with the
@@ -91,22 +93,31 @@ def process(
     }
     if measured:
         _consumed_counter(meters).add(1, points)
+    joined = producer if as_child and producer_span.is_valid else None
     started = time.monotonic()
-    with tracer.start_as_current_span(
+    span = tracer.start_span(
         f"process {message.stream}",
-        context=producer if as_child and producer_span.is_valid else None,
+        context=joined,
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         links=links,
-    ) as span:
-        try:
-            yield span
-        except Exception as exc:
-            # The conventions' error.type of a failed operation, as a send span has it;
-            # the SDK records the exception and the status (for an Exception alone).
-            span.set_attribute("error.type", error_type(exc))
-            points["error.type"] = error_type(exc)
-            raise
-        finally:
-            if measured:  # the conventions' processing duration, the span's own
-                _process_duration(meters).record(time.monotonic() - started, points)
+    )
+    # Joined, the handling runs in the producer's context: its baggage too, not only its
+    # trace (use_span alone would put the span in the consumer's context).
+    token = None if joined is None else otel_context.attach(trace.set_span_in_context(span, joined))
+    try:
+        with trace.use_span(span, end_on_exit=True):
+            try:
+                yield span
+            except Exception as exc:
+                # The conventions' error.type of a failed operation, as a send span has
+                # it; use_span records the exception and the status (for an Exception).
+                span.set_attribute("error.type", error_type(exc))
+                points["error.type"] = error_type(exc)
+                raise
+            finally:
+                if measured:  # the conventions' processing duration, the span's own
+                    _process_duration(meters).record(time.monotonic() - started, points)
+    finally:
+        if token is not None:
+            otel_context.detach(token)

@@ -33,7 +33,7 @@ from opentelemetry.trace.propagation.tracecontext import (  # noqa: E402
     TraceContextTextMapPropagator,
 )
 
-from liftbridge_sync import otel  # noqa: E402
+from liftbridge_sync import Message, otel  # noqa: E402
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -164,3 +164,37 @@ def test_a_callers_b3_context_is_kept_and_linked(
     (batch,) = [s for s in spans.get_finished_spans() if s.name == "send s"]
     assert [link.context.span_id for link in batch.links] == [0xB7AD6B7169203331]
     provider.shutdown()
+
+
+def test_the_producers_baggage_is_current_while_its_message_is_processed(
+    use_propagator: Callable[[TextMapPropagator], None],
+) -> None:
+    # The handling joins the producer's context, its baggage with its trace (as the
+    # OpenTelemetry Kafka instrumentations do); the block's own context is restored after.
+    use_propagator(W3C)
+    provider = TracerProvider()
+    message = Message(
+        offset=3,
+        key=None,
+        value=b"v",
+        partition=0,
+        stream="orders",
+        subject="orders",
+        reply_subject="",
+        headers={"traceparent": PARENT.encode(), "baggage": b"tenant=acme"},
+    )
+    token = otel_context.attach(baggage.set_baggage("tenant", "consumer's"))
+    try:
+        with otel.process(message, tracer_provider=provider) as span:
+            seen = baggage.get_baggage("tenant")
+            current = trace.get_current_span()
+        after = baggage.get_baggage("tenant")
+        with otel.process(message, tracer_provider=provider, as_child=False):
+            unjoined = baggage.get_baggage("tenant")
+    finally:
+        otel_context.detach(token)
+    provider.shutdown()
+    assert seen == "acme"
+    assert current is span and span.get_span_context().trace_id == int(PARENT[3:35], 16)
+    assert after == "consumer's"
+    assert unjoined == "consumer's"  # as_child=False: the current context, as it was
