@@ -15,6 +15,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._publishing.futures import peek
+from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.models import Ack
 from liftbridge_sync.otel._conventions import DURATION_BUCKETS, SCOPE, SYSTEM, error_type
 from liftbridge_sync.otel._propagation import with_context
@@ -95,7 +96,7 @@ class SendSpans:
             "messaging.operation.type": operation,
             "messaging.operation.name": operation,
         }
-        if partition is not None:
+        if _is_partition(partition):
             attributes["messaging.destination.partition.id"] = str(partition)
         if count != 1:
             attributes["messaging.batch.message_count"] = count
@@ -144,6 +145,8 @@ class SendSpans:
         }
         if isinstance(outcome, Ack) and outcome.partition >= 0:
             partition = outcome.partition
+        if not _is_partition(partition):
+            partition = None
         if partition is not None:
             attributes["messaging.destination.partition.id"] = str(partition)
         if error is not None:
@@ -198,3 +201,10 @@ class SendSpans:
 
         future.add_done_callback(lambda _: finish())
         return finish
+
+
+def _is_partition(partition: object) -> bool:
+    """Whether ``partition`` may be a partition id, as the publish checks it: a value it
+    refuses (``-1``, a str, a hash) is no destination, and recorded as one would make a
+    metric series of each bad value."""
+    return type(partition) is int and 0 <= partition <= INT32_MAX

@@ -22,6 +22,7 @@ from liftbridge_sync import (
     AckTimeoutError,
     ArgumentTypeError,
     Client,
+    ConfigurationError,
     Message,
     NoSuchPartitionError,
     ReadonlyPartitionError,
@@ -599,3 +600,34 @@ def test_publishes_flushed_at_exit_end_their_spans_before_the_sdk_shuts_down(
     assert "send spans exported: 200" in lines, (lines, result.stderr[-500:])
     assert "closed at exit: False" in lines
     assert "shutdown" not in result.stderr.lower(), result.stderr[-500:]
+
+
+def test_a_partition_refused_as_invalid_is_not_recorded_as_the_destination(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # A refused partition is no partition of the stream: recorded, each bad value the
+    # caller passed (a hash, say) would be a partition id of its own on the span and a
+    # metric series of its own.
+    name = unique("otel")
+    with Client(
+        [liftbridge_address],
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    ) as client:
+        client.create_stream(name, name)
+        for partition in (-1, 2**40, "0"):
+            with pytest.raises(ConfigurationError):
+                client.publish(name, b"x", partition=partition)  # type: ignore[arg-type]
+            with pytest.raises(ConfigurationError):
+                client.publish_async(name, b"x", partition=partition)  # type: ignore[arg-type]
+            with pytest.raises(ConfigurationError):
+                client.publish_batch(name, [b"x"], partition=partition)  # type: ignore[arg-type]
+
+    sends = telemetry.finished(f"send {name}")
+    assert len(sends) == 9
+    for span in [*sends, *telemetry.finished(f"create {name}")]:
+        assert "messaging.destination.partition.id" not in (span.attributes or {})
+    points = telemetry.points("messaging.client.operation.duration")
+    assert sum(p.count for p in points) == 9  # type: ignore[attr-defined]
+    for point in points:
+        assert "messaging.destination.partition.id" not in point.attributes  # type: ignore[attr-defined]
