@@ -10,6 +10,7 @@ publishes at-least-once).
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._transport.core import ClientCore
@@ -19,6 +20,11 @@ from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
 
 __all__ = ["ActivityStream", "open_activity_stream"]
+
+#: How many of the ids last delivered an :class:`ActivityStream` remembers to recognise
+#: repeats. The server repeats only the events it had not recorded as published when its
+#: metadata leadership moved (one, or a few), so this is ample.
+REMEMBERED_IDS = 4096
 
 
 class ActivityStream:
@@ -38,6 +44,11 @@ class ActivityStream:
     def __init__(self, subscription: Subscription) -> None:
         self._sub = subscription
         self._last_id: int | None = None
+        # Repeats are recognised by id, not by "id <= the last one": anyone may publish
+        # to __activity, and one event forged with a huge id would make every later
+        # genuine event look like a repeat.
+        self._seen: set[int] = set()
+        self._seen_order: deque[int] = deque()
 
     @property
     def subscription(self) -> Subscription:
@@ -75,10 +86,17 @@ class ActivityStream:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             msg = self._sub.get(left)
             event = decode_event(msg.value, offset=msg.offset, timestamp_ns=msg.timestamp_ns)
-            if self._last_id is not None and event.id <= self._last_id:
+            if event.id in self._seen:
                 continue  # a repeat after a metadata-leader change
-            self._last_id = event.id
+            self._remember(event.id)
             return event
+
+    def _remember(self, event_id: int) -> None:
+        self._last_id = event_id
+        self._seen.add(event_id)
+        self._seen_order.append(event_id)
+        if len(self._seen_order) > REMEMBERED_IDS:
+            self._seen.discard(self._seen_order.popleft())
 
     def close(self) -> None:
         """End the iteration; a blocked read ends with ``StopIteration``. Idempotent."""

@@ -142,3 +142,36 @@ def test_the_activity_stream_resubscribes_across_a_server_restart() -> None:
             (after,) = take_matching(events, 1, about("after"), timeout=40)
         assert isinstance(before, StreamCreated) and isinstance(after, StreamCreated)
         assert after.id > before.id and after.offset > before.offset
+
+
+def test_a_forged_event_id_does_not_silence_the_stream() -> None:
+    """Anyone may publish to ``__activity`` (the server refuses only to create or delete
+    it): an event forged with the largest id must not make every later one a "repeat"."""
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    forged = api_pb2.ActivityStreamEvent(
+        id=2**64 - 1,
+        op=api_pb2.DELETE_STREAM,
+        deleteStreamOp=api_pb2.DeleteStreamOp(stream="forged"),
+    )
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        with client.activity() as events:
+            client.create_stream("first", "first")
+            (first,) = take_matching(events, 1, about("first"))
+            client.publish("__activity", forged.SerializeToString())
+            (fake,) = take_matching(events, 1, about("forged"))
+            client.create_stream("second", "second")
+            (second,) = take_matching(events, 1, about("second"))
+            # A repeat (same id) of an event delivered is still dropped.
+            repeat = api_pb2.ActivityStreamEvent(
+                id=first.id,
+                op=api_pb2.CREATE_STREAM,
+                createStreamOp=api_pb2.CreateStreamOp(stream="first", partitions=[0]),
+            )
+            client.publish("__activity", repeat.SerializeToString())
+            client.create_stream("third", "third")
+            (after,) = take_matching(events, 1, lambda e: about("first")(e) or about("third")(e))
+    assert isinstance(fake, StreamDeleted) and fake.id == 2**64 - 1
+    assert isinstance(second, StreamCreated) and second.id > first.id
+    assert isinstance(after, StreamCreated) and after.stream == "third"

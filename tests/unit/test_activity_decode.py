@@ -90,3 +90,40 @@ def test_dropped_repeats_do_not_extend_the_timeout(monkeypatch: pytest.MonkeyPat
     waits = sub.timeouts[1:]
     assert len(waits) == 5  # after 0, 30, 60, 90 ms, then none left
     assert waits[-1] == 0.0
+
+
+class _Scripted:
+    """A subscription that hands out events with the given ids, then times out."""
+
+    def __init__(self, ids: list[int]) -> None:
+        self.values = [
+            api_pb2.ActivityStreamEvent(id=i, op=api_pb2.DELETE_STREAM).SerializeToString()
+            for i in ids
+        ]
+
+    def get(self, timeout: float | None) -> Any:
+        if not self.values:
+            raise TimeoutError("nothing new")
+        return types.SimpleNamespace(value=self.values.pop(0), offset=1, timestamp_ns=1)
+
+
+def delivered(events: ActivityStream) -> list[int]:
+    ids = []
+    while True:
+        try:
+            ids.append(events.get(0).id)
+        except TimeoutError:
+            return ids
+
+
+def test_a_replayed_run_is_dropped_and_a_forged_huge_id_does_not_hide_later_events() -> None:
+    sub = _Scripted([5, 8, 9, 2**64 - 1, 8, 9, 10, 9, 11])
+    assert delivered(ActivityStream(sub)) == [5, 8, 9, 2**64 - 1, 10, 11]  # type: ignore[arg-type]
+
+
+def test_the_ids_remembered_are_bounded() -> None:
+    n = activity_module.REMEMBERED_IDS
+    events = ActivityStream(_Scripted([*range(1, n + 2), 2, 1]))  # type: ignore[arg-type]
+    # Id 1 left the memory when id n + 1 arrived; 2 is still remembered.
+    assert delivered(events)[-2:] == [n + 1, 1]
+    assert len(events._seen) == n
