@@ -149,6 +149,18 @@ class UnknownActivity(ActivityEvent):
     op: int
 
 
+# The field each operation the server sends sets (ActivityStreamEvent's oneof in spirit).
+_OP_FIELDS: dict[int, str] = {
+    api_pb2.CREATE_STREAM: "createStreamOp",
+    api_pb2.DELETE_STREAM: "deleteStreamOp",
+    api_pb2.PAUSE_STREAM: "pauseStreamOp",
+    api_pb2.RESUME_STREAM: "resumeStreamOp",
+    api_pb2.SET_STREAM_READONLY: "setStreamReadonlyOp",
+    api_pb2.JOIN_CONSUMER_GROUP: "joinConsumerGroupOp",
+    api_pb2.LEAVE_CONSUMER_GROUP: "leaveConsumerGroupOp",
+}
+
+
 def decode_event(value: bytes, *, offset: int = -1, timestamp_ns: int = 0) -> ActivityEvent:
     """Decode the value of one ``__activity`` message.
 
@@ -162,7 +174,8 @@ def decode_event(value: bytes, *, offset: int = -1, timestamp_ns: int = 0) -> Ac
         know.
 
     Raises:
-        ServerError: if ``value`` is not an ``ActivityStreamEvent``.
+        ServerError: if ``value`` is not an ``ActivityStreamEvent``: it does not parse,
+            has no id, or lacks the field of its operation.
     """
     pb = api_pb2.ActivityStreamEvent()
     try:
@@ -173,6 +186,16 @@ def decode_event(value: bytes, *, offset: int = -1, timestamp_ns: int = 0) -> Ac
         ) from None
     i, o, t = pb.id, offset, timestamp_ns
     op = pb.op
+    # Anyone may publish to __activity, and protobuf parses an empty value (or a few
+    # stray octets) into defaults: CREATE_STREAM, id 0. The server always sets the id (a
+    # Raft index, never 0) and the field of a known operation.
+    field = _OP_FIELDS.get(op)
+    if i == 0 or (field is not None and not pb.HasField(field)):
+        missing = "an id" if i == 0 else field
+        raise ServerError(
+            f"activity stream: offset {offset} is not an ActivityStreamEvent "
+            f"(op {op} without {missing})"
+        )
     if op == api_pb2.CREATE_STREAM:
         c = pb.createStreamOp
         return StreamCreated(

@@ -97,7 +97,9 @@ class _Scripted:
 
     def __init__(self, ids: list[int]) -> None:
         self.values = [
-            api_pb2.ActivityStreamEvent(id=i, op=api_pb2.DELETE_STREAM).SerializeToString()
+            api_pb2.ActivityStreamEvent(
+                id=i, op=api_pb2.DELETE_STREAM, deleteStreamOp=api_pb2.DeleteStreamOp()
+            ).SerializeToString()
             for i in ids
         ]
 
@@ -127,3 +129,32 @@ def test_the_ids_remembered_are_bounded() -> None:
     # Id 1 left the memory when id n + 1 arrived; 2 is still remembered.
     assert delivered(events)[-2:] == [n + 1, 1]
     assert len(events._seen) == n
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"",  # an empty publish to the activity subject
+        api_pb2.ActivityStreamEvent(id=9).SerializeToString(),  # CREATE_STREAM (0), no op
+        api_pb2.ActivityStreamEvent(
+            id=9, op=api_pb2.PAUSE_STREAM, deleteStreamOp=api_pb2.DeleteStreamOp(stream="s")
+        ).SerializeToString(),
+        api_pb2.ActivityStreamEvent(
+            op=api_pb2.DELETE_STREAM, deleteStreamOp=api_pb2.DeleteStreamOp(stream="s")
+        ).SerializeToString(),  # id 0: no Raft index
+        b"\x08\x05",  # id 5 and nothing else
+    ],
+)
+def test_a_value_without_its_operation_is_not_an_event(value: bytes) -> None:
+    with pytest.raises(ServerError, match="offset 3 is not an ActivityStreamEvent"):
+        decode_event(value, offset=3)
+
+
+def test_an_operation_with_empty_fields_is_an_event() -> None:
+    pb = api_pb2.ActivityStreamEvent(
+        id=1, op=api_pb2.DELETE_STREAM, deleteStreamOp=api_pb2.DeleteStreamOp()
+    )
+    assert decode_event(pb.SerializeToString()).id == 1
+    future = api_pb2.ActivityStreamEvent(id=2)
+    future.op = 99  # type: ignore[assignment]
+    assert isinstance(decode_event(future.SerializeToString()), UnknownActivity)
