@@ -21,7 +21,7 @@ from datetime import datetime
 from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.errors import ServerError
+from liftbridge_sync.errors import ArgumentTypeError, ServerError
 from liftbridge_sync.models import datetime_from_ns
 
 __all__ = [
@@ -161,7 +161,9 @@ _OP_FIELDS: dict[int, str] = {
 }
 
 
-def decode_event(value: bytes, *, offset: int = -1, timestamp_ns: int = 0) -> ActivityEvent:
+def decode_event(
+    value: bytes | bytearray | memoryview, *, offset: int = -1, timestamp_ns: int = 0
+) -> ActivityEvent:
     """Decode the value of one ``__activity`` message.
 
     Args:
@@ -174,9 +176,13 @@ def decode_event(value: bytes, *, offset: int = -1, timestamp_ns: int = 0) -> Ac
         know.
 
     Raises:
+        ArgumentTypeError: if ``value`` is not bytes-like.
         ServerError: if ``value`` is not an ``ActivityStreamEvent``: it does not parse,
             has no id, or lacks the field of its operation.
     """
+    # bytes() would take an int for a count of zeros and a str for a TypeError.
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ArgumentTypeError(f"value must be bytes-like, not {type(value).__name__}")
     pb = api_pb2.ActivityStreamEvent()
     try:
         pb.ParseFromString(bytes(value))

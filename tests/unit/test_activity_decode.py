@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import ServerError
+from liftbridge_sync import ArgumentTypeError, ServerError
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.activity import (
     ConsumerLeftGroup,
@@ -158,3 +158,18 @@ def test_an_operation_with_empty_fields_is_an_event() -> None:
     future = api_pb2.ActivityStreamEvent(id=2)
     future.op = 99  # type: ignore[assignment]
     assert isinstance(decode_event(future.SerializeToString()), UnknownActivity)
+
+
+@pytest.mark.parametrize("value", ["\x08\x05", 5, None])
+def test_a_value_that_is_not_bytes_is_an_argument_type_error(value: Any) -> None:
+    with pytest.raises(ArgumentTypeError, match="value must be bytes-like"):
+        decode_event(value)
+
+
+def test_bytes_like_values_decode() -> None:
+    pb = api_pb2.ActivityStreamEvent(
+        id=1, op=api_pb2.DELETE_STREAM, deleteStreamOp=api_pb2.DeleteStreamOp(stream="s")
+    )
+    raw = pb.SerializeToString()
+    for value in (bytearray(raw), memoryview(raw)):
+        assert decode_event(value).id == 1
