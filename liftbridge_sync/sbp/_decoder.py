@@ -108,11 +108,19 @@ class FrameDecoder:
             MalformedFrameError: A frame length is below 16, or an extended header runs
                 past the end of its frame.
             FramingError: The decoder failed earlier, or was closed.
-            ArgumentTypeError: ``data`` is not bytes-like.
+            ArgumentTypeError: ``data`` is not bytes-like, or a released memoryview.
         """
         self._check_usable()
         if not isinstance(data, bytes | bytearray | memoryview):
             raise ArgumentTypeError(f"data must be bytes-like, not {type(data).__name__}")
+        if isinstance(data, memoryview):
+            # A bytearray takes only a contiguous view (a strided one raises TypeError).
+            try:
+                contiguous = data.c_contiguous
+            except ValueError:
+                raise ArgumentTypeError("data is a released memoryview") from None
+            if not contiguous:
+                data = data.tobytes()
         self._buf += data
         events: list[Frame | DiscardedFrame] = []
         buf = self._buf

@@ -103,7 +103,10 @@ def _check_int(name: str, value: object, low: int, high: int) -> int:
 def _check_bytes(name: str, value: object) -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
         raise InvalidFrameError(f"{name} must be bytes-like, not {type(value).__name__}")
-    return bytes(value)
+    try:
+        return bytes(value)
+    except ValueError:  # the only one bytes() raises for a view: it was released
+        raise InvalidFrameError(f"{name} is a released memoryview") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -475,6 +475,27 @@ def test_feed_refuses_text_and_closed_decoder_refuses_data() -> None:
         decoder.feed(b"")
 
 
+def test_any_bytes_like_view_is_fed_as_its_octets() -> None:
+    wire = encode_frame(Frame(Opcode.PING, 7, payload=b"hi"))
+    spread = bytearray(2 * len(wire))
+    spread[::2] = wire
+    strided = memoryview(spread)[::2]  # bytes-like, but not contiguous
+    assert FrameDecoder().feed(strided) == [Frame(Opcode.PING, 7, payload=b"hi")]
+    assert decode_frame(strided) == Frame(Opcode.PING, 7, payload=b"hi")
+    assert Frame(Opcode.PING, 7, payload=strided).payload == wire  # type: ignore[arg-type]
+
+
+def test_a_released_view_is_an_argument_type_error() -> None:
+    released = memoryview(b"\x00" * 16)
+    released.release()
+    decoder = FrameDecoder()
+    with pytest.raises(ArgumentTypeError, match="released"):
+        decoder.feed(released)
+    assert decoder.feed(encode_frame(Frame(Opcode.PING, 1))) == [Frame(Opcode.PING, 1)]
+    with pytest.raises(InvalidFrameError, match="released"):
+        Frame(Opcode.PING, 1, payload=released)  # type: ignore[arg-type]
+
+
 def test_decode_frame_wants_exactly_one_frame() -> None:
     one = encode_frame(Frame(Opcode.PING, 0))
     with pytest.raises(MalformedFrameError, match="found 2"):
