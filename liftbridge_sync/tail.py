@@ -32,8 +32,10 @@ __all__ = [
 #: Output formats of :func:`format_message`.
 FORMATS = ("plain", "json", "raw")
 
+#: The start positions :func:`parse_start` takes (the CLI adds its ``last:N``: see
+#: :func:`parse_last`).
 START_HELP = (
-    "earliest | latest | new | offset:N | last:N | time:ISO-8601 | ago:SECONDS | cursor:ID "
+    "earliest | latest | new | offset:N | time:ISO-8601 | ago:SECONDS | cursor:ID "
     "(default: earliest; new with --follow)"
 )
 TEMPLATE_HELP = (

@@ -8,7 +8,9 @@ from liftbridge_sync import ConfigurationError, StartAt, StopAt, tail
 
 __all__ = ["START_HELP", "STOP_HELP", "parse_start", "parse_stop"]
 
-START_HELP = tail.START_HELP
+# The CLI also takes last:N (the subscribe command reads each partition's newest
+# offset for it), which is no StartAt: tail.START_HELP leaves it out.
+START_HELP = tail.START_HELP.replace("offset:N |", "offset:N | last:N |", 1)
 STOP_HELP = tail.STOP_HELP
 
 
@@ -20,7 +22,8 @@ def parse_start(text: str) -> StartAt:
     try:
         return tail.parse_start(text)
     except ConfigurationError as exc:
-        raise click.BadParameter(str(exc), param_hint="--start") from None
+        message = str(exc).replace(tail.START_HELP, START_HELP)
+        raise click.BadParameter(message, param_hint="--start") from None
 
 
 def parse_stop(text: str) -> StopAt:

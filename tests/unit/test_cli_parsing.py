@@ -129,6 +129,17 @@ def test_last_n() -> None:
             parse_last(bad)
 
 
+def test_only_the_command_line_offers_last_n() -> None:
+    # tail.parse_start (the Django command's) does not take last:N, so its help and its
+    # refusals do not offer it; the CLI's, which does, offers it in both.
+    assert "last:N" not in tail.START_HELP
+    with pytest.raises(ConfigurationError, match="unknown start position 'last:2'") as plain:
+        tail.parse_start("last:2")
+    assert "last:N" not in str(plain.value)
+    with pytest.raises(click.BadParameter, match=r"offset:N \| last:N \|"):
+        parse_start("soon")
+
+
 @pytest.mark.parametrize(
     "call",
     [

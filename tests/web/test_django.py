@@ -79,6 +79,19 @@ def test_liftbridge_tail_refuses_a_count_below_one(count: str) -> None:
     assert "--count must be at least 1" in refused.stderr
 
 
+def test_liftbridge_tail_offers_only_the_start_positions_it_takes() -> None:
+    # last:N is the CLI's (it reads each partition's newest offset first); the command
+    # advertised it and then refused it as an unknown start position.
+    helped = manage("liftbridge_tail", "--help", LIFTBRIDGE_ADDRESSES="127.0.0.1:1")
+    assert helped.returncode == 0 and "offset:N" in helped.stdout, helped.stderr
+    assert "last:" not in helped.stdout
+    refused = manage(
+        "liftbridge_tail", "s", "--start", "last:2", LIFTBRIDGE_ADDRESSES="127.0.0.1:1"
+    )
+    assert refused.returncode == 1 and "unknown start position 'last:2'" in refused.stderr
+    assert "last:N" not in refused.stderr
+
+
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_django_example_under_gunicorn(
     config: str, web_stream: str, liftbridge_address: str, liftbridge_client: Client
