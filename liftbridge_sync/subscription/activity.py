@@ -3,23 +3,27 @@
 An :class:`ActivityStream` is a :class:`~liftbridge_sync.subscription.Subscription` on
 the reserved ``__activity`` stream whose messages are decoded with
 :func:`liftbridge_sync.activity.decode_event`. It resubscribes after failover exactly
-like any subscription, and drops events whose id it has already delivered (the server
-publishes at-least-once).
+like any subscription, drops events whose id it has already delivered (the server
+publishes at-least-once), and skips messages that are no events.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.activity import ACTIVITY_STREAM, ActivityEvent, decode_event
+from liftbridge_sync.errors import ServerError
 from liftbridge_sync.positions import StartAt
 from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
 
 __all__ = ["ActivityStream", "open_activity_stream"]
+
+_log = logging.getLogger("liftbridge_sync.subscription")
 
 #: How many of the ids last delivered an :class:`ActivityStream` remembers to recognise
 #: repeats. The server repeats only the events it had not recorded as published when its
@@ -57,7 +61,11 @@ class ActivityStream:
 
     @property
     def last_offset(self) -> int | None:
-        """Offset in ``__activity`` of the last delivered event, ``None`` before the first."""
+        """Offset in ``__activity`` of the last message read, ``None`` before the first.
+
+        That of the last event delivered, or of a repeat dropped or a message that is no
+        event skipped after it: resume at the next offset.
+        """
         return self._sub.last_offset
 
     @property
@@ -74,10 +82,12 @@ class ActivityStream:
     def get(self, timeout: float | None = None) -> ActivityEvent:
         """The next event, waiting at most ``timeout`` seconds (``None``: forever).
 
+        A message on ``__activity`` that is not an activity event (the server lets any
+        client publish there) is skipped with a WARNING on ``liftbridge_sync.subscription``.
+
         Raises:
             TimeoutError: if no new event arrived in time; the stream stays usable.
             StopIteration: if closed.
-            ServerError: if a message on ``__activity`` is not an activity event.
         """
         seconds = check_seconds("timeout", timeout)
         deadline = None if seconds is None else time.monotonic() + seconds
@@ -85,7 +95,18 @@ class ActivityStream:
             # One budget for the whole call: a repeat dropped does not start it again.
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             msg = self._sub.get(left)
-            event = decode_event(msg.value, offset=msg.offset, timestamp_ns=msg.timestamp_ns)
+            try:
+                event = decode_event(msg.value, offset=msg.offset, timestamp_ns=msg.timestamp_ns)
+            except ServerError as exc:
+                # Anyone may publish to __activity: raising would let one stray
+                # message end every reader's for loop.
+                _log.warning(
+                    "%s offset %d is not an activity event, skipped: %s",
+                    ACTIVITY_STREAM,
+                    msg.offset,
+                    exc,
+                )
+                continue
             if event.id in self._seen:
                 continue  # a repeat after a metadata-leader change
             self._remember(event.id)

@@ -175,3 +175,23 @@ def test_a_forged_event_id_does_not_silence_the_stream() -> None:
     assert isinstance(fake, StreamDeleted) and fake.id == 2**64 - 1
     assert isinstance(second, StreamCreated) and second.id > first.id
     assert isinstance(after, StreamCreated) and after.stream == "third"
+
+
+def test_a_message_that_is_no_event_is_skipped_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Junk published to ``__activity`` (by anyone) must not end a ``for`` loop."""
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        with client.activity() as events:
+            client.publish("__activity", b"")
+            client.publish("__activity", b"\xff\xff\xff")
+            client.create_stream("after-junk", "after-junk")
+            with caplog.at_level("WARNING", logger="liftbridge_sync.subscription"):
+                (created,) = take_matching(events, 1, about("after-junk"))
+    assert isinstance(created, StreamCreated)
+    skipped = [r.getMessage() for r in caplog.records if "not an activity event" in r.getMessage()]
+    assert len(skipped) == 2, skipped
+    junk = created.offset - 2, created.offset - 1
+    assert f"offset {junk[0]} " in skipped[0] and f"offset {junk[1]} " in skipped[1]
