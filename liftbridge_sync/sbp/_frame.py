@@ -223,11 +223,14 @@ def encode_frame(frame: Frame, *, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) 
     Raises:
         InvalidFrameError: A request frame has a negative stream identifier.
         FrameTooLargeError: The frame is longer than ``max_frame_size``.
-        ArgumentTypeError: ``max_frame_size`` is not an int.
+        ArgumentTypeError: ``frame`` is no :class:`Frame` (e.g. a :class:`DiscardedFrame`),
+            or ``max_frame_size`` is not an int.
         ConfigurationError: ``max_frame_size`` is out of range.
 
     Thread-safe: a pure function.
     """
+    if not isinstance(frame, Frame):
+        raise ArgumentTypeError(f"frame must be a Frame, not {type(frame).__name__}")
     limit = _check_max_frame_size(max_frame_size)
     if frame.stream_id < 0 and not frame.is_response:
         raise InvalidFrameError(
