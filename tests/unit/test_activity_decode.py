@@ -7,10 +7,13 @@ import types
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from liftbridge_sync import ArgumentTypeError, ServerError
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.activity import (
+    ActivityEvent,
     ConsumerLeftGroup,
     StreamPaused,
     UnknownActivity,
@@ -173,3 +176,40 @@ def test_bytes_like_values_decode() -> None:
     raw = pb.SerializeToString()
     for value in (bytearray(raw), memoryview(raw)):
         assert decode_event(value).id == 1
+
+
+_GENUINE = [
+    api_pb2.ActivityStreamEvent(
+        id=9,
+        op=api_pb2.JOIN_CONSUMER_GROUP,
+        joinConsumerGroupOp=api_pb2.JoinConsumerGroupOp(
+            groupId="g", consumerId="c", streams=["a", "b"]
+        ),
+    ).SerializeToString(),
+    api_pb2.ActivityStreamEvent(
+        id=2**64 - 1,
+        op=api_pb2.CREATE_STREAM,
+        createStreamOp=api_pb2.CreateStreamOp(stream="s", partitions=[0, 1, 2]),
+    ).SerializeToString(),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from(_GENUINE),
+    cut=st.integers(min_value=0, max_value=64),
+    flips=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), max_size=4),
+    tail=st.binary(max_size=16),
+)
+def test_corrupted_values_decode_or_raise_server_error(
+    base: bytes, cut: int, flips: list[tuple[int, int]], tail: bytes
+) -> None:
+    value = bytearray(base[:cut] + tail)
+    for position, octet in flips:
+        if value:
+            value[position % len(value)] = octet
+    try:
+        event = decode_event(bytes(value), offset=1)
+    except ServerError:
+        return
+    assert isinstance(event, ActivityEvent) and event.id > 0
