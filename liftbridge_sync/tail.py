@@ -43,7 +43,10 @@ TEMPLATE_HELP = (
     "%p partition, %t stream, %T timestamp (ms), %h headers (name=value,... by name), "
     "%S value size, %K key size, %% a percent sign; \\n \\t \\r \\\\ escapes."
 )
-STOP_HELP = "latest | offset:N | time:ISO-8601 (default: latest, or never with --follow)"
+STOP_HELP = (
+    "latest | offset:N | time:ISO-8601 (default: latest, or never with --follow; "
+    "offset:N past the newest offset waits for N to be written)"
+)
 
 
 def _check_text(name: str, value: object) -> str:

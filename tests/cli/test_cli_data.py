@@ -252,6 +252,33 @@ def test_subscribe_positions_and_formats(run: Run, stream: str, liftbridge_clien
     assert unknown.returncode == 3 and "Traceback" not in unknown.stderr
 
 
+def test_a_stop_offset_past_the_newest_waits_for_it_then_ends(
+    liftbridge_address: str, stream: str, liftbridge_client: Client
+) -> None:
+    """``--stop offset:N`` past the newest offset (as its help now says) waits for N to
+    be written, then prints the range and exits 0."""
+    for value in (b"a", b"b"):
+        liftbridge_client.publish(stream, value, partition=0)
+    with subprocess.Popen(
+        [*CLI, "subscribe", stream, "-P", "0", "--stop", "offset:3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(liftbridge_address),
+    ) as process:
+        try:
+            # Offsets 2 and 3 are not written: the command must not end (3 s to show it).
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(timeout=3)
+            for value in (b"c", b"d"):
+                liftbridge_client.publish(stream, value, partition=0)
+            out, err = process.communicate(timeout=30)
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 0, err.decode(errors="replace")
+    assert out == b"a\nb\nc\nd\n"
+
+
 def test_line_endings_empty_lines_templates_and_the_last_n(
     run: Run, stream: str, liftbridge_client: Client, tmp_path: Path
 ) -> None:
