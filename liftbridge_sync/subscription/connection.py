@@ -188,8 +188,17 @@ class PartitionConnection:
         request = self._target.request
         return request.stopPosition == api_pb2.STOP_OFFSET and last >= request.stopOffset
 
-    def _connect(self, policy: RetryPolicy, deadline: float | None, *, resubscribing: bool) -> None:
-        """Open the stream and consume the handshake, retrying under ``policy``."""
+    def _connect(
+        self,
+        policy: RetryPolicy,
+        deadline: float | None,
+        *,
+        resubscribing: bool,
+        until: float | None = None,
+    ) -> None:
+        """Open the stream and consume the handshake, retrying under ``policy`` (and,
+        with ``until``, the ``time.monotonic()`` ``resubscribe_wait`` ends at, keeping the
+        look-ups of each attempt to it)."""
         if self._done:
             raise StopIteration
         if self._exhausted():  # the stop was delivered just before the stream broke
@@ -207,7 +216,7 @@ class PartitionConnection:
                     if self._closed.is_set():
                         raise Closed
                     try:
-                        self._open(refresh, deadline, resubscribing=resubscribing)
+                        self._open(refresh, deadline, resubscribing=resubscribing, until=until)
                     except (NotLeaderError, BrokerUnavailableError):
                         refresh = True
                         raise
@@ -318,7 +327,8 @@ class PartitionConnection:
         """Resubscribe after the last offset within what is left of ``resubscribe_wait``."""
         options = self._core.options
         since = self._broken_since if self._broken_since is not None else time.monotonic()
-        remaining = options.resubscribe_wait - (time.monotonic() - since)
+        until = since + options.resubscribe_wait
+        remaining = until - time.monotonic()
         policy = dataclasses.replace(
             options.retry, max_attempts=1_000_000, max_delay=max(0.0, remaining)
         )
@@ -330,7 +340,7 @@ class PartitionConnection:
                 # fails it at once must not be called in a tight loop.
                 delay = backoff_delay(options.retry, self._lost - 1)
                 self._backoff(min(max(0.0, remaining), delay), deadline)
-            self._connect(policy, deadline, resubscribing=True)
+            self._connect(policy, deadline, resubscribing=True, until=until)
         except Closed:
             raise StopIteration from None
         except _ReadTimeout:
@@ -368,12 +378,17 @@ class PartitionConnection:
             min(remaining, backoff_delay(self._core.options.retry, self._disorder)), deadline
         )
 
-    def _address(self, refresh: bool, deadline: float | None) -> str:
+    def _address(self, refresh: bool, deadline: float | None, until: float | None) -> str:
         """Where to subscribe: the leader, or a random in-sync replica if allowed (and
-        no follower was found lagging)."""
+        no follower was found lagging).
+
+        The look-up keeps to ``deadline`` (the get's) and to ``until`` (the end of
+        ``resubscribe_wait``; one attempt's ``rpc_timeout`` past it at most).
+        """
         target, core = self._target, self._core
+        budget = self._lookup_budget(deadline, until)
         if refresh:
-            core.refresh_once([target.stream], deadline)
+            core.refresh_once([target.stream], None if budget is None else budget.ends)
             snapshot = core.metadata.get()
             info = snapshot.partition(target.stream, target.partition)
             if info is None:
@@ -382,9 +397,9 @@ class PartitionConnection:
                     code="NOT_FOUND",
                 )
         else:
-            # A partition the cache lacks is looked up within the deadline (the get's):
-            # under the whole retry policy it held get(timeout) for that policy.
-            budget = None if deadline is None else Budget(deadline, deadline)
+            # A partition the cache lacks is looked up within the budget: under the
+            # whole retry policy it held get(timeout), or a resubscribe past
+            # resubscribe_wait, for that policy.
             try:
                 info = core.partition_info(
                     target.stream, target.partition, refresh=False, budget=budget
@@ -392,8 +407,9 @@ class PartitionConnection:
             except DeadlineExceededError as exc:
                 if budget is None:
                     raise
-                # The get's time ran out, not the subscription's: retried, the back-off
-                # before the retry ends the get with TimeoutError (the read goes on).
+                # Retried: if the get's time ran out, the back-off before the retry ends
+                # the get with TimeoutError (the read goes on); if resubscribe_wait's,
+                # the retry policy (max_delay: what was left of it) gives up.
                 raise BrokerUnavailableError(
                     f"subscribe: looking the partition's leader up failed: {exc}"
                 ) from exc
@@ -408,11 +424,28 @@ class PartitionConnection:
         self._at_leader = True
         return leader
 
-    def _open(self, refresh: bool, deadline: float | None, *, resubscribing: bool) -> None:
+    def _lookup_budget(self, deadline: float | None, until: float | None) -> Budget | None:
+        """The budget of one attempt's metadata look-up (``None``: the retry policy's)."""
+        if until is not None:
+            # At least one attempt, as the resubscribe's own retry policy makes.
+            ends = max(until, time.monotonic()) + self._core.options.rpc_timeout
+            if deadline is None:
+                return Budget(until, ends)
+            return Budget(min(deadline, until), min(deadline, ends))
+        return None if deadline is None else Budget(deadline, deadline)
+
+    def _open(
+        self,
+        refresh: bool,
+        deadline: float | None,
+        *,
+        resubscribing: bool,
+        until: float | None = None,
+    ) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message."""
         if deadline is not None:
             deadline = max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
-        address = self._address(refresh, deadline)
+        address = self._address(refresh, deadline, until)
         # Reverse reads check every offset as it is delivered: one at a time.
         call = open_subscribe(
             self._core, address, self._resume_request(), batched=not self._target.reverse

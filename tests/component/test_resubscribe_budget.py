@@ -9,6 +9,7 @@ import time
 import pytest
 
 from liftbridge_sync import Client, RetryPolicy, StartAt
+from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.models import FrozenMap, Metadata
 from liftbridge_sync.testing import FakeBroker, serve
 
@@ -44,3 +45,30 @@ def test_a_resubscribe_looking_up_a_partition_the_cache_lacks_keeps_to_the_get_t
         if not stopped:
             broker.stop()
     assert elapsed < 0.3 + 0.5
+
+
+def test_an_iterated_resubscribe_looking_up_a_partition_keeps_to_resubscribe_wait() -> None:
+    # Without a get() deadline the look-up ran under the whole retry policy (3 s here),
+    # past the resubscribe_wait (0.5 s) the subscription promises to keep trying for.
+    broker = FakeBroker("a").start()
+    stopped = False
+    try:
+        broker.subscribe_scripts = [serve([0], "hang")]
+        with Client(
+            [broker.address], retry=_PATIENT, subscribe_transport="grpc", resubscribe_wait=0.5
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert sub.get(5).offset == 0
+            with pytest.raises(TimeoutError):
+                sub.get(0.1)  # the next read resubscribes at the cached leader
+            broker.stop()
+            stopped = True
+            client._core.metadata.store(Metadata(brokers=(), streams=FrozenMap({})))
+            started = time.monotonic()
+            with pytest.raises(BrokerUnavailableError):
+                next(sub)
+            elapsed = time.monotonic() - started
+    finally:
+        if not stopped:
+            broker.stop()
+    assert elapsed < 0.5 + 0.8
