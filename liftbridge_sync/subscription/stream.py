@@ -142,6 +142,44 @@ class _Mailbox:
             self._not_full.notify_all()
 
 
+class _Readers:
+    """The reader threads of one whole-stream subscription, joined by :meth:`close`.
+
+    Registered with the client by the watch that closes a dropped subscription (which
+    cannot wait for them on the timer thread): ``Client.close()`` then joins them.
+
+    Thread-safe.
+    """
+
+    close_accepts_timeout = True
+
+    def __init__(self, threads: list[threading.Thread]) -> None:
+        self._threads = threads
+
+    def alive(self) -> bool:
+        """Whether any reader is still running."""
+        return any(thread.is_alive() for thread in self._threads)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Join the readers, for at most ``timeout`` seconds (``None``: until they end).
+
+        Never the calling thread itself (a reader closing its own subscription).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = threading.current_thread()
+        for thread in self._threads:
+            # In slices: a reader ends within rpc_timeout of the close (a metadata call
+            # under way), and a Ctrl-C the kernel gave another thread meanwhile is
+            # handled within a slice, not once the reader has ended.
+            while thread is not current and thread.is_alive():
+                step = WAIT_SLICE
+                if deadline is not None:
+                    step = min(step, deadline - time.monotonic())
+                    if step <= 0:
+                        break
+                thread.join(step)
+
+
 class StreamSubscription:
     """Iterate messages of every partition of a stream, merged into one iterator.
 
@@ -159,7 +197,8 @@ class StreamSubscription:
     The reader threads hold the subscription only weakly: one dropped without
     :meth:`close` is collected, and the client's ``liftbridge-timer`` thread, which
     looks every :data:`~liftbridge_sync._runtime.doorbell.WAIT_SLICE` seconds, then
-    closes it with a WARNING; its readers end by themselves.
+    closes it with a WARNING; its readers are joined once they ended, or by
+    ``Client.close()``.
 
     Not thread-safe for iteration; close() may be called from any thread.
     """
@@ -179,7 +218,7 @@ class StreamSubscription:
         #: The watch's pending timer, replaced as it arms the next one.
         self._watch: list[TimerHandle] = []
         # Not bound methods: the readers must not hold the subscription (see _watch).
-        self._threads = [
+        threads = [
             threading.Thread(
                 target=_pump,
                 args=(self._box, sub),
@@ -189,13 +228,13 @@ class StreamSubscription:
             for sub in subs
         ]
         started: list[threading.Thread] = []
+        self._readers = _Readers(started)
         try:
-            for thread in self._threads:
+            for thread in threads:
                 thread.start()
                 started.append(thread)
         except RuntimeError as exc:  # "can't start new thread": out of threads or memory
             # The readers already started, and every subscription, would run on unowned.
-            self._threads = started
             self.close(core.options.rpc_timeout)
             raise InternalThreadError(
                 f"could not start the reader of {stream!r} partition "
@@ -352,19 +391,7 @@ class StreamSubscription:
         for sub in self._subs:
             sub.close()
         self._box.close()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        current = threading.current_thread()
-        for thread in self._threads:
-            # In slices: a reader ends within rpc_timeout of the close (a metadata call
-            # under way), and a Ctrl-C the kernel gave another thread meanwhile is
-            # handled within a slice, not once the reader has ended.
-            while thread is not current and thread.is_alive():
-                step = WAIT_SLICE
-                if deadline is not None:
-                    step = min(step, deadline - time.monotonic())
-                    if step <= 0:
-                        break
-                thread.join(step)
+        self._readers.close(timeout)
 
     def __del__(self) -> None:
         # The collector may run this on any thread, one holding any lock (threading's
@@ -409,7 +436,8 @@ def _watch(
 
     Otherwise its readers, blocked in a read, would keep their calls and threads until
     ``Client.close()``. It is closed without waiting for them (timer callbacks must be
-    short): they end by themselves once their calls are cancelled.
+    short): they end once their calls are cancelled, and are joined then (see
+    :func:`_reap`), or by ``Client.close()``, which they are registered with meanwhile.
     """
     try:
         subscription = dropped.popleft()
@@ -424,6 +452,30 @@ def _watch(
         return
     _log.warning("subscription to %r: dropped without close(): closing", subscription.stream)
     subscription.close(0)
+    readers, core = subscription._readers, subscription._core
+    if not readers.alive():
+        readers.close(0)
+        return
+    if core.closed:
+        return  # the client is closing (a race of a moment): they end, cancelled
+    try:
+        # Held by the reap's timer until they ended, by the client's close() then.
+        core.register(readers)
+    except LiftbridgeError:
+        return  # closed meanwhile: register() joined them (they end at once, cancelled)
+    _reap(readers, scheduler)
+
+
+def _reap(readers: _Readers, scheduler: Scheduler) -> None:
+    """Join the readers of a dropped subscription once they ended (timer thread, every
+    :data:`WAIT_SLICE` seconds: a timer callback must not wait for them)."""
+    if not readers.alive():
+        readers.close(0)
+        return
+    try:
+        scheduler.call_later(WAIT_SLICE, functools.partial(_reap, readers, scheduler))
+    except LiftbridgeError:
+        pass  # the client is closing: its close() joins them (registered)
 
 
 def open_stream_subscription(
