@@ -8,6 +8,7 @@
   end, or raise).
 * :mod:`.stream`: :class:`StreamSubscription`, one ``liftbridge-subscribe-<stream>-<p>``
   thread per partition merged into one iterator.
+* :mod:`.merging`: the reader threads and the bounded mailbox under it.
 * :mod:`.stats`: :class:`SubscriptionStats`, what a subscription counted.
 """
 

@@ -2,8 +2,8 @@
 
 Merging blocking gRPC reads needs a thread per partition: each runs a
 :class:`~liftbridge_sync.subscription.Subscription` and feeds a bounded mailbox that the
-consumer reads. Order is kept within each partition; each partition resubscribes on its
-own after failover.
+consumer reads (the threads and the mailbox are :mod:`.merging`'s). Order is kept within
+each partition; each partition resubscribes on its own after failover.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import collections
 import functools
 import logging
 import threading
-import time
 
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import (
@@ -27,6 +26,14 @@ from liftbridge_sync._wire.validate import (
 from liftbridge_sync.errors import InternalThreadError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
+from liftbridge_sync.subscription.merging import (
+    STREAM_BUFFER,
+    STREAM_BUFFER_BYTES,
+    Mailbox,
+    Readers,
+    pump,
+    reap,
+)
 from liftbridge_sync.subscription.opening import check_positions, open_partition
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.subscription.stats import SubscriptionStats
@@ -34,150 +41,6 @@ from liftbridge_sync.subscription.stats import SubscriptionStats
 __all__ = ["STREAM_BUFFER", "STREAM_BUFFER_BYTES", "StreamSubscription", "open_stream_subscription"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
-
-#: Messages buffered between the partition readers and the consumer; a full buffer
-#: blocks the readers, which lets gRPC flow control slow the server down.
-STREAM_BUFFER = 1024
-#: Bytes (wire size) of the messages buffered likewise: messages of up to 4 MiB would
-#: let 1024 of them hold 4 GiB. One message bigger than this is still taken alone.
-STREAM_BUFFER_BYTES = 64 << 20
-
-
-class _Mailbox:
-    """A FIFO between partition reader threads and the consumer, bounded in messages
-    and in bytes (a message is admitted into an empty buffer whatever its size).
-
-    The consumer (often the main thread) waits on a :class:`Doorbell`, in slices and
-    without the lock, not on a ``Condition``: a Ctrl-C the kernel gives a reader thread
-    interrupts it within :data:`WAIT_SLICE`, and a second one cannot leave the lock
-    released under a reader (see :mod:`liftbridge_sync._runtime.doorbell`).
-
-    Thread-safe.
-    """
-
-    def __init__(self, capacity: int, producers: int, max_bytes: int = STREAM_BUFFER_BYTES) -> None:
-        self._lock = threading.Lock()
-        #: Rung when an item, the end of a producer, or the close comes.
-        self._not_empty = Doorbell()
-        #: Waited on by the producers (reader threads, never the main one).
-        self._not_full = threading.Condition(self._lock)
-        #: Items with their wire size (0 for an error).
-        self._items: collections.deque[tuple[Message | BaseException, int]] = collections.deque()
-        self._capacity = capacity
-        self._max_bytes = max_bytes
-        self._bytes = 0
-        self._producers = producers
-        self._closed = False
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (read without the lock)."""
-        return self._closed
-
-    def put(self, item: Message | BaseException) -> bool:
-        """Queue ``item`` (errors skip the bounds); ``False`` once closed."""
-        message = isinstance(item, Message)
-        size = item._pb.ByteSize() if isinstance(item, Message) else 0
-        with self._not_full:
-            if message:
-                while not self._closed and (
-                    len(self._items) >= self._capacity
-                    or (self._bytes and self._bytes + size > self._max_bytes)
-                ):
-                    self._not_full.wait()
-            if self._closed:
-                return False
-            self._items.append((item, size))
-            self._bytes += size
-            self._not_empty.ring()
-            return True
-
-    def producer_done(self) -> None:
-        with self._lock:
-            self._producers -= 1
-            self._not_empty.ring()
-
-    def get(self, timeout: float | None) -> Message | BaseException:
-        """The next item; ``StopIteration`` when closed or every producer ended."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        item = self._not_empty.wait(self._lock, self._take, deadline)
-        if item is None:
-            raise TimeoutError("no message arrived within the timeout")
-        return item
-
-    def _take(self) -> Message | BaseException | None:
-        """The next item, if one is queued (lock held); ``StopIteration`` at the end."""
-        if self._items:
-            item, size = self._items.popleft()
-            self._bytes -= size
-            self._not_full.notify()
-            return item
-        if self._closed or self._producers <= 0:
-            raise StopIteration
-        return None
-
-    def get_many(self, most: int, timeout: float | None) -> list[Message] | BaseException:
-        """Up to ``most`` queued messages after waiting for the first, or the error
-        queued first (an error behind messages stays for the next call); ``StopIteration``
-        as :meth:`get`."""
-        first = self.get(timeout)
-        if not isinstance(first, Message):
-            return first
-        taken = [first]
-        with self._not_full:
-            items = self._items
-            while len(taken) < most and items and isinstance(items[0][0], Message):
-                message, size = items.popleft()
-                taken.append(message)  # type: ignore[arg-type]
-                self._bytes -= size
-            self._not_full.notify(len(taken) - 1)
-        return taken
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            self._items.clear()
-            self._bytes = 0
-            self._not_empty.ring()
-            self._not_full.notify_all()
-
-
-class _Readers:
-    """The reader threads of one whole-stream subscription, joined by :meth:`close`.
-
-    Registered with the client by the watch that closes a dropped subscription (which
-    cannot wait for them on the timer thread): ``Client.close()`` then joins them.
-
-    Thread-safe.
-    """
-
-    close_accepts_timeout = True
-
-    def __init__(self, threads: list[threading.Thread]) -> None:
-        self._threads = threads
-
-    def alive(self) -> bool:
-        """Whether any reader is still running."""
-        return any(thread.is_alive() for thread in self._threads)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Join the readers, for at most ``timeout`` seconds (``None``: until they end).
-
-        Never the calling thread itself (a reader closing its own subscription).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        current = threading.current_thread()
-        for thread in self._threads:
-            # In slices: a reader ends within rpc_timeout of the close (a metadata call
-            # under way), and a Ctrl-C the kernel gave another thread meanwhile is
-            # handled within a slice, not once the reader has ended.
-            while thread is not current and thread.is_alive():
-                step = WAIT_SLICE
-                if deadline is not None:
-                    step = min(step, deadline - time.monotonic())
-                    if step <= 0:
-                        break
-                thread.join(step)
 
 
 class StreamSubscription:
@@ -210,7 +73,7 @@ class StreamSubscription:
         self._stream = stream
         self._subs = subs
         self._delivered: dict[int, int] = {}
-        self._box = _Mailbox(STREAM_BUFFER, len(subs))
+        self._box = Mailbox(STREAM_BUFFER, len(subs))
         self._closed = False
         #: This subscription, put back by __del__ when dropped without close(): the
         #: watch on the timer thread closes it (see _watch).
@@ -220,7 +83,7 @@ class StreamSubscription:
         # Not bound methods: the readers must not hold the subscription (see _watch).
         threads = [
             threading.Thread(
-                target=_pump,
+                target=pump,
                 args=(self._box, sub),
                 name=f"liftbridge-subscribe-{stream}-{sub.partition}",
                 daemon=True,
@@ -228,7 +91,7 @@ class StreamSubscription:
             for sub in subs
         ]
         started: list[threading.Thread] = []
-        self._readers = _Readers(started)
+        self._readers = Readers(started)
         try:
             for thread in threads:
                 thread.start()
@@ -413,21 +276,9 @@ class StreamSubscription:
         return f"<StreamSubscription {self._stream} partitions={len(self._subs)} {state}>"
 
 
-def _pump(box: _Mailbox, sub: Subscription) -> None:
-    """A ``liftbridge-subscribe-<stream>-<partition>`` thread: ``sub`` into ``box``."""
-    try:
-        for msg in sub:
-            if not box.put(msg):
-                return
-    except BaseException as exc:  # handed to the consumer, raised at iteration
-        box.put(exc)
-    finally:
-        box.producer_done()
-
-
 def _watch(
     dropped: collections.deque[StreamSubscription],
-    box: _Mailbox,
+    box: Mailbox,
     scheduler: Scheduler,
     pending: list[TimerHandle],
 ) -> None:
@@ -437,7 +288,8 @@ def _watch(
     Otherwise its readers, blocked in a read, would keep their calls and threads until
     ``Client.close()``. It is closed without waiting for them (timer callbacks must be
     short): they end once their calls are cancelled, and are joined then (see
-    :func:`_reap`), or by ``Client.close()``, which they are registered with meanwhile.
+    :func:`~liftbridge_sync.subscription.merging.reap`), or by ``Client.close()``, which
+    they are registered with meanwhile.
     """
     try:
         subscription = dropped.popleft()
@@ -463,19 +315,7 @@ def _watch(
         core.register(readers)
     except LiftbridgeError:
         return  # closed meanwhile: register() joined them (they end at once, cancelled)
-    _reap(readers, scheduler)
-
-
-def _reap(readers: _Readers, scheduler: Scheduler) -> None:
-    """Join the readers of a dropped subscription once they ended (timer thread, every
-    :data:`WAIT_SLICE` seconds: a timer callback must not wait for them)."""
-    if not readers.alive():
-        readers.close(0)
-        return
-    try:
-        scheduler.call_later(WAIT_SLICE, functools.partial(_reap, readers, scheduler))
-    except LiftbridgeError:
-        pass  # the client is closing: its close() joins them (registered)
+    reap(readers, scheduler)
 
 
 def open_stream_subscription(

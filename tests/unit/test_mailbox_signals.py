@@ -17,7 +17,8 @@ from liftbridge_sync import Client, RetryPolicy
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer.group import Consumer
-from liftbridge_sync.subscription.stream import StreamSubscription, _Mailbox
+from liftbridge_sync.subscription.merging import Mailbox as _Mailbox
+from liftbridge_sync.subscription.stream import StreamSubscription
 from tests.messages import make_message
 from tests.signals import (
     GIVE_UP,

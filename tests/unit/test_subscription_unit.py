@@ -17,8 +17,8 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import THREAD_NAME, Scheduler
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.models import Message
+from liftbridge_sync.subscription.merging import Mailbox as _Mailbox
 from liftbridge_sync.subscription.opening import build_subscribe_request as _build_request
-from liftbridge_sync.subscription.stream import _Mailbox
 from tests.messages import make_message
 
 # ---------------------------------------------------------------------- requests

@@ -1,0 +1,195 @@
+"""The merge under a whole-stream subscription: per-partition reader threads feeding
+one bounded mailbox.
+
+* :class:`Mailbox`: the FIFO between the ``liftbridge-subscribe-<stream>-<p>`` readers and
+  the consumer, bounded in messages and bytes.
+* :func:`pump`: what each reader thread runs (a partition's subscription into the box).
+* :class:`Readers`: the reader threads, joined on close (and, for a subscription dropped
+  without ``close()``, by :func:`reap` on the timer thread, or by ``Client.close()``).
+
+:class:`~liftbridge_sync.subscription.stream.StreamSubscription` composes them.
+Thread-safe as each class says.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+import time
+
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
+from liftbridge_sync._runtime.scheduler import Scheduler
+from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.models import Message
+from liftbridge_sync.subscription.partition import Subscription
+
+__all__ = ["STREAM_BUFFER", "STREAM_BUFFER_BYTES", "Mailbox", "Readers", "pump", "reap"]
+
+#: Messages buffered between the partition readers and the consumer; a full buffer
+#: blocks the readers, which lets gRPC flow control slow the server down.
+STREAM_BUFFER = 1024
+#: Bytes (wire size) of the messages buffered likewise: messages of up to 4 MiB would
+#: let 1024 of them hold 4 GiB. One message bigger than this is still taken alone.
+STREAM_BUFFER_BYTES = 64 << 20
+
+
+class Mailbox:
+    """A FIFO between partition reader threads and the consumer, bounded in messages
+    and in bytes (a message is admitted into an empty buffer whatever its size).
+
+    The consumer (often the main thread) waits on a :class:`Doorbell`, in slices and
+    without the lock, not on a ``Condition``: a Ctrl-C the kernel gives a reader thread
+    interrupts it within :data:`WAIT_SLICE`, and a second one cannot leave the lock
+    released under a reader (see :mod:`liftbridge_sync._runtime.doorbell`).
+
+    Thread-safe.
+    """
+
+    def __init__(self, capacity: int, producers: int, max_bytes: int = STREAM_BUFFER_BYTES) -> None:
+        self._lock = threading.Lock()
+        #: Rung when an item, the end of a producer, or the close comes.
+        self._not_empty = Doorbell()
+        #: Waited on by the producers (reader threads, never the main one).
+        self._not_full = threading.Condition(self._lock)
+        #: Items with their wire size (0 for an error).
+        self._items: collections.deque[tuple[Message | BaseException, int]] = collections.deque()
+        self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._producers = producers
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (read without the lock)."""
+        return self._closed
+
+    def put(self, item: Message | BaseException) -> bool:
+        """Queue ``item`` (errors skip the bounds); ``False`` once closed."""
+        message = isinstance(item, Message)
+        size = item._pb.ByteSize() if isinstance(item, Message) else 0
+        with self._not_full:
+            if message:
+                while not self._closed and (
+                    len(self._items) >= self._capacity
+                    or (self._bytes and self._bytes + size > self._max_bytes)
+                ):
+                    self._not_full.wait()
+            if self._closed:
+                return False
+            self._items.append((item, size))
+            self._bytes += size
+            self._not_empty.ring()
+            return True
+
+    def producer_done(self) -> None:
+        with self._lock:
+            self._producers -= 1
+            self._not_empty.ring()
+
+    def get(self, timeout: float | None) -> Message | BaseException:
+        """The next item; ``StopIteration`` when closed or every producer ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        item = self._not_empty.wait(self._lock, self._take, deadline)
+        if item is None:
+            raise TimeoutError("no message arrived within the timeout")
+        return item
+
+    def _take(self) -> Message | BaseException | None:
+        """The next item, if one is queued (lock held); ``StopIteration`` at the end."""
+        if self._items:
+            item, size = self._items.popleft()
+            self._bytes -= size
+            self._not_full.notify()
+            return item
+        if self._closed or self._producers <= 0:
+            raise StopIteration
+        return None
+
+    def get_many(self, most: int, timeout: float | None) -> list[Message] | BaseException:
+        """Up to ``most`` queued messages after waiting for the first, or the error
+        queued first (an error behind messages stays for the next call); ``StopIteration``
+        as :meth:`get`."""
+        first = self.get(timeout)
+        if not isinstance(first, Message):
+            return first
+        taken = [first]
+        with self._not_full:
+            items = self._items
+            while len(taken) < most and items and isinstance(items[0][0], Message):
+                message, size = items.popleft()
+                taken.append(message)  # type: ignore[arg-type]
+                self._bytes -= size
+            self._not_full.notify(len(taken) - 1)
+        return taken
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._items.clear()
+            self._bytes = 0
+            self._not_empty.ring()
+            self._not_full.notify_all()
+
+
+class Readers:
+    """The reader threads of one whole-stream subscription, joined by :meth:`close`.
+
+    Registered with the client by the watch that closes a dropped subscription (which
+    cannot wait for them on the timer thread): ``Client.close()`` then joins them.
+
+    Thread-safe.
+    """
+
+    close_accepts_timeout = True
+
+    def __init__(self, threads: list[threading.Thread]) -> None:
+        self._threads = threads
+
+    def alive(self) -> bool:
+        """Whether any reader is still running."""
+        return any(thread.is_alive() for thread in self._threads)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Join the readers, for at most ``timeout`` seconds (``None``: until they end).
+
+        Never the calling thread itself (a reader closing its own subscription).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        current = threading.current_thread()
+        for thread in self._threads:
+            # In slices: a reader ends within rpc_timeout of the close (a metadata call
+            # under way), and a Ctrl-C the kernel gave another thread meanwhile is
+            # handled within a slice, not once the reader has ended.
+            while thread is not current and thread.is_alive():
+                step = WAIT_SLICE
+                if deadline is not None:
+                    step = min(step, deadline - time.monotonic())
+                    if step <= 0:
+                        break
+                thread.join(step)
+
+
+def pump(box: Mailbox, sub: Subscription) -> None:
+    """A ``liftbridge-subscribe-<stream>-<partition>`` thread: ``sub`` into ``box``."""
+    try:
+        for msg in sub:
+            if not box.put(msg):
+                return
+    except BaseException as exc:  # handed to the consumer, raised at iteration
+        box.put(exc)
+    finally:
+        box.producer_done()
+
+
+def reap(readers: Readers, scheduler: Scheduler) -> None:
+    """Join the readers of a dropped subscription once they ended (timer thread, every
+    :data:`WAIT_SLICE` seconds: a timer callback must not wait for them)."""
+    if not readers.alive():
+        readers.close(0)
+        return
+    try:
+        scheduler.call_later(WAIT_SLICE, functools.partial(reap, readers, scheduler))
+    except LiftbridgeError:
+        pass  # the client is closing: its close() joins them (registered)
