@@ -1,12 +1,12 @@
 """The Subscribe call of one partition: opened, reopened after failover, or found over.
 
-:class:`PartitionConnection` is the connecting half of
-:class:`~liftbridge_sync.subscription.Subscription`: where to subscribe (the leader, or a
-random in-sync replica), the request that continues after the last delivered offset,
-retries under the client's policy within ``resubscribe_wait``, the server's empty
-handshake message, and what a failed attempt means (a restarting server, a deleted
+:class:`PartitionConnection` is the connecting part of
+:class:`~liftbridge_sync.subscription.Subscription`, which holds one: where to subscribe
+(the leader, or a random in-sync replica), the request that continues after the last
+delivered offset, retries under the client's policy within ``resubscribe_wait``, the
+server's empty handshake message, and what a failed attempt means (a restarting server, a deleted
 stream, nothing left to read). Not thread-safe by itself: only the iterating thread
-connects; the call is handed over under the subscription's lock, which ``close()`` takes.
+connects; the call is handed over under the connection's lock, which ``close()`` takes.
 """
 
 from __future__ import annotations
@@ -110,57 +110,75 @@ class SubscriptionTarget:
 
 
 class PartitionConnection:
-    """The connecting half of a subscription: its call, opened and reopened.
+    """The connecting part of a subscription: its call, opened and reopened, and the
+    state of the read that its other parts share (the last delivered offset, whether
+    the read is done, the counters of ``stats()``).
 
-    Not thread-safe by itself: the iterating thread connects; ``close()`` takes the call
-    under ``_lock``.
+    A :class:`~liftbridge_sync.subscription.partition.Subscription` holds one, and a
+    :class:`~liftbridge_sync.subscription.read_failures.ReadFailures` that reads and
+    writes its state. Not thread-safe by itself: the iterating thread connects and owns
+    the state; :meth:`close` (any thread) takes the call under :attr:`lock`.
     """
 
     def __init__(self, core: ClientCore, target: SubscriptionTarget) -> None:
-        self._core = core
-        self._target = target
-        self._lock = threading.Lock()
-        self._closed = threading.Event()
-        self._call: SubscribeCall | None = None
-        self._done = False
+        self.core = core
+        self.target = target
+        self.lock = threading.Lock()
+        self.closed = threading.Event()
+        self.call: SubscribeCall | None = None
+        self.done = False
         #: The read ended because nothing more is there for it (its stop reached, a
         #: read-only partition read to its end, an empty range), not by a close of
         #: either side or a failure.
-        self._nothing_left = False
-        self._last_offset: int | None = None
+        self.nothing_left = False
+        self.last_offset: int | None = None
         #: When the stream was lost (None: not lost, or lost by our own timeout cancel).
-        self._broken_since: float | None = None
+        self.broken_since: float | None = None
         #: Whether the cached leader may be wrong (the stream broke, not timed out).
-        self._stale = False
+        self.stale = False
         #: Whether the current call reads from the partition's leader (with
         #: ``read_isr_replica`` it may be a follower).
-        self._at_leader = True
+        self.at_leader = True
         #: Read from the leader from now on, even with ``read_isr_replica``: a follower
         #: was silent about offsets the leader has committed (it may lag; see
         #: ``_rest_is_gone``).
-        self._leader_only = False
+        self.leader_only = False
         self._scheduler: Scheduler = core.scheduler()
         #: Whether the current call hands out messages in batches (``read_batch``).
-        self._batched = False
+        self.batched = False
         #: Calls dropped in a row for out-of-order messages (0 once one arrives in order).
-        self._disorder = 0
+        self.disorder = 0
         #: Streams lost in a row without a message in between (0 once one arrives):
         #: from the second on, a resubscribe waits for the retry back-off first.
-        self._lost = 0
+        self.lost = 0
         #: Counters for ``stats()`` (written by the iterating thread only).
-        self._resubscribes = 0
-        self._out_of_order = 0
+        self.resubscribes = 0
+        self.out_of_order = 0
 
     def close(self) -> None:
-        """End the subscription (the subscription's own; what it drops is its business)."""
-        raise NotImplementedError
+        """Mark the read closed and cancel the call. Idempotent; any thread.
 
-    def _arm(self, delay: float, call: SubscribeCall) -> TimerHandle:
+        In a forked child the call is only dropped: cancelling it would shut down the
+        socket the parent still reads from.
+        """
+        if self.core.forked:
+            self.call = None
+            self.closed.set()
+            return
+        with self.lock:
+            self.closed.set()
+            call, self.call = self.call, None
+        if call is not None:
+            call.cancel()
+
+    def arm(self, delay: float, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` after ``delay`` seconds unless the returned timer is cancelled."""
         try:
             return self._scheduler.call_later(delay, call.cancel)
         except ClientClosedError:
             # The client is closing and closes this subscription too; do not wait for it.
+            # (What the subscription read in bulk is delivered by then: a timer is armed
+            # only once it is.)
             self.close()
             raise Closed from None
 
@@ -168,24 +186,24 @@ class PartitionConnection:
 
     def _resume_request(self) -> api_pb2.SubscribeRequest:
         """The request that continues after the last delivered offset."""
-        original = self._target.request
-        last = self._last_offset
+        original = self.target.request
+        last = self.last_offset
         if last is None:
             return original
         request = api_pb2.SubscribeRequest()
         request.CopyFrom(original)
         request.startPosition = api_pb2.OFFSET
-        request.startOffset = last - 1 if self._target.reverse else last + 1
+        request.startOffset = last - 1 if self.target.reverse else last + 1
         return request
 
     def _exhausted(self) -> bool:
         """Whether the last delivered offset already reached the end of the read."""
-        last = self._last_offset
+        last = self.last_offset
         if last is None:
             return False
-        if self._target.reverse:
+        if self.target.reverse:
             return last <= 0
-        request = self._target.request
+        request = self.target.request
         return request.stopPosition == api_pb2.STOP_OFFSET and last >= request.stopOffset
 
     def _connect(
@@ -199,21 +217,21 @@ class PartitionConnection:
         """Open the stream and consume the handshake, retrying under ``policy`` (and,
         with ``until``, the ``time.monotonic()`` ``resubscribe_wait`` ends at, keeping the
         look-ups of each attempt to it)."""
-        if self._done:
+        if self.done:
             raise StopIteration
         if self._exhausted():  # the stop was delivered just before the stream broke
-            self._done = self._nothing_left = True
+            self.done = self.nothing_left = True
             raise StopIteration
-        refresh = self._stale
-        target = self._target
-        label = f"subscribe {target.stream}/{target.partition} after offset {self._last_offset}"
+        refresh = self.stale
+        target = self.target
+        label = f"subscribe {target.stream}/{target.partition} after offset {self.last_offset}"
         retrying = build_retrying(policy, label=label, retry_if=is_retryable).copy(
             sleep=lambda seconds: self._backoff(seconds, deadline)
         )
         try:
             for trial in retrying:
                 with trial:
-                    if self._closed.is_set():
+                    if self.closed.is_set():
                         raise Closed
                     try:
                         self._open(refresh, deadline, resubscribing=resubscribing, until=until)
@@ -228,29 +246,29 @@ class PartitionConnection:
                         # "segment has been closed" as one caught mid-compaction; only
                         # the metadata tells the lasting case from the passing one.
                         if exc.retryable and not target.request.resume:
-                            paused = self._paused(deadline)
+                            paused = self.paused(deadline)
                             if paused is not None:
                                 raise paused from None
                         raise
                     return
         except _Ended:
-            self._done = self._nothing_left = True
+            self.done = self.nothing_left = True
             raise StopIteration from None
         except (NoSuchStreamError, NoSuchPartitionError) as exc:
             if not resubscribing:
                 raise
-            self._done = True
+            self.done = True
             raise StreamDeletedError(
-                f"stream {self._target.stream!r} was deleted: {exc}",
+                f"stream {self.target.stream!r} was deleted: {exc}",
                 code=exc.code,
                 details=exc.details,
             ) from None
         except LiftbridgeError:
             if resubscribing:
-                self._done = True
+                self.done = True
             raise
 
-    def _connect_first(self) -> None:
+    def connect_first(self) -> None:
         """The first connect, under the client's retry policy.
 
         A server whose cleaner is swapping segments refuses new readers ("segment has
@@ -258,7 +276,7 @@ class PartitionConnection:
         outlasts the retry policy: that refusal alone goes on being retried for up to
         ``resubscribe_wait``, as it would be on a running subscription.
         """
-        options = self._core.options
+        options = self.core.options
         started = time.monotonic()
         policy = options.retry
         while True:
@@ -271,14 +289,14 @@ class PartitionConnection:
                     raise
                 policy = dataclasses.replace(policy, max_attempts=1_000_000, max_delay=left)
 
-    def _paused(self, deadline: float | None) -> PartitionPausedError | None:
+    def paused(self, deadline: float | None) -> PartitionPausedError | None:
         """The error to raise if fresh metadata says the partition is paused."""
-        target = self._target
+        target = self.target
         try:
-            self._core.refresh_once([target.stream], deadline)
+            self.core.refresh_once([target.stream], deadline)
         except BrokerUnavailableError:
             return None  # cannot tell: keep retrying the refusal as transient
-        info = self._core.metadata.get().partition(target.stream, target.partition)
+        info = self.core.metadata.get().partition(target.stream, target.partition)
         if info is None or not info.paused:
             return None
         return PartitionPausedError(
@@ -295,12 +313,12 @@ class PartitionConnection:
         answer alone never ends a subscription: only metadata without the stream (or
         the partition) confirms a deletion. A stream the metadata still lists is retried.
         """
-        target = self._target
+        target = self.target
         try:
-            self._core.refresh_once([target.stream], deadline)
+            self.core.refresh_once([target.stream], deadline)
         except BrokerUnavailableError as unreachable:
             return unreachable  # retryable: ask again on the next attempt
-        snapshot = self._core.metadata.get()
+        snapshot = self.core.metadata.get()
         if target.stream not in snapshot.streams:
             return NoSuchStreamError(
                 f"no such stream: {target.stream!r}", code=exc.code, details=exc.details
@@ -319,26 +337,26 @@ class PartitionConnection:
         # thread is handled within one, not after a back-off of up to RetryPolicy.maximum.
         if deadline is not None and time.monotonic() + seconds > deadline:
             # Keep the broken state: the next read goes on resubscribing.
-            wait_event(self._closed, max(0.0, deadline - time.monotonic()))
+            wait_event(self.closed, max(0.0, deadline - time.monotonic()))
             raise _ReadTimeout
-        wait_event(self._closed, seconds)
+        wait_event(self.closed, seconds)
 
-    def _reconnect(self, deadline: float | None) -> SubscribeCall:
+    def reconnect(self, deadline: float | None) -> SubscribeCall:
         """Resubscribe after the last offset within what is left of ``resubscribe_wait``."""
-        options = self._core.options
-        since = self._broken_since if self._broken_since is not None else time.monotonic()
+        options = self.core.options
+        since = self.broken_since if self.broken_since is not None else time.monotonic()
         until = since + options.resubscribe_wait
         remaining = until - time.monotonic()
         policy = dataclasses.replace(
             options.retry, max_attempts=1_000_000, max_delay=max(0.0, remaining)
         )
         try:
-            if self._disorder and not self._done:
+            if self.disorder and not self.done:
                 self._back_off_disorder(remaining, deadline)
-            elif self._lost > 1 and not self._done:
+            elif self.lost > 1 and not self.done:
                 # Lost again before any message: a server that takes every call and
                 # fails it at once must not be called in a tight loop.
-                delay = backoff_delay(options.retry, self._lost - 1)
+                delay = backoff_delay(options.retry, self.lost - 1)
                 self._backoff(min(max(0.0, remaining), delay), deadline)
             self._connect(policy, deadline, resubscribing=True, until=until)
         except Closed:
@@ -346,17 +364,17 @@ class PartitionConnection:
         except _ReadTimeout:
             raise TimeoutError("no message arrived within the timeout") from None
         except Exception:
-            if self._closed.is_set():
+            if self.closed.is_set():
                 # Closing (or closing the client) broke the attempt in flight.
                 raise StopIteration from None
             raise
-        self._resubscribes += 1
-        if not self._disorder:
+        self.resubscribes += 1
+        if not self.disorder:
             # Out-of-order answers keep the clock running until a message in order
             # arrives: a server that only ever answers so must not loop for ever.
-            self._broken_since = None
-        self._stale = False
-        call = self._call
+            self.broken_since = None
+        self.stale = False
+        call = self.call
         if call is None:  # closed right after connecting
             raise StopIteration
         return call
@@ -368,14 +386,14 @@ class PartitionConnection:
             ServerError: the server answered out of order for all of ``resubscribe_wait``.
         """
         if remaining <= 0:
-            self._done = True
+            self.done = True
             raise ServerError(
-                f"subscription {self._target.stream}/{self._target.partition}: the server "
+                f"subscription {self.target.stream}/{self.target.partition}: the server "
                 f"kept sending offsets at or below the last delivered one "
-                f"({self._last_offset}) for {self._core.options.resubscribe_wait}s"
+                f"({self.last_offset}) for {self.core.options.resubscribe_wait}s"
             )
         self._backoff(
-            min(remaining, backoff_delay(self._core.options.retry, self._disorder)), deadline
+            min(remaining, backoff_delay(self.core.options.retry, self.disorder)), deadline
         )
 
     def _address(self, refresh: bool, deadline: float | None, until: float | None) -> str:
@@ -385,7 +403,7 @@ class PartitionConnection:
         The look-up keeps to ``deadline`` (the get's) and to ``until`` (the end of
         ``resubscribe_wait``; one attempt's ``rpc_timeout`` past it at most).
         """
-        target, core = self._target, self._core
+        target, core = self.target, self.core
         budget = self._lookup_budget(deadline, until)
         if refresh:
             core.refresh_once([target.stream], None if budget is None else budget.ends)
@@ -415,20 +433,20 @@ class PartitionConnection:
                 ) from exc
             snapshot = core.metadata.get()
         leader = core.leader_address_of(info)
-        if target.read_isr_replica and not self._leader_only:
+        if target.read_isr_replica and not self.leader_only:
             brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
             if brokers:
                 address = random.choice(brokers).address
-                self._at_leader = address == leader
+                self.at_leader = address == leader
                 return address
-        self._at_leader = True
+        self.at_leader = True
         return leader
 
     def _lookup_budget(self, deadline: float | None, until: float | None) -> Budget | None:
         """The budget of one attempt's metadata look-up (``None``: the retry policy's)."""
         if until is not None:
             # At least one attempt, as the resubscribe's own retry policy makes.
-            ends = max(until, time.monotonic()) + self._core.options.rpc_timeout
+            ends = max(until, time.monotonic()) + self.core.options.rpc_timeout
             if deadline is None:
                 return Budget(until, ends)
             return Budget(min(deadline, until), min(deadline, ends))
@@ -448,26 +466,26 @@ class PartitionConnection:
         address = self._address(refresh, deadline, until)
         # Reverse reads check every offset as it is delivered: one at a time.
         call = open_subscribe(
-            self._core, address, self._resume_request(), batched=not self._target.reverse
+            self.core, address, self._resume_request(), batched=not self.target.reverse
         )
-        with self._lock:
-            if self._closed.is_set():
+        with self.lock:
+            if self.closed.is_set():
                 call.cancel()
                 raise Closed
-            self._call = call
-            self._batched = call.batched
-        wait = self._core.options.rpc_timeout
+            self.call = call
+            self.batched = call.batched
+        wait = self.core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
-        guard = self._arm(wait, call)
+        guard = self.arm(wait, call)
         try:
             next(call)
         except StopIteration:
             raise _Ended from None
         except LiftbridgeError as exc:
-            with self._lock:
-                if self._call is call:
-                    self._call = None
+            with self.lock:
+                if self.call is call:
+                    self.call = None
             self._open_failed(exc, address, guard, deadline, resubscribing=resubscribing)
         finally:
             guard.cancel()
@@ -481,7 +499,7 @@ class PartitionConnection:
         *,
         resubscribing: bool,
     ) -> None:
-        if self._closed.is_set():
+        if self.closed.is_set():
             raise Closed
         code = exc.code
         if guard.fired and code == "CANCELLED":
@@ -493,12 +511,12 @@ class PartitionConnection:
         if isinstance(exc, ReadonlyPartitionError):
             raise _Ended  # STOP_LATEST on an empty partition, or nothing left to read
         details = exc.details.lower()
-        if self._target.reverse and code == "INTERNAL" and _has(details, _EMPTY_LOG_HINTS):
+        if self.target.reverse and code == "INTERNAL" and _has(details, _EMPTY_LOG_HINTS):
             raise _Ended
         if (
             code == "INVALID_ARGUMENT"
             and _STOP_BEFORE_START in details
-            and (resubscribing or not self._target.reverse)
+            and (resubscribing or not self.target.reverse)
         ):
             # Nothing at or before the stop lies at or after the start: an empty range
             # (a start past the end, a stop below the oldest retained offset), or the

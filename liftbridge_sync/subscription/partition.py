@@ -32,7 +32,11 @@ from liftbridge_sync._wire.validate import check_id, check_int, check_timeout
 from liftbridge_sync.errors import ClientClosedError, LiftbridgeError, UnsupportedError
 from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
-from liftbridge_sync.subscription.connection import Closed, SubscriptionTarget
+from liftbridge_sync.subscription.connection import (
+    Closed,
+    PartitionConnection,
+    SubscriptionTarget,
+)
 from liftbridge_sync.subscription.read_failures import ReadFailures
 from liftbridge_sync.subscription.screening import before_start, screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
@@ -43,7 +47,7 @@ _log = logging.getLogger("liftbridge_sync.subscription")
 _from_proto = Message.from_proto
 
 
-class Subscription(ReadFailures):
+class Subscription:
     """Iterate messages of one partition; resubscribes after failover from last_offset + 1.
 
     Use it as an iterator (``for msg in sub``) and a context manager. :meth:`get` waits at
@@ -77,7 +81,14 @@ class Subscription(ReadFailures):
     close_accepts_timeout = False
 
     def __init__(self, core: ClientCore, target: SubscriptionTarget) -> None:
-        super().__init__(core, target)
+        self._core = core
+        self._target = target
+        #: The call, opened and reopened, and the state of the read shared with...
+        self._conn = PartitionConnection(core, target)
+        #: ...what a failed or silent read means.
+        self._failures = ReadFailures(self._conn)
+        #: The last offset a forward read may deliver (``None``: no stop offset).
+        self._stop_offset = target.stop_offset
         #: Wire messages read in bulk (h2 transport) and the index of the next one; the
         #: iterating thread's only, except close(), which empties it.
         self._buf: list[api_pb2.Message] = []
@@ -92,10 +103,10 @@ class Subscription(ReadFailures):
             ClientClosedError: if closed while opening.
         """
         if empty:
-            self._done = self._nothing_left = True
+            self._conn.done = self._conn.nothing_left = True
             return
         try:
-            self._connect_first()
+            self._conn.connect_first()
         except StopIteration:
             pass  # nothing to read: an empty, finished subscription
         except Closed:
@@ -116,18 +127,18 @@ class Subscription(ReadFailures):
     @property
     def last_offset(self) -> int | None:
         """Offset of the last delivered message, ``None`` before the first one."""
-        return self._last_offset
+        return self._conn.last_offset
 
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
         """``[(stream, partition, last_offset, "subscription")]`` while open (for stats)."""
         if self.closed:
             return []
-        return [(self.stream, self.partition, self._last_offset, "subscription")]
+        return [(self.stream, self.partition, self._conn.last_offset, "subscription")]
 
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed.is_set()
+        return self._conn.closed.is_set()
 
     @property
     def exhausted(self) -> bool:
@@ -137,11 +148,13 @@ class Subscription(ReadFailures):
         partition read to its end, a range with nothing in it. ``False`` when it ended
         otherwise, e.g. by :meth:`close`, or because the server closed the stream (a
         consumer-group member with a newer epoch took the partition)."""
-        return self._nothing_left
+        return self._conn.nothing_left
 
     def stats(self) -> SubscriptionStats:
         """Resubscribes and out-of-order messages refused so far (see SubscriptionStats)."""
-        return SubscriptionStats(resubscribes=self._resubscribes, out_of_order=self._out_of_order)
+        return SubscriptionStats(
+            resubscribes=self._conn.resubscribes, out_of_order=self._conn.out_of_order
+        )
 
     def __iter__(self) -> Subscription:
         return self
@@ -154,7 +167,7 @@ class Subscription(ReadFailures):
             # child must not hand out what the parent delivers too).
             self._pos = i + 1
             pb = buf[i]
-            self._last_offset = pb.offset
+            self._conn.last_offset = pb.offset
             msg = _new_message(Message)  # Message.from_proto without its call frame
             _set_message_pb(msg, pb)
             return msg
@@ -178,7 +191,7 @@ class Subscription(ReadFailures):
         if i < len(buf) and not self._core.forked:
             self._pos = i + 1
             pb = buf[i]
-            self._last_offset = pb.offset
+            self._conn.last_offset = pb.offset
             return Message.from_proto(pb)
         return self._read(seconds)
 
@@ -204,7 +217,7 @@ class Subscription(ReadFailures):
         taken = buf[i : i + most - 1]
         if taken and not self._core.forked:
             self._pos = i + len(taken)
-            self._last_offset = taken[-1].offset
+            self._conn.last_offset = taken[-1].offset
             batch.extend(map(_from_proto, taken))
         return batch
 
@@ -221,7 +234,7 @@ class Subscription(ReadFailures):
                 when nothing is stored).
         """
         check_id("cursor_id", cursor_id)
-        offset = self._last_offset
+        offset = self._conn.last_offset
         if offset is None:
             return None
         self._core.set_cursor(cursor_id, self._target.stream, self._target.partition, offset)
@@ -233,17 +246,8 @@ class Subscription(ReadFailures):
         In a forked child the call is only dropped: cancelling it would shut down the
         socket the parent still reads from.
         """
-        if self._core.forked:
-            self._call = None
-            self._buf = []
-            self._closed.set()
-            return
-        with self._lock:
-            self._closed.set()
-            call, self._call = self._call, None
-            self._buf = []  # messages read but not delivered are dropped
-        if call is not None:
-            call.cancel()
+        self._conn.close()
+        self._buf = []  # messages read but not delivered are dropped
 
     def __enter__(self) -> Subscription:
         return self
@@ -252,10 +256,10 @@ class Subscription(ReadFailures):
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else "ended" if self._done else "open"
+        state = "closed" if self.closed else "ended" if self._conn.done else "open"
         return (
             f"<Subscription {self._target.stream}/{self._target.partition} "
-            f"last_offset={self._last_offset} {state}>"
+            f"last_offset={self._conn.last_offset} {state}>"
         )
 
     # ------------------------------------------------------------------ reading
@@ -264,19 +268,19 @@ class Subscription(ReadFailures):
         self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            call = self._call
+            call = self._conn.call
             if call is None:
-                call = self._reconnect(deadline)
+                call = self._conn.reconnect(deadline)
             timer: TimerHandle | None = None
             idle: TimerHandle | None = None
-            batched = self._batched
+            batched = self._conn.batched
             try:
                 if deadline is not None and not batched:
                     # grpcio's reads take no deadline: the timer cancels the call, and
                     # the next read resubscribes.
-                    timer = self._arm(deadline - time.monotonic(), call)
+                    timer = self._conn.arm(deadline - time.monotonic(), call)
                 if self._stop_offset is not None:
-                    idle = self._arm_idle(call)
+                    idle = self._failures.arm_idle(call)
             except Closed:
                 if timer is not None:
                     timer.cancel()
@@ -285,7 +289,7 @@ class Subscription(ReadFailures):
                 if batched:
                     # The call stays open past the deadline: the next read goes on.
                     batch = call.read_batch(deadline)
-                    if self._closed.is_set():
+                    if self._conn.closed.is_set():
                         raise StopIteration
                     batch = self._screen(call, batch)
                     if not batch:
@@ -302,28 +306,28 @@ class Subscription(ReadFailures):
                 self._finish(call)
                 raise
             except TimeoutError:
-                if self._closed.is_set():
+                if self._conn.closed.is_set():
                     raise StopIteration from None
                 raise TimeoutError("no message arrived within the timeout") from None
             except LiftbridgeError as exc:
-                self._on_broken(call, exc, timer, idle, deadline)
+                self._failures.on_broken(call, exc, timer, idle, deadline)
                 continue
             finally:
                 if timer is not None:
                     timer.cancel()
                 if idle is not None:
                     idle.cancel()
-            self._idle_since = None
-            self._lost = 0
+            self._failures.idle_since = None
+            self._conn.lost = 0
             offset = pb.offset
-            last = self._last_offset
+            last = self._conn.last_offset
             if self._target.reverse and last is not None and offset > last:
                 self._finish(call)
                 raise UnsupportedError(
                     "the server does not support reverse subscriptions: it delivered offset "
                     f"{offset} after {last} (servers up to v1.9.0 ignore 'reverse')"
                 )
-            self._last_offset = offset
+            self._conn.last_offset = offset
             self._last_pb = pb
             return Message.from_proto(pb)
 
@@ -336,17 +340,19 @@ class Subscription(ReadFailures):
         the call is dropped so the next read resubscribes after the last delivered offset.
         """
         target = self._target
-        if self._last_offset is None:
+        if self._conn.last_offset is None:
             batch = self._skip_before_start(batch)
             if not batch:
                 return batch
-        good, cut = screen(batch, self._last_offset, self._stop_offset, target.stop_timestamp_ns)
-        if good and self._disorder:
-            self._disorder = 0  # in order again: the resubscribe budget starts afresh
-            self._broken_since = None
+        good, cut = screen(
+            batch, self._conn.last_offset, self._stop_offset, target.stop_timestamp_ns
+        )
+        if good and self._conn.disorder:
+            self._conn.disorder = 0  # in order again: the resubscribe budget starts afresh
+            self._conn.broken_since = None
         if cut is not None:
             self._finish(call)
-            self._nothing_left = True  # the rest is past the stop
+            self._conn.nothing_left = True  # the rest is past the stop
             return batch[:cut]
         if good < len(batch):
             self._refuse_out_of_order(call, batch, good)
@@ -378,9 +384,9 @@ class Subscription(ReadFailures):
         """Log and count ``batch[bad]``, and drop the call to resubscribe."""
         pb = batch[bad]
         before = batch[bad - 1] if bad else self._delivered_pb()
-        good = batch[bad - 1].offset if bad else self._last_offset
-        self._out_of_order += 1
-        self._disorder += 1
+        good = batch[bad - 1].offset if bad else self._conn.last_offset
+        self._conn.out_of_order += 1
+        self._conn.disorder += 1
         _log.error(
             "subscription %s/%d: the server sent offset %d (payload %d bytes) after offset %s "
             "(payload %s bytes) was delivered; dropped, resubscribing after offset %s",
@@ -392,25 +398,25 @@ class Subscription(ReadFailures):
             "?" if before is None else len(before.value),
             good,
         )
-        with self._lock:
-            if self._call is call:
-                self._call = None
+        with self._conn.lock:
+            if self._conn.call is call:
+                self._conn.call = None
         call.cancel()
-        self._stale = True
-        if self._broken_since is None:
-            self._broken_since = time.monotonic()
+        self._conn.stale = True
+        if self._conn.broken_since is None:
+            self._conn.broken_since = time.monotonic()
 
     def _delivered_pb(self) -> api_pb2.Message | None:
         """The last delivered wire message, if still at hand."""
         buf, i = self._buf, self._pos
-        if 0 < i <= len(buf) and buf[i - 1].offset == self._last_offset:
+        if 0 < i <= len(buf) and buf[i - 1].offset == self._conn.last_offset:
             return buf[i - 1]
         pb = self._last_pb
-        return pb if pb is not None and pb.offset == self._last_offset else None
+        return pb if pb is not None and pb.offset == self._conn.last_offset else None
 
     def _finish(self, call: SubscribeCall) -> None:
-        self._done = True
-        with self._lock:
-            if self._call is call:
-                self._call = None
+        self._conn.done = True
+        with self._conn.lock:
+            if self._conn.call is call:
+                self._conn.call = None
         call.cancel()

@@ -14,46 +14,43 @@ import logging
 import time
 
 from liftbridge_sync._runtime.scheduler import TimerHandle
-from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall
 from liftbridge_sync.errors import LiftbridgeError, PartitionPausedError, ReadonlyPartitionError
-from liftbridge_sync.subscription.connection import (
-    ATTEMPT_AT_LEAST,
-    PartitionConnection,
-    SubscriptionTarget,
-)
+from liftbridge_sync.subscription.connection import ATTEMPT_AT_LEAST, PartitionConnection
 
 __all__ = ["ReadFailures"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
 
 
-class ReadFailures(PartitionConnection):
-    """A partition connection that knows what its failed and silent reads mean.
+class ReadFailures:
+    """What the failed and silent reads of a partition connection mean.
 
-    Not thread-safe: the iterating thread's, as its reads are.
+    Reads and writes the state of the :class:`PartitionConnection` it is given (the
+    subscription holds both). Not thread-safe: the iterating thread's, as its reads are.
     """
 
-    def __init__(self, core: ClientCore, target: SubscriptionTarget) -> None:
-        super().__init__(core, target)
+    def __init__(self, conn: PartitionConnection) -> None:
+        self._conn = conn
         #: The last offset a forward read may deliver (``None``: no stop offset).
-        self._stop_offset = target.stop_offset
-        #: When reads began to find nothing (``None``: a message came since).
-        self._idle_since: float | None = None
+        self.stop_offset = conn.target.stop_offset
+        #: When reads began to find nothing (``None``: a message came since); the
+        #: subscription clears it when a message arrives.
+        self.idle_since: float | None = None
         #: Whether the WARNING about written but uncommitted offsets was given.
         self._told_uncommitted = False
 
-    def _arm_idle(self, call: SubscribeCall) -> TimerHandle:
+    def arm_idle(self, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
 
         The clock runs from the first read that found nothing buffered, across ``get``
         timeouts, until a message arrives.
         """
         now = time.monotonic()
-        if self._idle_since is None:
-            self._idle_since = now
-        window = self._core.options.rpc_timeout
-        return self._arm(max(0.0, window - (now - self._idle_since)), call)
+        if self.idle_since is None:
+            self.idle_since = now
+        window = self._conn.core.options.rpc_timeout
+        return self._conn.arm(max(0.0, window - (now - self.idle_since)), call)
 
     def _rest_is_gone(self, deadline: float | None) -> bool:
         """Whether a read with a stop offset has nothing left to wait for.
@@ -70,22 +67,24 @@ class ReadFailures(PartitionConnection):
         policy holds the read. An answer not had is no answer: the read goes on waiting
         (and asks again after the next ``rpc_timeout`` of silence).
         """
-        stop = self._stop_offset
-        target = self._target
-        wait = self._core.options.rpc_timeout
+        stop = self.stop_offset
+        target = self._conn.target
+        wait = self._conn.core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_AT_LEAST))
         try:
-            info = self._core.fetch_partition_metadata_once(target.stream, target.partition, wait)
+            info = self._conn.core.fetch_partition_metadata_once(
+                target.stream, target.partition, wait
+            )
         except LiftbridgeError:
-            self._stale = True  # the leader may have moved: the resubscribe looks again
+            self._conn.stale = True  # the leader may have moved: the resubscribe looks again
             return False  # not known: go on waiting
         committed = info.high_watermark
         if stop is None or committed < stop:
             if stop is not None and info.newest_offset > committed:
                 self._tell_uncommitted(committed, min(stop, info.newest_offset))
             return False  # the rest of the range is not written (or committed) yet
-        if not self._at_leader:
+        if not self._conn.at_leader:
             # A follower (read_isr_replica) may lag the leader's high watermark for as
             # long as it stays in the ISR, longer than rpc_timeout: its silence says
             # nothing about deletion. Only the leader's own silence does.
@@ -94,10 +93,10 @@ class ReadFailures(PartitionConnection):
                 "the leader has committed up to the stop (%d); reading from the leader",
                 target.stream,
                 target.partition,
-                self._last_offset,
+                self._conn.last_offset,
                 stop,
             )
-            self._leader_only = True
+            self._conn.leader_only = True
             return False
         _log.warning(
             "subscription %s/%d: nothing arrived for %.1fs after offset %s although every "
@@ -105,8 +104,8 @@ class ReadFailures(PartitionConnection):
             "deleted (retention); ending",
             target.stream,
             target.partition,
-            self._core.options.rpc_timeout,
-            self._last_offset,
+            self._conn.core.options.rpc_timeout,
+            self._conn.last_offset,
             stop,
             committed,
         )
@@ -124,7 +123,7 @@ class ReadFailures(PartitionConnection):
         if self._told_uncommitted:
             return
         self._told_uncommitted = True
-        target = self._target
+        target = self._conn.target
         _log.warning(
             "subscription %s/%d: nothing arrived for %.1fs after offset %s although "
             "offsets up to %d are written; the leader has committed only up to %d and "
@@ -132,13 +131,13 @@ class ReadFailures(PartitionConnection):
             "restarted v1.9.0 leader recovers an old high watermark); waiting",
             target.stream,
             target.partition,
-            self._core.options.rpc_timeout,
-            self._last_offset,
+            self._conn.core.options.rpc_timeout,
+            self._conn.last_offset,
             written,
             committed,
         )
 
-    def _on_broken(
+    def on_broken(
         self,
         call: SubscribeCall,
         exc: LiftbridgeError,
@@ -148,17 +147,17 @@ class ReadFailures(PartitionConnection):
     ) -> None:
         """Decide what a failed read means; returns only if a resubscribe should follow
         (``deadline``: the read's, for what is decided on the way)."""
-        with self._lock:
-            if self._call is call:
-                self._call = None
-        if self._closed.is_set():
+        with self._conn.lock:
+            if self._conn.call is call:
+                self._conn.call = None
+        if self._conn.closed.is_set():
             raise StopIteration
         code = exc.code
         if idle is not None and idle.fired and code == "CANCELLED":
             # Our own idle cancel: the next read resubscribes (a fresh server reader).
-            self._idle_since = None
+            self.idle_since = None
             if self._rest_is_gone(deadline):
-                self._done = self._nothing_left = True
+                self._conn.done = self._conn.nothing_left = True
                 raise StopIteration
             if timer is None or not timer.fired:
                 return
@@ -169,10 +168,10 @@ class ReadFailures(PartitionConnection):
         if isinstance(exc, ReadonlyPartitionError):
             # End of a read-only partition, or the stop position was delivered (only
             # those texts of RESOURCE_EXHAUSTED: any other is a failure, raised below).
-            self._done = self._nothing_left = True
+            self._conn.done = self._conn.nothing_left = True
             raise StopIteration
-        if self._target.reverse and code == "UNKNOWN" and _is_eof(exc):
-            self._done = self._nothing_left = True  # read down to the oldest message
+        if self._conn.target.reverse and code == "UNKNOWN" and _is_eof(exc):
+            self._conn.done = self._conn.nothing_left = True  # read down to the oldest message
             raise StopIteration
         if code == "CANCELLED":
             # A cancel we did not ask for, e.g. a get() timer that fired just as its
@@ -183,25 +182,25 @@ class ReadFailures(PartitionConnection):
         if code == "UNAVAILABLE" or error.retryable:
             _log.warning(
                 "subscription %s/%d lost its stream (%s); resubscribing after offset %s",
-                self._target.stream,
-                self._target.partition,
+                self._conn.target.stream,
+                self._conn.target.partition,
                 error,
-                self._last_offset,
+                self._conn.last_offset,
             )
-            self._broken_since = time.monotonic()
-            self._stale = True
-            self._lost += 1
+            self._conn.broken_since = time.monotonic()
+            self._conn.stale = True
+            self._conn.lost += 1
             return
-        self._done = True
+        self._conn.done = True
         if isinstance(error, PartitionPausedError):
             # Paused under a running read, the server says only "commit log was
             # closed": when metadata confirms the pause, say where the read stopped and
             # the way on, as for a partition paused before the subscribe.
-            paused = self._paused(deadline)
+            paused = self._conn.paused(deadline)
             if paused is not None:
                 raise PartitionPausedError(
                     f"{paused} (paused during this subscription, after offset "
-                    f"{self._last_offset}; the server said: {error})",
+                    f"{self._conn.last_offset}; the server said: {error})",
                     code=error.code,
                     details=error.details,
                 ) from error

@@ -38,7 +38,7 @@ _SCRIPT = textwrap.dedent(
     merged = StreamSubscription(client._core, "s", [])
     target = SubscriptionTarget("s", 0, api_pb2.SubscribeRequest(stream="s"), False, False)
     single = Subscription(client._core, target)
-    single._call = ParentsCall()
+    single._conn.call = ParentsCall()
     buffered = Subscription(client._core, target)
     buffered._buf = [api_pb2.Message(offset=7, value=b"read by the parent")]
     consumer._lock.acquire()  # as if a parent thread held it when the process forked

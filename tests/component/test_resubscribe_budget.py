@@ -40,7 +40,7 @@ def test_a_resubscribe_looking_up_a_partition_the_cache_lacks_keeps_to_the_get_t
             with pytest.raises(TimeoutError):
                 sub.get(0.3)
             elapsed = time.monotonic() - started
-            assert not sub.closed and not sub._done  # it goes on resubscribing
+            assert not sub.closed and not sub._conn.done  # it goes on resubscribing
     finally:
         if not stopped:
             broker.stop()
