@@ -75,6 +75,8 @@ class StreamSubscription:
         self._delivered: dict[int, int] = {}
         self._box = Mailbox(STREAM_BUFFER, len(subs))
         self._closed = False
+        #: Set when the iteration ended with every partition's read exhausted.
+        self._exhausted = False
         #: This subscription, put back by __del__ when dropped without close(): the
         #: watch on the timer thread closes it (see _watch).
         self._dropped: collections.deque[StreamSubscription] = collections.deque()
@@ -143,6 +145,21 @@ class StreamSubscription:
         """Offset of the last delivered message per partition (partitions with one)."""
         return dict(self._delivered)
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (also by a terminal error, which closes it)."""
+        return self._closed
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the iteration ended because nothing more is there for it: every
+        partition's read is exhausted (see :attr:`Subscription.exhausted`: its stop
+        position reached, a read-only partition read to its end, an empty range) and
+        everything read was delivered. ``False`` before that, and when it ended
+        otherwise: by :meth:`close`, a terminal error, or a partition's stream the
+        server ended."""
+        return self._exhausted
+
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
         """Per partition ``(stream, partition, last delivered, kind)`` while open (stats)."""
         if self._closed:
@@ -183,7 +200,11 @@ class StreamSubscription:
         """
         seconds = check_timeout("timeout", timeout)
         self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
-        item = self._box.get(seconds)
+        try:
+            item = self._box.get(seconds)
+        except StopIteration:
+            self._ended()
+            raise
         if isinstance(item, BaseException):
             self.close()
             raise item
@@ -209,7 +230,11 @@ class StreamSubscription:
         most = check_int("max_messages", max_messages, minimum=1)
         seconds = check_timeout("timeout", timeout)
         self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
-        taken = self._box.get_many(most, seconds)
+        try:
+            taken = self._box.get_many(most, seconds)
+        except StopIteration:
+            self._ended()
+            raise
         if isinstance(taken, BaseException):
             self.close()
             raise taken
@@ -217,6 +242,12 @@ class StreamSubscription:
         for message in taken:
             delivered[message.partition] = message.offset
         return taken
+
+    def _ended(self) -> None:
+        """Note whether the iteration, which just ended, ended by exhausting every
+        partition (not by a close)."""
+        if not self._closed and all(sub.exhausted for sub in self._subs):
+            self._exhausted = True
 
     def checkpoint(self, cursor_id: str) -> dict[int, int]:
         """Store each partition's last delivered offset under ``cursor_id``.

@@ -590,6 +590,11 @@ def test_whole_stream_iteration_ends_for_a_signal_another_thread_was_given(
         assert took < WAIT_SLICE + 2.0
         with pytest.raises(TimeoutError):  # still usable
             sub.get(0.05)
+        assert not sub.closed
+    assert sub.closed and not sub.exhausted
+    with pytest.raises(StopIteration):
+        next(sub)
+    assert not sub.exhausted  # ended by close(), not by stops
 
 
 def test_whole_stream_cursor_resume(liftbridge_client: Client, stream4p: str) -> None:
@@ -598,7 +603,12 @@ def test_whole_stream_cursor_resume(liftbridge_client: Client, stream4p: str) ->
     sub = liftbridge_client.subscribe_stream(
         stream4p, start=StartAt.cursor("wc"), stop=StopAt.latest()
     )
+    assert not sub.exhausted  # not before its end is delivered
     assert by_partition(list(sub)) == {0: [0, 1, 2], 1: [3], 2: [0, 1, 2, 3, 4], 3: [1, 2, 3, 4, 5]}
+    # Ended by the stops, as a partition's subscription says (sub.exhausted).
+    assert sub.exhausted and not sub.closed
+    sub.close()
+    assert sub.exhausted and sub.closed
 
 
 def test_whole_stream_raises_a_partition_error(liftbridge_client: Client, stream4p: str) -> None:
@@ -609,6 +619,7 @@ def test_whole_stream_raises_a_partition_error(liftbridge_client: Client, stream
         sub.get(10)
     with pytest.raises(StopIteration):
         sub.get(0)
+    assert sub.closed and not sub.exhausted  # ended by the error, not by its stops
 
 
 def test_whole_stream_of_a_missing_stream(liftbridge_client: Client) -> None:
