@@ -165,7 +165,8 @@ class InternalThreadError(LiftbridgeError):
     member's iterator raises it when its heartbeat thread died, e.g. because no thread
     could be started for a partition reader: close that consumer and create another;
     ``Client.consumer`` raises it when the member's own threads cannot be started (it
-    has left the group again).
+    has left the group again). A whole-stream subscription raises it once, at
+    iteration, when one of its reader threads died so, and is closed.
     """
 
 

@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import collections
 import functools
+import logging
 import threading
 import time
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
 from liftbridge_sync._runtime.scheduler import Scheduler
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import InternalThreadError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.partition import Subscription
 
 __all__ = ["STREAM_BUFFER", "STREAM_BUFFER_BYTES", "Mailbox", "Readers", "pump", "reap"]
+
+_log = logging.getLogger("liftbridge_sync.subscription")
 
 #: Messages buffered between the partition readers and the consumer; a full buffer
 #: blocks the readers, which lets gRPC flow control slow the server down.
@@ -172,13 +175,25 @@ class Readers:
 
 
 def pump(box: Mailbox, sub: Subscription) -> None:
-    """A ``liftbridge-subscribe-<stream>-<partition>`` thread: ``sub`` into ``box``."""
+    """A ``liftbridge-subscribe-<stream>-<partition>`` thread: ``sub`` into ``box``.
+
+    What ends the read is handed to the consumer and raised at iteration: a
+    :class:`~liftbridge_sync.errors.LiftbridgeError` as it is, anything else (a bug of
+    ours) logged with its traceback and wrapped in
+    :class:`~liftbridge_sync.errors.InternalThreadError`.
+    """
     try:
         for msg in sub:
             if not box.put(msg):
                 return
-    except BaseException as exc:  # handed to the consumer, raised at iteration
+    except LiftbridgeError as exc:
         box.put(exc)
+    except BaseException as exc:
+        name = threading.current_thread().name
+        _log.error("%s died from an unexpected error", name, exc_info=exc)
+        error = InternalThreadError(f"the reader thread {name} died: {exc!r}")
+        error.__cause__ = exc
+        box.put(error)
     finally:
         box.producer_done()
 

@@ -195,6 +195,8 @@ class StreamSubscription:
             StopIteration: if every partition has ended, or the subscription was closed.
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions of any partition; the whole subscription is then closed.
+            InternalThreadError: a reader thread died from an unexpected error (a bug;
+                the error is the ``__cause__``, its traceback logged); closed likewise.
             ForkedClientError: in a process forked after the subscription was opened
                 (its reading threads are the parent's).
         """
@@ -225,6 +227,8 @@ class StreamSubscription:
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions of any partition (after the messages received before them);
                 the whole subscription is then closed.
+            InternalThreadError: a reader thread died from an unexpected error (a bug;
+                the error is the ``__cause__``, its traceback logged); closed likewise.
             ForkedClientError: in a process forked after the subscription was opened.
         """
         most = check_int("max_messages", max_messages, minimum=1)
