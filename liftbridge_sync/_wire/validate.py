@@ -218,6 +218,9 @@ def check_id(name: str, value: object, *, optional: bool = False) -> str | None:
     """
     if not optional and not isinstance(value, str):
         raise ArgumentTypeError(f"{name!r} must be a str, got {type(value).__name__}")
+    if not optional and not value:
+        # Not check_optional_text's words: they offer None, which is refused here.
+        raise ConfigurationError(f"{name!r} must be a non-empty str")
     text = check_optional_text(name, value)
     if text is not None and "," in text:
         raise ConfigurationError(

@@ -278,6 +278,8 @@ def test_ids_are_utf8_text_and_cursor_keys_stay_unambiguous() -> None:
     # A required id's type error does not offer None, which is refused too.
     with pytest.raises(ArgumentTypeError, match="'group' must be a str, got int"):
         check_id("group", 5)
+    with pytest.raises(ConfigurationError, match="^'cursor_id' must be a non-empty str$"):
+        check_id("cursor_id", "")  # nor does its empty-string error (a checkpoint's)
     with Client("127.0.0.1:1") as client:  # refused before anything is sent
         with pytest.raises(ConfigurationError, match="'cursor_id' must not contain ','"):
             client.set_cursor("a,b", "c", 0, 1)
