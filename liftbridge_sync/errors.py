@@ -398,7 +398,8 @@ class MessageTooLargeError(ConfigurationError, PublishRejectedError):
 
 
 class PublishQueueFullError(PublishError):
-    """``max_in_flight`` publishes are pending and no slot freed within the enqueue timeout."""
+    """``max_in_flight`` publishes are pending and no slot freed within the enqueue timeout
+    (for a :class:`~liftbridge_sync.nats.NatsPublisher`, within the publish's timeout)."""
 
 
 class UnobservedPublishFailuresError(PublishError):

@@ -14,11 +14,13 @@ import concurrent.futures
 import threading
 from typing import Any
 
+from liftbridge_sync._runtime.doorbell import Doorbell
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
     LiftbridgeError,
+    PublishQueueFullError,
 )
 from liftbridge_sync.nats._loop import LoopSide
 from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor, Job
@@ -37,6 +39,9 @@ class Handoff(LoopSide):
     _loop: asyncio.AbstractEventLoop | None
     _thread: threading.Thread | None
     _dns: DnsExecutor | None
+    _max_in_flight: int
+    _in_flight: int
+    _slot_freed: Doorbell
 
     def _forbid_loop_thread(self, name: str) -> None:
         if self._thread is not None and threading.current_thread() is self._thread:
@@ -46,28 +51,72 @@ class Handoff(LoopSide):
             )
 
     def _submit(self, job: Job) -> None:
-        """Register ``job`` and hand it to the writer on the loop thread."""
+        """Register ``job`` and hand it to the writer on the loop thread.
+
+        A publish first takes one of ``max_in_flight`` slots, waiting for one until its
+        deadline (a flush marker takes none).
+        """
         loop = self._ensure_started()
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("NatsPublisher is closed")
-            if job.kind == "ack":
-                if job.correlation_id in self._pending:
-                    raise ConfigurationError(
-                        f"correlation id {job.correlation_id!r} is already awaiting an ack"
-                    )
-                self._pending[job.correlation_id] = job
-            self._outstanding.add(job.future)
-            self._queue.append(job)
-            wake = not self._wake_pending
-            self._wake_pending = True
-        job.future.add_done_callback(self._on_done)
+        publish = job.kind != "flush"
+        if publish:
+            wake = self._wait_for_slot(job)
+        else:
+            with self._lock:
+                wake = self._register(job)
+        job.future.add_done_callback(self._on_publish_done if publish else self._on_done)
         if wake:
             loop.call_soon_threadsafe(self._wake_writer)
+
+    def _wait_for_slot(self, job: Job) -> bool:
+        """Take a slot for ``job`` and register it; whether to wake the writer."""
+        # Slots are freed on the loop thread: a done-callback there cannot wait for one.
+        on_loop = threading.current_thread() is self._thread
+
+        def take() -> bool | None:
+            if self._in_flight >= self._max_in_flight and not self._closed:
+                if on_loop:
+                    raise self._queue_full()
+                return None
+            wake = self._register(job)
+            self._in_flight += 1
+            return wake
+
+        wake = self._slot_freed.wait(self._lock, take, job.deadline)
+        if wake is None:
+            raise self._queue_full()
+        return wake
+
+    def _queue_full(self) -> PublishQueueFullError:
+        return PublishQueueFullError(
+            f"{self._max_in_flight} NATS publishes are pending (max_in_flight) and none "
+            "completed in time"
+        )
+
+    def _register(self, job: Job) -> bool:
+        """Queue ``job`` (lock held); whether the writer needs waking."""
+        if self._closed:
+            raise ClientClosedError("NatsPublisher is closed")
+        if job.kind == "ack":
+            if job.correlation_id in self._pending:
+                raise ConfigurationError(
+                    f"correlation id {job.correlation_id!r} is already awaiting an ack"
+                )
+            self._pending[job.correlation_id] = job
+        self._outstanding.add(job.future)
+        self._queue.append(job)
+        wake = not self._wake_pending
+        self._wake_pending = True
+        return wake
 
     def _on_done(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._outstanding.discard(future)
+
+    def _on_publish_done(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._outstanding.discard(future)
+            self._in_flight -= 1
+            self._slot_freed.ring()
 
     def _ensure_started(self) -> asyncio.AbstractEventLoop:
         loop = self._loop

@@ -22,11 +22,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from liftbridge_sync._runtime.doorbell import Doorbell
 from liftbridge_sync._runtime.timerwheel import TimerWheel
 from liftbridge_sync._wire.validate import (
     check_ack_policy,
     check_bytes,
     check_headers,
+    check_int,
     check_publish_subject,
     refuse_wildcards,
 )
@@ -80,6 +82,11 @@ class NatsPublisher(Handoff):
             :class:`~liftbridge_sync.errors.AckTimeoutError`.
         connect_timeout: Seconds allowed for the first connection (on first use); also
             passed to nats-py as its per-attempt connect timeout.
+        max_in_flight: Most publishes queued or awaiting their ack (or, for
+            ``AckPolicy.NONE`` and :meth:`publish_raw`, NATS taking them) at once; one
+            more waits for a slot within its timeout, then fails with
+            :class:`~liftbridge_sync.errors.PublishQueueFullError`. It bounds the memory
+            a NATS server that stops reading makes the publisher hold.
         **nats_options: Passed to ``nats.connect`` (``user``, ``password``, ``token``,
             ``tls``, ``name``, ``error_cb``, ``inbox_prefix``, ...). Callbacks run on
             the ``liftbridge-nats`` thread.
@@ -101,9 +108,10 @@ class NatsPublisher(Handoff):
 
     Raises:
         ImportError: nats-py is not installed (``pip install liftbridge-sync[nats]``).
-        ConfigurationError: A timeout is not a positive number, ``servers`` is empty,
-            or an option is not one ``nats.connect`` takes (a value it refuses is a
-            ``ConfigurationError`` at the first connection).
+        ConfigurationError: A timeout is not a positive number, ``max_in_flight`` not
+            an int >= 1, ``servers`` is empty, or an option is not one ``nats.connect``
+            takes (a value it refuses is a ``ConfigurationError`` at the first
+            connection).
 
     Thread-safe: any number of threads may publish through one instance concurrently.
     """
@@ -114,6 +122,7 @@ class NatsPublisher(Handoff):
         *,
         ack_timeout: float = 5.0,
         connect_timeout: float = 2.0,
+        max_in_flight: int = 1024,
         **nats_options: Any,
     ) -> None:
         self._nats = import_nats()
@@ -129,6 +138,7 @@ class NatsPublisher(Handoff):
         assert ack is not None and conn is not None
         self._ack_timeout = ack
         self._connect_timeout = conn
+        self._max_in_flight = check_int("max_in_flight", max_in_flight, minimum=1)
         self._nats_options = dict(nats_options)
         unknown = _unknown_options(self._nats, nats_options)
         if unknown:
@@ -160,6 +170,8 @@ class NatsPublisher(Handoff):
         self._wake_pending = False
         self._pending: dict[str, Job] = {}
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
+        self._in_flight = 0  # publishes holding a slot (max_in_flight)
+        self._slot_freed = Doorbell()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._dns: DnsExecutor | None = None
@@ -243,7 +255,8 @@ class NatsPublisher(Handoff):
             correlation_id: Id echoed in the ack (default: a generated unique id); must
                 not equal the id of another publish still awaiting its ack.
             timeout: Seconds until the future fails with :class:`AckTimeoutError`
-                (default: the publisher's ``ack_timeout``).
+                (default: the publisher's ``ack_timeout``), counted from this call:
+                waiting for a free slot (``max_in_flight``) uses it up too.
             crc: Add the CRC-32C of the payload to the envelope header (the server
                 checks it; a message failing the check would be stored verbatim).
 
@@ -263,6 +276,9 @@ class NatsPublisher(Handoff):
                 sent or connected), or a duplicate pending ``correlation_id``.
             BrokerUnavailableError: The first connection to NATS failed (a
                 ``ConfigurationError`` when nats-py refused an option's value).
+            PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot
+                freed within ``timeout`` (at once on the ``liftbridge-nats`` thread, in a
+                done-callback: only that thread frees slots).
             ClientClosedError: The publisher is closed.
 
         Thread-safe.
@@ -333,6 +349,8 @@ class NatsPublisher(Handoff):
             AckTimeoutError: No ack within ``timeout`` (e.g. no such stream, a paused or
                 read-only partition: direct NATS publishes cannot tell).
             IncorrectOffsetError: ``expected_offset`` did not match.
+            PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot
+                freed within ``timeout``.
             RuntimeError: Called on the ``liftbridge-nats`` thread (a done-callback).
 
         Thread-safe.
@@ -375,6 +393,8 @@ class NatsPublisher(Handoff):
             PublishRejectedError: The payload exceeds the NATS server's max payload.
             AckTimeoutError: nats-py's buffer stayed full (NATS not reading) for the
                 publisher's ``ack_timeout``.
+            PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot
+                freed within the publisher's ``ack_timeout``.
             BrokerUnavailableError: No NATS connection.
             ClientClosedError: The publisher is closed.
             RuntimeError: Called on the ``liftbridge-nats`` thread.
@@ -473,6 +493,7 @@ class NatsPublisher(Handoff):
         with self._lock:
             already = self._closed
             self._closed = True
+            self._slot_freed.ring()  # publishes waiting for a slot raise ClientClosedError
         on_loop = threading.current_thread() is self._thread
         if on_loop:
             loop = self._loop

@@ -24,9 +24,12 @@ from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
+    PublishQueueFullError,
 )
 from liftbridge_sync.models import AckPolicy
 from liftbridge_sync.nats import NatsPublisher, partition_subject
+from tests.stacks import thread_in
+from tests.waiting import wait_until
 
 
 def _nats_threads() -> list[threading.Thread]:
@@ -132,6 +135,9 @@ def test_accepts_sequence_of_servers() -> None:
         {"ack_timeout": True},
         {"connect_timeout": 0},
         {"connect_timeout": "2"},
+        {"max_in_flight": 0},
+        {"max_in_flight": 1.5},
+        {"max_in_flight": True},
     ],
 )
 def test_bad_constructor_arguments(kwargs: dict[str, object]) -> None:
@@ -409,6 +415,82 @@ def test_blocking_publishes_are_bounded_while_nats_publish_waits(
     with pytest.raises(AckTimeoutError):
         stuck_publisher.publish_raw("s", b"raw")
     assert time.monotonic() - started < 3.0
+
+
+def test_publishes_are_capped_while_nats_does_not_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every publish was queued however long NATS did not read: the queue (and nats-py's
+    # buffer behind it) grew with each publish until memory ran out.
+    monkeypatch.setattr(nats.aio.client, "Client", _FullNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=0.5, max_in_flight=2)
+    try:
+        held = [pub.publish_async("s", b"v", timeout=3.0) for _ in range(2)]
+        started = time.monotonic()
+        with pytest.raises(PublishQueueFullError):
+            pub.publish_async("s", b"w", timeout=0.2)
+        with pytest.raises(PublishQueueFullError):
+            pub.publish_raw("s", b"w")  # its wait is bounded by ack_timeout...
+        assert time.monotonic() - started < 2.0
+        for future in held:
+            with pytest.raises(AckTimeoutError):
+                future.result(timeout=5)
+        # ...and a slot freed lets the next publish in.
+        later = pub.publish_async("s", b"x", timeout=0.2)
+        with pytest.raises(AckTimeoutError):
+            later.result(timeout=5)
+    finally:
+        pub.close(0.5)
+
+
+def test_a_publish_waiting_for_a_slot_ends_when_another_thread_closes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(nats.aio.client, "Client", _FullNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=30.0, max_in_flight=1)
+    outcome: list[BaseException] = []
+
+    def waiter() -> None:
+        try:
+            pub.publish_async("s", b"w")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    try:
+        pub.publish_async("s", b"v")
+        thread = threading.Thread(target=waiter, name="waiter", daemon=True)
+        thread.start()
+        wait_until(lambda: thread_in(thread, "_wait_for_slot"), what="the publish waiting")
+    finally:
+        started = time.monotonic()
+        pub.close(0.5)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert time.monotonic() - started < 3.0
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError)
+
+
+def test_a_done_callback_is_refused_a_slot_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # It runs on the thread that frees slots: waiting there could never end.
+    monkeypatch.setattr(nats.aio.client, "Client", _ScriptedNats)
+    scripted = NatsPublisher("nats://127.0.0.1:4222", max_in_flight=2)
+    fake = _hold_the_writer(scripted)
+    errors: list[BaseException] = []
+    first = scripted.publish_async("s", b"v", ack_policy=AckPolicy.NONE)
+
+    def publish_more(_: object) -> None:
+        try:
+            for _ in range(3):
+                scripted.publish_async("s", b"w", ack_policy=AckPolicy.NONE)
+        except PublishQueueFullError as exc:
+            errors.append(exc)
+
+    first.add_done_callback(publish_more)
+    fake.release_gate()
+    try:
+        first.result(timeout=5)
+        scripted.flush(5)
+    finally:
+        scripted.close()
+    assert len(errors) == 1
 
 
 # ---------------------------------------------------------------- acks and the write order
