@@ -65,7 +65,13 @@ class Handoff(LoopSide):
                 wake = self._register(job)
         job.future.add_done_callback(self._on_publish_done if publish else self._on_done)
         if wake:
-            loop.call_soon_threadsafe(self._wake_writer)
+            try:
+                loop.call_soon_threadsafe(self._wake_writer)
+            except RuntimeError:
+                if not loop.is_closed():
+                    raise
+                # A close() on another thread ended the loop since the job was queued;
+                # its shutdown settled the job's future (ClientClosedError).
 
     def _wait_for_slot(self, job: Job) -> bool:
         """Take a slot for ``job`` and register it; whether to wake the writer."""

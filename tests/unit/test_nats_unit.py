@@ -595,6 +595,28 @@ def test_a_publish_given_up_before_its_write_is_not_written(scripted: NatsPublis
     assert fake.published == ["gate"]
 
 
+def test_a_publish_whose_thread_close_overtook_returns_a_failed_future(
+    scripted: NatsPublisher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A close() on another thread could end the loop between the publish queueing its
+    # job and waking the writer: RuntimeError('Event loop is closed') escaped the call.
+    scripted.flush(5)  # connected, the writer idle: the next job wakes it
+    queue = scripted._wait_for_slot
+
+    def queue_then_lose_the_cpu(job: Any) -> bool:
+        wake = queue(job)
+        closer = threading.Thread(target=scripted.close, name="closer", daemon=True)
+        closer.start()
+        closer.join(10)
+        assert not closer.is_alive() and not _nats_threads()
+        return wake
+
+    monkeypatch.setattr(scripted, "_wait_for_slot", queue_then_lose_the_cpu)
+    future = scripted.publish_async("s", b"v")
+    with pytest.raises(ClientClosedError):
+        future.result(timeout=0)
+
+
 def test_a_header_name_longer_than_the_server_logs_is_refused(publisher: NatsPublisher) -> None:
     with pytest.raises(ConfigurationError, match="32768 bytes"):
         publisher.publish_async("foo", b"x", headers={"h" * 32768: b""})
