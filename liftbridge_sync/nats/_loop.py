@@ -13,6 +13,7 @@ import asyncio
 import collections
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
 import math
 import threading
@@ -132,7 +133,7 @@ class LoopSide:
         assert nc is not None
         flushed: list[Job] = []
         scheduled = False
-        for job in batch:
+        for index, job in enumerate(batch):
             if job.future.done():
                 # Cancelled, or failed by a blocked publish() giving up: not written.
                 self._forget(job)
@@ -144,7 +145,7 @@ class LoopSide:
                 job.handle = self._wheel.schedule(job.deadline, job)
                 scheduled = True
             try:
-                await self._publish(nc, job)
+                await self._publish(nc, job, batch, index + 1)
             except Exception as exc:
                 self._forget(job)
                 settle(job.future, error=self._map_nats_error(exc))
@@ -158,7 +159,7 @@ class LoopSide:
         if flushed:
             self._spawn(self._resolve_when_flushed(flushed))
 
-    async def _publish(self, nc: _NatsClient, job: Job) -> None:
+    async def _publish(self, nc: _NatsClient, job: Job, batch: list[Job], rest: int) -> None:
         """Hand ``job``'s message to nats-py, bounded by the job's deadline if it may wait.
 
         nats-py suspends a publish only when its buffer would exceed ``pending_size``: it
@@ -166,6 +167,9 @@ class LoopSide:
         timer armed (ack deadlines must fire while the writer waits) and the wait bounded
         (jobs queued behind must not stall past it); the common path stays timer-free. A
         client that does not tell its buffered size always takes the bounded path.
+
+        While it waits, the jobs not yet written (``batch[rest:]`` and the queue) fail at
+        their own deadlines, which may be earlier than ``job``'s.
         """
         limit = self._pending_limit
         buffered = getattr(nc, "pending_data_size", None)
@@ -175,9 +179,46 @@ class LoopSide:
             await nc.publish(job.subject, job.payload, reply=job.reply)
             return
         self._arm_timer()
-        loop = asyncio.get_running_loop()
-        async with asyncio.timeout_at(loop.time() + (job.deadline - time.monotonic())):
-            await nc.publish(job.subject, job.payload, reply=job.reply)
+        wake = self._wake
+        assert wake is not None
+        send = asyncio.ensure_future(nc.publish(job.subject, job.payload, reply=job.reply))
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= job.deadline:
+                    raise TimeoutError
+                until = min(job.deadline, self._expire_unwritten(batch, rest, now))
+                with self._lock:
+                    # A job queued from now on wakes this wait: its deadline may come first.
+                    self._wake_pending = False
+                wake.clear()
+                woken = asyncio.ensure_future(wake.wait())
+                try:
+                    await asyncio.wait(
+                        {send, woken}, timeout=until - now, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    woken.cancel()
+                if send.done():
+                    send.result()
+                    return
+        finally:
+            send.cancel()  # no-op once done; the message stays in nats-py's buffer anyway
+
+    def _expire_unwritten(self, batch: list[Job], rest: int, now: float) -> float:
+        """Fail the jobs not yet written whose deadline has passed; the next deadline."""
+        with self._lock:
+            queued = list(self._queue)
+        upcoming = math.inf
+        for job in itertools.chain(itertools.islice(batch, rest, None), queued):
+            if job.kind == "flush" or job.future.done():
+                continue  # a flush's deadline is its NATS flush's timeout, not a time
+            if job.deadline > now:
+                upcoming = min(upcoming, job.deadline)
+                continue
+            self._forget(job)
+            settle(job.future, error=self._timed_out(job))
+        return upcoming
 
     def _forget(self, job: Job) -> None:
         if job.kind == "ack":
@@ -263,15 +304,20 @@ class LoopSide:
             with self._lock:
                 if self._pending.get(job.correlation_id) is job:
                     del self._pending[job.correlation_id]
-            settle(
-                job.future,
-                error=AckTimeoutError(
-                    f"no ack for {job.subject!r} (correlation id {job.correlation_id!r}) in "
-                    "time; the stream may not exist, or the partition may be paused or "
-                    "read-only"
-                ),
-            )
+            settle(job.future, error=self._timed_out(job))
         self._arm_timer()
+
+    @staticmethod
+    def _timed_out(job: Job) -> AckTimeoutError:
+        if job.handle is None:  # not written: NATS held up an earlier write
+            return AckTimeoutError(
+                f"NATS did not take the message for {job.subject!r} in time (it was not sent)"
+            )
+        return AckTimeoutError(
+            f"no ack for {job.subject!r} (correlation id {job.correlation_id!r}) in "
+            "time; the stream may not exist, or the partition may be paused or "
+            "read-only"
+        )
 
     def _map_nats_error(self, exc: BaseException) -> LiftbridgeError:
         errors = self._nats.errors

@@ -406,6 +406,23 @@ def test_ack_timeout_fires_while_nats_publish_waits(stuck_publisher: NatsPublish
     assert not _nats_threads()
 
 
+def test_a_queued_publish_fails_at_its_own_timeout_while_nats_publish_waits(
+    stuck_publisher: NatsPublisher,
+) -> None:
+    # Only written publishes had an ack timer: one queued behind a write NATS held up
+    # failed when the writer reached it, at the earlier publish's timeout (here 30 s).
+    stuck_publisher.publish_async("s", b"v", timeout=30.0)
+    started = time.monotonic()
+    queued = stuck_publisher.publish_async("s", b"w", timeout=0.2)
+    raw = stuck_publisher.publish_async("s", b"x", timeout=0.4, ack_policy=AckPolicy.NONE)
+    with pytest.raises(AckTimeoutError):
+        queued.result(timeout=3)
+    with pytest.raises(AckTimeoutError):
+        raw.result(timeout=3)
+    assert time.monotonic() - started < 1.5
+    stuck_publisher.close(0.2)  # not the 5 s the held write may take by default
+
+
 def test_blocking_publishes_are_bounded_while_nats_publish_waits(
     stuck_publisher: NatsPublisher,
 ) -> None:
