@@ -29,7 +29,8 @@ The leader still refuses a message with an error ack (``INCORRECT_OFFSET``,
 ``TOO_LARGE``, ``ENCRYPTION``); those fail the publish with a typed error.
 
 Delivery is at-most-once: nothing is re-sent. If the NATS connection drops, nats-py
-reconnects and buffers publishes meanwhile (up to its ``pending_size``), but acks sent
+reconnects, for as long as it takes unless ``max_reconnect_attempts`` says otherwise, and
+buffers publishes meanwhile (up to its ``pending_size``), but acks sent
 while disconnected are lost, so those publishes fail with ``AckTimeoutError`` although
 the message may have been stored.
 

@@ -85,12 +85,15 @@ class LoopSide:
     async def _connect(self) -> None:
         """Connect, subscribe to the ack inbox and start the writer (loop thread)."""
         nc = self._nats.aio.client.Client()
+        # nats-py gives up after 60 reconnect attempts and closes the connection for good:
+        # the publisher would fail every publish after a NATS outage of two minutes.
+        options = {"max_reconnect_attempts": -1, **self._nats_options}
         try:
             await asyncio.wait_for(
                 nc.connect(
                     servers=self._servers,
                     connect_timeout=self._connect_timeout,
-                    **self._nats_options,
+                    **options,
                 ),
                 timeout=self._connect_timeout,
             )

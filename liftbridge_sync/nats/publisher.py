@@ -89,7 +89,9 @@ class NatsPublisher(Handoff):
             a NATS server that stops reading makes the publisher hold.
         **nats_options: Passed to ``nats.connect`` (``user``, ``password``, ``token``,
             ``tls``, ``name``, ``error_cb``, ``inbox_prefix``, ...). Callbacks run on
-            the ``liftbridge-nats`` thread.
+            the ``liftbridge-nats`` thread. ``max_reconnect_attempts`` defaults to -1
+            (reconnect for as long as NATS is away; nats-py's own default, 60 attempts,
+            closes the connection for good and fails every later publish).
 
     Nothing is connected or started in ``__init__``: the ``liftbridge-nats`` thread and
     the NATS connection are created on the first publish or flush. The publisher

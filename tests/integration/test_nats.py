@@ -11,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -28,7 +29,7 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Ack, AckPolicy, Message, PartitionInfo
 from liftbridge_sync.nats import NatsPublisher
-from liftbridge_sync.testing import LiftbridgeEndpoint
+from liftbridge_sync.testing import LiftbridgeEndpoint, NatsServer
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -604,3 +605,41 @@ def test_nats_options_nats_py_refuses_are_a_configuration_error(
             publisher.publish("nats-options.test", b"x", ack_policy=AckPolicy.NONE)
     assert not info.value.retryable
     assert not _nats_threads()
+
+
+def test_a_nats_outage_longer_than_nats_py_retries_is_survived(tmp_path: Path) -> None:
+    # nats-py gives up after 60 reconnect attempts (2 minutes by default) and closes the
+    # connection: the publisher then failed every publish for good.
+    server = NatsServer(tmp_path).start()
+    failures: list[Exception] = []
+    reconnected = threading.Event()
+    gave_up = threading.Event()
+
+    async def count_failures(exc: Exception) -> None:
+        failures.append(exc)
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    async def on_closed() -> None:
+        gave_up.set()
+
+    pub = NatsPublisher(
+        server.url,
+        reconnect_time_wait=0.01,
+        error_cb=count_failures,
+        reconnected_cb=on_reconnect,
+        closed_cb=on_closed,
+    )
+    try:
+        pub.publish_raw("outage", b"before")
+        server.stop()
+        wait_until(lambda: len(failures) > 80 or gave_up.is_set(), timeout=60, what="80 attempts")
+        assert not gave_up.is_set()
+        server.start()  # on the same port
+        assert reconnected.wait(30)
+        pub.publish_raw("outage", b"after")
+        pub.flush(10)
+    finally:
+        pub.close()
+        server.stop()
