@@ -50,6 +50,21 @@ _log = logging.getLogger("liftbridge_sync.nats")
 
 #: At least a PUB command's bytes besides its payload (verb, subject, reply, size, CRLFs).
 _PUB_OVERHEAD = 64 + 2 * SUBJECT_MAX_BYTES
+#: Seconds closing the NATS connection may take even when close()'s timeout is used up.
+_CLOSE_GRACE = 0.5
+
+
+def _abort(nc: _NatsClient) -> None:
+    """Cut ``nc``'s connection without writing what it still holds.
+
+    nats-py has no way to: its close writes its buffer out first. Its TCP (and TLS)
+    transport keeps the asyncio stream writer as ``_io_writer``; another transport is
+    left to the event loop's end.
+    """
+    writer = getattr(getattr(nc, "_transport", None), "_io_writer", None)
+    transport = getattr(writer, "transport", None)
+    if transport is not None:
+        transport.abort()
 
 
 class LoopSide:
@@ -346,20 +361,27 @@ class LoopSide:
         return error
 
     async def _shutdown(self, timeout: float) -> None:
-        """Write queued jobs, flush NATS, fail what is left, close (loop thread)."""
+        """Write queued jobs, flush NATS, fail what is left, close (loop thread).
+
+        Writing and flushing share ``timeout``; closing the connection gets what is left
+        of it (at least :data:`_CLOSE_GRACE`), after which the connection is cut: nats-py
+        would otherwise wait for ever to hand its buffer to a server that stopped reading.
+        """
         loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
         try:
             self._stopping = True
             writer = self._writer
             if writer is not None and not writer.done():
                 self._wake_writer()
-                done, _ = await asyncio.wait({writer}, timeout=timeout)
+                done, _ = await asyncio.wait({writer}, timeout=deadline - loop.time())
                 if not done:
                     writer.cancel()
             nc = self._nc
-            if nc is not None and nc.is_connected:
+            left = deadline - loop.time()
+            if nc is not None and nc.is_connected and left > 0:
                 try:
-                    await nc.flush(timeout=timeout)  # type: ignore[arg-type]
+                    await nc.flush(timeout=left)  # type: ignore[arg-type]
                 except Exception as exc:
                     _log.warning("NATS flush on close failed: %s", exc)
             with self._lock:
@@ -377,8 +399,17 @@ class LoopSide:
             for future in outstanding:
                 settle(future, error=error)
             if nc is not None:
+                left = max(deadline - loop.time(), _CLOSE_GRACE)
                 try:
-                    await nc.close()
+                    await asyncio.wait_for(nc.close(), timeout=left)
+                except TimeoutError:
+                    _log.warning(
+                        "NATS did not take the last %d bytes within %.1fs of close(): the "
+                        "connection is cut",
+                        getattr(nc, "pending_data_size", 0),
+                        timeout,
+                    )
+                    _abort(nc)
                 except Exception as exc:  # pragma: no cover - best effort
                     _log.warning("closing the NATS connection failed: %s", exc)
         finally:

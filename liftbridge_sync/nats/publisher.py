@@ -479,11 +479,12 @@ class NatsPublisher(Handoff):
         Queued messages are written and flushed to NATS (for at most ``timeout``
         seconds); publishes still waiting for an ack then fail with
         :class:`~liftbridge_sync.errors.ClientClosedError` (call :meth:`flush` first to
-        wait for acks). The NATS connection is closed and the ``liftbridge-nats`` thread
-        joined, and so are ``liftbridge-nats-dns`` threads resolving a host name (for at
-        most ``timeout``). Idempotent; later calls return after the first has finished
-        (except on the ``liftbridge-nats`` thread itself, where the shutdown is only
-        started).
+        wait for acks). The NATS connection is closed, within what is left of
+        ``timeout`` (half a second at least: a server still not taking the data then has
+        the connection cut), and the ``liftbridge-nats`` thread joined, and so are
+        ``liftbridge-nats-dns`` threads resolving a host name (for at most ``timeout``).
+        Idempotent; later calls return after the first has finished (except on the
+        ``liftbridge-nats`` thread itself, where the shutdown is only started).
 
         Args:
             timeout: Seconds allowed for writing and flushing pending data.

@@ -7,6 +7,8 @@ client's subscription code). Waits are condition polls with deadlines.
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import signal
 import threading
 import time
 import uuid
@@ -642,4 +644,30 @@ def test_a_nats_outage_longer_than_nats_py_retries_is_survived(tmp_path: Path) -
         pub.flush(10)
     finally:
         pub.close()
+        server.stop()
+
+
+def test_close_cuts_off_a_nats_server_that_stopped_reading(tmp_path: Path) -> None:
+    # Closing the NATS connection first wrote nats-py's buffer out to a server that read
+    # nothing: close(1.0) gave up after 11 s, and the liftbridge-nats thread died with
+    # "RuntimeError: Event loop stopped before Future completed".
+    server = NatsServer(tmp_path).start()
+    assert server.pid is not None
+    pub = NatsPublisher(server.url, ack_timeout=1.0, max_in_flight=4096)
+    try:
+        pub.publish_raw("stalled", b"x")
+        os.kill(server.pid, signal.SIGSTOP)
+        futures = [
+            pub.publish_async("stalled", b"z" * 10_000, ack_policy=AckPolicy.NONE)
+            for _ in range(3000)  # 30 MB: more than the sockets hold
+        ]
+        _, not_done = concurrent.futures.wait(futures, timeout=30)
+        assert not not_done
+        started = time.monotonic()
+        pub.close(1.0)
+        assert time.monotonic() - started < 4.0
+        assert not _nats_threads()
+    finally:
+        pub.close()
+        os.kill(server.pid, signal.SIGCONT)
         server.stop()
