@@ -28,6 +28,12 @@ from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor, Job
 __all__ = ["Handoff"]
 
 
+def _reason(exc: BaseException) -> str:
+    """What went wrong, for a message: the exception's text, or its class's name (a
+    ``TimeoutError`` has no text)."""
+    return str(exc) or type(exc).__name__
+
+
 class Handoff(LoopSide):
     """Caller-thread plumbing of :class:`~liftbridge_sync.nats.NatsPublisher` (a mixin).
 
@@ -156,11 +162,16 @@ class Handoff(LoopSide):
                     # nats-py refusing an option's value (e.g. max_reconnect_attempts="x"):
                     # no retry would connect.
                     raise ConfigurationError(
-                        f"NATS refused the connection options: {exc or type(exc).__name__}"
+                        f"NATS refused the connection options: {_reason(exc)}"
                     ) from exc
+                # nats-py retries until connect_timeout: the timeout is the usual end.
+                reason = (
+                    f"no connection within {self._connect_timeout}s"
+                    if isinstance(exc, TimeoutError)
+                    else _reason(exc)
+                )
                 raise BrokerUnavailableError(
-                    f"cannot connect to NATS at {', '.join(self._servers)}: "
-                    f"{exc or type(exc).__name__}"
+                    f"cannot connect to NATS at {', '.join(self._servers)}: {reason}"
                 ) from exc
             self._thread = thread
             self._loop = loop

@@ -356,7 +356,7 @@ class LoopSide:
             )
         if isinstance(exc, asyncio.CancelledError):
             return ClientClosedError("NatsPublisher is closed")
-        error = PublishError(f"NATS publish failed: {exc or type(exc).__name__}")
+        error = PublishError(f"NATS publish failed: {str(exc) or type(exc).__name__}")
         error.__cause__ = exc
         return error
 
