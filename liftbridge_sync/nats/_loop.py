@@ -224,18 +224,29 @@ class LoopSide:
             send.cancel()  # no-op once done; the message stays in nats-py's buffer anyway
 
     def _expire_unwritten(self, batch: list[Job], rest: int, now: float) -> float:
-        """Fail the jobs not yet written whose deadline has passed; the next deadline."""
+        """Fail the jobs not yet written whose deadline has passed; the next deadline.
+
+        Jobs that will not be written (failed or cancelled, their slot free again) leave
+        the queue now rather than when the held writer gets to them: the queue stays
+        within ``max_in_flight`` live jobs, plus those cancelled since the last look.
+        """
         with self._lock:
             queued = list(self._queue)
         upcoming = math.inf
         for job in itertools.chain(itertools.islice(batch, rest, None), queued):
-            if job.kind == "flush" or job.future.done():
-                continue  # a flush's deadline is its NATS flush's timeout, not a time
-            if job.deadline > now:
-                upcoming = min(upcoming, job.deadline)
-                continue
+            if not job.future.done():
+                if job.kind == "flush":
+                    continue  # its deadline is its NATS flush's timeout, not a time
+                if job.deadline > now:
+                    upcoming = min(upcoming, job.deadline)
+                    continue
+                settle(job.future, error=self._timed_out(job))
             self._forget(job)
-            settle(job.future, error=self._timed_out(job))
+        with self._lock:
+            live = [job for job in self._queue if not job.future.done()]
+            if len(live) < len(self._queue):
+                self._queue.clear()
+                self._queue.extend(live)
         return upcoming
 
     def _forget(self, job: Job) -> None:

@@ -428,6 +428,24 @@ def test_a_queued_publish_fails_at_its_own_timeout_while_nats_publish_waits(
     stuck_publisher.close(0.2)  # not the 5 s the held write may take by default
 
 
+def test_publishes_cancelled_while_nats_publish_waits_do_not_pile_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A cancelled (or expired) publish freed its slot but stayed queued, payload and
+    # all, until the held write ended: publish, wait a while, cancel, again, grew the
+    # queue past max_in_flight for as long as NATS did not read.
+    monkeypatch.setattr(nats.aio.client, "Client", _FullNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=30.0, max_in_flight=2)
+    try:
+        pub.publish_async("s", b"v")  # its write waits for NATS
+        wait_until(lambda: not pub._queue, timeout=5, what="the writer holding it")
+        for _ in range(50):
+            pub.publish_async("s", b"w" * 1000).cancel()
+        wait_until(lambda: len(pub._queue) <= 1, timeout=5, what="the queue pruned")
+    finally:
+        pub.close(0.2)
+
+
 def test_blocking_publishes_are_bounded_while_nats_publish_waits(
     stuck_publisher: NatsPublisher,
 ) -> None:
