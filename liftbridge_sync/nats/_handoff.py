@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from typing import Any
 
@@ -19,6 +20,7 @@ from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
+    ForkedClientError,
     LiftbridgeError,
     PublishQueueFullError,
 )
@@ -45,6 +47,7 @@ class Handoff(LoopSide):
     _loop: asyncio.AbstractEventLoop | None
     _thread: threading.Thread | None
     _dns: DnsExecutor | None
+    _loop_pid: int | None
     _max_in_flight: int
     _in_flight: int
     _slot_freed: Doorbell
@@ -56,12 +59,27 @@ class Handoff(LoopSide):
                 "(in a future's done-callback); use publish_async there"
             )
 
+    def _forked(self) -> bool:
+        """Whether this is a forked child's copy of a started publisher."""
+        pid = self._loop_pid
+        return pid is not None and pid != os.getpid()
+
+    def _refuse_if_forked(self) -> None:
+        """Raise in a forked child's copy of a started publisher (before any lock: the
+        parent's threads may have held them at fork)."""
+        if self._forked():
+            raise ForkedClientError(
+                f"the NatsPublisher was started before the process forked: its {THREAD_NAME} "
+                "thread and NATS connection are the parent's; create one in the child"
+            )
+
     def _submit(self, job: Job) -> None:
         """Register ``job`` and hand it to the writer on the loop thread.
 
         A publish first takes one of ``max_in_flight`` slots, waiting for one until its
         deadline (a flush marker takes none).
         """
+        self._refuse_if_forked()
         loop = self._ensure_started()
         publish = job.kind != "flush"
         if publish:
@@ -174,6 +192,7 @@ class Handoff(LoopSide):
                     f"cannot connect to NATS at {', '.join(self._servers)}: {reason}"
                 ) from exc
             self._thread = thread
+            self._loop_pid = os.getpid()
             self._loop = loop
             return loop
 

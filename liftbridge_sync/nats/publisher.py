@@ -177,6 +177,7 @@ class NatsPublisher(Handoff):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._dns: DnsExecutor | None = None
+        self._loop_pid: int | None = None  # the process that started the loop
 
         # Loop-thread state: touched only on the liftbridge-nats thread.
         self._nc: _NatsClient | None = None
@@ -282,6 +283,8 @@ class NatsPublisher(Handoff):
                 freed within ``timeout`` (at once on the ``liftbridge-nats`` thread, in a
                 done-callback: only that thread frees slots).
             ClientClosedError: The publisher is closed.
+            ForkedClientError: In a process forked after the publisher started (its
+                thread and connection are the parent's): create one in the child.
 
         Thread-safe.
         """
@@ -399,6 +402,7 @@ class NatsPublisher(Handoff):
                 freed within the publisher's ``ack_timeout``.
             BrokerUnavailableError: No NATS connection.
             ClientClosedError: The publisher is closed.
+            ForkedClientError: In a process forked after the publisher started.
             RuntimeError: Called on the ``liftbridge-nats`` thread.
 
         Thread-safe.
@@ -448,10 +452,12 @@ class NatsPublisher(Handoff):
             TimeoutError: Not everything completed in time.
             BrokerUnavailableError: The NATS connection is lost.
             ClientClosedError: The publisher is closed.
+            ForkedClientError: In a process forked after the publisher started.
             RuntimeError: Called on the ``liftbridge-nats`` thread.
 
         Thread-safe.
         """
+        self._refuse_if_forked()
         self._forbid_loop_thread("flush")
         seconds = check_timeout_arg("timeout", timeout, optional=True, unlimited=True)
         deadline = None if seconds is None else time.monotonic() + seconds
@@ -484,7 +490,9 @@ class NatsPublisher(Handoff):
         the connection cut), and the ``liftbridge-nats`` thread joined, and so are
         ``liftbridge-nats-dns`` threads resolving a host name (for at most ``timeout``).
         Idempotent; later calls return after the first has finished (except on the
-        ``liftbridge-nats`` thread itself, where the shutdown is only started).
+        ``liftbridge-nats`` thread itself, where the shutdown is only started). In a
+        process forked after the publisher started it only marks the publisher closed:
+        the thread and the connection are the parent's.
 
         Args:
             timeout: Seconds allowed for writing and flushing pending data.
@@ -493,6 +501,9 @@ class NatsPublisher(Handoff):
         """
         seconds = check_timeout_arg("timeout", timeout, optional=False)
         assert seconds is not None
+        if self._forked():
+            self._closed = True  # no lock: a parent thread may have held it at fork
+            return
         with self._lock:
             already = self._closed
             self._closed = True

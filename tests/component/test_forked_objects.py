@@ -136,3 +136,68 @@ def test_publish_future_locks_held_at_fork_are_free_in_the_child() -> None:
         [sys.executable, "-c", _FUTURE_LOCKS_SCRIPT], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+_NATS_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, sys, threading
+    import nats.aio.client
+    from liftbridge_sync import ForkedClientError
+    from liftbridge_sync.nats import NatsPublisher
+
+    class Nats:  # stands for a connection to a NATS server that takes everything
+        is_connected = True
+        pending_data_size = 0
+
+        async def connect(self, **kwargs): pass
+        async def subscribe(self, subject, cb): pass
+        async def flush(self, timeout=None): pass
+        async def publish(self, subject, payload, reply=""): pass
+        async def close(self): pass
+
+    nats.aio.client.Client = Nats
+    pub = NatsPublisher("nats://127.0.0.1:4222")
+    pub.publish_raw("s", b"started")  # the liftbridge-nats thread runs
+    pub._lock.acquire()  # as if the liftbridge-nats thread held it when the process forked
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
+        code = 0
+        calls = {
+            "publish_async": lambda: pub.publish_async("s", b"v"),
+            "publish": lambda: pub.publish("s", b"v", timeout=0.5),
+            "publish_raw": lambda: pub.publish_raw("s", b"v"),
+            "flush": lambda: pub.flush(0.5),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+                print("no error from", name, flush=True)
+                code = code or 10
+            except ForkedClientError:
+                pass
+            except BaseException as exc:
+                print(name, "raised", repr(exc), flush=True)
+                code = code or 20
+        done = threading.Event()
+        threading.Thread(target=lambda: (pub.close(), done.set()), daemon=True).start()
+        if not done.wait(5.0) or not pub.closed:
+            print("close() blocked in the child", flush=True)
+            code = code or 30
+        os._exit(code)
+    pub._lock.release()
+    _, status = os.waitpid(pid, 0)
+    pub.publish_raw("s", b"the parent's publisher still works")
+    pub.close()
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_nats_publisher_carried_across_fork_refuses_in_the_child() -> None:
+    """Its liftbridge-nats thread is the parent's: a publish in the child waited on a
+    lock that thread held at fork for ever, or, the lock free, for an ack nobody read."""
+    result = subprocess.run(
+        [sys.executable, "-c", _NATS_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
