@@ -277,9 +277,8 @@ class Publisher:
         With the C speedups, a publish that needs no lock to be waited for is entered
         and queued by one call (``submit_plain``) that runs no bytecode; a ``publish()``
         caller then writes the queue itself, unless the I/O thread or a caller woken
-        with it will (as :meth:`H2PublishStream.send_framed
-        <liftbridge_sync._transport.h2.connection.H2PublishStream.send_framed>` with
-        ``direct``).
+        with it will (as the h2 stream's :meth:`send_framed
+        <liftbridge_sync._transport.h2.writing.Writer.send_framed>` with ``direct``).
 
         Raises:
             ConfigurationError: a bad stream name or ack policy (before anything is sent).

@@ -19,7 +19,7 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import Client
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._transport.h2 import connection, reading
+from liftbridge_sync._transport.h2 import connection, reading, writing
 from liftbridge_sync._transport.h2.framing import FrameError
 from liftbridge_sync._wire.publish_codec import Refusal
 from liftbridge_sync.testing import FakeBroker, FakeCluster
@@ -71,7 +71,7 @@ def _silent_caller(
 
     thread = threading.Thread(target=publish, name="test-silent")
     thread.start()
-    wait_until(lambda: stream._reading_here, what="the silent caller to read")
+    wait_until(lambda: stream._watch.reading_here, what="the silent caller to read")
     return thread, outcome
 
 
@@ -112,21 +112,21 @@ def test_publish_reads_its_own_ack_on_its_thread(
 ) -> None:
     handed_over_on = _spy_hand_overs(monkeypatch)
     written_here = 0
-    real_write_here = connection.H2PublishStream._write_here
+    real_write_here = writing.Writer._write_here
 
-    def write_here(self: connection.H2PublishStream, direct: bool = False) -> None:
+    def write_here(self: writing.Writer, direct: bool = False) -> None:
         nonlocal written_here
         written_here += direct
         real_write_here(self, direct)
 
-    monkeypatch.setattr(connection.H2PublishStream, "_write_here", write_here)
+    monkeypatch.setattr(writing.Writer, "_write_here", write_here)
     # Acks 2 ms late (the real broker takes about 0.2 ms): the caller is certain to be
     # waiting by then, however slowly this machine runs it.
     fake.publish_script = lambda req, n: ("delay", 0.002)
     with _client(fake) as client:
         offsets = [client.publish("s", b"m%d" % i, **extra).offset for i in range(30)]  # type: ignore[union-attr]
         stream = _stream(client)
-        assert not stream._reading_here
+        assert not stream._watch.reading_here
         stream._selector.get_key(stream._sock)  # the I/O thread watches the socket again
     assert offsets == list(range(30))
     # The first publish connects the stream (it goes through the I/O thread).
@@ -186,7 +186,7 @@ def test_a_window_opened_while_a_caller_reads_is_used_at_once(
         big = [client.publish_async("s", bytes([i]) * (3 << 20)) for i in range(3)]
         acks = [f.result(timeout=3.0) for f in big]  # the caller reads for 4 s
         assert [a.offset for a in acks] == [1, 2, 3]  # type: ignore[union-attr]
-        assert stream._reading_here, "the caller stopped reading early: nothing was shown"
+        assert stream._watch.reading_here, "the caller stopped reading early: nothing was shown"
         reader.join(timeout=10)
     assert len(outcome) == 1 and isinstance(outcome[0], lb.AckTimeoutError)
 
@@ -218,14 +218,14 @@ def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
     with _client(fake, ack_timeout=20.0) as client:
         client.publish("s", b"first")
         stream = _stream(client)
-        real_read = stream._read
+        real_read = stream._reads._read
 
         def garbage_on_the_callers_thread() -> None:
             real_read()  # takes the bytes off the socket, as a real failed read does
             if threading.current_thread().name == "test-silent":
                 raise FrameError("scripted: garbage from the broker")
 
-        monkeypatch.setattr(stream, "_read", garbage_on_the_callers_thread)
+        monkeypatch.setattr(stream._reads, "_read", garbage_on_the_callers_thread)
         reader, outcome = _silent_caller(client, stream)
         other = client.publish_async("s", b"other")  # its ack is what the caller reads
         _resent_on_a_new_stream(fake, other, reader, outcome)
@@ -306,7 +306,7 @@ def test_a_refusal_read_by_the_caller_is_not_held_back(
     with _client(fake) as client:
         client.publish("s", b"first")
         stream = _stream(client)
-        monkeypatch.setattr(stream, "_here_poll", Poll(stream._here_poll))
+        monkeypatch.setattr(stream._reads, "_here_poll", Poll(stream._reads._here_poll))
         raised: list[BaseException] = []
 
         def refused() -> None:

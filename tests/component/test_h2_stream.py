@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
@@ -123,6 +125,32 @@ def test_close_fails_leftovers_and_joins_io_thread(fake: FakeBroker) -> None:
     with pytest.raises(lb.ClientClosedError):
         future.result(timeout=1)
     assert not _io_threads()
+
+
+def test_a_finished_stream_is_freed_without_the_cycle_collector(fake: FakeBroker) -> None:
+    # The stream composes a writer and a caller-reads part that call back into it; once
+    # its I/O thread has finished it must be freed by reference counting as a stream
+    # with no such parts was, not linger (with its buffers) until the collector runs.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        client = _client(fake.address)
+        client.publish("s", b"a")
+        publisher = client._publisher
+        assert publisher is not None
+        stream = publisher._table.live
+        assert stream is not None
+        freed = weakref.ref(stream)
+        io_thread = stream._thread  # type: ignore[attr-defined]
+        del stream, publisher
+        client.close()
+        io_thread.join(10)
+        assert not io_thread.is_alive()
+        del client
+        assert freed() is None, "the finished stream is held by a reference cycle"
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def test_acks_are_read_when_fewer_arrive_than_are_due(fake: FakeBroker) -> None:

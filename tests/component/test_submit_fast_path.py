@@ -184,7 +184,7 @@ def test_a_held_lock_sends_the_publish_down_the_waiting_path(
         lock: contextlib.AbstractContextManager[Any] = (
             publisher._table.core  # type: ignore[assignment]
             if lock_name == "send lock"
-            else stream._lock  # type: ignore[union-attr]
+            else stream.outbound  # type: ignore[union-attr]
         )
         result: list[Any] = []
         publishing = threading.Thread(

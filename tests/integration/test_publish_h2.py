@@ -121,13 +121,13 @@ def test_threads_calling_publish_on_one_client_each_get_their_own_ack(
     from liftbridge_sync._transport.h2 import writing
 
     combined = [0]
-    real_take = writing.QueuedWrites._take_queue
+    real_take = writing.Writer.take_queue
 
-    def take_queue(self: writing.QueuedWrites, on_io_thread: bool = True) -> None:
+    def take_queue(self: writing.Writer, on_io_thread: bool = True) -> None:
         combined[0] += self._out.deferred  # requests some caller left to be written for it
         real_take(self, on_io_thread)
 
-    monkeypatch.setattr(writing.QueuedWrites, "_take_queue", take_queue)
+    monkeypatch.setattr(writing.Writer, "take_queue", take_queue)
     name = new_stream()
     threads, per_thread = 16, 60
     acks: dict[bytes, lb.Ack | None] = {}

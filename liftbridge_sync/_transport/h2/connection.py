@@ -14,15 +14,17 @@ Responses are decoded in bulk from each ``recv()`` by
 due, the I/O thread sleeps until all their bytes could be there or ``ack_read_delay``
 has passed (:mod:`.gathering`), so a burst of acks costs one or two wake-ups rather than
 one per TCP segment. ``h2`` keeps outbound flow control and the connection-level
-frames. :mod:`.writing` is the callers' side (queueing, writing on the caller's
-thread, and combining the next requests of the callers one hand-over woke into one
-``send()``); :mod:`.reading` lets a ``publish()`` caller read its own ack while the I/O
-thread steps aside; :mod:`.dial` opens the connection.
+frames. The stream composes the rest: a :class:`~.writing.Writer` is the callers' side
+(queueing, writing on the caller's thread, and combining the next requests of the
+callers one hand-over woke into one ``send()``); :class:`~.reading.CallerReads` lets a
+``publish()`` caller read its own ack while the I/O thread steps aside; :mod:`.dial`
+opens the connection.
 
-Dead peers: a PING goes out when the publisher asks (:meth:`H2PublishStream.probe`,
-after an ack timeout) and, with ``grpc.keepalive_time_ms`` in ``grpc_options``, after
-that long without reading anything; nothing read within ``grpc.keepalive_timeout_ms``
-(default 20 s) after it ends the connection as unavailable, so the publisher reconnects.
+Dead peers: a PING goes out when the publisher asks (``probe()``,
+:meth:`~.writing.Writer.probe`, after an ack timeout) and, with
+``grpc.keepalive_time_ms`` in ``grpc_options``, after that long without reading
+anything; nothing read within ``grpc.keepalive_timeout_ms`` (default 20 s) after it ends
+the connection as unavailable, so the publisher reconnects.
 The socket's ``TCP_USER_TIMEOUT`` (``keepalive_timeout``, set by :mod:`.dial`) fails it
 when our data stays unacknowledged, or the broker's window shut, that long.
 
@@ -39,13 +41,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import selectors
 import socket
 import ssl
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 
 import grpc
@@ -71,7 +71,7 @@ from liftbridge_sync._transport.h2.sockets import (
     speaks_tls,
 )
 from liftbridge_sync._transport.h2.stalls import StallWatch
-from liftbridge_sync._transport.h2.writing import COMBINE_WAIT, WRITE_HERE_AT
+from liftbridge_sync._transport.h2.writing import COMBINE_WAIT, WRITE_HERE_AT, SocketWatch, Writer
 from liftbridge_sync._transport.publish_stream import (
     StreamClosed,
     StreamDraining,
@@ -95,13 +95,20 @@ _RECV_WINDOW = 4 << 20
 _GO_ON = object()  # a loop turn that did not end the stream
 
 
-class H2PublishStream(CallerReads):
+class H2PublishStream:
     """One ``PublishAsync`` call on its own HTTP/2 connection.
 
     ``send_framed``, ``close``, ``cancel`` and ``probe`` only touch a list and a few
     flags under a short lock and wake the I/O thread (``liftbridge-publish-io``) when it
     is idle; that thread does all socket and HTTP/2 work and emits every event, ending
-    with exactly one :class:`StreamClosed`. Thread-safe.
+    with exactly one :class:`StreamClosed`.
+
+    It composes a :class:`~.writing.Writer` (queueing and writing) and a
+    :class:`~.reading.CallerReads` (a ``publish()`` caller reading its own ack), whose
+    methods for callers (``send_framed``, ``send_many``, ``send``, ``nudge``,
+    ``write_direct``, ``queued_mark``, ``written_through``, ``probe``, ``close`` and
+    ``answer_here``) are bound here as its own: no call in between on the way of every
+    publish. Thread-safe.
     """
 
     def __init__(
@@ -131,29 +138,20 @@ class H2PublishStream(CallerReads):
         #: When a PING may go out at all (never a grpc-go "too_many_pings" GOAWAY).
         self._pings = pings or PingPolicy()
 
-        # Shared with callers, guarded by _lock: the outbound queue and its flags are an
-        #: OutboundQueue (a C struct with the speedups, which the C fast path of
-        #: ``Publisher.submit_value`` queues on), whose lock is the stream's lock.
+        # Shared with callers, guarded by the queue's lock: the outbound queue and its
+        #: flags are an OutboundQueue (a C struct with the speedups, which the C fast
+        #: path of ``Publisher.submit_value`` queues on), whose lock is the stream's lock.
         self.outbound: OutboundQueueType = OutboundQueue(WRITE_HERE_AT)
         self._out = self.outbound
-        self._lock: OutboundQueueType = self._out
         #: Held by whoever does socket and h2 work: the I/O thread between selects, or a
-        #: caller writing directly (only ever acquired without blocking under _lock).
+        #: caller writing directly (only ever acquired without blocking under the
+        #: queue's lock) or reading its ack.
         self._io_lock = threading.Lock()
-        self._notes: list[tuple[int, str]] = []  # (end byte offset, correlation id)
-        self._cancel_requested = False
-        self._probe_requested = False
+        self._cancel_requested = False  # under the queue's lock
 
-        # I/O thread only.
-        self._unsent = bytearray()  # message bytes not yet given to h2
-        self._unsent_pos = 0
-        self._framed_bytes = 0  # message bytes given to h2 (and so to the socket buffer)
-        self._waiting_notes: deque[tuple[int, str]] = deque()
-        self._outbuf = bytearray()  # output the socket did not take yet
+        # Whoever holds the I/O lock.
         self._reader = ResponseReader(conn, stream_id, max_message)
         self._drain_told = False  # StreamDraining was emitted
-        self._closing = False
-        self._half_closed = False
         self._last_read = time.monotonic()
         self._ping_deadline: float | None = None  # a PING is out: read something by then
         self._ping_waited = self._ping_wait  # how long that PING is given
@@ -164,62 +162,68 @@ class H2PublishStream(CallerReads):
         self._sock.setblocking(False)
         self._calls = SocketCalls(sock, self._wake_r)
         self._selector = selectors.DefaultSelector()
-        self._selector.register(self._sock, selectors.EVENT_READ)
+        #: What the selector watches the socket for (and whether to read on at once).
+        self._watch = SocketWatch(self._selector, sock)
         self._selector.register(self._wake_r, selectors.EVENT_READ)
-        self._want_write = False
         #: Responses read this turn, emitted once the I/O lock is released.
         self._arrived: list[Answer] = []
-        #: The last read stopped at READS_PER_TURN with more perhaps waiting.
-        self._more_to_read = False
         #: Held from taking responses off ``_arrived`` (under the I/O lock) until they
         #: are handed over, so two readers hand theirs over in the order read.
         self._hand_over_lock = threading.Lock()
-        #: A ``publish()`` caller reads the socket (:meth:`answer_here`); the I/O thread
-        #: does not watch it meanwhile. Under the I/O lock.
-        self._reading_here = False
-        #: What went wrong while a caller read: the I/O thread ends the stream with it.
-        self._failed_here: BaseException | None = None
-        #: How a reading caller waits for the socket (``None``: no ``poll()`` on this
-        #: platform, so callers never read).
-        self._here_poll: select.poll | None = None
-        if hasattr(select, "poll"):
-            self._here_poll = select.poll()
-            self._here_poll.register(sock.fileno(), select.POLLIN)
         #: How many bytes of acks the I/O thread waits for (see gathering).
         self._gathering = AckGathering(sock, ack_read_delay, self._out)
         self._gather_for: float | None = None  # the next wait's bound, if gathering
+        self._writer = writer = Writer(
+            self._out,
+            self._io_lock,
+            conn,
+            stream_id,
+            self._calls,
+            self._wake_w,
+            self._watch,
+            self._gathering,
+            epoch,
+            on_event,
+            self._ping,
+        )
+        self._reads = reads = CallerReads(
+            sock,
+            self._io_lock,
+            self._out,
+            writer,
+            self._watch,
+            self._gathering,
+            self._reader,
+            read=self._read,
+            must_act=self._must_act,
+            take_arrived=self._take_arrived,
+            hand_over=self._hand_over,
+        )
+        # The callers' methods, bound once: no call in between on every publish.
+        self.send = writer.send
+        self.send_framed = writer.send_framed
+        self.send_many = writer.send_many
+        self.nudge = writer.nudge
+        self.write_direct = writer.write_direct
+        self.queued_mark = writer.queued_mark
+        self.written_through = writer.written_through
+        self.probe = writer.probe
+        self.close = writer.close
+        self.answer_here = reads.answer_here
         self._thread = threading.Thread(target=self._run, name="liftbridge-publish-io", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ callers
 
-    def probe(self) -> None:
-        """Send a PING (if :mod:`.pings` allows one now); no answer within the keepalive
-        timeout ends the connection."""
-        with self._lock:
-            if self._out.done or self._probe_requested:
-                return
-            self._probe_requested = True
-            if not self._out.signalled:
-                self._wake()
-
-    def close(self) -> None:
-        """Half-close once everything queued is written; responses keep arriving."""
-        with self._lock:
-            if self._out.done or self._out.close_requested:
-                return
-            self._out.close_requested = True
-            if not self._out.signalled:
-                self._wake()
-
     def cancel(self) -> None:
         """Reset the stream and drop the connection; :class:`StreamClosed` follows."""
-        with self._lock:
-            if self._out.done or self._cancel_requested:
+        out = self._out
+        with out:
+            if out.done or self._cancel_requested:
                 return
             self._cancel_requested = True
-            if not self._out.signalled:
-                self._wake()
+            if not out.signalled:
+                self._writer.wake()
 
     def join(self, timeout: float | None) -> None:
         """Wait for the I/O thread to finish (no-op when called from it)."""
@@ -264,8 +268,12 @@ class H2PublishStream(CallerReads):
                 except Exception:  # pragma: no cover - a bug must still end the stream
                     _log.exception("handing over the last responses failed")
             with self._io_lock:
-                with self._lock:
+                with self._out:
                     self._out.done = True
+                # Its parts refer back to the stream only until now: then it is freed by
+                # reference counting, with no cycle left to the collector.
+                self._writer.finished()
+                self._reads.finished()
                 self._selector.close()
                 self._sock.close()
                 self._wake_r.close()
@@ -302,7 +310,7 @@ class H2PublishStream(CallerReads):
 
     def _ping(self, wait: float | None = None) -> None:
         if self._ping_deadline is None and self._pings.may_ping():
-            self._outbuf += ping_frame(os.urandom(8))
+            self._writer.outbuf += ping_frame(os.urandom(8))
             self._ping_waited = self._ping_wait if wait is None else wait
             self._ping_deadline = time.monotonic() + self._ping_waited
             self._pings.pinged()
@@ -311,6 +319,7 @@ class H2PublishStream(CallerReads):
         select = self._selector.select
         sock = self._sock
         out = self._out
+        watch = self._watch
         while True:
             timeout = self._timeout()
             gather_for = self._gather_for
@@ -318,15 +327,14 @@ class H2PublishStream(CallerReads):
                 timeout = gather_for if timeout is None else min(timeout, gather_for)
             if out.deferred or out.combining:
                 timeout = COMBINE_WAIT if timeout is None else min(timeout, COMBINE_WAIT)
-            if self._more_to_read:
+            if watch.more_to_read:
                 timeout = 0.0
             events = select(timeout)
             if not events and out.combining and not out.deferred:
                 # None of the callers woken came back within COMBINE_WAIT: stop waiting
                 # for them. (While they keep coming back, more slowly than that with
                 # many threads wanting the GIL, this turn only writes what they queued.)
-                with self._lock:
-                    out.combining = 0
+                self._writer.stop_combining()
             with self._io_lock:
                 result = self._step(events, sock)
                 arrived = self._take_arrived()
@@ -356,19 +364,7 @@ class H2PublishStream(CallerReads):
                 return
             if self._gathering.awaited(len(responses)):
                 # publish() callers are among those this wakes (see writing).
-                with self._lock:
-                    # Those of an earlier hand-over still to come count too: the last
-                    # caller of all writes (with many threads they come back slowly).
-                    out = self._out
-                    expected = out.combining + 1 if out.combining else 0
-                    out.combining = expected + len(responses) - 1
-                if not on_io_thread:
-                    # The I/O thread may be waiting with no end in sight (the socket is
-                    # a caller's meanwhile): it must come back within COMBINE_WAIT to
-                    # write what the woken callers only queue, or that waits for the
-                    # next event, seconds away, and the publisher takes the silence for
-                    # a loss and sends it again.
-                    self._wake_unless_woken()
+                self._writer.start_combining(len(responses), on_io_thread)
             self._on_event(StreamResponses(self._epoch, responses))
         finally:
             self._hand_over_lock.release()
@@ -376,19 +372,21 @@ class H2PublishStream(CallerReads):
     def _step(self, events: list[tuple[selectors.SelectorKey, int]], sock: socket.socket) -> object:
         """One loop turn under ``_io_lock``: the stream's end (error or ``None``) or
         ``_GO_ON``."""
-        if self._failed_here is not None:
-            raise self._failed_here
+        failed = self._reads.failed_here
+        if failed is not None:
+            raise failed
+        watch = self._watch
         for key, mask in events:
             if key.fileobj is sock:
                 if mask & selectors.EVENT_READ:
                     self._read()
             else:
                 self._calls.drain_wake_ups()
-        if not events and self._gather_for is not None and not self._reading_here:
+        if not events and self._gather_for is not None and not watch.reading_here:
             self._read()  # waited long enough for more acks: take what is there
         elif (
-            self._more_to_read
-            and not self._reading_here
+            watch.more_to_read
+            and not watch.reading_here
             and not any(key.fileobj is sock for key, _ in events)
         ):
             self._read()  # the last turn stopped at its bound: read on
@@ -413,42 +411,42 @@ class H2PublishStream(CallerReads):
             or self._stalls is not None
         ):
             self._keepalive()
-        self._take_queue()
-        self._pump()
-        self._end_once_framed()
-        self._write_out()
-        if self._end_once_framed():  # framed only by _write_out
-            self._flush()
-        quiet = not self._closing and self._unsent_pos == len(self._unsent) and not self._outbuf
-        self._gather_for = self._gathering.plan(quiet and not self._reading_here)
+        writer = self._writer
+        writer.take_queue()
+        writer.pump()
+        writer.end_once_framed()
+        writer.write_out()
+        if writer.end_once_framed():  # framed only by write_out
+            writer.flush()
+        quiet = not writer.closing and writer.unsent_pos == len(writer.unsent) and not writer.outbuf
+        self._gather_for = self._gathering.plan(quiet and not watch.reading_here)
         return _GO_ON
 
-    def _end_once_framed(self) -> bool:
-        """END_STREAM once everything queued before ``close()`` has been framed; whether
-        it was sent now."""
-        if self._closing and not self._half_closed and self._unsent_pos == len(self._unsent):
-            self._half_closed = True
-            self._conn.end_stream(self._stream_id)
-            return True
-        return False
+    def _must_act(self) -> bool:
+        """After a caller's read (:class:`~.reading.CallerReads`): whether the I/O
+        thread must act at once (the stream's end, or a graceful GOAWAY to pass on)."""
+        reader = self._reader
+        return reader.ended or (reader.draining and not self._drain_told)
 
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""
         with contextlib.suppress(h2.exceptions.ProtocolError):
             self._conn.close_connection()
         with contextlib.suppress(ConnectionLost):
-            self._flush()
+            self._writer.flush()
 
     def _read(self) -> None:
         """Read what the socket has, ``READS_PER_TURN`` full reads at most.
 
         A broker that keeps the socket full must not keep this loop from handing acks
         over, honouring ``cancel()``/``close()`` and pinging, nor grow ``_arrived``
-        without end: past the bound the turn ends with ``_more_to_read`` set, and the
-        next turn reads on without waiting (TLS may hold decrypted bytes that the
-        selector does not see)."""
+        without end: past the bound the turn ends with the watch's ``more_to_read`` set,
+        and the next turn reads on without waiting (TLS may hold decrypted bytes that
+        the selector does not see)."""
         sock = self._sock
-        self._more_to_read = False
+        watch = self._watch
+        outbuf = self._writer.outbuf
+        watch.more_to_read = False
         for _ in range(READS_PER_TURN):
             data = self._calls.recv_some()
             if data is None:
@@ -468,15 +466,15 @@ class H2PublishStream(CallerReads):
                 self._gathering.answered(self._reader.data_bytes + 9 * count, count)
             credit = self._reader.credit_frames
             if credit:
-                self._outbuf += credit
+                outbuf += credit
                 credit.clear()
             answers = self._conn.data_to_send()  # h2's (PING and SETTINGS ACKs, ...)
             if answers:
-                self._outbuf += answers
-            if len(self._outbuf) > OUTPUT_CAP:
+                outbuf += answers
+            if len(outbuf) > OUTPUT_CAP:
                 # Answers pile up while we keep reading (a broker sending PINGs and not
                 # reading): write what the socket takes, or end a flood (see limits).
-                self._flush()
+                self._writer.flush()
             if responses:
                 if self._arrived:
                     self._arrived += responses
@@ -486,4 +484,4 @@ class H2PublishStream(CallerReads):
                 return
             if len(data) < RECV_SIZE and not (self._tls and sock.pending()):  # type: ignore[attr-defined]
                 return
-        self._more_to_read = True
+        watch.more_to_read = True

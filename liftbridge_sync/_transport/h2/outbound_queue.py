@@ -3,9 +3,9 @@ pure-Python twin.
 
 :class:`PyOutboundQueue` and ``_speedups.OutboundQueue`` (``_speedups_outbound.c``) have
 the same interface; :data:`OutboundQueue` is the C one when the speedups are active.
-:class:`~.connection.H2PublishStream` composes one (its lock is the stream's lock) and
-keeps the logic; the publish_async fast path in C (``submit_plain``) queues on the C
-struct directly, under its lock.
+:class:`~.connection.H2PublishStream` composes one (its lock is the stream's lock), and
+its :class:`~.writing.Writer` keeps the logic; the publish_async fast path in C
+(``submit_plain``) queues on the C struct directly, under its lock.
 """
 
 from __future__ import annotations

@@ -3,20 +3,20 @@
 The I/O thread reads every response and hands it over, so a ``publish()`` caller
 waiting for its ack is woken by another thread: one more wake-up, and the hop's
 latency, per call. Instead, a caller whose request just went out takes over reading
-while it waits (:meth:`CallerReads.answer_here`): the socket leaves the I/O thread's
-selector, the caller polls it, reads and hands over whatever arrives (its own ack and
-anybody else's, in order), and gives the socket back once its ack is in or after
-``READ_HERE_FOR``. Only one caller reads at a time, only when its ack is the only
-one due (never for a publish without an ack), and only while no other ``publish()``
-caller waits (:meth:`~liftbridge_sync._publishing.waiting.Waiting.wait` decides): a
-caller reading for the others woke them one at a time, each then wrote its next
-request alone and the broker answered each alone, where the I/O thread hands their
+while it waits (:meth:`CallerReads.answer_here`; the stream composes one): the socket
+leaves the I/O thread's selector, the caller polls it, reads and hands over whatever
+arrives (its own ack and anybody else's, in order), and gives the socket back once its
+ack is in or after ``READ_HERE_FOR``. Only one caller reads at a time, only when its
+ack is the only one due (never for a publish without an ack), and only while no other
+``publish()`` caller waits (:meth:`~liftbridge_sync._publishing.waiting.Waiting.wait`
+decides): a caller reading for the others woke them one at a time, each then wrote its
+next request alone and the broker answered each alone, where the I/O thread hands their
 acks over together and they write together (combining, :mod:`.writing`; with eight
 threads calling ``publish()`` that was a third more messages a second and a third less
 of the broker's CPU, bench/HISTORY.md 2026-11-26 16:00). Whoever hands several acks
-over starts the combining, this caller too. The I/O lock
-still guards every socket and h2 operation, and it is held only while reading, not
-while polling, so other callers keep writing their requests themselves meanwhile.
+over starts the combining, this caller too. The I/O lock still guards every socket and
+h2 operation, and it is held only while reading, not while polling, so other callers
+keep writing their requests themselves meanwhile.
 
 What the I/O thread would have noticed while the caller read is not lost: a window
 the broker opened is used at once (the caller frames what waited for it), a broken
@@ -28,14 +28,16 @@ socket goes back.
 from __future__ import annotations
 
 import select
-import selectors
+import socket
 import threading
 import time
 from collections.abc import Callable
 
+from liftbridge_sync._transport.h2.gathering import AckGathering
+from liftbridge_sync._transport.h2.outbound_queue import OutboundQueueType
 from liftbridge_sync._transport.h2.responses import ResponseReader
 from liftbridge_sync._transport.h2.sockets import ConnectionLost
-from liftbridge_sync._transport.h2.writing import QueuedWrites
+from liftbridge_sync._transport.h2.writing import SocketWatch, Writer
 from liftbridge_sync._wire.publish_codec import Answer
 
 __all__ = ["READ_HERE_FOR", "CallerReads"]
@@ -45,33 +47,92 @@ __all__ = ["READ_HERE_FOR", "CallerReads"]
 READ_HERE_FOR = 0.005
 
 
-class CallerReads(QueuedWrites):
-    """Reading on a ``publish()`` caller's thread (see the module). Thread-safe as
-    :class:`~.connection.H2PublishStream`, whose I/O thread yields the socket to one
-    caller at a time."""
+def _nothing_read() -> None:
+    """The read of a stream that has finished (see :meth:`CallerReads.finished`)."""
 
-    # Whoever holds _io_lock.
-    _reader: ResponseReader
-    _arrived: list[Answer]
-    _more_to_read: bool  # the last read stopped at its bound (see connection._read)
-    #: A caller reads the socket; the I/O thread's selector does not watch it.
-    _reading_here: bool
-    #: What went wrong while a caller read: the I/O thread ends the stream with it.
-    _failed_here: BaseException | None
-    _here_poll: select.poll | None
-    _hand_over_lock: threading.Lock
-    #: A graceful GOAWAY was passed on to the publisher.
-    _drain_told: bool
 
-    def _read(self) -> None:
-        """Read what the socket has (the connection's; see there)."""
-        raise NotImplementedError
+def _nothing_to_act_on() -> bool:
+    return False
 
-    def _take_arrived(self) -> list[Answer]:
-        raise NotImplementedError
 
-    def _hand_over(self, responses: list[Answer], on_io_thread: bool = True) -> None:
-        raise NotImplementedError
+def _nothing_arrived() -> list[Answer]:
+    return []
+
+
+def _nothing_handed_over(responses: list[Answer], on_io_thread: bool) -> None:
+    """Never called: nothing arrives once the stream has finished."""
+
+
+class CallerReads:
+    """Reading on a ``publish()`` caller's thread (see the module), for one publish
+    stream, which composes it and gives it what it works with.
+
+    Args:
+        sock: The stream's socket (polled by the reading caller).
+        io_lock: The stream's I/O lock (socket and h2 work).
+        out: The stream's outbound queue (``done``: the socket is closed).
+        writer: The stream's writer (what a window the broker opened lets out).
+        watch: What the I/O thread's selector watches the socket for; lent to the
+            reading caller meanwhile.
+        gathering: The low-water mark of the socket's reads (the acks due).
+        reader: The stream's response reader (``ended``).
+        read: Reads what the socket has, as the I/O thread would (under ``io_lock``).
+        must_act: Under ``io_lock``, after a read: whether the I/O thread must act at
+            once (the stream's end, or a graceful GOAWAY to pass on).
+        take_arrived: Under ``io_lock``: the responses read so far, with the hand-over
+            lock taken when there are any.
+        hand_over: Emits those responses (outside ``io_lock``; ``False``: not on the
+            I/O thread) and releases the hand-over lock.
+
+    Thread-safe as the stream: its I/O thread yields the socket to one caller at a time,
+    and everything here but ``poll()`` runs under ``io_lock``.
+    """
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        io_lock: threading.Lock,
+        out: OutboundQueueType,
+        writer: Writer,
+        watch: SocketWatch,
+        gathering: AckGathering,
+        reader: ResponseReader,
+        *,
+        read: Callable[[], None],
+        must_act: Callable[[], bool],
+        take_arrived: Callable[[], list[Answer]],
+        hand_over: Callable[[list[Answer], bool], None],
+    ) -> None:
+        self._io_lock = io_lock
+        self._out = out
+        self._writer = writer
+        self._watch = watch
+        self._gathering = gathering
+        self._reader = reader
+        self._read = read
+        self._must_act = must_act
+        self._take_arrived = take_arrived
+        self._hand_over = hand_over
+        #: What went wrong while a caller read: the I/O thread ends the stream with it.
+        #: Under the I/O lock.
+        self.failed_here: BaseException | None = None
+        #: How a reading caller waits for the socket (``None``: no ``poll()`` on this
+        #: platform, so callers never read).
+        self._here_poll: select.poll | None = None
+        if hasattr(select, "poll"):
+            self._here_poll = select.poll()
+            self._here_poll.register(sock.fileno(), select.POLLIN)
+
+    def finished(self) -> None:
+        """Under the I/O lock, once the stream has finished (``done`` set): drop the
+        collaborators that refer back to the stream, so that it is freed by reference
+        counting once nobody holds it (no cycle to collect). A caller calls them only
+        under the I/O lock after seeing ``done`` unset, or hands over what it took so
+        (with the ones it bound before)."""
+        self._read = _nothing_read
+        self._must_act = _nothing_to_act_on
+        self._take_arrived = _nothing_arrived
+        self._hand_over = _nothing_handed_over
 
     def answer_here(self, done: Callable[[], bool]) -> None:
         """Read the connection on the calling thread until ``done()`` or for at most
@@ -81,20 +142,21 @@ class CallerReads(QueuedWrites):
         io_lock = self._io_lock
         if self._here_poll is None or not io_lock.acquire(blocking=False):
             return
+        watch = self._watch
         try:
+            writer = self._writer
             if (
                 self._out.done
-                or self._closing
-                or self._reading_here
-                or self._want_write
-                or self._unsent_pos != len(self._unsent)
+                or writer.closing
+                or watch.reading_here
+                or watch.want_write
+                or writer.unsent_pos != len(writer.unsent)
                 or self._reader.ended
-                or self._failed_here is not None
+                or self.failed_here is not None
                 or self._gathering.due != 1  # exactly the caller's ack
             ):
                 return
-            self._selector.unregister(self._sock)
-            self._reading_here = True
+            watch.lend()
             self._gathering.release()  # any byte wakes this caller
         finally:
             io_lock.release()
@@ -103,14 +165,10 @@ class CallerReads(QueuedWrites):
             stop = self._read_until(done, time.monotonic() + READ_HERE_FOR)
         finally:
             with io_lock:
-                self._reading_here = False
-                if not self._out.done:
-                    events = selectors.EVENT_READ
-                    if self._want_write:
-                        events |= selectors.EVENT_WRITE
-                    self._selector.register(self._sock, events)
-                    if stop or self._failed_here is not None:
-                        self._wake_unless_woken()
+                over = self._out.done
+                watch.take_back(not over)
+                if not over and (stop or self.failed_here is not None):
+                    self._writer.wake_unless_woken()
 
     def _read_until(self, done: Callable[[], bool], deadline: float) -> bool:
         """The caller's reading loop; True when the I/O thread must take over at once
@@ -118,32 +176,40 @@ class CallerReads(QueuedWrites):
         io_lock = self._io_lock
         assert self._here_poll is not None
         poll = self._here_poll.poll
+        out = self._out
+        watch = self._watch
+        writer = self._writer
+        # Bound once (cheaper), and so the ones this caller uses whatever finished() does.
+        read = self._read
+        must_act = self._must_act
+        take_arrived = self._take_arrived
+        hand_over = self._hand_over
         while not done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            if not self._more_to_read and not poll(remaining * 1000.0):
+            if not watch.more_to_read and not poll(remaining * 1000.0):
                 continue
             with io_lock:
-                if self._out.done:  # the socket is closed (its number may be reused)
+                if out.done:  # the socket is closed (its number may be reused)
                     return False
                 try:
-                    self._read()
-                    self._pump()  # a window the broker opened: what waited for it
-                    self._write_out()
+                    read()
+                    writer.pump()  # a window the broker opened: what waited for it
+                    writer.write_out()
                 except Exception as exc:  # the I/O thread ends the stream with it
-                    self._failed_here = exc
+                    self.failed_here = exc
                     stop = True
                 except BaseException:  # interrupted halfway: the connection's state is lost
-                    self._failed_here = ConnectionLost("reading was interrupted")
+                    self.failed_here = ConnectionLost("reading was interrupted")
                     raise
                 else:
                     # The stream's end, or a graceful GOAWAY to pass on, is the I/O
                     # thread's to act on.
-                    stop = self._reader.ended or (self._reader.draining and not self._drain_told)
-                arrived = self._take_arrived()
+                    stop = must_act()
+                arrived = take_arrived()
             if arrived:
-                self._hand_over(arrived, on_io_thread=False)
+                hand_over(arrived, False)
             if stop:
                 return True
             if self._gathering.due <= 0:
