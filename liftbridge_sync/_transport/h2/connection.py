@@ -188,6 +188,7 @@ class H2PublishStream:
         )
         self._reads = reads = CallerReads(
             sock,
+            self._selector,
             self._io_lock,
             self._out,
             writer,
@@ -195,7 +196,7 @@ class H2PublishStream:
             self._gathering,
             self._reader,
             read=self._read,
-            must_act=self._must_act,
+            draining_untold=self._draining_untold,
             take_arrived=self._take_arrived,
             hand_over=self._hand_over,
         )
@@ -422,11 +423,10 @@ class H2PublishStream:
         self._gather_for = self._gathering.plan(quiet and not watch.reading_here)
         return _GO_ON
 
-    def _must_act(self) -> bool:
-        """After a caller's read (:class:`~.reading.CallerReads`): whether the I/O
-        thread must act at once (the stream's end, or a graceful GOAWAY to pass on)."""
-        reader = self._reader
-        return reader.ended or (reader.draining and not self._drain_told)
+    def _draining_untold(self) -> bool:
+        """While the broker drains: whether :class:`StreamDraining` is still to be
+        emitted (a caller that read the GOAWAY leaves that to the I/O thread)."""
+        return not self._drain_told
 
     def _goodbye(self) -> None:
         """Best effort GOAWAY (and whatever else h2 has queued) before closing."""

@@ -28,6 +28,7 @@ socket goes back.
 from __future__ import annotations
 
 import select
+import selectors
 import socket
 import threading
 import time
@@ -51,7 +52,7 @@ def _nothing_read() -> None:
     """The read of a stream that has finished (see :meth:`CallerReads.finished`)."""
 
 
-def _nothing_to_act_on() -> bool:
+def _nothing_untold() -> bool:
     return False
 
 
@@ -69,16 +70,18 @@ class CallerReads:
 
     Args:
         sock: The stream's socket (polled by the reading caller).
+        selector: The I/O thread's selector: the caller takes the socket off it while
+            it reads, and puts it back with the interest ``watch`` notes.
         io_lock: The stream's I/O lock (socket and h2 work).
         out: The stream's outbound queue (``done``: the socket is closed).
         writer: The stream's writer (what a window the broker opened lets out).
-        watch: What the I/O thread's selector watches the socket for; lent to the
-            reading caller meanwhile.
+        watch: What the I/O thread's selector watches the socket for
+            (``reading_here`` is set while a caller reads).
         gathering: The low-water mark of the socket's reads (the acks due).
-        reader: The stream's response reader (``ended``).
+        reader: The stream's response reader (``ended``, ``draining``).
         read: Reads what the socket has, as the I/O thread would (under ``io_lock``).
-        must_act: Under ``io_lock``, after a read: whether the I/O thread must act at
-            once (the stream's end, or a graceful GOAWAY to pass on).
+        draining_untold: Under ``io_lock``, while ``reader`` drains: whether the I/O
+            thread has still to pass the graceful GOAWAY on.
         take_arrived: Under ``io_lock``: the responses read so far, with the hand-over
             lock taken when there are any.
         hand_over: Emits those responses (outside ``io_lock``; ``False``: not on the
@@ -91,6 +94,7 @@ class CallerReads:
     def __init__(
         self,
         sock: socket.socket,
+        selector: selectors.BaseSelector,
         io_lock: threading.Lock,
         out: OutboundQueueType,
         writer: Writer,
@@ -99,10 +103,12 @@ class CallerReads:
         reader: ResponseReader,
         *,
         read: Callable[[], None],
-        must_act: Callable[[], bool],
+        draining_untold: Callable[[], bool],
         take_arrived: Callable[[], list[Answer]],
         hand_over: Callable[[list[Answer], bool], None],
     ) -> None:
+        self._sock = sock
+        self._selector = selector
         self._io_lock = io_lock
         self._out = out
         self._writer = writer
@@ -110,7 +116,7 @@ class CallerReads:
         self._gathering = gathering
         self._reader = reader
         self._read = read
-        self._must_act = must_act
+        self._draining_untold = draining_untold
         self._take_arrived = take_arrived
         self._hand_over = hand_over
         #: What went wrong while a caller read: the I/O thread ends the stream with it.
@@ -130,7 +136,7 @@ class CallerReads:
         under the I/O lock after seeing ``done`` unset, or hands over what it took so
         (with the ones it bound before)."""
         self._read = _nothing_read
-        self._must_act = _nothing_to_act_on
+        self._draining_untold = _nothing_untold
         self._take_arrived = _nothing_arrived
         self._hand_over = _nothing_handed_over
 
@@ -156,7 +162,8 @@ class CallerReads:
                 or self._gathering.due != 1  # exactly the caller's ack
             ):
                 return
-            watch.lend()
+            self._selector.unregister(self._sock)
+            watch.reading_here = True
             self._gathering.release()  # any byte wakes this caller
         finally:
             io_lock.release()
@@ -165,10 +172,14 @@ class CallerReads:
             stop = self._read_until(done, time.monotonic() + READ_HERE_FOR)
         finally:
             with io_lock:
-                over = self._out.done
-                watch.take_back(not over)
-                if not over and (stop or self.failed_here is not None):
-                    self._writer.wake_unless_woken()
+                watch.reading_here = False
+                if not self._out.done:
+                    events = selectors.EVENT_READ
+                    if watch.want_write:
+                        events |= selectors.EVENT_WRITE
+                    self._selector.register(self._sock, events)
+                    if stop or self.failed_here is not None:
+                        self._writer.wake_unless_woken()
 
     def _read_until(self, done: Callable[[], bool], deadline: float) -> bool:
         """The caller's reading loop; True when the I/O thread must take over at once
@@ -181,7 +192,8 @@ class CallerReads:
         writer = self._writer
         # Bound once (cheaper), and so the ones this caller uses whatever finished() does.
         read = self._read
-        must_act = self._must_act
+        reader = self._reader
+        draining_untold = self._draining_untold
         take_arrived = self._take_arrived
         hand_over = self._hand_over
         while not done():
@@ -206,7 +218,7 @@ class CallerReads:
                 else:
                     # The stream's end, or a graceful GOAWAY to pass on, is the I/O
                     # thread's to act on.
-                    stop = must_act()
+                    stop = reader.ended or (reader.draining and draining_untold())
                 arrived = take_arrived()
             if arrived:
                 hand_over(arrived, False)

@@ -68,9 +68,11 @@ def _no_ping() -> None:
 
 class SocketWatch:
     """What the I/O thread's selector watches a publish socket for: reading always,
-    writing while output waits for the socket, nothing while a ``publish()`` caller
-    reads it (:mod:`.reading`); and whether the last read stopped at its bound with
-    more perhaps waiting, which no selector reports (TLS may hold decrypted bytes).
+    writing while output waits for the socket (:meth:`set_want_write`), nothing while a
+    ``publish()`` caller reads it (:class:`~.reading.CallerReads` unregisters it and
+    registers it again itself: no call more on the way of a ``publish()``); and whether
+    the last read stopped at its bound with more perhaps waiting, which no selector
+    reports (TLS may hold decrypted bytes).
 
     Used only by whoever holds the stream's I/O lock. Not thread-safe beyond that.
     """
@@ -95,21 +97,6 @@ class SocketWatch:
         if not self.reading_here:
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
             self._selector.modify(self._sock, events)
-
-    def lend(self) -> None:
-        """A caller reads the socket: the selector stops watching it."""
-        self._selector.unregister(self._sock)
-        self.reading_here = True
-
-    def take_back(self, register: bool) -> None:
-        """The caller is done reading; with ``register`` the selector watches the socket
-        again (not once the stream has finished: the socket is closed)."""
-        self.reading_here = False
-        if register:
-            events = selectors.EVENT_READ
-            if self.want_write:
-                events |= selectors.EVENT_WRITE
-            self._selector.register(self._sock, events)
 
 
 class Writer:
