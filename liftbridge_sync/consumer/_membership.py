@@ -339,9 +339,10 @@ class Membership:
                 if stop.is_set():
                     return
             wait = self._interval
+            round_ = self._round_budget()
             try:
                 try:
-                    response = self._fetch_assignments()
+                    response = self._fetch_assignments()  # within the round: it begins it
                     self.heard_at = time.monotonic()
                     unknown_since = None
                     self.in_doubt = False
@@ -354,19 +355,19 @@ class Membership:
                         )
                 except CoordinatorMismatchError as exc:
                     _log.info("consumer %s: %s; reading the group's metadata", self._who, exc)
-                    wait = 0.0 if self._refresh_group() else _RETRY_WAIT
+                    wait = 0.0 if self._refresh_group(round_) else _RETRY_WAIT
                 except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
                     raise
                 except LiftbridgeError as exc:
                     _log.warning("consumer %s: polling the coordinator failed: %s", self._who, exc)
                     wait = min(_RETRY_WAIT, self._interval)
-                    if not self._safe_refresh() and (
+                    if not self._safe_refresh(round_) and (
                         time.monotonic() - self.heard_at > self._coordinator_timeout
                     ):
-                        self._report_coordinator()
+                        self._report_coordinator(round_)
                         # The report may have completed a majority: a new coordinator
                         # is then named at once; poll it without waiting.
-                        if self._safe_refresh():
+                        if self._safe_refresh(round_):
                             wait = 0.0
             except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
                 # In a cluster a broker may not have applied the join yet: only an
@@ -394,6 +395,19 @@ class Membership:
                 wait = min(_RETRY_WAIT, self._interval)
             if wait > 0:
                 stop.wait(wait)
+
+    def _round_budget(self) -> Budget:
+        """The time of one heartbeat round starting now: its poll and the coordinator
+        calls a failed poll makes (asking for, and reporting, the coordinator).
+
+        One heartbeat interval (a heartbeat call's time if that is longer): each of
+        those calls retried under the whole retry policy (up to ``max_delay``, 10 s by
+        default) made a round overrun the consumer timeout, and the server expired the
+        member. Calls retry on other brokers only within it; the next round, after at
+        most :data:`_RETRY_WAIT`, asks again.
+        """
+        ends = time.monotonic() + max(self._interval, self._call_timeout)
+        return Budget(retry_until=ends, ends=ends)
 
     def _fetch_assignments(
         self, timeout: float | None = None
@@ -454,8 +468,9 @@ class Membership:
             raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
         return address
 
-    def _refresh_group(self) -> bool:
-        """Learn the group's coordinator and epoch; whether either changed.
+    def _refresh_group(self, budget: Budget | None = None) -> bool:
+        """Learn the group's coordinator and epoch, within ``budget`` (the heartbeat
+        round's; default: a round starting now); whether either changed.
 
         The metadata leader is asked (:meth:`_ask_coordinator`, one round trip).
         ``FetchMetadata`` is the fallback only when the server's refusal cannot be read,
@@ -467,17 +482,18 @@ class Membership:
         either: the heartbeat asks again after :data:`_RETRY_WAIT`. After that long a
         silence ``FetchMetadata`` gets only a heartbeat call's time (it answers in time
         when every broker is up); only for an unreadable refusal, where it is the sole
-        way, is it given ``rpc_timeout``.
+        way, is it given ``rpc_timeout``. Neither outlasts ``budget``.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
         began = time.monotonic()
-        found = self._ask_coordinator()
+        budget = self._round_budget() if budget is None else budget
+        found = self._ask_coordinator(budget)
         if found is None:
             fallback = self._metadata_fallback_due(began)
             if fallback is not None:
-                found = self._coordinator_from_metadata(fallback or None)
+                found = self._coordinator_from_metadata(fallback or None, budget)
         _log.debug(
             "consumer %s: coordinator lookup answered %s in %.2fs",
             self._who,
@@ -496,8 +512,10 @@ class Membership:
             _log.info("consumer %s: coordinator %s, epoch %d", self._who, coordinator, epoch)
         return changed
 
-    def _ask_coordinator(self) -> tuple[str, int] | None:
-        """The group's coordinator and epoch as the metadata leader knows them, or None.
+    def _ask_coordinator(self, budget: Budget | None = None) -> tuple[str, int] | None:
+        """The group's coordinator and epoch as the metadata leader knows them, or None
+        (also when ``budget``, the heartbeat round's, default one starting now, has no
+        time left: not asked then).
 
         A ``ReportConsumerGroupCoordinator`` naming a coordinator and epoch the group
         cannot have is always refused, with the current ones in the refusal ("Coordinator
@@ -516,12 +534,17 @@ class Membership:
             coordinator=_PROBE_COORDINATOR,
             epoch=_PROBE_EPOCH,
         )
+        budget = self._round_budget() if budget is None else budget
+        if budget.ends <= time.monotonic():
+            return None  # the round's time is up: not an unanswered ask
         try:
             self._core.call_any(
                 rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
                 request,
                 context=CallContext.GROUP,
                 timeout=self._call_timeout,
+                deadline=budget.ends,
+                retry_until=budget.retry_until,
             )
         except CoordinatorMismatchError as exc:
             match = _CURRENT_COORDINATOR.search(exc.details or "")
@@ -559,19 +582,25 @@ class Membership:
             return self._call_timeout
         return None
 
-    def _coordinator_from_metadata(self, timeout: float | None) -> tuple[str, int] | None:
+    def _coordinator_from_metadata(
+        self, timeout: float | None, budget: Budget
+    ) -> tuple[str, int] | None:
         """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
 
         Args:
             timeout: Seconds each attempt may take (``None``: ``rpc_timeout``).
+            budget: The heartbeat round's: no attempt outlasts it.
 
         Raises:
             ConsumerGroupNotFoundError: if the group no longer exists.
+            DeadlineExceededError: ``budget`` had no time left.
         """
         response = self._core.call_any(
             rpcs.FETCH_METADATA,
             api_pb2.FetchMetadataRequest(groups=[self._group]),
             timeout=timeout,
+            deadline=budget.ends,
+            retry_until=budget.retry_until,
         )
         for group in response.groupMetadata:
             if group.groupId != self._group:
@@ -581,16 +610,21 @@ class Membership:
             return group.coordinator, int(group.epoch)
         return None
 
-    def _safe_refresh(self) -> bool:
+    def _safe_refresh(self, budget: Budget | None = None) -> bool:
         try:
-            return self._refresh_group()
+            return self._refresh_group(budget)
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
             _log.warning("consumer %s: no group metadata: %s", self._who, exc)
             return False
 
-    def _report_coordinator(self) -> None:
+    def _report_coordinator(self, budget: Budget | None = None) -> None:
+        """Report the coordinator as unreachable, within ``budget`` (the round's;
+        default: a round starting now)."""
+        budget = self._round_budget() if budget is None else budget
+        if budget.ends <= time.monotonic():
+            return  # the round's time is up: the next round reports it
         with self._lock:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         _log.warning(
@@ -608,6 +642,8 @@ class Membership:
                 request,
                 context=CallContext.GROUP,
                 timeout=self._call_timeout,
+                deadline=budget.ends,
+                retry_until=budget.retry_until,
             )
         except CoordinatorMismatchError:
             pass  # already replaced
