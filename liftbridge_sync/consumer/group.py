@@ -228,12 +228,22 @@ class Consumer:
                 of threads; ``RuntimeError`` as ``__cause__``): the member left the
                 group again and its threads were joined.
 
-        Any other exception once the member has joined (a ``KeyboardInterrupt`` while
-        the threads start) also makes it leave the group and join its threads before
-        it propagates.
+        Any other exception once the server may have applied the join (a
+        ``KeyboardInterrupt`` while its answer is on its way, or while the threads
+        start) also makes the member leave the group and join its threads before it
+        propagates.
         """
         self._refuse_if_forked()
-        self._membership.join()
+        try:
+            self._membership.join()
+        except LiftbridgeError:
+            raise  # refused, or failed for good: no member to leave
+        except BaseException:
+            # A Ctrl-C while the answer was on its way: the server may have applied the
+            # join, and the member would hold partitions nobody reads until the server's
+            # consumer timeout (and its id be refused as "already a member").
+            self.close()
+            raise
         # The threads hold this consumer weakly: one dropped without close() is then
         # collected, and its __del__ hands it to the heartbeat thread to close.
         ref = weakref.ref(self)

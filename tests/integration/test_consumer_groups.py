@@ -15,6 +15,7 @@ import types
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -35,6 +36,7 @@ from liftbridge_sync import (
     StartAt,
 )
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
@@ -43,6 +45,7 @@ from liftbridge_sync.consumer._mailbox import PartitionReader
 from liftbridge_sync.models import PartitionMetadata
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import LiftbridgeServer
+from tests.signals import signal_another_thread
 from tests.waiting import wait_until
 
 from .conftest import unique
@@ -1288,6 +1291,40 @@ def test_a_member_interrupted_while_its_threads_start_leaves_the_group(
     # It left the group: another member is given every partition (not half of them).
     with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m2") as other:
         assert other.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+
+def test_a_member_interrupted_as_its_join_is_answered_leaves_the_group(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch, raising_handler: threading.Event
+) -> None:
+    # A fault: Ctrl-C (here SIGUSR1's handler, given to another thread) while the answer
+    # to a join the server applied is on its way. The member stayed in the group, holding
+    # partitions nobody read, until the server's consumer timeout; joining again under
+    # its id was refused ("already a member").
+    answered = threading.Event()
+    released = threading.Event()
+    call_any = client._core.call_any
+
+    def held(rpc: Any, request: Any, **kwargs: Any) -> Any:
+        response = call_any(rpc, request, **kwargs)
+        if rpc is rpcs.JOIN_CONSUMER_GROUP:
+            answered.set()
+            wait_event(released, 30.0)  # in slices: the signal's handler runs within one
+        return response
+
+    monkeypatch.setattr(client._core, "call_any", held)
+    group = unique("g")
+    signal_another_thread(
+        lambda: client.consumer(group, streams=[stream], auto_commit=1.0, consumer_id="m1"),
+        unblock=released.set,
+        what="the join",
+        ready=answered.is_set,
+    )
+    raising_handler.set()
+    monkeypatch.undo()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+    # It left the group: it may join again under its id, and is given every partition.
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as again:
+        assert again.wait_for_assignment(15) == {(stream, p) for p in ALL}
 
 
 def test_close_waits_for_readers_stuck_in_a_call_within_one_deadline_for_all(
