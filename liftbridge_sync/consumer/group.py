@@ -116,7 +116,8 @@ class Consumer:
 
     Its threads hold it only weakly: a consumer dropped without :meth:`close` is
     collected, and its heartbeat thread then closes it at its next poll (within
-    0.4 × the consumer timeout), with a WARNING, so that it leaves the group.
+    0.4 × the consumer timeout), with a WARNING, so that it leaves the group; a
+    ``Client.close()`` before then closes it and joins its threads itself.
 
     Thread-safe: iterate from one thread; :meth:`commit` and :meth:`close` may be called
     from any thread.
@@ -212,9 +213,10 @@ class Consumer:
         #: An automatic commit was withheld and nothing was committed since (one log
         #: line per silence). Guarded by the lock.
         self._withholding = False
-        #: This consumer, put back by __del__ when dropped without close(): the
-        #: heartbeat thread, which holds it only weakly, closes it at its next turn.
-        self._dropped: collections.deque[Consumer] = collections.deque()
+        #: Where __del__ puts this consumer back when it was dropped without close():
+        #: the heartbeat thread, which holds it only weakly, closes it at its next
+        #: turn, or Client.close() does first.
+        self._dropped = Dropped()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -269,12 +271,17 @@ class Consumer:
             reconcile,
             fail,
             rejoin if self._rejoin else None,
-            functools.partial(_close_dropped, self._dropped),
+            self._dropped.tend,
         )
         try:
             self._heartbeat_thread = self._start_thread(
                 f"liftbridge-consumer-{self._group}", heartbeat
             )
+            self._dropped.watch(self._heartbeat_thread, self._close_bound())
+            # Held weakly by the client as by the heartbeat thread strongly: once this
+            # consumer was collected (the client's weak reference to it gone with it),
+            # Client.close() still finds it there, and closes it and joins its threads.
+            self._core.register(self._dropped)
             if self._auto_commit is not None:
                 commit_loop = functools.partial(
                     _commit_loop, ref, self._stop, self._commits.handed_off, self._auto_commit
@@ -427,9 +434,7 @@ class Consumer:
         current = threading.current_thread()
         if current is self._closer or current in self._threads:
             return
-        options = self._core.options
-        policy = max(options.retry.max_delay, options.rpc_timeout)
-        bound = options.rpc_timeout * 2 + 1.0 + policy * 2 + self._membership.consumer_timeout
+        bound = self._close_bound()
         if not self._close_done.wait(bound):
             _log.warning(
                 "consumer %s: close() returns without waiting longer than %.1fs for "
@@ -437,6 +442,12 @@ class Consumer:
                 self._who,
                 bound,
             )
+
+    def _close_bound(self) -> float:
+        """Seconds a close() takes at most, every call it makes timing out."""
+        options = self._core.options
+        policy = max(options.retry.max_delay, options.rpc_timeout)
+        return options.rpc_timeout * 2 + 1.0 + policy * 2 + self._membership.consumer_timeout
 
     def _close(self, readers: list[PartitionReader], dropped: bool) -> None:
         """The first close(): ``readers`` are those shut out of the assignment."""
@@ -495,7 +506,7 @@ class Consumer:
         attrs = self.__dict__
         if attrs.get("_heartbeat_thread") is not None and not attrs.get("_closed", True):
             if not self._core.forked:  # the threads are the parent's
-                self._dropped.append(self)
+                self._dropped.put(self)
 
     def __enter__(self) -> Consumer:
         return self
@@ -718,23 +729,71 @@ class Consumer:
         self._membership.rejoin(new, self._stop)
 
 
-def _close_dropped(dropped: collections.deque[Consumer]) -> None:
-    """Close the consumer its ``__del__`` put in ``dropped``, if any (heartbeat thread).
+class Dropped:
+    """Where a consumer dropped without close() waits to be closed.
 
-    Otherwise it would stay in its group, holding partitions nobody reads, until
-    ``Client.close()``. Registered again first: the collector may have taken it off the
-    client, whose close() then waits for this one instead of ending before it.
+    Its ``__del__`` puts it here (:meth:`put`: no lock, no thread); the heartbeat
+    thread closes it before its next poll (:meth:`tend`), or ``Client.close()`` does
+    first (:meth:`close`: the client holds this weakly, the heartbeat thread strongly).
+    Otherwise the member would stay in its group, holding partitions nobody reads, and
+    its threads outlive ``Client.close()`` by up to a heartbeat interval.
+
+    Thread-safe: the consumer is taken out by one atomic ``popleft``; whoever takes it
+    closes it.
     """
-    try:
-        consumer = dropped.popleft()
-    except IndexError:
-        return
-    _log.warning("consumer %s: dropped without close(): closing", consumer._who)
-    try:
-        consumer._core.register(consumer)
-    except ClientClosedError:
-        return  # closed by register(), as by Client.close()
-    consumer.close()
+
+    close_accepts_timeout = False
+
+    def __init__(self) -> None:
+        self._queue: collections.deque[Consumer] = collections.deque()
+        #: The consumer's heartbeat thread, and how long its close() may take.
+        self._heartbeat: threading.Thread | None = None
+        self._bound = 0.0
+        #: Set once a consumer was taken out to be closed.
+        self._taken = False
+
+    def watch(self, heartbeat: threading.Thread, bound: float) -> None:
+        """The heartbeat thread :meth:`close` joins while it closes a dropped consumer."""
+        self._heartbeat, self._bound = heartbeat, bound
+
+    def put(self, consumer: Consumer) -> None:
+        """Hand over ``consumer``, collected without close() (its ``__del__``)."""
+        self._queue.append(consumer)  # atomic: the collector may hold any lock
+
+    def _take(self) -> Consumer | None:
+        try:
+            consumer = self._queue.popleft()
+        except IndexError:
+            return None
+        self._taken = True
+        _log.warning("consumer %s: dropped without close(): closing", consumer._who)
+        return consumer
+
+    def tend(self) -> None:
+        """Close the consumer handed over, if any (the heartbeat thread, before a poll).
+
+        Registered again first: the collector may have taken it off the client, whose
+        close() then waits for this one instead of ending before it.
+        """
+        consumer = self._take()
+        if consumer is None:
+            return
+        try:
+            consumer._core.register(consumer)
+        except ClientClosedError:
+            return  # closed by register(), as by Client.close()
+        consumer.close()
+
+    def close(self) -> None:
+        """``Client.close()``: close the consumer handed over and join its threads; if
+        its heartbeat thread is closing it already, wait for that to end."""
+        consumer = self._take()
+        if consumer is not None:
+            consumer.close()
+            return
+        heartbeat = self._heartbeat
+        if self._taken and heartbeat is not None and heartbeat is not threading.current_thread():
+            heartbeat.join(self._bound)
 
 
 def _commit_loop(

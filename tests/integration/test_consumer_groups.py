@@ -1441,3 +1441,28 @@ def test_a_member_dropped_without_close_leaves_and_its_partitions_move(
     finally:
         b.close()
     assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+
+
+@pytest.mark.parametrize("in_a_cycle", [False, True], ids=["refcount", "collector"])
+def test_client_close_closes_a_member_dropped_without_close_and_joins_its_threads(
+    group_server: LiftbridgeServer, stream: str, caplog: pytest.LogCaptureFixture, in_a_cycle: bool
+) -> None:
+    # A consumer collected without close() waits for its heartbeat thread to close it at
+    # the next poll (0.8 s here); freed by the collector, the client no longer held it,
+    # so Client.close() returned with its threads still running for up to that long.
+    client = Client(group_server.address)
+    try:
+        held = [client.consumer(unique("g"), streams=[stream], auto_commit=5.0)]
+        held[0].wait_for_assignment(15)
+        own = list(held[0]._threads)  # its heartbeat and commit threads
+        if in_a_cycle:
+            held[0].cycle = [held[0]]  # type: ignore[attr-defined]
+        with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
+            held.clear()  # without close()
+            gc.collect()
+            client.close()
+        assert [t.name for t in own if t.is_alive()] == []
+        if in_a_cycle:  # else the client may still hold it, and closes it unawares
+            assert "dropped without close(): closing" in caplog.text
+    finally:
+        client.close()
