@@ -2,10 +2,15 @@
 
 * :mod:`.group`: :class:`Consumer`, a group member that reads its assigned partitions
   as one iterator and commits positions as cursors under ``__group:<group>``.
+* :mod:`._settings`: the consumer's arguments, checked.
 * :mod:`._membership`: joining, the heartbeat poll, coordinator failover, leaving.
+* :mod:`._standing`: what each polled answer does: the assignment applied, a member
+  the server dropped joining again or failing.
 * :mod:`._readers`: a reader thread per assigned partition, kept in line with the
   group's assignment.
 * :mod:`._commits`: the delivered, processed and committed positions; the commits.
+* :mod:`._autocommit`: the automatic commits and the thread making them.
+* :mod:`._dropped`: where a consumer dropped without close() waits to be closed.
 * :mod:`._mailbox`: the partition readers' records and the queue between them and the
   iterator.
 * :mod:`._stats`: the counters behind :meth:`Consumer.stats`.

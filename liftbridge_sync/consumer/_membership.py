@@ -134,7 +134,7 @@ class Membership:
         self._left = False
 
     @property
-    def _who(self) -> str:
+    def who(self) -> str:
         """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
         return f"{self._group}/{self._consumer_id}"
 
@@ -211,7 +211,7 @@ class Membership:
                 self._leave_if_left()
                 return
             except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
-                _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
             except ServerError as exc:
                 if "already" in (exc.details or "").lower():
                     # The id is a member after all (a broker had not applied the join
@@ -221,7 +221,7 @@ class Membership:
                     return
                 if type(exc) is not ServerError:
                     raise  # a precise refusal: invalid or unsupported
-                _log.warning("consumer %s: rejoining failed: %s; retrying", self._who, exc)
+                _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
             stop.wait(_RETRY_WAIT)
 
     def _leave_if_left(self) -> None:
@@ -234,7 +234,7 @@ class Membership:
         with self._lock:
             left = self._left
         if left:
-            _log.info("consumer %s: rejoined while closing; leaving again", self._who)
+            _log.info("consumer %s: rejoined while closing; leaving again", self.who)
             self.leave()
 
     def leave(self) -> None:
@@ -252,7 +252,7 @@ class Membership:
                 "ago, so the server may be expiring this member right now, and a v1.9.0 "
                 "server crashes on a leave at that moment; its consumer timeout (%.1fs) "
                 "removes the member instead",
-                self._who,
+                self.who,
                 time.monotonic() - self.heard_at,
                 self._consumer_timeout,
             )
@@ -267,7 +267,7 @@ class Membership:
         except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
             pass  # already out of the group
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: leaving the group failed: %s", self._who, exc)
+            _log.warning("consumer %s: leaving the group failed: %s", self.who, exc)
 
     def _leave_deadline(self) -> float | None:
         """When a leave must have ended, or ``None`` if this member must not leave.
@@ -313,7 +313,7 @@ class Membership:
             self._heartbeat(stop, reconcile, fail, rejoin, tend)
         except BaseException as exc:  # never die silently: the iterator raises it
             if not stop.is_set():
-                _log.exception("consumer %s: heartbeat thread failed", self._who)
+                _log.exception("consumer %s: heartbeat thread failed", self.who)
                 error = exc
                 if not isinstance(exc, LiftbridgeError):  # e.g. out of threads
                     error = InternalThreadError(
@@ -351,15 +351,15 @@ class Membership:
                     took = time.monotonic() - began
                     if took > self._call_timeout:
                         _log.debug(
-                            "consumer %s: applying the assignment took %.2fs", self._who, took
+                            "consumer %s: applying the assignment took %.2fs", self.who, took
                         )
                 except CoordinatorMismatchError as exc:
-                    _log.info("consumer %s: %s; reading the group's metadata", self._who, exc)
+                    _log.info("consumer %s: %s; reading the group's metadata", self.who, exc)
                     wait = 0.0 if self._refresh_group(round_) else _RETRY_WAIT
                 except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
                     raise
                 except LiftbridgeError as exc:
-                    _log.warning("consumer %s: polling the coordinator failed: %s", self._who, exc)
+                    _log.warning("consumer %s: polling the coordinator failed: %s", self.who, exc)
                     wait = min(_RETRY_WAIT, self._interval)
                     if not self._safe_refresh(round_) and (
                         time.monotonic() - self.heard_at > self._coordinator_timeout
@@ -379,7 +379,7 @@ class Membership:
                     if stop.is_set():
                         return
                     if rejoin is None:
-                        _log.error("consumer %s: dropped by the server: %s", self._who, exc)
+                        _log.error("consumer %s: dropped by the server: %s", self.who, exc)
                         fail(exc)
                         return
                     rejoin(exc)
@@ -391,7 +391,7 @@ class Membership:
             except ClientClosedError:
                 return
             except LiftbridgeError as exc:
-                _log.warning("consumer %s: %s", self._who, exc)
+                _log.warning("consumer %s: %s", self.who, exc)
                 wait = min(_RETRY_WAIT, self._interval)
             if wait > 0:
                 stop.wait(wait)
@@ -496,7 +496,7 @@ class Membership:
                 found = self._coordinator_from_metadata(fallback or None, budget)
         _log.debug(
             "consumer %s: coordinator lookup answered %s in %.2fs",
-            self._who,
+            self.who,
             found,
             time.monotonic() - began,
         )
@@ -509,7 +509,7 @@ class Membership:
                 self._counters.coordinator_changes += 1
             self.coordinator, self.epoch = coordinator, epoch
         if changed:
-            _log.info("consumer %s: coordinator %s, epoch %d", self._who, coordinator, epoch)
+            _log.info("consumer %s: coordinator %s, epoch %d", self.who, coordinator, epoch)
         return changed
 
     def _ask_coordinator(self, budget: Budget | None = None) -> tuple[str, int] | None:
@@ -551,13 +551,13 @@ class Membership:
             if match is not None:
                 self._unanswered_since = None
                 return match.group(1), int(match.group(2))
-            _log.debug("consumer %s: unexpected refusal: %s", self._who, exc)
+            _log.debug("consumer %s: unexpected refusal: %s", self.who, exc)
             self._unreadable = True
             return None
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
-            _log.debug("consumer %s: asking for the coordinator failed: %s", self._who, exc)
+            _log.debug("consumer %s: asking for the coordinator failed: %s", self.who, exc)
         if self._unanswered_since is None:
             self._unanswered_since = time.monotonic()
         return None
@@ -616,7 +616,7 @@ class Membership:
         except ConsumerGroupNotFoundError:
             raise
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: no group metadata: %s", self._who, exc)
+            _log.warning("consumer %s: no group metadata: %s", self.who, exc)
             return False
 
     def _report_coordinator(self, budget: Budget | None = None) -> None:
@@ -629,7 +629,7 @@ class Membership:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
         _log.warning(
             "consumer %s: coordinator %s unreachable for %.1fs; reporting it",
-            self._who,
+            self.who,
             coordinator,
             self._coordinator_timeout,
         )
@@ -648,4 +648,4 @@ class Membership:
         except CoordinatorMismatchError:
             pass  # already replaced
         except LiftbridgeError as exc:
-            _log.warning("consumer %s: reporting the coordinator failed: %s", self._who, exc)
+            _log.warning("consumer %s: reporting the coordinator failed: %s", self.who, exc)

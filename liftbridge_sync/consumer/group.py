@@ -20,60 +20,58 @@ The protocol (server ``groups.go``, go-liftbridge ``consumer.go``):
   configured start position when it has no cursor.
 * ``LeaveConsumerGroup`` on close.
 
-This module is the :class:`Consumer` itself: arguments, lifecycle, iteration, and what
-a rejoin renews; the parts it composes share its lock. The group RPCs and the heartbeat
-poll are :mod:`._membership`'s; the reader thread per assigned partition, kept in line
-with each polled assignment, is :mod:`._readers`'s; the delivered, processed and
-committed positions and the commits are :mod:`._commits`'s; the queue between the
-readers and the iterator is :mod:`._mailbox`'s. Thread-safe as :class:`Consumer` says.
+This module is the :class:`Consumer` itself: its threads and lifecycle, iteration and
+commits; the parts it composes share its lock. Its arguments are checked by
+:mod:`._settings`; the group RPCs and the heartbeat poll are :mod:`._membership`'s;
+what each polled answer does (the assignment applied, a dropped member rejoining or
+failing) is :mod:`._standing`'s; the reader thread per assigned partition is
+:mod:`._readers`'s; the delivered, processed and committed positions and the commits
+are :mod:`._commits`'s, the automatic commits and their thread :mod:`._autocommit`'s;
+the queue between the readers and the iterator is :mod:`._mailbox`'s; a consumer
+dropped without close() waits in :mod:`._dropped`. Thread-safe as :class:`Consumer`
+says.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 import logging
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Concatenate, ParamSpec
 
-from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import (
-    check_id,
-    check_int,
-    check_name,
-    check_optional_text,
-    check_timeout,
-)
+from liftbridge_sync._wire.validate import check_int, check_timeout
+from liftbridge_sync.consumer._autocommit import AutoCommits
+from liftbridge_sync.consumer._autocommit import commit_loop as _commit_loop
 from liftbridge_sync.consumer._commits import Commits
+from liftbridge_sync.consumer._dropped import Dropped
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
+from liftbridge_sync.consumer._settings import Settings
+from liftbridge_sync.consumer._standing import Standing
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
 from liftbridge_sync.errors import (
-    ArgumentTypeError,
     ClientClosedError,
-    ConfigurationError,
     ConsumerGroupNotFoundError,
     InternalThreadError,
     LiftbridgeError,
     NotGroupMemberError,
 )
 from liftbridge_sync.models import Message
-from liftbridge_sync.positions import StartAt, StartKind
+from liftbridge_sync.positions import StartAt
 
 __all__ = ["CONSUMER_BUFFER", "Consumer", "group_cursor_id"]
 
 _log = logging.getLogger("liftbridge_sync.consumer")
+_P = ParamSpec("_P")
 
 #: Messages buffered between the partition readers and the iterating thread.
 CONSUMER_BUFFER = 1024
-_START_KINDS = (StartKind.EARLIEST, StartKind.LATEST, StartKind.NEW_ONLY)
 
 
 def group_cursor_id(group: str) -> str:
@@ -137,37 +135,19 @@ class Consumer:
         buffer: int = CONSUMER_BUFFER,
         rejoin: bool = True,
     ) -> None:
-        check_id("group", group)  # its cursors are keyed "__group:<group>,<stream>,..."
-        if isinstance(streams, str | bytes) or not isinstance(streams, Iterable):
-            raise ArgumentTypeError(
-                f"'streams' must be a sequence of stream names, got {type(streams).__name__}"
-            )
-        self._streams = tuple(check_name("streams", s) for s in streams)
-        if not self._streams:
-            raise ConfigurationError("'streams' must be a non-empty sequence of stream names")
-        check_optional_text("consumer_id", consumer_id)
-        start = StartAt.new_only() if start is None else start
-        if not isinstance(start, StartAt) or start.kind not in _START_KINDS:
-            raise ConfigurationError(
-                "'start' must be StartAt.earliest(), StartAt.latest() or StartAt.new_only(): "
-                "where partitions without a committed cursor begin"
-            )
-        # None: manual commits only. inf is no interval (check_timeout would read it as
-        # None, and nothing would be committed at all, not even on revoke or close).
-        interval = (
-            None
-            if auto_commit is None
-            else check_seconds("auto_commit", auto_commit, allow_zero=False, unlimited=False)
+        settings = Settings.check(
+            group,
+            streams,
+            consumer_id=consumer_id,
+            start=start,
+            auto_commit=auto_commit,
+            buffer=buffer,
+            rejoin=rejoin,
         )
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
-            raise ConfigurationError("'buffer' must be an int >= 1")
-        if not isinstance(rejoin, bool):
-            raise ConfigurationError("'rejoin' must be a bool")
+        self._streams = settings.streams
+        interval = settings.auto_commit
         self._core = core
         self._group = group
-        self._consumer_id = consumer_id or uuid.uuid4().hex
-        #: A generated id is replaced on a rejoin; one the user chose is kept.
-        self._generated_id = consumer_id is None
         self._rejoin = rejoin
         self._auto_commit = interval
         self._cursor_id = group_cursor_id(group)
@@ -180,22 +160,22 @@ class Consumer:
         #: cursor leader found the coordinator "silent" and withheld the final commit.
         self._stop_polling = threading.Event()
         self._heartbeat_thread: threading.Thread | None = None
-        self._closed = False
         #: The thread of the first close(), and set once it ended: a second close()
         #: waits for it.
         self._closer: threading.Thread | None = None
         self._close_done = threading.Event()
-        self._mailbox = Mailbox(buffer)
+        self._mailbox = Mailbox(settings.buffer)
         self._counters = Counters()
+        consumer_id = consumer_id or uuid.uuid4().hex
         self._membership = Membership(
-            core, group, self._consumer_id, self._streams, self._lock, self._counters
+            core, group, consumer_id, self._streams, self._lock, self._counters
         )
         self._commits = Commits(core, self._cursor_id, self._lock)
         self._readers = Readers(
             core,
             group,
-            self._consumer_id,
-            start,
+            consumer_id,
+            settings.start,
             lock=self._lock,
             stop=self._stop,
             mailbox=self._mailbox,
@@ -204,15 +184,26 @@ class Consumer:
             counters=self._counters,
             commit_on_revoke=interval is not None,
         )
-        #: Set once a poll answer was applied, or on close or failure: what
-        #: wait_for_assignment() waits for.
-        self._settled = threading.Event()
-        self._answered = False
-        self._failure: BaseException | None = None
+        self._standing = Standing(
+            group,
+            consumer_id,
+            generated=settings.consumer_id is None,
+            lock=self._lock,
+            stop=self._stop,
+            mailbox=self._mailbox,
+            membership=self._membership,
+            readers=self._readers,
+            commits=self._commits,
+            counters=self._counters,
+        )
         self._threads: list[threading.Thread] = []
-        #: An automatic commit was withheld and nothing was committed since (one log
-        #: line per silence). Guarded by the lock.
-        self._withholding = False
+        self._autocommit = AutoCommits(
+            lock=self._lock,
+            membership=self._membership,
+            commits=self._commits,
+            readers=self._readers,
+            counters=self._counters,
+        )
         #: Where __del__ puts this consumer back when it was dropped without close():
         #: the heartbeat thread, which holds it only weakly, closes it at its next
         #: turn, or Client.close() does first.
@@ -249,28 +240,12 @@ class Consumer:
         # The threads hold this consumer weakly: one dropped without close() is then
         # collected, and its __del__ hands it to the heartbeat thread to close.
         ref = weakref.ref(self)
-
-        def reconcile(assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> None:
-            consumer = ref()
-            if consumer is not None:
-                consumer._reconcile(assignments, epoch)
-
-        def fail(error: BaseException) -> None:
-            consumer = ref()
-            if consumer is not None:
-                consumer._fail(error)
-
-        def rejoin(error: BaseException) -> None:
-            consumer = ref()
-            if consumer is not None:
-                consumer._rejoin_group(error)
-
         heartbeat = functools.partial(
             self._membership.heartbeat,
             self._stop_polling,
-            reconcile,
-            fail,
-            rejoin if self._rejoin else None,
+            _on_standing(ref, Standing.reconcile),
+            _on_standing(ref, Standing.fail),
+            _on_standing(ref, Standing.rejoin) if self._rejoin else None,
             self._dropped.tend,
         )
         try:
@@ -284,7 +259,11 @@ class Consumer:
             self._core.register(self._dropped)
             if self._auto_commit is not None:
                 commit_loop = functools.partial(
-                    _commit_loop, ref, self._stop, self._commits.handed_off, self._auto_commit
+                    _commit_loop,
+                    functools.partial(_auto_commits_of, ref),
+                    self._stop,
+                    self._commits.handed_off,
+                    self._auto_commit,
                 )
                 self._start_thread(f"liftbridge-consumer-commit-{self._group}", commit_loop)
         except BaseException as exc:
@@ -314,12 +293,12 @@ class Consumer:
     def consumer_id(self) -> str:
         """This member's id (generated unless given; a generated one changes on a rejoin)."""
         with self._lock:
-            return self._consumer_id
+            return self._standing.consumer_id
 
     @property
     def _who(self) -> str:
         """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
-        return f"{self._group}/{self._consumer_id}"
+        return f"{self._group}/{self._standing.consumer_id}"
 
     @property
     def cursor_id(self) -> str:
@@ -339,10 +318,10 @@ class Consumer:
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
-        return self._closed
+        return self._standing.closed
 
     def _refuse_if_forked(self) -> None:
-        self._core.refuse_if_forked(f"consumer {self._group}/{self._consumer_id}")
+        self._core.refuse_if_forked(f"consumer {self._group}/{self._standing.consumer_id}")
 
     def assignment(self) -> frozenset[tuple[str, int]]:
         """The (stream, partition) pairs currently assigned to and read by this member."""
@@ -376,15 +355,7 @@ class Consumer:
         """
         self._refuse_if_forked()
         seconds = check_timeout("timeout", timeout)
-        # In slices: a Ctrl-C the kernel gave another thread is handled within one.
-        if not wait_event(self._settled, seconds):
-            raise TimeoutError("no assignment arrived within the timeout")
-        with self._lock:
-            answered, closed, failure = self._answered, self._closed, self._failure
-        if closed:
-            raise ClientClosedError(f"consumer {self._group} was closed")
-        if not answered and failure is not None:
-            raise failure
+        self._standing.wait(seconds)
         return self.assignment()
 
     def stats(self) -> ConsumerStats:
@@ -408,15 +379,15 @@ class Consumer:
         only marks this object closed: the member and its threads are the parent's.
         """
         if self._core.forked:
-            self._closed = True
+            self._standing.closed = True
             return
         with self._lock:
-            first = not self._closed
+            first = not self._standing.closed
             if first:
-                self._closed = True
+                self._standing.closed = True
                 self._closer = threading.current_thread()
                 readers = self._readers.shut()
-                failure = self._failure
+                failure = self._standing.failure
         if not first:
             self._wait_for_close()
             return
@@ -453,7 +424,7 @@ class Consumer:
         """The first close(): ``readers`` are those shut out of the assignment."""
         self._stop.set()
         self._commits.handed_off.set()  # wakes the commit thread
-        self._settled.set()
+        self._standing.settled.set()
         # The iteration ends now, not once the threads below were joined (up to the
         # deadline) and the final commit made: nothing it could still hand out would
         # count (the readers are shut), and a second close() (Client.close()'s) still
@@ -474,15 +445,8 @@ class Consumer:
         running += self._readers.join_stopped(deadline)  # stopped by the heartbeat meanwhile
         # The heartbeat still polls: the member stays in the group (and may commit)
         # however long the wait above was.
-        if self._auto_commit is not None and self._may_auto_commit("final commit"):
-            self._commits.hand_off(self._membership.may_commit)  # partitions taken away
-            try:
-                self._commits.commit(
-                    ((r.stream, r.partition) for r in readers),
-                    allowed=self._membership.may_commit,
-                )
-            except LiftbridgeError as exc:
-                _log.warning("consumer %s: final commit failed: %s", self._who, exc)
+        if self._auto_commit is not None:
+            self._autocommit.final((r.stream, r.partition) for r in readers)
         self._stop_polling.set()
         if heartbeat is not None and heartbeat is not current:
             heartbeat.join(max(0.0, deadline - time.monotonic()))
@@ -504,7 +468,12 @@ class Consumer:
         # consumer back where its heartbeat thread finds it (an atomic append). A
         # consumer that never started its threads, or was closed, has nothing to end.
         attrs = self.__dict__
-        if attrs.get("_heartbeat_thread") is not None and not attrs.get("_closed", True):
+        standing = attrs.get("_standing")
+        if (
+            attrs.get("_heartbeat_thread") is not None
+            and standing is not None
+            and not standing.closed
+        ):
             if not self._core.forked:  # the threads are the parent's
                 self._dropped.put(self)
 
@@ -517,8 +486,8 @@ class Consumer:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"epoch={self._membership.epoch}"
-        return f"<Consumer {self._group}/{self._consumer_id} {state}>"
+        state = "closed" if self._standing.closed else f"epoch={self._membership.epoch}"
+        return f"<Consumer {self._group}/{self._standing.consumer_id} {state}>"
 
     # ------------------------------------------------------------------ iteration
 
@@ -570,23 +539,6 @@ class Consumer:
             self._counters.delivered += len(batch)
         return [msg for _, msg in batch]
 
-    def _fail(self, error: BaseException) -> None:
-        """End the membership: the iterator and wait_for_assignment() raise ``error``.
-
-        The readers stop, without committing, and what they delivered no longer
-        counts: the server gave their partitions to others (or the group is gone), and
-        the readers would otherwise read on (the server does not end a dropped member's
-        streams), keep the error from ever being raised, and commit over the new
-        owners' cursors."""
-        with self._lock:
-            self._failure = error
-            readers = self._readers.drop_all(self._consumer_id)
-            self._commits.clear()
-        self._mailbox.fail(error)
-        self._settled.set()
-        for reader in readers:
-            self._readers.stop(reader)
-
     # ------------------------------------------------------------------ commits
 
     def commit(self) -> dict[tuple[str, int], int]:
@@ -607,7 +559,7 @@ class Consumer:
             ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
-        if self._closed:
+        if self._standing.closed:
             # Its readers are gone: returning {} would look like "nothing to commit".
             raise ClientClosedError(
                 f"consumer {self._group} was closed: nothing was committed (with "
@@ -624,198 +576,29 @@ class Consumer:
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
         """Per assigned partition ``(stream, partition, last delivered, "consumer")``."""
         with self._lock:
-            if self._closed:
+            if self._standing.closed:
                 return []
             delivered = self._commits.delivered_positions()
             keys = sorted(self._readers)
         return [(stream, p, delivered.get((stream, p)), "consumer") for stream, p in keys]
 
-    def _hand_off_once(self) -> None:
-        """Commit the positions of the partitions taken away (see
-        :meth:`Commits.hand_off`), unless this member may have been dropped."""
-        if not self._may_auto_commit("commit on revoke"):
-            return
-        try:
-            self._commits.hand_off(self._membership.may_commit)
-        except Exception:
-            # A bug: as in _auto_commit_once, said and the thread goes on.
-            _log.exception("consumer %s: commit on revoke failed unexpectedly", self._who)
 
-    def _auto_commit_once(self) -> None:
-        """One auto-commit, unless this member may have been dropped (see
-        :meth:`_may_auto_commit`)."""
-        if not self._may_auto_commit("auto-commit"):
-            return
-        try:
-            self._commits.commit(self._readers, allowed=self._membership.may_commit)
-        except LiftbridgeError as exc:
-            _log.warning("consumer %s: auto-commit failed: %s", self._who, exc)
-        except Exception:
-            # A bug: said with its traceback, and the next interval tries again (the
-            # thread ending would stop every later auto-commit without a word).
-            _log.exception("consumer %s: auto-commit failed unexpectedly", self._who)
-
-    def _may_auto_commit(self, what: str) -> bool:
-        """Whether an automatic commit may go ahead; counts and logs one that may not.
-
-        Not when the coordinator has not answered for most of the consumer timeout, or
-        has just said this member does not exist: the server may have dropped it and
-        given its partitions to another member, which reads from the cursors as they
-        were. Cursors carry no epoch, so a commit now could move one under the new
-        owner (backwards: it reads again what it has read). Kafka fences such commits
-        by generation; a Liftbridge member has to hold back. Logged once per silence.
-        """
-        silent = self._membership.silent_for()
-        with self._lock:
-            if silent is None:
-                self._withholding = False
-                return True
-            self._counters.commits_withheld += 1
-            first, self._withholding = not self._withholding, True
-        if first:
-            _log.warning(
-                "consumer %s: %s withheld: the coordinator %s (the server drops a member "
-                "after %.1fs without a poll); the positions are kept for the next commit",
-                self._who,
-                what,
-                "says this member does not exist"
-                if self._membership.in_doubt
-                else f"has not answered for {silent:.1f}s",
-                self._membership.consumer_timeout,
-            )
-        return False
-
-    # ------------------------------------------------------------------ assignments
-
-    def _reconcile(self, assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> None:
-        """Apply a polled assignment (heartbeat thread); wait_for_assignment() may return."""
-        if not self._readers.reconcile(assignments, epoch):
-            return  # closed meanwhile
-        with self._lock:
-            self._answered = True
-        self._settled.set()
-
-    def _rejoin_group(self, error: BaseException) -> None:
-        """The server dropped this member: stop reading, join again (heartbeat thread).
-
-        The readers stop *without committing*: the partitions were given to other
-        members, which may have moved the cursors on since, and a commit now could move
-        a cursor back. The new membership resumes from the committed cursors.
-
-        Raises:
-            LiftbridgeError: if joining again failed for good (e.g. a stream is gone).
-        """
-        with self._lock:
-            if self._closed:
-                return
-            old = self._consumer_id
-            if self._generated_id:
-                self._consumer_id = uuid.uuid4().hex
-            new = self._consumer_id
-            readers = self._readers.drop_all(new)
-            self._commits.clear()
-            self._counters.rejoins += 1
-        _log.warning(
-            "consumer %s: member %s was dropped by the server (%s); stopped %d partition "
-            "reader(s) without committing, rejoining as %s from the committed positions",
-            self._group,
-            old,
-            error,
-            len(readers),
-            new,
-        )
-        for reader in readers:
-            self._readers.stop(reader)
-        self._membership.rejoin(new, self._stop)
+def _auto_commits_of(ref: weakref.ref[Consumer]) -> AutoCommits | None:
+    """The commit thread's way to its consumer's automatic commits: ``None`` once the
+    consumer was collected (its heartbeat thread, or Client.close(), closes it)."""
+    consumer = ref()
+    return None if consumer is None else consumer._autocommit
 
 
-class Dropped:
-    """Where a consumer dropped without close() waits to be closed.
+def _on_standing(
+    ref: weakref.ref[Consumer], method: Callable[Concatenate[Standing, _P], None]
+) -> Callable[_P, None]:
+    """A heartbeat callback: ``method`` of the consumer's standing while the consumer
+    lives (the heartbeat thread holds it weakly, see :meth:`Consumer.__del__`)."""
 
-    Its ``__del__`` puts it here (:meth:`put`: no lock, no thread); the heartbeat
-    thread closes it before its next poll (:meth:`tend`), or ``Client.close()`` does
-    first (:meth:`close`: the client holds this weakly, the heartbeat thread strongly).
-    Otherwise the member would stay in its group, holding partitions nobody reads, and
-    its threads outlive ``Client.close()`` by up to a heartbeat interval.
-
-    Thread-safe: the consumer is taken out by one atomic ``popleft``; whoever takes it
-    closes it.
-    """
-
-    close_accepts_timeout = False
-
-    def __init__(self) -> None:
-        self._queue: collections.deque[Consumer] = collections.deque()
-        #: The consumer's heartbeat thread, and how long its close() may take.
-        self._heartbeat: threading.Thread | None = None
-        self._bound = 0.0
-        #: Set once a consumer was taken out to be closed.
-        self._taken = False
-
-    def watch(self, heartbeat: threading.Thread, bound: float) -> None:
-        """The heartbeat thread :meth:`close` joins while it closes a dropped consumer."""
-        self._heartbeat, self._bound = heartbeat, bound
-
-    def put(self, consumer: Consumer) -> None:
-        """Hand over ``consumer``, collected without close() (its ``__del__``)."""
-        self._queue.append(consumer)  # atomic: the collector may hold any lock
-
-    def _take(self) -> Consumer | None:
-        try:
-            consumer = self._queue.popleft()
-        except IndexError:
-            return None
-        self._taken = True
-        _log.warning("consumer %s: dropped without close(): closing", consumer._who)
-        return consumer
-
-    def tend(self) -> None:
-        """Close the consumer handed over, if any (the heartbeat thread, before a poll).
-
-        Registered again first: the collector may have taken it off the client, whose
-        close() then waits for this one instead of ending before it.
-        """
-        consumer = self._take()
-        if consumer is None:
-            return
-        try:
-            consumer._core.register(consumer)
-        except ClientClosedError:
-            return  # closed by register(), as by Client.close()
-        consumer.close()
-
-    def close(self) -> None:
-        """``Client.close()``: close the consumer handed over and join its threads; if
-        its heartbeat thread is closing it already, wait for that to end."""
-        consumer = self._take()
-        if consumer is not None:
-            consumer.close()
-            return
-        heartbeat = self._heartbeat
-        if self._taken and heartbeat is not None and heartbeat is not threading.current_thread():
-            heartbeat.join(self._bound)
-
-
-def _commit_loop(
-    ref: weakref.ref[Consumer],
-    stop: threading.Event,
-    handed_off: threading.Event,
-    interval: float | None,
-) -> None:
-    """The ``liftbridge-consumer-commit`` thread: the positions of partitions taken
-    away as soon as the heartbeat hands them over, the others every interval. It holds
-    the consumer only while it commits (see :meth:`Consumer.__del__`)."""
-    assert interval is not None
-    due = time.monotonic() + interval
-    while True:
-        handed_off.wait(max(0.0, due - time.monotonic()))
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> None:
         consumer = ref()
-        if stop.is_set() or consumer is None:
-            return  # closed, or dropped: its heartbeat thread closes it
-        # Cleared here too: a commit on revoke withheld waits for the interval.
-        handed_off.clear()
-        consumer._hand_off_once()
-        if time.monotonic() >= due:
-            consumer._auto_commit_once()
-            due = time.monotonic() + interval
-        del consumer
+        if consumer is not None:
+            method(consumer._standing, *args, **kwargs)
+
+    return call

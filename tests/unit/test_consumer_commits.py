@@ -113,7 +113,7 @@ def test_a_member_dropped_by_the_server_and_assigned_the_partition_again() -> No
     member = _Member()
     old = PartitionReader(*KEY, epoch=1)
     member.reading(old)
-    with member.lock:  # Consumer._rejoin_group's critical section
+    with member.lock:  # Standing.rejoin's critical section
         dropped = member.readers.drop_all("member-2")
         member.commits.clear()
     assert dropped == [old] and old.stopped and old.released
@@ -222,7 +222,7 @@ def test_a_member_dropped_for_good_stops_its_readers_and_raises() -> None:
         with consumer._lock:
             consumer._readers._readers[KEY] = reader
         assert consumer._mailbox.put(reader, _message(5))
-        consumer._fail(NotGroupMemberError("dropped by the server"))
+        consumer._standing.fail(NotGroupMemberError("dropped by the server"))
         assert reader.stopped and reader.released
         with pytest.raises(NotGroupMemberError):
             consumer.get(0.5)
@@ -247,10 +247,10 @@ def test_auto_commit_waits_while_the_coordinator_doubts_the_membership() -> None
             consumer._commits.delivered([(reader, _message(10))])
         consumer._commits.mark_processed(consumer._readers)
         consumer._membership.in_doubt = True
-        consumer._auto_commit_once()
+        consumer._autocommit.commit_once()
         assert core.cursors == []
         consumer._membership.in_doubt = False  # the next poll answered
-        consumer._auto_commit_once()
+        consumer._autocommit.commit_once()
         assert core.cursors == [("orders", 0, 10)]
 
 
@@ -405,8 +405,8 @@ def test_an_unexpected_auto_commit_failure_is_logged_and_the_next_interval_tries
         working = consumer._commits.commit
         consumer._commits.commit = broken  # type: ignore[method-assign]
         with caplog.at_level("ERROR", logger="liftbridge_sync.consumer"):
-            consumer._auto_commit_once()  # raised RuntimeError (ending the thread)
-            consumer._auto_commit_once()
+            consumer._autocommit.commit_once()  # raised RuntimeError (ending the thread)
+            consumer._autocommit.commit_once()
         assert len(calls) == 2
         assert [r.exc_info is not None for r in caplog.records] == [True, True]
         consumer._commits.commit = working  # type: ignore[method-assign]
