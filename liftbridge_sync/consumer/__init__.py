@@ -10,6 +10,7 @@
   group's assignment.
 * :mod:`._commits`: the delivered, processed and committed positions; the commits.
 * :mod:`._autocommit`: the automatic commits and the thread making them.
+* :mod:`._threads`: the heartbeat and commit threads, and how close() ends them.
 * :mod:`._dropped`: where a consumer dropped without close() waits to be closed.
 * :mod:`._mailbox`: the partition readers' records and the queue between them and the
   iterator.

@@ -27,8 +27,9 @@ what each polled answer does (the assignment applied, a dropped member rejoining
 failing) is :mod:`._standing`'s; the reader thread per assigned partition is
 :mod:`._readers`'s; the delivered, processed and committed positions and the commits
 are :mod:`._commits`'s, the automatic commits and their thread :mod:`._autocommit`'s;
-the queue between the readers and the iterator is :mod:`._mailbox`'s; a consumer
-dropped without close() waits in :mod:`._dropped`. Thread-safe as :class:`Consumer`
+the queue between the readers and the iterator is :mod:`._mailbox`'s; its own threads
+and their end are :mod:`._threads`'s; a consumer dropped without close() waits in
+:mod:`._dropped`. Thread-safe as :class:`Consumer`
 says.
 """
 
@@ -55,6 +56,7 @@ from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._settings import Settings
 from liftbridge_sync.consumer._standing import Standing
 from liftbridge_sync.consumer._stats import ConsumerStats, Counters
+from liftbridge_sync.consumer._threads import Threads
 from liftbridge_sync.errors import (
     ClientClosedError,
     ConsumerGroupNotFoundError,
@@ -153,17 +155,8 @@ class Consumer:
         self._cursor_id = group_cursor_id(group)
         #: Shared with the collaborators below: guards their state and this object's.
         self._lock = threading.Lock()
-        #: Set by close(): the readers and the commit thread end.
-        self._stop = threading.Event()
-        #: Set by close() once the final commit is made: the heartbeat ends. Polling
-        #: goes on until then, or a close() that waited for a commit stuck on a hung
-        #: cursor leader found the coordinator "silent" and withheld the final commit.
-        self._stop_polling = threading.Event()
-        self._heartbeat_thread: threading.Thread | None = None
-        #: The thread of the first close(), and set once it ended: a second close()
-        #: waits for it.
-        self._closer: threading.Thread | None = None
-        self._close_done = threading.Event()
+        self._threads = Threads()
+        self._stop = self._threads.stop
         self._mailbox = Mailbox(settings.buffer)
         self._counters = Counters()
         consumer_id = consumer_id or uuid.uuid4().hex
@@ -196,7 +189,6 @@ class Consumer:
             commits=self._commits,
             counters=self._counters,
         )
-        self._threads: list[threading.Thread] = []
         self._autocommit = AutoCommits(
             lock=self._lock,
             membership=self._membership,
@@ -242,17 +234,17 @@ class Consumer:
         ref = weakref.ref(self)
         heartbeat = functools.partial(
             self._membership.heartbeat,
-            self._stop_polling,
+            self._threads.stop_polling,
             _on_standing(ref, Standing.reconcile),
             _on_standing(ref, Standing.fail),
             _on_standing(ref, Standing.rejoin) if self._rejoin else None,
             self._dropped.tend,
         )
         try:
-            self._heartbeat_thread = self._start_thread(
-                f"liftbridge-consumer-{self._group}", heartbeat
+            thread = self._threads.start(
+                f"liftbridge-consumer-{self._group}", heartbeat, heartbeat=True
             )
-            self._dropped.watch(self._heartbeat_thread, self._close_bound())
+            self._dropped.watch(thread, self._close_bound())
             # Held weakly by the client as by the heartbeat thread strongly: once this
             # consumer was collected (the client's weak reference to it gone with it),
             # Client.close() still finds it there, and closes it and joins its threads.
@@ -265,7 +257,7 @@ class Consumer:
                     self._commits.handed_off,
                     self._auto_commit,
                 )
-                self._start_thread(f"liftbridge-consumer-commit-{self._group}", commit_loop)
+                self._threads.start(f"liftbridge-consumer-commit-{self._group}", commit_loop)
         except BaseException as exc:
             # Nobody holds this consumer yet to close it: a heartbeat left running would
             # keep the member in the group, holding partitions, for the process's life.
@@ -277,12 +269,6 @@ class Consumer:
                 f"consumer {self._who}: no thread could be started ({exc!r}); it left the group"
             )
             raise error from exc
-
-    def _start_thread(self, name: str, target: object) -> threading.Thread:
-        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
-        thread.start()
-        self._threads.append(thread)  # only once started: close() joins it
-        return thread
 
     @property
     def group(self) -> str:
@@ -385,34 +371,17 @@ class Consumer:
             first = not self._standing.closed
             if first:
                 self._standing.closed = True
-                self._closer = threading.current_thread()
+                self._threads.closing()
                 readers = self._readers.shut()
                 failure = self._standing.failure
         if not first:
-            self._wait_for_close()
+            self._threads.wait_for_close(self._close_bound(), self._who)
             return
         try:
             dropped = isinstance(failure, ConsumerGroupNotFoundError | NotGroupMemberError)
             self._close(readers, dropped)
         finally:
-            self._close_done.set()
-
-    def _wait_for_close(self) -> None:
-        """A second close(): wait for the first to end, so that the member has left the
-        group when this one returns too; at most as long as a first close() takes with
-        every call it makes timing out (then a WARNING). Not on the thread of the first
-        close() or on one of the threads it joins: that wait would hold it up."""
-        current = threading.current_thread()
-        if current is self._closer or current in self._threads:
-            return
-        bound = self._close_bound()
-        if not self._close_done.wait(bound):
-            _log.warning(
-                "consumer %s: close() returns without waiting longer than %.1fs for "
-                "another thread's close() to end",
-                self._who,
-                bound,
-            )
+            self._threads.closed()
 
     def _close_bound(self) -> float:
         """Seconds a close() takes at most, every call it makes timing out."""
@@ -435,23 +404,13 @@ class Consumer:
         # each in turn made close() last that long per reader.
         deadline = time.monotonic() + self._core.options.rpc_timeout * 2 + 1.0
         running = self._readers.stop_all(readers, deadline)
-        current = threading.current_thread()
-        heartbeat = self._heartbeat_thread
-        for thread in self._threads:
-            if thread is not current and thread is not heartbeat:
-                thread.join(max(0.0, deadline - time.monotonic()))
-                if thread.is_alive():
-                    running.append(thread.name)
+        running += self._threads.join_others(deadline)
         running += self._readers.join_stopped(deadline)  # stopped by the heartbeat meanwhile
         # The heartbeat still polls: the member stays in the group (and may commit)
         # however long the wait above was.
         if self._auto_commit is not None:
             self._autocommit.final((r.stream, r.partition) for r in readers)
-        self._stop_polling.set()
-        if heartbeat is not None and heartbeat is not current:
-            heartbeat.join(max(0.0, deadline - time.monotonic()))
-            if heartbeat.is_alive():
-                running.append(heartbeat.name)
+        running += self._threads.end_heartbeat(deadline)
         if running:
             _log.warning(
                 "consumer %s: closing without waiting longer for %s, stuck in a call; they "
@@ -468,9 +427,10 @@ class Consumer:
         # consumer back where its heartbeat thread finds it (an atomic append). A
         # consumer that never started its threads, or was closed, has nothing to end.
         attrs = self.__dict__
-        standing = attrs.get("_standing")
+        standing, threads = attrs.get("_standing"), attrs.get("_threads")
         if (
-            attrs.get("_heartbeat_thread") is not None
+            threads is not None
+            and threads.heartbeat is not None
             and standing is not None
             and not standing.closed
         ):

@@ -40,7 +40,7 @@ from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
-from liftbridge_sync.consumer import group as group_module
+from liftbridge_sync.consumer import _threads as threads_module
 from liftbridge_sync.consumer._mailbox import PartitionReader
 from liftbridge_sync.models import PartitionMetadata
 from liftbridge_sync.subscription.partition import Subscription
@@ -1208,7 +1208,7 @@ def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
         assert rejoining.wait(15)
         a.close()
         assert left.is_set()
-        (heartbeat,) = [t for t in a._threads if t.name == f"liftbridge-consumer-{group}"]
+        (heartbeat,) = [t for t in a._threads.started if t.name == f"liftbridge-consumer-{group}"]
         heartbeat.join(15)
         assert not heartbeat.is_alive()
     new_id = a.consumer_id
@@ -1240,7 +1240,7 @@ def test_a_member_whose_threads_cannot_start_leaves_the_group_with_a_typed_error
             super().start()
 
     monkeypatch.setattr(
-        group_module,
+        threads_module,
         "threading",
         types.SimpleNamespace(
             Thread=NoCommitThread,
@@ -1274,7 +1274,7 @@ def test_a_member_interrupted_while_its_threads_start_leaves_the_group(
             super().start()
 
     monkeypatch.setattr(
-        group_module,
+        threads_module,
         "threading",
         types.SimpleNamespace(
             Thread=InterruptedCommitThread,
@@ -1425,7 +1425,7 @@ def test_a_member_dropped_without_close_leaves_and_its_partitions_move(
     try:
         held = [client.consumer(group, streams=[stream], auto_commit=0.5)]
         wait_until(lambda: split_evenly(held[0], b), 15, "two partitions each")
-        own = list(held[0]._threads)  # heartbeat and commit threads (b has no commit thread)
+        own = list(held[0]._threads.started)  # heartbeat and commit (b has no commit thread)
         dropped = weakref.ref(held[0])
         if in_a_cycle:
             held[0].cycle = [held[0]]  # type: ignore[attr-defined]
@@ -1454,7 +1454,7 @@ def test_client_close_closes_a_member_dropped_without_close_and_joins_its_thread
     try:
         held = [client.consumer(unique("g"), streams=[stream], auto_commit=5.0)]
         held[0].wait_for_assignment(15)
-        own = list(held[0]._threads)  # its heartbeat and commit threads
+        own = list(held[0]._threads.started)  # its heartbeat and commit threads
         if in_a_cycle:
             held[0].cycle = [held[0]]  # type: ignore[attr-defined]
         with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
