@@ -9,33 +9,11 @@ from __future__ import annotations
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.status import CallContext, closed_at_connect
+from liftbridge_sync._wire.status import CallContext, maybe_carried_out
 from liftbridge_sync._wire.validate import check_bool
-from liftbridge_sync.errors import (
-    DeadlineExceededError,
-    LiftbridgeError,
-    NoSuchStreamError,
-    StreamExistsError,
-)
+from liftbridge_sync.errors import LiftbridgeError, NoSuchStreamError, StreamExistsError
 
 __all__ = ["create_stream", "delete_stream", "pause_stream", "set_stream_readonly"]
-
-#: gRPC's words for a call that never left the client (nothing was carried out).
-_NEVER_SENT = ("failed to connect", "connection refused", "dns resolution", "name resolution")
-
-
-def _maybe_carried_out(failed: list[LiftbridgeError]) -> LiftbridgeError | None:
-    """The first failed attempt that may have reached a broker and been carried out
-    (its answer lost: a connection that broke mid-call, a deadline), or None."""
-    for error in failed:
-        if isinstance(error, DeadlineExceededError):
-            return error
-        details = (error.details or str(error)).lower()
-        if error.retryable and not (
-            closed_at_connect(error.details or "") or any(w in details for w in _NEVER_SENT)
-        ):
-            return error
-    return None
 
 
 def create_stream(core: ClientCore, request: api_pb2.CreateStreamRequest, exist_ok: bool) -> bool:
@@ -56,7 +34,7 @@ def create_stream(core: ClientCore, request: api_pb2.CreateStreamRequest, exist_
     except StreamExistsError as exc:
         if exist_ok:
             return False
-        earlier = _maybe_carried_out(failed)
+        earlier = maybe_carried_out(failed)
         if earlier is None:
             raise
         raise StreamExistsError(
@@ -79,7 +57,7 @@ def delete_stream(core: ClientCore, request: api_pb2.DeleteStreamRequest) -> Non
     try:
         core.call_any(rpcs.DELETE_STREAM, request, context=CallContext.DELETE_STREAM, failed=failed)
     except NoSuchStreamError as exc:
-        earlier = _maybe_carried_out(failed)
+        earlier = maybe_carried_out(failed)
         if earlier is None:
             raise
         core.metadata.forget_stream(request.name)

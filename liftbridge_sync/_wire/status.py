@@ -21,7 +21,7 @@ from __future__ import annotations
 import enum
 import re
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import grpc
 
@@ -60,6 +60,7 @@ __all__ = [
     "error_from_tls_exception",
     "closed_at_connect",
     "is_transient_async_error",
+    "maybe_carried_out",
 ]
 
 
@@ -238,6 +239,26 @@ def closed_at_connect(details: str) -> bool:
     """Whether a gRPC status says a plaintext connection was closed before HTTP/2
     started: what a TLS-only broker does to a plaintext client, among other causes."""
     return bool(_CLOSED_AT_CONNECT.search(details))
+
+
+#: gRPC's words for a call that never left the client (nothing was carried out).
+_NEVER_SENT = ("failed to connect", "connection refused", "dns resolution", "name resolution")
+
+
+def maybe_carried_out(failed: Iterable[LiftbridgeError]) -> LiftbridgeError | None:
+    """The first failed attempt of a call, among ``failed``, that may have reached a
+    broker and been carried out (its answer lost: a connection that broke mid-call, a
+    deadline), or None: what tells a retried call that is not idempotent ("already
+    exists", "already a member") from one that met someone else's work."""
+    for error in failed:
+        if isinstance(error, DeadlineExceededError):
+            return error
+        details = (error.details or str(error)).lower()
+        if error.retryable and not (
+            closed_at_connect(error.details or "") or any(w in details for w in _NEVER_SENT)
+        ):
+            return error
+    return None
 
 
 #: OpenSSL reason codes of ``ssl.SSLError`` (``exc.reason``) to causes.

@@ -21,7 +21,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.status import CallContext
+from liftbridge_sync._wire.status import CallContext, maybe_carried_out
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
@@ -141,6 +141,10 @@ class Membership:
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
 
+        A join is retried on UNAVAILABLE. Refused "already a member" after an attempt
+        whose answer may have been lost, the member is this one: it leaves and joins
+        again, for the coordinator, epoch and timeouts only the lost answer carried.
+
         Raises:
             NoSuchStreamError: if a stream does not exist.
             ServerError: if the server refused the join (e.g. the id is already a member).
@@ -150,7 +154,25 @@ class Membership:
         request = api_pb2.JoinConsumerGroupRequest(
             groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
         )
-        response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
+        failed: list[LiftbridgeError] = []
+        try:
+            response = self._core.call_any(
+                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=failed
+            )
+        except ServerError as exc:
+            earlier = maybe_carried_out(failed)
+            if not _already_member(exc) or earlier is None:
+                raise
+            _log.info(
+                "consumer %s: joined by an attempt whose answer was lost (%s); leaving and "
+                "joining again",
+                self.who,
+                earlier,
+            )
+            self._leave_now(consumer_id)
+            response = self._core.call_any(
+                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP
+            )
         with self._lock:
             if self.coordinator and response.coordinator != self.coordinator:
                 self._counters.coordinator_changes += 1
@@ -213,7 +235,7 @@ class Membership:
             except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
             except ServerError as exc:
-                if "already" in (exc.details or "").lower():
+                if _already_member(exc):
                     # The id is a member after all (a broker had not applied the join
                     # we were told of): keep polling as it.
                     self.heard_at = time.monotonic()
@@ -268,6 +290,18 @@ class Membership:
             pass  # already out of the group
         except LiftbridgeError as exc:
             _log.warning("consumer %s: leaving the group failed: %s", self.who, exc)
+
+    def _leave_now(self, consumer_id: str) -> None:
+        """Leave the group as ``consumer_id`` just joined (its timer on the server was
+        just reset: no expiry can race the leave); not a member is no error."""
+        try:
+            self._core.call_any(
+                rpcs.LEAVE_CONSUMER_GROUP,
+                api_pb2.LeaveConsumerGroupRequest(groupId=self._group, consumerId=consumer_id),
+                context=CallContext.GROUP,
+            )
+        except (ConsumerGroupNotFoundError, NotGroupMemberError):
+            pass
 
     def _leave_deadline(self) -> float | None:
         """When a leave must have ended, or ``None`` if this member must not leave.
@@ -649,3 +683,8 @@ class Membership:
             pass  # already replaced
         except LiftbridgeError as exc:
             _log.warning("consumer %s: reporting the coordinator failed: %s", self.who, exc)
+
+
+def _already_member(error: ServerError) -> bool:
+    """Whether a join was refused because the id is a member of the group already."""
+    return "already" in (error.details or "").lower()

@@ -1466,3 +1466,34 @@ def test_client_close_closes_a_member_dropped_without_close_and_joins_its_thread
             assert "dropped without close(): closing" in caplog.text
     finally:
         client.close()
+
+
+def test_a_join_whose_answer_was_lost_and_was_retried_joins_the_group(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: the connection breaks after the server applied the join, before its
+    # answer arrives (UNAVAILABLE, retried). The retry was refused "already a member"
+    # and Client.consumer() raised ServerError, leaving the member registered, holding
+    # partitions nobody read, until the server's consumer timeout.
+    invoke = client._core.invoke
+    lost: list[str] = []
+
+    def losing(address: str, rpc: Any, request: Any, **kwargs: Any) -> Any:
+        response = invoke(address, rpc, request, **kwargs)
+        if rpc is rpcs.JOIN_CONSUMER_GROUP and not lost:
+            lost.append(request.consumerId)
+            raise BrokerUnavailableError(
+                "consumer group: broker unavailable: Socket closed",
+                code="UNAVAILABLE",
+                details="Socket closed",
+            )
+        return response
+
+    monkeypatch.setattr(client._core, "invoke", losing)
+    group = unique("g")
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as m1:
+        assert lost == ["m1"]
+        assert m1.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        # One member m1, not a ghost beside it: a second member gets half the partitions.
+        with client.consumer(group, streams=[stream], auto_commit=None) as m2:
+            wait_until(lambda: split_evenly(m1, m2), 15, "two partitions each")
