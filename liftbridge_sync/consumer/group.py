@@ -361,8 +361,10 @@ class Consumer:
         blocked iteration ends with ``StopIteration`` as soon as it starts (before the
         threads are joined and the final commit is made). The threads get
         ``2 × rpc_timeout + 1`` seconds in all to end; one stuck in a call longer (a
-        hung leader) is left to end by itself, with a WARNING. In a forked child it
-        only marks this object closed: the member and its threads are the parent's.
+        hung leader) is left to end by itself, with a WARNING. Interrupted (a
+        ``KeyboardInterrupt``), it tells every thread to end without waiting, and may
+        leave the member to the server's consumer timeout. In a forked child it only
+        marks this object closed: the member and its threads are the parent's.
         """
         if self._core.forked:
             self._standing.closed = True
@@ -380,8 +382,23 @@ class Consumer:
         try:
             dropped = isinstance(failure, ConsumerGroupNotFoundError | NotGroupMemberError)
             self._close(readers, dropped)
+        except BaseException:
+            self._abandon(readers)
+            raise
         finally:
             self._threads.closed()
+
+    def _abandon(self, readers: list[PartitionReader]) -> None:
+        """A first close() interrupted (a Ctrl-C while it waits for a thread or a
+        commit): every thread is told to end, without waiting for it, the heartbeat
+        among them, which would otherwise poll on, keeping the member in its group
+        with partitions nobody reads for the process's life (a second close() finds
+        this one ended). The server's consumer timeout removes the member."""
+        self._stop.set()
+        self._commits.handed_off.set()  # wakes the commit thread
+        self._threads.stop_polling.set()
+        for reader in readers:
+            self._readers.stop(reader)
 
     def _close_bound(self) -> float:
         """Seconds a close() takes at most, every call it makes timing out."""

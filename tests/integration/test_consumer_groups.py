@@ -1497,3 +1497,32 @@ def test_a_join_whose_answer_was_lost_and_was_retried_joins_the_group(
         # One member m1, not a ghost beside it: a second member gets half the partitions.
         with client.consumer(group, streams=[stream], auto_commit=None) as m2:
             wait_until(lambda: split_evenly(m1, m2), 15, "two partitions each")
+
+
+@pytest.mark.parametrize("where", ["stopping the readers", "the final commit"])
+def test_a_close_interrupted_midway_still_ends_every_thread(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # A fault: Ctrl-C (its handler's KeyboardInterrupt) while close() waits, e.g. a
+    # second one while it joins the readers or commits. The heartbeat polled on,
+    # keeping the member in its group with partitions nobody read for the process's
+    # life (a second close(), Client.close()'s, found the first one ended).
+    member = client.consumer(unique("g"), streams=[stream], auto_commit=5.0)
+    member.wait_for_assignment(15)
+    own = list(member._threads.started)
+
+    def interrupted(*args: object) -> list[str]:
+        raise KeyboardInterrupt
+
+    if where == "stopping the readers":
+        monkeypatch.setattr(member._readers, "stop_all", interrupted)
+    else:
+        monkeypatch.setattr(member._autocommit, "final", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        member.close()
+    monkeypatch.undo()
+    wait_until(
+        lambda: not any(t.name.startswith("liftbridge-consumer") for t in _threads()),
+        10,
+        f"its threads {[t.name for t in own]} and readers to end",
+    )
