@@ -26,6 +26,9 @@ class _Member(Protocol):
     @property
     def _who(self) -> str: ...
 
+    @property
+    def closed(self) -> bool: ...
+
     def close(self) -> None: ...
 
 
@@ -65,6 +68,8 @@ class Dropped:
             consumer = self._queue.popleft()
         except IndexError:
             return None
+        if consumer.closed:
+            return None  # closed meanwhile: the client still held it (no cycle)
         self._taken = True
         _log.warning("consumer %s: dropped without close(): closing", consumer._who)
         return consumer
