@@ -4,6 +4,8 @@
   as one iterator and commits positions as cursors under ``__group:<group>``.
 * :mod:`._settings`: the consumer's arguments, checked.
 * :mod:`._membership`: joining, the heartbeat poll, coordinator failover, leaving.
+* :mod:`._coordinator`: finding the coordinator's address, asking who it is after a
+  failover, reporting one that cannot be reached.
 * :mod:`._standing`: what each polled answer does: the assignment applied, a member
   the server dropped joining again or failing.
 * :mod:`._readers`: a reader thread per assigned partition, kept in line with the

@@ -2,17 +2,17 @@
 
 The protocol is described in :mod:`liftbridge_sync.consumer.group`. :class:`Membership`
 makes the group RPCs and keeps what they answer (coordinator, epoch, the server's
-timeouts); what to do with an assignment is the consumer's, handed in as a callback.
+timeouts); the calls that find the coordinator are :mod:`._coordinator`'s; what to do
+with an assignment is the consumer's, handed in as a callback.
 
 Thread-safe: the coordinator and epoch are guarded by the lock shared with the consumer;
 the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts;
-the remembered broker addresses are the heartbeat thread's alone.
+the coordinator lookup (remembered addresses, silences) is the heartbeat thread's alone.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -22,6 +22,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext, maybe_carried_out
+from liftbridge_sync.consumer._coordinator import CoordinatorLookup
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
@@ -69,12 +70,6 @@ _COMMIT_FRACTION = 0.75
 #: resets the timer) or, if that fails, leaves the group to the server's timeout.
 _LEAVE_FRACTION = 0.5
 
-#: A coordinator id no broker has and an epoch no group reaches: a report naming them
-#: is refused with the group's current coordinator and epoch (see _ask_coordinator).
-_PROBE_COORDINATOR = "liftbridge-sync: which broker is the coordinator?"
-_PROBE_EPOCH = 2**64 - 1
-_CURRENT_COORDINATOR = re.compile(r"current coordinator: (.*?) epoch: (\d+)")
-
 #: Called with each polled assignment and its epoch.
 Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
 #: Called with what ends the membership (the iterator raises it).
@@ -115,13 +110,8 @@ class Membership:
         self._call_timeout = core.options.rpc_timeout
         self._consumer_timeout = 15.0
         self._coordinator_timeout = 15.0
-        #: Broker id -> the address any metadata last gave it (the heartbeat thread's).
-        self._addresses: dict[str, str] = {}
-        #: Since when asking the metadata leader for the coordinator has failed (None:
-        #: it answered last time), and whether its last refusal could not be read. The
-        #: heartbeat thread's (and a test's while no heartbeat runs).
-        self._unanswered_since: float | None = None
-        self._unreadable = False
+        #: The coordinator calls, and what they remember (the heartbeat thread's).
+        self._lookup = CoordinatorLookup(core, group)
         #: The coordinator says this member (or the group) does not exist, and the
         #: heartbeat waits a consumer timeout before it believes it (a broker may not
         #: have applied the join yet). Written by the heartbeat thread, read by others.
@@ -457,7 +447,7 @@ class Membership:
         budget = Budget.once(self._call_timeout if timeout is None else timeout)
         with self._lock:
             coordinator, epoch, consumer_id = self.coordinator, self.epoch, self._consumer_id
-        address = self._coordinator_address(coordinator, budget)
+        address = self._lookup.address(coordinator, budget)
         request = api_pb2.FetchConsumerGroupAssignmentsRequest(
             groupId=self._group, consumerId=consumer_id, epoch=epoch
         )
@@ -476,37 +466,11 @@ class Membership:
         )
         return response
 
-    def _coordinator_address(self, coordinator: str, budget: Budget) -> str:
-        """The address of broker ``coordinator``, refreshing the metadata only if unknown.
-
-        A broker that was down when the client last read the metadata is missing from
-        it, yet it may be the new coordinator once restarted; it is reached at the
-        address it last had rather than after a fresh ``FetchMetadata``, which a v1.9.0
-        server answers only after up to 3 s while another broker is down (long enough
-        for the new coordinator to expire this member).
-
-        A metadata fetch keeps to ``budget`` (the poll's).
-
-        Raises:
-            BrokerUnavailableError: if no metadata ever listed the broker.
-            DeadlineExceededError: ``budget`` ran out while another thread refreshed.
-        """
-        for broker in self._core.metadata.get(budget).brokers:
-            self._addresses[broker.id] = broker.address
-        address = self._addresses.get(coordinator)
-        if address is None:
-            for broker in self._core.metadata.refresh(budget).brokers:
-                self._addresses[broker.id] = broker.address
-            address = self._addresses.get(coordinator)
-        if address is None:
-            raise BrokerUnavailableError(f"coordinator {coordinator!r} is not in the metadata")
-        return address
-
     def _refresh_group(self, budget: Budget | None = None) -> bool:
         """Learn the group's coordinator and epoch, within ``budget`` (the heartbeat
         round's; default: a round starting now); whether either changed.
 
-        The metadata leader is asked (:meth:`_ask_coordinator`, one round trip).
+        The metadata leader is asked (:meth:`CoordinatorLookup.ask`, one round trip).
         ``FetchMetadata`` is the fallback only when the server's refusal cannot be read,
         or the metadata leader has not answered for the coordinator timeout: with a
         broker down, a v1.9.0 server answers ``FetchMetadata`` only after waiting up to
@@ -523,11 +487,15 @@ class Membership:
         """
         began = time.monotonic()
         budget = self._round_budget() if budget is None else budget
-        found = self._ask_coordinator(budget)
+        with self._lock:
+            consumer_id = self._consumer_id
+        found = self._lookup.ask(consumer_id, self._call_timeout, budget, self.who)
         if found is None:
-            fallback = self._metadata_fallback_due(began)
+            fallback = self._lookup.fallback_due(
+                began, self._coordinator_timeout, self._call_timeout
+            )
             if fallback is not None:
-                found = self._coordinator_from_metadata(fallback or None, budget)
+                found = self._lookup.from_metadata(fallback or None, budget)
         _log.debug(
             "consumer %s: coordinator lookup answered %s in %.2fs",
             self.who,
@@ -545,104 +513,6 @@ class Membership:
         if changed:
             _log.info("consumer %s: coordinator %s, epoch %d", self.who, coordinator, epoch)
         return changed
-
-    def _ask_coordinator(self, budget: Budget | None = None) -> tuple[str, int] | None:
-        """The group's coordinator and epoch as the metadata leader knows them, or None
-        (also when ``budget``, the heartbeat round's, default one starting now, has no
-        time left: not asked then).
-
-        A ``ReportConsumerGroupCoordinator`` naming a coordinator and epoch the group
-        cannot have is always refused, with the current ones in the refusal ("Coordinator
-        generation mismatch, current coordinator: X epoch: N, ...", server metadata.go
-        from v1.8.0 to HEAD): nothing is reported, and the answer comes from the metadata
-        leader's Raft state without the broker survey ``FetchMetadata`` waits for.
-
-        Raises:
-            ConsumerGroupNotFoundError: if the group no longer exists.
-        """
-        with self._lock:
-            consumer_id = self._consumer_id
-        request = api_pb2.ReportConsumerGroupCoordinatorRequest(
-            groupId=self._group,
-            consumerId=consumer_id,
-            coordinator=_PROBE_COORDINATOR,
-            epoch=_PROBE_EPOCH,
-        )
-        budget = self._round_budget() if budget is None else budget
-        if budget.ends <= time.monotonic():
-            return None  # the round's time is up: not an unanswered ask
-        try:
-            self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
-                request,
-                context=CallContext.GROUP,
-                timeout=self._call_timeout,
-                deadline=budget.ends,
-                retry_until=budget.retry_until,
-            )
-        except CoordinatorMismatchError as exc:
-            match = _CURRENT_COORDINATOR.search(exc.details or "")
-            if match is not None:
-                self._unanswered_since = None
-                return match.group(1), int(match.group(2))
-            _log.debug("consumer %s: unexpected refusal: %s", self.who, exc)
-            self._unreadable = True
-            return None
-        except ConsumerGroupNotFoundError:
-            raise
-        except LiftbridgeError as exc:
-            _log.debug("consumer %s: asking for the coordinator failed: %s", self.who, exc)
-        if self._unanswered_since is None:
-            self._unanswered_since = time.monotonic()
-        return None
-
-    def _metadata_fallback_due(self, now: float) -> float | None:
-        """Whether to ask ``FetchMetadata`` after :meth:`_ask_coordinator` gave no answer.
-
-        At once if the server's refusal could not be read (a server whose text differs);
-        after a failed ask only once the metadata leader has not answered for the
-        coordinator timeout. Failed asks come while a new metadata leader is elected,
-        when ``FetchMetadata`` is at its slowest, and they pass within seconds.
-
-        Returns:
-            ``None``: not due. Otherwise the seconds the call may take, ``0.0`` meaning
-            ``rpc_timeout``.
-        """
-        if self._unreadable:
-            self._unreadable = False
-            return 0.0
-        since = self._unanswered_since
-        if since is not None and now - since >= self._coordinator_timeout:
-            return self._call_timeout
-        return None
-
-    def _coordinator_from_metadata(
-        self, timeout: float | None, budget: Budget
-    ) -> tuple[str, int] | None:
-        """The group's coordinator and epoch from ``FetchMetadata``, if it lists the group.
-
-        Args:
-            timeout: Seconds each attempt may take (``None``: ``rpc_timeout``).
-            budget: The heartbeat round's: no attempt outlasts it.
-
-        Raises:
-            ConsumerGroupNotFoundError: if the group no longer exists.
-            DeadlineExceededError: ``budget`` had no time left.
-        """
-        response = self._core.call_any(
-            rpcs.FETCH_METADATA,
-            api_pb2.FetchMetadataRequest(groups=[self._group]),
-            timeout=timeout,
-            deadline=budget.ends,
-            retry_until=budget.retry_until,
-        )
-        for group in response.groupMetadata:
-            if group.groupId != self._group:
-                continue
-            if group.error == api_pb2.ConsumerGroupMetadata.UNKNOWN_GROUP:
-                raise ConsumerGroupNotFoundError(f"consumer group {self._group!r} does not exist")
-            return group.coordinator, int(group.epoch)
-        return None
 
     def _safe_refresh(self, budget: Budget | None = None) -> bool:
         try:
@@ -667,22 +537,7 @@ class Membership:
             coordinator,
             self._coordinator_timeout,
         )
-        request = api_pb2.ReportConsumerGroupCoordinatorRequest(
-            groupId=self._group, consumerId=consumer_id, coordinator=coordinator, epoch=epoch
-        )
-        try:
-            self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
-                request,
-                context=CallContext.GROUP,
-                timeout=self._call_timeout,
-                deadline=budget.ends,
-                retry_until=budget.retry_until,
-            )
-        except CoordinatorMismatchError:
-            pass  # already replaced
-        except LiftbridgeError as exc:
-            _log.warning("consumer %s: reporting the coordinator failed: %s", self.who, exc)
+        self._lookup.report(consumer_id, coordinator, epoch, self._call_timeout, budget, self.who)
 
 
 def _already_member(error: ServerError) -> bool:

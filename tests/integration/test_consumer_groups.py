@@ -37,6 +37,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._runtime.doorbell import wait_event
+from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer import Consumer, ConsumerStats, _readers
@@ -815,16 +816,21 @@ def test_the_metadata_leader_names_the_coordinator_without_a_report(
     with client.consumer(group, streams=[stream], auto_commit=None) as member:
         member.wait_for_assignment(15)
         membership = member._membership
+        lookup, consumer_id = membership._lookup, member.consumer_id
+
+        def ask() -> tuple[str, int] | None:
+            return lookup.ask(consumer_id, 5.0, Budget.once(5.0), "test")
+
         # The server's refusal of an impossible report carries the current coordinator
         # and epoch: what a member asks instead of a slow FetchMetadata.
-        assert membership._ask_coordinator() == (member.coordinator, member.epoch)
+        assert ask() == (member.coordinator, member.epoch)
         # Nothing was reported: the member keeps polling the same coordinator.
         epoch, coordinator = member.epoch, member.coordinator
         assert membership._refresh_group() is False
         assert (member.epoch, member.coordinator) == (epoch, coordinator)
         assert member.stats().coordinator_changes == 0
     with pytest.raises(ConsumerGroupNotFoundError):
-        membership._ask_coordinator()
+        ask()
 
 
 def test_a_cursor_past_the_end_of_a_stream_created_again_starts_from_the_start_position(

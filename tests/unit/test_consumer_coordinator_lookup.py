@@ -16,7 +16,7 @@ import pytest
 
 from liftbridge_sync import ClientOptions
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.consumer import _membership
+from liftbridge_sync.consumer import _coordinator, _membership
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
@@ -125,7 +125,8 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(_membership, "time", types.SimpleNamespace(monotonic=fake.monotonic))
+    for module in (_membership, _coordinator):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(monotonic=fake.monotonic))
     return fake
 
 
