@@ -62,6 +62,9 @@ _log = logging.getLogger("liftbridge_sync.nats")
 
 #: Seconds a blocking publish waits beyond its timeout before failing the publish itself.
 _WAIT_GRACE = 1.0
+#: Seconds past ``close()``'s timeout for the shutdown's own steps (cutting the
+#: connection, the loop's last turn) and the ``liftbridge-nats`` thread's end.
+_CLOSE_MARGIN = 10.0
 
 
 def _unknown_options(nats: Any, options: Mapping[str, object]) -> list[str]:
@@ -487,7 +490,8 @@ class NatsPublisher(Handoff):
         :class:`~liftbridge_sync.errors.ClientClosedError` (call :meth:`flush` first to
         wait for acks). The NATS connection is closed, within what is left of
         ``timeout`` (half a second at least: a server still not taking the data then has
-        the connection cut), and the ``liftbridge-nats`` thread joined, and so are
+        the connection cut), and the ``liftbridge-nats`` thread joined (for at most
+        ``timeout`` + 10 s: a done-callback that blocks it is logged and left), and so are
         ``liftbridge-nats-dns`` threads resolving a host name (for at most ``timeout``).
         Idempotent; later calls return after the first has finished (except on the
         ``liftbridge-nats`` thread itself, where the shutdown is only started). In a
@@ -520,13 +524,22 @@ class NatsPublisher(Handoff):
             if dns is not None:  # a failed start may have left a name lookup under way
                 dns.join(seconds)
             return
+        close_by = time.monotonic() + seconds + _CLOSE_MARGIN
         if not already:
             future = asyncio.run_coroutine_threadsafe(self._shutdown(seconds), loop)
             try:
-                future.result(timeout=seconds + 10.0)
-            except Exception:  # pragma: no cover - the shutdown never raises by design
+                future.result(timeout=seconds + _CLOSE_MARGIN)
+            except Exception:  # the shutdown never raises: it did not run in time
                 _log.exception("NatsPublisher shutdown failed")
                 loop.call_soon_threadsafe(loop.stop)
-        thread.join()
+        # Bounded: a done-callback that blocks holds the loop thread, and close() must
+        # not wait for the application's code without end.
+        thread.join(max(0.0, close_by - time.monotonic()))
+        if thread.is_alive():
+            _log.warning(
+                "the liftbridge-nats thread did not end within %gs of close()'s timeout "
+                "(a done-callback that blocks?); it ends by itself once free",
+                _CLOSE_MARGIN,
+            )
         if dns is not None and not dns.join(seconds):
             _log.warning("a NATS host name lookup is still under way after close")

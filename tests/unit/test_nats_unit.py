@@ -28,6 +28,7 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import AckPolicy
 from liftbridge_sync.nats import NatsPublisher, partition_subject
+from liftbridge_sync.nats import publisher as publisher_module
 from tests.stacks import thread_in
 from tests.waiting import wait_until
 
@@ -655,6 +656,42 @@ def test_a_publish_whose_thread_close_overtook_returns_a_failed_future(
     future = scripted.publish_async("s", b"v")
     with pytest.raises(ClientClosedError):
         future.result(timeout=0)
+
+
+def test_close_does_not_wait_without_end_for_a_done_callback_that_blocks(
+    scripted: NatsPublisher, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # close() joined the liftbridge-nats thread without a bound: a done-callback that
+    # blocked it (here until released) held close() for as long.
+    monkeypatch.setattr(publisher_module, "_CLOSE_MARGIN", 0.5)
+    release = threading.Event()
+    blocked = threading.Event()
+
+    def block(_: object) -> None:
+        blocked.set()
+        release.wait(30)
+
+    future = scripted.publish_async("s", b"v", correlation_id="x")
+    future.add_done_callback(block)
+    fake = _ScriptedNats.last
+    assert fake is not None
+    fake.wait_published(1)
+    wire = api_pb2.Ack(stream="s", partitionSubject="s", correlationId="x")
+    data = encode_envelope(wire.SerializeToString(), MessageType.ACK, crc=False)
+    assert fake._cb is not None
+    # Not waited for: the ack's handling runs the callback, which blocks the loop.
+    asyncio.run_coroutine_threadsafe(
+        fake._cb(types.SimpleNamespace(subject=fake._ack_inbox, data=data)), fake.loop
+    )
+    assert blocked.wait(5)
+    started = time.monotonic()
+    try:
+        scripted.close(0.2)
+        assert time.monotonic() - started < 5.0
+        assert any("did not end within" in r.getMessage() for r in caplog.records)
+    finally:
+        release.set()
+    wait_until(lambda: not _nats_threads(), timeout=10, what="the loop thread freed")
 
 
 def test_a_header_name_longer_than_the_server_logs_is_refused(publisher: NatsPublisher) -> None:
