@@ -21,6 +21,7 @@ import time
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from liftbridge_sync._runtime.throttled_log import ThrottledWarning
 from liftbridge_sync._runtime.timerwheel import TimerWheel
 from liftbridge_sync._wire.status import (
     error_from_ack_error,
@@ -91,6 +92,7 @@ class LoopSide:
     _timer_at: float
     _tasks: set[asyncio.Task[Any]]
     _pending_limit: float
+    _bad_acks: ThrottledWarning
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -286,7 +288,7 @@ class LoopSide:
         try:
             ack = unmarshal_ack(msg.data)
         except EnvelopeError as exc:
-            _log.warning("ignoring undecodable ack on %s: %s", msg.subject, exc)
+            self._bad_acks.warning("ignoring undecodable ack on %s: %s", msg.subject, exc)
             return
         with self._lock:
             job = self._pending.get(ack.correlation_id)

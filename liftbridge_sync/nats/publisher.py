@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from liftbridge_sync._runtime.doorbell import Doorbell
+from liftbridge_sync._runtime.throttled_log import ThrottledWarning
 from liftbridge_sync._runtime.timerwheel import TimerWheel
 from liftbridge_sync._wire.validate import (
     check_ack_policy,
@@ -191,6 +192,8 @@ class NatsPublisher(Handoff):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Anyone may publish to the ack inbox: its junk is told once a minute at most.
+        self._bad_acks = ThrottledWarning(_log)
 
     # ------------------------------------------------------------------ properties
 

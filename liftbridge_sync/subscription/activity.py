@@ -14,6 +14,7 @@ import time
 from collections import deque
 
 from liftbridge_sync._durations import check_seconds
+from liftbridge_sync._runtime.throttled_log import ThrottledWarning
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.activity import ACTIVITY_STREAM, ActivityEvent, decode_event
 from liftbridge_sync.errors import ServerError
@@ -53,6 +54,7 @@ class ActivityStream:
         # genuine event look like a repeat.
         self._seen: set[int] = set()
         self._seen_order: deque[int] = deque()
+        self._skipped = ThrottledWarning(_log)
 
     @property
     def subscription(self) -> Subscription:
@@ -83,7 +85,8 @@ class ActivityStream:
         """The next event, waiting at most ``timeout`` seconds (``None``: forever).
 
         A message on ``__activity`` that is not an activity event (the server lets any
-        client publish there) is skipped with a WARNING on ``liftbridge_sync.subscription``.
+        client publish there) is skipped with a WARNING on ``liftbridge_sync.subscription``
+        (at most one a minute; the next says how many were skipped in between).
 
         Raises:
             TimeoutError: if no new event arrived in time; the stream stays usable.
@@ -100,7 +103,7 @@ class ActivityStream:
             except ServerError as exc:
                 # Anyone may publish to __activity: raising would let one stray
                 # message end every reader's for loop.
-                _log.warning(
+                self._skipped.warning(
                     "%s offset %d is not an activity event, skipped: %s",
                     ACTIVITY_STREAM,
                     msg.offset,

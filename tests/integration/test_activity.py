@@ -180,7 +180,8 @@ def test_a_forged_event_id_does_not_silence_the_stream() -> None:
 def test_a_message_that_is_no_event_is_skipped_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Junk published to ``__activity`` (by anyone) must not end a ``for`` loop."""
+    """Junk published to ``__activity`` (by anyone) must not end a ``for`` loop, nor
+    flood the log: the first is told, those after it within a minute are not."""
     from liftbridge_sync.testing import LiftbridgeServer
 
     with LiftbridgeServer() as server, Client(server.address) as client:
@@ -192,6 +193,5 @@ def test_a_message_that_is_no_event_is_skipped_with_a_warning(
                 (created,) = take_matching(events, 1, about("after-junk"))
     assert isinstance(created, StreamCreated)
     skipped = [r.getMessage() for r in caplog.records if "not an activity event" in r.getMessage()]
-    assert len(skipped) == 2, skipped
-    junk = created.offset - 2, created.offset - 1
-    assert f"offset {junk[0]} " in skipped[0] and f"offset {junk[1]} " in skipped[1]
+    assert len(skipped) == 1, skipped
+    assert f"offset {created.offset - 2} " in skipped[0]

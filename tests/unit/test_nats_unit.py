@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import socket
 import subprocess
 import sys
@@ -692,6 +693,24 @@ def test_close_does_not_wait_without_end_for_a_done_callback_that_blocks(
     finally:
         release.set()
     wait_until(lambda: not _nats_threads(), timeout=10, what="the loop thread freed")
+
+
+def test_junk_on_the_ack_inbox_is_told_once_not_once_a_message(
+    scripted: NatsPublisher, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Anyone may publish to the ack inbox: each undecodable message logged a WARNING,
+    # so a peer could flood the application's log.
+    scripted.publish_async("s", b"v", ack_policy=AckPolicy.NONE)  # connects
+    fake = _ScriptedNats.last
+    assert fake is not None
+    fake.wait_published(1)
+    assert fake._cb is not None
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.nats"):
+        for i in range(50):
+            junk = types.SimpleNamespace(subject=fake._ack_inbox, data=b"junk %d" % i)
+            asyncio.run_coroutine_threadsafe(fake._cb(junk), fake.loop).result(timeout=5)
+    told = [r.getMessage() for r in caplog.records if "undecodable ack" in r.getMessage()]
+    assert len(told) == 1, told
 
 
 def test_a_header_name_longer_than_the_server_logs_is_refused(publisher: NatsPublisher) -> None:
