@@ -20,6 +20,7 @@ from liftbridge_sync._client.session import Session
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
+from liftbridge_sync._transport import cursors, leader
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.requests import (
     create_stream_request,
@@ -267,7 +268,7 @@ class Client:
             NoSuchStreamError: if the stream does not exist.
             NoSuchPartitionError: if the stream has no such partition.
         """
-        return self._session.check().fetch_partition_metadata(stream, partition)
+        return leader.fetch_partition_metadata(self._session.check(), stream, partition)
 
     # ------------------------------------------------------------------ streams
 
@@ -402,7 +403,9 @@ class Client:
             NoSuchStreamError: the cluster has no such stream.
             NoSuchPartitionError: the stream has no such partition.
         """
-        self._session.check().set_cursor(cursor_id, stream, partition, offset, must_exist=True)
+        cursors.set_cursor(
+            self._session.check(), cursor_id, stream, partition, offset, must_exist=True
+        )
 
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         """The offset stored under ``cursor_id``, or ``-1`` if none was stored.
@@ -412,7 +415,9 @@ class Client:
             NoSuchPartitionError: the stream has no such partition (both as for
                 :meth:`set_cursor`).
         """
-        return self._session.check().fetch_cursor(cursor_id, stream, partition, must_exist=True)
+        return cursors.fetch_cursor(
+            self._session.check(), cursor_id, stream, partition, must_exist=True
+        )
 
     # ------------------------------------------------------------------ publish
 

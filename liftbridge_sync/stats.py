@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from liftbridge_sync._publishing.stats import PublisherStats
+from liftbridge_sync._transport import leader
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.errors import LiftbridgeError
 
@@ -114,11 +115,11 @@ def collect(core: ClientCore, publisher: PublisherStats) -> ClientStats:
             continue
         try:
             if failed:
-                found = core.fetch_partition_metadata_once(
-                    stream, partition, min(options.rpc_timeout, left)
+                found = leader.fetch_partition_metadata_once(
+                    core, stream, partition, min(options.rpc_timeout, left)
                 )
             else:
-                found = core.fetch_partition_metadata(stream, partition)
+                found = leader.fetch_partition_metadata(core, stream, partition)
         except LiftbridgeError as exc:
             _log.debug("stats: no high watermark of %s/%d: %s", stream, partition, exc)
             failed = True

@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.leader import leader_address_of
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.errors import LiftbridgeError
@@ -278,7 +279,7 @@ class LeaderProbe:
             info = core.metadata.get().partition(stream, partition)
             if info is None:
                 return "the partition is not in the metadata"
-            address = core.leader_address_of(info)
+            address = leader_address_of(core, info)
             request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
             response = core.invoke(
                 address,

@@ -1,13 +1,11 @@
-"""Resilient RPCs: broker selection, leader routing, deadlines and retries.
+"""Resilient RPCs: broker selection, deadlines, retries and the client's metadata.
 
 Every unary call carries a deadline (``ClientOptions.rpc_timeout`` per attempt). Calls that
 any broker can serve rotate over the known brokers (metadata, then seeds) and retry
 ``UNAVAILABLE`` under the retry policy; ``FetchMetadata``, which only reads, also goes on
 to the next broker after an attempt that ran out of its deadline (a broker that takes
-connections but does not answer). Calls that must reach a partition leader (each
-idempotent) look the leader up in the metadata cache, and on not-leader, an unreachable
-leader or one that did not answer in time (hung: another may have taken over) refresh
-the metadata and try again.
+connections but does not answer). Calls that must reach a partition leader are in
+:mod:`.leader`, those on cursors in :mod:`.cursors`.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, overload
+from typing import Any
 
 import grpc
 
@@ -27,62 +25,35 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
-from liftbridge_sync._transport.h2.sockets import speaks_tls
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.partition_counts import PartitionCounts
-from liftbridge_sync._transport.retry import Budget, call_with_retry, is_retryable
-from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.cursors import cursor_partition, visibility_cursor
-from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
-from liftbridge_sync._wire.status import (
-    CallContext,
-    closed_at_connect,
-    error_from_rpc_error,
-    plaintext_refused_error,
+from liftbridge_sync._transport.retry import (
+    Budget,
+    call_with_retry,
+    is_retryable,
+    retryable_elsewhere,
 )
-from liftbridge_sync._wire.validate import check_id, check_int, check_name, check_partition
+from liftbridge_sync._transport.roster import BrokerRoster
+from liftbridge_sync._wire import rpcs
+from liftbridge_sync._wire.rpcs import Req, Resp, Rpc
+from liftbridge_sync._wire.status import CallContext, closed_at_connect, error_from_rpc_error
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
     DeadlineExceededError,
     ForkedClientError,
     LiftbridgeError,
-    NoSuchPartitionError,
     NoSuchStreamError,
-    NotLeaderError,
-    PermissionDeniedError,
-    ServerError,
 )
-from liftbridge_sync.models import Metadata, PartitionInfo, PartitionMetadata
-from liftbridge_sync.options import ClientOptions, parse_address
+from liftbridge_sync.models import Metadata
+from liftbridge_sync.options import ClientOptions
 
 __all__ = ["ClientCore"]
 
-T = TypeVar("T")
-
 _log = logging.getLogger("liftbridge_sync.client")
-
-#: Seconds a broker must be missing from the metadata before its channels are closed:
-#: one that left for good stays missing, one restarting is back within seconds.
-DEPARTED_AFTER = 30.0
 
 #: RPCs whose deadline is enforced by the client only (see ``_invoke_with_local_deadline``).
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
-CURSORS_STREAM = "__cursors"
-_PARTITION_FIELDS = tuple(f.name for f in dataclasses.fields(PartitionMetadata))
-
-
-def _retryable_elsewhere(error: BaseException) -> bool:
-    """Whether an idempotent call may be tried again, at another broker or at a refreshed
-    leader, after ``error``: a retryable one, or a deadline (the broker it went to may be
-    hung while the others answer)."""
-    return is_retryable(error) or isinstance(error, DeadlineExceededError)
-
-
-#: A TLS verdict not asked for yet.
-_UNASKED = object()
-#: The longest a broker's port is asked whether it speaks TLS (connect, then handshake).
-_TLS_QUESTION_WAIT = 2.0
 
 
 class ClientCore:
@@ -116,15 +87,12 @@ class ClientCore:
         self._rotation = itertools.count()
         self._lock = threading.Lock()
         self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: What each broker's port answered a TLS probe with (see ``_tls_required``).
-        self._tls_verdicts: dict[str, str | None | object] = {}
+        #: What is remembered of each broker address: departures, TLS verdicts.
+        self.roster = BrokerRoster(options, self.pool)
         self._scheduler: Scheduler | None = None
-        self._cursors_unrevealed_told = False
-        #: Seconds a broker must be missing from every metadata answer before the
-        #: channels to it are closed (see _forget_departed); tests shorten it.
-        self.departed_after = DEPARTED_AFTER
-        #: Since when each address with a channel has been missing from the metadata.
-        self._absent_since: dict[str, float] = {}
+        #: Whether the WARNING that cursors are read unrevealed was logged (see
+        #: :func:`.cursors.reveal_cursors`).
+        self.cursors_unrevealed_told = False
         self.closed = False
         #: Set in a forked child: everything opened through this core is the parent's.
         self.forked = False
@@ -239,48 +207,11 @@ class ClientCore:
         return result
 
     def _forget_departed(self) -> None:
-        """Retire the channels to addresses that have been neither a broker of the
-        metadata nor a seed for :attr:`departed_after` seconds: under rolling
-        replacements (new addresses each time) they would otherwise pile up, with their
-        connections, until :meth:`close`. The TLS verdicts (see :meth:`_tls_required`)
-        of the departed brokers, and of addresses neither listed nor holding a channel,
-        are forgotten with them.
-
-        An answer that lists no broker retires nothing. Called after every metadata
-        update that replaced the broker list; it reads the latest snapshot, so a late
-        call with an older list cannot undo a newer one's view for long.
-        """
-        snapshot = self.metadata.snapshot
-        if self.closed or snapshot is None or not snapshot.brokers:
-            return
-        listed = {broker.address for broker in snapshot.brokers}
-        listed.update(self.options.addresses)
-        now = time.monotonic()
-        with self._lock:
-            # A v1.9.0 broker lists only the peers that answered its survey in time: a
-            # broker restarting, or slow for a moment, is left out of an answer or two.
-            # Only one missing from every answer for departed_after is gone for good.
-            held = set(self.pool.addresses())
-            absent = held - listed
-            since = self._absent_since
-            for address in [a for a in since if a not in absent]:
-                del since[address]
-            for address in absent:
-                since.setdefault(address, now)
-            departed = {a for a in absent if now - since[a] >= self.departed_after}
-            for address in departed:
-                del since[address]
-            # A verdict is kept only while its broker may still be called: one per
-            # address ever seen would grow for good under rolling replacements (and a
-            # broker coming back at a departed address is asked again).
-            verdicts = self._tls_verdicts
-            for address in [a for a in verdicts if a in departed or a not in held | listed]:
-                del verdicts[address]
-        if not departed:
-            return
-        gone = self.pool.retire(held - departed | listed)
-        if gone:
-            _log.debug("closing the channels to brokers no longer in the cluster: %s", gone)
+        """Retire the channels to brokers gone for good (see
+        :meth:`.BrokerRoster.forget_departed`): called after every metadata update that
+        replaced the broker list, with the latest snapshot."""
+        if not self.closed:
+            self.roster.forget_departed(self.metadata.snapshot)
 
     def invoke(
         self,
@@ -351,8 +282,8 @@ class ClientCore:
         """The typed error of a failed gRPC call to ``address`` (every gRPC path's).
 
         A plaintext connection the broker closed at connect is told apart by asking its
-        port for TLS (:meth:`_tls_required`, within ``budget`` seconds if given): only a
-        verified answer makes it a final :class:`TLSError`.
+        port for TLS (:meth:`.BrokerRoster.tls_required`, within ``budget`` seconds if
+        given): only a verified answer makes it a final :class:`TLSError`.
         """
         error = error_from_rpc_error(exc, context)
         if (
@@ -360,32 +291,8 @@ class ClientCore:
             and isinstance(error, BrokerUnavailableError)
             and closed_at_connect(error.details or "")
         ):
-            return self._tls_required(address, error, budget)
+            return self.roster.tls_required(address, error, budget)
         return error
-
-    def _tls_required(
-        self, address: str, error: BrokerUnavailableError, budget: float | None = None
-    ) -> BrokerUnavailableError:
-        """``error`` told apart: a verified TLS answer from the broker's port makes it a
-        final TLSError, an unverified one a retryable hint, none leaves it as it is.
-
-        The port is asked once per address and client (the answer is kept while the
-        broker is listed, a seed, or has a channel: see :meth:`_forget_departed`)."""
-        verdict = self._tls_verdicts.get(address, _UNASKED)
-        if verdict is _UNASKED:
-            wait = _TLS_QUESTION_WAIT if budget is None else min(_TLS_QUESTION_WAIT, budget)
-            if wait <= 0:
-                return error  # the caller's time is up: asked next time
-            host, port = parse_address(address)
-            verdict = speaks_tls((host, port), wait, self.pool.closing)
-            if verdict is not None or wait == _TLS_QUESTION_WAIT:
-                with self._lock:  # _forget_departed goes through the verdicts under it
-                    self._tls_verdicts[address] = verdict  # else perhaps only cut short
-        if verdict is None:
-            return error
-        return plaintext_refused_error(
-            str(error).split(":", 1)[0], error.details or "", verified=verdict == "verified"
-        )
 
     @staticmethod
     def _invoke_with_local_deadline(rpc: Any, request: Any, deadline: float, what: str) -> Any:
@@ -448,7 +355,7 @@ class ClientCore:
                     failed.append(exc)
                 raise
 
-        retry_if = _retryable_elsewhere if read_only else is_retryable
+        retry_if = retryable_elsewhere if read_only else is_retryable
         ends = [t for t in (deadline, retry_until) if t is not None]
         return call_with_retry(
             self.options.retry,
@@ -562,292 +469,3 @@ class ClientCore:
             NoSuchStreamError: if the stream is still unknown after a short wait.
         """
         return self._counts.count(stream)
-
-    def partition_info(
-        self, stream: str, partition: int, *, refresh: bool, budget: Budget | None = None
-    ) -> PartitionInfo:
-        """The partition's metadata, refreshing once if the cache lacks it.
-
-        A refresh keeps to ``budget`` if given (see :meth:`.MetadataCache.refresh`).
-
-        Raises:
-            NoSuchStreamError: if the server does not know the stream.
-            NoSuchPartitionError: if the stream has no such partition.
-        """
-        snapshot = self.metadata.refresh(budget) if refresh else self.metadata.get(budget)
-        info = snapshot.partition(stream, partition)
-        if info is None and not refresh:
-            info = self.metadata.refresh(budget).partition(stream, partition)
-        if info is None:
-            if stream not in self.metadata.get().streams:
-                raise NoSuchStreamError(f"no such stream: {stream!r}", code="NOT_FOUND")
-            raise NoSuchPartitionError(
-                f"no such partition: stream {stream!r} partition {partition}", code="NOT_FOUND"
-            )
-        return info
-
-    def leader_address_of(self, info: PartitionInfo) -> str:
-        """``host:port`` of the leader named in ``info`` (per the cached broker list)."""
-        broker = self.metadata.get().broker(info.leader) if info.leader else None
-        if broker is None:
-            raise NotLeaderError(
-                f"partition {info.stream!r}/{info.id} has no known leader yet "
-                f"(leader={info.leader!r})"
-            )
-        return broker.address
-
-    @overload
-    def call_leader(
-        self,
-        stream: str,
-        partition: int,
-        rpc: Rpc[Req, Resp],
-        request: Req,
-        *,
-        context: CallContext = ...,
-        settle: None = None,
-    ) -> Resp: ...
-
-    @overload
-    def call_leader(
-        self,
-        stream: str,
-        partition: int,
-        rpc: Rpc[Req, Resp],
-        request: Req,
-        *,
-        context: CallContext = ...,
-        settle: Callable[[PartitionInfo], T | None],
-    ) -> Resp | T: ...
-
-    def call_leader(
-        self,
-        stream: str,
-        partition: int,
-        rpc: Rpc[Req, Resp],
-        request: Req,
-        *,
-        context: CallContext = CallContext.LEADER,
-        settle: Callable[[PartitionInfo], T | None] | None = None,
-    ) -> Resp | T:
-        """Call an RPC that the partition leader must serve; refresh and retry on
-        not-leader, an unreachable leader or a deadline (the RPC must be idempotent).
-
-        The retry policy bounds the whole call, its metadata refreshes included: no
-        attempt starts after ``max_delay`` and each ends within ``rpc_timeout`` of it.
-
-        Args:
-            settle: After a not-leader answer, the refreshed partition metadata is passed
-                here; a non-``None`` result is returned instead of retrying (for a paused
-                partition there is no running leader to find).
-        """
-        refresh = False
-        # One budget for the call: a refresh retried under a policy of its own took up
-        # to max_delay again on each attempt (twice max_delay against a dead cluster).
-        budget = Budget.of(self.options.retry, self.options.rpc_timeout)
-        # Leaders that ran out of time or could not be reached: a refresh asks the other
-        # brokers first (a hung leader, asked again, took the rest of the budget).
-        suspects: set[str] = set()
-
-        def attempt(number: int) -> Resp | T:
-            nonlocal refresh
-            address = None
-            try:
-                within = dataclasses.replace(budget, avoid=frozenset(suspects))
-                info = self.partition_info(stream, partition, refresh=refresh, budget=within)
-                if refresh and settle is not None:
-                    settled = settle(info)
-                    if settled is not None:
-                        return settled
-                address = self.leader_address_of(info)
-                left = self._time_left(budget, rpc.name)
-                return self.invoke(address, rpc, request, context=context, timeout=left)
-            except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError) as exc:
-                refresh = True
-                if address is not None and not isinstance(exc, NotLeaderError):
-                    suspects.add(address)
-                raise
-
-        return call_with_retry(
-            self.options.retry,
-            rpc.name,
-            attempt,
-            retry_if=_retryable_elsewhere,
-            deadline=budget.retry_until,
-            sleep=self.back_off,
-        )
-
-    def _time_left(self, budget: Budget, what: str) -> float:
-        """Seconds the next RPC within ``budget`` may take (``rpc_timeout`` at most).
-
-        Raises:
-            DeadlineExceededError: none left (the metadata look-up took it).
-        """
-        left = min(self.options.rpc_timeout, budget.ends - time.monotonic())
-        if left <= 0:
-            raise DeadlineExceededError(
-                f"{what}: looking the leader up took the call's time", code="DEADLINE_EXCEEDED"
-            )
-        return left
-
-    # ------------------------------------------------------------------ leader RPCs
-
-    def fetch_partition_metadata(self, stream: str, partition: int) -> PartitionMetadata:
-        """Authoritative partition state from its leader (see ``Client``)."""
-        check_name("stream", stream, allow_reserved=True)
-        check_partition("partition", partition)
-        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-
-        def paused_view(info: PartitionInfo) -> PartitionMetadata | None:
-            # A paused partition has no running leader to ask; the cluster metadata is
-            # then the best available view (and says it is paused).
-            if not info.paused:
-                return None
-            return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
-
-        response = self.call_leader(
-            stream, partition, rpcs.FETCH_PARTITION_METADATA, request, settle=paused_view
-        )
-        if isinstance(response, PartitionMetadata):
-            return response
-        return PartitionMetadata.from_proto(stream, response.metadata)
-
-    def fetch_partition_metadata_once(
-        self, stream: str, partition: int, timeout: float
-    ) -> PartitionMetadata:
-        """One attempt of :meth:`fetch_partition_metadata`, at the cached leader, within
-        ``timeout`` seconds: for callers that keep a deadline of their own (no retries,
-        no metadata refresh, no answer for a paused partition). A partition the cache
-        lacks is looked up within ``timeout`` too (one FetchMetadata attempt).
-
-        Raises:
-            NotLeaderError: the cached leader is not (or no longer) the leader.
-            LiftbridgeError: any other failure of the one attempt.
-        """
-        budget = Budget.once(timeout)
-        info = self.partition_info(stream, partition, refresh=False, budget=budget)
-        request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
-        response = self.invoke(
-            self.leader_address_of(info),
-            rpcs.FETCH_PARTITION_METADATA,
-            request,
-            context=CallContext.LEADER,
-            timeout=self._time_left(budget, rpcs.FETCH_PARTITION_METADATA.name),
-        )
-        return PartitionMetadata.from_proto(stream, response.metadata)
-
-    def _cursor_target(
-        self,
-        cursor_id: str,
-        stream: str,
-        partition: int,
-        must_exist: bool,
-        budget: Budget | None = None,
-    ) -> tuple[int, int]:
-        check_id("cursor_id", cursor_id)
-        check_name("stream", stream, allow_reserved=True)
-        check_partition("partition", partition)
-        if must_exist:
-            # v1.9.0 stores a cursor for any name: a typo would go unnoticed. A stream
-            # created a moment ago is found by the one refresh partition_info makes.
-            self.partition_info(stream, partition, refresh=False, budget=budget)
-        info = self.metadata.get(budget).streams.get(CURSORS_STREAM)
-        if info is None:
-            info = self.fetch_metadata([CURSORS_STREAM], budget).streams.get(CURSORS_STREAM)
-        if info is None or not info.partitions:
-            raise ServerError(
-                "the server has no __cursors stream: cursors are disabled "
-                "(set cursors.stream.partitions > 0 in the server configuration)"
-            )
-        count = len(info.partitions)
-        return cursor_partition(cursor_id, stream, partition, count), count
-
-    def set_cursor(
-        self, cursor_id: str, stream: str, partition: int, offset: int, *, must_exist: bool = False
-    ) -> None:
-        """Store ``offset`` under ``cursor_id`` (routed to the cursor partition's leader).
-
-        With ``must_exist``, a stream or partition the cluster's metadata lacks (after one
-        refresh) raises ``NoSuchStreamError``/``NoSuchPartitionError`` instead.
-        """
-        check_int("offset", offset, minimum=-1)
-        target, _ = self._cursor_target(cursor_id, stream, partition, must_exist)
-        request = api_pb2.SetCursorRequest(
-            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
-        )
-        self.call_leader(CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
-
-    def set_cursor_once(
-        self, cursor_id: str, stream: str, partition: int, offset: int, timeout: float
-    ) -> None:
-        """One attempt of :meth:`set_cursor`, at the cached leader of the cursor's
-        ``__cursors`` partition, within ``timeout`` seconds: for callers that keep a
-        deadline of their own (no retries, no metadata refresh). What the cache lacks
-        is looked up within ``timeout`` too (one FetchMetadata attempt each).
-
-        Raises:
-            NotLeaderError: the cached leader is not (or no longer) the leader.
-            LiftbridgeError: any other failure of the one attempt.
-        """
-        check_int("offset", offset, minimum=-1)
-        budget = Budget.once(timeout)
-        target, _ = self._cursor_target(cursor_id, stream, partition, False, budget)
-        info = self.partition_info(CURSORS_STREAM, target, refresh=False, budget=budget)
-        request = api_pb2.SetCursorRequest(
-            stream=stream, partition=partition, cursorId=cursor_id, offset=offset
-        )
-        self.invoke(
-            self.leader_address_of(info),
-            rpcs.SET_CURSOR,
-            request,
-            context=CallContext.LEADER,
-            timeout=self._time_left(budget, rpcs.SET_CURSOR.name),
-        )
-
-    def fetch_cursor(
-        self, cursor_id: str, stream: str, partition: int, *, must_exist: bool = False
-    ) -> int:
-        """The offset stored under ``cursor_id``, or ``-1`` (``must_exist`` as for
-        :meth:`set_cursor`)."""
-        target, count = self._cursor_target(cursor_id, stream, partition, must_exist)
-        self._reveal_cursors(target, count)
-        request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
-        response = self.call_leader(CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request)
-        return int(response.offset)
-
-    def _reveal_cursors(self, target: int, count: int) -> None:
-        """Make every cursor stored in ``__cursors`` partition ``target`` readable.
-
-        v1.9.0 answers FetchCursor from the log up to the high watermark, which a
-        restarted leader recovers from a checkpoint written every 5 s and not at
-        shutdown: cursors set in the seconds before a restart read back older, or as
-        ``-1``, until the partition commits something new (and the stale answer is then
-        cached). A partition whose newest offset is past its watermark is given that
-        new commit first: a cursor of our own, stored with ack ALL. So is a paused one,
-        whose watermark no leader reports (the commit resumes it, as FetchCursor would).
-
-        An ACL that lets this identity fetch cursors need not let it ask about or write
-        to ``__cursors`` itself: then the cursor is read as the server has it, and the
-        first time a WARNING says why it may be older.
-        """
-        try:
-            info = self.fetch_partition_metadata(CURSORS_STREAM, target)
-            if not info.paused and info.newest_offset <= info.high_watermark:
-                return
-            request = api_pb2.SetCursorRequest(
-                stream=CURSORS_STREAM,
-                partition=target,
-                cursorId=visibility_cursor(target, count),
-                offset=info.newest_offset,
-            )
-            self.call_leader(CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
-        except PermissionDeniedError as error:
-            if not self._cursors_unrevealed_told:
-                self._cursors_unrevealed_told = True
-                _log.warning(
-                    "cursors are read without first committing the rest of their "
-                    "__cursors partition (%s): a cursor stored in the seconds before a "
-                    "server restart may read back older, or as -1, until that partition "
-                    "commits something new",
-                    error,
-                )

@@ -16,9 +16,17 @@ from typing import TypeVar
 
 import tenacity
 
+from liftbridge_sync.errors import DeadlineExceededError
 from liftbridge_sync.options import RetryPolicy
 
-__all__ = ["Budget", "backoff_delay", "build_retrying", "call_with_retry", "is_retryable"]
+__all__ = [
+    "Budget",
+    "backoff_delay",
+    "build_retrying",
+    "call_with_retry",
+    "is_retryable",
+    "retryable_elsewhere",
+]
 
 _log = logging.getLogger("liftbridge_sync.retry")
 _T = TypeVar("_T")
@@ -27,6 +35,13 @@ _T = TypeVar("_T")
 def is_retryable(error: BaseException) -> bool:
     """Whether an attempt that raised ``error`` may be retried (its ``retryable`` flag)."""
     return bool(getattr(error, "retryable", False))
+
+
+def retryable_elsewhere(error: BaseException) -> bool:
+    """Whether an idempotent call may be tried again, at another broker or at a refreshed
+    leader, after ``error``: a retryable one, or a deadline (the broker it went to may be
+    hung while the others answer)."""
+    return is_retryable(error) or isinstance(error, DeadlineExceededError)
 
 
 def backoff_delay(policy: RetryPolicy, failures: int) -> float:

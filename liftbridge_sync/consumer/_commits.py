@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Container, Iterable
 
+from liftbridge_sync._transport import cursors
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.consumer._mailbox import PartitionReader
 from liftbridge_sync.errors import CommitError, DeadlineExceededError, LiftbridgeError
@@ -60,7 +61,7 @@ class _Attempts:
         options = self._core.options
         if self._until is None:
             try:
-                self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+                cursors.set_cursor(self._core, self._cursor_id, key[0], key[1], offset)
             except LiftbridgeError:
                 budget = max(options.retry.max_delay, options.rpc_timeout)
                 self._until = time.monotonic() + budget
@@ -71,8 +72,8 @@ class _Attempts:
             raise DeadlineExceededError(
                 "not tried: the commit's time after its first failure was up"
             )
-        self._core.set_cursor_once(
-            self._cursor_id, key[0], key[1], offset, min(options.rpc_timeout, left)
+        cursors.set_cursor_once(
+            self._core, self._cursor_id, key[0], key[1], offset, min(options.rpc_timeout, left)
         )
 
 
@@ -214,7 +215,7 @@ class Commits:
         Raises:
             LiftbridgeError: if the cursor could not be stored.
         """
-        self._core.set_cursor(self._cursor_id, key[0], key[1], offset)
+        cursors.set_cursor(self._core, self._cursor_id, key[0], key[1], offset)
         with self._lock:
             self._committed[key] = max(offset, self._committed.get(key, -1))
 
@@ -225,7 +226,7 @@ class Commits:
             LiftbridgeError: if the cursor could not be fetched.
         """
         stream, partition = key
-        cursor = self._core.fetch_cursor(self._cursor_id, stream, partition)
+        cursor = cursors.fetch_cursor(self._core, self._cursor_id, stream, partition)
         if cursor >= 0:
             with self._lock:
                 # What is stored is committed: an older position of ours is not.

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport import leader
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.consumer._commits import Commits, Key
 from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
@@ -316,7 +317,7 @@ class Readers:
         if not self._commit_on_revoke or kind not in (StartKind.NEW_ONLY, StartKind.LATEST):
             return self._start
         stream, partition = reader.stream, reader.partition
-        meta = self._core.fetch_partition_metadata(stream, partition)
+        meta = leader.fetch_partition_metadata(self._core, stream, partition)
         if meta.paused:
             return self._start  # its offsets are the last known, maybe not its end
         before = meta.newest_offset if kind is StartKind.NEW_ONLY else meta.newest_offset - 1

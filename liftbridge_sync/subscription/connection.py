@@ -20,6 +20,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.leader import leader_address_of, partition_info
 from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
 from liftbridge_sync._transport.retry import (
     Budget,
@@ -419,8 +420,8 @@ class PartitionConnection:
             # whole retry policy it held get(timeout), or a resubscribe past
             # resubscribe_wait, for that policy.
             try:
-                info = core.partition_info(
-                    target.stream, target.partition, refresh=False, budget=budget
+                info = partition_info(
+                    core, target.stream, target.partition, refresh=False, budget=budget
                 )
             except DeadlineExceededError as exc:
                 if budget is None:
@@ -432,7 +433,7 @@ class PartitionConnection:
                     f"subscribe: looking the partition's leader up failed: {exc}"
                 ) from exc
             snapshot = core.metadata.get()
-        leader = core.leader_address_of(info)
+        leader = leader_address_of(core, info)
         if target.read_isr_replica and not self.leader_only:
             brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
             if brokers:

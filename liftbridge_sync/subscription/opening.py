@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport import cursors, leader
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
@@ -90,7 +91,7 @@ def build_subscribe_request(
         return None  # the stop time is before the start time: nothing to look up
     newest = committed = -1
     if pin_start or pin_time or pin_stop:
-        info = core.fetch_partition_metadata(stream, partition)
+        info = leader.fetch_partition_metadata(core, stream, partition)
         newest, committed = info.newest_offset, info.high_watermark
     # The first offset to read, when known without asking the server.
     first: int | None = None
@@ -119,7 +120,7 @@ def build_subscribe_request(
         request.startPosition = api_pb2.TIMESTAMP
         request.startTimestamp = since
     elif kind is StartKind.CURSOR:
-        cursor = core.fetch_cursor(start.cursor_id, stream, partition)
+        cursor = cursors.fetch_cursor(core, start.cursor_id, stream, partition)
         if cursor >= 0 and cursor_in_range(
             core,
             stream,
@@ -172,7 +173,7 @@ def cursor_in_range(
     ``auto.offset.reset``; this logs a WARNING to ``log`` naming the cursor (``named``:
     a prefix for it, such as its id) and where reading goes ``instead``.
     """
-    meta = core.fetch_partition_metadata(stream, partition)
+    meta = leader.fetch_partition_metadata(core, stream, partition)
     if meta.paused or cursor <= meta.newest_offset:
         return True
     log.warning(

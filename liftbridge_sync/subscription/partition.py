@@ -26,6 +26,7 @@ import time
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import TimerHandle
+from liftbridge_sync._transport import cursors
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall
 from liftbridge_sync._wire.validate import check_id, check_int, check_timeout
@@ -237,7 +238,9 @@ class Subscription:
         offset = self._conn.last_offset
         if offset is None:
             return None
-        self._core.set_cursor(cursor_id, self._target.stream, self._target.partition, offset)
+        cursors.set_cursor(
+            self._core, cursor_id, self._target.stream, self._target.partition, offset
+        )
         return offset
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ import logging
 import time
 
 from liftbridge_sync._runtime.scheduler import TimerHandle
+from liftbridge_sync._transport import leader
 from liftbridge_sync._transport.opening import SubscribeCall
 from liftbridge_sync.errors import LiftbridgeError, PartitionPausedError, ReadonlyPartitionError
 from liftbridge_sync.subscription.connection import ATTEMPT_AT_LEAST, PartitionConnection
@@ -73,8 +74,8 @@ class ReadFailures:
         if deadline is not None:
             wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_AT_LEAST))
         try:
-            info = self._conn.core.fetch_partition_metadata_once(
-                target.stream, target.partition, wait
+            info = leader.fetch_partition_metadata_once(
+                self._conn.core, target.stream, target.partition, wait
             )
         except LiftbridgeError:
             self._conn.stale = True  # the leader may have moved: the resubscribe looks again

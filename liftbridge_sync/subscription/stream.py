@@ -15,6 +15,7 @@ import threading
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
+from liftbridge_sync._transport import cursors
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import (
     check_bool,
@@ -267,7 +268,7 @@ class StreamSubscription:
         check_id("cursor_id", cursor_id)
         stored = dict(self._delivered)
         for partition, offset in stored.items():
-            self._core.set_cursor(cursor_id, self._stream, partition, offset)
+            cursors.set_cursor(self._core, cursor_id, self._stream, partition, offset)
         return stored
 
     def close(self, timeout: float | None = None) -> None:

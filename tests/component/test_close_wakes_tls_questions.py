@@ -15,7 +15,7 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync._transport import channels as channels_module
-from liftbridge_sync._transport import core as core_module
+from liftbridge_sync._transport import roster as roster_module
 from liftbridge_sync.testing import TestCertificates, generate_certificates
 from tests.silent_listener import SilentListener
 from tests.stacks import thread_in
@@ -127,7 +127,7 @@ def test_close_cuts_the_tls_pre_flight_of_a_unary_call_short(
 def test_close_cuts_the_question_whether_a_port_speaks_tls_short(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(core_module, "_TLS_QUESTION_WAIT", 30.0)  # else 2 s
+    monkeypatch.setattr(roster_module, "TLS_QUESTION_WAIT", 30.0)  # else 2 s
     closer = _PlaintextCloser()
     try:
         options = ClientOptions(

@@ -10,6 +10,7 @@ import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy
+from liftbridge_sync._transport import cursors, leader
 from liftbridge_sync._transport.core import ClientCore
 
 #: As the CLI builds it: only max_delay ends the retries.
@@ -43,9 +44,9 @@ def test_a_single_attempt_keeps_to_its_timeout_when_the_metadata_is_missing(call
         started = time.monotonic()
         with pytest.raises(lb.BrokerUnavailableError):
             if call == "set_cursor_once":
-                core.set_cursor_once("c", "s", 0, 5, _ONCE)
+                cursors.set_cursor_once(core, "c", "s", 0, 5, _ONCE)
             else:
-                core.fetch_partition_metadata_once("s", 0, _ONCE)
+                leader.fetch_partition_metadata_once(core, "s", 0, _ONCE)
         elapsed = time.monotonic() - started
     finally:
         core.close()

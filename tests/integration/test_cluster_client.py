@@ -107,7 +107,7 @@ def test_the_channels_to_a_broker_that_left_the_cluster_are_closed(
         core = client._core
         # Closed once missing from the metadata for 3 s, not the default 30 s, so the
         # test is short; a node left out of an answer for a moment keeps its channel.
-        core.departed_after = 3.0
+        core.roster.departed_after = 3.0
         # A node a test before this one restarted is listed once it answers its peers.
         wait_until(
             lambda: (

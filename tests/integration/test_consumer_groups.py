@@ -37,6 +37,9 @@ from liftbridge_sync import (
 )
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._runtime.doorbell import wait_event
+from liftbridge_sync._transport import cursors
+from liftbridge_sync._transport import leader as leader_module
+from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
@@ -942,15 +945,17 @@ def test_a_commit_stuck_on_a_hung_leader_does_not_stall_the_heartbeat_on_a_revok
     # that has not polled for the consumer timeout (2 s here).
     hung = threading.Event()
     release = threading.Event()
-    set_cursor = client._core.set_cursor
+    set_cursor = cursors.set_cursor
 
-    def hanging(cursor_id: str, s: str, partition: int, offset: int, **kw: bool) -> None:
+    def hanging(
+        core: ClientCore, cursor_id: str, s: str, partition: int, offset: int, **kw: bool
+    ) -> None:
         if s == stream and partition == 1:
             hung.set()
             release.wait(60)
-        set_cursor(cursor_id, s, partition, offset, **kw)
+        set_cursor(core, cursor_id, s, partition, offset, **kw)
 
-    monkeypatch.setattr(client._core, "set_cursor", hanging)
+    monkeypatch.setattr(cursors, "set_cursor", hanging)
     # The new owner's readers wait until a has seen the revoke: one subscribing first
     # would end a's streams, and a would drop the positions (a lost race, not a revoke).
     revoked = threading.Event()
@@ -1008,21 +1013,23 @@ def test_close_polls_on_while_it_waits_for_a_stuck_commit_and_makes_the_final_on
     # stopped already, so the coordinator counted as silent (1.5 s here), the final
     # commit was withheld and the partition's next owner read everything again.
     hung = threading.Event()
-    set_cursor = client._core.set_cursor
+    set_cursor = cursors.set_cursor
     calls: list[int] = []
 
-    def hanging(cursor_id: str, s: str, partition: int, offset: int, **kw: bool) -> None:
+    def hanging(
+        core: ClientCore, cursor_id: str, s: str, partition: int, offset: int, **kw: bool
+    ) -> None:
         calls.append(offset)
         if len(calls) == 1:
             hung.set()
             time.sleep(3.0)  # the fault itself: a call that does not answer for 3 s
             raise DeadlineExceededError("deadline exceeded", code="DEADLINE_EXCEEDED")
-        set_cursor(cursor_id, s, partition, offset, **kw)
+        set_cursor(core, cursor_id, s, partition, offset, **kw)
 
     sent = [b"c-%d" % i for i in range(4)]
     for value in sent:
         client.publish(stream, value, partition=0)
-    monkeypatch.setattr(client._core, "set_cursor", hanging)
+    monkeypatch.setattr(cursors, "set_cursor", hanging)
     start = StartAt.earliest()
     with client.consumer(unique("g"), streams=[stream], auto_commit=0.1, start=start) as a:
         assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
@@ -1039,14 +1046,16 @@ def _unreachable_cursor_leader_for(
     client: Client, stream: str, partition: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fault: the ``__cursors`` leader of ``partition``'s cursor cannot be reached."""
-    set_cursor = client._core.set_cursor
+    set_cursor = cursors.set_cursor
 
-    def unreachable(cursor_id: str, s: str, p: int, offset: int, **kw: bool) -> None:
+    def unreachable(
+        core: ClientCore, cursor_id: str, s: str, p: int, offset: int, **kw: bool
+    ) -> None:
         if s == stream and p == partition:
             raise BrokerUnavailableError("connection refused", code="UNAVAILABLE")
-        set_cursor(cursor_id, s, p, offset, **kw)
+        set_cursor(core, cursor_id, s, p, offset, **kw)
 
-    monkeypatch.setattr(client._core, "set_cursor", unreachable)
+    monkeypatch.setattr(cursors, "set_cursor", unreachable)
 
 
 def test_a_cursor_that_cannot_be_stored_does_not_hold_back_the_others_in_a_commit(
@@ -1403,17 +1412,17 @@ def test_an_empty_partition_read_from_its_end_loses_nothing_published_as_the_rea
     # it as the cursor. An empty partition has none to store, and the reader then
     # subscribed "new only": what was published between the look-up and the subscribe
     # was read by no member (it has no cursor either). It now starts at offset 0.
-    fetch = client._core.fetch_partition_metadata
+    fetch = leader_module.fetch_partition_metadata
     published: list[bytes] = []
 
-    def then_publish(s: str, partition: int) -> PartitionMetadata:
-        meta = fetch(s, partition)
+    def then_publish(core: ClientCore, s: str, partition: int) -> PartitionMetadata:
+        meta = fetch(core, s, partition)
         if s == stream and partition == 0 and not published:
             published.append(b"as the reader starts")
             client.publish(stream, published[0], partition=0)
         return meta
 
-    monkeypatch.setattr(client._core, "fetch_partition_metadata", then_publish)
+    monkeypatch.setattr(leader_module, "fetch_partition_metadata", then_publish)
     with client.consumer(unique("g"), streams=[stream], auto_commit=60.0) as a:
         assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
         assert a.get(10).value == b"as the reader starts"

@@ -18,7 +18,7 @@ client left running, and a new member of the group resuming after the committed
 positions. v1.9.0 recovers a high watermark at restart from a checkpoint written every
 5 s, not at shutdown, and serves reads and cursors only up to it: the quiet runs would
 see a stale one (none did in the runs so far), the cursors are the client's concern
-(``ClientCore._reveal_cursors``). Duplicates (re-sent publishes), re-deliveries to the
+(``_transport.cursors.reveal_cursors``). Duplicates (re-sent publishes), re-deliveries to the
 group, the longest stalls and the watermarks after the roll are printed (``pytest -s``).
 
 Two server behaviours are told apart rather than failed: publishes that never reached a
@@ -309,7 +309,7 @@ def test_rolling_restart_of_every_node_keeps_data_exact(
             stats = (a.stats(), b.stats())
         phases["members closed"] = time.monotonic()
         # Closed: what the members stored reads back (v1.9.0 read cursors back older
-        # after a restart: see ClientCore._reveal_cursors)...
+        # after a restart: see cursors.reveal_cursors)...
         committed: dict[int, int] = {}
         for member in (a, b):
             for (_, p), offset in member.committed().items():

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._transport import core as core_module
+from liftbridge_sync._transport import roster as roster_module
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.options import ClientOptions
@@ -42,7 +42,7 @@ def _core() -> tuple[ClientCore, list[_Channel]]:
         return cast(grpc.Channel, made[-1])
 
     core = ClientCore(ClientOptions(addresses=("seed:1",)), channel_factory=factory)
-    core.departed_after = 0.0  # at the first answer without the broker (see below)
+    core.roster.departed_after = 0.0  # at the first answer without the broker (see below)
     return core, made
 
 
@@ -115,17 +115,17 @@ def test_a_broker_missing_from_answers_for_a_moment_keeps_its_channels() -> None
     # restarts, or is slow for a moment, is left out of an answer or two. Its channels
     # are closed only once it has been missing from every answer for departed_after.
     core, made = _core()
-    core.departed_after = 30.0
+    core.roster.departed_after = 30.0
     _use(core, "a:1", "b:1")
     core.adopt_metadata(_brokers("a:1"))
     core.adopt_metadata(_brokers("a:1", "b:1"))  # back: its clock starts over
-    assert core._absent_since == {}
+    assert core.roster.absent_since == {}
     core.adopt_metadata(_brokers("a:1"))
     assert not any(c.closed for c in made)
-    core._absent_since["b:1"] -= 31.0  # missing from every answer for 31 s
+    core.roster.absent_since["b:1"] -= 31.0  # missing from every answer for 31 s
     core.adopt_metadata(_brokers("a:1"))
     assert [c.address for c in made if c.closed] == ["b:1"]
-    assert core._absent_since == {}
+    assert core.roster.absent_since == {}
     core.close()
 
 
@@ -141,20 +141,20 @@ def test_the_tls_verdicts_of_departed_brokers_are_forgotten(
         asked.append(f"{peer[0]}:{peer[1]}")
         return None
 
-    monkeypatch.setattr(core_module, "speaks_tls", speaks_tls)
+    monkeypatch.setattr(roster_module, "speaks_tls", speaks_tls)
     core, _ = _core()
     closed = BrokerUnavailableError("Subscribe: closed", details="Socket closed")
     for n in range(200):
         address = f"b{n}:1"
         _use(core, address)
-        core._tls_required(address, closed)
+        core.roster.tls_required(address, closed)
         core.adopt_metadata(_brokers(address))  # b{n-1} replaced by b{n}
     assert len(asked) == 200
-    assert set(core._tls_verdicts) <= {"b199:1", "seed:1"}
+    assert set(core.roster.tls_verdicts) <= {"b199:1", "seed:1"}
     # A broker back at an address it left is asked again; one still listed is not.
     _use(core, "b0:1")
-    core._tls_required("b0:1", closed)
-    core._tls_required("b199:1", closed)
+    core.roster.tls_required("b0:1", closed)
+    core.roster.tls_required("b199:1", closed)
     assert asked[200:] == ["b0:1"]
     core.close()
 

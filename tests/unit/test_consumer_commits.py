@@ -28,6 +28,17 @@ from tests.messages import make_message
 KEY = ("orders", 0)
 
 
+@pytest.fixture(autouse=True)
+def _cursors_of_the_fake_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commits store cursors through the fake cores below, not over RPCs."""
+    fake = types.SimpleNamespace(
+        set_cursor=lambda core, *args: core.set_cursor(*args),
+        set_cursor_once=lambda core, *args: core.set_cursor_once(*args),
+        fetch_cursor=lambda core, *args: core.fetch_cursor(*args),
+    )
+    monkeypatch.setattr(_commits, "cursors", fake)
+
+
 class _Core:
     """Records the cursors stored."""
 

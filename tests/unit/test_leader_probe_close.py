@@ -23,15 +23,15 @@ class _Core:
         self.looks = 0
         self.first_look = threading.Event()
         self.stop: threading.Event | None = None
-        self.metadata = types.SimpleNamespace(
-            snapshot=None, get=lambda: types.SimpleNamespace(partition=lambda s, p: object())
+        leader = types.SimpleNamespace(address="10.0.0.1:9292")
+        cluster = types.SimpleNamespace(
+            partition=lambda s, p: types.SimpleNamespace(leader="b", stream=s, id=p),
+            broker=lambda broker_id: leader,
         )
+        self.metadata = types.SimpleNamespace(snapshot=None, get=lambda: cluster)
 
     def refresh_once(self, streams: list[str], deadline: float) -> None:
         return None
-
-    def leader_address_of(self, info: object) -> str:
-        return "10.0.0.1:9292"
 
     def invoke(self, address: str, rpc: object, request: object, **kwargs: Any) -> object:
         self.looks += 1

@@ -8,6 +8,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -17,6 +18,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import THREAD_NAME, Scheduler
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.models import Message
+from liftbridge_sync.subscription import opening
 from liftbridge_sync.subscription.merging import Mailbox as _Mailbox
 from liftbridge_sync.subscription.opening import build_subscribe_request as _build_request
 from tests.messages import make_message
@@ -46,6 +48,15 @@ class FakeClient:
     def fetch_cursor(self, cursor_id: str, stream: str, partition: int) -> int:
         self.calls.append(f"cursor {cursor_id} {stream} {partition}")
         return self.cursor
+
+
+@pytest.fixture(autouse=True)
+def _look_ups_of_the_fake_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pinning looks offsets and cursors up through the fake client, not over RPCs."""
+    leader = SimpleNamespace(fetch_partition_metadata=lambda c, *a: c.fetch_partition_metadata(*a))
+    cursors = SimpleNamespace(fetch_cursor=lambda c, *a: c.fetch_cursor(*a))
+    monkeypatch.setattr(opening, "leader", leader)
+    monkeypatch.setattr(opening, "cursors", cursors)
 
 
 def build(
