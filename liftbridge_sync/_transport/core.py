@@ -28,6 +28,7 @@ from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.partition_counts import PartitionCounts
 from liftbridge_sync._transport.retry import (
+    Attempts,
     Budget,
     call_with_retry,
     is_retryable,
@@ -321,6 +322,7 @@ class ClientCore:
         deadline: float | None = None,
         retry_until: float | None = None,
         avoid: frozenset[str] = frozenset(),
+        attempts: Attempts | None = None,
     ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors.
 
@@ -332,10 +334,19 @@ class ClientCore:
         gets at most the time left, and no retry starts whose back-off would reach it
         (the last attempt's error is raised then), nor one reaching ``retry_until`` (a
         ``time.monotonic()`` too) if given. Brokers in ``avoid`` are asked only when no
-        other is known."""
+        other is known. ``attempts``, if given, are those of the call this one is part
+        of: each failed attempt counts there, and none is retried once they are spent."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
+            try:
+                return attempt_at(number)
+            except Exception:
+                if attempts is not None:
+                    attempts.fail()
+                raise
+
+        def attempt_at(number: int) -> Resp:
             candidates = self.addresses()
             if avoid:
                 candidates = [a for a in candidates if a not in avoid] or candidates
@@ -364,6 +375,7 @@ class ClientCore:
             retry_if=retry_if,
             deadline=min(ends, default=None),
             sleep=self.back_off,
+            attempts=attempts,
         )
 
     # ------------------------------------------------------------------ metadata
@@ -382,6 +394,7 @@ class ClientCore:
                 deadline=budget.ends,
                 retry_until=budget.retry_until,
                 avoid=budget.avoid,
+                attempts=budget.attempts,
             )
         return self._metadata_of(response)
 

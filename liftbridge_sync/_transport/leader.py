@@ -123,8 +123,9 @@ def call_leader(
     not-leader, an unreachable leader or a deadline (the RPC must be idempotent).
 
     The retry policy bounds the whole call, its metadata refreshes included: no
-    attempt starts after ``max_delay`` and each ends within ``rpc_timeout`` of it.
-    Thread-safe.
+    attempt starts after ``max_delay`` and each ends within ``rpc_timeout`` of it, and
+    no more than ``max_attempts`` fail, those of the refreshes counted with the
+    leader's. Thread-safe.
 
     Args:
         settle: After a not-leader answer, the refreshed partition metadata is passed
@@ -139,13 +140,19 @@ def call_leader(
     # Leaders that ran out of time or could not be reached: a refresh asks the other
     # brokers first (a hung leader, asked again, took the rest of the budget).
     suspects: set[str] = set()
+    attempts = budget.attempts
+    assert attempts is not None  # Budget.of counts them
 
     def attempt(number: int) -> Resp | T:
         nonlocal refresh
         address = None
+        counted = attempts.failed
         try:
             within = dataclasses.replace(budget, avoid=frozenset(suspects))
             info = partition_info(core, stream, partition, refresh=refresh, budget=within)
+            # The look-up's failed FetchMetadata attempts counted themselves: a failure
+            # from here on is this attempt's own.
+            counted = attempts.failed
             if refresh and settle is not None:
                 settled = settle(info)
                 if settled is not None:
@@ -153,10 +160,13 @@ def call_leader(
             address = leader_address_of(core, info)
             left = time_left(core, budget, rpc.name)
             return core.invoke(address, rpc, request, context=context, timeout=left)
-        except (NotLeaderError, BrokerUnavailableError, DeadlineExceededError) as exc:
-            refresh = True
-            if address is not None and not isinstance(exc, NotLeaderError):
-                suspects.add(address)
+        except Exception as exc:
+            if attempts.failed == counted:  # else the look-up's attempts counted it
+                attempts.fail()
+            if isinstance(exc, (NotLeaderError, BrokerUnavailableError, DeadlineExceededError)):
+                refresh = True
+                if address is not None and not isinstance(exc, NotLeaderError):
+                    suspects.add(address)
             raise
 
     return call_with_retry(
@@ -166,6 +176,7 @@ def call_leader(
         retry_if=retryable_elsewhere,
         deadline=budget.retry_until,
         sleep=core.back_off,
+        attempts=attempts,
     )
 
 

@@ -20,6 +20,7 @@ from liftbridge_sync.errors import DeadlineExceededError
 from liftbridge_sync.options import RetryPolicy
 
 __all__ = [
+    "Attempts",
     "Budget",
     "backoff_delay",
     "build_retrying",
@@ -55,6 +56,34 @@ def backoff_delay(policy: RetryPolicy, failures: int) -> float:
     return float(delay + random.uniform(0, policy.jitter))
 
 
+class Attempts:
+    """The failed attempts of one call, those of the calls made within it included (a
+    leader call's metadata refreshes): retried each under ``max_attempts`` of their
+    own, a policy of 3 attempts let a leader call fail 3 x 3 times.
+
+    Attributes:
+        limit: Failed attempts after which nothing within the call is retried.
+        failed: Failed attempts so far.
+
+    Counted by the one thread making the call; not thread-safe.
+    """
+
+    __slots__ = ("failed", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.failed = 0
+
+    def fail(self) -> None:
+        """Count one failed attempt."""
+        self.failed += 1
+
+    @property
+    def spent(self) -> bool:
+        """Whether no attempt is left to retry with."""
+        return self.failed >= self.limit
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Budget:
     """The time one call's retry policy gives it, kept by the calls made within it (a
@@ -68,26 +97,41 @@ class Budget:
             timeout after ``retry_until``).
         avoid: Brokers the call found hung or unreachable: the calls within it ask the
             others first (a hung broker would take a whole attempt's time again).
+        attempts: The call's failed attempts, which the calls within it count too and
+            stop retrying at (``None``: each keeps to its own ``max_attempts``).
 
-    Immutable; safe to share between threads.
+    Immutable but for ``attempts``, which only the thread making the call counts: the
+    times and brokers are safe to share between threads.
     """
 
     retry_until: float
     ends: float
     avoid: frozenset[str] = frozenset()
+    attempts: Attempts | None = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def of(cls, policy: RetryPolicy, attempt_timeout: float) -> Budget:
         """The budget of a call starting now under ``policy``, each attempt of which
         takes at most ``attempt_timeout`` seconds."""
         now = time.monotonic()
-        return cls(now + policy.max_delay, now + policy.max_delay + attempt_timeout)
+        end = now + policy.max_delay
+        return cls(end, end + attempt_timeout, attempts=Attempts(policy.max_attempts))
 
     @classmethod
     def once(cls, timeout: float) -> Budget:
         """The budget of a single attempt starting now: no retries, ``timeout`` seconds."""
         now = time.monotonic()
         return cls(now, now + timeout)
+
+
+class _StopWhenSpent(tenacity.stop.stop_base):
+    """Stop once the call's shared :class:`Attempts` are spent."""
+
+    def __init__(self, attempts: Attempts) -> None:
+        self._attempts = attempts
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self._attempts.spent
 
 
 class _StopBefore(tenacity.stop.stop_base):
@@ -108,6 +152,7 @@ def build_retrying(
     retry_if: Callable[[BaseException], bool] = is_retryable,
     deadline: float | None = None,
     sleep: Callable[[float], None] | None = None,
+    attempts: Attempts | None = None,
 ) -> tenacity.Retrying:
     """A fresh ``tenacity.Retrying`` for one call.
 
@@ -119,6 +164,8 @@ def build_retrying(
             whose back-off would reach it.
         sleep: Sleeps each back-off (default ``time.sleep``); what it raises ends the
             call (a back-off cut short by the client's ``close()``).
+        attempts: The failed attempts of the call this one is part of, if any: no
+            retry once they are spent (the caller counts its failures in them).
 
     Returns:
         A ``Retrying`` that re-raises the last exception when it gives up. Not thread-safe;
@@ -140,6 +187,8 @@ def build_retrying(
     )
     if deadline is not None:
         stop = stop | _StopBefore(deadline)
+    if attempts is not None:
+        stop = stop | _StopWhenSpent(attempts)
     return tenacity.Retrying(
         sleep=time.sleep if sleep is None else sleep,
         # Before the delay, not after it: no attempt starts later than max_delay (after
@@ -160,15 +209,17 @@ def call_with_retry(
     retry_if: Callable[[BaseException], bool] = is_retryable,
     deadline: float | None = None,
     sleep: Callable[[float], None] | None = None,
+    attempts: Attempts | None = None,
 ) -> _T:
     """Run ``attempt(attempt_number)`` until it succeeds or the policy gives up (or a
-    retry's back-off would reach ``deadline``, a ``time.monotonic()``), sleeping each
-    back-off with ``sleep`` if given (see :func:`build_retrying`).
+    retry's back-off would reach ``deadline``, a ``time.monotonic()``, or ``attempts``
+    are spent), sleeping each back-off with ``sleep`` if given (see
+    :func:`build_retrying`).
 
     Thread-safe: each call builds its own ``Retrying``.
     """
     retrying = build_retrying(
-        policy, label=label, retry_if=retry_if, deadline=deadline, sleep=sleep
+        policy, label=label, retry_if=retry_if, deadline=deadline, sleep=sleep, attempts=attempts
     )
     for trial in retrying:
         with trial:

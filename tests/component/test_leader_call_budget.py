@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 
+import grpc
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy
+from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import cursors, leader
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync.testing import FakeBroker
 
 #: As the CLI builds it: only max_delay ends the retries.
 _POLICY = RetryPolicy(max_attempts=1_000_000, max_delay=2.0, initial=0.1, maximum=0.5, jitter=0)
@@ -58,7 +61,6 @@ def test_a_refresh_within_a_leader_call_asks_the_other_brokers_before_a_hung_one
     # asked the brokers in turn, the hung one among them, whose second timeout used up
     # the rest of the call's budget (a cluster test failed so, 1 run in 2). The brokers
     # a leader call found hung are asked only when no other is known.
-    from liftbridge_sync._proto import api_pb2
     from liftbridge_sync._wire import rpcs
     from tests.silent_listener import SilentListener
 
@@ -88,3 +90,38 @@ def test_a_refresh_within_a_leader_call_asks_the_other_brokers_before_a_hung_one
     finally:
         core.close()
         silent.close()
+
+
+class _MetadataRefused(FakeBroker):
+    """Answers the first ``answered`` FetchMetadata calls, then refuses them all
+    (UNAVAILABLE); a leader that says it is not the leader ``not_leader_times`` times."""
+
+    answered = 0
+
+    def FetchMetadata(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchMetadataResponse:
+        with self.lock:
+            refuse = self.metadata_calls >= self.answered
+        if refuse:
+            with self.lock:
+                self.metadata_calls += 1
+            context.abort(grpc.StatusCode.UNAVAILABLE, "going down")
+        return super().FetchMetadata(request, context)
+
+
+@pytest.mark.parametrize("answered", [0, 1], ids=["no-metadata", "not-leader-then-down"])
+def test_a_leader_call_makes_no_more_attempts_than_the_policy_allows(answered: int) -> None:
+    # The metadata refreshes within a leader call kept to its time but retried under
+    # max_attempts of their own: with every FetchMetadata refused, a policy of 3
+    # attempts made 3 x 3 (and a not-leader answer, then a cluster going down, 1 + 3 + 3).
+    policy = RetryPolicy(max_attempts=3, max_delay=30.0, initial=0.01, maximum=0.01, jitter=0)
+    broker = _MetadataRefused("a")
+    broker.answered = answered
+    broker.not_leader_times = 1_000
+    with broker:
+        with Client([broker.address], retry=policy, rpc_timeout=_RPC_TIMEOUT) as client:
+            with pytest.raises(lb.LiftbridgeError):
+                client.fetch_partition_metadata("s", 0)
+        failed = broker.metadata_calls - answered + broker.partition_metadata_calls
+    assert failed == policy.max_attempts
