@@ -315,12 +315,26 @@ class ChannelPool:
 
     def release_later(self, handle: object) -> None:
         """:meth:`release` ``handle`` at the next operation on this pool that takes its
-        lock (any call made, a metadata refresh, :meth:`addresses`).
+        lock (any call made, a metadata refresh, :meth:`addresses`, the client's timer
+        thread's look while a retired channel is in use: :meth:`release_deferred`).
 
         For a finalizer: takes no lock (the garbage collector may run it on a thread
         that holds this pool's lock, which is not reentrant) and closes nothing.
         """
         self._deferred.append(handle)  # atomic: no lock needed
+
+    def release_deferred(self) -> None:
+        """Release now what :meth:`release_later` was given, closing the retired channels
+        whose last call that was (the timer thread's look for a client that makes no
+        more calls: see ``ClientCore``)."""
+        with self._lock:
+            idle = self._release_deferred()
+        _close_all(idle)
+
+    @property
+    def retired_in_use(self) -> bool:
+        """Whether a retired channel is kept open by a call not given back yet."""
+        return bool(self._retired)
 
     def _release_deferred(self) -> list[_Entry]:
         """Release what :meth:`release_later` was given (under the lock); returns the

@@ -16,6 +16,7 @@ from liftbridge_sync._transport import roster as roster_module
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.options import ClientOptions
+from tests.waiting import wait_until
 
 
 class _Channel:
@@ -172,3 +173,18 @@ def test_a_release_later_takes_no_lock_and_the_next_pool_operation_closes_the_ch
     assert not made[0].closed
     assert pool.addresses() == ()  # the next operation released and closed it
     assert made[0].closed
+
+
+def test_a_release_later_closes_a_retired_channel_without_another_call() -> None:
+    # A dropped subscribe call gives its departed broker's channel back from a
+    # finalizer; a client that made no call after it kept the channel until close().
+    # The timer thread every subscription starts gives it back within half a second.
+    core, made = _core()
+    pool = core.pool
+    core.scheduler()  # as each partition subscription starts it
+    releaser = pool.releaser(pool.stub("a:1", streaming_reads=True))
+    core.adopt_metadata(_brokers("b:1"))  # a departed, its channel still in use
+    assert not made[0].closed
+    releaser.later()  # the call's finalizer; no call follows
+    wait_until(lambda: made[0].closed, 5.0, "the retired channel closed")
+    core.close()
