@@ -70,7 +70,10 @@ class BrokerInfo:
 
     @property
     def address(self) -> str:
-        """``host:port`` to dial."""
+        """``host:port`` to dial (``[host]:port`` for an IPv6 host, which a resolver
+        would otherwise read up to the last colon)."""
+        if ":" in self.host:
+            return f"[{self.host}]:{self.port}"
         return f"{self.host}:{self.port}"
 
     @classmethod
