@@ -17,13 +17,18 @@ timeouts (5 s per server and attempt by default) can add up to far more than
 ``rpc_timeout``. :func:`resolve` therefore runs a lookup of a host name on a
 short-lived ``liftbridge-resolve`` thread and waits for it until the timeout or the
 abort; a lookup given up on is left to end by itself on that daemon thread (its answer
-is dropped). A numeric address needs no lookup and starts no thread.
+is dropped). A numeric address needs no lookup and starts no thread, and a name whose
+lookup is under way starts none either: its dial waits for that lookup (a resolver that
+hangs would otherwise gather a thread per dial given up on: a publisher redials every
+second).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import errno
+import os
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -145,47 +150,100 @@ def resolve(host: str, port: int, timeout: float, abort: DialAbort | None = None
         return socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
     except socket.gaierror:
         pass  # a host name: looked up below
-    lookup = _Lookup(host, port)
-    thread = threading.Thread(target=lookup.run, name=RESOLVE_THREAD, daemon=True)
-    try:
-        thread.start()
-    except RuntimeError:
-        lookup.run()  # out of threads: here, unbounded (as socket.create_connection)
-        return lookup.answer()
-    with contextlib.nullcontext() if abort is None else abort.waiting(lookup.done):
-        done = lookup.done.wait(timeout)
-    if not done:
+    key = (host, port)
+    with _LOOKUPS_LOCK:
+        lookup = _LOOKUPS.get(key)
+        started = lookup is None
+        if lookup is None:
+            lookup = _LOOKUPS[key] = _Lookup(host, port)
+    thread = None
+    if started:
+        thread = threading.Thread(target=lookup.run, name=RESOLVE_THREAD, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:
+            lookup.run()  # out of threads: here, unbounded (as socket.create_connection)
+            return lookup.answer()
+    # A wait of its own: an abort sets it, never the lookup's (others wait for that).
+    woken = threading.Event()
+    with contextlib.nullcontext() if abort is None else abort.waiting(woken):
+        lookup.wait(woken, timeout)
+    if not lookup.done.is_set():
         raise TimeoutError(f"the name lookup of {host!r} took longer than {timeout:g}s")
-    thread.join(timeout)  # it has set `done`: it is returning
+    if thread is not None:
+        thread.join(timeout)  # it has set `done`: it is returning
     return lookup.answer()
 
 
 class _Lookup:
-    """One ``getaddrinfo`` whose answer, or error, another thread picks up."""
+    """One ``getaddrinfo`` whose answer, or error, the threads waiting for it pick up.
 
-    __slots__ = ("_args", "_error", "_result", "done")
+    Thread-safe: its answer is written once, before :attr:`done` is set.
+    """
+
+    __slots__ = ("_args", "_error", "_result", "_waiters", "done")
 
     def __init__(self, host: str, port: int) -> None:
         self._args = (host, port)
         self._result: AddrInfo | None = None
         self._error: BaseException | None = None
-        #: Set once the answer or the error is in, or by an abort (see ``resolve``).
+        #: Set once the answer or the error is in.
         self.done = threading.Event()
+        #: The events of the threads waiting for it, set with :attr:`done` (under
+        #: _LOOKUPS_LOCK).
+        self._waiters: list[threading.Event] = []
+
+    def wait(self, woken: threading.Event, timeout: float) -> None:
+        """Wait until the answer is in, ``timeout`` passes or ``woken`` is set by
+        another (an abort)."""
+        with _LOOKUPS_LOCK:
+            if self.done.is_set():
+                return
+            self._waiters.append(woken)
+        try:
+            woken.wait(timeout)
+        finally:
+            with _LOOKUPS_LOCK:
+                self._waiters.remove(woken)
 
     def run(self) -> None:
         try:
             self._result = socket.getaddrinfo(*self._args, 0, socket.SOCK_STREAM)
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting threads
             self._error = exc
         finally:
-            self.done.set()
+            with _LOOKUPS_LOCK:
+                if _LOOKUPS.get(self._args) is self:  # a later dial looks it up afresh
+                    del _LOOKUPS[self._args]
+                self.done.set()
+                for woken in self._waiters:
+                    woken.set()
 
     def answer(self) -> AddrInfo:
-        """What :meth:`run` got: the addresses, or its error raised."""
+        """What :meth:`run` got: the addresses, or (a copy of) its error raised."""
         if self._error is not None:
-            raise self._error
+            # A copy for each waiting thread: one exception object raised on several
+            # threads at once would gather all their tracebacks.
+            raise copy.copy(self._error)
         assert self._result is not None
-        return self._result
+        return list(self._result)
+
+
+#: The lookups under way, by ``(host, port)``: a dial of a name being looked up waits
+#: for that lookup instead of starting another.
+_LOOKUPS: dict[tuple[str, int], _Lookup] = {}
+_LOOKUPS_LOCK = threading.Lock()
+
+
+def _forget_lookups_in_child() -> None:
+    # The lookups under way have no thread in a forked child: waiting for one, each
+    # dial of its name would time out. A parent thread may have held the lock at fork.
+    global _LOOKUPS_LOCK
+    _LOOKUPS.clear()
+    _LOOKUPS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_lookups_in_child)
 
 
 def connect(host: str, port: int, timeout: float, abort: DialAbort | None = None) -> socket.socket:

@@ -14,6 +14,9 @@ until the test releases it); every other name resolves as usual.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -134,3 +137,75 @@ def test_names_resolve_and_unknown_ones_fail_as_before() -> None:
     with pytest.raises(socket.gaierror):
         resolve("no-such-host.invalid", 1, 5.0)
     wait_until(lambda: not _resolvers(), 5, "the lookups' threads to end")
+
+
+def test_dials_of_a_name_whose_lookup_hangs_share_one_lookup(hung: _HungResolver) -> None:
+    # Each dial given up on left its lookup running on a thread of its own: a publisher
+    # redialling every second, and each subscription's resubscribes, piled up threads
+    # (and resolver queries) for as long as the resolver hung. A dial of a name whose
+    # lookup is under way waits for that one.
+    for _ in range(5):
+        with pytest.raises(TimeoutError):
+            resolve(HUNG, 9292, 0.05)
+    assert len(_resolvers()) == 1
+    # A later dial still gets the answer, once the resolver gives it.
+    raised: list[BaseException] = []
+
+    def dial_again() -> None:
+        try:
+            resolve(HUNG, 9292, 30.0)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            raised.append(exc)
+
+    waiter = threading.Thread(target=dial_again, name="test-dial", daemon=True)
+    waiter.start()
+    wait_until(lambda: len(_resolvers()) == 1 and waiter.is_alive(), 5, "the dial waiting")
+    hung.release.set()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], socket.gaierror), raised
+    assert len(_resolvers()) <= 1
+
+
+FORKED = textwrap.dedent(
+    f"""
+    import faulthandler, os, socket, sys, threading
+    from liftbridge_sync._transport.aborting import resolve
+
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, *args):
+        if host == {HUNG!r} and not (len(args) >= 5 and args[4] & socket.AI_NUMERICHOST):
+            release.wait(30)
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(host, *args)
+
+    socket.getaddrinfo = getaddrinfo
+    try:
+        resolve({HUNG!r}, 9292, 0.05)
+    except TimeoutError:
+        pass  # the lookup goes on, on a thread the child will not have
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(15, exit=True)
+        release.set()  # the child's resolver answers at once
+        try:
+            resolve({HUNG!r}, 9292, 2.0)
+        except socket.gaierror:
+            os._exit(0)
+        except TimeoutError:
+            os._exit(1)
+        os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    release.set()
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_forked_child_looks_a_name_up_afresh() -> None:
+    # The lookup under way at the fork has no thread in the child: waiting for it, the
+    # child's dials of that name would all time out.
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
