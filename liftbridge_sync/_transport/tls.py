@@ -33,6 +33,7 @@ no state.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import ssl
@@ -129,6 +130,8 @@ class TLSSetup:
 
         Raises:
             ConfigurationError: the CA or the client certificate and key do not load.
+            LocalResourceError: the process has no file descriptor left to load the
+                client certificate and key through (built again next time).
         """
         with self._lock:
             if self._context is None:
@@ -173,6 +176,16 @@ class TLSSetup:
                 f"TLSOptions: the CA certificate or the client certificate and key do not "
                 f"load (not PEM, or a key that does not match the certificate): {exc}"
             ) from None
+        except OSError as exc:
+            # The client certificate and key reach OpenSSL through an in-memory file,
+            # which needs a descriptor: this process's shortage, not the broker's.
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            raise LocalResourceError(
+                f"cannot load the TLS client certificate: this process has no file "
+                f"descriptor left ({exc.strerror or exc}); close connections it no longer "
+                "needs or raise its open-file limit (ulimit -n)"
+            ) from exc
         context.set_alpn_protocols(["h2"])
         return context
 

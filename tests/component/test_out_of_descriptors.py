@@ -111,3 +111,50 @@ def test_a_dial_without_a_file_descriptor_fails_at_once_with_a_local_error(what:
     assert took < 1.0, output
     expected = {"subscribe": "[0]", "publish": "0", "metadata": "1"}[what]
     assert f"afterwards {expected}" in result.stdout, output
+
+
+_MTLS_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, resource, sys, tempfile
+    from liftbridge_sync import Client, LocalResourceError, RetryPolicy, TLSOptions
+    from liftbridge_sync.testing import generate_certificates
+
+    faulthandler.dump_traceback_later(50, exit=True)
+    certs = generate_certificates(tempfile.mkdtemp(), clients=["app"])
+    cert, key = certs.client("app")
+    tls = TLSOptions(ca_cert=str(certs.ca_cert), client_cert=str(cert), client_key=str(key))
+    # Nothing listens there: the first call's TLS set-up is what runs out.
+    client = Client(["127.0.0.1:1"], tls=tls, retry=RetryPolicy.no_retry())
+    held = []
+    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 8, hard))
+    try:
+        while True:
+            held.append(open(os.devnull))
+    except OSError:
+        pass
+    try:
+        client.fetch_metadata()
+    except LocalResourceError as exc:
+        assert "ulimit -n" in str(exc), exc
+        print("LocalResourceError", flush=True)
+    except Exception as exc:
+        print(f"{type(exc).__module__}.{type(exc).__name__}: {exc}", flush=True)
+        raise SystemExit(1)
+    for f in held:
+        f.close()
+    client.close()
+    """
+)
+
+
+def test_the_tls_set_up_without_a_file_descriptor_is_a_local_error() -> None:
+    # The client key is handed to OpenSSL through an in-memory file: without a
+    # descriptor for it, the first call of a client with a client certificate raised
+    # a bare OSError ("Too many open files"), typed as nothing of this library.
+    result = subprocess.run(
+        [sys.executable, "-c", _MTLS_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "LocalResourceError" in result.stdout
