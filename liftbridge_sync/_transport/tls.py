@@ -71,19 +71,20 @@ def system_roots() -> bytes:
 
     Raises:
         ConfigurationError: if neither place holds a CA certificate.
+        LocalResourceError: the process has no file descriptor left to read them.
     """
     paths = ssl.get_default_verify_paths()
     store = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if paths.cafile:
-        with contextlib.suppress(ssl.SSLError, OSError):
+        with _unreadable_skipped("read the system CA store"):
             store.load_verify_locations(cafile=paths.cafile)
     if paths.capath:
         # OpenSSL consults the directory lazily, by subject hash; listing what a
         # lookup could find gives grpcio the same set.
-        with contextlib.suppress(OSError), os.scandir(paths.capath) as entries:
+        with _unreadable_skipped("read the system CA store"), os.scandir(paths.capath) as entries:
             for entry in entries:
                 if _HASHED_NAME.match(entry.name):
-                    with contextlib.suppress(ssl.SSLError, OSError):
+                    with _unreadable_skipped("read the system CA store"):
                         store.load_verify_locations(cafile=entry.path)
     pem = "".join(ssl.DER_cert_to_PEM_cert(der) for der in store.get_ca_certs(binary_form=True))
     if not pem:
@@ -94,6 +95,35 @@ def system_roots() -> bytes:
             f"override them): set TLSOptions(ca_cert=...) to the CA that signed the brokers"
         )
     return pem.encode("ascii")
+
+
+@contextlib.contextmanager
+def _unreadable_skipped(what: str) -> Iterator[None]:
+    """Skip a CA file that does not load, unless for want of a file descriptor.
+
+    Raises:
+        LocalResourceError: the process has no file descriptor left (the store would
+            otherwise read as empty: a ConfigurationError blaming the set-up).
+    """
+    try:
+        yield
+    except (ssl.SSLError, OSError) as exc:
+        _refuse_if_out_of_descriptors(exc, what)
+
+
+def _refuse_if_out_of_descriptors(error: OSError, what: str) -> None:
+    """Raise a :class:`LocalResourceError` if ``error`` means that no file descriptor
+    was left: this process's shortage, neither the broker's nor the set-up's.
+
+    Raises:
+        LocalResourceError: ``error`` is ``EMFILE`` or ``ENFILE``.
+    """
+    if error.errno in (errno.EMFILE, errno.ENFILE):
+        raise LocalResourceError(
+            f"cannot {what}: this process has no file descriptor left "
+            f"({error.strerror or error}); close connections it no longer needs or raise "
+            "its open-file limit (ulimit -n)"
+        ) from error
 
 
 class TLSSetup:
@@ -121,6 +151,7 @@ class TLSSetup:
 
         Raises:
             ConfigurationError: no ``ca_cert`` and an empty system store.
+            LocalResourceError: no file descriptor left to read the system store.
         """
         with self._lock:
             return self._roots_locked()
@@ -130,8 +161,9 @@ class TLSSetup:
 
         Raises:
             ConfigurationError: the CA or the client certificate and key do not load.
-            LocalResourceError: the process has no file descriptor left to load the
-                client certificate and key through (built again next time).
+            LocalResourceError: the process has no file descriptor left to read the
+                system store or load the client certificate through (built again next
+                time).
         """
         with self._lock:
             if self._context is None:
@@ -143,6 +175,7 @@ class TLSSetup:
 
         Raises:
             ConfigurationError: no ``ca_cert`` and an empty system store.
+            LocalResourceError: no file descriptor left to read the system store.
         """
         with self._lock:
             if self._credentials is None:
@@ -179,13 +212,8 @@ class TLSSetup:
         except OSError as exc:
             # The client certificate and key reach OpenSSL through an in-memory file,
             # which needs a descriptor: this process's shortage, not the broker's.
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
-                raise
-            raise LocalResourceError(
-                f"cannot load the TLS client certificate: this process has no file "
-                f"descriptor left ({exc.strerror or exc}); close connections it no longer "
-                "needs or raise its open-file limit (ulimit -n)"
-            ) from exc
+            _refuse_if_out_of_descriptors(exc, "load the TLS client certificate")
+            raise
         context.set_alpn_protocols(["h2"])
         return context
 

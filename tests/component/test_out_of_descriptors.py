@@ -122,7 +122,10 @@ _MTLS_SCRIPT = textwrap.dedent(
     faulthandler.dump_traceback_later(50, exit=True)
     certs = generate_certificates(tempfile.mkdtemp(), clients=["app"])
     cert, key = certs.client("app")
-    tls = TLSOptions(ca_cert=str(certs.ca_cert), client_cert=str(cert), client_key=str(key))
+    if sys.argv[1] == "client-cert":
+        tls = TLSOptions(ca_cert=str(certs.ca_cert), client_cert=str(cert), client_key=str(key))
+    else:  # the system store, read at the first call
+        tls = TLSOptions()
     # Nothing listens there: the first call's TLS set-up is what runs out.
     client = Client(["127.0.0.1:1"], tls=tls, retry=RetryPolicy.no_retry())
     held = []
@@ -149,12 +152,15 @@ _MTLS_SCRIPT = textwrap.dedent(
 )
 
 
-def test_the_tls_set_up_without_a_file_descriptor_is_a_local_error() -> None:
+@pytest.mark.parametrize("what", ["client-cert", "system-store"])
+def test_the_tls_set_up_without_a_file_descriptor_is_a_local_error(what: str) -> None:
     # The client key is handed to OpenSSL through an in-memory file: without a
     # descriptor for it, the first call of a client with a client certificate raised
-    # a bare OSError ("Too many open files"), typed as nothing of this library.
+    # a bare OSError ("Too many open files"), typed as nothing of this library. The
+    # system store's files unread, the client said the store was empty: a
+    # ConfigurationError telling the user to set ca_cert.
     result = subprocess.run(
-        [sys.executable, "-c", _MTLS_SCRIPT], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _MTLS_SCRIPT, what], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "LocalResourceError" in result.stdout
