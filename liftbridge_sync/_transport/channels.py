@@ -326,7 +326,7 @@ class ChannelPool:
     def release_deferred(self) -> None:
         """Release now what :meth:`release_later` was given, closing the retired channels
         whose last call that was (the timer thread's look for a client that makes no
-        more calls: see ``ClientCore``)."""
+        more calls: see :meth:`.BrokerRoster.forget_departed`)."""
         with self._lock:
             idle = self._release_deferred()
         _close_all(idle)

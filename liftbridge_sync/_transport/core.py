@@ -22,7 +22,7 @@ from typing import Any
 import grpc
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, wait_event
+from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
@@ -91,8 +91,6 @@ class ClientCore:
         #: What is remembered of each broker address: departures, TLS verdicts.
         self.roster = BrokerRoster(options, self.pool)
         self._scheduler: Scheduler | None = None
-        #: Whether the timer thread looks for retired channels to close (_watch_retired).
-        self._retired_watched = False
         #: Whether the WARNING that cursors are read unrevealed was logged (see
         #: :func:`.cursors.reveal_cursors`).
         self.cursors_unrevealed_told = False
@@ -212,35 +210,10 @@ class ClientCore:
     def _forget_departed(self) -> None:
         """Retire the channels to brokers gone for good (see
         :meth:`.BrokerRoster.forget_departed`): called after every metadata update that
-        replaced the broker list, with the latest snapshot."""
+        replaced the broker list, with the latest snapshot and the timer thread if
+        running (every partition subscription starts it)."""
         if not self.closed:
-            self.roster.forget_departed(self.metadata.snapshot)
-            self._watch_retired()
-
-    def _watch_retired(self) -> None:
-        """Have the ``liftbridge-timer`` thread, if running (every partition subscription
-        starts it), give back every :data:`WAIT_SLICE` seconds what the finalizers of
-        dropped calls released later, while a retired channel is in use: a client making
-        no more calls kept a departed broker's channel until :meth:`close`."""
-        with self._lock:
-            scheduler = self._scheduler
-            if self.closed or scheduler is None or self._retired_watched:
-                return
-            if not self.pool.retired_in_use:
-                return
-            self._retired_watched = True
-        try:
-            scheduler.call_later(WAIT_SLICE, self._release_retired)
-        except LiftbridgeError:  # closing (it closes every channel), or the timer died
-            with self._lock:
-                self._retired_watched = False
-
-    def _release_retired(self) -> None:
-        """The timer thread's look of :meth:`_watch_retired` (short: no I/O but closes)."""
-        self.pool.release_deferred()
-        with self._lock:
-            self._retired_watched = False
-        self._watch_retired()
+            self.roster.forget_departed(self.metadata.snapshot, self._scheduler)
 
     def invoke(
         self,

@@ -1,6 +1,7 @@
 """What a client remembers of each broker address beyond its channel: since when it has
 been missing from the metadata (its channels are closed once it has been gone for
-good) and what its port answered when asked whether it speaks TLS.
+good, or once the last call on them ends) and what its port answered when asked
+whether it speaks TLS.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import logging
 import threading
 import time
 
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE
+from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.h2.sockets import speaks_tls
 from liftbridge_sync._wire.status import plaintext_refused_error
-from liftbridge_sync.errors import BrokerUnavailableError
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
 from liftbridge_sync.models import Metadata
 from liftbridge_sync.options import ClientOptions, parse_address
 
@@ -47,8 +50,11 @@ class BrokerRoster:
         self.absent_since: dict[str, float] = {}
         #: What each broker's port answered a TLS probe with (see ``tls_required``).
         self.tls_verdicts: dict[str, str | None | object] = {}
+        #: Whether the timer thread looks for retired channels to close (see
+        #: _watch_retired).
+        self._watching = False
 
-    def forget_departed(self, snapshot: Metadata | None) -> None:
+    def forget_departed(self, snapshot: Metadata | None, scheduler: Scheduler | None) -> None:
         """Retire the channels to addresses that have been neither a broker of the
         metadata nor a seed for :attr:`departed_after` seconds: under rolling
         replacements (new addresses each time) they would otherwise pile up, with their
@@ -58,10 +64,19 @@ class BrokerRoster:
 
         An answer that lists no broker retires nothing. Called with the latest snapshot
         after every metadata update that replaced the broker list, so a late call with
-        an older list cannot undo a newer one's view for long.
+        an older list cannot undo a newer one's view for long. While a retired channel
+        is in use, ``scheduler`` (the client's timer thread, if running) closes it soon
+        after its last call ends (see :meth:`_watch_retired`).
         """
         if snapshot is None or not snapshot.brokers:
             return
+        try:
+            self._retire(snapshot)
+        finally:
+            self._watch_retired(scheduler)
+
+    def _retire(self, snapshot: Metadata) -> None:
+        """:meth:`forget_departed` but for the watch."""
         listed = {broker.address for broker in snapshot.brokers}
         listed.update(self._options.addresses)
         now = time.monotonic()
@@ -90,6 +105,30 @@ class BrokerRoster:
         gone = self._pool.retire(held - departed | listed)
         if gone:
             _log.debug("closing the channels to brokers no longer in the cluster: %s", gone)
+
+    def _watch_retired(self, scheduler: Scheduler | None) -> None:
+        """Have ``scheduler``'s thread give back every :data:`WAIT_SLICE` seconds what
+        the finalizers of dropped calls released later, while a retired channel is in
+        use: else a client making no more calls kept a departed broker's channel until
+        it closed (see :meth:`.ChannelPool.release_later`)."""
+        with self._lock:
+            if scheduler is None or self._watching or not self._pool.retired_in_use:
+                return
+            self._watching = True
+        try:
+            scheduler.call_later(WAIT_SLICE, lambda: self._release_retired(scheduler))
+        except (LiftbridgeError, RuntimeError):
+            # Closing (it closes every channel), the timer died, or no thread could be
+            # started for it: the pool's next operation gives the calls back instead.
+            with self._lock:
+                self._watching = False
+
+    def _release_retired(self, scheduler: Scheduler) -> None:
+        """The timer thread's look of :meth:`_watch_retired` (short: no I/O but closes)."""
+        self._pool.release_deferred()
+        with self._lock:
+            self._watching = False
+        self._watch_retired(scheduler)
 
     def tls_required(
         self, address: str, error: BrokerUnavailableError, budget: float | None = None
