@@ -16,6 +16,7 @@ import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy, TLSOptions
 from liftbridge_sync._transport import channels as channels_module
 from liftbridge_sync._transport import roster as roster_module
+from liftbridge_sync._transport.h2 import connection as h2_connection
 from liftbridge_sync.testing import TestCertificates, generate_certificates
 from tests.silent_listener import SilentListener
 from tests.stacks import thread_in
@@ -136,4 +137,37 @@ def test_close_cuts_the_question_whether_a_port_speaks_tls_short(
         client = Client.from_options(options)
         _close_during(client, "fetch_metadata", "speaks_tls", lambda: bool(closer.held))
     finally:
+        closer.close()
+
+
+def test_close_cuts_the_publish_streams_question_whether_a_port_speaks_tls_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A publish stream whose plaintext connection the broker closed before any HTTP/2
+    frame asks the port, on its I/O thread, whether it requires TLS (2 s per step):
+    ``Client.close()``, which joins that thread, waited for the question."""
+    monkeypatch.setattr(h2_connection, "TLS_QUESTION_WAIT", 30.0)  # else 2 s
+    closer = _PlaintextCloser()
+    options = ClientOptions(
+        addresses=(closer.address,), rpc_timeout=30.0, retry=RetryPolicy.no_retry()
+    )
+    client = Client.from_options(options)
+    try:
+        client.publish_async("s", b"v", partition=0, timeout=60.0)
+        wait_until(
+            lambda: any(
+                t.name == "liftbridge-publish-io" and thread_in(t, "speaks_tls")
+                for t in threading.enumerate()
+            ),
+            timeout=30,
+            what="the publish stream's I/O thread asking the port",
+        )
+        started = time.monotonic()
+        client.close(timeout=0.2)  # the pending publish's wait, then the I/O thread's
+        took = time.monotonic() - started
+        assert took < 0.2 + BOUND, f"close() took {took:.2f}s"
+        # The publisher's shutdown cut the question short, then joined the thread.
+        assert not [t.name for t in threading.enumerate() if t.name == "liftbridge-publish-io"]
+    finally:
+        client.close(timeout=BOUND)
         closer.close()

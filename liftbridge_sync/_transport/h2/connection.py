@@ -52,6 +52,7 @@ import grpc
 import h2.connection
 import h2.exceptions
 
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.h2.framing import (
     MAX_MESSAGE_SIZE,
     FrameError,
@@ -81,7 +82,7 @@ from liftbridge_sync._transport.publish_stream import (
 )
 from liftbridge_sync._wire.publish_codec import Answer
 from liftbridge_sync._wire.status import CallContext, error_from_status, plaintext_refused_error
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import ClientClosedError, LiftbridgeError
 
 __all__ = ["H2PublishStream"]
 
@@ -92,6 +93,9 @@ _log = logging.getLogger("liftbridge_sync.transport")
 _RECV_WINDOW = 4 << 20
 
 
+#: Seconds for each step (connect, handshake) of asking a port whose plaintext stream
+#: died before any HTTP/2 frame whether it requires TLS.
+TLS_QUESTION_WAIT = 2.0
 _GO_ON = object()  # a loop turn that did not end the stream
 
 
@@ -124,8 +128,12 @@ class H2PublishStream:
         ack_read_delay: float | None = None,
         max_message: int = MAX_MESSAGE_SIZE,
         pings: PingPolicy | None = None,
+        tls_abort: DialAbort | None = None,
     ) -> None:
         self._sock = sock
+        #: Cuts short the "speaks TLS?" question of a stream that died (the publisher's
+        #: close joins the I/O thread, and the question may take seconds).
+        self._tls_abort = tls_abort
         self._conn = conn
         self._stream_id = stream_id
         self._epoch = epoch
@@ -240,7 +248,10 @@ class H2PublishStream:
         anyone on the path, must not make a passing failure permanent)."""
         if self._tls or self._frames_ok:
             return None
-        verdict = speaks_tls(self._peer)
+        try:
+            verdict = speaks_tls(self._peer, TLS_QUESTION_WAIT, self._tls_abort)
+        except ClientClosedError:
+            return None  # the client is closing: the stream's own error stands
         if verdict is None:
             return None
         return plaintext_refused_error("publish", detail, verified=verdict == "verified")

@@ -239,6 +239,9 @@ def open_h2_stream(
             ack_read_delay=options.ack_read_delay,
             max_message=max_message_size(options),
             pings=PingPolicy.from_grpc_options(dict(options.grpc_options)),
+            # The publisher's abort ends its streams' questions as its shutdown begins
+            # (it then joins their threads); the client's close() at the latest.
+            tls_abort=abort if abort is not None else core.pool.closing,
         )
     except OSError as exc:
         sock.close()
