@@ -57,10 +57,12 @@ def _check_text(name: str, value: object) -> str:
 
 
 def _int(text: str, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ConfigurationError(f"{what} must be an integer, got {text!r}") from None
+    # ASCII digits only: int() also takes " 5", "1_000" and other scripts' digits,
+    # which no one types as an offset on purpose.
+    digits = text[1:] if text.startswith("-") else text
+    if not (digits.isascii() and digits.isdigit()):
+        raise ConfigurationError(f"{what} must be an integer (digits 0-9), got {text!r}")
+    value = int(text)
     if value < 0:
         raise ConfigurationError(f"{what} must be >= 0, got {value}")
     return value
@@ -92,6 +94,8 @@ def parse_start(text: str) -> StartAt:
         return StartAt.timestamp(_time(arg))
     if kind == "ago":
         try:
+            if not arg.isascii() or arg != arg.strip() or "_" in arg:
+                raise ValueError(arg)  # float() takes them; a typo more likely
             seconds = float(arg)
         except ValueError:
             raise ConfigurationError(f"ago: needs seconds, got {arg!r}") from None

@@ -45,7 +45,23 @@ def test_start_positions(text: str, expected: StartAt) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "offset:", "offset:-1", "offset:x", "cursor:", "soon", "ago:x"]
+    "text",
+    [
+        "",
+        "offset:",
+        "offset:-1",
+        "offset:x",
+        "cursor:",
+        "soon",
+        "ago:x",
+        # int() and float() take these; a position typed so is a typo, not a number.
+        "offset: 5",
+        "offset:1_000",
+        "offset:\u0665",  # ARABIC-INDIC DIGIT FIVE
+        "offset:+5",
+        "ago: 5",
+        "ago:1_0",
+    ],
 )
 def test_bad_start_positions(text: str) -> None:
     with pytest.raises(click.BadParameter):
@@ -67,6 +83,9 @@ def test_stop_positions() -> None:
     assert parse_stop("offset:3") == StopAt.offset(3)
     with pytest.raises(click.BadParameter):
         parse_stop("earliest")
+    for typo in ("offset: 3", "offset:3 ", "offset:1_0", "offset:\u0663"):
+        with pytest.raises(click.BadParameter, match="digits 0-9"):
+            parse_stop(typo)
 
 
 def _message(value: bytes, key: bytes | None, headers: dict[str, bytes]) -> Message:
@@ -124,7 +143,7 @@ def test_bad_templates_are_configuration_errors(text: str) -> None:
 def test_last_n() -> None:
     assert parse_last("last:10") == 10
     assert parse_last("earliest") is None and parse_last("lastly") is None
-    for bad in ("last:0", "last:x", "last:-1", "last:"):
+    for bad in ("last:0", "last:x", "last:-1", "last:", "last: 2", "last:1_0"):
         with pytest.raises(ConfigurationError):
             parse_last(bad)
 
