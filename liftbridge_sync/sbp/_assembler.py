@@ -189,7 +189,12 @@ class ResponseAssembler:
 
         Returns:
             The frames that were held for it.
+
+        Raises:
+            ArgumentTypeError: ``stream_id`` is not an int (``True`` would be stream 1).
         """
+        if isinstance(stream_id, bool) or not isinstance(stream_id, int):
+            raise ArgumentTypeError(f"stream_id must be an int, got {type(stream_id).__name__}")
         self._dropping.discard(stream_id)
         return self._pop(stream_id)
 

@@ -801,3 +801,15 @@ def test_corrupted_streams_give_clean_errors(
     except FramingError as error:
         events.extend(error.events)  # type: ignore[arg-type]
     assert len(events) <= len(frame_list) + len(data) // 16
+
+
+@pytest.mark.parametrize("stream_id", [True, "1", 1.0, None])
+def test_discard_takes_only_an_int_stream_id(stream_id: object) -> None:
+    # discard(True) forgot stream 1's sequence (a bool is an int to Python).
+    assembler = ResponseAssembler()
+    held = response(Opcode.FETCH, 1, b"part")
+    assert assembler.add(held) is None
+    with pytest.raises(ArgumentTypeError, match="stream_id must be an int"):
+        assembler.discard(stream_id)  # type: ignore[arg-type]
+    assert assembler.pending_stream_ids == frozenset({1})
+    assert assembler.discard(1) == (held,)
