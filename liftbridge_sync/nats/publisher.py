@@ -36,6 +36,7 @@ from liftbridge_sync._wire.validate import (
 from liftbridge_sync.envelope import check_raw_payload, new_message
 from liftbridge_sync.errors import (
     AckTimeoutError,
+    ArgumentTypeError,
     ClientClosedError,
     ConfigurationError,
 )
@@ -163,6 +164,12 @@ class NatsPublisher(Handoff):
         inbox_prefix = nats_options.get("inbox_prefix", "_INBOX")
         if isinstance(inbox_prefix, bytes):
             inbox_prefix = inbox_prefix.decode()
+        if not isinstance(inbox_prefix, str):
+            # Else it passed here and failed at the first connect, as an unreachable
+            # NATS (BrokerUnavailableError), after connect_timeout.
+            raise ArgumentTypeError(
+                f"NATS option 'inbox_prefix' must be a str, got {type(inbox_prefix).__name__}"
+            )
         nuid = self._nats.nuid.NUID().next().decode()
         self._ack_inbox = check_publish_subject("inbox_prefix", f"{inbox_prefix}.{nuid}.acks")
         self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."

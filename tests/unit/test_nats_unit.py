@@ -22,6 +22,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.envelope import MessageType, encode_envelope
 from liftbridge_sync.errors import (
     AckTimeoutError,
+    ArgumentTypeError,
     BrokerUnavailableError,
     ClientClosedError,
     ConfigurationError,
@@ -150,6 +151,14 @@ def test_bad_constructor_arguments(kwargs: dict[str, object]) -> None:
 def test_inbox_prefix_with_a_wildcard_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="wildcards"):
         NatsPublisher("nats://127.0.0.1:4222", inbox_prefix="_INBOX.*")
+
+
+@pytest.mark.parametrize("prefix", [5, None, ["_INBOX"]])
+def test_an_inbox_prefix_that_is_no_str_is_refused_at_construction(prefix: object) -> None:
+    # It passed, and the first publish failed after connect_timeout as an unreachable
+    # NATS (nats-py refusing the option).
+    with pytest.raises(ArgumentTypeError, match="'inbox_prefix' must be a str"):
+        NatsPublisher("nats://127.0.0.1:4222", inbox_prefix=prefix)
 
 
 @pytest.mark.parametrize("servers", ["", [], [""], [3]])
