@@ -106,6 +106,7 @@ typedef struct {
     long long seq;      /* the last sequence number handed out */
     long long ids;      /* the next correlation id number */
     double sleep_until; /* the owner loop sleeps until then */
+    Py_ssize_t in_line; /* threads in line for a free slot: no slot is taken past them */
     char closing, finished;
 } PendingCoreObject;
 LBS_INTERNAL extern PyTypeObject *pending_core_type;

@@ -142,6 +142,7 @@ class PendingCore:
     live: Any
     outbound: Any
     sleep_until: float
+    in_line: int
     closing: bool
     finished: bool
     def acquire(self, blocking: bool = True, /) -> bool: ...

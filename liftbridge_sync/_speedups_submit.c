@@ -17,8 +17,8 @@
  *       todo, stream): the same, and the caller still does what todo says (TODO_* below:
  *       wake the publisher thread, write the stream's queue itself or wake its I/O
  *       thread). entry: the publish's Entry (and future) is made, but it could not be
- *       entered here (a lock is held, no slot, no open HTTP/2 stream's queue,
- *       ...): the caller enters it by the Python path. None: nothing made (not the
+ *       entered here (a lock is held, no slot or threads in line for one, no open
+ *       HTTP/2 stream's queue, ...): the caller enters it by the Python path. None: nothing made (not the
  *       common case, not set up, or too large): the caller does it all in Python.
  *       direct: a publish() caller, about to wait for this ack, as send_framed's direct
  *       (it writes the queue itself when nobody else is: TODO_WRITE_DIRECT).
@@ -82,8 +82,10 @@ enter(PendingCoreObject *core, PyObject *entry, PyObject *framed, PyObject *cid,
     if (!lbs_lock_take(out->lock, 0))
         return 0;
     int result = 0;
+    /* Threads in line for a slot (in_line) are served first: this one joins the line
+     * by the Python path, however many slots are free. */
     if (out->done || out->close_requested || !PyList_CheckExact(out->frames) ||
-        PyDict_GET_SIZE(pending) >= core->max_in_flight)
+        PyDict_GET_SIZE(pending) >= core->max_in_flight || core->in_line)
         goto unlock;
     int known = PyDict_Contains(pending, cid);
     if (known != 0) {

@@ -8,7 +8,9 @@
  * context manager), the entries by correlation id (a dict), the deadline queues (a dict
  * of deques by timeout), the live stream, the last sequence number and the next id
  * number, the live stream's outbound queue (an OutboundQueue, _speedups_outbound.c, or
- * None), the owner loop's wake-up time, and the closing / finished flags. The Python
+ * None), the owner loop's wake-up time, how many threads are in line for a free slot
+ * (in_line: while any are, a new publish takes no slot past them; see
+ * liftbridge_sync._publishing.waiting.Waiters), and the closing / finished flags. The Python
  * PendingTable composes one and keeps its methods; the publish_async fast path
  * (submit_plain, _speedups_submit.c) reads and writes the struct directly, under the
  * same lock, taken (never waited for) with try-acquire.
@@ -97,6 +99,7 @@ core_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     self->seq = 0;
     self->ids = 0;
     self->sleep_until = Py_HUGE_VAL;
+    self->in_line = 0;
     self->closing = 0;
     self->finished = 0;
     return (PyObject *)self;
@@ -265,6 +268,30 @@ set_sleep_until(PendingCoreObject *self, PyObject *value, void *closure)
 }
 
 static PyObject *
+get_in_line(PendingCoreObject *self, void *closure)
+{
+    return PyLong_FromSsize_t(self->in_line);
+}
+
+static int
+set_in_line(PendingCoreObject *self, PyObject *value, void *closure)
+{
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "in_line cannot be deleted");
+        return -1;
+    }
+    Py_ssize_t v = PyLong_AsSsize_t(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < 0) {
+        PyErr_SetString(PyExc_ValueError, "in_line must be >= 0");
+        return -1;
+    }
+    self->in_line = v;
+    return 0;
+}
+
+static PyObject *
 get_flag(PendingCoreObject *self, void *closure)
 {
     return PyBool_FromLong(closure == NULL ? self->closing : self->finished);
@@ -300,6 +327,8 @@ static PyGetSetDef core_getset[] = {
     {"max_message", (getter)get_max_message, NULL, NULL, NULL},
     {"sleep_until", (getter)get_sleep_until, (setter)set_sleep_until,
      "when the owner loop wakes next", NULL},
+    {"in_line", (getter)get_in_line, (setter)set_in_line,
+     "threads in line for a free slot (while > 0, only they take slots)", NULL},
     {"closing", (getter)get_flag, (setter)set_flag, "no more publishes accepted", NULL},
     {"finished", (getter)get_flag, (setter)set_flag, "pending publishes failed for good",
      (void *)1},

@@ -305,6 +305,8 @@ class ClientOptions:
     #: re-sent to the new leader (``resend_after``).
     ack_timeout: float = 30.0
     #: Publishes awaiting an ack before ``publish_async`` blocks (1 to 2**63 - 1).
+    #: ``publish()`` callers blocked for a slot are served first, in arrival order (a
+    #: thread flooding ``publish_async`` does not starve them).
     max_in_flight: int = 1024
     #: Seconds ``publish_async`` blocks for a free slot (``None`` or ``inf``: forever). Not shorter
     #: than ``ack_timeout`` by default: a slot frees at the latest when the oldest

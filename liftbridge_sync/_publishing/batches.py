@@ -23,7 +23,7 @@ from liftbridge_sync._publishing.pending import (
     new_entry,
 )
 from liftbridge_sync._publishing.table import PendingTable
-from liftbridge_sync._publishing.waiting import Waiting
+from liftbridge_sync._publishing.waiting import Turn, Waiting
 from liftbridge_sync._wire.publish_codec import frame_values
 from liftbridge_sync.errors import (
     ClientClosedError,
@@ -195,9 +195,10 @@ class Batches:
             code="TOO_LARGE",
         )
 
-    def enter(self, entries: Sequence[Entry]) -> int:
+    def enter(self, entries: Sequence[Entry], line: bool = False) -> int:
         """Enter ``entries`` in the pending table and send them, in order, waiting for
-        room as needed.
+        room as needed; ``line``: a ``publish()`` caller's, which waits in the line
+        served first (see :class:`~.waiting.Waiters`).
 
         Raises:
             ClientClosedError, PublishQueueFullError: with ``entered`` set on the error
@@ -206,19 +207,32 @@ class Batches:
         table = self._table
         start = 0
         total = len(entries)
+        if not total:
+            return 0
         waited = False
+        # Its place in the line for slots, kept until all is entered (see Waiters).
+        turn: Turn | None = None
+        # What it may enter past those in line (None: nothing while any are).
+        limit: int | None = None
         try:
-            while start < total:
+            while True:
                 # Once it waited for room, what is left is sent later than its deadline
                 # was set for: its timeout counts from when it is entered instead.
-                entered = table.enter(entries, start, waited)
+                entered = table.enter(entries, start, waited, limit is not None, limit)
                 if entered < 0:
                     raise self._loop.closed_error()
-                if entered == start:
-                    self._waiting.wait_for_space()
-                    waited = True
+                took = entered > start
                 start = entered
+                if start >= total:
+                    break
+                # No room left, or its share of it taken: in line (at the back if it
+                # took slots on its turn).
+                turn, limit = self._waiting.wait_for_space(line, turn, took and turn is not None)
+                waited = True
         except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             vars(exc)["entered"] = start
             raise
+        finally:
+            if turn is not None:
+                self._waiting.leave(turn)
         return total

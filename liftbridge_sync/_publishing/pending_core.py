@@ -42,6 +42,7 @@ class PendingCoreType(Protocol):
     live: Any
     outbound: Any
     sleep_until: float
+    in_line: int
     closing: bool
     finished: bool
 
@@ -73,6 +74,7 @@ class PyPendingCore(OwnLock):
         "live",
         "outbound",
         "sleep_until",
+        "in_line",
         "closing",
         "finished",
     )
@@ -100,6 +102,9 @@ class PyPendingCore(OwnLock):
         self.live: Any = None
         self.outbound: Any = None
         self.sleep_until = INF
+        #: Threads in line for a free slot (:class:`~.waiting.Waiters`): while any
+        #: are, a new publish takes no slot past them.
+        self.in_line = 0
         self.closing = False
         self.finished = False
 

@@ -103,7 +103,7 @@ class Publisher:
         )
         #: The table's state, which the C fast path (``submit_plain``) enters publishes in.
         self._core = table.core
-        waiters = self._waiters = Waiters(clock)
+        waiters = self._waiters = Waiters(clock, table)
         resender = self._resender = Resender(core, table, inbox.put, clock=clock)
         router = AckRouter(table, resender, ledger, waiters.wake)
         loop = self._loop = OwnerLoop(
@@ -330,10 +330,11 @@ class Publisher:
         not connected yet, full or closing, to the general path."""
         if self._table.admit(entry, direct):
             return entry.future
-        # Not connected yet, full, or closing: the general path.
+        # Not connected yet, full, or closing: the general path (a publish() caller
+        # waits for a slot in line, served first: see Waiters).
         if not self._loop.started:
             self._loop.start()
-        self._batches.enter((entry,))
+        self._batches.enter((entry,), direct)
         return entry.future
 
     def close(self, timeout: float | None = None) -> None:

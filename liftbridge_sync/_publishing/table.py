@@ -136,6 +136,20 @@ class PendingTable:
         core = self._core
         return len(self._pending) < core.max_in_flight or core.finished
 
+    def free_slots(self) -> int:
+        """How many publishes can be entered now (every thread in line may go, to
+        fail, once the publisher has finished)."""
+        core = self._core
+        if core.finished:
+            return core.max_in_flight
+        return core.max_in_flight - len(self._pending)
+
+    def set_in_line(self, count: int) -> None:
+        """``count`` threads are in line for a free slot (:class:`~.waiting.Waiters`):
+        while there are any, a publish not in line takes no slot (the C fast path,
+        :meth:`admit`, :meth:`enter`), however many are free."""
+        self._core.in_line = count
+
     def flushed(self, upto: int) -> bool:
         """Whether every publish up to sequence number ``upto`` is resolved."""
         while True:
@@ -174,6 +188,7 @@ class PendingTable:
             if (
                 stream_ is not None
                 and len(pending) < core.max_in_flight
+                and not core.in_line  # threads in line for a slot go first
                 and not core.finished
                 and correlation_id not in pending
             ):
@@ -193,18 +208,30 @@ class PendingTable:
             core.release()
         return False
 
-    def enter(self, entries: Sequence[Entry], start: int, restart: bool = False) -> int:
+    def enter(
+        self,
+        entries: Sequence[Entry],
+        start: int,
+        restart: bool = False,
+        in_line: bool = False,
+        limit: int | None = None,
+    ) -> int:
         """Enter ``entries[start:]`` in order and send them, as many as there is room
         for; the index of the first one not entered (``start``: no room), or -1 once
         the publisher has finished (nothing entered). ``restart``: they were made a
         while ago (they waited for room), so each one's deadline is its timeout from
-        now: the ack timeout counts from when a publish is sent."""
+        now: the ack timeout counts from when a publish is sent. ``in_line``: the
+        caller's turn in the line for slots has come (:class:`~.waiting.Waiters`), and
+        it enters at most ``limit`` (the slots not kept for those ahead of it);
+        without it, nothing is entered while threads are in line (``start``)."""
         core = self._core
         with core:
             if core.finished:
                 return -1
             room = core.max_in_flight - len(self._pending)
-            if room <= 0:
+            if limit is not None and limit < room:
+                room = limit
+            if room <= 0 or (core.in_line and not in_line):
                 return start
             end = min(len(entries), start + room)
             self._enter_locked(entries, start, end, core.clock() if restart else None)

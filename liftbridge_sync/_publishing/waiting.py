@@ -6,11 +6,13 @@ slot, a flush, a batch's last future), or set on the future it waits for (``publ
 threads that resolve publishes check each waiter's condition before opening its gate.
 On the publisher thread (a done-callback that waits) waiting means processing events
 meanwhile instead (:meth:`~.owner.OwnerLoop.run_nested`), or the thread that frees
-slots and resolves futures would stop.
+slots and resolves futures would stop. ``publish()`` callers waiting for a free slot
+wait in a line served first (:class:`Waiters`).
 """
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import threading
 from collections.abc import Callable, Sequence
@@ -28,38 +30,86 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Ack
 
-__all__ = ["Waiters", "Waiting"]
+__all__ = ["Turn", "Waiters", "Waiting"]
 
 
 #: Longest wait for the owner thread to finish its turn before a flush counts failures.
 _BARRIER_WAIT = 1.0
 
 
-class Waiters:
-    """Threads blocked until a condition holds (a free slot, a flush, a batch).
+class Turn:
+    """A thread's place in the line for free slots (:meth:`Waiters.join`): the gate it
+    sleeps on, and whether that gate was opened. Changed under the line's lock only."""
 
-    Each is listed as ``(condition, gate)``, blocked on its own :class:`~.gates.Gate`.
-    Whoever changes what the conditions read calls :meth:`wake`, which releases the
-    gates of those that now hold, so the many batches of acks that free nothing a waiter
-    needs wake nobody, and one thread's batch done wakes that thread only. Thread-safe.
+    __slots__ = ("gate", "opened")
+
+    def __init__(self) -> None:
+        self.gate: GateLike = Gate()
+        self.opened = False
+
+
+class Waiters:
+    """Threads blocked until a condition holds (a flush, a batch), and the line of those
+    waiting for a free slot (``max_in_flight``).
+
+    Each of the first is listed as ``(condition, gate)``, blocked on its own
+    :class:`~.gates.Gate`. Whoever changes what the conditions read calls :meth:`wake`,
+    which releases the gates of those that now hold, so the many batches of acks that
+    free nothing a waiter needs wake nobody, and one thread's batch done wakes that
+    thread only.
+
+    A ``publish()`` caller that finds no free slot joins the line for slots
+    (:meth:`join`), served first and in arrival order: while anybody is in line no
+    other publish takes a slot, however many are free (the table's ``in_line``: the C
+    fast path, ``admit`` and ``enter`` look at it); ``publish_async`` and
+    ``publish_batch`` callers wait until nobody is in line and a slot is free
+    (:meth:`room_past_line`). A thread in line goes once more slots are free than
+    threads are ahead of it, and takes only those past one for each of them: every
+    thread let through finds its slot kept, however long it takes to get the GIL.
+    Without the line, a thread flooding ``publish_async`` took the slots that freed
+    while a woken ``publish()`` caller was still getting the GIL, again and again
+    (seconds on end were seen). The bound the other way: ``publish()`` callers hold a
+    slot each until their ack, so while fewer of them wait than ``max_in_flight`` the
+    line empties with every batch of acks. Only ``publish()`` callers wait in line:
+    lining up every publish would cost a thread switch per slot with many threads
+    flooding (a third of the throughput). The one exception: a done-callback publishing
+    on the publisher thread, which cannot sleep in line (it frees the slots), takes a
+    free slot past it. Thread-safe.
     """
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], table: PendingTable | None = None) -> None:
         self._clock = clock
-        #: Guards ``_waits``.
+        self._table = table
+        #: Guards ``_waits`` and ``_line`` (and the turns in it).
         self._space = threading.Lock()
         self._waits: list[tuple[Callable[[], bool], GateLike]] = []
+        #: Threads waiting for a free slot, in arrival order.
+        self._line: collections.deque[Turn] = collections.deque()
 
     def wake(self) -> None:
-        """Release the waiters whose condition now holds."""
+        """Release the waiters whose condition now holds, and those in line for a slot
+        that one is free for."""
         if self._waits:
             with self._space:
-                waits = self._waits
-                for i in range(len(waits) - 1, -1, -1):
-                    ready, gate = waits[i]
-                    if ready():
-                        del waits[i]
-                        gate.open()
+                self._open_ready()
+        if self._line:
+            with self._space:
+                self._let_through()
+
+    def _open_ready(self) -> None:
+        """Release the waiters whose condition holds (under the lock)."""
+        waits = self._waits
+        for i in range(len(waits) - 1, -1, -1):
+            ready, gate = waits[i]
+            if ready():
+                del waits[i]
+                gate.open()
+
+    def room_past_line(self) -> bool:
+        """Whether a slot is free and nobody is in line for one (what a publish not in
+        line waits for)."""
+        assert self._table is not None
+        return not self._line and self._table.has_room()
 
     def wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
         """Block (not on the owner thread) until ``ready()``; False at ``deadline``.
@@ -89,8 +139,79 @@ class Waiters:
                     return ready()
             if ready():
                 return True
-            # It held when the gate opened and no longer does (another thread took
-            # the free slot): wait again.
+            # It held when the gate opened and no longer does: wait again.
+
+    # -- the line for free slots -------------------------------------------------------
+
+    def join(self) -> Turn:
+        """Join the line for free slots (leave it with :meth:`leave`, always)."""
+        turn = Turn()
+        table = self._table
+        assert table is not None, "Waiters: a line for slots needs the pending table"
+        with self._space:
+            self._line.append(turn)
+            table.set_in_line(len(self._line))
+        return turn
+
+    def leave(self, turn: Turn) -> None:
+        """Leave the line (the thread took its slots, or gives up); those behind move up."""
+        table = self._table
+        assert table is not None
+        with self._space:
+            self._line.remove(turn)
+            table.set_in_line(len(self._line))
+            self._let_through()
+            if not self._line and self._waits:
+                self._open_ready()  # those not in line may go now
+
+    def wait_turn(self, turn: Turn, deadline: float | None, again: bool = False) -> int:
+        """Block until more slots are free than threads are ahead of ``turn``; how many
+        more (what it may take: the others are kept for those ahead), or 0 at
+        ``deadline`` (it stays in line: the caller leaves). ``again``: the thread took
+        slots on this turn already and wants more, so it goes to the back first."""
+        if again:
+            with self._space:
+                self._line.remove(turn)
+                self._line.append(turn)
+                self._let_through()
+        while True:
+            with self._space:
+                # Looked at under the lock that :meth:`wake` and :meth:`leave` take
+                # after a change: a slot freed once this look is done opens the gate.
+                allowed = self._allowed(turn)
+                if allowed > 0:
+                    return allowed
+                if turn.opened:  # opened for a slot another took since: closed again
+                    turn.gate = Gate()
+                    turn.opened = False
+                gate = turn.gate
+            if deadline is None:
+                gate.wait()
+            else:
+                remaining = deadline - self._clock()
+                if remaining <= 0 or not gate.wait(remaining):
+                    with self._space:
+                        return max(0, self._allowed(turn))
+
+    def _allowed(self, turn: Turn) -> int:
+        """The free slots past one for each thread ahead of ``turn`` (under the lock)."""
+        assert self._table is not None
+        return self._table.free_slots() - self._line.index(turn)
+
+    def _let_through(self) -> None:
+        """Open the gates of the first threads in line, one per free slot (under the
+        lock); those opened before and not yet gone count, each keeping its slot."""
+        line = self._line
+        if line:
+            assert self._table is not None
+            free = self._table.free_slots()
+            for turn in line:
+                if free <= 0:
+                    break
+                free -= 1
+                if not turn.opened:
+                    turn.opened = True
+                    turn.gate.open()
 
 
 class Waiting:
@@ -127,26 +248,54 @@ class Waiting:
         """
         self._loop.check_can_nest()
 
-    def wait_for_space(self) -> None:
-        """Block until the pending table has room (bounded by ``enqueue_timeout``).
+    def wait_for_space(
+        self, line: bool = False, turn: Turn | None = None, again: bool = False
+    ) -> tuple[Turn | None, int | None]:
+        """Block until the caller may take a free slot (bounded by ``enqueue_timeout``).
+
+        ``line``: a ``publish()`` caller, which waits in the line (:class:`Waiters`) on
+        the ``turn`` it holds (``again``: it took slots on it, and goes to the back),
+        else on a new one; others wait until a slot is free and nobody is in line. The
+        caller's turn (to :meth:`leave` when done; None unless in line) and how many
+        it may enter past those in line (``enter``'s ``limit``; None: none while any
+        are). On the publisher thread, which takes a free slot past the line, there is
+        no limit.
 
         Raises:
-            PublishQueueFullError: no slot freed within the enqueue timeout.
+            PublishQueueFullError: no slot freed within the enqueue timeout (a turn
+                passed in is still the caller's to leave; a new one has left).
         """
         enqueue_timeout = self._enqueue_timeout
         deadline = None if enqueue_timeout is None else self._clock() + enqueue_timeout
-        has_room = self._table.has_room
+        waiters = self._waiters
         if self._loop.on_owner_thread():
             # A done-callback publishing: blocking here would stop the very thread that
             # frees slots, so keep processing events while waiting.
-            acquired = self._loop.run_nested(has_room, deadline)
+            if self._loop.run_nested(self._table.has_room, deadline):
+                return None, self._table.max_in_flight
+        elif not line:
+            if waiters.wait_until(waiters.room_past_line, deadline):
+                return None, None
         else:
-            acquired = self._waiters.wait_until(has_room, deadline)
-        if not acquired:
-            raise PublishQueueFullError(
-                f"{self._table.max_in_flight} publishes in flight and no slot freed within "
-                f"{enqueue_timeout}s (max_in_flight / enqueue_timeout)"
-            )
+            mine = turn if turn is not None else waiters.join()
+            try:
+                allowed = waiters.wait_turn(mine, deadline, again)
+            except BaseException:
+                if turn is None:
+                    waiters.leave(mine)
+                raise
+            if allowed > 0:
+                return mine, allowed
+            if turn is None:
+                waiters.leave(mine)
+        raise PublishQueueFullError(
+            f"{self._table.max_in_flight} publishes in flight and no slot freed within "
+            f"{enqueue_timeout}s (max_in_flight / enqueue_timeout)"
+        )
+
+    def leave(self, turn: Turn) -> None:
+        """Leave the line for slots (see :meth:`wait_for_space`)."""
+        self._waiters.leave(turn)
 
     def wait(
         self,

@@ -53,13 +53,14 @@ def test_what_waited_for_a_slot_gets_its_whole_timeout_from_when_it_is_entered()
     )
     acked: list[str] = []
 
-    def wait_for_space() -> None:
+    def wait_for_space(line: bool, turn: object, again: bool) -> tuple[None, None]:
         # Ten seconds go by before the one publish in flight is acknowledged.
         clock.now += 10.0
         correlation_id, entry = next(iter(table.entries.items()))
         table.entries.pop(correlation_id)
         entry.future.set_result(None)
         acked.append(correlation_id)
+        return None, None
 
     loop: Any = types.SimpleNamespace(started=True, closed_error=lambda: AssertionError())
     waiting: Any = types.SimpleNamespace(wait_for_space=wait_for_space)

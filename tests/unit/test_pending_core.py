@@ -46,7 +46,7 @@ def test_a_new_core_is_empty_with_the_limits_given(make: Factory) -> None:
     assert core.pending == {} and type(core.pending) is dict
     assert core.expiry == {} and type(core.expiry) is dict
     assert core.live is None and core.outbound is None
-    assert core.sleep_until == float("inf")
+    assert core.sleep_until == float("inf") and core.in_line == 0
     assert (core.closing, core.finished, core.seq) == (False, False, 0)
     assert not core.locked()
 
@@ -91,9 +91,11 @@ def test_the_writable_fields_keep_what_is_written(make: Factory) -> None:
     core.live = stream
     core.outbound = queue
     core.sleep_until = 3.25
+    core.in_line = 3
     core.closing = True
     core.finished = True
     assert core.live is stream and core.outbound is queue and core.sleep_until == 3.25
+    assert core.in_line == 3
     assert (core.closing, core.finished) == (True, True)
     core.live = None
     core.closing = False

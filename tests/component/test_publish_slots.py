@@ -1,0 +1,195 @@
+"""A ``publish()`` caller waiting for a free slot (``max_in_flight``) is served before
+the ``publish_async`` and ``publish_batch`` calls waiting too: it gets the next slot
+that frees, on both paths (the C ``submit_plain`` and the Python one).
+
+The fake broker answers only as the test lets it (a permit per ack), so the test knows
+who waited first when slots free; the server's speed has no part in the outcome.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+
+import liftbridge_sync as lb
+from liftbridge_sync import Ack, Client
+from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._publishing import publisher as publisher_module
+from liftbridge_sync.testing import FakeBroker, FakeCluster
+from tests.constants import FAST_RETRY
+from tests.stacks import thread_in
+from tests.waiting import wait_until
+
+#: The window the flood keeps full.
+_WINDOW = 4
+
+
+@pytest.fixture(params=["c", "python"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both publish paths: the C fast path (when built) and the Python one."""
+    if request.param == "python":
+        monkeypatch.setattr(publisher_module, "_submit_plain", None)
+    elif publisher_module._submit_plain is None:
+        pytest.skip("C speedups not built or disabled")
+    return str(request.param)
+
+
+class _Permits:
+    """The fake broker's answers, one per permit the test gives."""
+
+    def __init__(self) -> None:
+        self._permits = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._given = self._taken = 0
+        self.stop = threading.Event()
+
+    def script(self, request: api_pb2.PublishRequest, n: int) -> object:
+        while not self._permits.acquire(timeout=0.05):
+            if self.stop.is_set():
+                return "ack"
+        with self._lock:
+            self._taken += 1
+        return "ack"
+
+    def give(self, count: int) -> None:
+        with self._lock:
+            self._given += count
+        self._permits.release(count)
+
+    def used_up(self) -> bool:
+        """Whether every permit given was taken (no ack is on its way)."""
+        with self._lock:
+            return self._taken == self._given
+
+
+@pytest.fixture
+def permits() -> Iterator[tuple[FakeBroker, _Permits]]:
+    gate = _Permits()
+    with FakeBroker(cluster=FakeCluster(leader="fake", partitions=1)) as fake:
+        fake.publish_script = gate.script
+        try:
+            yield fake, gate
+        finally:
+            gate.stop.set()
+
+
+def _waiting_publish(client: Client, name: str) -> tuple[threading.Thread, list[Ack | None]]:
+    """A thread calling ``publish("s", b"sync")``, once it waits in line for a slot; the
+    list its ack goes to."""
+    acks: list[Ack | None] = []
+    caller = threading.Thread(
+        target=lambda: acks.append(client.publish("s", b"sync", timeout=60)),
+        name=name,
+        daemon=True,
+    )
+    caller.start()
+    wait_until(lambda: thread_in(caller, "wait_turn"), what="the caller waiting in line")
+    return caller, acks
+
+
+@pytest.mark.parametrize("transport", ["grpc", "h2"])
+def test_a_publish_waiting_for_a_slot_goes_before_a_waiting_publish_async_flood(
+    permits: tuple[FakeBroker, _Permits], path: str, transport: str
+) -> None:
+    fake, gate = permits
+    stop = threading.Event()
+    flood: list[Future[Ack | None]] = []
+    failures: list[BaseException] = []
+
+    def flooding() -> None:
+        try:
+            while not stop.is_set():
+                # Each value is the call's index in ``flood``.
+                flood.append(client.publish_async("s", b"%d" % len(flood), timeout=60))
+        except lb.LiftbridgeError as exc:
+            failures.append(exc)
+
+    client = Client(
+        [fake.address],
+        retry=FAST_RETRY,
+        publish_transport=transport,
+        max_in_flight=_WINDOW,
+        enqueue_timeout=60,
+    )
+    flooder = threading.Thread(target=flooding, name="test-flood", daemon=True)
+    try:
+        gate.give(1)
+        client.publish("s", b"warm-up", timeout=60)
+        publisher: Any = client._publisher
+        flooder.start()
+        overtaken: list[int] = []
+        for round_ in range(20):
+            # The flood has the window full and waits for a slot, and no ack is on its
+            # way (the broker has used up its permits, and the client read their acks)...
+            wait_until(
+                lambda: (
+                    gate.used_up()
+                    and len(publisher._table) == _WINDOW
+                    and thread_in(flooder, "wait_for_space")
+                ),
+                what="the flood waiting for a slot",
+            )
+            # ... and a publish() caller comes to wait behind it.
+            before = len(flood)
+            caller, acks = _waiting_publish(client, f"test-publish-{round_}")
+            # The whole window is acknowledged at once (and what follows, to let the
+            # caller's own ack through).
+            gate.give(4 * _WINDOW)
+            caller.join(30)
+            assert not caller.is_alive() and acks[0] is not None
+            # The flood's calls the broker received before the caller's publish, of those
+            # made once the caller waited (the first of them was waiting already).
+            values = [r.value for r in fake.received]
+            ahead = values[: len(values) - values[::-1].index(b"sync") - 1]
+            overtaken.append(sum(1 for v in ahead if v.isdigit() and int(v) >= before))
+        # The flood took no slot before the caller, not even the one its waiting call
+        # had waited for since before the caller came.
+        assert overtaken == [0] * 20, overtaken
+    finally:
+        stop.set()
+        gate.stop.set()
+        flooder.join(30)
+        client.close(timeout=5)
+    assert not flooder.is_alive() and not failures
+
+
+def test_a_publish_waiting_for_a_slot_goes_before_the_rest_of_a_large_batch(
+    permits: tuple[FakeBroker, _Permits],
+) -> None:
+    fake, gate = permits
+    client = Client([fake.address], retry=FAST_RETRY, max_in_flight=_WINDOW, enqueue_timeout=60)
+    outcomes: list[object] = []
+    batch = threading.Thread(
+        target=lambda: outcomes.extend(
+            client.publish_batch("s", [b"b%d" % i for i in range(10 * _WINDOW)], timeout=60)
+        ),
+        name="test-batch",
+        daemon=True,
+    )
+    try:
+        gate.give(1)
+        client.publish("s", b"warm-up", timeout=60)
+        publisher: Any = client._publisher
+        batch.start()
+        # The batch filled the window and waits for more slots...
+        wait_until(
+            lambda: len(publisher._table) == _WINDOW and thread_in(batch, "wait_for_space"),
+            what="the batch waiting for a slot",
+        )
+        # ... and so does a publish() caller, behind it.
+        caller, _ = _waiting_publish(client, "test-publish")
+        gate.give(20 * _WINDOW)
+        caller.join(30)
+        batch.join(30)
+        assert not caller.is_alive() and not batch.is_alive()
+        values = [r.value for r in fake.received]
+        # The batch's first window, then the caller's publish, then the rest of it.
+        assert values.index(b"sync") - values.index(b"b0") == _WINDOW, values
+        assert len(outcomes) == 10 * _WINDOW and all(isinstance(o, Ack) for o in outcomes)
+    finally:
+        gate.stop.set()
+        client.close(timeout=5)
