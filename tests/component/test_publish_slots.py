@@ -193,3 +193,29 @@ def test_a_publish_waiting_for_a_slot_goes_before_the_rest_of_a_large_batch(
     finally:
         gate.stop.set()
         client.close(timeout=5)
+
+
+def test_a_publish_giving_up_in_line_leaves_it_empty_for_those_that_come_later(
+    permits: tuple[FakeBroker, _Permits],
+) -> None:
+    fake, gate = permits
+    client = Client([fake.address], retry=FAST_RETRY, max_in_flight=2, enqueue_timeout=0.3)
+    try:
+        gate.give(1)
+        client.publish("s", b"warm-up", timeout=60)
+        held = [client.publish_async("s", b"held%d" % i, timeout=60) for i in range(2)]
+        publisher: Any = client._publisher
+        # No slot frees within the enqueue timeout: the caller gives up, in line.
+        with pytest.raises(lb.PublishQueueFullError):
+            client.publish("s", b"gives-up", timeout=60)
+        # Its place is gone with it: nothing is kept from later publishes.
+        assert publisher._table.core.in_line == 0
+        gate.give(10)
+        assert [f.result(timeout=10).offset for f in held] == [1, 2]  # type: ignore[union-attr]
+        late = client.publish_async("s", b"late", timeout=60)
+        assert late.result(timeout=10).offset == 3  # type: ignore[union-attr]
+        assert client.publish("s", b"after", timeout=60).offset == 4  # type: ignore[union-attr]
+        assert b"gives-up" not in [r.value for r in fake.received]
+    finally:
+        gate.stop.set()
+        client.close(timeout=5)
