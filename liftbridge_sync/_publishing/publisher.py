@@ -45,6 +45,7 @@ from liftbridge_sync._publishing.batches import Batches
 from liftbridge_sync._publishing.futures import PublishFuture
 from liftbridge_sync._publishing.owner import OwnerLoop, max_message
 from liftbridge_sync._publishing.pending import (
+    WAKE,
     AckFuture,
     Entry,
     FailureLedger,
@@ -105,7 +106,20 @@ class Publisher:
         self._core = table.core
         waiters = self._waiters = Waiters(clock, table)
         resender = self._resender = Resender(core, table, inbox.put, clock=clock)
-        router = AckRouter(table, resender, ledger, waiters.wake)
+        table_core = table.core
+        pending = table.entries
+        wake_waiters = waiters.wake
+        put = inbox.put
+
+        def wake_after_acks() -> None:
+            wake_waiters()
+            if table_core.closing and not pending:
+                # close() waits for the last ack, which the stream's thread resolved:
+                # the publisher thread sleeps until its next timer (up to an ack
+                # timeout away) unless told.
+                put(WAKE)
+
+        router = AckRouter(table, resender, ledger, wake_after_acks)
         loop = self._loop = OwnerLoop(
             core, table, router, resender, ledger, inbox, waiters.wake, opener=opener, clock=clock
         )

@@ -232,3 +232,30 @@ def test_an_abandoned_tls_pre_flight_ends_at_once(
         lambda: _in("test-dial", "preflight_tls") and silent.accepted >= 1,
     )
     assert isinstance(error, lb.ClientClosedError), error
+
+
+@pytest.mark.parametrize("transport", ["grpc", "h2"])
+def test_close_returns_once_the_last_ack_arrives_not_at_the_next_timer(
+    clients: list[Client], transport: str
+) -> None:
+    # close() waits for the pending acks; once the last one has come, it returns. The
+    # ack is resolved on the stream's thread, while the publisher thread sleeps until
+    # its next timer (here the ack timeout, a minute away): it must be told.
+    released = threading.Event()
+    with FakeBroker() as fake:
+        fake.publish_script = lambda request, n: "ack" if released.wait(30) else "drop"
+        client = Client(
+            [fake.address], publish_transport=transport, ack_timeout=60.0, resend_after=None
+        )
+        clients.append(client)
+        future = client.publish_async("s", b"acked-during-close")
+        closer = threading.Thread(
+            target=client.close, kwargs={"timeout": 30.0}, name="test-close", daemon=True
+        )
+        closer.start()
+        wait_until(lambda: _publisher_in(client, "_step"), what="the publisher asleep")
+        wait_until(lambda: client._publisher is not None and client._publisher._table.closing)
+        released.set()
+        assert future.result(timeout=10) is not None
+        closer.join(10)
+        assert not closer.is_alive(), "close() waited on after the last ack"
