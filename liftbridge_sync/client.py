@@ -179,7 +179,10 @@ class Client:
         lookup): it is not waited for then, and ends by itself (daemonic) once that
         returns. A call of another thread still asking a broker whether it speaks TLS
         (before its first channel to it) is cut short once the channels close: it
-        raises :class:`ClientClosedError`.
+        raises :class:`ClientClosedError`. So does, at once and unsent, a publish of
+        another thread still waiting for a free slot (``max_in_flight``) when
+        ``close()`` begins (a ``publish_batch`` gets it for what it had not sent yet);
+        what was sent is waited for.
 
         Args:
             timeout: Seconds to wait for pending publishes to be acknowledged before

@@ -173,6 +173,9 @@ class OwnerLoop:
     def close(self, timeout: float | None) -> None:
         """Stop accepting publishes, wait for pending acks, fail what is left. Idempotent.
 
+        A call still waiting for a free slot was not accepted: it fails at once, unsent
+        (:class:`ClientClosedError`).
+
         Returns within ``timeout`` + :data:`CLOSE_SLACK` seconds, whatever the broker does: at
         the deadline a dial under way (a name lookup, a connect, the TLS pre-flight, a
         TLS or HTTP/2 handshake waiting for the broker) is abandoned, and the streams
@@ -198,6 +201,9 @@ class OwnerLoop:
                     self._table.latest_deadline(now) if timeout is None else now + timeout
                 )
             close_by = self._close_by
+        if not already:
+            # The calls waiting for a free slot were not accepted: they fail now.
+            self._wake_waiters()
         if thread is None:
             return
         if not already:

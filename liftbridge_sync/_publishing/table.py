@@ -132,15 +132,15 @@ class PendingTable:
         return len(self._pending)
 
     def has_room(self) -> bool:
-        """Whether a publish can be entered without waiting (or never will be)."""
+        """Whether a publish can be entered without waiting (or never will be: closing)."""
         core = self._core
-        return len(self._pending) < core.max_in_flight or core.finished
+        return len(self._pending) < core.max_in_flight or core.closing or core.finished
 
     def free_slots(self) -> int:
         """How many publishes can be entered now (every thread in line may go, to
-        fail, once the publisher has finished)."""
+        fail, once the publisher is closing)."""
         core = self._core
-        if core.finished:
+        if core.closing or core.finished:
             return core.max_in_flight
         return core.max_in_flight - len(self._pending)
 
@@ -218,7 +218,8 @@ class PendingTable:
     ) -> int:
         """Enter ``entries[start:]`` in order and send them, as many as there is room
         for; the index of the first one not entered (``start``: no room), or -1 once
-        the publisher has finished (nothing entered). ``restart``: they were made a
+        the publisher is closing (nothing entered: a call that waited for room when
+        close() began was not accepted). ``restart``: they were made a
         while ago (they waited for room), so each one's deadline is its timeout from
         now: the ack timeout counts from when a publish is sent. ``in_line``: the
         caller's turn in the line for slots has come (:class:`~.waiting.Waiters`), and
@@ -226,7 +227,7 @@ class PendingTable:
         without it, nothing is entered while threads are in line (``start``)."""
         core = self._core
         with core:
-            if core.finished:
+            if core.closing or core.finished:
                 return -1
             room = core.max_in_flight - len(self._pending)
             if limit is not None and limit < room:

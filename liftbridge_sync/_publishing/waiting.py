@@ -107,9 +107,10 @@ class Waiters:
 
     def room_past_line(self) -> bool:
         """Whether a slot is free and nobody is in line for one (what a publish not in
-        line waits for)."""
-        assert self._table is not None
-        return not self._line and self._table.has_room()
+        line waits for), or the publisher is closing (it fails then)."""
+        table = self._table
+        assert table is not None
+        return table.closing or (not self._line and table.has_room())
 
     def wait_until(self, ready: Callable[[], bool], deadline: float | None) -> bool:
         """Block (not on the owner thread) until ``ready()``; False at ``deadline``.

@@ -259,3 +259,45 @@ def test_close_returns_once_the_last_ack_arrives_not_at_the_next_timer(
         assert future.result(timeout=10) is not None
         closer.join(10)
         assert not closer.is_alive(), "close() waited on after the last ack"
+
+
+def test_a_publish_waiting_for_a_slot_when_close_begins_fails_at_once_unsent(
+    clients: list[Client],
+) -> None:
+    # close() stops accepting publishes: a call still waiting for a free slot
+    # (max_in_flight) was not accepted, so it fails then and is never sent, rather than
+    # going out when an ack frees a slot and holding close() up for its own ack.
+    released = threading.Event()
+    with FakeBroker() as fake:
+        fake.publish_script = lambda request, n: "ack" if released.wait(30) else "drop"
+        client = Client([fake.address], max_in_flight=1, enqueue_timeout=60.0)
+        clients.append(client)
+        held = client.publish_async("s", b"held")
+        outcomes: list[object] = []
+
+        def blocked(method: Callable[..., object]) -> None:
+            try:
+                outcomes.append(method("s", b"blocked"))
+            except lb.LiftbridgeError as exc:
+                outcomes.append(exc)
+
+        waiting = [
+            threading.Thread(target=blocked, args=(m,), name=f"test-{m.__name__}", daemon=True)
+            for m in (client.publish_async, client.publish)
+        ]
+        for thread in waiting:
+            thread.start()
+            wait_until(lambda t=thread: thread_in(t, "wait_for_space"), what="a full window")  # type: ignore[misc]
+        closer = threading.Thread(
+            target=client.close, kwargs={"timeout": 30.0}, name="test-close", daemon=True
+        )
+        closer.start()
+        for thread in waiting:
+            thread.join(10)
+            assert not thread.is_alive(), "a publish waiting for a slot outlived close()"
+        assert [type(o) for o in outcomes] == [lb.ClientClosedError] * 2, outcomes
+        released.set()
+        assert held.result(timeout=10) is not None  # what was accepted is still acked
+        closer.join(10)
+        assert not closer.is_alive()
+        assert [r.value for r in fake.received] == [b"held"]
