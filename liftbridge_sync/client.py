@@ -585,6 +585,9 @@ class Client:
                 as a message over the server's 4 MiB limit (a
                 :class:`MessageTooLargeError`).
             ClientClosedError: the client is closed.
+            PublishQueueFullError: no slot (``max_in_flight``) freed within
+                ``enqueue_timeout`` before anything was sent (once something was, the
+                messages not sent get it as their outcome instead).
             PublishError: in a done-callback nested more than 32 deep, as ``publish``
                 (before anything is sent).
 

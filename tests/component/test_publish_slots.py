@@ -219,3 +219,22 @@ def test_a_publish_giving_up_in_line_leaves_it_empty_for_those_that_come_later(
     finally:
         gate.stop.set()
         client.close(timeout=5)
+
+
+def test_a_batch_that_gets_no_slot_in_time_raises_queue_full_having_sent_nothing(
+    permits: tuple[FakeBroker, _Permits],
+) -> None:
+    fake, gate = permits
+    client = Client([fake.address], retry=FAST_RETRY, max_in_flight=2, enqueue_timeout=0.3)
+    try:
+        held = [client.publish_async("s", b"held%d" % i, timeout=60) for i in range(2)]
+        # Plain values (in chunks) and keyed items (one by one) alike.
+        for items in ([b"a", b"b", b"c"], [(b"k", b"a"), (b"k", b"b")]):
+            with pytest.raises(lb.PublishQueueFullError):
+                client.publish_batch("s", items)  # type: ignore[arg-type]
+        gate.give(2)
+        assert [f.result(timeout=10).offset for f in held] == [0, 1]  # type: ignore[union-attr]
+        assert [r.value for r in fake.received] == [b"held0", b"held1"]
+    finally:
+        gate.stop.set()
+        client.close(timeout=5)
