@@ -496,6 +496,7 @@ _CORE_OPS = st.lists(
         st.tuples(st.just("sleep"), st.floats(allow_nan=False)),
         st.tuples(st.just("flags"), st.booleans(), st.booleans()),
         st.tuples(st.just("live"), st.sampled_from([None, "stream", 7])),
+        st.tuples(st.just("in_line"), st.integers(0, 2**62)),
     ),
     max_size=60,
 )
@@ -523,6 +524,8 @@ def fuzz_pending_core(ops: list[Any], limit: int, prefix: str) -> None:
                 core.sleep_until = op[1]
             elif op[0] == "flags":
                 core.closing, core.finished = op[1], op[2]
+            elif op[0] == "in_line":
+                core.in_line = op[1]
             else:
                 core.live = op[1]
         held = _held_after(op, held)
@@ -531,6 +534,7 @@ def fuzz_pending_core(ops: list[Any], limit: int, prefix: str) -> None:
             (
                 c.seq,
                 c.sleep_until,
+                c.in_line,
                 c.closing,
                 c.finished,
                 c.live,
