@@ -129,15 +129,11 @@ class Waiters:
                 if ready():
                     self._waits.remove(entry)
                     return True
-            if deadline is None:
-                gate.wait()
-            else:
-                remaining = deadline - self._clock()
-                if remaining <= 0 or not gate.wait(remaining):
-                    with self._space:
-                        if entry in self._waits:
-                            self._waits.remove(entry)
-                    return ready()
+            if not self._opened_by(gate, deadline):
+                with self._space:
+                    if entry in self._waits:
+                        self._waits.remove(entry)
+                return ready()
             if ready():
                 return True
             # It held when the gate opened and no longer does: wait again.
@@ -186,13 +182,18 @@ class Waiters:
                     turn.gate = Gate()
                     turn.opened = False
                 gate = turn.gate
-            if deadline is None:
-                gate.wait()
-            else:
-                remaining = deadline - self._clock()
-                if remaining <= 0 or not gate.wait(remaining):
-                    with self._space:
-                        return max(0, self._allowed(turn))
+            if not self._opened_by(gate, deadline):
+                with self._space:
+                    return max(0, self._allowed(turn))
+
+    def _opened_by(self, gate: GateLike, deadline: float | None) -> bool:
+        """Wait for ``gate`` to open until ``deadline`` (``None``: however long); whether
+        it opened (not when ``deadline`` had passed already)."""
+        if deadline is None:
+            gate.wait()
+            return True
+        remaining = deadline - self._clock()
+        return remaining > 0 and gate.wait(remaining)
 
     def _allowed(self, turn: Turn) -> int:
         """The free slots past one for each thread ahead of ``turn`` (under the lock)."""

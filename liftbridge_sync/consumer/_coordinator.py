@@ -105,14 +105,7 @@ class CoordinatorLookup:
         if budget.ends <= time.monotonic():
             return None  # the round's time is up: not an unanswered ask
         try:
-            self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
-                request,
-                context=CallContext.GROUP,
-                timeout=timeout,
-                deadline=budget.ends,
-                retry_until=budget.retry_until,
-            )
+            self._report_call(request, timeout, budget)
         except CoordinatorMismatchError as exc:
             match = _CURRENT_COORDINATOR.search(exc.details or "")
             if match is not None:
@@ -191,15 +184,25 @@ class CoordinatorLookup:
             groupId=self._group, consumerId=consumer_id, coordinator=coordinator, epoch=epoch
         )
         try:
-            self._core.call_any(
-                rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
-                request,
-                context=CallContext.GROUP,
-                timeout=timeout,
-                deadline=budget.ends,
-                retry_until=budget.retry_until,
-            )
+            self._report_call(request, timeout, budget)
         except CoordinatorMismatchError:
             pass  # already replaced
         except LiftbridgeError as exc:
             _log.warning("consumer %s: reporting the coordinator failed: %s", who, exc)
+
+    def _report_call(
+        self,
+        request: api_pb2.ReportConsumerGroupCoordinatorRequest,
+        timeout: float | None,
+        budget: Budget,
+    ) -> None:
+        """``ReportConsumerGroupCoordinator`` to any broker, within ``budget`` (both the
+        probe of :meth:`ask` and the report of :meth:`report` send one)."""
+        self._core.call_any(
+            rpcs.REPORT_CONSUMER_GROUP_COORDINATOR,
+            request,
+            context=CallContext.GROUP,
+            timeout=timeout,
+            deadline=budget.ends,
+            retry_until=budget.retry_until,
+        )

@@ -710,30 +710,24 @@ def test_assembler_bounds_are_checked(kwargs: dict[str, object], error: type[Exc
         ResponseAssembler(**kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        b"\x00" * 16,
-        None,
-        DiscardedFrame(DiscardReason.BAD_MAGIC, 0, 16, 22, 1, 1, 1),
-        DiscardedFrame(DiscardReason.UNKNOWN_OPCODE, 0, 16, MAGIC, 9, 3, 1),
-    ],
-)
+# What is not a frame: bytes, nothing, and the discard reports the decoder returns
+# alongside frames.
+_NOT_FRAMES = [
+    b"\x00" * 16,
+    None,
+    DiscardedFrame(DiscardReason.BAD_MAGIC, 0, 16, 22, 1, 1, 1),
+    DiscardedFrame(DiscardReason.UNKNOWN_OPCODE, 0, 16, MAGIC, 9, 3, 1),
+]
+
+
+@pytest.mark.parametrize("bad", _NOT_FRAMES)
 def test_encoding_refuses_what_is_not_a_frame(bad: object) -> None:
     # A proxy re-encoding what its decoder returned meets discard reports too.
     with pytest.raises(ArgumentTypeError, match="frame must be a Frame"):
         encode_frame(bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        b"\x00" * 16,
-        None,
-        DiscardedFrame(DiscardReason.BAD_MAGIC, 0, 16, 22, 1, 1, 1),
-        DiscardedFrame(DiscardReason.UNKNOWN_OPCODE, 0, 16, MAGIC, 9, 3, 1),
-    ],
-)
+@pytest.mark.parametrize("bad", _NOT_FRAMES)
 def test_the_assembler_refuses_what_is_not_a_frame(bad: object) -> None:
     # A discard report fed by mistake (the decoder returns both) is refused by type,
     # not with an AttributeError from inside, and changes nothing.
