@@ -9,7 +9,7 @@ import contextlib
 import functools
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -28,22 +28,28 @@ from liftbridge_sync.otel._propagation import extract
 __all__ = ["process"]
 
 
-@functools.lru_cache(maxsize=8)
-def _consumed_counter(provider: metrics.MeterProvider) -> metrics.Counter:
-    return provider.get_meter(SCOPE).create_counter(
-        "messaging.client.consumed.messages",
-        unit="{message}",
-        description="Number of messages that were delivered to the application.",
-    )
+class _Instruments(NamedTuple):
+    consumed: metrics.Counter
+    duration: metrics.Histogram
 
 
 @functools.lru_cache(maxsize=8)
-def _process_duration(provider: metrics.MeterProvider) -> metrics.Histogram:
-    return provider.get_meter(SCOPE).create_histogram(
-        "messaging.process.duration",
-        unit="s",
-        description="Duration of processing operation.",
-        explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+def _instruments(provider: metrics.MeterProvider) -> _Instruments:
+    # Made once per provider, both together: a process() that counts a message also
+    # records how long its handling took.
+    meter = provider.get_meter(SCOPE)
+    return _Instruments(
+        consumed=meter.create_counter(
+            "messaging.client.consumed.messages",
+            unit="{message}",
+            description="Number of messages that were delivered to the application.",
+        ),
+        duration=meter.create_histogram(
+            "messaging.process.duration",
+            unit="s",
+            description="Duration of processing operation.",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        ),
     )
 
 
@@ -83,7 +89,6 @@ def process(
     if message.key is not None:
         attributes["messaging.liftbridge.message.key"] = message.key.decode("utf-8", "replace")
     meters = meter_provider or metrics.get_meter_provider()
-    measured = metrics_configured(meters)
     points: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": message.stream,
@@ -91,8 +96,9 @@ def process(
         "messaging.operation.type": "process",
         "messaging.operation.name": "process",
     }
-    if measured:
-        _consumed_counter(meters).add(1, points)
+    instruments = _instruments(meters) if metrics_configured(meters) else None
+    if instruments is not None:
+        instruments.consumed.add(1, points)
     joined = producer if as_child and producer_span.is_valid else None
     started = time.monotonic()
     span = tracer.start_span(
@@ -116,8 +122,8 @@ def process(
                 points["error.type"] = error_type(exc)
                 raise
             finally:
-                if measured:  # the conventions' processing duration, the span's own
-                    _process_duration(meters).record(time.monotonic() - started, points)
+                if instruments is not None:  # the conventions' processing duration, the span's own
+                    instruments.duration.record(time.monotonic() - started, points)
     finally:
         if token is not None:
             otel_context.detach(token)
