@@ -712,7 +712,7 @@ def test_assembler_bounds_are_checked(kwargs: dict[str, object], error: type[Exc
 
 # What is not a frame: bytes, nothing, and the discard reports the decoder returns
 # alongside frames.
-_NOT_FRAMES = [
+_NOT_FRAMES: list[object] = [
     b"\x00" * 16,
     None,
     DiscardedFrame(DiscardReason.BAD_MAGIC, 0, 16, 22, 1, 1, 1),
