@@ -21,6 +21,7 @@ from liftbridge_sync import Message, Metadata
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.activity import decode_event
 from liftbridge_sync.models import Ack, FrozenMap, PartitionMetadata
+from tests.messages import make_message
 
 _HEADERS = st.dictionaries(st.text(max_size=8), st.binary(max_size=8), max_size=6)
 #: Keys a caller might try: hashable values of every kind, a lone surrogate (no protobuf
@@ -106,16 +107,7 @@ def test_received_message_headers_are_a_read_only_dict(
 def test_constructed_message_headers_are_a_read_only_dict(
     data: st.DataObject, headers: dict[str, bytes]
 ) -> None:
-    msg = Message(
-        offset=0,
-        key=None,
-        value=b"",
-        partition=0,
-        stream="s",
-        subject="s",
-        reply_subject="",
-        headers=headers,
-    )
+    msg = make_message(0, headers=headers)
     _assert_like_dict(msg.headers, headers, data.draw(_probes(list(headers))))
     assert dict(msg.headers) == headers
 

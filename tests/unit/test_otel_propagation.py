@@ -33,7 +33,8 @@ from opentelemetry.trace.propagation.tracecontext import (  # noqa: E402
     TraceContextTextMapPropagator,
 )
 
-from liftbridge_sync import Message, otel  # noqa: E402
+from liftbridge_sync import otel  # noqa: E402
+from tests.messages import make_message  # noqa: E402
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -173,14 +174,10 @@ def test_the_producers_baggage_is_current_while_its_message_is_processed(
     # OpenTelemetry Kafka instrumentations do); the block's own context is restored after.
     use_propagator(W3C)
     provider = TracerProvider()
-    message = Message(
-        offset=3,
-        key=None,
-        value=b"v",
-        partition=0,
+    message = make_message(
+        3,
+        b"v",
         stream="orders",
-        subject="orders",
-        reply_subject="",
         headers={"traceparent": PARENT.encode(), "baggage": b"tenant=acme"},
     )
     token = otel_context.attach(baggage.set_baggage("tenant", "consumer's"))
