@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -61,6 +63,33 @@ class Telemetry:
             for point in m.data.data_points
         ]
 
+    def client(self, address: str, *, metered: bool = True, **options: Any) -> Client:
+        """A client of the server at ``address`` that traces into these, and measures
+        into them too when ``metered`` (otherwise into the global meter provider)."""
+        return Client(
+            [address],
+            tracer_provider=self.tracer_provider,
+            meter_provider=self.meter_provider if metered else None,
+            **options,
+        )
+
+    @contextlib.contextmanager
+    def stream(
+        self, address: str, *, partitions: int = 1, **options: Any
+    ) -> Iterator[tuple[Client, str]]:
+        """A ``client(address, **options)`` and a fresh stream of it, by name; the client
+        is closed when the block ends, so its spans have ended and its points are in."""
+        name = unique("otel")
+        with self.client(address, **options) as client:
+            client.create_stream(name, name, partitions=partitions)
+            yield client, name
+
+    def process(self, message: Message) -> contextlib.AbstractContextManager[trace.Span]:
+        """``otel.process`` tracing and measuring into these."""
+        return otel.process(
+            message, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider
+        )
+
 
 @pytest.fixture
 def telemetry() -> Iterator[Telemetry]:
@@ -80,13 +109,7 @@ def _read(client: Client, stream: str, partition: int = 0) -> list[Message]:
 def test_publishes_are_producer_spans_whose_context_travels_in_the_headers(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name, partitions=2)
+    with telemetry.stream(liftbridge_address, partitions=2) as (client, name):
         sync_ack = client.publish(name, b"one", partition=1)
         async_ack = client.publish_async(name, b"two", key=b"k", partition=1).result(30)
         custom = client.publish(
@@ -143,14 +166,8 @@ def test_a_publish_has_ended_its_span_and_recorded_its_metrics_when_it_returns(
 ) -> None:
     # publish() is synchronous: its send span is over when it returns, also when the
     # I/O thread (not the caller) read the ack, as it does for concurrent callers.
-    name = unique("otel")
     late: list[str] = []
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address) as (client, name):
 
         def publish_some() -> None:
             for _ in range(50):
@@ -181,10 +198,8 @@ def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
     # The messaging conventions for a batch API: each message's creation context is a
     # "create" span of its own, which it carries; the batch's "send" span links to
     # every creation context (also one a caller set, which stays as it is).
-    name = unique("otel")
     tracer = telemetry.tracer_provider.get_tracer("test")
-    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
-        client.create_stream(name, name, partitions=2)
+    with telemetry.stream(liftbridge_address, metered=False, partitions=2) as (client, name):
         with tracer.start_as_current_span("job") as job:
             outcomes = client.publish_batch(
                 name,
@@ -228,14 +243,7 @@ def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
 def test_without_create_spans_a_batch_is_one_producer_span_its_messages_carry(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-        batch_create_spans=False,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address, batch_create_spans=False) as (client, name):
         outcomes = client.publish_batch(name, [b"a", b"b", (None, b"c", {"traceparent": CUSTOM})])
         assert all(isinstance(o, Ack) for o in outcomes)
         by_value = {m.value: m for m in _read(client, name)}
@@ -259,9 +267,7 @@ def test_consumer_group_messages_continue_their_producers_trace(
 ) -> None:
     # A consumer group member delivers messages whose extracted context is their
     # creation context: a publish's send span, a batch message's create span.
-    name = unique("otel")
-    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
-        client.create_stream(name, name, partitions=2)
+    with telemetry.stream(liftbridge_address, metered=False, partitions=2) as (client, name):
         client.publish(name, b"single", partition=0)
         client.publish_batch(name, [b"batched-1", b"batched-2"], partition=1)
         with client.consumer(
@@ -301,27 +307,13 @@ def test_consumer_group_messages_continue_their_producers_trace(
 def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address) as (client, name):
         client.publish(name, b"hello")
         (message,) = _read(client, name)
         with pytest.raises(RuntimeError):
-            with otel.process(
-                message,
-                tracer_provider=telemetry.tracer_provider,
-                meter_provider=telemetry.meter_provider,
-            ):
+            with telemetry.process(message):
                 raise RuntimeError("handler failed")
-        with otel.process(
-            message,
-            tracer_provider=telemetry.tracer_provider,
-            meter_provider=telemetry.meter_provider,
-        ):
+        with telemetry.process(message):
             pass  # handled this time
         with pytest.raises(NoSuchPartitionError):
             client.publish(name, b"x", partition=7)
@@ -363,13 +355,7 @@ def test_a_failed_publish_names_its_message_and_partition(
 ) -> None:
     # A publish the broker refused was sent with a correlation id to a partition: its
     # span and metrics say which, as for one acknowledged (the partition defaulted here).
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address) as (client, name):
         client.set_stream_readonly(name)
         with pytest.raises(ReadonlyPartitionError):
             client.publish(name, b"x", correlation_id="sync-1")
@@ -435,13 +421,7 @@ def test_a_publish_refused_before_it_is_sent_is_no_sent_message(
     # messaging.client.sent.messages counts the messages the client attempted to send
     # to the broker and MUST NOT count those not sent: a refused argument is neither.
     # The refused operation still has its span and duration point, with its error.type.
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address) as (client, name):
         refusals = [
             lambda: client.publish(name, "not bytes"),  # type: ignore[arg-type]
             lambda: client.publish_async(name, b"x", headers=5),  # type: ignore[arg-type]
@@ -469,13 +449,7 @@ def test_a_publish_refused_before_it_is_sent_is_no_sent_message(
 def test_publish_to_subject_is_a_send_span_whose_context_travels_in_the_headers(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address) as (client, name):
         ack = client.publish_to_subject(name, b"by subject", correlation_id="subj-1")
         assert ack is not None
         with pytest.raises(AckTimeoutError):  # no stream listens there
@@ -534,9 +508,7 @@ def test_a_refused_batch_records_its_error_and_leaves_no_create_spans(
 ) -> None:
     # Bad items fail with the ArgumentTypeError publish_batch gives without telemetry, before
     # anything is sent, on the send span; a malformed batch makes no create spans.
-    name = unique("otel")
-    with Client([liftbridge_address], tracer_provider=telemetry.tracer_provider) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address, metered=False) as (client, name):
         with pytest.raises(TypeError, match="tuple of 1") as malformed:
             client.publish_batch(name, [b"a", (b"only",)])  # type: ignore[list-item]
         with pytest.raises(TypeError) as not_bytes:  # a header value is bytes-like
@@ -608,13 +580,7 @@ def test_a_partition_refused_as_invalid_is_not_recorded_as_the_destination(
     # A refused partition is no partition of the stream: recorded, each bad value the
     # caller passed (a hash, say) would be a partition id of its own on the span and a
     # metric series of its own.
-    name = unique("otel")
-    with Client(
-        [liftbridge_address],
-        tracer_provider=telemetry.tracer_provider,
-        meter_provider=telemetry.meter_provider,
-    ) as client:
-        client.create_stream(name, name)
+    with telemetry.stream(liftbridge_address) as (client, name):
         for partition in (-1, 2**40, "0"):
             with pytest.raises(ConfigurationError):
                 client.publish(name, b"x", partition=partition)  # type: ignore[arg-type]
