@@ -37,6 +37,10 @@ from .conftest import unique
 
 pytestmark = pytest.mark.integration
 
+#: The conventions' client metrics: messages sent (a counter), operations (a histogram).
+SENT = "messaging.client.sent.messages"
+DURATION = "messaging.client.operation.duration"
+
 
 class Telemetry:
     """A tracer provider and meter provider that keep what they record in memory."""
@@ -62,6 +66,14 @@ class Telemetry:
             if m.name == metric
             for point in m.data.data_points
         ]
+
+    def total(self, metric: str) -> int:
+        """The sum of a counter's points."""
+        return sum(point.value for point in self.points(metric))  # type: ignore[attr-defined]
+
+    def count(self, metric: str) -> int:
+        """How many measurements a histogram's points hold."""
+        return sum(point.count for point in self.points(metric))  # type: ignore[attr-defined]
 
     def client(self, address: str, *, metered: bool = True, **options: Any) -> Client:
         """A client of the server at ``address`` that traces into these, and measures
@@ -126,11 +138,9 @@ def test_publishes_are_producer_spans_whose_context_travels_in_the_headers(
     for span in sends:
         assert span.kind is SpanKind.PRODUCER
         assert not span.links
+        _assert_sent_to(span, name, "1")
         attributes = dict(span.attributes or {})
-        assert attributes["messaging.system"] == "liftbridge"
-        assert attributes["messaging.destination.name"] == name
         assert attributes["messaging.operation.type"] == "send"
-        assert attributes["messaging.destination.partition.id"] == "1"
         assert "messaging.batch.message_count" not in attributes
     ids = {s.attributes["messaging.message.id"] for s in sends}  # type: ignore[index]
     assert {sync_ack.correlation_id, async_ack.correlation_id, custom.correlation_id} == ids  # type: ignore[union-attr]
@@ -144,16 +154,36 @@ def test_publishes_are_producer_spans_whose_context_travels_in_the_headers(
     assert carried[b"one"] != carried[b"two"]
     assert by_value[b"three"].headers["traceparent"].startswith(b"00-1111")
 
-    duration = telemetry.points("messaging.client.operation.duration")
-    sent = telemetry.points("messaging.client.sent.messages")
-    assert sum(p.count for p in duration) == 3  # type: ignore[attr-defined]
-    assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
+    assert telemetry.count(DURATION) == 3
+    assert telemetry.total(SENT) == 3
 
 
 #: A trace context a caller set in a message's headers itself.
 CUSTOM_TRACE = "1" * 32
 CUSTOM_SPAN = "2" * 16
 CUSTOM = f"00-{CUSTOM_TRACE}-{CUSTOM_SPAN}-01".encode()
+
+
+def _run_python(script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by a fresh interpreter, which must succeed (bounded: 120 s)."""
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def _assert_sent_to(span: ReadableSpan, stream: str, partition: str) -> None:
+    """``span`` is a Liftbridge send to ``partition`` of ``stream``."""
+    attributes = dict(span.attributes or {})
+    assert attributes["messaging.system"] == "liftbridge"
+    assert attributes["messaging.destination.name"] == stream
+    assert attributes["messaging.destination.partition.id"] == partition
+
+
+def _linked(span: ReadableSpan) -> list[int]:
+    """The span ids a span links to, in order."""
+    return [link.context.span_id for link in span.links]
 
 
 def _carried(message: Message) -> trace.SpanContext:
@@ -188,8 +218,7 @@ def test_a_publish_has_ended_its_span_and_recorded_its_metrics_when_it_returns(
         assert not any(thread.is_alive() for thread in threads)
         assert late == []
         # And so are its metrics: nothing is recorded after the last publish returned.
-        sent = telemetry.points("messaging.client.sent.messages")
-        assert sum(p.value for p in sent) == 200  # type: ignore[attr-defined]
+        assert telemetry.total(SENT) == 200
 
 
 def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
@@ -231,13 +260,12 @@ def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
     assert {carried[b"a"].span_id, carried[b"b"].span_id} == created  # one each
     assert format(carried[b"c"].span_id, "016x") == CUSTOM_SPAN  # left as the caller set it
     assert by_value[b"c"].headers["x"] == b"y" and by_value[b"b"].key == b"k"
-    links = {link.context.span_id for link in send.links}
-    assert links == created | {int(CUSTOM_SPAN, 16)}
+    assert set(_linked(send)) == created | {int(CUSTOM_SPAN, 16)}
 
     # A consumer's process span continues the message's own creation context.
     (process,) = telemetry.finished(f"process {name}")
     assert process.parent is not None and process.parent.span_id == carried[b"a"].span_id
-    assert [link.context.span_id for link in process.links] == [carried[b"a"].span_id]
+    assert _linked(process) == [carried[b"a"].span_id]
 
 
 def test_without_create_spans_a_batch_is_one_producer_span_its_messages_carry(
@@ -255,11 +283,9 @@ def test_without_create_spans_a_batch_is_one_producer_span_its_messages_carry(
     assert _carried(by_value[b"a"]).span_id == send.context.span_id
     assert _carried(by_value[b"b"]).span_id == send.context.span_id
     assert format(_carried(by_value[b"c"]).span_id, "016x") == CUSTOM_SPAN
-    assert [link.context.span_id for link in send.links] == [int(CUSTOM_SPAN, 16)]
-    duration = telemetry.points("messaging.client.operation.duration")
-    sent = telemetry.points("messaging.client.sent.messages")
-    assert sum(p.count for p in duration) == 1  # type: ignore[attr-defined]
-    assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
+    assert _linked(send) == [int(CUSTOM_SPAN, 16)]
+    assert telemetry.count(DURATION) == 1
+    assert telemetry.total(SENT) == 3
 
 
 def test_consumer_group_messages_continue_their_producers_trace(
@@ -301,7 +327,7 @@ def test_consumer_group_messages_continue_their_producers_trace(
     for span_id, process in by_parent.items():
         assert process.kind is SpanKind.CONSUMER
         assert process.context.trace_id == trace_of[span_id]
-        assert [link.context.span_id for link in process.links] == [span_id]
+        assert _linked(process) == [span_id]
 
 
 def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
@@ -324,7 +350,7 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
     assert process.kind is SpanKind.CONSUMER
     assert process.context.trace_id == send.context.trace_id
     assert process.parent is not None and process.parent.span_id == send.context.span_id
-    assert [link.context.span_id for link in process.links] == [send.context.span_id]
+    assert _linked(process) == [send.context.span_id]
     assert process.status.status_code is StatusCode.ERROR
     # A failed operation's error.type, as on the send spans (a builtin's bare name).
     assert process.attributes["error.type"] == "RuntimeError"  # type: ignore[index]
@@ -373,10 +399,10 @@ def test_a_failed_publish_names_its_message_and_partition(
         assert attributes.get("messaging.message.id")
     assert "sync-1" in {s.attributes["messaging.message.id"] for s in sends}  # type: ignore[index]
     assert len({s.attributes["messaging.message.id"] for s in sends}) == 3  # type: ignore[index]
-    (sent,) = telemetry.points("messaging.client.sent.messages")
+    (sent,) = telemetry.points(SENT)
     assert sent.value == 3  # type: ignore[attr-defined]
     assert sent.attributes["messaging.destination.partition.id"] == "0"  # type: ignore[attr-defined]
-    (duration,) = telemetry.points("messaging.client.operation.duration")
+    (duration,) = telemetry.points(DURATION)
     for point in (sent, duration):  # the spans' error.type
         error_type = point.attributes["error.type"]  # type: ignore[attr-defined]
         assert error_type == "liftbridge_sync.errors.ReadonlyPartitionError"
@@ -436,13 +462,12 @@ def test_a_publish_refused_before_it_is_sent_is_no_sent_message(
         client.publish_batch(name, [b"one", b"two"])
         client.publish_to_subject(name, b"by subject")
 
-    sent = telemetry.points("messaging.client.sent.messages")
-    assert sum(p.value for p in sent) == 4  # type: ignore[attr-defined]
+    sent = telemetry.points(SENT)
+    assert telemetry.total(SENT) == 4
     assert all("error.type" not in p.attributes for p in sent)  # type: ignore[attr-defined]
-    duration = telemetry.points("messaging.client.operation.duration")
-    failed = [p for p in duration if "error.type" in p.attributes]  # type: ignore[attr-defined]
+    failed = [p for p in telemetry.points(DURATION) if "error.type" in p.attributes]  # type: ignore[attr-defined]
     assert sum(p.count for p in failed) == 4  # type: ignore[attr-defined]
-    assert sum(p.count for p in duration) == 7  # type: ignore[attr-defined]
+    assert telemetry.count(DURATION) == 7
     assert len(telemetry.finished(f"send {name}")) == 7
 
 
@@ -461,16 +486,12 @@ def test_publish_to_subject_is_a_send_span_whose_context_travels_in_the_headers(
     sends = telemetry.finished(f"send {name}")
     (send,) = [s for s in sends if (s.attributes or {}).get("messaging.message.id") == "subj-1"]
     assert send.kind is SpanKind.PRODUCER and send.status.is_ok
-    attributes = dict(send.attributes or {})
-    assert attributes["messaging.system"] == "liftbridge"
-    assert attributes["messaging.destination.name"] == name
-    assert attributes["messaging.destination.partition.id"] == "0"
+    _assert_sent_to(send, name, "0")
     assert message.value == b"by subject"
     assert _carried(message).span_id == send.context.span_id
     (failed,) = [s for s in telemetry.spans.get_finished_spans() if not s.status.is_ok]
     assert failed.attributes["error.type"] == "liftbridge_sync.errors.AckTimeoutError"  # type: ignore[index]
-    sent = telemetry.points("messaging.client.sent.messages")
-    assert sum(p.value for p in sent) == 3  # type: ignore[attr-defined]
+    assert telemetry.total(SENT) == 3
     assert len(observed) == 1  # one client, one series
 
 
@@ -496,10 +517,7 @@ def test_without_an_sdk_nothing_is_traced_or_injected(liftbridge_address: str) -
             client.delete_stream(name)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
+    result = _run_python(script)
     assert result.stdout.strip() == "[False, True]"
 
 
@@ -564,10 +582,7 @@ def test_publishes_flushed_at_exit_end_their_spans_before_the_sdk_shuts_down(
         print("acknowledged on return:", sum(f.done() for f in futures), flush=True)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
+    result = _run_python(script)
     lines = result.stdout.splitlines()
     assert "send spans exported: 200" in lines, (lines, result.stderr[-500:])
     assert "closed at exit: False" in lines
@@ -593,7 +608,6 @@ def test_a_partition_refused_as_invalid_is_not_recorded_as_the_destination(
     assert len(sends) == 9
     for span in [*sends, *telemetry.finished(f"create {name}")]:
         assert "messaging.destination.partition.id" not in (span.attributes or {})
-    points = telemetry.points("messaging.client.operation.duration")
-    assert sum(p.count for p in points) == 9  # type: ignore[attr-defined]
-    for point in points:
+    assert telemetry.count(DURATION) == 9
+    for point in telemetry.points(DURATION):
         assert "messaging.destination.partition.id" not in point.attributes  # type: ignore[attr-defined]
