@@ -14,10 +14,33 @@ import subprocess
 import sys
 import textwrap
 
-_SCRIPT = textwrap.dedent(
+#: Put ahead of each script: ``refusals(calls)`` makes each call (by name) in the child and
+#: gives the exit code, 0 when each raised ``ForkedClientError``, else 10 (one returned)
+#: or 20 (one raised something else), having printed which.
+_REFUSALS = textwrap.dedent(
+    """
+    from liftbridge_sync import ForkedClientError
+
+    def refusals(calls):
+        code = 0
+        for name, call in calls.items():
+            try:
+                call()
+                print("no error from", name, flush=True)
+                code = code or 10
+            except ForkedClientError:
+                pass
+            except BaseException as exc:
+                print(name, "raised", repr(exc), flush=True)
+                code = code or 20
+        return code
+    """
+)
+
+_SCRIPT = _REFUSALS + textwrap.dedent(
     """
     import faulthandler, os, sys, threading
-    from liftbridge_sync import Client, ForkedClientError
+    from liftbridge_sync import Client
     from liftbridge_sync.consumer import Consumer
     from liftbridge_sync.subscription.stream import StreamSubscription
 
@@ -45,8 +68,7 @@ _SCRIPT = textwrap.dedent(
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
-        code = 0
-        calls = {
+        code = refusals({
             "get": lambda: consumer.get(0.2),
             "commit": consumer.commit,
             "assignment": consumer.assignment,
@@ -56,17 +78,7 @@ _SCRIPT = textwrap.dedent(
             # Read in bulk before the fork: the parent delivers it, the child must not.
             "buffered next": lambda: next(buffered),
             "buffered get": lambda: buffered.get(0.2),
-        }
-        for name, call in calls.items():
-            try:
-                call()
-                print("no error from", name, flush=True)
-                code = code or 10
-            except ForkedClientError:
-                pass
-            except BaseException as exc:
-                print(name, "raised", repr(exc), flush=True)
-                code = code or 20
+        })
         done = threading.Event()
 
         def close_both():
@@ -92,11 +104,17 @@ _SCRIPT = textwrap.dedent(
 )
 
 
-def test_objects_carried_across_fork_refuse_in_the_child() -> None:
+def _passes(script: str) -> None:
+    """Runs ``script`` in a fresh interpreter (it forks); it exits 0, or its output says
+    what went wrong."""
     result = subprocess.run(
-        [sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_objects_carried_across_fork_refuse_in_the_child() -> None:
+    _passes(_SCRIPT)
 
 
 _FUTURE_LOCKS_SCRIPT = textwrap.dedent(
@@ -132,17 +150,13 @@ _FUTURE_LOCKS_SCRIPT = textwrap.dedent(
 def test_publish_future_locks_held_at_fork_are_free_in_the_child() -> None:
     """A child forked while a parent thread resolved a publish future gets locks of its
     own: with the parent's (held forever there), its first publish would hang."""
-    result = subprocess.run(
-        [sys.executable, "-c", _FUTURE_LOCKS_SCRIPT], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _passes(_FUTURE_LOCKS_SCRIPT)
 
 
-_NATS_SCRIPT = textwrap.dedent(
+_NATS_SCRIPT = _REFUSALS + textwrap.dedent(
     """
     import faulthandler, os, sys, threading
     import nats.aio.client
-    from liftbridge_sync import ForkedClientError
     from liftbridge_sync.nats import NatsPublisher
 
     class Nats:  # stands for a connection to a NATS server that takes everything
@@ -162,23 +176,12 @@ _NATS_SCRIPT = textwrap.dedent(
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
-        code = 0
-        calls = {
+        code = refusals({
             "publish_async": lambda: pub.publish_async("s", b"v"),
             "publish": lambda: pub.publish("s", b"v", timeout=0.5),
             "publish_raw": lambda: pub.publish_raw("s", b"v"),
             "flush": lambda: pub.flush(0.5),
-        }
-        for name, call in calls.items():
-            try:
-                call()
-                print("no error from", name, flush=True)
-                code = code or 10
-            except ForkedClientError:
-                pass
-            except BaseException as exc:
-                print(name, "raised", repr(exc), flush=True)
-                code = code or 20
+        })
         done = threading.Event()
         threading.Thread(target=lambda: (pub.close(), done.set()), daemon=True).start()
         if not done.wait(5.0) or not pub.closed:
@@ -197,7 +200,4 @@ _NATS_SCRIPT = textwrap.dedent(
 def test_a_nats_publisher_carried_across_fork_refuses_in_the_child() -> None:
     """Its liftbridge-nats thread is the parent's: a publish in the child waited on a
     lock that thread held at fork for ever, or, the lock free, for an ack nobody read."""
-    result = subprocess.run(
-        [sys.executable, "-c", _NATS_SCRIPT], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _passes(_NATS_SCRIPT)
