@@ -4,71 +4,71 @@ retry policy, and ``get(0.3)`` returned only once that policy gave up."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import pytest
 
 from liftbridge_sync import Client, RetryPolicy, StartAt
 from liftbridge_sync.errors import BrokerUnavailableError
 from liftbridge_sync.models import FrozenMap, Metadata
+from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import FakeBroker, serve
 
 #: Only max_delay ends the retries: a refresh under it takes 3 s with no broker up.
 _PATIENT = RetryPolicy(max_attempts=1_000_000, max_delay=3.0, initial=0.05, maximum=0.2, jitter=0)
 
 
-def test_a_resubscribe_looking_up_a_partition_the_cache_lacks_keeps_to_the_get_timeout() -> None:
+@contextlib.contextmanager
+def _cluster_gone(resubscribe_wait: float) -> Iterator[Subscription]:
+    """A subscription that read offset 0 and is to resubscribe, once its broker has
+    stopped and the metadata cache no longer lists the stream (another thread's refresh
+    answered without it): the resubscribe must look the partition up.
+
+    The grpc transport: a get() timing out cancels the call, and the next read
+    subscribes again at the cached leader (the leader is not suspect). The client is
+    closed on the way out.
+    """
     broker = FakeBroker("a").start()
     stopped = False
     try:
         broker.subscribe_scripts = [serve([0], "hang")]
-        # The grpc transport: a get() timing out cancels the call, and the next get()
-        # subscribes again at the cached leader (the leader is not suspect).
         with Client(
-            [broker.address], retry=_PATIENT, subscribe_transport="grpc", resubscribe_wait=30.0
+            [broker.address],
+            retry=_PATIENT,
+            subscribe_transport="grpc",
+            resubscribe_wait=resubscribe_wait,
         ) as client:
             sub = client.subscribe("s", start=StartAt.earliest())
             assert sub.get(5).offset == 0
             with pytest.raises(TimeoutError):
                 sub.get(0.1)
-            # The cluster goes away, and the cache no longer lists the stream (another
-            # thread's refresh answered without it): the resubscribe must look it up.
             broker.stop()
             stopped = True
             client._core.metadata.store(Metadata(brokers=(), streams=FrozenMap({})))
-            started = time.monotonic()
-            with pytest.raises(TimeoutError):
-                sub.get(0.3)
-            elapsed = time.monotonic() - started
-            assert not sub.closed and not sub._conn.done  # it goes on resubscribing
+            yield sub
     finally:
         if not stopped:
             broker.stop()
+
+
+def test_a_resubscribe_looking_up_a_partition_the_cache_lacks_keeps_to_the_get_timeout() -> None:
+    with _cluster_gone(resubscribe_wait=30.0) as sub:
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            sub.get(0.3)
+        elapsed = time.monotonic() - started
+        assert not sub.closed and not sub._conn.done  # it goes on resubscribing
     assert elapsed < 0.3 + 0.5
 
 
 def test_an_iterated_resubscribe_looking_up_a_partition_keeps_to_resubscribe_wait() -> None:
     # Without a get() deadline the look-up ran under the whole retry policy (3 s here),
     # past the resubscribe_wait (0.5 s) the subscription promises to keep trying for.
-    broker = FakeBroker("a").start()
-    stopped = False
-    try:
-        broker.subscribe_scripts = [serve([0], "hang")]
-        with Client(
-            [broker.address], retry=_PATIENT, subscribe_transport="grpc", resubscribe_wait=0.5
-        ) as client:
-            sub = client.subscribe("s", start=StartAt.earliest())
-            assert sub.get(5).offset == 0
-            with pytest.raises(TimeoutError):
-                sub.get(0.1)  # the next read resubscribes at the cached leader
-            broker.stop()
-            stopped = True
-            client._core.metadata.store(Metadata(brokers=(), streams=FrozenMap({})))
-            started = time.monotonic()
-            with pytest.raises(BrokerUnavailableError):
-                next(sub)
-            elapsed = time.monotonic() - started
-    finally:
-        if not stopped:
-            broker.stop()
+    with _cluster_gone(resubscribe_wait=0.5) as sub:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError):
+            next(sub)
+        elapsed = time.monotonic() - started
     assert elapsed < 0.5 + 0.8
