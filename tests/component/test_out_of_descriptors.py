@@ -18,9 +18,30 @@ from pathlib import Path
 
 import pytest
 
-_SCRIPT = textwrap.dedent(
+#: Put ahead of each script: ``use_up_descriptors()`` lowers the process's open-file
+#: limit and opens files until it is reached, so that the next socket or file fails
+#: with ``EMFILE``; it gives the files, to close when descriptors are wanted again.
+_USE_UP_DESCRIPTORS = textwrap.dedent(
     """
-    import faulthandler, os, resource, sys, time
+    import os, resource
+
+    def use_up_descriptors():
+        held = []
+        top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top + 8, hard))
+        try:
+            while True:
+                held.append(open(os.devnull))
+        except OSError:
+            pass
+        return held
+    """
+)
+
+_SCRIPT = _USE_UP_DESCRIPTORS + textwrap.dedent(
+    """
+    import faulthandler, sys, time
     import liftbridge_sync.otel  # imported by a first publish: a file to open
     from liftbridge_sync import Client, LocalResourceError, RetryPolicy, StartAt
     from liftbridge_sync.testing import FakeBroker, FakeCluster, serve
@@ -48,15 +69,7 @@ _SCRIPT = textwrap.dedent(
             return len(fresh.fetch_metadata().brokers)
         return client.publish("s", b"x").offset
 
-    held = []
-    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 8, hard))
-    try:
-        while True:
-            held.append(open(os.devnull))
-    except OSError:
-        pass
+    held = use_up_descriptors()
     started = time.monotonic()
     try:
         run()
@@ -113,9 +126,9 @@ def test_a_dial_without_a_file_descriptor_fails_at_once_with_a_local_error(what:
     assert f"afterwards {expected}" in result.stdout, output
 
 
-_MTLS_SCRIPT = textwrap.dedent(
+_MTLS_SCRIPT = _USE_UP_DESCRIPTORS + textwrap.dedent(
     """
-    import faulthandler, os, resource, sys, tempfile
+    import faulthandler, sys, tempfile
     from liftbridge_sync import Client, LocalResourceError, RetryPolicy, TLSOptions
     from liftbridge_sync.testing import generate_certificates
 
@@ -128,15 +141,7 @@ _MTLS_SCRIPT = textwrap.dedent(
         tls = TLSOptions()
     # Nothing listens there: the first call's TLS set-up is what runs out.
     client = Client(["127.0.0.1:1"], tls=tls, retry=RetryPolicy.no_retry())
-    held = []
-    top = max(int(fd) for fd in os.listdir("/proc/self/fd"))
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (top + 8, hard))
-    try:
-        while True:
-            held.append(open(os.devnull))
-    except OSError:
-        pass
+    held = use_up_descriptors()
     try:
         client.fetch_metadata()
     except LocalResourceError as exc:
