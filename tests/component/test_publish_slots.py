@@ -8,6 +8,7 @@ who waited first when slots free; the server's speed has no part in the outcome.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -77,6 +78,22 @@ def permits() -> Iterator[tuple[FakeBroker, _Permits]]:
             gate.stop.set()
 
 
+@contextlib.contextmanager
+def _client(permits: tuple[FakeBroker, _Permits], **options: Any) -> Iterator[Client]:
+    """A client of the fake broker (``FAST_RETRY``, no re-sends, and ``options``), closed
+    on the way out once the broker answers all it holds back, so that close() has no ack
+    to wait for. The broker withholds acks on purpose, for as long as a loaded machine
+    takes between a test's steps: a "silent" partition's re-sends would add publishes
+    the tests do not count on."""
+    fake, gate = permits
+    client = Client([fake.address], retry=FAST_RETRY, resend_after=None, **options)
+    try:
+        yield client
+    finally:
+        gate.stop.set()
+        client.close(timeout=5)
+
+
 def _waiting_publish(client: Client, name: str) -> tuple[threading.Thread, list[Ack | None]]:
     """A thread calling ``publish("s", b"sync")``, once it waits in line for a slot; the
     list its ack goes to."""
@@ -108,55 +125,47 @@ def test_a_publish_waiting_for_a_slot_goes_before_a_waiting_publish_async_flood(
         except lb.LiftbridgeError as exc:
             failures.append(exc)
 
-    client = Client(
-        [fake.address],
-        retry=FAST_RETRY,
-        publish_transport=transport,
-        max_in_flight=_WINDOW,
-        enqueue_timeout=60,
-        # The broker withholds acks for as long as a loaded machine takes between
-        # rounds: no re-sends of a "silent" partition in the middle of a round.
-        resend_after=None,
-    )
-    flooder = threading.Thread(target=flooding, name="test-flood", daemon=True)
-    try:
-        gate.give(1)
-        client.publish("s", b"warm-up", timeout=60)
-        publisher: Any = client._publisher
-        flooder.start()
-        overtaken: list[int] = []
-        for round_ in range(20):
-            # The flood has the window full and waits for a slot, and no ack is on its
-            # way (the broker has used up its permits, and the client read their acks)...
-            wait_until(
-                lambda: (
-                    gate.used_up()
-                    and len(publisher._table) == _WINDOW
-                    and thread_in(flooder, "wait_for_space")
-                ),
-                what="the flood waiting for a slot",
-            )
-            # ... and a publish() caller comes to wait behind it.
-            before = len(flood)
-            caller, acks = _waiting_publish(client, f"test-publish-{round_}")
-            # The whole window is acknowledged at once (and what follows, to let the
-            # caller's own ack through).
-            gate.give(4 * _WINDOW)
-            caller.join(30)
-            assert not caller.is_alive() and acks[0] is not None
-            # The flood's calls the broker received before the caller's publish, of those
-            # made once the caller waited (the first of them was waiting already).
-            values = [r.value for r in fake.received]
-            ahead = values[: len(values) - values[::-1].index(b"sync") - 1]
-            overtaken.append(sum(1 for v in ahead if v.isdigit() and int(v) >= before))
-        # The flood took no slot before the caller, not even the one its waiting call
-        # had waited for since before the caller came.
-        assert overtaken == [0] * 20, overtaken
-    finally:
-        stop.set()
-        gate.stop.set()
-        flooder.join(30)
-        client.close(timeout=5)
+    with _client(
+        permits, publish_transport=transport, max_in_flight=_WINDOW, enqueue_timeout=60
+    ) as client:
+        flooder = threading.Thread(target=flooding, name="test-flood", daemon=True)
+        try:
+            gate.give(1)
+            client.publish("s", b"warm-up", timeout=60)
+            publisher: Any = client._publisher
+            flooder.start()
+            overtaken: list[int] = []
+            for round_ in range(20):
+                # The flood has the window full and waits for a slot, and no ack is on its
+                # way (the broker has used up its permits, and the client read their acks)...
+                wait_until(
+                    lambda: (
+                        gate.used_up()
+                        and len(publisher._table) == _WINDOW
+                        and thread_in(flooder, "wait_for_space")
+                    ),
+                    what="the flood waiting for a slot",
+                )
+                # ... and a publish() caller comes to wait behind it.
+                before = len(flood)
+                caller, acks = _waiting_publish(client, f"test-publish-{round_}")
+                # The whole window is acknowledged at once (and what follows, to let the
+                # caller's own ack through).
+                gate.give(4 * _WINDOW)
+                caller.join(30)
+                assert not caller.is_alive() and acks[0] is not None
+                # The flood's calls the broker received before the caller's publish, of those
+                # made once the caller waited (the first of them was waiting already).
+                values = [r.value for r in fake.received]
+                ahead = values[: len(values) - values[::-1].index(b"sync") - 1]
+                overtaken.append(sum(1 for v in ahead if v.isdigit() and int(v) >= before))
+            # The flood took no slot before the caller, not even the one its waiting call
+            # had waited for since before the caller came.
+            assert overtaken == [0] * 20, overtaken
+        finally:
+            stop.set()
+            gate.stop.set()
+            flooder.join(30)
     assert not flooder.is_alive() and not failures
 
 
@@ -164,22 +173,15 @@ def test_a_publish_waiting_for_a_slot_goes_before_the_rest_of_a_large_batch(
     permits: tuple[FakeBroker, _Permits],
 ) -> None:
     fake, gate = permits
-    client = Client(
-        [fake.address],
-        retry=FAST_RETRY,
-        max_in_flight=_WINDOW,
-        enqueue_timeout=60,
-        resend_after=None,  # as above: acks are withheld on purpose
-    )
-    outcomes: list[object] = []
-    batch = threading.Thread(
-        target=lambda: outcomes.extend(
-            client.publish_batch("s", [b"b%d" % i for i in range(10 * _WINDOW)], timeout=60)
-        ),
-        name="test-batch",
-        daemon=True,
-    )
-    try:
+    with _client(permits, max_in_flight=_WINDOW, enqueue_timeout=60) as client:
+        outcomes: list[object] = []
+        batch = threading.Thread(
+            target=lambda: outcomes.extend(
+                client.publish_batch("s", [b"b%d" % i for i in range(10 * _WINDOW)], timeout=60)
+            ),
+            name="test-batch",
+            daemon=True,
+        )
         gate.give(1)
         client.publish("s", b"warm-up", timeout=60)
         publisher: Any = client._publisher
@@ -199,17 +201,13 @@ def test_a_publish_waiting_for_a_slot_goes_before_the_rest_of_a_large_batch(
         # The batch's first window, then the caller's publish, then the rest of it.
         assert values.index(b"sync") - values.index(b"b0") == _WINDOW, values
         assert len(outcomes) == 10 * _WINDOW and all(isinstance(o, Ack) for o in outcomes)
-    finally:
-        gate.stop.set()
-        client.close(timeout=5)
 
 
 def test_a_publish_giving_up_in_line_leaves_it_empty_for_those_that_come_later(
     permits: tuple[FakeBroker, _Permits],
 ) -> None:
     fake, gate = permits
-    client = Client([fake.address], retry=FAST_RETRY, max_in_flight=2, enqueue_timeout=0.3)
-    try:
+    with _client(permits, max_in_flight=2, enqueue_timeout=0.3) as client:
         gate.give(1)
         client.publish("s", b"warm-up", timeout=60)
         held = [client.publish_async("s", b"held%d" % i, timeout=60) for i in range(2)]
@@ -225,17 +223,13 @@ def test_a_publish_giving_up_in_line_leaves_it_empty_for_those_that_come_later(
         assert late.result(timeout=10).offset == 3  # type: ignore[union-attr]
         assert client.publish("s", b"after", timeout=60).offset == 4  # type: ignore[union-attr]
         assert b"gives-up" not in [r.value for r in fake.received]
-    finally:
-        gate.stop.set()
-        client.close(timeout=5)
 
 
 def test_a_batch_that_gets_no_slot_in_time_raises_queue_full_having_sent_nothing(
     permits: tuple[FakeBroker, _Permits],
 ) -> None:
     fake, gate = permits
-    client = Client([fake.address], retry=FAST_RETRY, max_in_flight=2, enqueue_timeout=0.3)
-    try:
+    with _client(permits, max_in_flight=2, enqueue_timeout=0.3) as client:
         held = [client.publish_async("s", b"held%d" % i, timeout=60) for i in range(2)]
         # Plain values (in chunks) and keyed items (one by one) alike.
         for items in ([b"a", b"b", b"c"], [(b"k", b"a"), (b"k", b"b")]):
@@ -244,6 +238,3 @@ def test_a_batch_that_gets_no_slot_in_time_raises_queue_full_having_sent_nothing
         gate.give(2)
         assert [f.result(timeout=10).offset for f in held] == [0, 1]  # type: ignore[union-attr]
         assert [r.value for r in fake.received] == [b"held0", b"held1"]
-    finally:
-        gate.stop.set()
-        client.close(timeout=5)
