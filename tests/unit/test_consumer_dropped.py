@@ -24,31 +24,39 @@ class Member:
         self.closed = True
 
 
-@pytest.mark.parametrize("by", ["client", "heartbeat"])
+@pytest.fixture(params=["client", "heartbeat"])
+def by(request: pytest.FixtureRequest) -> str:
+    """Who takes a dropped consumer over: Client.close() or the heartbeat's tending."""
+    return str(request.param)
+
+
+def _hand_over(member: Member, caplog: pytest.LogCaptureFixture, by: str) -> Dropped:
+    """Puts ``member`` in a new :class:`Dropped` and lets ``by`` take it over, its
+    warnings captured; gives the :class:`Dropped`."""
+    dropped = Dropped()
+    dropped.put(member)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
+        dropped.close() if by == "client" else dropped.tend()
+    return dropped
+
+
 def test_a_dropped_consumer_the_client_closed_already_is_not_closed_again(
     caplog: pytest.LogCaptureFixture, by: str
 ) -> None:
     # Collected by reference counting, a consumer is still held by the client's weak
     # set when its __del__ hands it over: Client.close() may close it first, and the
     # handover then warned "dropped without close(): closing" for a closed consumer.
-    dropped = Dropped()
     member = Member(closed=True)
-    dropped.put(member)  # type: ignore[arg-type]
-    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
-        dropped.close() if by == "client" else dropped.tend()
+    _hand_over(member, caplog, by)
     assert member.closes == 0
     assert caplog.records == []
 
 
-@pytest.mark.parametrize("by", ["client", "heartbeat"])
 def test_a_dropped_consumer_is_closed_with_a_warning(
     caplog: pytest.LogCaptureFixture, by: str
 ) -> None:
-    dropped = Dropped()
     member = Member(closed=False)
-    dropped.put(member)  # type: ignore[arg-type]
-    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
-        dropped.close() if by == "client" else dropped.tend()
-        dropped.close()  # taken once
+    dropped = _hand_over(member, caplog, by)
+    dropped.close()  # taken once
     assert member.closes == 1
     assert "g/m: dropped without close(): closing" in caplog.text
