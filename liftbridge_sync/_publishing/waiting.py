@@ -89,11 +89,9 @@ class Waiters:
     def wake(self) -> None:
         """Release the waiters whose condition now holds, and those in line for a slot
         that one is free for."""
-        if self._waits:
+        if self._waits or self._line:
             with self._space:
                 self._open_ready()
-        if self._line:
-            with self._space:
                 self._let_through()
 
     def _open_ready(self) -> None:

@@ -538,7 +538,7 @@ class NatsPublisher(Handoff):
         if not already:
             future = asyncio.run_coroutine_threadsafe(self._shutdown(seconds), loop)
             try:
-                future.result(timeout=seconds + _CLOSE_MARGIN)
+                future.result(timeout=max(0.0, close_by - time.monotonic()))
             except Exception:  # the shutdown never raises: it did not run in time
                 _log.exception("NatsPublisher shutdown failed")
                 loop.call_soon_threadsafe(loop.stop)

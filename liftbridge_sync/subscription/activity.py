@@ -48,7 +48,6 @@ class ActivityStream:
 
     def __init__(self, subscription: Subscription) -> None:
         self._sub = subscription
-        self._last_id: int | None = None
         # Repeats are recognised by id, not by "id <= the last one": anyone may publish
         # to __activity, and one event forged with a huge id would make every later
         # genuine event look like a repeat.
@@ -116,7 +115,6 @@ class ActivityStream:
             return event
 
     def _remember(self, event_id: int) -> None:
-        self._last_id = event_id
         self._seen.add(event_id)
         self._seen_order.append(event_id)
         if len(self._seen_order) > REMEMBERED_IDS:
@@ -133,7 +131,8 @@ class ActivityStream:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<ActivityStream last_offset={self.last_offset} last_id={self._last_id}>"
+        last_id = self._seen_order[-1] if self._seen_order else None
+        return f"<ActivityStream last_offset={self.last_offset} last_id={last_id}>"
 
 
 def open_activity_stream(core: ClientCore, start: StartAt | None) -> ActivityStream:
