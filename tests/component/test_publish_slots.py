@@ -62,9 +62,15 @@ class _Permits:
         self._permits.release(count)
 
     def used_up(self) -> bool:
-        """Whether every permit given was taken (no ack is on its way)."""
+        """Whether every permit given was taken (the broker sends no more acks)."""
         with self._lock:
             return self._taken == self._given
+
+    @property
+    def taken(self) -> int:
+        """How many acks the broker has sent or is sending."""
+        with self._lock:
+            return self._taken
 
 
 @pytest.fixture
@@ -137,15 +143,23 @@ def test_a_publish_waiting_for_a_slot_goes_before_a_waiting_publish_async_flood(
             overtaken: list[int] = []
             for round_ in range(20):
                 # The flood has the window full and waits for a slot, and no ack is on its
-                # way (the broker has used up its permits, and the client read their acks)...
-                wait_until(
-                    lambda: (
+                # way (the broker has used up its permits, and the client settled their
+                # acks: a slot an ack frees after the caller comes would go to whoever
+                # looks first, and the caller would not wait in line)...
+                settled = 1 + round_  # the warm-up's and the callers' acks
+
+                def window_full_and_quiet() -> bool:
+                    futures = list(flood)
+                    unsettled = sum(1 for f in futures if not f.done())
+                    return (
                         gate.used_up()
+                        and gate.taken == settled + len(futures) - unsettled
+                        and unsettled == _WINDOW
                         and len(publisher._table) == _WINDOW
                         and thread_in(flooder, "wait_for_space")
-                    ),
-                    what="the flood waiting for a slot",
-                )
+                    )
+
+                wait_until(window_full_and_quiet, what="the flood waiting for a slot")
                 # ... and a publish() caller comes to wait behind it.
                 before = len(flood)
                 caller, acks = _waiting_publish(client, f"test-publish-{round_}")
