@@ -1,214 +1,147 @@
-"""The NATS publisher's thread hand-off: starting ``liftbridge-nats`` and queueing jobs.
+"""The NATS publisher's hand-off: jobs from any caller's thread to ``liftbridge-nats``.
 
-Between the caller side (:mod:`.publisher`, the public API) and the loop side
-(:mod:`._loop`): the first publish or flush starts the event loop thread and connects;
-every job is registered under the publisher's lock and the writer on the loop is woken
-at most once per batch. Thread-safe: these methods run on any caller's thread, and the
-shared state is guarded by the publisher's lock (the start by its start lock).
+It puts together the publisher's three parts, each owned here: the
+:class:`~._ledger.Ledger` of jobs, the :class:`~._thread.LoopThread` running the event
+loop, and the :class:`~._writer.LoopWriter` on that loop. Submitting registers a job in
+the ledger and wakes the writer at most once per batch; closing shuts the writer down on
+the loop and joins the thread, each with a bound.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import os
-import threading
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
-from liftbridge_sync._runtime.doorbell import Doorbell
-from liftbridge_sync.errors import (
-    BrokerUnavailableError,
-    ClientClosedError,
-    ConfigurationError,
-    ForkedClientError,
-    LiftbridgeError,
-    PublishQueueFullError,
-)
-from liftbridge_sync.nats._loop import LoopSide
-from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor, Job
+from liftbridge_sync.nats._ledger import Ledger
+from liftbridge_sync.nats._support import Job
+from liftbridge_sync.nats._thread import LoopThread
+from liftbridge_sync.nats._writer import LoopWriter
 
 __all__ = ["Handoff"]
 
 
-def _reason(exc: BaseException) -> str:
-    """What went wrong, for a message: the exception's text, or its class's name (a
-    ``TimeoutError`` has no text)."""
-    return str(exc) or type(exc).__name__
+class Handoff:
+    """Queue publish jobs for the ``liftbridge-nats`` thread, starting it on first use.
 
+    Args:
+        nats: The nats-py module.
+        servers: NATS server URLs.
+        connect_timeout: Seconds for the first connection.
+        nats_options: More arguments for ``nats.connect``.
+        ack_inbox: The subject acks come back on.
+        pending_limit: What nats-py buffers before a publish waits for a flush.
+        max_in_flight: Most publishes holding a slot at once.
 
-class Handoff(LoopSide):
-    """Caller-thread plumbing of :class:`~liftbridge_sync.nats.NatsPublisher` (a mixin).
-
-    Thread-safe: shared state is guarded by the publisher's locks.
+    Thread-safe: any thread may submit and close; the parts guard their own state.
     """
 
-    # Declared by the publisher's __init__.
-    _start_lock: threading.Lock
-    _loop: asyncio.AbstractEventLoop | None
-    _thread: threading.Thread | None
-    _dns: DnsExecutor | None
-    _loop_pid: int | None
-    _max_in_flight: int
-    _in_flight: int
-    _slot_freed: Doorbell
+    def __init__(
+        self,
+        nats: ModuleType,
+        *,
+        servers: Sequence[str],
+        connect_timeout: float,
+        nats_options: dict[str, Any],
+        ack_inbox: str,
+        pending_limit: float,
+        max_in_flight: int,
+    ) -> None:
+        self._ledger = Ledger(max_in_flight)
+        self._writer = LoopWriter(
+            nats,
+            self._ledger,
+            servers=servers,
+            connect_timeout=connect_timeout,
+            nats_options=nats_options,
+            ack_inbox=ack_inbox,
+            pending_limit=pending_limit,
+        )
+        self._thread = LoopThread(
+            self._writer.connect,
+            connect_timeout=connect_timeout,
+            servers=servers,
+            closed=lambda: self._ledger.closed,
+        )
 
-    def _forbid_loop_thread(self, name: str) -> None:
-        if self._thread is not None and threading.current_thread() is self._thread:
-            raise RuntimeError(
-                f"NatsPublisher.{name} blocks and cannot run on the {THREAD_NAME} thread "
-                "(in a future's done-callback); use publish_async there"
-            )
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._ledger.closed
 
-    def _forked(self) -> bool:
-        """Whether this is a forked child's copy of a started publisher."""
-        pid = self._loop_pid
-        return pid is not None and pid != os.getpid()
+    @property
+    def started(self) -> bool:
+        """Whether the ``liftbridge-nats`` thread was started (and connected)."""
+        return self._thread.started
 
-    def _refuse_if_forked(self) -> None:
-        """Raise in a forked child's copy of a started publisher (before any lock: the
-        parent's threads may have held them at fork)."""
-        if self._forked():
-            raise ForkedClientError(
-                f"the NatsPublisher was started before the process forked: its {THREAD_NAME} "
-                "thread and NATS connection are the parent's; create one in the child"
-            )
+    def forbid_loop_thread(self, name: str) -> None:
+        """Refuse the blocking method ``name`` on the ``liftbridge-nats`` thread.
 
-    def _submit(self, job: Job) -> None:
+        Raises:
+            RuntimeError: Called there.
+        """
+        self._thread.forbid_here(name)
+
+    def refuse_if_forked(self) -> None:
+        """Refuse in a process forked after the start.
+
+        Raises:
+            ForkedClientError: In such a process.
+        """
+        self._thread.refuse_if_forked()
+
+    def outstanding(self) -> list[concurrent.futures.Future[Any]]:
+        """The futures of jobs not yet resolved.
+
+        Raises:
+            ClientClosedError: Closed.
+        """
+        return self._ledger.outstanding()
+
+    def submit(self, job: Job) -> None:
         """Register ``job`` and hand it to the writer on the loop thread.
 
         A publish first takes one of ``max_in_flight`` slots, waiting for one until its
         deadline (a flush marker takes none).
+
+        Raises:
+            ForkedClientError: In a process forked after the start.
+            ClientClosedError: Closed.
+            BrokerUnavailableError: The first connection failed.
+            ConfigurationError: nats-py refused an option, or the correlation id is taken.
+            PublishQueueFullError: No slot freed in time.
         """
-        self._refuse_if_forked()
-        loop = self._ensure_started()
-        publish = job.kind != "flush"
-        if publish:
-            wake = self._wait_for_slot(job)
+        self._thread.refuse_if_forked()
+        loop = self._thread.start()
+        ledger = self._ledger
+        if job.kind == "flush":
+            wake = ledger.add(job)
+            job.future.add_done_callback(ledger.release)
         else:
-            with self._lock:
-                wake = self._register(job)
-        job.future.add_done_callback(self._on_publish_done if publish else self._on_done)
+            wake = ledger.take_slot(job, on_loop=self._thread.on_thread())
+            job.future.add_done_callback(ledger.release_slot)
         if wake:
             try:
-                loop.call_soon_threadsafe(self._wake_writer)
+                loop.call_soon_threadsafe(self._writer.wake)
             except RuntimeError:
                 if not loop.is_closed():
                     raise
                 # A close() on another thread ended the loop since the job was queued;
                 # its shutdown settled the job's future (ClientClosedError).
 
-    def _wait_for_slot(self, job: Job) -> bool:
-        """Take a slot for ``job`` and register it; whether to wake the writer."""
-        # Slots are freed on the loop thread: a done-callback there cannot wait for one.
-        on_loop = threading.current_thread() is self._thread
+    def close(self, seconds: float) -> None:
+        """Refuse new jobs, shut the writer down within ``seconds`` and join the thread.
 
-        def take() -> bool | None:
-            if self._in_flight >= self._max_in_flight and not self._closed:
-                if on_loop:
-                    raise self._queue_full()
-                return None
-            wake = self._register(job)
-            self._in_flight += 1
-            return wake
-
-        wake = self._slot_freed.wait(self._lock, take, job.deadline)
-        if wake is None:
-            raise self._queue_full()
-        return wake
-
-    def _queue_full(self) -> PublishQueueFullError:
-        return PublishQueueFullError(
-            f"{self._max_in_flight} NATS publishes are pending (max_in_flight) and none "
-            "completed in time"
-        )
-
-    def _register(self, job: Job) -> bool:
-        """Queue ``job`` (lock held); whether the writer needs waking."""
-        if self._closed:
-            raise ClientClosedError("NatsPublisher is closed")
-        if job.kind == "ack":
-            if job.correlation_id in self._pending:
-                raise ConfigurationError(
-                    f"correlation id {job.correlation_id!r} is already awaiting an ack"
-                )
-            self._pending[job.correlation_id] = job
-        self._outstanding.add(job.future)
-        self._queue.append(job)
-        wake = not self._wake_pending
-        self._wake_pending = True
-        return wake
-
-    def _on_done(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._outstanding.discard(future)
-
-    def _on_publish_done(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._outstanding.discard(future)
-            self._in_flight -= 1
-            self._slot_freed.ring()
-
-    def _ensure_started(self) -> asyncio.AbstractEventLoop:
-        loop = self._loop
-        if loop is not None:
-            return loop
-        with self._start_lock:
-            if self._closed:
-                raise ClientClosedError("NatsPublisher is closed")
-            if self._loop is not None:
-                return self._loop
-            loop = asyncio.new_event_loop()
-            # Connecting to a host name resolves it in the default executor; asyncio's own
-            # would leave an unnamed pool thread behind. loop.close() shuts this one down.
-            self._dns = DnsExecutor()
-            loop.set_default_executor(self._dns)
-            thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name=THREAD_NAME, daemon=True
-            )
-            thread.start()
-            connected = asyncio.run_coroutine_threadsafe(self._connect(), loop)
-            try:
-                # _connect bounds itself by connect_timeout; the margin covers cleanup.
-                connected.result(timeout=self._connect_timeout + 10.0)
-            except BaseException as exc:
-                connected.cancel()
-                loop.call_soon_threadsafe(loop.stop)
-                thread.join()
-                if isinstance(exc, LiftbridgeError):
-                    raise
-                if isinstance(exc, TypeError | ValueError):
-                    # nats-py refusing an option's value (e.g. max_reconnect_attempts="x"):
-                    # no retry would connect.
-                    raise ConfigurationError(
-                        f"NATS refused the connection options: {_reason(exc)}"
-                    ) from exc
-                # nats-py retries until connect_timeout: the timeout is the usual end.
-                reason = (
-                    f"no connection within {self._connect_timeout}s"
-                    if isinstance(exc, TimeoutError)
-                    else _reason(exc)
-                )
-                raise BrokerUnavailableError(
-                    f"cannot connect to NATS at {', '.join(self._servers)}: {reason}"
-                ) from exc
-            self._thread = thread
-            self._loop_pid = os.getpid()
-            self._loop = loop
-            return loop
-
-    @staticmethod
-    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-        finally:
-            try:
-                tasks = asyncio.all_tasks(loop)
-                for task in tasks:
-                    task.cancel()
-                if tasks:
-                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-                loop.run_until_complete(loop.shutdown_asyncgens())
-            finally:
-                asyncio.set_event_loop(None)
-                loop.close()
+        On the ``liftbridge-nats`` thread the shutdown is only started; in a process
+        forked after the start, nothing but the closed flag is set.
+        """
+        if self._thread.forked():
+            self._ledger.mark_closed_after_fork()
+            return
+        already = self._ledger.close()
+        if self._thread.on_thread():
+            if not already:
+                self._writer.start_shutdown(seconds)
+            return
+        self._thread.stop(None if already else lambda: self._writer.shutdown(seconds), seconds)

@@ -1,30 +1,22 @@
 """The caller side of the NATS publisher: :class:`NatsPublisher` and its public API.
 
-Validation, correlation ids, handing jobs to the writer on the ``liftbridge-nats``
-thread, flush and close. Starting that thread and queueing jobs for it is
-:mod:`._handoff`'s; the loop side lives in :mod:`._loop`. Most of this module's length
+Validation, correlation ids, building envelopes into jobs, flush and close. The jobs go to
+the ``liftbridge-nats`` thread through :class:`~._handoff.Handoff`, which owns the
+thread, the writer on it and the book of jobs they share. Most of this module's length
 is the public methods' documentation. Thread-safe as :class:`NatsPublisher` says.
 """
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import concurrent.futures
 import inspect
 import itertools
-import logging
-import math
 import os
 import random
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from liftbridge_sync._runtime.doorbell import Doorbell
-from liftbridge_sync._runtime.throttled_log import ThrottledWarning
-from liftbridge_sync._runtime.timerwheel import TimerWheel
 from liftbridge_sync._wire.validate import (
     check_ack_policy,
     check_bytes,
@@ -37,22 +29,13 @@ from liftbridge_sync.envelope import check_raw_payload, new_message
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ArgumentTypeError,
-    ClientClosedError,
     ConfigurationError,
 )
 from liftbridge_sync.models import Ack, AckPolicy
-
-if TYPE_CHECKING:
-    from nats.aio.client import Client as _NatsClient
-
-__all__ = ["NatsPublisher"]
-
-
 from liftbridge_sync.nats._handoff import Handoff
 from liftbridge_sync.nats._support import (
     DEFAULT_FLUSH_TIMEOUT,
     AckFuture,
-    DnsExecutor,
     Job,
     check_timeout_arg,
     import_nats,
@@ -60,13 +43,10 @@ from liftbridge_sync.nats._support import (
     settle,
 )
 
-_log = logging.getLogger("liftbridge_sync.nats")
+__all__ = ["NatsPublisher"]
 
 #: Seconds a blocking publish waits beyond its timeout before failing the publish itself.
 _WAIT_GRACE = 1.0
-#: Seconds past ``close()``'s timeout for the shutdown's own steps (cutting the
-#: connection, the loop's last turn) and the ``liftbridge-nats`` thread's end.
-_CLOSE_MARGIN = 10.0
 
 
 def _unknown_options(nats: Any, options: Mapping[str, object]) -> list[str]:
@@ -77,7 +57,7 @@ def _unknown_options(nats: Any, options: Mapping[str, object]) -> list[str]:
     return sorted(set(options) - (set(parameters) - {"self"}))
 
 
-class NatsPublisher(Handoff):
+class NatsPublisher:
     """Publish to Liftbridge streams directly over NATS, synchronously.
 
     Args:
@@ -144,7 +124,6 @@ class NatsPublisher(Handoff):
         conn = check_timeout_arg("connect_timeout", connect_timeout, optional=False)
         assert ack is not None and conn is not None
         self._ack_timeout = ack
-        self._connect_timeout = conn
         self._max_in_flight = check_int("max_in_flight", max_in_flight, minimum=1)
         self._nats_options = dict(nats_options)
         unknown = _unknown_options(self._nats, nats_options)
@@ -154,9 +133,9 @@ class NatsPublisher(Handoff):
                 "of nats.connect"
             )
         pending_size = nats_options.get("pending_size", self._nats.aio.client.DEFAULT_PENDING_SIZE)
-        # What nats-py buffers before a publish waits for a flush (see LoopSide._publish);
+        # What nats-py buffers before a publish waits for a flush (see LoopWriter._publish);
         # a value nats-py cannot compare makes every publish take the bounded path.
-        self._pending_limit: float = (
+        pending_limit_value: float = (
             pending_size
             if isinstance(pending_size, int | float) and not isinstance(pending_size, bool)
             else 1
@@ -175,32 +154,15 @@ class NatsPublisher(Handoff):
         self._id_prefix = f"{os.getpid():x}.{random.getrandbits(48):012x}."
         self._ids = itertools.count()
 
-        # Shared state, guarded by _lock.
-        self._lock = threading.Lock()
-        self._start_lock = threading.Lock()
-        self._closed = False
-        self._queue: collections.deque[Job] = collections.deque()
-        self._wake_pending = False
-        self._pending: dict[str, Job] = {}
-        self._outstanding: set[concurrent.futures.Future[Any]] = set()
-        self._in_flight = 0  # publishes holding a slot (max_in_flight)
-        self._slot_freed = Doorbell()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._dns: DnsExecutor | None = None
-        self._loop_pid: int | None = None  # the process that started the loop
-
-        # Loop-thread state: touched only on the liftbridge-nats thread.
-        self._nc: _NatsClient | None = None
-        self._wake: asyncio.Event | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._wheel: TimerWheel[Job] = TimerWheel(tick=0.01, slots=1024, now=time.monotonic())
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = math.inf
-        self._tasks: set[asyncio.Task[Any]] = set()
-        # Anyone may publish to the ack inbox: its junk is told once a minute at most.
-        self._bad_acks = ThrottledWarning(_log)
+        self._handoff = Handoff(
+            self._nats,
+            servers=server_list,
+            connect_timeout=conn,
+            nats_options=self._nats_options,
+            ack_inbox=self._ack_inbox,
+            pending_limit=pending_limit_value,
+            max_in_flight=self._max_in_flight,
+        )
 
     # ------------------------------------------------------------------ properties
 
@@ -212,10 +174,11 @@ class NatsPublisher(Handoff):
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has been called."""
-        return self._closed
+        return self._handoff.closed
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("running" if self._loop else "idle")
+        handoff = self._handoff
+        state = "closed" if handoff.closed else ("running" if handoff.started else "idle")
         return f"<NatsPublisher servers={self._servers!r} {state}>"
 
     def __enter__(self) -> NatsPublisher:
@@ -341,7 +304,7 @@ class NatsPublisher(Handoff):
             partition=partition,
             deadline=time.monotonic() + ack_timeout,
         )
-        self._submit(job)
+        self._handoff.submit(job)
         return job.future
 
     def publish(
@@ -373,7 +336,7 @@ class NatsPublisher(Handoff):
 
         Thread-safe.
         """
-        self._forbid_loop_thread("publish")
+        self._handoff.forbid_loop_thread("publish")
         future = self.publish_async(
             stream_subject,
             value,
@@ -420,7 +383,7 @@ class NatsPublisher(Handoff):
 
         Thread-safe.
         """
-        self._forbid_loop_thread("publish_raw")
+        self._handoff.forbid_loop_thread("publish_raw")
         checked_subject = check_publish_subject("subject", subject)
         checked_reply = "" if reply is None else check_publish_subject("reply", reply)
         data = check_raw_payload("payload", check_bytes("payload", payload))
@@ -432,7 +395,7 @@ class NatsPublisher(Handoff):
             reply=checked_reply,
             deadline=time.monotonic() + self._ack_timeout,
         )
-        self._submit(job)
+        self._handoff.submit(job)
         self._wait_for(job.future, self._ack_timeout)
 
     def _wait_for(self, future: concurrent.futures.Future[Any], seconds: float) -> Any:
@@ -470,19 +433,16 @@ class NatsPublisher(Handoff):
 
         Thread-safe.
         """
-        self._refuse_if_forked()
-        self._forbid_loop_thread("flush")
+        self._handoff.refuse_if_forked()
+        self._handoff.forbid_loop_thread("flush")
         seconds = check_timeout_arg("timeout", timeout, optional=True, unlimited=True)
         deadline = None if seconds is None else time.monotonic() + seconds
-        with self._lock:
-            if self._closed:
-                raise ClientClosedError("NatsPublisher is closed")
-            if self._loop is None:
-                return  # nothing was ever published
-            waiting = list(self._outstanding)
+        waiting = self._handoff.outstanding()  # ClientClosedError once closed
+        if not self._handoff.started:
+            return  # nothing was ever published
         flush_limit = seconds if seconds is not None else DEFAULT_FLUSH_TIMEOUT
         marker = Job(kind="flush", future=concurrent.futures.Future(), deadline=flush_limit)
-        self._submit(marker)
+        self._handoff.submit(marker)
         try:
             marker.future.result(timeout=seconds)
         except concurrent.futures.TimeoutError:  # ours, or the NATS flush's AckTimeoutError
@@ -515,41 +475,4 @@ class NatsPublisher(Handoff):
         """
         seconds = check_timeout_arg("timeout", timeout, optional=False)
         assert seconds is not None
-        if self._forked():
-            self._closed = True  # no lock: a parent thread may have held it at fork
-            return
-        with self._lock:
-            already = self._closed
-            self._closed = True
-            self._slot_freed.ring()  # publishes waiting for a slot raise ClientClosedError
-        on_loop = threading.current_thread() is self._thread
-        if on_loop:
-            loop = self._loop
-            if not already and loop is not None:
-                self._spawn(self._shutdown(seconds))
-            return
-        with self._start_lock:  # a first connection in progress finishes (or fails) first
-            loop, thread, dns = self._loop, self._thread, self._dns
-        if loop is None or thread is None:
-            if dns is not None:  # a failed start may have left a name lookup under way
-                dns.join(seconds)
-            return
-        close_by = time.monotonic() + seconds + _CLOSE_MARGIN
-        if not already:
-            future = asyncio.run_coroutine_threadsafe(self._shutdown(seconds), loop)
-            try:
-                future.result(timeout=max(0.0, close_by - time.monotonic()))
-            except Exception:  # the shutdown never raises: it did not run in time
-                _log.exception("NatsPublisher shutdown failed")
-                loop.call_soon_threadsafe(loop.stop)
-        # Bounded: a done-callback that blocks holds the loop thread, and close() must
-        # not wait for the application's code without end.
-        thread.join(max(0.0, close_by - time.monotonic()))
-        if thread.is_alive():
-            _log.warning(
-                "the liftbridge-nats thread did not end within %gs of close()'s timeout "
-                "(a done-callback that blocks?); it ends by itself once free",
-                _CLOSE_MARGIN,
-            )
-        if dns is not None and not dns.join(seconds):
-            _log.warning("a NATS host name lookup is still under way after close")
+        self._handoff.close(seconds)

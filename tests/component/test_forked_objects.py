@@ -172,7 +172,8 @@ _NATS_SCRIPT = _REFUSALS + textwrap.dedent(
     nats.aio.client.Client = Nats
     pub = NatsPublisher("nats://127.0.0.1:4222")
     pub.publish_raw("s", b"started")  # the liftbridge-nats thread runs
-    pub._lock.acquire()  # as if the liftbridge-nats thread held it when the process forked
+    # as if the liftbridge-nats thread held it when the process forked
+    pub._handoff._ledger._lock.acquire()
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
@@ -188,7 +189,7 @@ _NATS_SCRIPT = _REFUSALS + textwrap.dedent(
             print("close() blocked in the child", flush=True)
             code = code or 30
         os._exit(code)
-    pub._lock.release()
+    pub._handoff._ledger._lock.release()
     _, status = os.waitpid(pid, 0)
     pub.publish_raw("s", b"the parent's publisher still works")
     pub.close()

@@ -30,7 +30,7 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import AckPolicy
 from liftbridge_sync.nats import NatsPublisher, partition_subject
-from liftbridge_sync.nats import publisher as publisher_module
+from liftbridge_sync.nats import _thread as thread_module
 from tests.stacks import thread_in
 from tests.waiting import wait_until
 
@@ -449,10 +449,14 @@ def test_publishes_cancelled_while_nats_publish_waits_do_not_pile_up(
     pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=30.0, max_in_flight=2)
     try:
         pub.publish_async("s", b"v")  # its write waits for NATS
-        wait_until(lambda: not pub._queue, timeout=5, what="the writer holding it")
+        wait_until(
+            lambda: not pub._handoff._ledger.queued(), timeout=5, what="the writer holding it"
+        )
         for _ in range(50):
             pub.publish_async("s", b"w" * 1000).cancel()
-        wait_until(lambda: len(pub._queue) <= 1, timeout=5, what="the queue pruned")
+        wait_until(
+            lambda: len(pub._handoff._ledger.queued()) <= 1, timeout=5, what="the queue pruned"
+        )
     finally:
         pub.close(0.2)
 
@@ -509,7 +513,7 @@ def test_a_publish_waiting_for_a_slot_ends_when_another_thread_closes(
         pub.publish_async("s", b"v")
         thread = threading.Thread(target=waiter, name="waiter", daemon=True)
         thread.start()
-        wait_until(lambda: thread_in(thread, "_wait_for_slot"), what="the publish waiting")
+        wait_until(lambda: thread_in(thread, "take_slot"), what="the publish waiting")
     finally:
         started = time.monotonic()
         pub.close(0.5)
@@ -652,17 +656,18 @@ def test_a_publish_whose_thread_close_overtook_returns_a_failed_future(
     # A close() on another thread could end the loop between the publish queueing its
     # job and waking the writer: RuntimeError('Event loop is closed') escaped the call.
     scripted.flush(5)  # connected, the writer idle: the next job wakes it
-    queue = scripted._wait_for_slot
+    ledger = scripted._handoff._ledger
+    queue = ledger.take_slot
 
-    def queue_then_lose_the_cpu(job: Any) -> bool:
-        wake = queue(job)
+    def queue_then_lose_the_cpu(job: Any, *, on_loop: bool) -> bool:
+        wake = queue(job, on_loop=on_loop)
         closer = threading.Thread(target=scripted.close, name="closer", daemon=True)
         closer.start()
         closer.join(10)
         assert not closer.is_alive() and not _nats_threads()
         return wake
 
-    monkeypatch.setattr(scripted, "_wait_for_slot", queue_then_lose_the_cpu)
+    monkeypatch.setattr(ledger, "take_slot", queue_then_lose_the_cpu)
     future = scripted.publish_async("s", b"v")
     with pytest.raises(ClientClosedError):
         future.result(timeout=0)
@@ -673,7 +678,7 @@ def test_close_does_not_wait_without_end_for_a_done_callback_that_blocks(
 ) -> None:
     # close() joined the liftbridge-nats thread without a bound: a done-callback that
     # blocked it (here until released) held close() for as long.
-    monkeypatch.setattr(publisher_module, "_CLOSE_MARGIN", 0.5)
+    monkeypatch.setattr(thread_module, "CLOSE_MARGIN", 0.5)
     release = threading.Event()
     blocked = threading.Event()
 

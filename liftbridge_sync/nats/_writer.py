@@ -1,51 +1,37 @@
-"""The loop side of the NATS publisher: everything that runs on ``liftbridge-nats``.
+"""The NATS publisher's loop side: its connection, its writer task, acks and the shutdown.
 
-nats-py is asyncio-only. The publisher's caller side (:mod:`.publisher`) hands jobs to
-the writer task defined here; acks, ack timeouts (a timer wheel driven by one loop timer),
-error mapping and the shutdown all run on the loop thread. Not thread-safe by itself:
-only the ``liftbridge-nats`` thread calls these methods (shared state is guarded by the
-publisher's lock).
+nats-py is asyncio-only. The callers hand jobs over through the :class:`~._ledger.Ledger`
+and wake the writer task defined here; writing, acks, NATS flushes, error mapping and the
+shutdown all run on the ``liftbridge-nats`` thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
 import dataclasses
 import itertools
 import logging
 import math
-import threading
 import time
+from collections.abc import Coroutine, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from liftbridge_sync._runtime.throttled_log import ThrottledWarning
-from liftbridge_sync._runtime.timerwheel import TimerWheel
-from liftbridge_sync._wire.status import (
-    error_from_ack_error,
-)
+from liftbridge_sync._wire.status import error_from_ack_error
 from liftbridge_sync._wire.validate import SUBJECT_MAX_BYTES
 from liftbridge_sync.envelope import unmarshal_ack
-from liftbridge_sync.errors import (
-    AckTimeoutError,
-    BrokerUnavailableError,
-    ClientClosedError,
-    EnvelopeError,
-    LiftbridgeError,
-    PublishError,
-    PublishRejectedError,
-)
+from liftbridge_sync.errors import ClientClosedError, EnvelopeError, LiftbridgeError
+from liftbridge_sync.nats._deadlines import AckDeadlines
+from liftbridge_sync.nats._ledger import Ledger
+from liftbridge_sync.nats._outcomes import map_nats_error, timed_out
+from liftbridge_sync.nats._support import Job, settle
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as _NatsClient
     from nats.aio.msg import Msg as _NatsMsg
 
-__all__ = ["LoopSide"]
-
-
-from liftbridge_sync.nats._support import Job, settle
+__all__ = ["LoopWriter"]
 
 _log = logging.getLogger("liftbridge_sync.nats")
 
@@ -68,39 +54,59 @@ def _abort(nc: _NatsClient) -> None:
         transport.abort()
 
 
-class LoopSide:
-    """Loop-thread half of :class:`~liftbridge_sync.nats.NatsPublisher` (a mixin)."""
+class LoopWriter:
+    """The publisher's NATS connection and the task writing the ledger's jobs to it.
 
-    # Declared by the publisher's __init__.
-    _nats: ModuleType
-    _servers: list[str]
-    _connect_timeout: float
-    _nats_options: dict[str, Any]
-    _ack_inbox: str
-    _lock: threading.Lock
-    _closed: bool
-    _queue: collections.deque[Job]
-    _wake_pending: bool
-    _pending: dict[str, Job]
-    _outstanding: set[concurrent.futures.Future[Any]]
-    _nc: _NatsClient | None
-    _wake: asyncio.Event | None
-    _writer: asyncio.Task[None] | None
-    _stopping: bool
-    _wheel: TimerWheel[Job]
-    _timer: asyncio.TimerHandle | None
-    _timer_at: float
-    _tasks: set[asyncio.Task[Any]]
-    _pending_limit: float
-    _bad_acks: ThrottledWarning
+    Args:
+        nats: The nats-py module.
+        ledger: The jobs callers queue; shared with them.
+        servers: NATS server URLs.
+        connect_timeout: Seconds for the first connection (and its ack inbox SUB).
+        nats_options: More arguments for ``nats.connect``.
+        ack_inbox: The subject acks come back on.
+        pending_limit: What nats-py buffers before a publish waits for a flush.
 
-    def _spawn(self, coro: Any) -> None:
+    Not thread-safe: after construction, only the ``liftbridge-nats`` thread (the event
+    loop's) calls its methods; callers reach it with ``loop.call_soon_threadsafe``.
+    """
+
+    def __init__(
+        self,
+        nats: ModuleType,
+        ledger: Ledger,
+        *,
+        servers: Sequence[str],
+        connect_timeout: float,
+        nats_options: dict[str, Any],
+        ack_inbox: str,
+        pending_limit: float,
+    ) -> None:
+        self._nats = nats
+        self._ledger = ledger
+        self._servers = list(servers)
+        self._connect_timeout = connect_timeout
+        self._nats_options = nats_options
+        self._ack_inbox = ack_inbox
+        self._pending_limit = pending_limit
+        self._deadlines = AckDeadlines(ledger)
+        self._nc: _NatsClient | None = None
+        self._wake: asyncio.Event | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # Anyone may publish to the ack inbox: its junk is told once a minute at most.
+        self._bad_acks = ThrottledWarning(_log)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _connect(self) -> None:
-        """Connect, subscribe to the ack inbox and start the writer (loop thread)."""
+    def _error(self, exc: BaseException) -> LiftbridgeError:
+        return map_nats_error(self._nats, exc, closed=self._ledger.closed)
+
+    async def connect(self) -> None:
+        """Connect, subscribe to the ack inbox and start the writer."""
         nc = self._nats.aio.client.Client()
         # nats-py gives up after 60 reconnect attempts and closes the connection for good:
         # the publisher would fail every publish after a NATS outage of two minutes.
@@ -127,7 +133,8 @@ class LoopSide:
         self._wake = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
-    def _wake_writer(self) -> None:
+    def wake(self) -> None:
+        """Have the writer take the ledger's queued jobs."""
         if self._wake is not None:
             self._wake.set()
 
@@ -137,13 +144,7 @@ class LoopSide:
         while True:
             await wake.wait()
             wake.clear()
-            while True:
-                with self._lock:
-                    if not self._queue:
-                        self._wake_pending = False
-                        break
-                    batch = list(self._queue)
-                    self._queue.clear()
+            while batch := self._ledger.next_batch():
                 await self._write(batch)
             if self._stopping:
                 return
@@ -162,20 +163,20 @@ class LoopSide:
                 self._spawn(self._flush_marker(job))
                 continue
             if job.kind == "ack":
-                job.handle = self._wheel.schedule(job.deadline, job)
+                self._deadlines.schedule(job)
                 scheduled = True
             try:
                 await self._publish(nc, job, batch, index + 1)
             except Exception as exc:
                 self._forget(job)
-                settle(job.future, error=self._map_nats_error(exc))
+                settle(job.future, error=self._error(exc))
                 continue
             if job.kind == "raw":
                 settle(job.future)
             elif job.kind == "none":
                 flushed.append(job)
         if scheduled:
-            self._arm_timer()
+            self._deadlines.arm()
         if flushed:
             self._spawn(self._resolve_when_flushed(flushed))
 
@@ -198,7 +199,7 @@ class LoopSide:
         ):
             await nc.publish(job.subject, job.payload, reply=job.reply)
             return
-        self._arm_timer()
+        self._deadlines.arm()
         wake = self._wake
         assert wake is not None
         send = asyncio.ensure_future(nc.publish(job.subject, job.payload, reply=job.reply))
@@ -208,9 +209,8 @@ class LoopSide:
                 if now >= job.deadline:
                     raise TimeoutError
                 until = min(job.deadline, self._expire_unwritten(batch, rest, now))
-                with self._lock:
-                    # A job queued from now on wakes this wait: its deadline may come first.
-                    self._wake_pending = False
+                # A job queued from now on wakes this wait: its deadline may come first.
+                self._ledger.expect_wake()
                 wake.clear()
                 woken = asyncio.ensure_future(wake.wait())
                 try:
@@ -232,9 +232,8 @@ class LoopSide:
         the queue now rather than when the held writer gets to them: the queue stays
         within ``max_in_flight`` live jobs, plus those cancelled since the last look.
         """
-        with self._lock:
-            queued = list(self._queue)
         upcoming = math.inf
+        queued = self._ledger.queued()
         for job in itertools.chain(itertools.islice(batch, rest, None), queued):
             if not job.future.done():
                 if job.kind == "flush":
@@ -242,22 +241,15 @@ class LoopSide:
                 if job.deadline > now:
                     upcoming = min(upcoming, job.deadline)
                     continue
-                settle(job.future, error=self._timed_out(job))
+                settle(job.future, error=timed_out(job))
             self._forget(job)
-        with self._lock:
-            live = [job for job in self._queue if not job.future.done()]
-            if len(live) < len(self._queue):
-                self._queue.clear()
-                self._queue.extend(live)
+        self._ledger.prune()
         return upcoming
 
     def _forget(self, job: Job) -> None:
         if job.kind == "ack":
-            with self._lock:
-                if self._pending.get(job.correlation_id) is job:
-                    del self._pending[job.correlation_id]
-        if job.handle is not None:
-            self._wheel.cancel(job.handle)
+            self._ledger.forget(job)
+        self._deadlines.cancel(job)
 
     async def _resolve_when_flushed(self, jobs: list[Job]) -> None:
         """AckPolicy.NONE: resolve once a PING/PONG shows NATS has the messages."""
@@ -267,7 +259,7 @@ class LoopSide:
         try:
             await nc.flush(timeout=max(wait, 0.001))  # type: ignore[arg-type]
         except Exception as exc:
-            error = self._map_nats_error(exc)
+            error = self._error(exc)
             for job in jobs:
                 settle(job.future, error=error)
         else:
@@ -280,7 +272,7 @@ class LoopSide:
         try:
             await nc.flush(timeout=job.deadline)  # type: ignore[arg-type]
         except Exception as exc:
-            settle(job.future, error=self._map_nats_error(exc))
+            settle(job.future, error=self._error(exc))
         else:
             settle(job.future)
 
@@ -290,91 +282,24 @@ class LoopSide:
         except EnvelopeError as exc:
             self._bad_acks.warning("ignoring undecodable ack on %s: %s", msg.subject, exc)
             return
-        with self._lock:
-            job = self._pending.get(ack.correlation_id)
-            # A job gets its wheel entry just before it is written: an ack for a job not
-            # yet written is a late or duplicate one for an earlier publish with its id.
-            if job is not None and job.handle is not None:
-                del self._pending[ack.correlation_id]
-            else:
-                job = None
+        job = self._ledger.claim(ack.correlation_id)
         if job is None:
             _log.debug(
                 "ack for unknown, unwritten or expired correlation id %r", ack.correlation_id
             )
             return
-        if job.handle is not None:
-            self._wheel.cancel(job.handle)
+        self._deadlines.cancel(job)
         if ack.ack_error:
             settle(job.future, error=error_from_ack_error(ack.ack_error))
         else:
             settle(job.future, dataclasses.replace(ack, partition=job.partition))
 
-    def _arm_timer(self) -> None:
-        next_deadline = self._wheel.next_deadline()
-        if next_deadline is None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-                self._timer_at = math.inf
-            return
-        if self._timer is not None and self._timer_at <= next_deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(max(0.0, next_deadline - time.monotonic()), self._on_timer)
-        self._timer_at = next_deadline
+    def start_shutdown(self, timeout: float) -> None:
+        """Begin :meth:`shutdown` in a task (from a callback on the loop thread)."""
+        self._spawn(self.shutdown(timeout))
 
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = math.inf
-        expired = self._wheel.advance(time.monotonic())
-        for job in expired:
-            # The entry is this job's own: a later publish reusing its id keeps its entry.
-            with self._lock:
-                if self._pending.get(job.correlation_id) is job:
-                    del self._pending[job.correlation_id]
-            settle(job.future, error=self._timed_out(job))
-        self._arm_timer()
-
-    @staticmethod
-    def _timed_out(job: Job) -> AckTimeoutError:
-        if job.handle is None:  # not written: NATS held up an earlier write
-            return AckTimeoutError(
-                f"NATS did not take the message for {job.subject!r} in time (it was not sent)"
-            )
-        return AckTimeoutError(
-            f"no ack for {job.subject!r} (correlation id {job.correlation_id!r}) in "
-            "time; the stream may not exist, or the partition may be paused or "
-            "read-only"
-        )
-
-    def _map_nats_error(self, exc: BaseException) -> LiftbridgeError:
-        errors = self._nats.errors
-        if isinstance(exc, errors.MaxPayloadError):
-            return PublishRejectedError(
-                "publish: the message exceeds the NATS server's max_payload",
-                code="MAX_PAYLOAD",
-            )
-        if isinstance(exc, errors.FlushTimeoutError | asyncio.TimeoutError | TimeoutError):
-            return AckTimeoutError("NATS did not confirm the messages in time")
-        if isinstance(exc, errors.ConnectionClosedError | errors.ConnectionDrainingError):
-            if self._closed:
-                return ClientClosedError("NatsPublisher is closed")
-            return BrokerUnavailableError("the NATS connection is closed")
-        if isinstance(exc, errors.OutboundBufferLimitError):
-            return BrokerUnavailableError(
-                "NATS is disconnected and the reconnect buffer is full (pending_size)"
-            )
-        if isinstance(exc, asyncio.CancelledError):
-            return ClientClosedError("NatsPublisher is closed")
-        error = PublishError(f"NATS publish failed: {str(exc) or type(exc).__name__}")
-        error.__cause__ = exc
-        return error
-
-    async def _shutdown(self, timeout: float) -> None:
-        """Write queued jobs, flush NATS, fail what is left, close (loop thread).
+    async def shutdown(self, timeout: float) -> None:
+        """Write queued jobs, flush NATS, fail what is left, close, stop the loop.
 
         Writing and flushing share ``timeout``; closing the connection gets what is left
         of it (at least :data:`_CLOSE_GRACE`), after which the connection is cut: nats-py
@@ -386,7 +311,7 @@ class LoopSide:
             self._stopping = True
             writer = self._writer
             if writer is not None and not writer.done():
-                self._wake_writer()
+                self.wake()
                 done, _ = await asyncio.wait({writer}, timeout=deadline - loop.time())
                 if not done:
                     writer.cancel()
@@ -397,33 +322,29 @@ class LoopSide:
                     await nc.flush(timeout=left)  # type: ignore[arg-type]
                 except Exception as exc:
                     _log.warning("NATS flush on close failed: %s", exc)
-            with self._lock:
-                self._pending.clear()
-                leftover = list(self._queue)
-                self._queue.clear()
-                outstanding = list(self._outstanding)
-            self._wheel.pop_all()
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            leftover, outstanding = self._ledger.drain()
+            self._deadlines.clear()
             error = ClientClosedError("NatsPublisher closed before the publish completed")
             for job in leftover:
                 settle(job.future, error=error)
             for future in outstanding:
                 settle(future, error=error)
             if nc is not None:
-                left = max(deadline - loop.time(), _CLOSE_GRACE)
-                try:
-                    await asyncio.wait_for(nc.close(), timeout=left)
-                except TimeoutError:
-                    _log.warning(
-                        "NATS did not take the last %d bytes within %.1fs of close(): the "
-                        "connection is cut",
-                        getattr(nc, "pending_data_size", 0),
-                        timeout,
-                    )
-                    _abort(nc)
-                except Exception as exc:  # pragma: no cover - best effort
-                    _log.warning("closing the NATS connection failed: %s", exc)
+                await _close_connection(nc, max(deadline - loop.time(), _CLOSE_GRACE), timeout)
         finally:
             loop.stop()
+
+
+async def _close_connection(nc: _NatsClient, seconds: float, timeout: float) -> None:
+    """Close ``nc`` within ``seconds``, else cut it (``timeout``: close()'s, for the log)."""
+    try:
+        await asyncio.wait_for(nc.close(), timeout=seconds)
+    except TimeoutError:
+        _log.warning(
+            "NATS did not take the last %d bytes within %.1fs of close(): the connection is cut",
+            getattr(nc, "pending_data_size", 0),
+            timeout,
+        )
+        _abort(nc)
+    except Exception as exc:  # pragma: no cover - best effort
+        _log.warning("closing the NATS connection failed: %s", exc)
