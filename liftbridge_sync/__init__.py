@@ -21,6 +21,7 @@ from liftbridge_sync.client import Client
 from liftbridge_sync.consumer import Consumer
 from liftbridge_sync.errors import (
     AckTimeoutError,
+    ActivityStreamDisabledError,
     ArgumentTypeError,
     BrokerUnavailableError,
     ClientClosedError,
@@ -118,6 +119,7 @@ __all__ = [
     "Ack",
     "AckPolicy",
     "AckTimeoutError",
+    "ActivityStreamDisabledError",
     "ActivityEvent",
     "ActivityStream",
     "ArgumentTypeError",

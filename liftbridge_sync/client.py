@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 from liftbridge_sync._client import admin, groups, publishing
 from liftbridge_sync._client.session import Session
+from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._publishing.publisher import Publisher
 from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
@@ -762,7 +763,7 @@ class Client:
 
     # ------------------------------------------------------------------ activity, groups
 
-    def activity(self, *, start: StartAt | None = None) -> ActivityStream:
+    def activity(self, *, start: StartAt | None = None, timeout: float = 10.0) -> ActivityStream:
         """Read the cluster's activity stream as typed events (see :mod:`.activity`).
 
         Example::
@@ -773,15 +774,28 @@ class Client:
 
         Args:
             start: Where to begin in ``__activity`` (default :meth:`StartAt.new_only`).
+            timeout: Seconds to wait for ``__activity`` to exist (0: do not wait). A new
+                cluster creates it when it elects its first metadata leader, a few seconds
+                after its servers start; a server without the activity stream never does,
+                and then this call fails after ``timeout``.
 
         Returns:
             An :class:`~liftbridge_sync.subscription.activity.ActivityStream`; it
-            resubscribes after failover like any subscription and drops repeated events.
+            resubscribes after failover like any subscription and drops repeated events
+            (those with the id of one of the last 4096 delivered).
 
         Raises:
-            NoSuchStreamError: if the server runs without ``activity.stream.enabled``.
+            ActivityStreamDisabledError: ``__activity`` did not exist within ``timeout``:
+                the server runs without ``activity.stream.enabled: true`` (a
+                ``NoSuchStreamError``).
+            ConfigurationError: ``timeout`` is not a number >= 0.
+            ClientClosedError: The client is closed, or was closed during the wait.
+
+        Thread-safe.
         """
-        return open_activity_stream(self._session.check(), start)
+        seconds = check_seconds("timeout", timeout, unlimited=False)
+        assert seconds is not None
+        return open_activity_stream(self._session.check(), start, seconds)
 
     def consumer(
         self,

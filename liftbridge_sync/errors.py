@@ -17,6 +17,7 @@ Every exception derives from :class:`LiftbridgeError`::
     ├── StreamExistsError                    CreateStream: name already taken
     ├── NotFoundError
     │   ├── NoSuchStreamError
+    │   │   └── ActivityStreamDisabledError  the server runs without the activity stream
     │   ├── NoSuchPartitionError
     │   ├── StreamDeletedError               stream deleted under a subscription
     │   └── ConsumerGroupNotFoundError       the consumer group does not exist (also below)
@@ -55,6 +56,7 @@ from typing import Any
 
 __all__ = [
     "AckTimeoutError",
+    "ActivityStreamDisabledError",
     "ArgumentTypeError",
     "BrokerUnavailableError",
     "ClientClosedError",
@@ -258,6 +260,15 @@ class NotFoundError(LiftbridgeError):
 
 class NoSuchStreamError(NotFoundError):
     """The stream does not exist."""
+
+
+class ActivityStreamDisabledError(NoSuchStreamError):
+    """The server has no activity stream (``__activity``) to read.
+
+    It runs without ``activity.stream.enabled: true`` (a setting of its configuration
+    file; there is no command-line flag), or its cluster elected no metadata leader, which
+    creates the stream, within the time ``Client.activity`` waited.
+    """
 
 
 class NoSuchPartitionError(NotFoundError):

@@ -17,7 +17,7 @@ from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._runtime.throttled_log import ThrottledWarning
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.activity import ACTIVITY_STREAM, ActivityEvent, decode_event
-from liftbridge_sync.errors import ServerError
+from liftbridge_sync.errors import ActivityStreamDisabledError, NoSuchStreamError, ServerError
 from liftbridge_sync.positions import StartAt
 from liftbridge_sync.subscription.opening import open_subscription
 from liftbridge_sync.subscription.partition import Subscription
@@ -25,6 +25,11 @@ from liftbridge_sync.subscription.partition import Subscription
 __all__ = ["ActivityStream", "open_activity_stream"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
+
+#: Seconds between the first looks for a missing ``__activity``, and at most: a new
+#: cluster creates it within a few seconds of electing its metadata leader.
+_FIRST_LOOK = 0.1
+_LAST_LOOK = 1.0
 
 #: How many of the ids last delivered an :class:`ActivityStream` remembers to recognise
 #: repeats. The server repeats only the events it had not recorded as published when its
@@ -135,20 +140,46 @@ class ActivityStream:
         return f"<ActivityStream last_offset={self.last_offset} last_id={last_id}>"
 
 
-def open_activity_stream(core: ClientCore, start: StartAt | None) -> ActivityStream:
-    """Subscribe to ``__activity`` (see :meth:`Client.activity`).
+def open_activity_stream(core: ClientCore, start: StartAt | None, timeout: float) -> ActivityStream:
+    """Subscribe to ``__activity`` (see :meth:`Client.activity`), waiting up to
+    ``timeout`` seconds for the stream to exist.
+
+    A new cluster creates ``__activity`` when it elects its first metadata leader, a
+    while after its servers answer; a client started with its cluster would otherwise
+    fail in between. Each look is one metadata refresh; the waits between looks end
+    early when the client closes.
 
     Raises:
-        NoSuchStreamError: if the server runs without the activity stream.
+        ActivityStreamDisabledError: ``__activity`` still does not exist after
+            ``timeout`` (the server runs without the activity stream).
+        ClientClosedError: The client was closed meanwhile.
     """
-    sub = open_subscription(
-        core,
-        ACTIVITY_STREAM,
-        partition=0,
-        start=start,
-        stop=None,
-        read_isr_replica=False,
-        resume=False,
-        reverse=False,
-    )
-    return ActivityStream(sub)
+    deadline = time.monotonic() + timeout
+    delay = _FIRST_LOOK
+    while True:
+        try:
+            sub = open_subscription(
+                core,
+                ACTIVITY_STREAM,
+                partition=0,
+                start=start,
+                stop=None,
+                read_isr_replica=False,
+                resume=False,
+                reverse=False,
+            )
+        except NoSuchStreamError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ActivityStreamDisabledError(
+                    f"the server has no activity stream ({ACTIVITY_STREAM!r}) after "
+                    f"{timeout:g}s: it runs without one (set 'activity.stream.enabled: "
+                    "true' in its configuration file; there is no command-line flag), or "
+                    "its cluster has not elected a metadata leader yet (which creates it)",
+                    code=exc.code,
+                    details=exc.details,
+                ) from exc
+            core.back_off(min(delay, left))
+            delay = min(delay * 2, _LAST_LOOK)
+            continue
+        return ActivityStream(sub)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from liftbridge_sync import (
     Client,
     ConsumerJoinedGroup,
     ConsumerLeftGroup,
+    LiftbridgeError,
     StartAt,
     StreamCreated,
     StreamDeleted,
@@ -20,6 +23,9 @@ from liftbridge_sync import (
     StreamReadonlySet,
     StreamResumed,
 )
+from liftbridge_sync.activity import ACTIVITY_STREAM
+from tests.stacks import thread_in
+from tests.waiting import wait_until
 
 from .conftest import unique
 
@@ -122,12 +128,32 @@ def test_start_earliest_replays_past_events(liftbridge_client: Client) -> None:
 
 
 def test_activity_needs_an_activity_stream_enabled_server() -> None:
-    from liftbridge_sync import NoSuchStreamError
+    from liftbridge_sync import ActivityStreamDisabledError, ClientClosedError, NoSuchStreamError
     from liftbridge_sync.testing import LiftbridgeServer
 
     with LiftbridgeServer(activity=False) as server, Client(server.address) as client:
-        with pytest.raises(NoSuchStreamError, match="__activity"):
-            client.activity()
+        started = time.monotonic()
+        with pytest.raises(ActivityStreamDisabledError, match="activity.stream.enabled: true"):
+            client.activity(timeout=0.5)
+        assert time.monotonic() - started < 5.0
+        with pytest.raises(NoSuchStreamError, match="__activity"):  # what it is, too
+            client.activity(timeout=0)
+        # A close() from another thread ends the wait.
+        failed: list[BaseException] = []
+
+        def wait_long() -> None:
+            try:
+                client.activity(timeout=600)
+            except BaseException as exc:
+                failed.append(exc)
+
+        waiter = threading.Thread(target=wait_long, name="waiter", daemon=True)
+        waiter.start()
+        wait_until(lambda: thread_in(waiter, "back_off"), timeout=10, what="the wait")
+        client.close()
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert len(failed) == 1 and isinstance(failed[0], ClientClosedError), failed
 
 
 def test_the_activity_stream_resubscribes_across_a_server_restart() -> None:
@@ -195,3 +221,66 @@ def test_a_message_that_is_no_event_is_skipped_with_a_warning(
     skipped = [r.getMessage() for r in caplog.records if "not an activity event" in r.getMessage()]
     assert len(skipped) == 1, skipped
     assert f"offset {created.offset - 2} " in skipped[0]
+
+
+def test_activity_on_a_new_cluster_waits_for_its_activity_stream(tmp_path: Path) -> None:
+    """A new cluster creates ``__activity`` once it elects its first metadata leader,
+    a while after its servers answer: ``activity()`` raised ``NoSuchStreamError`` if
+    called in between (an application started with its cluster)."""
+    from liftbridge_sync.testing import NatsServer, install_server
+    from liftbridge_sync.testing._cluster.nodes import build_nodes
+
+    nats = NatsServer(tmp_path).start()
+    nodes = build_nodes(
+        install_server(),
+        tmp_path,
+        nats.url,
+        size=2,
+        namespace=unique("lbact"),
+        tls=None,
+        cursors_partitions=0,
+        activity=True,
+        log_level="info",
+        extra_config={},
+        env={},
+        startup_timeout=30.0,
+    )
+    try:
+        first, second = nodes
+        # Alone, one of two bootstrap peers has no quorum: no leader, no __activity.
+        first.spawn()
+        with Client(first.address) as client:
+            wait_until(lambda: _answers(client), timeout=30, what="the first node serving")
+            assert ACTIVITY_STREAM not in client.fetch_metadata().streams
+            opened: list[ActivityStream | BaseException] = []
+
+            def open_it() -> None:
+                try:
+                    opened.append(client.activity())
+                except BaseException as exc:  # handed to the test's thread
+                    opened.append(exc)
+
+            opener = threading.Thread(target=open_it, name="opener", daemon=True)
+            opener.start()
+            second.spawn()  # the two elect a leader, which creates __activity
+            opener.join(30)
+            assert not opener.is_alive()
+            (result,) = opened
+            if isinstance(result, BaseException):
+                raise result
+            with result as events:
+                client.create_stream("born", "born")
+                (created,) = take_matching(events, 1, about("born"))
+        assert isinstance(created, StreamCreated)
+    finally:
+        for node in nodes:
+            node.kill()
+        nats.kill()
+
+
+def _answers(client: Client) -> bool:
+    try:
+        client.fetch_metadata()
+    except LiftbridgeError:
+        return False
+    return True
