@@ -763,7 +763,13 @@ class Client:
 
     # ------------------------------------------------------------------ activity, groups
 
-    def activity(self, *, start: StartAt | None = None, timeout: float = 10.0) -> ActivityStream:
+    def activity(
+        self,
+        *,
+        start: StartAt | None = None,
+        after_id: int | None = None,
+        timeout: float = 10.0,
+    ) -> ActivityStream:
         """Read the cluster's activity stream as typed events (see :mod:`.activity`).
 
         Example::
@@ -773,7 +779,12 @@ class Client:
                     print(event)  # StreamCreated(id=..., stream='orders', ...)
 
         Args:
-            start: Where to begin in ``__activity`` (default :meth:`StartAt.new_only`).
+            start: Where to begin in ``__activity`` (default :meth:`StartAt.new_only`,
+                or :meth:`StartAt.earliest` with ``after_id``).
+            after_id: Drop events with this id or a lower one: resuming after the last
+                event an earlier stream delivered, give its ``id`` here and its
+                ``offset + 1`` as ``start``, so that a repeat of an event handled before
+                (published again after a metadata-leader change) is not delivered again.
             timeout: Seconds to wait for ``__activity`` to exist (0: do not wait). A new
                 cluster creates it when it elects its first metadata leader, a few seconds
                 after its servers start; a server without the activity stream never does,
@@ -788,14 +799,15 @@ class Client:
             ActivityStreamDisabledError: ``__activity`` did not exist within ``timeout``:
                 the server runs without ``activity.stream.enabled: true`` (a
                 ``NoSuchStreamError``).
-            ConfigurationError: ``timeout`` is not a number >= 0.
+            ConfigurationError: ``timeout`` is not a number >= 0, or ``after_id`` not
+                an int in the range of event ids (an ``ArgumentTypeError`` if no int).
             ClientClosedError: The client is closed, or was closed during the wait.
 
         Thread-safe.
         """
         seconds = check_seconds("timeout", timeout, unlimited=False)
         assert seconds is not None
-        return open_activity_stream(self._session.check(), start, seconds)
+        return open_activity_stream(self._session.check(), start, seconds, after_id)
 
     def consumer(
         self,

@@ -16,6 +16,7 @@ from collections import deque
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._runtime.throttled_log import ThrottledWarning
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.validate import check_int
 from liftbridge_sync.activity import ACTIVITY_STREAM, ActivityEvent, decode_event
 from liftbridge_sync.errors import ActivityStreamDisabledError, NoSuchStreamError, ServerError
 from liftbridge_sync.positions import StartAt
@@ -35,6 +36,8 @@ _LAST_LOOK = 1.0
 #: repeats. The server repeats only the events it had not recorded as published when its
 #: metadata leadership moved (one, or a few), so this is ample.
 REMEMBERED_IDS = 4096
+#: Event ids are Raft indexes: uint64.
+UINT64_MAX = 2**64 - 1
 
 
 class ActivityStream:
@@ -48,11 +51,20 @@ class ActivityStream:
                 if isinstance(event, StreamCreated):
                     ...
 
+    Repeats (the server publishes at-least-once) are recognised by id among the last
+    4096 events delivered (``REMEMBERED_IDS``); a new stream remembers none. To resume
+    where an earlier one left off, give :meth:`Client.activity` the last event's
+    ``offset + 1`` as ``start`` and its ``id`` as ``after_id``: repeats of the events
+    handled before are then dropped as well.
+
     Not thread-safe for iteration; close() may be called from any thread.
     """
 
-    def __init__(self, subscription: Subscription) -> None:
+    def __init__(self, subscription: Subscription, *, after_id: int | None = None) -> None:
         self._sub = subscription
+        # Ids up to this one were handled by an earlier stream the application resumes:
+        # a genuine event with such an id is a repeat (genuine ids strictly increase).
+        self._after_id = after_id
         # Repeats are recognised by id, not by "id <= the last one": anyone may publish
         # to __activity, and one event forged with a huge id would make every later
         # genuine event look like a repeat.
@@ -114,8 +126,10 @@ class ActivityStream:
                     exc,
                 )
                 continue
-            if event.id in self._seen:
-                continue  # a repeat after a metadata-leader change
+            if event.id in self._seen or (
+                self._after_id is not None and event.id <= self._after_id
+            ):
+                continue  # a repeat after a metadata-leader change, or before after_id
             self._remember(event.id)
             return event
 
@@ -140,9 +154,12 @@ class ActivityStream:
         return f"<ActivityStream last_offset={self.last_offset} last_id={last_id}>"
 
 
-def open_activity_stream(core: ClientCore, start: StartAt | None, timeout: float) -> ActivityStream:
+def open_activity_stream(
+    core: ClientCore, start: StartAt | None, timeout: float, after_id: int | None = None
+) -> ActivityStream:
     """Subscribe to ``__activity`` (see :meth:`Client.activity`), waiting up to
-    ``timeout`` seconds for the stream to exist.
+    ``timeout`` seconds for the stream to exist; events with an id up to ``after_id``
+    are dropped, and without ``start`` the reading begins at the earliest event.
 
     A new cluster creates ``__activity`` when it elects its first metadata leader, a
     while after its servers answer; a client started with its cluster would otherwise
@@ -154,6 +171,10 @@ def open_activity_stream(core: ClientCore, start: StartAt | None, timeout: float
             ``timeout`` (the server runs without the activity stream).
         ClientClosedError: The client was closed meanwhile.
     """
+    if after_id is not None:
+        after_id = check_int("after_id", after_id, minimum=0, maximum=UINT64_MAX)
+        if start is None:
+            start = StartAt.earliest()
     deadline = time.monotonic() + timeout
     delay = _FIRST_LOOK
     while True:
@@ -182,4 +203,4 @@ def open_activity_stream(core: ClientCore, start: StartAt | None, timeout: float
             core.back_off(min(delay, left))
             delay = min(delay * 2, _LAST_LOOK)
             continue
-        return ActivityStream(sub)
+        return ActivityStream(sub, after_id=after_id)

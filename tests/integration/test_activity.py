@@ -12,7 +12,9 @@ import pytest
 from liftbridge_sync import (
     ActivityEvent,
     ActivityStream,
+    ArgumentTypeError,
     Client,
+    ConfigurationError,
     ConsumerJoinedGroup,
     ConsumerLeftGroup,
     LiftbridgeError,
@@ -154,6 +156,45 @@ def test_activity_needs_an_activity_stream_enabled_server() -> None:
         waiter.join(10)
         assert not waiter.is_alive()
         assert len(failed) == 1 and isinstance(failed[0], ClientClosedError), failed
+
+
+def test_resuming_after_an_event_id_drops_repeats_of_earlier_events() -> None:
+    """An application resuming after the last event it handled (its id and offset
+    saved) must not see again a repeat, published after that event, of one before it:
+    a new ActivityStream remembers no ids."""
+    from liftbridge_sync._proto import api_pb2
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        with pytest.raises(ArgumentTypeError):
+            client.activity(after_id="1")  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="after_id"):
+            client.activity(after_id=-1)
+        client.create_stream("r1", "r1")
+        client.create_stream("r2", "r2")
+        with client.activity(start=StartAt.earliest()) as events:
+            first, handled = take_matching(events, 2, lambda e: about("r1")(e) or about("r2")(e))
+        # What the server publishes again after a metadata-leader change: the same id.
+        repeat = api_pb2.ActivityStreamEvent(
+            id=first.id,
+            op=api_pb2.CREATE_STREAM,
+            createStreamOp=api_pb2.CreateStreamOp(stream="r1", partitions=[0]),
+        )
+        client.publish("__activity", repeat.SerializeToString())
+        client.create_stream("r3", "r3")
+        wanted = lambda e: about("r1")(e) or about("r3")(e)  # noqa: E731
+        # By offset alone the repeat comes again: a new stream remembers no ids.
+        with client.activity(start=StartAt.offset(handled.offset + 1)) as events:
+            (again,) = take_matching(events, 1, wanted)
+        assert isinstance(again, StreamCreated) and again.id == first.id
+        resumed = client.activity(start=StartAt.offset(handled.offset + 1), after_id=handled.id)
+        with resumed as events:
+            (after_offset,) = take_matching(events, 1, wanted)
+        # Without a start, it reads from the earliest event, dropping those up to the id.
+        with client.activity(after_id=handled.id) as events:
+            (after_earliest,) = take_matching(events, 1, wanted)
+    assert isinstance(after_offset, StreamCreated) and after_offset.stream == "r3"
+    assert after_earliest == after_offset
 
 
 def test_the_activity_stream_resubscribes_across_a_server_restart() -> None:
