@@ -5,6 +5,7 @@ connected before it is handed out, and stopped and joined with a bound.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import threading
@@ -132,16 +133,26 @@ class LoopThread:
             loop.set_default_executor(self._dns)
             thread = threading.Thread(target=_run_loop, args=(loop,), name=THREAD_NAME, daemon=True)
             thread.start()
-            connected = asyncio.run_coroutine_threadsafe(self._connect(), loop)
+            connected: concurrent.futures.Future[None] | None = None
             try:
+                connected = asyncio.run_coroutine_threadsafe(self._connect(), loop)
                 # connect bounds itself by connect_timeout; the margin covers cleanup.
                 connected.result(timeout=self._connect_timeout + 10.0)
             except BaseException as exc:
-                connected.cancel()
+                # Whatever ended the wait (an interrupt too), the thread must not outlive
+                # it: nobody would stop or join it.
+                if connected is not None:
+                    connected.cancel()
                 loop.call_soon_threadsafe(loop.stop)
-                thread.join()
-                if isinstance(exc, LiftbridgeError):
-                    raise
+                thread.join(CLOSE_MARGIN)
+                if thread.is_alive():
+                    _log.warning(
+                        "the %s thread did not end within %gs of a failed start",
+                        THREAD_NAME,
+                        CLOSE_MARGIN,
+                    )
+                if isinstance(exc, LiftbridgeError) or not isinstance(exc, Exception):
+                    raise  # ours, or an interrupt (KeyboardInterrupt, SystemExit) as it is
                 raise self._start_error(exc) from exc
             self._thread = thread
             self._pid = os.getpid()

@@ -366,6 +366,63 @@ def test_import_liftbridge_sync_does_not_import_nats() -> None:
     assert result.stdout.strip() == "False"
 
 
+@pytest.mark.parametrize("when", ["connecting", "waiting"])
+def test_an_interrupt_during_the_first_connection_stays_an_interrupt(when: str) -> None:
+    # Ctrl-C while a publish waited for the first NATS connection came out as a
+    # BrokerUnavailableError: code retrying on that error swallowed the interrupt. One
+    # landing while the connection was being handed to the loop ("connecting": the
+    # loop takes it at once) left the liftbridge-nats thread running, unjoined.
+    code = f"WHEN = {when!r}\n" + textwrap.dedent(
+        """
+        import asyncio, os, signal, sys, threading
+        import nats.aio.client
+        from liftbridge_sync.errors import BrokerUnavailableError
+        from liftbridge_sync.nats import NatsPublisher
+
+        connecting = threading.Event()
+
+        class Nats:  # a NATS server that never answers CONNECT
+            async def connect(self, **kwargs):
+                connecting.set()
+                await asyncio.Event().wait()
+
+            async def close(self):
+                pass
+
+        def waiting_for_the_connection():
+            frame = sys._current_frames().get(threading.main_thread().ident)
+            while frame is not None and frame.f_code.co_name != "result":
+                frame = frame.f_back
+            return frame is not None
+
+        def interrupt():  # once the caller waits for the connection (polled)
+            connecting.wait(30)
+            tick = threading.Event()
+            while WHEN == "waiting" and not waiting_for_the_connection():
+                tick.wait(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        nats.aio.client.Client = Nats
+        pub = NatsPublisher("nats://127.0.0.1:4222", connect_timeout=60.0)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            pub.publish_async("s", b"v")
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+        except BrokerUnavailableError as exc:
+            print("BROKER-UNAVAILABLE:", exc)
+        left = [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-nats")]
+        print("THREADS:", left)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "INTERRUPTED" in result.stdout, result.stdout
+    assert "THREADS: []" in result.stdout, result.stdout
+
+
 # ---------------------------------------------------------------- a NATS that stops reading
 
 
