@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import logging
 import os
 import threading
@@ -19,6 +20,7 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     ForkedClientError,
     LiftbridgeError,
+    LocalResourceError,
 )
 from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor
 
@@ -31,6 +33,20 @@ _log = logging.getLogger("liftbridge_sync.nats")
 CLOSE_MARGIN = 10.0
 
 _Connect = Callable[[], Coroutine[Any, Any, None]]
+
+
+#: What an OSError says when no file descriptor was left, in the process or the system.
+_NO_DESCRIPTOR = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def _local_error(exc: OSError, what: str) -> LocalResourceError:
+    """The error for ``exc``, raised trying to ``what`` when no file descriptor was left
+    (this process's shortage, not NATS's)."""
+    return LocalResourceError(
+        f"cannot {what}: this process has no file descriptor left "
+        f"({exc.strerror or exc}); close files or connections it no longer needs or "
+        "raise its open-file limit (ulimit -n)"
+    )
 
 
 def _reason(exc: BaseException) -> str:
@@ -117,6 +133,7 @@ class LoopThread:
             ClientClosedError: The owner is closed.
             BrokerUnavailableError: NATS could not be reached in time.
             ConfigurationError: nats-py refused an option's value.
+            LocalResourceError: The process has no file descriptor left.
         """
         loop = self._loop
         if loop is not None:
@@ -126,7 +143,12 @@ class LoopThread:
                 raise ClientClosedError("NatsPublisher is closed")
             if self._loop is not None:
                 return self._loop
-            loop = asyncio.new_event_loop()
+            try:
+                loop = asyncio.new_event_loop()  # a selector and a socket pair
+            except OSError as exc:
+                if exc.errno not in _NO_DESCRIPTOR:
+                    raise
+                raise _local_error(exc, "start the NATS publisher's event loop") from exc
             # Connecting to a host name resolves it in the default executor; asyncio's own
             # would leave an unnamed pool thread behind. loop.close() shuts this one down.
             self._dns = DnsExecutor()
@@ -161,6 +183,8 @@ class LoopThread:
 
     def _start_error(self, exc: BaseException) -> LiftbridgeError:
         """The error for a start that failed with ``exc`` (not a library error)."""
+        if isinstance(exc, OSError) and exc.errno in _NO_DESCRIPTOR:
+            return _local_error(exc, f"connect to NATS at {', '.join(self._servers)}")
         if isinstance(exc, TypeError | ValueError):
             # nats-py refusing an option's value (e.g. max_reconnect_attempts="x"): no
             # retry would connect.

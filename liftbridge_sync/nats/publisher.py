@@ -255,6 +255,7 @@ class NatsPublisher:
                 sent or connected), or a duplicate pending ``correlation_id``.
             BrokerUnavailableError: The first connection to NATS failed (a
                 ``ConfigurationError`` when nats-py refused an option's value).
+            LocalResourceError: The process has no file descriptor left to connect.
             PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot
                 freed within ``timeout`` (at once on the ``liftbridge-nats`` thread, in a
                 done-callback: only that thread frees slots).
@@ -377,6 +378,7 @@ class NatsPublisher:
             PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot
                 freed within the publisher's ``ack_timeout``.
             BrokerUnavailableError: No NATS connection.
+            LocalResourceError: The process has no file descriptor left to connect.
             ClientClosedError: The publisher is closed.
             ForkedClientError: In a process forked after the publisher started.
             RuntimeError: Called on the ``liftbridge-nats`` thread.
@@ -427,6 +429,7 @@ class NatsPublisher:
         Raises:
             TimeoutError: Not everything completed in time.
             BrokerUnavailableError: The NATS connection is lost.
+            LocalResourceError: The process has no file descriptor left to connect.
             ClientClosedError: The publisher is closed.
             ForkedClientError: In a process forked after the publisher started.
             RuntimeError: Called on the ``liftbridge-nats`` thread.

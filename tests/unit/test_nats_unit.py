@@ -423,6 +423,46 @@ def test_an_interrupt_during_the_first_connection_stays_an_interrupt(when: str) 
     assert "THREADS: []" in result.stdout, result.stdout
 
 
+def test_a_process_out_of_file_descriptors_gets_a_local_resource_error() -> None:
+    # The first publish of a process with no descriptor left raised a bare OSError
+    # (EMFILE, from creating the event loop), or blamed NATS (BrokerUnavailableError)
+    # when the connection's socket could not be made.
+    code = textwrap.dedent(
+        """
+        import os, resource, threading
+        from liftbridge_sync.errors import LocalResourceError
+        from liftbridge_sync.nats import NatsPublisher
+
+        pub = NatsPublisher("nats://127.0.0.1:4222", connect_timeout=5.0)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        held = []
+        try:
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        except OSError:
+            pass
+        try:
+            pub.publish_async("s", b"v")
+        except LocalResourceError as exc:
+            print("LOCAL:", exc)
+        except BaseException as exc:
+            print("OTHER:", type(exc).__name__, exc)
+        for fd in held:
+            os.close(fd)
+        left = [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-nats")]
+        print("THREADS:", left)
+        pub.close()
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "LOCAL:" in result.stdout and "ulimit -n" in result.stdout, result.stdout
+    assert "THREADS: []" in result.stdout, result.stdout
+
+
 # ---------------------------------------------------------------- a NATS that stops reading
 
 
