@@ -297,14 +297,15 @@ def test_activity_on_a_new_cluster_waits_for_its_activity_stream(tmp_path: Path)
 
             def open_it() -> None:
                 try:
-                    opened.append(client.activity())
+                    # Not the 10 s default: a loaded machine may take longer to elect.
+                    opened.append(client.activity(timeout=60))
                 except BaseException as exc:  # handed to the test's thread
                     opened.append(exc)
 
             opener = threading.Thread(target=open_it, name="opener", daemon=True)
             opener.start()
             second.spawn()  # the two elect a leader, which creates __activity
-            opener.join(30)
+            opener.join(70)
             assert not opener.is_alive()
             (result,) = opened
             if isinstance(result, BaseException):
