@@ -148,7 +148,7 @@ def test_a_publish_waiting_for_a_slot_goes_before_a_waiting_publish_async_flood(
                 # looks first, and the caller would not wait in line)...
                 settled = 1 + round_  # the warm-up's and the callers' acks
 
-                def window_full_and_quiet() -> bool:
+                def window_full_and_quiet(settled: int = settled) -> bool:
                     futures = list(flood)
                     unsettled = sum(1 for f in futures if not f.done())
                     return (
