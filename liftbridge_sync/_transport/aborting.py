@@ -37,7 +37,7 @@ from typing import Any
 
 from liftbridge_sync.errors import ClientClosedError, LocalResourceError
 
-__all__ = ["RESOLVE_THREAD", "DialAbort", "connect", "resolve", "watching"]
+__all__ = ["RESOLVE_THREAD", "DialAbort", "connect", "resolve", "waiting", "watching"]
 
 _ABANDONED = "the dial was abandoned: its owner is closing or gave up"
 #: The name of the thread a host name is looked up on (see :func:`resolve`).
@@ -131,6 +131,12 @@ def watching(abort: DialAbort | None, sock: socket.socket) -> AbstractContextMan
     """A blocking step on ``sock`` that ``abort`` (if any) can wake (see
     :meth:`DialAbort.watching`)."""
     return contextlib.nullcontext() if abort is None else abort.watching(sock)
+
+
+def waiting(abort: DialAbort | None, event: threading.Event) -> AbstractContextManager[None]:
+    """A wait for ``event`` that ``abort`` (if any) can wake (see
+    :meth:`DialAbort.waiting`)."""
+    return contextlib.nullcontext() if abort is None else abort.waiting(event)
 
 
 def resolve(host: str, port: int, timeout: float, abort: DialAbort | None = None) -> AddrInfo:

@@ -24,6 +24,7 @@ import grpc
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler
+from liftbridge_sync._transport.aborting import DialAbort, waiting
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
 from liftbridge_sync._transport.partition_counts import PartitionCounts
@@ -180,20 +181,24 @@ class ClientCore:
                 closeable.close()
         self.pool.close()
 
-    def back_off(self, seconds: float) -> None:
-        """Sleep a retry's back-off of ``seconds``, cut short by :meth:`close`.
+    def back_off(self, seconds: float, abort: DialAbort | None = None) -> None:
+        """Sleep a retry's back-off of ``seconds``, cut short by :meth:`close` (and by
+        ``abort``, the caller's own, if given).
 
         A back-off lasts up to ``RetryPolicy.maximum``: in a plain sleep, a thread in a
         retried call outlived ``close()`` by that long.
 
         Raises:
-            ClientClosedError: the client is closed, or was closed during the sleep.
+            ClientClosedError: the client is closed, or was closed during the sleep (or
+                ``abort`` aborted).
         """
         woken = threading.Event()
         try:
-            with self.pool.closing.waiting(woken):
+            with self.pool.closing.waiting(woken), waiting(abort, woken):
                 wait_event(woken, seconds)
         except ClientClosedError:
+            if abort is not None and abort.aborted:
+                raise ClientClosedError("the caller was closed during a retry's back-off") from None
             raise ClientClosedError("the client was closed during a retry's back-off") from None
 
     # ------------------------------------------------------------------ brokers
@@ -223,13 +228,20 @@ class ClientCore:
         *,
         context: CallContext,
         timeout: float | None = None,
+        abort: DialAbort | None = None,
     ) -> Resp:
         """One attempt of a unary RPC on one broker; gRPC errors become LiftbridgeErrors.
 
         ``timeout`` (default ``rpc_timeout``) bounds the whole attempt: a first TLS
         pre-flight to the broker and telling a refused plaintext connection apart
-        (:meth:`error_of`) included.
+        (:meth:`error_of`) included. ``abort``, if given, cancels the call when it
+        aborts (the caller closing from another thread).
+
+        Raises:
+            ClientClosedError: the client is closed, or ``abort`` aborted.
         """
+        if abort is not None:
+            abort.check()
         seconds = timeout or self.options.rpc_timeout
         ends = time.monotonic() + seconds
         stub = self.pool.stub(address, budget=seconds)
@@ -240,7 +252,7 @@ class ClientCore:
                 code="DEADLINE_EXCEEDED",
             )
         try:
-            return self._invoke_on(stub, address, rpc, request, context, deadline, ends)
+            return self._invoke_on(stub, address, rpc, request, context, deadline, ends, abort)
         finally:
             self.pool.release(stub)
 
@@ -253,13 +265,18 @@ class ClientCore:
         context: CallContext,
         deadline: float,
         ends: float,
+        abort: DialAbort | None,
     ) -> Resp:
         method = getattr(stub, rpc.name)
+        what = f"{rpc.name} to {address}"
         try:
             if rpc.name in _LOCAL_DEADLINE_METHODS:
                 response: Resp = self._invoke_with_local_deadline(
-                    method, request, deadline, f"{rpc.name} to {address}"
+                    method, request, deadline, what, abort
                 )
+            elif abort is not None:
+                # A future, which the abort can cancel: a blocking call cannot be woken.
+                response = _result(method.future(request, timeout=deadline), deadline, what, abort)
             else:
                 response = method(request, timeout=deadline)
             return response
@@ -297,19 +314,14 @@ class ClientCore:
         return error
 
     @staticmethod
-    def _invoke_with_local_deadline(rpc: Any, request: Any, deadline: float, what: str) -> Any:
+    def _invoke_with_local_deadline(
+        rpc: Any, request: Any, deadline: float, what: str, abort: DialAbort | None
+    ) -> Any:
         # The server surveys its peers for FetchMetadata until the call's deadline, or
         # for 3 s when the call has none. With a peer down, any deadline we send would be
         # used up by the survey and the answer would arrive just too late; so the wait is
         # bounded here instead and the server keeps its own shorter survey limit.
-        future = rpc.future(request)
-        try:
-            return future.result(timeout=deadline)
-        except grpc.FutureTimeoutError:
-            future.cancel()
-            raise DeadlineExceededError(
-                f"{what}: no answer within {deadline:.3g}s", code="DEADLINE_EXCEEDED"
-            ) from None
+        return _result(rpc.future(request), deadline, what, abort)
 
     def call_any(
         self,
@@ -324,6 +336,7 @@ class ClientCore:
         retry_until: float | None = None,
         avoid: frozenset[str] = frozenset(),
         attempts: Attempts | None = None,
+        abort: DialAbort | None = None,
     ) -> Resp:
         """Call an RPC that any broker can serve, rotating brokers on retryable errors.
 
@@ -336,7 +349,9 @@ class ClientCore:
         (the last attempt's error is raised then), nor one reaching ``retry_until`` (a
         ``time.monotonic()`` too) if given. Brokers in ``avoid`` are asked only when no
         other is known. ``attempts``, if given, are those of the call this one is part
-        of: each failed attempt counts there, and none is retried once they are spent."""
+        of: each failed attempt counts there, and none is retried once they are spent.
+        ``abort``, if given, ends the attempt under way and the back-offs when it aborts
+        (``ClientClosedError``)."""
         start = next(self._rotation)
 
         def attempt(number: int) -> Resp:
@@ -361,7 +376,9 @@ class ClientCore:
                     )
                 seconds = min(seconds or self.options.rpc_timeout, left)
             try:
-                return self.invoke(address, rpc, request, context=context, timeout=seconds)
+                return self.invoke(
+                    address, rpc, request, context=context, timeout=seconds, abort=abort
+                )
             except LiftbridgeError as exc:
                 if failed is not None:
                     failed.append(exc)
@@ -375,7 +392,7 @@ class ClientCore:
             attempt,
             retry_if=retry_if,
             deadline=min(ends, default=None),
-            sleep=self.back_off,
+            sleep=self.back_off if abort is None else lambda s: self.back_off(s, abort),
             attempts=attempts,
         )
 
@@ -396,6 +413,7 @@ class ClientCore:
                 retry_until=budget.retry_until,
                 avoid=budget.avoid,
                 attempts=budget.attempts,
+                abort=budget.abort,
             )
         return self._metadata_of(response)
 
@@ -425,17 +443,24 @@ class ClientCore:
         return snapshot
 
     def refresh_once(
-        self, streams: Sequence[str], deadline: float | None, *, drop_unknown: bool = False
+        self,
+        streams: Sequence[str],
+        deadline: float | None,
+        *,
+        drop_unknown: bool = False,
+        abort: DialAbort | None = None,
     ) -> None:
         """One pass over the brokers for fresh metadata of ``streams``, without retries.
 
         For callers that own their back-off and must keep within a deadline (the
         resubscribe loop): each broker gets at most the time left. With
         ``drop_unknown``, streams the answer lacks leave the cache (see
-        :meth:`.MetadataCache.merge`).
+        :meth:`.MetadataCache.merge`). ``abort``, if given, ends the pass when it
+        aborts (the caller closing from another thread).
 
         Raises:
             BrokerUnavailableError: no broker answered.
+            ClientClosedError: the client is closed, or ``abort`` aborted.
         """
         request = api_pb2.FetchMetadataRequest(streams=list(streams))
         candidates = self.addresses()
@@ -452,6 +477,7 @@ class ClientCore:
                     request,
                     context=CallContext.GENERIC,
                     timeout=timeout,
+                    abort=abort,
                 )
             except (BrokerUnavailableError, DeadlineExceededError) as exc:
                 error = exc
@@ -483,3 +509,36 @@ class ClientCore:
             NoSuchStreamError: if the stream is still unknown after a short wait.
         """
         return self._counts.count(stream)
+
+
+def _result(future: Any, seconds: float, what: str, abort: DialAbort | None) -> Any:
+    """The answer of a grpcio call ``future`` within ``seconds``, the call cancelled
+    when they pass or ``abort`` (if given) aborts.
+
+    Raises:
+        DeadlineExceededError: no answer within ``seconds``.
+        ClientClosedError: ``abort`` aborted.
+        grpc.RpcError: the call failed.
+    """
+    if abort is None:
+        try:
+            return future.result(timeout=seconds)
+        except grpc.FutureTimeoutError:
+            future.cancel()
+            raise DeadlineExceededError(
+                f"{what}: no answer within {seconds:.3g}s", code="DEADLINE_EXCEEDED"
+            ) from None
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    try:
+        with abort.waiting(done):
+            wait_event(done, seconds)
+    except ClientClosedError:
+        future.cancel()
+        raise ClientClosedError(f"{what}: abandoned, its caller was closed") from None
+    if not future.done():
+        future.cancel()
+        raise DeadlineExceededError(
+            f"{what}: no answer within {seconds:.3g}s", code="DEADLINE_EXCEEDED"
+        )
+    return future.result()

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar, overload
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget, call_with_retry, retryable_elsewhere
 from liftbridge_sync._wire import rpcs
@@ -218,19 +219,26 @@ def fetch_partition_metadata(core: ClientCore, stream: str, partition: int) -> P
 
 
 def fetch_partition_metadata_once(
-    core: ClientCore, stream: str, partition: int, timeout: float
+    core: ClientCore,
+    stream: str,
+    partition: int,
+    timeout: float,
+    *,
+    abort: DialAbort | None = None,
 ) -> PartitionMetadata:
     """One attempt of :func:`fetch_partition_metadata`, at the cached leader, within
     ``timeout`` seconds: for callers that keep a deadline of their own (no retries,
     no metadata refresh, no answer for a paused partition). A partition the cache
-    lacks is looked up within ``timeout`` too (one FetchMetadata attempt).
+    lacks is looked up within ``timeout`` too (one FetchMetadata attempt). ``abort``,
+    if given, ends it when it aborts (the caller closing from another thread).
     Thread-safe.
 
     Raises:
         NotLeaderError: the cached leader is not (or no longer) the leader.
+        ClientClosedError: ``abort`` aborted.
         LiftbridgeError: any other failure of the one attempt.
     """
-    budget = Budget.once(timeout)
+    budget = dataclasses.replace(Budget.once(timeout), abort=abort)
     info = partition_info(core, stream, partition, refresh=False, budget=budget)
     request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
     response = core.invoke(
@@ -239,5 +247,6 @@ def fetch_partition_metadata_once(
         request,
         context=CallContext.LEADER,
         timeout=time_left(core, budget, rpcs.FETCH_PARTITION_METADATA.name),
+        abort=abort,
     )
     return PartitionMetadata.from_proto(stream, response.metadata)

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync.errors import ConfigurationError, DeadlineExceededError
 from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata, StreamInfo
@@ -116,14 +117,15 @@ class MetadataCache:
 
         Args:
             budget: What is left of the time of the call this refresh is part of: the
-                fetch keeps to it, and so does the wait for another thread's refresh.
+                fetch keeps to it, and so does the wait for another thread's refresh
+                (which its ``abort`` ends too).
 
         Raises:
             DeadlineExceededError: ``budget`` ran out while another thread refreshed.
+            ClientClosedError: ``budget.abort`` aborted.
         """
         asked = self._started
-        wait = -1.0 if budget is None else max(0.0, budget.ends - time.monotonic())
-        if not self._refresh_lock.acquire(timeout=wait):
+        if not self._lock_refresh(budget):
             raise DeadlineExceededError(
                 "metadata refresh: another thread's refresh outlasted the call's retry policy",
                 code="DEADLINE_EXCEEDED",
@@ -135,6 +137,27 @@ class MetadataCache:
         if fetched:
             self._on_brokers()
         return snapshot
+
+    def _lock_refresh(self, budget: Budget | None) -> bool:
+        """Take the refresh lock within ``budget`` (``False``: it ran out first).
+
+        Raises:
+            ClientClosedError: ``budget.abort`` aborted.
+        """
+        if budget is None:
+            return self._refresh_lock.acquire()
+        abort = budget.abort
+        if abort is None:
+            return self._refresh_lock.acquire(timeout=max(0.0, budget.ends - time.monotonic()))
+        # In slices, looking at the abort after each: nothing can wake a lock's waiter
+        # (another thread's refresh holds it for up to its retry policy).
+        while True:
+            abort.check()
+            left = budget.ends - time.monotonic()
+            if self._refresh_lock.acquire(timeout=max(0.0, min(left, WAIT_SLICE))):
+                return True
+            if left <= WAIT_SLICE:
+                return False
 
     def _refresh_locked(self, asked: int, budget: Budget | None) -> tuple[Metadata, bool]:
         """:meth:`refresh` with the refresh lock held: the snapshot, and whether this

@@ -16,6 +16,7 @@ from typing import TypeVar
 
 import tenacity
 
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync.errors import DeadlineExceededError
 from liftbridge_sync.options import RetryPolicy
 
@@ -99,15 +100,19 @@ class Budget:
             others first (a hung broker would take a whole attempt's time again).
         attempts: The call's failed attempts, which the calls within it count too and
             stop retrying at (``None``: each keeps to its own ``max_attempts``).
+        abort: Ends the call's RPCs, back-offs and waits for another thread's metadata
+            refresh at once when aborted (its owner closed: a subscription's reader
+            looking up where to resubscribe); they raise ``ClientClosedError``.
 
     Immutable but for ``attempts``, which only the thread making the call counts: the
-    times and brokers are safe to share between threads.
+    times and brokers are safe to share between threads (``abort`` is thread-safe).
     """
 
     retry_until: float
     ends: float
     avoid: frozenset[str] = frozenset()
     attempts: Attempts | None = dataclasses.field(default=None, compare=False)
+    abort: DialAbort | None = dataclasses.field(default=None, compare=False)
 
     @classmethod
     def of(cls, policy: RetryPolicy, attempt_timeout: float) -> Budget:

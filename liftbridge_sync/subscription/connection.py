@@ -19,6 +19,7 @@ import time
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.leader import leader_address_of, partition_info
 from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
@@ -126,6 +127,9 @@ class PartitionConnection:
         self.target = target
         self.lock = threading.Lock()
         self.closed = threading.Event()
+        #: Aborted by :meth:`close`: ends the metadata look-ups of the iterating thread
+        #: (their RPCs, back-offs and waits), which nothing else wakes.
+        self.abort = DialAbort()
         self.call: SubscribeCall | None = None
         self.done = False
         #: The read ended because nothing more is there for it (its stop reached, a
@@ -157,7 +161,8 @@ class PartitionConnection:
         self.out_of_order = 0
 
     def close(self) -> None:
-        """Mark the read closed and cancel the call. Idempotent; any thread.
+        """Mark the read closed, cancel the call and end a metadata look-up under way.
+        Idempotent; any thread.
 
         In a forked child the call is only dropped: cancelling it would shut down the
         socket the parent still reads from.
@@ -171,6 +176,7 @@ class PartitionConnection:
             call, self.call = self.call, None
         if call is not None:
             call.cancel()
+        self.abort.abort()
 
     def arm(self, delay: float, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` after ``delay`` seconds unless the returned timer is cancelled."""
@@ -294,7 +300,7 @@ class PartitionConnection:
         """The error to raise if fresh metadata says the partition is paused."""
         target = self.target
         try:
-            self.core.refresh_once([target.stream], deadline)
+            self.core.refresh_once([target.stream], deadline, abort=self.abort)
         except BrokerUnavailableError:
             return None  # cannot tell: keep retrying the refusal as transient
         info = self.core.metadata.get().partition(target.stream, target.partition)
@@ -316,7 +322,7 @@ class PartitionConnection:
         """
         target = self.target
         try:
-            self.core.refresh_once([target.stream], deadline)
+            self.core.refresh_once([target.stream], deadline, abort=self.abort)
         except BrokerUnavailableError as unreachable:
             return unreachable  # retryable: ask again on the next attempt
         snapshot = self.core.metadata.get()
@@ -407,7 +413,9 @@ class PartitionConnection:
         target, core = self.target, self.core
         budget = self._lookup_budget(deadline, until)
         if refresh:
-            core.refresh_once([target.stream], None if budget is None else budget.ends)
+            core.refresh_once(
+                [target.stream], None if budget is None else budget.ends, abort=self.abort
+            )
             snapshot = core.metadata.get()
             info = snapshot.partition(target.stream, target.partition)
             if info is None:
@@ -445,13 +453,14 @@ class PartitionConnection:
 
     def _lookup_budget(self, deadline: float | None, until: float | None) -> Budget | None:
         """The budget of one attempt's metadata look-up (``None``: the retry policy's)."""
+        abort = self.abort
         if until is not None:
             # At least one attempt, as the resubscribe's own retry policy makes.
             ends = max(until, time.monotonic()) + self.core.options.rpc_timeout
             if deadline is None:
-                return Budget(until, ends)
-            return Budget(min(deadline, until), min(deadline, ends))
-        return None if deadline is None else Budget(deadline, deadline)
+                return Budget(until, ends, abort=abort)
+            return Budget(min(deadline, until), min(deadline, ends), abort=abort)
+        return None if deadline is None else Budget(deadline, deadline, abort=abort)
 
     def _open(
         self,

@@ -162,9 +162,9 @@ class Readers:
         deadline = None if timeout is None else time.monotonic() + timeout
         current = threading.current_thread()
         for thread in self._threads:
-            # In slices: a reader ends within rpc_timeout of the close (a metadata call
-            # under way), and a Ctrl-C the kernel gave another thread meanwhile is
-            # handled within a slice, not once the reader has ended.
+            # In slices: a Ctrl-C the kernel gave another thread meanwhile is handled
+            # within a slice, not once the reader has ended (the close woke it, its
+            # metadata look-ups too; what it cannot wake, a callback's, may last).
             while thread is not current and thread.is_alive():
                 step = WAIT_SLICE
                 if deadline is not None:

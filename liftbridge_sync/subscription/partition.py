@@ -244,7 +244,9 @@ class Subscription:
         return offset
 
     def close(self) -> None:
-        """End the subscription; a blocked read ends with ``StopIteration``. Idempotent.
+        """End the subscription; a blocked read ends with ``StopIteration``, also one
+        asking for metadata on its way to resubscribe (the look-up is cancelled).
+        Idempotent.
 
         In a forked child the call is only dropped: cancelling it would shut down the
         socket the parent still reads from.

@@ -16,7 +16,12 @@ import time
 from liftbridge_sync._runtime.scheduler import TimerHandle
 from liftbridge_sync._transport import leader
 from liftbridge_sync._transport.opening import SubscribeCall
-from liftbridge_sync.errors import LiftbridgeError, PartitionPausedError, ReadonlyPartitionError
+from liftbridge_sync.errors import (
+    ClientClosedError,
+    LiftbridgeError,
+    PartitionPausedError,
+    ReadonlyPartitionError,
+)
 from liftbridge_sync.subscription.connection import ATTEMPT_AT_LEAST, PartitionConnection
 
 __all__ = ["ReadFailures"]
@@ -75,7 +80,7 @@ class ReadFailures:
             wait = min(wait, max(deadline - time.monotonic(), ATTEMPT_AT_LEAST))
         try:
             info = leader.fetch_partition_metadata_once(
-                self._conn.core, target.stream, target.partition, wait
+                self._conn.core, target.stream, target.partition, wait, abort=self._conn.abort
             )
         except LiftbridgeError:
             self._conn.stale = True  # the leader may have moved: the resubscribe looks again
@@ -197,7 +202,12 @@ class ReadFailures:
             # Paused under a running read, the server says only "commit log was
             # closed": when metadata confirms the pause, say where the read stopped and
             # the way on, as for a partition paused before the subscribe.
-            paused = self._conn.paused(deadline)
+            try:
+                paused = self._conn.paused(deadline)
+            except ClientClosedError:
+                if self._conn.closed.is_set():
+                    raise StopIteration from None  # close() ended the look-up
+                raise
             if paused is not None:
                 raise PartitionPausedError(
                     f"{paused} (paused during this subscription, after offset "
