@@ -247,13 +247,13 @@ class PartitionConnection:
                         raise
                     except NoSuchPartitionError as exc:
                         refresh = True
-                        raise self._explain_not_found(exc, deadline) from None
+                        raise self._explain_not_found(exc, deadline, until) from None
                     except ServerError as exc:
                         # v1.9.0 refuses a reader of a paused partition with the same
                         # "segment has been closed" as one caught mid-compaction; only
                         # the metadata tells the lasting case from the passing one.
                         if exc.retryable and not target.request.resume:
-                            paused = self.paused(deadline)
+                            paused = self.paused(deadline, until)
                             if paused is not None:
                                 raise paused from None
                         raise
@@ -296,11 +296,20 @@ class PartitionConnection:
                     raise
                 policy = dataclasses.replace(policy, max_attempts=1_000_000, max_delay=left)
 
-    def paused(self, deadline: float | None) -> PartitionPausedError | None:
-        """The error to raise if fresh metadata says the partition is paused."""
+    def paused(
+        self, deadline: float | None, until: float | None = None
+    ) -> PartitionPausedError | None:
+        """The error to raise if fresh metadata says the partition is paused.
+
+        Asked within ``deadline`` (the get's) and ``until`` (the end of a resubscribe's
+        ``resubscribe_wait``), as :meth:`_address` asks.
+
+        Raises:
+            ClientClosedError: closed meanwhile (or the client).
+        """
         target = self.target
         try:
-            self.core.refresh_once([target.stream], deadline, abort=self.abort)
+            self._refresh(deadline, until)
         except BrokerUnavailableError:
             return None  # cannot tell: keep retrying the refusal as transient
         info = self.core.metadata.get().partition(target.stream, target.partition)
@@ -312,9 +321,10 @@ class PartitionConnection:
         )
 
     def _explain_not_found(
-        self, exc: NoSuchPartitionError, deadline: float | None
+        self, exc: NoSuchPartitionError, deadline: float | None, until: float | None
     ) -> LiftbridgeError:
-        """What a NOT_FOUND answer means, asked of fresh metadata.
+        """What a NOT_FOUND answer means, asked of fresh metadata (within ``deadline``
+        and ``until``, as :meth:`paused` asks).
 
         A restarted server answers NOT_FOUND while it recovers its partitions, so the
         answer alone never ends a subscription: only metadata without the stream (or
@@ -322,7 +332,7 @@ class PartitionConnection:
         """
         target = self.target
         try:
-            self.core.refresh_once([target.stream], deadline, abort=self.abort)
+            self._refresh(deadline, until)
         except BrokerUnavailableError as unreachable:
             return unreachable  # retryable: ask again on the next attempt
         snapshot = self.core.metadata.get()
@@ -337,6 +347,18 @@ class PartitionConnection:
             f"(the server is recovering it): {exc}",
             code=exc.code,
             details=exc.details,
+        )
+
+    def _refresh(self, deadline: float | None, until: float | None) -> None:
+        """Refresh the stream's metadata once, within :meth:`_lookup_budget`'s time.
+
+        Raises:
+            BrokerUnavailableError: no broker answered in time.
+            ClientClosedError: closed meanwhile (or the client).
+        """
+        budget = self._lookup_budget(deadline, until)
+        self.core.refresh_once(
+            [self.target.stream], None if budget is None else budget.ends, abort=self.abort
         )
 
     def _backoff(self, seconds: float, deadline: float | None) -> None:
@@ -413,9 +435,7 @@ class PartitionConnection:
         target, core = self.target, self.core
         budget = self._lookup_budget(deadline, until)
         if refresh:
-            core.refresh_once(
-                [target.stream], None if budget is None else budget.ends, abort=self.abort
-            )
+            self._refresh(deadline, until)
             snapshot = core.metadata.get()
             info = snapshot.partition(target.stream, target.partition)
             if info is None:

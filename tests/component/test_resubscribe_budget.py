@@ -11,10 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from liftbridge_sync import Client, RetryPolicy, StartAt
-from liftbridge_sync.errors import BrokerUnavailableError
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
 from liftbridge_sync.models import FrozenMap, Metadata
 from liftbridge_sync.subscription.partition import Subscription
-from liftbridge_sync.testing import FakeBroker, serve
+from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve
+from tests.component.hanging_metadata import HangingMetadata
 
 #: Only max_delay ends the retries: a refresh under it takes 3 s with no broker up.
 _PATIENT = RetryPolicy(max_attempts=1_000_000, max_delay=3.0, initial=0.05, maximum=0.2, jitter=0)
@@ -72,3 +73,50 @@ def test_an_iterated_resubscribe_looking_up_a_partition_keeps_to_resubscribe_wai
             next(sub)
         elapsed = time.monotonic() - started
     assert elapsed < 0.5 + 0.8
+
+
+#: The checks' rpc_timeout: per broker, four brokers, with nothing answering.
+_CHECK_RPC_TIMEOUT = 1.0
+_CHECK_WAIT = 0.3
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ("NOT_FOUND", "no such partition"),
+        ("INTERNAL", "Failed to create stream reader: segment has been closed"),
+    ],
+    ids=["not-found", "paused"],
+)
+def test_a_resubscribe_asking_what_a_refusal_means_keeps_to_resubscribe_wait(
+    refusal: tuple[str, str],
+) -> None:
+    # A refusal's meaning (a deleted stream, a paused partition) is asked of fresh
+    # metadata. The question went to every broker in turn with rpc_timeout each,
+    # whatever was left of resubscribe_wait: 4 x 1 s here, for a budget of 0.3 s
+    # (and one attempt's rpc_timeout past it, as the leader's look-up keeps to).
+    cluster = FakeCluster(leader="a")
+    brokers = [HangingMetadata(name, cluster) for name in "abcd"]
+    for broker in brokers:
+        broker.start()
+    try:
+        leader = brokers[0]
+        leader.subscribe_scripts = [serve([0], ("CANCELLED", "cancelled")), refuse(*refusal)]
+        with Client(
+            [leader.address],
+            rpc_timeout=_CHECK_RPC_TIMEOUT,
+            resubscribe_wait=_CHECK_WAIT,
+            subscribe_transport="grpc",
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            for broker in brokers:
+                broker.hang = True
+            assert next(sub).offset == 0
+            started = time.monotonic()
+            with pytest.raises(LiftbridgeError):
+                next(sub)
+            elapsed = time.monotonic() - started
+    finally:
+        for broker in brokers:
+            broker.stop()
+    assert elapsed < _CHECK_WAIT + _CHECK_RPC_TIMEOUT + 1.0

@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-import grpc
 import pytest
 
 from liftbridge_sync import Client, StartAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models import FrozenMap, Metadata
 from liftbridge_sync.testing import FakeBroker, refuse, serve
+from tests.component.hanging_metadata import HangingMetadata
 from tests.waiting import wait_until
 
 T = TypeVar("T")
@@ -27,27 +27,6 @@ T = TypeVar("T")
 _RPC_TIMEOUT = 20.0
 #: How long after close() the reader must have ended.
 _PROMPTLY = 1.0
-
-
-class _HangingMetadata(FakeBroker):
-    """A broker whose FetchMetadata answers hang (until cancelled, or the broker is
-    released) once :attr:`hang` is set; :attr:`hung` counts those under way."""
-
-    def __init__(self) -> None:
-        super().__init__("a")
-        self.hang = False
-        self.hung = 0
-        self.released = threading.Event()
-
-    def FetchMetadata(  # noqa: N802 - gRPC method name
-        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
-    ) -> api_pb2.FetchMetadataResponse:
-        if self.hang:
-            with self.lock:
-                self.hung += 1
-            while context.is_active() and not self.released.wait(0.02):
-                pass
-        return super().FetchMetadata(request, context)
 
 
 #: How the resubscribe comes to ask for metadata, after offset 0 was read: the broken
@@ -73,9 +52,7 @@ _WAYS: dict[str, tuple[Callable[..., Iterator[api_pb2.Message]], ...]] = {
 }
 
 
-def _subscribed(
-    broker: _HangingMetadata, client: Client, way: str, subscribe: Callable[[], T]
-) -> T:
+def _subscribed(broker: HangingMetadata, client: Client, way: str, subscribe: Callable[[], T]) -> T:
     """``subscribe()``'s subscription, whose resubscribe after offset 0 asks for
     metadata ``way``, which hangs."""
     broker.subscribe_scripts = list(_WAYS[way])
@@ -97,7 +74,7 @@ def _client(broker: FakeBroker) -> Client:
 
 @pytest.mark.parametrize("way", sorted(_WAYS))
 def test_close_wakes_a_partition_reader_asking_for_metadata(way: str) -> None:
-    broker = _HangingMetadata()
+    broker = HangingMetadata()
     broker.start()
     try:
         with _client(broker) as client:
@@ -124,12 +101,11 @@ def test_close_wakes_a_partition_reader_asking_for_metadata(way: str) -> None:
             # Offset 0, then StopIteration: nothing raised, nothing lost.
             assert [getattr(m, "offset", m) for m in got] == [0]
     finally:
-        broker.released.set()
         broker.stop()
 
 
 def test_close_of_a_stream_subscription_joins_a_reader_asking_for_metadata() -> None:
-    broker = _HangingMetadata()
+    broker = HangingMetadata()
     broker.start()
     try:
         with _client(broker) as client:
@@ -147,5 +123,4 @@ def test_close_of_a_stream_subscription_joins_a_reader_asking_for_metadata() -> 
             assert ended < _PROMPTLY
             assert not [t for t in threading.enumerate() if t.name == "liftbridge-subscribe-s-0"]
     finally:
-        broker.released.set()
         broker.stop()
