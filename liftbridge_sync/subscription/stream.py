@@ -24,7 +24,7 @@ from liftbridge_sync._wire.validate import (
     check_name,
     check_timeout,
 )
-from liftbridge_sync.errors import InternalThreadError, LiftbridgeError
+from liftbridge_sync.errors import ConfigurationError, InternalThreadError, LiftbridgeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.merging import (
@@ -274,14 +274,29 @@ class StreamSubscription:
     def close(self, timeout: float | None = None) -> None:
         """Stop every partition reader and join the threads. Idempotent.
 
+        A ``timeout`` it cannot take is refused only once the subscription is closed:
+        the wish to end it is clear, and a ``finally`` block calling it would otherwise
+        leave every reader running. The readers are then waited for as with ``None``
+        (they end at once: the close woke them).
+
         Args:
             timeout: Seconds to wait for the reader threads (``None`` or ``inf``: until
                 they end).
 
         Raises:
-            ConfigurationError: ``timeout`` is NaN, negative or above ~24 days.
+            ArgumentTypeError: ``timeout`` is no number (the subscription is closed).
+            ConfigurationError: ``timeout`` is NaN, negative or above ~24 days (the
+                subscription is closed).
         """
-        timeout = check_timeout("timeout", timeout)
+        try:
+            seconds = check_timeout("timeout", timeout)
+        except ConfigurationError:
+            self._close(None)
+            raise
+        self._close(seconds)
+
+    def _close(self, timeout: float | None) -> None:
+        """:meth:`close` with ``timeout`` checked."""
         self._closed = True
         if self._core.forked:
             return  # the readers, their locks and connections are the parent's
