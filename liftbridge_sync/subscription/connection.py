@@ -366,7 +366,8 @@ class PartitionConnection:
         # thread is handled within one, not after a back-off of up to RetryPolicy.maximum.
         if deadline is not None and time.monotonic() + seconds > deadline:
             # Keep the broken state: the next read goes on resubscribing.
-            wait_event(self.closed, max(0.0, deadline - time.monotonic()))
+            if wait_event(self.closed, max(0.0, deadline - time.monotonic())):
+                raise Closed  # woken by close(): the read ends, it did not time out
             raise _ReadTimeout
         wait_event(self.closed, seconds)
 

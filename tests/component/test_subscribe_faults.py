@@ -758,6 +758,38 @@ def test_close_while_resubscribing_stops_promptly(broker: FakeBroker) -> None:
         assert time.monotonic() - started < 0.4
 
 
+def test_close_ends_a_get_in_a_resubscribe_back_off_with_stop_iteration(
+    broker: FakeBroker,
+) -> None:
+    # A get(timeout) whose back-off reached past its deadline waited for what was left
+    # of it, and then raised TimeoutError even when close() had woken it: a closed
+    # subscription ends with StopIteration.
+    broker.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
+        refuse(SC.UNAVAILABLE, "still gone") for _ in range(1000)
+    ]
+    slow = RetryPolicy(max_attempts=1_000_000, max_delay=60.0, initial=10.0, maximum=10.0, jitter=0)
+    with make_client(broker, retry=slow, resubscribe_wait=30.0) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        assert sub.get(5).offset == 0
+        result: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                sub.get(5)
+            except BaseException as exc:  # noqa: BLE001 - what ended it is the question
+                result.append(exc)
+
+        reader = threading.Thread(target=read, name="liftbridge-test-reader", daemon=True)
+        reader.start()
+        # The second Subscribe is refused; its back-off (10 s) reaches past the get's
+        # deadline (5 s): the reader waits for what is left of the get, or soon will.
+        wait_until(lambda: len(broker.subscribe_requests) >= 2, 5, "a refused resubscribe")
+        sub.close()
+        reader.join(5)
+        assert not reader.is_alive()
+        assert len(result) == 1 and isinstance(result[0], StopIteration), result
+
+
 def test_get_timeout_bounds_a_resubscribe_in_progress(broker: FakeBroker) -> None:
     broker.subscribe_scripts = [serve([0], (SC.UNAVAILABLE, "gone"))] + [
         refuse(SC.UNAVAILABLE, "still gone") for _ in range(1000)
