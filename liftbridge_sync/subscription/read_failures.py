@@ -181,7 +181,10 @@ class ReadFailures:
             raise StopIteration
         if code == "CANCELLED":
             # A cancel we did not ask for, e.g. a get() timer that fired just as its
-            # message arrived: quietly continue after the last offset.
+            # message arrived: quietly continue after the last offset. Counted as a
+            # loss: a server (or a proxy) resetting every stream is called again after
+            # the back-off, not in a tight loop.
+            self._conn.lost += 1
             return
         # Already typed by the transport, as the end of a running subscription.
         error = exc

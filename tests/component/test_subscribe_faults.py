@@ -974,3 +974,20 @@ def test_a_server_failing_every_call_at_once_is_resubscribed_to_with_back_off(
         calls = len(broker.subscribe_requests)
     # Back-off from 10 ms, doubling to 50 ms: about 25 calls in the second.
     assert calls <= 60, calls
+
+
+def test_a_server_cancelling_every_call_at_once_is_resubscribed_to_with_back_off(
+    broker: FakeBroker,
+) -> None:
+    """As above, with CANCELLED, which a cancel of ours that raced a message is too:
+    that one is resubscribed at once, but each one after it was too, without end, some
+    hundreds of calls a second against a server (or a proxy) resetting every stream."""
+    cancelled = ("CANCELLED", "stream reset")
+    broker.subscribe_scripts = [serve([0], then=cancelled)] + [serve([], then=cancelled)] * 20_000
+    with make_client(broker, retry=SHORT_RETRY) as client:
+        subscription = client.subscribe("s", start=StartAt.earliest())
+        assert subscription.get(timeout=10).offset == 0
+        with pytest.raises(TimeoutError):
+            subscription.get(timeout=1.0)  # resubscribing all along, nothing arrives
+        calls = len(broker.subscribe_requests)
+    assert calls <= 60, calls
