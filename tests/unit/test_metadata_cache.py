@@ -6,9 +6,11 @@ import threading
 import time
 from collections.abc import Sequence
 
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.metadata import MetadataCache
 from liftbridge_sync._transport.retry import Budget
-from liftbridge_sync.errors import BrokerUnavailableError, DeadlineExceededError
+from liftbridge_sync.errors import BrokerUnavailableError, ClientClosedError, DeadlineExceededError
 from liftbridge_sync.models import FrozenMap, Metadata, StreamInfo
 from tests.waiting import wait_until
 
@@ -280,6 +282,45 @@ def test_a_refresh_within_a_budget_waits_for_another_thread_s_only_that_long() -
         # call must not outlast its own budget waiting for it.
         waiter.join(5)
         assert not waiter.is_alive()
+        assert len(errors) == 1
+    finally:
+        release.set()
+        stuck.join(10)
+
+
+def test_a_refresh_waiting_for_another_thread_s_ends_when_its_budget_aborts() -> None:
+    # A subscription's reader waits for another thread's refresh on its way to
+    # resubscribe: its close() must end that wait, which nothing else wakes.
+    release = threading.Event()
+    fetching = threading.Event()
+
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
+        fetching.set()
+        assert release.wait(10)
+        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
+
+    cache = MetadataCache(fetch)
+    stuck = threading.Thread(target=cache.refresh)
+    stuck.start()
+    abort = DialAbort()
+    errors: list[BaseException] = []
+
+    def refresh_within_budget() -> None:
+        now = time.monotonic()
+        try:
+            cache.refresh(Budget(retry_until=now + 30, ends=now + 30, abort=abort))
+        except ClientClosedError as exc:
+            errors.append(exc)
+
+    try:
+        assert fetching.wait(10)
+        waiter = threading.Thread(target=refresh_within_budget)
+        waiter.start()
+        aborted = time.monotonic()
+        abort.abort()
+        waiter.join(5)
+        assert not waiter.is_alive()
+        assert time.monotonic() - aborted < WAIT_SLICE + 0.5
         assert len(errors) == 1
     finally:
         release.set()
