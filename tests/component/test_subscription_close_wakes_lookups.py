@@ -63,21 +63,22 @@ def _subscribed(broker: HangingMetadata, client: Client, way: str, subscribe: Ca
     return sub
 
 
-def _client(broker: FakeBroker) -> Client:
+def _client(broker: FakeBroker, transport: str = "grpc") -> Client:
     return Client(
         [broker.address],
         rpc_timeout=_RPC_TIMEOUT,
         resubscribe_wait=60.0,
-        subscribe_transport="grpc",
+        subscribe_transport=transport,
     )
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
 @pytest.mark.parametrize("way", sorted(_WAYS))
-def test_close_wakes_a_partition_reader_asking_for_metadata(way: str) -> None:
+def test_close_wakes_a_partition_reader_asking_for_metadata(way: str, transport: str) -> None:
     broker = HangingMetadata()
     broker.start()
     try:
-        with _client(broker) as client:
+        with _client(broker, transport) as client:
             sub = _subscribed(
                 broker, client, way, lambda: client.subscribe("s", start=StartAt.earliest())
             )
