@@ -276,7 +276,9 @@ def publish_batch(
     items: list[Any] = messages if type(messages) is list else _items(messages)
     ack_timeout = resolve_ack_timeout(timeout, session.options.ack_timeout)
 
-    def send(batch: list[Any]) -> list[Ack | None | LiftbridgeError]:
+    def send(
+        batch: list[Any], framed: Callable[[], None] | None = None
+    ) -> list[Ack | None | LiftbridgeError]:
         return batch_requests.publish_batch(
             publisher,
             stream,
@@ -286,6 +288,7 @@ def publish_batch(
             choose=BatchChooser(core, stream, partition, partitioner),
             ack_policy=ack_policy,
             timeout=ack_timeout,
+            framed=framed,
         )
 
     telemetry = session.telemetry

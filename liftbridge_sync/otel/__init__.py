@@ -22,7 +22,10 @@ conventions:
   with ``messaging.batch.message_count``, linked to each message's creation context.
   ``ClientOptions(batch_create_spans=False)`` makes no ``create`` spans: the batch's
   ``send`` span is then a PRODUCER span whose context the messages carry, linked to
-  the contexts callers set. (An SDK keeps 128 links per span unless
+  the contexts callers set. A batch refused before it is sent (a bad item or argument)
+  sent no message: its ``send`` span and its ``create`` spans, which end once the batch
+  is framed, are errors with the refusal's ``error.type``, as the conventions make a
+  failed operation's span. (An SDK keeps 128 links per span unless
   ``OTEL_SPAN_LINK_COUNT_LIMIT`` says otherwise; it drops the rest);
 * metrics ``messaging.client.operation.duration`` (seconds, from the call to the ack),
   ``messaging.client.sent.messages``, ``messaging.client.consumed.messages`` and

@@ -20,7 +20,7 @@ from liftbridge_sync.models import Ack
 from liftbridge_sync.otel._conventions import DURATION_BUCKETS, SCOPE, SYSTEM, error_type
 from liftbridge_sync.otel._propagation import with_context
 
-__all__ = ["SendSpans"]
+__all__ = ["Creations", "SendSpans"]
 
 
 class SendSpans:
@@ -201,6 +201,44 @@ class SendSpans:
 
         future.add_done_callback(lambda _: finish())
         return finish
+
+
+class Creations:
+    """The ``create`` spans of one ``publish_batch``'s messages, ended together: when
+    the batch is framed (:meth:`framed`), or as errors when it is refused before
+    (:meth:`refused`): its messages were never sent, and the conventions make a failed
+    operation's span an error with its ``error.type``.
+
+    Thread-safe: not shared; used by the thread making the batch.
+    """
+
+    __slots__ = ("_spans", "done")
+
+    def __init__(self) -> None:
+        self._spans: list[trace.Span] = []
+        #: Whether the batch was framed (its messages created).
+        self.done = False
+
+    def add(self, span: trace.Span) -> None:
+        """One more message's ``create`` span, ended with the others."""
+        self._spans.append(span)
+
+    def framed(self) -> None:
+        """Every message was checked and framed: end their spans."""
+        self.done = True
+        spans, self._spans = self._spans, []
+        for span in spans:
+            span.end()
+
+    def refused(self, error: BaseException) -> None:
+        """The batch raised ``error``: end as errors the spans not ended yet (nothing
+        once :meth:`framed` ran: those messages were created)."""
+        spans, self._spans = self._spans, []
+        kind = error_type(error)
+        for span in spans:
+            span.set_status(Status(StatusCode.ERROR, str(error)))
+            span.set_attribute("error.type", kind)
+            span.end()
 
 
 def _is_partition(partition: object) -> bool:

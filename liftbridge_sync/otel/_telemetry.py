@@ -23,16 +23,19 @@ from liftbridge_sync.models import Ack
 from liftbridge_sync.otel._conventions import metrics_configured, tracing_configured
 from liftbridge_sync.otel._observed import observe
 from liftbridge_sync.otel._propagation import caller_context
-from liftbridge_sync.otel._spans import SendSpans
+from liftbridge_sync.otel._spans import Creations, SendSpans
 
 if TYPE_CHECKING:
     from liftbridge_sync._publishing.stats import PublisherStats
     from liftbridge_sync.stats import ClientStats
 
-__all__ = ["Outcomes", "Sender", "Telemetry", "telemetry_for"]
+__all__ = ["BatchSender", "Outcomes", "Sender", "Telemetry", "telemetry_for"]
 
 #: What a ``publish_batch`` sends: the outcome of each message, in order.
 Outcomes = list[Ack | None | LiftbridgeError]
+#: Sends a ``publish_batch``'s traced items, calling its second argument once all of
+#: them are checked and framed, before any is submitted (never when one is refused).
+BatchSender = Callable[[list[Any], Callable[[], None]], Outcomes]
 #: Sends one publish given its headers: its future, correlation id and partition.
 Sender = Callable[
     [Mapping[str, bytes] | None], tuple[concurrent.futures.Future[Ack | None], str, int]
@@ -169,22 +172,25 @@ class Telemetry(SendSpans):
         stream: str,
         partition: int | None,
         items: list[Any],
-        send: Callable[[list[Any]], Outcomes],
+        send: BatchSender,
     ) -> Outcomes:
         """A ``publish_batch`` in one ``send`` span: ``send`` gets the traced items.
 
         Each item becomes a ``(key, value, headers)`` triple whose headers carry its
         creation context: its own ``create`` span's, or (without create spans) the
-        ``send`` span's; the ``send`` span links to the contexts it did not make.
+        ``send`` span's; the ``send`` span links to the contexts it did not make. The
+        ``create`` spans end once every item is framed; a batch refused before that was
+        never sent, and its ``create`` spans end as errors, as its ``send`` span does.
         """
         started = time.monotonic()
         count = len(items)
+        creates = Creations()
         if self._tracer is None or any(_malformed(item) for item in items):
             # Metrics only; or a batch publish_batch refuses (TypeError) as it is.
             span = self.start_send(stream, partition, count)
             traced = items
         elif self._create_spans:
-            traced, links = self._with_creation_contexts(stream, partition, items)
+            traced, links = self._with_creation_contexts(stream, partition, items, creates)
             span = self.start_send(stream, partition, count, links, SpanKind.CLIENT)
         else:
             triples = [_triple(item) for item in items]
@@ -197,10 +203,11 @@ class Telemetry(SendSpans):
                 for k, v, h in triples
             ]
         try:
-            outcomes = send(traced)
+            outcomes = send(traced, creates.framed)
         except BaseException as exc:
+            creates.refused(exc)
             # publish_batch refuses bad items and arguments before anything is sent.
-            refused = isinstance(exc, TypeError | ConfigurationError)
+            refused = not creates.done or isinstance(exc, TypeError | ConfigurationError)
             self.finish_send(span, stream, started, exc, count=count, sent=not refused)
             raise
         failed = next((o for o in outcomes if isinstance(o, LiftbridgeError)), None)
@@ -208,10 +215,11 @@ class Telemetry(SendSpans):
         return outcomes
 
     def _with_creation_contexts(
-        self, stream: str, partition: int | None, items: list[Any]
+        self, stream: str, partition: int | None, items: list[Any], creates: Creations
     ) -> tuple[list[Any], list[Link]]:
         """Each item with a ``create`` span's context in its headers (unless its caller
-        set one), and the links of the batch's ``send`` span to each creation context."""
+        set one), and the links of the batch's ``send`` span to each creation context.
+        The ``create`` spans are left to ``creates`` to end."""
         traced: list[Any] = []
         links: list[Link] = []
         for item in items:
@@ -224,7 +232,7 @@ class Telemetry(SendSpans):
             create = self.start_send(stream, partition, operation="create")
             assert create is not None  # create spans need a tracer
             traced.append((key, value, self.headers_with_context(create, headers)))
-            create.end()
+            creates.add(create)
             links.append(Link(create.get_span_context()))
         return traced, links
 

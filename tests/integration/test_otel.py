@@ -543,6 +543,43 @@ def test_a_refused_batch_records_its_error_and_leaves_no_create_spans(
     assert [len(send.links) for send in sends] == [0, 0]  # the str context is no context
 
 
+def test_the_create_spans_of_a_batch_refused_before_it_is_sent_are_errors(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # Well-formed items get their create span (its context goes into their headers
+    # before they are framed), but a batch refused when framed was never sent: its
+    # messages' creation failed with it, so their create spans are errors with the
+    # refusal's error.type, not messages created and handed to the broker.
+    refused = [
+        [b"a", "not bytes"],
+        [b"a", (None, b"b", {"h": 5})],
+        [b"a", (b"k", b"b")],  # to partition -1
+    ]
+    with telemetry.stream(liftbridge_address, metered=False) as (client, name):
+        for index, batch in enumerate(refused):
+            with pytest.raises(ConfigurationError):
+                client.publish_batch(name, batch, partition=-1 if index == 2 else None)  # type: ignore[arg-type]
+        assert client.fetch_partition_metadata(name).newest_offset == -1  # nothing sent
+        client.publish_batch(name, [b"sent"])
+
+    creates = telemetry.finished(f"create {name}")
+    sends = telemetry.finished(f"send {name}")
+    assert len(creates) == 7 and len(sends) == 4
+    failed = [s for s in creates if s.status.status_code is StatusCode.ERROR]
+    assert len(failed) == 6
+    assert {s.attributes["error.type"] for s in failed} == {  # type: ignore[index]
+        "liftbridge_sync.errors.ArgumentTypeError",
+        "liftbridge_sync.errors.ConfigurationError",
+    }
+    (created,) = [s for s in creates if s.status.status_code is not StatusCode.ERROR]
+    (sent,) = [s for s in sends if s.status.status_code is not StatusCode.ERROR]
+    assert _linked(sent) == [created.context.span_id]
+    for send in sends:  # each refused send links to its failed creations
+        if send is not sent:
+            linked = [c for c in creates if c.context.span_id in _linked(send)]
+            assert linked and {c.status.status_code for c in linked} == {StatusCode.ERROR}
+
+
 def test_publishes_flushed_at_exit_end_their_spans_before_the_sdk_shuts_down(
     liftbridge_address: str,
 ) -> None:

@@ -156,7 +156,8 @@ def test_a_callers_b3_context_is_kept_and_linked(
 
     sent: list[Any] = []
 
-    def send(items: list[Any]) -> list[Any]:
+    def send(items: list[Any], framed: Callable[[], None]) -> list[Any]:
+        framed()
         sent.extend(items)
         return [None] * len(items)
 
