@@ -221,6 +221,42 @@ def test_a_publish_has_ended_its_span_and_recorded_its_metrics_when_it_returns(
         assert telemetry.total(SENT) == 200
 
 
+def test_an_async_publishs_span_ends_where_it_resolves_without_its_context_there(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # publish_async's span is the caller's child and ends with the outcome, on the
+    # thread that resolved the future (the publisher's, usually): ending it there
+    # neither makes it current on that thread nor leaves the caller's context there.
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    seen: list[bool] = []  # whether a span was current where each future resolved
+
+    def look(_: object) -> None:
+        seen.append(trace.get_current_span().get_span_context().is_valid)
+
+    with telemetry.stream(liftbridge_address, metered=False) as (client, name):
+        with tracer.start_as_current_span("caller") as caller:
+            futures = [client.publish_async(name, b"x", key=b"k") for _ in range(20)]
+            client.set_stream_readonly(name)
+            failed = client.publish_async(name, b"y", key=b"k")
+        for future in [*futures, failed]:
+            future.add_done_callback(look)
+        assert isinstance(failed.exception(30), ReadonlyPartitionError)
+        client.flush(30)
+        assert all(f.exception(0) is None for f in futures)
+        later = client.publish_async(name, b"w", key=b"k")
+        later.add_done_callback(look)
+        assert isinstance(later.exception(30), ReadonlyPartitionError)
+
+    sends = telemetry.finished(f"send {name}")
+    assert len(sends) == 22
+    caller_id = caller.get_span_context().span_id
+    by_parent = [s for s in sends if s.parent is not None and s.parent.span_id == caller_id]
+    assert len(by_parent) == 21  # the one published outside the caller's span is a root
+    assert [s.status.status_code for s in sends].count(StatusCode.ERROR) == 2
+    assert all(s.end_time is not None for s in sends)
+    assert seen == [False] * 22
+
+
 def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:
