@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -86,7 +87,9 @@ def positions_of(readers: Iterable[object]) -> list[Position]:
     return found
 
 
-def collect(core: ClientCore, publisher: PublisherStats) -> ClientStats:
+def collect(
+    core: ClientCore, publisher: PublisherStats, timeout: float | None = None
+) -> ClientStats:
     """Build a snapshot, asking each read partition's leader for its high watermark.
 
     Leaders are asked within the client's retry policy until one does not answer; the
@@ -96,6 +99,13 @@ def collect(core: ClientCore, publisher: PublisherStats) -> ClientStats:
     many partitions are read, it takes about ``max_delay`` (plus one ``rpc_timeout``)
     at most.
 
+    Args:
+        timeout: Seconds the snapshot may take at most (``None``: as above), for a
+            caller with a deadline of its own (a metric reader's collection). Within
+            it, a leader is asked within the retry policy only if the whole policy
+            fits in what is left; otherwise once, within what is left (a stale
+            cached leader then leaves the lag unknown). None is asked once it is spent.
+
     Thread-safe.
     """
     positions = positions_of(core.registered())
@@ -103,21 +113,25 @@ def collect(core: ClientCore, publisher: PublisherStats) -> ClientStats:
     # One budget for the snapshot: a retry policy's worth per partition held stats()
     # (and the liftbridge-stats thread) for partitions x max_delay with a broker gone.
     options = core.options
-    deadline = time.monotonic() + options.retry.max_delay
+    started = time.monotonic()
+    deadline = started + options.retry.max_delay
+    end = math.inf if timeout is None else started + timeout
+    # What one call under the retry policy may take (its last attempt starts by then).
+    whole_policy = options.retry.max_delay + options.rpc_timeout
     failed = False
     for stream, partition, _, _ in positions:
         key = (stream, partition)
         if key in watermarks:
             continue
         watermarks[key] = None
-        left = deadline - time.monotonic()
-        if failed and left <= 0:
+        now = time.monotonic()
+        left, bound = deadline - now, end - now
+        if bound <= 0 or (failed and left <= 0):
             continue
         try:
-            if failed:
-                found = leader.fetch_partition_metadata_once(
-                    core, stream, partition, min(options.rpc_timeout, left)
-                )
+            if failed or whole_policy > bound:
+                limit = min(options.rpc_timeout, bound, left if failed else math.inf)
+                found = leader.fetch_partition_metadata_once(core, stream, partition, limit)
             else:
                 found = leader.fetch_partition_metadata(core, stream, partition)
         except LiftbridgeError as exc:

@@ -145,10 +145,11 @@ class Session:
         publisher = self.publisher
         return PublisherStats() if publisher is None else publisher.stats()
 
-    def stats(self) -> ClientStats:
-        """One snapshot: the publisher's counters, each reader's lag, the channels."""
+    def stats(self, timeout: float | None = None) -> ClientStats:
+        """One snapshot: the publisher's counters, each reader's lag, the channels
+        (within ``timeout`` seconds: see :func:`~liftbridge_sync.stats.collect`)."""
         core = self.check()
-        return collect(core, self.publisher_stats())
+        return collect(core, self.publisher_stats(), timeout)
 
     def flush(self, timeout: float | None) -> None:
         """Wait until every publish made so far has been acknowledged or has failed."""

@@ -27,7 +27,7 @@ def make_telemetry(
     options: ClientOptions,
     providers: tuple[Any, Any],
     publisher_stats: Callable[[], PublisherStats],
-    client_stats: Callable[[], ClientStats],
+    client_stats: Callable[[float], ClientStats],
 ) -> Telemetry | None:
     """The client's telemetry, or ``None``: turned off, API absent, or no SDK configured.
 
@@ -37,7 +37,8 @@ def make_telemetry(
         providers: The ``(tracer_provider, meter_provider)`` given to the client
             (``None`` each: the global ones).
         publisher_stats: Feeds the publisher's observable instruments.
-        client_stats: Feeds the consumer-lag instrument.
+        client_stats: Feeds the consumer-lag instrument, given the seconds its
+            snapshot may take.
     """
     if not options.telemetry:
         return None

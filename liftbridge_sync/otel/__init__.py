@@ -32,8 +32,10 @@ conventions:
   ``messaging.process.duration`` (both by :func:`process`); and
   observable ones per client, told apart by ``messaging.client.id`` (``<pid>-<n>``):
   ``messaging.liftbridge.publish.in_flight``, ``.publish.resent``, ``.publish.connects``
-  and ``messaging.liftbridge.consumer.lag``. A client reports them from its first
-  publish in a process until it is closed (or garbage collected).
+  and ``messaging.liftbridge.consumer.lag`` (the leaders asked within half the metric
+  reader's collection timeout; a partition whose leader did not answer in it is left
+  out). A client reports them from its first publish in a process until it is closed
+  (or garbage collected).
 
 On the consuming side, wrap the handling of each message::
 

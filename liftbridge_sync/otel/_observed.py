@@ -13,6 +13,7 @@ import inspect
 import itertools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ class _Source:
     def __init__(
         self,
         publisher_stats: Callable[[], PublisherStats] | None,
-        client_stats: Callable[[], ClientStats] | None,
+        client_stats: Callable[[float], ClientStats] | None,
     ) -> None:
         self.pid = os.getpid()
         self.attributes = {
@@ -63,13 +64,14 @@ class _Source:
         stats: PublisherStats | None = _read(self._publisher)
         return stats
 
-    def client(self) -> ClientStats | None:
-        """A client snapshot (``None``: its client is gone, closed or unanswered)."""
-        stats: ClientStats | None = _read(self._client)
+    def client(self, timeout: float) -> ClientStats | None:
+        """A client snapshot taken within ``timeout`` seconds (``None``: its client is
+        gone, closed or unanswered)."""
+        stats: ClientStats | None = _read(self._client, timeout)
         return stats
 
 
-def _reference(read: Callable[[], Any] | None) -> Callable[[], Callable[[], Any] | None] | None:
+def _reference(read: Callable[..., Any] | None) -> Callable[[], Callable[..., Any] | None] | None:
     if read is None:
         return None
     if inspect.ismethod(read):
@@ -77,12 +79,12 @@ def _reference(read: Callable[[], Any] | None) -> Callable[[], Callable[[], Any]
     return lambda: read  # a plain function: nothing to watch, held as given
 
 
-def _read(reference: Callable[[], Callable[[], Any] | None] | None) -> Any:
+def _read(reference: Callable[[], Callable[..., Any] | None] | None, *args: Any) -> Any:
     read = None if reference is None else reference()
     if read is None:
         return None
     try:
-        return read()
+        return read(*args)
     except LiftbridgeError:  # closed client, cluster away: nothing to report now
         return None
 
@@ -168,10 +170,16 @@ class _Observed:
             )
         return found
 
-    def _lag(self, _: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+    def _lag(self, options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+        # The leaders are asked for their high watermarks: the SDK holds the collection
+        # (every instrument of the provider) until this returns, and drops it whole once
+        # past its timeout. So the clients get half of what is left of it, together, the
+        # rest left to the instruments after this one.
         found: list[metrics.Observation] = []
+        budget = _LAG_SHARE * options.timeout_millis / 1000
+        deadline = time.monotonic() + (budget if budget >= 0 else 0.0)  # NaN: none
         for source in self._live():
-            stats = source.client()
+            stats = source.client(max(0.0, deadline - time.monotonic()))
             if stats is None:
                 continue
             found.extend(
@@ -201,6 +209,8 @@ _MAKING = threading.Lock()
 _OBSERVED: weakref.WeakKeyDictionary[Any, _Observed] = weakref.WeakKeyDictionary()
 _OBSERVED_STRONGLY: dict[int, tuple[Any, _Observed]] = {}
 _CLIENT_IDS = itertools.count(1)
+#: The share of a collection's time the lag callback takes.
+_LAG_SHARE = 0.5
 
 
 def _new_locks_in_child() -> None:
@@ -234,9 +244,12 @@ def _observed(provider: metrics.MeterProvider) -> _Observed:
 def observe(
     provider: metrics.MeterProvider,
     publisher_stats: Callable[[], PublisherStats] | None,
-    client_stats: Callable[[], ClientStats] | None,
+    client_stats: Callable[[float], ClientStats] | None,
 ) -> Callable[[], None] | None:
     """Report the client's stats through ``provider``'s observable instruments.
+
+    ``client_stats`` is given the seconds its snapshot may take (a share of the metric
+    reader's collection timeout).
 
     Returns:
         What stops it (the client closes), or ``None`` if there is nothing to report.

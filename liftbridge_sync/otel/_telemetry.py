@@ -48,13 +48,14 @@ def telemetry_for(
     propagate: bool,
     *,
     publisher_stats: Callable[[], PublisherStats] | None = None,
-    client_stats: Callable[[], ClientStats] | None = None,
+    client_stats: Callable[[float], ClientStats] | None = None,
     batch_create_spans: bool = True,
 ) -> Telemetry | None:
     """The client's telemetry, or ``None`` when no SDK is configured (nothing to do).
 
     ``publisher_stats`` and ``client_stats`` feed the observable instruments (in flight,
-    re-sends, reconnects, consumer lag) when metrics are on, until the telemetry's
+    re-sends, reconnects, consumer lag; ``client_stats`` is given the seconds its
+    snapshot may take) when metrics are on, until the telemetry's
     :meth:`Telemetry.close`; bound methods are held weakly, plain functions as given.
     ``batch_create_spans``: a ``create`` span per message of a ``publish_batch`` (see
     :mod:`liftbridge_sync.otel`).
