@@ -32,7 +32,9 @@ class Message:
     Immutable; safe to share between threads.
     """
 
-    __slots__ = ("_pb",)
+    # __weakref__: otel.process() remembers which deliveries it counted, by identity,
+    # without keeping them alive.
+    __slots__ = ("_pb", "__weakref__")
     __match_args__ = ()
 
     _pb: api_pb2.Message

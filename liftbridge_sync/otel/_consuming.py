@@ -1,13 +1,17 @@
 """The consuming side: a CONSUMER ``process`` span around the handling of a message.
 
-Thread-safe: the counters are made once per provider; a span is the caller's thread's.
+Thread-safe: the counters are made once per provider; a span is the caller's thread's;
+the deliveries counted are remembered under a lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -53,6 +57,35 @@ def _instruments(provider: metrics.MeterProvider) -> _Instruments:
     )
 
 
+#: The deliveries :func:`process` counted, by identity (a message read again is another
+#: delivery, equal to the first), each forgotten once the application drops it.
+_COUNTED: weakref.WeakValueDictionary[int, Message] = weakref.WeakValueDictionary()
+#: Makes the look-up and the entry one step (a new lock in a forked child: a parent's
+#: thread may have held it at the fork).
+_COUNTING = threading.Lock()
+
+
+def _new_lock_in_child() -> None:
+    global _COUNTING
+    _COUNTING = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)
+
+
+def _first_processing(message: Message) -> bool:
+    """Whether this is the first :func:`process` of this delivery of ``message``."""
+    key = id(message)
+    with _COUNTING:
+        if _COUNTED.get(key) is message:
+            return False
+        try:
+            _COUNTED[key] = message
+        except TypeError:  # not weakly referenceable (no Message): counted every time
+            pass
+        return True
+
+
 @contextlib.contextmanager
 def process(
     message: Message,
@@ -68,7 +101,9 @@ def process(
     producer's context: its trace, and its baggage, current in the block; otherwise it
     continues the current trace, in the current context. Errors raised in the
     block are recorded on the span, with their ``error.type``, and re-raised.
-    ``messaging.client.consumed.messages`` counts the message, and
+    ``messaging.client.consumed.messages`` counts the message, once per delivery
+    (handling it again, as a retry does, is another span and duration but no other
+    message consumed; the same message read again is another delivery), and
     ``messaging.process.duration`` records how long the block took (with the
     ``error.type`` of a failure).
 
@@ -97,7 +132,7 @@ def process(
         "messaging.operation.name": "process",
     }
     instruments = _instruments(meters) if metrics_configured(meters) else None
-    if instruments is not None:
+    if instruments is not None and _first_processing(message):
         instruments.consumed.add(1, points)
     joined = producer if as_child and producer_span.is_valid else None
     started = time.monotonic()
