@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from flask import Flask, Response, current_app, jsonify
+from flask import Flask, Response, current_app, has_app_context, jsonify
 
 from liftbridge_sync import (
     ArgumentTypeError,
@@ -85,7 +85,8 @@ class Liftbridge:
 
     @property
     def client(self) -> Client:
-        """The client of the current app in this process (needs an app context)."""
+        """The client of the current app in this process (needs an app context; see
+        :func:`get_client`)."""
         return get_client()
 
     def readiness_view(
@@ -144,14 +145,28 @@ class Liftbridge:
 
 
 def get_client(app: Flask | None = None) -> Client:
-    """The per-process client of ``app`` (default: the current app).
+    """The per-process client of ``app`` (default: the current app, which needs an app
+    context: a request, a CLI command, or ``with app.app_context():``).
 
     Raises:
-        ConfigurationError: if the app was not set up with :class:`Liftbridge`.
+        ConfigurationError: if the app was not set up with :class:`Liftbridge`, or no
+            ``app`` is given outside an app context (Flask's own error there is a bare
+            ``RuntimeError``).
+        ArgumentTypeError: ``app`` is not a Flask app.
 
     Thread-safe: see :meth:`liftbridge_sync.Client.for_process`.
     """
-    target = app if app is not None else current_app
+    if app is None:
+        if not has_app_context():
+            raise ConfigurationError(
+                "liftbridge_sync.flask.get_client() needs an app context (a request, or "
+                "`with app.app_context():`) or the app: get_client(app)"
+            )
+        target: Flask = current_app
+    elif isinstance(app, Flask):
+        target = app
+    else:
+        raise ArgumentTypeError(f"'app' must be a Flask app or None, got {type(app).__name__}")
     options = target.extensions.get(EXTENSION_KEY)
     if not isinstance(options, ClientOptions):
         raise ConfigurationError("Liftbridge(app) or init_app(app) was not called for this app")

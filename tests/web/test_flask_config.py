@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from flask import Flask, url_for
 
-from liftbridge_sync import Client, ConfigurationError, RetryPolicy, TLSOptions
+from liftbridge_sync import ArgumentTypeError, Client, ConfigurationError, RetryPolicy, TLSOptions
 from liftbridge_sync.flask import EXTENSION_KEY, Liftbridge, get_client
 
 
@@ -48,6 +48,24 @@ def test_bad_config_fails_at_init_app(config: dict[str, object], message: str) -
 def test_get_client_without_init_app() -> None:
     with _app().app_context(), pytest.raises(ConfigurationError, match="init_app"):
         get_client()
+
+
+def test_get_client_outside_an_app_context_says_what_it_needs() -> None:
+    # Flask's bare RuntimeError ("Working outside of application context") came out of
+    # the library, from get_client() and the extension's client property alike.
+    app = _app(LIFTBRIDGE_ADDRESSES="127.0.0.1:1")
+    liftbridge = Liftbridge(app)
+    for call in (get_client, lambda: liftbridge.client):
+        with pytest.raises(ConfigurationError, match=r"app context.*get_client\(app\)"):
+            call()
+    with pytest.raises(ArgumentTypeError, match="Flask app"):
+        get_client("app")  # type: ignore[arg-type]
+    client = get_client(app)  # the app given: no context needed
+    try:
+        with app.app_context():
+            assert get_client() is client is liftbridge.client
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), "2", None, True])
