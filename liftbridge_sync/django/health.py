@@ -33,7 +33,12 @@ from health_check.exceptions import ServiceUnavailable
 
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.django.client import get_client
-from liftbridge_sync.errors import ArgumentTypeError, BrokerUnavailableError, ConfigurationError
+from liftbridge_sync.errors import (
+    ArgumentTypeError,
+    BrokerUnavailableError,
+    ClientClosedError,
+    ConfigurationError,
+)
 
 __all__ = ["Liftbridge"]
 
@@ -68,8 +73,17 @@ class Liftbridge(HealthCheck):  # type: ignore[misc]  # untyped base
             raise ConfigurationError(f"{_NAME}: {exc} ({timeout!r})") from None
 
     def run(self) -> None:
-        """Raise ``ServiceUnavailable`` (with the client's reason) if no broker answers."""
+        """Raise ``ServiceUnavailable`` (with the client's reason) if no broker answers,
+        or if the client was closed under the check (another thread closed it: a
+        settings change replacing it, the process exiting), which could then tell
+        nothing of the cluster; the next check gets a new client."""
         try:
             get_client().check_health(self.timeout.total_seconds())
         except BrokerUnavailableError as exc:
             raise ServiceUnavailable(f"Liftbridge unreachable: {exc}") from exc
+        except ClientClosedError as exc:
+            # Not a bug of the check (django-health-check's "unknown error", logged with
+            # a traceback): the state of the cluster is unknown for this probe.
+            raise ServiceUnavailable(
+                f"Liftbridge client closed during the check, cluster not asked: {exc}"
+            ) from exc

@@ -101,3 +101,45 @@ def test_manage_py_check_reports_a_bad_health_check_timeout() -> None:
     # A probe of the misconfigured view raises the typed error, not "unknown error".
     assert found["probe"].startswith("ConfigurationError: "), found
     assert "'timeout'" in found["probe"]
+
+
+CLOSED_SCRIPT = """
+import asyncio, json, logging
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["liftbridge_sync.django", "health_check"],
+    LIFTBRIDGE={"ADDRESSES": "127.0.0.1:1"},
+)
+django.setup()
+logging.disable(logging.CRITICAL)  # the check's own log: not what is looked at here
+import liftbridge_sync.django.health as health
+
+handed = health.get_client
+
+
+def closed_under_the_check():
+    # Another thread closed it after it was handed out (a settings change replacing
+    # it, or the process exiting).
+    client = handed()
+    client.close()
+    return client
+
+
+health.get_client = closed_under_the_check
+result = asyncio.run(health.Liftbridge().get_result())
+print(json.dumps({"type": type(result.error).__name__, "error": str(result.error)}))
+"""
+
+
+def test_a_client_closed_under_the_check_is_reported_as_such() -> None:
+    # The ClientClosedError went to django-health-check as an unexpected exception:
+    # "unknown error", with a traceback logged as a bug.
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSED_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["type"] == "ServiceUnavailable", found
+    assert "Liftbridge client closed" in found["error"], found
