@@ -35,6 +35,7 @@ from liftbridge_sync import (
     ArgumentTypeError,
     BrokerUnavailableError,
     Client,
+    ClientClosedError,
     ClientOptions,
     ConfigurationError,
 )
@@ -105,8 +106,9 @@ class Liftbridge:
 
         It answers ``200 {"status": "ok", "broker": ..., "latency_ms": ...}`` when a
         broker answered within ``timeout`` seconds, else ``503 {"status":
-        "unavailable", "reason": ...}``. Bad settings are not hidden behind a 503: they
-        raise as in any view.
+        "unavailable", "reason": ...}`` (also when the client was closed under the
+        probe: the cluster was not asked). Bad settings are not hidden behind a 503:
+        they raise as in any view.
 
         Raises:
             ConfigurationError: ``timeout`` is not a finite number of seconds > 0 (here,
@@ -130,6 +132,10 @@ class Liftbridge:
                 health = get_client().check_health(seconds)
             except BrokerUnavailableError as exc:
                 return jsonify(status="unavailable", reason=str(exc)), 503
+            except ClientClosedError as exc:
+                # Closed by another thread under the probe (the process exiting): no
+                # bug of the view, and the cluster was not asked.
+                return jsonify(status="unavailable", reason=f"client closed: {exc}"), 503
             return (
                 jsonify(
                     status="ok",

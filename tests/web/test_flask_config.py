@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from flask import Flask, url_for
 
+import liftbridge_sync.flask as liftbridge_flask
 from liftbridge_sync import ArgumentTypeError, Client, ConfigurationError, RetryPolicy, TLSOptions
 from liftbridge_sync.flask import EXTENSION_KEY, Liftbridge, get_client
 
@@ -115,6 +116,29 @@ def test_readiness_view_answers_200_then_503(liftbridge_address: str) -> None:
         finally:
             with app.app_context():
                 get_client().close()
+
+
+def test_a_client_closed_under_the_readiness_probe_answers_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Another thread closed the client after the view got it (the process exiting, the
+    # app closing it): the ClientClosedError made a 500 with Flask's error page.
+    app = _app(LIFTBRIDGE_ADDRESSES="127.0.0.1:1")
+    liftbridge = Liftbridge(app)
+    app.add_url_rule("/ready", view_func=liftbridge.readiness_view(timeout=1.0))
+    handed = liftbridge_flask.get_client
+
+    def closed_under_the_probe(app: Flask | None = None) -> Client:
+        client = handed(app)
+        client.close()
+        return client
+
+    monkeypatch.setattr(liftbridge_flask, "get_client", closed_under_the_probe)
+    response = app.test_client().get("/ready")
+    assert response.status_code == 503
+    body = response.get_json()
+    assert body["status"] == "unavailable"
+    assert "client closed" in body["reason"], body
 
 
 def test_two_readiness_views_register_without_an_endpoint() -> None:
