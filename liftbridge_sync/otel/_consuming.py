@@ -107,9 +107,12 @@ def process(
     ``messaging.process.duration`` records how long the block took (with the
     ``error.type`` of a failure).
 
+    Raises:
+        ArgumentTypeError: ``message`` is no :class:`~liftbridge_sync.Message`.
+
     Thread-safe: use it on the thread that handles the message.
     """
-    producer = extract(message)
+    producer = extract(message)  # checks it is a Message
     producer_span = trace.get_current_span(producer).get_span_context()
     links = [Link(producer_span)] if producer_span.is_valid else []
     tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE)

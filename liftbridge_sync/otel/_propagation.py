@@ -106,8 +106,17 @@ def extract(message: Message) -> otel_context.Context:
 
     An empty context when the message carries none.
 
+    Raises:
+        ArgumentTypeError: ``message`` is no :class:`~liftbridge_sync.Message` (for
+            bare headers: :func:`extract_headers`).
+
     Thread-safe: a pure function of the message.
     """
+    if not isinstance(message, Message):
+        raise ArgumentTypeError(
+            f"'message' must be a liftbridge_sync.Message, got {type(message).__name__} "
+            "(bare headers: extract_headers)"
+        )
     return extract_headers(message.headers)
 
 

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 )
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-from liftbridge_sync import otel  # noqa: E402
+from liftbridge_sync import ArgumentTypeError, otel  # noqa: E402
 from liftbridge_sync.models import Message  # noqa: E402
 from tests.messages import make_message  # noqa: E402
 
@@ -87,3 +87,17 @@ def test_a_message_processed_again_is_one_message_consumed(recorded: _Recorded) 
         StatusCode.UNSET,
         StatusCode.UNSET,
     ]
+
+
+@pytest.mark.parametrize("given", ["a message", None, {"traceparent": b"x"}])
+def test_what_is_no_message_is_refused_with_a_typed_error(
+    recorded: _Recorded, given: object
+) -> None:
+    # A bare AttributeError ('str' object has no attribute 'headers') came out of both,
+    # and process() had counted nothing and made no span by then: nothing changes.
+    with pytest.raises(ArgumentTypeError, match="Message"):
+        otel.extract(given)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="Message"):
+        with recorded.process(given):  # type: ignore[arg-type]
+            pass
+    assert not recorded.spans.get_finished_spans()
