@@ -228,20 +228,25 @@ def test_an_async_publishs_span_ends_where_it_resolves_without_its_context_there
     # thread that resolved the future (the publisher's, usually): ending it there
     # neither makes it current on that thread nor leaves the caller's context there.
     tracer = telemetry.tracer_provider.get_tracer("test")
-    seen: list[bool] = []  # whether a span was current where each future resolved
+    # Where each future resolved, and whether a span was current there (on the caller's
+    # thread, a future done already runs it at once, in the caller's span).
+    seen: list[tuple[bool, bool]] = []
+    caller_thread = threading.current_thread()
 
     def look(_: object) -> None:
-        seen.append(trace.get_current_span().get_span_context().is_valid)
+        here = threading.current_thread() is caller_thread
+        seen.append((here, trace.get_current_span().get_span_context().is_valid))
 
     with telemetry.stream(liftbridge_address, metered=False) as (client, name):
         with tracer.start_as_current_span("caller") as caller:
             futures = [client.publish_async(name, b"x", key=b"k") for _ in range(20)]
+            for future in futures:
+                future.add_done_callback(look)
+            client.flush(30)  # every one acknowledged before the stream turns read-only
             client.set_stream_readonly(name)
             failed = client.publish_async(name, b"y", key=b"k")
-        for future in [*futures, failed]:
-            future.add_done_callback(look)
+            failed.add_done_callback(look)
         assert isinstance(failed.exception(30), ReadonlyPartitionError)
-        client.flush(30)
         assert all(f.exception(0) is None for f in futures)
         later = client.publish_async(name, b"w", key=b"k")
         later.add_done_callback(look)
@@ -254,7 +259,8 @@ def test_an_async_publishs_span_ends_where_it_resolves_without_its_context_there
     assert len(by_parent) == 21  # the one published outside the caller's span is a root
     assert [s.status.status_code for s in sends].count(StatusCode.ERROR) == 2
     assert all(s.end_time is not None for s in sends)
-    assert seen == [False] * 22
+    assert len(seen) == 22
+    assert not any(valid for here, valid in seen if not here), seen
 
 
 def test_a_batch_is_one_client_send_span_linked_to_a_create_span_per_message(
