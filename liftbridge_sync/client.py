@@ -83,6 +83,8 @@ class Client:
 
     Raises:
         ConfigurationError: if an address or option is invalid.
+        ArgumentTypeError: ``tracer_provider`` or ``meter_provider`` is no
+            OpenTelemetry provider (or ``None``).
 
     Thread-safe: share one client between all threads of a process. Fork-safe: in a
     forked child the client reconnects on first use with fresh channels, as redis-py

@@ -19,7 +19,12 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 
-from liftbridge_sync import BrokerUnavailableError, Client, RetryPolicy  # noqa: E402
+from liftbridge_sync import (  # noqa: E402
+    ArgumentTypeError,
+    BrokerUnavailableError,
+    Client,
+    RetryPolicy,
+)
 
 OBSERVED = (
     "messaging.liftbridge.publish.in_flight",
@@ -147,3 +152,17 @@ def test_a_forked_worker_reports_its_own_client_not_the_masters() -> None:
         [sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("argument", "given"),
+    [("meter_provider", "meters"), ("tracer_provider", 5), ("meter_provider", MeterProvider)],
+)
+def test_a_provider_that_is_no_provider_is_refused_when_the_client_is_made(
+    argument: str, given: object
+) -> None:
+    # It was taken as given, and the first publish (every publish after it too, the
+    # telemetry never made) raised a bare AttributeError ('str' object has no attribute
+    # 'get_meter') from inside the library.
+    with pytest.raises(ArgumentTypeError, match=argument):
+        Client(["127.0.0.1:1"], **{argument: given})  # type: ignore[arg-type]
