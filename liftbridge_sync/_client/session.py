@@ -21,13 +21,8 @@ from liftbridge_sync._publishing.stats import PublisherStats
 from liftbridge_sync._runtime import fork as _fork
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.speedups import note_fallback
-from liftbridge_sync._wire.validate import check_timeout
-from liftbridge_sync.errors import (
-    ArgumentTypeError,
-    ClientClosedError,
-    ConfigurationError,
-    LiftbridgeError,
-)
+from liftbridge_sync._wire.validate import check_provider, check_timeout
+from liftbridge_sync.errors import ClientClosedError, ConfigurationError, LiftbridgeError
 from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.stats import ClientStats, StatsReporter, collect
 
@@ -35,19 +30,6 @@ if TYPE_CHECKING:
     from liftbridge_sync.otel import Telemetry
 
 __all__ = ["Session"]
-
-
-def _check_provider(name: str, provider: object, method: str) -> None:
-    """Refuse a ``provider`` that is not an OpenTelemetry provider (or ``None``), here
-    rather than at every publish; by its ``method``, without importing the optional
-    API."""
-    if provider is not None and (
-        isinstance(provider, type) or not callable(getattr(provider, method, None))
-    ):
-        raise ArgumentTypeError(
-            f"'{name}' must be an OpenTelemetry provider (with {method}()) or None, "
-            f"got {type(provider).__name__}"
-        )
 
 
 class Session:
@@ -93,8 +75,8 @@ class Session:
     ) -> None:
         if stats_callback is not None and not callable(stats_callback):
             raise ConfigurationError("'stats_callback' must be a callable or None")
-        _check_provider("tracer_provider", tracer_provider, "get_tracer")
-        _check_provider("meter_provider", meter_provider, "get_meter")
+        check_provider("tracer_provider", tracer_provider, "get_tracer")
+        check_provider("meter_provider", meter_provider, "get_meter")
         interval = check_seconds(
             "stats_interval", stats_interval, allow_zero=False, unlimited=False
         )

@@ -31,6 +31,7 @@ __all__ = [
     "RESERVED_STREAMS",
     "check_bool",
     "check_bytes",
+    "check_provider",
     "check_headers",
     "check_id",
     "check_int",
@@ -368,3 +369,20 @@ def check_headers(value: Mapping[str, object] | None) -> dict[str, bytes]:
                 "with some or none of them)"
             )
     return result
+
+
+def check_provider(name: str, provider: object, method: str) -> None:
+    """Refuse a ``provider`` argument that is not an OpenTelemetry provider (or
+    ``None``), where it is given rather than at every publish; told by its ``method``
+    (``get_tracer``, ``get_meter``), without importing the optional API.
+
+    Raises:
+        ArgumentTypeError: naming the argument.
+    """
+    if provider is not None and (
+        isinstance(provider, type) or not callable(getattr(provider, method, None))
+    ):
+        raise ArgumentTypeError(
+            f"'{name}' must be an OpenTelemetry provider (with {method}()) or None, "
+            f"got {type(provider).__name__}"
+        )

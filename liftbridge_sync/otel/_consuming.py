@@ -19,6 +19,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind
 
+from liftbridge_sync._wire.validate import check_provider
 from liftbridge_sync.models import Message
 from liftbridge_sync.otel._conventions import (
     DURATION_BUCKETS,
@@ -108,10 +109,13 @@ def process(
     ``error.type`` of a failure).
 
     Raises:
-        ArgumentTypeError: ``message`` is no :class:`~liftbridge_sync.Message`.
+        ArgumentTypeError: ``message`` is no :class:`~liftbridge_sync.Message`, or a
+            provider is no OpenTelemetry provider.
 
     Thread-safe: use it on the thread that handles the message.
     """
+    check_provider("tracer_provider", tracer_provider, "get_tracer")
+    check_provider("meter_provider", meter_provider, "get_meter")
     producer = extract(message)  # checks it is a Message
     producer_span = trace.get_current_span(producer).get_span_context()
     links = [Link(producer_span)] if producer_span.is_valid else []

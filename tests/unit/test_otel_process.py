@@ -101,3 +101,11 @@ def test_what_is_no_message_is_refused_with_a_typed_error(
         with recorded.process(given):  # type: ignore[arg-type]
             pass
     assert not recorded.spans.get_finished_spans()
+
+
+@pytest.mark.parametrize("argument", ["tracer_provider", "meter_provider"])
+def test_a_provider_that_is_no_provider_is_refused(argument: str) -> None:
+    # A bare AttributeError ('str' object has no attribute 'get_tracer') came out.
+    with pytest.raises(ArgumentTypeError, match=argument):
+        with otel.process(make_message(0), **{argument: "provider"}):  # type: ignore[arg-type]
+            pass
