@@ -28,8 +28,9 @@ conventions:
   failed operation's span. (An SDK keeps 128 links per span unless
   ``OTEL_SPAN_LINK_COUNT_LIMIT`` says otherwise; it drops the rest);
 * metrics ``messaging.client.operation.duration`` (seconds, from the call to the ack),
-  ``messaging.client.sent.messages``, ``messaging.client.consumed.messages`` and
-  ``messaging.process.duration`` (both by :func:`process`); and
+  ``messaging.client.sent.messages``, ``messaging.client.consumed.messages`` (once per
+  delivery, however many times it is processed) and ``messaging.process.duration``
+  (both by :func:`process`); and
   observable ones per client, told apart by ``messaging.client.id`` (``<pid>-<n>``):
   ``messaging.liftbridge.publish.in_flight``, ``.publish.resent``, ``.publish.connects``
   and ``messaging.liftbridge.consumer.lag`` (the leaders asked within half the metric
