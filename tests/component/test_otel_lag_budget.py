@@ -27,7 +27,7 @@ from liftbridge_sync.testing._fake import serve  # noqa: E402
 #: Each RPC's timeout: what one unanswered FetchPartitionMetadata takes.
 _RPC_TIMEOUT = 5.0
 #: What the reader gives the collection (milliseconds).
-_COLLECTION = 400
+_COLLECTION = 1500
 
 
 class _HungLeader(FakeBroker):
