@@ -852,6 +852,9 @@ class Client:
         Raises:
             ConfigurationError: on a bad argument.
             NoSuchStreamError: if a stream does not exist.
+            ConsumerIdInUseError: if ``consumer_id`` is a member of the group already
+                (another live member uses it, or one that ended without leaving was not
+                expired by the server yet): nothing was started.
             InternalThreadError: if no thread could be started for it (the process is
                 out of threads): it left the group again.
         """

@@ -25,6 +25,8 @@ Every exception derives from :class:`LiftbridgeError`::
     │   ├── ConsumerGroupNotFoundError       unknown group (also a NotFoundError)
     │   ├── CoordinatorMismatchError         not the group's coordinator, or a stale epoch
     │   ├── NotGroupMemberError              the consumer is not (or no longer) a member
+    │   ├── ConsumerIdInUseError             join refused: the id is a member already (also
+    │   │                                    a ServerError, as it was raised before)
     │   └── CommitError                      cursors of a commit not stored (the others were)
     ├── PartitionPausedError                 partition paused under a subscription
     ├── ReadonlyPartitionError               partition is read-only
@@ -64,6 +66,7 @@ __all__ = [
     "ConfigurationError",
     "ConsumerGroupError",
     "ConsumerGroupNotFoundError",
+    "ConsumerIdInUseError",
     "CoordinatorMismatchError",
     "DeadlineExceededError",
     "EnvelopeError",
@@ -375,6 +378,39 @@ class InvalidArgumentError(ServerError, ValueError):
 
 class UnsupportedError(ServerError):
     """The server does not implement this RPC (it is older than the feature)."""
+
+
+class ConsumerIdInUseError(ConsumerGroupError, ServerError):
+    """A join was refused: the group already has a member with this ``consumer_id``.
+
+    Another live member uses the id, or one that used it ended without leaving (its
+    process killed) and the server has not expired it yet: it does so once the member
+    has not polled for the server's consumer timeout (``groups.consumer.timeout``, 15 s
+    by default). Give each member its own ``consumer_id`` (or none: one is generated),
+    or join again after that timeout. The refused consumer started no thread and holds
+    nothing; the member that has the id is not disturbed.
+
+    Also a :class:`ServerError`, as which this refusal was raised before it had a class.
+
+    Attributes:
+        group: The group id, or ``None`` if not known (a status mapped on its own).
+        consumer_id: The id refused, or ``None`` if not known.
+
+    Instances are immutable values and safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        group: str | None = None,
+        consumer_id: str | None = None,
+        code: str | None = None,
+        details: str = "",
+    ) -> None:
+        super().__init__(message, code=code, details=details)
+        self.group = group
+        self.consumer_id = consumer_id
 
 
 class PublishError(LiftbridgeError):

@@ -28,6 +28,7 @@ def join(
     Raises:
         ConfigurationError: on a bad argument.
         NoSuchStreamError: if a stream does not exist.
+        ConsumerIdInUseError: if ``consumer_id`` is a member of the group already.
     """
     consumer = Consumer(
         core,

@@ -28,6 +28,7 @@ import grpc
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ConsumerGroupNotFoundError,
+    ConsumerIdInUseError,
     CoordinatorMismatchError,
     DeadlineExceededError,
     IncorrectOffsetError,
@@ -486,6 +487,8 @@ def error_from_status(
 
 #: FAILED_PRECONDITION texts of the consumer-group RPCs (server groups.go, metadata.go).
 _NOT_MEMBER_HINTS = ("not a member",)
+#: JoinConsumerGroup's ErrConsumerAlreadyMember (metadata.go, v1.8.0 to HEAD).
+_ALREADY_MEMBER_HINTS = ("already a member",)
 _NO_GROUP_HINTS = ("no such consumer group", "group does not exist")
 _MISMATCH_HINTS = ("not the consumer group coordinator", "epoch", "generation mismatch")
 
@@ -504,6 +507,8 @@ def _group_error(
         return make(CoordinatorMismatchError)
     if _contains(text, _NOT_MEMBER_HINTS):
         return make(NotGroupMemberError)
+    if _contains(text, _ALREADY_MEMBER_HINTS):
+        return make(ConsumerIdInUseError)
     if "stream does not exist" in text.lower():
         return make(NoSuchStreamError)
     return None

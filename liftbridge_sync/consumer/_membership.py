@@ -28,6 +28,7 @@ from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
     ConsumerGroupNotFoundError,
+    ConsumerIdInUseError,
     CoordinatorMismatchError,
     DeadlineExceededError,
     InternalThreadError,
@@ -137,32 +138,25 @@ class Membership:
 
         Raises:
             NoSuchStreamError: if a stream does not exist.
-            ServerError: if the server refused the join (e.g. the id is already a member).
+            ConsumerIdInUseError: if another member of the group has this id.
+            ServerError: if the server refused the join otherwise.
         """
         with self._lock:
             consumer_id = self._consumer_id
-        request = api_pb2.JoinConsumerGroupRequest(
-            groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
-        )
-        failed: list[LiftbridgeError] = []
         try:
-            response = self._core.call_any(
-                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=failed
-            )
-        except ServerError as exc:
-            earlier = maybe_carried_out(failed)
-            if not _already_member(exc) or earlier is None:
-                raise
-            _log.info(
-                "consumer %s: joined by an attempt whose answer was lost (%s); leaving and "
-                "joining again",
-                self.who,
-                earlier,
-            )
-            self._leave_now(consumer_id)
-            response = self._core.call_any(
-                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP
-            )
+            response = self._join_call(consumer_id)
+        except ConsumerIdInUseError as exc:
+            raise ConsumerIdInUseError(
+                f"consumer group {self._group!r}: the consumer_id {consumer_id!r} is "
+                "already a member of the group: another live member uses it, or one that "
+                "used it ended without leaving and the server has not expired it yet (it "
+                "does after its consumer timeout); give each member its own consumer_id "
+                "(or none: one is generated), or join again after that timeout",
+                group=self._group,
+                consumer_id=consumer_id,
+                code=exc.code,
+                details=exc.details,
+            ) from exc
         with self._lock:
             if self.coordinator and response.coordinator != self.coordinator:
                 self._counters.coordinator_changes += 1
@@ -176,6 +170,36 @@ class Membership:
             )
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
             self.heard_at = time.monotonic()
+
+    def _join_call(self, consumer_id: str) -> api_pb2.JoinConsumerGroupResponse:
+        """``JoinConsumerGroup`` as ``consumer_id``; again after a leave when the answer
+        of an attempt that joined was lost (see :meth:`join`).
+
+        Raises:
+            ConsumerIdInUseError: the server's refusal, as mapped (no group or id).
+        """
+        request = api_pb2.JoinConsumerGroupRequest(
+            groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
+        )
+        failed: list[LiftbridgeError] = []
+        try:
+            response: api_pb2.JoinConsumerGroupResponse = self._core.call_any(
+                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=failed
+            )
+            return response
+        except ConsumerIdInUseError:
+            earlier = maybe_carried_out(failed)
+            if earlier is None:
+                raise
+            _log.info(
+                "consumer %s: joined by an attempt whose answer was lost (%s); leaving and "
+                "joining again",
+                self.who,
+                earlier,
+            )
+        self._leave_now(consumer_id)
+        response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
+        return response
 
     def silent_for(self) -> float | None:
         """Seconds since the coordinator last answered, when that is too long to commit.
@@ -224,13 +248,13 @@ class Membership:
                 return
             except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
+            except ConsumerIdInUseError:
+                # The id is a member after all (a broker had not applied the join we
+                # were told of): keep polling as it.
+                self.heard_at = time.monotonic()
+                self._leave_if_left()
+                return
             except ServerError as exc:
-                if _already_member(exc):
-                    # The id is a member after all (a broker had not applied the join
-                    # we were told of): keep polling as it.
-                    self.heard_at = time.monotonic()
-                    self._leave_if_left()
-                    return
                 if type(exc) is not ServerError:
                     raise  # a precise refusal: invalid or unsupported
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
@@ -538,8 +562,3 @@ class Membership:
             self._coordinator_timeout,
         )
         self._lookup.report(consumer_id, coordinator, epoch, self._call_timeout, budget, self.who)
-
-
-def _already_member(error: ServerError) -> bool:
-    """Whether a join was refused because the id is a member of the group already."""
-    return "already" in (error.details or "").lower()

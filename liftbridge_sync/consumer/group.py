@@ -208,7 +208,9 @@ class Consumer:
 
         Raises:
             NoSuchStreamError: if a stream does not exist.
-            ServerError: if the server refused the join (e.g. the id is already a member).
+            ConsumerIdInUseError: if another member of the group has this id (a
+                :class:`ServerError` too): no thread was started.
+            ServerError: if the server refused the join otherwise.
             InternalThreadError: if a thread could not be started (the process is out
                 of threads; ``RuntimeError`` as ``__cause__``): the member left the
                 group again and its threads were joined.

@@ -28,11 +28,13 @@ from liftbridge_sync import (
     ClientClosedError,
     CommitError,
     ConsumerGroupNotFoundError,
+    ConsumerIdInUseError,
     CoordinatorMismatchError,
     DeadlineExceededError,
     InternalThreadError,
     Message,
     NotGroupMemberError,
+    ServerError,
     StartAt,
 )
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
@@ -239,6 +241,35 @@ def test_group_errors_are_typed(client: Client, stream: str) -> None:
             api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId="x"),
             context=CallContext.GROUP,
         )
+
+
+def test_joining_under_an_id_a_live_member_holds_is_a_consumer_id_in_use_error(
+    client: Client, stream: str
+) -> None:
+    # Found in review: the server's refusal (FAILED_PRECONDITION "consumer is already a
+    # member of the consumer group", metadata.go) was a plain ServerError naming neither
+    # the group nor the id, nor what to do.
+    group = unique("g")
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as m1:
+        assert m1.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        before = set(threading.enumerate())
+        with pytest.raises(ConsumerIdInUseError) as caught:
+            client.consumer(group, streams=[stream], auto_commit=1.0, consumer_id="m1")
+        error = caught.value
+        assert isinstance(error, ServerError)  # what it was raised as before
+        assert (error.group, error.consumer_id) == (group, "m1")
+        assert error.code == "FAILED_PRECONDITION"
+        assert error.details == "consumer is already a member of the consumer group"
+        assert f"{group!r}" in str(error) and "'m1'" in str(error)
+        assert "consumer_id" in str(error)  # what to change
+        # The refused member started no thread, and the holder of the id is untouched:
+        # still a member (refused again), holding every partition, never rejoined.
+        started = {t for t in threading.enumerate() if t not in before}
+        assert not [t.name for t in started if t.name.startswith("liftbridge-consumer")]
+        with pytest.raises(ConsumerIdInUseError):
+            client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1")
+        assert m1.assignment() == {(stream, p) for p in ALL}
+        assert m1.stats().rejoins == 0 and not m1.closed
 
 
 CHILD = """

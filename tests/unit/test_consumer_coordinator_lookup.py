@@ -12,10 +12,12 @@ import threading
 import types
 from typing import Any
 
+import grpc
 import pytest
 
 from liftbridge_sync import ClientOptions
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire.status import CallContext, error_from_status
 from liftbridge_sync.consumer import _coordinator, _membership
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
@@ -217,3 +219,25 @@ def test_a_rejoin_refused_for_good_raises(
     with pytest.raises(type(refusal)):
         membership(core).rejoin("m2", threading.Event())
     assert core.joins == 1
+
+
+def test_a_rejoin_refused_as_already_a_member_polls_on_as_that_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A broker that had not applied the join it was told of says the member does not
+    # exist; the metadata leader, asked to join it again, says it is one: the member
+    # polls on as it, neither failing nor retrying the join.
+    monkeypatch.setattr(_membership, "_RETRY_WAIT", 0.0)
+    core = StubCore([])
+    core.join_errors = [
+        error_from_status(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "consumer is already a member of the consumer group",
+            CallContext.GROUP,
+        )
+    ]
+    member = membership(core)
+    member.heard_at = 0.0
+    member.rejoin("m2", threading.Event())
+    assert core.joins == 1
+    assert member.heard_at > 0.0 and member.who == "g/m2"

@@ -185,7 +185,7 @@ def test_tree_shape_documented_in_module_docstring() -> None:
             SC.FAILED_PRECONDITION,
             "consumer is already a member of the consumer group",
             CallContext.GROUP,
-            lb.ServerError,
+            lb.ConsumerIdInUseError,
         ),
         (SC.FAILED_PRECONDITION, "stream does not exist", CallContext.GROUP, lb.NoSuchStreamError),
         (
