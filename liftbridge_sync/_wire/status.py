@@ -60,6 +60,7 @@ __all__ = [
     "error_from_status",
     "error_from_tls_exception",
     "closed_at_connect",
+    "group_created_meanwhile",
     "is_transient_async_error",
     "maybe_carried_out",
 ]
@@ -491,6 +492,17 @@ _NOT_MEMBER_HINTS = ("not a member",)
 _ALREADY_MEMBER_HINTS = ("already a member",)
 _NO_GROUP_HINTS = ("no such consumer group", "group does not exist")
 _MISMATCH_HINTS = ("not the consumer group coordinator", "epoch", "generation mismatch")
+
+
+#: JoinConsumerGroup's ErrConsumerGroupExists (metadata.go, v1.8.0 to HEAD).
+_GROUP_EXISTS = "consumer group already exists"
+
+
+def group_created_meanwhile(error: LiftbridgeError) -> bool:
+    """Whether a join was refused because another member created the group between
+    the server's look-up and its applying this join's creation of it (nothing of the
+    join was applied; joining again joins the group created)."""
+    return error.code == "FAILED_PRECONDITION" and _GROUP_EXISTS in error.details.lower()
 
 
 def _group_error(

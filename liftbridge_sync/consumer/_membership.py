@@ -21,7 +21,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.status import CallContext, maybe_carried_out
+from liftbridge_sync._wire.status import CallContext, group_created_meanwhile, maybe_carried_out
 from liftbridge_sync.consumer._coordinator import CoordinatorLookup
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
@@ -70,6 +70,14 @@ _COMMIT_FRACTION = 0.75
 #: timeout for the leave to be applied. Later, the member asks once more first (which
 #: resets the timer) or, if that fails, leaves the group to the server's timeout.
 _LEAVE_FRACTION = 0.5
+
+#: Joins made in a row while the group is created or removed under them. The first
+#: members of a group (replicas started together) race to create it: the server creates
+#: it for one and refuses the others "consumer group already exists"; a join may also
+#: find the group it looked up removed (its last member left) by the time it is applied.
+#: Each such refusal means another member's join or leave was applied meanwhile, and
+#: joining again joins (or creates) the group as it is now.
+_JOIN_RACES = 5
 
 #: Called with each polled assignment and its epoch.
 Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
@@ -132,9 +140,11 @@ class Membership:
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
 
-        A join is retried on UNAVAILABLE. Refused "already a member" after an attempt
-        whose answer may have been lost, the member is this one: it leaves and joins
-        again, for the coordinator, epoch and timeouts only the lost answer carried.
+        A join is retried on UNAVAILABLE, and when another member created or removed
+        the group as it joined (see :data:`_JOIN_RACES`). Refused "already a member"
+        after an attempt whose answer may have been lost, the member is this one: it
+        leaves and joins again, for the coordinator, epoch and timeouts only the lost
+        answer carried.
 
         Raises:
             NoSuchStreamError: if a stream does not exist.
@@ -173,7 +183,8 @@ class Membership:
 
     def _join_call(self, consumer_id: str) -> api_pb2.JoinConsumerGroupResponse:
         """``JoinConsumerGroup`` as ``consumer_id``; again after a leave when the answer
-        of an attempt that joined was lost (see :meth:`join`).
+        of an attempt that joined was lost (see :meth:`join`), and again when the group
+        was created or removed under the join (see :data:`_JOIN_RACES`).
 
         Raises:
             ConsumerIdInUseError: the server's refusal, as mapped (no group or id).
@@ -181,25 +192,40 @@ class Membership:
         request = api_pb2.JoinConsumerGroupRequest(
             groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
         )
-        failed: list[LiftbridgeError] = []
-        try:
-            response: api_pb2.JoinConsumerGroupResponse = self._core.call_any(
-                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=failed
-            )
-            return response
-        except ConsumerIdInUseError:
-            earlier = maybe_carried_out(failed)
-            if earlier is None:
-                raise
-            _log.info(
-                "consumer %s: joined by an attempt whose answer was lost (%s); leaving and "
-                "joining again",
-                self.who,
-                earlier,
-            )
-        self._leave_now(consumer_id)
-        response = self._core.call_any(rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP)
-        return response
+        races = 0
+        left = False
+        while True:
+            # The failures of this call only: one of an earlier call, refused because
+            # another member created the group meanwhile, joined nothing.
+            failed: list[LiftbridgeError] = []
+            try:
+                response: api_pb2.JoinConsumerGroupResponse = self._core.call_any(
+                    rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=failed
+                )
+                return response
+            except ConsumerIdInUseError:
+                earlier = None if left else maybe_carried_out(failed)
+                if earlier is None:
+                    raise
+                _log.info(
+                    "consumer %s: joined by an attempt whose answer was lost (%s); leaving "
+                    "and joining again",
+                    self.who,
+                    earlier,
+                )
+                self._leave_now(consumer_id)
+                left = True
+            except (ConsumerGroupNotFoundError, ServerError) as exc:
+                races += 1
+                raced = isinstance(exc, ConsumerGroupNotFoundError) or group_created_meanwhile(exc)
+                if not raced or races >= _JOIN_RACES:
+                    raise
+                _log.info(
+                    "consumer %s: another member created or removed the group as this one "
+                    "joined (%s); joining again",
+                    self.who,
+                    exc,
+                )
 
     def silent_for(self) -> float | None:
         """Seconds since the coordinator last answered, when that is too long to commit.

@@ -241,3 +241,30 @@ def test_a_rejoin_refused_as_already_a_member_polls_on_as_that_member(
     member.rejoin("m2", threading.Event())
     assert core.joins == 1
     assert member.heard_at > 0.0 and member.who == "g/m2"
+
+
+@pytest.mark.parametrize(
+    ("code", "details"),
+    [
+        (grpc.StatusCode.FAILED_PRECONDITION, "consumer group already exists"),
+        (grpc.StatusCode.NOT_FOUND, "consumer group does not exist"),
+    ],
+    ids=["created meanwhile", "removed meanwhile"],
+)
+def test_a_join_the_group_was_created_or_removed_under_joins_again(
+    code: grpc.StatusCode, details: str
+) -> None:
+    # Another member created the group between the server's look-up and this join's
+    # creation of it, or its last member left before this join was applied: nothing of
+    # the join was applied, and joining again joins (or creates) the group as it is.
+    core = StubCore([])
+    core.join_errors = [error_from_status(code, details, CallContext.GROUP)] * 2
+    member = membership(core)
+    member.join()
+    assert core.joins == 3 and member.coordinator == "n0"
+    # Bounded: each refusal means another member's join or leave was applied, so a
+    # join that keeps losing is refused as the server said.
+    core.join_errors = [error_from_status(code, details, CallContext.GROUP)] * 10
+    with pytest.raises(type(core.join_errors[0])):
+        member.join()
+    assert core.joins == 3 + _membership._JOIN_RACES
