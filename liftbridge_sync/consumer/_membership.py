@@ -153,8 +153,9 @@ class Membership:
         """
         with self._lock:
             consumer_id = self._consumer_id
+        tried: list[LiftbridgeError] = []
         try:
-            response = self._join_call(consumer_id)
+            response = self._join_call(consumer_id, tried)
         except ConsumerIdInUseError as exc:
             raise ConsumerIdInUseError(
                 f"consumer group {self._group!r}: the consumer_id {consumer_id!r} is "
@@ -167,6 +168,11 @@ class Membership:
                 code=exc.code,
                 details=exc.details,
             ) from exc
+        except LiftbridgeError as exc:
+            earlier = maybe_carried_out(tried)
+            if earlier is not None:
+                self._leave_after_failed_join(consumer_id, exc, earlier)
+            raise
         with self._lock:
             if self.coordinator and response.coordinator != self.coordinator:
                 self._counters.coordinator_changes += 1
@@ -181,10 +187,14 @@ class Membership:
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
             self.heard_at = time.monotonic()
 
-    def _join_call(self, consumer_id: str) -> api_pb2.JoinConsumerGroupResponse:
+    def _join_call(
+        self, consumer_id: str, tried: list[LiftbridgeError]
+    ) -> api_pb2.JoinConsumerGroupResponse:
         """``JoinConsumerGroup`` as ``consumer_id``; again after a leave when the answer
         of an attempt that joined was lost (see :meth:`join`), and again when the group
         was created or removed under the join (see :data:`_JOIN_RACES`).
+
+        ``tried`` receives the error of every failed attempt since the last leave.
 
         Raises:
             ConsumerIdInUseError: the server's refusal, as mapped (no group or id).
@@ -195,16 +205,16 @@ class Membership:
         races = 0
         left = False
         while True:
-            # The failures of this call only: one of an earlier call, refused because
-            # another member created the group meanwhile, joined nothing.
-            failed: list[LiftbridgeError] = []
+            # This call's failures are tried[begun:]: one of an earlier call, refused
+            # because another member created the group meanwhile, joined nothing.
+            begun = len(tried)
             try:
                 response: api_pb2.JoinConsumerGroupResponse = self._core.call_any(
-                    rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=failed
+                    rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=tried
                 )
                 return response
             except ConsumerIdInUseError:
-                earlier = None if left else maybe_carried_out(failed)
+                earlier = None if left else maybe_carried_out(tried[begun:])
                 if earlier is None:
                     raise
                 _log.info(
@@ -215,6 +225,7 @@ class Membership:
                 )
                 self._leave_now(consumer_id)
                 left = True
+                tried.clear()  # what those attempts may have applied, the leave undid
             except (ConsumerGroupNotFoundError, ServerError) as exc:
                 races += 1
                 raced = isinstance(exc, ConsumerGroupNotFoundError) or group_created_meanwhile(exc)
@@ -226,6 +237,30 @@ class Membership:
                     self.who,
                     exc,
                 )
+
+    def _leave_after_failed_join(
+        self, consumer_id: str, error: LiftbridgeError, earlier: LiftbridgeError
+    ) -> None:
+        """The join failed with ``error`` after an attempt the server may have applied
+        (``earlier``: its answer lost, or its deadline expired): leave, within one
+        ``rpc_timeout``. Otherwise the member, if joined, would hold partitions nobody
+        reads until the server's consumer timeout, and its id be refused until then."""
+        _log.warning(
+            "consumer %s: joining failed (%s) after an attempt the server may have applied "
+            "(%s); leaving the group",
+            self.who,
+            error,
+            earlier,
+        )
+        try:
+            self._leave_now(consumer_id, time.monotonic() + self._core.options.rpc_timeout)
+        except LiftbridgeError as exc:
+            _log.warning(
+                "consumer %s: leaving after the failed join failed too (%s): if the join "
+                "was applied, the server removes the member after its consumer timeout",
+                self.who,
+                exc,
+            )
 
     def silent_for(self) -> float | None:
         """Seconds since the coordinator last answered, when that is too long to commit.
@@ -331,14 +366,17 @@ class Membership:
         except LiftbridgeError as exc:
             _log.warning("consumer %s: leaving the group failed: %s", self.who, exc)
 
-    def _leave_now(self, consumer_id: str) -> None:
+    def _leave_now(self, consumer_id: str, deadline: float | None = None) -> None:
         """Leave the group as ``consumer_id`` just joined (its timer on the server was
-        just reset: no expiry can race the leave); not a member is no error."""
+        just reset: no expiry can race the leave), by ``deadline`` (a
+        ``time.monotonic()``; ``None``: under the retry policy); not a member is no
+        error."""
         try:
             self._core.call_any(
                 rpcs.LEAVE_CONSUMER_GROUP,
                 api_pb2.LeaveConsumerGroupRequest(groupId=self._group, consumerId=consumer_id),
                 context=CallContext.GROUP,
+                deadline=deadline,
             )
         except (ConsumerGroupNotFoundError, NotGroupMemberError):
             pass

@@ -215,16 +215,19 @@ class Consumer:
                 of threads; ``RuntimeError`` as ``__cause__``): the member left the
                 group again and its threads were joined.
 
-        Any other exception once the server may have applied the join (a
+        A join that fails after an attempt the server may have applied (its answer
+        lost, its deadline expired) leaves the group before the error propagates; so
+        does any other exception once the server may have applied the join (a
         ``KeyboardInterrupt`` while its answer is on its way, or while the threads
-        start) also makes the member leave the group and join its threads before it
-        propagates.
+        start), which also joins the member's threads.
         """
         self._refuse_if_forked()
         try:
             self._membership.join()
         except LiftbridgeError:
-            raise  # refused, or failed for good: no member to leave
+            # Refused, or failed for good; after an attempt the server may have applied
+            # (a lost answer, a deadline), Membership.join left the group.
+            raise
         except BaseException:
             # A Ctrl-C while the answer was on its way: the server may have applied the
             # join, and the member would hold partitions nobody reads until the server's

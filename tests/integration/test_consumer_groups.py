@@ -1584,6 +1584,38 @@ def test_a_join_whose_answer_was_lost_and_was_retried_joins_the_group(
             wait_until(lambda: split_evenly(m1, m2), 15, "two partitions each")
 
 
+def test_a_join_that_failed_after_the_server_applied_it_leaves_the_group(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A fault: the join's deadline expires (a slow metadata leader) after the server
+    # applied it. DEADLINE_EXCEEDED is not retried, and Client.consumer() raised it with
+    # the member left in the group, holding partitions nobody read until the server's
+    # consumer timeout, and its id refused ("already a member") until then.
+    invoke = client._core.invoke
+    expired: list[str] = []
+
+    def expiring(address: str, rpc: Any, request: Any, **kwargs: Any) -> Any:
+        response = invoke(address, rpc, request, **kwargs)
+        if rpc is rpcs.JOIN_CONSUMER_GROUP and not expired:
+            expired.append(request.consumerId)
+            raise DeadlineExceededError(
+                "consumer group: deadline exceeded: Deadline Exceeded",
+                code="DEADLINE_EXCEEDED",
+                details="Deadline Exceeded",
+            )
+        return response
+
+    monkeypatch.setattr(client._core, "invoke", expiring)
+    group = unique("g")
+    with pytest.raises(DeadlineExceededError):
+        client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1")
+    assert expired == ["m1"]
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+    # It left the group: its id is free at once, and it is the group's only member.
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as m1:
+        assert m1.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+
 @pytest.mark.parametrize("where", ["stopping the readers", "the final commit"])
 def test_a_close_interrupted_midway_still_ends_every_thread(
     client: Client, stream: str, monkeypatch: pytest.MonkeyPatch, where: str
