@@ -80,6 +80,8 @@ class Readers:
         #: Set once the consumer closes (under the lock, as it marks itself closed): no
         #: reader starts any more.
         self._shut = False
+        #: The readers :meth:`shut` took out of the assignment.
+        self._shut_out: list[PartitionReader] = []
 
     @property
     def _who(self) -> str:
@@ -101,18 +103,19 @@ class Readers:
         return frozenset(k for k, r in self._readers.items() if not (r.stopped or r.failed))
 
     def shut(self) -> list[PartitionReader]:
-        """The consumer closes: no reader starts any more; the readers to stop.
+        """The consumer closes: no reader starts any more; the readers to stop (those
+        of an earlier call included: a close() interrupted stops them all again).
 
         They are marked stopped at once, in the caller's critical section: the iterator
         hands out none of their queued messages while they are stopped one by one (what
         it would hand out now could never count as processed). Call with the lock held.
         """
         self._shut = True
-        readers = list(self._readers.values())
-        for reader in readers:
+        for reader in self._readers.values():
             reader.stopped = True
+        self._shut_out.extend(self._readers.values())
         self._readers.clear()
-        return readers
+        return list(self._shut_out)
 
     def drop_all(self, consumer_id: str) -> list[PartitionReader]:
         """The server dropped this member: the readers to stop (without committing).

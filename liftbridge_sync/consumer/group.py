@@ -374,34 +374,44 @@ class Consumer:
         if self._core.forked:
             self._standing.closed = True
             return
-        with self._lock:
-            first = not self._standing.closed
-            if first:
-                self._standing.closed = True
-                self._threads.closing()
-                readers = self._readers.shut()
-                failure = self._standing.failure
-        if not first:
-            self._threads.wait_for_close(self._close_bound(), self._who)
-            return
+        # Whether this is the first close(): known before the consumer is marked
+        # closed, so that a Ctrl-C landing anywhere after that still ends what runs.
+        first = False
         try:
+            with self._lock:
+                first = not self._standing.closed
+                if first:
+                    self._standing.closed = True
+                    self._threads.closing()
+                    readers = self._readers.shut()
+                    failure = self._standing.failure
+            if not first:
+                self._threads.wait_for_close(self._close_bound(), self._who)
+                return
             dropped = isinstance(failure, ConsumerGroupNotFoundError | NotGroupMemberError)
             self._close(readers, dropped)
         except BaseException:
-            self._abandon(readers)
+            if first:
+                self._abandon()
             raise
         finally:
-            self._threads.closed()
+            if first:
+                self._threads.closed()
 
-    def _abandon(self, readers: list[PartitionReader]) -> None:
+    def _abandon(self) -> None:
         """A first close() interrupted (a Ctrl-C while it waits for a thread or a
-        commit): every thread is told to end, without waiting for it, the heartbeat
-        among them, which would otherwise poll on, keeping the member in its group
-        with partitions nobody reads for the process's life (a second close() finds
-        this one ended). The server's consumer timeout removes the member."""
+        commit, or as it marks the consumer closed): every thread is told to end,
+        without waiting for it, the heartbeat among them, which would otherwise poll
+        on, keeping the member in its group with partitions nobody reads for the
+        process's life (a second close() finds this one ended); the iteration ends.
+        The server's consumer timeout removes the member."""
         self._stop.set()
         self._commits.handed_off.set()  # wakes the commit thread
         self._threads.stop_polling.set()
+        self._standing.settled.set()
+        self._mailbox.close()
+        with self._lock:
+            readers = self._readers.shut()  # those shut before too
         for reader in readers:
             self._readers.stop(reader)
 

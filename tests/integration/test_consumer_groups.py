@@ -1616,14 +1616,17 @@ def test_a_join_that_failed_after_the_server_applied_it_leaves_the_group(
         assert m1.wait_for_assignment(15) == {(stream, p) for p in ALL}
 
 
-@pytest.mark.parametrize("where", ["stopping the readers", "the final commit"])
+@pytest.mark.parametrize("where", ["marking it closed", "stopping the readers", "the final commit"])
 def test_a_close_interrupted_midway_still_ends_every_thread(
     client: Client, stream: str, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
     # A fault: Ctrl-C (its handler's KeyboardInterrupt) while close() waits, e.g. a
     # second one while it joins the readers or commits. The heartbeat polled on,
     # keeping the member in its group with partitions nobody read for the process's
-    # life (a second close(), Client.close()'s, found the first one ended).
+    # life (a second close(), Client.close()'s, found the first one ended). Found in
+    # review: one landing as close() marks the consumer closed, before its cleanup
+    # began, left everything running, the iteration blocked, and a second close()
+    # waiting for the first to end for its whole bound (some 40 s), in vain.
     member = client.consumer(unique("g"), streams=[stream], auto_commit=5.0)
     member.wait_for_assignment(15)
     own = list(member._threads.started)
@@ -1631,7 +1634,9 @@ def test_a_close_interrupted_midway_still_ends_every_thread(
     def interrupted(*args: object) -> list[str]:
         raise KeyboardInterrupt
 
-    if where == "stopping the readers":
+    if where == "marking it closed":
+        monkeypatch.setattr(member._threads, "closing", interrupted)
+    elif where == "stopping the readers":
         monkeypatch.setattr(member._readers, "stop_all", interrupted)
     else:
         monkeypatch.setattr(member._autocommit, "final", interrupted)
@@ -1643,3 +1648,8 @@ def test_a_close_interrupted_midway_still_ends_every_thread(
         10,
         f"its threads {[t.name for t in own]} and readers to end",
     )
+    with pytest.raises(StopIteration):  # the iteration ended
+        member.get(0.1)
+    began = time.monotonic()
+    member.close()  # a second close() finds the first one ended
+    assert time.monotonic() - began < 5.0
