@@ -1626,7 +1626,7 @@ def test_a_close_interrupted_midway_still_ends_every_thread(
     # life (a second close(), Client.close()'s, found the first one ended). Found in
     # review: one landing as close() marks the consumer closed, before its cleanup
     # began, left everything running, the iteration blocked, and a second close()
-    # waiting for the first to end for its whole bound (some 40 s), in vain.
+    # waiting for the first to end for its whole bound (about a minute), in vain.
     member = client.consumer(unique("g"), streams=[stream], auto_commit=5.0)
     member.wait_for_assignment(15)
     own = list(member._threads.started)
