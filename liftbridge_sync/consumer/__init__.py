@@ -4,6 +4,8 @@
   as one iterator and commits positions as cursors under ``__group:<group>``.
 * :mod:`._settings`: the consumer's arguments, checked.
 * :mod:`._membership`: joining, the heartbeat poll, coordinator failover, leaving.
+* :mod:`._joining`: the join call and the races around it (an answer lost, the group
+  created or removed under it, the id in use).
 * :mod:`._coordinator`: finding the coordinator's address, asking who it is after a
   failover, reporting one that cannot be reached.
 * :mod:`._standing`: what each polled answer does: the assignment applied, a member

@@ -2,8 +2,9 @@
 
 The protocol is described in :mod:`liftbridge_sync.consumer.group`. :class:`Membership`
 makes the group RPCs and keeps what they answer (coordinator, epoch, the server's
-timeouts); the calls that find the coordinator are :mod:`._coordinator`'s; what to do
-with an assignment is the consumer's, handed in as a callback.
+timeouts); the join call and the races around it are :mod:`._joining`'s, the calls that
+find the coordinator :mod:`._coordinator`'s; what to do with an assignment is the
+consumer's, handed in as a callback.
 
 Thread-safe: the coordinator and epoch are guarded by the lock shared with the consumer;
 the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts;
@@ -21,8 +22,9 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
-from liftbridge_sync._wire.status import CallContext, group_created_meanwhile, maybe_carried_out
+from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer._coordinator import CoordinatorLookup
+from liftbridge_sync.consumer._joining import join_group
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
@@ -70,14 +72,6 @@ _COMMIT_FRACTION = 0.75
 #: timeout for the leave to be applied. Later, the member asks once more first (which
 #: resets the timer) or, if that fails, leaves the group to the server's timeout.
 _LEAVE_FRACTION = 0.5
-
-#: Joins made in a row while the group is created or removed under them. The first
-#: members of a group (replicas started together) race to create it: the server creates
-#: it for one and refuses the others "consumer group already exists"; a join may also
-#: find the group it looked up removed (its last member left) by the time it is applied.
-#: Each such refusal means another member's join or leave was applied meanwhile, and
-#: joining again joins (or creates) the group as it is now.
-_JOIN_RACES = 5
 
 #: Called with each polled assignment and its epoch.
 Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
@@ -140,11 +134,7 @@ class Membership:
     def join(self) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
 
-        A join is retried on UNAVAILABLE, and when another member created or removed
-        the group as it joined (see :data:`_JOIN_RACES`). Refused "already a member"
-        after an attempt whose answer may have been lost, the member is this one: it
-        leaves and joins again, for the coordinator, epoch and timeouts only the lost
-        answer carried.
+        The call and the races around it are :func:`._joining.join_group`'s.
 
         Raises:
             NoSuchStreamError: if a stream does not exist.
@@ -153,26 +143,7 @@ class Membership:
         """
         with self._lock:
             consumer_id = self._consumer_id
-        tried: list[LiftbridgeError] = []
-        try:
-            response = self._join_call(consumer_id, tried)
-        except ConsumerIdInUseError as exc:
-            raise ConsumerIdInUseError(
-                f"consumer group {self._group!r}: the consumer_id {consumer_id!r} is "
-                "already a member of the group: another live member uses it, or one that "
-                "used it ended without leaving and the server has not expired it yet (it "
-                "does after its consumer timeout); give each member its own consumer_id "
-                "(or none: one is generated), or join again after that timeout",
-                group=self._group,
-                consumer_id=consumer_id,
-                code=exc.code,
-                details=exc.details,
-            ) from exc
-        except LiftbridgeError as exc:
-            earlier = maybe_carried_out(tried)
-            if earlier is not None:
-                self._leave_after_failed_join(consumer_id, exc, earlier)
-            raise
+        response = join_group(self._core, self._group, consumer_id, self._streams)
         with self._lock:
             if self.coordinator and response.coordinator != self.coordinator:
                 self._counters.coordinator_changes += 1
@@ -186,81 +157,6 @@ class Membership:
             )
             self._coordinator_timeout = max(0.1, response.coordinatorTimeout / 1e9)
             self.heard_at = time.monotonic()
-
-    def _join_call(
-        self, consumer_id: str, tried: list[LiftbridgeError]
-    ) -> api_pb2.JoinConsumerGroupResponse:
-        """``JoinConsumerGroup`` as ``consumer_id``; again after a leave when the answer
-        of an attempt that joined was lost (see :meth:`join`), and again when the group
-        was created or removed under the join (see :data:`_JOIN_RACES`).
-
-        ``tried`` receives the error of every failed attempt since the last leave.
-
-        Raises:
-            ConsumerIdInUseError: the server's refusal, as mapped (no group or id).
-        """
-        request = api_pb2.JoinConsumerGroupRequest(
-            groupId=self._group, consumerId=consumer_id, streams=list(self._streams)
-        )
-        races = 0
-        left = False
-        while True:
-            # This call's failures are tried[begun:]: one of an earlier call, refused
-            # because another member created the group meanwhile, joined nothing.
-            begun = len(tried)
-            try:
-                response: api_pb2.JoinConsumerGroupResponse = self._core.call_any(
-                    rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=tried
-                )
-                return response
-            except ConsumerIdInUseError:
-                earlier = None if left else maybe_carried_out(tried[begun:])
-                if earlier is None:
-                    raise
-                _log.info(
-                    "consumer %s: joined by an attempt whose answer was lost (%s); leaving "
-                    "and joining again",
-                    self.who,
-                    earlier,
-                )
-                self._leave_now(consumer_id)
-                left = True
-                tried.clear()  # what those attempts may have applied, the leave undid
-            except (ConsumerGroupNotFoundError, ServerError) as exc:
-                races += 1
-                raced = isinstance(exc, ConsumerGroupNotFoundError) or group_created_meanwhile(exc)
-                if not raced or races >= _JOIN_RACES:
-                    raise
-                _log.info(
-                    "consumer %s: another member created or removed the group as this one "
-                    "joined (%s); joining again",
-                    self.who,
-                    exc,
-                )
-
-    def _leave_after_failed_join(
-        self, consumer_id: str, error: LiftbridgeError, earlier: LiftbridgeError
-    ) -> None:
-        """The join failed with ``error`` after an attempt the server may have applied
-        (``earlier``: its answer lost, or its deadline expired): leave, within one
-        ``rpc_timeout``. Otherwise the member, if joined, would hold partitions nobody
-        reads until the server's consumer timeout, and its id be refused until then."""
-        _log.warning(
-            "consumer %s: joining failed (%s) after an attempt the server may have applied "
-            "(%s); leaving the group",
-            self.who,
-            error,
-            earlier,
-        )
-        try:
-            self._leave_now(consumer_id, time.monotonic() + self._core.options.rpc_timeout)
-        except LiftbridgeError as exc:
-            _log.warning(
-                "consumer %s: leaving after the failed join failed too (%s): if the join "
-                "was applied, the server removes the member after its consumer timeout",
-                self.who,
-                exc,
-            )
 
     def silent_for(self) -> float | None:
         """Seconds since the coordinator last answered, when that is too long to commit.
@@ -365,21 +261,6 @@ class Membership:
             pass  # already out of the group
         except LiftbridgeError as exc:
             _log.warning("consumer %s: leaving the group failed: %s", self.who, exc)
-
-    def _leave_now(self, consumer_id: str, deadline: float | None = None) -> None:
-        """Leave the group as ``consumer_id`` just joined (its timer on the server was
-        just reset: no expiry can race the leave), by ``deadline`` (a
-        ``time.monotonic()``; ``None``: under the retry policy); not a member is no
-        error."""
-        try:
-            self._core.call_any(
-                rpcs.LEAVE_CONSUMER_GROUP,
-                api_pb2.LeaveConsumerGroupRequest(groupId=self._group, consumerId=consumer_id),
-                context=CallContext.GROUP,
-                deadline=deadline,
-            )
-        except (ConsumerGroupNotFoundError, NotGroupMemberError):
-            pass
 
     def _leave_deadline(self) -> float | None:
         """When a leave must have ended, or ``None`` if this member must not leave.

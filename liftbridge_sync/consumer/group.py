@@ -22,7 +22,8 @@ The protocol (server ``groups.go``, go-liftbridge ``consumer.go``):
 
 This module is the :class:`Consumer` itself: its threads and lifecycle, iteration and
 commits; the parts it composes share its lock. Its arguments are checked by
-:mod:`._settings`; the group RPCs and the heartbeat poll are :mod:`._membership`'s;
+:mod:`._settings`; the group RPCs and the heartbeat poll are :mod:`._membership`'s (the
+join call and the races around it :mod:`._joining`'s);
 what each polled answer does (the assignment applied, a dropped member rejoining or
 failing) is :mod:`._standing`'s; the reader thread per assigned partition is
 :mod:`._readers`'s; the delivered, processed and committed positions and the commits

@@ -18,7 +18,7 @@ import pytest
 from liftbridge_sync import ClientOptions
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.status import CallContext, error_from_status
-from liftbridge_sync.consumer import _coordinator, _membership
+from liftbridge_sync.consumer import _coordinator, _joining, _membership
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
@@ -267,4 +267,4 @@ def test_a_join_the_group_was_created_or_removed_under_joins_again(
     core.join_errors = [error_from_status(code, details, CallContext.GROUP)] * 10
     with pytest.raises(type(core.join_errors[0])):
         member.join()
-    assert core.joins == 3 + _membership._JOIN_RACES
+    assert core.joins == 3 + _joining._JOIN_RACES
