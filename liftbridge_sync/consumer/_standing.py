@@ -30,13 +30,12 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 
 
 class Standing:
-    """One member's id, whether it is closed, answered or failed, and its readers kept
+    """One member's id, whether it is closed or failed, and its readers kept
     in line with the heartbeat's answers.
 
     Attributes:
         consumer_id: The member's id (a generated one changes on a rejoin).
         closed: ``close()`` was called.
-        answered: A poll's answer was applied.
         failure: What ended the membership, if anything did.
         settled: Set once a poll's answer was applied, or on close or failure: what
             ``wait_for_assignment()`` waits for.
@@ -64,7 +63,6 @@ class Standing:
         #: A generated id is replaced on a rejoin; one the user chose is kept.
         self._generated_id = generated
         self.closed = False
-        self.answered = False
         self.failure: BaseException | None = None
         self.settled = threading.Event()
         self._lock = lock
@@ -81,24 +79,23 @@ class Standing:
         Raises:
             TimeoutError: if none was applied within ``seconds``.
             ClientClosedError: if the consumer was (or gets) closed.
-            LiftbridgeError: what ended the membership before an answer was applied.
+            LiftbridgeError: what ended the membership (before an answer was applied or
+                after: the assignment of a failed member is no assignment).
         """
         # In slices: a Ctrl-C the kernel gave another thread is handled within one.
         if not wait_event(self.settled, seconds):
             raise TimeoutError("no assignment arrived within the timeout")
         with self._lock:
-            answered, closed, failure = self.answered, self.closed, self.failure
+            closed, failure = self.closed, self.failure
         if closed:
             raise ClientClosedError(f"consumer {self._group} was closed")
-        if not answered and failure is not None:
+        if failure is not None:
             raise failure
 
     def reconcile(self, assignments: Iterable[api_pb2.PartitionAssignment], epoch: int) -> None:
         """Apply a polled assignment (heartbeat thread); wait_for_assignment() may return."""
         if not self._readers.reconcile(assignments, epoch):
             return  # closed meanwhile
-        with self._lock:
-            self.answered = True
         self.settled.set()
 
     def fail(self, error: BaseException) -> None:

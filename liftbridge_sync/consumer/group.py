@@ -339,10 +339,10 @@ class Consumer:
             TimeoutError: if no answer was applied within ``timeout`` seconds.
             ClientClosedError: if the consumer was (or gets) closed.
             ConsumerGroupNotFoundError, NotGroupMemberError: the server dropped this
-                member and ``rejoin=False``.
+                member and ``rejoin=False`` (before the first answer or since).
             InternalThreadError: the heartbeat thread died (e.g. no thread could be
                 started for a partition reader), with the original error as
-                ``__cause__``.
+                ``__cause__`` (before the first answer or since).
             ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
