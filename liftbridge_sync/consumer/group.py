@@ -549,6 +549,9 @@ class Consumer:
             CommitError: if some cursors could not be stored (a ``__cursors`` leader
                 hung or unreachable); the others were, each on its own. Its ``failed``
                 names each partition with its error, its ``committed`` what was stored.
+            ConsumerGroupNotFoundError, NotGroupMemberError, InternalThreadError: what
+                ended the membership (as the iterator raises it): nothing was committed,
+                the partitions are no longer this member's.
             ForkedClientError: in a process forked after this consumer was created.
         """
         self._refuse_if_forked()
@@ -558,6 +561,9 @@ class Consumer:
                 f"consumer {self._group} was closed: nothing was committed (with "
                 "auto_commit=None, commit() before close())"
             )
+        failure = self._standing.failure
+        if failure is not None:
+            raise failure  # its readers were dropped: {} would look the same as above
         self._commits.mark_processed(self._readers)
         return self._commits.commit(self._readers)
 
