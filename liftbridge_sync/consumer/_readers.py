@@ -326,7 +326,12 @@ class Readers:
         before = meta.newest_offset if kind is StartKind.NEW_ONLY else meta.newest_offset - 1
         if before < 0 or not self._membership.may_commit():
             return StartAt.offset(max(before, -1) + 1)
-        self._commits.store((stream, partition), before)
+        with self._lock:
+            # Taken away while the end was looked up (a slow leader): the new owner may
+            # have committed past it since, and storing it would move the cursor back.
+            stopped = reader.stopped
+        if not stopped:
+            self._commits.store((stream, partition), before)
         return StartAt.offset(before + 1)
 
     def _read(self, reader: PartitionReader) -> None:

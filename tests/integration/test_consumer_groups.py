@@ -1482,6 +1482,52 @@ def test_a_partition_read_from_its_end_without_a_cursor_loses_nothing_when_it_mo
         assert got == between and not got & old
 
 
+def test_a_reader_revoked_as_it_starts_stores_no_cursor_over_the_new_owners(
+    client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found in review: with auto-commit, a reader starting from a partition's end stores
+    # that end as its cursor. One whose partition was taken away while it looked the end
+    # up (a slow leader) stored it all the same, over what the new owner had committed
+    # since: the cursor moved back, and the partition's next owner read it all again.
+    fetch = leader_module.fetch_partition_metadata
+    looking: list[threading.Thread] = []
+    go = threading.Event()
+
+    def slow(core: ClientCore, s: str, partition: int) -> PartitionMetadata:
+        meta = fetch(core, s, partition)
+        if (s, partition) == (stream, 0) and not looking:
+            looking.append(threading.current_thread())
+            go.wait(30)
+        return meta
+
+    monkeypatch.setattr(leader_module, "fetch_partition_metadata", slow)
+    publish_batch(client, stream, "old", PARTITIONS)  # offset 0 in each partition
+    group = unique("g")
+    # Ties go to the lower id: "m1" is given partitions 0 and 2 when it joins.
+    a = client.consumer(group, streams=[stream], auto_commit=60.0, consumer_id="m2")
+    try:
+        assert a.wait_for_assignment(15) == {(stream, p) for p in ALL}
+        wait_until(lambda: bool(looking), 15, "a's reader of partition 0 looking its end up")
+        start = StartAt.earliest()
+        with client.consumer(
+            group, streams=[stream], auto_commit=None, consumer_id="m1", start=start
+        ) as b:
+            wait_until(lambda: partitions_of(a) == {1, 3}, 15, "a revoked 0 and 2")
+            client.publish(stream, b"new", partition=0)  # offset 1
+            # b reads partition 0 from its start (offsets 0 and 1); partition 2 from
+            # after the cursor a's reader stored there (its end: nothing).
+            got = {(m.partition, m.offset) for m in (b.get(10) for _ in range(2))}
+            assert got == {(0, 0), (0, 1)}
+            assert b.commit()[(stream, 0)] == 1
+            go.set()
+            looking[0].join(15)
+            assert not looking[0].is_alive()
+            assert client.fetch_cursor(a.cursor_id, stream, 0) == 1
+    finally:
+        go.set()
+        a.close()
+
+
 def test_an_empty_partition_read_from_its_end_loses_nothing_published_as_the_reader_starts(
     client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
