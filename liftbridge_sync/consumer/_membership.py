@@ -207,7 +207,14 @@ class Membership:
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
             except ConsumerIdInUseError:
                 # The id is a member after all (a broker had not applied the join we
-                # were told of): keep polling as it.
+                # were told of): keep polling as it. Said, as the server cannot tell
+                # this from another process given the same id meanwhile.
+                _log.warning(
+                    "consumer %s: the server says this id is a member of the group "
+                    "already; polling on as that member (should another process use the "
+                    "same consumer_id, both now read the same partitions)",
+                    self.who,
+                )
                 self.heard_at = time.monotonic()
                 self._leave_if_left()
                 return

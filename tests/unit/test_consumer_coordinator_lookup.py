@@ -8,6 +8,7 @@ script the server's answers on a stub core and count what the member asks.
 
 from __future__ import annotations
 
+import logging
 import threading
 import types
 from typing import Any
@@ -222,11 +223,13 @@ def test_a_rejoin_refused_for_good_raises(
 
 
 def test_a_rejoin_refused_as_already_a_member_polls_on_as_that_member(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A broker that had not applied the join it was told of says the member does not
     # exist; the metadata leader, asked to join it again, says it is one: the member
-    # polls on as it, neither failing nor retrying the join.
+    # polls on as it, neither failing nor retrying the join. Found in review: it did so
+    # without a word, though another process given the same consumer_id meanwhile
+    # would now read the same partitions.
     monkeypatch.setattr(_membership, "_RETRY_WAIT", 0.0)
     core = StubCore([])
     core.join_errors = [
@@ -238,9 +241,12 @@ def test_a_rejoin_refused_as_already_a_member_polls_on_as_that_member(
     ]
     member = membership(core)
     member.heard_at = 0.0
-    member.rejoin("m2", threading.Event())
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
+        member.rejoin("m2", threading.Event())
     assert core.joins == 1
     assert member.heard_at > 0.0 and member.who == "g/m2"
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "g/m2" in warned and "same consumer_id" in warned
 
 
 @pytest.mark.parametrize(
