@@ -215,6 +215,8 @@ class Consumer:
             InternalThreadError: if a thread could not be started (the process is out
                 of threads; ``RuntimeError`` as ``__cause__``): the member left the
                 group again and its threads were joined.
+            ClientClosedError: if this consumer was closed (it joins nothing again;
+                ``Client.consumer`` makes a new one).
 
         A join that fails after an attempt the server may have applied (its answer
         lost, its deadline expired) leaves the group before the error propagates; so
@@ -223,6 +225,13 @@ class Consumer:
         start), which also joins the member's threads.
         """
         self._refuse_if_forked()
+        if self._standing.closed:
+            # Its threads were told to end for good: joined again, the member would hold
+            # partitions nobody reads until the server's consumer timeout.
+            raise ClientClosedError(
+                f"consumer {self._who} was closed: it joins no group again (make a new one "
+                "with Client.consumer)"
+            )
         try:
             self._membership.join()
         except LiftbridgeError:

@@ -273,6 +273,20 @@ def test_joining_under_an_id_a_live_member_holds_is_a_consumer_id_in_use_error(
         assert m1.stats().rejoins == 0 and not m1.closed
 
 
+def test_join_after_close_is_refused_and_joins_nothing(client: Client, stream: str) -> None:
+    # Found in review: join() on a closed consumer joined the group again, and started
+    # threads that ended at once (close() had stopped them): the member held partitions
+    # nobody read until the server's consumer timeout, its id refused until then.
+    group = unique("g")
+    member = client.consumer(group, streams=[stream], auto_commit=1.0, consumer_id="m1")
+    member.close()
+    with pytest.raises(ClientClosedError):
+        member.join()
+    assert not any(t.name.startswith("liftbridge-consumer") for t in _threads())
+    with client.consumer(group, streams=[stream], auto_commit=None, consumer_id="m1") as again:
+        assert again.wait_for_assignment(15) == {(stream, p) for p in ALL}
+
+
 def _join_together(
     client: Client, group: str, stream: str, n: int
 ) -> tuple[list[Consumer], list[BaseException]]:
