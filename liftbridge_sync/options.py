@@ -107,23 +107,46 @@ def _grpc_options(value: object) -> tuple[tuple[object, ...], ...]:
 def parse_address(address: str) -> tuple[str, int]:
     """Split ``"host:port"`` (or ``"[v6]:port"``) and check both parts.
 
+    An IPv6 host must be in brackets: ``"[::1]:9292"``, ``"[fe80::1%eth0]:9292"``. An
+    unbracketed one is refused, with or without a port: in ``"fe80::1:9292"`` the
+    ``9292`` may be the port or the address's last group (``fe80::1:9292`` is an IPv6
+    address of its own), and every address needs a port. Brackets hold only an IPv6
+    address.
+
     Raises:
         ConfigurationError: if the address is not of that form.
     """
     if not isinstance(address, str) or not address.strip():
         raise ConfigurationError(f"address must be a non-empty 'host:port' str, got {address!r}")
-    host, sep, port_text = address.strip().rpartition(":")
+    text = address.strip()
+    if _is_ipv6(text):
+        # Read up to the last colon it would be a host and a port, or a whole address.
+        raise ConfigurationError(
+            f"address {address!r} is ambiguous or has no port: an IPv6 host goes in "
+            f"brackets, followed by the port (e.g. '[{text}]:9292')"
+        )
+    host, sep, port_text = text.rpartition(":")
     if not sep or not host:
         raise ConfigurationError(f"address {address!r} must look like 'host:port'")
-    if host.startswith("[") and host.endswith("]"):
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
         host = host[1:-1]
     if "," in host:
         # A list item holding a comma-separated list: read as one IPv6-looking host.
         raise ConfigurationError(
             f"address {address!r} has a ','; give one 'host:port' per list item"
         )
-    if ":" in host and not _is_ipv6(host):
-        raise ConfigurationError(f"address {address!r} has a host that is not an IPv6 address")
+    if ":" in host and not bracketed:
+        raise ConfigurationError(
+            f"address {address!r} has an IPv6-looking host without brackets: write "
+            f"'[host]:port' (e.g. '[::1]:9292')"
+        )
+    if bracketed and not _is_ipv6(host):
+        raise ConfigurationError(
+            f"address {address!r} has brackets around a host that is not an IPv6 address"
+        )
+    if "[" in host or "]" in host:
+        raise ConfigurationError(f"address {address!r} has a stray '[' or ']'")
     # gRPC would cut a host at a NUL (and dial another host), and fail untyped on one
     # that is not UTF-8; int() would take "1_0" and non-ASCII digits.
     if not host.isprintable() or any(c.isspace() for c in host):

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
+from liftbridge_sync import Client, ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
 from liftbridge_sync.options import parse_addresses
 
 
@@ -38,7 +38,8 @@ def test_defaults_are_sane_and_picklable() -> None:
         ("a:1, b:2", ("a:1", "b:2")),
         (["a:1", "a:1", " b:2 "], ("a:1", "b:2")),
         (["[::1]:9292"], ("[::1]:9292",)),
-        (["fe80::1%eth0:9292"], ("[fe80::1%eth0]:9292",)),
+        (["[fe80::1%eth0]:9292"], ("[fe80::1%eth0]:9292",)),
+        (["[2001:db8::1:2]:9292"], ("[2001:db8::1:2]:9292",)),
     ],
 )
 def test_addresses_are_normalised(raw: object, expected: tuple[str, ...]) -> None:
@@ -49,6 +50,34 @@ def test_addresses_are_normalised(raw: object, expected: tuple[str, ...]) -> Non
 def test_bad_addresses_are_refused(bad: object) -> None:
     with pytest.raises(ConfigurationError):
         parse_addresses(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "ambiguous",
+    [
+        "::1:9292",  # [::1]:9292, or the address ::1:9292 with no port
+        "fe80::1:9292",
+        "2001:db8::1:2",
+        "fe80::1%eth0:9292",  # the zone may be "eth0:9292"
+        "::1",
+        "[::1]",
+    ],
+)
+def test_an_ipv6_host_without_brackets_is_refused_before_the_client_dials(
+    ambiguous: str,
+) -> None:
+    # Read up to the last colon, "::1:9292" became host ::1, port 9292: a guess, and a
+    # wrong one for a user who meant the address ::1:9292 (a port given elsewhere).
+    with pytest.raises(ConfigurationError, match="brackets"):
+        parse_addresses([ambiguous])
+    with pytest.raises(ConfigurationError, match="brackets"):
+        Client([ambiguous])
+
+
+@pytest.mark.parametrize("bad", ["[lb1]:9292", "lb1]:9292", "[lb1:9292", "[127.0.0.1]:9292"])
+def test_brackets_hold_only_an_ipv6_address(bad: str) -> None:
+    with pytest.raises(ConfigurationError):
+        parse_addresses([bad])
 
 
 @pytest.mark.parametrize(
