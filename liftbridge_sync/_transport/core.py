@@ -76,7 +76,11 @@ class ClientCore:
     ) -> None:
         self.options = options
         self.pool = ChannelPool(options, channel_factory=channel_factory)
-        self.metadata = MetadataCache(self._fetch_metadata, on_brokers=self._forget_departed)
+        self.metadata = MetadataCache(
+            self._fetch_metadata,
+            default_budget=lambda: Budget.of(options.retry, options.rpc_timeout),
+            on_brokers=self._forget_departed,
+        )
         # Lambdas, not bound methods: what they call is looked up on each call.
         self._counts = PartitionCounts(
             self.metadata,

@@ -57,16 +57,26 @@ class MetadataCache:
     one or a forgotten stream never waits for a refresh under way, which keeps what
     they changed meanwhile. Each stream's entry has an age, so that a caller can have it
     fetched again when it is old (:meth:`claim_stale`). Thread-safe.
+
+    Args:
+        fetch: Fetches metadata, within the budget it is given.
+        default_budget: The budget of a refresh asked for without one (a call's whole
+            retry policy, starting now): its wait for another thread's refresh and its
+            own fetch keep to it together.
+        clock: The clock of the entries' ages.
+        on_brokers: Called after each update that replaced the broker list.
     """
 
     def __init__(
         self,
         fetch: Fetcher,
         *,
+        default_budget: Callable[[], Budget],
         clock: Callable[[], float] = time.monotonic,
         on_brokers: Callable[[], None] | None = None,
     ) -> None:
         self._fetch = fetch
+        self._default_budget = default_budget
         #: Called (outside the lock) after each update that replaced the broker list.
         self._on_brokers = on_brokers or (lambda: None)
         self._clock = clock
@@ -118,13 +128,18 @@ class MetadataCache:
         Args:
             budget: What is left of the time of the call this refresh is part of: the
                 fetch keeps to it, and so does the wait for another thread's refresh
-                (which its ``abort`` ends too).
+                (which its ``abort`` ends too). ``None``: the default budget (a whole retry policy from now), kept by
+                both together; waiting without a bound, then fetching under a policy
+                of its own, such a refresh took up to twice its policy's time, or
+                forever behind a refresh that hung.
 
         Raises:
             DeadlineExceededError: ``budget`` ran out while another thread refreshed.
             ClientClosedError: ``budget.abort`` aborted.
         """
         asked = self._started
+        if budget is None:
+            budget = self._default_budget()
         if not self._lock_refresh(budget):
             raise DeadlineExceededError(
                 "metadata refresh: another thread's refresh outlasted the call's retry policy",
@@ -138,14 +153,12 @@ class MetadataCache:
             self._on_brokers()
         return snapshot
 
-    def _lock_refresh(self, budget: Budget | None) -> bool:
+    def _lock_refresh(self, budget: Budget) -> bool:
         """Take the refresh lock within ``budget`` (``False``: it ran out first).
 
         Raises:
             ClientClosedError: ``budget.abort`` aborted.
         """
-        if budget is None:
-            return self._refresh_lock.acquire()
         abort = budget.abort
         if abort is None:
             return self._refresh_lock.acquire(timeout=max(0.0, budget.ends - time.monotonic()))
@@ -159,7 +172,7 @@ class MetadataCache:
             if left <= WAIT_SLICE:
                 return False
 
-    def _refresh_locked(self, asked: int, budget: Budget | None) -> tuple[Metadata, bool]:
+    def _refresh_locked(self, asked: int, budget: Budget) -> tuple[Metadata, bool]:
         """:meth:`refresh` with the refresh lock held: the snapshot, and whether this
         call fetched it (not another thread's refresh)."""
         with self._state_lock:

@@ -15,6 +15,11 @@ from liftbridge_sync.models import FrozenMap, Metadata, StreamInfo
 from tests.waiting import wait_until
 
 
+def _budget() -> Budget:
+    """A refresh's default budget here: longer than any test waits."""
+    return Budget.once(30.0)
+
+
 def test_a_refresh_that_began_before_the_caller_asked_is_not_reused() -> None:
     fetches: list[int] = []
     release_first = threading.Event()
@@ -28,7 +33,7 @@ def test_a_refresh_that_began_before_the_caller_asked_is_not_reused() -> None:
             assert release_first.wait(10)
         return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=float(number))
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     results: dict[str, Metadata] = {}
     early = threading.Thread(target=lambda: results.setdefault("early", cache.refresh()))
     early.start()
@@ -54,7 +59,7 @@ def test_waiters_share_a_refresh_that_began_after_they_asked() -> None:
             pass
         return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=float(len(fetches)))
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     gate.acquire()
     threads = [threading.Thread(target=cache.refresh) for _ in range(8)]
     for thread in threads:
@@ -77,7 +82,7 @@ def test_a_stream_entry_older_than_the_max_age_is_claimed_by_one_caller() -> Non
             fetched_at=now[0],
         )
 
-    cache = MetadataCache(fetch, clock=lambda: now[0])
+    cache = MetadataCache(fetch, default_budget=_budget, clock=lambda: now[0])
     assert cache.claim_stale("s", 30.0)  # never fetched: stale
     cache.refresh()
     assert not cache.claim_stale("s", 30.0)
@@ -105,7 +110,7 @@ def test_a_claim_does_not_wait_for_a_full_refresh_in_progress() -> None:
         assert release.wait(10)
         return Metadata(brokers=(), streams=FrozenMap({}))
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     refresher = threading.Thread(target=cache.refresh)
     refresher.start()
     try:
@@ -150,7 +155,7 @@ def test_a_waiter_does_not_take_an_older_snapshot_for_a_failed_refresh() -> None
             raise BrokerUnavailableError("no broker answered")
         return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=float(number))
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     lock = _CountingLock()
     cache._refresh_lock = lock  # type: ignore[assignment]
     first = threading.Thread(target=cache.refresh)
@@ -191,7 +196,7 @@ def test_a_merge_does_not_wait_for_a_full_refresh_in_progress() -> None:
         # Fetched before "t" was merged: its answer must not drop "t" again.
         return Metadata(brokers=(), streams=FrozenMap({"s": StreamInfo(name="s", subject="full")}))
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     cache.merge(Metadata(brokers=(), streams=FrozenMap({"u": StreamInfo(name="u", subject="old")})))
     refresher = threading.Thread(target=cache.refresh)
     refresher.start()
@@ -229,7 +234,7 @@ def test_merges_without_a_full_refresh_keep_no_record_per_stream_name() -> None:
         calls.append(1)
         return Metadata(brokers=(), streams=FrozenMap({}))
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     for n in range(2000):
         name = f"temp-{n}"
         cache.merge(
@@ -243,7 +248,8 @@ def test_merges_without_a_full_refresh_keep_no_record_per_stream_name() -> None:
     assert snapshot is not None and dict(snapshot.streams) == {}
     # A refresh that failed forgets what it recorded too.
     failing = MetadataCache(
-        lambda streams, budget: (_ for _ in ()).throw(BrokerUnavailableError("x"))
+        lambda streams, budget: (_ for _ in ()).throw(BrokerUnavailableError("x")),
+        default_budget=_budget,
     )
     try:
         failing.refresh()
@@ -262,7 +268,7 @@ def test_a_refresh_within_a_budget_waits_for_another_thread_s_only_that_long() -
         assert release.wait(10)
         return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
 
-    cache = MetadataCache(fetch)
+    cache = MetadataCache(fetch, default_budget=_budget)
     stuck = threading.Thread(target=cache.refresh)
     stuck.start()
     errors: list[BaseException] = []
@@ -299,8 +305,8 @@ def test_a_refresh_waiting_for_another_thread_s_ends_when_its_budget_aborts() ->
         assert release.wait(10)
         return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
 
-    cache = MetadataCache(fetch)
-    stuck = threading.Thread(target=cache.refresh)
+    cache = MetadataCache(fetch, default_budget=_budget)
+    stuck = threading.Thread(target=cache.refresh, args=(Budget.once(30.0),))
     stuck.start()
     abort = DialAbort()
     errors: list[BaseException] = []
@@ -321,6 +327,40 @@ def test_a_refresh_waiting_for_another_thread_s_ends_when_its_budget_aborts() ->
         waiter.join(5)
         assert not waiter.is_alive()
         assert time.monotonic() - aborted < WAIT_SLICE + 0.5
+        assert len(errors) == 1
+    finally:
+        release.set()
+        stuck.join(10)
+
+
+def test_a_refresh_without_a_budget_waits_for_another_thread_s_only_its_default() -> None:
+    # Without a budget, the wait for a refresh under way had no bound at all: behind one
+    # stuck on a hung broker (or one kept to a longer budget), forever.
+    release = threading.Event()
+    fetching = threading.Event()
+
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
+        fetching.set()
+        assert release.wait(10)
+        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
+
+    cache = MetadataCache(fetch, default_budget=lambda: Budget.once(0.2))
+    stuck = threading.Thread(target=cache.refresh, args=(Budget.once(30.0),))
+    stuck.start()
+    errors: list[BaseException] = []
+
+    def refresh_without_budget() -> None:
+        try:
+            cache.refresh()
+        except DeadlineExceededError as exc:
+            errors.append(exc)
+
+    try:
+        assert fetching.wait(10)
+        waiter = threading.Thread(target=refresh_without_budget)
+        waiter.start()
+        waiter.join(5)
+        assert not waiter.is_alive()
         assert len(errors) == 1
     finally:
         release.set()

@@ -14,6 +14,11 @@ from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync.models import FrozenMap, Metadata, PartitionInfo, StreamInfo
 
 
+def _budget() -> Budget:
+    """A refresh's default budget here: longer than any test waits."""
+    return Budget.once(30.0)
+
+
 def _metadata(partitions: int) -> Metadata:
     infos = {
         p: PartitionInfo(stream="s", id=p, leader="a", replicas=("a",), isr=("a",))
@@ -44,7 +49,7 @@ def clock() -> list[float]:
 
 
 def _counts(server: _Server, clock: list[float], max_age: float | None) -> PartitionCounts:
-    cache = MetadataCache(server.fetch, clock=lambda: clock[0])
+    cache = MetadataCache(server.fetch, default_budget=_budget, clock=lambda: clock[0])
 
     def refresh_once(streams: Sequence[str], deadline: float | None) -> None:
         # One pass, and a short one: the publish that asked waits for it.
