@@ -24,9 +24,14 @@ import grpc
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler
+from liftbridge_sync._runtime.throttled_log import ThrottledWarning
 from liftbridge_sync._transport.aborting import DialAbort, waiting
 from liftbridge_sync._transport.channels import ChannelPool
-from liftbridge_sync._transport.metadata import MetadataCache, translate_broker
+from liftbridge_sync._transport.metadata import (
+    MetadataCache,
+    dialable_brokers,
+    translate_broker,
+)
 from liftbridge_sync._transport.partition_counts import PartitionCounts
 from liftbridge_sync._transport.retry import (
     Attempts,
@@ -91,6 +96,9 @@ class ClientCore:
             options.rpc_timeout,
         )
         self._rotation = itertools.count()
+        #: Brokers left out of the metadata for an address no one can dial (told every
+        #: refresh, they would flood the log).
+        self._undialable = ThrottledWarning(_log)
         self._lock = threading.Lock()
         self._closeables: weakref.WeakSet[Any] = weakref.WeakSet()
         #: What is remembered of each broker address: departures, TLS verdicts.
@@ -432,7 +440,12 @@ class ClientCore:
         snapshot = Metadata.from_proto(response, fetched_at=time.monotonic())
         translator = self.options.address_translator
         if translator is None:
-            return snapshot
+            brokers = dialable_brokers(
+                snapshot.brokers, lambda text: self._undialable.warning("%s", text)
+            )
+            if brokers is snapshot.brokers:
+                return snapshot
+            return dataclasses.replace(snapshot, brokers=brokers)
         return dataclasses.replace(
             snapshot, brokers=tuple(translate_broker(b, translator) for b in snapshot.brokers)
         )

@@ -13,7 +13,7 @@ from liftbridge_sync.errors import ConfigurationError, DeadlineExceededError
 from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata, StreamInfo
 from liftbridge_sync.options import parse_address
 
-__all__ = ["MetadataCache", "translate_broker"]
+__all__ = ["MetadataCache", "dialable_brokers", "translate_broker"]
 
 #: Fetches some streams' metadata (all: none named), within a budget if one is given.
 Fetcher = Callable[[Sequence[str], Budget | None], Metadata]
@@ -44,6 +44,36 @@ def translate_broker(broker: BrokerInfo, translator: Callable[[str], str]) -> Br
     if (host, port) == (broker.host, broker.port):
         return broker
     return dataclasses.replace(broker, host=host, port=port, advertised=advertised)
+
+
+def dialable_brokers(
+    brokers: tuple[BrokerInfo, ...], warn: Callable[[str], object]
+) -> tuple[BrokerInfo, ...]:
+    """``brokers`` without those whose advertised address cannot be dialled, each of
+    which is told to ``warn``.
+
+    The address comes from the server, not from the user: dialled, it failed calls with
+    a ``ConfigurationError`` about an address the user never gave, or worse, gRPC cut
+    a host at a NUL and dialled the host before it. Left out, the broker is never
+    dialled; a partition it leads has no known leader (a retryable
+    :class:`~liftbridge_sync.errors.NotLeaderError`) until it advertises a valid
+    address, or an ``address_translator`` maps it to one.
+
+    Thread-safe if ``warn`` is.
+    """
+    kept: list[BrokerInfo] = []
+    for broker in brokers:
+        try:
+            parse_address(broker.address)
+        except ConfigurationError as exc:
+            warn(
+                f"broker {broker.id!r} advertised {broker.address!r}, which cannot be "
+                f"dialled ({exc}): left out of the broker list; fix its advertised host "
+                "or map it with address_translator"
+            )
+            continue
+        kept.append(broker)
+    return brokers if len(kept) == len(brokers) else tuple(kept)
 
 
 class MetadataCache:
