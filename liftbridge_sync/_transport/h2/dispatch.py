@@ -64,7 +64,9 @@ from liftbridge_sync._transport.h2.framing import (
     PING,
     PUSH_PROMISE,
     RESET_CODES,
+    RST_STREAM,
     SETTINGS,
+    WINDOW_UPDATE,
     check_frame,
     grpc_status,
     http_status_code,
@@ -79,6 +81,9 @@ MAX_WINDOW = 2**31 - 1
 #: h2 events of a stream the broker opened: a connection error for a gRPC client.
 _STREAM_OPENED = (h2.events.RequestReceived, h2.events.PushedStreamReceived)
 
+#: Frames that may not arrive on an idle stream (RFC 9113 §5.1: only HEADERS and
+#: PRIORITY may); h2 takes a RST_STREAM there without a word.
+_NOT_ON_IDLE = frozenset({DATA, RST_STREAM, WINDOW_UPDATE})
 #: Stream states in which h2 takes a WINDOW_UPDATE by just adding to the window.
 _UPDATABLE = (StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL, StreamState.HALF_CLOSED_REMOTE)
 #: A DATA frame header followed by the gRPC prefix of the message it starts: length and
@@ -288,6 +293,18 @@ class StreamDispatch:
                 continue
             else:
                 check_frame(kind, flags, stream, length, buf, pos + 9)
+                if kind in _NOT_ON_IDLE and stream and self._idle(stream):
+                    if slow >= 0:  # what came before it first
+                        self._to_h2(buf[slow:pos])
+                        slow = -1
+                    if not self.ended:
+                        self._refuse(
+                            h2.errors.ErrorCodes.PROTOCOL_ERROR,
+                            f"the broker sent frame type {kind} on stream {stream}, "
+                            "which neither side opened",
+                        )
+                    pos = size
+                    break
                 if kind in (HEADERS, PUSH_PROMISE) and not flags & END_HEADERS:
                     self._open_block = True
                     self.fast = fast = whole = False  # restored by the response headers
@@ -353,6 +370,13 @@ class StreamDispatch:
             # Connection and stream windows, both (frames h2 did not see).
             self.out += window_update(0, credit) + window_update(self._stream_id, credit)
             self._credit = 0
+
+    def _idle(self, stream: int) -> bool:
+        """Whether ``stream`` is one neither side has opened (RFC 9113 §5.1.1: ids above
+        the highest each side used; ours are odd, the broker's even)."""
+        conn = self._conn
+        highest = conn.highest_outbound_stream_id if stream % 2 else conn.highest_inbound_stream_id
+        return stream > highest
 
     def _refuse(self, code: h2.errors.ErrorCodes, why: str) -> None:
         """End the connection for a connection error of the broker's (RFC 9113 §5.4.1:
