@@ -71,7 +71,8 @@ class Client:
             print(client.fetch_metadata("orders").streams["orders"])
 
     Args:
-        addresses: Seed brokers as ``"host:port"``, a sequence or a comma-separated str.
+        addresses: Seed brokers as ``"host:port"``, a sequence or a comma-separated str;
+            an IPv6 host in brackets (``"[::1]:9292"``), else a ``ConfigurationError``.
         **options: Any field of :class:`~liftbridge_sync.options.ClientOptions` but
             ``addresses`` (``tls``, ``retry``, ``rpc_timeout``, ``ack_timeout``,
             ``max_in_flight``, ``publish_transport``, ...).

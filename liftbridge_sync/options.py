@@ -293,7 +293,8 @@ class ClientOptions:
     ``Client.for_process(options)`` there.
     """
 
-    #: Seed brokers, ``"host:port"``. Further brokers are learnt from metadata.
+    #: Seed brokers, ``"host:port"`` (an IPv6 host in brackets: ``"[::1]:9292"``; see
+    #: :func:`parse_address`). Further brokers are learnt from metadata.
     addresses: tuple[str, ...]
     #: OpenTelemetry traces and metrics (:mod:`liftbridge_sync.otel`) when the API is
     #: installed and an SDK is configured at the first publish; ``False`` turns them off.
