@@ -1,7 +1,7 @@
 """A connect keeps to its timeout in all, however many addresses the name has.
 
-Each address was given the whole timeout: a name with three addresses that drop SYNs
-(a blackholed subnet) took three times a caller's ``rpc_timeout``, and the TLS
+Each address was given the whole timeout: a name with six addresses that drop SYNs
+(a blackholed subnet) took six times a caller's ``rpc_timeout``, and the TLS
 pre-flight, which keeps to the time left of its caller's call, ran that far past it.
 """
 
@@ -21,7 +21,7 @@ _TIMEOUT = 0.5
 def test_a_connect_to_a_name_with_many_unanswering_addresses_keeps_to_its_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    listeners = [SilentListener(full=True) for _ in range(3)]
+    listeners = [SilentListener(full=True) for _ in range(6)]
     addresses = [
         (socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", ("127.0.0.1", lis.port))
         for lis in listeners
@@ -35,4 +35,4 @@ def test_a_connect_to_a_name_with_many_unanswering_addresses_keeps_to_its_timeou
     finally:
         for listener in listeners:
             listener.close()
-    assert elapsed < 2 * _TIMEOUT, f"{elapsed:.2f}s for a {_TIMEOUT}s connect"
+    assert elapsed < 3 * _TIMEOUT, f"{elapsed:.2f}s for a {_TIMEOUT}s connect"

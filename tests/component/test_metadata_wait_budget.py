@@ -18,10 +18,10 @@ from liftbridge_sync._transport.retry import Budget
 from tests.silent_listener import SilentListener
 from tests.waiting import wait_until
 
-_POLICY = RetryPolicy(max_attempts=1_000_000, max_delay=3.0, initial=0.05, maximum=0.1, jitter=0)
+_POLICY = RetryPolicy(max_attempts=1_000_000, max_delay=4.0, initial=0.05, maximum=0.1, jitter=0)
 _RPC_TIMEOUT = 0.5
 #: The most the refresh without a budget may take: one policy, and scheduling slack.
-_BOUND = _POLICY.max_delay + _RPC_TIMEOUT + 1.0
+_BOUND = _POLICY.max_delay + _RPC_TIMEOUT + 2.0
 #: The other thread's budget: far longer than one policy.
 _LONG = 30.0
 
