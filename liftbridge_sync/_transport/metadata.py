@@ -86,7 +86,7 @@ class MetadataCache:
     (else it fetches itself). Folding in a partial answer (:meth:`merge`), a stored
     one or a forgotten stream never waits for a refresh under way, which keeps what
     they changed meanwhile. Each stream's entry has an age, so that a caller can have it
-    fetched again when it is old (:meth:`claim_stale`). Thread-safe.
+    fetched again when it is old (:meth:`claim_stale`).
 
     Args:
         fetch: Fetches metadata, within the budget it is given.
@@ -95,6 +95,8 @@ class MetadataCache:
             own fetch keep to it together.
         clock: The clock of the entries' ages.
         on_brokers: Called after each update that replaced the broker list.
+
+    Thread-safe.
     """
 
     def __init__(
