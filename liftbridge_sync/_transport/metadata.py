@@ -160,9 +160,10 @@ class MetadataCache:
         Args:
             budget: What is left of the time of the call this refresh is part of: the
                 fetch keeps to it, and so does the wait for another thread's refresh
-                (which its ``abort`` ends too). ``None``: the default budget (a whole retry policy from now), kept by
-                both together; waiting without a bound, then fetching under a policy
-                of its own, such a refresh took up to twice its policy's time, or
+                (which its ``abort`` ends too). ``None``: the default budget (a whole
+                retry policy from now), kept by both together; waiting without a bound,
+                then fetching under a policy of its own, such a refresh took up to
+                twice its policy's time, or
                 forever behind a refresh that hung.
 
         Raises:
