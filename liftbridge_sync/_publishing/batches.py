@@ -209,16 +209,14 @@ class Batches:
         total = len(entries)
         if not total:
             return 0
-        waited = False
         # Its place in the line for slots, kept until all is entered (see Waiters).
         turn: Turn | None = None
         # What it may enter past those in line (None: nothing while any are).
         limit: int | None = None
         try:
             while True:
-                # Once it waited for room, what is left is sent later than its deadline
-                # was set for: its timeout counts from when it is entered instead.
-                entered = table.enter(entries, start, waited, limit is not None, limit)
+                # Each one's timeout counts from when it is entered (and sent).
+                entered = table.enter(entries, start, limit is not None, limit)
                 if entered < 0:
                     raise self._loop.closed_error()
                 took = entered > start
@@ -228,7 +226,6 @@ class Batches:
                 # No room left, or its share of it taken: in line (at the back if it
                 # took slots on its turn).
                 turn, limit = self._waiting.wait_for_space(line, turn, took and turn is not None)
-                waited = True
         except (ClientClosedError, InternalThreadError, PublishQueueFullError) as exc:
             vars(exc)["entered"] = start
             raise

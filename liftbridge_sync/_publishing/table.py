@@ -212,19 +212,19 @@ class PendingTable:
         self,
         entries: Sequence[Entry],
         start: int,
-        restart: bool = False,
         in_line: bool = False,
         limit: int | None = None,
     ) -> int:
         """Enter ``entries[start:]`` in order and send them, as many as there is room
         for; the index of the first one not entered (``start``: no room), or -1 once
         the publisher is closing (nothing entered: a call that waited for room when
-        close() began was not accepted). ``restart``: they were made a
-        while ago (they waited for room), so each one's deadline is its timeout from
-        now: the ack timeout counts from when a publish is sent. ``in_line``: the
-        caller's turn in the line for slots has come (:class:`~.waiting.Waiters`), and
-        it enters at most ``limit`` (the slots not kept for those ahead of it);
-        without it, nothing is entered while threads are in line (``start``)."""
+        close() began was not accepted). Each one's deadline is its timeout from now:
+        the ack timeout counts from when a publish is sent, not from when it was made
+        (a large batch's entries take a while to build, and what waited for room was
+        made long ago). ``in_line``: the caller's turn in the line for slots has come
+        (:class:`~.waiting.Waiters`), and it enters at most ``limit`` (the slots not
+        kept for those ahead of it); without it, nothing is entered while threads are
+        in line (``start``)."""
         core = self._core
         with core:
             if core.closing or core.finished:
@@ -235,12 +235,10 @@ class PendingTable:
             if room <= 0 or (core.in_line and not in_line):
                 return start
             end = min(len(entries), start + room)
-            self._enter_locked(entries, start, end, core.clock() if restart else None)
+            self._enter_locked(entries, start, end, core.clock())
             return end
 
-    def _enter_locked(
-        self, entries: Sequence[Entry], start: int, end: int, now: float | None
-    ) -> None:
+    def _enter_locked(self, entries: Sequence[Entry], start: int, end: int, now: float) -> None:
         pending = self._pending
         core = self._core
         stream: PublishStream | None = core.live
@@ -261,8 +259,7 @@ class PendingTable:
                 continue
             entry.seq = next_seq()
             pending[correlation_id] = entry
-            if now is not None:
-                entry.deadline = now + entry.timeout
+            entry.deadline = now + entry.timeout
             if entry.timeout != queue_timeout:
                 queue_timeout = entry.timeout
                 found = expiry.get(queue_timeout)

@@ -7,6 +7,8 @@ Thread-safe: OpenTelemetry tracers and instruments are.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,6 +23,12 @@ from liftbridge_sync.otel._conventions import DURATION_BUCKETS, SCOPE, SYSTEM, e
 from liftbridge_sync.otel._propagation import with_context
 
 __all__ = ["Creations", "SendSpans"]
+
+_log = logging.getLogger("liftbridge_sync.otel")
+
+#: Seconds a ``publish()`` caller waits for the thread that resolved its future to end
+#: its span (a bound: a span processor that hangs there must not hold the caller).
+_END_WAIT = 10.0
 
 
 class SendSpans:
@@ -185,21 +193,39 @@ class SendSpans:
 
         Returns:
             What ends them now, once ``future`` is done: whichever of it and the
-            done-callback comes first does, the other nothing.
+            done-callback comes first does, the other nothing; it returns once they
+            have ended, also by the done-callback on another thread (up to 10 s).
         """
         unfinished = [True]  # popped once: list.pop is atomic
+        ended = threading.Event()
 
-        def finish() -> None:
+        def end() -> None:
             try:
                 unfinished.pop()
             except IndexError:
-                return  # ended already
-            # Peeked, not retrieved: telemetry must not hide a failure from flush().
-            result, error = peek(future)  # type: ignore[arg-type]
-            outcome = error if error is not None else result
-            self.finish_send(span, stream, started, outcome, correlation_id, partition=partition)
+                return  # ended already, or being ended
+            try:
+                # Peeked, not retrieved: telemetry must not hide a failure from flush().
+                result, error = peek(future)  # type: ignore[arg-type]
+                outcome = error if error is not None else result
+                self.finish_send(
+                    span, stream, started, outcome, correlation_id, partition=partition
+                )
+            finally:
+                ended.set()
 
-        future.add_done_callback(lambda _: finish())
+        def finish() -> None:
+            end()
+            # The thread that resolved the future may be ending them this moment (its
+            # done-callback took them first): the caller returns once that is over.
+            if not ended.wait(_END_WAIT):
+                _log.warning(
+                    "a publish's span was still being ended by another thread %.0f s "
+                    "after its outcome (a span processor or metric reader that blocks?)",
+                    _END_WAIT,
+                )
+
+        future.add_done_callback(lambda _: end())
         return finish
 
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 import types
 from typing import Any
 
+import pytest
+
+from liftbridge_sync._publishing import batches
 from liftbridge_sync._publishing.batches import Batches
-from liftbridge_sync._publishing.pending import FailureLedger
+from liftbridge_sync._publishing.pending import Entry, FailureLedger, new_entry
 from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync._wire.publish_codec import encode_publish
 from liftbridge_sync.errors import AckTimeoutError
@@ -78,3 +81,38 @@ def test_what_waited_for_a_slot_gets_its_whole_timeout_from_when_it_is_entered()
     assert not futures[2].done()
     timed_out, _ = table.expire(clock.now + 5.0)
     assert [f for f, _, error in timed_out if isinstance(error, AckTimeoutError)] == [futures[2]]
+
+
+def test_a_batch_that_took_long_to_build_gets_its_whole_timeout_from_when_it_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Building a large batch's entries takes a while (100,000 keyed items: over a second
+    # on a loaded machine, past a timeout of 1 s): the first window, sent without waiting
+    # for room, failed at once with AckTimeoutError too if its deadline was set before.
+    clock = _Clock()
+    ledger = FailureLedger()
+    table = PendingTable(
+        max_in_flight=1024,
+        max_message=1 << 20,
+        wake_owner=lambda event: None,
+        ledger=ledger,
+        clock=clock,
+    )
+
+    def slow_new_entry(*args: Any) -> Entry:
+        clock.now += 0.01  # ten seconds for the thousand entries below
+        return new_entry(*args)
+
+    monkeypatch.setattr(batches, "new_entry", slow_new_entry)
+    loop: Any = types.SimpleNamespace(started=True, closed_error=lambda: AssertionError())
+    waiting: Any = types.SimpleNamespace()  # there is room for all: no wait
+    ids = [f"id-{i}" for i in range(1000)]
+    requests = [(_framed(i), i, 0, True) for i in ids]
+
+    futures = Batches(table, loop, waiting, ledger).submit_many(requests, timeout=5.0)
+
+    assert len(table.entries) == 1000
+    assert {entry.deadline for entry in table.entries.values()} == {clock.now + 5.0}
+    timed_out, earliest = table.expire(clock.now + 4.9)
+    assert timed_out == [] and earliest == clock.now + 5.0
+    assert not any(future.done() for future in futures)
