@@ -166,6 +166,9 @@ class FakeBroker(api_pb2_grpc.APIServicer):
             by :meth:`stop`).
         advertised_port: The port given for this broker in metadata (default: its own),
             e.g. an :class:`~liftbridge_sync.testing._h2abuse.H2Abuser` in front of it.
+        server_options: grpcio server options, e.g. ``[("grpc.http2.bdp_probe", 0)]``
+            for a broker whose flow-control windows stay small (with the default
+            bandwidth probing they grow to tens of MiB, more on a loaded machine).
 
     Attributes:
         address: ``host:port`` to give a ``Client``.
@@ -190,6 +193,7 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         cluster: FakeCluster | None = None,
         max_workers: int = 16,
         advertised_port: int | None = None,
+        server_options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         self.broker_id = broker_id
         self.cluster = cluster if cluster is not None else FakeCluster(leader=broker_id)
@@ -209,7 +213,7 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         self._executor = futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="liftbridge-fake-broker"
         )
-        self._server = grpc.server(self._executor)
+        self._server = grpc.server(self._executor, options=list(server_options))
         api_pb2_grpc.add_APIServicer_to_server(self, self._server)  # type: ignore[no-untyped-call]
         self.port = self._server.add_insecure_port("127.0.0.1:0")
         self.address = f"127.0.0.1:{self.port}"
