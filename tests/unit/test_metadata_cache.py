@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync._transport.aborting import DialAbort
@@ -259,7 +260,12 @@ def test_merges_without_a_full_refresh_keep_no_record_per_stream_name() -> None:
     assert len(failing._changed) == 0
 
 
-def test_a_refresh_within_a_budget_waits_for_another_thread_s_only_that_long() -> None:
+@contextlib.contextmanager
+def _behind_a_stuck_refresh(
+    default_budget: Callable[[], Budget] = _budget,
+) -> Iterator[MetadataCache]:
+    """A cache whose refresh, started on another thread, hangs (on a hung broker, say)
+    until the block ends."""
     release = threading.Event()
     fetching = threading.Event()
 
@@ -268,100 +274,65 @@ def test_a_refresh_within_a_budget_waits_for_another_thread_s_only_that_long() -
         assert release.wait(10)
         return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
 
-    cache = MetadataCache(fetch, default_budget=_budget)
-    stuck = threading.Thread(target=cache.refresh)
+    cache = MetadataCache(fetch, default_budget=default_budget)
+    stuck = threading.Thread(target=cache.refresh, args=(Budget.once(30.0),))
     stuck.start()
-    errors: list[BaseException] = []
-
-    def refresh_within_budget() -> None:
-        now = time.monotonic()
-        try:
-            cache.refresh(Budget(retry_until=now, ends=now + 0.2))
-        except DeadlineExceededError as exc:
-            errors.append(exc)
-
     try:
         assert fetching.wait(10)
-        waiter = threading.Thread(target=refresh_within_budget)
-        waiter.start()
-        # The other thread's refresh is stuck (on a hung broker, say): the waiter's
-        # call must not outlast its own budget waiting for it.
-        waiter.join(5)
-        assert not waiter.is_alive()
-        assert len(errors) == 1
+        yield cache
     finally:
         release.set()
         stuck.join(10)
+
+
+def _refresh_on_a_thread(refresh: Callable[[], object]) -> list[BaseException]:
+    """Run ``refresh`` on a thread that must end within 5 s; what it raised."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            refresh()
+        except (DeadlineExceededError, ClientClosedError) as exc:
+            errors.append(exc)
+
+    waiter = threading.Thread(target=run)
+    waiter.start()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    return errors
+
+
+def test_a_refresh_within_a_budget_waits_for_another_thread_s_only_that_long() -> None:
+    # The other thread's refresh is stuck: the waiter's call must not outlast its own
+    # budget waiting for it.
+    with _behind_a_stuck_refresh() as cache:
+        now = time.monotonic()
+        errors = _refresh_on_a_thread(
+            lambda: cache.refresh(Budget(retry_until=now, ends=now + 0.2))
+        )
+    assert [type(e) for e in errors] == [DeadlineExceededError]
 
 
 def test_a_refresh_waiting_for_another_thread_s_ends_when_its_budget_aborts() -> None:
     # A subscription's reader waits for another thread's refresh on its way to
     # resubscribe: its close() must end that wait, which nothing else wakes.
-    release = threading.Event()
-    fetching = threading.Event()
-
-    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
-        fetching.set()
-        assert release.wait(10)
-        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
-
-    cache = MetadataCache(fetch, default_budget=_budget)
-    stuck = threading.Thread(target=cache.refresh, args=(Budget.once(30.0),))
-    stuck.start()
     abort = DialAbort()
-    errors: list[BaseException] = []
-
-    def refresh_within_budget() -> None:
+    with _behind_a_stuck_refresh() as cache:
         now = time.monotonic()
-        try:
-            cache.refresh(Budget(retry_until=now + 30, ends=now + 30, abort=abort))
-        except ClientClosedError as exc:
-            errors.append(exc)
-
-    try:
-        assert fetching.wait(10)
-        waiter = threading.Thread(target=refresh_within_budget)
-        waiter.start()
-        aborted = time.monotonic()
-        abort.abort()
-        waiter.join(5)
-        assert not waiter.is_alive()
-        assert time.monotonic() - aborted < WAIT_SLICE + 0.5
-        assert len(errors) == 1
-    finally:
-        release.set()
-        stuck.join(10)
+        abort_at = now + 0.1
+        timer = threading.Timer(0.1, abort.abort)
+        timer.start()
+        errors = _refresh_on_a_thread(
+            lambda: cache.refresh(Budget(retry_until=now + 30, ends=now + 30, abort=abort))
+        )
+        assert time.monotonic() - abort_at < WAIT_SLICE + 0.5
+        timer.join()
+    assert [type(e) for e in errors] == [ClientClosedError]
 
 
 def test_a_refresh_without_a_budget_waits_for_another_thread_s_only_its_default() -> None:
     # Without a budget, the wait for a refresh under way had no bound at all: behind one
     # stuck on a hung broker (or one kept to a longer budget), forever.
-    release = threading.Event()
-    fetching = threading.Event()
-
-    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
-        fetching.set()
-        assert release.wait(10)
-        return Metadata(brokers=(), streams=FrozenMap({}), fetched_at=0.0)
-
-    cache = MetadataCache(fetch, default_budget=lambda: Budget.once(0.2))
-    stuck = threading.Thread(target=cache.refresh, args=(Budget.once(30.0),))
-    stuck.start()
-    errors: list[BaseException] = []
-
-    def refresh_without_budget() -> None:
-        try:
-            cache.refresh()
-        except DeadlineExceededError as exc:
-            errors.append(exc)
-
-    try:
-        assert fetching.wait(10)
-        waiter = threading.Thread(target=refresh_without_budget)
-        waiter.start()
-        waiter.join(5)
-        assert not waiter.is_alive()
-        assert len(errors) == 1
-    finally:
-        release.set()
-        stuck.join(10)
+    with _behind_a_stuck_refresh(default_budget=lambda: Budget.once(0.2)) as cache:
+        errors = _refresh_on_a_thread(cache.refresh)
+    assert [type(e) for e in errors] == [DeadlineExceededError]
