@@ -163,8 +163,7 @@ class MetadataCache:
                 (which its ``abort`` ends too). ``None``: the default budget (a whole
                 retry policy from now), kept by both together; waiting without a bound,
                 then fetching under a policy of its own, such a refresh took up to
-                twice its policy's time, or
-                forever behind a refresh that hung.
+                twice its policy's time, or forever behind a refresh that hung.
 
         Raises:
             DeadlineExceededError: ``budget`` ran out while another thread refreshed.
