@@ -46,10 +46,12 @@ __all__ = [
 #: Decides what happens to one ``PublishAsync`` request (the request, and how many
 #: requests the broker has received so far, this one included):
 #:
-#: * ``"ack"``: acknowledge it (offsets count up per stream partition);
+#: * ``"ack"``: store it and acknowledge it (offsets count up per stream partition, and
+#:   the partition's newest offset in ``FetchPartitionMetadata`` follows them);
 #: * ``"drop"``: never answer (a lost ack);
 #: * ``"abort"``: end the whole stream with UNAVAILABLE (a broker going away);
-#: * ``("delay", seconds)``: acknowledge it after ``seconds`` (a slow ack);
+#: * ``("delay", seconds)``: store it at once, acknowledge it after ``seconds`` (a slow
+#:   ack);
 #: * an ``int``: answer with that ``PublishAsyncError`` code (e.g. 4 = READONLY);
 #: * ``("error", code, message)``: that ``PublishAsyncError`` with that message (e.g.
 #:   ``("error", 3, "failed to publish to NATS: nats: connection closed")``, what the
@@ -83,7 +85,9 @@ class FakeCluster:
         leader: Id of the broker that leads every partition.
         streams: Stream names listed when metadata for all streams is asked.
         partitions: Partitions per stream.
-        newest_offset: Reported by ``FetchPartitionMetadata`` (-1: empty).
+        newest_offset: Reported by ``FetchPartitionMetadata`` (-1: empty), or the
+            offset of the newest publish the asked broker stored if that is higher
+            (the log moves as a leader acknowledges, as a real one's does).
         high_watermark: Reported by ``FetchPartitionMetadata`` (``None``: the newest
             offset, everything committed).
         brokers: The brokers registered so far (in order of creation).
@@ -315,7 +319,9 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "The request should be sent to partition leader",
             )
-        newest = self.cluster.newest_offset
+        with self.lock:
+            stored = self._offsets.get((request.stream, request.partition), -1)
+        newest = max(self.cluster.newest_offset, stored)
         committed = self.cluster.high_watermark
         return api_pb2.FetchPartitionMetadataResponse(
             metadata=api_pb2.PartitionMetadata(
@@ -348,15 +354,21 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 self.received.append(request)
                 count = len(self.received)
             action = self.publish_script(request, count)
-            if action == "drop" or (action == "ack" and request.ackPolicy == api_pb2.NONE):
+            if action == "drop":
+                continue
+            if action == "ack" and request.ackPolicy == api_pb2.NONE:
+                self._store(request)  # stored, but the real server answers no NONE
                 continue
             if action == "abort":
                 context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: broker going away")
             if isinstance(action, tuple) and action[0] == "delay":
+                # Stored when read, as the real server's log takes it before the ack
+                # goes out: the log moves while the ack is slow.
+                offset = self._store(request)
                 time.sleep(float(action[1]))
-                action = "ack"
-                if request.ackPolicy == api_pb2.NONE:
-                    continue  # as "ack": the real server answers no AckPolicy.NONE publish
+                if request.ackPolicy != api_pb2.NONE:  # the real server answers no NONE
+                    yield self._ack(request, offset)
+                continue
             message = "scripted"
             if isinstance(action, tuple) and action[0] == "error":
                 action, message = action[1], action[2]
@@ -369,13 +381,16 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 )
                 if not isinstance(action, tuple):
                     continue
-            yield self._ack(request)
+            yield self._ack(request, self._store(request))
 
-    def _ack(self, request: api_pb2.PublishRequest) -> api_pb2.PublishResponse:
+    def _store(self, request: api_pb2.PublishRequest) -> int:
         key = (request.stream, request.partition)
         with self.lock:
             offset = self._offsets.get(key, -1) + 1
             self._offsets[key] = offset
+        return offset
+
+    def _ack(self, request: api_pb2.PublishRequest, offset: int) -> api_pb2.PublishResponse:
         return api_pb2.PublishResponse(
             correlationId=request.correlationId,
             ack=api_pb2.Ack(
