@@ -281,7 +281,8 @@ class StreamSubscription:
 
         Args:
             timeout: Seconds to wait for the reader threads (``None`` or ``inf``: until
-                they end).
+                they end). Readers still running then are joined once they end (the
+                ``liftbridge-timer`` thread looks), or by ``Client.close()``.
 
         Raises:
             ArgumentTypeError: ``timeout`` is no number (the subscription is closed).
@@ -306,6 +307,11 @@ class StreamSubscription:
             sub.close()
         self._box.close()
         self._readers.close(timeout)
+        if self._readers.alive():
+            # Returned before they ended: once this subscription is dropped, nothing
+            # else holds them (the client's registry is weak), and Client.close() would
+            # return with them running.
+            _hand_over(self._readers, self._core)
 
     def __del__(self) -> None:
         # The collector may run this on any thread, one holding any lock (threading's
@@ -354,16 +360,18 @@ def _watch(
             pass  # the client is closing: it closes the subscription
         return
     _log.warning("subscription to %r: dropped without close(): closing", subscription.stream)
-    subscription.close(0)
-    readers, core = subscription._readers, subscription._core
-    if not readers.alive():
-        readers.close(0)
-        return
+    subscription.close(0)  # hands its readers over (see _hand_over)
+
+
+def _hand_over(readers: Readers, core: ClientCore) -> None:
+    """Have readers that a close did not wait out joined once they ended (the timer
+    thread looks), or by ``Client.close()``, which they are registered with."""
     if core.closed:
-        return  # the client is closing (a race of a moment): they end, cancelled
+        return  # the client is closing (it called this close): they end, cancelled
     try:
         # Held by the reap's timer until they ended, by the client's close() then.
         core.register(readers)
+        scheduler = core.scheduler()
     except LiftbridgeError:
         return  # closed meanwhile: register() joined them (they end at once, cancelled)
     reap(readers, scheduler)

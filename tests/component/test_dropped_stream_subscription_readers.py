@@ -84,3 +84,54 @@ def test_the_readers_of_a_dropped_stream_subscription_are_joined_by_client_close
     finally:
         logger.removeFilter(hold)
         broker.stop()
+
+
+def test_readers_outliving_close_with_a_timeout_are_joined_by_client_close() -> None:
+    # close(timeout) returned with a reader still running; the subscription, then
+    # dropped, left the client's (weak) registry, and Client.close() did not join it.
+    lose = threading.Event()
+
+    def script(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()
+        yield fake_message(0)
+        lose.wait(30)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: gone")
+
+    hold = _HoldLostStream()
+    logger = logging.getLogger("liftbridge_sync.subscription")
+    logger.addFilter(hold)
+    broker = FakeBroker("a").start()
+    broker.subscribe_scripts = [script]
+    try:
+        client = Client([broker.address])
+        try:
+            held = [client.subscribe_stream("s", start=StartAt.earliest())]
+            assert held[0].get(5).offset == 0
+            (reader,) = [t for t in threading.enumerate() if t.name == "liftbridge-subscribe-s-0"]
+            lose.set()
+            assert hold.held.wait(10)  # the reader is busy
+            held[0].close(0)
+            assert reader.is_alive()
+            held.clear()
+            gc.collect()
+            closed = threading.Event()
+
+            def close() -> None:
+                client.close()
+                closed.set()
+
+            closer = threading.Thread(target=close, name="test-closer", daemon=True)
+            closer.start()
+            # Client.close() waits for the reader (it returned at once).
+            assert not closed.wait(0.5)
+            hold.release.set()
+            assert closed.wait(10)
+            assert not reader.is_alive()
+        finally:
+            hold.release.set()
+            client.close()
+    finally:
+        logger.removeFilter(hold)
+        broker.stop()
