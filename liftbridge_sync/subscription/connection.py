@@ -491,9 +491,17 @@ class PartitionConnection:
         resubscribing: bool,
         until: float | None = None,
     ) -> None:
-        """One attempt: send Subscribe and consume the server's empty handshake message."""
+        """One attempt: send Subscribe and consume the server's empty handshake message.
+
+        With ``until`` (a resubscribe), the whole attempt ends one ``rpc_timeout`` past
+        ``until`` (or its own start, if later) at most: its look-up and the handshake
+        together, not one ``rpc_timeout`` each.
+        """
+        now = time.monotonic()
         if deadline is not None:
-            deadline = max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
+            deadline = max(deadline, now + ATTEMPT_AT_LEAST)
+        # The same end as the look-up's budget (_lookup_budget), taken before it runs.
+        ends = None if until is None else max(until, now) + self.core.options.rpc_timeout
         address = self._address(refresh, deadline, until)
         # Reverse reads check every offset as it is delivered: one at a time.
         call = open_subscribe(
@@ -508,6 +516,10 @@ class PartitionConnection:
         wait = self.core.options.rpc_timeout
         if deadline is not None:
             wait = min(wait, deadline - time.monotonic())
+        if ends is not None:
+            # At least a moment: a look-up that took it all leaves a handshake that is
+            # already under way its chance, as a deadline does (ATTEMPT_AT_LEAST).
+            wait = min(wait, max(ends - time.monotonic(), ATTEMPT_AT_LEAST))
         guard = self.arm(wait, call)
         try:
             next(call)

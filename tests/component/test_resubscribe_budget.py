@@ -5,17 +5,21 @@ retry policy, and ``get(0.3)`` returned only once that policy gave up."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from liftbridge_sync import Client, RetryPolicy, StartAt
+from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
 from liftbridge_sync.models import FrozenMap, Metadata
 from liftbridge_sync.subscription.partition import Subscription
-from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve
+from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve, silent
 from tests.component.hanging_metadata import HangingMetadata
+from tests.waiting import wait_until
 
 #: Only max_delay ends the retries: a refresh under it takes 3 s with no broker up.
 _PATIENT = RetryPolicy(max_attempts=1_000_000, max_delay=3.0, initial=0.05, maximum=0.2, jitter=0)
@@ -120,3 +124,72 @@ def test_a_resubscribe_asking_what_a_refusal_means_keeps_to_resubscribe_wait(
         for broker in brokers:
             broker.stop()
     assert elapsed < _CHECK_WAIT + _CHECK_RPC_TIMEOUT + 1.0
+
+
+class _SlowMetadata(FakeBroker):
+    """A broker whose FetchMetadata answers take :attr:`delay` seconds (a slow but
+    answering broker: the answer arrives within ``rpc_timeout``)."""
+
+    def __init__(self, broker_id: str) -> None:
+        super().__init__(broker_id)
+        self.delay = 0.0
+        self._never = threading.Event()
+
+    def FetchMetadata(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchMetadataResponse:
+        self._never.wait(self.delay)  # the scripted fault: a slow answer
+        return super().FetchMetadata(request, context)
+
+
+_ATTEMPT_RPC_TIMEOUT = 3.0
+_ATTEMPT_WAIT = 0.5
+
+
+def test_a_resubscribe_handshake_keeps_to_resubscribe_wait_after_a_slow_look_up() -> None:
+    # The look-up of the leader took most of rpc_timeout, and the wait for the
+    # handshake then took rpc_timeout more: an attempt begun within resubscribe_wait
+    # ended two rpc_timeouts past it, not the one an attempt may take past it.
+    broker = _SlowMetadata("a")
+    broker.start()
+    try:
+        broker.subscribe_scripts = [serve([0], ("UNAVAILABLE", "scripted: gone")), silent()]
+        with Client(
+            [broker.address],
+            rpc_timeout=_ATTEMPT_RPC_TIMEOUT,
+            resubscribe_wait=_ATTEMPT_WAIT,
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert next(sub).offset == 0
+            broker.delay = _ATTEMPT_RPC_TIMEOUT - 0.5
+            started = time.monotonic()
+            with pytest.raises(BrokerUnavailableError):
+                next(sub)
+            elapsed = time.monotonic() - started
+    finally:
+        broker.stop()
+    assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + 0.7
+
+
+def test_close_from_another_thread_ends_a_resubscribe_waiting_for_its_handshake() -> None:
+    broker = FakeBroker("a").start()
+    try:
+        broker.subscribe_scripts = [serve([0], ("UNAVAILABLE", "scripted: gone")), silent()]
+        with Client([broker.address], rpc_timeout=30.0, resubscribe_wait=60.0) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert next(sub).offset == 0
+
+            def close_once_resubscribed() -> None:
+                wait_until(lambda: len(broker.subscribe_requests) == 2, 10)
+                sub.close()
+
+            closer = threading.Thread(target=close_once_resubscribed, name="test-closer")
+            closer.start()
+            started = time.monotonic()
+            with pytest.raises(StopIteration):
+                next(sub)
+            elapsed = time.monotonic() - started
+            closer.join(10)
+    finally:
+        broker.stop()
+    assert elapsed < 5.0  # not the handshake's rpc_timeout (30 s)
