@@ -15,7 +15,12 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import cursors, leader
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
-from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
+from liftbridge_sync.errors import (
+    ArgumentTypeError,
+    ClientClosedError,
+    ConfigurationError,
+    DeadlineExceededError,
+)
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
@@ -255,7 +260,20 @@ def _one_message(
     resume: bool,
 ) -> Message | None:
     """The first message from ``position`` (``api_pb2.OFFSET`` at offset ``at``, or
-    ``api_pb2.TIMESTAMP`` at Unix ns ``at``) up to offset ``stop``; ``None`` if none."""
+    ``api_pb2.TIMESTAMP`` at Unix ns ``at``) up to offset ``stop``; ``None`` if none.
+
+    Once the subscription is open, the message is waited for twice ``rpc_timeout`` at
+    most: what is asked for is committed, and served at once, unless retention deleted
+    it, which a silence of ``rpc_timeout`` and then the leader's answer tell (see
+    ``ReadFailures``): ``None`` then. A leader that cannot answer, or whose high
+    watermark fell behind the stop, left the read waiting for ever. The subscription
+    is the client's while it reads: ``Client.close()`` from another thread ends it.
+
+    Raises:
+        DeadlineExceededError: no message (nor the end of the read) within twice
+            ``rpc_timeout``.
+        ClientClosedError: the client was closed meanwhile.
+    """
     request = api_pb2.SubscribeRequest(
         stream=stream,
         partition=partition,
@@ -273,8 +291,21 @@ def _one_message(
     )
     sub = Subscription(core, target)
     try:
+        core.register(sub)  # closed, if the client is: ClientClosedError
         sub.open(empty=False)
-        return next(iter(sub), None)
+        seconds = 2 * core.options.rpc_timeout
+        try:
+            return sub.get(seconds)
+        except StopIteration:
+            if core.closed:
+                raise ClientClosedError("client is closed") from None
+            return None
+        except TimeoutError:
+            where = "offset" if position == api_pb2.OFFSET else "timestamp"
+            raise DeadlineExceededError(
+                f"{stream}/{partition}: looking up a timestamp start, no message at or "
+                f"after {where} {at} (up to offset {stop}) arrived within {seconds}s"
+            ) from None
     finally:
         sub.close()
 
@@ -352,6 +383,8 @@ def open_subscription(
         ConfigurationError: on a bad argument.
         NoSuchPartitionError: if the stream or partition does not exist.
         BrokerUnavailableError: if no broker answered within the retry policy.
+        DeadlineExceededError: a time start's offset, read from the partition, did
+            not arrive within twice ``rpc_timeout``.
     """
     check_name("stream", stream, allow_reserved=True)
     check_partition("partition", partition)
