@@ -31,6 +31,7 @@ from liftbridge_sync._wire.requests import (
 )
 from liftbridge_sync._wire.validate import (
     check_name,
+    check_timeout,
 )
 from liftbridge_sync.consumer.group import Consumer
 from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
@@ -188,11 +189,26 @@ class Client:
         ``close()`` begins (a ``publish_batch`` gets it for what it had not sent yet);
         what was sent is waited for.
 
+        A ``timeout`` it cannot take is refused before anything is closed: the client
+        stays open and usable (and :meth:`for_process` keeps handing it out), as no
+        other value would say how long the caller meant its pending publishes to have.
+        Call ``close()`` again with a valid one (``with Client(...)`` closes with
+        ``None``).
+
         Args:
             timeout: Seconds to wait for pending publishes to be acknowledged before
                 they fail with :class:`ClientClosedError` (``None``: wait for each
                 until its ack timeout, when it fails with :class:`AckTimeoutError`).
+
+        Raises:
+            ArgumentTypeError: ``timeout`` is no number (nothing is closed).
+            ConfigurationError: ``timeout`` is NaN, negative or above ~24 days
+                (nothing is closed).
+
+        Thread-safe.
         """
+        # First: the registry below must not forget a client left open.
+        check_timeout("timeout", timeout)
         try:
             self._session.close(timeout)
         finally:

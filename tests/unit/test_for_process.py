@@ -5,7 +5,10 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
+
 from liftbridge_sync import Client, ClientOptions
+from liftbridge_sync.errors import ConfigurationError
 
 # Nothing listens there: clients are made and closed without a call.
 A = ClientOptions(addresses=("127.0.0.1:1",))
@@ -55,3 +58,20 @@ def test_closing_an_old_client_leaves_the_new_one_of_its_options() -> None:
         assert Client.for_process(A) is new and not new.closed
     finally:
         new.close()
+
+
+@pytest.mark.parametrize("timeout", [-1, float("nan"), "1"], ids=["negative", "nan", "str"])
+def test_a_close_refusing_its_timeout_leaves_the_shared_client_usable_and_shared(
+    timeout: object,
+) -> None:
+    # The refused close() closed nothing, but let the registry forget the client: the
+    # next for_process() made another, and the first stayed open, unowned.
+    shared = Client.for_process(A)
+    try:
+        with pytest.raises(ConfigurationError):
+            shared.close(timeout)  # type: ignore[arg-type]
+        assert not shared.closed
+        assert Client.for_process(A) is shared
+    finally:
+        shared.close()
+    assert shared.closed
