@@ -94,6 +94,7 @@ class ClientCore:
             lambda stream, budget: self.stream_info_partitions(stream, refresh=True, budget=budget),
             options.retry,
             options.rpc_timeout,
+            lambda seconds: self.back_off(seconds),
         )
         self._rotation = itertools.count()
         #: Brokers left out of the metadata for an address no one can dial (told every
@@ -524,6 +525,7 @@ class ClientCore:
 
         Raises:
             NoSuchStreamError: if the stream is still unknown after a short wait.
+            ClientClosedError: the client was closed meanwhile.
         """
         return self._counts.count(stream)
 

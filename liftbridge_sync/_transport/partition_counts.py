@@ -46,6 +46,9 @@ class PartitionCounts:
         retry: The client's retry policy: a count of a stream the cache does not know
             keeps to its ``max_delay`` (1 s at least, for a stream just created).
         rpc_timeout: The longest one attempt takes.
+        back_off: Sleeps one back-off between the asks for a stream the cache does not
+            know, cut short by the client's ``close()`` (``ClientCore.back_off``:
+            raises ``ClientClosedError`` then).
 
     Thread-safe.
     """
@@ -58,6 +61,7 @@ class PartitionCounts:
         fetch_count: Callable[[str, Budget], int],
         retry: RetryPolicy,
         rpc_timeout: float,
+        back_off: Callable[[float], None],
     ) -> None:
         self._cache = cache
         self._max_age = max_age
@@ -67,6 +71,7 @@ class PartitionCounts:
         # for a stream just created (its fetches keep to its policy all the same).
         self._retry = dataclasses.replace(retry, max_delay=max(retry.max_delay, _SETTLE.max_delay))
         self._rpc_timeout = rpc_timeout
+        self._back_off = back_off
 
     def count(self, stream: str) -> int:
         """``stream``'s partition count; waits briefly for a just-created stream.
@@ -78,6 +83,7 @@ class PartitionCounts:
         Raises:
             NoSuchStreamError: if the stream is still unknown after a short wait.
             BrokerUnavailableError: no broker answered within the policy.
+            ClientClosedError: the client was closed meanwhile (from any thread).
         """
         # The cache answers almost every call (one per message a partitioner places):
         # only a stream it does not know takes the retry machinery, whose set-up costs
@@ -97,6 +103,9 @@ class PartitionCounts:
             lambda _: self._fetch_count(stream, budget),
             retry_if=lambda exc: isinstance(exc, NoSuchStreamError),
             deadline=budget.retry_until,
+            # Not a plain sleep: a publish waiting for a stream just created outlived
+            # the client's close() by a back-off, then asked the closed client again.
+            sleep=self._back_off,
         )
 
     def _recount(self, stream: str, cached: int) -> int:

@@ -61,7 +61,9 @@ def _counts(server: _Server, clock: list[float], max_age: float | None) -> Parti
         cache.merge(snapshot)
         return len(snapshot.streams[stream].partitions)
 
-    return PartitionCounts(cache, max_age, refresh_once, fetch_count, RetryPolicy(), 1.0)
+    return PartitionCounts(
+        cache, max_age, refresh_once, fetch_count, RetryPolicy(), 1.0, time.sleep
+    )
 
 
 def test_an_old_count_is_fetched_again_once_and_a_silent_server_keeps_it(
