@@ -360,7 +360,13 @@ class Consumer:
         return self.assignment()
 
     def stats(self) -> ConsumerStats:
-        """A snapshot of this member's counters (see :class:`ConsumerStats`)."""
+        """A snapshot of this member's counters (see :class:`ConsumerStats`).
+
+        Raises:
+            ForkedClientError: in a process forked after this consumer was created.
+        """
+        # Before the lock: a parent thread may have held it at fork (a hang for good).
+        self._refuse_if_forked()
         with self._lock:
             return self._counters.snapshot()
 
@@ -582,7 +588,13 @@ class Consumer:
         return self._commits.committed()
 
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
-        """Per assigned partition ``(stream, partition, last delivered, "consumer")``."""
+        """Per assigned partition ``(stream, partition, last delivered, "consumer")``.
+
+        Raises:
+            ForkedClientError: in a process forked after this consumer was created.
+        """
+        # Before the lock: a parent thread may have held it at fork (a hang for good).
+        self._refuse_if_forked()
         with self._lock:
             if self._standing.closed:
                 return []

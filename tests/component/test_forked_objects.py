@@ -73,6 +73,8 @@ _SCRIPT = _REFUSALS + textwrap.dedent(
             "commit": consumer.commit,
             "assignment": consumer.assignment,
             "committed": consumer.committed,
+            "read_positions": consumer.read_positions,
+            "stats": consumer.stats,
             "join": consumer.join,
             "merged get": lambda: merged.get(0.2),
             # Read in bulk before the fork: the parent delivers it, the child must not.
