@@ -245,17 +245,27 @@ def closed_at_connect(details: str) -> bool:
 
 #: gRPC's words for a call that never left the client (nothing was carried out).
 _NEVER_SENT = ("failed to connect", "connection refused", "dns resolution", "name resolution")
+#: What a server that timed out internally says, as INTERNAL or UNKNOWN (Go's
+#: ``context.DeadlineExceeded`` of its forward to the metadata leader or of the Raft
+#: apply): the request may have been applied after its context ran out.
+_TIMED_OUT_INSIDE = ("deadline exceeded",)
 
 
 def maybe_carried_out(failed: Iterable[LiftbridgeError]) -> LiftbridgeError | None:
     """The first failed attempt of a call, among ``failed``, that may have reached a
     broker and been carried out (its answer lost: a connection that broke mid-call, a
     deadline), or None: what tells a retried call that is not idempotent ("already
-    exists", "already a member") from one that met someone else's work."""
+    exists", "already a member") from one that met someone else's work, and a failed
+    join that must leave the group (it may have joined).
+
+    A server's own deadline counts too (INTERNAL or UNKNOWN "... deadline exceeded"):
+    it gave up waiting for work that may still have been applied."""
     for error in failed:
         if isinstance(error, DeadlineExceededError):
             return error
         details = (error.details or str(error)).lower()
+        if error.code in ("INTERNAL", "UNKNOWN") and any(w in details for w in _TIMED_OUT_INSIDE):
+            return error
         if error.retryable and not (
             closed_at_connect(error.details or "") or any(w in details for w in _NEVER_SENT)
         ):

@@ -10,8 +10,9 @@ call. :func:`join_group` tells those refusals from the ones for good:
   the server's look-up and this join's creation of it) or "does not exist" (the
   group's last member left before this join was applied): it joins again, up to
   :data:`_JOIN_RACES` times;
-* failed otherwise after an attempt the server may have applied (a deadline, an
-  answer lost): it leaves before the error propagates;
+* failed otherwise after an attempt the server may have applied (a deadline, the
+  server's own included: INTERNAL "context deadline exceeded"; an answer lost): it
+  leaves before the error propagates;
 * refused "already a member" otherwise: another member has the id, a
   :class:`~liftbridge_sync.errors.ConsumerIdInUseError` naming the group and the id.
 
