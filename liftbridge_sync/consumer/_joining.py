@@ -14,7 +14,9 @@ call. :func:`join_group` tells those refusals from the ones for good:
   server's own included: INTERNAL "context deadline exceeded"; an answer lost): it
   leaves before the error propagates;
 * refused "already a member" otherwise: another member has the id, a
-  :class:`~liftbridge_sync.errors.ConsumerIdInUseError` naming the group and the id.
+  :class:`~liftbridge_sync.errors.ConsumerIdInUseError` naming the group and the id;
+* abandoned by its ``abort`` (the consumer closing during a rejoin): it leaves, within
+  one ``rpc_timeout``, as the attempt abandoned may have been applied.
 
 :class:`~liftbridge_sync.consumer._membership.Membership` keeps what the answer says.
 Thread-safe: functions of the core they are given.
@@ -27,6 +29,7 @@ import time
 from collections.abc import Sequence
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import (
@@ -56,18 +59,26 @@ _JOIN_RACES = 5
 
 
 def join_group(
-    core: ClientCore, group: str, consumer_id: str, streams: Sequence[str]
+    core: ClientCore,
+    group: str,
+    consumer_id: str,
+    streams: Sequence[str],
+    abort: DialAbort | None = None,
 ) -> api_pb2.JoinConsumerGroupResponse:
     """Join ``group`` as ``consumer_id`` (see the module's docstring).
+
+    ``abort``, if given, ends the calls and their back-offs at once when it aborts
+    (another thread closing the consumer).
 
     Raises:
         NoSuchStreamError: if a stream does not exist.
         ConsumerIdInUseError: if another member of the group has this id.
         ServerError: if the server refused the join otherwise.
+        ClientClosedError: ``abort`` aborted (or the client was closed).
     """
     tried: list[LiftbridgeError] = []
     try:
-        return _join_call(core, group, consumer_id, streams, tried)
+        return _join_call(core, group, consumer_id, streams, tried, abort)
     except ConsumerIdInUseError as exc:
         raise ConsumerIdInUseError(
             f"consumer group {group!r}: the consumer_id {consumer_id!r} is already a "
@@ -82,6 +93,9 @@ def join_group(
         ) from exc
     except LiftbridgeError as exc:
         earlier = maybe_carried_out(tried)
+        if abort is not None and abort.aborted and earlier is None:
+            # An attempt abandoned in flight may have been applied all the same.
+            earlier = exc
         if earlier is not None:
             _leave_after_failed_join(core, group, consumer_id, exc, earlier)
         raise
@@ -93,12 +107,14 @@ def _join_call(
     consumer_id: str,
     streams: Sequence[str],
     tried: list[LiftbridgeError],
+    abort: DialAbort | None,
 ) -> api_pb2.JoinConsumerGroupResponse:
     """``JoinConsumerGroup`` as ``consumer_id``; again after a leave when the answer of
     an attempt that joined was lost, and again when the group was created or removed
     under the join (see :data:`_JOIN_RACES`).
 
-    ``tried`` receives the error of every failed attempt since the last leave.
+    ``tried`` receives the error of every failed attempt since the last leave;
+    ``abort`` ends the calls (see :func:`join_group`).
 
     Raises:
         ConsumerIdInUseError: the server's refusal, as mapped (no group or id).
@@ -115,7 +131,11 @@ def _join_call(
         begun = len(tried)
         try:
             response: api_pb2.JoinConsumerGroupResponse = core.call_any(
-                rpcs.JOIN_CONSUMER_GROUP, request, context=CallContext.GROUP, failed=tried
+                rpcs.JOIN_CONSUMER_GROUP,
+                request,
+                context=CallContext.GROUP,
+                failed=tried,
+                abort=abort,
             )
             return response
         except ConsumerIdInUseError:
@@ -128,7 +148,7 @@ def _join_call(
                 who,
                 earlier,
             )
-            leave_now(core, group, consumer_id)
+            leave_now(core, group, consumer_id, abort=abort)
             left = True
             tried.clear()  # what those attempts may have applied, the leave undid
         except (ConsumerGroupNotFoundError, ServerError) as exc:
@@ -175,17 +195,23 @@ def _leave_after_failed_join(
 
 
 def leave_now(
-    core: ClientCore, group: str, consumer_id: str, deadline: float | None = None
+    core: ClientCore,
+    group: str,
+    consumer_id: str,
+    deadline: float | None = None,
+    abort: DialAbort | None = None,
 ) -> None:
     """Leave ``group`` as ``consumer_id`` just joined (its timer on the server was just
     reset: no expiry can race the leave), by ``deadline`` (a ``time.monotonic()``;
-    ``None``: under the retry policy); not a member is no error."""
+    ``None``: under the retry policy), ended at once when ``abort`` (if given) aborts;
+    not a member is no error."""
     try:
         core.call_any(
             rpcs.LEAVE_CONSUMER_GROUP,
             api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=consumer_id),
             context=CallContext.GROUP,
             deadline=deadline,
+            abort=abort,
         )
     except (ConsumerGroupNotFoundError, NotGroupMemberError):
         pass

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
@@ -125,16 +126,19 @@ class Membership:
         #: :meth:`leave` was called (the consumer closes): a rejoin that completes
         #: afterwards leaves again. Guarded by the lock.
         self._left = False
+        #: Ends a rejoin's calls and back-offs at once (see :meth:`stop_rejoining`).
+        self._rejoining = DialAbort()
 
     @property
     def who(self) -> str:
         """``<group>/<member id>`` for log lines (two members of a group log side by side)."""
         return f"{self._group}/{self._consumer_id}"
 
-    def join(self) -> None:
+    def join(self, abort: DialAbort | None = None) -> None:
         """Join the group and learn its coordinator, epoch and the server's timeouts.
 
-        The call and the races around it are :func:`._joining.join_group`'s.
+        The call and the races around it are :func:`._joining.join_group`'s; ``abort``,
+        if given, ends them at once when it aborts.
 
         Raises:
             NoSuchStreamError: if a stream does not exist.
@@ -143,7 +147,7 @@ class Membership:
         """
         with self._lock:
             consumer_id = self._consumer_id
-        response = join_group(self._core, self._group, consumer_id, self._streams)
+        response = join_group(self._core, self._group, consumer_id, self._streams, abort)
         with self._lock:
             if self.coordinator and response.coordinator != self.coordinator:
                 self._counters.coordinator_changes += 1
@@ -183,13 +187,15 @@ class Membership:
     def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
         """Join again as ``consumer_id`` after the server dropped this member.
 
-        Retries what may pass every :data:`_RETRY_WAIT` seconds until it works or
-        ``stop`` is set: an unreachable broker, and any server error without a more
-        precise meaning. A member is dropped when its coordinator failed over, which is
-        when the broker it asks has no metadata leader to forward the join to ("nats: no
-        responders available for request", a NATS timeout, a leadership lost mid-apply):
-        such an answer must not end the membership for good. A join that completes after
-        :meth:`leave` was called (the consumer closed meanwhile) is left again at once.
+        Retries what may pass every :data:`_RETRY_WAIT` seconds until it works, ``stop``
+        is set or :meth:`stop_rejoining` is called (which ends the join under way at
+        once, its retries' back-offs included): an unreachable broker, and any server
+        error without a more precise meaning. A member is dropped when its coordinator
+        failed over, which is when the broker it asks has no metadata leader to forward
+        the join to ("nats: no responders available for request", a NATS timeout, a
+        leadership lost mid-apply): such an answer must not end the membership for
+        good. A join that completes after :meth:`leave` was called (the consumer closed
+        meanwhile) is left again at once.
 
         Raises:
             NoSuchStreamError: if a stream no longer exists.
@@ -200,8 +206,13 @@ class Membership:
             self._consumer_id = consumer_id
         while not stop.is_set():
             try:
-                self.join()
+                self.join(self._rejoining)
                 self._leave_if_left()
+                return
+            except ClientClosedError:
+                if not self._rejoining.aborted:
+                    raise  # the client closed: the heartbeat ends on it
+                _log.info("consumer %s: rejoin cut short: the consumer closes", self.who)
                 return
             except (BrokerUnavailableError, DeadlineExceededError, NotLeaderError) as exc:
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
@@ -223,6 +234,17 @@ class Membership:
                     raise  # a precise refusal: invalid or unsupported
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
             stop.wait(_RETRY_WAIT)
+
+    def stop_rejoining(self) -> None:
+        """End a rejoin in progress at once, and any later one (the consumer closes,
+        from any thread): its join call under way, its back-offs and its waits raise
+        ``ClientClosedError``, and :meth:`rejoin` returns. A join abandoned in flight
+        is left again (it may have been applied), within one ``rpc_timeout``.
+
+        Without it, a rejoin retrying an unreachable broker kept the heartbeat thread
+        for up to the retry policy's ``max_delay`` (10 s by default), past close()'s
+        bound for its threads."""
+        self._rejoining.abort()
 
     def _leave_if_left(self) -> None:
         """After a rejoin: leave again if :meth:`leave` was called meanwhile.

@@ -422,6 +422,7 @@ class Consumer:
         process's life (a second close() finds this one ended); the iteration ends.
         The server's consumer timeout removes the member."""
         self._stop.set()
+        self._membership.stop_rejoining()
         self._commits.handed_off.set()  # wakes the commit thread
         self._threads.stop_polling.set()
         self._standing.settled.set()
@@ -440,6 +441,9 @@ class Consumer:
     def _close(self, readers: list[PartitionReader], dropped: bool) -> None:
         """The first close(): ``readers`` are those shut out of the assignment."""
         self._stop.set()
+        # A rejoin in progress (on the heartbeat thread) ends now, not once its join
+        # call's retries give up: those outlasted the bound the threads get below.
+        self._membership.stop_rejoining()
         self._commits.handed_off.set()  # wakes the commit thread
         self._standing.settled.set()
         # The iteration ends now, not once the threads below were joined (up to the

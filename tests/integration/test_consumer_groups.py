@@ -35,6 +35,7 @@ from liftbridge_sync import (
     InternalThreadError,
     Message,
     NotGroupMemberError,
+    RetryPolicy,
     ServerError,
     StartAt,
 )
@@ -1293,7 +1294,9 @@ def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
         rejoining, left = threading.Event(), threading.Event()
         join, leave = membership.join, membership.leave
 
-        def join_after_close_left() -> None:  # the join reaches the server late
+        def join_after_close_left(abort: object = None) -> None:
+            # The join reaches the server late: sent already, close()'s abort of the
+            # rejoin does not take it back.
             rejoining.set()
             left.wait(30)
             join()
@@ -1331,6 +1334,53 @@ def test_a_rejoin_that_completes_after_close_has_left_leaves_the_group_again(
         api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=new_id),
         context=CallContext.GROUP,
     )
+
+
+def test_close_cuts_short_a_rejoin_backing_off_between_its_join_attempts(
+    client: Client,
+    stream: str,
+    group_server: LiftbridgeServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A fault: every join of the rejoin is refused UNAVAILABLE (retried under the retry
+    # policy, a long back-off between attempts). close() waited for the heartbeat thread
+    # its whole bound (2 x rpc_timeout + 1 s), then left it behind, still retrying.
+    caplog.set_level(logging.WARNING, logger="liftbridge_sync.consumer")
+    group = unique("g")
+    slow = RetryPolicy(max_attempts=100, max_delay=60.0, initial=10.0, maximum=10.0, jitter=0)
+    with Client(group_server.address, rpc_timeout=0.3, retry=slow) as quick:
+        a = quick.consumer(group, streams=[stream], auto_commit=None)
+        a.wait_for_assignment(15)
+        old_id = a.consumer_id
+        invoke = quick._core.invoke
+        refused = threading.Event()
+
+        def refusing(address: str, rpc: Any, request: Any, **kwargs: Any) -> Any:
+            if rpc is rpcs.JOIN_CONSUMER_GROUP:
+                refused.set()
+                raise BrokerUnavailableError(
+                    "consumer group: broker unavailable: scripted",
+                    code="UNAVAILABLE",
+                    details="scripted",
+                )
+            return invoke(address, rpc, request, **kwargs)
+
+        monkeypatch.setattr(quick._core, "invoke", refusing)
+        # The server drops the member (as if it had expired): it rejoins under a new id.
+        client._core.call_any(
+            rpcs.LEAVE_CONSUMER_GROUP,
+            api_pb2.LeaveConsumerGroupRequest(groupId=group, consumerId=old_id),
+            context=CallContext.GROUP,
+        )
+        assert refused.wait(15)  # the rejoin's first attempt: its back-off follows
+        (heartbeat,) = [t for t in a._threads.started if t.name == f"liftbridge-consumer-{group}"]
+        closing = time.monotonic()
+        a.close()
+        took = time.monotonic() - closing
+        assert not heartbeat.is_alive()
+    assert took < 1.0, took
+    assert "closing without waiting longer" not in caplog.text
 
 
 def test_a_member_whose_threads_cannot_start_leaves_the_group_with_a_typed_error(
