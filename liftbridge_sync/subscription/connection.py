@@ -240,20 +240,25 @@ class PartitionConnection:
                 with trial:
                     if self.closed.is_set():
                         raise Closed
+                    # One end for the whole attempt: its look-up, the handshake and
+                    # the question of what a refusal means (not rpc_timeout each).
+                    ends = self._attempt_ends(until)
                     try:
-                        self._open(refresh, deadline, resubscribing=resubscribing, until=until)
+                        self._open(
+                            refresh, deadline, resubscribing=resubscribing, until=until, ends=ends
+                        )
                     except (NotLeaderError, BrokerUnavailableError):
                         refresh = True
                         raise
                     except NoSuchPartitionError as exc:
                         refresh = True
-                        raise self._explain_not_found(exc, deadline, until) from None
+                        raise self._explain_not_found(exc, deadline, until, ends) from None
                     except ServerError as exc:
                         # v1.9.0 refuses a reader of a paused partition with the same
                         # "segment has been closed" as one caught mid-compaction; only
                         # the metadata tells the lasting case from the passing one.
                         if exc.retryable and not target.request.resume:
-                            paused = self.paused(deadline, until)
+                            paused = self.paused(deadline, until, ends)
                             if paused is not None:
                                 raise paused from None
                         raise
@@ -297,19 +302,20 @@ class PartitionConnection:
                 policy = dataclasses.replace(policy, max_attempts=1_000_000, max_delay=left)
 
     def paused(
-        self, deadline: float | None, until: float | None = None
+        self, deadline: float | None, until: float | None = None, ends: float | None = None
     ) -> PartitionPausedError | None:
         """The error to raise if fresh metadata says the partition is paused.
 
         Asked within ``deadline`` (the get's) and ``until`` (the end of a resubscribe's
-        ``resubscribe_wait``), as :meth:`_address` asks.
+        ``resubscribe_wait``), as :meth:`_address` asks, and by ``ends`` (the end of the
+        resubscribe attempt that met the refusal, :meth:`_attempt_ends`) if given.
 
         Raises:
             ClientClosedError: closed meanwhile (or the client).
         """
         target = self.target
         try:
-            self._refresh(deadline, until)
+            self._refresh(deadline, until, ends)
         except BrokerUnavailableError:
             return None  # cannot tell: keep retrying the refusal as transient
         info = self.core.metadata.get().partition(target.stream, target.partition)
@@ -321,10 +327,14 @@ class PartitionConnection:
         )
 
     def _explain_not_found(
-        self, exc: NoSuchPartitionError, deadline: float | None, until: float | None
+        self,
+        exc: NoSuchPartitionError,
+        deadline: float | None,
+        until: float | None,
+        ends: float | None,
     ) -> LiftbridgeError:
-        """What a NOT_FOUND answer means, asked of fresh metadata (within ``deadline``
-        and ``until``, as :meth:`paused` asks).
+        """What a NOT_FOUND answer means, asked of fresh metadata (within ``deadline``,
+        ``until`` and ``ends``, as :meth:`paused` asks).
 
         A restarted server answers NOT_FOUND while it recovers its partitions, so the
         answer alone never ends a subscription: only metadata without the stream (or
@@ -332,7 +342,7 @@ class PartitionConnection:
         """
         target = self.target
         try:
-            self._refresh(deadline, until)
+            self._refresh(deadline, until, ends)
         except BrokerUnavailableError as unreachable:
             return unreachable  # retryable: ask again on the next attempt
         snapshot = self.core.metadata.get()
@@ -349,14 +359,16 @@ class PartitionConnection:
             details=exc.details,
         )
 
-    def _refresh(self, deadline: float | None, until: float | None) -> None:
+    def _refresh(
+        self, deadline: float | None, until: float | None, ends: float | None = None
+    ) -> None:
         """Refresh the stream's metadata once, within :meth:`_lookup_budget`'s time.
 
         Raises:
             BrokerUnavailableError: no broker answered in time.
             ClientClosedError: closed meanwhile (or the client).
         """
-        budget = self._lookup_budget(deadline, until)
+        budget = self._lookup_budget(deadline, until, ends)
         self.core.refresh_once(
             [self.target.stream], None if budget is None else budget.ends, abort=self.abort
         )
@@ -426,17 +438,20 @@ class PartitionConnection:
             min(remaining, backoff_delay(self.core.options.retry, self.disorder)), deadline
         )
 
-    def _address(self, refresh: bool, deadline: float | None, until: float | None) -> str:
+    def _address(
+        self, refresh: bool, deadline: float | None, until: float | None, ends: float | None
+    ) -> str:
         """Where to subscribe: the leader, or a random in-sync replica if allowed (and
         no follower was found lagging).
 
-        The look-up keeps to ``deadline`` (the get's) and to ``until`` (the end of
-        ``resubscribe_wait``; one attempt's ``rpc_timeout`` past it at most).
+        The look-up keeps to ``deadline`` (the get's), to ``until`` (the end of
+        ``resubscribe_wait``) and to ``ends`` (its attempt's end, one ``rpc_timeout``
+        past ``until`` at most).
         """
         target, core = self.target, self.core
-        budget = self._lookup_budget(deadline, until)
+        budget = self._lookup_budget(deadline, until, ends)
         if refresh:
-            self._refresh(deadline, until)
+            self._refresh(deadline, until, ends)
             snapshot = core.metadata.get()
             info = snapshot.partition(target.stream, target.partition)
             if info is None:
@@ -472,12 +487,27 @@ class PartitionConnection:
         self.at_leader = True
         return leader
 
-    def _lookup_budget(self, deadline: float | None, until: float | None) -> Budget | None:
-        """The budget of one attempt's metadata look-up (``None``: the retry policy's)."""
+    def _attempt_ends(self, until: float | None) -> float | None:
+        """When a resubscribe attempt starting now ends at the latest (``None``: not a
+        resubscribe): one ``rpc_timeout`` past ``until``, or past its own start if later,
+        as the resubscribe's own retry policy makes at least one attempt."""
+        if until is None:
+            return None
+        return max(until, time.monotonic()) + self.core.options.rpc_timeout
+
+    def _lookup_budget(
+        self, deadline: float | None, until: float | None, ends: float | None = None
+    ) -> Budget | None:
+        """The budget of one metadata look-up (``None``: the retry policy's) within
+        ``ends``, the end of the attempt it is part of (:meth:`_attempt_ends`; one
+        starting now without it). A look-up late in its attempt still gets
+        ``ATTEMPT_AT_LEAST``: it is already under way and must be able to answer."""
         abort = self.abort
         if until is not None:
-            # At least one attempt, as the resubscribe's own retry policy makes.
-            ends = max(until, time.monotonic()) + self.core.options.rpc_timeout
+            now = time.monotonic()
+            if ends is None:
+                ends = max(until, now) + self.core.options.rpc_timeout
+            ends = max(ends, now + ATTEMPT_AT_LEAST)
             if deadline is None:
                 return Budget(until, ends, abort=abort)
             return Budget(min(deadline, until), min(deadline, ends), abort=abort)
@@ -490,19 +520,19 @@ class PartitionConnection:
         *,
         resubscribing: bool,
         until: float | None = None,
+        ends: float | None = None,
     ) -> None:
         """One attempt: send Subscribe and consume the server's empty handshake message.
 
-        With ``until`` (a resubscribe), the whole attempt ends one ``rpc_timeout`` past
-        ``until`` (or its own start, if later) at most: its look-up and the handshake
-        together, not one ``rpc_timeout`` each.
+        With ``until`` (a resubscribe), the whole attempt ends by ``ends``
+        (:meth:`_attempt_ends`) at most: its look-up and the handshake together, not
+        one ``rpc_timeout`` each.
         """
-        now = time.monotonic()
         if deadline is not None:
-            deadline = max(deadline, now + ATTEMPT_AT_LEAST)
-        # The same end as the look-up's budget (_lookup_budget), taken before it runs.
-        ends = None if until is None else max(until, now) + self.core.options.rpc_timeout
-        address = self._address(refresh, deadline, until)
+            deadline = max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
+        if ends is None:
+            ends = self._attempt_ends(until)
+        address = self._address(refresh, deadline, until, ends)
         # Reverse reads check every offset as it is delivered: one at a time.
         call = open_subscribe(
             self.core, address, self._resume_request(), batched=not self.target.reverse

@@ -193,3 +193,39 @@ def test_close_from_another_thread_ends_a_resubscribe_waiting_for_its_handshake(
     finally:
         broker.stop()
     assert elapsed < 5.0  # not the handshake's rpc_timeout (30 s)
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        ("NOT_FOUND", "no such partition"),
+        ("INTERNAL", "Failed to create stream reader: segment has been closed"),
+    ],
+    ids=["not-found", "paused"],
+)
+def test_a_refusal_after_a_slow_look_up_keeps_to_the_attempts_bound(
+    refusal: tuple[str, str],
+) -> None:
+    # The look-up of the leader took most of rpc_timeout and the server refused the
+    # subscribe; asking fresh metadata what the refusal meant then took rpc_timeout
+    # more of its own: the attempt ended about two rpc_timeouts past resubscribe_wait.
+    broker = _SlowMetadata("a")
+    broker.start()
+    try:
+        broker.subscribe_scripts = [serve([0], ("UNAVAILABLE", "scripted: gone")), refuse(*refusal)]
+        with Client(
+            [broker.address],
+            rpc_timeout=_ATTEMPT_RPC_TIMEOUT,
+            resubscribe_wait=_ATTEMPT_WAIT,
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert next(sub).offset == 0
+            broker.delay = _ATTEMPT_RPC_TIMEOUT - 0.5
+            started = time.monotonic()
+            with pytest.raises(LiftbridgeError):
+                next(sub)
+            elapsed = time.monotonic() - started
+            assert len(broker.subscribe_requests) == 2  # the refusal was met
+    finally:
+        broker.stop()
+    assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + 0.7
