@@ -408,3 +408,28 @@ def test_a_get_0_polling_loop_resubscribes_once_after_a_lost_stream(
         assert got == [0, 1, 2, 3, 4, 5]
         assert sub.stats().resubscribes == 1
     assert len(broker.subscribe_requests) == 2
+
+
+def test_a_ping_after_the_brokers_goaway_is_a_closed_connection_not_a_protocol_error(
+    raw: _RawServer,
+) -> None:
+    # gRPC's graceful shutdown (a broker stopping) is GOAWAY(NO_ERROR) covering every
+    # stream, then a PING to time the in-flight streams (RFC 9113 §6.8 allows frames
+    # after a GOAWAY). h2 closes its state machine on the GOAWAY and refuses the PING,
+    # which surfaced as "HTTP/2 protocol error ... RECV_PING in state CLOSED".
+    client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    client.initiate_connection()
+    server = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    server.initiate_connection()
+    server.receive_data(client.data_to_send())
+    head = server.data_to_send()  # SETTINGS (the response headers never come)
+    goaway = framing.FRAME_HEADER.pack(8 << 8 | 7, 0, 0) + (0x7FFFFFFF).to_bytes(4, "big")
+    goaway += (0).to_bytes(4, "big")
+    ping = framing.FRAME_HEADER.pack(8 << 8 | 6, 0, 0) + b"graceful"
+    for chunks in ([head + goaway + ping], [head + goaway, ping]):
+        raw.chunks = chunks
+        offsets, error = _read_all(raw.address)
+        assert offsets == []
+        assert isinstance(error, BrokerUnavailableError) and error.code == "UNAVAILABLE"
+        assert "protocol error" not in str(error)
+        assert "closed the connection" in str(error)

@@ -323,6 +323,17 @@ class StreamDispatch:
                         whole = fast and not rbuf
                     pos = end
                     continue
+                if kind == GOAWAY and not self._open_block:
+                    # h2 refuses every frame after a GOAWAY it took (its connection is
+                    # CLOSED), but the broker may go on sending: gRPC's graceful
+                    # shutdown is GOAWAY then PING (RFC 9113 §6.8 allows it). The
+                    # GOAWAY goes to h2 now, ending the run; _to_h2 drops what follows.
+                    self._to_h2(buf[slow if slow >= 0 else pos : end])
+                    slow = -1
+                    fast = self.fast
+                    whole = fast and not rbuf
+                    pos = end
+                    continue
             if slow < 0:
                 slow = pos
             pos = end
@@ -423,7 +434,14 @@ class StreamDispatch:
     # ------------------------------------------------------------------ h2 events
 
     def _to_h2(self, frames: bytes | bytearray) -> None:
-        """Hand whole frames to h2 and act on its events."""
+        """Hand whole frames to h2 and act on its events.
+
+        Nothing goes to h2 once its connection is CLOSED (a GOAWAY either side sent):
+        h2 would refuse any frame but another GOAWAY as a protocol error, while the
+        stream has already ended with the GOAWAY's reason.
+        """
+        if self._conn.state_machine.state is ConnectionState.CLOSED:
+            return
         consumed = 0
         rbuf = self.rbuf
         ours = self._stream_id
@@ -460,7 +478,7 @@ class StreamDispatch:
                 self.end(self._fail(code, f"stream reset by the broker ({event.error_code!r})"))
             elif kind is h2.events.ConnectionTerminated:
                 assert isinstance(event, h2.events.ConnectionTerminated)
-                self.end(self._lost(f"the broker sent GOAWAY ({event.error_code!r})"))
+                self.end(self._lost(_goaway_reason(event)))
             # SETTINGS and PING are acknowledged by h2 itself (its output, sent by the
             # connection); WindowUpdated needs nothing: the writer looks at the windows.
         if consumed and not self.ended:
@@ -511,3 +529,12 @@ class StreamDispatch:
             self.ended = True
             self.fast = False
             self.error = error
+
+
+def _goaway_reason(event: h2.events.ConnectionTerminated) -> str:
+    """Why a GOAWAY the broker sent ended the stream, in words."""
+    code = event.error_code
+    if not code:  # NO_ERROR: the broker closing (stopping, restarting, draining)
+        return "the broker closed the connection (GOAWAY NO_ERROR)"
+    name = getattr(code, "name", None) or f"code {int(code)}"
+    return f"the broker closed the connection with an error (GOAWAY {name})"
