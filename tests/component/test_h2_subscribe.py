@@ -426,7 +426,16 @@ def test_a_ping_after_the_brokers_goaway_is_a_closed_connection_not_a_protocol_e
     goaway = framing.FRAME_HEADER.pack(8 << 8 | 7, 0, 0) + (0x7FFFFFFF).to_bytes(4, "big")
     goaway += (0).to_bytes(4, "big")
     ping = framing.FRAME_HEADER.pack(8 << 8 | 6, 0, 0) + b"graceful"
-    for chunks in ([head + goaway + ping], [head + goaway, ping]):
+    # What a stopping grpcio server was seen to send after its first GOAWAY: a
+    # WINDOW_UPDATE, a second GOAWAY (last stream 1, INTERNAL_ERROR), a PING.
+    window = framing.window_update(0, 1000)
+    last = framing.FRAME_HEADER.pack(8 << 8 | 7, 0, 0) + (1).to_bytes(4, "big")
+    last += (2).to_bytes(4, "big")
+    for chunks in (
+        [head + goaway + ping],
+        [head + goaway, ping],
+        [head + goaway + window + last + ping],
+    ):
         raw.chunks = chunks
         offsets, error = _read_all(raw.address)
         assert offsets == []
