@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._wire.validate import check_provider
 from liftbridge_sync.models import Message
@@ -101,7 +101,9 @@ def process(
     with ``as_child`` (the default), also its child, so the handling joins the
     producer's context: its trace, and its baggage, current in the block; otherwise it
     continues the current trace, in the current context. Errors raised in the
-    block are recorded on the span, with their ``error.type``, and re-raised.
+    block are recorded on the span, with their ``error.type``, and re-raised; so is a
+    ``KeyboardInterrupt`` or ``SystemExit`` (the handling did not finish), but not the
+    ``GeneratorExit`` of a generator closed in the block.
     ``messaging.client.consumed.messages`` counts the message, once per delivery
     (handling it again, as a retry does, is another span and duration but no other
     message consumed; the same message read again is another delivery), and
@@ -160,6 +162,16 @@ def process(
             except Exception as exc:
                 # The conventions' error.type of a failed operation, as a send span has
                 # it; use_span records the exception and the status (for an Exception).
+                span.set_attribute("error.type", error_type(exc))
+                points["error.type"] = error_type(exc)
+                raise
+            except GeneratorExit:
+                raise  # a generator handling the message was closed: no failure
+            except BaseException as exc:
+                # A KeyboardInterrupt or SystemExit left the handling unfinished too, but
+                # use_span records only an Exception: the span says so itself.
+                span.record_exception(exc, escaped=True)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.set_attribute("error.type", error_type(exc))
                 points["error.type"] = error_type(exc)
                 raise

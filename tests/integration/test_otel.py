@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
@@ -416,6 +416,50 @@ def test_process_spans_join_the_producers_trace_and_errors_are_recorded(
     assert failed.attributes["error.type"] == error_type  # type: ignore[index]
     (event,) = [e for e in failed.events if e.name == "exception"]
     assert event.attributes["exception.type"] == error_type  # type: ignore[index]
+
+
+def test_a_handler_interrupted_by_a_base_exception_ends_its_process_span_as_an_error(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # A KeyboardInterrupt (no Exception) left the handling unfinished as much as an
+    # error: the span says so, and the interrupt goes on unchanged.
+    interrupt = KeyboardInterrupt("stopped mid-handling")
+    with telemetry.stream(liftbridge_address) as (client, name):
+        client.publish(name, b"hello")
+        (message,) = _read(client, name)
+        with pytest.raises(KeyboardInterrupt) as raised:
+            with telemetry.process(message):
+                raise interrupt
+
+    assert raised.value is interrupt
+    (process,) = telemetry.finished(f"process {name}")
+    assert process.status.status_code is StatusCode.ERROR
+    assert process.attributes["error.type"] == "KeyboardInterrupt"  # type: ignore[index]
+    (event,) = [e for e in process.events if e.name == "exception"]
+    assert event.attributes["exception.type"] == "KeyboardInterrupt"  # type: ignore[index]
+    (point,) = telemetry.points("messaging.process.duration")
+    assert point.attributes["error.type"] == "KeyboardInterrupt"  # type: ignore[attr-defined]
+
+
+def test_a_generator_closed_inside_a_process_block_is_no_error(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    # GeneratorExit is how Python closes a generator, no failure of the handling.
+    with telemetry.stream(liftbridge_address) as (client, name):
+        client.publish(name, b"hello")
+        (message,) = _read(client, name)
+
+        def handle() -> Generator[None]:
+            with telemetry.process(message):
+                yield
+
+        handling = handle()
+        next(handling)
+        handling.close()
+
+    (process,) = telemetry.finished(f"process {name}")
+    assert process.status.status_code is StatusCode.UNSET
+    assert "error.type" not in (process.attributes or {})
 
 
 def test_a_failed_publish_names_its_message_and_partition(
