@@ -40,9 +40,20 @@ from liftbridge_sync.errors import (
     ConfigurationError,
 )
 
-__all__ = ["Liftbridge"]
+__all__ = ["Liftbridge", "Misconfigured"]
 
 _NAME = "liftbridge_sync.django.health.Liftbridge"
+
+
+class Misconfigured(ServiceUnavailable):  # type: ignore[misc]  # untyped base
+    """The check could not ask the cluster: ``settings.LIFTBRIDGE`` is missing or
+    invalid (the message says what to fix). Shown as ``Misconfigured: ...``; still a
+    ``ServiceUnavailable`` to what tells the checks' failures apart.
+
+    Thread-safe: immutable once raised.
+    """
+
+    message_type = "Misconfigured"
 
 
 @dataclasses.dataclass
@@ -76,9 +87,17 @@ class Liftbridge(HealthCheck):  # type: ignore[misc]  # untyped base
         """Raise ``ServiceUnavailable`` (with the client's reason) if no broker answers,
         or if the client was closed under the check (another thread closed it: a
         settings change replacing it, the process exiting), which could then tell
-        nothing of the cluster; the next check gets a new client."""
+        nothing of the cluster; the next check gets a new client. Raise
+        :class:`Misconfigured` (a ``ServiceUnavailable``) with what is wrong when
+        ``settings.LIFTBRIDGE`` is missing or invalid."""
         try:
-            get_client().check_health(self.timeout.total_seconds())
+            client = get_client()
+        except ConfigurationError as exc:
+            # settings.LIFTBRIDGE is missing or invalid: say what to fix, not the
+            # "unknown error" django-health-check makes of an exception of no check.
+            raise Misconfigured(f"Liftbridge misconfigured: {exc}") from exc
+        try:
+            client.check_health(self.timeout.total_seconds())
         except BrokerUnavailableError as exc:
             raise ServiceUnavailable(f"Liftbridge unreachable: {exc}") from exc
         except ClientClosedError as exc:

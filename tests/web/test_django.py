@@ -203,6 +203,19 @@ def test_django_health_check_reports_the_cluster(liftbridge_address: str) -> Non
     assert "Liftbridge unreachable" in json.dumps(answer["body"]), answer
 
 
+def test_django_health_check_says_what_is_misconfigured() -> None:
+    # An address with no port: the client cannot be made. The check names the setting
+    # and what is wrong with it, as a configuration problem, not an "unknown error".
+    bad = manage("shell", "-c", _PROBE, LIFTBRIDGE_ADDRESSES="lb-without-port")
+    assert bad.returncode == 0, bad.stderr
+    answer = json.loads(bad.stdout.strip().splitlines()[-1])
+    assert answer["status"] == 500, answer
+    body = json.dumps(answer["body"])
+    assert "unknown error" not in body.lower(), answer
+    assert "Liftbridge misconfigured" in body, answer
+    assert "LIFTBRIDGE['ADDRESSES']" in body, answer
+
+
 CLIENT_SCRIPT = """
 import gc
 import json
