@@ -172,9 +172,13 @@ class DnsExecutor(concurrent.futures.ThreadPoolExecutor):
         thread = threading.Thread(target=run, name=DNS_THREAD_NAME, daemon=True)
         with self._calls_lock:
             if self._refusing:
+                # asyncio's own executor's words: run_in_executor expects them.
                 raise RuntimeError("cannot schedule new futures after shutdown")
+            # Started under the lock: join() (close() on any thread) must never take a
+            # thread not started yet, whose join raises RuntimeError. The thread's own
+            # discard waits for the lock, so it comes after the add.
+            thread.start()
             self._calls.add(thread)
-        thread.start()
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:

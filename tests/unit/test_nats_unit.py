@@ -29,7 +29,7 @@ from liftbridge_sync.errors import (
     PublishQueueFullError,
 )
 from liftbridge_sync.models import AckPolicy
-from liftbridge_sync.nats import NatsPublisher, partition_subject
+from liftbridge_sync.nats import NatsPublisher, _support, partition_subject
 from liftbridge_sync.nats import _thread as thread_module
 from tests.stacks import thread_in
 from tests.waiting import wait_until
@@ -869,3 +869,67 @@ def test_a_flush_without_a_timeout_names_the_nats_flush_limit(
             pub.flush(0.1)
     finally:
         pub.close(0.1)  # its own NATS flush times out too
+
+
+class _ObservedLock:
+    """A lock that tells when a thread other than ``owner`` had to wait for it."""
+
+    def __init__(self, lock: Any, owner: threading.Thread) -> None:
+        self._lock = lock
+        self._owner = owner
+        self.contended = threading.Event()
+
+    def __enter__(self) -> bool:
+        if self._lock.acquire(blocking=False):
+            return True
+        if threading.current_thread() is not self._owner:
+            self.contended.set()
+        return bool(self._lock.acquire())
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
+def test_joining_name_lookups_never_meets_one_not_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # close() on another thread joins the liftbridge-nats-dns threads while the loop
+    # submits one: join() could take a thread submit() had registered but not started
+    # yet, and joining it raised a plain RuntimeError ("cannot join thread before it is
+    # started") out of close().
+    executor = _support.DnsExecutor()
+    observed = _ObservedLock(executor._calls_lock, threading.current_thread())
+    monkeypatch.setattr(executor, "_calls_lock", observed)
+    joined: list[object] = []
+    joiner_done = threading.Event()
+    start = threading.Thread.start
+
+    def join_while_starting(thread: threading.Thread) -> None:
+        if thread.name == "liftbridge-nats-dns":
+
+            def join() -> None:
+                try:
+                    joined.append(executor.join(10))
+                except BaseException as exc:
+                    joined.append(exc)
+                finally:
+                    joiner_done.set()
+
+            start(threading.Thread(target=join, name="liftbridge-test-joiner", daemon=True))
+            # Started only once the joiner either got past the lock (and joined) or
+            # waits for it: the window between registering and starting, made wide.
+            wait_until(
+                lambda: joiner_done.is_set() or observed.contended.is_set(),
+                10,
+                "the joiner past the lock or waiting for it",
+            )
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", join_while_starting)
+    release = threading.Event()
+    future = executor.submit(release.wait, 10)
+    release.set()
+    assert future.result(timeout=10) is True
+    assert joiner_done.wait(10)
+    assert joined == [True]
+    executor.shutdown()
