@@ -57,6 +57,7 @@ from liftbridge_sync.errors import (
     TLSError,
     UnobservedPublishFailuresError,
     UnsupportedError,
+    WrongThreadError,
 )
 from liftbridge_sync.health import Health
 from liftbridge_sync.models import (
@@ -190,6 +191,7 @@ __all__ = [
     "UnknownActivity",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
+    "WrongThreadError",
     "__version__",
     "speedups_active",
 ]

@@ -4,7 +4,8 @@ Every exception derives from :class:`LiftbridgeError`::
 
     LiftbridgeError
     ├── ConfigurationError (ValueError)      bad argument or option, caught before the wire
-    │   └── ArgumentTypeError (TypeError)    an argument of the wrong type
+    │   ├── ArgumentTypeError (TypeError)    an argument of the wrong type
+    │   └── WrongThreadError (RuntimeError)  a blocking call on the thread it would wait for
     ├── EnvelopeError (ValueError)           malformed Liftbridge NATS envelope
     ├── ClientClosedError                    the client (or subscription) was closed
     ├── ForkedClientError                    a connected client was used in a forked child
@@ -94,6 +95,7 @@ __all__ = [
     "TLSError",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
+    "WrongThreadError",
 ]
 
 
@@ -138,6 +140,12 @@ class ConfigurationError(LiftbridgeError, ValueError):
 
 class ArgumentTypeError(ConfigurationError, TypeError):
     """An argument has the wrong type (e.g. a ``str`` payload); also a ``TypeError``."""
+
+
+class WrongThreadError(ConfigurationError, RuntimeError):
+    """A blocking call was made on a thread of the library it would wait for (a future's
+    done-callback on the ``liftbridge-nats`` thread calling ``NatsPublisher.flush``):
+    refused before anything is sent; also a ``RuntimeError``, as it was before."""
 
 
 class EnvelopeError(LiftbridgeError, ValueError):

@@ -79,7 +79,7 @@ class Handoff:
         """Refuse the blocking method ``name`` on the ``liftbridge-nats`` thread.
 
         Raises:
-            RuntimeError: Called there.
+            WrongThreadError: Called there.
         """
         self._thread.forbid_here(name)
 

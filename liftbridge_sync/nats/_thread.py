@@ -21,6 +21,7 @@ from liftbridge_sync.errors import (
     ForkedClientError,
     LiftbridgeError,
     LocalResourceError,
+    WrongThreadError,
 )
 from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor
 
@@ -100,10 +101,11 @@ class LoopThread:
         """Refuse the blocking method ``name`` on the ``liftbridge-nats`` thread.
 
         Raises:
-            RuntimeError: Called there (in a future's done-callback).
+            WrongThreadError: Called there (in a future's done-callback): it would wait
+                for the thread it holds.
         """
         if self.on_thread():
-            raise RuntimeError(
+            raise WrongThreadError(
                 f"NatsPublisher.{name} blocks and cannot run on the {THREAD_NAME} thread "
                 "(in a future's done-callback); use publish_async there"
             )

@@ -91,7 +91,8 @@ class NatsPublisher:
     Futures returned by :meth:`publish_async` are resolved on the ``liftbridge-nats``
     thread, so their done-callbacks run there; such a callback may call
     :meth:`publish_async`, :meth:`publish_raw` or :meth:`close`, but not the blocking
-    :meth:`publish` or :meth:`flush` (they raise ``RuntimeError`` there).
+    :meth:`publish`, :meth:`publish_raw` or :meth:`flush` (they raise
+    :class:`~liftbridge_sync.errors.WrongThreadError`, a ``RuntimeError``, there).
 
     Raises:
         ImportError: nats-py is not installed (``pip install liftbridge-sync[nats]``).
@@ -333,7 +334,7 @@ class NatsPublisher:
             IncorrectOffsetError: ``expected_offset`` did not match.
             PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot
                 freed within ``timeout``.
-            RuntimeError: Called on the ``liftbridge-nats`` thread (a done-callback).
+            WrongThreadError: Called on the ``liftbridge-nats`` thread (a done-callback).
 
         Thread-safe.
         """
@@ -381,7 +382,7 @@ class NatsPublisher:
             LocalResourceError: The process has no file descriptor left to connect.
             ClientClosedError: The publisher is closed.
             ForkedClientError: In a process forked after the publisher started.
-            RuntimeError: Called on the ``liftbridge-nats`` thread.
+            WrongThreadError: Called on the ``liftbridge-nats`` thread (a done-callback).
 
         Thread-safe.
         """
@@ -432,7 +433,7 @@ class NatsPublisher:
             LocalResourceError: The process has no file descriptor left to connect.
             ClientClosedError: The publisher is closed.
             ForkedClientError: In a process forked after the publisher started.
-            RuntimeError: Called on the ``liftbridge-nats`` thread.
+            WrongThreadError: Called on the ``liftbridge-nats`` thread (a done-callback).
 
         Thread-safe.
         """

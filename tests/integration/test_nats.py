@@ -28,6 +28,7 @@ from liftbridge_sync.errors import (
     IncorrectOffsetError,
     LiftbridgeError,
     PublishRejectedError,
+    WrongThreadError,
 )
 from liftbridge_sync.models import Ack, AckPolicy, Message, PartitionInfo
 from liftbridge_sync.nats import NatsPublisher
@@ -535,10 +536,17 @@ def test_done_callbacks_run_on_the_nats_thread(
 
     def callback(future: concurrent.futures.Future[Ack | None]) -> None:
         seen.append(threading.current_thread().name)
-        try:
-            publisher.publish(subject, b"blocking")
-        except RuntimeError as exc:
-            seen.append(exc)
+        # The blocking calls would wait for this very thread: refused, with the
+        # library's own error (it was a plain RuntimeError).
+        for blocking in (
+            lambda: publisher.publish(subject, b"blocking"),
+            lambda: publisher.publish_raw(subject, b"blocking"),
+            lambda: publisher.flush(5),
+        ):
+            try:
+                blocking()
+            except Exception as exc:
+                seen.append(exc)
         chained.append(publisher.publish_async(subject, b"chained"))
         done.set()
 
@@ -565,7 +573,12 @@ def test_done_callbacks_run_on_the_nats_thread(
     registered.set()
     assert done.wait(10)
     assert seen[0] == "liftbridge-nats"
-    assert isinstance(seen[1], RuntimeError)
+    refusals = seen[1:]
+    assert [type(exc) for exc in refusals] == [WrongThreadError] * 3, refusals
+    for exc, name in zip(refusals, ("publish", "publish_raw", "flush"), strict=True):
+        assert isinstance(exc, LiftbridgeError) and isinstance(exc, RuntimeError)  # as before
+        assert str(exc).startswith(f"NatsPublisher.{name} blocks"), exc
+        assert "liftbridge-nats thread" in str(exc) and "publish_async" in str(exc)
     ack, first_ack = chained[0].result(timeout=10), first.result(timeout=0)
     assert ack is not None and first_ack is not None
     assert (first_ack.offset, ack.offset) == (gates, gates + 1)
