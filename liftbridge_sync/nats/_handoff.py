@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+from liftbridge_sync.errors import ClientClosedError
 from liftbridge_sync.nats._ledger import Ledger
-from liftbridge_sync.nats._support import Job
+from liftbridge_sync.nats._support import Job, settle
 from liftbridge_sync.nats._thread import LoopThread
 from liftbridge_sync.nats._writer import LoopWriter
 
@@ -134,7 +135,9 @@ class Handoff:
         """Refuse new jobs, shut the writer down within ``seconds`` and join the thread.
 
         On the ``liftbridge-nats`` thread the shutdown is only started; in a process
-        forked after the start, nothing but the closed flag is set.
+        forked after the start, nothing but the closed flag is set. When a done-callback
+        holds the thread past the bound, the jobs not yet settled fail here with
+        ``ClientClosedError`` (their done-callbacks then run on the caller's thread).
         """
         if self._thread.forked():
             self._ledger.mark_closed_after_fork()
@@ -144,4 +147,17 @@ class Handoff:
             if not already:
                 self._writer.start_shutdown(seconds)
             return
-        self._thread.stop(None if already else lambda: self._writer.shutdown(seconds), seconds)
+        shutdown = None if already else lambda: self._writer.shutdown(seconds)
+        if not self._thread.stop(shutdown, seconds):
+            # A done-callback holds the loop thread: the shutdown, which fails what is
+            # left, may never have run. Fail it here, so that a flush() or publish()
+            # waiting on another thread wakes now, not when the callback returns.
+            leftover, outstanding = self._ledger.drain()
+            error = ClientClosedError(
+                "NatsPublisher closed before the publish completed (its liftbridge-nats "
+                "thread was held by a done-callback)"
+            )
+            for job in leftover:
+                settle(job.future, error=error)
+            for future in outstanding:
+                settle(future, error=error)

@@ -201,30 +201,41 @@ class LoopThread:
             f"cannot connect to NATS at {', '.join(self._servers)}: {reason}"
         )
 
-    def stop(self, shutdown: _Connect | None, seconds: float) -> None:
+    def stop(self, shutdown: _Connect | None, seconds: float) -> bool:
         """Run ``shutdown`` on the loop (it stops the loop), then join the thread.
 
         ``shutdown`` gets ``seconds`` plus :data:`CLOSE_MARGIN` in all, and so does the
         join: a done-callback that blocks holds the loop thread, and the caller must not
         wait for the application's code without end. ``None``: the shutdown was started
         already; only join. Host name lookups under way are joined for ``seconds``.
+
+        Returns:
+            Whether the thread ended (or never ran); ``False``: it is still held, and
+            what the shutdown would have settled may be unsettled.
         """
         with self._start_lock:  # a first connection in progress finishes (or fails) first
             loop, thread, dns = self._loop, self._thread, self._dns
         if loop is None or thread is None:
             if dns is not None:  # a failed start may have left a name lookup under way
                 dns.join(seconds)
-            return
+            return True
         close_by = time.monotonic() + seconds + CLOSE_MARGIN
         if shutdown is not None:
             future = asyncio.run_coroutine_threadsafe(shutdown(), loop)
             try:
                 future.result(timeout=max(0.0, close_by - time.monotonic()))
-            except Exception:  # the shutdown never raises: it did not run in time
+            except concurrent.futures.TimeoutError:
+                # The loop thread is held (a done-callback that blocks): the shutdown
+                # stays scheduled and, once the thread is free, closes the NATS
+                # connection and stops the loop itself. Stopping the loop here would
+                # cancel it, leaving the connection's socket open.
+                pass
+            except Exception:  # pragma: no cover - the shutdown never raises
                 _log.exception("NatsPublisher shutdown failed")
                 loop.call_soon_threadsafe(loop.stop)
         thread.join(max(0.0, close_by - time.monotonic()))
-        if thread.is_alive():
+        ended = not thread.is_alive()
+        if not ended:
             _log.warning(
                 "the liftbridge-nats thread did not end within %gs of close()'s timeout "
                 "(a done-callback that blocks?); it ends by itself once free",
@@ -232,6 +243,7 @@ class LoopThread:
             )
         if dns is not None and not dns.join(seconds):
             _log.warning("a NATS host name lookup is still under way after close")
+        return ended
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

@@ -425,13 +425,16 @@ class NatsPublisher:
 
         Args:
             timeout: Seconds to wait in all (``None`` or ``inf``: no limit besides the NATS flush
-                taking at most 10 s, and each publish's own ack timeout).
+                taking at most 10 s, and each publish's own ack timeout). Both are kept
+                by the ``liftbridge-nats`` thread: a done-callback that blocks it holds
+                a flush without a timeout for as long, until :meth:`close` on another
+                thread ends the wait with ``ClientClosedError``.
 
         Raises:
             TimeoutError: Not everything completed in time.
             BrokerUnavailableError: The NATS connection is lost.
             LocalResourceError: The process has no file descriptor left to connect.
-            ClientClosedError: The publisher is closed.
+            ClientClosedError: The publisher is closed, also while the flush waits.
             ForkedClientError: In a process forked after the publisher started.
             WrongThreadError: Called on the ``liftbridge-nats`` thread (a done-callback).
 
@@ -465,7 +468,9 @@ class NatsPublisher:
         wait for acks). The NATS connection is closed, within what is left of
         ``timeout`` (half a second at least: a server still not taking the data then has
         the connection cut), and the ``liftbridge-nats`` thread joined (for at most
-        ``timeout`` + 10 s: a done-callback that blocks it is logged and left), and so are
+        ``timeout`` + 10 s: a done-callback that blocks it is logged and left, and the
+        publishes and flushes it kept from being settled fail then, on the caller's
+        thread, with ``ClientClosedError``), and so are
         ``liftbridge-nats-dns`` threads resolving a host name (for at most ``timeout``).
         Idempotent; later calls return after the first has finished (except on the
         ``liftbridge-nats`` thread itself, where the shutdown is only started). In a

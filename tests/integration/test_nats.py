@@ -32,7 +32,9 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Ack, AckPolicy, Message, PartitionInfo
 from liftbridge_sync.nats import NatsPublisher
+from liftbridge_sync.nats import _thread as thread_module
 from liftbridge_sync.testing import LiftbridgeEndpoint, NatsServer
+from tests.stacks import thread_in
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -605,6 +607,53 @@ def test_close_from_a_done_callback(nats_url: str, liftbridge_client: Client) ->
     assert not thread.is_alive()
     assert pub.closed
     pub.close()
+
+
+def test_close_from_another_thread_wakes_a_flush_held_by_a_blocking_done_callback(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A done-callback that blocks holds the liftbridge-nats thread: flush(None) waited
+    # on it without end, and a close() from another thread, which gives up on that
+    # thread after its bound, left the flush waiting still.
+    monkeypatch.setattr(thread_module, "CLOSE_MARGIN", 0.5)
+    pub = NatsPublisher(nats_url)
+    release = threading.Event()
+    blocked = threading.Event()
+
+    def block(_: object) -> None:
+        blocked.set()
+        release.wait(60)
+
+    outcome: list[BaseException] = []
+
+    def flush() -> None:
+        try:
+            pub.flush()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    flusher = threading.Thread(target=flush, name="flusher", daemon=True)
+    try:
+        pub.publish_raw("nats-test.connect", b"x")  # connected
+        # Nobody acks it: it times out on the liftbridge-nats thread, which runs the
+        # callback there.
+        stuck = pub.publish_async(f"nobody-listens.{uuid.uuid4().hex}", b"x", timeout=0.2)
+        stuck.add_done_callback(block)
+        assert blocked.wait(10)
+        queued = pub.publish_async("nats-test.queued", b"y")  # behind the callback
+        flusher.start()
+        wait_until(lambda: thread_in(flusher, "result"), what="the flush waiting")
+        started = time.monotonic()
+        pub.close(0.2)
+        flusher.join(10)
+        assert not flusher.is_alive(), "close() did not wake the flush"
+        assert time.monotonic() - started < 5.0
+        assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
+        with pytest.raises(ClientClosedError):
+            queued.result(timeout=0)
+    finally:
+        release.set()
+    wait_until(lambda: not _nats_threads(), timeout=10, what="the loop thread freed")
 
 
 @pytest.mark.parametrize(
