@@ -85,6 +85,8 @@ class LoopThread:
         self._start_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        #: The thread being started and connected (then not yet :attr:`_thread`).
+        self._starting: threading.Thread | None = None
         self._dns: DnsExecutor | None = None
         self._pid: int | None = None  # the process that started the loop
 
@@ -94,8 +96,10 @@ class LoopThread:
         return self._loop is not None
 
     def on_thread(self) -> bool:
-        """Whether the caller is the ``liftbridge-nats`` thread."""
-        return self._thread is not None and threading.current_thread() is self._thread
+        """Whether the caller is the ``liftbridge-nats`` thread, also while it connects
+        (nats-py runs callbacks such as ``error_cb`` there then)."""
+        current = threading.current_thread()
+        return current is self._thread or current is self._starting
 
     def forbid_here(self, name: str) -> None:
         """Refuse the blocking method ``name`` on the ``liftbridge-nats`` thread.
@@ -156,6 +160,9 @@ class LoopThread:
             self._dns = DnsExecutor()
             loop.set_default_executor(self._dns)
             thread = threading.Thread(target=_run_loop, args=(loop,), name=THREAD_NAME, daemon=True)
+            # Known as the loop thread before it runs: a close() in a nats-py callback
+            # while it connects must not wait for this start, which waits for it.
+            self._starting = thread
             thread.start()
             connected: concurrent.futures.Future[None] | None = None
             try:
@@ -167,16 +174,26 @@ class LoopThread:
                 # it: nobody would stop or join it.
                 if connected is not None:
                     connected.cancel()
-                loop.call_soon_threadsafe(loop.stop)
+                try:
+                    loop.call_soon_threadsafe(loop.stop)
+                except RuntimeError:
+                    if not loop.is_closed():
+                        raise
+                    # A close() on the loop thread (in a nats-py callback) ended it.
                 thread.join(CLOSE_MARGIN)
+                self._starting = None  # (kept once started: the same as _thread)
                 if thread.is_alive():
                     _log.warning(
                         "the %s thread did not end within %gs of a failed start",
                         THREAD_NAME,
                         CLOSE_MARGIN,
                     )
-                if isinstance(exc, LiftbridgeError) or not isinstance(exc, Exception):
-                    raise  # ours, or an interrupt (KeyboardInterrupt, SystemExit) as it is
+                if not isinstance(exc, Exception):
+                    raise  # an interrupt (KeyboardInterrupt, SystemExit) as it is
+                if self._closed():  # by a nats-py callback: it cancelled the connection
+                    raise ClientClosedError("NatsPublisher was closed while it connected") from exc
+                if isinstance(exc, LiftbridgeError):
+                    raise
                 raise self._start_error(exc) from exc
             self._thread = thread
             self._pid = os.getpid()
@@ -208,6 +225,8 @@ class LoopThread:
         join: a done-callback that blocks holds the loop thread, and the caller must not
         wait for the application's code without end. ``None``: the shutdown was started
         already; only join. Host name lookups under way are joined for ``seconds``.
+        Not on the loop thread itself, which cannot wait for itself (see
+        :meth:`on_thread`: the owner starts the shutdown there instead).
 
         Returns:
             Whether the thread ended (or never ran); ``False``: it is still held, and

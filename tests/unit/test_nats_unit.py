@@ -933,3 +933,27 @@ def test_joining_name_lookups_never_meets_one_not_started(
     assert joiner_done.wait(10)
     assert joined == [True]
     executor.shutdown()
+
+
+def test_close_in_a_nats_callback_during_the_first_connection_ends_it_at_once() -> None:
+    # nats-py calls error_cb on the liftbridge-nats thread while it connects; a close()
+    # there was not known to run on that thread: it waited for the start, which waited
+    # for the connection, which waited for the callback (20 s, then a warning).
+    outcome: list[object] = []
+
+    async def on_error(exc: Exception) -> None:
+        if not outcome:
+            try:
+                pub.close()
+                outcome.append(threading.current_thread().name)
+            except BaseException as error:  # noqa: BLE001 - handed to the test thread
+                outcome.append(error)
+
+    pub = NatsPublisher(_closed_port_url(), connect_timeout=2.0, error_cb=on_error)
+    started = time.monotonic()
+    with pytest.raises(ClientClosedError, match="closed while it connected"):
+        pub.publish_async("foo", b"x")
+    assert time.monotonic() - started < 5.0
+    assert outcome == ["liftbridge-nats"]
+    assert pub.closed and not _nats_threads()
+    pub.close()
