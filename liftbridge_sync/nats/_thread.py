@@ -140,10 +140,18 @@ class LoopThread:
             BrokerUnavailableError: NATS could not be reached in time.
             ConfigurationError: nats-py refused an option's value.
             LocalResourceError: The process has no file descriptor left.
+            WrongThreadError: Called on the loop thread while it connects.
         """
         loop = self._loop
         if loop is not None:
             return loop
+        if threading.current_thread() is self._starting:
+            # A nats-py callback while the first connection is made: the start holds
+            # the lock and waits for this very thread.
+            raise WrongThreadError(
+                f"NatsPublisher cannot publish on the {THREAD_NAME} thread while it connects "
+                "(in a nats-py callback during the first connection)"
+            )
         with self._start_lock:
             if self._closed():
                 raise ClientClosedError("NatsPublisher is closed")

@@ -263,6 +263,8 @@ class NatsPublisher:
             ClientClosedError: The publisher is closed.
             ForkedClientError: In a process forked after the publisher started (its
                 thread and connection are the parent's): create one in the child.
+            WrongThreadError: In a nats-py callback (``error_cb``, ...) while the
+                first connection is made: it would wait for its own thread.
 
         Thread-safe.
         """

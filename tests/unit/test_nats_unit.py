@@ -27,6 +27,7 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConfigurationError,
     PublishQueueFullError,
+    WrongThreadError,
 )
 from liftbridge_sync.models import AckPolicy
 from liftbridge_sync.nats import NatsPublisher, _support, partition_subject
@@ -957,3 +958,28 @@ def test_close_in_a_nats_callback_during_the_first_connection_ends_it_at_once() 
     assert outcome == ["liftbridge-nats"]
     assert pub.closed and not _nats_threads()
     pub.close()
+
+
+def test_a_publish_in_a_nats_callback_during_the_first_connection_is_refused_at_once() -> None:
+    # It waited for the start, which waited for the connection, which waited for the
+    # callback: 20 s, then the start failed with a warning.
+    outcome: list[BaseException] = []
+
+    async def on_error(exc: Exception) -> None:
+        if not outcome:
+            try:
+                pub.publish_async("foo", b"from the callback")
+            except BaseException as error:  # noqa: BLE001 - handed to the test thread
+                outcome.append(error)
+
+    pub = NatsPublisher(_closed_port_url(), connect_timeout=1.0, error_cb=on_error)
+    try:
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError):
+            pub.publish_async("foo", b"x")
+        assert time.monotonic() - started < 5.0
+        assert len(outcome) == 1 and isinstance(outcome[0], WrongThreadError), outcome
+        assert "while it connects" in str(outcome[0])
+        assert not _nats_threads()
+    finally:
+        pub.close()
