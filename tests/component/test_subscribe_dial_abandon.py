@@ -203,9 +203,9 @@ def test_cancel_abandons_a_request_write_the_broker_does_not_read(
     call = H2SubscribeCall(silent.address, request, options, None)
     reader, errors = _reading(call)
     try:
-        # sendall() is C: the dial's own frame is the innermost one while it blocks.
+        # send() is C: the dial's own write loop is the innermost frame while it blocks.
         wait_until(
-            lambda: silent.accepted >= 1 and _innermost(reader) == "dial",
+            lambda: silent.accepted >= 1 and _innermost(reader) == "_send_all",
             what="the dial's write to block",
         )
         _cancel_ends(call, reader, errors, "write")

@@ -9,10 +9,12 @@ thread-safe."""
 
 from __future__ import annotations
 
+import contextlib
 import selectors
 import socket
 import ssl
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 
 import h2.config
 import h2.connection
@@ -39,7 +41,7 @@ _PATH = b"/proto.API/PublishAsync"
 _HANDSHAKE_TIMEOUT = 5.0
 
 
-def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
+def _await_handshake(sock: socket.socket, address: str, timeout: float, bound: str = "") -> None:
     """Wait until the broker sends anything (its SETTINGS frame opens every HTTP/2
     connection): a listener that accepts connections and never answers (a hung process,
     a proxy with nothing behind it) is unavailable, not a stream to write publishes to.
@@ -56,7 +58,7 @@ def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
         if not selector.select(timeout):
             raise _unavailable(
                 f"{address} accepted the connection but sent no HTTP/2 handshake "
-                f"within {timeout:g}s"
+                f"(its SETTINGS) within {timeout:g}s{bound}"
             )
     if isinstance(sock, ssl.SSLSocket):
         return  # ALPN h2 was negotiated
@@ -67,6 +69,9 @@ def _await_handshake(sock: socket.socket, address: str, timeout: float) -> None:
             "frame (is it a Liftbridge server's gRPC port?)"
         )
 
+
+#: How a step's timeout cut short by the dial's one bound says so.
+_DIAL_BOUND = " (what was left of the dial's {:g}s, rpc_timeout, for all its steps)"
 
 #: The type of the frame every HTTP/2 server sends first (RFC 9113, 3.4).
 _SETTINGS = 0x4
@@ -93,6 +98,73 @@ class DialError(Exception):
     """The broker could not be reached or the stream not opened; the text says why."""
 
 
+class _Deadline:
+    """The one bound a dial's steps share: ``rpc_timeout`` from the dial's start, not
+    ``rpc_timeout`` each (a broker slow at every step, each just under its timeout,
+    held a dial for several times the bound).
+
+    Each step runs inside :meth:`step`, which gives the socket what is left as its
+    timeout and names the step in the error when it runs out. Used by one thread.
+    """
+
+    __slots__ = ("_address", "_at", "_timeout")
+
+    def __init__(self, address: str, timeout: float, at: float | None = None) -> None:
+        self._address = address
+        self._timeout = timeout
+        self._at = time.monotonic() + timeout if at is None else at
+
+    @property
+    def at(self) -> float:
+        """The deadline, a :func:`time.monotonic` time."""
+        return self._at
+
+    def left(self, what: str) -> float:
+        """Seconds left for the step ``what``.
+
+        Raises:
+            DialError: none are left.
+        """
+        left = self._at - time.monotonic()
+        if left <= 0:
+            raise self.expired(what)
+        return left
+
+    def expired(self, what: str) -> DialError:
+        """The error of the step ``what`` that ran out of time."""
+        return DialError(
+            f"cannot open a stream to {self._address}: {what} did not finish within "
+            f"the dial's {self._timeout:g}s (rpc_timeout, for all its steps)"
+        )
+
+    def step(self, sock: socket.socket, what: str) -> contextlib.AbstractContextManager[None]:
+        """Run the blocking step ``what`` on ``sock`` with what is left as its timeout.
+
+        Raises:
+            DialError: no time is left, or the step timed out.
+        """
+        sock.settimeout(self.left(what))
+        return self._timing_out(what)
+
+    @contextlib.contextmanager
+    def _timing_out(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except TimeoutError as exc:  # socket.timeout, and ssl's handshake timeout too
+            raise self.expired(what) from exc
+
+
+def _send_all(sock: socket.socket, data: bytes, deadline: _Deadline) -> None:
+    """``sock.sendall(data)`` by ``deadline`` in all. (An SSL socket's ``sendall`` gives
+    each ``send`` the whole timeout afresh: a broker that reads a little at a time would
+    stretch it.)"""
+    view = memoryview(data)
+    while view:
+        with deadline.step(sock, "writing the preface and the request"):
+            sent = sock.send(view)
+        view = view[sent:]
+
+
 def dial(
     address: str,
     options: ClientOptions,
@@ -101,15 +173,17 @@ def dial(
     recv_window: int,
     body: bytes | None = None,
     abort: DialAbort | None = None,
+    deadline: float | None = None,
 ) -> tuple[socket.socket, h2.connection.H2Connection, int]:
     """Open one gRPC call on a new HTTP/2 connection (the publish and subscribe dial).
 
-    TCP (name lookup and connect each bounded by ``rpc_timeout``, ``TCP_NODELAY``), TLS with
-    ALPN ``h2`` from the client's one :class:`~liftbridge_sync._transport.tls.TLSSetup`,
-    the connection preface with our SETTINGS and receive window, the request headers
-    and, for a call with a single request, ``body`` (one gRPC message) ending the
-    request. Everything is written before returning; the socket keeps the connect
-    timeout.
+    TCP (name lookup and connect, ``TCP_NODELAY``), TLS with ALPN ``h2`` from the
+    client's one :class:`~liftbridge_sync._transport.tls.TLSSetup`, the connection
+    preface with our SETTINGS and receive window, the request headers and, for a call
+    with a single request, ``body`` (one gRPC message) ending the request. All the steps
+    share one bound, ``rpc_timeout`` (or ``deadline``), not one each; the error names
+    the step that ran out of it. Everything is written before returning; the socket is
+    left with ``rpc_timeout`` as its timeout.
 
     Args:
         address: ``host:port`` of the broker.
@@ -122,6 +196,8 @@ def dial(
         abort: Abandons the name lookup, the connect, the TLS handshake and the write of
             the preface and request from another thread (the publisher's ``close()``, a
             subscribe call's ``cancel()``).
+        deadline: When the dial must be done (:func:`time.monotonic`), for a caller
+            whose own steps share the bound; ``None``: ``rpc_timeout`` from now.
 
     Returns:
         The socket, the ``h2`` connection and the stream id.
@@ -133,8 +209,12 @@ def dial(
         ClientClosedError: ``abort`` aborted.
     """
     host, port = parse_address(address)
+    bound = _Deadline(address, options.rpc_timeout, deadline)
     try:
-        sock = connect(host, port, options.rpc_timeout, abort)
+        # connect() keeps to its timeout in all (the name lookup included); a dial
+        # given no deadline has all of rpc_timeout left, as connect's errors then say.
+        timeout = options.rpc_timeout if deadline is None else bound.left("the TCP connect")
+        sock = connect(host, port, timeout, abort)
     except OSError as exc:
         raise DialError(f"cannot connect to {address}: {exc}") from exc
     try:
@@ -145,7 +225,8 @@ def dial(
             sock = tls.context().wrap_socket(
                 sock, server_hostname=tls.server_hostname(host), do_handshake_on_connect=False
             )
-            with watching(abort, sock):
+            # The handshake keeps to the socket's timeout in all (not per read).
+            with watching(abort, sock), bound.step(sock, "the TLS handshake"):
                 sock.do_handshake()
             if sock.selected_alpn_protocol() != "h2":
                 raise DialError(f"{address} did not negotiate HTTP/2 (ALPN h2)")
@@ -182,7 +263,8 @@ def dial(
         # A broker that reads nothing holds this write once the buffers are full (up to
         # rpc_timeout): the abort wakes it as it wakes the steps before.
         with watching(abort, sock):
-            sock.sendall(conn.data_to_send())
+            _send_all(sock, conn.data_to_send(), bound)
+        sock.settimeout(options.rpc_timeout)
     except BaseException as exc:
         sock.close()
         if isinstance(exc, OSError | h2.exceptions.ProtocolError):
@@ -200,9 +282,10 @@ def open_h2_stream(
 ) -> PublishStream:
     """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
-    Looks the host up and connects (each bounded by ``rpc_timeout``), negotiates TLS with
-    ALPN ``h2`` when configured, sends the connection preface and the request headers,
-    waits for the broker's first frame (at most 5 s), then hands the socket to a new
+    Looks the host up and connects, negotiates TLS with ALPN ``h2`` when configured,
+    sends the connection preface and the request headers, waits for the broker's first
+    frame (at most 5 s), all within ``rpc_timeout`` in all (the TLS pre-flight
+    included; the error names the step that ran out of it), then hands the socket to a new
     :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends the
     TLS pre-flight (:meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`),
     the name lookup, the connect, the TLS handshake, the write and the wait at once.
@@ -216,18 +299,37 @@ def open_h2_stream(
     if abort is not None:
         abort.check()
     options = core.options
+    # One bound for every step below, the pre-flight included: rpc_timeout in all.
+    bound = _Deadline(address, options.rpc_timeout)
     # The same TLS diagnosis as the gRPC channels get: a misconfiguration is a typed,
     # non-retried TLSError naming its cause, not a stream that never opens.
-    core.pool.check_tls(address, abort=abort)
+    core.pool.check_tls(address, budget=options.rpc_timeout, abort=abort)
     try:
+        bound.left("the TLS pre-flight")  # it may have taken all of it
         sock, conn, stream_id = dial(
-            address, options, core.pool.tls, _PATH, _connection._RECV_WINDOW, abort=abort
+            address,
+            options,
+            core.pool.tls,
+            _PATH,
+            _connection._RECV_WINDOW,
+            abort=abort,
+            deadline=bound.at,
         )
     except DialError as exc:
         raise _unavailable(str(exc)) from exc
     try:
+        what = "the broker's HTTP/2 handshake (its SETTINGS)"
+        try:
+            left = bound.left(what)
+        except DialError as exc:
+            raise _unavailable(str(exc)) from None
         with watching(abort, sock):
-            _await_handshake(sock, address, min(options.rpc_timeout, _HANDSHAKE_TIMEOUT))
+            _await_handshake(
+                sock,
+                address,
+                min(left, _HANDSHAKE_TIMEOUT),
+                bound="" if left > _HANDSHAKE_TIMEOUT else _DIAL_BOUND.format(options.rpc_timeout),
+            )
         return H2PublishStream(
             sock,
             conn,
