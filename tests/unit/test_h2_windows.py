@@ -217,3 +217,69 @@ def test_data_beyond_the_window_we_gave_is_a_flow_control_error(
     assert len(goaways) == 1
     start, _ = goaways[0]
     assert int.from_bytes(reader.credit_frames[start + 4 : start + 8], "big") == 0x3
+
+
+def _reserved(stream_id: int, increment: int) -> bytes:
+    """A WINDOW_UPDATE with its reserved bit set (RFC 9113 §6.9: to be ignored)."""
+    frame = bytearray(window_update(stream_id, increment))
+    frame[9] |= 0x80
+    return bytes(frame)
+
+
+@pytest.mark.parametrize("speedups_on", [True, False])
+def test_the_reserved_bit_of_a_window_update_is_ignored(
+    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The C scanner masked the bit and added the increment; the frames the pure Python
+    # reader hands to h2 made h2 (hyperframe) fail the connection with a ProtocolError.
+    from liftbridge_sync._transport.h2 import responses
+
+    if speedups_on and speedups.scan_acks is None:
+        pytest.skip("C speedups not built or disabled")
+    if not speedups_on:
+        monkeypatch.setattr(responses, "scan_acks", None)
+    conn, answer = _opened()
+    reader = ResponseReader(conn, 1)
+    reader.receive(answer)
+    before = _windows(conn)
+    assert reader.receive(_reserved(0, 1000) + _reserved(1, 2000)) == []
+    assert not reader.ended, reader.error
+    assert _windows(conn) == (before[0] + 1000, before[1] + 2000)
+
+
+@pytest.mark.parametrize("speedups_on", [True, False])
+def test_a_zero_increment_with_the_reserved_bit_is_still_an_error(
+    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ignoring the bit leaves an increment of 0: a PROTOCOL_ERROR (RFC 9113 §6.9) on
+    # both paths, as without the bit.
+    from liftbridge_sync._transport.h2 import responses
+
+    if speedups_on and speedups.scan_acks is None:
+        pytest.skip("C speedups not built or disabled")
+    if not speedups_on:
+        monkeypatch.setattr(responses, "scan_acks", None)
+    outcomes: list[type[BaseException] | None] = []
+    for frame in (window_update(0, 0), _reserved(0, 0)):
+        conn, answer = _opened()
+        reader = ResponseReader(conn, 1)
+        reader.receive(answer)
+        try:
+            reader.receive(frame)
+        except h2.exceptions.ProtocolError as exc:
+            outcomes.append(type(exc))
+        else:
+            outcomes.append(None if reader.error is None else type(reader.error))
+    assert outcomes[0] is not None and outcomes[0] is outcomes[1], outcomes
+
+
+def test_frames_left_to_h2_have_their_reserved_bit_ignored() -> None:
+    # The C scanner's sums with the frames for h2 (a stream no longer open): h2 must
+    # add what the sums say, not refuse the frames.
+    conn, _ = _pair()
+    conn.reset_stream(1)
+    reader = ResponseReader(conn, 1)
+    before = conn.outbound_flow_control_window
+    reader._add_windows(10, 7, _reserved(0, 10) + _reserved(1, 7))
+    assert conn.outbound_flow_control_window == before + 10
+    assert not reader.ended

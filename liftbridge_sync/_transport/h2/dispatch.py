@@ -71,6 +71,7 @@ from liftbridge_sync._transport.h2.framing import (
     grpc_status,
     http_status_code,
     window_update,
+    without_reserved_bits,
 )
 from liftbridge_sync.errors import LiftbridgeError
 
@@ -438,14 +439,16 @@ class StreamDispatch:
 
         Nothing goes to h2 once its connection is CLOSED (a GOAWAY either side sent):
         h2 would refuse any frame but another GOAWAY as a protocol error, while the
-        stream has already ended with the GOAWAY's reason.
+        stream has already ended with the GOAWAY's reason. A WINDOW_UPDATE's reserved
+        bit is cleared first (RFC 9113 §6.9: ignored; h2 refuses it).
         """
         if self._conn.state_machine.state is ConnectionState.CLOSED:
             return
         consumed = 0
         rbuf = self.rbuf
         ours = self._stream_id
-        for event in self._conn.receive_data(bytes(frames)):
+        # The reserved bit of a WINDOW_UPDATE is ignored, as the C scanner does.
+        for event in self._conn.receive_data(bytes(without_reserved_bits(frames))):
             kind = type(event)
             if kind in _STREAM_OPENED:
                 # h2, as a client, takes a stream the broker opens (even ids) without

@@ -19,6 +19,7 @@ import grpc
 from liftbridge_sync.errors import BrokerUnavailableError
 
 __all__ = [
+    "without_reserved_bits",
     "ACK",
     "ALTSVC",
     "CODES",
@@ -235,3 +236,27 @@ def grpc_status(fields: dict[bytes, bytes]) -> tuple[int | None, str]:
     message = fields.get(b"grpc-message")
     text = urllib.parse.unquote_to_bytes(message).decode("utf-8", "replace") if message else ""
     return status, text
+
+
+def without_reserved_bits(frames: bytes | bytearray) -> bytes | bytearray:
+    """``frames`` with the reserved bit of each WINDOW_UPDATE's increment cleared.
+
+    RFC 9113 §6.9 says the bit is to be ignored, and the C scanner masks it; h2 4.x
+    (hyperframe) reads it as part of the increment and fails the connection with a
+    PROTOCOL_ERROR. Frames handed to h2 go through here so both paths agree. ``frames``
+    itself is returned when nothing needs clearing (the usual case: no copy); a
+    partial frame at the end is left as it is. Thread-safe (pure).
+    """
+    size = len(frames)
+    pos = 0
+    copy: bytearray | None = None
+    while size - pos >= 9:
+        end = pos + 9 + int.from_bytes(frames[pos : pos + 3], "big")
+        if end > size:
+            break
+        if frames[pos + 3] == WINDOW_UPDATE and end - pos == 13 and frames[pos + 9] & 0x80:
+            if copy is None:
+                copy = bytearray(frames)
+            copy[pos + 9] &= 0x7F
+        pos = end
+    return frames if copy is None else copy
