@@ -9,6 +9,7 @@ ran out of time.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import threading
@@ -85,6 +86,9 @@ class _SlowTLSBroker:
 
     def close(self) -> None:
         self._stop.set()
+        # Wakes the accept() under way (closing the listener alone does not, on Linux).
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)
         self._server.close()
         for thread in self._threads:
             thread.join(5)
