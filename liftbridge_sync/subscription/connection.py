@@ -252,13 +252,14 @@ class PartitionConnection:
                         raise
                     except NoSuchPartitionError as exc:
                         refresh = True
-                        raise self._explain_not_found(exc, deadline, until, ends) from None
+                        asked = _at_least_a_moment(deadline)
+                        raise self._explain_not_found(exc, asked, until, ends) from None
                     except ServerError as exc:
                         # v1.9.0 refuses a reader of a paused partition with the same
                         # "segment has been closed" as one caught mid-compaction; only
                         # the metadata tells the lasting case from the passing one.
                         if exc.retryable and not target.request.resume:
-                            paused = self.paused(deadline, until, ends)
+                            paused = self.paused(_at_least_a_moment(deadline), until, ends)
                             if paused is not None:
                                 raise paused from None
                         raise
@@ -597,6 +598,16 @@ class PartitionConnection:
             raise _Ended
         # Already typed by the transport, as a refused open.
         raise exc
+
+
+def _at_least_a_moment(deadline: float | None) -> float | None:
+    """``deadline`` (a ``get`` timeout's), or ``ATTEMPT_AT_LEAST`` from now if later: the
+    question of what a refusal means is part of an attempt already under way, and
+    asked past a nearly spent timeout with what little is left, each broker had about
+    0.01 s to answer and the refusal's meaning was lost (taken for a passing one)."""
+    if deadline is None:
+        return None
+    return max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
 
 
 def _has(text: str, hints: tuple[str, ...]) -> bool:
