@@ -308,8 +308,10 @@ class PartitionConnection:
         """The error to raise if fresh metadata says the partition is paused.
 
         Asked within ``deadline`` (the get's) and ``until`` (the end of a resubscribe's
-        ``resubscribe_wait``), as :meth:`_address` asks, and by ``ends`` (the end of the
-        resubscribe attempt that met the refusal, :meth:`_attempt_ends`) if given.
+        ``resubscribe_wait``; a read that broke on a pause gives now: one attempt's
+        time), as :meth:`_address` asks, and by ``ends`` (the end of the resubscribe
+        attempt that met the refusal, :meth:`_attempt_ends`) if given. With neither, each
+        broker may take ``rpc_timeout``.
 
         Raises:
             ClientClosedError: closed meanwhile (or the client).

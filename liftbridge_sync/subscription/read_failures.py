@@ -205,8 +205,14 @@ class ReadFailures:
             # Paused under a running read, the server says only "commit log was
             # closed": when metadata confirms the pause, say where the read stopped and
             # the way on, as for a partition paused before the subscribe.
+            # One attempt's time for the question, as a resubscribe attempt's refusal
+            # gets (one rpc_timeout in all, not one per broker): there is nothing to
+            # wait out, the read ends either way. At least ATTEMPT_AT_LEAST past a get()
+            # timeout nearly spent, or the answer is lost (each broker ~0.01 s).
+            now = time.monotonic()
+            asked = None if deadline is None else max(deadline, now + ATTEMPT_AT_LEAST)
             try:
-                paused = self._conn.paused(deadline)
+                paused = self._conn.paused(asked, until=now)
             except ClientClosedError:
                 if self._conn.closed.is_set():
                     raise StopIteration from None  # close() ended the look-up

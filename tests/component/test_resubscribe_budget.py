@@ -14,7 +14,7 @@ import pytest
 
 from liftbridge_sync import Client, RetryPolicy, StartAt
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError, PartitionPausedError
 from liftbridge_sync.models import FrozenMap, Metadata
 from liftbridge_sync.subscription.partition import Subscription
 from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve, silent
@@ -229,3 +229,33 @@ def test_a_refusal_after_a_slow_look_up_keeps_to_the_attempts_bound(
     finally:
         broker.stop()
     assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + 0.7
+
+
+def test_asking_whether_a_read_broke_on_a_pause_keeps_to_one_attempts_time() -> None:
+    # A running read ended "commit log was closed" (paused under it): whether the
+    # partition is paused is asked of fresh metadata. Iterated (no get() deadline), the
+    # question went to every broker in turn with rpc_timeout each: 4 x 1 s here.
+    cluster = FakeCluster(leader="a")
+    brokers = [HangingMetadata(name, cluster) for name in "abcd"]
+    for broker in brokers:
+        broker.start()
+    try:
+        leader = brokers[0]
+        leader.subscribe_scripts = [serve([0], ("FAILED_PRECONDITION", "commit log was closed"))]
+        with Client(
+            [leader.address], rpc_timeout=_CHECK_RPC_TIMEOUT, subscribe_transport="grpc"
+        ) as client:
+            sub = client.subscribe("s", start=StartAt.earliest())
+            assert len(client._core.addresses()) == len(brokers)
+            for broker in brokers:
+                broker.hang = True
+            assert next(sub).offset == 0
+            started = time.monotonic()
+            with pytest.raises(PartitionPausedError):
+                next(sub)
+            elapsed = time.monotonic() - started
+            assert sum(broker.hung for broker in brokers) >= 1  # it was asked
+    finally:
+        for broker in brokers:
+            broker.stop()
+    assert elapsed < _CHECK_RPC_TIMEOUT + 0.7
