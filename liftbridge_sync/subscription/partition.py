@@ -131,7 +131,13 @@ class Subscription:
         return self._conn.last_offset
 
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
-        """``[(stream, partition, last_offset, "subscription")]`` while open (for stats)."""
+        """``[(stream, partition, last_offset, "subscription")]`` while open (for stats).
+
+        Raises:
+            ForkedClientError: in a process forked after the subscription was opened
+                (the positions are the parent's reads).
+        """
+        self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         if self.closed:
             return []
         return [(self.stream, self.partition, self._conn.last_offset, "subscription")]

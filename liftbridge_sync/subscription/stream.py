@@ -162,7 +162,13 @@ class StreamSubscription:
         return self._exhausted
 
     def read_positions(self) -> list[tuple[str, int, int | None, str]]:
-        """Per partition ``(stream, partition, last delivered, kind)`` while open (stats)."""
+        """Per partition ``(stream, partition, last delivered, kind)`` while open (stats).
+
+        Raises:
+            ForkedClientError: in a process forked after the subscription was opened
+                (the positions are the parent's reads).
+        """
+        self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
         if self._closed:
             return []
         delivered = dict(self._delivered)

@@ -77,6 +77,9 @@ _SCRIPT = _REFUSALS + textwrap.dedent(
             "stats": consumer.stats,
             "join": consumer.join,
             "merged get": lambda: merged.get(0.2),
+            # Not the parent's positions (stats of a process that reads nothing).
+            "merged read_positions": merged.read_positions,
+            "single read_positions": single.read_positions,
             # Read in bulk before the fork: the parent delivers it, the child must not.
             "buffered next": lambda: next(buffered),
             "buffered get": lambda: buffered.get(0.2),
