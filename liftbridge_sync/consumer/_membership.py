@@ -235,11 +235,29 @@ class Membership:
                 _log.warning("consumer %s: rejoining failed: %s; retrying", self.who, exc)
             stop.wait(_RETRY_WAIT)
 
+    def join_first(self) -> None:
+        """The first :meth:`join` (on the user's thread), ended at once by
+        :meth:`stop_rejoining` as a rejoin is: close() from another thread does not wait
+        for its retries (up to the retry policy's ``max_delay``). A join abandoned in
+        flight is left again (it may have been applied).
+
+        Raises:
+            ClientClosedError: :meth:`stop_rejoining` was called (or the client closed).
+            NoSuchStreamError, ConsumerIdInUseError, ServerError: as :meth:`join`.
+        """
+        self.join(self._rejoining)
+
+    def leave_if_left(self) -> None:
+        """After a join that completed as the consumer closed: leave again if
+        :meth:`leave` was called meanwhile (see :meth:`_leave_if_left`)."""
+        self._leave_if_left()
+
     def stop_rejoining(self) -> None:
-        """End a rejoin in progress at once, and any later one (the consumer closes,
-        from any thread): its join call under way, its back-offs and its waits raise
-        ``ClientClosedError``, and :meth:`rejoin` returns. A join abandoned in flight
-        is left again (it may have been applied), within one ``rpc_timeout``.
+        """End a rejoin (or :meth:`join_first`) in progress at once, and any later one
+        (the consumer closes, from any thread): its join call under way, its back-offs
+        and its waits raise ``ClientClosedError``, and :meth:`rejoin` returns. A join
+        abandoned in flight is left again (it may have been applied), within one
+        ``rpc_timeout``.
 
         Without it, a rejoin retrying an unreachable broker kept the heartbeat thread
         for up to the retry policy's ``max_delay`` (10 s by default), past close()'s

@@ -216,7 +216,9 @@ class Consumer:
                 of threads; ``RuntimeError`` as ``__cause__``): the member left the
                 group again and its threads were joined.
             ClientClosedError: if this consumer was closed (it joins nothing again;
-                ``Client.consumer`` makes a new one).
+                ``Client.consumer`` makes a new one), also by another thread while it
+                joined: that ``close()`` ends the join at once (its call and retries),
+                and a join the server may have applied is left again.
 
         A join that fails after an attempt the server may have applied (its answer
         lost, its deadline expired) leaves the group before the error propagates; so
@@ -233,7 +235,12 @@ class Consumer:
                 "with Client.consumer)"
             )
         try:
-            self._membership.join()
+            # Cut short by close() from another thread (stop_rejoining), as a rejoin is.
+            self._membership.join_first()
+        except ClientClosedError:
+            if self._standing.closed:
+                raise self._closed_meanwhile() from None
+            raise
         except LiftbridgeError:
             # Refused, or failed for good; after an attempt the server may have applied
             # (a lost answer, a deadline), Membership.join left the group.
@@ -256,23 +263,13 @@ class Consumer:
             self._dropped.tend,
         )
         try:
-            thread = self._threads.start(
-                f"liftbridge-consumer-{self._group}", heartbeat, heartbeat=True
-            )
-            self._dropped.watch(thread, self._close_bound())
-            # Held weakly by the client as by the heartbeat thread strongly: once this
-            # consumer was collected (the client's weak reference to it gone with it),
-            # Client.close() still finds it there, and closes it and joins its threads.
-            self._core.register(self._dropped)
-            if self._auto_commit is not None:
-                commit_loop = functools.partial(
-                    _commit_loop,
-                    functools.partial(_auto_commits_of, ref),
-                    self._stop,
-                    self._commits.handed_off,
-                    self._auto_commit,
-                )
-                self._threads.start(f"liftbridge-consumer-commit-{self._group}", commit_loop)
+            # Under the lock close() marks the consumer closed under: a close() from
+            # another thread either finds the threads started (and joins them) or is
+            # seen here, before any starts.
+            with self._lock:
+                closed = self._standing.closed
+                if not closed:
+                    self._start_threads(ref, heartbeat)
         except BaseException as exc:
             # Nobody holds this consumer yet to close it: a heartbeat left running would
             # keep the member in the group, holding partitions, for the process's life.
@@ -284,6 +281,40 @@ class Consumer:
                 f"consumer {self._who}: no thread could be started ({exc!r}); it left the group"
             )
             raise error from exc
+        if closed:
+            # Closed while the join's answer was on its way: close() leaves the group,
+            # or already did, before this join was applied (then leave again).
+            self._membership.leave_if_left()
+            raise self._closed_meanwhile()
+
+    def _closed_meanwhile(self) -> ClientClosedError:
+        return ClientClosedError(
+            f"consumer {self._who} was closed (by another thread) while it joined the group"
+        )
+
+    def _start_threads(self, ref: weakref.ref[Consumer], heartbeat: Callable[[], None]) -> None:
+        """Start the heartbeat (and auto-commit) threads (under the consumer's lock).
+
+        Raises:
+            RuntimeError: if a thread could not be started.
+        """
+        thread = self._threads.start(
+            f"liftbridge-consumer-{self._group}", heartbeat, heartbeat=True
+        )
+        self._dropped.watch(thread, self._close_bound())
+        # Held weakly by the client as by the heartbeat thread strongly: once this
+        # consumer was collected (the client's weak reference to it gone with it),
+        # Client.close() still finds it there, and closes it and joins its threads.
+        self._core.register(self._dropped)
+        if self._auto_commit is not None:
+            commit_loop = functools.partial(
+                _commit_loop,
+                functools.partial(_auto_commits_of, ref),
+                self._stop,
+                self._commits.handed_off,
+                self._auto_commit,
+            )
+            self._threads.start(f"liftbridge-consumer-commit-{self._group}", commit_loop)
 
     @property
     def group(self) -> str:
