@@ -17,7 +17,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError, PartitionPausedError
 from liftbridge_sync.models import FrozenMap, Metadata
 from liftbridge_sync.subscription.partition import Subscription
-from liftbridge_sync.testing import FakeBroker, FakeCluster, refuse, serve, silent
+from liftbridge_sync.testing import FakeBroker, FakeCluster, SubscribeScript, refuse, serve, silent
 from tests.component.hanging_metadata import HangingMetadata
 from tests.waiting import wait_until
 
@@ -146,14 +146,20 @@ _ATTEMPT_RPC_TIMEOUT = 3.0
 _ATTEMPT_WAIT = 0.5
 
 
-def test_a_resubscribe_handshake_keeps_to_resubscribe_wait_after_a_slow_look_up() -> None:
-    # The look-up of the leader took most of rpc_timeout, and the wait for the
-    # handshake then took rpc_timeout more: an attempt begun within resubscribe_wait
-    # ended two rpc_timeouts past it, not the one an attempt may take past it.
+#: What an attempt may take past resubscribe_wait beyond its rpc_timeout on a loaded
+#: machine; the faults below took 1.5-2 s more than that.
+_ATTEMPT_SLACK = 1.0
+
+
+def _resubscribe_after_a_slow_look_up(
+    second: SubscribeScript, expected: type[LiftbridgeError]
+) -> tuple[float, FakeBroker]:
+    """Seconds a read took to fail with ``expected`` once its resubscribe's look-up of
+    the leader took most of rpc_timeout and its Subscribe ran ``second``; the broker."""
     broker = _SlowMetadata("a")
     broker.start()
     try:
-        broker.subscribe_scripts = [serve([0], ("UNAVAILABLE", "scripted: gone")), silent()]
+        broker.subscribe_scripts = [serve([0], ("UNAVAILABLE", "scripted: gone")), second]
         with Client(
             [broker.address],
             rpc_timeout=_ATTEMPT_RPC_TIMEOUT,
@@ -163,12 +169,20 @@ def test_a_resubscribe_handshake_keeps_to_resubscribe_wait_after_a_slow_look_up(
             assert next(sub).offset == 0
             broker.delay = _ATTEMPT_RPC_TIMEOUT - 0.5
             started = time.monotonic()
-            with pytest.raises(BrokerUnavailableError):
+            with pytest.raises(expected):
                 next(sub)
             elapsed = time.monotonic() - started
     finally:
         broker.stop()
-    assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + 0.7
+    return elapsed, broker
+
+
+def test_a_resubscribe_handshake_keeps_to_resubscribe_wait_after_a_slow_look_up() -> None:
+    # The look-up of the leader took most of rpc_timeout, and the wait for the
+    # handshake then took rpc_timeout more: an attempt begun within resubscribe_wait
+    # ended two rpc_timeouts past it, not the one an attempt may take past it.
+    elapsed, _ = _resubscribe_after_a_slow_look_up(silent(), BrokerUnavailableError)
+    assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + _ATTEMPT_SLACK
 
 
 def test_close_from_another_thread_ends_a_resubscribe_waiting_for_its_handshake() -> None:
@@ -209,26 +223,9 @@ def test_a_refusal_after_a_slow_look_up_keeps_to_the_attempts_bound(
     # The look-up of the leader took most of rpc_timeout and the server refused the
     # subscribe; asking fresh metadata what the refusal meant then took rpc_timeout
     # more of its own: the attempt ended about two rpc_timeouts past resubscribe_wait.
-    broker = _SlowMetadata("a")
-    broker.start()
-    try:
-        broker.subscribe_scripts = [serve([0], ("UNAVAILABLE", "scripted: gone")), refuse(*refusal)]
-        with Client(
-            [broker.address],
-            rpc_timeout=_ATTEMPT_RPC_TIMEOUT,
-            resubscribe_wait=_ATTEMPT_WAIT,
-        ) as client:
-            sub = client.subscribe("s", start=StartAt.earliest())
-            assert next(sub).offset == 0
-            broker.delay = _ATTEMPT_RPC_TIMEOUT - 0.5
-            started = time.monotonic()
-            with pytest.raises(LiftbridgeError):
-                next(sub)
-            elapsed = time.monotonic() - started
-            assert len(broker.subscribe_requests) == 2  # the refusal was met
-    finally:
-        broker.stop()
-    assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + 0.7
+    elapsed, broker = _resubscribe_after_a_slow_look_up(refuse(*refusal), LiftbridgeError)
+    assert len(broker.subscribe_requests) == 2  # the refusal was met
+    assert elapsed < _ATTEMPT_WAIT + _ATTEMPT_RPC_TIMEOUT + _ATTEMPT_SLACK
 
 
 def test_asking_whether_a_read_broke_on_a_pause_keeps_to_one_attempts_time() -> None:
@@ -258,4 +255,4 @@ def test_asking_whether_a_read_broke_on_a_pause_keeps_to_one_attempts_time() -> 
     finally:
         for broker in brokers:
             broker.stop()
-    assert elapsed < _CHECK_RPC_TIMEOUT + 0.7
+    assert elapsed < _CHECK_RPC_TIMEOUT + 1.5  # 4.4 s before
