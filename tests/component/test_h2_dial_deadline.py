@@ -26,7 +26,7 @@ from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.testing import TestCertificates, generate_certificates
 
 #: What a bound may be exceeded by on a loaded 2-core machine (scheduling, not waits).
-MARGIN = 0.5
+MARGIN = 1.0
 
 
 #: An HTTP/2 SETTINGS frame with no settings (RFC 9113, 6.5).
@@ -112,15 +112,15 @@ def slow_broker(
         broker.close()
 
 
-@pytest.mark.parametrize("slow_broker", [0.6], indirect=True)
+@pytest.mark.parametrize("slow_broker", [1.2], indirect=True)
 def test_a_publish_dial_slow_at_every_step_ends_within_rpc_timeout(
     slow_broker: _SlowTLSBroker, certs: TestCertificates
 ) -> None:
-    # rpc_timeout 2: the pre-flight's handshake 0.6 s, the dial's 0.6 s, then no
-    # SETTINGS: 3.2 s before, when the SETTINGS wait had its own min(rpc_timeout, 5).
+    # rpc_timeout 3: the pre-flight's handshake 1.2 s, the dial's 1.2 s, then no
+    # SETTINGS: 5.4 s before, when the SETTINGS wait had its own min(rpc_timeout, 5).
     client = Client(
         [slow_broker.address],
-        rpc_timeout=2.0,
+        rpc_timeout=3.0,
         tls=TLSOptions(ca_cert=str(certs.ca_cert)),
         retry=RetryPolicy(max_attempts=1),
     )
@@ -131,9 +131,9 @@ def test_a_publish_dial_slow_at_every_step_ends_within_rpc_timeout(
         took = time.monotonic() - started
     finally:
         client.close()
-    assert took < 2.0 + MARGIN, f"the dial took {took:.2f}s"
+    assert took < 3.0 + MARGIN, f"the dial took {took:.2f}s"
     assert "HTTP/2 handshake" in str(caught.value), caught.value
-    assert "2s" in str(caught.value), caught.value
+    assert "3s" in str(caught.value), caught.value
 
 
 @pytest.mark.parametrize("slow_broker", [30.0], indirect=True)
