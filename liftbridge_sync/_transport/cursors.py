@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.leader import (
     call_leader,
@@ -117,19 +118,29 @@ def set_cursor_once(
 
 
 def fetch_cursor(
-    core: ClientCore, cursor_id: str, stream: str, partition: int, *, must_exist: bool = False
+    core: ClientCore,
+    cursor_id: str,
+    stream: str,
+    partition: int,
+    *,
+    must_exist: bool = False,
+    abort: DialAbort | None = None,
 ) -> int:
     """The offset stored under ``cursor_id``, or ``-1`` (``must_exist`` as for
-    :func:`set_cursor`). Thread-safe."""
+    :func:`set_cursor`; ``abort`` ends the leader call's back-offs, as
+    :func:`~liftbridge_sync._transport.leader.call_leader`'s). Thread-safe."""
     target, count = cursor_target(core, cursor_id, stream, partition, must_exist)
-    reveal_cursors(core, target, count)
+    reveal_cursors(core, target, count, abort)
     request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
-    response = call_leader(core, CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request)
+    response = call_leader(core, CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request, abort=abort)
     return int(response.offset)
 
 
-def reveal_cursors(core: ClientCore, target: int, count: int) -> None:
-    """Make every cursor stored in ``__cursors`` partition ``target`` readable.
+def reveal_cursors(
+    core: ClientCore, target: int, count: int, abort: DialAbort | None = None
+) -> None:
+    """Make every cursor stored in ``__cursors`` partition ``target`` readable (``abort``
+    ends its leader calls' back-offs).
 
     v1.9.0 answers FetchCursor from the log up to the high watermark, which a
     restarted leader recovers from a checkpoint written every 5 s and not at
@@ -144,7 +155,7 @@ def reveal_cursors(core: ClientCore, target: int, count: int) -> None:
     first time a WARNING says why it may be older. Thread-safe.
     """
     try:
-        info = fetch_partition_metadata(core, CURSORS_STREAM, target)
+        info = fetch_partition_metadata(core, CURSORS_STREAM, target, abort=abort)
         if not info.paused and info.newest_offset <= info.high_watermark:
             return
         request = api_pb2.SetCursorRequest(
@@ -153,7 +164,7 @@ def reveal_cursors(core: ClientCore, target: int, count: int) -> None:
             cursorId=visibility_cursor(target, count),
             offset=info.newest_offset,
         )
-        call_leader(core, CURSORS_STREAM, target, rpcs.SET_CURSOR, request)
+        call_leader(core, CURSORS_STREAM, target, rpcs.SET_CURSOR, request, abort=abort)
     except PermissionDeniedError as error:
         if not core.cursors_unrevealed_told:
             core.cursors_unrevealed_told = True

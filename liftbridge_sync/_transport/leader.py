@@ -94,6 +94,7 @@ def call_leader(
     *,
     context: CallContext = ...,
     settle: None = None,
+    abort: DialAbort | None = None,
 ) -> Resp: ...
 
 
@@ -107,6 +108,7 @@ def call_leader(
     *,
     context: CallContext = ...,
     settle: Callable[[PartitionInfo], T | None],
+    abort: DialAbort | None = None,
 ) -> Resp | T: ...
 
 
@@ -119,6 +121,7 @@ def call_leader(
     *,
     context: CallContext = CallContext.LEADER,
     settle: Callable[[PartitionInfo], T | None] | None = None,
+    abort: DialAbort | None = None,
 ) -> Resp | T:
     """Call an RPC that the partition leader must serve; refresh and retry on
     not-leader, an unreachable leader or a deadline (the RPC must be idempotent).
@@ -132,12 +135,15 @@ def call_leader(
         settle: After a not-leader answer, the refreshed partition metadata is passed
             here; a non-``None`` result is returned instead of retrying (for a paused
             partition there is no running leader to find).
+        abort: Ends the call's back-offs and metadata look-ups at once when aborted
+            (its owner closed), with ``ClientClosedError``; an RPC under way still
+            ends within ``rpc_timeout``.
     """
     options = core.options
     refresh = False
     # One budget for the call: a refresh retried under a policy of its own took up
     # to max_delay again on each attempt (twice max_delay against a dead cluster).
-    budget = Budget.of(options.retry, options.rpc_timeout)
+    budget = dataclasses.replace(Budget.of(options.retry, options.rpc_timeout), abort=abort)
     # Leaders that ran out of time or could not be reached: a refresh asks the other
     # brokers first (a hung leader, asked again, took the rest of the budget).
     suspects: set[str] = set()
@@ -176,7 +182,7 @@ def call_leader(
         attempt,
         retry_if=retryable_elsewhere,
         deadline=budget.retry_until,
-        sleep=core.back_off,
+        sleep=lambda seconds: core.back_off(seconds, abort),
         attempts=attempts,
     )
 
@@ -197,8 +203,11 @@ def time_left(core: ClientCore, budget: Budget, what: str) -> float:
     return left
 
 
-def fetch_partition_metadata(core: ClientCore, stream: str, partition: int) -> PartitionMetadata:
-    """Authoritative partition state from its leader (see ``Client``). Thread-safe."""
+def fetch_partition_metadata(
+    core: ClientCore, stream: str, partition: int, *, abort: DialAbort | None = None
+) -> PartitionMetadata:
+    """Authoritative partition state from its leader (see ``Client``); ``abort`` as
+    :func:`call_leader`'s. Thread-safe."""
     check_name("stream", stream, allow_reserved=True)
     check_partition("partition", partition)
     request = api_pb2.FetchPartitionMetadataRequest(stream=stream, partition=partition)
@@ -211,7 +220,13 @@ def fetch_partition_metadata(core: ClientCore, stream: str, partition: int) -> P
         return PartitionMetadata(**{f: getattr(info, f) for f in _PARTITION_FIELDS})
 
     response = call_leader(
-        core, stream, partition, rpcs.FETCH_PARTITION_METADATA, request, settle=paused_view
+        core,
+        stream,
+        partition,
+        rpcs.FETCH_PARTITION_METADATA,
+        request,
+        settle=paused_view,
+        abort=abort,
     )
     if isinstance(response, PartitionMetadata):
         return response

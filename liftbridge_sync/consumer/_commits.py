@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Container, Iterable
 
 from liftbridge_sync._transport import cursors
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.consumer._mailbox import PartitionReader
 from liftbridge_sync.errors import CommitError, DeadlineExceededError, LiftbridgeError
@@ -219,14 +220,16 @@ class Commits:
         with self._lock:
             self._committed[key] = max(offset, self._committed.get(key, -1))
 
-    def fetch(self, key: Key) -> int:
-        """The cursor stored for ``key`` (-1: none), recorded as committed.
+    def fetch(self, key: Key, abort: DialAbort | None = None) -> int:
+        """The cursor stored for ``key`` (-1: none), recorded as committed; ``abort``
+        ends the look-up's back-offs.
 
         Raises:
-            LiftbridgeError: if the cursor could not be fetched.
+            LiftbridgeError: if the cursor could not be fetched (``ClientClosedError``
+                once ``abort`` aborted).
         """
         stream, partition = key
-        cursor = cursors.fetch_cursor(self._core, self._cursor_id, stream, partition)
+        cursor = cursors.fetch_cursor(self._core, self._cursor_id, stream, partition, abort=abort)
         if cursor >= 0:
             with self._lock:
                 # What is stored is committed: an older position of ours is not.

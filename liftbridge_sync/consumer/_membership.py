@@ -252,6 +252,12 @@ class Membership:
         :meth:`leave` was called meanwhile (see :meth:`_leave_if_left`)."""
         self._leave_if_left()
 
+    @property
+    def closing(self) -> DialAbort:
+        """Aborted once the consumer closes (:meth:`stop_rejoining`): the look-ups of
+        its readers' start positions end with it, not after their back-offs."""
+        return self._rejoining
+
     def stop_rejoining(self) -> None:
         """End a rejoin (or :meth:`join_first`) in progress at once, and any later one
         (the consumer closes, from any thread): its join call under way, its back-offs

@@ -284,7 +284,10 @@ class Readers:
         if reader.resume_after is not None:
             return StartAt.offset(reader.resume_after + 1)
         stream, partition = reader.stream, reader.partition
-        cursor = self._commits.fetch((stream, partition))
+        # Closing ends the look-ups below at once: their back-offs (up to the retry
+        # policy's maximum) outlasted close()'s bound for the reader threads.
+        closing = self._membership.closing
+        cursor = self._commits.fetch((stream, partition), closing)
         if cursor < 0:
             return self._without_cursor(reader)
         # A cursor is only ever committed for a message delivered, so the log reaches
@@ -298,6 +301,7 @@ class Readers:
             named="",
             instead=f"the start position (consumer {self._who})",
             log=_log,
+            abort=closing,
         ):
             return StartAt.offset(cursor + 1)
         return self._without_cursor(reader)
@@ -320,7 +324,9 @@ class Readers:
         if not self._commit_on_revoke or kind not in (StartKind.NEW_ONLY, StartKind.LATEST):
             return self._start
         stream, partition = reader.stream, reader.partition
-        meta = leader.fetch_partition_metadata(self._core, stream, partition)
+        meta = leader.fetch_partition_metadata(
+            self._core, stream, partition, abort=self._membership.closing
+        )
         if meta.paused:
             return self._start  # its offsets are the last known, maybe not its end
         before = meta.newest_offset if kind is StartKind.NEW_ONLY else meta.newest_offset - 1

@@ -13,6 +13,7 @@ import logging
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import cursors, leader
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
 from liftbridge_sync.errors import (
@@ -169,6 +170,7 @@ def cursor_in_range(
     named: str,
     instead: str,
     log: logging.Logger,
+    abort: DialAbort | None = None,
 ) -> bool:
     """Whether ``cursor`` lies in the partition's log (at or before its newest offset).
 
@@ -176,9 +178,10 @@ def cursor_in_range(
     (v1.9.0 keeps the cursors of a deleted stream): reading after it would skip every
     message up to it, unsaid. Out of range, the caller reads from elsewhere, as Kafka's
     ``auto.offset.reset``; this logs a WARNING to ``log`` naming the cursor (``named``:
-    a prefix for it, such as its id) and where reading goes ``instead``.
+    a prefix for it, such as its id) and where reading goes ``instead``. ``abort``
+    ends the look-up's back-offs at once (``ClientClosedError``).
     """
-    meta = leader.fetch_partition_metadata(core, stream, partition)
+    meta = leader.fetch_partition_metadata(core, stream, partition, abort=abort)
     if meta.paused or cursor <= meta.newest_offset:
         return True
     log.warning(

@@ -4,6 +4,7 @@ single attempt keeps to its timeout, its metadata look-up included."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import grpc
@@ -13,8 +14,10 @@ import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import cursors, leader
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync.testing import FakeBroker
+from tests.waiting import wait_until
 
 #: As the CLI builds it: only max_delay ends the retries.
 _POLICY = RetryPolicy(max_attempts=1_000_000, max_delay=2.0, initial=0.1, maximum=0.5, jitter=0)
@@ -125,3 +128,39 @@ def test_a_leader_call_makes_no_more_attempts_than_the_policy_allows(answered: i
                 client.fetch_partition_metadata("s", 0)
         failed = broker.metadata_calls - answered + broker.partition_metadata_calls
     assert failed == policy.max_attempts
+
+
+@pytest.mark.parametrize("call", ["fetch_partition_metadata", "fetch_cursor"])
+def test_an_abort_ends_a_leader_call_backing_off_at_once(call: str) -> None:
+    # A consumer's reader looked up its start position (cursor, partition metadata)
+    # under the retry policy; closing the consumer did not end its back-offs (10 s
+    # each here), and close() left the reader behind.
+    slow = RetryPolicy(max_attempts=100, max_delay=60.0, initial=10.0, maximum=10.0, jitter=0)
+    with FakeBroker() as broker:
+        broker.cluster.streams = ("s", "__cursors")
+        broker.not_leader_times = 1_000  # every leader call is refused: backs off
+        with Client(broker.address, rpc_timeout=_RPC_TIMEOUT, retry=slow) as client:
+            abort = DialAbort()
+            done = threading.Event()
+            failures: list[BaseException] = []
+
+            def look_up() -> None:
+                try:
+                    if call == "fetch_partition_metadata":
+                        leader.fetch_partition_metadata(client._core, "s", 0, abort=abort)
+                    else:
+                        cursors.fetch_cursor(client._core, "c", "s", 0, abort=abort)
+                except BaseException as exc:  # noqa: BLE001 - what it ended with
+                    failures.append(exc)
+                finally:
+                    done.set()
+
+            thread = threading.Thread(target=look_up, name="test-look-up", daemon=True)
+            thread.start()
+            wait_until(lambda: broker.partition_metadata_calls >= 1, 10, "a first attempt")
+            aborted = time.monotonic()
+            abort.abort()
+            assert done.wait(5)
+            took = time.monotonic() - aborted
+    assert [type(f) for f in failures] == [lb.ClientClosedError], failures
+    assert took < 1.0, took  # not the back-off (10 s)

@@ -43,6 +43,7 @@ from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._transport import cursors
 from liftbridge_sync._transport import leader as leader_module
+from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
@@ -1557,8 +1558,10 @@ def test_a_reader_revoked_as_it_starts_stores_no_cursor_over_the_new_owners(
     looking: list[threading.Thread] = []
     go = threading.Event()
 
-    def slow(core: ClientCore, s: str, partition: int) -> PartitionMetadata:
-        meta = fetch(core, s, partition)
+    def slow(
+        core: ClientCore, s: str, partition: int, *, abort: DialAbort | None = None
+    ) -> PartitionMetadata:
+        meta = fetch(core, s, partition, abort=abort)
         if (s, partition) == (stream, 0) and not looking:
             looking.append(threading.current_thread())
             go.wait(30)
@@ -1602,8 +1605,10 @@ def test_an_empty_partition_read_from_its_end_loses_nothing_published_as_the_rea
     fetch = leader_module.fetch_partition_metadata
     published: list[bytes] = []
 
-    def then_publish(core: ClientCore, s: str, partition: int) -> PartitionMetadata:
-        meta = fetch(core, s, partition)
+    def then_publish(
+        core: ClientCore, s: str, partition: int, *, abort: DialAbort | None = None
+    ) -> PartitionMetadata:
+        meta = fetch(core, s, partition, abort=abort)
         if s == stream and partition == 0 and not published:
             published.append(b"as the reader starts")
             client.publish(stream, published[0], partition=0)
