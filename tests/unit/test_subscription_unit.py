@@ -53,7 +53,10 @@ class FakeClient:
 @pytest.fixture(autouse=True)
 def _look_ups_of_the_fake_client(monkeypatch: pytest.MonkeyPatch) -> None:
     """Pinning looks offsets and cursors up through the fake client, not over RPCs."""
-    leader = SimpleNamespace(fetch_partition_metadata=lambda c, *a: c.fetch_partition_metadata(*a))
+    # The fake client has nothing to abort: an ``abort`` passed along is dropped.
+    leader = SimpleNamespace(
+        fetch_partition_metadata=lambda c, *a, abort=None: c.fetch_partition_metadata(*a)
+    )
     cursors = SimpleNamespace(fetch_cursor=lambda c, *a: c.fetch_cursor(*a))
     monkeypatch.setattr(opening, "leader", leader)
     monkeypatch.setattr(opening, "cursors", cursors)
