@@ -34,7 +34,7 @@ def _cursors_of_the_fake_cores(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = types.SimpleNamespace(
         set_cursor=lambda core, *args: core.set_cursor(*args),
         set_cursor_once=lambda core, *args: core.set_cursor_once(*args),
-        fetch_cursor=lambda core, *args: core.fetch_cursor(*args),
+        fetch_cursor=lambda core, *args, abort=None: core.fetch_cursor(*args),
     )
     monkeypatch.setattr(_commits, "cursors", fake)
 
