@@ -3,15 +3,38 @@ acts (no sleeps as synchronisation)."""
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
+from types import FrameType
 
-__all__ = ["thread_in"]
+__all__ = ["frame_of", "thread_in"]
+
+_COLLECTOR_OFF = threading.Lock()
+
+
+def frame_of(ident: int | None) -> FrameType | None:
+    """The innermost frame of the thread ``ident`` now (``None``: not running).
+
+    With the collector off: CPython 3.11 collects inside ``sys._current_frames()``,
+    under the runtime's lock of thread states, and a finalizer that needs that lock then
+    deadlocks the whole process with the GIL held (CPython gh-106883, fixed in 3.12;
+    seen hanging a suite on 3.11.7, past pytest-timeout, which could not run either).
+    """
+    with _COLLECTOR_OFF:  # two callers at once must not leave it off for good
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            frames = sys._current_frames()
+        finally:
+            if enabled:
+                gc.enable()
+    return frames.get(-1 if ident is None else ident)
 
 
 def thread_in(thread: threading.Thread, function: str) -> bool:
     """Whether ``thread`` runs inside ``function`` now (any frame of its stack)."""
-    frame = sys._current_frames().get(thread.ident or -1)
+    frame = frame_of(thread.ident)
     while frame is not None:
         if frame.f_code.co_name == function:
             return True

@@ -12,7 +12,6 @@ failed with a typed error, and no ``liftbridge-*`` thread is left (the suite's
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +28,7 @@ from liftbridge_sync._transport.tls import TLSSetup
 from liftbridge_sync.testing import FakeBroker, TestCertificates, generate_certificates
 from liftbridge_sync.testing._h2abuse import H2Abuser
 from tests.silent_listener import SilentListener
-from tests.stacks import thread_in
+from tests.stacks import frame_of, thread_in
 from tests.waiting import wait_until
 
 #: Patient: the dial is retried for longer than any test runs (nothing fails "unavailable").
@@ -65,7 +64,7 @@ def _publisher_in(client: Client, function: str) -> bool:
     """Whether the client's publisher thread is inside ``function`` (its stack)."""
     publisher = client._publisher
     thread = publisher._loop._thread if publisher is not None else None
-    frame = sys._current_frames().get(thread.ident or -1) if thread is not None else None
+    frame = frame_of(thread.ident) if thread is not None else None
     while frame is not None:
         if frame.f_code.co_name == function:
             return True

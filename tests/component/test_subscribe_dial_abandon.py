@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -38,7 +37,7 @@ from liftbridge_sync.testing import (
     serve,
 )
 from tests.silent_listener import SilentListener
-from tests.stacks import thread_in
+from tests.stacks import frame_of, thread_in
 from tests.waiting import wait_until
 
 from .test_subscribe_faults import SC, make_client
@@ -65,7 +64,7 @@ def _tls(certs: TestCertificates) -> TLSOptions:
 
 def _innermost(thread: threading.Thread) -> str | None:
     """The name of the function ``thread`` runs Python code of now (innermost frame)."""
-    frame = sys._current_frames().get(thread.ident or -1)
+    frame = frame_of(thread.ident)
     return None if frame is None else frame.f_code.co_name
 
 
