@@ -160,7 +160,9 @@ def test_other_threads_acks_resolve_in_order_while_a_caller_reads(
     monkeypatch.setattr(reading, "READ_HERE_FOR", 4.0)
     handed_over_on = _spy_hand_overs(monkeypatch)
     fake.publish_script = lambda req, n: "drop" if req.value == b"silent" else "ack"
-    with _client(fake, max_in_flight=500, ack_timeout=30.0) as client:
+    # Without re-sends: on a loaded machine the fake's partition 1 could look idle long
+    # enough to be taken for silent, and 3,000 in flight re-sent (stored twice).
+    with _client(fake, max_in_flight=500, ack_timeout=30.0, resend_after=None) as client:
         client.publish("s", b"first")
         reader, outcome = _silent_caller(client, _stream(client), timeout=2.0)
         pipelined = [client.publish_async("s", b"p%d" % i, partition=1) for i in range(3000)]
