@@ -5,14 +5,12 @@ close() by that long before it found the client closed."""
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import pytest
 
 import liftbridge_sync as lb
 from liftbridge_sync import Client, ClientOptions, RetryPolicy
-from tests.waiting import wait_until
+from tests.closing import close_during_back_off
 
 #: Long back-offs: a call is nearly always asleep between its attempts.
 _SLOW = RetryPolicy(max_attempts=1_000_000, max_delay=60.0, initial=10.0, maximum=10.0, jitter=0)
@@ -21,26 +19,10 @@ _SLOW = RetryPolicy(max_attempts=1_000_000, max_delay=60.0, initial=10.0, maximu
 def test_close_ends_a_retried_call_in_its_back_off(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="liftbridge_sync.retry")
     client = Client.from_options(ClientOptions(addresses=("127.0.0.1:1",), retry=_SLOW))
-    errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            client.fetch_metadata()
-        except BaseException as exc:  # noqa: BLE001 - what ended it is the test's question
-            errors.append(exc)
-
-    caller = threading.Thread(target=call, name="liftbridge-test-caller", daemon=True)
-    caller.start()
-    try:
-        # The refused attempt is logged just before its back-off starts.
-        wait_until(lambda: "retrying in" in caplog.text, 10, "a back-off")
-        closed = time.monotonic()
-        client.close()
-        caller.join(5)
-        ended = time.monotonic() - closed
-    finally:
-        client.close()
-        caller.join(15)
+    # The refused attempt is logged just before its back-off starts.
+    ended, errors, caller = close_during_back_off(
+        client, client.fetch_metadata, "retrying in", caplog
+    )
     assert not caller.is_alive()
     assert ended < 0.5
     assert len(errors) == 1 and isinstance(errors[0], lb.ClientClosedError), errors

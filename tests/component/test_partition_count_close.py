@@ -6,8 +6,6 @@ closed client once more."""
 from __future__ import annotations
 
 import logging
-import threading
-import time
 
 import grpc
 import pytest
@@ -17,7 +15,7 @@ from liftbridge_sync import Client, RetryPolicy
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import partition_counts
 from liftbridge_sync.testing import FakeBroker
-from tests.waiting import wait_until
+from tests.closing import close_during_back_off
 
 #: Long back-offs for the asks: a count is nearly always asleep between them.
 _SETTLE = RetryPolicy(max_attempts=6, max_delay=60.0, initial=10.0, maximum=10.0, jitter=0.0)
@@ -39,28 +37,12 @@ def test_close_ends_a_partition_count_in_its_back_off(
 ) -> None:
     monkeypatch.setattr(partition_counts, "_SETTLE", _SETTLE)
     caplog.set_level(logging.WARNING, logger="liftbridge_sync.retry")
-    errors: list[BaseException] = []
     with _NoStreams("a") as broker:
         client = Client([broker.address], retry=_POLICY, rpc_timeout=1.0)
-
-        def count() -> None:
-            try:
-                client._core.partition_count("s")
-            except BaseException as exc:  # noqa: BLE001 - what ended it is the test's question
-                errors.append(exc)
-
-        caller = threading.Thread(target=count, name="liftbridge-test-caller", daemon=True)
-        caller.start()
-        try:
-            # The unknown stream's ask is logged just before its back-off starts.
-            wait_until(lambda: "partition count: attempt 1" in caplog.text, 10, "a back-off")
-            closed = time.monotonic()
-            client.close()
-            caller.join(5)
-            ended = time.monotonic() - closed
-        finally:
-            client.close()
-            caller.join(15)
+        # The unknown stream's ask is logged just before its back-off starts.
+        ended, errors, caller = close_during_back_off(
+            client, lambda: client._core.partition_count("s"), "partition count: attempt 1", caplog
+        )
     assert not caller.is_alive()
     assert ended < 2.0
     assert len(errors) == 1 and isinstance(errors[0], lb.ClientClosedError), errors
