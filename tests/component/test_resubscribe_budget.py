@@ -83,8 +83,8 @@ def test_an_iterated_resubscribe_looking_up_a_partition_keeps_to_resubscribe_wai
 _CHECK_RPC_TIMEOUT = 1.0
 _CHECK_WAIT = 0.3
 
-
-@pytest.mark.parametrize(
+#: A subscribe refused as a deleted partition or a paused one would be.
+_REFUSALS = pytest.mark.parametrize(
     "refusal",
     [
         ("NOT_FOUND", "no such partition"),
@@ -92,6 +92,23 @@ _CHECK_WAIT = 0.3
     ],
     ids=["not-found", "paused"],
 )
+
+
+@contextlib.contextmanager
+def _hanging_cluster() -> Iterator[list[HangingMetadata]]:
+    """Four brokers of one cluster led by the first, whose metadata can be made to hang."""
+    cluster = FakeCluster(leader="a")
+    brokers = [HangingMetadata(name, cluster) for name in "abcd"]
+    for broker in brokers:
+        broker.start()
+    try:
+        yield brokers
+    finally:
+        for broker in brokers:
+            broker.stop()
+
+
+@_REFUSALS
 def test_a_resubscribe_asking_what_a_refusal_means_keeps_to_resubscribe_wait(
     refusal: tuple[str, str],
 ) -> None:
@@ -99,11 +116,7 @@ def test_a_resubscribe_asking_what_a_refusal_means_keeps_to_resubscribe_wait(
     # metadata. The question went to every broker in turn with rpc_timeout each,
     # whatever was left of resubscribe_wait: 4 x 1 s here, for a budget of 0.3 s
     # (and one attempt's rpc_timeout past it, as the leader's look-up keeps to).
-    cluster = FakeCluster(leader="a")
-    brokers = [HangingMetadata(name, cluster) for name in "abcd"]
-    for broker in brokers:
-        broker.start()
-    try:
+    with _hanging_cluster() as brokers:
         leader = brokers[0]
         leader.subscribe_scripts = [serve([0], ("CANCELLED", "cancelled")), refuse(*refusal)]
         with Client(
@@ -120,9 +133,6 @@ def test_a_resubscribe_asking_what_a_refusal_means_keeps_to_resubscribe_wait(
             with pytest.raises(LiftbridgeError):
                 next(sub)
             elapsed = time.monotonic() - started
-    finally:
-        for broker in brokers:
-            broker.stop()
     assert elapsed < _CHECK_WAIT + _CHECK_RPC_TIMEOUT + 1.0
 
 
@@ -209,14 +219,7 @@ def test_close_from_another_thread_ends_a_resubscribe_waiting_for_its_handshake(
     assert elapsed < 5.0  # not the handshake's rpc_timeout (30 s)
 
 
-@pytest.mark.parametrize(
-    "refusal",
-    [
-        ("NOT_FOUND", "no such partition"),
-        ("INTERNAL", "Failed to create stream reader: segment has been closed"),
-    ],
-    ids=["not-found", "paused"],
-)
+@_REFUSALS
 def test_a_refusal_after_a_slow_look_up_keeps_to_the_attempts_bound(
     refusal: tuple[str, str],
 ) -> None:
@@ -232,11 +235,7 @@ def test_asking_whether_a_read_broke_on_a_pause_keeps_to_one_attempts_time() -> 
     # A running read ended "commit log was closed" (paused under it): whether the
     # partition is paused is asked of fresh metadata. Iterated (no get() deadline), the
     # question went to every broker in turn with rpc_timeout each: 4 x 1 s here.
-    cluster = FakeCluster(leader="a")
-    brokers = [HangingMetadata(name, cluster) for name in "abcd"]
-    for broker in brokers:
-        broker.start()
-    try:
+    with _hanging_cluster() as brokers:
         leader = brokers[0]
         leader.subscribe_scripts = [serve([0], ("FAILED_PRECONDITION", "commit log was closed"))]
         with Client(
@@ -252,7 +251,4 @@ def test_asking_whether_a_read_broke_on_a_pause_keeps_to_one_attempts_time() -> 
                 next(sub)
             elapsed = time.monotonic() - started
             assert sum(broker.hung for broker in brokers) >= 1  # it was asked
-    finally:
-        for broker in brokers:
-            broker.stop()
     assert elapsed < _CHECK_RPC_TIMEOUT + 1.5  # 4.4 s before
