@@ -34,6 +34,26 @@ def _opened() -> tuple[h2.connection.H2Connection, bytes]:
     return client, server.data_to_send()
 
 
+@pytest.fixture(params=[True, False], ids=["c-scanner", "pure-python"])
+def ack_scanner(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs a test with the C ack scanner and again on the pure Python reader (the fast
+    paths read DATA h2 never sees, so both must keep the windows as h2 would)."""
+    from liftbridge_sync._transport.h2 import responses
+
+    if request.param and speedups.scan_acks is None:
+        pytest.skip("C speedups not built or disabled")
+    if not request.param:
+        monkeypatch.setattr(responses, "scan_acks", None)
+
+
+def _reading() -> tuple[h2.connection.H2Connection, ResponseReader]:
+    """An opened stream's connection and a reader that took the response headers."""
+    conn, answer = _opened()
+    reader = ResponseReader(conn, 1)
+    reader.receive(answer)
+    return conn, reader
+
+
 def _pair() -> tuple[h2.connection.H2Connection, bytes]:
     """A client with stream 1 open and answered."""
     client, answer = _opened()
@@ -144,23 +164,14 @@ def test_the_sums_end_where_h2_frame_by_frame_ends(
     assert ours.streams[1].state_machine.state == twin.streams[1].state_machine.state
 
 
-@pytest.mark.parametrize("speedups_on", [True, False])
-def test_data_bytes_counts_only_the_responses_frames(
-    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("ack_scanner")
+def test_data_bytes_counts_only_the_responses_frames() -> None:
     # The ack gatherer sizes its wait by this: the broker's PING and WINDOW_UPDATE in
     # the same read must not make an ack look larger than it is.
     from liftbridge_sync._proto import api_pb2
-    from liftbridge_sync._transport.h2 import responses
     from liftbridge_sync._transport.h2.framing import PREFIX, data_frame_header, ping_frame
 
-    if speedups_on and speedups.scan_acks is None:
-        pytest.skip("C speedups not built or disabled")
-    if not speedups_on:
-        monkeypatch.setattr(responses, "scan_acks", None)
-    conn, answer = _opened()
-    reader = ResponseReader(conn, 1)
-    reader.receive(answer)
+    conn, reader = _reading()
     ack = api_pb2.PublishResponse(
         ack=api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s", correlationId="7"),
         correlationId="7",
@@ -178,25 +189,16 @@ def test_data_bytes_counts_only_the_responses_frames(
     assert reader.data_bytes == 2 * len(message)
 
 
-@pytest.mark.parametrize("speedups_on", [True, False])
-def test_data_beyond_the_window_we_gave_is_a_flow_control_error(
-    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("ack_scanner")
+def test_data_beyond_the_window_we_gave_is_a_flow_control_error() -> None:
     # The fast paths read DATA that h2 never sees, so they count it against the window
     # themselves: a broker that sends more than we allowed ends the connection with
     # GOAWAY(FLOW_CONTROL_ERROR) and a retryable error, as h2 would for frames it saw.
     from liftbridge_sync._proto import api_pb2
-    from liftbridge_sync._transport.h2 import responses
     from liftbridge_sync._transport.h2.framing import PREFIX, data_frame_header, split_frames
     from liftbridge_sync.errors import BrokerUnavailableError
 
-    if speedups_on and speedups.scan_acks is None:
-        pytest.skip("C speedups not built or disabled")
-    if not speedups_on:
-        monkeypatch.setattr(responses, "scan_acks", None)
-    conn, answer = _opened()  # our windows: h2's default 65,535 bytes
-    reader = ResponseReader(conn, 1)
-    reader.receive(answer)
+    conn, reader = _reading()  # our windows: h2's default 65,535 bytes
     reader.credit_frames.clear()
     ack = api_pb2.PublishResponse(
         ack=api_pb2.Ack(stream="s", partitionSubject="s", msgSubject="s", correlationId="7"),
@@ -226,44 +228,24 @@ def _reserved(stream_id: int, increment: int) -> bytes:
     return bytes(frame)
 
 
-@pytest.mark.parametrize("speedups_on", [True, False])
-def test_the_reserved_bit_of_a_window_update_is_ignored(
-    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("ack_scanner")
+def test_the_reserved_bit_of_a_window_update_is_ignored() -> None:
     # The C scanner masked the bit and added the increment; the frames the pure Python
     # reader hands to h2 made h2 (hyperframe) fail the connection with a ProtocolError.
-    from liftbridge_sync._transport.h2 import responses
-
-    if speedups_on and speedups.scan_acks is None:
-        pytest.skip("C speedups not built or disabled")
-    if not speedups_on:
-        monkeypatch.setattr(responses, "scan_acks", None)
-    conn, answer = _opened()
-    reader = ResponseReader(conn, 1)
-    reader.receive(answer)
+    conn, reader = _reading()
     before = _windows(conn)
     assert reader.receive(_reserved(0, 1000) + _reserved(1, 2000)) == []
     assert not reader.ended, reader.error
     assert _windows(conn) == (before[0] + 1000, before[1] + 2000)
 
 
-@pytest.mark.parametrize("speedups_on", [True, False])
-def test_a_zero_increment_with_the_reserved_bit_is_still_an_error(
-    speedups_on: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("ack_scanner")
+def test_a_zero_increment_with_the_reserved_bit_is_still_an_error() -> None:
     # Ignoring the bit leaves an increment of 0: a PROTOCOL_ERROR (RFC 9113 §6.9) on
     # both paths, as without the bit.
-    from liftbridge_sync._transport.h2 import responses
-
-    if speedups_on and speedups.scan_acks is None:
-        pytest.skip("C speedups not built or disabled")
-    if not speedups_on:
-        monkeypatch.setattr(responses, "scan_acks", None)
     outcomes: list[type[BaseException] | None] = []
     for frame in (window_update(0, 0), _reserved(0, 0)):
-        conn, answer = _opened()
-        reader = ResponseReader(conn, 1)
-        reader.receive(answer)
+        conn, reader = _reading()
         try:
             reader.receive(frame)
         except h2.exceptions.ProtocolError as exc:
