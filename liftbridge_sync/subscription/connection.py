@@ -159,6 +159,9 @@ class PartitionConnection:
         #: Counters for ``stats()`` (written by the iterating thread only).
         self.resubscribes = 0
         self.out_of_order = 0
+        #: When fresh metadata first lacked the stream during the resubscribe under way
+        #: (None: it did not, or listed it again since); see ``_explain_not_found``.
+        self.missing_since: float | None = None
 
     def close(self) -> None:
         """Mark the read closed, cancel the call and end a metadata look-up under way.
@@ -276,9 +279,18 @@ class PartitionConnection:
                 code=exc.code,
                 details=exc.details,
             ) from None
-        except LiftbridgeError:
+        except LiftbridgeError as exc:
             if resubscribing:
                 self.done = True
+                if self.missing_since is not None and isinstance(exc, BrokerUnavailableError):
+                    # resubscribe_wait ran out while fresh metadata lacked the stream:
+                    # longer than a restarted server takes to list it again.
+                    raise StreamDeletedError(
+                        f"stream {self.target.stream!r} was deleted: it has been missing "
+                        f"from the metadata since {time.monotonic() - self.missing_since:.1f}s "
+                        f"ago ({exc})",
+                        code="NOT_FOUND",
+                    ) from None
             raise
 
     def connect_first(self) -> None:
@@ -342,17 +354,38 @@ class PartitionConnection:
         A restarted server answers NOT_FOUND while it recovers its partitions, so the
         answer alone never ends a subscription: only metadata without the stream (or
         the partition) confirms a deletion. A stream the metadata still lists is retried.
+        The answer replaces what the cache held of the stream, dropping it if absent: a
+        stream deleted by another client stayed listed, and its deletion was retried as
+        a recovering partition for all of ``resubscribe_wait``. A restarted server
+        answers without its streams too until it has recovered them, so on a resubscribe
+        (``until`` given) an absence confirms the deletion only once it lasted the retry
+        policy's ``max_delay`` (longer than a restart takes, as the publishing path
+        judges), or at the end of ``resubscribe_wait`` (:meth:`_connect`); a stream this
+        client deleted itself (no longer cached, not by this check) is gone at once.
         """
         target = self.target
+        listed = target.stream in self.core.metadata.get().streams
         try:
-            self._refresh(deadline, until, ends)
+            self._refresh(deadline, until, ends, drop_unknown=True)
         except BrokerUnavailableError as unreachable:
             return unreachable  # retryable: ask again on the next attempt
         snapshot = self.core.metadata.get()
         if target.stream not in snapshot.streams:
+            now = time.monotonic()
+            if until is not None and (listed or self.missing_since is not None):
+                if self.missing_since is None:
+                    self.missing_since = now
+                if now - self.missing_since < self.core.options.retry.max_delay:
+                    return BrokerUnavailableError(
+                        f"stream {target.stream!r} is missing from the metadata (deleted, "
+                        f"or the server is recovering it): {exc}",
+                        code=exc.code,
+                        details=exc.details,
+                    )
             return NoSuchStreamError(
                 f"no such stream: {target.stream!r}", code=exc.code, details=exc.details
             )
+        self.missing_since = None
         if snapshot.partition(target.stream, target.partition) is None:
             return exc
         return BrokerUnavailableError(
@@ -363,9 +396,15 @@ class PartitionConnection:
         )
 
     def _refresh(
-        self, deadline: float | None, until: float | None, ends: float | None = None
+        self,
+        deadline: float | None,
+        until: float | None,
+        ends: float | None = None,
+        *,
+        drop_unknown: bool = False,
     ) -> None:
-        """Refresh the stream's metadata once, within :meth:`_lookup_budget`'s time.
+        """Refresh the stream's metadata once, within :meth:`_lookup_budget`'s time
+        (with ``drop_unknown``, the cache drops the stream unless the answer has it).
 
         Raises:
             BrokerUnavailableError: no broker answered in time.
@@ -373,7 +412,10 @@ class PartitionConnection:
         """
         budget = self._lookup_budget(deadline, until, ends)
         self.core.refresh_once(
-            [self.target.stream], None if budget is None else budget.ends, abort=self.abort
+            [self.target.stream],
+            None if budget is None else budget.ends,
+            drop_unknown=drop_unknown,
+            abort=self.abort,
         )
 
     def _backoff(self, seconds: float, deadline: float | None) -> None:
@@ -414,6 +456,7 @@ class PartitionConnection:
                 raise StopIteration from None
             raise
         self.resubscribes += 1
+        self.missing_since = None
         if not self.disorder:
             # Out-of-order answers keep the clock running until a message in order
             # arrives: a server that only ever answers so must not loop for ever.

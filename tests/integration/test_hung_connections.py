@@ -98,3 +98,46 @@ def test_publishes_into_a_black_hole_time_out_then_publishing_resumes(
         proxy.heal()
         after = client.publish(name, b"after", timeout=15)
         assert after is not None and after.offset >= 1
+
+
+def test_a_stream_deleted_while_its_subscription_is_cut_off_is_reported_deleted(
+    proxied: tuple[TcpProxy, str],
+) -> None:
+    """Another client deletes the stream while the subscriber's connection is black-holed
+    (the server's NOT_FOUND never arrives): the resubscribe after the connection closes
+    is refused NOT_FOUND, and the fresh metadata asked what that means lacks the stream.
+    The subscriber's cache still listed it, and kept listing it once merged with that
+    answer: the deletion was taken for a server recovering the partition, retried for all
+    of ``resubscribe_wait`` and then raised as ``BrokerUnavailableError``."""
+    proxy, direct = proxied
+    name = unique()
+    with Client(direct) as admin:
+        admin.create_stream(name, name)
+        publish_values(direct, name, 2)
+        # A restarted server lists its streams again within a retry policy's max_delay:
+        # an absence that lasts it is a deletion, found well before resubscribe_wait.
+        retry = lb.RetryPolicy(max_delay=2.0)
+        with Client(proxy.address, retry=retry, rpc_timeout=1.0, resubscribe_wait=20) as client:
+            sub = client.subscribe(name, start=StartAt.earliest())
+            assert [next(sub).offset for _ in range(2)] == [0, 1]
+            outcome: list[object] = []
+            reader = threading.Thread(target=lambda: outcome.append(_next_or_error(sub)))
+            reader.start()  # blocked in next(): nothing more is stored yet
+            proxy.blackhole()
+            try:
+                admin.delete_stream(name)  # around the proxy: the subscriber never hears
+            finally:
+                proxy.heal()  # closes the subscriber's connection: it resubscribes
+            healed = time.monotonic()
+            reader.join(30)
+            assert not reader.is_alive()
+            assert len(outcome) == 1 and isinstance(outcome[0], lb.StreamDeletedError), outcome
+            assert time.monotonic() - healed < 15  # not only once resubscribe_wait ran out
+            sub.close()
+
+
+def _next_or_error(sub: lb.Subscription) -> object:
+    try:
+        return next(sub)
+    except Exception as exc:  # the test inspects what the reader saw
+        return exc
