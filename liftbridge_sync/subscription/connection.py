@@ -4,15 +4,17 @@
 :class:`~liftbridge_sync.subscription.Subscription`, which holds one: where to subscribe
 (the leader, or a random in-sync replica), the request that continues after the last
 delivered offset, retries under the client's policy within ``resubscribe_wait``, the
-server's empty handshake message, and what a failed attempt means (a restarting server, a deleted
-stream, nothing left to read). Not thread-safe by itself: only the iterating thread
-connects; the call is handed over under the connection's lock, which ``close()`` takes.
+server's empty handshake message, and what a failed attempt means (a restarting server,
+a deleted stream, nothing left to read). Where to subscribe and the time its look-ups
+get are :mod:`~liftbridge_sync.subscription.lookup`'s; what a refusal means is
+:mod:`~liftbridge_sync.subscription.refusals`'s. Not thread-safe by itself: only the
+iterating thread connects; the call is handed over under the connection's lock, which
+``close()`` takes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import random
 import threading
 import time
 
@@ -21,94 +23,38 @@ from liftbridge_sync._runtime.doorbell import wait_event
 from liftbridge_sync._runtime.scheduler import Scheduler, TimerHandle
 from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._transport.leader import leader_address_of, partition_info
 from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
-from liftbridge_sync._transport.retry import (
-    Budget,
-    backoff_delay,
-    build_retrying,
-    is_retryable,
-)
+from liftbridge_sync._transport.retry import backoff_delay, build_retrying, is_retryable
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
-    DeadlineExceededError,
     LiftbridgeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotLeaderError,
     PartitionPausedError,
-    ReadonlyPartitionError,
     ServerError,
     StreamDeletedError,
 )
 from liftbridge_sync.options import RetryPolicy
+from liftbridge_sync.subscription.lookup import (
+    ATTEMPT_AT_LEAST,
+    PartitionLookup,
+    at_least_a_moment,
+    left_of,
+)
+from liftbridge_sync.subscription.refusals import (
+    Closed,
+    Ended,
+    ReadTimeout,
+    RefusalExplainer,
+    open_failure,
+)
+from liftbridge_sync.subscription.target import SubscriptionTarget
 
+#: ATTEMPT_AT_LEAST, Closed and SubscriptionTarget are named here too, where they were
+#: first defined.
 __all__ = ["ATTEMPT_AT_LEAST", "Closed", "PartitionConnection", "SubscriptionTarget"]
-
-#: The least one resubscribe attempt gets for its metadata look and the server's
-#: handshake, whatever is left of the ``get(timeout)`` it runs in (``rpc_timeout``
-#: bounds each otherwise). Cut at once, a ``get(0)`` polling loop after a lost
-#: connection subscribed again and again without ever reading a message.
-ATTEMPT_AT_LEAST = 0.05
-
-#: Server details of INTERNAL when a reverse read finds an empty log.
-_EMPTY_LOG_HINTS = ("segment not found", "empty")
-#: Server details of INVALID_ARGUMENT when the stop offset is already behind us.
-_STOP_BEFORE_START = "stop offset is before start offset"
-
-
-class _Ended(Exception):
-    """The server says there is nothing (more) to read."""
-
-
-class Closed(Exception):
-    """The subscription was closed while connecting."""
-
-
-class _ReadTimeout(Exception):
-    """The caller's ``get`` deadline passed while connecting."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SubscriptionTarget:
-    """What to read; fixed for the life of the subscription.
-
-    Immutable (the request is never mutated; resubscribes copy it).
-    """
-
-    stream: str
-    partition: int
-    #: The original request, with moment-dependent positions already pinned.
-    request: api_pb2.SubscribeRequest
-    read_isr_replica: bool
-    reverse: bool
-    #: ``StopAt.timestamp()`` of a forward read in Unix ns: the subscription ends before
-    #: the first message stamped later (the request stops at the newest offset).
-    stop_timestamp_ns: int | None = None
-    #: ``StartAt.timestamp()`` of a forward read in Unix ns, the request pinned to the
-    #: first committed offset at or after it: messages stamped earlier (written but not
-    #: committed when it was pinned) are skipped until one is delivered.
-    start_timestamp_ns: int | None = None
-
-    @property
-    def start_offset(self) -> int | None:
-        """The first offset a forward read asked for (``None``: not an offset start).
-
-        An offset, cursor, or pinned ``new_only()``/``latest()`` start.
-        """
-        request = self.request
-        if self.reverse or request.startPosition != api_pb2.OFFSET:
-            return None
-        return int(request.startOffset)
-
-    @property
-    def stop_offset(self) -> int | None:
-        """The last offset a forward read may deliver (``None``: no stop offset)."""
-        request = self.request
-        if self.reverse or request.stopPosition != api_pb2.STOP_OFFSET:
-            return None
-        return int(request.stopOffset)
 
 
 class PartitionConnection:
@@ -130,6 +76,8 @@ class PartitionConnection:
         #: Aborted by :meth:`close`: ends the metadata look-ups of the iterating thread
         #: (their RPCs, back-offs and waits), which nothing else wakes.
         self.abort = DialAbort()
+        self._lookup = PartitionLookup(core, target, self.abort)
+        self._refusals = RefusalExplainer(core, target, self._lookup)
         self.call: SubscribeCall | None = None
         self.done = False
         #: The read ended because nothing more is there for it (its stop reached, a
@@ -159,9 +107,6 @@ class PartitionConnection:
         #: Counters for ``stats()`` (written by the iterating thread only).
         self.resubscribes = 0
         self.out_of_order = 0
-        #: When fresh metadata first lacked the stream during the resubscribe under way
-        #: (None: it did not, or listed it again since); see ``_explain_not_found``.
-        self.missing_since: float | None = None
 
     def close(self) -> None:
         """Mark the read closed, cancel the call and end a metadata look-up under way.
@@ -245,7 +190,7 @@ class PartitionConnection:
                         raise Closed
                     # One end for the whole attempt: its look-up, the handshake and
                     # the question of what a refusal means (not rpc_timeout each).
-                    ends = self._attempt_ends(until)
+                    ends = self._lookup.attempt_ends(until)
                     try:
                         self._open(
                             refresh, deadline, resubscribing=resubscribing, until=until, ends=ends
@@ -255,19 +200,19 @@ class PartitionConnection:
                         raise
                     except NoSuchPartitionError as exc:
                         refresh = True
-                        asked = _at_least_a_moment(deadline)
-                        raise self._explain_not_found(exc, asked, until, ends) from None
+                        asked = at_least_a_moment(deadline)
+                        raise self._refusals.not_found(exc, asked, until, ends) from None
                     except ServerError as exc:
                         # v1.9.0 refuses a reader of a paused partition with the same
                         # "segment has been closed" as one caught mid-compaction; only
                         # the metadata tells the lasting case from the passing one.
                         if exc.retryable and not target.request.resume:
-                            paused = self.paused(_at_least_a_moment(deadline), until, ends)
+                            paused = self.paused(at_least_a_moment(deadline), until, ends)
                             if paused is not None:
                                 raise paused from None
                         raise
                     return
-        except _Ended:
+        except Ended:
             self.done = self.nothing_left = True
             raise StopIteration from None
         except (NoSuchStreamError, NoSuchPartitionError) as exc:
@@ -282,12 +227,13 @@ class PartitionConnection:
         except LiftbridgeError as exc:
             if resubscribing:
                 self.done = True
-                if self.missing_since is not None and isinstance(exc, BrokerUnavailableError):
+                missing_since = self._refusals.missing_since
+                if missing_since is not None and isinstance(exc, BrokerUnavailableError):
                     # resubscribe_wait ran out while fresh metadata lacked the stream:
                     # longer than a restarted server takes to list it again.
                     raise StreamDeletedError(
                         f"stream {self.target.stream!r} was deleted: it has been missing "
-                        f"from the metadata since {time.monotonic() - self.missing_since:.1f}s "
+                        f"from the metadata since {time.monotonic() - missing_since:.1f}s "
                         f"ago ({exc})",
                         code="NOT_FOUND",
                     ) from None
@@ -317,106 +263,13 @@ class PartitionConnection:
     def paused(
         self, deadline: float | None, until: float | None = None, ends: float | None = None
     ) -> PartitionPausedError | None:
-        """The error to raise if fresh metadata says the partition is paused.
-
-        Asked within ``deadline`` (the get's) and ``until`` (the end of a resubscribe's
-        ``resubscribe_wait``; a read that broke on a pause gives now: one attempt's
-        time), as :meth:`_address` asks, and by ``ends`` (the end of the resubscribe
-        attempt that met the refusal, :meth:`_attempt_ends`) if given. With neither, each
-        broker may take ``rpc_timeout``.
+        """The error to raise if fresh metadata says the partition is paused (see
+        :meth:`.RefusalExplainer.paused`).
 
         Raises:
             ClientClosedError: closed meanwhile (or the client).
         """
-        target = self.target
-        try:
-            self._refresh(deadline, until, ends)
-        except BrokerUnavailableError:
-            return None  # cannot tell: keep retrying the refusal as transient
-        info = self.core.metadata.get().partition(target.stream, target.partition)
-        if info is None or not info.paused:
-            return None
-        return PartitionPausedError(
-            f"partition {target.stream!r}/{target.partition} is paused: subscribe with "
-            "resume=True to resume it (command line: --resume), or publish to it"
-        )
-
-    def _explain_not_found(
-        self,
-        exc: NoSuchPartitionError,
-        deadline: float | None,
-        until: float | None,
-        ends: float | None,
-    ) -> LiftbridgeError:
-        """What a NOT_FOUND answer means, asked of fresh metadata (within ``deadline``,
-        ``until`` and ``ends``, as :meth:`paused` asks).
-
-        A restarted server answers NOT_FOUND while it recovers its partitions, so the
-        answer alone never ends a subscription: only metadata without the stream (or
-        the partition) confirms a deletion. A stream the metadata still lists is retried.
-        The answer replaces what the cache held of the stream, dropping it if absent: a
-        stream deleted by another client stayed listed, and its deletion was retried as
-        a recovering partition for all of ``resubscribe_wait``. A restarted server
-        answers without its streams too until it has recovered them, so on a resubscribe
-        (``until`` given) an absence confirms the deletion only once it lasted the retry
-        policy's ``max_delay`` (longer than a restart takes, as the publishing path
-        judges), or at the end of ``resubscribe_wait`` (:meth:`_connect`); a stream this
-        client deleted itself (no longer cached, not by this check) is gone at once.
-        """
-        target = self.target
-        listed = target.stream in self.core.metadata.get().streams
-        try:
-            self._refresh(deadline, until, ends, drop_unknown=True)
-        except BrokerUnavailableError as unreachable:
-            return unreachable  # retryable: ask again on the next attempt
-        snapshot = self.core.metadata.get()
-        if target.stream not in snapshot.streams:
-            now = time.monotonic()
-            if until is not None and (listed or self.missing_since is not None):
-                if self.missing_since is None:
-                    self.missing_since = now
-                if now - self.missing_since < self.core.options.retry.max_delay:
-                    return BrokerUnavailableError(
-                        f"stream {target.stream!r} is missing from the metadata (deleted, "
-                        f"or the server is recovering it): {exc}",
-                        code=exc.code,
-                        details=exc.details,
-                    )
-            return NoSuchStreamError(
-                f"no such stream: {target.stream!r}", code=exc.code, details=exc.details
-            )
-        self.missing_since = None
-        if snapshot.partition(target.stream, target.partition) is None:
-            return exc
-        return BrokerUnavailableError(
-            f"partition {target.stream!r}/{target.partition} is not served yet "
-            f"(the server is recovering it): {exc}",
-            code=exc.code,
-            details=exc.details,
-        )
-
-    def _refresh(
-        self,
-        deadline: float | None,
-        until: float | None,
-        ends: float | None = None,
-        *,
-        drop_unknown: bool = False,
-    ) -> None:
-        """Refresh the stream's metadata once, within :meth:`_lookup_budget`'s time
-        (with ``drop_unknown``, the cache drops the stream unless the answer has it).
-
-        Raises:
-            BrokerUnavailableError: no broker answered in time.
-            ClientClosedError: closed meanwhile (or the client).
-        """
-        budget = self._lookup_budget(deadline, until, ends)
-        self.core.refresh_once(
-            [self.target.stream],
-            None if budget is None else budget.ends,
-            drop_unknown=drop_unknown,
-            abort=self.abort,
-        )
+        return self._refusals.paused(deadline, until, ends)
 
     def _backoff(self, seconds: float, deadline: float | None) -> None:
         # In slices (wait_event): on the main thread, a Ctrl-C the kernel gave another
@@ -425,7 +278,7 @@ class PartitionConnection:
             # Keep the broken state: the next read goes on resubscribing.
             if wait_event(self.closed, max(0.0, deadline - time.monotonic())):
                 raise Closed  # woken by close(): the read ends, it did not time out
-            raise _ReadTimeout
+            raise ReadTimeout
         wait_event(self.closed, seconds)
 
     def reconnect(self, deadline: float | None) -> SubscribeCall:
@@ -448,7 +301,7 @@ class PartitionConnection:
             self._connect(policy, deadline, resubscribing=True, until=until)
         except Closed:
             raise StopIteration from None
-        except _ReadTimeout:
+        except ReadTimeout:
             raise TimeoutError("no message arrived within the timeout") from None
         except Exception:
             if self.closed.is_set():
@@ -456,7 +309,7 @@ class PartitionConnection:
                 raise StopIteration from None
             raise
         self.resubscribes += 1
-        self.missing_since = None
+        self._refusals.missing_since = None
         if not self.disorder:
             # Out-of-order answers keep the clock running until a message in order
             # arrives: a server that only ever answers so must not loop for ever.
@@ -484,81 +337,6 @@ class PartitionConnection:
             min(remaining, backoff_delay(self.core.options.retry, self.disorder)), deadline
         )
 
-    def _address(
-        self, refresh: bool, deadline: float | None, until: float | None, ends: float | None
-    ) -> str:
-        """Where to subscribe: the leader, or a random in-sync replica if allowed (and
-        no follower was found lagging).
-
-        The look-up keeps to ``deadline`` (the get's), to ``until`` (the end of
-        ``resubscribe_wait``) and to ``ends`` (its attempt's end, one ``rpc_timeout``
-        past ``until`` at most).
-        """
-        target, core = self.target, self.core
-        budget = self._lookup_budget(deadline, until, ends)
-        if refresh:
-            self._refresh(deadline, until, ends)
-            snapshot = core.metadata.get()
-            info = snapshot.partition(target.stream, target.partition)
-            if info is None:
-                raise NoSuchPartitionError(
-                    f"no such partition: stream {target.stream!r} partition {target.partition}",
-                    code="NOT_FOUND",
-                )
-        else:
-            # A partition the cache lacks is looked up within the budget: under the
-            # whole retry policy it held get(timeout), or a resubscribe past
-            # resubscribe_wait, for that policy.
-            try:
-                info = partition_info(
-                    core, target.stream, target.partition, refresh=False, budget=budget
-                )
-            except DeadlineExceededError as exc:
-                if budget is None:
-                    raise
-                # Retried: if the get's time ran out, the back-off before the retry ends
-                # the get with TimeoutError (the read goes on); if resubscribe_wait's,
-                # the retry policy (max_delay: what was left of it) gives up.
-                raise BrokerUnavailableError(
-                    f"subscribe: looking the partition's leader up failed: {exc}"
-                ) from exc
-            snapshot = core.metadata.get()
-        leader = leader_address_of(core, info)
-        if target.read_isr_replica and not self.leader_only:
-            brokers = [b for b in map(snapshot.broker, info.isr) if b is not None]
-            if brokers:
-                address = random.choice(brokers).address
-                self.at_leader = address == leader
-                return address
-        self.at_leader = True
-        return leader
-
-    def _attempt_ends(self, until: float | None) -> float | None:
-        """When a resubscribe attempt starting now ends at the latest (``None``: not a
-        resubscribe): one ``rpc_timeout`` past ``until``, or past its own start if later,
-        as the resubscribe's own retry policy makes at least one attempt."""
-        if until is None:
-            return None
-        return max(until, time.monotonic()) + self.core.options.rpc_timeout
-
-    def _lookup_budget(
-        self, deadline: float | None, until: float | None, ends: float | None = None
-    ) -> Budget | None:
-        """The budget of one metadata look-up (``None``: the retry policy's) within
-        ``ends``, the end of the attempt it is part of (:meth:`_attempt_ends`; one
-        starting now without it). A look-up late in its attempt still gets
-        ``ATTEMPT_AT_LEAST``: it is already under way and must be able to answer."""
-        abort = self.abort
-        if until is not None:
-            now = time.monotonic()
-            if ends is None:
-                ends = max(until, now) + self.core.options.rpc_timeout
-            ends = max(ends, now + ATTEMPT_AT_LEAST)
-            if deadline is None:
-                return Budget(until, ends, abort=abort)
-            return Budget(min(deadline, until), min(deadline, ends), abort=abort)
-        return None if deadline is None else Budget(deadline, deadline, abort=abort)
-
     def _open(
         self,
         refresh: bool,
@@ -571,14 +349,15 @@ class PartitionConnection:
         """One attempt: send Subscribe and consume the server's empty handshake message.
 
         With ``until`` (a resubscribe), the whole attempt ends by ``ends``
-        (:meth:`_attempt_ends`) at most: its look-up and the handshake together, not
-        one ``rpc_timeout`` each.
+        (:meth:`.PartitionLookup.attempt_ends`) at most: its look-up and the handshake
+        together, not one ``rpc_timeout`` each.
         """
-        if deadline is not None:
-            deadline = max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
+        deadline = at_least_a_moment(deadline)
         if ends is None:
-            ends = self._attempt_ends(until)
-        address = self._address(refresh, deadline, until, ends)
+            ends = self._lookup.attempt_ends(until)
+        address, self.at_leader = self._lookup.address(
+            refresh, deadline, until, ends, leader_only=self.leader_only
+        )
         # Reverse reads check every offset as it is delivered: one at a time.
         call = open_subscribe(
             self.core, address, self._resume_request(), batched=not self.target.reverse
@@ -595,12 +374,12 @@ class PartitionConnection:
         if ends is not None:
             # At least a moment: a look-up that took it all leaves a handshake that is
             # already under way its chance, as a deadline does (ATTEMPT_AT_LEAST).
-            wait = min(wait, max(ends - time.monotonic(), ATTEMPT_AT_LEAST))
+            wait = min(wait, left_of(ends))
         guard = self.arm(wait, call)
         try:
             next(call)
         except StopIteration:
-            raise _Ended from None
+            raise Ended from None
         except LiftbridgeError as exc:
             with self.lock:
                 if self.call is call:
@@ -620,40 +399,11 @@ class PartitionConnection:
     ) -> None:
         if self.closed.is_set():
             raise Closed
-        code = exc.code
-        if guard.fired and code == "CANCELLED":
-            if deadline is not None and time.monotonic() >= deadline:
-                raise _ReadTimeout
-            raise BrokerUnavailableError(f"subscribe: no handshake from {address} in time")
-        if code == "CANCELLED":
-            raise BrokerUnavailableError(f"subscribe: call to {address} was cancelled")
-        if isinstance(exc, ReadonlyPartitionError):
-            raise _Ended  # STOP_LATEST on an empty partition, or nothing left to read
-        details = exc.details.lower()
-        if self.target.reverse and code == "INTERNAL" and _has(details, _EMPTY_LOG_HINTS):
-            raise _Ended
-        if (
-            code == "INVALID_ARGUMENT"
-            and _STOP_BEFORE_START in details
-            and (resubscribing or not self.target.reverse)
-        ):
-            # Nothing at or before the stop lies at or after the start: an empty range
-            # (a start past the end, a stop below the oldest retained offset), or the
-            # stop position was delivered just before the stream broke.
-            raise _Ended
-        # Already typed by the transport, as a refused open.
-        raise exc
-
-
-def _at_least_a_moment(deadline: float | None) -> float | None:
-    """``deadline`` (a ``get`` timeout's), or ``ATTEMPT_AT_LEAST`` from now if later: the
-    question of what a refusal means is part of an attempt already under way, and
-    asked past a nearly spent timeout with what little is left, each broker had about
-    0.01 s to answer and the refusal's meaning was lost (taken for a passing one)."""
-    if deadline is None:
-        return None
-    return max(deadline, time.monotonic() + ATTEMPT_AT_LEAST)
-
-
-def _has(text: str, hints: tuple[str, ...]) -> bool:
-    return any(hint in text for hint in hints)
+        raise open_failure(
+            exc,
+            address,
+            timed_out=guard.fired,
+            deadline=deadline,
+            reverse=self.target.reverse,
+            resubscribing=resubscribing,
+        )

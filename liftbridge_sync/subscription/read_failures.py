@@ -22,7 +22,8 @@ from liftbridge_sync.errors import (
     PartitionPausedError,
     ReadonlyPartitionError,
 )
-from liftbridge_sync.subscription.connection import ATTEMPT_AT_LEAST, PartitionConnection
+from liftbridge_sync.subscription.connection import PartitionConnection
+from liftbridge_sync.subscription.lookup import ATTEMPT_AT_LEAST
 
 __all__ = ["ReadFailures"]
 

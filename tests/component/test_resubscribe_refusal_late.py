@@ -14,7 +14,7 @@ import pytest
 from liftbridge_sync import Client, StartAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.errors import PartitionPausedError, StreamDeletedError
-from liftbridge_sync.subscription import connection
+from liftbridge_sync.subscription import lookup
 from liftbridge_sync.testing import FakeBroker, SubscribeScript, refuse, serve
 
 #: Raised for the test, so that the broker's slow answers (below) fit in it and not in
@@ -82,7 +82,7 @@ def test_a_refusal_met_as_the_get_timeout_runs_out_is_still_explained(
     refusal: tuple[str, str],
     error: type[Exception],
 ) -> None:
-    monkeypatch.setattr(connection, "ATTEMPT_AT_LEAST", _AT_LEAST)
+    monkeypatch.setattr(lookup, "ATTEMPT_AT_LEAST", _AT_LEAST)
     broker = _Changing(what)
     broker.start()
     try:
