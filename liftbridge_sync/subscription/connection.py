@@ -233,8 +233,8 @@ class PartitionConnection:
                     # longer than a restarted server takes to list it again.
                     raise StreamDeletedError(
                         f"stream {self.target.stream!r} was deleted: it has been missing "
-                        f"from the metadata since {time.monotonic() - missing_since:.1f}s "
-                        f"ago ({exc})",
+                        f"from the metadata for {time.monotonic() - missing_since:.1f}s "
+                        f"({exc})",
                         code="NOT_FOUND",
                     ) from None
             raise
