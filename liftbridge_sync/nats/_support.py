@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from liftbridge_sync._durations import check_seconds
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync._runtime.timerwheel import TimerHandle
 from liftbridge_sync._wire.validate import (
     check_partition,
@@ -39,6 +40,7 @@ __all__ = [
     "import_nats",
     "partition_subject",
     "settle",
+    "wait_future",
 ]
 
 _log = logging.getLogger("liftbridge_sync.nats")
@@ -131,6 +133,32 @@ def settle(
             future.set_result(result)
     except concurrent.futures.InvalidStateError:  # cancelled concurrently
         pass
+
+
+def wait_future(future: concurrent.futures.Future[_T], seconds: float) -> _T:
+    """``future.result(seconds)`` in sleeps of at most :data:`WAIT_SLICE`.
+
+    A SIGINT the kernel gave another thread, or the main thread just before it went to
+    sleep, does not cut the sleep short: Python runs the handler (``KeyboardInterrupt``)
+    only once the sleep ends. In slices it comes within one, not at the timeout.
+
+    Raises:
+        TimeoutError: ``future`` is not done within ``seconds`` (or failed with one).
+        concurrent.futures.CancelledError: ``future`` was cancelled.
+        BaseException: What ``future`` failed with.
+
+    Thread-safe.
+    """
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return future.result(timeout=max(0.0, min(left, WAIT_SLICE)))
+        except concurrent.futures.TimeoutError:
+            if future.done():
+                return future.result()  # its own TimeoutError, or done just now
+            if left <= WAIT_SLICE:
+                raise
 
 
 class DnsExecutor(concurrent.futures.ThreadPoolExecutor):

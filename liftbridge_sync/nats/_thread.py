@@ -23,7 +23,7 @@ from liftbridge_sync.errors import (
     LocalResourceError,
     WrongThreadError,
 )
-from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor
+from liftbridge_sync.nats._support import THREAD_NAME, DnsExecutor, wait_future
 
 __all__ = ["CLOSE_MARGIN", "LoopThread"]
 
@@ -175,8 +175,9 @@ class LoopThread:
             connected: concurrent.futures.Future[None] | None = None
             try:
                 connected = asyncio.run_coroutine_threadsafe(self._connect(), loop)
-                # connect bounds itself by connect_timeout; the margin covers cleanup.
-                connected.result(timeout=self._connect_timeout + 10.0)
+                # connect bounds itself by connect_timeout; the margin covers cleanup. In
+                # slices: a Ctrl-C that did not wake the sleep is raised within one.
+                wait_future(connected, self._connect_timeout + 10.0)
             except BaseException as exc:
                 # Whatever ended the wait (an interrupt too), the thread must not outlive
                 # it: nobody would stop or join it.
