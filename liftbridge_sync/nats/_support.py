@@ -12,7 +12,7 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -40,6 +40,7 @@ __all__ = [
     "import_nats",
     "partition_subject",
     "settle",
+    "wait_all",
     "wait_future",
 ]
 
@@ -135,8 +136,9 @@ def settle(
         pass
 
 
-def wait_future(future: concurrent.futures.Future[_T], seconds: float) -> _T:
-    """``future.result(seconds)`` in sleeps of at most :data:`WAIT_SLICE`.
+def wait_future(future: concurrent.futures.Future[_T], seconds: float | None) -> _T:
+    """``future.result(seconds)`` (``None``: no limit) in sleeps of at most
+    :data:`WAIT_SLICE`.
 
     A SIGINT the kernel gave another thread, or the main thread just before it went to
     sleep, does not cut the sleep short: Python runs the handler (``KeyboardInterrupt``)
@@ -149,16 +151,37 @@ def wait_future(future: concurrent.futures.Future[_T], seconds: float) -> _T:
 
     Thread-safe.
     """
-    deadline = time.monotonic() + seconds
+    deadline = None if seconds is None else time.monotonic() + seconds
     while True:
-        left = deadline - time.monotonic()
+        left = WAIT_SLICE if deadline is None else deadline - time.monotonic()
         try:
             return future.result(timeout=max(0.0, min(left, WAIT_SLICE)))
         except concurrent.futures.TimeoutError:
             if future.done():
                 return future.result()  # its own TimeoutError, or done just now
-            if left <= WAIT_SLICE:
+            if deadline is not None and left <= WAIT_SLICE:
                 raise
+
+
+def wait_all(
+    futures: Collection[concurrent.futures.Future[Any]], seconds: float | None
+) -> set[concurrent.futures.Future[Any]]:
+    """``concurrent.futures.wait(futures, seconds)`` (``None``: no limit) in sleeps of at
+    most :data:`WAIT_SLICE`, for the reason :func:`wait_future` gives.
+
+    Returns:
+        The futures not done in time.
+
+    Thread-safe.
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    not_done = set(futures)
+    while not_done:
+        left = WAIT_SLICE if deadline is None else deadline - time.monotonic()
+        _, not_done = concurrent.futures.wait(not_done, timeout=max(0.0, min(left, WAIT_SLICE)))
+        if deadline is not None and left <= WAIT_SLICE:
+            break
+    return not_done
 
 
 class DnsExecutor(concurrent.futures.ThreadPoolExecutor):

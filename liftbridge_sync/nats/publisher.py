@@ -41,6 +41,8 @@ from liftbridge_sync.nats._support import (
     import_nats,
     partition_subject,
     settle,
+    wait_all,
+    wait_future,
 )
 
 __all__ = ["NatsPublisher"]
@@ -411,7 +413,8 @@ class NatsPublisher:
         also keeps its message from being written later.
         """
         try:
-            return future.result(timeout=seconds + _WAIT_GRACE)
+            # In slices: a Ctrl-C that did not wake the sleep is raised within one.
+            return wait_future(future, seconds + _WAIT_GRACE)
         except concurrent.futures.TimeoutError:
             if future.done():
                 raise  # the publish's own AckTimeoutError
@@ -453,11 +456,11 @@ class NatsPublisher:
         marker = Job(kind="flush", future=concurrent.futures.Future(), deadline=flush_limit)
         self._handoff.submit(marker)
         try:
-            marker.future.result(timeout=seconds)
+            wait_future(marker.future, seconds)  # in slices, as _wait_for
         except concurrent.futures.TimeoutError:  # ours, or the NATS flush's AckTimeoutError
             raise TimeoutError(f"NATS flush did not complete within {flush_limit}s") from None
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-        _, not_done = concurrent.futures.wait(waiting, timeout=remaining)
+        not_done = wait_all(waiting, remaining)
         if not_done:
             raise TimeoutError(f"{len(not_done)} publishes still pending after {seconds}s")
 

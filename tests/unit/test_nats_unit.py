@@ -865,6 +865,74 @@ class _SilentNats(_StuckNats):
         raise nats.errors.FlushTimeoutError
 
 
+@pytest.mark.parametrize("call", ["publish", "flush"])
+def test_an_interrupt_given_another_thread_ends_a_wait_for_an_ack(call: str) -> None:
+    # A SIGINT the kernel gave another thread (or the main thread just before it went to
+    # sleep) did not wake publish()'s wait for its ack, nor flush()'s for the acks: the
+    # KeyboardInterrupt came only at the timeout (here 120 s).
+    code = f"CALL = {call!r}\n" + textwrap.dedent(
+        """
+        import asyncio, gc, signal, sys, threading
+        import nats.aio.client
+        from liftbridge_sync.nats import NatsPublisher
+
+        class Nats:  # takes publishes, never acks them
+            is_connected = True
+
+            async def connect(self, **kwargs):
+                pass
+
+            async def subscribe(self, subject, cb):
+                pass
+
+            async def flush(self, timeout=None):
+                pass
+
+            async def publish(self, subject, payload, reply=""):
+                pass
+
+            async def close(self):
+                pass
+
+        def waiting(name):
+            gc.disable()  # CPython 3.11 can deadlock collecting in there (tests/stacks.py)
+            try:
+                frame = sys._current_frames().get(threading.main_thread().ident)
+            finally:
+                gc.enable()
+            names = set()
+            while frame is not None:
+                names.add(frame.f_code.co_name)
+                frame = frame.f_back
+            return name in names and "wait" in names
+
+        def interrupt():  # on this thread: the main thread sleeps on
+            tick = threading.Event()
+            while not waiting(CALL):
+                tick.wait(0.01)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+        nats.aio.client.Client = Nats
+        pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=120.0)
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            if CALL == "publish":
+                pub.publish("s", b"v")
+            else:
+                pub.publish_async("s", b"v")
+                pub.flush(120.0)
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+        pub.close(0.1)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "INTERRUPTED" in result.stdout, result.stdout
+
+
 def test_a_flush_without_a_timeout_names_the_nats_flush_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
