@@ -87,6 +87,8 @@ class LoopThread:
         self._thread: threading.Thread | None = None
         #: The thread being started and connected (then not yet :attr:`_thread`).
         self._starting: threading.Thread | None = None
+        #: The first connection under way, for :meth:`stop` to cancel.
+        self._connecting: concurrent.futures.Future[None] | None = None
         self._dns: DnsExecutor | None = None
         self._pid: int | None = None  # the process that started the loop
 
@@ -175,12 +177,16 @@ class LoopThread:
             connected: concurrent.futures.Future[None] | None = None
             try:
                 connected = asyncio.run_coroutine_threadsafe(self._connect(), loop)
+                self._connecting = connected
+                if self._closed():  # by another thread since the check: stop() missed it
+                    connected.cancel()
                 # connect bounds itself by connect_timeout; the margin covers cleanup. In
                 # slices: a Ctrl-C that did not wake the sleep is raised within one.
                 wait_future(connected, self._connect_timeout + 10.0)
             except BaseException as exc:
                 # Whatever ended the wait (an interrupt too), the thread must not outlive
                 # it: nobody would stop or join it.
+                self._connecting = None
                 if connected is not None:
                     connected.cancel()
                 try:
@@ -204,6 +210,7 @@ class LoopThread:
                 if isinstance(exc, LiftbridgeError):
                     raise
                 raise self._start_error(exc) from exc
+            self._connecting = None
             self._thread = thread
             self._pid = os.getpid()
             self._loop = loop
@@ -235,12 +242,19 @@ class LoopThread:
         wait for the application's code without end. ``None``: the shutdown was started
         already; only join. Host name lookups under way are joined for ``seconds``.
         Not on the loop thread itself, which cannot wait for itself (see
-        :meth:`on_thread`: the owner starts the shutdown there instead).
+        :meth:`on_thread`: the owner starts the shutdown there instead). The owner is
+        closed by then: a first connection under way is cancelled, and its start fails
+        with ``ClientClosedError`` at once.
 
         Returns:
             Whether the thread ended (or never ran); ``False``: it is still held, and
             what the shutdown would have settled may be unsettled.
         """
+        connecting = self._connecting
+        if connecting is not None:
+            # The start holds the lock until the connection is made or fails: without
+            # this, at connect_timeout, however short close()'s timeout.
+            connecting.cancel()
         with self._start_lock:  # a first connection in progress finishes (or fails) first
             loop, thread, dns = self._loop, self._thread, self._dns
         if loop is None or thread is None:

@@ -477,10 +477,12 @@ class NatsPublisher:
         publishes and flushes it kept from being settled fail then, on the caller's
         thread, with ``ClientClosedError``), and so are
         ``liftbridge-nats-dns`` threads resolving a host name (for at most ``timeout``).
-        Idempotent; later calls return after the first has finished (except on the
-        ``liftbridge-nats`` thread itself, where the shutdown is only started). In a
-        process forked after the publisher started it only marks the publisher closed:
-        the thread and the connection are the parent's.
+        A first connection under way is given up: the publish waiting for it on another
+        thread fails with ``ClientClosedError`` at once. Idempotent; later calls return
+        after the first has finished (except on the ``liftbridge-nats`` thread itself,
+        where the shutdown is only started). In a process forked after the publisher
+        started it only marks the publisher closed: the thread and the connection are
+        the parent's.
 
         Args:
             timeout: Seconds allowed for writing and flushing pending data.

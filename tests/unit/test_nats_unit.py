@@ -1038,6 +1038,40 @@ def test_close_in_a_nats_callback_during_the_first_connection_ends_it_at_once() 
     pub.close()
 
 
+def test_close_on_another_thread_ends_the_first_connection_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # close() waited for a first connection under way, until it failed at connect_timeout
+    # (here 30 s), however short close()'s own timeout.
+    connecting = threading.Event()
+
+    class _HangingNats(_StuckNats):  # a NATS server that never answers CONNECT
+        async def connect(self, **kwargs: object) -> None:
+            connecting.set()
+            await asyncio.Event().wait()
+
+    monkeypatch.setattr(nats.aio.client, "Client", _HangingNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", connect_timeout=30.0)
+    outcome: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            pub.publish_async("s", b"v")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    publisher = threading.Thread(target=publish, name="liftbridge-test-publisher", daemon=True)
+    publisher.start()
+    assert connecting.wait(10)
+    started = time.monotonic()
+    pub.close(0.1)
+    assert time.monotonic() - started < 5.0
+    publisher.join(10)
+    assert not publisher.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
+    assert not _nats_threads()
+
+
 def test_a_publish_in_a_nats_callback_during_the_first_connection_is_refused_at_once() -> None:
     # It waited for the start, which waited for the connection, which waited for the
     # callback: 20 s, then the start failed with a warning.
