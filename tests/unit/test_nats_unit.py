@@ -865,19 +865,21 @@ class _SilentNats(_StuckNats):
         raise nats.errors.FlushTimeoutError
 
 
-@pytest.mark.parametrize("call", ["publish", "flush"])
-def test_an_interrupt_given_another_thread_ends_a_wait_for_an_ack(call: str) -> None:
+@pytest.mark.parametrize("call", ["publish", "flush", "close"])
+def test_an_interrupt_given_another_thread_ends_a_publishers_wait(call: str) -> None:
     # A SIGINT the kernel gave another thread (or the main thread just before it went to
-    # sleep) did not wake publish()'s wait for its ack, nor flush()'s for the acks: the
-    # KeyboardInterrupt came only at the timeout (here 120 s).
+    # sleep) did not wake publish()'s wait for its ack, flush()'s for the acks, nor
+    # close()'s for a NATS flush: the KeyboardInterrupt came only at the timeout (here
+    # 120 s).
     code = f"CALL = {call!r}\n" + textwrap.dedent(
         """
         import asyncio, gc, signal, sys, threading
         import nats.aio.client
         from liftbridge_sync.nats import NatsPublisher
 
-        class Nats:  # takes publishes, never acks them
+        class Nats:  # takes publishes, never acks them (nor a flush for close())
             is_connected = True
+            connected = False
 
             async def connect(self, **kwargs):
                 pass
@@ -886,7 +888,9 @@ def test_an_interrupt_given_another_thread_ends_a_wait_for_an_ack(call: str) -> 
                 pass
 
             async def flush(self, timeout=None):
-                pass
+                if CALL == "close" and self.connected:
+                    await asyncio.sleep(timeout)
+                self.connected = True
 
             async def publish(self, subject, payload, reply=""):
                 pass
@@ -918,12 +922,16 @@ def test_an_interrupt_given_another_thread_ends_a_wait_for_an_ack(call: str) -> 
         try:
             if CALL == "publish":
                 pub.publish("s", b"v")
-            else:
+            elif CALL == "flush":
                 pub.publish_async("s", b"v")
                 pub.flush(120.0)
+            else:
+                pub.publish_raw("s", b"v")
+                pub.close(120.0)
         except KeyboardInterrupt:
             print("INTERRUPTED")
-        pub.close(0.1)
+        if CALL != "close":  # (its NATS flush still waits)
+            pub.close(0.1)
         """
     )
     result = subprocess.run(
