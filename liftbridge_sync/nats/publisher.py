@@ -29,6 +29,7 @@ from liftbridge_sync.envelope import check_raw_payload, new_message
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ArgumentTypeError,
+    ClientClosedError,
     ConfigurationError,
 )
 from liftbridge_sync.models import Ack, AckPolicy
@@ -463,6 +464,10 @@ class NatsPublisher:
         not_done = wait_all(waiting, remaining)
         if not_done:
             raise TimeoutError(f"{len(not_done)} publishes still pending after {seconds}s")
+        for future in waiting:
+            # Failed by a close() on another thread meanwhile: not flushed, but given up.
+            if not future.cancelled() and isinstance(future.exception(0), ClientClosedError):
+                raise ClientClosedError("NatsPublisher was closed while the flush waited")
 
     def close(self, timeout: float = 5.0) -> None:
         """Flush pending NATS data, fail unresolved publishes and stop the thread.

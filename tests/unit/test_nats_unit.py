@@ -1080,6 +1080,43 @@ def test_close_on_another_thread_ends_the_first_connection_at_once(
     assert not _nats_threads()
 
 
+class _AcklessNats(_StuckNats):
+    """Fault fake of a NATS server that takes publishes and flushes, but where no
+    Liftbridge server acks them."""
+
+    async def publish(self, subject: str, payload: bytes, reply: str = "") -> None:
+        pass
+
+
+def test_close_on_another_thread_while_a_flush_waits_for_acks_fails_the_flush(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The publishes' futures failed with ClientClosedError, and the flush waiting for
+    # them returned as if they had all been acked.
+    monkeypatch.setattr(nats.aio.client, "Client", _AcklessNats)
+    pub = NatsPublisher("nats://127.0.0.1:4222", ack_timeout=30.0)
+    future = pub.publish_async("s", b"v")
+    outcome: list[object] = []
+
+    def flush() -> None:
+        try:
+            pub.flush(30.0)
+            outcome.append("returned")
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            outcome.append(exc)
+
+    flusher = threading.Thread(target=flush, name="liftbridge-test-flusher", daemon=True)
+    flusher.start()
+    wait_until(lambda: thread_in(flusher, "wait_all"), what="the flush waiting for acks")
+    pub.close(0.1)
+    flusher.join(10)
+    assert not flusher.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
+    with pytest.raises(ClientClosedError):
+        future.result(timeout=0)
+    assert not _nats_threads()
+
+
 def test_a_publish_in_a_nats_callback_during_the_first_connection_is_refused_at_once() -> None:
     # It waited for the start, which waited for the connection, which waited for the
     # callback: 20 s, then the start failed with a warning.
