@@ -250,4 +250,5 @@ class DnsExecutor(concurrent.futures.ThreadPoolExecutor):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            thread.join(remaining)
+            # In slices: a Ctrl-C that did not wake the sleep is raised within one.
+            thread.join(WAIT_SLICE if remaining is None else min(remaining, WAIT_SLICE))

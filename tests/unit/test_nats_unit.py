@@ -941,6 +941,62 @@ def test_an_interrupt_given_another_thread_ends_a_publishers_wait(call: str) -> 
     assert "INTERRUPTED" in result.stdout, result.stdout
 
 
+def test_an_interrupt_given_another_thread_ends_close_joining_a_name_lookup() -> None:
+    # close() joins a liftbridge-nats-dns thread still resolving a host name for up to
+    # its timeout (here 120 s) in one sleep: a SIGINT the kernel gave another thread
+    # raised KeyboardInterrupt only then.
+    code = textwrap.dedent(
+        """
+        import gc, signal, socket, sys, threading
+        from liftbridge_sync.errors import BrokerUnavailableError
+        from liftbridge_sync.nats import NatsPublisher
+
+        resolving = threading.Event()
+
+        def getaddrinfo(*args, **kwargs):  # a name server that never answers
+            resolving.set()
+            threading.Event().wait()
+
+        socket.getaddrinfo = getaddrinfo
+
+        def joining():
+            gc.disable()  # CPython 3.11 can deadlock collecting in there (tests/stacks.py)
+            try:
+                frame = sys._current_frames().get(threading.main_thread().ident)
+            finally:
+                gc.enable()
+            names = set()
+            while frame is not None:
+                names.add(frame.f_code.co_name)
+                frame = frame.f_back
+            return "close" in names and "join" in names
+
+        def interrupt():  # on this thread: the main thread sleeps on
+            tick = threading.Event()
+            while not joining():
+                tick.wait(0.01)
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+        pub = NatsPublisher("nats://nats.invalid:4222", connect_timeout=0.5)
+        try:
+            pub.publish_async("s", b"v")
+        except BrokerUnavailableError:
+            pass
+        assert resolving.is_set()
+        threading.Thread(target=interrupt, daemon=True).start()
+        try:
+            pub.close(120.0)
+        except KeyboardInterrupt:
+            print("INTERRUPTED")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "INTERRUPTED" in result.stdout, result.stdout
+
+
 def test_a_flush_without_a_timeout_names_the_nats_flush_limit(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
