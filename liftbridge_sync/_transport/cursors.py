@@ -4,6 +4,7 @@ to the leader of the ``__cursors`` partition the name hashes to.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from liftbridge_sync._proto import api_pb2
@@ -37,17 +38,28 @@ def cursor_target(
     partition: int,
     must_exist: bool,
     budget: Budget | None = None,
+    abort: DialAbort | None = None,
 ) -> tuple[int, int]:
     """The ``__cursors`` partition that stores ``cursor_id`` for ``stream``/``partition``,
     and how many partitions ``__cursors`` has (looked up within ``budget`` if given).
+    ``abort``, if given, ends the look-ups' RPCs and back-offs at once when it aborts
+    (its owner closed), as :func:`~liftbridge_sync._transport.leader.call_leader`'s;
+    without a ``budget`` they then share one, the retry policy's from now.
     Thread-safe.
 
     Raises:
         ServerError: the server has no ``__cursors`` stream (cursors are disabled).
+        ClientClosedError: ``abort`` aborted.
     """
     check_id("cursor_id", cursor_id)
     check_name("stream", stream, allow_reserved=True)
     check_partition("partition", partition)
+    if abort is not None:
+        # Each look-up under a policy of its own slept its back-offs past a consumer's
+        # close(), which waited for its reader that long (2 x rpc_timeout + 1 s).
+        options = core.options
+        within = Budget.of(options.retry, options.rpc_timeout) if budget is None else budget
+        budget = dataclasses.replace(within, abort=abort)
     if must_exist:
         # v1.9.0 stores a cursor for any name: a typo would go unnoticed. A stream
         # created a moment ago is found by the one refresh partition_info makes.
@@ -128,8 +140,9 @@ def fetch_cursor(
 ) -> int:
     """The offset stored under ``cursor_id``, or ``-1`` (``must_exist`` as for
     :func:`set_cursor`; ``abort`` ends the leader call's back-offs, as
-    :func:`~liftbridge_sync._transport.leader.call_leader`'s). Thread-safe."""
-    target, count = cursor_target(core, cursor_id, stream, partition, must_exist)
+    :func:`~liftbridge_sync._transport.leader.call_leader`'s, and those of the look-up
+    of the cursor's ``__cursors`` partition). Thread-safe."""
+    target, count = cursor_target(core, cursor_id, stream, partition, must_exist, abort=abort)
     reveal_cursors(core, target, count, abort)
     request = api_pb2.FetchCursorRequest(stream=stream, partition=partition, cursorId=cursor_id)
     response = call_leader(core, CURSORS_STREAM, target, rpcs.FETCH_CURSOR, request, abort=abort)
