@@ -1,10 +1,12 @@
-"""A consumer's membership of its group: join, the heartbeat poll, coordinator failover, leave.
+"""A consumer's membership of its group: join, the heartbeat's calls, coordinator
+failover, leave.
 
 The protocol is described in :mod:`liftbridge_sync.consumer.group`. :class:`Membership`
 makes the group RPCs and keeps what they answer (coordinator, epoch, the server's
 timeouts); the join call and the races around it are :mod:`._joining`'s, the calls that
-find the coordinator :mod:`._coordinator`'s; what to do with an assignment is the
-consumer's, handed in as a callback.
+find the coordinator :mod:`._coordinator`'s, the heartbeat loop that polls and acts on
+each answer :mod:`._heartbeat`'s; what to do with an assignment is the consumer's,
+handed in as a callback.
 
 Thread-safe: the coordinator and epoch are guarded by the lock shared with the consumer;
 the timeouts are written by :meth:`Membership.join` before the heartbeat thread starts;
@@ -16,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.aborting import DialAbort
@@ -25,6 +27,7 @@ from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext
 from liftbridge_sync.consumer._coordinator import CoordinatorLookup
+from liftbridge_sync.consumer._heartbeat import RETRY_WAIT, Fail, Heartbeat, Reconcile, Rejoin
 from liftbridge_sync.consumer._joining import join_group
 from liftbridge_sync.consumer._stats import Counters
 from liftbridge_sync.errors import (
@@ -32,9 +35,7 @@ from liftbridge_sync.errors import (
     ClientClosedError,
     ConsumerGroupNotFoundError,
     ConsumerIdInUseError,
-    CoordinatorMismatchError,
     DeadlineExceededError,
-    InternalThreadError,
     LiftbridgeError,
     NotGroupMemberError,
     NotLeaderError,
@@ -47,8 +48,8 @@ _log = logging.getLogger("liftbridge_sync.consumer")
 
 #: go-liftbridge's heartbeat: this fraction of the server's consumer timeout.
 _HEARTBEAT_FRACTION = 0.4
-#: Wait before polling again after a failed poll (the Go client waits 2 s).
-_RETRY_WAIT = 0.5
+#: Wait before joining again after a failed rejoin (as before polling again).
+_RETRY_WAIT = RETRY_WAIT
 #: Each attempt of a heartbeat call (the poll, asking for and reporting the coordinator)
 #: is bounded by this fraction of the server's consumer timeout (and by rpc_timeout).
 #: The coordinator expires a member it has not heard from for one consumer timeout; a
@@ -73,14 +74,6 @@ _COMMIT_FRACTION = 0.75
 #: timeout for the leave to be applied. Later, the member asks once more first (which
 #: resets the timer) or, if that fails, leaves the group to the server's timeout.
 _LEAVE_FRACTION = 0.5
-
-#: Called with each polled assignment and its epoch.
-Reconcile = Callable[[Iterable[api_pb2.PartitionAssignment], int], None]
-#: Called with what ends the membership (the iterator raises it).
-Fail = Callable[[BaseException], None]
-#: Called with the server's answer when it dropped this member; joins again (or
-#: raises what ends the membership).
-Rejoin = Callable[[BaseException], None]
 
 
 class Membership:
@@ -183,6 +176,26 @@ class Membership:
     def consumer_timeout(self) -> float:
         """The server's consumer timeout, in seconds, as the last join reported it."""
         return self._consumer_timeout
+
+    @property
+    def group(self) -> str:
+        """The group's id."""
+        return self._group
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two polls (see :data:`_HEARTBEAT_FRACTION`)."""
+        return self._interval
+
+    @property
+    def call_timeout(self) -> float:
+        """Seconds each attempt of a heartbeat call may take (see :data:`_CALL_FRACTION`)."""
+        return self._call_timeout
+
+    @property
+    def coordinator_timeout(self) -> float:
+        """The server's coordinator timeout, in seconds, as the last join reported it."""
+        return self._coordinator_timeout
 
     def rejoin(self, consumer_id: str, stop: threading.Event) -> None:
         """Join again as ``consumer_id`` after the server dropped this member.
@@ -330,7 +343,7 @@ class Membership:
             left = self.heard_at + (_COMMIT_FRACTION - 0.1) * timeout - time.monotonic()
             if left > 0:
                 try:
-                    self._fetch_assignments(min(self._call_timeout, left))
+                    self.poll(min(self._call_timeout, left))
                     self.heard_at = time.monotonic()
                 except LiftbridgeError:
                     pass
@@ -347,102 +360,11 @@ class Membership:
         rejoin: Rejoin | None,
         tend: Callable[[], None] | None = None,
     ) -> None:
-        """Poll the coordinator until ``stop`` is set (the ``liftbridge-consumer`` thread).
+        """Poll the coordinator until ``stop`` is set (the ``liftbridge-consumer`` thread):
+        :meth:`.Heartbeat.run`, with this member's calls."""
+        Heartbeat(self, stop, reconcile, fail, rejoin, tend).run()
 
-        ``tend``, if any, is called before each poll (it closes a consumer dropped
-        without close(), which sets ``stop``). Each answer is handed to ``reconcile``.
-        When the server dropped this member, ``rejoin`` is called (or, without one,
-        ``fail``); what ends the membership (no rejoin, a rejoin refused, the thread
-        itself failing) is handed to ``fail``.
-        """
-        try:
-            self._heartbeat(stop, reconcile, fail, rejoin, tend)
-        except BaseException as exc:  # never die silently: the iterator raises it
-            if not stop.is_set():
-                _log.exception("consumer %s: heartbeat thread failed", self.who)
-                error = exc
-                if not isinstance(exc, LiftbridgeError):  # e.g. out of threads
-                    error = InternalThreadError(
-                        f"the liftbridge-consumer-{self._group} thread died ({exc!r}): "
-                        "this member no longer polls its group; close it and create a new one"
-                    )
-                    error.__cause__ = exc
-                fail(error)
-
-    def _heartbeat(
-        self,
-        stop: threading.Event,
-        reconcile: Reconcile,
-        fail: Fail,
-        rejoin: Rejoin | None,
-        tend: Callable[[], None] | None,
-    ) -> None:
-        #: Since when the cluster says this member (or the group) does not exist.
-        unknown_since: float | None = None
-        while not stop.is_set():
-            if tend is not None:
-                tend()
-                if stop.is_set():
-                    return
-            wait = self._interval
-            round_ = self._round_budget()
-            try:
-                try:
-                    response = self._fetch_assignments()  # within the round: it begins it
-                    self.heard_at = time.monotonic()
-                    unknown_since = None
-                    self.in_doubt = False
-                    began = time.monotonic()
-                    reconcile(response.assignments, int(response.epoch))
-                    took = time.monotonic() - began
-                    if took > self._call_timeout:
-                        _log.debug(
-                            "consumer %s: applying the assignment took %.2fs", self.who, took
-                        )
-                except CoordinatorMismatchError as exc:
-                    _log.info("consumer %s: %s; reading the group's metadata", self.who, exc)
-                    wait = 0.0 if self._refresh_group(round_) else _RETRY_WAIT
-                except (ConsumerGroupNotFoundError, NotGroupMemberError, ClientClosedError):
-                    raise
-                except LiftbridgeError as exc:
-                    _log.warning("consumer %s: polling the coordinator failed: %s", self.who, exc)
-                    wait = min(_RETRY_WAIT, self._interval)
-                    if not self._safe_refresh(round_) and (
-                        time.monotonic() - self.heard_at > self._coordinator_timeout
-                    ):
-                        self._report_coordinator(round_)
-                        # The report may have completed a majority: a new coordinator
-                        # is then named at once; poll it without waiting.
-                        if self._safe_refresh(round_):
-                            wait = 0.0
-            except (ConsumerGroupNotFoundError, NotGroupMemberError) as exc:
-                # In a cluster a broker may not have applied the join yet: only an
-                # answer that persists for a consumer timeout means we were dropped.
-                now = time.monotonic()
-                unknown_since = now if unknown_since is None else unknown_since
-                self.in_doubt = True
-                if now - unknown_since >= self._consumer_timeout:
-                    if stop.is_set():
-                        return
-                    if rejoin is None:
-                        _log.error("consumer %s: dropped by the server: %s", self.who, exc)
-                        fail(exc)
-                        return
-                    rejoin(exc)
-                    unknown_since = None
-                    self.in_doubt = False
-                    wait = 0.0
-                else:
-                    wait = min(_RETRY_WAIT, self._interval)
-            except ClientClosedError:
-                return
-            except LiftbridgeError as exc:
-                _log.warning("consumer %s: %s", self.who, exc)
-                wait = min(_RETRY_WAIT, self._interval)
-            if wait > 0:
-                stop.wait(wait)
-
-    def _round_budget(self) -> Budget:
+    def round_budget(self) -> Budget:
         """The time of one heartbeat round starting now: its poll and the coordinator
         calls a failed poll makes (asking for, and reporting, the coordinator).
 
@@ -455,9 +377,7 @@ class Membership:
         ends = time.monotonic() + max(self._interval, self._call_timeout)
         return Budget(retry_until=ends, ends=ends)
 
-    def _fetch_assignments(
-        self, timeout: float | None = None
-    ) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
+    def poll(self, timeout: float | None = None) -> api_pb2.FetchConsumerGroupAssignmentsResponse:
         """Poll the coordinator, within ``timeout`` (default: a heartbeat call's time),
         looking its address up included.
 
@@ -488,7 +408,7 @@ class Membership:
         )
         return response
 
-    def _refresh_group(self, budget: Budget | None = None) -> bool:
+    def refresh_group(self, budget: Budget | None = None) -> bool:
         """Learn the group's coordinator and epoch, within ``budget`` (the heartbeat
         round's; default: a round starting now); whether either changed.
 
@@ -508,7 +428,7 @@ class Membership:
             ConsumerGroupNotFoundError: if the group no longer exists.
         """
         began = time.monotonic()
-        budget = self._round_budget() if budget is None else budget
+        budget = self.round_budget() if budget is None else budget
         with self._lock:
             consumer_id = self._consumer_id
         found = self._lookup.ask(consumer_id, self._call_timeout, budget, self.who)
@@ -536,19 +456,10 @@ class Membership:
             _log.info("consumer %s: coordinator %s, epoch %d", self.who, coordinator, epoch)
         return changed
 
-    def _safe_refresh(self, budget: Budget | None = None) -> bool:
-        try:
-            return self._refresh_group(budget)
-        except ConsumerGroupNotFoundError:
-            raise
-        except LiftbridgeError as exc:
-            _log.warning("consumer %s: no group metadata: %s", self.who, exc)
-            return False
-
-    def _report_coordinator(self, budget: Budget | None = None) -> None:
+    def report_coordinator(self, budget: Budget | None = None) -> None:
         """Report the coordinator as unreachable, within ``budget`` (the round's;
         default: a round starting now)."""
-        budget = self._round_budget() if budget is None else budget
+        budget = self.round_budget() if budget is None else budget
         if budget.ends <= time.monotonic():
             return  # the round's time is up: the next round reports it
         with self._lock:

@@ -29,17 +29,15 @@ failing) is :mod:`._standing`'s; the reader thread per assigned partition is
 :mod:`._readers`'s; the delivered, processed and committed positions and the commits
 are :mod:`._commits`'s, the automatic commits and their thread :mod:`._autocommit`'s;
 the queue between the readers and the iterator is :mod:`._mailbox`'s; its own threads
-and their end are :mod:`._threads`'s; a consumer dropped without close() waits in
-:mod:`._dropped`. Thread-safe as :class:`Consumer`
+and their end are :mod:`._threads`'s, the steps of its close() :mod:`._closing`'s; a
+consumer dropped without close() waits in :mod:`._dropped`. Thread-safe as :class:`Consumer`
 says.
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Sequence
@@ -49,9 +47,10 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.validate import check_int, check_timeout
 from liftbridge_sync.consumer._autocommit import AutoCommits
 from liftbridge_sync.consumer._autocommit import commit_loop as _commit_loop
+from liftbridge_sync.consumer._closing import Closing
 from liftbridge_sync.consumer._commits import Commits
 from liftbridge_sync.consumer._dropped import Dropped
-from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
+from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._settings import Settings
@@ -60,17 +59,14 @@ from liftbridge_sync.consumer._stats import ConsumerStats, Counters
 from liftbridge_sync.consumer._threads import Threads
 from liftbridge_sync.errors import (
     ClientClosedError,
-    ConsumerGroupNotFoundError,
     InternalThreadError,
     LiftbridgeError,
-    NotGroupMemberError,
 )
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt
 
 __all__ = ["CONSUMER_BUFFER", "Consumer", "group_cursor_id"]
 
-_log = logging.getLogger("liftbridge_sync.consumer")
 _P = ParamSpec("_P")
 
 #: Messages buffered between the partition readers and the iterating thread.
@@ -201,6 +197,19 @@ class Consumer:
         #: the heartbeat thread, which holds it only weakly, closes it at its next
         #: turn, or Client.close() does first.
         self._dropped = Dropped()
+        self._closing = Closing(
+            core,
+            group,
+            lock=self._lock,
+            threads=self._threads,
+            standing=self._standing,
+            membership=self._membership,
+            readers=self._readers,
+            commits=self._commits,
+            mailbox=self._mailbox,
+            autocommit=self._autocommit,
+            auto_commit=interval,
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -301,7 +310,7 @@ class Consumer:
         thread = self._threads.start(
             f"liftbridge-consumer-{self._group}", heartbeat, heartbeat=True
         )
-        self._dropped.watch(thread, self._close_bound())
+        self._dropped.watch(thread, self._closing.bound())
         # Held weakly by the client as by the heartbeat thread strongly: once this
         # consumer was collected (the client's weak reference to it gone with it),
         # Client.close() still finds it there, and closes it and joins its threads.
@@ -418,91 +427,7 @@ class Consumer:
         leave the member to the server's consumer timeout. In a forked child it only
         marks this object closed: the member and its threads are the parent's.
         """
-        if self._core.forked:
-            self._standing.closed = True
-            return
-        # Whether this is the first close(): known before the consumer is marked
-        # closed, so that a Ctrl-C landing anywhere after that still ends what runs.
-        first = False
-        try:
-            with self._lock:
-                first = not self._standing.closed
-                if first:
-                    self._standing.closed = True
-                    self._threads.closing()
-                    readers = self._readers.shut()
-                    failure = self._standing.failure
-            if not first:
-                self._threads.wait_for_close(self._close_bound(), self._who)
-                return
-            dropped = isinstance(failure, ConsumerGroupNotFoundError | NotGroupMemberError)
-            self._close(readers, dropped)
-        except BaseException:
-            if first:
-                self._abandon()
-            raise
-        finally:
-            if first:
-                self._threads.closed()
-
-    def _abandon(self) -> None:
-        """A first close() interrupted (a Ctrl-C while it waits for a thread or a
-        commit, or as it marks the consumer closed): every thread is told to end,
-        without waiting for it, the heartbeat among them, which would otherwise poll
-        on, keeping the member in its group with partitions nobody reads for the
-        process's life (a second close() finds this one ended); the iteration ends.
-        The server's consumer timeout removes the member."""
-        self._stop.set()
-        self._membership.stop_rejoining()
-        self._commits.handed_off.set()  # wakes the commit thread
-        self._threads.stop_polling.set()
-        self._standing.settled.set()
-        self._mailbox.close()
-        with self._lock:
-            readers = self._readers.shut()  # those shut before too
-        for reader in readers:
-            self._readers.stop(reader)
-
-    def _close_bound(self) -> float:
-        """Seconds a close() takes at most, every call it makes timing out."""
-        options = self._core.options
-        policy = max(options.retry.max_delay, options.rpc_timeout)
-        return options.rpc_timeout * 2 + 1.0 + policy * 2 + self._membership.consumer_timeout
-
-    def _close(self, readers: list[PartitionReader], dropped: bool) -> None:
-        """The first close(): ``readers`` are those shut out of the assignment."""
-        self._stop.set()
-        # A rejoin in progress (on the heartbeat thread) ends now, not once its join
-        # call's retries give up: those outlasted the bound the threads get below.
-        self._membership.stop_rejoining()
-        self._commits.handed_off.set()  # wakes the commit thread
-        self._standing.settled.set()
-        # The iteration ends now, not once the threads below were joined (up to the
-        # deadline) and the final commit made: nothing it could still hand out would
-        # count (the readers are shut), and a second close() (Client.close()'s) still
-        # waits for this one to end.
-        self._mailbox.close()
-        # One deadline for every thread: a thread stuck in a call (a hung leader: up to
-        # rpc_timeout per attempt) ends by itself once the call returns, and waiting for
-        # each in turn made close() last that long per reader.
-        deadline = time.monotonic() + self._core.options.rpc_timeout * 2 + 1.0
-        running = self._readers.stop_all(readers, deadline)
-        running += self._threads.join_others(deadline)
-        running += self._readers.join_stopped(deadline)  # stopped by the heartbeat meanwhile
-        # The heartbeat still polls: the member stays in the group (and may commit)
-        # however long the wait above was.
-        if self._auto_commit is not None:
-            self._autocommit.final((r.stream, r.partition) for r in readers)
-        running += self._threads.end_heartbeat(deadline)
-        if running:
-            _log.warning(
-                "consumer %s: closing without waiting longer for %s, stuck in a call; they "
-                "end by themselves once it returns",
-                self._who,
-                running,
-            )
-        if not dropped:  # a member the server dropped has no group to leave
-            self._membership.leave()
+        self._closing.close()
 
     def __del__(self) -> None:
         # The collector may run this on any thread, one holding any lock (threading's

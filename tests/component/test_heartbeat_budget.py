@@ -37,7 +37,7 @@ def test_a_poll_for_a_coordinator_the_metadata_lacks_keeps_to_its_timeout() -> N
         member._call_timeout = _CALL_TIMEOUT
         started = time.monotonic()
         with pytest.raises(lb.LiftbridgeError):
-            member._fetch_assignments()
+            member.poll()
         elapsed = time.monotonic() - started
     finally:
         core.close()

@@ -808,13 +808,13 @@ def test_a_member_unheard_for_most_of_the_consumer_timeout_withholds_its_commits
         # A fault: the heartbeat's poll hangs, as in a process paused past the server's
         # consumer timeout. The server drops the member; its streams stay open.
         resume = threading.Event()
-        poll = member._membership._fetch_assignments
+        poll = member._membership.poll
 
         def hung() -> api_pb2.FetchConsumerGroupAssignmentsResponse:
             resume.wait(30)
             return poll()
 
-        monkeypatch.setattr(member._membership, "_fetch_assignments", hung)
+        monkeypatch.setattr(member._membership, "poll", hung)
         try:
             wait_until(lambda: not member._membership.may_commit(), 10, "the member unheard")
             second = publish_batch(client, stream, "second", 8)
@@ -922,7 +922,7 @@ def test_the_metadata_leader_names_the_coordinator_without_a_report(
         assert ask() == (member.coordinator, member.epoch)
         # Nothing was reported: the member keeps polling the same coordinator.
         epoch, coordinator = member.epoch, member.coordinator
-        assert membership._refresh_group() is False
+        assert membership.refresh_group() is False
         assert (member.epoch, member.coordinator) == (epoch, coordinator)
         assert member.stats().coordinator_changes == 0
     with pytest.raises(ConsumerGroupNotFoundError):

@@ -291,7 +291,7 @@ def test_the_heartbeat_doubts_while_the_coordinator_denies_the_member() -> None:
             seen.append(membership.in_doubt)
             stop.set()
 
-        membership._fetch_assignments = fetch  # type: ignore[method-assign]
+        membership.poll = fetch  # type: ignore[method-assign]
         thread = threading.Thread(
             target=membership.heartbeat, args=(stop, reconcile, lambda exc: None, None)
         )

@@ -90,7 +90,7 @@ def test_the_refusal_names_the_coordinator_without_fetch_metadata() -> None:
         [CoordinatorMismatchError("refused", code="FAILED_PRECONDITION", details=_REFUSAL)]
     )
     member = membership(core)
-    assert member._refresh_group() is True
+    assert member.refresh_group() is True
     assert (member.coordinator, member.epoch) == ("n2", 7)
     assert core.metadata_calls == 0
 
@@ -106,11 +106,11 @@ def test_no_metadata_leader_yet_is_asked_again_not_fetch_metadata() -> None:
     member = membership(core, coordinator_timeout=60.0)
     # While no metadata leader answers, nothing changes and nothing slow is asked: the
     # heartbeat asks again half a second later.
-    assert member._refresh_group() is False
-    assert member._refresh_group() is False
+    assert member.refresh_group() is False
+    assert member.refresh_group() is False
     assert core.metadata_calls == 0
     assert (member.coordinator, member.epoch) == ("n0", 3)
-    assert member._refresh_group() is True
+    assert member.refresh_group() is True
     assert (member.coordinator, member.epoch) == ("n2", 7)
     assert core.metadata_calls == 0
 
@@ -139,15 +139,15 @@ def test_fetch_metadata_once_the_metadata_leader_stayed_silent_for_the_timeout(
     core = StubCore([no_metadata_leader(), no_metadata_leader(), no_metadata_leader()])
     member = membership(core)
     member.join()  # consumer timeout 3 s (heartbeat calls: 0.75 s), coordinator timeout 2 s
-    assert member._refresh_group() is False  # the silence starts
+    assert member.refresh_group() is False  # the silence starts
     clock.now += 1.9
-    assert member._refresh_group() is False
+    assert member.refresh_group() is False
     assert core.metadata_calls == 0
     clock.now += 0.1
     # Silent for the coordinator timeout: FetchMetadata is the way left, but it gets no
     # more than a heartbeat call's time (v1.9.0 takes 3 s with a broker down: a member
     # waiting that long was expired in the kill test).
-    assert member._refresh_group() is True
+    assert member.refresh_group() is True
     assert core.metadata_calls == 1
     assert core.metadata_timeouts == [0.75]
     assert (member.coordinator, member.epoch) == ("n1", 5)
@@ -162,12 +162,12 @@ def test_an_answer_starts_the_silence_afresh(clock: Clock) -> None:
         ]
     )
     member = membership(core, coordinator_timeout=2.0)
-    member._refresh_group()
+    member.refresh_group()
     clock.now += 1.5
-    assert member._refresh_group() is True  # answered
+    assert member.refresh_group() is True  # answered
     clock.now += 1.5
     # 3 s after the first failure, but only the first failure since the answer.
-    assert member._refresh_group() is False
+    assert member.refresh_group() is False
     assert core.metadata_calls == 0
 
 
@@ -176,7 +176,7 @@ def test_an_unreadable_refusal_falls_back_to_fetch_metadata_at_once() -> None:
         [CoordinatorMismatchError("refused", code="FAILED_PRECONDITION", details="who knows")]
     )
     member = membership(core, coordinator_timeout=60.0)
-    assert member._refresh_group() is True
+    assert member.refresh_group() is True
     assert core.metadata_calls == 1
     assert core.metadata_timeouts == [None]  # the only way: rpc_timeout
     assert (member.coordinator, member.epoch) == ("n1", 5)
@@ -188,7 +188,7 @@ def test_a_probe_may_take_a_quarter_of_the_consumer_timeout_not_rpc_timeout() ->
     core = StubCore([no_metadata_leader()])
     member = membership(core)
     member.join()  # the server's consumer timeout: 3 s
-    member._refresh_group()
+    member.refresh_group()
     assert core.probe_timeouts == [0.75]
 
 
