@@ -367,6 +367,27 @@ def test_import_liftbridge_sync_does_not_import_nats() -> None:
     assert result.stdout.strip() == "False"
 
 
+#: Pasted at the head of the interrupt tests' scripts: the names of the functions the
+#: main thread is in, to send a signal once it sleeps where the test means it to.
+_MAIN_THREAD_CALLS = textwrap.dedent(
+    """
+    import gc, sys, threading
+
+    def main_thread_calls():
+        gc.disable()  # CPython 3.11 can deadlock collecting in there (tests/stacks.py)
+        try:
+            frame = sys._current_frames().get(threading.main_thread().ident)
+        finally:
+            gc.enable()
+        names = set()
+        while frame is not None:
+            names.add(frame.f_code.co_name)
+            frame = frame.f_back
+        return names
+    """
+)
+
+
 @pytest.mark.parametrize("when", ["connecting", "waiting", "another-thread"])
 def test_an_interrupt_during_the_first_connection_stays_an_interrupt(when: str) -> None:
     # Ctrl-C while a publish waited for the first NATS connection came out as a
@@ -376,8 +397,11 @@ def test_an_interrupt_during_the_first_connection_stays_an_interrupt(when: str) 
     # One the kernel gave another thread ("another-thread"), or the main thread just
     # before it went to sleep (1 run in 15 under load), did not wake the wait: the
     # KeyboardInterrupt came only once it timed out (connect_timeout + 10 s).
-    code = f"WHEN = {when!r}\n" + textwrap.dedent(
-        """
+    code = (
+        f"WHEN = {when!r}\n"
+        + _MAIN_THREAD_CALLS
+        + textwrap.dedent(
+            """
         import asyncio, gc, os, signal, sys, threading
         import nats.aio.client
         from liftbridge_sync.errors import BrokerUnavailableError
@@ -394,14 +418,7 @@ def test_an_interrupt_during_the_first_connection_stays_an_interrupt(when: str) 
                 pass
 
         def waiting_for_the_connection():
-            gc.disable()  # CPython 3.11 can deadlock collecting in there (tests/stacks.py)
-            try:
-                frame = sys._current_frames().get(threading.main_thread().ident)
-            finally:
-                gc.enable()
-            while frame is not None and frame.f_code.co_name != "result":
-                frame = frame.f_back
-            return frame is not None
+            return "result" in main_thread_calls()
 
         def interrupt():  # once the caller waits for the connection (polled)
             connecting.wait(30)
@@ -425,6 +442,7 @@ def test_an_interrupt_during_the_first_connection_stays_an_interrupt(when: str) 
         left = [t.name for t in threading.enumerate() if t.name.startswith("liftbridge-nats")]
         print("THREADS:", left)
         """
+        )
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
@@ -871,8 +889,11 @@ def test_an_interrupt_given_another_thread_ends_a_publishers_wait(call: str) -> 
     # sleep) did not wake publish()'s wait for its ack, flush()'s for the acks, nor
     # close()'s for a NATS flush: the KeyboardInterrupt came only at the timeout (here
     # 120 s).
-    code = f"CALL = {call!r}\n" + textwrap.dedent(
-        """
+    code = (
+        f"CALL = {call!r}\n"
+        + _MAIN_THREAD_CALLS
+        + textwrap.dedent(
+            """
         import asyncio, gc, signal, sys, threading
         import nats.aio.client
         from liftbridge_sync.nats import NatsPublisher
@@ -899,15 +920,7 @@ def test_an_interrupt_given_another_thread_ends_a_publishers_wait(call: str) -> 
                 pass
 
         def waiting(name):
-            gc.disable()  # CPython 3.11 can deadlock collecting in there (tests/stacks.py)
-            try:
-                frame = sys._current_frames().get(threading.main_thread().ident)
-            finally:
-                gc.enable()
-            names = set()
-            while frame is not None:
-                names.add(frame.f_code.co_name)
-                frame = frame.f_back
+            names = main_thread_calls()
             return name in names and "wait" in names
 
         def interrupt():  # on this thread: the main thread sleeps on
@@ -933,6 +946,7 @@ def test_an_interrupt_given_another_thread_ends_a_publishers_wait(call: str) -> 
         if CALL != "close":  # (its NATS flush still waits)
             pub.close(0.1)
         """
+        )
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
@@ -945,7 +959,7 @@ def test_an_interrupt_given_another_thread_ends_close_joining_a_name_lookup() ->
     # close() joins a liftbridge-nats-dns thread still resolving a host name for up to
     # its timeout (here 120 s) in one sleep: a SIGINT the kernel gave another thread
     # raised KeyboardInterrupt only then.
-    code = textwrap.dedent(
+    code = _MAIN_THREAD_CALLS + textwrap.dedent(
         """
         import gc, signal, socket, sys, threading
         from liftbridge_sync.errors import BrokerUnavailableError
@@ -960,15 +974,7 @@ def test_an_interrupt_given_another_thread_ends_close_joining_a_name_lookup() ->
         socket.getaddrinfo = getaddrinfo
 
         def joining():
-            gc.disable()  # CPython 3.11 can deadlock collecting in there (tests/stacks.py)
-            try:
-                frame = sys._current_frames().get(threading.main_thread().ident)
-            finally:
-                gc.enable()
-            names = set()
-            while frame is not None:
-                names.add(frame.f_code.co_name)
-                frame = frame.f_back
+            names = main_thread_calls()
             return "close" in names and "join" in names
 
         def interrupt():  # on this thread: the main thread sleeps on
