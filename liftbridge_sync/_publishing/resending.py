@@ -231,13 +231,21 @@ class Resender:
         mark = self._marks.pop(result.key, None)
         if result.trouble:
             self._troubled.add(result.key)
+        last_silent = self.watching.get(result.key)
         self.watching = {k: v for k, v in self.watching.items() if k != result.key}
         # A leader answers a partition's publishes in the order it receives them, and
         # it acknowledged one this client sent after the silent ones while they wait:
         # they never reached it (a new leader not yet listening on the partition's
         # subject), or their acks were lost. With its log fully committed, none of them
-        # waits for replication either.
-        overtaken = result.committed and result.key in self._overtaken
+        # waits for replication either. Only those silent ones are proven lost: the
+        # answer may have come in its turn after all of them, and later publishes
+        # merely slow (a loaded machine) would be stored twice.
+        overtaken = (
+            result.committed
+            and result.key in self._overtaken
+            and last_silent is not None
+            and self._still_pending(result.key, last_silent)
+        )
         self._overtaken.discard(result.key)
         if overtaken:
             self._troubled.add(result.key)
@@ -253,6 +261,8 @@ class Resender:
         before = self._silent_leaders.setdefault(result.key, result.known_leader)
         moved = result.leader is not None and before is not None and result.leader != before
         ready = result.idle or (moved and result.committed) or overtaken
+        # Overtaking alone proves no more than the publishes it overtook.
+        up_to = last_silent if overtaken and not result.idle and not moved else None
         if not (ready and result.key in self._troubled):
             _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
             return
@@ -284,6 +294,7 @@ class Resender:
                 and e.sent_at() <= result.started
                 and e.partition_key() == result.key
                 and e.correlation_id not in queued
+                and (up_to is None or e.seq <= up_to)
             ]
 
         count = self._table.send_again(silent)
@@ -296,6 +307,14 @@ class Resender:
             *result.key,
             result.detail,
             count,
+        )
+
+    def _still_pending(self, key: PartitionKey, last_seq: int) -> bool:
+        """Whether a publish of ``key`` numbered ``last_seq`` or lower still waits."""
+        # A snapshot (one C call): threads settling acks remove entries meanwhile.
+        return any(
+            e.seq <= last_seq and e.wants_ack and e.partition_key() == key
+            for e in list(self._table.entries.values())
         )
 
     def close(self, wait: float | None = None) -> None:
