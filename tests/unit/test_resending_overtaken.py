@@ -44,6 +44,11 @@ class _Answer:
         self.correlation_id = entry.correlation_id
 
 
+def _answers(*acked: _Entry) -> Any:
+    """Acks (as the resender reads them: their correlation ids) of ``acked``."""
+    return [_Answer(e) for e in acked]
+
+
 class _Table:
     """The pending table as the resender sees it: the entries and ``send_again``."""
 
@@ -92,9 +97,9 @@ def test_an_ack_in_its_turn_after_the_silent_ones_re_sends_nothing() -> None:
     resender = _resender(table)
     _watched(resender, *silent)
     # The silent ones' acks come (late), then the next publish's, in order.
-    resender.saw_answers([_Answer(e) for e in silent], cast(Any, table.entries))
+    resender.saw_answers(_answers(*silent), cast(Any, table.entries))
     table.settle(*silent)
-    resender.saw_answers([_Answer(later)], cast(Any, table.entries))
+    resender.saw_answers(_answers(later), cast(Any, table.entries))
     table.settle(later)
     resender.on_probe_result(_log_moved_but_committed())
     assert table.sent == []
@@ -107,7 +112,7 @@ def test_an_ack_overtaking_a_silent_publish_re_sends_that_one_only() -> None:
     table = _Table([lost, acked, later, slow])
     resender = _resender(table)
     _watched(resender, lost, acked)
-    resender.saw_answers([_Answer(acked), _Answer(later)], cast(Any, table.entries))
+    resender.saw_answers(_answers(acked, later), cast(Any, table.entries))
     table.settle(acked, later)
     resender.on_probe_result(_log_moved_but_committed())
     assert table.sent == [lost]  # not ``slow``: nothing proves it lost
