@@ -467,8 +467,9 @@ class ClientCore:
         *,
         drop_unknown: bool = False,
         abort: DialAbort | None = None,
-    ) -> None:
-        """One pass over the brokers for fresh metadata of ``streams``, without retries.
+    ) -> Metadata:
+        """One pass over the brokers for fresh metadata of ``streams``, without retries;
+        the answer (also merged into the cache).
 
         For callers that own their back-off and must keep within a deadline (the
         resubscribe loop): each broker gets at most the time left. With
@@ -500,8 +501,9 @@ class ClientCore:
             except (BrokerUnavailableError, DeadlineExceededError) as exc:
                 error = exc
                 continue
-            self.metadata.merge(self._metadata_of(response), gone=streams if drop_unknown else ())
-            return
+            answer = self._metadata_of(response)
+            self.metadata.merge(answer, gone=streams if drop_unknown else ())
+            return answer
         raise BrokerUnavailableError(f"no broker answered FetchMetadata ({error})")
 
     def stream_info_partitions(

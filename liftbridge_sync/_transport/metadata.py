@@ -18,6 +18,9 @@ __all__ = ["MetadataCache", "dialable_brokers", "translate_broker"]
 #: Fetches some streams' metadata (all: none named), within a budget if one is given.
 Fetcher = Callable[[Sequence[str], Budget | None], Metadata]
 
+#: Streams deleted here that :meth:`MetadataCache.deleted_here` remembers at most.
+_FORGOTTEN_KEPT = 1024
+
 
 def translate_broker(broker: BrokerInfo, translator: Callable[[str], str]) -> BrokerInfo:
     """``broker`` with the address ``translator`` maps its advertised one to.
@@ -132,6 +135,9 @@ class MetadataCache:
         self._changed: dict[str, int] = {}
         #: A full refresh is fetching (``_changed`` is recorded meanwhile).
         self._refreshing = False
+        #: Streams this client deleted (see :meth:`forget_stream`) and no answer has
+        #: listed since, oldest first, at most ``_FORGOTTEN_KEPT``.
+        self._forgotten: dict[str, None] = {}
         #: Serializes claims only: the refresh lock is held across whole fetches, and a
         #: publish asking for its count must not wait for one.
         self._claim_lock = threading.Lock()
@@ -227,6 +233,7 @@ class MetadataCache:
             self._snapshot = snapshot
             self._succeeded = max(self._succeeded, number)
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
+            self._forgotten = {n: None for n in self._forgotten if n not in snapshot.streams}
             # Refreshes run one at a time: the next one begins after these, and finds
             # them in the cache. (Kept, one entry per stream name ever merged grew
             # without end in a client that never refreshed in full.)
@@ -258,6 +265,7 @@ class MetadataCache:
             self._succeeded = self._started
             self._snapshot = snapshot
             self._fetched = dict.fromkeys(snapshot.streams, self._clock())
+            self._forgotten = {n: None for n in self._forgotten if n not in snapshot.streams}
         self._on_brokers()
 
     def merge(self, partial: Metadata, *, gone: Collection[str] = ()) -> None:
@@ -275,6 +283,8 @@ class MetadataCache:
             if self._refreshing:
                 self._changed.update(dict.fromkeys([*partial.streams, *dropped], self._changes))
             now = self._clock()
+            for name in partial.streams:
+                self._forgotten.pop(name, None)
             for name in dropped:
                 self._fetched.pop(name, None)
             self._fetched.update(dict.fromkeys(partial.streams, now))
@@ -297,6 +307,10 @@ class MetadataCache:
     def forget_stream(self, name: str) -> None:
         """Drop a stream from the cache (after it was deleted)."""
         with self._state_lock:
+            self._forgotten.pop(name, None)
+            self._forgotten[name] = None
+            if len(self._forgotten) > _FORGOTTEN_KEPT:
+                del self._forgotten[next(iter(self._forgotten))]
             self._changes += 1
             if self._refreshing:
                 self._changed[name] = self._changes
@@ -309,6 +323,10 @@ class MetadataCache:
                     streams=FrozenMap(streams),
                     fetched_at=current.fetched_at,
                 )
+
+    def deleted_here(self, name: str) -> bool:
+        """Whether this client deleted ``name`` and no answer has listed it since."""
+        return name in self._forgotten
 
     def claim_stale(self, name: str, max_age: float) -> bool:
         """Whether ``name``'s cached entry is older than ``max_age`` seconds; if so, the

@@ -57,7 +57,7 @@ class PartitionCounts:
         self,
         cache: MetadataCache,
         max_age: float | None,
-        refresh_once: Callable[[Sequence[str], float | None], None],
+        refresh_once: Callable[[Sequence[str], float | None], object],
         fetch_count: Callable[[str, Budget], int],
         retry: RetryPolicy,
         rpc_timeout: float,

@@ -22,6 +22,7 @@ from liftbridge_sync.errors import (
     DeadlineExceededError,
     NoSuchPartitionError,
 )
+from liftbridge_sync.models import Metadata
 from liftbridge_sync.subscription.target import SubscriptionTarget
 
 __all__ = ["ATTEMPT_AT_LEAST", "PartitionLookup", "at_least_a_moment", "left_of"]
@@ -95,16 +96,17 @@ class PartitionLookup:
         ends: float | None = None,
         *,
         drop_unknown: bool = False,
-    ) -> None:
+    ) -> Metadata:
         """Refresh the stream's metadata once, within :meth:`budget`'s time (with
-        ``drop_unknown``, the cache drops the stream unless the answer has it).
+        ``drop_unknown``, the cache drops the stream unless the answer has it); the
+        answer.
 
         Raises:
             BrokerUnavailableError: no broker answered in time.
             ClientClosedError: closed meanwhile (or the client).
         """
         budget = self.budget(deadline, until, ends)
-        self._core.refresh_once(
+        return self._core.refresh_once(
             [self._target.stream],
             None if budget is None else budget.ends,
             drop_unknown=drop_unknown,

@@ -101,38 +101,40 @@ class RefusalExplainer:
         A restarted server answers NOT_FOUND while it recovers its partitions, so the
         answer alone never ends a subscription: only metadata without the stream (or
         the partition) confirms a deletion. A stream the metadata still lists is retried.
-        The answer replaces what the cache held of the stream, dropping it if absent: a
-        stream deleted by another client stayed listed, and its deletion was retried as
-        a recovering partition for all of ``resubscribe_wait``. A restarted server
-        answers without its streams too until it has recovered them, so on a resubscribe
-        (``until`` given) an absence confirms the deletion only once it lasted the retry
-        policy's ``max_delay`` (longer than a restart takes, as the publishing path
-        judges), or at the end of ``resubscribe_wait`` (the connection's retry loop); a
-        stream this client deleted itself (no longer cached, not by this check) is gone
-        at once.
+        A restarted server answers without its streams too until it has recovered them,
+        so on a resubscribe (``until`` given) an answer without the stream confirms the
+        deletion only once the absence lasted the retry policy's ``max_delay`` (longer
+        than a restart takes, as the publishing path judges), or at the end of
+        ``resubscribe_wait`` (the connection's retry loop); a stream this client deleted
+        itself is gone at once. On the first connect a stream the cache listed is
+        retried under its retry policy, one it did not is gone at once. The client's
+        shared cache is not trimmed by the answer
+        (the other partitions' subscriptions and the publisher read it, and a recovering
+        server's answer would drop a live stream for them): only a confirmed deletion
+        leaves it.
         """
         target = self._target
-        listed = target.stream in self._core.metadata.get().streams
+        metadata = self._core.metadata
+        cached = target.stream in metadata.get().streams
         try:
-            self._lookup.refresh(deadline, until, ends, drop_unknown=True)
+            answer = self._lookup.refresh(deadline, until, ends)
         except BrokerUnavailableError as unreachable:
             return unreachable  # retryable: ask again on the next attempt
-        snapshot = self._core.metadata.get()
-        if target.stream not in snapshot.streams:
+        if target.stream not in answer.streams:
             now = time.monotonic()
-            if until is not None and (listed or self.missing_since is not None):
+            if until is None and cached:
+                # The first connect: its retry policy bounds the asking.
+                return _missing(target.stream, exc)
+            if until is not None and not metadata.deleted_here(target.stream):
                 if self.missing_since is None:
                     self.missing_since = now
                 if now - self.missing_since < self._core.options.retry.max_delay:
-                    return BrokerUnavailableError(
-                        f"stream {target.stream!r} is missing from the metadata (deleted, "
-                        f"or the server is recovering it): {exc}",
-                        code=exc.code,
-                        details=exc.details,
-                    )
+                    return _missing(target.stream, exc)
+            metadata.forget_stream(target.stream)
             return NoSuchStreamError(
                 f"no such stream: {target.stream!r}", code=exc.code, details=exc.details
             )
+        snapshot = metadata.get()
         self.missing_since = None
         if snapshot.partition(target.stream, target.partition) is None:
             return exc
@@ -142,6 +144,16 @@ class RefusalExplainer:
             code=exc.code,
             details=exc.details,
         )
+
+
+def _missing(stream: str, exc: NoSuchPartitionError) -> BrokerUnavailableError:
+    """A NOT_FOUND while fresh metadata lacks ``stream``, not (yet) taken for a deletion."""
+    return BrokerUnavailableError(
+        f"stream {stream!r} is missing from the metadata (deleted, or the server is "
+        f"recovering it): {exc}",
+        code=exc.code,
+        details=exc.details,
+    )
 
 
 def open_failure(

@@ -38,7 +38,8 @@ def test_a_stream_missing_from_the_metadata_for_all_of_resubscribe_wait_is_delet
     try:
         broker.subscribe_scripts = [
             serve([0], ("UNAVAILABLE", "scripted: gone")),
-            refuse("NOT_FOUND", "no such partition"),
+            # As a server without the stream does, at every attempt.
+            *(refuse("NOT_FOUND", "no such partition") for _ in range(100)),
         ]
         # resubscribe_wait well under the retry policy's max_delay (10 s): the absence
         # is judged by the end of resubscribe_wait, not only by max_delay.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync._transport.aborting import DialAbort
-from liftbridge_sync._transport.metadata import MetadataCache
+from liftbridge_sync._transport.metadata import _FORGOTTEN_KEPT, MetadataCache
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync.errors import BrokerUnavailableError, ClientClosedError, DeadlineExceededError
 from liftbridge_sync.models import FrozenMap, Metadata, StreamInfo
@@ -336,3 +336,46 @@ def test_a_refresh_without_a_budget_waits_for_another_thread_s_only_its_default(
     with _behind_a_stuck_refresh(default_budget=lambda: Budget.once(0.2)) as cache:
         errors = _refresh_on_a_thread(cache.refresh)
     assert [type(e) for e in errors] == [DeadlineExceededError]
+
+
+def _listing(*names: str) -> Metadata:
+    return Metadata(
+        brokers=(), streams=FrozenMap({n: StreamInfo(name=n, subject=n) for n in names})
+    )
+
+
+def _answering(*names: str) -> Callable[[Sequence[str], Budget | None], Metadata]:
+    """A fetch whose every answer lists ``names``."""
+
+    def fetch(streams: Sequence[str], budget: Budget | None = None) -> Metadata:
+        return _listing(*names)
+
+    return fetch
+
+
+def test_a_stream_deleted_here_is_known_until_an_answer_lists_it_again() -> None:
+    # What tells a resubscribe's NOT_FOUND for a stream this client deleted (gone at
+    # once) from one a recovering server merely left out of its answer (retried).
+    cache = MetadataCache(_answering("s"), default_budget=_budget)
+    cache.merge(_listing("s"))
+    assert not cache.deleted_here("s")
+    cache.forget_stream("s")
+    assert cache.deleted_here("s")
+    cache.merge(_listing("t"))
+    assert cache.deleted_here("s")  # an answer without it confirms nothing new
+    cache.merge(_listing("s"))  # created again, by anyone
+    assert not cache.deleted_here("s")
+    cache.forget_stream("s")
+    cache.refresh()  # a full answer listing it
+    assert not cache.deleted_here("s")
+
+
+def test_streams_deleted_here_are_remembered_up_to_a_bound() -> None:
+    cache = MetadataCache(_answering(), default_budget=_budget)
+    for number in range(_FORGOTTEN_KEPT + 10):
+        cache.forget_stream(f"s{number}")
+    assert not cache.deleted_here("s0")  # the oldest went first
+    assert cache.deleted_here(f"s{_FORGOTTEN_KEPT + 9}")
+    assert sum(cache.deleted_here(f"s{n}") for n in range(_FORGOTTEN_KEPT + 10)) == (
+        _FORGOTTEN_KEPT
+    )
