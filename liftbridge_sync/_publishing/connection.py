@@ -4,10 +4,11 @@
 stream. It opens a stream on the next broker in turn, numbering each one (its epoch, by
 which events of a stream that ended are told apart), and the new stream sends every
 pending publish in order under the send lock (but those a draining stream still
-answers). When the broker shuts down gracefully the old stream keeps draining (it
-answers what it was sent; what it leaves unanswered goes again) and a new one opens at
-once (after the back-off if no stream answered since the last drain or failure: a
-broker saying goodbye on every connection gets no dial storm); at most
+answers). When the broker shuts down gracefully, or the stream's acks are proven lost
+(:mod:`.resending`), the old stream keeps draining (it answers what it was sent; what
+it leaves unanswered goes again) and a new one opens at once (after the back-off if no
+stream answered since the last drain or failure: a broker saying goodbye on every
+connection gets no dial storm); at most
 :data:`MAX_DRAINING` streams drain at a time (the oldest is cancelled: a broker that
 never ends its calls cannot pile them up). When a stream ends with publishes pending,
 the next one is due after a back-off from the retry policy. It fails the publishes no
@@ -160,7 +161,29 @@ class PublishConnection:
     def on_draining(self, event: StreamDraining) -> None:
         """A stream's broker is shutting down gracefully."""
         if event.epoch == self.epoch and self.stream is not None:
-            self._start_draining()
+            held = self._start_draining()
+            _log.info(
+                "publish stream %d: the broker is shutting down gracefully; %d publishes "
+                "wait for its answers, new ones go to another connection",
+                event.epoch,
+                held,
+            )
+
+    def replace_deaf(self) -> None:
+        """The live stream's acks are lost (see :meth:`.resending.Resender.on_probe_result`):
+        new publishes go to a new stream on the next broker, and the old one drains as a
+        broker shutting down would have it (its answers still count; what it leaves
+        unanswered when the server ends the half-closed call goes again)."""
+        if self.stream is None:
+            return
+        epoch = self.epoch
+        held = self._start_draining()
+        _log.warning(
+            "publish stream %d: its acks stopped coming back while the leader kept its "
+            "log committed; %d publishes go again on another connection once it ends",
+            epoch,
+            held,
+        )
 
     def abort_dials(self) -> None:
         """Any thread: abandon the dial under way, if any (it fails with
@@ -234,9 +257,9 @@ class PublishConnection:
         if self._connects > 1:
             self._resent_after_reconnect += len(entries)
 
-    def _start_draining(self) -> None:
-        """The current stream's broker is shutting down gracefully: it answers what it
-        was sent, so that stays with it; new publishes go to a new stream at once."""
+    def _start_draining(self) -> int:
+        """Retire the current stream: it answers what it was sent, so that stays with
+        it; new publishes go to a new stream at once. How many publishes it holds."""
         stream = self.stream
         assert stream is not None
         ids = self._table.go_offline()
@@ -249,12 +272,6 @@ class PublishConnection:
         # Half-close after whatever was queued on it: the broker ends the call once it
         # has answered (it waits for nothing more from us).
         stream.close()
-        _log.info(
-            "publish stream %d: the broker is shutting down gracefully; %d publishes wait "
-            "for its answers, new ones go to another connection",
-            self.epoch,
-            len(held),
-        )
         for epoch in sorted(self.draining)[: len(self.draining) - MAX_DRAINING]:
             # Its end (StreamClosed) sends what it leaves unanswered again.
             self.draining[epoch][0].cancel()
@@ -266,6 +283,7 @@ class PublishConnection:
             self.reconnect_at = self._clock() + delay
         else:
             self._connect()
+        return len(held)
 
     def _on_drained(self, epoch: int, error: LiftbridgeError | None) -> None:
         """A draining stream ended: what it left unanswered goes again (in order) on the
@@ -292,7 +310,7 @@ class PublishConnection:
         count = self._table.send_again(unanswered)
         self._resent_after_reconnect += count
         if count:
-            _log.warning("re-sent %d publishes a gracefully stopped broker left unanswered", count)
+            _log.warning("re-sent %d publishes a retired stream left unanswered", count)
         elif self.stream is None and self.reconnect_at is None and pending:
             self._connect()  # not connected: the next stream sends them
 

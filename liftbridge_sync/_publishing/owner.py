@@ -423,7 +423,8 @@ class OwnerLoop:
         elif isinstance(event, StreamDraining):
             self._connection.on_draining(event)
         elif isinstance(event, ProbeResult):
-            self._resender.on_probe_result(event)
+            if self._resender.on_probe_result(event):
+                self._connection.replace_deaf()
         elif isinstance(event, Close):
             self._close_requested = True
             self._close_deadline = event.deadline

@@ -4,8 +4,10 @@ Publishes the server could not hand to NATS, or refused as "no such stream" whil
 still starting (:mod:`.recovering`), are sent again after a back-off; partitions that went
 silent are probed (:mod:`.failover`) and their silent publishes re-sent, provided that
 everything queued before the probe has left this client's own queues (a publish still
-queued here is not lost, and a copy would follow it). A broken stream needs none of
-this: the next stream (:mod:`.connection`) re-sends everything pending.
+queued here is not lost, and a copy would follow it). Publishes re-sent after a probe
+that are proven lost again on the same stream are not re-sent on it a second time: its
+acks are taken for lost, and the stream is retired (:mod:`.connection`). A broken stream
+needs none of this: the next stream re-sends everything pending.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class Resender:
         #: saw_answers). Empty but while a partition is probed: answers are then not
         #: looked at.
         self.watching: dict[PartitionKey, int] = {}
+        #: For each silent partition whose publishes were re-sent after a probe: the
+        #: stream they went on and when (see on_probe_result).
+        self._resent_on: dict[PartitionKey, tuple[PublishStream, float]] = {}
         #: Partitions probed that acknowledged a publish sent after their silent ones.
         self._overtaken: set[PartitionKey] = set()
         #: The live stream and its queued mark when each probe under way was asked for.
@@ -194,6 +199,8 @@ class Resender:
             del self._silent_leaders[key]
         for key in [k for k in self._idle_since if k not in silent]:
             del self._idle_since[key]
+        for key in [k for k in self._resent_on if k not in silent]:
+            del self._resent_on[key]
         for key, sent in first_sent.items():
             if self._disrupted_at >= sent - resend_after:
                 self._troubled.add(key)
@@ -226,7 +233,13 @@ class Resender:
             if last is not None and entry.seq > last:
                 self._overtaken.add(key)
 
-    def on_probe_result(self, result: ProbeResult) -> None:
+    def on_probe_result(self, result: ProbeResult) -> bool:
+        """Take a probe's verdict: re-send the partition's silent publishes if they are
+        proven lost. ``True``: the live stream's acks are lost, and it is to be replaced
+        (publishes re-sent on it after a probe went silent again, and were proven lost
+        again: re-sending on it once more would store them once more, as in a CI run
+        where a broker's ack route stayed broken after a NATS restart while the leader
+        stored every copy)."""
         self._probing.discard(result.key)
         mark = self._marks.pop(result.key, None)
         if result.trouble:
@@ -265,7 +278,7 @@ class Resender:
         up_to = last_silent if overtaken and not result.idle and not moved else None
         if not (ready and result.key in self._troubled):
             _log.debug("partition %s/%d is silent: %s", *result.key, result.detail)
-            return
+            return False
         if (
             mark is not None
             and mark[0] is self._table.live
@@ -275,8 +288,18 @@ class Resender:
             # the silence may be ours, and a copy sent now would follow the first one
             # (stored twice). Looked at again with the next probe.
             _log.debug("partition %s/%d is silent, but not all was written yet", *result.key)
-            return
+            return False
         pending = self._table.entries
+        live = self._table.live
+        if self._lost_again(result.key, live):
+            _log.warning(
+                "partition %s/%d went silent again (%s) after its publishes were re-sent "
+                "on this stream",
+                *result.key,
+                result.detail,
+            )
+            del self._resent_on[result.key]
+            return True
         # Likewise those still in the queue of a draining stream, which writes them yet.
         queued: set[str] = set()
         for old, (ids, end) in self._draining.items():
@@ -297,9 +320,12 @@ class Resender:
                 and (up_to is None or e.seq <= up_to)
             ]
 
+        resent_from = self._clock()
         count = self._table.send_again(silent)
         if not count:
-            return
+            return False
+        if live is not None:
+            self._resent_on[result.key] = (live, resent_from)
         self.resent_after_stall += count
         self._next_stall_check = self._clock() + (self._resend_after or 0.0)
         _log.warning(
@@ -307,6 +333,19 @@ class Resender:
             *result.key,
             result.detail,
             count,
+        )
+        return False
+
+    def _lost_again(self, key: PartitionKey, live: PublishStream | None) -> bool:
+        """Whether a publish of ``key`` re-sent on ``live`` after a probe still waits."""
+        resent = self._resent_on.get(key)
+        if resent is None or live is None or resent[0] is not live:
+            return False
+        since = resent[1]
+        # A snapshot (one C call): threads settling acks remove entries meanwhile.
+        return any(
+            e.resent_at >= since and e.wants_ack and e.partition_key() == key
+            for e in list(self._table.entries.values())
         )
 
     def _still_pending(self, key: PartitionKey, last_seq: int) -> bool:

@@ -48,7 +48,8 @@ __all__ = [
 #:
 #: * ``"ack"``: store it and acknowledge it (offsets count up per stream partition, and
 #:   the partition's newest offset in ``FetchPartitionMetadata`` follows them);
-#: * ``"drop"``: never answer (a lost ack);
+#: * ``"drop"``: never answer (a publish lost on its way to the leader);
+#: * ``"store"``: store it, never answer (an ack lost on its way back);
 #: * ``"abort"``: end the whole stream with UNAVAILABLE (a broker going away);
 #: * ``("delay", seconds)``: store it at once, acknowledge it after ``seconds`` (a slow
 #:   ack);
@@ -355,6 +356,9 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 count = len(self.received)
             action = self.publish_script(request, count)
             if action == "drop":
+                continue
+            if action == "store":
+                self._store(request)
                 continue
             if action == "ack" and request.ackPolicy == api_pb2.NONE:
                 self._store(request)  # stored, but the real server answers no NONE

@@ -118,6 +118,23 @@ def test_a_leader_idle_for_long_is_proof_enough_and_the_publish_is_resent(
     assert len(fake.received) == 2
 
 
+def test_a_stream_whose_acks_are_lost_is_replaced_not_resent_on_again(
+    fake: FakeBroker, transport: str
+) -> None:
+    # As a CI run's broker did after a NATS restart: the leader stores every publish on
+    # the stream, and every copy re-sent on it, but no ack comes back. Re-sending on it
+    # after each idle proof stored the same window once a second until the test timed
+    # out; a second proof on the same stream retires it, and a new one gets acks.
+    fake.publish_script = lambda request, n: "store" if fake.streams_opened == 1 else "ack"
+    with _client(fake, transport, resend_after=0.1) as client:
+        ack = client.publish_async("s", b"x", partition=0, timeout=10).result(timeout=15)
+        stats = client.publisher_stats()
+    assert ack is not None and ack.offset == 2  # stored by the first send and the re-send
+    assert [r.value for r in fake.received] == [b"x"] * 3
+    assert stats.resent_after_stall == 1
+    assert stats.connects == 2 and fake.streams_opened == 2
+
+
 def test_a_publish_still_in_the_clients_own_queue_is_not_resent(fake: FakeBroker) -> None:
     # The leader is idle and committed for longer than IDLE_PROOF periods, which is
     # proof enough of a loss for a publish that was written; but this one never left

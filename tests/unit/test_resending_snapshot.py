@@ -43,6 +43,7 @@ class _Table:
 
     def __init__(self) -> None:
         self.entries: dict[str, _Entry] = {}
+        self.live = None  # no stream: nothing re-sent on one is watched
         self.sent: list[_Entry] = []
 
     def send_again(self, pick: Callable[[], list[_Entry]]) -> int:
