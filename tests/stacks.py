@@ -8,7 +8,7 @@ import sys
 import threading
 from types import FrameType
 
-__all__ = ["frame_of", "thread_in"]
+__all__ = ["frame_of", "stack_of", "thread_in"]
 
 _COLLECTOR_OFF = threading.Lock()
 
@@ -40,3 +40,15 @@ def thread_in(thread: threading.Thread, function: str) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def stack_of(thread: threading.Thread) -> str:
+    """Where ``thread`` is now, outermost call first (``"not running"`` if it is not),
+    for the message of a wait that timed out: it tells a thread stuck in a call from one
+    that had not got there yet."""
+    frame = frame_of(thread.ident)
+    calls = []
+    while frame is not None:
+        calls.append(f"{frame.f_code.co_name}:{frame.f_lineno}")
+        frame = frame.f_back
+    return " > ".join(reversed(calls)) or "not running"

@@ -25,6 +25,7 @@ import pytest
 import liftbridge_sync as lb
 from liftbridge_sync import ClientOptions, StartAt, TLSOptions
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._transport import channels as channels_module
 from liftbridge_sync._transport.aborting import connect
 from liftbridge_sync._transport.channels import ChannelPool
 from liftbridge_sync._transport.h2 import dial as dial_module
@@ -37,7 +38,7 @@ from liftbridge_sync.testing import (
     serve,
 )
 from tests.silent_listener import SilentListener
-from tests.stacks import frame_of, thread_in
+from tests.stacks import frame_of, stack_of, thread_in
 from tests.waiting import wait_until
 
 from .test_subscribe_faults import SC, make_client
@@ -254,16 +255,30 @@ class _UntrustedThenSilent:
         self._thread.join(5)
 
 
-def test_cancel_abandons_the_look_at_an_untrusted_certificate(certs: TestCertificates) -> None:
+@pytest.fixture(scope="module")
+def stranger(tmp_path_factory: pytest.TempPathFactory) -> TestCertificates:
+    """A CA that signed none of ``certs``' certificates."""
+    return generate_certificates(tmp_path_factory.mktemp("stranger"), ca_name="stranger CA")
+
+
+def test_cancel_abandons_the_look_at_an_untrusted_certificate(
+    certs: TestCertificates, stranger: TestCertificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After a pre-flight found the broker's certificate untrusted, a second connection
     reads the issuer it names (for the error message): it waited what was left of the
     pre-flight's 5 s for a broker that did not answer it, whatever cancelled the call."""
+    # The look gets what the pre-flight left of its budget: 30 s, not 5 s, so that a
+    # pre-flight slowed down on a loaded machine cannot leave it a window too short
+    # for the wait below to see (cancel() must end it all the same).
+    monkeypatch.setattr(channels_module, "_PREFLIGHT_TIMEOUT", 30.0)
     broker = _UntrustedThenSilent(certs)
-    # The system's CAs: not the test CA that signed the broker's certificate.
+    # Another CA than the one that signed the broker's certificate. (The system's CAs
+    # were as untrusting, but loading the store, ~300 files that each give up the GIL
+    # and take it back, ran inside the wait below: several seconds of a CI run's 10.)
     options = ClientOptions(
         addresses=(broker.address,),
         rpc_timeout=30.0,
-        tls=TLSOptions(server_name="localhost"),
+        tls=TLSOptions(ca_cert=str(stranger.ca_cert), server_name="localhost"),
     )
     pool = ChannelPool(options)
     call = H2SubscribeCall(
@@ -277,7 +292,10 @@ def test_cancel_abandons_the_look_at_an_untrusted_certificate(certs: TestCertifi
     try:
         wait_until(
             lambda: thread_in(reader, "peer_issuer") and broker.accepted >= 2,
-            what="the reader reading the issuer",
+            what=lambda: (
+                f"the reader reading the issuer ({broker.accepted} connection(s) accepted; "
+                f"errors {errors}; the reader in {stack_of(reader)})"
+            ),
         )
         _cancel_ends(call, reader, errors, "read")
     finally:
