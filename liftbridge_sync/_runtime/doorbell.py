@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-__all__ = ["WAIT_SLICE", "Doorbell", "wait_event"]
+__all__ = ["WAIT_SLICE", "Doorbell", "wait_event", "wait_sliced"]
 
 _T = TypeVar("_T")
 
@@ -118,17 +118,37 @@ class Doorbell:
                 between()
 
 
-def wait_event(event: threading.Event, seconds: float | None) -> bool:
-    """``event.wait(seconds)`` (``None``: no limit) in sleeps of at most
-    :data:`WAIT_SLICE`, so that a signal the kernel gave another thread is handled in the
-    waiting main thread within one. Thread-safe."""
+def wait_sliced(wait: Callable[[float], bool], seconds: float | None) -> bool:
+    """Wait up to ``seconds`` (``None``: no limit) for what ``wait`` waits for, in calls
+    ``wait(step)`` of at most :data:`WAIT_SLICE` seconds each.
+
+    A signal the kernel gave another thread, or the main thread just before it went to
+    sleep, does not cut a sleep short: Python runs its handler (``KeyboardInterrupt``)
+    in the main thread only once the sleep ends. In slices it comes within one, not at
+    the timeout. The package's sliced waits share this one loop.
+
+    Args:
+        wait: Waits at most the seconds it is given and returns whether what it waits
+            for happened (e.g. ``event.wait``). Called at least once, with ``0.0`` if
+            ``seconds`` is not positive.
+        seconds: Seconds to wait in all; ``None``: until ``wait`` returns true.
+
+    Returns:
+        Whether ``wait`` returned true within ``seconds``.
+
+    Thread-safe if ``wait`` is.
+    """
     deadline = None if seconds is None else time.monotonic() + seconds
     while True:
-        step = WAIT_SLICE
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return event.is_set()
-            step = min(step, left)
-        if event.wait(step):
+        left = WAIT_SLICE if deadline is None else deadline - time.monotonic()
+        if wait(max(0.0, min(left, WAIT_SLICE))):
             return True
+        if deadline is not None and left <= WAIT_SLICE:
+            return False  # that was the last slice: the rest of the time
+
+
+def wait_event(event: threading.Event, seconds: float | None) -> bool:
+    """``event.wait(seconds)`` (``None``: no limit) in sleeps of at most
+    :data:`WAIT_SLICE` (:func:`wait_sliced`), so that a signal the kernel gave another
+    thread is handled in the waiting main thread within one. Thread-safe."""
+    return wait_sliced(event.wait, seconds)

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, wait_sliced
 from liftbridge_sync._runtime.timerwheel import TimerHandle
 from liftbridge_sync._wire.validate import (
     check_partition,
@@ -138,11 +138,8 @@ def settle(
 
 def wait_future(future: concurrent.futures.Future[_T], seconds: float | None) -> _T:
     """``future.result(seconds)`` (``None``: no limit) in sleeps of at most
-    :data:`WAIT_SLICE`.
-
-    A SIGINT the kernel gave another thread, or the main thread just before it went to
-    sleep, does not cut the sleep short: Python runs the handler (``KeyboardInterrupt``)
-    only once the sleep ends. In slices it comes within one, not at the timeout.
+    :data:`WAIT_SLICE` (:func:`~liftbridge_sync._runtime.doorbell.wait_sliced`: a
+    Ctrl-C that did not wake the sleep comes within one, not at the timeout).
 
     Raises:
         TimeoutError: ``future`` is not done within ``seconds`` (or failed with one).
@@ -151,16 +148,10 @@ def wait_future(future: concurrent.futures.Future[_T], seconds: float | None) ->
 
     Thread-safe.
     """
-    deadline = None if seconds is None else time.monotonic() + seconds
-    while True:
-        left = WAIT_SLICE if deadline is None else deadline - time.monotonic()
-        try:
-            return future.result(timeout=max(0.0, min(left, WAIT_SLICE)))
-        except concurrent.futures.TimeoutError:
-            if future.done():
-                return future.result()  # its own TimeoutError, or done just now
-            if deadline is not None and left <= WAIT_SLICE:
-                raise
+    done = wait_sliced(lambda step: not _not_done_after({future}, step), seconds)
+    if not done and not future.done():  # (done just now: its outcome after all)
+        raise TimeoutError(f"not done within {seconds:g}s")
+    return future.result()  # done: its outcome (its own TimeoutError too), at once
 
 
 def wait_all(
@@ -174,14 +165,22 @@ def wait_all(
 
     Thread-safe.
     """
-    deadline = None if seconds is None else time.monotonic() + seconds
     not_done = set(futures)
-    while not_done:
-        left = WAIT_SLICE if deadline is None else deadline - time.monotonic()
-        _, not_done = concurrent.futures.wait(not_done, timeout=max(0.0, min(left, WAIT_SLICE)))
-        if deadline is not None and left <= WAIT_SLICE:
-            break
+
+    def all_done(step: float) -> bool:
+        nonlocal not_done
+        not_done = _not_done_after(not_done, step)
+        return not not_done
+
+    wait_sliced(all_done, seconds)
     return not_done
+
+
+def _not_done_after(
+    futures: set[concurrent.futures.Future[Any]], seconds: float
+) -> set[concurrent.futures.Future[Any]]:
+    """Those of ``futures`` still not done after waiting ``seconds`` for all of them."""
+    return concurrent.futures.wait(futures, timeout=seconds).not_done
 
 
 class DnsExecutor(concurrent.futures.ThreadPoolExecutor):

@@ -642,7 +642,11 @@ def test_close_from_another_thread_wakes_a_flush_held_by_a_blocking_done_callbac
         assert blocked.wait(10)
         queued = pub.publish_async("nats-test.queued", b"y")  # behind the callback
         flusher.start()
-        wait_until(lambda: thread_in(flusher, "result"), what="the flush waiting")
+        wait_until(
+            # Future.result(), or the package's sliced wait (wait_future).
+            lambda: thread_in(flusher, "result") or thread_in(flusher, "wait_sliced"),
+            what="the flush waiting",
+        )
         started = time.monotonic()
         pub.close(0.2)
         flusher.join(10)
