@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-__all__ = ["WAIT_SLICE", "Doorbell", "wait_event", "wait_sliced"]
+__all__ = ["WAIT_SLICE", "Doorbell", "join_sliced", "wait_event", "wait_sliced"]
 
 _T = TypeVar("_T")
 
@@ -152,3 +152,17 @@ def wait_event(event: threading.Event, seconds: float | None) -> bool:
     :data:`WAIT_SLICE` (:func:`wait_sliced`), so that a signal the kernel gave another
     thread is handled in the waiting main thread within one. Thread-safe."""
     return wait_sliced(event.wait, seconds)
+
+
+def join_sliced(thread: threading.Thread, seconds: float | None) -> bool:
+    """``thread.join(seconds)`` (``None``: no limit) in sleeps of at most
+    :data:`WAIT_SLICE` (:func:`wait_sliced`); whether ``thread`` is no longer alive (a
+    thread never started counts as ended, as :meth:`~threading.Thread.is_alive` says).
+    Thread-safe."""
+
+    def ended(step: float) -> bool:
+        if thread.is_alive():
+            thread.join(step)
+        return not thread.is_alive()
+
+    return wait_sliced(ended, seconds)

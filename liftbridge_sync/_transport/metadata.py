@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE
+from liftbridge_sync._runtime.doorbell import wait_sliced
 from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync.errors import ConfigurationError, DeadlineExceededError
 from liftbridge_sync.models import BrokerInfo, FrozenMap, Metadata, StreamInfo
@@ -200,15 +200,14 @@ class MetadataCache:
         abort = budget.abort
         if abort is None:
             return self._refresh_lock.acquire(timeout=max(0.0, budget.ends - time.monotonic()))
-        # In slices, looking at the abort after each: nothing can wake a lock's waiter
-        # (another thread's refresh holds it for up to its retry policy).
-        while True:
+
+        def taken(step: float) -> bool:
             abort.check()
-            left = budget.ends - time.monotonic()
-            if self._refresh_lock.acquire(timeout=max(0.0, min(left, WAIT_SLICE))):
-                return True
-            if left <= WAIT_SLICE:
-                return False
+            return self._refresh_lock.acquire(timeout=step)
+
+        # In slices, looking at the abort before each: nothing can wake a lock's waiter
+        # (another thread's refresh holds it for up to its retry policy).
+        return wait_sliced(taken, budget.ends - time.monotonic())
 
     def _refresh_locked(self, asked: int, budget: Budget) -> tuple[Metadata, bool]:
         """:meth:`refresh` with the refresh lock held: the snapshot, and whether this

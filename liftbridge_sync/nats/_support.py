@@ -11,13 +11,12 @@ import dataclasses
 import importlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, wait_sliced
+from liftbridge_sync._runtime.doorbell import wait_sliced
 from liftbridge_sync._runtime.timerwheel import TimerHandle
 from liftbridge_sync._wire.validate import (
     check_partition,
@@ -138,8 +137,9 @@ def settle(
 
 def wait_future(future: concurrent.futures.Future[_T], seconds: float | None) -> _T:
     """``future.result(seconds)`` (``None``: no limit) in sleeps of at most
-    :data:`WAIT_SLICE` (:func:`~liftbridge_sync._runtime.doorbell.wait_sliced`: a
-    Ctrl-C that did not wake the sleep comes within one, not at the timeout).
+    :data:`~liftbridge_sync._runtime.doorbell.WAIT_SLICE`
+    (:func:`~liftbridge_sync._runtime.doorbell.wait_sliced`: a Ctrl-C that did not wake
+    the sleep comes within one, not at the timeout).
 
     Raises:
         TimeoutError: ``future`` is not done within ``seconds`` (or failed with one).
@@ -158,7 +158,8 @@ def wait_all(
     futures: Collection[concurrent.futures.Future[Any]], seconds: float | None
 ) -> set[concurrent.futures.Future[Any]]:
     """``concurrent.futures.wait(futures, seconds)`` (``None``: no limit) in sleeps of at
-    most :data:`WAIT_SLICE`, for the reason :func:`wait_future` gives.
+    most :data:`~liftbridge_sync._runtime.doorbell.WAIT_SLICE`, for the reason
+    :func:`wait_future` gives.
 
     Returns:
         The futures not done in time.
@@ -240,14 +241,18 @@ class DnsExecutor(concurrent.futures.ThreadPoolExecutor):
 
     def join(self, timeout: float | None) -> bool:
         """Wait for the calls under way (``None``: no limit); whether none is left."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._calls_lock:
-                thread = next(iter(self._calls), None)
-            if thread is None:
-                return True
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            # In slices: a Ctrl-C that did not wake the sleep is raised within one.
-            thread.join(WAIT_SLICE if remaining is None else min(remaining, WAIT_SLICE))
+
+        def none_left(step: float) -> bool:
+            thread = self._a_call()
+            if thread is not None:
+                thread.join(step)
+                thread = self._a_call()
+            return thread is None
+
+        # In slices: a Ctrl-C that did not wake the sleep is raised within one.
+        return wait_sliced(none_left, timeout)
+
+    def _a_call(self) -> threading.Thread | None:
+        """One of the calls under way, if any."""
+        with self._calls_lock:
+            return next(iter(self._calls), None)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE
+from liftbridge_sync._runtime.doorbell import join_sliced
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
@@ -196,7 +196,7 @@ class LoopThread:
                     if not loop.is_closed():
                         raise
                     # A close() on the loop thread (in a nats-py callback) ended it.
-                _join(thread, CLOSE_MARGIN)
+                join_sliced(thread, CLOSE_MARGIN)
                 self._starting = None  # (kept once started: the same as _thread)
                 if thread.is_alive():
                     _log.warning(
@@ -278,7 +278,7 @@ class LoopThread:
             except Exception:  # pragma: no cover - the shutdown never raises
                 _log.exception("NatsPublisher shutdown failed")
                 loop.call_soon_threadsafe(loop.stop)
-        ended = _join(thread, close_by - time.monotonic())
+        ended = join_sliced(thread, close_by - time.monotonic())
         if not ended:
             _log.warning(
                 "the liftbridge-nats thread did not end within %gs of close()'s timeout "
@@ -288,18 +288,6 @@ class LoopThread:
         if dns is not None and not dns.join(seconds):
             _log.warning("a NATS host name lookup is still under way after close")
         return ended
-
-
-def _join(thread: threading.Thread, seconds: float) -> bool:
-    """``thread.join(seconds)`` in sleeps of at most :data:`WAIT_SLICE` (see
-    :func:`~liftbridge_sync.nats._support.wait_future`); whether it ended."""
-    deadline = time.monotonic() + seconds
-    while thread.is_alive():
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        thread.join(min(left, WAIT_SLICE))
-    return True
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell, join_sliced
 from liftbridge_sync._runtime.scheduler import Scheduler
 from liftbridge_sync.errors import InternalThreadError, LiftbridgeError
 from liftbridge_sync.models import Message
@@ -165,13 +165,8 @@ class Readers:
             # In slices: a Ctrl-C the kernel gave another thread meanwhile is handled
             # within a slice, not once the reader has ended (the close woke it, its
             # metadata look-ups too; what it cannot wake, a callback's, may last).
-            while thread is not current and thread.is_alive():
-                step = WAIT_SLICE
-                if deadline is not None:
-                    step = min(step, deadline - time.monotonic())
-                    if step <= 0:
-                        break
-                thread.join(step)
+            if thread is not current:
+                join_sliced(thread, None if deadline is None else deadline - time.monotonic())
 
 
 def pump(box: Mailbox, sub: Subscription) -> None:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from liftbridge_sync._runtime.doorbell import WAIT_SLICE, wait_event, wait_sliced
+from liftbridge_sync._runtime.doorbell import WAIT_SLICE, join_sliced, wait_event, wait_sliced
 from liftbridge_sync.nats._support import wait_all, wait_future
 
 
@@ -79,3 +79,13 @@ def test_wait_all_returns_the_futures_not_done_in_time() -> None:
     assert wait_all([], None) == set()
     pending.set_result(2)
     assert wait_all([done, pending], None) == set()
+
+
+def test_join_sliced_says_whether_the_thread_ended() -> None:
+    release = threading.Event()
+    thread = threading.Thread(target=release.wait, args=(30,), name="test-joined", daemon=True)
+    assert join_sliced(thread, 0.0) is True  # never started: not alive
+    thread.start()
+    assert join_sliced(thread, 0.0) is False
+    release.set()
+    assert join_sliced(thread, None) is True
