@@ -62,18 +62,54 @@ _NAME_ATTRIBUTES = {
 _FD_DIRS = ("/proc/self/fd", "/dev/fd")
 
 
+#: The last system store read: where it was and how those places looked, and its PEM.
+_roots_read: tuple[tuple[object, ...], bytes] | None = None
+_roots_lock = threading.Lock()
+
+
 def system_roots() -> bytes:
     """The CA certificates OpenSSL trusts by default, as PEM.
 
     Honours ``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` as OpenSSL does
     (``ssl.get_default_verify_paths``). Only CA certificates are kept (what
-    ``SSLContext.get_ca_certs`` lists).
+    ``SSLContext.get_ca_certs`` lists). Read once per process while the bundle file and
+    the directory stay as they were: reading them (a Debian store is a bundle and some
+    300 files) takes 0.3 s of CPU, and several seconds for a client's first TLS call
+    when other threads hold the GIL. Thread-safe: concurrent callers read it once.
 
     Raises:
         ConfigurationError: if neither place holds a CA certificate.
         LocalResourceError: the process has no file descriptor left to read them.
     """
+    global _roots_read
     paths = ssl.get_default_verify_paths()
+    with _roots_lock:
+        looks = (paths.cafile, paths.capath, _looks(paths.cafile), _looks(paths.capath))
+        if _roots_read is not None and _roots_read[0] == looks:
+            return _roots_read[1]
+        pem = _read_roots(paths)
+        _roots_read = (looks, pem)
+        return pem
+
+
+def _looks(path: str | None) -> tuple[int, int, int] | None:
+    """What tells a changed file or directory: its inode, size and change time."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _read_roots(paths: ssl.DefaultVerifyPaths) -> bytes:
+    """The PEM of every CA certificate in the bundle and directory ``paths`` name.
+
+    Raises:
+        ConfigurationError: if neither place holds a CA certificate.
+        LocalResourceError: the process has no file descriptor left to read them.
+    """
     store = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     if paths.cafile:
         with _unreadable_skipped("read the system CA store"):

@@ -10,6 +10,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,6 +63,34 @@ def test_system_roots_honour_ssl_cert_file_and_ssl_cert_dir(
     (directory / "0123abcd.0").write_bytes(other.ca_cert.read_bytes())  # a hashed name
     (directory / "ignored.pem").write_bytes(b"not even PEM")  # OpenSSL would not look
     assert _ders(system_roots()) == {_der(certs.ca_cert), _der(other.ca_cert)}
+
+
+def test_system_roots_are_read_again_only_once_the_store_changed(
+    certs: TestCertificates,
+    other: TestCertificates,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    directory = _store(monkeypatch, tmp_path, certs.ca_cert)
+    reads: list[str] = []
+    load = ssl.SSLContext.load_verify_locations
+
+    def counted(self: ssl.SSLContext, cafile: str | None = None, **kwargs: Any) -> None:
+        if cafile is not None:
+            reads.append(cafile)
+        load(self, cafile, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counted)
+    first = system_roots()
+    assert system_roots() is first  # the second client's first TLS call reads nothing
+    assert reads == [str(tmp_path / "bundle.pem")]
+    # A certificate added to the directory (its change time moves) is seen.
+    (directory / "0123abcd.0").write_bytes(other.ca_cert.read_bytes())
+    os.utime(directory, ns=(1, 1))
+    assert _ders(system_roots()) == {_der(certs.ca_cert), _der(other.ca_cert)}
+    # So is another store named by the environment.
+    _store(monkeypatch, tmp_path / "later", other.ca_cert)
+    assert _ders(system_roots()) == {_der(other.ca_cert)}
 
 
 def test_an_empty_system_store_is_a_configuration_error(
