@@ -112,3 +112,76 @@ def test_import_does_not_load_the_extras() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def _run_fresh(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True
+    )
+
+
+def test_every_public_name_resolves_and_is_listed_before_use() -> None:
+    """In a fresh process the lazily loaded names are in ``dir()`` and ``import *``."""
+    result = _run_fresh(
+        """
+        import liftbridge_sync
+        listed = set(dir(liftbridge_sync))
+        missing = set(liftbridge_sync.__all__) - listed
+        assert not missing, missing
+        namespace = {}
+        exec("from liftbridge_sync import *", namespace)
+        missing = set(liftbridge_sync.__all__) - set(namespace)
+        assert not missing, missing
+        for name in liftbridge_sync.__all__:
+            assert namespace[name] is getattr(liftbridge_sync, name), name
+        try:
+            liftbridge_sync.NoSuchName
+        except AttributeError as exc:
+            assert "NoSuchName" in str(exc), exc
+        else:
+            raise AssertionError("an unknown name resolved")
+        print("ok")
+        """
+    )
+    assert result.stdout.strip() == "ok", result.stderr
+
+
+#: What a client's first RPC needs, and ``import liftbridge_sync`` does not.
+TRANSPORT = ("grpc", "h2", "hpack", "tenacity", "google.protobuf")
+
+
+def test_import_does_not_load_the_transport() -> None:
+    """``import liftbridge_sync`` and its errors load no grpc, protobuf or HTTP/2; a
+    ``Client`` loads them and makes its RPCs as before."""
+    result = _run_fresh(
+        f"""
+        import sys
+        transport = {TRANSPORT!r}
+
+        def loaded():
+            return sorted(
+                m for m in sys.modules if any(m == t or m.startswith(t + ".") for t in transport)
+            )
+
+        import liftbridge_sync
+        from liftbridge_sync import LiftbridgeError
+        assert not loaded(), loaded()
+        assert isinstance(liftbridge_sync.speedups_active(), bool)
+        assert issubclass(liftbridge_sync.NoSuchStreamError, LiftbridgeError)
+
+        Client = liftbridge_sync.Client
+        assert Client.__module__ == "liftbridge_sync", Client.__module__
+        retry = liftbridge_sync.RetryPolicy(max_attempts=1)
+        with Client("127.0.0.1:1", rpc_timeout=1.0, retry=retry) as client:
+            assert not client._core.pool.connected
+            try:
+                client.fetch_metadata()
+            except LiftbridgeError:
+                pass  # nothing listens on port 1: the RPC ran and failed as it must
+            else:
+                raise AssertionError("fetch_metadata answered from port 1")
+        assert "grpc" in sys.modules  # loaded for the client, once
+        print("ok")
+        """
+    )
+    assert result.stdout.strip() == "ok", result.stderr
