@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import enum
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from liftbridge_sync import _extension
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models._timestamps import datetime_from_ns
+
+if TYPE_CHECKING:  # annotations only: the values load without protobuf
+    from liftbridge_sync._proto import api_pb2
 
 __all__ = ["ACK_FIELD_NAMES", "Ack", "AckPolicy", "PyAckCore"]
 

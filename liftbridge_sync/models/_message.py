@@ -185,3 +185,8 @@ _set_message_pb = Message._pb.__set__  # type: ignore[misc,attr-defined]
 def _message_from_wire(data: bytes) -> Message:
     """Unpickle a :class:`Message` from its wire bytes."""
     return Message.from_proto(api_pb2.Message.FromString(data))
+
+
+# Pickles name Message and its unpickler by the module users import them from (as
+# before the models were split), whichever module loads this one.
+Message.__module__ = _message_from_wire.__module__ = "liftbridge_sync.models"

@@ -8,11 +8,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models._frozen_map import FrozenMap
 from liftbridge_sync.models._timestamps import datetime_from_ns
+
+if TYPE_CHECKING:  # annotations only: the values load without protobuf
+    from liftbridge_sync._proto import api_pb2
 
 __all__ = [
     "BrokerInfo",

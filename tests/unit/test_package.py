@@ -151,8 +151,8 @@ TRANSPORT = ("grpc", "h2", "hpack", "tenacity", "google.protobuf")
 
 
 def test_import_does_not_load_the_transport() -> None:
-    """``import liftbridge_sync`` and its errors load no grpc, protobuf or HTTP/2; a
-    ``Client`` loads them and makes its RPCs as before."""
+    """``import liftbridge_sync`` and its errors, options and values load no grpc,
+    protobuf or HTTP/2; a ``Client`` loads them and makes its RPCs as before."""
     result = _run_fresh(
         f"""
         import sys
@@ -164,9 +164,13 @@ def test_import_does_not_load_the_transport() -> None:
             )
 
         import liftbridge_sync
-        from liftbridge_sync import LiftbridgeError
+        from liftbridge_sync import AckPolicy, ByKey, ClientOptions, LiftbridgeError, Metadata
+        from liftbridge_sync import RetryPolicy, StartAt, StopAt, TLSOptions
         assert not loaded(), loaded()
         assert isinstance(liftbridge_sync.speedups_active(), bool)
+        assert AckPolicy.ALL and ClientOptions(addresses=("h:1",)) and StartAt.earliest()
+        assert StopAt.latest() and ByKey() and RetryPolicy() and TLSOptions() and Metadata
+        assert not loaded(), loaded()
         assert issubclass(liftbridge_sync.NoSuchStreamError, LiftbridgeError)
 
         Client = liftbridge_sync.Client
