@@ -25,7 +25,7 @@ def main() -> int:
     try:
         from liftbridge_sync.cli import main as cli_main
     except KeyboardInterrupt:
-        # Ctrl-C while the commands, click and rich load (a tenth of a second of every
+        # Ctrl-C while the commands and click load (a tenth of a second of every
         # start): the user's choice, as it is during a command, not a traceback.
         print("liftbridge-sync: interrupted", file=sys.stderr)
         return 130

@@ -12,10 +12,13 @@ import base64
 import json
 from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
-from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StopAt
+
+if TYPE_CHECKING:  # annotations only: formatting options parse without protobuf
+    from liftbridge_sync.models import Message
 
 __all__ = [
     "FORMATS",

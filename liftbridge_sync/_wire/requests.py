@@ -15,6 +15,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._wire.validate import (
     INT32_MAX,
     MAX_PARTITIONS,
+    SERVER_MAX_REQUEST_BYTES,
     check_ack_policy,
     check_bool,
     check_bytes,
@@ -105,9 +106,6 @@ def build_publish_request(
     return request
 
 
-#: The gRPC server's default receive limit, which Liftbridge does not change: a larger
-#: request ends the whole PublishAsync stream with RESOURCE_EXHAUSTED.
-SERVER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 #: Room for the partition and correlation id set after building (not yet in ByteSize).
 _ID_ROOM = 128
 

@@ -53,6 +53,9 @@ DURATION_MAX_MS = INT64_MAX // 1_000_000
 #: partition list before any check (2**31 - 1 would exhaust a broker's memory), and the
 #: metadata of a few tens of thousands of partitions outgrows gRPC's 4 MiB answers.
 MAX_PARTITIONS = 10_000
+#: The gRPC server's default receive limit, which Liftbridge does not change: a larger
+#: request ends the whole PublishAsync stream with RESOURCE_EXHAUSTED.
+SERVER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
 
 

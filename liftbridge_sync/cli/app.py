@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from liftbridge_sync import ConfigurationError, __version__, speedups_active
-from liftbridge_sync._wire.speedups import INACTIVE_REASON
+from liftbridge_sync._extension import INACTIVE_REASON
 from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.cli.context import CliSettings
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed

@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from liftbridge_sync import BrokerUnavailableError, Client, ClientOptions, RetryPolicy
+from liftbridge_sync import BrokerUnavailableError, ClientOptions, RetryPolicy
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, Terminated
+
+if TYPE_CHECKING:  # loaded by open_client: parsing and --help need no grpc
+    from liftbridge_sync import Client
 
 __all__ = ["ACK_MARGIN", "INTERRUPT_GRACE", "CliSettings", "open_client"]
 
@@ -71,6 +75,10 @@ def open_client(settings: CliSettings) -> Iterator[Client]:
 
     Thread-safe: each call builds its own client.
     """
+    # Here, once per command, not at import: the client brings grpc and protobuf, which
+    # parsing the command line and --help do without.
+    from liftbridge_sync.client import Client
+
     client = Client.from_options(settings.client_options())
     try:
         yield client

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import sys
@@ -26,6 +27,12 @@ from liftbridge_sync.cli.errors import (
 from liftbridge_sync.cli.output import silence_stdout, stand_in_for_closed_stdio
 
 __all__ = ["main"]
+
+# rich loads where a command draws a table or a bar, not at start; a missing rich is
+# found here all the same, so that liftbridge_sync.__main__ names the extra to install
+# instead of a traceback half-way through a command.
+if importlib.util.find_spec("rich") is None:
+    raise ModuleNotFoundError("No module named 'rich'", name="rich")
 
 
 def _debug(argv: Sequence[str]) -> bool:

@@ -14,14 +14,13 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from liftbridge_sync import (
     Ack,
     AckPolicy,
-    Client,
     ClientClosedError,
     LiftbridgeError,
     NoSuchStreamError,
@@ -42,6 +41,9 @@ from liftbridge_sync.cli.errors import (
 from liftbridge_sync.cli.output import Output, silence_stdout
 from liftbridge_sync.cli.progress import Progress, Silent, progress
 from liftbridge_sync.partitioners import PARTITIONER_NAMES, partitioner_named
+
+if TYPE_CHECKING:  # annotations only: the client loads when a command opens one
+    from liftbridge_sync import Client
 
 __all__ = ["publish"]
 

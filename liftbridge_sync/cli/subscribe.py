@@ -11,24 +11,19 @@ import sys
 import threading
 from collections.abc import Generator, Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
-from liftbridge_sync import (
-    Client,
-    ConfigurationError,
-    Message,
-    StartAt,
-    StopAt,
-    StreamSubscription,
-    Subscription,
-    tail,
-)
+from liftbridge_sync import ConfigurationError, StartAt, StopAt, tail
 from liftbridge_sync.cli.app import PARTITION, cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import PipeClosed
 from liftbridge_sync.cli.output import FORMATS, Output, format_message
 from liftbridge_sync.cli.positions import START_HELP, STOP_HELP, parse_start, parse_stop
+
+if TYPE_CHECKING:  # annotations only: the client loads when the command opens one
+    from liftbridge_sync import Client, Message, StreamSubscription, Subscription
 
 __all__ = ["subscribe"]
 

@@ -116,3 +116,55 @@ def test_version_says_whether_the_speedups_run(disabled: bool) -> None:
     if disabled:
         assert active == "False"
         assert "disabled by LIFTBRIDGE_SYNC_NO_SPEEDUPS" in result.stdout
+
+
+def test_rich_alone_missing_is_reported_as_the_missing_extra() -> None:
+    """rich loads only where a command draws; its absence still gives the one-line hint."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BLOCKER.replace('("click", "rich")', '("rich",)')
+            + textwrap.dedent(
+                """
+            from liftbridge_sync.__main__ import main
+            sys.argv = ["liftbridge-sync", "--help"]
+            sys.exit(main())
+            """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1, result
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "liftbridge-sync: the command line needs the 'cli' extra (rich is missing): "
+        "pip install 'liftbridge-sync[cli]'"
+    ]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["publish", "--help"], ["subscribe", "--help"]])
+def test_help_loads_no_grpc_protobuf_or_rich(argv: list[str]) -> None:
+    """Parsing and help cost click alone: the client's transport and rich load when a
+    command opens a client or draws a table."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from importlib.metadata import entry_points
+        (script,) = entry_points(group="console_scripts", name="liftbridge-sync")
+        sys.argv = ["liftbridge-sync", *{argv!r}]
+        try:
+            code = script.load()()
+        except SystemExit as exc:  # click's --help exits
+            code = exc.code
+        heavy = ("grpc", "google", "h2", "hpack", "tenacity", "rich")
+        print(code, sorted({{m.split(".")[0] for m in sys.modules}} & set(heavy)), file=sys.stderr)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert "Usage: liftbridge-sync" in result.stdout, result.stderr
+    assert result.stderr.splitlines()[-1] == "0 []", result.stderr
