@@ -28,19 +28,23 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from flask import Flask, Response, current_app, has_app_context, jsonify
 
+import liftbridge_sync
 from liftbridge_sync import (
     ArgumentTypeError,
     BrokerUnavailableError,
-    Client,
     ClientClosedError,
     ClientOptions,
     ConfigurationError,
 )
 from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.settings import options_from_settings
+
+if TYPE_CHECKING:  # the app's start (create_app, flask CLI commands) loads no grpc
+    from liftbridge_sync import Client
 
 __all__ = ["EXTENSION_KEY", "Liftbridge", "get_client", "options_from_config"]
 
@@ -176,4 +180,5 @@ def get_client(app: Flask | None = None) -> Client:
     options = target.extensions.get(EXTENSION_KEY)
     if not isinstance(options, ClientOptions):
         raise ConfigurationError("Liftbridge(app) or init_app(app) was not called for this app")
-    return Client.for_process(options)
+    # liftbridge_sync.Client loads the client's modules on the first call only.
+    return liftbridge_sync.Client.for_process(options)

@@ -6,12 +6,16 @@ import copy
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from liftbridge_sync import Client, ClientOptions, ConfigurationError
+import liftbridge_sync
+from liftbridge_sync import ClientOptions, ConfigurationError
 from liftbridge_sync.settings import options_from_settings
+
+if TYPE_CHECKING:  # the app's start (checks, management commands) loads no grpc
+    from liftbridge_sync import Client
 
 __all__ = ["client_options", "get_client"]
 
@@ -101,7 +105,8 @@ def get_client() -> Client:
     global _handed
     pid = os.getpid()
     with _handing:
-        client = Client.for_process(client_options())
+        # liftbridge_sync.Client loads the client's modules on the first call only.
+        client = liftbridge_sync.Client.for_process(client_options())
         handed, _handed = _handed, (pid, client)
     # A client of the parent process (before a fork) is not this process's to close.
     if handed is not None and handed[0] == pid and handed[1] is not client:
