@@ -1,8 +1,9 @@
 """liftbridge-sync: a thread-safe, synchronous Python client for Liftbridge.
 
 The public names below load on first use (PEP 562): ``import liftbridge_sync`` costs the
-errors and a logger, not grpc, protobuf and HTTP/2, which the first :class:`Client`
-loads. ``from liftbridge_sync import Client`` loads what a client needs, once.
+errors and a logger, not grpc, protobuf and HTTP/2; :class:`Client` (``from
+liftbridge_sync import Client`` or ``liftbridge_sync.Client``) loads what a client
+needs, once, when it is first named.
 """
 
 from __future__ import annotations
