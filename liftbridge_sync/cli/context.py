@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import liftbridge_sync
 from liftbridge_sync import BrokerUnavailableError, ClientOptions, RetryPolicy
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, Terminated
 
@@ -75,11 +76,9 @@ def open_client(settings: CliSettings) -> Iterator[Client]:
 
     Thread-safe: each call builds its own client.
     """
-    # Here, once per command, not at import: the client brings grpc and protobuf, which
-    # parsing the command line and --help do without.
-    from liftbridge_sync.client import Client
-
-    client = Client.from_options(settings.client_options())
+    # liftbridge_sync.Client loads the client (grpc, protobuf) here, not when the command
+    # line is parsed: --help and usage errors do without it.
+    client = liftbridge_sync.Client.from_options(settings.client_options())
     try:
         yield client
     except BrokerUnavailableError as exc:
