@@ -13,9 +13,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 # Eager and cheap: the C extension is chosen here, as before, so that
-# LIFTBRIDGE_SYNC_NO_SPEEDUPS is read when the package is imported; the errors are
+# LIFTBRIDGE_SYNC_NO_SPEEDUPS is read when the package is imported; the fork and exit
+# hooks of clients register here, as before, so that atexit runs an application's hook
+# registered after this import before the hook that closes its clients; the errors are
 # plain classes, and an ``except`` clause should not load the client.
 from liftbridge_sync import _extension
+from liftbridge_sync._runtime import fork as _fork  # noqa: F401 - its hooks register
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ActivityStreamDisabledError,

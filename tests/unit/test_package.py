@@ -189,3 +189,23 @@ def test_import_does_not_load_the_transport() -> None:
         """
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def test_an_exit_hook_registered_after_the_import_finds_its_client_open() -> None:
+    """The client's exit hook is registered at ``import liftbridge_sync``, as before the
+    names loaded lazily: atexit runs the application's later hook first, with its
+    client still open (registered when Client was first named, it ran first and closed
+    the client under the application's hook)."""
+    result = _run_fresh(
+        """
+        import atexit
+        import liftbridge_sync
+
+        def app_exit_hook():
+            print("open" if not client.closed else "closed")
+
+        atexit.register(app_exit_hook)
+        client = liftbridge_sync.Client("127.0.0.1:1")
+        """
+    )
+    assert result.stdout.strip() == "open", result.stderr
