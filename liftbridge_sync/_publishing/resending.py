@@ -67,8 +67,9 @@ class Resender:
         #: looked at.
         self.watching: dict[PartitionKey, int] = {}
         #: For each silent partition whose publishes were re-sent after a probe: the
-        #: stream they went on and when (see on_probe_result).
-        self._resent_on: dict[PartitionKey, tuple[PublishStream, float]] = {}
+        #: stream they went on, and their ids, each with when it was re-sent then (see
+        #: on_probe_result).
+        self._resent_on: dict[PartitionKey, tuple[PublishStream, dict[str, float]]] = {}
         #: Partitions probed that acknowledged a publish sent after their silent ones.
         self._overtaken: set[PartitionKey] = set()
         #: The live stream and its queued mark when each probe under way was asked for.
@@ -306,11 +307,13 @@ class Resender:
             if not old.written_through(end):
                 queued.update(ids)
 
+        picked: list[Entry] = []
+
         def silent() -> list[Entry]:
             # A snapshot first (one C call): threads settling acks remove entries
             # without the send lock, and a dict that shrinks under a Python loop over
             # it raises, which would kill the publisher thread.
-            return [
+            picked[:] = [
                 e
                 for e in list(pending.values())
                 if e.wants_ack
@@ -319,13 +322,16 @@ class Resender:
                 and e.correlation_id not in queued
                 and (up_to is None or e.seq <= up_to)
             ]
+            return picked
 
-        resent_from = self._clock()
         count = self._table.send_again(silent)
         if not count:
             return False
         if live is not None:
-            self._resent_on[result.key] = (live, resent_from)
+            # These copies only: a publish of the partition sent on the stream since for
+            # another reason (a refusal's re-send, a drained stream's leftovers) says
+            # nothing of its acks (a refusal is an answer).
+            self._resent_on[result.key] = (live, {e.correlation_id: e.resent_at for e in picked})
         self.resent_after_stall += count
         self._next_stall_check = self._clock() + (self._resend_after or 0.0)
         _log.warning(
@@ -337,15 +343,17 @@ class Resender:
         return False
 
     def _lost_again(self, key: PartitionKey, live: PublishStream | None) -> bool:
-        """Whether a publish of ``key`` re-sent on ``live`` after a probe still waits."""
+        """Whether a copy of ``key``'s publishes re-sent on ``live`` after a probe still
+        waits unanswered (neither acknowledged, nor refused, nor sent again since)."""
         resent = self._resent_on.get(key)
         if resent is None or live is None or resent[0] is not live:
             return False
-        since = resent[1]
-        # A snapshot (one C call): threads settling acks remove entries meanwhile.
+        pending = self._table.entries
+        refused = {e.correlation_id for e, _ in self._refused}
+        # get(): threads settling acks remove entries meanwhile.
         return any(
-            e.resent_at >= since and e.wants_ack and e.partition_key() == key
-            for e in list(self._table.entries.values())
+            (e := pending.get(i)) is not None and e.resent_at == at and i not in refused
+            for i, at in resent[1].items()
         )
 
     def _still_pending(self, key: PartitionKey, last_seq: int) -> bool:

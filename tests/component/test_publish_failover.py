@@ -135,6 +135,34 @@ def test_a_stream_whose_acks_are_lost_is_replaced_not_resent_on_again(
     assert stats.connects == 2 and fake.streams_opened == 2
 
 
+def test_a_refused_copy_lost_later_does_not_retire_a_stream_that_answers(
+    fake: FakeBroker, transport: str
+) -> None:
+    # The first publish is lost and re-sent after a probe, and that copy is acked: the
+    # stream's acks arrive. A later publish of the same partition is refused (its
+    # broker's NATS connection is down), sent again, and that copy is lost. The stream
+    # answered it (the refusal): its acks are not lost, and the copy goes again on it.
+    # Taking every copy sent on the stream since the probe's re-send for one the probe
+    # re-sent retired a stream that answers.
+    def script(request: object, n: int) -> object:
+        if n in (1, 4):
+            return "drop"
+        if n == 3:
+            return ("error", 3, NATS_DOWN)
+        return "ack"
+
+    fake.publish_script = script
+    with _client(fake, transport, resend_after=0.1) as client:
+        first = client.publish_async("s", b"a", partition=0, timeout=10).result(timeout=15)
+        second = client.publish_async("s", b"b", partition=0, timeout=10).result(timeout=15)
+        stats = client.publisher_stats()
+    assert first is not None and first.offset == 0
+    assert second is not None and second.offset == 1
+    assert [r.value for r in fake.received] == [b"a", b"a", b"b", b"b", b"b"]
+    assert stats.resent_after_stall == 2 and stats.resent_after_refusal == 1
+    assert stats.connects == 1 and fake.streams_opened == 1
+
+
 def test_a_publish_still_in_the_clients_own_queue_is_not_resent(fake: FakeBroker) -> None:
     # The leader is idle and committed for longer than IDLE_PROOF periods, which is
     # proof enough of a loss for a publish that was written; but this one never left
