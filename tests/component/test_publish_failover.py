@@ -135,6 +135,48 @@ def test_a_stream_whose_acks_are_lost_is_replaced_not_resent_on_again(
     assert stats.connects == 2 and fake.streams_opened == 2
 
 
+def test_a_second_deaf_stream_in_a_row_is_replaced_too_and_the_publish_delivered(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Two streams in a row lose every ack (the second retirement, with no answer in
+    # between, waits for the reconnect back-off): the third one delivers, and no copy
+    # goes after the one it acknowledged.
+    fake.publish_script = lambda request, n: "store" if fake.streams_opened <= 2 else "ack"
+    with _client(fake, transport, resend_after=0.1) as client:
+        ack = client.publish_async("s", b"x", partition=0, timeout=20).result(timeout=25)
+        stats = client.publisher_stats()
+    assert [r.value for r in fake.received] == [b"x"] * len(fake.received)
+    assert ack is not None and ack.offset == len(fake.received) - 1
+    assert stats.connects == 3 and fake.streams_opened == 3
+
+
+def test_a_partition_probed_while_another_retires_the_stream_goes_again_on_the_next(
+    transport: str,
+) -> None:
+    # On the first stream partition 0's acks are lost (stored, never answered) and
+    # partition 1's publishes are lost (never stored). Partition 0's second proof
+    # retires the stream; partition 1's copies went on the retired one, so its own
+    # second proof re-sends on the new stream and retires nothing more.
+    with FakeBroker(cluster=FakeCluster(leader="fake", partitions=2)) as fake:
+
+        def script(request: object, n: int) -> object:
+            if fake.streams_opened > 1:
+                return "ack"
+            return "store" if request.partition == 0 else "drop"  # type: ignore[attr-defined]
+
+        fake.publish_script = script
+        with _client(fake, transport, resend_after=0.1) as client:
+            futures = [
+                client.publish_async("s", b"%d" % p, partition=p, timeout=20) for p in (0, 1)
+            ]
+            acks = [f.result(timeout=25) for f in futures]
+            stats = client.publisher_stats()
+        zeros = [r for r in fake.received if r.partition == 0]
+    assert acks[0] is not None and acks[0].offset == len(zeros) - 1
+    assert acks[1] is not None and acks[1].offset == 0  # stored once: lost copies only
+    assert stats.connects == 2 and fake.streams_opened == 2
+
+
 def test_a_refused_copy_lost_later_does_not_retire_a_stream_that_answers(
     fake: FakeBroker, transport: str
 ) -> None:
