@@ -168,6 +168,8 @@ class Resender:
         resend_after = self._resend_after
         pending = self._table.entries
         if resend_after is None or not pending or not connected:
+            if not pending:
+                self._forget_silences()
             return None
         if now < self._next_stall_check:
             return self._next_stall_check
@@ -179,6 +181,7 @@ class Resender:
         if due > now and not self._probing:
             # Re-sent entries are not in send order, so this is a lower bound; the scan
             # below looks at them all once something is silent.
+            self._forget_silences()
             self._next_stall_check = due
             return due
         cutoff = now - resend_after
@@ -217,6 +220,17 @@ class Resender:
         # While a partition is silent, look again now and then (not on every event).
         self._next_stall_check = now + min(resend_after, 0.25)
         return self._next_stall_check
+
+    def _forget_silences(self) -> None:
+        """Nothing is silent: what past silences left (trouble seen, the leader then,
+        since when it was idle, the copies re-sent) must not count for the next one,
+        which would otherwise be taken for proven on its first probe, skipping the
+        IDLE_PROOF wait that keeps merely slow publishes from being stored twice."""
+        if self._troubled or self._silent_leaders or self._idle_since or self._resent_on:
+            self._troubled.clear()
+            self._silent_leaders.clear()
+            self._idle_since.clear()
+            self._resent_on.clear()
 
     def saw_answers(self, answers: Sequence[Answer], pending: Mapping[str, Entry]) -> None:
         """Note the probed partitions that acknowledged a publish sent after their

@@ -130,3 +130,32 @@ def test_an_idle_leader_still_proves_every_publish_sent_before_the_probe_lost() 
         ProbeResult(key=KEY, started=10.0, idle=True, trouble=True, detail="idle leader")
     )
     assert table.sent == [lost, later]
+
+
+def test_a_past_silence_does_not_prove_the_next_one() -> None:
+    # An idle leader proved one silence; everything was then answered. A publish that
+    # is slow later (a loaded machine) must wait out IDLE_PROOF again: the first
+    # silence's "idle since" made its first idle probe proof enough, and re-sent it.
+    now = [0.0]
+    first = _Entry(sent=0.0)
+    table = _Table([first])
+    core = ClientCore(ClientOptions(addresses=("127.0.0.1:1",), resend_after=1.0))
+    resender = Resender(core, cast(Any, table), lambda event: None, clock=lambda: now[0])
+
+    def idle_probe(started: float) -> None:
+        now[0] = started + 0.2  # the probe's two looks
+        resender.on_probe_result(
+            ProbeResult(key=KEY, started=started, idle=True, trouble=False, detail="idle")
+        )
+
+    idle_probe(started=3.0)
+    idle_probe(started=6.5)  # idle for 3.5 s: proof
+    assert table.sent == [first]
+    table.settle(first)
+    resender.watch_stalls(30.0, connected=True)  # nothing pending: nothing silent
+    slow = _Entry(sent=58.0)
+    table.entries[slow.correlation_id] = slow
+    table.sent = []
+    idle_probe(started=60.0)  # its first idle probe
+    assert table.sent == []
+    assert resender.resent_after_stall == 1
