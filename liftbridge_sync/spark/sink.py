@@ -232,7 +232,12 @@ def _feed_rows(sender: RowSender, rows: Iterable[Any], stream: str | None) -> No
             if key is None:
                 items.append(value)
             else:
-                if type(key) is not bytes:
+                # Spark hands string keys as str: encode them here, not through a
+                # binary_cell call per row (a third of this loop's CPU).
+                kind = type(key)
+                if kind is str:
+                    key = key.encode()
+                elif kind is not bytes:
                     key = binary_cell("key", key, optional=True)
                 items.append((key, value))
                 keyed = True
