@@ -21,6 +21,7 @@ __all__ = [
     "ByKey",
     "Partitioner",
     "RoundRobin",
+    "key_partition",
     "partitioner_named",
 ]
 
@@ -51,6 +52,14 @@ def _check_count(partition_count: int) -> int:
     return count
 
 
+def key_partition(key: bytes | None, partition_count: int) -> int:
+    """:class:`ByKey`'s choice for a ``partition_count`` the caller checked (≥ 1).
+
+    Thread-safe (a pure function).
+    """
+    return zlib.crc32(key or b"") % partition_count
+
+
 class ByKey:
     """Partition by key: ``zlib.crc32(key or b"") % partition_count``.
 
@@ -68,7 +77,7 @@ class ByKey:
         Raises:
             ConfigurationError: ``partition_count`` is below 1.
         """
-        return zlib.crc32(key or b"") % _check_count(partition_count)
+        return key_partition(key, _check_count(partition_count))
 
     def __repr__(self) -> str:
         return "ByKey()"

@@ -6,13 +6,12 @@ Functions of their arguments and the client's core (for the partition count): th
 from __future__ import annotations
 
 import inspect
-import zlib
 
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire.requests import check_publish_stream
 from liftbridge_sync._wire.validate import check_partition, check_timeout
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
-from liftbridge_sync.partitioners import ByKey, Partitioner
+from liftbridge_sync.partitioners import ByKey, Partitioner, key_partition
 
 __all__ = ["BatchChooser", "choose_partition", "resolve_ack_timeout"]
 
@@ -102,7 +101,7 @@ class BatchChooser:
             # The library's own ByKey, inlined (what ByKey.partition computes): a method
             # call and its count check per item were a third of a keyed batch's routing
             # CPU, and a one-partition stream needs no hash at all.
-            return 0 if count == 1 else zlib.crc32(key or b"") % count
+            return 0 if count == 1 else key_partition(key, count)
         if self._by_key:  # a count below 1: ByKey raises the ConfigurationError
             return partitioner.partition(self._stream, key, value, count)
         return _checked_choice(partitioner, self._stream, key, value, count)
