@@ -198,13 +198,7 @@ class Resender:
         silent = set(first_sent)
         # Trouble counts for the silence it may explain: a broken stream or a refusal
         # since (or just before) the partition's oldest silent publish was sent.
-        self._troubled &= silent
-        for key in [k for k in self._silent_leaders if k not in silent]:
-            del self._silent_leaders[key]
-        for key in [k for k in self._idle_since if k not in silent]:
-            del self._idle_since[key]
-        for key in [k for k in self._resent_on if k not in silent]:
-            del self._resent_on[key]
+        self._forget_silences(keep=silent)
         for key, sent in first_sent.items():
             if self._disrupted_at >= sent - resend_after:
                 self._troubled.add(key)
@@ -221,16 +215,18 @@ class Resender:
         self._next_stall_check = now + min(resend_after, 0.25)
         return self._next_stall_check
 
-    def _forget_silences(self) -> None:
-        """Nothing is silent: what past silences left (trouble seen, the leader then,
-        since when it was idle, the copies re-sent) must not count for the next one,
-        which would otherwise be taken for proven on its first probe, skipping the
-        IDLE_PROOF wait that keeps merely slow publishes from being stored twice."""
-        if self._troubled or self._silent_leaders or self._idle_since or self._resent_on:
-            self._troubled.clear()
-            self._silent_leaders.clear()
-            self._idle_since.clear()
-            self._resent_on.clear()
+    def _forget_silences(self, keep: Collection[PartitionKey] = ()) -> None:
+        """Forget what past silences left (trouble seen, the leader then, since when it
+        was idle, the copies re-sent) of every partition but those still silent
+        (``keep``): it must not count for a partition's next silence, which would
+        otherwise be taken for proven on its first probe, skipping the IDLE_PROOF wait
+        that keeps merely slow publishes from being stored twice."""
+        if not (self._troubled or self._silent_leaders or self._idle_since or self._resent_on):
+            return  # the common case, on the owner loop's every turn
+        self._troubled.intersection_update(keep)
+        for state in (self._silent_leaders, self._idle_since, self._resent_on):
+            for key in [k for k in state if k not in keep]:
+                del state[key]
 
     def saw_answers(self, answers: Sequence[Answer], pending: Mapping[str, Entry]) -> None:
         """Note the probed partitions that acknowledged a publish sent after their
