@@ -27,6 +27,11 @@
  *       (prefix + decimal n).
  *   frame_values(head, values, base) -> (framed_list, id_list)
  *       The same for the leading exact-bytes items of a list, ids base + "." + index.
+ *   frame_pairs(heads, items, base) -> (framed_list, id_list, partition_list)
+ *       The same for the leading items that are bytes values or (key, value) tuples
+ *       (key bytes or None, value bytes), the key's field after the head: heads[0] for
+ *       every item when heads has one (a fixed partition), else heads[p] with p =
+ *       crc32(key or b"") % len(heads) (ByKey's choice); the p of each item.
  *   decode_ack(message) -> Ack | None
  *       One PublishResponse message (bytes-like, no gRPC prefix) as scan_acks reads it:
  *       the Ack (partition -1) of a plain successful ack with a correlation id, None
@@ -170,13 +175,15 @@ varint_size(uint64_t v)
     return n;
 }
 
-/* The framed request of head + value + id (id bytes given). New reference. */
+/* The framed request of head + key + value + id (id bytes given; key_len 0: no key field,
+ * as protobuf leaves out an empty key). New reference. */
 static PyObject *
-build_frame(const char *head, Py_ssize_t head_len, const char *value, Py_ssize_t value_len,
-            const char *id, Py_ssize_t id_len)
+build_keyed_frame(const char *head, Py_ssize_t head_len, const char *key, Py_ssize_t key_len,
+                  const char *value, Py_ssize_t value_len, const char *id, Py_ssize_t id_len)
 {
-    size_t message = (size_t)head_len + 1 + varint_size((uint64_t)value_len) + (size_t)value_len +
-                     1 + varint_size((uint64_t)id_len) + (size_t)id_len;
+    size_t key_field = key_len > 0 ? 1 + varint_size((uint64_t)key_len) + (size_t)key_len : 0;
+    size_t message = (size_t)head_len + key_field + 1 + varint_size((uint64_t)value_len) +
+                     (size_t)value_len + 1 + varint_size((uint64_t)id_len) + (size_t)id_len;
     if (message > 0xFFFFFFFFu) {
         PyErr_SetString(PyExc_OverflowError, "request too large");
         return NULL;
@@ -193,6 +200,12 @@ build_frame(const char *head, Py_ssize_t head_len, const char *value, Py_ssize_t
     p += 5;
     memcpy(p, head, (size_t)head_len);
     p += head_len;
+    if (key_len > 0) {
+        *p++ = 0x0a; /* field 1 (key), length-delimited */
+        p += put_varint(p, (uint64_t)key_len);
+        memcpy(p, key, (size_t)key_len);
+        p += key_len;
+    }
     *p++ = 0x12; /* field 2 (value), length-delimited */
     p += put_varint(p, (uint64_t)value_len);
     memcpy(p, value, (size_t)value_len);
@@ -201,6 +214,37 @@ build_frame(const char *head, Py_ssize_t head_len, const char *value, Py_ssize_t
     p += put_varint(p, (uint64_t)id_len);
     memcpy(p, id, (size_t)id_len);
     return out;
+}
+
+/* The framed request of head + value + id (id bytes given). New reference. */
+static PyObject *
+build_frame(const char *head, Py_ssize_t head_len, const char *value, Py_ssize_t value_len,
+            const char *id, Py_ssize_t id_len)
+{
+    return build_keyed_frame(head, head_len, NULL, 0, value, value_len, id, id_len);
+}
+
+/* CRC-32 (IEEE, reflected 0xEDB88320: zlib.crc32's), for ByKey's choice in frame_pairs. */
+static uint32_t crc32_table[256];
+
+static void
+init_crc32_table(void)
+{
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc32_table[n] = c;
+    }
+}
+
+static uint32_t
+crc32_ieee(const uint8_t *data, Py_ssize_t size)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < size; i++)
+        c = crc32_table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
 }
 
 /* An ASCII str from bytes. New reference. */
@@ -367,6 +411,99 @@ fail:
     PyMem_Free(id);
     Py_XDECREF(framed_list);
     Py_XDECREF(ids);
+    return NULL;
+}
+
+static PyObject *
+frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "frame_pairs(heads, items, base)");
+        return NULL;
+    }
+    PyObject *heads = args[0], *items = args[1];
+    if (!PyList_CheckExact(heads) || PyList_GET_SIZE(heads) < 1 || !PyList_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "heads must be a non-empty list and items a list");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(heads);
+    for (Py_ssize_t p = 0; p < count; p++) {
+        if (!PyBytes_CheckExact(PyList_GET_ITEM(heads, p))) {
+            PyErr_SetString(PyExc_TypeError, "heads must be bytes");
+            return NULL;
+        }
+    }
+    const char *base;
+    Py_ssize_t base_len;
+    if (ascii_prefix(args[2], &base, &base_len) < 0)
+        return NULL;
+    char *id = PyMem_Malloc((size_t)(base_len + 24));
+    if (id == NULL)
+        return PyErr_NoMemory();
+    memcpy(id, base, (size_t)base_len);
+    id[base_len] = '.';
+    PyObject *framed_list = PyList_New(0);
+    PyObject *ids = PyList_New(0);
+    PyObject *chosen = PyList_New(0);
+    if (framed_list == NULL || ids == NULL || chosen == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        const char *key = NULL;
+        Py_ssize_t key_len = 0;
+        PyObject *value;
+        if (PyBytes_CheckExact(item)) {
+            value = item;
+        } else if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+            PyObject *key_obj = PyTuple_GET_ITEM(item, 0);
+            value = PyTuple_GET_ITEM(item, 1);
+            if (!PyBytes_CheckExact(value))
+                break;
+            if (key_obj != Py_None) {
+                if (!PyBytes_CheckExact(key_obj))
+                    break;
+                key = PyBytes_AS_STRING(key_obj);
+                key_len = PyBytes_GET_SIZE(key_obj);
+            }
+        } else {
+            break;
+        }
+        Py_ssize_t partition =
+            count == 1 ? 0 : (Py_ssize_t)(crc32_ieee((const uint8_t *)key, key_len) % (uint32_t)count);
+        PyObject *head = PyList_GET_ITEM(heads, partition);
+        int digits = snprintf(id + base_len + 1, 22, "%zd", i);
+        Py_ssize_t id_len = base_len + 1 + digits;
+        PyObject *framed = build_keyed_frame(PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), key,
+                                             key_len, PyBytes_AS_STRING(value),
+                                             PyBytes_GET_SIZE(value), id, id_len);
+        if (framed == NULL)
+            goto fail;
+        int rc = PyList_Append(framed_list, framed);
+        Py_DECREF(framed);
+        if (rc < 0)
+            goto fail;
+        PyObject *cid = ascii_str(id, id_len);
+        if (cid == NULL)
+            goto fail;
+        rc = PyList_Append(ids, cid);
+        Py_DECREF(cid);
+        if (rc < 0)
+            goto fail;
+        PyObject *index = PyLong_FromSsize_t(partition);
+        if (index == NULL)
+            goto fail;
+        rc = PyList_Append(chosen, index);
+        Py_DECREF(index);
+        if (rc < 0)
+            goto fail;
+    }
+    PyMem_Free(id);
+    return Py_BuildValue("(NNN)", framed_list, ids, chosen);
+fail:
+    PyMem_Free(id);
+    Py_XDECREF(framed_list);
+    Py_XDECREF(ids);
+    Py_XDECREF(chosen);
     return NULL;
 }
 
@@ -784,6 +921,7 @@ static PyMethodDef methods[] = {
     {"frame_id", (PyCFunction)(void (*)(void))frame_id, METH_FASTCALL, NULL},
     {"decode_ack", (PyCFunction)decode_ack, METH_O, NULL},
     {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
+    {"frame_pairs", (PyCFunction)(void (*)(void))frame_pairs, METH_FASTCALL, NULL},
     {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, NULL},
     {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
@@ -814,6 +952,7 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
+    init_crc32_table();
     INTERN(n_acquire, "acquire");
     INTERN(n_release, "release");
     INTERN(n_popleft, "popleft");

@@ -12,6 +12,9 @@ def frame_id(head: bytes, value: bytes, prefix: str, n: int, /) -> tuple[bytes, 
 def frame_values(
     head: bytes, values: list[object], base: str, /
 ) -> tuple[list[bytes], list[str]]: ...
+def frame_pairs(
+    heads: list[bytes], items: list[Any], base: str, /
+) -> tuple[list[bytes], list[str], list[int]]: ...
 def scan_acks(
     buf: bytearray, pos: int, stream_id: int, max_frame: int, /
 ) -> tuple[int, list[Ack], int, bytes, bytes, tuple[int, int, bytes] | None]: ...

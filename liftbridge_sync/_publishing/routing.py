@@ -92,11 +92,7 @@ class BatchChooser:
             return choose_partition(
                 self._core, self._stream, key, value, self._partition, partitioner
             )
-        count = self._count
-        if not count:
-            _check_partitioner(partitioner)
-            stream = check_publish_stream(self._stream)  # no bad name to the server
-            count = self._count = self._core.partition_count(stream)
+        count = self._count or self._counted()
         if self._by_key and count >= 1:
             # The library's own ByKey, inlined (what ByKey.partition computes): a method
             # call and its count check per item were a third of a keyed batch's routing
@@ -105,6 +101,24 @@ class BatchChooser:
         if self._by_key:  # a count below 1: ByKey raises the ConfigurationError
             return partitioner.partition(self._stream, key, value, count)
         return _checked_choice(partitioner, self._stream, key, value, count)
+
+    def by_key_count(self) -> int | None:
+        """The stream's partition count when every item's partition is the library's
+        own :class:`~liftbridge_sync.partitioners.ByKey` choice (no fixed partition),
+        so that a run of items can be routed without a call each; ``None`` otherwise,
+        or for a count below 1 (the per-item call raises then). Raises like the first
+        call would."""
+        if not self._by_key or self._partition is not None:
+            return None
+        count = self._count or self._counted()
+        return count if count >= 1 else None
+
+    def _counted(self) -> int:
+        """Check the partitioner and the stream once, and read the partition count."""
+        _check_partitioner(self._partitioner)
+        stream = check_publish_stream(self._stream)  # no bad name to the server
+        count = self._count = self._core.partition_count(stream)
+        return count
 
 
 def _check_partitioner(partitioner: object) -> None:

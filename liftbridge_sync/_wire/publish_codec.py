@@ -6,10 +6,11 @@ correlation id (the common case, :func:`is_common_case`: same stream, partition 
 policy, no key, headers or expected offset) is the same bytes around those two, so its
 framed form is the cached :func:`head` of the other fields, then the value and the id
 (:func:`frame_value`, :func:`frame_id`, :func:`frame_values`). A ``bytes`` key adds its
-field after the head (:func:`frame_keyed`). Everything else goes through the validating
-builder and protobuf (:func:`encode_publish` chooses). Framed means with
-gRPC's 5-byte message prefix (:func:`frame`), as the h2 transport writes it; the grpc
-transport strips the prefix and hands grpcio the message bytes as they are.
+field after the head (:func:`frame_keyed`; a batch's run of them at once,
+:func:`frame_pairs`, which also makes ``ByKey``'s choice of head). Everything else goes
+through the validating builder and protobuf (:func:`encode_publish` chooses). Framed
+means with gRPC's 5-byte message prefix (:func:`frame`), as the h2 transport writes it;
+the grpc transport strips the prefix and hands grpcio the message bytes as they are.
 
 Answers. :func:`decode_response` turns one ``PublishResponse`` message into a finished
 :class:`~liftbridge_sync.models.Ack` (its ``partition`` is -1: the response does not say,
@@ -19,10 +20,10 @@ the publisher's pending entry does) or a :class:`Refusal` (an ack error or an
 :func:`decode_response` raises protobuf's ``DecodeError`` for bytes protobuf rejects.
 
 The C speedups (``liftbridge_sync/_speedups.c``) are a drop-in for :func:`frame_value`,
-:func:`frame_id`, :func:`frame_values` and :func:`decode_ack` (same signatures, same
-results; the C decoder answers ``None`` where protobuf might read a message differently
-from a plain one, and :func:`decode_response` then asks protobuf). They are chosen at the
-bottom of this module, nowhere else; the pure-Python twins stay importable as
+:func:`frame_id`, :func:`frame_values`, :func:`frame_pairs` and :func:`decode_ack` (same
+signatures, same results; the C decoder answers ``None`` where protobuf might read a
+message differently from a plain one, and :func:`decode_response` then asks protobuf).
+They are chosen at the bottom of this module, nowhere else; the pure-Python twins stay importable as
 ``py_frame_value`` and so on for the tests that hold both to protobuf. (The C fast paths
 that make the publisher's entries, ``frame_entry`` and ``submit_plain``, frame with the
 same C code as :func:`frame_id`; ``scan_acks`` decodes with the same C code as
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -66,6 +68,7 @@ __all__ = [
     "frame",
     "frame_id",
     "frame_keyed",
+    "frame_pairs",
     "frame_value",
     "frame_values",
     "head",
@@ -73,6 +76,7 @@ __all__ = [
     "py_decode_ack",
     "py_decode_response",
     "py_frame_id",
+    "py_frame_pairs",
     "py_frame_value",
     "py_frame_values",
     "set_ack_partition",
@@ -221,6 +225,38 @@ def frame_keyed(head: bytes, key: bytes | None, value: bytes, correlation_id: by
     size = len(key)
     keyed_head = b"".join((head, _KEY_TAG, _SMALL[size] if size < 128 else varint(size), key))
     return frame_value(keyed_head, value, correlation_id)
+
+
+def py_frame_pairs(
+    heads: list[bytes], items: list[Any], base: str
+) -> tuple[list[bytes], list[str], list[int]]:
+    """:func:`frame_keyed` for the leading run of ``items`` that are ``bytes`` values or
+    ``(key, value)`` pairs (key ``bytes`` or ``None``, value ``bytes``), with ids
+    ``base + "." + index``; the framed requests, their ids, and each one's index in
+    ``heads``. With one head every item takes it (a fixed partition); with more, an
+    item takes ``heads[crc32(key or b"") % len(heads)]``, the partition
+    :class:`~liftbridge_sync.partitioners.ByKey` chooses, so ``heads[p]`` must be the
+    :func:`head` of partition ``p``."""
+    framed: list[bytes] = []
+    ids: list[str] = []
+    chosen: list[int] = []
+    count = len(heads)
+    for i, item in enumerate(items):
+        kind = type(item)
+        if kind is bytes:
+            key, value = None, item
+        elif kind is tuple and len(item) == 2:
+            key, value = item
+            if type(value) is not bytes or not (key is None or type(key) is bytes):
+                break
+        else:
+            break
+        partition = 0 if count == 1 else zlib.crc32(key or b"") % count
+        correlation_id = f"{base}.{i}"
+        framed.append(frame_keyed(heads[partition], key, value, correlation_id.encode()))
+        ids.append(correlation_id)
+        chosen.append(partition)
+    return framed, ids, chosen
 
 
 def encode_publish(
@@ -395,6 +431,9 @@ def c_decode_response(message: bytes) -> Answer:
 frame_value: Callable[[bytes, bytes, bytes], bytes] = py_frame_value
 frame_id: Callable[[bytes, bytes, str, int], tuple[bytes, str]] = py_frame_id
 frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]] = py_frame_values
+frame_pairs: Callable[[list[bytes], list[Any], str], tuple[list[bytes], list[str], list[int]]] = (
+    py_frame_pairs
+)
 decode_ack: Callable[[bytes], Ack | None] = py_decode_ack
 #: See :func:`py_decode_response`.
 decode_response: Callable[[bytes], Answer] = py_decode_response
@@ -405,5 +444,6 @@ if speedups.ACTIVE:
     frame_value = _speedups.frame_value
     frame_id = _speedups.frame_id
     frame_values = _speedups.frame_values
+    frame_pairs = _speedups.frame_pairs
     decode_ack = _speedups.decode_ack
     decode_response = c_decode_response

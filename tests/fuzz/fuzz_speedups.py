@@ -16,8 +16,8 @@ Targets, each given an equal share of ``LIFTBRIDGE_SYNC_FUZZ_SECONDS`` (default 
   or the Ack protobuf reads, never an Ack where protobuf raises;
 * ``settle_acks`` and ``run_callbacks`` with re-entrant locks, futures and callbacks
   that change the lists and tables the C code is walking;
-* the frame builders (``frame_value``, ``frame_id``, ``frame_values``, ``frame_entry``,
-  ``make_entries``) against their Python twins in the publish codec;
+* the frame builders (``frame_value``, ``frame_id``, ``frame_values``, ``frame_pairs``,
+  ``frame_entry``, ``make_entries``) against their Python twins in the publish codec;
 * ``recv_held``/``send_held`` over a socket pair, in arbitrary chunk and read sizes;
 * the ``EntryCore`` and ``FutureCore`` types: arbitrary constructor arguments and field
   writes, against ``EntryCore``'s Python twin.
@@ -431,6 +431,27 @@ def fuzz_frame_builders(
     assert [e.correlation_id for e in entries] == ids and len(futures) == len(ids)
 
 
+_pair_items = st.lists(
+    st.one_of(
+        st.binary(max_size=200),
+        st.tuples(st.one_of(st.none(), st.binary(max_size=300)), st.binary(max_size=200)),
+        st.tuples(st.text(max_size=3), st.binary(max_size=5)),  # ends the run
+        st.tuples(st.binary(max_size=5), st.text(max_size=3)),
+        st.tuples(st.binary(max_size=5)),
+        st.text(max_size=3),
+    ),
+    max_size=12,
+)
+
+
+@_SETTINGS
+@given(items=_pair_items, prefix=_prefixes, partitions=st.integers(1, 7))
+def fuzz_frame_pairs(items: list[Any], prefix: str, partitions: int) -> None:
+    heads = [head("stream", p, AckPolicy.LEADER) for p in range(partitions)]
+    expected = publish_codec.py_frame_pairs(heads, items, prefix)
+    assert C.frame_pairs(heads, items, prefix) == expected
+
+
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(
     chunks=st.lists(st.binary(min_size=1, max_size=70000), max_size=6),
@@ -737,6 +758,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_settle_acks,
     fuzz_run_callbacks,
     fuzz_frame_builders,
+    fuzz_frame_pairs,
     fuzz_socket_io,
     fuzz_pending_core,
     fuzz_outbound_queue,

@@ -24,12 +24,14 @@ from liftbridge_sync._wire.status import (
 from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.models._ack import ACK_ERROR_NAMES
+from liftbridge_sync.partitioners import ByKey
 
 
 class Codec(NamedTuple):
     frame_value: Callable[[bytes, bytes, bytes], bytes]
     frame_id: Callable[[bytes, bytes, str, int], tuple[bytes, str]]
     frame_values: Callable[[bytes, list[object], str], tuple[list[bytes], list[str]]]
+    frame_pairs: Callable[[list[bytes], list[Any], str], tuple[list[bytes], list[str], list[int]]]
     decode_ack: Callable[[bytes], Ack | None]
     decode_response: Callable[[bytes], codec.Answer]
 
@@ -40,6 +42,7 @@ def _implementation(name: str) -> Codec:
             codec.py_frame_value,
             codec.py_frame_id,
             codec.py_frame_values,
+            codec.py_frame_pairs,
             codec.py_decode_ack,
             codec.py_decode_response,
         )
@@ -51,6 +54,7 @@ def _implementation(name: str) -> Codec:
         _speedups.frame_value,
         _speedups.frame_id,
         _speedups.frame_values,
+        _speedups.frame_pairs,
         _speedups.decode_ack,
         codec.c_decode_response,
     )
@@ -61,10 +65,17 @@ both = pytest.mark.parametrize("which", ["python", "c"])
 
 def test_the_module_uses_the_active_implementation() -> None:
     chosen = _implementation("c" if speedups.ACTIVE else "python")
-    assert (codec.frame_value, codec.frame_id, codec.frame_values, codec.decode_ack) == (
+    assert (
+        codec.frame_value,
+        codec.frame_id,
+        codec.frame_values,
+        codec.frame_pairs,
+        codec.decode_ack,
+    ) == (
         chosen.frame_value,
         chosen.frame_id,
         chosen.frame_values,
+        chosen.frame_pairs,
         chosen.decode_ack,
     )
     assert codec.decode_response is chosen.decode_response
@@ -118,6 +129,65 @@ def test_framed_requests_parse_to_what_protobuf_builds(
     assert ids == [f"{cid}.{i}" for i in range(3)]
     for i, framed in enumerate(framed_list):
         assert parse(_message(framed)) == _request(stream, values[i], partition, policy, ids[i])  # type: ignore[arg-type]
+
+
+@both
+@settings(deadline=None)
+@given(
+    stream=_streams,
+    pairs=st.lists(
+        st.tuples(st.one_of(st.none(), st.binary(max_size=300)), st.binary(max_size=300)),
+        max_size=8,
+    ),
+    partitions=st.integers(1, 9),
+    policy=st.sampled_from(list(AckPolicy)),
+    cid=_ids,
+)
+def test_a_run_of_pairs_parses_to_what_protobuf_builds_on_by_keys_partition(
+    which: str,
+    stream: str,
+    pairs: list[tuple[bytes | None, bytes]],
+    partitions: int,
+    policy: AckPolicy,
+    cid: str,
+) -> None:
+    impl = _implementation(which)
+    heads = [codec.head(stream, p, policy) for p in range(partitions)]
+    items: list[Any] = [*pairs, b"plain", ("text key", b"v"), b"after"]
+    framed_list, ids, chosen = impl.frame_pairs(heads, items, cid)
+    run = len(pairs) + 1  # the plain value is in the run; a str key ends it
+    assert ids == [f"{cid}.{i}" for i in range(run)]
+    for i, framed in enumerate(framed_list):
+        key, value = items[i] if type(items[i]) is tuple else (None, items[i])
+        assert chosen[i] == ByKey().partition(stream, key, value, partitions)
+        expected = build_publish_request(
+            stream,
+            value,
+            partition=chosen[i],
+            key=key,
+            headers=None,
+            ack_policy=policy,
+            expected_offset=None,
+            correlation_id=ids[i],
+        )
+        assert api_pb2.PublishRequest.FromString(_message(framed)) == expected
+
+
+@both
+def test_a_run_of_pairs_stops_at_the_first_item_of_another_shape(which: str) -> None:
+    impl = _implementation(which)
+    heads = [codec.head("s", 0, AckPolicy.LEADER)]
+    odd_items: list[object] = [
+        (b"k", "str value"),
+        (b"k",),
+        (b"k", b"v", {}),
+        bytearray(b"v"),
+        ["k", b"v"],
+    ]
+    for odd in odd_items:
+        framed_list, ids, chosen = impl.frame_pairs(heads, [(b"k", b"v"), odd, b"v"], "b")
+        assert (ids, chosen) == (["b.0"], [0])
+        assert framed_list == [codec.frame_keyed(heads[0], b"k", b"v", b"b.0")]
 
 
 @settings(deadline=None)
