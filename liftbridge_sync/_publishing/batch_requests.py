@@ -99,6 +99,18 @@ def publish_batch(
         framed_run, run_ids, run_partitions = frame_pairs(heads, items, next_id())
         if run_ids:
             count = len(run_ids)
+            if not requests and count == len(items) and len(heads) == 1:
+                # The whole batch, to one partition: its entries are made in one call.
+                if framed is not None:
+                    framed()
+                futures = publisher.submit_values(
+                    framed_run,
+                    run_ids,
+                    partition=0 if fixed is None else fixed,
+                    wants_ack=wants_ack,
+                    timeout=timeout,
+                )
+                return publisher.wait_all(futures)
             routed = [fixed] * count if fixed is not None else run_partitions
             requests.extend(zip(framed_run, run_ids, routed, [wants_ack] * count, strict=True))
             items = items[count:]

@@ -610,6 +610,26 @@ def test_a_keyed_batch_lands_each_key_where_by_key_says_and_reads_the_count_once
     assert sum(len(read_all(liftbridge_client, name, p)) for p in range(3)) == len(keys) + 6
 
 
+@pytest.mark.parametrize("partitioner", [None, ByKey()], ids=["no-partitioner", "by-key"])
+def test_a_keyed_batch_to_one_partition_is_stored_exactly_in_order(
+    liftbridge_address: str, new_stream: StreamFactory, partitioner: ByKey | None
+) -> None:
+    # A one-partition stream: the whole run is framed at once and entered in one call,
+    # through a window smaller than the batch.
+    name = new_stream()
+    items: list[Any] = [(b"k%d" % i, b"v%d" % i) for i in range(250)]
+    items += [(b"", b"empty key"), (None, b"no key"), b"plain", (b"k" * 300, b"long key")]
+    with Client([liftbridge_address], max_in_flight=64) as client:
+        outcomes = client.publish_batch(name, items, partitioner=partitioner)
+        assert [o.offset for o in outcomes] == list(range(len(items)))  # type: ignore[union-attr]
+        assert {o.partition for o in outcomes} == {0}  # type: ignore[union-attr]
+        assert len({o.correlation_id for o in outcomes}) == len(items)  # type: ignore[union-attr]
+        stored = [(m.key, m.value) for m in read_all(client, name)]
+    expected = [item if type(item) is tuple else (None, item) for item in items]
+    # An empty key is stored as no key, as protobuf and the Go client send it.
+    assert stored == [(key or None, value) for key, value in expected]
+
+
 def test_futures_work_with_wait_as_completed_and_callbacks(
     liftbridge_client: Client, new_stream: StreamFactory
 ) -> None:
