@@ -239,20 +239,25 @@ class PartitionConnection:
                     ) from None
             raise
 
-    def connect_first(self) -> None:
-        """The first connect, under the client's retry policy.
+    def connect_first(self, deadline: float | None = None) -> None:
+        """The first connect, under the client's retry policy (and by ``deadline``, a
+        ``time.monotonic()``, if given: its look-ups, handshakes and back-offs keep to
+        it, as a resubscribe's keep to its ``get`` timeout).
 
         A server whose cleaner is swapping segments refuses new readers ("segment has
         been closed") for as long as its pass over the log lasts, which on a big log
         outlasts the retry policy: that refusal alone goes on being retried for up to
         ``resubscribe_wait``, as it would be on a running subscription.
+
+        Raises:
+            ReadTimeout: ``deadline`` passed first.
         """
         options = self.core.options
         started = time.monotonic()
         policy = options.retry
         while True:
             try:
-                self._connect(policy, None, resubscribing=False)
+                self._connect(policy, deadline, resubscribing=False)
                 return
             except ServerError as exc:
                 left = options.resubscribe_wait - (time.monotonic() - started)

@@ -10,6 +10,7 @@ not subscribed at all. Functions only: thread-safe.
 from __future__ import annotations
 
 import logging
+import time
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import cursors, leader
@@ -38,6 +39,12 @@ _log = logging.getLogger("liftbridge_sync.subscription")
 
 
 _TIME_STARTS = (StartKind.TIMESTAMP, StartKind.TIME_DELTA)
+
+#: The reads whose bound (:func:`_read_bound`) a timestamp start's look-up gets in all.
+#: Two: the server's answer and the newest message may each wait out a silence (their
+#: messages deleted by retention); the bisect's reads are of committed messages, served
+#: at once.
+_LOOK_UP_READS = 2
 
 
 def check_positions(start: StartAt | None, stop: StopAt | None) -> StartAt:
@@ -224,14 +231,28 @@ def first_offset_since(
     compaction removed). Committed messages are served at once: no read waits. With
     ``resume`` the reads resume a paused partition, as the subscription would.
 
+    The look-up as a whole keeps to :data:`_LOOK_UP_READS` reads' bound (twice
+    ``rpc_timeout`` each, see :func:`_one_message`): each read gets what is left of it,
+    at most its own bound. One per step, a broker slow to serve every read held
+    ``subscribe()`` for about 40 of them on a big log.
+
     Raises:
+        DeadlineExceededError: a read, or the look-up as a whole, ran out of time.
         LiftbridgeError: if a read failed.
     """
     if committed < 0:
         return 0
+    began = time.monotonic()
+    within = _LOOK_UP_READS * _read_bound(core)
+    deadline = began + within
 
     def first_from(position: api_pb2.StartPosition, at: int, stop: int) -> Message | None:
-        return _one_message(core, stream, partition, position, at, stop, resume)
+        if time.monotonic() >= deadline:
+            raise DeadlineExceededError(
+                f"{stream}/{partition}: looking up a timestamp start took longer than "
+                f"{within}s (the partition's leader served its reads slowly)"
+            )
+        return _one_message(core, stream, partition, position, at, stop, resume, deadline)
 
     probe = first_from(api_pb2.TIMESTAMP, since_ns, committed)
     if probe is not None:
@@ -253,6 +274,12 @@ def first_offset_since(
     return answer
 
 
+def _read_bound(core: ClientCore) -> float:
+    """The seconds one read of the look-up waits for its message (see
+    :func:`_one_message`): twice ``rpc_timeout``."""
+    return 2 * core.options.rpc_timeout
+
+
 def _one_message(
     core: ClientCore,
     stream: str,
@@ -261,20 +288,23 @@ def _one_message(
     at: int,
     stop: int,
     resume: bool,
+    deadline: float,
 ) -> Message | None:
     """The first message from ``position`` (``api_pb2.OFFSET`` at offset ``at``, or
     ``api_pb2.TIMESTAMP`` at Unix ns ``at``) up to offset ``stop``; ``None`` if none.
 
-    Once the subscription is open, the message is waited for twice ``rpc_timeout`` at
-    most: what is asked for is committed, and served at once, unless retention deleted
-    it, which a silence of ``rpc_timeout`` and then the leader's answer tell (see
-    ``ReadFailures``): ``None`` then. A leader that cannot answer, or whose high
-    watermark fell behind the stop, left the read waiting for ever. The subscription
-    is the client's while it reads: ``Client.close()`` from another thread ends it.
+    The subscription opens by ``deadline`` (the whole look-up's, a
+    ``time.monotonic()``), and then the message is waited for twice ``rpc_timeout`` at
+    most, or until ``deadline`` if sooner: what is asked for is committed, and served
+    at once, unless retention deleted it, which a silence of ``rpc_timeout`` and then
+    the leader's answer tell (see ``ReadFailures``): ``None`` then. A leader that
+    cannot answer, or whose high watermark fell behind the stop, left the read waiting
+    for ever. The subscription is the client's while it reads: ``Client.close()`` from
+    another thread ends it.
 
     Raises:
         DeadlineExceededError: no message (nor the end of the read) within twice
-            ``rpc_timeout``.
+            ``rpc_timeout``, or by ``deadline``.
         ClientClosedError: the client was closed meanwhile.
     """
     request = api_pb2.SubscribeRequest(
@@ -295,8 +325,8 @@ def _one_message(
     sub = Subscription(core, target)
     try:
         core.register(sub)  # closed, if the client is: ClientClosedError
-        sub.open(empty=False)
-        seconds = 2 * core.options.rpc_timeout
+        sub.open(empty=False, deadline=deadline)
+        seconds = max(0.0, min(_read_bound(core), deadline - time.monotonic()))
         try:
             return sub.get(seconds)
         except StopIteration:
@@ -307,7 +337,7 @@ def _one_message(
             where = "offset" if position == api_pb2.OFFSET else "timestamp"
             raise DeadlineExceededError(
                 f"{stream}/{partition}: looking up a timestamp start, no message at or "
-                f"after {where} {at} (up to offset {stop}) arrived within {seconds}s"
+                f"after {where} {at} (up to offset {stop}) arrived within {seconds:.3g}s"
             ) from None
     finally:
         sub.close()
@@ -387,7 +417,8 @@ def open_subscription(
         NoSuchPartitionError: if the stream or partition does not exist.
         BrokerUnavailableError: if no broker answered within the retry policy.
         DeadlineExceededError: a time start's offset, read from the partition, did
-            not arrive within twice ``rpc_timeout``.
+            not arrive within twice ``rpc_timeout`` (one read), or four times it (the
+            whole look-up).
     """
     check_name("stream", stream, allow_reserved=True)
     check_partition("partition", partition)

@@ -30,7 +30,12 @@ from liftbridge_sync._transport import cursors
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall
 from liftbridge_sync._wire.validate import check_id, check_int, check_timeout
-from liftbridge_sync.errors import ClientClosedError, LiftbridgeError, UnsupportedError
+from liftbridge_sync.errors import (
+    ClientClosedError,
+    DeadlineExceededError,
+    LiftbridgeError,
+    UnsupportedError,
+)
 from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
 from liftbridge_sync.subscription.connection import (
@@ -39,6 +44,7 @@ from liftbridge_sync.subscription.connection import (
     SubscriptionTarget,
 )
 from liftbridge_sync.subscription.read_failures import ReadFailures
+from liftbridge_sync.subscription.refusals import ReadTimeout
 from liftbridge_sync.subscription.screening import before_start, screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
@@ -97,21 +103,28 @@ class Subscription:
         #: The last message delivered one at a time (for the out-of-order log line).
         self._last_pb: api_pb2.Message | None = None
 
-    def open(self, *, empty: bool) -> None:
-        """Connect for the first time (``empty``: there is nothing to read at all).
+    def open(self, *, empty: bool, deadline: float | None = None) -> None:
+        """Connect for the first time (``empty``: there is nothing to read at all), by
+        ``deadline`` (a ``time.monotonic()``; ``None``: under the retry policy only).
 
         Raises:
             ClientClosedError: if closed while opening.
+            DeadlineExceededError: not open by ``deadline``.
         """
         if empty:
             self._conn.done = self._conn.nothing_left = True
             return
         try:
-            self._conn.connect_first()
+            self._conn.connect_first(deadline)
         except StopIteration:
             pass  # nothing to read: an empty, finished subscription
         except Closed:
             raise ClientClosedError("subscription closed while opening") from None
+        except ReadTimeout:
+            target = self._target
+            raise DeadlineExceededError(
+                f"subscribe {target.stream}/{target.partition}: not open by its deadline"
+            ) from None
 
     # ------------------------------------------------------------------ public API
 

@@ -6,13 +6,14 @@ it (the temporary subscription was not the client's to close)."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import grpc
 
 from liftbridge_sync import Client, StartAt
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.errors import ClientClosedError, DeadlineExceededError
-from liftbridge_sync.testing import FakeBroker, serve
+from liftbridge_sync.testing import FakeBroker, fake_message, serve
 from tests.waiting import wait_until
 
 _RPC_TIMEOUT = 1.0
@@ -99,5 +100,47 @@ def test_client_close_ends_a_timestamp_look_up() -> None:
             thread.join(10)
         finally:
             client.close()
+    finally:
+        broker.stop()
+
+
+def _slow_reads(delay: float) -> FakeBroker:
+    """A broker that answers a timestamp probe with nothing (v1.9.0's wrong answer),
+    so the look-up bisects, and serves every read at an offset ``delay`` seconds late
+    (within the per-read bound): a message at that offset, as new as any start."""
+    broker = FakeBroker("a")
+
+    def slow(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()  # the handshake
+        if request.startPosition == api_pb2.TIMESTAMP:
+            return  # ended with OK: nothing at or after the time
+        # The fault: a slow leader (not synchronisation; the client waits on its bound).
+        threading.Event().wait(delay)
+        message = fake_message(request.startOffset)
+        message.timestamp = 1 << 62
+        yield message
+        while context.is_active():
+            threading.Event().wait(0.02)
+
+    broker.subscribe_scripts = [slow for _ in range(1000)]
+    return broker
+
+
+def test_a_timestamp_look_up_of_slow_reads_keeps_to_one_bound() -> None:
+    # 2**20 offsets: the newest message and 20 bisect steps, each read 0.4 s late,
+    # took over 8 s, well past the look-up's one bound (twice two rpc_timeouts).
+    broker = _slow_reads(0.4 * _RPC_TIMEOUT)
+    broker.start()
+    broker.cluster.newest_offset = 1 << 20
+    try:
+        with Client([broker.address], rpc_timeout=_RPC_TIMEOUT, resubscribe_wait=1.0) as client:
+            thread, raised, done = _subscribing(client)
+            assert done.wait(4 * _RPC_TIMEOUT + 1.5), "the look-up outlasted its bound"
+            (error,) = raised
+            assert isinstance(error, DeadlineExceededError)
+            assert "timestamp start" in str(error)
+            thread.join(10)
     finally:
         broker.stop()
