@@ -76,7 +76,7 @@ class H2SubscribeCall(SubscribeReceiver):
     """One ``Subscribe`` call on its own HTTP/2 connection, read by the iterating thread.
 
     Nothing happens on construction; the first ``next()`` runs the TLS pre-flight (if
-    given), connects (bounded by ``rpc_timeout``) and sends the request. ``cancel()``
+    given), connects and sends the request, all within one ``rpc_timeout``. ``cancel()``
     abandons any of these steps at once, as the wait for the broker's first frame. The
     socket is closed when the call ends, when it is cancelled, or when the object is
     collected.
@@ -88,8 +88,10 @@ class H2SubscribeCall(SubscribeReceiver):
         tls: The client's TLS set-up; ``None`` builds one from ``options.tls``.
         preflight: Run before the first connect with the call's
             :class:`~liftbridge_sync._transport.aborting.DialAbort` (the client's TLS
-            pre-flight, :meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`):
-            ``cancel()`` ends it too, and what it raises (``TLSError``) is raised.
+            pre-flight, :meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`,
+            which takes ``rpc_timeout`` at most): its time counts against the
+            connect's ``rpc_timeout``, ``cancel()`` ends it too, and what it raises
+            (``TLSError``) is raised.
 
     ``next()`` must be called by one thread at a time; ``cancel()`` is thread-safe.
     """
@@ -387,10 +389,20 @@ class H2SubscribeCall(SubscribeReceiver):
         if self._cancelled:
             raise self._cancelled_error()
         body = self._request.SerializeToString()
+        rpc_timeout = self._options.rpc_timeout
+        # One bound for the pre-flight and the dial (as the publish stream's): the dial
+        # starting a bound of its own after it, a broker that accepts and never answers
+        # TLS held the first read for both.
+        deadline = time.monotonic() + rpc_timeout
         try:
             # cancel() (a get() deadline, close()) ends a step left waiting at once.
             if self._preflight is not None:
                 self._preflight(self._abort)
+                if time.monotonic() >= deadline:
+                    raise DialError(
+                        f"cannot open a stream to {self._address}: the TLS pre-flight took "
+                        f"all of the dial's {rpc_timeout:g}s (rpc_timeout, for all its steps)"
+                    )
             sock, conn, sid = dial(
                 self._address,
                 self._options,
@@ -399,6 +411,7 @@ class H2SubscribeCall(SubscribeReceiver):
                 _RECV_WINDOW,
                 body,
                 abort=self._abort,
+                deadline=deadline,
             )
         except ClientClosedError:  # our own cancel() abandoned the dial
             raise self._cancelled_error() from None

@@ -301,3 +301,31 @@ def test_cancel_abandons_the_look_at_an_untrusted_certificate(
     finally:
         pool.close()
         broker.close()
+
+
+def test_the_pre_flight_and_the_dial_share_one_rpc_timeout(
+    silent: SilentListener, certs: TestCertificates
+) -> None:
+    # The pre-flight took up to rpc_timeout (5 s at most), then the dial started its own
+    # rpc_timeout: a broker that accepts and never answers TLS held the first read for
+    # both (about 2 x 1.5 s here). One bound now, taken before the pre-flight.
+    rpc_timeout = 1.5
+    options = ClientOptions(addresses=(silent.address,), rpc_timeout=rpc_timeout, tls=_tls(certs))
+    pool = ChannelPool(options)
+    call = H2SubscribeCall(
+        silent.address,
+        api_pb2.SubscribeRequest(stream="s", partition=0),
+        options,
+        pool.tls,
+        preflight=lambda abort: pool.check_tls(silent.address, abort=abort),
+    )
+    started = time.monotonic()
+    with pytest.raises(lb.LiftbridgeError) as caught:
+        next(call)
+    took = time.monotonic() - started
+    assert caught.value.code == "UNAVAILABLE"
+    # Past one bound by a scheduling margin at most (well short of a second bound).
+    assert took < rpc_timeout + 0.75 * rpc_timeout, f"the first read took {took:.2f}s"
+    assert "TLS pre-flight" in str(caught.value)
+    call.cancel()
+    pool.close()
