@@ -1,9 +1,11 @@
 """CPU per row of the ``foreachPartition`` sink's own code, without Spark.
 
-Run: ``python -m bench.spark_sink_cpu [--rows 100000] [--size 256] [--rounds 3] [--profile]``.
+Run: ``python -m bench.spark_sink_cpu [--rows 100000] [--size 256] [--rounds 3]
+[--partitions 1] [--profile]``.
 Feeds ``pyspark.sql.Row`` objects shaped like :mod:`bench.spark`'s rows (a string key,
 a ``--size``-byte binary value) to :meth:`PartitionPublisher.publish` against a real
-server (harness), and prints the process CPU seconds per row (all threads: the task's
+server (harness), on a stream of ``--partitions`` partitions (the sink spreads keyed rows
+by key), and prints the process CPU seconds per row (all threads: the task's
 thread and the run threads share one GIL in a Spark worker, so all of it counts) and
 the task thread's own. ``--profile`` adds a cProfile of every thread.
 """
@@ -34,6 +36,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=256)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     rows = _rows(args.rows, args.size)
@@ -41,7 +44,7 @@ def main() -> int:
 
         def fresh() -> str:
             name = f"bench-sink-{uuid.uuid4().hex[:8]}"
-            client.create_stream(name, name)
+            client.create_stream(name, name, partitions=args.partitions)
             return name
 
         publish_partition(server.address, fresh()).publish(rows[:2000])  # warm the client

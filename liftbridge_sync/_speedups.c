@@ -87,7 +87,8 @@
  *       EntryCore and FutureCore types (_speedups_entry.c, _speedups_future.c), whose
  *       state this code reads and writes in their structs.
  *   make_entries(framed, ids, partition, wants_ack, timeout, deadline) -> (entries, futures)
- *       For two lists of equal length (framed requests, correlation ids): one new future
+ *       For two lists of equal length (framed requests, correlation ids; partition an int,
+ *       or a list of that length with each request's partition): one new future
  *       (future_type()) and one Entry per request, its fields filled as EntryCore's
  *       __init__ would (seq 0, resent_at 0.0, key None) without running it, and the
  *       Entry untracked by the cyclic garbage collector (see new_entry).
@@ -894,6 +895,13 @@ make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (entries_set_up() < 0)
         return NULL;
     Py_ssize_t n = PyList_GET_SIZE(args[0]);
+    /* A list of partitions: one per request (a keyed batch that ByKey spread). */
+    PyObject *partitions = PyList_CheckExact(args[2]) ? args[2] : NULL;
+    if (partitions != NULL && PyList_GET_SIZE(partitions) != n) {
+        PyErr_SetString(PyExc_TypeError, "make_entries: one partition per request");
+        return NULL;
+    }
+    PyObject *rest[4] = {args[2], args[3], args[4], args[5]};
     PyObject *entries = PyList_New(n);
     PyObject *futures = entries == NULL ? NULL : PyList_New(n);
     if (futures == NULL) {
@@ -902,8 +910,10 @@ make_entries(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *future = NULL;
+        if (partitions != NULL)
+            rest[0] = PyList_GET_ITEM(partitions, i);
         PyObject *entry =
-            new_entry(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i), args + 2, &future);
+            new_entry(PyList_GET_ITEM(args[0], i), PyList_GET_ITEM(args[1], i), rest, &future);
         if (entry == NULL)
             goto error;
         PyList_SET_ITEM(entries, i, entry);

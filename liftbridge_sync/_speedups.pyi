@@ -27,7 +27,7 @@ def setup_entries(entry_type: type, future_type: type, /) -> None: ...
 def make_entries(
     framed: list[bytes],
     ids: list[str],
-    partition: int,
+    partition: int | list[int],
     wants_ack: bool,
     timeout: float,
     deadline: float,

@@ -99,14 +99,14 @@ def publish_batch(
         framed_run, run_ids, run_partitions = frame_pairs(heads, items, next_id())
         if run_ids:
             count = len(run_ids)
-            if not requests and count == len(items) and len(heads) == 1:
-                # The whole batch, to one partition: its entries are made in one call.
+            if not requests and count == len(items):
+                # The whole batch at once: its entries are made in one call.
                 if framed is not None:
                     framed()
                 futures = publisher.submit_values(
                     framed_run,
                     run_ids,
-                    partition=0 if fixed is None else fixed,
+                    partition=run_partitions if fixed is None else fixed,
                     wants_ack=wants_ack,
                     timeout=timeout,
                 )

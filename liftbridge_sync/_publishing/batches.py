@@ -83,12 +83,13 @@ class Batches:
         framed: list[bytes],
         ids: list[str],
         *,
-        partition: int,
+        partition: int | list[int],
         wants_ack: bool,
         timeout: float,
     ) -> list[AckFuture]:
-        """:meth:`submit_many` for framed requests to one partition (the common
-        ``publish_batch``), their entries and futures built in one call.
+        """:meth:`submit_many` for framed requests to one ``partition`` (the common
+        ``publish_batch``), or each to its own (a list, one per request: a keyed batch
+        that ``ByKey`` spread), their entries and futures built in one call.
 
         Raises:
             As :meth:`submit_many`.

@@ -253,18 +253,20 @@ class Entry(EntryCore):
 def new_entries(
     framed: list[bytes],
     ids: list[str],
-    partition: int,
+    partition: int | list[int],
     wants_ack: bool,
     timeout: float,
     deadline: float,
 ) -> tuple[list[Entry], list[AckFuture]]:
     """An :class:`Entry` and a new future for each framed request (the same lengths),
-    all to one partition with one timeout and deadline. With the C speedups, built
-    without running ``Entry.__init__`` (a third of a batched publish's caller CPU).
+    all to one ``partition``, or each to its own (a list of the same length), with one
+    timeout and deadline. With the C speedups, built without running
+    ``Entry.__init__`` (a third of a batched publish's caller CPU).
     """
+    partitions = partition if isinstance(partition, list) else [partition] * len(framed)
     entries = [
-        new_entry(request, correlation_id, partition, wants_ack, timeout, deadline)
-        for request, correlation_id in zip(framed, ids, strict=True)
+        new_entry(request, correlation_id, chosen, wants_ack, timeout, deadline)
+        for request, correlation_id, chosen in zip(framed, ids, partitions, strict=True)
     ]
     return entries, [entry.future for entry in entries]
 

@@ -211,11 +211,12 @@ class Publisher:
         framed: list[bytes],
         ids: list[str],
         *,
-        partition: int,
+        partition: int | list[int],
         wants_ack: bool,
         timeout: float,
     ) -> list[AckFuture]:
-        """Framed requests to one partition (see :meth:`.Batches.submit_values`).
+        """Framed requests to one partition, or each to its own (see
+        :meth:`.Batches.submit_values`).
 
         Raises:
             As :meth:`submit_many`.

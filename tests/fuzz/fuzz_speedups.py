@@ -429,6 +429,9 @@ def fuzz_frame_builders(
     ids = [f"{prefix}{i}" for i in range(len(values))]
     entries, futures = C.make_entries(list(values), ids, 1, False, None, None)
     assert [e.correlation_id for e in entries] == ids and len(futures) == len(ids)
+    spread = [len(i) for i in ids]
+    entries, futures = C.make_entries(list(values), ids, spread, False, None, None)
+    assert [e.partition for e in entries] == spread and len(futures) == len(ids)
 
 
 _pair_items = st.lists(

@@ -376,12 +376,18 @@ def test_new_entries_match_the_python_construction() -> None:
     built[0][0].seq = 7
     assert built[0][0].seq == 7
     assert pending.new_entries([], [], 0, False, 1.0, 2.0) == ([], [])
+    # A partition per request (a keyed batch that ByKey spread).
+    for make in (pending.new_entries, pending._py_new_entries):
+        spread, _ = make(framed, ids, [2, 0], True, 5.0, 105.0)
+        assert [(e.correlation_id, e.partition) for e in spread] == [("x.0", 2), ("x.1", 0)]
 
 
 @needs_c
 def test_make_entries_refuses_bad_arguments() -> None:
     with pytest.raises(TypeError):
         _speedups.make_entries([b"a"], [], 0, True, 1.0, 2.0)  # lengths differ
+    with pytest.raises(TypeError):
+        _speedups.make_entries([b"a"], ["x"], [0, 1], True, 1.0, 2.0)  # one partition each
     with pytest.raises(TypeError):
         _speedups.make_entries((b"a",), ("x",), 0, True, 1.0, 2.0)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
