@@ -153,6 +153,13 @@ class Resender:
 
         count = self._table.send_again(still_pending)
         if not count:
+            if self._table.live is None:
+                # Between streams (a back-off): kept for the next one, which re-sends
+                # what is pending but not what a draining stream still holds; a refused
+                # publish held there would wait for that stream's end, or its deadline.
+                kept = [(e, at) for e, at in refused if pending.get(e.correlation_id) is e]
+                self._refused = kept + self._refused
+                self.answers_handled()
             return
         self.resent_after_refusal += count
         _log.warning(
