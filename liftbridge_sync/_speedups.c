@@ -315,6 +315,36 @@ frame_with_id(PyObject *head, PyObject *value, PyObject *prefix_obj, PyObject *n
     return 0;
 }
 
+/* Appends obj, a new reference, to list and releases it; -1 on error (obj NULL: the
+ * error of whatever failed to make it). */
+static int
+append_new(PyObject *list, PyObject *obj)
+{
+    if (obj == NULL)
+        return -1;
+    int rc = PyList_Append(list, obj);
+    Py_DECREF(obj);
+    return rc;
+}
+
+/* A buffer of the ASCII str base + "." with room for a decimal index after it (ids
+ * base.index; *base_len: the length of base); PyMem_Free it. NULL with an error set. */
+static char *
+indexed_id_buffer(PyObject *base_obj, Py_ssize_t *base_len)
+{
+    const char *base;
+    if (ascii_prefix(base_obj, &base, base_len) < 0)
+        return NULL;
+    char *id = PyMem_Malloc((size_t)(*base_len + 24));
+    if (id == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    memcpy(id, base, (size_t)*base_len);
+    id[*base_len] = '.';
+    return id;
+}
+
 static PyObject *
 frame_value(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -365,16 +395,10 @@ frame_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "head must be bytes and values a list");
         return NULL;
     }
-    const char *base;
     Py_ssize_t base_len;
-    if (ascii_prefix(args[2], &base, &base_len) < 0)
-        return NULL;
-    Py_ssize_t cap = base_len + 24;
-    char *id = PyMem_Malloc((size_t)cap);
+    char *id = indexed_id_buffer(args[2], &base_len);
     if (id == NULL)
-        return PyErr_NoMemory();
-    memcpy(id, base, (size_t)base_len);
-    id[base_len] = '.';
+        return NULL;
     PyObject *framed_list = PyList_New(0);
     PyObject *ids = PyList_New(0);
     if (framed_list == NULL || ids == NULL)
@@ -387,20 +411,9 @@ frame_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             break;
         int digits = snprintf(id + base_len + 1, 22, "%zd", i);
         Py_ssize_t id_len = base_len + 1 + digits;
-        PyObject *framed = build_frame(head_data, head_len, PyBytes_AS_STRING(value),
-                                       PyBytes_GET_SIZE(value), id, id_len);
-        if (framed == NULL)
-            goto fail;
-        int rc = PyList_Append(framed_list, framed);
-        Py_DECREF(framed);
-        if (rc < 0)
-            goto fail;
-        PyObject *cid = ascii_str(id, id_len);
-        if (cid == NULL)
-            goto fail;
-        rc = PyList_Append(ids, cid);
-        Py_DECREF(cid);
-        if (rc < 0)
+        if (append_new(framed_list, build_frame(head_data, head_len, PyBytes_AS_STRING(value),
+                                                PyBytes_GET_SIZE(value), id, id_len)) < 0 ||
+            append_new(ids, ascii_str(id, id_len)) < 0)
             goto fail;
     }
     PyMem_Free(id);
@@ -434,15 +447,10 @@ frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    const char *base;
     Py_ssize_t base_len;
-    if (ascii_prefix(args[2], &base, &base_len) < 0)
-        return NULL;
-    char *id = PyMem_Malloc((size_t)(base_len + 24));
+    char *id = indexed_id_buffer(args[2], &base_len);
     if (id == NULL)
-        return PyErr_NoMemory();
-    memcpy(id, base, (size_t)base_len);
-    id[base_len] = '.';
+        return NULL;
     PyObject *framed_list = PyList_New(0);
     PyObject *ids = PyList_New(0);
     PyObject *chosen = PyList_New(0);
@@ -477,25 +485,8 @@ frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *framed = build_keyed_frame(PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), key,
                                              key_len, PyBytes_AS_STRING(value),
                                              PyBytes_GET_SIZE(value), id, id_len);
-        if (framed == NULL)
-            goto fail;
-        int rc = PyList_Append(framed_list, framed);
-        Py_DECREF(framed);
-        if (rc < 0)
-            goto fail;
-        PyObject *cid = ascii_str(id, id_len);
-        if (cid == NULL)
-            goto fail;
-        rc = PyList_Append(ids, cid);
-        Py_DECREF(cid);
-        if (rc < 0)
-            goto fail;
-        PyObject *index = PyLong_FromSsize_t(partition);
-        if (index == NULL)
-            goto fail;
-        rc = PyList_Append(chosen, index);
-        Py_DECREF(index);
-        if (rc < 0)
+        if (append_new(framed_list, framed) < 0 || append_new(ids, ascii_str(id, id_len)) < 0 ||
+            append_new(chosen, PyLong_FromSsize_t(partition)) < 0)
             goto fail;
     }
     PyMem_Free(id);

@@ -308,8 +308,8 @@ def test_the_pre_flight_and_the_dial_share_one_rpc_timeout(
 ) -> None:
     # The pre-flight took up to rpc_timeout (5 s at most), then the dial started its own
     # rpc_timeout: a broker that accepts and never answers TLS held the first read for
-    # both (about 2 x 1.5 s here). One bound now, taken before the pre-flight.
-    rpc_timeout = 1.5
+    # both (about 2 x 3 s here). One bound now, taken before the pre-flight.
+    rpc_timeout = 3.0
     options = ClientOptions(addresses=(silent.address,), rpc_timeout=rpc_timeout, tls=_tls(certs))
     pool = ChannelPool(options)
     call = H2SubscribeCall(
