@@ -383,78 +383,22 @@ frame_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+/* What frame_values and frame_pairs share: the framed requests of the leading run of
+ * items (bytes values; with pairs, (key, value) tuples too, key bytes or None) and their
+ * ids base.index, as a tuple (framed_list, id_list), with pairs also the partition index
+ * of each (partition_list). heads: count (>= 1) exact bytes, the caller's to keep. */
 static PyObject *
-frame_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+frame_run(PyObject *const *heads, Py_ssize_t count, PyObject *items, PyObject *base_obj,
+          int pairs)
 {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "frame_values(head, values, base)");
-        return NULL;
-    }
-    PyObject *head = args[0], *values = args[1];
-    if (!PyBytes_CheckExact(head) || !PyList_CheckExact(values)) {
-        PyErr_SetString(PyExc_TypeError, "head must be bytes and values a list");
-        return NULL;
-    }
     Py_ssize_t base_len;
-    char *id = indexed_id_buffer(args[2], &base_len);
+    char *id = indexed_id_buffer(base_obj, &base_len);
     if (id == NULL)
         return NULL;
     PyObject *framed_list = PyList_New(0);
     PyObject *ids = PyList_New(0);
-    if (framed_list == NULL || ids == NULL)
-        goto fail;
-    const char *head_data = PyBytes_AS_STRING(head);
-    Py_ssize_t head_len = PyBytes_GET_SIZE(head);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(values); i++) {
-        PyObject *value = PyList_GET_ITEM(values, i);
-        if (!PyBytes_CheckExact(value))
-            break;
-        int digits = snprintf(id + base_len + 1, 22, "%zd", i);
-        Py_ssize_t id_len = base_len + 1 + digits;
-        if (append_new(framed_list, build_frame(head_data, head_len, PyBytes_AS_STRING(value),
-                                                PyBytes_GET_SIZE(value), id, id_len)) < 0 ||
-            append_new(ids, ascii_str(id, id_len)) < 0)
-            goto fail;
-    }
-    PyMem_Free(id);
-    PyObject *result = PyTuple_Pack(2, framed_list, ids);
-    Py_DECREF(framed_list);
-    Py_DECREF(ids);
-    return result;
-fail:
-    PyMem_Free(id);
-    Py_XDECREF(framed_list);
-    Py_XDECREF(ids);
-    return NULL;
-}
-
-static PyObject *
-frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "frame_pairs(heads, items, base)");
-        return NULL;
-    }
-    PyObject *heads = args[0], *items = args[1];
-    if (!PyList_CheckExact(heads) || PyList_GET_SIZE(heads) < 1 || !PyList_CheckExact(items)) {
-        PyErr_SetString(PyExc_TypeError, "heads must be a non-empty list and items a list");
-        return NULL;
-    }
-    Py_ssize_t count = PyList_GET_SIZE(heads);
-    for (Py_ssize_t p = 0; p < count; p++) {
-        if (!PyBytes_CheckExact(PyList_GET_ITEM(heads, p))) {
-            PyErr_SetString(PyExc_TypeError, "heads must be bytes");
-            return NULL;
-        }
-    }
-    Py_ssize_t base_len;
-    char *id = indexed_id_buffer(args[2], &base_len);
-    if (id == NULL)
-        return NULL;
-    PyObject *framed_list = PyList_New(0);
-    PyObject *ids = PyList_New(0);
-    PyObject *chosen = PyList_New(0);
-    if (framed_list == NULL || ids == NULL || chosen == NULL)
+    PyObject *chosen = pairs ? PyList_New(0) : NULL;
+    if (framed_list == NULL || ids == NULL || (pairs && chosen == NULL))
         goto fail;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); i++) {
         PyObject *item = PyList_GET_ITEM(items, i);
@@ -463,7 +407,7 @@ frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyObject *value;
         if (PyBytes_CheckExact(item)) {
             value = item;
-        } else if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
+        } else if (pairs && PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2) {
             PyObject *key_obj = PyTuple_GET_ITEM(item, 0);
             value = PyTuple_GET_ITEM(item, 1);
             if (!PyBytes_CheckExact(value))
@@ -479,24 +423,70 @@ frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         Py_ssize_t partition =
             count == 1 ? 0 : (Py_ssize_t)(crc32_ieee((const uint8_t *)key, key_len) % (uint32_t)count);
-        PyObject *head = PyList_GET_ITEM(heads, partition);
+        PyObject *head = heads[partition];
         int digits = snprintf(id + base_len + 1, 22, "%zd", i);
         Py_ssize_t id_len = base_len + 1 + digits;
         PyObject *framed = build_keyed_frame(PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head), key,
                                              key_len, PyBytes_AS_STRING(value),
                                              PyBytes_GET_SIZE(value), id, id_len);
         if (append_new(framed_list, framed) < 0 || append_new(ids, ascii_str(id, id_len)) < 0 ||
-            append_new(chosen, PyLong_FromSsize_t(partition)) < 0)
+            (pairs && append_new(chosen, PyLong_FromSsize_t(partition)) < 0))
             goto fail;
     }
     PyMem_Free(id);
-    return Py_BuildValue("(NNN)", framed_list, ids, chosen);
+    if (pairs)
+        return Py_BuildValue("(NNN)", framed_list, ids, chosen);
+    return Py_BuildValue("(NN)", framed_list, ids);
 fail:
     PyMem_Free(id);
     Py_XDECREF(framed_list);
     Py_XDECREF(ids);
     Py_XDECREF(chosen);
     return NULL;
+}
+
+static PyObject *
+frame_values(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "frame_values(head, values, base)");
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[0]) || !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "head must be bytes and values a list");
+        return NULL;
+    }
+    return frame_run(args, 1, args[1], args[2], 0);
+}
+
+static PyObject *
+frame_pairs(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "frame_pairs(heads, items, base)");
+        return NULL;
+    }
+    if (!PyList_CheckExact(args[0]) || PyList_GET_SIZE(args[0]) < 1 ||
+        !PyList_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "heads must be a non-empty list and items a list");
+        return NULL;
+    }
+    /* A tuple of the heads: the run reads them by index while it makes objects. */
+    PyObject *heads = PyList_AsTuple(args[0]);
+    if (heads == NULL)
+        return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(heads);
+    PyObject *result = NULL;
+    for (Py_ssize_t p = 0; p < count; p++) {
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(heads, p))) {
+            PyErr_SetString(PyExc_TypeError, "heads must be bytes");
+            goto done;
+        }
+    }
+    result = frame_run(PySequence_Fast_ITEMS(heads), count, args[1], args[2], 1);
+done:
+    Py_DECREF(heads);
+    return result;
 }
 
 /* ------------------------------------------------------------------ settling */

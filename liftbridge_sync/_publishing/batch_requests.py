@@ -3,10 +3,9 @@
 Every item is checked and framed before any of them is sent (bad input raises first).
 Plain values for one fixed partition take the codec's common case: all of them at once
 when every item is a value (:meth:`~liftbridge_sync._publishing.publisher.Publisher.
-publish_values`), the leading run at once otherwise (:func:`~liftbridge_sync._wire.
-publish_codec.frame_values`). The leading run of values and ``(key, value)`` pairs of
-bytes then goes at once too (:func:`~liftbridge_sync._wire.publish_codec.frame_pairs`),
-for a fixed partition or the library's own ``ByKey`` (which the codec computes); other
+publish_values`). Otherwise the leading run of values and ``(key, value)`` pairs of
+bytes goes at once (:func:`~liftbridge_sync._wire.publish_codec.frame_pairs`), for a
+fixed partition or the library's own ``ByKey`` (which the codec computes); other
 pairs take the head of their partition and their key one by one
 (:func:`~liftbridge_sync._wire.publish_codec.frame_keyed`); headers and other types go
 through
@@ -26,7 +25,6 @@ from liftbridge_sync._wire.publish_codec import (
     frame_keyed,
     frame_pairs,
     frame_value,
-    frame_values,
     head,
 )
 from liftbridge_sync._wire.validate import check_ack_policy, check_bytes, check_partition
@@ -75,18 +73,9 @@ def publish_batch(
             return publisher.publish_values(
                 fixed_head, items, partition=fixed, wants_ack=wants_ack, timeout=timeout
             )
-        # The leading run of plain values at once (C speedups when built); ids are
-        # one generated id + "." + index, unique like the others.
-        framed_values, ids = frame_values(fixed_head, items, next_id())
-        if ids:
-            count = len(ids)
-            requests = list(
-                zip(framed_values, ids, [fixed] * count, [wants_ack] * count, strict=True)
-            )
-            add = requests.append
-            items = items[count:]
     # The leading run of values and (key, value) pairs of bytes at once (C speedups
-    # when built): a fixed partition's head, or the head of ByKey's choice for each.
+    # when built): a fixed partition's head, or the head of ByKey's choice for each;
+    # ids one generated id + "." + index, unique like the others.
     heads: list[bytes] | None = None
     if fixed is not None:
         heads = [fixed_head]
@@ -99,7 +88,7 @@ def publish_batch(
         framed_run, run_ids, run_partitions = frame_pairs(heads, items, next_id())
         if run_ids:
             count = len(run_ids)
-            if not requests and count == len(items):
+            if count == len(items):
                 # The whole batch at once: its entries are made in one call.
                 if framed is not None:
                     framed()
@@ -115,7 +104,7 @@ def publish_batch(
             requests.extend(zip(framed_run, run_ids, routed, [wants_ack] * count, strict=True))
             items = items[count:]
     # Keyed items: the key's field after the head of the chosen partition, ids one
-    # generated id + "." + index (as for the plain run above).
+    # generated id + "." + index (as for the run above).
     base = ""
     for index, item in enumerate(items):
         if fixed is not None and type(item) is bytes:  # the common case, inline

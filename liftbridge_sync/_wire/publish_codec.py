@@ -23,11 +23,11 @@ The C speedups (``liftbridge_sync/_speedups.c``) are a drop-in for :func:`frame_
 :func:`frame_id`, :func:`frame_values`, :func:`frame_pairs` and :func:`decode_ack` (same
 signatures, same results; the C decoder answers ``None`` where protobuf might read a
 message differently from a plain one, and :func:`decode_response` then asks protobuf).
-They are chosen at the bottom of this module, nowhere else; the pure-Python twins stay importable as
-``py_frame_value`` and so on for the tests that hold both to protobuf. (The C fast paths
-that make the publisher's entries, ``frame_entry`` and ``submit_plain``, frame with the
-same C code as :func:`frame_id`; ``scan_acks`` decodes with the same C code as
-:func:`decode_ack`.)
+They are chosen at the bottom of this module, nowhere else; the pure-Python twins stay
+importable as ``py_frame_value`` and so on for the tests that hold both to protobuf.
+(The C fast paths that make the publisher's entries, ``frame_entry`` and
+``submit_plain``, frame with the same C code as :func:`frame_id`; ``scan_acks`` decodes
+with the same C code as :func:`decode_ack`.)
 
 Pure functions; thread-safe: the caches are dicts written with single, idempotent
 operations.
@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,6 +53,7 @@ from liftbridge_sync._wire.status import (
 from liftbridge_sync.errors import LiftbridgeError
 from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.models._ack import ACK_ERROR_NAMES, ACK_FIELD_NAMES
+from liftbridge_sync.partitioners import key_partition
 
 __all__ = [
     "PREFIX_SIZE",
@@ -234,9 +234,9 @@ def py_frame_pairs(
     ``(key, value)`` pairs (key ``bytes`` or ``None``, value ``bytes``), with ids
     ``base + "." + index``; the framed requests, their ids, and each one's index in
     ``heads``. With one head every item takes it (a fixed partition); with more, an
-    item takes ``heads[crc32(key or b"") % len(heads)]``, the partition
-    :class:`~liftbridge_sync.partitioners.ByKey` chooses, so ``heads[p]`` must be the
-    :func:`head` of partition ``p``."""
+    item takes the head of the partition :class:`~liftbridge_sync.partitioners.ByKey`
+    chooses (:func:`~liftbridge_sync.partitioners.key_partition`), so ``heads[p]`` must
+    be the :func:`head` of partition ``p``."""
     framed: list[bytes] = []
     ids: list[str] = []
     chosen: list[int] = []
@@ -251,7 +251,7 @@ def py_frame_pairs(
                 break
         else:
             break
-        partition = 0 if count == 1 else zlib.crc32(key or b"") % count
+        partition = 0 if count == 1 else key_partition(key, count)
         correlation_id = f"{base}.{i}"
         framed.append(frame_keyed(heads[partition], key, value, correlation_id.encode()))
         ids.append(correlation_id)

@@ -9,8 +9,8 @@ with the same results. :data:`ACTIVE` tells which
 :func:`note_fallback` logs it once at DEBUG when a client is first built.
 
 * the codec's framing and ack decoding: ``frame_value``, ``frame_id``, ``frame_values``,
-  ``frame_pairs`` and ``decode_ack`` of :mod:`~liftbridge_sync._wire.publish_codec` (which chooses
-  between them and its pure-Python twins).
+  ``frame_pairs`` and ``decode_ack`` of :mod:`~liftbridge_sync._wire.publish_codec`
+  (which chooses between them and its pure-Python twins).
 * :data:`scan_acks`: ``None`` in pure Python (the reader parses with protobuf); in C,
   reads successful acks straight from received HTTP/2 frames into :class:`Ack` objects
   with ``partition == -1``, answering the connection's PINGs and setting aside its

@@ -69,6 +69,17 @@ def _innermost(thread: threading.Thread) -> str | None:
     return None if frame is None else frame.f_code.co_name
 
 
+def _call_checking_tls(address: str, options: ClientOptions, pool: ChannelPool) -> H2SubscribeCall:
+    """A Subscribe call to ``address`` whose first read runs ``pool``'s TLS pre-flight."""
+    return H2SubscribeCall(
+        address,
+        api_pb2.SubscribeRequest(stream="s", partition=0),
+        options,
+        pool.tls,
+        preflight=lambda abort: pool.check_tls(address, abort=abort),
+    )
+
+
 def _reading(call: H2SubscribeCall) -> tuple[threading.Thread, list[BaseException]]:
     """A thread reading ``call``'s first message, and where what it raises goes."""
     errors: list[BaseException] = []
@@ -112,13 +123,7 @@ def test_cancel_abandons_the_dial_of_a_call_to_a_silent_broker(
     pool = ChannelPool(options)
     if step == "do_handshake":
         pool._checked.add(silent.address)  # the pre-flight passed earlier
-    call = H2SubscribeCall(
-        silent.address,
-        api_pb2.SubscribeRequest(stream="s", partition=0),
-        options,
-        pool.tls,
-        preflight=lambda abort: pool.check_tls(silent.address, abort=abort),
-    )
+    call = _call_checking_tls(silent.address, options, pool)
     reader, errors = _reading(call)
     wait_until(
         lambda: thread_in(reader, step) and silent.accepted >= 1, what=f"the reader in {step}"
@@ -281,13 +286,7 @@ def test_cancel_abandons_the_look_at_an_untrusted_certificate(
         tls=TLSOptions(ca_cert=str(stranger.ca_cert), server_name="localhost"),
     )
     pool = ChannelPool(options)
-    call = H2SubscribeCall(
-        broker.address,
-        api_pb2.SubscribeRequest(stream="s", partition=0),
-        options,
-        pool.tls,
-        preflight=lambda abort: pool.check_tls(broker.address, abort=abort),
-    )
+    call = _call_checking_tls(broker.address, options, pool)
     reader, errors = _reading(call)
     try:
         wait_until(
@@ -312,13 +311,7 @@ def test_the_pre_flight_and_the_dial_share_one_rpc_timeout(
     rpc_timeout = 3.0
     options = ClientOptions(addresses=(silent.address,), rpc_timeout=rpc_timeout, tls=_tls(certs))
     pool = ChannelPool(options)
-    call = H2SubscribeCall(
-        silent.address,
-        api_pb2.SubscribeRequest(stream="s", partition=0),
-        options,
-        pool.tls,
-        preflight=lambda abort: pool.check_tls(silent.address, abort=abort),
-    )
+    call = _call_checking_tls(silent.address, options, pool)
     started = time.monotonic()
     with pytest.raises(lb.LiftbridgeError) as caught:
         next(call)
