@@ -180,7 +180,8 @@ class PublishConnection:
         held = self._start_draining()
         _log.warning(
             "publish stream %d: its acks stopped coming back while the leader kept its "
-            "log committed; %d publishes go again on another connection once it ends",
+            "log committed; %d publishes held by it go again on another connection "
+            "(once a probe proves them lost, or when it ends)",
             epoch,
             held,
         )
