@@ -167,7 +167,8 @@ def _conversion(client: Client, stream: str) -> tuple[float, float]:
     from liftbridge_sync.models import wire_message
     from liftbridge_sync.spark.arrow import arrow_schema, record_batches
     from liftbridge_sync.spark.datasource import LiftbridgeDataSource
-    from liftbridge_sync.spark.ranges import row_of, schema_ddl
+    from liftbridge_sync.spark.ranges import row_of
+    from liftbridge_sync.spark.schema import schema_ddl
 
     with client.subscribe(stream, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
         messages: list[Message] = list(sub)

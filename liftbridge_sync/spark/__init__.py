@@ -7,23 +7,25 @@
   (batch and streaming read and write). It registers itself in every SparkSession
   through the top-level ``pyspark_liftbridge`` module; :func:`register` does it by hand.
 
-Importing ``liftbridge_sync`` never imports PySpark; importing this subpackage does only
-for the data source (lazily, on first attribute access).
+Importing ``liftbridge_sync`` never imports PySpark. Importing this subpackage imports
+nothing more: each name loads its module on first access (the sink loads the client,
+the data source PySpark), so that a Spark worker unpickling the data source for its
+schema alone loads neither the client nor gRPC.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
-
-from liftbridge_sync.spark.sink import (
-    PartitionPublisher,
-    PublishSummary,
-    SinkOptions,
-    publish_partition,
-)
 
 if TYPE_CHECKING:
     from liftbridge_sync.spark.datasource import LiftbridgeDataSource, register
+    from liftbridge_sync.spark.sink import (
+        PartitionPublisher,
+        PublishSummary,
+        SinkOptions,
+        publish_partition,
+    )
 
 __all__ = [
     "LiftbridgeDataSource",
@@ -35,9 +37,18 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("LiftbridgeDataSource", "register"):
-        from liftbridge_sync.spark import datasource
+_HOMES = {
+    "LiftbridgeDataSource": "datasource",
+    "register": "datasource",
+    "PartitionPublisher": "sink",
+    "PublishSummary": "sink",
+    "SinkOptions": "sink",
+    "publish_partition": "sink",
+}
 
-        return getattr(datasource, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -12,7 +12,7 @@ It registers itself in every SparkSession through the top-level module
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import (
@@ -30,10 +30,7 @@ from pyspark.sql.types import (
 )
 
 from liftbridge_sync import ConfigurationError
-from liftbridge_sync.spark.preflight import check_target
-from liftbridge_sync.spark.ranges import schema_ddl
-from liftbridge_sync.spark.readers import BatchReader, StreamReader
-from liftbridge_sync.spark.sink import SinkOptions
+from liftbridge_sync.spark.schema import schema_ddl
 from liftbridge_sync.spark.source_options import (
     BATCH_ONLY_OPTIONS,
     STREAM_ONLY_OPTIONS,
@@ -41,7 +38,16 @@ from liftbridge_sync.spark.source_options import (
     SourceOptions,
     check_known,
 )
-from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
+
+if TYPE_CHECKING:
+    from liftbridge_sync.spark.readers import BatchReader, StreamReader
+    from liftbridge_sync.spark.sink import SinkOptions
+    from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
+
+# The readers, writers and the client behind them are imported by the methods that
+# build them: Spark runs each planning step (the schema, the reader's partitions, the
+# writer) in a Python worker of its own, and starts new workers after a minute idle.
+# A worker asked for the schema alone then loads no client, gRPC or Arrow.
 
 __all__ = ["LiftbridgeDataSource", "register"]
 
@@ -97,6 +103,9 @@ def _sink_options(options: Any, overwrite: bool, schema: StructType | None = Non
         raise ConfigurationError(
             "liftbridge streams are append-only: use .mode('append') (overwrite is refused)"
         )
+    from liftbridge_sync.spark.preflight import check_target
+    from liftbridge_sync.spark.sink import SinkOptions
+
     lowered = {str(k).lower(): v for k, v in options.items()}
     check_known(lowered, WRITE_OPTIONS, "write")
     sink = SinkOptions.from_strings(lowered)
@@ -155,6 +164,8 @@ class LiftbridgeDataSource(DataSource):
             ConfigurationError: a bad option, or a streaming-only one
                 (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``).
         """
+        from liftbridge_sync.spark.readers import BatchReader
+
         source = self._source()
         self._only_for("batch", STREAM_ONLY_OPTIONS)
         return BatchReader(source, schema)
@@ -166,6 +177,8 @@ class LiftbridgeDataSource(DataSource):
             ConfigurationError: a bad option, or a batch-only one (``endingOffsets``,
                 ``endingOffsetsByTimestamp``, ``endingTimestamp``).
         """
+        from liftbridge_sync.spark.readers import StreamReader
+
         source = self._source()
         self._only_for("streaming", BATCH_ONLY_OPTIONS)
         return StreamReader(source, schema)
@@ -181,10 +194,14 @@ class LiftbridgeDataSource(DataSource):
                 about ``liftbridge.rpcTimeoutMs``.
             NoSuchStreamError: the stream of option ``stream`` does not exist.
         """
+        from liftbridge_sync.spark.writers import BatchWriter
+
         return BatchWriter(_sink_options(self.options, overwrite, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: N802
         """A streaming writer; refuses complete-mode overwrite; checks as :meth:`writer`."""
+        from liftbridge_sync.spark.writers import StreamWriter
+
         return StreamWriter(_sink_options(self.options, overwrite, schema))
 
 

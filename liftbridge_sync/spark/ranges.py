@@ -36,11 +36,9 @@ __all__ = [
     "OffsetRange",
     "check_data_loss",
     "earliest_offset",
-    "HEADERS_DDL",
     "read_batches",
     "read_wire",
     "row_of",
-    "schema_ddl",
     "split_ranges",
 ]
 
@@ -55,27 +53,11 @@ _EARLIEST_WAIT = 10.0
 _READ_BATCH = 4096
 
 
-#: The ``headers`` column of ``includeHeaders=true``, shaped as the Kafka connector's.
-HEADERS_DDL = "headers array<struct<key:string,value:binary>>"
-
-_BASE_DDL = (
-    "key binary, value binary, stream string, partition int, offset long, "
-    "timestamp timestamp, timestampType int, subject string, replySubject string, "
-    "correlationId string"
-)
-
-
 class DataLossError(ConfigurationError):
     """Offsets to be read fell off the log (retention); see option ``failOnDataLoss``.
 
     Offsets that compaction removed from inside the log are not data loss.
     """
-
-
-def schema_ddl(include_headers: bool) -> str:
-    """The source schema as DDL; with includeHeaders also Kafka's
-    ``headers array<struct<key:string,value:binary>>``."""
-    return _BASE_DDL + (f", {HEADERS_DDL}" if include_headers else "")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,31 @@ def test_importing_the_package_does_not_import_pyspark() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_the_schema_step_loads_neither_the_client_nor_grpc_nor_arrow() -> None:
+    """Spark asks for the schema in a Python worker of its own, and starts its workers
+    afresh after a minute idle: that worker pays every import the data source makes.
+    The reader it plans with (another worker) still loads the client."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("pyspark")
+    code = """
+import sys
+import pyspark.sql.datasource
+from liftbridge_sync.spark.datasource import LiftbridgeDataSource
+source = LiftbridgeDataSource({"brokers": "127.0.0.1:1", "stream": "orders"})
+assert source.schema().startswith("key binary, value binary"), source.schema()
+heavy = ("grpc", "h2", "pyarrow", "liftbridge_sync.client", "liftbridge_sync.spark.sink")
+loaded = [name for name in heavy if name in sys.modules]
+assert not loaded, loaded
+from pyspark.sql.types import BinaryType, StructField, StructType
+source.reader(StructType([StructField("value", BinaryType())]))
+assert "liftbridge_sync.client" in sys.modules and "pyarrow" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_client_options_passthrough() -> None:
     options = client_options(
         "a:1, b:2",
