@@ -77,6 +77,12 @@ class _ThreadProfiles:
 
 
 def _report(profiles: _ThreadProfiles, top: int, header: str) -> str:
+    """The report of ``profiles``; call it once every profiled thread has ended (close
+    the client first). A profiler read while its thread still waits in a call charges
+    that call, at the read, with the *reading* thread's ``thread_time`` minus the
+    waiting thread's at the call's start: a blocked ``epoll.poll`` or
+    ``SimpleQueue.get`` then shows about the main thread's CPU time as its own
+    (bench/HISTORY.md 2026-11-28 17:45)."""
     out = io.StringIO()
     out.write(header + "\n\nThread CPU seen by cProfile (sum of self time):\n")
     merged: pstats.Stats | None = None

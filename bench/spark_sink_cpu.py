@@ -11,10 +11,7 @@ by thread: the task's own, the client's threads that outlive the rounds (the pub
 stream's I/O thread, the publisher's owner loop), and the threads that ended within
 the round (each run's ``liftbridge-spark-run``). ``--profile`` adds a cProfile of every
 thread, the client's own threads included (a client of its own, started under the
-profiler). Take CPU per thread from the split above: cProfile's per-thread totals for
-the client's threads came out near the round's wall time on 2026-11-28 (its
-``thread_time`` timer read correctly in those threads when checked alone; the cause
-was not found), so they rank functions within a thread but do not size threads.
+profiler; closed before the report, see :func:`bench._profile._report`).
 """
 
 from __future__ import annotations
@@ -119,6 +116,7 @@ def main() -> int:
                 profiles.add_current("task thread").runcall(publisher.publish, rows)
             finally:
                 profiles.uninstall()
+                Client.for_process(options).close()  # its threads end: see _report
             print(_report(profiles, 25, "foreachPartition sink, all threads"))
     return 0
 
