@@ -76,8 +76,14 @@ def context_switches() -> int:
 
 def proc_cpu_seconds(pid: int) -> float | None:
     """utime + stime of process ``pid`` from ``/proc/<pid>/stat``, or None if gone."""
+    return stat_cpu_seconds(f"/proc/{pid}/stat")
+
+
+def stat_cpu_seconds(path: str) -> float | None:
+    """utime + stime from a ``stat`` file of ``/proc`` (a process's, or a thread's under
+    ``/proc/<pid>/task/``), or None if it is gone."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(path).read_text()
     except OSError:
         return None
     # The command name may contain spaces; fields after it start at ") ".

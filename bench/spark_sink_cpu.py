@@ -24,11 +24,10 @@ import uuid
 from typing import Any
 
 from bench._profile import _report, _ThreadProfiles
+from bench._stats import stat_cpu_seconds
 from liftbridge_sync import Client, ClientOptions
 from liftbridge_sync.spark import publish_partition
 from liftbridge_sync.testing import LiftbridgeServer
-
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def _rows(count: int, size: int) -> list[Any]:
@@ -42,12 +41,9 @@ def _thread_cpu() -> dict[int, float]:
     """CPU seconds (user + system) of each live thread of this process, by native id."""
     cpu: dict[int, float] = {}
     for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:  # ended meanwhile
-            continue
-        cpu[int(tid)] = (int(fields[11]) + int(fields[12])) / _TICK
+        seconds = stat_cpu_seconds(f"/proc/self/task/{tid}/stat")
+        if seconds is not None:  # else it ended meanwhile
+            cpu[int(tid)] = seconds
     return cpu
 
 
