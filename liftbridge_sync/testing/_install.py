@@ -67,6 +67,8 @@ _ALIASES = {
 _MARKER = "installed.json"
 _GO_TIMEOUT = 900.0
 _VERSION_TIMEOUT = 30.0
+#: How long an interrupted build waits for the killed `go` to exit (a SIGKILL: moments).
+_REAP_TIMEOUT = 10.0
 
 _memo: dict[tuple[str, str], InstalledServer] = {}
 _memo_lock = threading.Lock()
@@ -134,7 +136,7 @@ def _run(
     cmd: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float
 ) -> subprocess.CompletedProcess[str]:
     logger.debug("running %s", " ".join(cmd))
-    return subprocess.run(
+    with subprocess.Popen(
         cmd,
         cwd=cwd,
         env=env,
@@ -142,9 +144,17 @@ def _run(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=timeout,
-        check=False,
-    )
+    ) as proc:
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except BaseException:
+            # subprocess.run, interrupted by Ctrl-C or SIGTERM, kills the child but does
+            # not wait for it: the caller could exit with `go` still alive for a moment.
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=_REAP_TIMEOUT)
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out)
 
 
 def _module_version_from_buildinfo(binary: Path) -> str | None:

@@ -55,12 +55,31 @@ _WAYS: dict[str, tuple[Callable[..., Iterator[api_pb2.Message]], ...]] = {
 def _subscribed(broker: HangingMetadata, client: Client, way: str, subscribe: Callable[[], T]) -> T:
     """``subscribe()``'s subscription, whose resubscribe after offset 0 asks for
     metadata ``way``, which hangs."""
-    broker.subscribe_scripts = list(_WAYS[way])
+    armed = threading.Event()
+    first, *rest = _WAYS[way]
+    broker.subscribe_scripts = [_after_handshake_wait_for(armed, first), *rest]
     sub = subscribe()
     broker.hang = True
     if way == "uncached":
         client._core.metadata.store(Metadata(brokers=(), streams=FrozenMap({})))
+    # Only now may the first stream go on and break: a stream subscription's reader,
+    # already running, would otherwise have asked for metadata before it could hang.
+    armed.set()
     return sub
+
+
+def _after_handshake_wait_for(
+    armed: threading.Event, script: Callable[..., Iterator[api_pb2.Message]]
+) -> Callable[..., Iterator[api_pb2.Message]]:
+    """``script``, holding everything after its handshake until ``armed`` is set."""
+
+    def gated(request: api_pb2.SubscribeRequest, context: object) -> Iterator[api_pb2.Message]:
+        messages = script(request, context)
+        yield next(messages)
+        assert armed.wait(30), "the test never armed the hang"
+        yield from messages
+
+    return gated
 
 
 def _client(broker: FakeBroker, transport: str = "grpc") -> Client:
