@@ -37,7 +37,7 @@ from liftbridge_sync.consumer.group import Consumer
 from liftbridge_sync.errors import ConfigurationError, LiftbridgeError
 from liftbridge_sync.health import Health, probe
 from liftbridge_sync.models import Ack, AckPolicy, Metadata, PartitionMetadata
-from liftbridge_sync.options import ClientKwargs, ClientOptions
+from liftbridge_sync.options import ClientKwargs, ClientOptions, parse_addresses
 from liftbridge_sync.partitioners import Partitioner
 from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.stats import ClientStats
@@ -107,7 +107,7 @@ class Client:
     ) -> None:
         #: The client's state in this process (core, publisher, telemetry, stats thread).
         self._session = Session(
-            ClientOptions(addresses=tuple(_as_seq(addresses)), **options),
+            ClientOptions(addresses=parse_addresses(addresses), **options),
             tracer_provider,
             meter_provider,
             stats_callback,
@@ -878,7 +878,3 @@ class Client:
         return groups.join(
             self._session.check(), group, streams, consumer_id, start, auto_commit, rejoin
         )
-
-
-def _as_seq(addresses: str | Sequence[str]) -> Sequence[str]:
-    return [addresses] if isinstance(addresses, str) else addresses

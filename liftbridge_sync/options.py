@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 
 __all__ = [
     "ClientOptions",
@@ -162,20 +162,23 @@ def parse_address(address: str) -> tuple[str, int]:
         raise ConfigurationError(f"address {address!r}: {problem}")
     if not (port_text.isascii() and port_text.isdigit()):
         raise ConfigurationError(f"address {address!r} has a non-numeric port")
-    port = int(port_text)
-    if not 0 < port < 65536:
+    # Checked before int(): one of more than 4300 digits raises ValueError in there.
+    if len(port_text) > 5 or not 0 < int(port_text) < 65536:
         raise ConfigurationError(f"address {address!r} has a port outside 1..65535")
-    return host, port
+    return host, int(port_text)
 
 
 def parse_addresses(addresses: str | Sequence[str]) -> tuple[str, ...]:
     """Normalise a seed list (a sequence, or a comma-separated str) to ``host:port`` strs."""
     if isinstance(addresses, str):
         items = [part for part in addresses.split(",") if part.strip()]
-    elif isinstance(addresses, Sequence):
+    elif isinstance(addresses, Sequence) and not isinstance(addresses, bytes | bytearray):
         items = list(addresses)
     else:
-        raise ConfigurationError("addresses must be a str or a sequence of 'host:port' strs")
+        raise ArgumentTypeError(
+            "'addresses' must be a str or a sequence of 'host:port' strs, got "
+            f"{type(addresses).__name__}"
+        )
     if not items:
         raise ConfigurationError("at least one broker address is required")
     result: list[str] = []
@@ -241,7 +244,8 @@ def _read_pem(name: str, value: bytes | str | None) -> bytes | None:
         try:
             with open(os.fspath(value), "rb") as handle:
                 return handle.read()
-        except OSError as exc:
+        # ValueError: a NUL in the path; UnicodeEncodeError (one): a lone surrogate.
+        except (OSError, ValueError) as exc:
             raise ConfigurationError(f"{name!r}: cannot read {value!r}: {exc}") from exc
     raise ConfigurationError(f"{name!r} must be PEM bytes or a file path str")
 

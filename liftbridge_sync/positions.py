@@ -1,6 +1,7 @@
 """Where a subscription starts and stops.
 
-``StartAt`` and ``StopAt`` are immutable values built with class methods::
+``StartAt`` and ``StopAt`` are immutable values built with class methods (built
+directly, they check their fields the same way)::
 
     client.subscribe("orders", start=StartAt.earliest(), stop=StopAt.latest())
     client.subscribe("orders", start=StartAt.time_delta(3600))   # the last hour
@@ -70,6 +71,14 @@ def _to_ns(value: datetime | int, what: str) -> int:
     return ns
 
 
+def _check_ns(ns: int, what: str) -> int:
+    if isinstance(ns, bool) or not isinstance(ns, int):
+        raise ArgumentTypeError(f"{what} must be Unix nanoseconds (int), got {type(ns).__name__}")
+    if not 0 <= ns <= _INT64_MAX:
+        raise ConfigurationError(f"{what} must be between 0 and {_INT64_MAX} ns, got {ns}")
+    return ns
+
+
 def _check_offset(offset: int, what: str) -> int:
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise ArgumentTypeError(f"{what} must be an int, got {type(offset).__name__}")
@@ -94,6 +103,24 @@ class StartAt:
     delta_seconds: float = 0.0
     #: Cursor id for ``StartKind.CURSOR``.
     cursor_id: str = ""
+
+    def __post_init__(self) -> None:
+        # Built directly, not by a class method: the same checks, before the wire.
+        if not isinstance(self.kind, StartKind):
+            raise ArgumentTypeError(f"kind must be a StartKind, got {self.kind!r}")
+        _check_offset(self.at_offset, "start offset")
+        _check_ns(self.at_timestamp_ns, "start timestamp")
+        delta = self.delta_seconds
+        if isinstance(delta, bool) or not isinstance(delta, int | float):
+            raise ArgumentTypeError(
+                f"delta_seconds must be a number of seconds, got {type(delta).__name__}"
+            )
+        if not delta >= 0:  # NaN too
+            raise ConfigurationError(f"delta_seconds must be >= 0, got {delta!r}")
+        if not isinstance(self.cursor_id, str):
+            raise ArgumentTypeError(f"cursor_id must be a str, got {type(self.cursor_id).__name__}")
+        if self.kind is StartKind.CURSOR and not self.cursor_id:
+            raise ConfigurationError("cursor_id must be a non-empty str")
 
     @classmethod
     def new_only(cls) -> StartAt:
@@ -171,6 +198,13 @@ class StopAt:
     at_offset: int = 0
     #: Unix nanoseconds for ``StopKind.TIMESTAMP``.
     at_timestamp_ns: int = 0
+
+    def __post_init__(self) -> None:
+        # Built directly, not by a class method: the same checks, before the wire.
+        if not isinstance(self.kind, StopKind):
+            raise ArgumentTypeError(f"kind must be a StopKind, got {self.kind!r}")
+        _check_offset(self.at_offset, "stop offset")
+        _check_ns(self.at_timestamp_ns, "stop timestamp")
 
     @classmethod
     def offset(cls, offset: int) -> StopAt:

@@ -59,12 +59,18 @@ def _check_text(name: str, value: object) -> str:
     return value
 
 
+#: Digits of the longest number an offset, count or time could be (2**63 has 19).
+_MAX_DIGITS = 30
+
+
 def _int(text: str, what: str) -> int:
     # ASCII digits only: int() also takes " 5", "1_000" and other scripts' digits,
     # which no one types as an offset on purpose.
     digits = text[1:] if text.startswith("-") else text
     if not (digits.isascii() and digits.isdigit()):
         raise ConfigurationError(f"{what} must be an integer (digits 0-9), got {text!r}")
+    if len(digits) > _MAX_DIGITS:  # int() refuses more than 4300 (ValueError)
+        raise ConfigurationError(f"{what} must be below 2**63, got {len(digits)} digits")
     value = int(text)
     if value < 0:
         raise ConfigurationError(f"{what} must be >= 0, got {value}")

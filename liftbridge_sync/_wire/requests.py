@@ -207,7 +207,7 @@ def create_stream_request(
         raise ConfigurationError("'replication_factor' must be >= 1, or -1 for every server")
     request.replicationFactor = replication_factor
     if group is not None:
-        request.group = check_subject("group", group)
+        request.group = check_subject("group", group, carries_messages=False)
 
     def int64(field: str, value: int | None, minimum: int) -> None:
         if value is not None:

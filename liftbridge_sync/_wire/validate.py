@@ -150,8 +150,10 @@ def check_name(
     return stream
 
 
-def check_subject(name: str, value: object) -> str:
-    """A NATS subject: dot-separated non-empty tokens, no whitespace, at most 1 KiB.
+def check_subject(name: str, value: object, *, carries_messages: bool = True) -> str:
+    """A NATS subject: dot-separated non-empty tokens, no whitespace, at most 1 KiB;
+    unless ``carries_messages`` is false (a queue group's name), not the server's
+    bootstrap subject either (a message there makes a seed server exit).
 
     Wildcard tokens are allowed (a stream may listen on ``"orders.*"``).
 
@@ -160,9 +162,31 @@ def check_subject(name: str, value: object) -> str:
     """
     subject = _check_printable(name, value)
     _check_tokens(name, subject, what="NATS subject")
+    if carries_messages:
+        _refuse_bootstrap_subject(name, subject)
     if len(subject.encode("utf-8", "surrogatepass")) > SUBJECT_MAX_BYTES:
         raise ConfigurationError(f"{name!r} must be at most {SUBJECT_MAX_BYTES} bytes of UTF-8")
     return subject
+
+
+#: The tokens of the subject on which a server started with ``raft.bootstrap.seed``
+#: listens for another seed (``<namespace>.raft.metadata.bootstrap``, and its
+#: ``.reply``): any message there makes it exit (v1.9.0, ``detectBootstrapMisconfig``).
+_BOOTSTRAP_TOKENS = ("raft", "metadata", "bootstrap")
+
+
+def _refuse_bootstrap_subject(name: str, subject: str) -> None:
+    tokens = subject.split(".")
+    width = len(_BOOTSTRAP_TOKENS)
+    if any(
+        tuple(tokens[i : i + width]) == _BOOTSTRAP_TOKENS for i in range(len(tokens) - width + 1)
+    ):
+        raise ConfigurationError(
+            f"{name!r}: {subject!r} holds the tokens 'raft.metadata.bootstrap': a server "
+            "started as the bootstrap seed exits on any message to its "
+            "'<namespace>.raft.metadata.bootstrap' subject, so the client never sends to "
+            "or creates a stream on such a subject"
+        )
 
 
 def check_publish_subject(name: str, value: object) -> str:
@@ -312,7 +336,10 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
     if isinstance(value, bytes):
         return value
     if isinstance(value, bytearray | memoryview):
-        return bytes(value)
+        try:
+            return bytes(value)
+        except ValueError:  # a released memoryview
+            raise ArgumentTypeError(f"{name} is a released memoryview") from None
     if isinstance(value, str):
         raise ArgumentTypeError(
             f"{name} must be bytes-like, not str; encode it first, e.g. {name}.encode()"

@@ -240,6 +240,26 @@ def test_leader_refuses_messages_above_the_replication_limit() -> None:
         assert client.publish(name, b"small").offset == 0  # type: ignore[union-attr]
 
 
+def test_the_seed_servers_bootstrap_subject_is_never_sent_to() -> None:
+    """Any message on ``<namespace>.raft.metadata.bootstrap`` (or its ``.reply``) made a
+    server started as the bootstrap seed (as the harness starts one) exit: a
+    ``publish_to_subject`` there, or a publish to a stream created on that subject."""
+    with LiftbridgeServer() as server, Client(server.address) as client:
+        subjects = [
+            f"{server.namespace}.raft.metadata.bootstrap",
+            f"{server.namespace}.raft.metadata.bootstrap.reply",
+        ]
+        for subject in subjects:
+            with pytest.raises(lb.ConfigurationError, match="raft.metadata.bootstrap"):
+                client.publish_to_subject(subject, b"x", ack_policy=AckPolicy.NONE)
+            with pytest.raises(lb.ConfigurationError, match="raft.metadata.bootstrap"):
+                client.create_stream(subject, unique())
+        name = unique()
+        client.create_stream(name, name)  # the server still answers, and stores
+        assert client.publish(name, b"after").offset == 0  # type: ignore[union-attr]
+        assert server.running
+
+
 def test_encrypted_stream_round_trip() -> None:
     key = {"LIFTBRIDGE_ENCRYPTION_KEY": "t7w!z%C*F-JaNcRf"}
     with LiftbridgeServer(env=key) as server, Client(server.address) as client:

@@ -48,6 +48,34 @@ def test_names_the_server_cannot_store_are_refused(bad: str) -> None:
             client.create_stream("s", bad)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "liftbridge-default.raft.metadata.bootstrap",
+        "raft.metadata.bootstrap",
+        "a.b.raft.metadata.bootstrap.reply",
+    ],
+)
+def test_the_bootstrap_subject_is_refused_where_messages_would_reach_it(bad: str) -> None:
+    with pytest.raises(ConfigurationError, match="'subject'.*raft.metadata.bootstrap"):
+        check_subject("subject", bad)
+    with pytest.raises(ConfigurationError, match="raft.metadata.bootstrap"):
+        check_publish_subject("subject", bad)
+    # A queue group's name carries no message.
+    assert check_subject("group", bad, carries_messages=False) == bad
+    # Nothing listens on port 1: reaching the wire would raise BrokerUnavailableError.
+    with Client("127.0.0.1:1", retry=RetryPolicy.no_retry()) as client:
+        with pytest.raises(ConfigurationError):
+            client.create_stream(bad, "s")
+        with pytest.raises(ConfigurationError):
+            client.publish_to_subject(bad, b"x")
+
+
+def test_subjects_with_only_some_bootstrap_tokens_are_allowed() -> None:
+    for good in ["raft.metadata", "raft.metadata.bootstraps", "x.raft.meta.bootstrap"]:
+        assert check_subject("subject", good) == good
+
+
 @pytest.mark.parametrize("bad", ["a/b", "..\\x", "/abs"])
 def test_path_separators_are_refused_at_creation_only(bad: str) -> None:
     with pytest.raises(ConfigurationError, match="outside its own directory|token"):
