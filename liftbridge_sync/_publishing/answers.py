@@ -32,7 +32,12 @@ from liftbridge_sync._publishing.pending import (
 from liftbridge_sync._publishing.recovering import NOT_FOUND
 from liftbridge_sync._publishing.resending import Resender
 from liftbridge_sync._publishing.table import PendingTable
-from liftbridge_sync._wire.publish_codec import Answer, Refusal, set_ack_partition
+from liftbridge_sync._wire.publish_codec import (
+    Answer,
+    Refusal,
+    answers_another_stream,
+    set_ack_partition,
+)
 from liftbridge_sync.models import Ack
 
 __all__ = ["AckRouter"]
@@ -132,6 +137,8 @@ class AckRouter:
             if entry is None or entry.future._done_callbacks is not NO_CALLBACKS:
                 rest.extend(responses[index:])
                 break
+            if answers_another_stream(response.stream, entry.framed):
+                continue  # another stream on the same subject: not this publish's ack
             set_ack_partition(response, entry.partition)
             taken.append((entry, response))
             outcomes.append((entry.future, response))
@@ -169,10 +176,14 @@ class AckRouter:
             if type(response) is Ack:
                 # A PERMISSION_DENIED error can be followed by an ack for the same id
                 # (server quirk): the entry is gone by then, so the ack is ignored.
-                entry = pending.pop(response.correlation_id, None)
-                if entry is not None:
-                    set_ack_partition(response, entry.partition)
-                    append((entry.future, response, None))
+                entry = pending.get(response.correlation_id)
+                # Another stream on the same subject acks the publish too: not its ack.
+                if entry is not None and not answers_another_stream(response.stream, entry.framed):
+                    # The I/O thread may have taken it meanwhile (it pops without a lock).
+                    entry = pending.pop(response.correlation_id, None)
+                    if entry is not None:
+                        set_ack_partition(response, entry.partition)
+                        append((entry.future, response, None))
                 continue
             assert isinstance(response, Refusal)
             correlation_id = response.correlation_id
@@ -185,6 +196,9 @@ class AckRouter:
                 if entry is not None:
                     self._resender.refused(entry)
                 continue
+            entry = pending.get(correlation_id)
+            if entry is not None and answers_another_stream(response.stream, entry.framed):
+                continue  # another stream on the same subject refused it, not its own
             entry = pending.pop(correlation_id, None)
             if entry is not None:
                 outcomes.append(failure(entry, response.error))

@@ -79,6 +79,8 @@ __all__ = [
     "py_frame_pairs",
     "py_frame_value",
     "py_frame_values",
+    "answers_another_stream",
+    "framed_stream",
     "set_ack_partition",
     "stream_and_partition",
     "varint",
@@ -298,6 +300,67 @@ def encode_publish(
 
 # --- answers ------------------------------------------------------------------------
 
+_STREAM_TAG = 0x1A  # field 3 (stream), length-delimited
+
+
+def framed_stream(framed: bytes) -> bytes | None:
+    """The UTF-8 stream name of a framed ``PublishRequest``; ``None`` if it has none or
+    does not parse (then nothing can be said against an answer's stream).
+
+    Thread-safe: reads its argument only.
+    """
+    pos, end = PREFIX_SIZE, len(framed)
+    while pos < end:
+        tag, pos = _read_varint(framed, pos)
+        if pos < 0:
+            return None
+        wire_type = tag & 7
+        if wire_type == 0:
+            _, pos = _read_varint(framed, pos)
+        elif wire_type == 2:
+            size, pos = _read_varint(framed, pos)
+            if pos < 0 or pos + size > end:
+                return None
+            if tag == _STREAM_TAG:
+                return framed[pos : pos + size]
+            pos += size
+        else:
+            return None  # no field of a PublishRequest has another wire type
+        if pos < 0:
+            return None
+    return None
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The varint at ``pos`` and the position after it; ``(0, -1)`` if malformed."""
+    result = shift = 0
+    end = min(len(data), pos + 10)
+    while pos < end:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    return 0, -1
+
+
+def answers_another_stream(answer_stream: str, framed: bytes) -> bool:
+    """Whether an answer naming ``answer_stream`` comes from another stream than the
+    publish framed as ``framed`` was sent to.
+
+    Streams that share a NATS subject (or listen on a wildcard that covers it) all
+    store a publish and all answer it under its correlation id: only the answer of
+    the stream published to settles it. An answer that names no stream (an
+    ``asyncError``) cannot be told apart: it counts as the publish's own.
+
+    Thread-safe: reads its arguments only.
+    """
+    if not answer_stream:
+        return False
+    stream = framed_stream(framed)
+    return stream is not None and stream != answer_stream.encode("utf-8", "surrogatepass")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
@@ -312,6 +375,8 @@ class Refusal:
     #: The server did not store it and takes it if sent again (see
     #: :func:`~liftbridge_sync._wire.status.is_transient_async_error`).
     transient: bool = False
+    #: The stream that refused (an ack error names it); ``""`` for an ``asyncError``.
+    stream: str = ""
 
 
 #: What a ``PublishResponse`` decodes to.
@@ -397,7 +462,9 @@ def _answer(response: api_pb2.PublishResponse) -> Answer:
         correlation_id = response.correlationId
     if ack.ackError:
         return Refusal(
-            correlation_id, error_from_ack_error(ACK_ERROR_NAMES.get(ack.ackError, "UNKNOWN"))
+            correlation_id,
+            error_from_ack_error(ACK_ERROR_NAMES.get(ack.ackError, "UNKNOWN")),
+            stream=ack.stream,
         )
     decoded = ack_from_proto(ack, -1)
     if not ack.correlationId:

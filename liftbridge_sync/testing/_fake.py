@@ -59,6 +59,9 @@ __all__ = [
 #:   real server answers while its NATS connection is down);
 #: * ``("error_then_ack", code)``: that error, then an ack for the same id (a quirk of
 #:   the real server on PERMISSION_DENIED).
+#: * ``("shared_subject", [(stream, ack_error), ...])``: first the answers of other
+#:   streams on the same subject, each storing it too (``ack_error`` an ``Ack.Error``
+#:   value such as ``api_pb2.Ack.INCORRECT_OFFSET``, or 0 for an ack), then its own ack.
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
 
 #: Decides how one ``CreateStream`` or ``DeleteStream`` call ends (the method's name, and
@@ -372,6 +375,16 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                 time.sleep(float(action[1]))
                 if request.ackPolicy != api_pb2.NONE:  # the real server answers no NONE
                     yield self._ack(request, offset)
+                continue
+            if isinstance(action, tuple) and action[0] == "shared_subject":
+                for stream, ack_error in action[1]:
+                    other = api_pb2.PublishRequest()
+                    other.CopyFrom(request)
+                    other.stream, other.partition = stream, 0
+                    answer = self._ack(other, -1 if ack_error else self._store(other))
+                    answer.ack.ackError = ack_error
+                    yield answer
+                yield self._ack(request, self._store(request))
                 continue
             message = "scripted"
             if isinstance(action, tuple) and action[0] == "error":

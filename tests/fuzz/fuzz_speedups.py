@@ -306,11 +306,24 @@ def _meddling_future(meddle: Callable[[], None]) -> PublishFuture[Any]:
     plan=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 11)), max_size=12),
     owner=st.booleans(),
     meddling=st.lists(st.booleans(), min_size=12, max_size=12),
+    requests=st.lists(st.binary(max_size=24), min_size=12, max_size=12),
+    streams=st.lists(st.sampled_from(["", "s", "other", "s\u00e9"]), min_size=12, max_size=12),
 )
 def fuzz_settle_acks(
-    count: int, plan: list[tuple[int, int]], owner: bool, meddling: list[bool]
+    count: int,
+    plan: list[tuple[int, int]],
+    owner: bool,
+    meddling: list[bool],
+    requests: list[bytes],
+    streams: list[str],
 ) -> None:
-    acks: list[Any] = [speedups_ack(f"c{i}") for i in range(count)]
+    # Each entry's framed request: one sent to stream "s", or bytes that may not parse
+    # (what the answer's stream is compared with); each ack names one of a few streams.
+    framed = [
+        _PUBLISH_TO_S if i % 2 else b"\0\0\0\0" + bytes([len(r)]) + r
+        for i, r in enumerate(requests)
+    ]
+    acks: list[Any] = [speedups_ack(f"c{i}", streams[i]) for i in range(count)]
     pending: dict[str, Any] = {}
     steps = iter(plan)
 
@@ -331,7 +344,7 @@ def fuzz_settle_acks(
         elif action == 4 and acks:
             del acks[index % len(acks)]
         elif action == 5:
-            pending[key] = Entry(b"", key, 0, True, PublishFuture(), 0.0, 0.0)
+            pending[key] = Entry(framed[index], key, 0, True, PublishFuture(), 0.0, 0.0)
         else:
             acks.insert(0, speedups_ack(key))
 
@@ -341,7 +354,7 @@ def fuzz_settle_acks(
             future.add_done_callback(lambda f: meddle())
         if i % 5 == 4:
             future.set_result(None)
-        pending[f"c{i}"] = Entry(b"", f"c{i}", i, True, future, 0.0, 0.0)
+        pending[f"c{i}"] = Entry(framed[i], f"c{i}", i, True, future, 0.0, 0.0)
     before = len(acks)
     taken, ready = C.settle_acks(acks, pending, _Lock(meddle, meddle), owner)
     assert 0 <= taken <= max(before, len(acks)) + len(plan)
@@ -350,14 +363,21 @@ def fuzz_settle_acks(
     assert index <= len(ready) and len(errors) <= len(ready) * 2
 
 
-def speedups_ack(correlation_id: str) -> Ack:
+#: A framed PublishRequest to stream "s", behind its key (field order: protobuf's).
+_REQUEST_TO_S = api_pb2.PublishRequest(
+    key=b"k", stream="s", value=b"v", correlationId="c"
+).SerializeToString()
+_PUBLISH_TO_S = b"\0" + len(_REQUEST_TO_S).to_bytes(4, "big") + _REQUEST_TO_S
+
+
+def speedups_ack(correlation_id: str, stream: str = "") -> Ack:
     data = frame(
         0,
         0,
         1,
         message(
             api_pb2.PublishResponse(
-                ack=api_pb2.Ack(correlationId=correlation_id)
+                ack=api_pb2.Ack(correlationId=correlation_id, stream=stream)
             ).SerializeToString()
         ),
     )

@@ -146,6 +146,38 @@ def test_optimistic_concurrency(liftbridge_client: Client, new_stream: StreamFac
     assert [m.value for m in read_all(liftbridge_client, name)] == [b"a", b"b", b"c"]
 
 
+def test_streams_sharing_a_subject_each_settle_only_their_own_publishes(
+    liftbridge_client: Client,
+) -> None:
+    """Both streams store each publish to the subject and both answer it under its id.
+    A publish to the stream with optimistic concurrency returned the other stream's ack
+    (16 of 20 times) though its own stream refused it and stored nothing. (v1.9.0 sends
+    that refusal as an ``asyncError``, which names no stream: a refusal by the checked
+    stream of a publish to the plain one would fail it too, and is not tried here.)"""
+    client = liftbridge_client
+    subject, checked, plain = unique(), unique(), unique()
+    client.create_stream(subject, checked, optimistic_concurrency_control=True)
+    client.create_stream(subject, plain)
+    try:
+        for _ in range(20):
+            with pytest.raises(lb.IncorrectOffsetError):
+                client.publish(checked, b"refused", expected_offset=999)
+        assert client.fetch_partition_metadata(checked, 0).newest_offset == -1
+        # Plain publishes: both streams store and ack them, each publish gets the ack of
+        # the stream it went to (the plain stream stored the 20 the other refused, and
+        # each stream stores the other's batch).
+        acks: list[Any] = list(client.publish_batch(plain, [b"batch"] * 100))
+        acks += client.publish_batch(checked, [b"both"] * 100)
+        acks += [client.publish(plain, b"one") for _ in range(20)]
+        expected = [(plain, offset) for offset in range(20, 120)]
+        expected += [(checked, offset) for offset in range(100, 200)]
+        expected += [(plain, offset) for offset in range(220, 240)]
+        assert [(a.stream, a.offset) for a in acks if a is not None] == expected
+    finally:
+        client.delete_stream(checked)
+        client.delete_stream(plain)
+
+
 def test_publish_errors_are_typed(liftbridge_client: Client, new_stream: StreamFactory) -> None:
     name = new_stream(partitions=2)
     with pytest.raises(lb.NoSuchStreamError):
