@@ -163,9 +163,10 @@ def parse_address(address: str) -> tuple[str, int]:
     if not (port_text.isascii() and port_text.isdigit()):
         raise ConfigurationError(f"address {address!r} has a non-numeric port")
     # Checked before int(): one of more than 4300 digits raises ValueError in there.
-    if len(port_text) > 5 or not 0 < int(port_text) < 65536:
+    port = int(port_text) if len(port_text) <= 5 else 0
+    if not 0 < port < 65536:
         raise ConfigurationError(f"address {address!r} has a port outside 1..65535")
-    return host, int(port_text)
+    return host, port
 
 
 def parse_addresses(addresses: str | Sequence[str]) -> tuple[str, ...]:
