@@ -23,7 +23,7 @@ from liftbridge_sync._publishing.table import PendingTable
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import PublishStream
 from liftbridge_sync._transport.retry import backoff_delay
-from liftbridge_sync._wire.publish_codec import Answer, Refusal
+from liftbridge_sync._wire.publish_codec import Answer, Refusal, answers_another_stream
 
 __all__ = ["IDLE_PROOF", "Resender"]
 
@@ -238,13 +238,14 @@ class Resender:
     def saw_answers(self, answers: Sequence[Answer], pending: Mapping[str, Entry]) -> None:
         """Note the probed partitions that acknowledged a publish sent after their
         silent ones (called with a batch of answers before they are resolved, only
-        while :attr:`watching`; on the stream's thread or the owner's)."""
+        while :attr:`watching`; on the stream's thread or the owner's). An ack of
+        another stream sharing the subject proves nothing of this one's leader."""
         watching = self.watching
         for answer in answers:
             if isinstance(answer, Refusal):
                 continue
             entry = pending.get(answer.correlation_id)
-            if entry is None:
+            if entry is None or answers_another_stream(answer.stream, entry.framed):
                 continue
             key = entry.partition_key()
             last = watching.get(key)

@@ -61,7 +61,9 @@ __all__ = [
 #:   the real server on PERMISSION_DENIED).
 #: * ``("shared_subject", [(stream, ack_error), ...])``: first the answers of other
 #:   streams on the same subject, each storing it too (``ack_error`` an ``Ack.Error``
-#:   value such as ``api_pb2.Ack.INCORRECT_OFFSET``, or 0 for an ack), then its own ack.
+#:   value such as ``api_pb2.Ack.INCORRECT_OFFSET``, or 0 for an ack), then its own ack;
+#:   ``("shared_subject", [...], "drop")``: the other streams' answers only (the
+#:   publish lost on its way to its own stream's leader).
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
 
 #: Decides how one ``CreateStream`` or ``DeleteStream`` call ends (the method's name, and
@@ -384,7 +386,8 @@ class FakeBroker(api_pb2_grpc.APIServicer):
                     answer = self._ack(other, -1 if ack_error else self._store(other))
                     answer.ack.ackError = ack_error
                     yield answer
-                yield self._ack(request, self._store(request))
+                if action[2:] != ("drop",):
+                    yield self._ack(request, self._store(request))
                 continue
             message = "scripted"
             if isinstance(action, tuple) and action[0] == "error":

@@ -480,3 +480,28 @@ def test_publishes_a_busy_leader_overtook_are_resent_without_waiting_for_their_t
     assert took < 3.0, took  # within a few probes, not at the ack timeout (30 s)
     assert stats.resent_after_stall == 5
     assert [r.value for r in fake.received].count(b"lost0") == 2
+
+
+def test_another_streams_ack_of_a_later_publish_proves_no_loss(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Streams sharing a subject all answer a publish under its id. The partition's own
+    # leader lost the first five and has not answered any since: another stream's ack
+    # of a later publish says nothing of the order its own leader keeps, so it is no
+    # proof that the five were lost (they might be waiting for replication).
+    fake.publish_script = lambda request, n: (
+        "drop" if n <= 5 else ("shared_subject", [("other", 0)], "drop")
+    )
+    with _client(fake, transport, resend_after=0.2) as client:
+        lost = [client.publish_async("s", b"lost%d" % i, partition=0) for i in range(5)]
+        started = time.monotonic()
+        while client.publisher_stats().stall_probes < 6 and time.monotonic() - started < 8:
+            client.publish_async("s", b"later", partition=0)
+            fake.cluster.newest_offset += 1  # the leader's log moves: it is not idle
+            time.sleep(0.02)  # the pace of a steady publisher, not a synchronisation
+        stats = client.publisher_stats()
+        assert not any(f.done() for f in lost)
+        assert [r.value for r in fake.received].count(b"lost0") == 1
+        client.close(timeout=0)  # the five are still pending: fail them, do not wait
+    assert stats.stall_probes >= 6
+    assert stats.resent_after_stall == 0
