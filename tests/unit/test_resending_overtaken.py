@@ -18,6 +18,8 @@ from liftbridge_sync import ClientOptions
 from liftbridge_sync._publishing.failover import ProbeResult
 from liftbridge_sync._publishing.resending import Resender
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._wire.publish_codec import head, py_frame_value
+from liftbridge_sync.models import AckPolicy
 
 KEY = ("orders", 0)
 _SEQ = itertools.count(1)
@@ -30,6 +32,9 @@ class _Entry:
         self.seq = next(_SEQ)
         self.wants_ack = True
         self.correlation_id = f"id-{self.seq}"
+        self.framed = py_frame_value(
+            head(KEY[0], KEY[1], AckPolicy.LEADER), b"v", self.correlation_id.encode()
+        )
         self._sent = sent
 
     def sent_at(self) -> float:
@@ -40,13 +45,15 @@ class _Entry:
 
 
 class _Answer:
-    def __init__(self, entry: _Entry) -> None:
+    def __init__(self, entry: _Entry, stream: str) -> None:
         self.correlation_id = entry.correlation_id
+        self.stream = stream
 
 
-def _answers(*acked: _Entry) -> Any:
-    """Acks (as the resender reads them: their correlation ids) of ``acked``."""
-    return [_Answer(e) for e in acked]
+def _answers(*acked: _Entry, stream: str = KEY[0]) -> Any:
+    """Acks (as the resender reads them: their correlation ids and streams) of
+    ``acked``, from ``stream``."""
+    return [_Answer(e, stream) for e in acked]
 
 
 class _Table:
@@ -117,6 +124,19 @@ def test_an_ack_overtaking_a_silent_publish_re_sends_that_one_only() -> None:
     resender.on_probe_result(_log_moved_but_committed())
     assert table.sent == [lost]  # not ``slow``: nothing proves it lost
     assert resender.resent_after_stall == 1
+
+
+def test_another_streams_ack_overtaking_a_silent_publish_proves_nothing() -> None:
+    # Streams sharing the subject answer every publish: their acks say nothing of the
+    # order this partition's leader keeps.
+    silent, later = _Entry(sent=0.0), _Entry(sent=9.5)
+    table = _Table([silent, later])
+    resender = _resender(table)
+    _watched(resender, silent)
+    resender.saw_answers(_answers(later, stream="other"), cast(Any, table.entries))
+    resender.on_probe_result(_log_moved_but_committed())
+    assert table.sent == []
+    assert resender.resent_after_stall == 0
 
 
 def test_an_idle_leader_still_proves_every_publish_sent_before_the_probe_lost() -> None:
