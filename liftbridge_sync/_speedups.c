@@ -494,64 +494,6 @@ done:
 static PyObject *n_acquire, *n_release, *n_popleft;
 LBS_INTERNAL PyObject *s_finished = NULL, *empty_tuple = NULL;
 
-/* The varint at *p (advanced past it); 0 if malformed or past end. */
-static int
-framed_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
-{
-    uint64_t v = 0;
-    for (int shift = 0; shift < 70 && *p < end; shift += 7) {
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7F) << shift;
-        if (b < 0x80) {
-            *out = v;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* Whether an answer naming `stream` (a str) comes from another stream than the one the
- * framed PublishRequest `framed` (bytes, after the 5-byte gRPC prefix) was sent to:
- * streams sharing a subject all answer a publish under its id (see
- * publish_codec.answers_another_stream, its twin). 1 another, 0 the same or unknown (an
- * empty stream, a request without one or that does not parse), -1 error. */
-static int
-answers_another_stream(PyObject *stream, PyObject *framed)
-{
-    if (!PyUnicode_Check(stream) || PyUnicode_GET_LENGTH(stream) == 0 || !PyBytes_Check(framed))
-        return 0;
-    const uint8_t *p = (const uint8_t *)PyBytes_AS_STRING(framed);
-    const uint8_t *end = p + PyBytes_GET_SIZE(framed);
-    if (end - p < 5)
-        return 0;
-    p += 5;
-    while (p < end) {
-        uint64_t tag, n;
-        if (!framed_varint(&p, end, &tag))
-            return 0;
-        if ((tag & 7) == 0) {
-            if (!framed_varint(&p, end, &n))
-                return 0;
-            continue;
-        }
-        if ((tag & 7) != 2 || !framed_varint(&p, end, &n) || n > (uint64_t)(end - p))
-            return 0;
-        if (tag == 0x1A) {
-            Py_ssize_t size;
-            const char *name = PyUnicode_AsUTF8AndSize(stream, &size);
-            if (name == NULL) {
-                if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-                    return -1;
-                PyErr_Clear(); /* a lone surrogate: no stream is named so */
-                return 1;
-            }
-            return (uint64_t)size != n || memcmp(name, p, (size_t)n) != 0;
-        }
-        p += n;
-    }
-    return 0;
-}
-
 /* Resolve one ack's future; 1 taken, 0 left (not an error), -1 error. */
 static int
 settle_one(PyObject *ack, PyObject *pending, int owner, PyObject *ready)
@@ -981,6 +923,8 @@ static PyMethodDef methods[] = {
     {"frame_values", (PyCFunction)(void (*)(void))frame_values, METH_FASTCALL, NULL},
     {"frame_pairs", (PyCFunction)(void (*)(void))frame_pairs, METH_FASTCALL, NULL},
     {"scan_acks", (PyCFunction)(void (*)(void))scan_acks, METH_FASTCALL, NULL},
+    {"answers_another_stream", (PyCFunction)(void (*)(void))answers_another_stream_fn,
+     METH_FASTCALL, NULL},
     {"settle_acks", (PyCFunction)(void (*)(void))settle_acks, METH_FASTCALL, NULL},
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL, NULL},
     {"send_held", (PyCFunction)(void (*)(void))send_held, METH_FASTCALL, NULL},

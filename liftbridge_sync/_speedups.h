@@ -57,6 +57,11 @@ LBS_INTERNAL PyObject *new_entry(PyObject *framed, PyObject *cid, PyObject *cons
 /* _speedups_acks.c */
 LBS_INTERNAL PyObject *decode_ack(PyObject *self, PyObject *message);
 LBS_INTERNAL PyObject *scan_acks(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+/* 1: an answer naming stream (a str) is another stream's than the one the framed
+ * request (bytes) went to; 0: the same, or unknown; -1: error set. */
+LBS_INTERNAL int answers_another_stream(PyObject *stream, PyObject *framed);
+LBS_INTERNAL PyObject *answers_another_stream_fn(PyObject *self, PyObject *const *args,
+                                                 Py_ssize_t nargs);
 
 /* _speedups_io.c */
 LBS_INTERNAL PyObject *send_held(PyObject *self, PyObject *const *args, Py_ssize_t nargs);

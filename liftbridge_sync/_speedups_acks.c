@@ -480,3 +480,69 @@ fail:
     return NULL;
 }
 
+
+/* ------------------------------------------------------------ answers' streams */
+
+/* The stream name (field 3) of a framed PublishRequest, read past its 5-byte gRPC
+ * prefix as publish_codec.framed_stream reads it: 1 found (*name, *len set), 0 none, or
+ * bytes that do not parse. */
+static int
+framed_stream(const uint8_t *p, const uint8_t *end, const uint8_t **name, Py_ssize_t *len)
+{
+    if (end - p < 5)
+        return 0;
+    p += 5;
+    while (p < end) {
+        uint32_t field;
+        unsigned wt;
+        if (!get_tag(&p, end, &field, &wt))
+            return 0;
+        if (field == 3 && wt == 2) {
+            if (!get_size(&p, end, len))
+                return 0;
+            *name = p;
+            return 1;
+        }
+        if (!skip_field(&p, end, wt))
+            return 0;
+    }
+    return 0;
+}
+
+/* Streams sharing a subject all answer a publish under its id (the twin of
+ * publish_codec.answers_another_stream): an answer naming no stream, or a request whose
+ * stream cannot be read, counts as the publish's own. */
+LBS_INTERNAL int
+answers_another_stream(PyObject *stream, PyObject *framed)
+{
+    if (!PyUnicode_Check(stream) || PyUnicode_GET_LENGTH(stream) == 0 || !PyBytes_Check(framed))
+        return 0;
+    const uint8_t *data = (const uint8_t *)PyBytes_AS_STRING(framed);
+    const uint8_t *target;
+    Py_ssize_t target_len;
+    if (!framed_stream(data, data + PyBytes_GET_SIZE(framed), &target, &target_len))
+        return 0;
+    Py_ssize_t size;
+    const char *name = PyUnicode_AsUTF8AndSize(stream, &size);
+    if (name == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear(); /* a lone surrogate: no stream is named so */
+        return 1;
+    }
+    return size != target_len || memcmp(name, target, (size_t)size) != 0;
+}
+
+/* answers_another_stream(stream: str, framed: bytes) -> bool, the drop-in for
+ * publish_codec.py_answers_another_stream. */
+LBS_INTERNAL PyObject *
+answers_another_stream_fn(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "answers_another_stream(stream, framed)");
+        return NULL;
+    }
+    int other = answers_another_stream(args[0], args[1]);
+    return other < 0 ? NULL : PyBool_FromLong(other);
+}

@@ -20,7 +20,8 @@ the publisher's pending entry does) or a :class:`Refusal` (an ack error or an
 :func:`decode_response` raises protobuf's ``DecodeError`` for bytes protobuf rejects.
 
 The C speedups (``liftbridge_sync/_speedups.c``) are a drop-in for :func:`frame_value`,
-:func:`frame_id`, :func:`frame_values`, :func:`frame_pairs` and :func:`decode_ack` (same
+:func:`frame_id`, :func:`frame_values`, :func:`frame_pairs`, :func:`decode_ack` and
+:func:`answers_another_stream` (same
 signatures, same results; the C decoder answers ``None`` where protobuf might read a
 message differently from a plain one, and :func:`decode_response` then asks protobuf).
 They are chosen at the bottom of this module, nowhere else; the pure-Python twins stay
@@ -81,6 +82,7 @@ __all__ = [
     "py_frame_values",
     "answers_another_stream",
     "framed_stream",
+    "py_answers_another_stream",
     "set_ack_partition",
     "stream_and_partition",
     "varint",
@@ -309,26 +311,43 @@ def framed_stream(framed: bytes) -> bytes | None:
 
     Thread-safe: reads its argument only.
     """
+    # Protobuf writes fields in number order and a head has no key or value, so the
+    # stream comes first in every request this client frames: one look is enough.
+    if len(framed) > 7 and framed[5] == _STREAM_TAG and framed[6] < 0x80:
+        end = 7 + framed[6]
+        return framed[7:end] if end <= len(framed) else None
     pos, end = PREFIX_SIZE, len(framed)
     while pos < end:
+        # Tags and lengths as protobuf reads them: at most 5 bytes and 32 bits, and a
+        # field number of at least 1.
+        start = pos
         tag, pos = _read_varint(framed, pos)
-        if pos < 0:
+        if pos < 0 or pos - start > 5 or tag > 0xFFFFFFFF or tag >> 3 == 0:
             return None
         wire_type = tag & 7
-        if wire_type == 0:
-            _, pos = _read_varint(framed, pos)
-        elif wire_type == 2:
+        if wire_type == 2:
+            start = pos
             size, pos = _read_varint(framed, pos)
-            if pos < 0 or pos + size > end:
+            if pos < 0 or pos - start > 5 or pos + size > end:
                 return None
             if tag == _STREAM_TAG:
                 return framed[pos : pos + size]
             pos += size
+        elif wire_type == 0:
+            _, pos = _read_varint(framed, pos)
+        elif wire_type in _FIXED_SIZES:
+            pos += _FIXED_SIZES[wire_type]
+            if pos > end:
+                return None
         else:
-            return None  # no field of a PublishRequest has another wire type
+            return None  # groups, and wire types protobuf rejects
         if pos < 0:
             return None
     return None
+
+
+#: The sizes of the fixed-width wire types (fixed64, fixed32).
+_FIXED_SIZES = {1: 8, 5: 4}
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -345,7 +364,7 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
     return 0, -1
 
 
-def answers_another_stream(answer_stream: str, framed: bytes) -> bool:
+def py_answers_another_stream(answer_stream: str, framed: bytes) -> bool:
     """Whether an answer naming ``answer_stream`` comes from another stream than the
     publish framed as ``framed`` was sent to.
 
@@ -504,6 +523,8 @@ frame_pairs: Callable[[list[bytes], list[Any], str], tuple[list[bytes], list[str
 decode_ack: Callable[[bytes], Ack | None] = py_decode_ack
 #: See :func:`py_decode_response`.
 decode_response: Callable[[bytes], Answer] = py_decode_response
+#: See :func:`py_answers_another_stream`.
+answers_another_stream: Callable[[str, bytes], bool] = py_answers_another_stream
 
 if speedups.ACTIVE:
     from liftbridge_sync import _speedups
@@ -514,3 +535,4 @@ if speedups.ACTIVE:
     frame_pairs = _speedups.frame_pairs
     decode_ack = _speedups.decode_ack
     decode_response = c_decode_response
+    answers_another_stream = _speedups.answers_another_stream

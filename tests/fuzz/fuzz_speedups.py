@@ -187,6 +187,44 @@ def fuzz_decode_ack(data: bytes, flips: list[tuple[int, int]], cut: int) -> None
         assert ack == publish_codec.ack_from_proto(parsed.ack, -1)
 
 
+_publish_requests = st.builds(
+    lambda key, value, stream, partition, cid: publish_codec.frame(
+        api_pb2.PublishRequest(
+            key=key, value=value, stream=stream, partition=partition, correlationId=cid
+        ).SerializeToString()
+    ),
+    st.binary(max_size=200),
+    st.binary(max_size=300),
+    st.text(max_size=140),
+    st.integers(0, 2**31 - 1),
+    st.text(max_size=20),
+)
+
+
+@_SETTINGS
+@given(
+    framed=st.one_of(_publish_requests, st.binary(max_size=64)),
+    flips=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 8),
+    answer=st.text(max_size=140),
+)
+def fuzz_answers_another_stream(
+    framed: bytes, flips: list[tuple[int, int]], cut: int, answer: str
+) -> None:
+    """Framed requests (or soup) changed and cut short: the C check of an answer's
+    stream reads within them and agrees with its Python twin."""
+    changed = bytearray(framed[: max(len(framed) - cut, 0)])
+    for index, byte in flips:
+        if changed:
+            changed[index % len(changed)] = byte
+    data = bytes(changed)
+    own = publish_codec.framed_stream(data)
+    names = [answer] if own is None else [answer, own.decode("utf-8", "ignore")]
+    for name in names:
+        expected = publish_codec.py_answers_another_stream(name, data)
+        assert C.answers_another_stream(name, data) == expected, (name, data)
+
+
 _good_frames = st.one_of(
     st.builds(
         lambda a: frame(0, 0, 1, message(api_pb2.PublishResponse(ack=a).SerializeToString())),
@@ -779,6 +817,7 @@ TARGETS: list[Callable[[], None]] = [
     fuzz_decode_ack,
     fuzz_reader_chunking,
     fuzz_settle_acks,
+    fuzz_answers_another_stream,
     fuzz_run_callbacks,
     fuzz_frame_builders,
     fuzz_frame_pairs,
