@@ -477,8 +477,9 @@ class Client:
                 with ``None`` once the message is sent).
             expected_offset: Optimistic concurrency: the offset the message must get
                 (streams created with ``optimistic_concurrency_control=True``).
-            correlation_id: Id echoed in the ack (default: a unique generated id). An
-                id already awaiting an ack is refused (:class:`ConfigurationError`). Acks
+            correlation_id: Id echoed in the ack (default: a unique generated id). A
+                publish under an id already awaiting an ack is not sent: its future
+                fails with :class:`ConfigurationError` (nothing is raised). Acks
                 are matched by id alone, as in every Liftbridge client: reusing the id of
                 a publish that failed with :class:`AckTimeoutError` lets that publish's
                 late ack, if the broker sends one, settle the new one.

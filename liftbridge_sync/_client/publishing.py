@@ -301,13 +301,20 @@ def _items(messages: object) -> list[Any]:
     """The items of ``publish_batch``'s ``messages``, an iterable of them.
 
     Raises:
-        ArgumentTypeError: ``messages`` is no iterable, or is one value (``bytes``,
-            ``str``...) whose elements would have been taken for the items.
+        ArgumentTypeError: ``messages`` is no iterable, is one value (``bytes``,
+            ``str``...) whose elements would have been taken for the items, or is a
+            mapping (whose keys alone would have been).
     """
     if isinstance(messages, bytes | bytearray | memoryview | str):
         raise ArgumentTypeError(
             f"'messages' must be an iterable of items, not {type(messages).__name__} "
             "(one message: [value])"
+        )
+    if isinstance(messages, Mapping):
+        # Iterating a mapping gives its keys alone: each would go out as a value.
+        raise ArgumentTypeError(
+            f"'messages' must be an iterable of items, not a {type(messages).__name__} "
+            "(its (key, value) pairs: messages.items())"
         )
     try:
         iterator = iter(messages)  # type: ignore[call-overload]

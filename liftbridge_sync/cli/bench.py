@@ -44,18 +44,23 @@ def bench(ctx: click.Context, count: int, size: int, stream: str | None, as_json
         try:
             first = client.fetch_partition_metadata(name, 0).newest_offset + 1
             begin = time.perf_counter()
-            failures = 0
+            failures: list[BaseException] = []
             with progress("publishing", count) as bar:
                 futures = []
                 for _ in range(count):
                     futures.append(client.publish_async(name, payload, partition=0))
                     bar.advance(1)
                 for future in futures:
-                    failures += future.exception() is not None
+                    failure = future.exception()
+                    if failure is not None:
+                        failures.append(failure)
             published = time.perf_counter() - begin
             if failures:
+                cause = failures[0]
                 raise CommandFailed(
-                    f"{failures} of {count} publishes failed", ExitCode.PUBLISH_FAILED
+                    f"{len(failures)} of {count} publishes failed; the first with "
+                    f"{type(cause).__name__}: {cause}",
+                    ExitCode.PUBLISH_FAILED,
                 )
             begin = time.perf_counter()
             received = 0

@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._wire.validate import check_id, check_name, check_optional_text
+from liftbridge_sync._wire.validate import check_bool, check_id, check_name, check_optional_text
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.positions import StartAt, StartKind
 
@@ -69,7 +69,12 @@ class Settings:
             raise ConfigurationError("'streams' must be a non-empty sequence of stream names")
         check_optional_text("consumer_id", consumer_id)
         start = StartAt.new_only() if start is None else start
-        if not isinstance(start, StartAt) or start.kind not in _START_KINDS:
+        if not isinstance(start, StartAt):
+            raise ArgumentTypeError(
+                f"'start' must be a StartAt (StartAt.earliest(), StartAt.latest() or "
+                f"StartAt.new_only()), got {type(start).__name__}"
+            )
+        if start.kind not in _START_KINDS:
             raise ConfigurationError(
                 "'start' must be StartAt.earliest(), StartAt.latest() or StartAt.new_only(): "
                 "where partitions without a committed cursor begin"
@@ -81,8 +86,9 @@ class Settings:
             if auto_commit is None
             else check_seconds("auto_commit", auto_commit, allow_zero=False, unlimited=False)
         )
-        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+        if isinstance(buffer, bool) or not isinstance(buffer, int):
+            raise ArgumentTypeError(f"'buffer' must be an int >= 1, got {type(buffer).__name__}")
+        if buffer < 1:
             raise ConfigurationError("'buffer' must be an int >= 1")
-        if not isinstance(rejoin, bool):
-            raise ConfigurationError("'rejoin' must be a bool")
+        check_bool("rejoin", rejoin)
         return cls(group, names, consumer_id, start, interval, buffer, rejoin)

@@ -470,6 +470,15 @@ def test_bench_with_a_size_no_message_can_have_is_a_usage_error(run: Run) -> Non
     assert "--size" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_bench_says_why_its_publishes_failed(run: Run) -> None:
+    """A message the server refuses (over NATS's 1 MiB payload limit) failed every
+    publish with "2 of 2 publishes failed" and no word of the cause."""
+    result = run("bench", "--count", "2", "--size", "2000000")
+    assert result.returncode == 6, result.stderr
+    assert "2 of 2 publishes failed; the first with " in result.stderr, result.stderr
+    assert "Error: " in result.stderr.split("the first with ", 1)[1], result.stderr
+
+
 def test_progress_bars_only_on_a_terminal(liftbridge_address: str, tmp_path: Path) -> None:
     """bench and publish --file draw progress on a terminal, and nothing into a pipe."""
     source = tmp_path / "lines.txt"

@@ -43,6 +43,23 @@ def _client(fake: FakeBroker, transport: str = "grpc", **options: object) -> Cli
     )
 
 
+def test_an_id_awaiting_an_ack_fails_the_new_publish_unsent(
+    fake: FakeBroker, transport: str
+) -> None:
+    # Acks are matched by id: a second publish under the id of one still waiting would
+    # take its ack. It is failed (not raised), and never reaches the broker.
+    fake.publish_script = lambda req, n: "drop" if req.value == b"first" else "ack"
+    with _client(fake, transport) as client:
+        first = client.publish_async("s", b"first", correlation_id="dup", timeout=30)
+        again = client.publish_async("s", b"again", correlation_id="dup")
+        with pytest.raises(lb.ConfigurationError, match="correlation id 'dup' in use"):
+            again.result(timeout=5)
+        assert client.publish("s", b"after").offset == 0  # type: ignore[union-attr]
+        assert not first.done()
+        assert [r.value for r in fake.received] == [b"first", b"after"]
+        client.close(timeout=0)
+
+
 def test_lost_ack_fails_only_that_future_with_ack_timeout(fake: FakeBroker, transport: str) -> None:
     fake.publish_script = lambda req, n: "drop" if req.value == b"lost" else "ack"
     with _client(fake, transport) as client:

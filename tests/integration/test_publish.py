@@ -587,6 +587,8 @@ def test_a_malformed_batch_is_refused_with_the_librarys_typed_error(
         (5, "not int"),
         (b"value", r"not bytes \(one message: \[value\]\)"),
         ("value", "not str"),
+        # Iterating a dict gives its keys: each went out as a value.
+        ({b"k": b"v"}, r"not a dict \(its \(key, value\) pairs: messages.items\(\)\)"),
     ]
     for messages, message in malformed:
         with pytest.raises(lb.ArgumentTypeError, match=message):
@@ -595,6 +597,8 @@ def test_a_malformed_batch_is_refused_with_the_librarys_typed_error(
     # Any other iterable of items is a batch.
     outcomes = liftbridge_client.publish_batch(name, (b"%d" % i for i in range(3)))
     assert [o.offset for o in outcomes] == [0, 1, 2]  # type: ignore[union-attr]
+    liftbridge_client.publish_batch(name, {b"k": b"v"}.items())
+    assert [(m.key, m.value) for m in read_all(liftbridge_client, name)[3:]] == [(b"k", b"v")]
 
 
 def test_a_batch_longer_than_its_timeout_gives_each_message_the_whole_timeout(

@@ -50,10 +50,25 @@ def test_cursor_id_is_go_liftbridges() -> None:
     assert group_cursor_id("billing") == "__group:billing"
 
 
-def test_rejoin_must_be_a_bool() -> None:
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rejoin": 1},
+        {"start": "earliest"},
+        {"start": 0},
+    ],
+)
+def test_arguments_of_the_wrong_type_raise_argument_type_error(kwargs: dict[str, Any]) -> None:
     with Client("127.0.0.1:1") as client:
-        with pytest.raises(ConfigurationError, match="'rejoin'"):
-            client.consumer("g", streams=["s"], auto_commit=None, rejoin=1)  # type: ignore[arg-type]
+        with pytest.raises(ArgumentTypeError, match=f"'{next(iter(kwargs))}'"):
+            client.consumer("g", streams=["s"], auto_commit=None, **kwargs)
+
+
+@pytest.mark.parametrize(("buffer", "error"), [("8", ArgumentTypeError), (0, ConfigurationError)])
+def test_the_buffer_is_a_positive_int(buffer: Any, error: type[Exception]) -> None:
+    with Client("127.0.0.1:1") as client:
+        with pytest.raises(error, match="'buffer'"):
+            Consumer(client._core, "g", ["s"], auto_commit=None, buffer=buffer)
 
 
 @pytest.mark.parametrize(
