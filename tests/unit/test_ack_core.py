@@ -16,17 +16,11 @@ import pytest
 from liftbridge_sync import _extension
 from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.models._ack import ACK_FIELD_NAMES, PyAckCore
+from tests.twins import twins
 
 C_CORE: Any = None if _extension.MODULE is None else _extension.MODULE.AckCore
 
-IMPLEMENTATIONS = [
-    pytest.param(PyAckCore, id="python"),
-    pytest.param(
-        C_CORE,
-        id="c",
-        marks=pytest.mark.skipif(C_CORE is None, reason="C speedups not built or disabled"),
-    ),
-]
+IMPLEMENTATIONS = twins(PyAckCore, C_CORE)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

@@ -20,20 +20,14 @@ from liftbridge_sync._wire.publish_codec import (
     py_frame_value,
 )
 from liftbridge_sync.models import AckPolicy
+from tests.twins import twins
 
 Check = Callable[[str, bytes], bool]
 C_CHECK: Check | None = (
     None if _extension.MODULE is None else _extension.MODULE.answers_another_stream
 )
 
-IMPLEMENTATIONS = [
-    pytest.param(py_answers_another_stream, id="python"),
-    pytest.param(
-        C_CHECK,
-        id="c",
-        marks=pytest.mark.skipif(C_CHECK is None, reason="C speedups not built or disabled"),
-    ),
-]
+IMPLEMENTATIONS = twins(py_answers_another_stream, C_CHECK)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

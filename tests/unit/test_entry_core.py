@@ -12,17 +12,9 @@ import pytest
 from liftbridge_sync._publishing.futures import PublishFuture
 from liftbridge_sync._publishing.pending import Entry, PyEntryCore
 from liftbridge_sync._wire import speedups
+from tests.twins import twins
 
-IMPLEMENTATIONS = [
-    pytest.param(PyEntryCore, id="python"),
-    pytest.param(
-        speedups.EntryCore,
-        id="c",
-        marks=pytest.mark.skipif(
-            speedups.EntryCore is None, reason="C speedups not built or disabled"
-        ),
-    ),
-]
+IMPLEMENTATIONS = twins(PyEntryCore, speedups.EntryCore)
 
 FIELDS: tuple[str, ...] = PyEntryCore.__slots__  # every field, in order
 

@@ -14,17 +14,9 @@ import pytest
 from liftbridge_sync._publishing import futures as futures_module
 from liftbridge_sync._publishing.futures import PublishFuture, PyFutureCore, settle
 from liftbridge_sync._wire import speedups
+from tests.twins import twins
 
-IMPLEMENTATIONS = [
-    pytest.param(PyFutureCore, id="python"),
-    pytest.param(
-        speedups.FutureCore,
-        id="c",
-        marks=pytest.mark.skipif(
-            speedups.FutureCore is None, reason="C speedups not built or disabled"
-        ),
-    ),
-]
+IMPLEMENTATIONS = twins(PyFutureCore, speedups.FutureCore)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

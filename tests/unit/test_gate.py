@@ -14,17 +14,11 @@ import pytest
 
 from liftbridge_sync._publishing.gates import GateLike, PyGate
 from liftbridge_sync._wire import speedups
+from tests.twins import twins
 
 Factory = Callable[[], GateLike]
 
-IMPLEMENTATIONS = [
-    pytest.param(PyGate, id="python"),
-    pytest.param(
-        speedups.Gate,
-        id="c",
-        marks=pytest.mark.skipif(speedups.Gate is None, reason="C speedups not built or disabled"),
-    ),
-]
+IMPLEMENTATIONS = twins(PyGate, speedups.Gate)
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

@@ -14,20 +14,12 @@ import pytest
 from liftbridge_sync._transport.h2.outbound_queue import OutboundQueueType, PyOutboundQueue
 from liftbridge_sync._wire import speedups
 from tests.lock_signals import BLOCKING_TAKES, assert_a_signal_ends_a_blocked_take
+from tests.twins import twins
 from tests.waiting import wait_until
 
 Factory = Callable[..., OutboundQueueType]
 
-IMPLEMENTATIONS = [
-    pytest.param(PyOutboundQueue, id="python"),
-    pytest.param(
-        speedups.OutboundQueue,
-        id="c",
-        marks=pytest.mark.skipif(
-            speedups.OutboundQueue is None, reason="C speedups not built or disabled"
-        ),
-    ),
-]
+IMPLEMENTATIONS = twins(PyOutboundQueue, speedups.OutboundQueue)
 
 #: The C sources in the checkout these tests run from (not the installed package).
 SOURCES = Path(__file__).resolve().parents[2] / "liftbridge_sync"

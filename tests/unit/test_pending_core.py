@@ -13,20 +13,12 @@ import pytest
 from liftbridge_sync._publishing.pending_core import PendingCoreType, PyPendingCore
 from liftbridge_sync._wire import speedups
 from tests.lock_signals import BLOCKING_TAKES, assert_a_signal_ends_a_blocked_take
+from tests.twins import twins
 from tests.waiting import wait_until
 
 Factory = Callable[..., PendingCoreType]
 
-IMPLEMENTATIONS = [
-    pytest.param(PyPendingCore, id="python"),
-    pytest.param(
-        speedups.PendingCore,
-        id="c",
-        marks=pytest.mark.skipif(
-            speedups.PendingCore is None, reason="C speedups not built or disabled"
-        ),
-    ),
-]
+IMPLEMENTATIONS = twins(PyPendingCore, speedups.PendingCore)
 
 
 def _clock() -> float:
