@@ -218,7 +218,12 @@ def _sender(
         correlation = correlation_id
         if correlation is None:
             correlation = publisher.next_correlation_id()
-        elif not isinstance(correlation, str) or not correlation:
+        elif not isinstance(correlation, str):
+            raise ArgumentTypeError(
+                f"'correlation_id' must be a non-empty str or None, got "
+                f"{type(correlation).__name__}"
+            )
+        elif not correlation:
             raise ConfigurationError("'correlation_id' must be a non-empty str or None")
         else:
             # A plain str: the pending table's keys are compared without running any

@@ -124,9 +124,16 @@ class BatchChooser:
 def _check_partitioner(partitioner: object) -> None:
     # Not isinstance(..., Partitioner): a runtime Protocol check costs ~3 µs per
     # publish and tests no more than this (that a callable ``partition`` exists).
+    if isinstance(partitioner, str | bytes):
+        # str.partition exists (and is called with four arguments: a bare TypeError).
+        raise ArgumentTypeError(
+            f"'partitioner' must be a partitioner such as ByKey() or RoundRobin(), not "
+            f"{type(partitioner).__name__} {partitioner!r}"
+        )
     if not callable(getattr(partitioner, "partition", None)):
-        raise ConfigurationError(
-            "'partitioner' must have partition(stream, key, value, partition_count)"
+        raise ArgumentTypeError(
+            "'partitioner' must have partition(stream, key, value, partition_count), got "
+            f"{type(partitioner).__name__}"
         )
     if isinstance(partitioner, type) and not isinstance(
         inspect.getattr_static(partitioner, "partition"), staticmethod | classmethod

@@ -281,7 +281,9 @@ def check_partitions(name: str, value: Iterable[int] | None) -> list[int]:
     if value is None:
         return []
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ConfigurationError(f"{name!r} must be an iterable of ints or None")
+        raise ArgumentTypeError(
+            f"{name!r} must be an iterable of ints or None, got {type(value).__name__}"
+        )
     result = [check_partition(name, item) for item in value]
     if not result:
         raise ConfigurationError(f"{name!r} must not be empty; pass None for all partitions")

@@ -19,6 +19,7 @@ from typing import Any
 
 from liftbridge_sync._wire.validate import (
     check_ack_policy,
+    check_bool,
     check_bytes,
     check_headers,
     check_int,
@@ -279,11 +280,13 @@ class NatsPublisher:
                 "'expected_offset' needs an ack policy other than AckPolicy.NONE: the "
                 "outcome of the offset check is only reported in the ack"
             )
-        if not isinstance(crc, bool):
-            raise ConfigurationError(f"'crc' must be a bool, got {type(crc).__name__}")
-        if correlation_id is not None and (
-            not isinstance(correlation_id, str) or not correlation_id
-        ):
+        check_bool("crc", crc)
+        if correlation_id is not None and not isinstance(correlation_id, str):
+            raise ArgumentTypeError(
+                f"'correlation_id' must be a non-empty str or None, got "
+                f"{type(correlation_id).__name__}"
+            )
+        if correlation_id == "":
             raise ConfigurationError("'correlation_id' must be a non-empty str or None")
         seconds = check_timeout_arg("timeout", timeout, optional=True)
         ack_timeout = self._ack_timeout if seconds is None else seconds

@@ -562,6 +562,14 @@ def test_a_partitioner_class_given_for_a_partitioner_is_refused_with_a_hint(
                 lb.ArgumentTypeError, match=rf"not the class; pass {kind.__name__}\(\)"
             ):
                 call()
+    # A partitioner's name: str has a partition method, called with four arguments.
+    for call in (
+        functools.partial(client.publish, name, b"v", key=b"k", partitioner="key"),
+        functools.partial(client.publish_async, name, b"v", partitioner="key"),
+        functools.partial(client.publish_batch, name, [(b"k", b"v")], partitioner="key"),
+    ):
+        with pytest.raises(lb.ArgumentTypeError, match=r"such as ByKey\(\).*not str 'key'"):
+            call()
     assert all(client.fetch_partition_metadata(name, p).newest_offset == -1 for p in range(3))
 
     class Static:  # a class whose partition needs no instance is a partitioner

@@ -25,6 +25,8 @@ _LONG = "9" * 5000  # int() refuses more than 4300 digits with a ValueError
 #: Values of the wrong type, as an untyped caller passes them.
 _TEXT: Any = "1"
 _FLOAT: Any = 1.5
+_NUMBER: Any = 5
+_NO_PARTITIONER: Any = object()
 
 
 @pytest.mark.parametrize(
@@ -111,3 +113,24 @@ def test_a_released_memoryview_is_an_argument_type_error_wherever_bytes_go() -> 
         for call in calls:
             with pytest.raises(ArgumentTypeError, match="released memoryview"):
                 call()
+
+
+def test_arguments_of_the_wrong_type_are_argument_type_errors_before_the_wire() -> None:
+    # Port 1: nothing listens, and RetryPolicy.no_retry() fails at once if anything
+    # tried to reach it (a ConnectionError, not the ArgumentTypeError asserted).
+    with Client("127.0.0.1:1", retry=RetryPolicy.no_retry()) as client:
+        calls: list[tuple[Any, str]] = [
+            (lambda: client.publish("s", b"v", correlation_id=_NUMBER), "'correlation_id'"),
+            (lambda: client.publish_async("s", b"v", correlation_id=_NUMBER), "'correlation_id'"),
+            (lambda: client.publish("s", b"v", partitioner=_TEXT), "'partitioner'"),
+            (lambda: client.publish("s", b"v", partitioner=_NO_PARTITIONER), "'partitioner'"),
+            (lambda: client.pause_stream("s", partitions=_TEXT), "'partitions'"),
+            (lambda: client.set_stream_readonly("s", partitions=_NUMBER), "'partitions'"),
+        ]
+        for call, name in calls:
+            with pytest.raises(ArgumentTypeError, match=name):
+                call()
+        # The right type with a bad value stays a plain ConfigurationError.
+        with pytest.raises(ConfigurationError, match="'correlation_id'") as info:
+            client.publish("s", b"v", correlation_id="")
+        assert not isinstance(info.value, ArgumentTypeError)

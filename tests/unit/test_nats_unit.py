@@ -258,6 +258,15 @@ def test_bad_values_are_configuration_errors(
     assert not _nats_threads()
 
 
+@pytest.mark.parametrize("kwargs", [{"correlation_id": 5}, {"crc": 1}, {"crc": None}])
+def test_values_of_the_wrong_type_are_argument_type_errors(
+    publisher: NatsPublisher, kwargs: dict[str, object]
+) -> None:
+    with pytest.raises(ArgumentTypeError, match=f"'{next(iter(kwargs))}'"):
+        publisher.publish_async("foo", b"x", **kwargs)  # type: ignore[arg-type]
+    assert not _nats_threads()
+
+
 @pytest.mark.parametrize("subject", ["", "a b", "a..b", "orders.*", ">", "a.>"])
 def test_bad_stream_subject(publisher: NatsPublisher, subject: str) -> None:
     with pytest.raises(ConfigurationError):
