@@ -472,7 +472,8 @@ class Client:
             partition: Target partition (default 0 unless a partitioner is given).
             partitioner: Chooses the partition, e.g. :class:`~liftbridge_sync.ByKey`; the
                 partition count is taken from (or fetched into) the metadata cache.
-            headers: ``str`` to bytes-like headers.
+            headers: ``str`` to bytes-like headers. The server sets ``subject`` and
+                ``reply`` on every message it stores, replacing headers of those names.
             ack_policy: ``LEADER`` (default), ``ALL``, or ``NONE`` (the future resolves
                 with ``None`` once the message is sent).
             expected_offset: Optimistic concurrency: the offset the message must get

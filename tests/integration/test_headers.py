@@ -88,3 +88,19 @@ def test_more_headers_than_the_server_counts_are_refused(
     liftbridge_client.publish(name, b"v", headers=most)
     got = list(liftbridge_client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()))
     assert [len(m.headers) for m in got] == [65535]
+
+
+def test_the_server_replaces_published_subject_and_reply_headers(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # As the docstrings say: a message read back can be published again with its
+    # headers as they are, and the copy carries its own stream's subject.
+    source, copy = new_stream(), new_stream()
+    liftbridge_client.publish(source, b"v", headers={"subject": b"mine", "reply": b"x", "h": b"1"})
+    with liftbridge_client.subscribe(source, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+        (first,) = list(sub)
+    assert dict(first.headers) == {"subject": source.encode(), "reply": b"", "h": b"1"}
+    liftbridge_client.publish(copy, first.value, headers=first.headers)
+    with liftbridge_client.subscribe(copy, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+        (copied,) = list(sub)
+    assert dict(copied.headers) == {"subject": copy.encode(), "reply": b"", "h": b"1"}
