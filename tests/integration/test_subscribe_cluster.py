@@ -12,6 +12,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.models import Message
 from liftbridge_sync.testing import LiftbridgeCluster
 from tests.constants import FAST_RECONNECT
+from tests.waiting import wait_until
 
 from ._pubdata import publish_values
 from .conftest import unique
@@ -75,6 +76,16 @@ def test_leader_killed_mid_iteration_resumes_without_gap_or_duplicate(
     cluster.kill(old)
     try:
         cluster.wait_for_new_leader(name, 0, old, timeout=30)
+        # An ALL publish waits for every ISR member, the dead one too, until the new
+        # leader drops it (replica max lag 2 s, then a metadata change): this helper's
+        # 20 s deadline ran out under a loaded CI once. By then the new leader also
+        # listens on the partition's subject (it asked for the change), so nothing
+        # published next is lost on its way (this helper never re-sends).
+        wait_until(
+            lambda: len(client.fetch_partition_metadata(name, 0).isr) < 3,
+            timeout=60,
+            what="the killed leader dropped from the ISR",
+        )
         publish_values(
             live_address(cluster, not_index=old), name, 10, start=20, ack_policy=api_pb2.ALL
         )
