@@ -31,7 +31,6 @@ from liftbridge_sync._wire.validate import check_bytes, check_optional_text, che
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ArgumentTypeError,
-    ConfigurationError,
     DeadlineExceededError,
     LiftbridgeError,
 )
@@ -218,18 +217,14 @@ def _sender(
         correlation = correlation_id
         if correlation is None:
             correlation = publisher.next_correlation_id()
-        elif not isinstance(correlation, str):
-            raise ArgumentTypeError(
-                f"'correlation_id' must be a non-empty str or None, got "
-                f"{type(correlation).__name__}"
-            )
-        elif not correlation:
-            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
         else:
-            # A plain str: the pending table's keys are compared without running any
-            # Python code (the C fast path relies on it; a subclass may define __eq__).
-            correlation = str.__str__(correlation)
-            check_optional_text("correlation_id", correlation)  # UTF-8, for protobuf
+            if isinstance(correlation, str):
+                # A plain str, before anything compares it: the pending table's keys are
+                # compared without running Python code (the C fast path relies on it; a
+                # subclass may define __eq__).
+                correlation = str.__str__(correlation)
+            # Non-empty (ArgumentTypeError for another type), valid UTF-8 for protobuf.
+            check_optional_text("correlation_id", correlation)
         payload, routing_key = value, key
         if partition is None and partitioner is None:
             chosen = 0

@@ -9,7 +9,13 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._wire.validate import check_bool, check_id, check_name, check_optional_text
+from liftbridge_sync._wire.validate import (
+    check_bool,
+    check_id,
+    check_int,
+    check_name,
+    check_optional_text,
+)
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.positions import StartAt, StartKind
 
@@ -86,9 +92,6 @@ class Settings:
             if auto_commit is None
             else check_seconds("auto_commit", auto_commit, allow_zero=False, unlimited=False)
         )
-        if isinstance(buffer, bool) or not isinstance(buffer, int):
-            raise ArgumentTypeError(f"'buffer' must be an int >= 1, got {type(buffer).__name__}")
-        if buffer < 1:
-            raise ConfigurationError("'buffer' must be an int >= 1")
+        check_int("buffer", buffer, minimum=1)
         check_bool("rejoin", rejoin)
         return cls(group, names, consumer_id, start, interval, buffer, rejoin)

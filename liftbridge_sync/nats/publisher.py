@@ -23,6 +23,7 @@ from liftbridge_sync._wire.validate import (
     check_bytes,
     check_headers,
     check_int,
+    check_optional_text,
     check_publish_subject,
     refuse_wildcards,
 )
@@ -281,13 +282,7 @@ class NatsPublisher:
                 "outcome of the offset check is only reported in the ack"
             )
         check_bool("crc", crc)
-        if correlation_id is not None and not isinstance(correlation_id, str):
-            raise ArgumentTypeError(
-                f"'correlation_id' must be a non-empty str or None, got "
-                f"{type(correlation_id).__name__}"
-            )
-        if correlation_id == "":
-            raise ConfigurationError("'correlation_id' must be a non-empty str or None")
+        check_optional_text("correlation_id", correlation_id)
         seconds = check_timeout_arg("timeout", timeout, optional=True)
         ack_timeout = self._ack_timeout if seconds is None else seconds
         body = check_bytes("value", value)

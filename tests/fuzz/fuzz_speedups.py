@@ -164,20 +164,29 @@ def fuzz_scan_acks(data: bytes, cut: int, start: int, max_frame: int) -> None:
 _bodies = st.builds(lambda a: api_pb2.PublishResponse(ack=a).SerializeToString(), _acks)
 
 
+#: Bytes to change in an input: (index, modulo its length; new byte).
+_flips = st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=4)
+
+
+def _mangled(data: bytes, flips: list[tuple[int, int]], cut: int) -> bytes:
+    """``data`` with its last ``cut`` bytes cut off and the ``flips`` applied."""
+    changed = bytearray(data[: max(len(data) - cut, 0)])
+    for index, byte in flips:
+        if changed:
+            changed[index % len(changed)] = byte
+    return bytes(changed)
+
+
 @_SETTINGS
 @given(
     data=st.one_of(_bodies, _streams),
-    flips=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=4),
+    flips=_flips,
     cut=st.integers(0, 8),
 )
 def fuzz_decode_ack(data: bytes, flips: list[tuple[int, int]], cut: int) -> None:
     """Responses (or frame soup) with a few bytes changed and the end cut off, as one
     PublishResponse message."""
-    changed = bytearray(data[: max(len(data) - cut, 0)])
-    for index, byte in flips:
-        if changed:
-            changed[index % len(changed)] = byte
-    data = bytes(changed)
+    data = _mangled(data, flips, cut)
     for buffer in (exact(data), data):
         ack = C.decode_ack(buffer)
         if ack is None:
@@ -204,7 +213,7 @@ _publish_requests = st.builds(
 @_SETTINGS
 @given(
     framed=st.one_of(_publish_requests, st.binary(max_size=64)),
-    flips=st.lists(st.tuples(st.integers(0, 2**16), st.integers(0, 255)), max_size=4),
+    flips=_flips,
     cut=st.integers(0, 8),
     answer=st.text(max_size=140),
 )
@@ -213,11 +222,7 @@ def fuzz_answers_another_stream(
 ) -> None:
     """Framed requests (or soup) changed and cut short: the C check of an answer's
     stream reads within them and agrees with its Python twin."""
-    changed = bytearray(framed[: max(len(framed) - cut, 0)])
-    for index, byte in flips:
-        if changed:
-            changed[index % len(changed)] = byte
-    data = bytes(changed)
+    data = _mangled(framed, flips, cut)
     own = publish_codec.framed_stream(data)
     names = [answer] if own is None else [answer, own.decode("utf-8", "ignore")]
     for name in names:
