@@ -322,8 +322,12 @@ class Client:
 
         Args:
             subject: NATS subject of partition 0; partition N listens on ``<subject>.<N>``.
+                Wildcards are allowed where every partition's subject stays valid:
+                ``*`` tokens, and ``>`` as the last token of a one-partition stream.
             name: Stream name, unique in the cluster.
-            partitions: Number of partitions (>= 1).
+            partitions: Number of partitions, from 1 to 1,000 (each costs every
+                replica files and memory at once; the call may take
+                ``rpc_timeout`` plus 20 ms a partition).
             replication_factor: Replicas per partition; ``-1`` means every server.
             group: NATS queue group shared by streams that split one subject.
             retention_max_bytes: Maximum log size in bytes (0 = unlimited).
@@ -336,7 +340,8 @@ class Client:
             compact_max_goroutines: Compaction workers (>= 1).
             auto_pause_time: Idle time after which a partition pauses (0 or inf: never).
             auto_pause_disable_if_subscribers: Do not auto-pause while subscribed.
-            min_isr: In-sync replicas required to commit (>= 1).
+            min_isr: In-sync replicas required to commit (>= 1, at most
+                ``replication_factor``, or the number of servers when it is ``-1``).
             optimistic_concurrency_control: Enforce ``expected_offset`` on publishes.
             encryption: Encrypt data at rest (the server needs LIFTBRIDGE_ENCRYPTION_KEY).
             exist_ok: Return ``False`` instead of raising if the name is taken.
@@ -345,7 +350,9 @@ class Client:
             ``True`` if the stream was created, ``False`` if it existed and ``exist_ok``.
 
         Raises:
-            ConfigurationError: on a bad argument, before anything is sent.
+            ConfigurationError: on a bad argument, before the stream is created (with
+                ``replication_factor=-1`` and ``min_isr``, after asking the cluster
+                how many servers it has).
             StreamExistsError: if the name is taken and not ``exist_ok``.
         """
         return admin.create_stream(

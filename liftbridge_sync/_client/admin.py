@@ -10,8 +10,13 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.status import CallContext, maybe_carried_out
-from liftbridge_sync._wire.validate import check_bool
-from liftbridge_sync.errors import LiftbridgeError, NoSuchStreamError, StreamExistsError
+from liftbridge_sync._wire.validate import CREATE_SECONDS_PER_PARTITION, check_bool
+from liftbridge_sync.errors import (
+    ConfigurationError,
+    LiftbridgeError,
+    NoSuchStreamError,
+    StreamExistsError,
+)
 
 __all__ = ["create_stream", "delete_stream", "pause_stream", "set_stream_readonly"]
 
@@ -28,9 +33,18 @@ def create_stream(core: ClientCore, request: api_pb2.CreateStreamRequest, exist_
         StreamExistsError: if the name is taken and not ``exist_ok``.
     """
     check_bool("exist_ok", exist_ok)
+    if request.replicationFactor == -1 and request.HasField("minIsr"):
+        _check_min_isr_fits(core, request.minIsr.value)
     failed: list[LiftbridgeError] = []
     try:
-        core.call_any(rpcs.CREATE_STREAM, request, context=CallContext.CREATE_STREAM, failed=failed)
+        core.call_any(
+            rpcs.CREATE_STREAM,
+            request,
+            context=CallContext.CREATE_STREAM,
+            failed=failed,
+            # The server creates every partition before it answers.
+            timeout=core.options.rpc_timeout + request.partitions * CREATE_SECONDS_PER_PARTITION,
+        )
     except StreamExistsError as exc:
         if exist_ok:
             return False
@@ -44,6 +58,25 @@ def create_stream(core: ClientCore, request: api_pb2.CreateStreamRequest, exist_
             details=exc.details,
         ) from exc
     return True
+
+
+def _check_min_isr_fits(core: ClientCore, min_isr: int) -> None:
+    """Refuse a ``min_isr`` above the cluster's size for a stream on every server.
+
+    With ``replication_factor=-1`` the server takes the cluster's size as the factor
+    and does not compare ``min_isr`` with it (v1.9.0): the stream is created, and its
+    messages are acknowledged with LEADER but never committed (nothing can read them)
+    and time out with ALL.
+
+    Raises:
+        ConfigurationError: ``min_isr`` is above the number of servers.
+    """
+    servers = len(core.fetch_metadata().brokers)
+    if servers and min_isr > servers:
+        raise ConfigurationError(
+            f"'min_isr' ({min_isr}) is above the cluster's {servers} server(s), which "
+            "replication_factor=-1 replicates to: no message could ever be committed"
+        )
 
 
 def delete_stream(core: ClientCore, request: api_pb2.DeleteStreamRequest) -> None:

@@ -25,6 +25,7 @@ from liftbridge_sync._wire.validate import (
     check_optional_text,
     check_partitions,
     check_publish_subject,
+    check_stream_subject,
     check_subject,
     duration_ms,
 )
@@ -50,15 +51,19 @@ _valid_streams: set[str] = set()
 
 
 def check_publish_stream(stream: object) -> str:
-    """The name of a stream to publish to, checked as :func:`check_name` does (the
-    reserved names allowed); a name checked before is not checked again.
+    """The name of a stream to publish to, checked as :func:`check_name` does; a name
+    checked before is not checked again.
+
+    The server's own streams (``__cursors``, ``__activity``) are refused: it stores
+    what is published there, and reads it back as its own records (a cursor message
+    could overwrite any cursor; a malformed one is logged at every start).
 
     Raises:
         ArgumentTypeError: not a ``str``.
         ConfigurationError: a name the server cannot hold.
     """
     if not isinstance(stream, str) or stream not in _valid_streams:
-        checked = check_name("stream", stream, allow_reserved=True)
+        checked = check_name("stream", stream)
         if len(_valid_streams) >= 4096:
             _valid_streams.clear()
         _valid_streams.add(checked)
@@ -195,10 +200,12 @@ def create_stream_request(
     encryption: bool | None,
 ) -> api_pb2.CreateStreamRequest:
     """Validate ``create_stream`` arguments and build the wire request."""
+    name = check_name("name", name, creating=True)
+    partitions = check_int("partitions", partitions, minimum=1, maximum=MAX_PARTITIONS)
     request = api_pb2.CreateStreamRequest(
-        subject=check_subject("subject", subject),
-        name=check_name("name", name, creating=True),
-        partitions=check_int("partitions", partitions, minimum=1, maximum=MAX_PARTITIONS),
+        subject=check_stream_subject("subject", subject, partitions=partitions),
+        name=name,
+        partitions=partitions,
     )
     replication_factor = check_int(
         "replication_factor", replication_factor, minimum=-1, maximum=INT32_MAX

@@ -8,39 +8,57 @@ executors give to :meth:`liftbridge_sync.Client.for_process`.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
-from liftbridge_sync._durations import check_seconds
+from liftbridge_sync._durations import TIMEOUT_MAX_SECONDS, check_seconds
+from liftbridge_sync._wire.validate import INT64_MAX, check_name
 
 __all__ = [
     "CLIENT_OPTIONS",
     "client_options",
     "get_bool",
     "get_duration",
-    "get_float",
     "get_millis",
     "get_int",
+    "load_json",
     "lower_keys",
+    "parse_integer",
     "stream_option",
 ]
 
-#: ``liftbridge.*`` passthrough options (lower case) and the ClientOptions field each sets.
-CLIENT_OPTIONS: Mapping[str, str] = {
-    "liftbridge.rpctimeoutms": "rpc_timeout",
-    "liftbridge.acktimeoutms": "ack_timeout",
-    "liftbridge.maxinflight": "max_in_flight",
-    "liftbridge.enqueuetimeoutms": "enqueue_timeout",
-    "liftbridge.resubscribewaitms": "resubscribe_wait",
-    "liftbridge.publishtransport": "publish_transport",
-    "liftbridge.retry.maxattempts": "retry.max_attempts",
-    "liftbridge.retry.maxdelayms": "retry.max_delay",
-    "liftbridge.tls.cacert": "tls.ca_cert",
-    "liftbridge.tls.clientcert": "tls.client_cert",
-    "liftbridge.tls.clientkey": "tls.client_key",
-    "liftbridge.tls.servername": "tls.server_name",
+#: The ``liftbridge.*`` passthrough options as documented, and the ClientOptions field
+#: each sets.
+_CLIENT_FIELDS: Mapping[str, str] = {
+    "liftbridge.rpcTimeoutMs": "rpc_timeout",
+    "liftbridge.ackTimeoutMs": "ack_timeout",
+    "liftbridge.maxInFlight": "max_in_flight",
+    "liftbridge.enqueueTimeoutMs": "enqueue_timeout",
+    "liftbridge.resubscribeWaitMs": "resubscribe_wait",
+    "liftbridge.publishTransport": "publish_transport",
+    "liftbridge.retry.maxAttempts": "retry.max_attempts",
+    "liftbridge.retry.maxDelayMs": "retry.max_delay",
+    "liftbridge.tls.caCert": "tls.ca_cert",
+    "liftbridge.tls.clientCert": "tls.client_cert",
+    "liftbridge.tls.clientKey": "tls.client_key",
+    "liftbridge.tls.serverName": "tls.server_name",
 }
+
+#: The same by lower-case key (Spark's option keys are case-insensitive).
+CLIENT_OPTIONS: Mapping[str, str] = {name.lower(): field for name, field in _CLIENT_FIELDS.items()}
+
+#: The documented spelling of each lower-case ``liftbridge.*`` key, for messages.
+_CLIENT_SPELLING: Mapping[str, str] = {name.lower(): name for name in _CLIENT_FIELDS}
+
+#: An integer as Spark's own options take one (Java's ``Long.parseLong``): ASCII digits
+#: with an optional sign; no ``_`` separators, no other scripts' digits.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+#: A decimal number of milliseconds: no ``nan``/``inf``, no ``_`` separators.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -56,63 +74,109 @@ def stream_option(options: Mapping[str, str]) -> str | None:
         ConfigurationError: both are given and name different streams: taking one of
             them would read or write another stream than the user meant.
     """
-    stream = options.get("stream") or None
-    path = options.get("path") or None
-    if stream is not None and path is not None and str(stream).strip() != str(path).strip():
+    raw = options.get("stream")
+    stream = None if raw is None else str(raw).strip()
+    if stream == "":
+        # Not taken as absent: a write would then go to each row's 'stream' column.
         raise ConfigurationError(
-            f"option 'stream' ({stream!r}) and the path of load()/save() ({path!r}) name "
-            "different streams; give one of them"
+            f"option 'stream' is empty ({raw!r}): name a stream, or leave the option out "
+            "(a write then takes each row's 'stream' column)"
         )
-    return stream if stream is not None else path
+    path = str(options.get("path") or "").strip() or None
+    if stream is not None and path is not None and stream != path:
+        raise ConfigurationError(
+            f"option 'stream' ({raw!r}) and the path of load()/save() "
+            f"({options.get('path')!r}) name different streams; give one of them"
+        )
+    named = stream if stream is not None else path
+    if named is not None:
+        try:
+            check_name("stream", named, allow_reserved=True)
+        except ConfigurationError as exc:
+            source = "option 'stream'" if stream is not None else "the path of load()/save()"
+            raise ConfigurationError(f"{source} ({named!r}): {exc}") from None
+    return named
 
 
-def get_int(options: Mapping[str, str], name: str, default: int, minimum: int = 0) -> int:
-    """The integer option ``name`` (lower case), or ``default`` when absent.
+def load_json(option: str, text: str, shape: str) -> Any:
+    """``text`` parsed as JSON, for option ``option`` (``shape`` says what it must be,
+    for the message: "JSON like ...").
 
     Raises:
-        ConfigurationError: the value is not an integer >= ``minimum``.
+        ConfigurationError: ``text`` is no JSON, or JSON that Python's decoder refuses
+            past its syntax: an integer of more than 4,300 digits, or nesting deeper
+            than the recursion limit.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise ConfigurationError(f"option {option!r} must be {shape}: {reason}") from None
+
+
+def parse_integer(text: str) -> int | None:
+    """``text`` (stripped) as an integer written as Spark's options write one (ASCII
+    digits, maybe signed), or ``None``; one of over 40 digits reads as ``None`` too."""
+    text = text.strip()
+    if _INTEGER.fullmatch(text) is None or len(text.lstrip("+-").lstrip("0")) > 40:
+        return None
+    return int(text)
+
+
+def get_int(
+    options: Mapping[str, str],
+    name: str,
+    default: int,
+    minimum: int = 0,
+    maximum: int = INT64_MAX,
+) -> int:
+    """The integer option ``name`` (looked up in lower case), or ``default`` when absent.
+
+    Raises:
+        ConfigurationError: the value is not an integer (ASCII digits, maybe signed)
+            from ``minimum`` to ``maximum`` (a signed 64-bit integer by default, as
+            Spark's Kafka connector takes its counts).
     """
     raw = options.get(name.lower())
     if raw is None:
         return default
-    try:
-        value = int(str(raw).strip())
-    except ValueError:
-        raise ConfigurationError(f"option {name!r} must be an integer, got {raw!r}") from None
+    text = str(raw).strip()
+    if _INTEGER.fullmatch(text) is None:
+        raise ConfigurationError(f"option {name!r} must be an integer, got {raw!r}")
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 40:  # out of range anyway, and int() refuses over 4,300 digits
+        value = minimum - 1 if text[0] == "-" else maximum + 1
+    else:
+        value = int(text)
     if value < minimum:
-        raise ConfigurationError(f"option {name!r} must be >= {minimum}, got {value}")
-    return value
-
-
-def get_float(options: Mapping[str, str], name: str, default: float) -> float:
-    """The positive number option ``name``, or ``default`` when absent.
-
-    Raises:
-        ConfigurationError: the value is not a number > 0.
-    """
-    raw = options.get(name.lower())
-    if raw is None:
-        return default
-    try:
-        value = float(str(raw).strip())
-    except ValueError:
-        raise ConfigurationError(f"option {name!r} must be a number, got {raw!r}") from None
-    if not value > 0:
-        raise ConfigurationError(f"option {name!r} must be > 0, got {raw!r}")
+        raise ConfigurationError(f"option {name!r} must be >= {minimum}, got {raw!r}")
+    if value > maximum:
+        raise ConfigurationError(f"option {name!r} must be at most {maximum}, got {raw!r}")
     return value
 
 
 def get_millis(options: Mapping[str, str], name: str, default_ms: float) -> float:
-    """The duration option ``name``, in milliseconds, as seconds (``default_ms`` if absent).
+    """The duration option ``name`` (looked up in lower case), in milliseconds, as
+    seconds (``default_ms`` when absent).
 
     Raises:
-        ConfigurationError: the value is not a number > 0, is infinite or NaN, or is
-            above ~24 days.
+        ConfigurationError: the value is not a decimal number of milliseconds from 1
+            (the Kafka connector's resolution: a shorter wait could never see an
+            answer) to ``TIMEOUT_MAX_SECONDS`` (~23 days); NaN and infinity included.
     """
-    millis = get_float(options, name, default_ms)
-    seconds = check_seconds(f"option {name!r}", millis / 1000.0, allow_zero=False, unlimited=False)
-    assert seconds is not None  # unlimited=False
-    return seconds
+    raw = options.get(name.lower())
+    if raw is None:
+        return default_ms / 1000.0
+    text = str(raw).strip()
+    if _DECIMAL.fullmatch(text) is None:
+        raise ConfigurationError(f"option {name!r} must be a number of milliseconds, got {raw!r}")
+    millis = float(text)
+    if not 1.0 <= millis <= TIMEOUT_MAX_SECONDS * 1000.0:
+        raise ConfigurationError(
+            f"option {name!r} must be from 1 to {TIMEOUT_MAX_SECONDS * 1000.0:.0f} "
+            f"milliseconds, got {raw!r}"
+        )
+    return millis / 1000.0
 
 
 #: Spark's duration suffixes (``JavaUtils.timeStringAsMs``) in seconds; none means ms.
@@ -189,17 +253,18 @@ def client_options(brokers: str | None, options: Mapping[str, str]) -> ClientOpt
             continue
         target = CLIENT_OPTIONS.get(key)
         if target is None:
-            known = ", ".join(sorted(CLIENT_OPTIONS))
+            known = ", ".join(_CLIENT_FIELDS)
             raise ConfigurationError(f"unknown option {key!r}; known liftbridge.* options: {known}")
+        name = _CLIENT_SPELLING[key]
         if target.startswith("tls."):
             tls[target[4:]] = str(raw)
         elif target.endswith("_timeout") or target in ("resubscribe_wait", "retry.max_delay"):
-            seconds = get_float(options, key, 1.0) / 1000.0
+            seconds = get_millis({name.lower(): raw}, name, 1.0)
             (retry if target.startswith("retry.") else fields)[target.split(".")[-1]] = seconds
         elif target == "publish_transport":
             fields[target] = str(raw)
         else:
-            number = get_int(options, key, 1, minimum=1)
+            number = get_int({name.lower(): raw}, name, 1, minimum=1)
             (retry if target.startswith("retry.") else fields)[target.split(".")[-1]] = number
     try:
         if retry:

@@ -34,9 +34,7 @@ from liftbridge_sync.spark.schema import schema_ddl
 from liftbridge_sync.spark.source_options import (
     BATCH_ONLY_OPTIONS,
     STREAM_ONLY_OPTIONS,
-    WRITE_OPTIONS,
     SourceOptions,
-    check_known,
 )
 
 if TYPE_CHECKING:
@@ -107,8 +105,7 @@ def _sink_options(options: Any, overwrite: bool, schema: StructType | None = Non
     from liftbridge_sync.spark.sink import SinkOptions
 
     lowered = {str(k).lower(): v for k, v in options.items()}
-    check_known(lowered, WRITE_OPTIONS, "write")
-    sink = SinkOptions.from_strings(lowered)
+    sink = SinkOptions.from_strings(lowered)  # refuses unknown options too
     if schema is not None:
         _check_schema(schema, sink.stream)
     check_target(sink.client, sink.stream)

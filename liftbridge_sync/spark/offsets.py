@@ -9,7 +9,6 @@ into ``startingOffsets``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from liftbridge_sync import (
@@ -22,6 +21,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync._wire.validate import INT64_MAX
 from liftbridge_sync.spark.cleaner import retry_segment_closed
+from liftbridge_sync.spark.config import load_json, parse_integer
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = [
@@ -106,12 +106,7 @@ def parse_spec(
     if text.lower() == "latest":
         return dict.fromkeys(partitions, LATEST)
     example = f'\'{{"{stream}": {{"0": 23, "1": -2}}}}\''
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(
-            f"option {option!r} must be 'earliest', 'latest' or JSON like {example}: {exc}"
-        ) from None
+    parsed = load_json(option, text, f"'earliest', 'latest' or JSON like {example}")
     if isinstance(parsed, dict) and stream != CREATED:
         # Offsets pasted from a query's progress carry the stream's creation time.
         parsed.pop(CREATED, None)
@@ -124,15 +119,18 @@ def parse_spec(
     if not isinstance(per_partition, dict):
         raise ConfigurationError(f"option {option!r}: {stream!r} must map partitions to offsets")
     result = dict.fromkeys(partitions, default)
+    given: set[int] = set()
     for key, value in per_partition.items():
-        try:
-            partition = int(key)
-        except ValueError:
-            raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id") from None
+        partition = parse_integer(key)
+        if partition is None:
+            raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id")
         if partition not in result:
             raise ConfigurationError(
                 f"option {option!r}: partition {partition} is not read (partitions {partitions})"
             )
+        if partition in given:
+            raise ConfigurationError(f"option {option!r} names partition {partition} twice")
+        given.add(partition)
         if (
             isinstance(value, bool)
             or not isinstance(value, int)

@@ -28,8 +28,8 @@ from liftbridge_sync._durations import check_seconds
 from liftbridge_sync.partitioners import PARTITIONER_NAMES
 from liftbridge_sync.spark.config import (
     client_options,
-    get_float,
     get_int,
+    get_millis,
     lower_keys,
     stream_option,
 )
@@ -44,6 +44,7 @@ from liftbridge_sync.spark.rows import (
     to_message,
 )
 from liftbridge_sync.spark.sending import PublishSummary, RowSender
+from liftbridge_sync.spark.source_options import WRITE_OPTIONS, check_known
 
 __all__ = ["PartitionPublisher", "PublishSummary", "SinkOptions", "publish_partition"]
 
@@ -105,22 +106,26 @@ class SinkOptions:
         ``all``, ``none``), ``maxInFlight``, ``ackTimeoutMs`` and ``liftbridge.*``.
 
         Raises:
-            ConfigurationError: an option is missing or invalid; the message names it.
+            ConfigurationError: an option is missing, invalid, unknown, or one of reads
+                only; the message names it.
         """
         lowered = lower_keys(options)
+        check_known(lowered, WRITE_OPTIONS, "write")
         policy_name = lowered.get("ackpolicy", "leader").strip().upper()
         if policy_name not in AckPolicy.__members__:
             raise ConfigurationError(
                 f"option 'ackPolicy' must be leader, all or none, got {lowered['ackpolicy']!r}"
             )
-        timeout_ms = get_float(lowered, "ackTimeoutMs", 0.0) if "acktimeoutms" in lowered else 0
+        ack_timeout = (
+            get_millis(lowered, "ackTimeoutMs", 0.0) if "acktimeoutms" in lowered else None
+        )
         return cls(
             client=client_options(lowered.get("brokers"), lowered),
             stream=stream_option(lowered),
             partitioner=lowered.get("partitioner", "key").strip().lower(),
             ack_policy=AckPolicy[policy_name],
             max_in_flight=get_int(lowered, "maxInFlight", 1024, minimum=1),
-            ack_timeout=timeout_ms / 1000.0 if timeout_ms else None,
+            ack_timeout=ack_timeout,
         )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import json
 from collections.abc import Mapping
 
 from liftbridge_sync import ClientOptions, ConfigurationError
@@ -20,7 +19,9 @@ from liftbridge_sync.spark.config import (
     get_duration,
     get_int,
     get_millis,
+    load_json,
     lower_keys,
+    parse_integer,
     stream_option,
 )
 
@@ -146,13 +147,22 @@ def check_known(options: Mapping[str, str], known: frozenset[str], what: str) ->
 
 
 def _partitions(raw: str | None, stream: str) -> tuple[int, ...] | None:
-    if raw is None or not raw.strip():
+    if raw is None:
         return None
     text = raw.strip()
-    try:
-        parsed = json.loads(text) if text.startswith(("{", "[")) else None
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"option 'partitions' is not valid JSON: {exc}") from None
+    example = f"'0,2' or '{{\"{stream}\": [0, 2]}}'"
+    if not text:
+        # Kafka's 'assign' refuses an empty list too: reading every partition instead
+        # would be a silent surprise.
+        raise ConfigurationError(
+            f"option 'partitions' is empty: list partition ids like {example}, or leave "
+            "the option out to read every partition"
+        )
+    parsed = (
+        load_json("partitions", text, f"JSON like {example}")
+        if text.startswith(("{", "["))
+        else None
+    )
     if isinstance(parsed, dict):
         if set(parsed) != {stream}:
             raise ConfigurationError(
@@ -160,13 +170,15 @@ def _partitions(raw: str | None, stream: str) -> tuple[int, ...] | None:
             )
         parsed = parsed[stream]
     items = parsed if isinstance(parsed, list) else text.split(",")
-    try:
-        ids = tuple(sorted({int(str(item).strip()) for item in items}))
-    except ValueError:
-        raise ConfigurationError(
-            f"option 'partitions' must list partition ids, e.g. '0,2' or "
-            f"'{{\"{stream}\": [0, 2]}}', got {raw!r}"
-        ) from None
+    ids_given: set[int] = set()
+    for item in items:
+        found = item if type(item) is int else parse_integer(item) if type(item) is str else None
+        if found is None:
+            raise ConfigurationError(
+                f"option 'partitions' must list partition ids, e.g. {example}, got {raw!r}"
+            )
+        ids_given.add(found)
+    ids = tuple(sorted(ids_given))
     if not ids or ids[0] < 0:
         raise ConfigurationError(f"option 'partitions' must list ids >= 0, got {raw!r}")
     return ids
@@ -180,10 +192,7 @@ def _timestamps(option: str, raw: str | None, stream: str) -> tuple[tuple[int, i
     if raw is None:
         return None
     example = f'\'{{"{stream}": {{"0": 1700000000000, "1": 1700000000000}}}}\''
-    try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise ConfigurationError(f"option {option!r} must be JSON like {example}: {exc}") from None
+    parsed = load_json(option, raw, f"JSON like {example}")
     if (
         not isinstance(parsed, dict)
         or set(parsed) != {stream}
@@ -195,12 +204,11 @@ def _timestamps(option: str, raw: str | None, stream: str) -> tuple[tuple[int, i
         )
     pairs: list[tuple[int, int]] = []
     for key, value in parsed[stream].items():
-        try:
-            partition = int(key)
-        except ValueError:
-            raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id") from None
-        if partition < 0:
+        partition = parse_integer(key)
+        if partition is None or partition < 0:
             raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id")
+        if any(partition == seen for seen, _ in pairs):
+            raise ConfigurationError(f"option {option!r} names partition {partition} twice")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigurationError(
                 f"option {option!r}: the timestamp of partition {partition} must be epoch "

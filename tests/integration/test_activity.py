@@ -29,6 +29,7 @@ from liftbridge_sync.activity import ACTIVITY_STREAM
 from tests.stacks import thread_in
 from tests.waiting import wait_until
 
+from ._pubdata import publish as publish_raw
 from .conftest import unique
 
 pytestmark = pytest.mark.integration
@@ -180,7 +181,7 @@ def test_resuming_after_an_event_id_drops_repeats_of_earlier_events() -> None:
             op=api_pb2.CREATE_STREAM,
             createStreamOp=api_pb2.CreateStreamOp(stream="r1", partitions=[0]),
         )
-        client.publish("__activity", repeat.SerializeToString())
+        publish_raw(server.address, "__activity", [repeat.SerializeToString()])
         client.create_stream("r3", "r3")
         wanted = lambda e: about("r1")(e) or about("r3")(e)  # noqa: E731
         # By offset alone the repeat comes again: a new stream remembers no ids.
@@ -212,8 +213,9 @@ def test_the_activity_stream_resubscribes_across_a_server_restart() -> None:
 
 
 def test_a_forged_event_id_does_not_silence_the_stream() -> None:
-    """Anyone may publish to ``__activity`` (the server refuses only to create or delete
-    it): an event forged with the largest id must not make every later one a "repeat"."""
+    """Any client may publish to ``__activity`` (the server refuses only to create or
+    delete it; this client refuses to publish there): an event forged with the largest id
+    must not make every later one a "repeat"."""
     from liftbridge_sync._proto import api_pb2
     from liftbridge_sync.testing import LiftbridgeServer
 
@@ -226,7 +228,7 @@ def test_a_forged_event_id_does_not_silence_the_stream() -> None:
         with client.activity() as events:
             client.create_stream("first", "first")
             (first,) = take_matching(events, 1, about("first"))
-            client.publish("__activity", forged.SerializeToString())
+            publish_raw(server.address, "__activity", [forged.SerializeToString()])
             (fake,) = take_matching(events, 1, about("forged"))
             client.create_stream("second", "second")
             (second,) = take_matching(events, 1, about("second"))
@@ -236,7 +238,7 @@ def test_a_forged_event_id_does_not_silence_the_stream() -> None:
                 op=api_pb2.CREATE_STREAM,
                 createStreamOp=api_pb2.CreateStreamOp(stream="first", partitions=[0]),
             )
-            client.publish("__activity", repeat.SerializeToString())
+            publish_raw(server.address, "__activity", [repeat.SerializeToString()])
             client.create_stream("third", "third")
             (after,) = take_matching(events, 1, lambda e: about("first")(e) or about("third")(e))
     assert isinstance(fake, StreamDeleted) and fake.id == 2**64 - 1
@@ -247,14 +249,14 @@ def test_a_forged_event_id_does_not_silence_the_stream() -> None:
 def test_a_message_that_is_no_event_is_skipped_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Junk published to ``__activity`` (by anyone) must not end a ``for`` loop, nor
+    """Junk published to ``__activity`` (by another client) must not end a ``for`` loop, nor
     flood the log: the first is told, those after it within a minute are not."""
     from liftbridge_sync.testing import LiftbridgeServer
 
     with LiftbridgeServer() as server, Client(server.address) as client:
         with client.activity() as events:
-            client.publish("__activity", b"")
-            client.publish("__activity", b"\xff\xff\xff")
+            publish_raw(server.address, "__activity", [b""])
+            publish_raw(server.address, "__activity", [b"\xff\xff\xff"])
             client.create_stream("after-junk", "after-junk")
             with caplog.at_level("WARNING", logger="liftbridge_sync.subscription"):
                 (created,) = take_matching(events, 1, about("after-junk"))

@@ -131,6 +131,70 @@ def test_stream_names_that_would_kill_the_server_are_refused(
         liftbridge_client.delete_stream(name)
 
 
+@pytest.mark.parametrize(
+    ("subject", "partitions", "refused"),
+    [
+        ("a.>.b", 1, "'>' token before its last"),
+        ("a.>", 2, "ends with '>', which a stream of 2 partitions"),
+        (">", 1, "'>' alone would store every message"),
+    ],
+)
+def test_stream_subjects_that_would_ruin_the_server_are_refused(
+    liftbridge_client: Client, subject: str, partitions: int, refused: str
+) -> None:
+    """``"a.>.b"``, or ``"a.>"`` with a partition 1 (``"a.>.1"``), broke the server's NATS
+    connection when accepted: every publish then timed out, the next stream's creation
+    panicked the server, and it never started again on its data (v1.9.0)."""
+    name = unique()
+    with pytest.raises(lb.ConfigurationError, match=refused):
+        liftbridge_client.create_stream(subject, name, partitions=partitions)
+    assert name not in liftbridge_client.fetch_metadata().streams
+    # A '>' that ends the subject of a one-partition stream is valid, and works.
+    prefix = unique()
+    liftbridge_client.create_stream(f"{prefix}.>", name)
+    try:
+        with liftbridge_client.subscribe(name) as messages:
+            liftbridge_client.publish_to_subject(f"{prefix}.x.y", b"caught")
+            assert messages.get(timeout=10).value == b"caught"
+    finally:
+        liftbridge_client.delete_stream(name)
+
+
+def test_min_isr_above_the_cluster_is_refused_for_every_server_replication(
+    liftbridge_client: Client,
+) -> None:
+    """With ``replication_factor=-1`` the server took ``min_isr=2`` on one server: its
+    messages were acknowledged with LEADER but never committed (none could be read)."""
+    name = unique()
+    with pytest.raises(lb.ConfigurationError, match=r"'min_isr' \(2\) is above the cluster's 1"):
+        liftbridge_client.create_stream(name, name, replication_factor=-1, min_isr=2)
+    assert name not in liftbridge_client.fetch_metadata().streams
+    liftbridge_client.create_stream(name, name, replication_factor=-1, min_isr=1)
+    try:
+        assert liftbridge_client.publish(name, b"committed") is not None
+        with liftbridge_client.subscribe(name, start=lb.StartAt.earliest()) as messages:
+            assert messages.get(timeout=10).value == b"committed"
+    finally:
+        liftbridge_client.delete_stream(name)
+
+
+@pytest.mark.parametrize("reserved", ["__cursors", "__activity"])
+def test_the_servers_own_streams_are_not_published_to(
+    liftbridge_client: Client, new_stream: StreamFactory, reserved: str
+) -> None:
+    """The server stores what is published to ``__cursors`` and ``__activity`` and reads
+    it back as its own records: a cursor message could overwrite any cursor."""
+    liftbridge_client.set_cursor(unique(), new_stream(), 0, 0)  # __cursors exists
+    before = liftbridge_client.fetch_partition_metadata("__cursors", 0).newest_offset
+    with pytest.raises(lb.ConfigurationError, match=f"'stream': '{reserved}' is reserved"):
+        liftbridge_client.publish(reserved, b"forged", key=b"c,s,0")
+    with pytest.raises(lb.ConfigurationError, match="is reserved"):
+        liftbridge_client.publish_async(reserved, b"forged")
+    with pytest.raises(lb.ConfigurationError, match="is reserved"):
+        liftbridge_client.publish_batch(reserved, [b"forged"])
+    assert liftbridge_client.fetch_partition_metadata("__cursors", 0).newest_offset == before
+
+
 def test_delete_stream(liftbridge_client: Client) -> None:
     name = unique()
     liftbridge_client.create_stream(name, name)

@@ -60,6 +60,17 @@ def test_overwrite_and_bad_write_options_are_refused(
         _writer(df, liftbridge_address, stream).mode("append").save(other)
     assert read_all(liftbridge_client, other) == []
     assert read_all(liftbridge_client, stream) == []
+    # An empty 'stream' option was taken as absent: the rows went to their column's stream.
+    by_column = spark.createDataFrame([("x", other)], "value string, stream string")
+    with pytest.raises(Exception, match="option 'stream' is empty"):
+        _writer(by_column, liftbridge_address, "").mode("append").save()
+    # A sub-millisecond ack timeout failed every task after its rows were stored.
+    with pytest.raises(Exception, match="option 'ackTimeoutMs' must be from 1 to"):
+        _writer(df, liftbridge_address, stream).option("ackTimeoutMs", "0.001").mode(
+            "append"
+        ).save()
+    assert read_all(liftbridge_client, other) == []
+    assert read_all(liftbridge_client, stream) == []
 
 
 _FAST = {"liftbridge.rpcTimeoutMs": "2000"}

@@ -86,7 +86,7 @@ def test_client_options_passthrough() -> None:
     assert options.tls is not None and options.tls.server_name == "lb.example"
     with pytest.raises(ConfigurationError, match="unknown option 'liftbridge.nope'"):
         client_options("a:1", {"liftbridge.nope": "1"})
-    with pytest.raises(ConfigurationError, match="'liftbridge.maxinflight' must be an integer"):
+    with pytest.raises(ConfigurationError, match="'liftbridge.maxInFlight' must be an integer"):
         client_options("a:1", {"liftbridge.maxinflight": "x"})
     with pytest.raises(ConfigurationError, match="'brokers' is required"):
         client_options(None, {})
@@ -410,3 +410,85 @@ def test_plain_arrow_batches_become_publish_batch_items() -> None:
         )
     with pytest.raises(ConfigurationError, match="need a 'value' column"):
         plain_items(pa.RecordBatch.from_arrays([pa.array([b"k"])], names=["key"]))
+
+
+_READ = {"brokers": "a:1", "stream": "s"}
+_HUGE = "9" * 5000  # over int()'s 4,300 digits: json.loads raises a plain ValueError
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"partitions": f"[{_HUGE}]"}, "option 'partitions' must be JSON like"),
+        ({"partitions": "[" * 3000}, "option 'partitions' must be JSON like .*nested too deeply"),
+        ({"partitions": _HUGE}, "option 'partitions' must list partition ids"),
+        ({"partitions": ""}, "option 'partitions' is empty"),
+        ({"partitions": " "}, "option 'partitions' is empty"),
+        ({"partitions": "1_0"}, "option 'partitions' must list partition ids"),
+        ({"partitions": '["1"]'}, None),  # a JSON string of digits reads as the id
+        ({"startingOffsetsByTimestamp": f'{{"s": {{"0": {_HUGE}}}}}'}, "must be JSON like"),
+        ({"startingOffsetsByTimestamp": '{"s": {"0": 1, "00": 2}}'}, "partition 0 twice"),
+        ({"maxOffsetsPerTrigger": str(2**63)}, "'maxOffsetsPerTrigger' must be at most"),
+        ({"minPartitions": str(2**64)}, "'minPartitions' must be at most"),
+        ({"minPartitions": "1_000"}, "'minPartitions' must be an integer"),
+        ({"minPartitions": "\u0661"}, "'minPartitions' must be an integer"),  # Arabic 1
+        ({"minPartitions": _HUGE}, "'minPartitions' must be at most"),
+        ({"startingTimestamp": "-" + _HUGE}, "'startingTimestamp' must be >= 0"),
+        ({"minPartitions": "+5"}, None),
+        ({"pollTimeoutMs": "0.5"}, "'pollTimeoutMs' must be from 1 to"),
+        ({"pollTimeoutMs": "inf"}, "^option 'pollTimeoutMs' must be a number of millis"),
+        ({"pollTimeoutMs": "1_000"}, "'pollTimeoutMs' must be a number of milliseconds"),
+        ({"pollTimeoutMs": "1e3"}, None),
+        ({"liftbridge.rpcTimeoutMs": "1e-9"}, "'liftbridge.rpcTimeoutMs' must be from 1 to"),
+        ({"liftbridge.rpcTimeoutMs": "inf"}, "'liftbridge.rpcTimeoutMs' must be a number"),
+        ({"liftbridge.retry.maxAttempts": str(2**64)}, "'liftbridge.retry.maxAttempts' must"),
+        ({"stream": ""}, "option 'stream' is empty"),
+        ({"stream": "my stream"}, "option 'stream' \\('my stream'\\): 'stream' must not"),
+        ({"stream": " s "}, None),  # trimmed, as Kafka's connector trims a topic
+    ],
+)
+def test_odd_read_option_values_are_refused_by_name(
+    options: dict[str, str], refused: str | None
+) -> None:
+    """Found by a probe of every option with odd values: each of these leaked a plain
+    ValueError or RecursionError, or was taken silently (an empty list of partitions
+    as all of them, 2**64 as a count, a sub-millisecond wait)."""
+    if refused is None:
+        SourceOptions.parse({**_READ, **options})
+        return
+    with pytest.raises(ConfigurationError, match=refused):
+        SourceOptions.parse({**_READ, **options})
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"startingOffsets": f'{{"s": {{"0": {_HUGE}}}}}'}, "'earliest', 'latest' or JSON"),
+        ({"startingOffsets": '{"s": {"0": 1, "00": 2}}'}, "names partition 0 twice"),
+        ({"startingOffsets": '{"s": {"0_0": 1}}'}, "'0_0' is not a partition id"),
+        ({"endingOffsets": "[" * 3000}, "'endingOffsets' must be .*nested too deeply"),
+    ],
+)
+def test_odd_offset_json_is_refused_by_name(options: dict[str, str], refused: str) -> None:
+    ((option, raw),) = options.items()
+    with pytest.raises(ConfigurationError, match=refused):
+        parse_spec(option, raw, "s", [0, 1], -1)
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        ({"stream": ""}, "option 'stream' is empty"),
+        ({"ackTimeoutMs": "0.001"}, "'ackTimeoutMs' must be from 1 to"),
+        ({"ackTimeoutMs": "inf"}, "^option 'ackTimeoutMs' must be a number of milliseconds"),
+        ({"maxInFlight": str(2**64)}, "'maxInFlight' must be at most"),
+        ({"maxInFlght": "5"}, "unknown write option 'maxinflght' \\(did you mean 'maxInFlight'"),
+        ({"startingOffsets": "earliest"}, "'startingOffsets' is for reads only"),
+    ],
+)
+def test_odd_write_option_values_are_refused_by_name(options: dict[str, str], refused: str) -> None:
+    """``SinkOptions.from_strings`` is public: it refuses unknown options itself, as the
+    data source's writer did before calling it (a typo there was dropped)."""
+    with pytest.raises(ConfigurationError, match=refused):
+        SinkOptions.from_strings({"brokers": "a:1", "stream": "s", **options})
+    assert SinkOptions.from_strings({"brokers": "a:1", "stream": " s "}).stream == "s"

@@ -8,13 +8,19 @@ from datetime import timedelta
 import pytest
 
 from liftbridge_sync import ArgumentTypeError, Client, ConfigurationError, RetryPolicy
-from liftbridge_sync._wire.requests import create_stream_request, publish_to_subject_request
+from liftbridge_sync._wire.publish_codec import head
+from liftbridge_sync._wire.requests import (
+    check_publish_stream,
+    create_stream_request,
+    publish_to_subject_request,
+)
 from liftbridge_sync._wire.validate import (
     check_bytes,
     check_headers,
     check_name,
     check_partitions,
     check_publish_subject,
+    check_stream_subject,
     check_subject,
     check_timeout,
     duration_ms,
@@ -32,6 +38,35 @@ def test_bad_stream_names(bad: object) -> None:
 def test_bad_subjects(bad: str) -> None:
     with pytest.raises(ConfigurationError):
         check_subject("subject", bad)
+
+
+@pytest.mark.parametrize(
+    ("subject", "partitions", "valid"),
+    [
+        ("a.*", 3, True),  # "a.*.1" and "a.*.2" are valid subjects
+        ("*", 2, True),
+        ("a.>", 1, True),
+        ("a.b.>", 1, True),
+        ("a.>", 2, False),
+        ("a.>.b", 1, False),
+        (">.a", 1, False),
+        (">", 1, False),
+    ],
+)
+def test_stream_subject_wildcards(subject: str, partitions: int, valid: bool) -> None:
+    if valid:
+        assert check_stream_subject("subject", subject, partitions=partitions) == subject
+    else:
+        with pytest.raises(ConfigurationError, match="'>'"):
+            check_stream_subject("subject", subject, partitions=partitions)
+
+
+@pytest.mark.parametrize("reserved", ["__cursors", "__activity"])
+def test_the_servers_own_streams_are_refused_as_publish_targets(reserved: str) -> None:
+    with pytest.raises(ConfigurationError, match="is reserved by the server"):
+        check_publish_stream(reserved)
+    with pytest.raises(ConfigurationError, match="is reserved by the server"):
+        head(reserved, 0, AckPolicy.LEADER)
 
 
 # Each of these killed a v1.9.0 server for good (panic in its Raft apply, again on restart).
@@ -207,7 +242,11 @@ def _request(**changes: object) -> object:
         {"partitions": -3},
         {"partitions": 2**31},
         # The server allocates the partition list before any check: a broker's memory.
-        {"partitions": 10_001},
+        {"partitions": 1_001},  # and files and memory on every replica
+        # NATS allows '>' last only: the server's connection broke, and it never restarted.
+        {"subject": "a.>.b"},
+        {"subject": "a.>", "partitions": 2},  # partition 1 listens on "a.>.1"
+        {"subject": ">"},  # every message of the NATS server, the server's own too
         # Longer than Go's int64 nanoseconds hold: wraps negative, every broker panics.
         {"cleaner_interval": 1e10},
         {"retention_max_age": timedelta.max},
