@@ -30,6 +30,7 @@ def check_seconds(
     allow_zero: bool = True,
     unlimited: bool = True,
     maximum: float = TIMEOUT_MAX_SECONDS,
+    minimum: float = 0.0,
 ) -> float | None:
     """A number of seconds, checked: ``None`` for no limit, else a float in range.
 
@@ -40,6 +41,8 @@ def check_seconds(
         unlimited: Whether "no limit" is meaningful: ``None`` and ``inf`` are then
             accepted (both answered with ``None``); otherwise both are refused.
         maximum: The largest finite value accepted.
+        minimum: The smallest value above 0 accepted, for an interval at which a
+            thread wakes (a smaller one turns it into a busy loop).
 
     Returns:
         ``None`` for no limit, else ``float(value)``.
@@ -47,10 +50,11 @@ def check_seconds(
     Raises:
         ArgumentTypeError: not an ``int``/``float`` (or ``None`` where allowed).
         ConfigurationError: NaN, negative, zero when not allowed, infinite or ``None``
-            where no limit makes no sense, or above ``maximum``.
+            where no limit makes no sense, above ``maximum``, or below ``minimum``
+            (but above 0).
     """
     # The common case first, with no message built: a get(timeout) per message calls this.
-    if type(value) is float and 0.0 < value <= maximum:
+    if type(value) is float and 0.0 < value <= maximum and value >= minimum:
         return value
     if value is None:
         if unlimited:
@@ -68,6 +72,7 @@ def check_seconds(
             raise ConfigurationError(
                 f"{name!r} must be at most {maximum:g} s, got {_shown(value)}{_hint(unlimited)}"
             )
+        _check_minimum(name, value, minimum)
         return float(value)
     seconds = float(value)
     if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
@@ -80,7 +85,16 @@ def check_seconds(
         raise ConfigurationError(
             f"{name!r} must be at most {maximum:g} s, got {value!r}{_hint(unlimited)}"
         )
+    _check_minimum(name, seconds, minimum)
     return seconds + 0.0  # -0.0 reads as 0.0
+
+
+def _check_minimum(name: str, seconds: float, minimum: float) -> None:
+    if 0 < seconds < minimum:
+        raise ConfigurationError(
+            f"{name!r} must be at least {minimum:g} s: a thread wakes at that interval, "
+            f"and a shorter one spins a core; got {seconds!r}"
+        )
 
 
 def _bound(allow_zero: bool) -> str:

@@ -81,7 +81,7 @@ class Client:
         meter_provider: OpenTelemetry meter provider (default: the global one).
         stats_callback: Called with a :class:`ClientStats` every ``stats_interval``
             seconds on the ``liftbridge-stats`` thread (``None``: no thread).
-        stats_interval: Seconds between two ``stats_callback`` calls.
+        stats_interval: Seconds between two ``stats_callback`` calls (at least 0.001).
 
     Raises:
         ConfigurationError: if an address or option is invalid.
@@ -858,9 +858,10 @@ class Client:
         Args:
             group: Group id; the group is created by its first member.
             streams: Streams to consume (they must exist).
-            auto_commit: Seconds between automatic commits of processed positions (also
-                committed when a partition moves away and on close), or ``None`` to
-                commit only with :meth:`Consumer.commit`. Required: the choice is yours.
+            auto_commit: Seconds between automatic commits of processed positions (at
+                least 0.001; also committed when a partition moves away and on close),
+                or ``None`` to commit only with :meth:`Consumer.commit`. Required: the
+                choice is yours.
             start: Where a partition with no committed cursor begins:
                 ``StartAt.new_only()`` (default), ``StartAt.earliest()`` or
                 ``StartAt.latest()``.

@@ -41,7 +41,8 @@ class Session:
         meter_provider: OpenTelemetry meter provider (``None``: the global one).
         stats_callback: Called with a :class:`ClientStats` every ``stats_interval``
             seconds on the ``liftbridge-stats`` thread, or ``None``.
-        stats_interval: Seconds between two ``stats_callback`` calls (finite, > 0).
+        stats_interval: Seconds between two ``stats_callback`` calls (finite, at least
+            0.001).
 
     Raises:
         ConfigurationError: on a bad ``stats_callback`` or ``stats_interval``.
@@ -78,7 +79,7 @@ class Session:
         check_provider("tracer_provider", tracer_provider, "get_tracer")
         check_provider("meter_provider", meter_provider, "get_meter")
         interval = check_seconds(
-            "stats_interval", stats_interval, allow_zero=False, unlimited=False
+            "stats_interval", stats_interval, allow_zero=False, unlimited=False, minimum=0.001
         )
         assert interval is not None  # unlimited=False: None and inf were refused
         #: The ``liftbridge-stats`` thread's, started with the first use of the client.

@@ -35,7 +35,6 @@ from liftbridge_sync.errors import (
     InvalidArgumentError,
     LiftbridgeError,
     LocalResourceError,
-    MessageTooLargeError,
     NoSuchPartitionError,
     NoSuchStreamError,
     NotGroupMemberError,
@@ -464,7 +463,14 @@ def error_from_status(
                 "option max_receive_message_size)",
             )
         if "larger than max" in text.lower():
-            return make(MessageTooLargeError, f"{where}: message too large: {text}")
+            # Not MessageTooLargeError either: the request was sent (a publish over the
+            # limit never is), and either it or its answer was over a gRPC limit.
+            return make(
+                ServerError,
+                f"{where}: a request or its answer is larger than gRPC's limit: {text} "
+                "(requests: 4 MiB on the server; answers: the option "
+                "max_receive_message_size)",
+            )
         return make(ServerError)
 
     if code is sc.UNKNOWN and "not authorized" in text.lower():

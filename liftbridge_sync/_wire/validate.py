@@ -36,6 +36,7 @@ __all__ = [
     "check_headers",
     "check_id",
     "check_int",
+    "check_label",
     "check_name",
     "check_partition",
     "check_partitions",
@@ -90,6 +91,8 @@ STREAM_NAME_MAX_BYTES = 255
 # A subject and a queue group travel in one NATS control line (4 KiB by default) together
 # with the server's own prefixes and reply inboxes; 1 KiB each keeps well inside it.
 SUBJECT_MAX_BYTES = 1024
+#: The longest cursor, group or consumer id, in bytes of UTF-8 (as long as a subject).
+ID_MAX_BYTES = 1024
 NATS_WILDCARDS = frozenset({"*", ">"})
 
 
@@ -277,16 +280,15 @@ def check_optional_text(name: str, value: object) -> str | None:
     return value
 
 
-def check_id(name: str, value: object, *, optional: bool = False) -> str | None:
-    """A non-empty ``str`` that is valid UTF-8 and has no comma (or ``None`` when
-    ``optional``): cursor, group and consumer ids.
-
-    The server keys a cursor by ``"<cursor id>,<stream>,<partition>"``: a comma in the
-    id would let two different cursors share one key and overwrite each other.
+def check_label(name: str, value: object, *, optional: bool = False) -> str | None:
+    """A non-empty ``str`` of valid UTF-8, not blank, without control characters, at
+    most ``ID_MAX_BYTES`` long (or ``None`` when ``optional``): a consumer id, and
+    what :func:`check_id` checks further.
 
     Raises:
-        ArgumentTypeError: not a ``str``.
-        ConfigurationError: empty, not valid UTF-8, or with a comma.
+        ArgumentTypeError: not a ``str`` (nor ``None`` when ``optional``).
+        ConfigurationError: empty, blank, too long, not valid UTF-8, or with a control
+            character.
     """
     if not optional and not isinstance(value, str):
         raise ArgumentTypeError(f"{name!r} must be a str, got {type(value).__name__}")
@@ -294,6 +296,31 @@ def check_id(name: str, value: object, *, optional: bool = False) -> str | None:
         # Not check_optional_text's words: they offer None, which is refused here.
         raise ConfigurationError(f"{name!r} must be a non-empty str")
     text = check_optional_text(name, value)
+    if text is None:
+        return None
+    if not text.strip() or not all(ch == " " or ch.isprintable() for ch in text):
+        raise ConfigurationError(
+            f"{name!r} must not be blank or contain control characters, got {text[:40]!r}"
+        )
+    size = len(text.encode("utf-8"))
+    if size > ID_MAX_BYTES:
+        raise ConfigurationError(
+            f"{name!r} must be at most {ID_MAX_BYTES} bytes of UTF-8, got {size:,}"
+        )
+    return text
+
+
+def check_id(name: str, value: object, *, optional: bool = False) -> str | None:
+    """:func:`check_label`, and no comma: cursor and group ids.
+
+    The server keys a cursor by ``"<cursor id>,<stream>,<partition>"``: a comma in the
+    id would let two different cursors share one key and overwrite each other.
+
+    Raises:
+        ArgumentTypeError: not a ``str``.
+        ConfigurationError: as :func:`check_label`, or with a comma.
+    """
+    text = check_label(name, value, optional=optional)
     if text is not None and "," in text:
         raise ConfigurationError(
             f"{name!r} must not contain ',': the server keys cursors by "

@@ -13,8 +13,8 @@ from liftbridge_sync._wire.validate import (
     check_bool,
     check_id,
     check_int,
+    check_label,
     check_name,
-    check_optional_text,
 )
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.positions import StartAt, StartKind
@@ -73,7 +73,7 @@ class Settings:
         names = tuple(check_name("streams", s) for s in streams)
         if not names:
             raise ConfigurationError("'streams' must be a non-empty sequence of stream names")
-        check_optional_text("consumer_id", consumer_id)
+        check_label("consumer_id", consumer_id, optional=True)
         start = StartAt.new_only() if start is None else start
         if not isinstance(start, StartAt):
             raise ArgumentTypeError(
@@ -90,7 +90,9 @@ class Settings:
         interval = (
             None
             if auto_commit is None
-            else check_seconds("auto_commit", auto_commit, allow_zero=False, unlimited=False)
+            else check_seconds(
+                "auto_commit", auto_commit, allow_zero=False, unlimited=False, minimum=0.001
+            )
         )
         check_int("buffer", buffer, minimum=1)
         check_bool("rejoin", rejoin)

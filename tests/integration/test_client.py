@@ -107,6 +107,12 @@ def test_server_side_refusals_are_typed(liftbridge_client: Client) -> None:
     # Encryption without LIFTBRIDGE_ENCRYPTION_KEY on the server.
     with pytest.raises(lb.ServerError, match="encryption"):
         liftbridge_client.create_stream(unique(), unique(), encryption=True)
+    # A request over the server's 4 MiB was sent: not MessageTooLargeError (documented
+    # as never sent, and a ConfigurationError).
+    names = [f"{i:0>200}" for i in range(30_000)]
+    with pytest.raises(lb.ServerError, match="larger than gRPC's limit") as refused:
+        liftbridge_client.fetch_metadata(*names)
+    assert not isinstance(refused.value, lb.ConfigurationError)
 
 
 # One of each class that panicked a v1.9.0 server inside its Raft apply, for good.

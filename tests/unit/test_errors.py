@@ -94,7 +94,7 @@ def test_tree_shape_documented_in_module_docstring() -> None:
             SC.RESOURCE_EXHAUSTED,
             "grpc: received message larger than max (5000000 vs. 4194304)",
             CallContext.GENERIC,
-            lb.MessageTooLargeError,
+            lb.ServerError,  # sent: not MessageTooLargeError, a ConfigurationError
         ),
         (SC.RESOURCE_EXHAUSTED, "quota", CallContext.GENERIC, lb.ServerError),
         (

@@ -17,6 +17,7 @@ from liftbridge_sync._wire.requests import (
 from liftbridge_sync._wire.validate import (
     check_bytes,
     check_headers,
+    check_id,
     check_name,
     check_partitions,
     check_publish_subject,
@@ -392,3 +393,21 @@ def test_at_most_65535_headers_with_the_servers_subject_and_reply() -> None:
     assert len(check_headers({**most, "subject": b"s", "reply": b"r"})) == 65535
     with pytest.raises(ConfigurationError, match="65536 headers are too many"):
         check_headers({**most, "subject": b"s", "reply": b"r", "x": b""})
+
+
+@pytest.mark.parametrize("bad", [" ", "\t", "a\nb", "\x00", "a\x7fb", "x" * 1025, "é" * 513])
+def test_blank_control_and_overlong_ids_are_refused(bad: str) -> None:
+    """A probe found these taken silently as cursor, group and consumer ids (a 100,000
+    character cursor id rode in the key of every cursor message)."""
+    with Client("127.0.0.1:1") as client:  # refused before anything is sent
+        with pytest.raises(ConfigurationError, match="'cursor_id' must"):
+            client.set_cursor(bad, "s", 0, 1)
+        with pytest.raises(ConfigurationError, match="'cursor_id' must"):
+            client.fetch_cursor(bad, "s", 0)
+        with pytest.raises(ConfigurationError, match="'group' must"):
+            client.consumer(bad, streams=["s"], auto_commit=None)
+        with pytest.raises(ConfigurationError, match="'consumer_id' must"):
+            client.consumer("g", streams=["s"], auto_commit=None, consumer_id=bad)
+    # Spaces inside an id, other scripts, and up to 1,024 bytes stay valid.
+    for good in ("orders reader", "lecteur-é", "x" * 1024):
+        assert check_id("cursor_id", good) == good
