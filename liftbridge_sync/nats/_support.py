@@ -19,6 +19,7 @@ from liftbridge_sync._durations import check_seconds
 from liftbridge_sync._runtime.doorbell import wait_sliced
 from liftbridge_sync._runtime.timerwheel import TimerHandle
 from liftbridge_sync._wire.validate import (
+    check_int,
     check_partition,
     check_subject,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "AckFuture",
     "DnsExecutor",
     "Job",
+    "check_nats_numbers",
     "check_timeout_arg",
     "import_nats",
     "partition_subject",
@@ -54,6 +56,44 @@ DNS_THREAD_NAME = "liftbridge-nats-dns"
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 DEFAULT_FLUSH_TIMEOUT = 10.0
+
+
+#: ``nats.connect``'s numeric options: the smallest value each takes, and whether it is
+#: seconds (else an int). nats-py checks none of them: ``ping_interval=0`` pinged
+#: without pause, and acks were missed; ``reconnect_time_wait=-1`` or
+#: ``max_reconnect_attempts=nan`` were taken silently.
+_NATS_NUMBERS: dict[str, tuple[float, bool]] = {
+    "ping_interval": (0.001, True),
+    "reconnect_time_wait": (0.0, True),
+    "drain_timeout": (0.001, True),
+    "max_outstanding_pings": (1, False),
+    "max_reconnect_attempts": (-1, False),  # -1: for ever
+    "pending_size": (1, False),
+    "flusher_queue_size": (1, False),
+}
+
+
+def check_nats_numbers(options: dict[str, Any]) -> None:
+    """Check the numeric options passed through to ``nats.connect``.
+
+    Raises:
+        ArgumentTypeError: not a number (seconds) or an int.
+        ConfigurationError: NaN, infinite, or below the option's smallest value.
+    """
+    for name, (smallest, seconds) in _NATS_NUMBERS.items():
+        if name not in options:
+            continue
+        label = f"NATS option {name}"
+        if seconds:
+            check_seconds(
+                label,
+                options[name],
+                allow_zero=smallest == 0,
+                unlimited=False,
+                minimum=smallest,
+            )
+        else:
+            check_int(label, options[name], minimum=int(smallest))
 
 
 def import_nats() -> ModuleType:

@@ -40,6 +40,33 @@ _PUB_OVERHEAD = 64 + 2 * SUBJECT_MAX_BYTES
 #: Seconds closing the NATS connection may take even when close()'s timeout is used up.
 _CLOSE_GRACE = 0.5
 
+#: How long nats-py itself waits for a flush's PONG. Longer than any caller's bound:
+#: nats-py cancels its PONG future when its own wait ends, and a PONG arriving after
+#: that kills its read loop (``InvalidStateError`` in ``_process_pong``, nats-py 2.16),
+#: after which no ack is ever read. Within the hour a live connection answers, or
+#: nats-py's pings find it stale and reconnect, which drops the futures without a
+#: result.
+_PONG_WAIT = 3600.0
+
+
+async def flushed(nc: _NatsClient, timeout: float) -> None:
+    """``nc.flush()`` bounded by ``timeout`` seconds without ever cancelling nats-py's
+    PONG future (see :data:`_PONG_WAIT`): the flush goes on in a task of its own.
+
+    Raises:
+        TimeoutError: no PONG within ``timeout``.
+        What ``nc.flush`` raises (a closed connection).
+    """
+    task = asyncio.ensure_future(nc.flush(timeout=_PONG_WAIT))  # type: ignore[arg-type]
+    task.add_done_callback(_observe)
+    await asyncio.wait_for(asyncio.shield(task), timeout)
+
+
+def _observe(task: asyncio.Future[None]) -> None:
+    """Retrieve an abandoned flush's outcome (asyncio logs one never retrieved)."""
+    if not task.cancelled():
+        task.exception()
+
 
 def _abort(nc: _NatsClient) -> None:
     """Cut ``nc``'s connection without writing what it still holds.
@@ -122,7 +149,7 @@ class LoopWriter:
             )
             await nc.subscribe(self._ack_inbox, cb=self._on_ack_msg)
             # The SUB must reach the server before the first publish asks for an ack.
-            await nc.flush(timeout=self._connect_timeout)
+            await flushed(nc, self._connect_timeout)
         except BaseException:
             try:
                 await nc.close()
@@ -257,7 +284,7 @@ class LoopWriter:
         assert nc is not None
         wait = max(job.deadline for job in jobs) - time.monotonic()
         try:
-            await nc.flush(timeout=max(wait, 0.001))  # type: ignore[arg-type]
+            await flushed(nc, max(wait, 0.001))
         except Exception as exc:
             error = self._error(exc)
             for job in jobs:
@@ -270,7 +297,7 @@ class LoopWriter:
         nc = self._nc
         assert nc is not None
         try:
-            await nc.flush(timeout=job.deadline)  # type: ignore[arg-type]
+            await flushed(nc, job.deadline)  # a flush marker's deadline is its timeout
         except Exception as exc:
             settle(job.future, error=self._error(exc))
         else:

@@ -40,6 +40,7 @@ from liftbridge_sync.nats._support import (
     DEFAULT_FLUSH_TIMEOUT,
     AckFuture,
     Job,
+    check_nats_numbers,
     check_timeout_arg,
     import_nats,
     partition_subject,
@@ -138,13 +139,10 @@ class NatsPublisher:
                 f"unknown NATS option(s) {', '.join(map(repr, unknown))}: not an argument "
                 "of nats.connect"
             )
-        pending_size = nats_options.get("pending_size", self._nats.aio.client.DEFAULT_PENDING_SIZE)
-        # What nats-py buffers before a publish waits for a flush (see LoopWriter._publish);
-        # a value nats-py cannot compare makes every publish take the bounded path.
-        pending_limit_value: float = (
-            pending_size
-            if isinstance(pending_size, int | float) and not isinstance(pending_size, bool)
-            else 1
+        check_nats_numbers(self._nats_options)
+        # What nats-py buffers before a publish waits for a flush (see LoopWriter._publish).
+        pending_limit_value: int = nats_options.get(
+            "pending_size", self._nats.aio.client.DEFAULT_PENDING_SIZE
         )
         inbox_prefix = nats_options.get("inbox_prefix", "_INBOX")
         if isinstance(inbox_prefix, bytes):

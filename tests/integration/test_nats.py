@@ -337,6 +337,27 @@ def test_flush_times_out_on_a_pending_ack(publisher: NatsPublisher) -> None:
     assert not future.done()
 
 
+def test_acks_are_still_read_after_flushes_that_timed_out(
+    publisher: NatsPublisher, liftbridge_client: Client
+) -> None:
+    """nats-py cancels its PONG future when its flush times out, and the late PONG then
+    killed its read loop: in 4 of 6 runs every later publish failed with
+    AckTimeoutError though the server stored each message."""
+    subject, stream = make_stream(liftbridge_client)
+    first = publisher.publish(subject, b"first")
+    assert first is not None and first.offset == 0
+    timed_out = 0
+    for _ in range(30):
+        try:
+            publisher.flush(1e-9)  # the PING's PONG cannot come back this fast
+        except TimeoutError:
+            timed_out += 1
+    assert timed_out > 0
+    acks = [publisher.publish(subject, f"after-{i}".encode()) for i in range(5)]
+    assert [ack.offset for ack in acks if ack is not None] == [1, 2, 3, 4, 5]
+    assert liftbridge_client.fetch_partition_metadata(stream, 0).newest_offset == 5
+
+
 # ---------------------------------------------------------------- optimistic concurrency
 
 

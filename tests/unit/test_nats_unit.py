@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import math
 import socket
 import subprocess
 import sys
@@ -875,6 +876,31 @@ def test_an_unknown_nats_option_is_refused_at_construction() -> None:
     with pytest.raises(ConfigurationError, match="'max_reconect_attempts'"):
         NatsPublisher("nats://127.0.0.1:4222", max_reconect_attempts=3)
     assert not _nats_threads()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "error"),
+    [
+        ("ping_interval", 0, ConfigurationError),  # pinged without pause; acks missed
+        ("ping_interval", math.nan, ConfigurationError),
+        ("reconnect_time_wait", -1, ConfigurationError),
+        ("drain_timeout", math.inf, ConfigurationError),
+        ("max_reconnect_attempts", math.nan, ArgumentTypeError),
+        ("max_reconnect_attempts", -2, ConfigurationError),
+        ("max_outstanding_pings", 0, ConfigurationError),
+        ("pending_size", -1, ConfigurationError),
+        ("flusher_queue_size", "big", ArgumentTypeError),
+    ],
+)
+def test_odd_numeric_nats_options_are_refused_at_construction(
+    option: str, value: object, error: type[Exception]
+) -> None:
+    """nats-py checks none of them; they were taken silently."""
+    with pytest.raises(error, match=f"NATS option {option}"):
+        NatsPublisher("nats://127.0.0.1:4222", **{option: value})  # type: ignore[arg-type]
+    assert not _nats_threads()
+    # Their edges stay valid: reconnecting for ever, at once.
+    NatsPublisher("nats://127.0.0.1:4222", max_reconnect_attempts=-1, reconnect_time_wait=0).close()
 
 
 class _SilentNats(_StuckNats):
