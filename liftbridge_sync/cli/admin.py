@@ -188,7 +188,8 @@ def cursor_get(ctx: click.Context, stream: str, cursor_id: str, partition: int) 
     click.echo(str(offset))
 
 
-@cursor.command("set")
+# "-1" (no cursor, the smallest OFFSET) would be read as an unknown option otherwise.
+@cursor.command("set", context_settings={"ignore_unknown_options": True})
 @click.argument("stream")
 @click.argument("cursor_id", callback=lambda ctx, param, value: _cursor_id(value))
 @click.argument("offset", type=click.IntRange(min=-1, max=INT64_MAX))

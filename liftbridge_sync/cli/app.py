@@ -131,10 +131,30 @@ def cli(ctx: click.Context, addresses: tuple[str, ...], timeout: float, debug: b
     state["settings"] = settings
     if debug:
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
+    else:
+        _show_warnings()
     try:
         settings.client_options()
     except ConfigurationError as exc:
         raise CommandFailed(f"--address: {exc}", ExitCode.USAGE) from None
+
+
+def _show_warnings() -> None:
+    """Print the subscriptions' warnings on stderr, one line each: the package's
+    ``NullHandler`` hides them from Python's last-resort handler, and they say what a
+    read did instead of what was asked (a cursor past the end read from the start,
+    messages the server sent again and were skipped, a lost stream resubscribed).
+
+    Not the other loggers' (each failed attempt of a retried call or a publish stream
+    logs one): a command that fails says why itself, on its one line."""
+    logger = logging.getLogger("liftbridge_sync.subscription")
+    if any(getattr(h, "_liftbridge_cli", False) for h in logger.handlers):
+        return  # once per process
+    handler = logging.StreamHandler()
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("liftbridge-sync: warning: %(message)s"))
+    handler._liftbridge_cli = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
 
 
 def settings_of(ctx: click.Context) -> CliSettings:

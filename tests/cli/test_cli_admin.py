@@ -246,6 +246,29 @@ def test_cursor_set_and_get(run: Run, stream: str, liftbridge_client: Client) ->
     assert liftbridge_client.fetch_cursor("billing", stream, 1) == 41
     got = run("cursor", "get", stream, "billing", "--partition", "1")
     assert (got.returncode, got.stdout.strip()) == (0, "41")
+    # -1, the smallest OFFSET (no cursor), was "No such option: -1" without a "--".
+    reset = run("cursor", "set", stream, "billing", "-1", "-P", "1")
+    assert reset.returncode == 0, reset.stderr
+    assert liftbridge_client.fetch_cursor("billing", stream, 1) == -1
+
+
+def test_a_cursor_past_the_end_says_where_the_read_began_instead(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    """The library reads from the earliest offset when a cursor is past the newest (a
+    stream deleted and created again): the command printed every message without a
+    word, the WARNING saying so seen only under --debug."""
+    for i in range(3):
+        liftbridge_client.publish(stream, f"m{i}".encode(), partition=0)
+    assert run("cursor", "set", stream, "far", "99999").returncode == 0
+    read = run("subscribe", stream, "-P", "0", "-s", "cursor:far")
+    assert read.returncode == 0 and read.stdout.splitlines() == ["m0", "m1", "m2"]
+    (warning,) = read.stderr.splitlines()
+    assert warning.startswith("liftbridge-sync: warning: ") and "past the partition's newest" in (
+        warning
+    ), read.stderr
+    quiet = run("subscribe", stream, "-P", "0")  # nothing to warn about: nothing said
+    assert quiet.stderr == ""
 
 
 def test_text_printed_into_a_closed_pipe_is_exit_141_without_a_word(
