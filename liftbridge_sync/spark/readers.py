@@ -95,8 +95,16 @@ class BatchReader(DataSourceReader):
                     "(the end is exclusive; 'latest' is the high watermark + 1; the "
                     "timestamp options count as these)"
                 )
-        # Never wait for messages that do not exist yet: cap the end at HW + 1.
-        ends = {p: min(ends[p], hws[p] + 1) for p in ends}
+        for partition in sorted(ends):
+            # Only an offset given in 'endingOffsets' can be past the end: refused, as
+            # a start past the end is (read short without a word, the rows asked for
+            # would be missing silently; Kafka's connector fails after pollTimeoutMs).
+            if ends[partition] > hws[partition] + 1:
+                raise ConfigurationError(
+                    f"partition {partition}: option 'endingOffsets' {ends[partition]} is "
+                    f"past the end of the log ({hws[partition] + 1}, the high watermark "
+                    "+ 1): those messages do not exist yet; use 'latest' to read to the end"
+                )
         return split_ranges(
             opts.stream, starts, ends, opts.max_records_per_partition, opts.min_partitions
         )

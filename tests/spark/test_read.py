@@ -172,6 +172,18 @@ def test_starting_after_ending_is_refused(
     beyond = beyond.option("startingOffsets", json.dumps({stream: {"0": 12}}))
     with pytest.raises(Exception, match="resolves to 12, after option 'endingOffsets' 10"):
         beyond.load().collect()
+    # An end past the log was cut to its end without a word (10 rows for 100 asked).
+    past = _reader(spark, liftbridge_address, stream)
+    past = past.option("endingOffsets", json.dumps({stream: {"0": 100}}))
+    with pytest.raises(Exception, match="'endingOffsets' 100 is past the end of the log \\(10,"):
+        past.load().collect()
+    assert (
+        _reader(spark, liftbridge_address, stream)
+        .option("endingOffsets", json.dumps({stream: {"0": 10}}))
+        .load()
+        .count()
+        == 10
+    )
     # Equal ends are an empty range, not an error.
     empty = _reader(spark, liftbridge_address, stream)
     empty = empty.option("startingOffsets", json.dumps({stream: {"0": 10}}))
