@@ -167,6 +167,7 @@ class _Waker:
         os.set_blocking(self.read_fd, False)
         os.set_blocking(self._write_fd, False)
         self._received: int | None = None
+        self._raise_now = False
         self._previous_fd: int | None = None
         self._previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
@@ -175,9 +176,22 @@ class _Waker:
                 self._previous[signum] = signal.signal(signum, self._record)
 
     def _record(self, signum: int, frame: FrameType | None) -> None:
-        if self._received is not None:
+        if self._received is not None or self._raise_now:
             _raise_for(signum)
         self._received = signum
+
+    @contextlib.contextmanager
+    def raising(self) -> Iterator[None]:
+        """Let a signal raise at once inside the block: a blocking call there holds no
+        message half-handled, and would only see a recorded signal once it returned (an
+        ``open()`` of a FIFO that no writer opened yet waits in the kernel, and Python
+        restarts it after a handler that only records)."""
+        self.check()
+        self._raise_now = True
+        try:
+            yield
+        finally:
+            self._raise_now = False
 
     def check(self) -> None:
         """Raise for a signal received so far (``KeyboardInterrupt`` for SIGINT,
@@ -617,7 +631,8 @@ def _publish_file(
         _send(client, shape, _lines(raw, Silent(), shape), tracker)
         return
     try:
-        handle = open(path, "rb", buffering=0)
+        with waker.raising():
+            handle = open(path, "rb", buffering=0)
     except OSError as exc:
         raise click.FileError(path, hint=exc.strerror or str(exc)) from None
     with (

@@ -694,6 +694,39 @@ def test_sigterm_stops_follow_as_ctrl_c_does_with_its_own_exit_code(
     assert all(json.loads(line)["value"] == "before-term" for line in lines)
 
 
+@pytest.mark.parametrize(
+    ("signum", "code", "said"),
+    [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")],
+)
+def test_one_signal_ends_a_publish_waiting_to_open_a_fifo(
+    liftbridge_address: str, stream: str, tmp_path: Path, signum: int, code: int, said: str
+) -> None:
+    """Opening a FIFO no writer has opened waits in the kernel; the handler only
+    recorded the signal and Python restarted the open(): a service manager's one
+    SIGTERM was lost, and only a second signal ended the command."""
+    fifo = tmp_path / "lines"
+    os.mkfifo(fifo)
+    with subprocess.Popen(
+        [*CLI, "publish", stream, "-f", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=cli_env(liftbridge_address),
+    ) as process:
+        try:
+            # The kernel parks an open() of a FIFO without a writer in wait_for_partner.
+            wchan = Path(f"/proc/{process.pid}/wchan")
+            wait_until(lambda: "partner" in wchan.read_text(), 30, what="the open() of the FIFO")
+            _signal_and_wait(process, signum, f"one {signal.Signals(signum).name}")
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+        err = process.stderr.read() if process.stderr else ""
+    assert process.returncode == code, err
+    assert err.strip().splitlines()[-1].startswith(f"liftbridge-sync: {said}"), err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("partition", [("-P", "0"), ()], ids=["partition", "stream"])
 def test_follow_ends_when_its_reader_goes_away_without_another_message(
     liftbridge_address: str, stream: str, liftbridge_client: Client, partition: tuple[str, ...]
