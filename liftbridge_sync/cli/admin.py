@@ -86,13 +86,21 @@ def _cursor_id(value: str) -> str:
     help="Replicas of each partition; -1: one on every broker.",
 )
 @click.option("--group", callback=lambda ctx, param, value: _group(value), help="NATS queue group.")
-@click.option("--retention-max-messages", type=click.IntRange(min=0, max=INT64_MAX))
-@click.option("--retention-max-bytes", type=click.IntRange(min=0, max=INT64_MAX))
+@click.option(
+    "--retention-max-messages",
+    type=click.IntRange(min=0, max=INT64_MAX),
+    help="Messages kept per partition (0: no limit).",
+)
+@click.option(
+    "--retention-max-bytes",
+    type=click.IntRange(min=0, max=INT64_MAX),
+    help="Bytes kept per partition (0: no limit).",
+)
 @click.option(
     "--retention-max-age",
     type=click.FloatRange(min=0),
     callback=lambda ctx, param, value: _retention_age(value),
-    help="Seconds (inf: no limit).",
+    help="Seconds (0 or inf: no limit).",
 )
 @click.option("--compact/--no-compact", default=None, help="Keep the latest message per key.")
 @click.option("--exist-ok", is_flag=True, help="Succeed if the stream already exists.")

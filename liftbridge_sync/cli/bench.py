@@ -19,18 +19,34 @@ from liftbridge_sync.cli.progress import progress
 
 __all__ = ["bench"]
 
+#: Bytes of a publish request besides its value: the stream name (at most 255),
+#: correlation id and field tags, with room to spare.
+_REQUEST_ROOM = 1024
+
+
+def _stream(value: str | None) -> str | None:
+    # An empty --stream ("$UNSET") is a mistake, not a request for a temporary stream.
+    if value is not None and not value:
+        raise click.BadParameter("an empty stream: leave the option out for a temporary one")
+    return value
+
 
 @cli.command()
 @click.option("-n", "--count", type=click.IntRange(min=1), default=10_000, show_default=True)
 @click.option(
     "--size",
-    # No message is larger than a request the server accepts.
-    type=click.IntRange(min=0, max=SERVER_MAX_REQUEST_BYTES),
+    # No message is larger than a request the server accepts, with room for the
+    # request's other fields (stream name, ids).
+    type=click.IntRange(min=0, max=SERVER_MAX_REQUEST_BYTES - _REQUEST_ROOM),
     default=100,
     show_default=True,
-    help="Bytes per message.",
+    help="Bytes per message (the NATS server's max_payload, 1 MiB by default, may refuse less).",
 )
-@click.option("--stream", help="Use this existing stream (default: a temporary one).")
+@click.option(
+    "--stream",
+    callback=lambda ctx, param, value: _stream(value),
+    help="Use this existing stream (default: a temporary one).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def bench(ctx: click.Context, count: int, size: int, stream: str | None, as_json: bool) -> None:

@@ -21,6 +21,7 @@ from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import PipeClosed
 from liftbridge_sync.cli.output import FORMATS, Output, format_message
 from liftbridge_sync.cli.positions import START_HELP, STOP_HELP, parse_start, parse_stop
+from liftbridge_sync.positions import StartKind, StopKind
 
 if TYPE_CHECKING:  # annotations only: the client loads when the command opens one
     from liftbridge_sync import Client, Message, StreamSubscription, Subscription
@@ -170,6 +171,10 @@ def subscribe(
     now, and exits. With --last N (or --start last:N) it prints the messages among the
     newest N offsets of each partition, one partition after another.
     """
+    # An empty value (``-s "$UNSET"``) is a mistake, not a request for the default.
+    for given, hint in ((start, "--start"), (stop, "--stop"), (template, "--format")):
+        if given is not None and not given.strip():
+            raise click.BadParameter("must not be empty", param_hint=hint)
     if follow and stop:
         raise click.UsageError("give --follow or --stop, not both")
     if last is not None and start is not None:
@@ -182,6 +187,18 @@ def subscribe(
     render = _template(template, fmt)
     start_at = parse_start(start or ("new" if follow else "earliest")) if last is None else None
     stop_at = None if follow or last is not None else parse_stop(stop or "latest")
+    if (
+        start_at is not None
+        and stop_at is not None
+        and start_at.kind is StartKind.OFFSET
+        and stop_at.kind is StopKind.OFFSET
+        and start_at.at_offset > stop_at.at_offset
+    ):
+        # The library reads such a range as empty; typed in a shell, it is a mistake.
+        raise click.UsageError(
+            f"--start offset {start_at.at_offset} is after --stop offset "
+            f"{stop_at.at_offset} (the stop offset is read too)"
+        )
     out = Output()
     seen = 0
     with _end_when_output_closes(follow), open_client(settings_of(ctx)) as client:

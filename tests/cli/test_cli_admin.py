@@ -159,6 +159,15 @@ def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) ->
         (("cursor", "get", "{stream}", ""), "CURSOR_ID"),
         (("publish", "{stream}", "x", "-P", "2147483648"), "--partition"),
         (("subscribe", "{stream}", "-P", "2147483648"), "--partition"),
+        # Empty values meant the default (the earliest, the latest, a temporary stream),
+        # or printed nothing at all (an empty --format).
+        (("subscribe", "{stream}", "--start", ""), "--start"),
+        (("subscribe", "{stream}", "--stop", " "), "--stop"),
+        (("subscribe", "{stream}", "-f", ""), "--format"),
+        (("bench", "--stream", ""), "--stream"),
+        # The largest size advertised was over the server's request limit with the
+        # request's other fields: exit 2 after all.
+        (("bench", "--size", str(4 * 1024 * 1024 - 1023)), "--size"),
     ],
 )
 def test_an_option_out_of_range_is_a_usage_error_naming_the_option(
@@ -238,6 +247,19 @@ def test_publish_that_stops_at_a_failure_says_the_rest_of_the_input_was_not_read
         assert f"input after message {read} was not read" in result.stderr
     finally:
         liftbridge_client.delete_stream(name)
+
+
+def test_a_start_offset_after_the_stop_offset_is_a_usage_error(
+    run: Run, stream: str, liftbridge_client: Client
+) -> None:
+    """It read nothing and exited 0, as the library's empty range does."""
+    for i in range(3):
+        liftbridge_client.publish(stream, f"m{i}".encode(), partition=0)
+    result = run("subscribe", stream, "-P", "0", "-s", "offset:5", "-e", "offset:2")
+    assert result.returncode == 2, result.stderr
+    assert "--start offset 5 is after --stop offset 2" in result.stderr
+    same = run("subscribe", stream, "-P", "0", "-s", "offset:2", "-e", "offset:2")
+    assert (same.returncode, same.stdout) == (0, "m2\n"), same.stderr  # a valid range
 
 
 def test_cursor_set_and_get(run: Run, stream: str, liftbridge_client: Client) -> None:
