@@ -22,6 +22,7 @@ from liftbridge_sync import (
 from liftbridge_sync._wire.validate import INT64_MAX
 from liftbridge_sync.spark.cleaner import retry_segment_closed
 from liftbridge_sync.spark.config import load_json, parse_integer
+from liftbridge_sync.spark.preflight import brokers_named
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = [
@@ -55,8 +56,10 @@ def stream_info(client: Client, stream: str) -> StreamInfo:
 
     Raises:
         NoSuchStreamError: the stream does not exist.
+        BrokerUnavailableError: no broker answered (the message names ``brokers``).
     """
-    info = client.fetch_metadata(stream).streams.get(stream)
+    with brokers_named(client.options):
+        info = client.fetch_metadata(stream).streams.get(stream)
     if info is None:
         raise NoSuchStreamError(f"stream {stream!r} does not exist (option 'stream')")
     return info

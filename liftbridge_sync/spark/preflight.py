@@ -8,7 +8,9 @@ driver, with retries bounded by the client's ``rpc_timeout``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 from liftbridge_sync import (
     BrokerUnavailableError,
@@ -18,7 +20,7 @@ from liftbridge_sync import (
     NoSuchStreamError,
 )
 
-__all__ = ["check_target"]
+__all__ = ["brokers_named", "check_target"]
 
 
 def _bounded(options: ClientOptions) -> ClientOptions:
@@ -26,6 +28,25 @@ def _bounded(options: ClientOptions) -> ClientOptions:
     budget = min(options.retry.max_delay, options.rpc_timeout / 2)
     retry = dataclasses.replace(options.retry, max_delay=budget)
     return dataclasses.replace(options, retry=retry)
+
+
+@contextlib.contextmanager
+def brokers_named(options: ClientOptions) -> Iterator[None]:
+    """Turn a broker that did not answer inside the block into an error naming option
+    ``brokers`` and its addresses (a timed-out request included: before anything is
+    read or written, it means the same).
+
+    Raises:
+        BrokerUnavailableError: what the block raised as ``BrokerUnavailableError`` or
+            ``DeadlineExceededError``, reworded.
+    """
+    try:
+        yield
+    except (BrokerUnavailableError, DeadlineExceededError) as exc:
+        raise BrokerUnavailableError(
+            f"option 'brokers': no Liftbridge broker answered at "
+            f"{','.join(options.addresses)} within {options.rpc_timeout:g}s ({exc})"
+        ) from None
 
 
 def check_target(options: ClientOptions, stream: str | None, option: str = "stream") -> None:
@@ -44,14 +65,8 @@ def check_target(options: ClientOptions, stream: str | None, option: str = "stre
     Thread-safe: it uses a private client, closed before returning.
     """
     addresses = ",".join(options.addresses)
-    with Client.from_options(_bounded(options)) as client:
-        try:
-            metadata = client.fetch_metadata(*([stream] if stream else []))
-        except (BrokerUnavailableError, DeadlineExceededError) as exc:
-            raise BrokerUnavailableError(
-                f"option 'brokers': no Liftbridge broker answered at {addresses} "
-                f"within {options.rpc_timeout:g}s ({exc})"
-            ) from None
+    with Client.from_options(_bounded(options)) as client, brokers_named(options):
+        metadata = client.fetch_metadata(*([stream] if stream else []))
     if stream and stream not in metadata.streams:
         raise NoSuchStreamError(
             f"option {option!r}: stream {stream!r} does not exist on {addresses}"
