@@ -22,6 +22,7 @@ import time
 from datetime import datetime
 
 from liftbridge_sync._durations import check_seconds
+from liftbridge_sync._wire.validate import check_id
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import ns_from_datetime
 
@@ -117,10 +118,16 @@ class StartAt:
             )
         if not delta >= 0:  # NaN too
             raise ConfigurationError(f"delta_seconds must be >= 0, got {delta!r}")
+        if _MAX_DELTA_SECONDS < delta < math.inf:  # as time_delta() refuses it
+            raise ConfigurationError(
+                f"delta_seconds must be at most {_MAX_DELTA_SECONDS:g} (what Unix "
+                f"nanoseconds hold), or inf for every message; got {delta!r}"
+            )
         if not isinstance(self.cursor_id, str):
             raise ArgumentTypeError(f"cursor_id must be a str, got {type(self.cursor_id).__name__}")
-        if self.kind is StartKind.CURSOR and not self.cursor_id:
-            raise ConfigurationError("cursor_id must be a non-empty str")
+        if self.kind is StartKind.CURSOR:
+            # The subscription's own check, at once: a bad id is the caller's mistake here.
+            check_id("cursor_id", self.cursor_id)
 
     @classmethod
     def new_only(cls) -> StartAt:
@@ -169,11 +176,12 @@ class StartAt:
         resumes at cursor + 1. A cursor past the partition's newest offset (a stream
         deleted and created again under its name: v1.9.0 keeps its cursors) counts as
         none stored, with a WARNING.
+
+        Raises:
+            ArgumentTypeError: ``cursor_id`` is no ``str``.
+            ConfigurationError: an id the server could not keep apart from another
+                (empty, blank, with a comma or a control character, over 1 KiB).
         """
-        if not isinstance(cursor_id, str):
-            raise ArgumentTypeError(f"cursor_id must be a str, got {type(cursor_id).__name__}")
-        if not cursor_id:
-            raise ConfigurationError("cursor_id must be a non-empty str")
         return cls(StartKind.CURSOR, cursor_id=cursor_id)
 
     def resolve_timestamp_ns(self) -> int:

@@ -52,3 +52,20 @@ def test_a_bad_value_of_the_right_type_is_a_configuration_error(call: Callable[[
     with pytest.raises(ConfigurationError) as raised:
         call()
     assert not isinstance(raised.value, TypeError)
+
+
+def test_a_start_built_directly_is_checked_as_the_class_methods_check_it() -> None:
+    """``StartAt(TIME_DELTA, delta_seconds=1e300)`` was taken (``time_delta(1e300)`` is
+    refused), and a cursor id with a comma or a control character only failed at
+    ``subscribe()``."""
+    from liftbridge_sync.positions import StartKind
+
+    with pytest.raises(ConfigurationError, match="delta_seconds must be at most"):
+        StartAt(StartKind.TIME_DELTA, delta_seconds=1e300)
+    assert StartAt(StartKind.TIME_DELTA, delta_seconds=float("inf")).resolve_timestamp_ns() == 0
+    for bad in ("a,b", "a\nb", " ", "x" * 1025):
+        with pytest.raises(ConfigurationError, match="'cursor_id' must"):
+            StartAt.cursor(bad)
+        with pytest.raises(ConfigurationError, match="'cursor_id' must"):
+            StartAt(StartKind.CURSOR, cursor_id=bad)
+    assert StartAt.cursor("orders reader").cursor_id == "orders reader"
