@@ -119,6 +119,13 @@ def parse_address(address: str) -> tuple[str, int]:
     if not isinstance(address, str) or not address.strip():
         raise ConfigurationError(f"address must be a non-empty 'host:port' str, got {address!r}")
     text = address.strip()
+    scheme, found, _ = text.partition("://")
+    if found and scheme and "[" not in scheme:
+        # Not an IPv6-looking host, as the colon after the scheme made it look.
+        raise ConfigurationError(
+            f"address {address!r} has a scheme ({scheme}://): give 'host:port' alone "
+            "(the client speaks gRPC; TLS is set with the tls option)"
+        )
     if _is_ipv6(text):
         # Read up to the last colon it would be a host and a port, or a whole address.
         raise ConfigurationError(

@@ -272,3 +272,10 @@ def test_every_option_is_a_typed_keyword_of_client() -> None:
     hints = get_type_hints(ClientOptions)
     kwargs = get_type_hints(ClientKwargs)
     assert {name: kwargs[name] for name in fields} == {name: hints[name] for name in fields}
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9292", "grpc://lb:9292", "nats://lb:4222"])
+def test_an_address_with_a_scheme_says_so(url: str) -> None:
+    """It was called an IPv6-looking host without brackets (the colon after the scheme)."""
+    with pytest.raises(ConfigurationError, match=r"has a scheme \(\w+://\): give 'host:port'"):
+        Client(url)
