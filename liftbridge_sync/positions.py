@@ -22,7 +22,7 @@ import time
 from datetime import datetime
 
 from liftbridge_sync._durations import check_seconds
-from liftbridge_sync._wire.validate import check_id
+from liftbridge_sync._ids import check_id
 from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.models import ns_from_datetime
 

@@ -21,6 +21,7 @@ PACKAGE = Path(liftbridge_sync.__file__).parent
 LAYERS: list[tuple[int, list[str]]] = [
     (0, ["liftbridge_sync.errors", "liftbridge_sync._proto"]),
     (0, ["liftbridge_sync._durations"]),  # the one check of every time argument
+    (0, ["liftbridge_sync._ids"]),  # the checks of ids (StartAt's cursor id included)
     (0, ["liftbridge_sync._speedups"]),  # optional C extension (no imports; setup() wires it)
     (0, ["liftbridge_sync._extension"]),  # loads it (models and _wire ask it which base to use)
     (0, ["liftbridge_sync.models._timestamps", "liftbridge_sync.models._frozen_map"]),
