@@ -123,6 +123,7 @@ class LoopWriter:
         self._tasks: set[asyncio.Task[Any]] = set()
         # Anyone may publish to the ack inbox: its junk is told once a minute at most.
         self._bad_acks = ThrottledWarning(_log)
+        self._nats_errors = ThrottledWarning(_log)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -137,7 +138,11 @@ class LoopWriter:
         nc = self._nats.aio.client.Client()
         # nats-py gives up after 60 reconnect attempts and closes the connection for good:
         # the publisher would fail every publish after a NATS outage of two minutes.
-        options = {"max_reconnect_attempts": -1, **self._nats_options}
+        options = {
+            "max_reconnect_attempts": -1,
+            "error_cb": self._on_nats_error,
+            **self._nats_options,
+        }
         try:
             await asyncio.wait_for(
                 nc.connect(
@@ -302,6 +307,12 @@ class LoopWriter:
             settle(job.future, error=self._error(exc))
         else:
             settle(job.future)
+
+    async def _on_nats_error(self, exc: Exception) -> None:
+        """nats-py's own default logs every connection error at ERROR with a traceback
+        (printed on stderr where logging is not set up), once per reconnect attempt;
+        what matters reaches the caller as a typed error. One line, throttled."""
+        self._nats_errors.warning("NATS connection: %s: %s", type(exc).__name__, exc)
 
     async def _on_ack_msg(self, msg: _NatsMsg) -> None:
         try:

@@ -83,6 +83,9 @@ class NatsPublisher:
             the ``liftbridge-nats`` thread. ``max_reconnect_attempts`` defaults to -1
             (reconnect for as long as NATS is away; nats-py's own default, 60 attempts,
             closes the connection for good and fails every later publish).
+            ``error_cb`` defaults to one WARNING line on the ``liftbridge_sync.nats``
+            logger, at most one a minute (nats-py's own logs each error with a
+            traceback).
 
     Nothing is connected or started in ``__init__``: the ``liftbridge-nats`` thread and
     the NATS connection are created on the first publish or flush. The publisher

@@ -341,6 +341,22 @@ def test_resolving_a_host_name_starts_only_named_threads_joined_on_close(
     assert not [t for t in threading.enumerate() if t.name.startswith("liftbridge-nats")]
 
 
+def test_an_unreachable_nats_is_one_warning_line_not_nats_pys_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """nats-py's default ``error_cb`` logged the refused connection at ERROR with its
+    traceback, printed on stderr where logging is not set up, beside the typed error."""
+    pub = NatsPublisher(_closed_port_url(), connect_timeout=1.0)
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(BrokerUnavailableError):
+            pub.publish_async("foo", b"x")
+        pub.close()
+    assert not [r for r in caplog.records if r.name.startswith("nats")], caplog.text
+    (warning,) = [r for r in caplog.records if r.name == "liftbridge_sync.nats"]
+    assert warning.levelno == logging.WARNING and warning.exc_info is None
+    assert warning.getMessage().startswith("NATS connection: "), warning.getMessage()
+
+
 # ---------------------------------------------------------------- optional dependency
 
 
