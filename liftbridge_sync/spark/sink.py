@@ -25,6 +25,7 @@ from liftbridge_sync import (
     ConfigurationError,
 )
 from liftbridge_sync._durations import check_seconds
+from liftbridge_sync._wire.validate import check_name
 from liftbridge_sync.partitioners import PARTITIONER_NAMES
 from liftbridge_sync.spark.config import (
     client_options,
@@ -83,6 +84,10 @@ class SinkOptions:
             raise ConfigurationError("'client' must be a ClientOptions")
         if self.stream is not None and (not isinstance(self.stream, str) or not self.stream):
             raise ConfigurationError("'stream' must be a non-empty str or None")
+        if self.stream is not None:
+            # On the driver: a name no publish takes (the server's own __cursors and
+            # __activity included) would fail every task on the executors.
+            check_name("stream", self.stream)
         if self.partitioner not in _PARTITIONERS:
             raise ConfigurationError(
                 f"'partitioner' must be one of {_PARTITIONERS}, got {self.partitioner!r}"

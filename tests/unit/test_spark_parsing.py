@@ -484,6 +484,8 @@ def test_odd_offset_json_is_refused_by_name(options: dict[str, str], refused: st
         ({"maxInFlight": str(2**64)}, "'maxInFlight' must be at most"),
         ({"maxInFlght": "5"}, "unknown write option 'maxinflght' \\(did you mean 'maxInFlight'"),
         ({"startingOffsets": "earliest"}, "'startingOffsets' is for reads only"),
+        # Every task would have failed on the executors (publishes refuse them).
+        ({"stream": "__cursors"}, "'stream': '__cursors' is reserved by the server"),
     ],
 )
 def test_odd_write_option_values_are_refused_by_name(options: dict[str, str], refused: str) -> None:
