@@ -141,13 +141,11 @@ def get_int(
     if raw is None:
         return default
     text = str(raw).strip()
-    if _INTEGER.fullmatch(text) is None:
-        raise ConfigurationError(f"option {name!r} must be an integer, got {raw!r}")
-    digits = text.lstrip("+-").lstrip("0")
-    if len(digits) > 40:  # out of range anyway, and int() refuses over 4,300 digits
-        value = minimum - 1 if text[0] == "-" else maximum + 1
-    else:
-        value = int(text)
+    value = parse_integer(text)
+    if value is None:
+        if _INTEGER.fullmatch(text) is None:
+            raise ConfigurationError(f"option {name!r} must be an integer, got {raw!r}")
+        value = minimum - 1 if text[0] == "-" else maximum + 1  # over 40 digits
     if value < minimum:
         raise ConfigurationError(f"option {name!r} must be >= {minimum}, got {raw!r}")
     if value > maximum:
@@ -255,16 +253,16 @@ def client_options(brokers: str | None, options: Mapping[str, str]) -> ClientOpt
         if target is None:
             known = ", ".join(_CLIENT_FIELDS)
             raise ConfigurationError(f"unknown option {key!r}; known liftbridge.* options: {known}")
-        name = _CLIENT_SPELLING[key]
+        name = _CLIENT_SPELLING[key]  # looked up in lower case: key itself
         if target.startswith("tls."):
             tls[target[4:]] = str(raw)
         elif target.endswith("_timeout") or target in ("resubscribe_wait", "retry.max_delay"):
-            seconds = get_millis({name.lower(): raw}, name, 1.0)
+            seconds = get_millis(options, name, 1.0)
             (retry if target.startswith("retry.") else fields)[target.split(".")[-1]] = seconds
         elif target == "publish_transport":
             fields[target] = str(raw)
         else:
-            number = get_int({name.lower(): raw}, name, 1, minimum=1)
+            number = get_int(options, name, 1, minimum=1)
             (retry if target.startswith("retry.") else fields)[target.split(".")[-1]] = number
     try:
         if retry:
