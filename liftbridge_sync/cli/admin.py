@@ -7,7 +7,7 @@ import math
 import click
 
 from liftbridge_sync._wire.validate import DURATION_MAX_MS, INT32_MAX, INT64_MAX, MAX_PARTITIONS
-from liftbridge_sync.cli.app import PARTITION, cli, settings_of
+from liftbridge_sync.cli.app import PARTITION, cli, refuse_empty, settings_of
 from liftbridge_sync.cli.context import open_client
 
 __all__ = ["create", "cursor", "delete", "pause", "readonly"]
@@ -20,19 +20,6 @@ def _replication_factor(value: int) -> int:
             "0 replicas: give 1 or more, or -1 for one on every broker",
             param_hint="--replication-factor",
         )
-    return value
-
-
-def _subject(value: str | None) -> str | None:
-    # An empty -s (``-s "$UNSET"``) is a mistake, not a request for the default subject.
-    if value is not None and not value:
-        raise click.BadParameter("an empty subject: leave the option out for NAME")
-    return value
-
-
-def _group(value: str | None) -> str | None:
-    if value is not None and not value:
-        raise click.BadParameter("an empty group: leave the option out for none")
     return value
 
 
@@ -66,7 +53,7 @@ def _cursor_id(value: str) -> str:
 @click.option(
     "-s",
     "--subject",
-    callback=lambda ctx, param, value: _subject(value),
+    callback=refuse_empty("NAME"),
     help="NATS subject (default: the stream name).",
 )
 @click.option(
@@ -85,7 +72,7 @@ def _cursor_id(value: str) -> str:
     show_default=True,
     help="Replicas of each partition; -1: one on every broker.",
 )
-@click.option("--group", callback=lambda ctx, param, value: _group(value), help="NATS queue group.")
+@click.option("--group", callback=refuse_empty("none"), help="NATS queue group.")
 @click.option(
     "--retention-max-messages",
     type=click.IntRange(min=0, max=INT64_MAX),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -15,11 +16,35 @@ from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.cli.context import CliSettings
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode, PipeClosed
 
-__all__ = ["PARTITION", "cli"]
+__all__ = ["PARTITION", "cli", "refuse_empty"]
 
 #: A partition number: the wire holds an int32, and click then names the option when
 #: one is out of range (the client's error named its own parameter, 'partition').
 PARTITION = click.IntRange(min=0, max=INT32_MAX)
+
+
+def refuse_empty(
+    left_out: str, *, blank: bool = False
+) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """A click callback that refuses an empty option value.
+
+    ``-s "$UNSET"`` in a script is a mistake, not a request for what leaving the option
+    out gives; click would pass the empty string on as a value.
+
+    Args:
+        left_out: What leaving the option out gives, for the message ("NAME").
+        blank: Refuse a value of only spaces too (for values no space can start).
+
+    Returns:
+        The callback, to pass as ``callback=`` to ``click.option``.
+    """
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is not None and not (value.strip() if blank else value):
+            raise click.BadParameter(f"an empty value: leave the option out for {left_out}")
+        return value
+
+    return check
 
 
 def _version_message() -> str:

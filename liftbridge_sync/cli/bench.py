@@ -11,7 +11,7 @@ import click
 
 from liftbridge_sync import NoSuchStreamError, StartAt, StopAt
 from liftbridge_sync._wire.validate import SERVER_MAX_REQUEST_BYTES
-from liftbridge_sync.cli.app import cli, settings_of
+from liftbridge_sync.cli.app import cli, refuse_empty, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import CommandFailed, ExitCode
 from liftbridge_sync.cli.output import Output
@@ -22,13 +22,6 @@ __all__ = ["bench"]
 #: Bytes of a publish request besides its value: the stream name (at most 255),
 #: correlation id and field tags, with room to spare.
 _REQUEST_ROOM = 1024
-
-
-def _stream(value: str | None) -> str | None:
-    # An empty --stream ("$UNSET") is a mistake, not a request for a temporary stream.
-    if value is not None and not value:
-        raise click.BadParameter("an empty stream: leave the option out for a temporary one")
-    return value
 
 
 @cli.command()
@@ -44,7 +37,7 @@ def _stream(value: str | None) -> str | None:
 )
 @click.option(
     "--stream",
-    callback=lambda ctx, param, value: _stream(value),
+    callback=refuse_empty("a temporary stream"),
     help="Use this existing stream (default: a temporary one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")

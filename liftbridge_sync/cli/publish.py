@@ -29,7 +29,7 @@ from liftbridge_sync import (
     PublishError,
 )
 from liftbridge_sync._runtime.doorbell import Doorbell
-from liftbridge_sync.cli.app import PARTITION, cli, settings_of
+from liftbridge_sync.cli.app import PARTITION, cli, refuse_empty, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import (
     CommandFailed,
@@ -54,13 +54,6 @@ def _argv_bytes(text: str) -> bytes:
     """The bytes the shell passed: Python decodes arguments that are not UTF-8 with
     surrogate escapes, which ``str.encode("utf-8")`` refuses."""
     return os.fsencode(text)
-
-
-def _key_separator(value: str | None) -> str | None:
-    # An empty -K (``-K "$UNSET"``) published every line unkeyed without a word.
-    if value is not None and not value:
-        raise click.BadParameter("an empty separator: leave the option out for unkeyed lines")
-    return value
 
 
 def _headers(values: tuple[str, ...]) -> dict[str, bytes]:
@@ -435,7 +428,7 @@ class _Tracker:
 @click.option(
     "-K",
     "--key-separator",
-    callback=lambda ctx, param, value: _key_separator(value),
+    callback=refuse_empty("unkeyed lines"),
     help="Split each line at the first SEP into key and value.",
 )
 @click.option("-H", "--header", "headers", multiple=True, help="NAME=VALUE; repeatable.")

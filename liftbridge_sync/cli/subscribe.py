@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from liftbridge_sync import ConfigurationError, StartAt, StopAt, tail
-from liftbridge_sync.cli.app import PARTITION, cli, settings_of
+from liftbridge_sync.cli.app import PARTITION, cli, refuse_empty, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.errors import PipeClosed
 from liftbridge_sync.cli.output import FORMATS, Output, format_message
@@ -130,8 +130,8 @@ def _last_messages(
 @cli.command()
 @click.argument("stream")
 @click.option("-P", "--partition", type=PARTITION, help="One partition (default: all).")
-@click.option("-s", "--start", help=START_HELP)
-@click.option("-e", "--stop", help=STOP_HELP)
+@click.option("-s", "--start", callback=refuse_empty("the earliest", blank=True), help=START_HELP)
+@click.option("-e", "--stop", callback=refuse_empty("the latest", blank=True), help=STOP_HELP)
 @click.option("-F", "--follow", is_flag=True, help="Keep waiting for new messages.")
 @click.option("-n", "--count", type=click.IntRange(min=1), help="Exit after COUNT messages.")
 @click.option(
@@ -149,7 +149,13 @@ def _last_messages(
     show_default=True,
     help="plain: the value and a newline; json: one JSON object per line; raw: value bytes only.",
 )
-@click.option("-f", "--format", "template", help=tail.TEMPLATE_HELP)
+@click.option(
+    "-f",
+    "--format",
+    "template",
+    callback=refuse_empty("the default format", blank=True),
+    help=tail.TEMPLATE_HELP,
+)
 @click.option("--resume", is_flag=True, help="Resume paused partitions.")
 @click.pass_context
 def subscribe(
@@ -171,10 +177,6 @@ def subscribe(
     now, and exits. With --last N (or --start last:N) it prints the messages among the
     newest N offsets of each partition, one partition after another.
     """
-    # An empty value (``-s "$UNSET"``) is a mistake, not a request for the default.
-    for given, hint in ((start, "--start"), (stop, "--stop"), (template, "--format")):
-        if given is not None and not given.strip():
-            raise click.BadParameter("must not be empty", param_hint=hint)
     if follow and stop:
         raise click.UsageError("give --follow or --stop, not both")
     if last is not None and start is not None:
