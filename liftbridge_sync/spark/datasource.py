@@ -38,7 +38,7 @@ from liftbridge_sync.spark.source_options import (
 )
 
 if TYPE_CHECKING:
-    from liftbridge_sync.spark.readers import BatchReader, StreamReader
+    from liftbridge_sync.spark.readers import BatchReader, RefusedStreamReader, StreamReader
     from liftbridge_sync.spark.sink import SinkOptions
     from liftbridge_sync.spark.writers import BatchWriter, StreamWriter
 
@@ -167,17 +167,23 @@ class LiftbridgeDataSource(DataSource):
         self._only_for("batch", STREAM_ONLY_OPTIONS)
         return BatchReader(source, schema)
 
-    def streamReader(self, schema: StructType) -> StreamReader:  # noqa: N802 - Spark's name
+    def streamReader(  # noqa: N802 - Spark's name
+        self, schema: StructType
+    ) -> StreamReader | RefusedStreamReader:
         """A micro-batch stream reader.
 
-        Raises:
-            ConfigurationError: a bad option, or a batch-only one (``endingOffsets``,
-                ``endingOffsetsByTimestamp``, ``endingTimestamp``).
+        A bad option, or a batch-only one (``endingOffsets``,
+        ``endingOffsetsByTimestamp``, ``endingTimestamp``), gives a reader that raises
+        the ``ConfigurationError`` from Spark's first call (see
+        :class:`~liftbridge_sync.spark.readers.RefusedStreamReader` for why not here).
         """
-        from liftbridge_sync.spark.readers import StreamReader
+        from liftbridge_sync.spark.readers import RefusedStreamReader, StreamReader
 
-        source = self._source()
-        self._only_for("streaming", BATCH_ONLY_OPTIONS)
+        try:
+            source = self._source()
+            self._only_for("streaming", BATCH_ONLY_OPTIONS)
+        except ConfigurationError as refusal:
+            return RefusedStreamReader(refusal)
         return StreamReader(source, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:

@@ -41,7 +41,7 @@ from liftbridge_sync.spark.offsets import (
 from liftbridge_sync.spark.ranges import DataLossError, OffsetRange, read_batches, split_ranges
 from liftbridge_sync.spark.source_options import SourceOptions
 
-__all__ = ["MISSING_STREAM_GRACE", "BatchReader", "StreamReader"]
+__all__ = ["MISSING_STREAM_GRACE", "BatchReader", "RefusedStreamReader", "StreamReader"]
 
 
 _log = logging.getLogger("liftbridge_sync.spark")
@@ -455,3 +455,49 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: Spark's checkpoint records progress."""
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """The stream reader of a query whose options were refused: each call Spark makes
+    for offsets raises the refusal.
+
+    A refusal raised while Spark makes the reader reaches the user with PySpark 4.3's
+    own ``UnboundLocalError`` attached (its streaming-source runner calls ``stop()`` on
+    a reader it never got); raised from the first call instead, it is the whole error.
+    The query fails at the same point of its start either way.
+
+    Not thread-safe; Spark calls it from one thread in the streaming-source process.
+    """
+
+    def __init__(self, refusal: ConfigurationError) -> None:
+        self.refusal = refusal
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        """Raises the refusal."""
+        raise self.refusal.with_traceback(None)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - Spark's name
+        """Raises the refusal."""
+        raise self.refusal.with_traceback(None)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's name
+        """Raises the refusal."""
+        raise self.refusal.with_traceback(None)
+
+    def latestOffset(  # noqa: N802 - Spark's name
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        """Raises the refusal."""
+        raise self.refusal.with_traceback(None)
+
+    def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
+        """Raises the refusal."""
+        raise self.refusal.with_traceback(None)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Raises the refusal."""
+        raise self.refusal.with_traceback(None)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Raises the refusal (never reached: planning fails first)."""
+        raise self.refusal.with_traceback(None)

@@ -277,8 +277,11 @@ def test_batch_only_option_is_refused_by_a_streaming_read(
     option: str,
     value: str,
 ) -> None:
+    """The refusal is the whole error: refused while Spark made the reader, it came
+    with PySpark's own UnboundLocalError ("cannot access local variable 'reader'")
+    attached, from the streaming-source runner's clean-up."""
     stream = new_stream()
-    with pytest.raises(Exception, match=f"'{option}' is for batch reads only"):
+    with pytest.raises(Exception, match=f"'{option}' is for batch reads only") as refused:
         query = (
             spark.readStream.format("liftbridge")
             .option("brokers", liftbridge_address)
@@ -295,3 +298,4 @@ def test_batch_only_option_is_refused_by_a_streaming_read(
             query.awaitTermination(TIMEOUT)
         finally:
             query.stop()
+    assert "UnboundLocalError" not in str(refused.value), refused.value
