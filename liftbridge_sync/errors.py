@@ -443,7 +443,9 @@ class PublishRejectedError(PublishError):
 
 
 class MessageTooLargeError(ConfigurationError, PublishRejectedError):
-    """The encoded request exceeds the server's 4 MiB gRPC message limit; never sent.
+    """The encoded request exceeds the server's 4 MiB gRPC message limit (for a
+    :class:`~liftbridge_sync.nats.NatsPublisher`, the NATS server's ``max_payload``);
+    never sent.
 
     Raised by ``publish``/``publish_async``, and by ``publish_batch`` for the whole batch
     (no message of it sent), before the wire (the server would otherwise end the whole

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-from liftbridge_sync.errors import ClientClosedError
+from liftbridge_sync.errors import ClientClosedError, MessageTooLargeError
 from liftbridge_sync.nats._ledger import Ledger
 from liftbridge_sync.nats._support import Job, settle
 from liftbridge_sync.nats._thread import LoopThread
@@ -112,9 +112,20 @@ class Handoff:
             BrokerUnavailableError: The first connection failed.
             ConfigurationError: nats-py refused an option, or the correlation id is taken.
             PublishQueueFullError: No slot freed in time.
+            MessageTooLargeError: The payload is over the NATS server's ``max_payload``
+                (1 MiB by default, below the 4 MiB a gRPC publish may carry).
         """
         self._thread.refuse_if_forked()
         loop = self._thread.start()
+        limit = self._writer.max_payload()
+        if job.kind != "flush" and limit is not None and len(job.payload) > limit:
+            # Refused here, not by nats-py on the loop: there it failed the future
+            # (PublishRejectedError) after a slot was taken and the deadline armed.
+            raise MessageTooLargeError(
+                f"message is {len(job.payload):,} bytes with its envelope; the NATS "
+                f"server accepts at most {limit:,} (its max_payload)",
+                code="TOO_LARGE",
+            )
         ledger = self._ledger
         if job.kind == "flush":
             wake = ledger.add(job)

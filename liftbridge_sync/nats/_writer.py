@@ -165,6 +165,14 @@ class LoopWriter:
         self._wake = asyncio.Event()
         self._writer = asyncio.get_running_loop().create_task(self._write_loop())
 
+    def max_payload(self) -> int | None:
+        """The NATS server's largest payload, once connected (``None`` before).
+
+        Any thread may read it: an int attribute nats-py replaces on (re)connect.
+        """
+        nc = self._nc
+        return None if nc is None else int(nc.max_payload)
+
     def wake(self) -> None:
         """Have the writer take the ledger's queued jobs."""
         if self._wake is not None:

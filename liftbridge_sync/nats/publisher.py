@@ -252,7 +252,8 @@ class NatsPublisher:
             fails with :class:`~liftbridge_sync.errors.AckTimeoutError`,
             :class:`~liftbridge_sync.errors.IncorrectOffsetError`,
             :class:`~liftbridge_sync.errors.PublishRejectedError` (``code``
-            ``TOO_LARGE``, ``ENCRYPTION``, ``MAX_PAYLOAD``),
+            ``TOO_LARGE``, ``ENCRYPTION``, or ``MAX_PAYLOAD`` when a reconnect reached
+            a NATS server with a smaller ``max_payload``),
             :class:`~liftbridge_sync.errors.BrokerUnavailableError` (NATS connection
             lost) or :class:`~liftbridge_sync.errors.ClientClosedError`.
 
@@ -260,6 +261,8 @@ class NatsPublisher:
             TypeError: ``value``/``key``/``headers`` are not bytes-like.
             ConfigurationError: Any other invalid argument (checked before anything is
                 sent or connected), or a duplicate pending ``correlation_id``.
+            MessageTooLargeError: The envelope is over the connected NATS server's
+                ``max_payload`` (1 MiB by default); nothing is queued.
             BrokerUnavailableError: The first connection to NATS failed (a
                 ``ConfigurationError`` when nats-py refused an option's value).
             LocalResourceError: The process has no file descriptor left to connect.
@@ -377,7 +380,8 @@ class NatsPublisher:
                 an envelope header (magic number, version 0) whose HeaderLen is beyond
                 its length: the partition leader would crash on it (see
                 :func:`~liftbridge_sync.envelope.check_raw_payload`).
-            PublishRejectedError: The payload exceeds the NATS server's max payload.
+            MessageTooLargeError: The payload is over the connected NATS server's
+                ``max_payload`` (1 MiB by default); nothing is queued.
             AckTimeoutError: nats-py's buffer stayed full (NATS not reading) for the
                 publisher's ``ack_timeout``.
             PublishQueueFullError: ``max_in_flight`` publishes were pending and no slot

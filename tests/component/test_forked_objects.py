@@ -167,6 +167,7 @@ _NATS_SCRIPT = _REFUSALS + textwrap.dedent(
     class Nats:  # stands for a connection to a NATS server that takes everything
         is_connected = True
         pending_data_size = 0
+        max_payload = 1024 * 1024
 
         async def connect(self, **kwargs): pass
         async def subscribe(self, subject, cb): pass

@@ -27,6 +27,7 @@ from liftbridge_sync.errors import (
     ConfigurationError,
     IncorrectOffsetError,
     LiftbridgeError,
+    MessageTooLargeError,
     PublishRejectedError,
     WrongThreadError,
 )
@@ -416,11 +417,22 @@ def test_readonly_partition_gives_an_ack_timeout(
     assert newest_offset(liftbridge_client, name) == 0
 
 
-def test_too_large_for_nats_is_rejected(publisher: NatsPublisher) -> None:
+def test_too_large_for_nats_is_refused_before_the_wire(publisher: NatsPublisher) -> None:
+    """Over the NATS server's max_payload (1 MiB here, the default) a publish was
+    queued, took a slot and failed its future later (PublishRejectedError from
+    nats-py on the loop thread); now the call itself refuses it."""
     subject = f"nobody-listens.{uuid.uuid4().hex}"
-    with pytest.raises(PublishRejectedError) as excinfo:
-        publisher.publish(subject, b"x" * (2 * 1024 * 1024))
-    assert excinfo.value.code == "MAX_PAYLOAD"
+    limit = 1024 * 1024
+    publisher.publish_raw(subject, b"x" * limit)  # connects; exactly the limit is taken
+    with pytest.raises(MessageTooLargeError, match="at most 1,048,576 .its max_payload") as raw:
+        publisher.publish_raw(subject, b"x" * (limit + 1))
+    assert raw.value.code == "TOO_LARGE"
+    with pytest.raises(MessageTooLargeError) as excinfo:
+        publisher.publish_async(subject, b"x" * (2 * 1024 * 1024))
+    assert isinstance(excinfo.value, PublishRejectedError) and excinfo.value.code == "TOO_LARGE"
+    # The envelope counts: a value of the limit itself is over it with its header.
+    with pytest.raises(MessageTooLargeError, match="with its envelope"):
+        publisher.publish(subject, b"x" * limit)
     # The publisher keeps working afterwards.
     with pytest.raises(AckTimeoutError):
         publisher.publish(subject, b"small", timeout=0.2)

@@ -528,6 +528,7 @@ class _StuckNats:
     for a flush that never completes (the server never reads)."""
 
     is_connected = True
+    max_payload = 1024 * 1024
 
     async def connect(self, **kwargs: object) -> None:
         pass
@@ -712,6 +713,7 @@ class _ScriptedNats:
     last: _ScriptedNats | None = None
     is_connected = True
     pending_data_size = 0
+    max_payload = 1024 * 1024
 
     def __init__(self) -> None:
         self.published: list[str] = []
@@ -954,6 +956,7 @@ def test_an_interrupt_given_another_thread_ends_a_publishers_wait(call: str) -> 
         class Nats:  # takes publishes, never acks them (nor a flush for close())
             is_connected = True
             connected = False
+            max_payload = 1024 * 1024
 
             async def connect(self, **kwargs):
                 pass
