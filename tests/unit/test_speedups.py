@@ -32,7 +32,13 @@ from liftbridge_sync._wire.publish_codec import ack_from_proto, head
 from liftbridge_sync.models import AckPolicy
 
 BUILT = importlib.util.find_spec("liftbridge_sync._speedups") is not None
-FORCED_OFF = os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "") not in ("", "0")
+FORCED_OFF = os.environ.get("LIFTBRIDGE_SYNC_NO_SPEEDUPS", "").strip().lower() not in (
+    "",
+    "0",
+    "false",
+    "no",
+    "off",
+)
 needs_c = pytest.mark.skipif(not speedups.ACTIVE, reason="C speedups not built or disabled")
 
 if BUILT:
@@ -52,16 +58,33 @@ def test_the_active_implementation_is_the_expected_one() -> None:
 _PRINT_ACTIVE = "from liftbridge_sync._wire import speedups; print(speedups.ACTIVE)"
 
 
-def test_the_environment_variable_forces_the_fallback() -> None:
-    env = {**os.environ, "LIFTBRIDGE_SYNC_NO_SPEEDUPS": "1"}
+@pytest.mark.parametrize(
+    ("value", "active", "warned"),
+    [
+        ("1", False, False),
+        (" TRUE ", False, False),
+        ("on", False, False),
+        ("0", BUILT, False),
+        ("false", BUILT, False),  # turned them off before
+        (" no", BUILT, False),
+        ("OFF", BUILT, False),
+        ("", BUILT, False),
+        ("maybe", False, True),  # set for a reason: off, and said so
+    ],
+)
+def test_the_environment_variable_forces_the_fallback(
+    value: str, active: bool, warned: bool
+) -> None:
+    env = {**os.environ, "LIFTBRIDGE_SYNC_NO_SPEEDUPS": value}
     out = subprocess.run(
-        [sys.executable, "-c", _PRINT_ACTIVE],
+        [sys.executable, "-W", "always::RuntimeWarning", "-c", _PRINT_ACTIVE],
         env=env,
         capture_output=True,
         text=True,
         check=True,
     )
-    assert out.stdout.strip() == "False"
+    assert out.stdout.strip() == str(active)
+    assert ("LIFTBRIDGE_SYNC_NO_SPEEDUPS='maybe' is not one of" in out.stderr) is warned, out.stderr
 
 
 _HEAD = head("stream-name", 3, AckPolicy.ALL)
