@@ -704,6 +704,9 @@ class Client:
             BrokerUnavailableError: no broker could be reached within ``timeout`` (the
                 last attempt's error).
             PublishRejectedError, IncorrectOffsetError: the leader refused the message.
+            ConfigurationError: ``subject`` is a subject of the server's own streams
+                ``__cursors`` or ``__activity`` (told by the client's metadata), or
+                another argument is invalid.
         """
         return publishing.publish_to_subject(
             self._session,

@@ -23,6 +23,7 @@ from liftbridge_sync._publishing.routing import (
     resolve_ack_timeout,
 )
 from liftbridge_sync._transport.core import ClientCore
+from liftbridge_sync._transport.retry import Budget
 from liftbridge_sync._wire import rpcs
 from liftbridge_sync._wire.publish_codec import encode_publish, is_common_case
 from liftbridge_sync._wire.requests import partition_of, publish_to_subject_request
@@ -31,6 +32,7 @@ from liftbridge_sync._wire.validate import check_bytes, check_optional_text, che
 from liftbridge_sync.errors import (
     AckTimeoutError,
     ArgumentTypeError,
+    ConfigurationError,
     DeadlineExceededError,
     LiftbridgeError,
 )
@@ -370,12 +372,14 @@ def _publish_to_subject(
 
     ``ack_timeout`` bounds the whole call: attempts and the back-off between them.
     """
+    deadline = time.monotonic() + ack_timeout
+    _refuse_reserved_subject(core, subject, deadline)
     try:
         response = core.call_any(
             rpcs.PUBLISH_TO_SUBJECT,
             request,
             timeout=ack_timeout,
-            deadline=time.monotonic() + ack_timeout,
+            deadline=deadline,
         )
     except DeadlineExceededError as exc:
         raise AckTimeoutError(
@@ -389,3 +393,34 @@ def _publish_to_subject(
     if ack.ack_error is not None:
         raise error_from_ack_error(ack.ack_error)
     return ack
+
+
+def _refuse_reserved_subject(core: ClientCore, subject: str, deadline: float) -> None:
+    """Refuse ``subject`` if it is a subject of ``__cursors`` or ``__activity``.
+
+    The server stores what is published there and reads it back as its own records (a
+    cursor message can overwrite any cursor). Their subjects are ``<namespace>.cursors``
+    and ``<namespace>.activity``: the namespace is read from whichever of the two the
+    client's metadata lists (fetched within ``deadline`` if it has none yet).
+
+    Raises:
+        ConfigurationError: ``subject`` is one of theirs (a partition's too).
+    """
+    snapshot = core.metadata.get(Budget(deadline, deadline))
+    for name, suffix in _RESERVED_SUFFIXES.items():
+        info = snapshot.streams.get(name)
+        if info is None or not info.subject.endswith(suffix):
+            continue
+        namespace = info.subject[: -len(suffix)]
+        for reserved, own in _RESERVED_SUFFIXES.items():
+            base = namespace + own
+            if subject == base or subject.startswith(base + "."):
+                raise ConfigurationError(
+                    f"subject {subject!r} is the server's own stream {reserved!r}: it "
+                    "would read what is published there as its own records"
+                )
+        return
+
+
+#: The server's own streams and the ends of their subjects (after the namespace).
+_RESERVED_SUFFIXES = {"__cursors": ".cursors", "__activity": ".activity"}

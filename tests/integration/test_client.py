@@ -201,6 +201,32 @@ def test_the_servers_own_streams_are_not_published_to(
     assert liftbridge_client.fetch_partition_metadata("__cursors", 0).newest_offset == before
 
 
+def test_the_servers_own_subjects_are_not_published_to(
+    liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    """``publish_to_subject`` reached them by subject: what the README says is refused
+    was stored in ``__cursors`` and ``__activity`` all the same."""
+    liftbridge_client.set_cursor(unique(), new_stream(), 0, 0)  # __cursors exists
+    cursors = liftbridge_client.fetch_metadata("__cursors").streams["__cursors"]
+    namespace = cursors.subject.removesuffix(".cursors")
+    assert namespace != cursors.subject
+    before = {
+        (name, p): liftbridge_client.fetch_partition_metadata(name, p).newest_offset
+        for name, count in (("__cursors", len(cursors.partitions)), ("__activity", 1))
+        for p in range(count)
+    }
+    for subject in (f"{namespace}.cursors", f"{namespace}.cursors.1", f"{namespace}.activity"):
+        with pytest.raises(lb.ConfigurationError, match="is the server's own stream"):
+            liftbridge_client.publish_to_subject(subject, b"forged", key=b"c,s,0")
+    # A look-alike is any other subject (nobody listens: no ack wanted, none comes).
+    lookalike = f"{namespace}.cursorsx"
+    assert (
+        liftbridge_client.publish_to_subject(lookalike, b"v", ack_policy=lb.AckPolicy.NONE) is None
+    )
+    after = {key: liftbridge_client.fetch_partition_metadata(*key).newest_offset for key in before}
+    assert after == before
+
+
 def test_delete_stream(liftbridge_client: Client) -> None:
     name = unique()
     liftbridge_client.create_stream(name, name)
