@@ -21,6 +21,7 @@ from datetime import datetime
 from google.protobuf.message import DecodeError
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync._wire.validate import check_int
 from liftbridge_sync.errors import ArgumentTypeError, ServerError
 from liftbridge_sync.models import datetime_from_ns
 
@@ -176,13 +177,18 @@ def decode_event(
         know.
 
     Raises:
-        ArgumentTypeError: if ``value`` is not bytes-like.
+        ArgumentTypeError: if ``value`` is not bytes-like, or ``offset`` or
+            ``timestamp_ns`` not an int.
+        ConfigurationError: if ``offset`` is below -1, or either is beyond int64 (the
+            event's ``timestamp`` would not be a date).
         ServerError: if ``value`` is not an ``ActivityStreamEvent``: it does not parse,
             has no id, or lacks the field of its operation.
     """
     # bytes() would take an int for a count of zeros and a str for a TypeError.
     if not isinstance(value, bytes | bytearray | memoryview):
         raise ArgumentTypeError(f"value must be bytes-like, not {type(value).__name__}")
+    check_int("offset", offset, minimum=-1)
+    check_int("timestamp_ns", timestamp_ns, minimum=-(2**63))
     pb = api_pb2.ActivityStreamEvent()
     try:
         pb.ParseFromString(bytes(value))

@@ -61,8 +61,11 @@ def options_from_config(config: dict[str, object]) -> ClientOptions:
 
     Thread-safe: a pure function.
     """
+    # Flask's config is a dict: other code may put keys that are not str in it.
     settings = {
-        key[len(_PREFIX) :]: value for key, value in config.items() if key.startswith(_PREFIX)
+        key[len(_PREFIX) :]: value
+        for key, value in config.items()
+        if isinstance(key, str) and key.startswith(_PREFIX)
     }
     return options_from_settings(settings, label=lambda name: _PREFIX + name)
 

@@ -167,6 +167,14 @@ def _text_or_b64(data: bytes) -> tuple[str, bool]:
         return base64.b64encode(data).decode("ascii"), True
 
 
+def _check_message(message: object) -> None:
+    # Imported here: the formatting options parse without protobuf, which it needs.
+    from liftbridge_sync.models import Message
+
+    if not isinstance(message, Message):
+        raise ArgumentTypeError(f"'message' must be a Message, got {type(message).__name__}")
+
+
 def format_message(message: Message, fmt: str, separator: bytes = b"\n") -> bytes:
     """Render one message: ``plain`` (the value), ``json`` (one JSON object) or ``raw``.
 
@@ -176,11 +184,13 @@ def format_message(message: Message, fmt: str, separator: bytes = b"\n") -> byte
     ``raw`` is the value bytes alone, without a separator.
 
     Raises:
-        ArgumentTypeError: if ``fmt`` is not a ``str`` or ``separator`` not ``bytes``.
+        ArgumentTypeError: if ``message`` is not a :class:`Message`, ``fmt`` not a
+            ``str`` or ``separator`` not ``bytes``.
         ConfigurationError: if ``fmt`` is not one of :data:`FORMATS`.
 
     Thread-safe: a pure function.
     """
+    _check_message(message)
     _check_text("fmt", fmt)
     if not isinstance(separator, bytes):
         raise ArgumentTypeError(f"'separator' must be bytes, got {type(separator).__name__}")
@@ -291,5 +301,10 @@ class Template:
         self._parts = tuple(parts)
 
     def render(self, message: Message) -> bytes:
-        """The bytes of ``message`` by this template."""
+        """The bytes of ``message`` by this template.
+
+        Raises:
+            ArgumentTypeError: ``message`` is not a :class:`Message`.
+        """
+        _check_message(message)
         return b"".join(p if isinstance(p, bytes) else p(message) for p in self._parts)

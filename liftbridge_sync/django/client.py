@@ -84,9 +84,21 @@ def client_options() -> ClientOptions:
 
 def _same(snapshot: Any, config: dict[str, Any]) -> bool:
     try:
-        return bool(snapshot == config)
+        return _equal(snapshot, config)
     except Exception:  # a value whose == fails: not known to be the same
         return False
+
+
+def _equal(old: Any, new: Any) -> bool:
+    # Types too: 1 == True == 1.0, and a setting changed from True to 1 (which the
+    # checks refuse) must be checked again, not served the options built for True.
+    if type(old) is not type(new):
+        return False
+    if isinstance(old, dict):
+        return old.keys() == new.keys() and all(_equal(old[k], new[k]) for k in old)
+    if isinstance(old, list | tuple):
+        return len(old) == len(new) and all(_equal(a, b) for a, b in zip(old, new, strict=True))
+    return bool(old == new)
 
 
 def get_client() -> Client:

@@ -47,7 +47,9 @@ class _TextGetter(Getter[Mapping[str, Any]]):
         if isinstance(value, bytes | bytearray | memoryview):
             return [bytes(value).decode("ascii", "replace")]
         if self._strings and isinstance(value, str):
-            return [value]
+            # As bytes are read: a header value is ASCII, and the propagators encode
+            # what they are given (a lone surrogate raised UnicodeEncodeError there).
+            return [value.encode("ascii", "replace").decode("ascii")]
         return None
 
     def keys(self, carrier: Mapping[str, Any]) -> list[str]:
@@ -148,7 +150,12 @@ def extract_headers(
             f"headers must be a mapping or (key, value) pairs, got {type(headers).__name__}"
         )
     else:
-        pairs = list(headers)
+        try:
+            pairs = list(headers)
+        except TypeError:
+            raise ArgumentTypeError(
+                f"headers must be a mapping or (key, value) pairs, got {type(headers).__name__}"
+            ) from None
     carrier: dict[str, Any] = {}
     for pair in pairs:
         try:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from liftbridge_sync import ArgumentTypeError, ServerError
+from liftbridge_sync import ArgumentTypeError, ConfigurationError, ServerError
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.activity import (
     ActivityEvent,
@@ -167,6 +167,28 @@ def test_an_operation_with_empty_fields_is_an_event() -> None:
 def test_a_value_that_is_not_bytes_is_an_argument_type_error(value: Any) -> None:
     with pytest.raises(ArgumentTypeError, match="value must be bytes-like"):
         decode_event(value)
+
+
+@pytest.mark.parametrize(
+    ("offset", "timestamp_ns", "error"),
+    [
+        ("x", 0, ArgumentTypeError),
+        (0, "y", ArgumentTypeError),
+        (True, 0, ArgumentTypeError),
+        (-2, 0, ConfigurationError),
+        (0, 2**70, ConfigurationError),  # its timestamp raised ValueError (year 39381)
+    ],
+)
+def test_a_bad_offset_or_timestamp_is_a_typed_error(
+    offset: Any, timestamp_ns: Any, error: type[Exception]
+) -> None:
+    pb = api_pb2.ActivityStreamEvent(
+        id=1, op=api_pb2.DELETE_STREAM, deleteStreamOp=api_pb2.DeleteStreamOp(stream="s")
+    )
+    with pytest.raises(error):
+        decode_event(pb.SerializeToString(), offset=offset, timestamp_ns=timestamp_ns)
+    newest = decode_event(pb.SerializeToString(), offset=0, timestamp_ns=2**63 - 1)
+    assert newest.timestamp is not None and newest.timestamp.year == 2262
 
 
 def test_bytes_like_values_decode() -> None:

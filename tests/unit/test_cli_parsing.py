@@ -170,6 +170,8 @@ def test_only_the_command_line_offers_last_n() -> None:
         lambda: Template(b"%s"),  # type: ignore[arg-type]
         lambda: format_message(_message(b"v", None, {}), None),  # type: ignore[arg-type]
         lambda: format_message(_message(b"v", None, {}), "plain", "\n"),  # type: ignore[arg-type]
+        lambda: format_message(None, "plain"),  # type: ignore[arg-type]
+        lambda: Template("%v").render(b"v"),  # type: ignore[arg-type]
     ],
 )
 def test_text_helpers_refuse_a_wrong_type_with_a_typed_error(call: Callable[[], object]) -> None:

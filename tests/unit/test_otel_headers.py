@@ -28,6 +28,13 @@ def test_every_shape_of_headers_gives_the_same_context() -> None:
 
 
 def test_bad_headers_are_a_typed_error() -> None:
-    for bad in ("traceparent", [("only-a-key",)], [42]):
+    for bad in ("traceparent", [("only-a-key",)], [42], 42):
         with pytest.raises(ArgumentTypeError, match="headers must be a mapping or"):
             otel.extract_headers(bad)  # type: ignore[arg-type]
+
+
+def test_a_text_value_that_is_no_ascii_is_read_as_bytes_are() -> None:
+    """A lone surrogate in a str value raised UnicodeEncodeError from the propagator."""
+    assert _span_id({"baggage": "\udc80=1", "traceparent": PARENT}) == _span_id(
+        {"traceparent": PARENT.encode()}
+    )

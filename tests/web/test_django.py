@@ -124,6 +124,10 @@ cases = {
     "no-addresses": {"ACK_TIMEOUT": 1},
     "unknown": {"ADDRESSES": "a:1", "ADRESSES": "b:1"},
     "bad-tls": {"ADDRESSES": "a:1", "TLS": {"client_cert": b"x"}},
+    # Right after the same settings with True were checked: 1 == True, and the
+    # options built for True were served without a check.
+    "telemetry-true": {"ADDRESSES": "a:1", "TELEMETRY": True},
+    "telemetry-one": {"ADDRESSES": "a:1", "TELEMETRY": 1},
 }
 result = {}
 for name, value in cases.items():
@@ -141,13 +145,14 @@ def test_system_check_messages() -> None:
     )
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout)
-    assert found.pop("good") == []
+    assert found.pop("good") == [] and found.pop("telemetry-true") == []
     expected = {
         "missing": "settings.LIFTBRIDGE is not set",
         "not-a-dict": "must be a dict",
         "no-addresses": "LIFTBRIDGE['ADDRESSES'] is required",
         "unknown": "LIFTBRIDGE['ADRESSES']",
         "bad-tls": "'client_cert' and 'client_key' must be given together",
+        "telemetry-one": "LIFTBRIDGE['TELEMETRY'] must be a bool",
     }
     for case, text in expected.items():
         [(check_id, message)] = found[case]

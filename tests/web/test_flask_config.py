@@ -30,6 +30,14 @@ def test_init_app_reads_the_config() -> None:
     assert options.tls == TLSOptions(server_name="lb.example")
 
 
+def test_keys_that_are_not_str_are_not_the_extensions() -> None:
+    """Flask's config is a dict: a key such as 5 raised AttributeError at init_app."""
+    app = _app(LIFTBRIDGE_ADDRESSES="a:1")
+    app.config[5] = "other"  # type: ignore[index]
+    Liftbridge().init_app(app)
+    assert app.extensions[EXTENSION_KEY].addresses == ("a:1",)
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [
