@@ -197,8 +197,11 @@ def check_raw_payload(name: str, data: bytes) -> bytes:
         ``data``.
 
     Raises:
+        ArgumentTypeError: ``data`` is not bytes-like.
         ConfigurationError: ``data`` is such an envelope header.
     """
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ArgumentTypeError(f"{name!r} must be bytes-like, got {type(data).__name__}")
     if len(data) >= _HEADER_LEN and data[:4] == MAGIC and data[4] == VERSION:
         header_len = data[5]
         if header_len > len(data):

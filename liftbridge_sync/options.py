@@ -243,26 +243,27 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _read_pem(name: str, value: bytes | str | None) -> bytes | None:
+def _read_pem(name: str, value: bytes | str | os.PathLike[str] | None) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, bytes):
         return value
-    if isinstance(value, str):
+    if isinstance(value, str | os.PathLike):
         try:
             with open(os.fspath(value), "rb") as handle:
                 return handle.read()
         # ValueError: a NUL in the path; UnicodeEncodeError (one): a lone surrogate.
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"{name!r}: cannot read {value!r}: {exc}") from exc
-    raise ConfigurationError(f"{name!r} must be PEM bytes or a file path str")
+    raise ConfigurationError(f"{name!r} must be PEM bytes or a file path (str or os.PathLike)")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TLSOptions:
     """TLS (and mutual TLS) for the gRPC connections.
 
-    Each certificate or key is PEM ``bytes`` or a path ``str`` to a PEM file; paths are
+    Each certificate or key is PEM ``bytes`` or the path (``str`` or
+    :class:`os.PathLike`, e.g. :class:`pathlib.Path`) of a PEM file; paths are
     read when the options are built, so the object is self-contained. Immutable; safe to
     share and to pickle.
     """
@@ -270,12 +271,12 @@ class TLSOptions:
     #: CA bundle that signs the server certificate. ``None``: the system CA store as
     #: OpenSSL finds it (``SSL_CERT_FILE`` and ``SSL_CERT_DIR`` choose another), read
     #: once per client and trusted by every connection, grpcio's included.
-    ca_cert: bytes | str | None = None
+    ca_cert: bytes | str | os.PathLike[str] | None = None
     #: Client certificate chain for mutual TLS.
-    client_cert: bytes | str | None = None
+    client_cert: bytes | str | os.PathLike[str] | None = None
     #: Private key of the client certificate, unencrypted (an encrypted one is a
     #: ``ConfigurationError`` when the first connection is set up).
-    client_key: bytes | str | None = None
+    client_key: bytes | str | os.PathLike[str] | None = None
     #: Override the name checked against the server certificate (SNI and verification).
     server_name: str | None = None
 

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from liftbridge_sync.errors import ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 from liftbridge_sync.options import ClientOptions, RetryPolicy, TLSOptions
 
 __all__ = ["SETTING_NAMES", "options_from_settings"]
@@ -73,10 +73,15 @@ def options_from_settings(
             ``lambda n: f"LIFTBRIDGE_{n}"`` for Flask.
 
     Raises:
+        ArgumentTypeError: ``settings`` is not a mapping.
         ConfigurationError: naming the setting that is missing, unknown or invalid.
 
     Thread-safe: a pure function.
     """
+    if not isinstance(settings, Mapping):  # a str was read as its letters' names
+        raise ArgumentTypeError(
+            f"Liftbridge settings must be a mapping of name to value, got {type(settings).__name__}"
+        )
     strange = [n for n in settings if not isinstance(n, str)]
     if strange:
         raise ConfigurationError(f"Liftbridge setting names must be str, got {strange[0]!r}")

@@ -74,6 +74,8 @@ def _int(text: str, what: str) -> int:
     value = int(text)
     if value < 0:
         raise ConfigurationError(f"{what} must be >= 0, got {value}")
+    if value >= 2**63:  # an offset or a count of them is an int64 on the wire
+        raise ConfigurationError(f"{what} must be below 2**63, got {value}")
     return value
 
 

@@ -262,8 +262,11 @@ def _no_passphrase() -> bytes:
     )
 
 
-def _as_bytes(value: bytes | str | None) -> bytes | None:
-    # TLSOptions reads paths into bytes; a str left here is PEM text.
+def _as_bytes(value: bytes | str | os.PathLike[str] | None) -> bytes | None:
+    # TLSOptions reads paths into bytes when it is built: a str left here is PEM text,
+    # and a path cannot be left (its type admits one only as an argument).
+    if isinstance(value, os.PathLike):
+        raise ConfigurationError(f"TLSOptions holds a path it did not read: {value!r}")
     return value.encode() if isinstance(value, str) else value
 
 

@@ -20,6 +20,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 from liftbridge_sync._wire.validate import check_provider
+from liftbridge_sync.errors import ArgumentTypeError
 from liftbridge_sync.models import Message
 from liftbridge_sync.otel._conventions import (
     DURATION_BUCKETS,
@@ -111,11 +112,13 @@ def process(
     ``error.type`` of a failure).
 
     Raises:
-        ArgumentTypeError: ``message`` is no :class:`~liftbridge_sync.Message`, or a
-            provider is no OpenTelemetry provider.
+        ArgumentTypeError: ``message`` is no :class:`~liftbridge_sync.Message`, a
+            provider is no OpenTelemetry provider, or ``as_child`` no bool.
 
     Thread-safe: use it on the thread that handles the message.
     """
+    if not isinstance(as_child, bool):  # as_child="no" would have joined as a child
+        raise ArgumentTypeError(f"'as_child' must be a bool, got {type(as_child).__name__}")
     check_provider("tracer_provider", tracer_provider, "get_tracer")
     check_provider("meter_provider", meter_provider, "get_meter")
     producer = extract(message)  # checks it is a Message

@@ -98,6 +98,7 @@ class SendSpans:
         """
         if self._tracer is None:
             return None
+        stream = _destination(stream)
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
             "messaging.destination.name": stream,
@@ -147,7 +148,7 @@ class SendSpans:
         error = outcome if isinstance(outcome, BaseException) else None
         attributes: dict[str, Any] = {
             "messaging.system": SYSTEM,
-            "messaging.destination.name": stream,
+            "messaging.destination.name": _destination(stream),
             "messaging.operation.type": "send",
             "messaging.operation.name": "send",
         }
@@ -265,6 +266,15 @@ class Creations:
             span.set_status(Status(StatusCode.ERROR, str(error)))
             span.set_attribute("error.type", kind)
             span.end()
+
+
+def _destination(stream: object) -> str:
+    """The stream as a span name and attribute may hold it, even when the publish is
+    refused for it: valid UTF-8 text (an exporter fails the whole batch of spans on a
+    lone surrogate), ``<int>`` for a value that is no str."""
+    if not isinstance(stream, str):
+        return f"<{type(stream).__name__}>"
+    return stream.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _is_partition(partition: object) -> bool:

@@ -557,6 +557,25 @@ def test_a_publish_refused_before_it_is_sent_is_no_sent_message(
     assert len(telemetry.finished(f"send {name}")) == 7
 
 
+def test_a_refused_streams_span_names_it_in_text_an_exporter_takes(
+    liftbridge_address: str, telemetry: Telemetry
+) -> None:
+    """Spans of publishes refused for their stream were named from the raw argument:
+    "send 5", "send b'x'", or a lone surrogate, on which an OTLP exporter fails the
+    whole batch of spans (protobuf strings are UTF-8)."""
+    with telemetry.stream(liftbridge_address) as (client, _name):
+        for stream in (5, b"raw", "bad\udc80"):
+            with pytest.raises(ConfigurationError):
+                client.publish(stream, b"x")  # type: ignore[arg-type]
+    names = sorted(s.name for s in telemetry.spans.get_finished_spans())
+    assert names == ["send <bytes>", "send <int>", "send bad\\udc80"]
+    for span in telemetry.spans.get_finished_spans():
+        assert span.attributes is not None
+        destination = span.attributes["messaging.destination.name"]
+        assert isinstance(destination, str)
+        (span.name + destination).encode("utf-8")  # strict: raises on a surrogate
+
+
 def test_publish_to_subject_is_a_send_span_whose_context_travels_in_the_headers(
     liftbridge_address: str, telemetry: Telemetry
 ) -> None:

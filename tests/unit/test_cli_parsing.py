@@ -143,9 +143,14 @@ def test_bad_templates_are_configuration_errors(text: str) -> None:
 def test_last_n() -> None:
     assert parse_last("last:10") == 10
     assert parse_last("earliest") is None and parse_last("lastly") is None
+    assert parse_last(f"last:{2**63 - 1}") == 2**63 - 1
     for bad in ("last:0", "last:x", "last:-1", "last:", "last: 2", "last:1_0"):
         with pytest.raises(ConfigurationError):
             parse_last(bad)
+    # 26 digits were taken, where the error for 31 said "must be below 2**63".
+    for huge in (f"last:{2**63}", "last:" + "9" * 26, "last:" + "9" * 31):
+        with pytest.raises(ConfigurationError, match="must be below 2\\*\\*63"):
+            parse_last(huge)
 
 
 def test_only_the_command_line_offers_last_n() -> None:

@@ -569,3 +569,10 @@ def test_raw_payload_with_a_header_len_beyond_its_end_is_refused(data: bytes) ->
 )
 def test_raw_payload_the_server_survives_is_returned(data: bytes) -> None:
     assert check_raw_payload("payload", data) is data
+
+
+@pytest.mark.parametrize("data", [None, "text", 5])
+def test_raw_payload_that_is_no_bytes_is_an_argument_type_error(data: object) -> None:
+    """``None`` raised a bare TypeError (``len(None)``)."""
+    with pytest.raises(ArgumentTypeError, match="'payload' must be bytes-like"):
+        check_raw_payload("payload", data)  # type: ignore[arg-type]

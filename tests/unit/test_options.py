@@ -159,6 +159,10 @@ def test_tls_reads_pem_paths_once(tmp_path: Path) -> None:
     tls = TLSOptions(ca_cert=str(ca), server_name="liftbridge.local")
     assert tls.ca_cert == ca.read_bytes()
     assert pickle.loads(pickle.dumps(tls)) == tls
+    # A pathlib.Path is a file path too (it was refused: "must be PEM bytes or a path str").
+    assert TLSOptions(ca_cert=ca, server_name="liftbridge.local") == tls
+    with pytest.raises(ConfigurationError, match="must be PEM bytes or a file path"):
+        TLSOptions(ca_cert=42)  # type: ignore[arg-type]
 
 
 def test_tls_rejects_half_a_client_identity_and_missing_files(tmp_path: Path) -> None:

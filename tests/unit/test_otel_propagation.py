@@ -33,7 +33,7 @@ from opentelemetry.trace.propagation.tracecontext import (  # noqa: E402
     TraceContextTextMapPropagator,
 )
 
-from liftbridge_sync import otel  # noqa: E402
+from liftbridge_sync import ArgumentTypeError, otel  # noqa: E402
 from tests.messages import make_message  # noqa: E402
 
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -196,3 +196,8 @@ def test_the_producers_baggage_is_current_while_its_message_is_processed(
     assert current is span and span.get_span_context().trace_id == int(PARENT[3:35], 16)
     assert after == "consumer's"
     assert unjoined == "consumer's"  # as_child=False: the current context, as it was
+    # as_child="no" is truthy: it joined the producer's context, the opposite of what
+    # it says.
+    with pytest.raises(ArgumentTypeError, match="'as_child' must be a bool"):
+        with otel.process(message, as_child="no"):  # type: ignore[arg-type]
+            pass

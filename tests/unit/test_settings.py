@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import ClientOptions, ConfigurationError, RetryPolicy, TLSOptions
+from liftbridge_sync import (
+    ArgumentTypeError,
+    ClientOptions,
+    ConfigurationError,
+    RetryPolicy,
+    TLSOptions,
+)
 from liftbridge_sync.settings import SETTING_NAMES, options_from_settings
 
 
@@ -98,3 +104,10 @@ def test_every_client_option_is_a_setting() -> None:
     with pytest.raises(ConfigurationError) as info:
         options_from_settings({"ADDRESSES": "h:1", "KEEPALIVE_TIMEOUT": -1}, label=_label)
     assert _label("KEEPALIVE_TIMEOUT") in str(info.value)
+
+
+@pytest.mark.parametrize("settings", [None, "ADDRESSES", ["ADDRESSES"]])
+def test_settings_that_are_no_mapping_are_an_argument_type_error(settings: object) -> None:
+    """``None`` raised a bare TypeError; a str was read as settings named by its letters."""
+    with pytest.raises(ArgumentTypeError, match="must be a mapping of name to value"):
+        options_from_settings(settings)  # type: ignore[arg-type]
