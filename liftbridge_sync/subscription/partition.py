@@ -298,12 +298,18 @@ class Subscription:
             timer: TimerHandle | None = None
             idle: TimerHandle | None = None
             batched = self._conn.batched
+            # A batched read's silence is a deadline of its own: past it the read has
+            # taken what the socket held, where a timer cancelling the call would have
+            # closed the socket on it (see ReadFailures.idle_deadline).
+            idle_at = None
+            if batched and self._stop_offset is not None:
+                idle_at = self._failures.idle_deadline()
             try:
                 if deadline is not None and not batched:
                     # grpcio's reads take no deadline: the timer cancels the call, and
                     # the next read resubscribes.
                     timer = self._conn.arm(deadline - time.monotonic(), call)
-                if self._stop_offset is not None:
+                if self._stop_offset is not None and not batched:
                     idle = self._failures.arm_idle(call)
             except Closed:
                 if timer is not None:
@@ -312,7 +318,14 @@ class Subscription:
             try:
                 if batched:
                     # The call stays open past the deadline: the next read goes on.
-                    batch = call.read_batch(deadline)
+                    idle_first = idle_at is not None and (deadline is None or idle_at < deadline)
+                    try:
+                        batch = call.read_batch(idle_at if idle_first else deadline)
+                    except TimeoutError:
+                        if not idle_first:
+                            raise
+                        self._failures.on_silence(call, deadline)
+                        continue  # resubscribe: a fresh server reader
                     if self._conn.closed.is_set():
                         raise StopIteration
                     batch = self._screen(call, batch)
@@ -341,7 +354,9 @@ class Subscription:
                     timer.cancel()
                 if idle is not None:
                     idle.cancel()
-            self._failures.idle_since = None
+                if self._stop_offset is not None:
+                    self._failures.end_read()
+            self._failures.idle_spent = 0.0
             self._conn.lost = 0
             offset = pb.offset
             last = self._conn.last_offset

@@ -41,23 +41,64 @@ class ReadFailures:
         self._conn = conn
         #: The last offset a forward read may deliver (``None``: no stop offset).
         self.stop_offset = conn.target.stop_offset
-        #: When reads began to find nothing (``None``: a message came since); the
-        #: subscription clears it when a message arrives.
-        self.idle_since: float | None = None
+        #: Seconds that reads have waited in vain since the last message (or the last
+        #: idle cancel); the subscription zeroes it when a message arrives. Only time
+        #: spent reading counts: while the caller is away, what the server sends waits
+        #: in the socket, unread, and is no silence.
+        self.idle_spent = 0.0
+        #: When the read under way armed its idle cancel (``None``: none armed, or it
+        #: fired and was dealt with).
+        self._armed_at: float | None = None
         #: Whether the WARNING about written but uncommitted offsets was given.
         self._told_uncommitted = False
 
     def arm_idle(self, call: SubscribeCall) -> TimerHandle:
-        """Cancel ``call`` once no message came for ``rpc_timeout`` (see ``_rest_is_gone``).
+        """Cancel ``call`` (a grpcio one, whose reads take no deadline) once reads got
+        no message for ``rpc_timeout`` (see ``_rest_is_gone``).
 
-        The clock runs from the first read that found nothing buffered, across ``get``
-        timeouts, until a message arrives.
+        The reads' waits add up across ``get`` timeouts (see :meth:`end_read`) until a
+        message arrives. (grpcio's own thread reads the socket meanwhile: a cancel does
+        not take what came while the caller was away.)
+        """
+        window = self._conn.core.options.rpc_timeout
+        handle = self._conn.arm(max(0.0, window - self.idle_spent), call)
+        self._armed_at = time.monotonic()
+        return handle
+
+    def idle_deadline(self) -> float:
+        """When a batched read that gets no message has been silent for ``rpc_timeout``
+        (see ``_rest_is_gone``); possibly past already.
+
+        Only the reads' own waits count (see :meth:`end_read`): a read whose window is
+        spent still takes what the socket holds before its deadline passes (the h2
+        call reads before it checks the deadline), so what came while the caller was
+        away is delivered, not taken for silence.
         """
         now = time.monotonic()
-        if self.idle_since is None:
-            self.idle_since = now
-        window = self._conn.core.options.rpc_timeout
-        return self._conn.arm(max(0.0, window - (now - self.idle_since)), call)
+        self._armed_at = now
+        return now + self._conn.core.options.rpc_timeout - self.idle_spent
+
+    def end_read(self) -> None:
+        """Count the wait of the read under way (call it when the read ends, whatever
+        its outcome)."""
+        armed = self._armed_at
+        if armed is not None:
+            self._armed_at = None
+            self.idle_spent += time.monotonic() - armed
+
+    def on_silence(self, call: SubscribeCall, deadline: float | None) -> None:
+        """A batched read passed its :meth:`idle_deadline` without a message: end the
+        call, and the range if the rest is gone (``StopIteration``); returns if a
+        resubscribe should follow (``deadline``: the read's)."""
+        call.cancel()
+        with self._conn.lock:
+            if self._conn.call is call:
+                self._conn.call = None
+        self.idle_spent = 0.0
+        self._armed_at = None
+        if self._rest_is_gone(deadline):
+            self._conn.done = self._conn.nothing_left = True
+            raise StopIteration
 
     def _rest_is_gone(self, deadline: float | None) -> bool:
         """Whether a read with a stop offset has nothing left to wait for.
@@ -162,7 +203,8 @@ class ReadFailures:
         code = exc.code
         if idle is not None and idle.fired and code == "CANCELLED":
             # Our own idle cancel: the next read resubscribes (a fresh server reader).
-            self.idle_since = None
+            self.idle_spent = 0.0
+            self._armed_at = None
             if self._rest_is_gone(deadline):
                 self._conn.done = self._conn.nothing_left = True
                 raise StopIteration

@@ -307,6 +307,35 @@ def test_reads_of_a_log_retention_emptied_end(server: LiftbridgeServer, client: 
         assert time.monotonic() - started < SILENCE + 5
     with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.latest()) as whole:
         assert list(whole) == []
+    # Polled with short gets, the waits add up to the silence that ends the read.
+    polled = client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest())
+    started = time.monotonic()
+    polls = 0
+    with pytest.raises(StopIteration):
+        while time.monotonic() - started < SILENCE + 5:
+            try:
+                polled.get(0.1)
+            except TimeoutError:
+                polls += 1
+    assert polls >= SILENCE / 0.1 - 1 and polled.exhausted
+
+
+def test_a_range_read_after_the_caller_was_away_gets_the_whole_range(
+    server: LiftbridgeServer, client: Client
+) -> None:
+    """A get() that timed out, then a pause longer than rpc_timeout (the caller busy
+    with other work) while the range was published: the h2 read counted the pause as
+    the server's silence, cancelled the call at once, dropping what the socket held,
+    and ended the range short, blaming retention (4 reads of 15 in a probe)."""
+    for _ in range(3):
+        name = unique("away")
+        client.create_stream(name, name)
+        sub = client.subscribe(name, start=StartAt.earliest(), stop=StopAt.offset(9))
+        with pytest.raises(TimeoutError):
+            sub.get(0.05)
+        publish_values(server.address, name, 10)
+        time.sleep(SILENCE + 0.3)  # the scenario: the caller away past rpc_timeout
+        assert offsets(list(sub)) == list(range(10))
 
 
 # ---------------------------------------------------------------------- empty ranges

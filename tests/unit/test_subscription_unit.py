@@ -434,3 +434,30 @@ def test_mailbox_close_releases_blocked_producers_and_consumers() -> None:
     assert results == [False]
     with pytest.raises(StopIteration):
         box.get(None)
+
+
+def test_a_range_reads_silence_counts_only_the_time_spent_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The silence that ends a range read (``rpc_timeout`` without a message) ran on
+    the wall clock from the first empty read: a caller away longer than that came
+    back to a read cancelled at once, whose socket still held the range."""
+    from liftbridge_sync.subscription import read_failures
+
+    now = [100.0]
+    monkeypatch.setattr(read_failures, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    conn = SimpleNamespace(
+        target=SimpleNamespace(stop_offset=9),
+        core=SimpleNamespace(options=SimpleNamespace(rpc_timeout=1.0)),
+    )
+    failures = read_failures.ReadFailures(conn)  # type: ignore[arg-type]
+    assert failures.idle_deadline() == 101.0
+    now[0] = 100.05  # get(0.05) timed out
+    failures.end_read()
+    now[0] = 110.0  # the caller away for 10 s: not the server's silence
+    assert failures.idle_deadline() == pytest.approx(110.95)
+    now[0] = 110.95  # polls that add up to rpc_timeout
+    failures.end_read()
+    assert failures.idle_spent == pytest.approx(1.0)
+    now[0] = 111.0
+    assert failures.idle_deadline() == pytest.approx(111.0)  # spent: the read only drains
