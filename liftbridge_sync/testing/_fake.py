@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
 
 __all__ = [
     "AdminScript",
@@ -64,6 +65,11 @@ __all__ = [
 #:   value such as ``api_pb2.Ack.INCORRECT_OFFSET``, or 0 for an ack), then its own ack;
 #:   ``("shared_subject", [...], "drop")``: the other streams' answers only (the
 #:   publish lost on its way to its own stream's leader).
+#:
+#: Anything else (a typo such as ``"dorp"``, ``None`` from a script that forgot to
+#: return, ``("dealy", 5)``) is a :class:`~liftbridge_sync.errors.ConfigurationError`
+#: naming the valid actions: the publish call ends with INTERNAL carrying that message,
+#: and :meth:`FakeBroker.stop` raises it, so the test fails where the typo is.
 PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
 
 #: Decides how one ``CreateStream`` or ``DeleteStream`` call ends (the method's name, and
@@ -74,6 +80,9 @@ PublishScript = Callable[[api_pb2.PublishRequest, int], Any]
 #: * ``"missing"``: NOT_FOUND (DeleteStream: no such stream);
 #: * ``"lost"``: UNAVAILABLE after the broker acted on it, as when the connection breaks
 #:   before the answer arrives (the client cannot tell whether it happened).
+#:
+#: Anything else is a :class:`~liftbridge_sync.errors.ConfigurationError`, handled as a
+#: bad :data:`PublishScript` action is.
 AdminScript = Callable[[str, int], str]
 
 #: Runs one ``Subscribe`` call: yields the messages to send (the first being the
@@ -110,6 +119,71 @@ class FakeCluster:
     brokers: list[FakeBroker] = dataclasses.field(default_factory=list)
 
 
+_PUBLISH_ACTIONS = (
+    '"ack", "drop", "store", "abort", ("delay", seconds), an int error code, '
+    '("error", code, message), ("error_then_ack", code), '
+    '("shared_subject", [(stream, ack_error), ...]) or ("shared_subject", [...], "drop")'
+)
+_ADMIN_ACTIONS = ("ok", "exists", "missing", "lost")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _bad_publish_action(action: object) -> ConfigurationError:
+    return ConfigurationError(
+        f"FakeBroker: the publish script returned {action!r}, which is not an action; "
+        f"valid actions: {_PUBLISH_ACTIONS}"
+    )
+
+
+def _check_publish_action(action: object) -> None:
+    """Raise :class:`ConfigurationError` unless ``action`` is a :data:`PublishScript`
+    action. The dispatch in ``PublishAsync`` reads tuples by position, so a misspelt
+    tag would otherwise be taken for another action (``("dealy", 5)`` for code 5)."""
+    if _is_int(action) or action in ("ack", "drop", "store", "abort"):
+        return
+    if not isinstance(action, tuple) or not action:
+        raise _bad_publish_action(action)
+    tag, args = action[0], action[1:]
+    if tag == "delay" and len(args) == 1 and isinstance(args[0], int | float):
+        if not isinstance(args[0], bool) and args[0] >= 0:
+            return
+    elif tag == "error" and len(args) == 2 and _is_int(args[0]) and isinstance(args[1], str):
+        return
+    elif tag == "error_then_ack" and len(args) == 1 and _is_int(args[0]):
+        return
+    elif tag == "shared_subject" and len(args) in (1, 2) and args[1:] in ((), ("drop",)):
+        others = args[0]
+        if isinstance(others, list | tuple) and all(
+            isinstance(one, tuple) and len(one) == 2 and isinstance(one[0], str) and _is_int(one[1])
+            for one in others
+        ):
+            return
+    raise _bad_publish_action(action)
+
+
+def _status_code(code: object) -> grpc.StatusCode:
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, str) and code in grpc.StatusCode.__members__:
+        return grpc.StatusCode[code]
+    raise ConfigurationError(
+        f"{code!r} is not a gRPC status: give a grpc.StatusCode or one of its names "
+        f"({', '.join(grpc.StatusCode.__members__)})"
+    )
+
+
+def _callable(name: str, script: Any) -> Any:
+    if not callable(script):
+        raise ArgumentTypeError(
+            f"FakeBroker.{name} must be a callable (request or method, count) -> action, "
+            f"got {type(script).__name__}"
+        )
+    return script
+
+
 def fake_message(offset: int, partition: int = 0, stream: str = "s") -> api_pb2.Message:
     """A message at ``offset`` with value ``b"v<offset>"``."""
     return api_pb2.Message(
@@ -136,7 +210,21 @@ def serve(
             with OK), or ``(code, details)`` to end with that status; ``code`` is a
             ``grpc.StatusCode`` or its name.
         handshake: Send the server's empty first message.
+
+    Raises:
+        ConfigurationError: ``then`` is none of these (checked here, not in the gRPC
+            thread that runs the script, where a typo would only end the call).
+
+    Thread-safe: the script it returns keeps no state between calls.
     """
+    status: grpc.StatusCode | None = None
+    details = ""
+    if isinstance(then, tuple) and len(then) == 2 and isinstance(then[1], str):
+        status, details = _status_code(then[0]), then[1]
+    elif then not in ("hang", "end"):
+        raise ConfigurationError(
+            f"serve(then={then!r}): give 'hang', 'end' or (status code or its name, details)"
+        )
 
     def script(
         request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
@@ -145,18 +233,23 @@ def serve(
             yield api_pb2.Message()
         for offset in offsets:
             yield fake_message(offset, request.partition, request.stream or "s")
-        if then == "hang":
-            _wait_until_cancelled(context)
-        elif isinstance(then, tuple):
-            code, details = then
-            status = code if isinstance(code, grpc.StatusCode) else grpc.StatusCode[code]
+        if status is not None:
             context.abort(status, details)
+        elif then == "hang":
+            _wait_until_cancelled(context)
 
     return script
 
 
 def refuse(code: str | grpc.StatusCode, details: str) -> SubscribeScript:
-    """A subscribe script that ends the call with a status before the handshake."""
+    """A subscribe script that ends the call with a status before the handshake.
+
+    Raises:
+        ConfigurationError: ``code`` is not a ``grpc.StatusCode`` or its name, or
+            ``details`` is not a str.
+
+    Thread-safe: the script it returns keeps no state between calls.
+    """
     return serve([], (code, details), handshake=False)
 
 
@@ -192,6 +285,13 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         received: Every ``PublishRequest`` received.
         subscribe_requests: Every ``SubscribeRequest`` received.
         streams_opened, metadata_calls, partition_metadata_calls: Counters.
+        script_errors: The :class:`~liftbridge_sync.errors.ConfigurationError` of every
+            action a script returned that is not one (the call it answered ended with
+            INTERNAL); :meth:`stop` raises the first.
+
+    Raises:
+        ArgumentTypeError: ``publish_script`` or ``admin_script`` is set to something
+            that is not callable.
 
     Use it as a context manager (or :meth:`start` / :meth:`stop`). Thread-safe: gRPC
     calls its methods from a thread pool; counters and lists are updated under a lock.
@@ -209,9 +309,10 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         self.cluster = cluster if cluster is not None else FakeCluster(leader=broker_id)
         self.cluster.brokers.append(self)
         self.lock = threading.Lock()
-        self.publish_script: PublishScript = lambda request, count: "ack"
+        self._publish_script: PublishScript = lambda request, count: "ack"
         self.subscribe_scripts: list[SubscribeScript] = []
-        self.admin_script: AdminScript = lambda method, count: "ok"
+        self._admin_script: AdminScript = lambda method, count: "ok"
+        self.script_errors: list[ConfigurationError] = []
         self.admin_calls: list[str] = []
         self.not_leader_times = 0
         self.received: list[api_pb2.PublishRequest] = []
@@ -229,6 +330,31 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         self.address = f"127.0.0.1:{self.port}"
         self.advertised_port = advertised_port
 
+    @property
+    def publish_script(self) -> PublishScript:
+        """See :data:`PublishScript`; its actions are checked as it returns them."""
+        return self._publish_script
+
+    @publish_script.setter
+    def publish_script(self, script: PublishScript) -> None:
+        self._publish_script = _callable("publish_script", script)
+
+    @property
+    def admin_script(self) -> AdminScript:
+        """See :data:`AdminScript`; its actions are checked as it returns them."""
+        return self._admin_script
+
+    @admin_script.setter
+    def admin_script(self, script: AdminScript) -> None:
+        self._admin_script = _callable("admin_script", script)
+
+    def _script_failed(self, error: ConfigurationError, context: grpc.ServicerContext) -> None:
+        # Ending the call alone could pass unseen (a client retries, or a test expects
+        # a failure anyway): stop() raises it too.
+        with self.lock:
+            self.script_errors.append(error)
+        context.abort(grpc.StatusCode.INTERNAL, str(error))
+
     def start(self) -> FakeBroker:
         """Start serving."""
         self._server.start()
@@ -237,9 +363,18 @@ class FakeBroker(api_pb2_grpc.APIServicer):
     def stop(self) -> None:
         """Stop at once: calls in flight end with UNAVAILABLE (a broker dying). Returns
         once the threads serving calls (``liftbridge-fake-broker*``) have ended, that
-        is once every script running has returned."""
+        is once every script running has returned.
+
+        Raises:
+            ConfigurationError: A script returned an action that is not one (the first
+                of :attr:`script_errors`), once the broker has stopped.
+        """
         self._server.stop(grace=None).wait()
         self._executor.shutdown(wait=True, cancel_futures=True)
+        with self.lock:
+            first = self.script_errors[0] if self.script_errors else None
+        if first is not None:
+            raise first
 
     def stop_gracefully(self, grace: float) -> threading.Event:
         """Start a graceful shutdown, as grpc-go's ``GracefulStop``: every connection
@@ -298,7 +433,13 @@ class FakeBroker(api_pb2_grpc.APIServicer):
         elif action == "lost":
             context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: Socket closed")
         elif action != "ok":
-            raise ValueError(f"unknown admin script action {action!r}")
+            self._script_failed(
+                ConfigurationError(
+                    f"FakeBroker: the admin script returned {action!r} for {method}, "
+                    f"which is not an action; valid actions: {', '.join(_ADMIN_ACTIONS)}"
+                ),
+                context,
+            )
 
     def CreateStream(  # noqa: N802
         self, request: api_pb2.CreateStreamRequest, context: grpc.ServicerContext
@@ -359,7 +500,11 @@ class FakeBroker(api_pb2_grpc.APIServicer):
             with self.lock:
                 self.received.append(request)
                 count = len(self.received)
-            action = self.publish_script(request, count)
+            action = self._publish_script(request, count)
+            try:
+                _check_publish_action(action)
+            except ConfigurationError as exc:
+                self._script_failed(exc, context)
             if action == "drop":
                 continue
             if action == "store":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -108,3 +109,34 @@ def test_a_closed_proxy_leaves_no_descriptor_open() -> None:
         proxy = TcpProxy(broker.address).start()
         proxy.close()
         assert len(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("action", ["dorp", None, ("dealy", 5), ("delay", "5"), True])
+def test_a_publish_script_typo_is_a_clear_error_not_an_ack(action: object) -> None:
+    """A script's action that is none of the documented ones failed nothing: "dorp" and
+    None were acked, ("dealy", 5) was read as error code 5. Now the publish fails with
+    the list of valid actions, and stopping the broker raises it (a test that expects
+    a failure anyway still learns of the typo)."""
+    broker = FakeBroker().start()
+    try:
+        broker.publish_script = lambda request, n: action
+        with Client(broker.address, retry=SHORT_RETRY) as client:
+            with pytest.raises(lb.LiftbridgeError, match='valid actions: .*"drop"'):
+                client.publish("s", b"x")
+        assert broker.received  # the broker answered it: the client did not give up
+    finally:
+        with pytest.raises(lb.ConfigurationError, match=f"returned {re.escape(repr(action))}"):
+            broker.stop()
+    assert len(broker.script_errors) >= 1
+
+
+def test_a_bad_script_is_refused_when_it_is_given() -> None:
+    for then in ("hnag", ("NOPE", "x"), ("UNAVAILABLE",), None):
+        with pytest.raises(lb.ConfigurationError, match="then=|not a gRPC status"):
+            serve([0], then=then)  # type: ignore[arg-type]
+    with pytest.raises(lb.ConfigurationError, match="UNAVAILABLE"):
+        refuse("UNAVAIL", "gone")
+    broker = FakeBroker()
+    with pytest.raises(lb.ArgumentTypeError, match="publish_script must be a callable"):
+        broker.publish_script = "drop"  # type: ignore[assignment]
+    broker.stop()
