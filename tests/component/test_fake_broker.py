@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -140,3 +141,72 @@ def test_a_bad_script_is_refused_when_it_is_given() -> None:
     with pytest.raises(lb.ArgumentTypeError, match="publish_script must be a callable"):
         broker.publish_script = "drop"  # type: ignore[assignment]
     broker.stop()
+
+
+def test_a_proxy_client_that_stops_reading_stalls_only_its_own_connection() -> None:
+    """The proxy wrote with a blocking ``sendall``: one client that stopped reading
+    held its thread, so every other connection through it went silent, and close()
+    gave up after 5 s with the thread still there. Now what a client does not read
+    waits in a bounded buffer and stops the reads from its server only."""
+    import socket
+
+    from liftbridge_sync.testing import TcpProxy
+
+    flood = b"x" * (64 << 20)
+    flood_sent = threading.Event()
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(10)
+    handlers: list[threading.Thread] = []
+
+    def handle(conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            if conn.recv(1) == b"F":
+                conn.sendall(flood)  # ends by the proxy's close at the latest
+                flood_sent.set()
+            else:
+                while data := conn.recv(100):
+                    conn.sendall(data)
+
+    def accept(count: int) -> None:
+        for _ in range(count):
+            conn, _ = server.accept()
+            handler = threading.Thread(target=handle, args=(conn,), daemon=True)
+            handler.start()
+            handlers.append(handler)
+
+    acceptor = threading.Thread(target=accept, args=(2,), daemon=True)
+    acceptor.start()
+    forwarded = [0]
+    proxy = TcpProxy(f"127.0.0.1:{server.getsockname()[1]}")
+    proxy.tap = lambda number, from_client, data: (
+        forwarded.__setitem__(0, forwarded[0] + len(data)) if not from_client else None
+    )
+    proxy.start()
+    host, port = proxy.address.split(":")
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=10) as slow,
+            socket.create_connection((host, int(port)), timeout=10) as echo,
+        ):
+            slow.sendall(b"F")  # and never reads
+            wait_until(lambda: forwarded[0] >= 1 << 20, 10, "the flood to reach the proxy")
+            echo.sendall(b"Eping")
+            answer = b""
+            while len(answer) < 4:
+                answer += echo.recv(100)  # times out (10 s) if the proxy is stuck
+            assert answer == b"ping"
+            # Bounded: the proxy did not take the whole flood into memory either.
+            assert not flood_sent.wait(1.0)
+            assert forwarded[0] < 32 << 20
+            threads = {t for t in threading.enumerate() if t.name == "lbtest-proxy"}
+            assert threads
+            started = time.monotonic()
+            proxy.close()
+            assert time.monotonic() - started < 2.0
+            assert not any(t.is_alive() for t in threads)
+    finally:
+        proxy.close()
+        server.close()
+        for thread in [acceptor, *handlers]:
+            thread.join(10)
+            assert not thread.is_alive()
