@@ -39,7 +39,7 @@ import pytest
 if TYPE_CHECKING:
     from liftbridge_sync.client import Client
     from liftbridge_sync.testing._cluster import ClusterNode, LiftbridgeCluster
-    from liftbridge_sync.testing._external import LiftbridgeEndpoint
+    from liftbridge_sync.testing._external import ExternalLiftbridge, LiftbridgeEndpoint
 
 __all__ = [
     "liftbridge_address",
@@ -63,6 +63,19 @@ def _backend() -> str:
     return backend
 
 
+def _external() -> ExternalLiftbridge | None:
+    """The server named by ``LIFTBRIDGE_ADDRESS``, None when unset; a bad address is a
+    usage error, as a bad ``LIFTBRIDGE_BACKEND`` is (not an error of each test
+    that reads its port)."""
+    from liftbridge_sync.errors import ConfigurationError
+    from liftbridge_sync.testing._external import ExternalLiftbridge
+
+    try:
+        return ExternalLiftbridge.from_env()
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
 def _resolve_backend() -> tuple[str, str | None]:
     """Return ``(backend, docker_problem)`` with ``auto`` resolved."""
     backend = _backend()
@@ -84,10 +97,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     """Show which Liftbridge server the fixtures will use (never builds one)."""
-    address = os.environ.get("LIFTBRIDGE_ADDRESS")
-    if address:
-        return [f"liftbridge: external server at {address}"]
     try:
+        external = _external()
+        if external is not None:
+            return [f"liftbridge: external server at {external.address}"]
         backend = _backend()
     except pytest.UsageError as exc:
         return [f"liftbridge: {exc}"]
@@ -155,9 +168,7 @@ def liftbridge_server() -> Iterator[LiftbridgeEndpoint]:
         An object with ``address`` and ``nats_url`` (a
         :class:`~liftbridge_sync.testing.LiftbridgeServer` for the local backend).
     """
-    from liftbridge_sync.testing._external import ExternalLiftbridge
-
-    external = ExternalLiftbridge.from_env()
+    external = _external()
     if external is not None:
         yield external
         return

@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.errors import ConfigurationError
 from liftbridge_sync.testing import (
     LEADER_LOG_LINE,
+    ExternalLiftbridge,
     InstalledServer,
     LiftbridgeCluster,
     LiftbridgeEndpoint,
@@ -655,6 +657,40 @@ def test_plugin_with_external_address(server: LiftbridgeServer, tmp_path: Path) 
     assert f"liftbridge: external server at {server.address}" in out
     assert "LIFTBRIDGE_ADDRESS is set" in out
     assert "2 passed, 1 skipped" in out, out
+
+
+@pytest.mark.parametrize(
+    ("address", "problem"),
+    [("localhost", "must look like 'host:port'"), ("lb:abc", "abc"), ("lb:70000", "70000")],
+)
+def test_a_bad_external_address_is_refused_where_it_is_read(
+    monkeypatch: pytest.MonkeyPatch, address: str, problem: str
+) -> None:
+    """``LIFTBRIDGE_ADDRESS`` is read with the client's own rules when it is read,
+    rather than by the first test that asks for the port (IndexError, ValueError)."""
+    monkeypatch.setenv("LIFTBRIDGE_ADDRESS", address)
+    with pytest.raises(ConfigurationError, match=f"LIFTBRIDGE_ADDRESS: .*{problem}"):
+        ExternalLiftbridge.from_env()
+
+
+def test_a_blank_external_nats_url_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIFTBRIDGE_ADDRESS", " [::1]:9292 ")
+    monkeypatch.setenv("LIFTBRIDGE_NATS_URL", "  ")
+    external = ExternalLiftbridge.from_env()
+    assert external == ExternalLiftbridge("[::1]:9292", None)
+    assert (external.host, external.port) == ("::1", 9292)
+
+
+def test_plugin_refuses_a_bad_external_address_once(tmp_path: Path) -> None:
+    """The plugin says what is wrong with ``LIFTBRIDGE_ADDRESS`` in its header and as a
+    usage error of the fixture, as for a bad ``LIFTBRIDGE_BACKEND``."""
+    result = run_child_pytest(tmp_path, {"LIFTBRIDGE_ADDRESS": "localhost"})
+    out = result.stdout + result.stderr
+    message = "LIFTBRIDGE_ADDRESS: address 'localhost' must look like 'host:port'"
+    assert f"liftbridge: {message}" in out, out
+    assert f"UsageError: {message}" in out, out
+    assert "IndexError:" not in out, out
+    assert result.returncode != 0
 
 
 def test_plugin_docker_backend_skips_without_engine(tmp_path: Path) -> None:
