@@ -1,8 +1,11 @@
 """Command line: ``python -m liftbridge_sync.testing install|serve``.
 
 * ``install [--target T]``: build (or find) the server binary; print its path and version.
-* ``serve [--port N] [--nats-port N] [--cursors-partitions N]``: run a loopback
-  server in the foreground until Ctrl-C or SIGTERM (exit 0).
+* ``serve [--port N] [--nats-port N] [--cursors-partitions N] [--log-level L]``: run a
+  loopback server in the foreground until Ctrl-C or SIGTERM (exit 0). Ports are
+  1-65535, ``--cursors-partitions`` 0 or more, ``--log-level`` one of the server's
+  levels (checked before anything starts, exit 2). A server that fails to start exits
+  1, keeping its temporary directory (log and config) and naming it.
 
 Ctrl-C or SIGTERM during a build (the first ``install`` or ``serve``) stops the ``go``
 build at once and exits 130 or 143.
@@ -15,7 +18,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 
 __all__ = ["main"]
@@ -27,6 +30,27 @@ class _Terminated(BaseException):
 
 def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     raise _Terminated()
+
+
+#: The server's ``logging.level`` values (logrus, as its ``--level`` flag documents).
+_LOG_LEVELS = ("debug", "info", "warn", "error")
+
+
+def _bounded_int(low: int, high: int | None) -> Callable[[str], int]:
+    """An argparse type: an int in ``[low, high]`` (``high`` None: no upper bound), so a
+    bad value is a usage error here rather than a Go panic of the server."""
+    span = f"from {low} to {high}" if high is not None else f"{low} or more"
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({span})")
+        return value
+
+    return convert
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,13 +69,19 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     serve = commands.add_parser("serve", help="run a loopback server in the foreground")
-    serve.add_argument("--port", type=int, default=None, help="gRPC port (default: free)")
-    serve.add_argument("--nats-port", type=int, default=None, help="NATS port (default: free)")
+    port = _bounded_int(1, 65535)
+    serve.add_argument("--port", type=port, default=None, help="gRPC port (default: free)")
+    serve.add_argument("--nats-port", type=port, default=None, help="NATS port (default: free)")
     serve.add_argument(
-        "--cursors-partitions", type=int, default=2, help="cursors.stream.partitions (2)"
+        "--cursors-partitions",
+        type=_bounded_int(0, None),
+        default=2,
+        help="cursors.stream.partitions (2; 0 disables cursors and consumer groups)",
     )
     serve.add_argument("--target", default="auto", help="server build to use (see install)")
-    serve.add_argument("--log-level", default="info", help="server logging.level (info)")
+    serve.add_argument(
+        "--log-level", default="info", choices=_LOG_LEVELS, help="server logging.level (info)"
+    )
     return parser
 
 
@@ -103,8 +133,14 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         server.start()
     except ServerStartError as exc:
-        server.close()  # its temporary directory (log and data) too
+        # Its process is gone (start() kills it); the directory is kept, as the error
+        # names the log in it, and the whole log and config may say more than the tail.
         print(f"error: {exc}", file=sys.stderr)
+        print(
+            f"the server's directory (log, config, data) is kept: {server.run_dir}\n"
+            "  delete it when done",
+            file=sys.stderr,
+        )
         return 1
     try:
         print(

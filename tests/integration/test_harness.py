@@ -603,6 +603,56 @@ def test_an_unusable_cache_is_a_clear_install_error(
     assert "LIFTBRIDGE_BIN" in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--port", "70000"], "argument --port: 70000 is out of range (from 1 to 65535)"),
+        (["--port", "-5"], "argument --port: -5 is out of range"),
+        (["--nats-port", "0"], "argument --nats-port: 0 is out of range"),
+        (["--cursors-partitions", "-1"], "--cursors-partitions: -1 is out of range (0 or more)"),
+        (["--log-level", "bogus"], "invalid choice: 'bogus' (choose from 'debug', 'info'"),
+    ],
+)
+def test_serve_refuses_bad_values_before_starting_a_server(
+    argv: list[str], problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """They reached the server and came back as Go panics in its log tail."""
+    from liftbridge_sync.testing.__main__ import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", *argv])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert problem in err
+    assert "Liftbridge" not in err  # nothing was started
+
+
+def test_serve_keeps_the_log_it_names_when_the_server_fails_to_start(
+    installed: InstalledServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The error named a log file in the server's temporary directory, which close()
+    had just deleted. Now the directory is kept and named."""
+    import re
+    import tempfile
+
+    from liftbridge_sync.testing.__main__ import main
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where mkdtemp puts it
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        assert main(["serve", "--port", str(taken.getsockname()[1])]) == 1
+    err = capsys.readouterr().err
+    log = re.search(r" log (/\S+\.log):", err)
+    assert log is not None, err
+    assert Path(log.group(1)).is_file(), err
+    assert "address already in use" in Path(log.group(1)).read_text()
+    kept = re.search(r"is kept: (/\S+)", err)
+    assert kept is not None, err
+    assert Path(log.group(1)).parent == Path(kept.group(1)), err
+
+
 def test_liftbridge_bin_is_used_as_is(
     fresh_install_state: Path, monkeypatch: pytest.MonkeyPatch, installed: InstalledServer
 ) -> None:
