@@ -143,9 +143,11 @@ class ArgumentTypeError(ConfigurationError, TypeError):
 
 
 class WrongThreadError(ConfigurationError, RuntimeError):
-    """A blocking call was made on a thread of the library it would wait for (a future's
-    done-callback on the ``liftbridge-nats`` thread calling ``NatsPublisher.flush``):
-    refused before anything is sent; also a ``RuntimeError``, as it was before."""
+    """A call was made on a thread it cannot run on: a blocking call on a thread of the
+    library it would wait for (a future's done-callback on the ``liftbridge-nats``
+    thread calling ``NatsPublisher.flush``), refused before anything is sent; or a read
+    of a :class:`~liftbridge_sync.Subscription` while another thread reads it. Also a
+    ``RuntimeError``, as it was before."""
 
 
 class EnvelopeError(LiftbridgeError, ValueError):

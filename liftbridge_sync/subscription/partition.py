@@ -22,6 +22,7 @@ Thread-safe as :class:`Subscription` says.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from liftbridge_sync._proto import api_pb2
@@ -35,6 +36,7 @@ from liftbridge_sync.errors import (
     DeadlineExceededError,
     LiftbridgeError,
     UnsupportedError,
+    WrongThreadError,
 )
 from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
@@ -82,7 +84,9 @@ class Subscription:
     but stays silent for ``rpc_timeout`` ends (v1.9.0 serves nothing, not even old
     offsets, once retention deleted every message).
 
-    Not thread-safe for iteration; close() may be called from any thread.
+    Not thread-safe for iteration: one thread reads at a time (a read that finds
+    another one waiting raises :class:`~liftbridge_sync.errors.WrongThreadError`);
+    close() may be called from any thread.
     """
 
     close_accepts_timeout = False
@@ -102,6 +106,8 @@ class Subscription:
         self._pos = 0
         #: The last message delivered one at a time (for the out-of-order log line).
         self._last_pb: api_pb2.Message | None = None
+        #: Held by the thread whose read waits on the call (see :meth:`_read`).
+        self._reading = threading.Lock()
 
     def open(self, *, empty: bool, deadline: float | None = None) -> None:
         """Connect for the first time (``empty``: there is nothing to read at all), by
@@ -289,6 +295,21 @@ class Subscription:
     # ------------------------------------------------------------------ reading
 
     def _read(self, timeout: float | None) -> Message:
+        # Two threads reading at once swapped each other's buffers and calls: messages
+        # were lost without a word. A read that finds another under way says so.
+        if not self._reading.acquire(blocking=False):
+            raise WrongThreadError(
+                f"the subscription to {self._target.stream!r} partition "
+                f"{self._target.partition} is being read by another thread: a "
+                "Subscription is read by one thread at a time (subscribe_stream or a "
+                "consumer spreads partitions over threads)"
+            )
+        try:
+            return self._read_alone(timeout)
+        finally:
+            self._reading.release()
+
+    def _read_alone(self, timeout: float | None) -> Message:
         self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
