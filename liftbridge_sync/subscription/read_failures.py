@@ -231,6 +231,23 @@ class ReadFailures:
             return
         # Already typed by the transport, as the end of a running subscription.
         error = exc
+        if isinstance(error, PartitionPausedError) and self._conn.target.request.resume:
+            # Paused under a read that asked to resume a paused partition: it goes on
+            # with a resubscribe that asks again (resume=True), as the Go client's
+            # does. (v1.9.0 takes it without resuming; the read continues once
+            # anything resumes the partition, a publish for one.)
+            _log.warning(
+                "subscription %s/%d: the partition was paused under the read (%s); "
+                "resubscribing after offset %s with resume=True: the read goes on once "
+                "the partition is resumed",
+                self._conn.target.stream,
+                self._conn.target.partition,
+                error,
+                self._conn.last_offset,
+            )
+            self._conn.broken_since = time.monotonic()
+            self._conn.lost += 1
+            return
         if code == "UNAVAILABLE" or error.retryable:
             _log.warning(
                 "subscription %s/%d lost its stream (%s); resubscribing after offset %s",

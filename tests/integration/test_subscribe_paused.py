@@ -62,6 +62,29 @@ def test_a_pause_under_a_running_read_names_the_way_on(
         client.delete_stream(name)
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_a_pause_under_a_read_that_resumes_is_resumed(
+    liftbridge_address: str, transport: str
+) -> None:
+    """A read with resume=True, paused under it, failed and told the caller to
+    subscribe with resume=True. It goes on instead, and reads what comes once the
+    partition is resumed (here by a publish: v1.9.0 takes the resubscribe's
+    resume=True without resuming it)."""
+    name = unique("paused")
+    with Client([liftbridge_address], subscribe_transport=transport) as client:
+        client.create_stream(name, name)
+        client.publish(name, b"before the pause")
+        with client.subscribe(name, start=StartAt.earliest(), resume=True) as sub:
+            assert sub.get(10).value == b"before the pause"
+            client.pause_stream(name)
+            with pytest.raises(TimeoutError):  # the pause ends the call within this read
+                sub.get(3)
+            client.publish(name, b"after the pause")
+            message = sub.get(10)
+            assert (message.offset, message.value) == (1, b"after the pause")
+        client.delete_stream(name)
+
+
 def test_the_command_line_names_the_pause_and_the_way_out(liftbridge_address: str) -> None:
     name = unique("paused")
     with Client([liftbridge_address]) as client:
