@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -112,6 +113,12 @@ def parse_start(text: str) -> StartAt:
             raise ConfigurationError(f"ago: needs seconds, got {arg!r}") from None
         if not seconds >= 0:
             raise ConfigurationError("ago: seconds must be >= 0")
+        if math.isinf(seconds) and arg.lower().lstrip("+") not in ("inf", "infinity"):
+            # float("1e400") is inf: a number that large is a typo, not "every message".
+            raise ConfigurationError(
+                f"ago:{arg} reaches back further than a timestamp holds (about 292 years); "
+                "ago:inf reads every message"
+            )
         try:
             return StartAt.time_delta(seconds)
         except ConfigurationError:

@@ -147,6 +147,10 @@ def test_last_n() -> None:
     for bad in ("last:0", "last:x", "last:-1", "last:", "last: 2", "last:1_0"):
         with pytest.raises(ConfigurationError):
             parse_last(bad)
+    # ago:1e400 was read as inf (every message); ago:inf still is.
+    with pytest.raises(ConfigurationError, match="further than a timestamp holds"):
+        tail.parse_start("ago:1e400")
+    assert tail.parse_start("ago:inf") == tail.parse_start("ago:+Infinity")
     # 26 digits were taken, where the error for 31 said "must be below 2**63".
     for huge in (f"last:{2**63}", "last:" + "9" * 26, "last:" + "9" * 31):
         with pytest.raises(ConfigurationError, match="must be below 2\\*\\*63"):
