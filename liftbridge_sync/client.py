@@ -819,7 +819,10 @@ class Client:
             timeout: Seconds to wait for ``__activity`` to exist (0: do not wait). A new
                 cluster creates it when it elects its first metadata leader, a few seconds
                 after its servers start; a server without the activity stream never does,
-                and then this call fails after ``timeout``.
+                and then this call fails after ``timeout``. It bounds that wait only:
+                each look for the stream is an RPC under the client's retry policy
+                (``rpc_timeout`` an attempt), so a broker that does not answer holds
+                the call that long, as it holds any other call.
 
         Returns:
             An :class:`~liftbridge_sync.subscription.activity.ActivityStream`; it
