@@ -226,7 +226,9 @@ class Subscription:
 
         Waits at most ``timeout`` seconds (``None``: forever) for the first message, as
         :meth:`get` does, then adds those already received, without waiting for more: a
-        consumer that handles messages in batches pays one call per batch.
+        consumer that handles messages in batches pays one call per batch. (Over the
+        ``"grpc"`` subscribe transport, which reads one message at a time, that is the
+        first message alone.)
 
         Raises:
             ArgumentTypeError, ConfigurationError: ``max_messages`` is not an int >= 1.
