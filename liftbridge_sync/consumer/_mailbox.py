@@ -42,6 +42,12 @@ class PartitionReader:
     #: queued messages are this one's now): this one reads on after it (``None``: from
     #: the cursor, or the start position).
     resume_after: int | None = None
+    #: Where the start position at the partition's end (new-only, latest) put this
+    #: assignment's first offset, looked up once, before the first reader of the
+    #: assignment did anything else: the readers restarted after a failure start there
+    #: too when the partition has no cursor (``None``: not looked up yet, or another
+    #: start position).
+    pinned: int | None = None
 
 
 class Mailbox:

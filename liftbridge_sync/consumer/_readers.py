@@ -201,6 +201,9 @@ class Readers:
             if old is not None:
                 last = old.sub.last_offset if old.sub is not None else None
                 reader.resume_after = old.resume_after if last is None else last
+                # The end the assignment's first reader pinned: one looked up again now
+                # would skip what was published while the partition went unread.
+                reader.pinned = old.pinned
             with self._lock:
                 if self._shut:
                     return False
@@ -281,15 +284,30 @@ class Readers:
     # ------------------------------------------------------------------ reader threads
 
     def _start_position(self, reader: PartitionReader) -> StartAt:
+        """Where ``reader`` starts: after its failed predecessor's last message, else
+        at the partition's cursor + 1, else at the start position (see
+        :meth:`_without_cursor`).
+
+        Raises:
+            LiftbridgeError: a look-up failed (the reader fails, and is restarted at
+                the next poll with the position pinned so far).
+
+        Thread-safe: called on the reader's own thread; what it shares is read and
+        set with the lock held.
+        """
         if reader.resume_after is not None:
             return StartAt.offset(reader.resume_after + 1)
         stream, partition = reader.stream, reader.partition
+        # Pinned before the cursor fetch: that fetch fails right after a server restart
+        # (no __cursors yet), and an end looked up only at the next poll skipped what was
+        # published meanwhile, for good once auto-commit stored that end as the cursor.
+        pinned = self._pin(reader)
         # Closing ends the look-ups below at once: their back-offs (up to the retry
         # policy's maximum) outlasted close()'s bound for the reader threads.
         closing = self._membership.closing
         cursor = self._commits.fetch((stream, partition), closing)
         if cursor < 0:
-            return self._without_cursor(reader)
+            return self._without_cursor(reader, pinned)
         # A cursor is only ever committed for a message delivered, so the log reaches
         # it, on any leader since (each comes from the ISR): past the log's end, the
         # stream was created again (see cursor_in_range).
@@ -304,11 +322,47 @@ class Readers:
             abort=closing,
         ):
             return StartAt.offset(cursor + 1)
-        return self._without_cursor(reader)
+        return self._without_cursor(reader, pinned)
 
-    def _without_cursor(self, reader: PartitionReader) -> StartAt:
-        """Where a partition without a usable cursor starts; with auto-commit and a
-        start at the partition's end (new-only, latest), that end becomes its cursor.
+    def _pin(self, reader: PartitionReader) -> int | None:
+        """The offset a start at the partition's end (new-only, latest) reads from in
+        this assignment: looked up by its first reader, then kept (``reader.pinned``,
+        handed on to the readers restarted after a failure).
+
+        An empty partition is read from offset 0, the end it was found at. A paused
+        partition has no leader to ask: the cluster metadata's offsets are its end as
+        long as it stays paused (only a publish resumes it, and appends after them),
+        but a broker without a copy of it reports -1 there, which tells nothing (reading
+        from 0 would hand out the whole partition): it is looked up again by the next
+        reader. Other start positions are not pinned (``None``): the server evaluates
+        them, and they do not move on as messages come.
+
+        Raises:
+            LiftbridgeError: the partition's metadata could not be fetched.
+
+        Thread-safe: ``reader.pinned`` is read and set with the lock held.
+        """
+        kind = self._start.kind
+        if kind not in (StartKind.NEW_ONLY, StartKind.LATEST):
+            return None
+        with self._lock:
+            if reader.pinned is not None:
+                return reader.pinned
+        meta = leader.fetch_partition_metadata(
+            self._core, reader.stream, reader.partition, abort=self._membership.closing
+        )
+        if meta.paused and meta.newest_offset < 0:
+            return None
+        newest = meta.newest_offset
+        pinned = newest + 1 if kind is StartKind.NEW_ONLY else max(newest, 0)
+        with self._lock:
+            reader.pinned = pinned
+        return pinned
+
+    def _without_cursor(self, reader: PartitionReader, pinned: int | None) -> StartAt:
+        """Where a partition without a usable cursor starts: ``pinned`` (see
+        :meth:`_pin`) if given, else the start position; with auto-commit, the offset
+        before ``pinned`` becomes its cursor.
 
         Its next owner would otherwise find no cursor either, should the partition move
         before anything of it was committed (group members joining one after the other,
@@ -319,26 +373,25 @@ class Readers:
         was found at (the start position, evaluated by the server at the subscribe,
         would skip what was published meanwhile, and nothing else would read it). With
         ``auto_commit=None`` nothing is stored but what :meth:`Consumer.commit` stores.
+
+        Raises:
+            LiftbridgeError: the cursor could not be stored (the reader fails, and the
+                one restarted at the next poll stores it from the same ``pinned``).
+
+        Thread-safe: ``reader.stopped`` is read with the lock held.
         """
-        kind = self._start.kind
-        if not self._commit_on_revoke or kind not in (StartKind.NEW_ONLY, StartKind.LATEST):
+        if pinned is None:
             return self._start
-        stream, partition = reader.stream, reader.partition
-        meta = leader.fetch_partition_metadata(
-            self._core, stream, partition, abort=self._membership.closing
-        )
-        if meta.paused:
-            return self._start  # its offsets are the last known, maybe not its end
-        before = meta.newest_offset if kind is StartKind.NEW_ONLY else meta.newest_offset - 1
-        if before < 0 or not self._membership.may_commit():
-            return StartAt.offset(max(before, -1) + 1)
+        before = pinned - 1
+        if before < 0 or not self._commit_on_revoke or not self._membership.may_commit():
+            return StartAt.offset(pinned)
         with self._lock:
             # Taken away while the end was looked up (a slow leader): the new owner may
             # have committed past it since, and storing it would move the cursor back.
             stopped = reader.stopped
         if not stopped:
-            self._commits.store((stream, partition), before)
-        return StartAt.offset(before + 1)
+            self._commits.store((reader.stream, reader.partition), before)
+        return StartAt.offset(pinned)
 
     def _read(self, reader: PartitionReader) -> None:
         """Reader thread: subscribe as a group member and feed the mailbox."""
