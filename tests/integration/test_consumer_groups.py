@@ -1547,6 +1547,36 @@ def test_a_partition_read_from_its_end_without_a_cursor_loses_nothing_when_it_mo
         assert got == between and not got & old
 
 
+def test_a_paused_partition_read_from_its_end_loses_nothing_published_to_resume_it(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by a probe: a member starting a paused partition from its end (new-only) is
+    # refused (paused) and its reader is restarted at the next poll. The restarted
+    # reader looked the end up again: the publish meanwhile, which resumed the
+    # partition, was skipped, and with auto-commit the end then found was stored as the
+    # group's cursor, so no member ever read it. The end is pinned once per assignment.
+    name = unique("paused")
+    client.create_stream(name, name)
+    for i in range(3):
+        client.publish(name, b"old-%d" % i)
+    client.pause_stream(name)
+    with caplog.at_level(logging.WARNING, logger="liftbridge_sync.consumer"):
+        with client.consumer(unique("g"), streams=[name], auto_commit=60.0) as consumer:
+            assert consumer.wait_for_assignment(15) == {(name, 0)}
+            wait_until(lambda: "is paused" in caplog.text, 15, "the reader refused: paused")
+            stored_at_start = client.fetch_cursor(consumer.cursor_id, name, 0)
+            ack = client.publish(name, b"resumes")
+            assert ack is not None and ack.offset == 3
+            got = consumer.get(15)
+            assert (got.offset, got.value) == (3, b"resumes")
+            client.publish(name, b"after")
+            assert consumer.get(10).value == b"after"
+            with pytest.raises(TimeoutError):
+                consumer.get(0.5)  # nothing twice
+    # Stored at once, before the subscribe was refused: the end found at the assignment.
+    assert stored_at_start == 2
+
+
 def test_a_reader_revoked_as_it_starts_stores_no_cursor_over_the_new_owners(
     client: Client, stream: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
