@@ -231,30 +231,22 @@ class ReadFailures:
             return
         # Already typed by the transport, as the end of a running subscription.
         error = exc
-        if isinstance(error, PartitionPausedError) and self._conn.target.request.resume:
-            # Paused under a read that asked to resume a paused partition: it goes on
-            # with a resubscribe that asks again (resume=True), as the Go client's
-            # does. (v1.9.0 takes it without resuming; the read continues once
-            # anything resumes the partition, a publish for one.)
+        # Paused under a read that asked to resume a paused partition: it goes on with
+        # a resubscribe that asks again (resume=True), as the Go client's does. (v1.9.0
+        # takes it without resuming; the read continues once anything resumes the
+        # partition, a publish for one.)
+        resuming = isinstance(error, PartitionPausedError) and self._conn.target.request.resume
+        if resuming or code == "UNAVAILABLE" or error.retryable:
             _log.warning(
-                "subscription %s/%d: the partition was paused under the read (%s); "
-                "resubscribing after offset %s with resume=True: the read goes on once "
-                "the partition is resumed",
+                "subscription %s/%d %s (%s); resubscribing after offset %s%s",
                 self._conn.target.stream,
                 self._conn.target.partition,
+                "was paused under the read" if resuming else "lost its stream",
                 error,
                 self._conn.last_offset,
-            )
-            self._conn.broken_since = time.monotonic()
-            self._conn.lost += 1
-            return
-        if code == "UNAVAILABLE" or error.retryable:
-            _log.warning(
-                "subscription %s/%d lost its stream (%s); resubscribing after offset %s",
-                self._conn.target.stream,
-                self._conn.target.partition,
-                error,
-                self._conn.last_offset,
+                " with resume=True: the read goes on once the partition is resumed"
+                if resuming
+                else "",
             )
             self._conn.broken_since = time.monotonic()
             self._conn.stale = True
