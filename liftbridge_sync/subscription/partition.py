@@ -297,6 +297,8 @@ class Subscription:
     # ------------------------------------------------------------------ reading
 
     def _read(self, timeout: float | None) -> Message:
+        # First: in a forked child, a parent's thread may have held the lock at fork.
+        self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         # Two threads reading at once swapped each other's buffers and calls: messages
         # were lost without a word. A read that finds another under way says so.
         if not self._reading.acquire(blocking=False):
@@ -312,7 +314,6 @@ class Subscription:
             self._reading.release()
 
     def _read_alone(self, timeout: float | None) -> Message:
-        self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             call = self._conn.call

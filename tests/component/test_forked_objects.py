@@ -65,6 +65,7 @@ _SCRIPT = _REFUSALS + textwrap.dedent(
     buffered = Subscription(client._core, target)
     buffered._buf = [api_pb2.Message(offset=7, value=b"read by the parent")]
     consumer._lock.acquire()  # as if a parent thread held it when the process forked
+    single._reading.acquire()  # as if a parent thread waited in its read at the fork
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
@@ -83,6 +84,8 @@ _SCRIPT = _REFUSALS + textwrap.dedent(
             # Read in bulk before the fork: the parent delivers it, the child must not.
             "buffered next": lambda: next(buffered),
             "buffered get": lambda: buffered.get(0.2),
+            # Not "being read by another thread": that thread is the parent's.
+            "single get": lambda: single.get(0.2),
         })
         done = threading.Event()
 
@@ -101,6 +104,7 @@ _SCRIPT = _REFUSALS + textwrap.dedent(
             code = code or 40
         os._exit(code)
     consumer._lock.release()
+    single._reading.release()
     _, status = os.waitpid(pid, 0)
     merged.close()
     client.close()
