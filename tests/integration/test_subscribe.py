@@ -825,3 +825,28 @@ def test_a_second_thread_reading_a_subscription_is_told_not_served(
         client.publish(name, b"two")
         assert sub.get(10).offset == 1
         sub.close()
+
+
+def test_a_whole_stream_time_delta_start_is_one_instant_for_every_partition(
+    liftbridge_client: Client, new_stream: StreamFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each partition resolved "now - delta" as it was opened, milliseconds apart: a
+    message published in between was read on one partition and not on another."""
+    from liftbridge_sync.subscription import opening
+
+    name = new_stream(partitions=3)
+    for partition in range(3):
+        liftbridge_client.publish(name, b"x", partition=partition)
+    looked_up: list[int] = []
+    original = opening.first_offset_since
+
+    def recording(*args: object, **kwargs: object) -> int:
+        looked_up.append(args[3])  # type: ignore[arg-type]  # (core, stream, partition, since)
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(opening, "first_offset_since", recording)
+    with liftbridge_client.subscribe_stream(
+        name, start=StartAt.time_delta(60), stop=StopAt.latest()
+    ) as whole:
+        assert sorted(m.partition for m in whole) == [0, 1, 2]
+    assert len(looked_up) == 3 and len(set(looked_up)) == 1, looked_up
