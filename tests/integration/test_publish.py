@@ -457,9 +457,17 @@ def test_server_restart_during_pipelined_publishing(transport: str) -> None:
         # Publish once more: a write moves the high watermark past anything the restart
         # left uncheckpointed, so every acked message is readable.
         client.publish(name, b"final")
-        with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
-            stored = {m.offset: m.value for m in sub}
-            backwards = sub.stats().out_of_order
+        try:
+            with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
+                stored = {m.offset: m.value for m in sub}
+                backwards = sub.stats().out_of_order
+        except lb.BrokerUnavailableError:
+            # Seen once (3.13, 2026-11-29): the restarted server closed the read after
+            # offset 771 and refused connections from then on. Say whether it died.
+            pytest.fail(
+                "the server stopped answering after its restart: "
+                f"{server.crash_reason() or server.log_tail(20)}"
+            )
         wrong = {o: (v, stored.get(o)) for o, v in acked.items() if stored.get(o) != v}
         if wrong and backwards:
             # The restarted v1.9.0 appended at offsets its log already held (its reader
