@@ -91,9 +91,18 @@ class ReadFailures:
         call, and the range if the rest is gone (``StopIteration``); returns if a
         resubscribe should follow (``deadline``: the read's)."""
         call.cancel()
+        self._drop(call)
+        self._after_silence(deadline)
+
+    def _drop(self, call: SubscribeCall) -> None:
+        """Forget ``call`` (ended), unless a reconnect already replaced it."""
         with self._conn.lock:
             if self._conn.call is call:
                 self._conn.call = None
+
+    def _after_silence(self, deadline: float | None) -> None:
+        """A read ended by its silence (see ``_rest_is_gone``): the silence starts
+        afresh, and the range ends (``StopIteration``) if the rest of it is gone."""
         self.idle_spent = 0.0
         self._armed_at = None
         if self._rest_is_gone(deadline):
@@ -195,19 +204,13 @@ class ReadFailures:
     ) -> None:
         """Decide what a failed read means; returns only if a resubscribe should follow
         (``deadline``: the read's, for what is decided on the way)."""
-        with self._conn.lock:
-            if self._conn.call is call:
-                self._conn.call = None
+        self._drop(call)
         if self._conn.closed.is_set():
             raise StopIteration
         code = exc.code
         if idle is not None and idle.fired and code == "CANCELLED":
             # Our own idle cancel: the next read resubscribes (a fresh server reader).
-            self.idle_spent = 0.0
-            self._armed_at = None
-            if self._rest_is_gone(deadline):
-                self._conn.done = self._conn.nothing_left = True
-                raise StopIteration
+            self._after_silence(deadline)
             if timer is None or not timer.fired:
                 return
         if timer is not None and timer.fired and code == "CANCELLED":
