@@ -193,6 +193,14 @@ class StartAt:
             return max(0, time.time_ns() - int(delta * 1_000_000_000))
         return self.at_timestamp_ns
 
+    def pinned(self) -> StartAt:
+        """This position with a time-delta start fixed to one timestamp, taken now
+        (itself for every other kind): what resolves it once for all its uses, where
+        each use resolving it would start milliseconds apart."""
+        if self.kind is StartKind.TIME_DELTA:
+            return StartAt.timestamp(self.resolve_timestamp_ns())
+        return self
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StopAt:

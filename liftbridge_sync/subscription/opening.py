@@ -366,9 +366,8 @@ def open_partition(
     resume: bool,
     reverse: bool,
 ) -> Subscription:
-    if start.kind is StartKind.TIME_DELTA:
-        # One instant for the request and the screening of its first messages.
-        start = StartAt.timestamp(start.resolve_timestamp_ns())
+    # One instant for the request and the screening of its first messages.
+    start = start.pinned()
     request = build_subscribe_request(
         core,
         stream,

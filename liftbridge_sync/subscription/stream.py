@@ -26,7 +26,7 @@ from liftbridge_sync._wire.validate import (
 )
 from liftbridge_sync.errors import ConfigurationError, InternalThreadError, LiftbridgeError
 from liftbridge_sync.models import Message
-from liftbridge_sync.positions import StartAt, StartKind, StopAt
+from liftbridge_sync.positions import StartAt, StopAt
 from liftbridge_sync.subscription.merging import (
     STREAM_BUFFER,
     STREAM_BUFFER_BYTES,
@@ -400,9 +400,7 @@ def open_stream_subscription(
     """
     check_name("stream", stream, allow_reserved=True)
     start = check_positions(start, stop)
-    if start.kind is StartKind.TIME_DELTA:
-        # One instant for every partition: each resolved it as it was opened, ms apart.
-        start = StartAt.timestamp(start.resolve_timestamp_ns())
+    start = start.pinned()  # one instant for every partition, not one each
     read_isr_replica = check_bool("read_isr_replica", read_isr_replica)
     resume = check_bool("resume", resume)
     # Asked of the server, not the cache: a stream deleted and created again under its

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -128,6 +129,11 @@ def test_start_and_stop_positions() -> None:
     delta = StartAt.time_delta(60).resolve_timestamp_ns()
     now = ns_from_datetime(datetime.now(UTC))
     assert now - 61_000_000_000 < delta < now
+    pinned = StartAt.time_delta(60).pinned()
+    assert pinned.kind is StartKind.TIMESTAMP
+    assert now - 61_000_000_000 < pinned.at_timestamp_ns <= ns_from_datetime(datetime.now(UTC))
+    assert StartAt.time_delta(math.inf).pinned() == StartAt.timestamp(0)
+    assert StartAt.offset(5).pinned() == StartAt.offset(5)
     assert StopAt.latest().kind is StopKind.LATEST
     assert StopAt.offset(0).at_offset == 0
     assert StartAt.cursor("c").cursor_id == "c"
