@@ -21,7 +21,6 @@ from pyspark.sql.types import StructType
 
 from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.models import wire_message
 from liftbridge_sync.spark.arrow import LOG_APPEND_TIME, arrow_schema, record_batches
 from liftbridge_sync.spark.cleaner import (
     SEGMENT_PAUSE,
@@ -136,7 +135,12 @@ def read_batches(
     options: SourceOptions, piece: OffsetRange, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
     """The rows of ``piece`` as Arrow record batches laid out as ``schema``."""
-    return record_batches(read_wire(options, piece), arrow_schema(schema))
+    return record_batches(
+        read_wire(options, piece),
+        arrow_schema(schema),
+        stream=piece.stream,
+        partition=piece.partition,
+    )
 
 
 def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_pb2.Message]]:
@@ -260,9 +264,9 @@ def _batches(
         resubscribes = -1
         while True:
             try:
-                # The wire messages: columns are built from them (the views' properties
-                # would cost more per cell).
-                batch = list(map(wire_message, sub.get_many(_READ_BATCH, options.poll_timeout)))
+                # The wire messages: columns are built from them (a view per message,
+                # and the views' properties per cell, would cost more).
+                batch = sub._get_many_wire(_READ_BATCH, options.poll_timeout)
             except StopIteration:
                 return
             now = sub.stats().resubscribes

@@ -38,7 +38,7 @@ from liftbridge_sync.errors import (
     UnsupportedError,
     WrongThreadError,
 )
-from liftbridge_sync.models import Message, _set_message_pb
+from liftbridge_sync.models import Message, _set_message_pb, wire_message
 from liftbridge_sync.models import _new_object as _new_message
 from liftbridge_sync.subscription.connection import (
     Closed,
@@ -238,16 +238,39 @@ class Subscription:
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions reported by the server.
         """
+        first, rest = self._take(max_messages, timeout)
+        batch = [first]
+        batch.extend(map(_from_proto, rest))
+        return batch
+
+    def _get_many_wire(
+        self, max_messages: int, timeout: float | None = None
+    ) -> list[api_pb2.Message]:
+        """:meth:`get_many` as the wire's protobuf messages, without a :class:`Message`
+        view each: for the library's own bulk readers (the Spark source builds Arrow
+        columns from them, where a view per row cost about a third of a microsecond).
+
+        Raises:
+            As :meth:`get_many`.
+        """
+        first, rest = self._take(max_messages, timeout)
+        return [wire_message(first), *rest]
+
+    def _take(
+        self, max_messages: int, timeout: float | None
+    ) -> tuple[Message, list[api_pb2.Message]]:
+        """The next message (waiting as :meth:`get`) and up to ``max_messages - 1`` of
+        those already received after it, which count as delivered."""
         most = check_int("max_messages", max_messages, minimum=1)
-        batch = [self.get(timeout)]
+        first = self.get(timeout)
         buf = self._buf
         i = self._pos
         taken = buf[i : i + most - 1]
         if taken and not self._core.forked:
             self._pos = i + len(taken)
             self._conn.last_offset = taken[-1].offset
-            batch.extend(map(_from_proto, taken))
-        return batch
+            return first, taken
+        return first, []
 
     def checkpoint(self, cursor_id: str) -> int | None:
         """Store the last delivered offset under ``cursor_id`` (the Go client's semantics).

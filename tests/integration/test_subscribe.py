@@ -367,6 +367,33 @@ def test_get_many_hands_out_what_is_at_hand_in_order(
             sub.get_many(7, timeout=1)
 
 
+@pytest.mark.parametrize("transport", ["h2", "grpc"])
+def test_the_wire_batches_of_bulk_readers_match_get_many(
+    liftbridge_address: str, new_stream: StreamFactory, transport: str
+) -> None:
+    # The Spark source reads wire messages in bulk: the same messages, in the same
+    # batches, with the same position kept as get_many's views.
+    name = new_stream()
+    publish_values(liftbridge_address, name, 30)
+    with Client(liftbridge_address, subscribe_transport=transport) as client:
+        with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.offset(29)) as sub:
+            wire: list[api_pb2.Message] = []
+            while len(wire) < 30:
+                batch = sub._get_many_wire(7, timeout=10)
+                assert 1 <= len(batch) <= 7
+                assert all(type(m) is api_pb2.Message for m in batch)
+                assert sub.last_offset == batch[-1].offset
+                wire += batch
+            with pytest.raises(StopIteration):
+                sub._get_many_wire(7, timeout=1)
+        assert [m.offset for m in wire] == list(range(30))
+        assert [m.value for m in wire] == [b"m%d" % i for i in range(30)]
+        with client.subscribe(name, start=StartAt.earliest()) as sub:
+            with pytest.raises(lb.ConfigurationError):
+                sub._get_many_wire(0, timeout=1)  # checked before anything is taken
+            assert sub.get_many(3, timeout=10)[0].offset == 0  # nothing was taken
+
+
 def test_get_many_waits_for_the_first_message_only(
     liftbridge_client: Client, liftbridge_address: str, new_stream: StreamFactory
 ) -> None:

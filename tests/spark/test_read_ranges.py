@@ -15,6 +15,7 @@ import pytest
 
 from liftbridge_sync import Client, Message, ServerError, StartAt, StopAt
 from liftbridge_sync._proto import api_pb2
+from liftbridge_sync.models import wire_message
 from liftbridge_sync.options import ClientOptions
 from liftbridge_sync.subscription.stats import SubscriptionStats
 from tests.integration._pubdata import Record, publish
@@ -55,6 +56,12 @@ class _Scripted:
         if batch[0].offset == self._resubscribed_at:
             self._resubscribes += 1
         return batch
+
+    def _get_many_wire(
+        self, max_messages: int, timeout: float | None = None
+    ) -> list[api_pb2.Message]:
+        """What the Spark source reads: :meth:`get_many`'s batches as wire messages."""
+        return [wire_message(m) for m in self.get_many(max_messages, timeout)]
 
     def stats(self) -> SubscriptionStats:
         return SubscriptionStats(resubscribes=self._resubscribes)
