@@ -183,7 +183,9 @@ def _conversion(client: Client, stream: str) -> tuple[float, float]:
         return count / (time.perf_counter() - start)
 
     wire = [wire_message(m) for m in messages]  # what the connector's reader gets
-    ours = timed(lambda: sum(b.num_rows for b in record_batches([wire], target)))
+    ours = timed(
+        lambda: sum(b.num_rows for b in record_batches([wire], target, stream=stream, partition=0))
+    )
     source = LiftbridgeDataSource({})
     theirs = timed(
         lambda: sum(
