@@ -3,7 +3,7 @@ of the URLconf."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from django.core.checks import CheckMessage, Error
@@ -68,6 +68,12 @@ def check_health_checks(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             if not (isinstance(check, type) and issubclass(check, Liftbridge)):
                 continue
             try:
+                if not isinstance(options, Mapping):
+                    # The view calls check(**options): anything else fails every probe.
+                    raise ConfigurationError(
+                        f"the options of {check.__name__} must be a mapping such as a "
+                        f"dict, not a {type(options).__name__}"
+                    )
                 check(**options)
             except (ConfigurationError, TypeError) as exc:
                 # TypeError: an option it does not take (a misspelt "timout"), which
@@ -96,7 +102,7 @@ def _views(patterns: Iterable[Any], prefix: str) -> Iterator[tuple[str, Any]]:
             yield prefix + str(pattern.pattern), pattern.callback
 
 
-def _checks(entries: Iterable[Any]) -> Iterator[tuple[Any, dict[str, Any]]]:
+def _checks(entries: Iterable[Any]) -> Iterator[tuple[Any, Any]]:
     """The checks of a ``HealthCheckView`` and their options, read as it reads them."""
     for entry in entries:
         try:
@@ -108,5 +114,4 @@ def _checks(entries: Iterable[Any]) -> Iterator[tuple[Any, dict[str, Any]]]:
                 check = import_string(check)
             except ImportError:  # the view reports it
                 continue
-        if isinstance(options, dict):
-            yield check, options
+        yield check, options

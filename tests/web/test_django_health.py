@@ -43,6 +43,7 @@ def test_a_good_timeout_is_kept() -> None:
 
 CHECK_SCRIPT = """
 import datetime, json, sys, types
+from types import MappingProxyType
 import django
 from django.conf import settings
 from django.urls import include, path
@@ -59,6 +60,12 @@ urls.urlpatterns = [
     ]))])),
     path("typo/", HealthCheckView.as_view(checks=[
         ("liftbridge_sync.django.health.Liftbridge", {"timeout": 3}),
+    ])),
+    path("pairs/", HealthCheckView.as_view(checks=[
+        ("liftbridge_sync.django.health.Liftbridge", [("timeout", 2)]),
+    ])),
+    path("mapped/", HealthCheckView.as_view(checks=[
+        ("liftbridge_sync.django.health.Liftbridge", MappingProxyType({"timeout": 3})),
     ])),
     path("misspelt/", HealthCheckView.as_view(checks=[
         ("liftbridge_sync.django.health.Liftbridge", {"timout": datetime.timedelta(seconds=1)}),
@@ -93,11 +100,15 @@ def test_manage_py_check_reports_a_bad_health_check_timeout() -> None:
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     checks = sorted(found["checks"], key=lambda m: m["msg"])
-    assert [m["id"] for m in checks] == ["liftbridge_sync.E002"] * 3, found
+    assert [m["id"] for m in checks] == ["liftbridge_sync.E002"] * 5, found
     assert checks[0]["msg"].startswith("ht/bad/: ") and "'timeout'" in checks[0]["msg"]
+    # A mapping that is not a dict is read as the view reads it: its timeout is checked.
+    assert checks[1]["msg"].startswith("mapped/: ") and "datetime.timedelta" in checks[1]["msg"]
     # A misspelt option is reported, not a TypeError out of manage.py check.
-    assert checks[1]["msg"].startswith("misspelt/: ") and "'timout'" in checks[1]["msg"]
-    assert checks[2]["msg"].startswith("typo/: ") and "datetime.timedelta" in checks[2]["msg"]
+    assert checks[2]["msg"].startswith("misspelt/: ") and "'timout'" in checks[2]["msg"]
+    # Options the view cannot pass as keywords fail every probe: reported too.
+    assert checks[3]["msg"].startswith("pairs/: ") and "must be a mapping" in checks[3]["msg"]
+    assert checks[4]["msg"].startswith("typo/: ") and "datetime.timedelta" in checks[4]["msg"]
     # A probe of the misconfigured view raises the typed error, not "unknown error".
     assert found["probe"].startswith("ConfigurationError: "), found
     assert "'timeout'" in found["probe"]
