@@ -266,7 +266,8 @@ class Client:
         """Whether the cluster answers now: fresh metadata from a broker within ``timeout``.
 
         Brokers are asked one after another (known brokers, then the seeds), each for at
-        most the time left, with no retries beyond the budget: meant for readiness
+        most the time left, and again after a short pause while the budget lasts (a
+        distant broker's first connection attempt can fail fast): meant for readiness
         endpoints and health checks, which must answer in time. The fresh metadata also
         refreshes the cache.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import socket
 import threading
@@ -98,3 +99,73 @@ def test_a_client_closed_during_the_check_says_so() -> None:
         assert time.monotonic() - started < 5.0
         assert len(outcome) == 1 and isinstance(outcome[0], ClientClosedError), outcome
         assert "closed" in str(outcome[0])
+
+
+class _SlowHandshake:
+    """A forwarder to a broker whose first bytes back are late by ``delay`` seconds (a
+    distant broker's handshake); then it forwards as it comes. Threads ``lbtest-slow``."""
+
+    def __init__(self, target: str, delay: float) -> None:
+        host, port = target.rsplit(":", 1)
+        self._target = (host, int(port))
+        self._delay = delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._sockets: list[socket.socket] = [self._listener]
+        self._threads = [threading.Thread(target=self._accept, name="lbtest-slow", daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+                upstream = socket.create_connection(self._target)
+            except OSError:
+                return
+            self._sockets += [client, upstream]
+            for source, sink, delay in ((client, upstream, 0.0), (upstream, client, self._delay)):
+                thread = threading.Thread(
+                    target=self._forward,
+                    args=(source, sink, delay),
+                    name="lbtest-slow",
+                    daemon=True,
+                )
+                self._threads.append(thread)
+                thread.start()
+
+    @staticmethod
+    def _forward(source: socket.socket, sink: socket.socket, delay: float) -> None:
+        first = True
+        try:
+            while data := source.recv(65536):
+                if first and delay:
+                    time.sleep(delay)  # the fault under test: a late first answer
+                first = False
+                sink.sendall(data)
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for sock in self._sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in self._threads:
+            thread.join(5)
+
+
+def test_a_broker_slower_to_answer_than_grpcs_first_connect_attempt_is_healthy(
+    liftbridge_address: str,
+) -> None:
+    # gRPC gives a new connection's first attempt 100 ms to see the broker's SETTINGS: a
+    # broker whose answer takes 0.3 s failed that attempt at once, and the check said
+    # "unreachable within 5 s" after 0.1 s. It is asked again while the budget lasts.
+    slow = _SlowHandshake(liftbridge_address, 0.3)
+    try:
+        with Client([slow.address]) as client:
+            started = time.monotonic()
+            health = client.check_health(5.0)
+            assert time.monotonic() - started < 5.0
+            assert health.answered_by == slow.address
+    finally:
+        slow.close()
