@@ -14,7 +14,7 @@ from typing import Literal, overload
 
 from liftbridge_sync._durations import TIMEOUT_MAX_SECONDS, check_seconds
 from liftbridge_sync._ids import check_id, check_label, check_optional_text
-from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError
+from liftbridge_sync.errors import ArgumentTypeError, ConfigurationError, ServerError
 from liftbridge_sync.models import AckPolicy
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "check_stream_subject",
     "check_subject",
     "duration_ms",
+    "offset_after",
     "refuse_wildcards",
 ]
 
@@ -66,6 +67,20 @@ CREATE_SECONDS_PER_PARTITION = 0.02
 #: request ends the whole PublishAsync stream with RESOURCE_EXHAUSTED.
 SERVER_MAX_REQUEST_BYTES = 4 * 1024 * 1024
 RESERVED_STREAMS = frozenset({"__activity", "__cursors"})
+
+
+def offset_after(offset: int, what: str) -> int:
+    """The offset after ``offset``, a broker's (``what`` names it in the error).
+
+    Raises:
+        ServerError: ``offset`` is the largest an int64 offset can be (or more), which
+            nothing can follow: a request for the next one could not be encoded.
+    """
+    if offset >= INT64_MAX:
+        raise ServerError(
+            f"{what} is offset {offset}, the largest an offset can be: no message can follow it"
+        )
+    return offset + 1
 
 
 def check_int(name: str, value: object, *, minimum: int, maximum: int = INT64_MAX) -> int:

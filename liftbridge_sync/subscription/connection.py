@@ -25,6 +25,7 @@ from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.opening import SubscribeCall, open_subscribe
 from liftbridge_sync._transport.retry import backoff_delay, build_retrying, is_retryable
+from liftbridge_sync._wire.validate import offset_after
 from liftbridge_sync.errors import (
     BrokerUnavailableError,
     ClientClosedError,
@@ -148,7 +149,9 @@ class PartitionConnection:
         request = api_pb2.SubscribeRequest()
         request.CopyFrom(original)
         request.startPosition = api_pb2.OFFSET
-        request.startOffset = last - 1 if self.target.reverse else last + 1
+        request.startOffset = (
+            last - 1 if self.target.reverse else offset_after(last, "the last message read")
+        )
         return request
 
     def _exhausted(self) -> bool:

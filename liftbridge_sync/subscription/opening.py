@@ -16,7 +16,7 @@ from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import cursors, leader
 from liftbridge_sync._transport.aborting import DialAbort
 from liftbridge_sync._transport.core import ClientCore
-from liftbridge_sync._wire.validate import check_bool, check_name, check_partition
+from liftbridge_sync._wire.validate import check_bool, check_name, check_partition, offset_after
 from liftbridge_sync.errors import (
     ArgumentTypeError,
     ClientClosedError,
@@ -111,7 +111,11 @@ def build_subscribe_request(
     if pin_start:
         # The server computes the same offsets at subscribe time; fixing them here makes
         # a resubscribe before the first message resume exactly where this one began.
-        first = newest + 1 if kind is StartKind.NEW_ONLY else max(newest, 0)
+        first = (
+            offset_after(newest, "the newest message")
+            if kind is StartKind.NEW_ONLY
+            else max(newest, 0)
+        )
         request.startPosition = api_pb2.OFFSET
         request.startOffset = first
     elif kind is StartKind.NEW_ONLY:
@@ -143,7 +147,7 @@ def build_subscribe_request(
             instead="the earliest offset",
             log=_log,
         ):
-            first = cursor + 1
+            first = offset_after(cursor, f"cursor {start.cursor_id!r}")
             request.startPosition = api_pb2.OFFSET
             request.startOffset = first
         else:
@@ -259,7 +263,7 @@ def first_offset_since(
         return probe.offset
     last = first_from(api_pb2.OFFSET, committed, committed)
     if last is None or last.timestamp_ns < since_ns:
-        return committed + 1
+        return offset_after(committed, "the newest committed message")
     # Bisect the offsets o for the first at which "the first message at or after o is
     # not older": ``answer`` is that message's offset for the lowest o found so far.
     low, high, answer = 0, last.offset, last.offset
@@ -270,7 +274,9 @@ def first_offset_since(
             high, answer = middle, found.offset
         else:
             # Older (or gone since): so is everything up to it.
-            low = middle + 1 if found is None else max(middle, found.offset) + 1
+            low = offset_after(
+                middle if found is None else max(middle, found.offset), "a message read"
+            )
     return answer
 
 
