@@ -127,6 +127,13 @@ class ClientCore:
         closeable.close()
         raise ClientClosedError("client is closed")
 
+    def unregister(self, closeable: Any) -> None:
+        """Stop tracking ``closeable``: something else registered closes it now (a
+        stream subscription its partitions', registered each while it opened, so that
+        :meth:`close` ended its opening)."""
+        with self._lock:
+            self._closeables.discard(closeable)
+
     def holds_resources(self) -> bool:
         """Whether closing would end something: a channel, a thread, a subscription.
 

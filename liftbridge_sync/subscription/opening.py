@@ -400,7 +400,15 @@ def open_partition(
         ),
     )
     sub = Subscription(core, target)
-    sub.open(empty=request is None)
+    # Before it opens: close() then ends the opening too, which waits for the broker's
+    # handshake on the caller's thread (with h2 bounded by a timer on the scheduler
+    # that close() stops, so a silent broker held it for the keepalive, 30 s).
+    core.register(sub)  # closed, if the client is: ClientClosedError
+    try:
+        sub.open(empty=request is None)
+    except BaseException:
+        sub.close()
+        raise
     return sub
 
 

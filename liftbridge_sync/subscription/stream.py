@@ -428,6 +428,8 @@ def open_stream_subscription(
     result = StreamSubscription(core, stream, subs)
     try:
         core.register(result)
+        for sub in subs:  # closed by the stream subscription from now on
+            core.unregister(sub)
         result.watch_for_drop()
     except BaseException:
         result.close()
