@@ -139,4 +139,8 @@ def test_grpc_status_decodes_percent_encoded_messages() -> None:
         "no leader",
     )
     assert grpc_status({b"grpc-status": b"x"}) == (2, "")
+    # Only ASCII digits are a status: what int() would also read is UNKNOWN, not 14.
+    for loose in (b"1_4", b"+14", b" 14", b"14 ", b"\xd9\xa1\xd9\xa4", b"", b"9" * 5000):
+        assert grpc_status({b"grpc-status": loose}) == (2, ""), loose
+    assert grpc_status({b"grpc-status": b"0"}) == (0, "")
     assert grpc_status({}) == (None, "")

@@ -229,9 +229,11 @@ def grpc_status(fields: dict[bytes, bytes]) -> tuple[int | None, str]:
     raw = fields.get(b"grpc-status")
     status: int | None = None
     if raw is not None:
-        try:
+        # 1*DIGIT, as gRPC's HTTP/2 protocol spells it: int() would also take "+14",
+        # " 14" and "1_4", and read the last as UNAVAILABLE, which is retried.
+        if raw.isdigit() and len(raw) <= 10:  # bytes.isdigit(): ASCII digits only
             status = int(raw)
-        except ValueError:
+        else:
             status = grpc.StatusCode.UNKNOWN.value[0]
     message = fields.get(b"grpc-message")
     text = urllib.parse.unquote_to_bytes(message).decode("utf-8", "replace") if message else ""
