@@ -57,6 +57,7 @@ from liftbridge_sync.errors import (
     TLSError,
     UnobservedPublishFailuresError,
     UnsupportedError,
+    WaitTimeoutError,
     WrongThreadError,
 )
 
@@ -276,6 +277,7 @@ __all__ = [
     "UnknownActivity",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
+    "WaitTimeoutError",
     "WrongThreadError",
     "__version__",
     "speedups_active",

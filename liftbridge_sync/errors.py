@@ -15,6 +15,7 @@ Every exception derives from :class:`LiftbridgeError`::
     │   └── TLSError                         TLS set-up failed: certificates, names, TLS vs plain
     ├── NotLeaderError                       request reached a broker that does not lead
     ├── DeadlineExceededError (TimeoutError) an RPC deadline expired
+    ├── WaitTimeoutError (TimeoutError)      a call's own timeout ran out while it waited
     ├── StreamExistsError                    CreateStream: name already taken
     ├── NotFoundError
     │   ├── NoSuchStreamError
@@ -95,6 +96,7 @@ __all__ = [
     "TLSError",
     "UnobservedPublishFailuresError",
     "UnsupportedError",
+    "WaitTimeoutError",
     "WrongThreadError",
 ]
 
@@ -261,6 +263,13 @@ class NotLeaderError(LiftbridgeError):
 
 class DeadlineExceededError(LiftbridgeError, TimeoutError):
     """The RPC's deadline expired before the server answered."""
+
+
+class WaitTimeoutError(LiftbridgeError, TimeoutError):
+    """A blocking call's own ``timeout`` ran out while it waited: no message or no
+    assignment arrived, or publishes are still pending at a flush. Nothing failed: the
+    subscription, consumer or publisher stays usable and the call may be repeated.
+    A ``TimeoutError``, as these calls have always raised."""
 
 
 class StreamExistsError(LiftbridgeError):

@@ -27,6 +27,7 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     PublishQueueFullError,
     UnobservedPublishFailuresError,
+    WaitTimeoutError,
 )
 from liftbridge_sync.models import Ack
 
@@ -314,7 +315,7 @@ class Waiting:
             deadline = None if timeout is None else self._clock() + timeout
             self._loop.run_nested(future.done, deadline)
             if not future.done():
-                raise TimeoutError("publish did not complete in time")
+                raise WaitTimeoutError("publish did not complete in time")
         elif read_here and future._state != "FINISHED":
             lock = self._readers_lock
             with lock:
@@ -396,7 +397,7 @@ class Waiting:
                 done = self._waiters.wait_until(flushed, deadline)
             if not done:
                 left = table.left(upto)
-                raise TimeoutError(f"{left} publishes still pending after {timeout}s")
+                raise WaitTimeoutError(f"{left} publishes still pending after {timeout}s")
         if self._ledger.live:
             # The owner thread may still hold futures it has just failed (its locals
             # outlive waking us): one round trip through its inbox lets them go, so a

@@ -16,6 +16,7 @@ import time
 import types
 
 from liftbridge_sync._runtime.doorbell import Doorbell
+from liftbridge_sync.errors import WaitTimeoutError
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.partition import Subscription
 
@@ -113,7 +114,7 @@ class Mailbox:
         deadline = None if timeout is None else time.monotonic() + timeout
         taken = self._arrived.wait(self._cond, self._take, deadline)
         if taken is None:
-            raise TimeoutError("no message arrived within the timeout")
+            raise WaitTimeoutError("no message arrived within the timeout")
         return taken
 
     def _take(self) -> tuple[PartitionReader, Message] | None:

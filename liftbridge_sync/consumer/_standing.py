@@ -22,7 +22,7 @@ from liftbridge_sync.consumer._mailbox import Mailbox
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._stats import Counters
-from liftbridge_sync.errors import ClientClosedError
+from liftbridge_sync.errors import ClientClosedError, WaitTimeoutError
 
 __all__ = ["Standing"]
 
@@ -84,7 +84,7 @@ class Standing:
         """
         # In slices: a Ctrl-C the kernel gave another thread is handled within one.
         if not wait_event(self.settled, seconds):
-            raise TimeoutError("no assignment arrived within the timeout")
+            raise WaitTimeoutError("no assignment arrived within the timeout")
         with self._lock:
             closed, failure = self.closed, self.failure
         if closed:

@@ -33,6 +33,7 @@ from liftbridge_sync.errors import (
     ArgumentTypeError,
     ClientClosedError,
     ConfigurationError,
+    WaitTimeoutError,
 )
 from liftbridge_sync.models import Ack, AckPolicy
 from liftbridge_sync.nats._handoff import Handoff
@@ -462,11 +463,11 @@ class NatsPublisher:
         try:
             wait_future(marker.future, seconds)  # in slices, as _wait_for
         except concurrent.futures.TimeoutError:  # ours, or the NATS flush's AckTimeoutError
-            raise TimeoutError(f"NATS flush did not complete within {flush_limit}s") from None
+            raise WaitTimeoutError(f"NATS flush did not complete within {flush_limit}s") from None
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         not_done = wait_all(waiting, remaining)
         if not_done:
-            raise TimeoutError(f"{len(not_done)} publishes still pending after {seconds}s")
+            raise WaitTimeoutError(f"{len(not_done)} publishes still pending after {seconds}s")
         for future in waiting:
             # Failed by a close() on another thread meanwhile: not flushed, but given up.
             if not future.cancelled() and isinstance(future.exception(0), ClientClosedError):

@@ -36,6 +36,7 @@ from liftbridge_sync.errors import (
     PartitionPausedError,
     ServerError,
     StreamDeletedError,
+    WaitTimeoutError,
 )
 from liftbridge_sync.options import RetryPolicy
 from liftbridge_sync.subscription.lookup import (
@@ -310,7 +311,7 @@ class PartitionConnection:
         except Closed:
             raise StopIteration from None
         except ReadTimeout:
-            raise TimeoutError("no message arrived within the timeout") from None
+            raise WaitTimeoutError("no message arrived within the timeout") from None
         except Exception:
             if self.closed.is_set():
                 # Closing (or closing the client) broke the attempt in flight.

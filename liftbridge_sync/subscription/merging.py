@@ -21,7 +21,7 @@ import time
 
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE, Doorbell, join_sliced
 from liftbridge_sync._runtime.scheduler import Scheduler
-from liftbridge_sync.errors import InternalThreadError, LiftbridgeError
+from liftbridge_sync.errors import InternalThreadError, LiftbridgeError, WaitTimeoutError
 from liftbridge_sync.models import Message
 from liftbridge_sync.subscription.partition import Subscription
 
@@ -96,7 +96,7 @@ class Mailbox:
         deadline = None if timeout is None else time.monotonic() + timeout
         item = self._not_empty.wait(self._lock, self._take, deadline)
         if item is None:
-            raise TimeoutError("no message arrived within the timeout")
+            raise WaitTimeoutError("no message arrived within the timeout")
         return item
 
     def _take(self) -> Message | BaseException | None:

@@ -36,6 +36,7 @@ from liftbridge_sync.errors import (
     DeadlineExceededError,
     LiftbridgeError,
     UnsupportedError,
+    WaitTimeoutError,
     WrongThreadError,
 )
 from liftbridge_sync.models import Message, _set_message_pb, wire_message
@@ -392,7 +393,7 @@ class Subscription:
             except TimeoutError:
                 if self._conn.closed.is_set():
                     raise StopIteration from None
-                raise TimeoutError("no message arrived within the timeout") from None
+                raise WaitTimeoutError("no message arrived within the timeout") from None
             except LiftbridgeError as exc:
                 self._failures.on_broken(call, exc, timer, idle, deadline)
                 continue

@@ -21,6 +21,7 @@ from liftbridge_sync.errors import (
     LiftbridgeError,
     PartitionPausedError,
     ReadonlyPartitionError,
+    WaitTimeoutError,
 )
 from liftbridge_sync.subscription.connection import PartitionConnection
 from liftbridge_sync.subscription.lookup import ATTEMPT_AT_LEAST
@@ -216,7 +217,7 @@ class ReadFailures:
         if timer is not None and timer.fired and code == "CANCELLED":
             # Our own cancel: the connection is fine, so the next read resubscribes
             # without asking for metadata, with a fresh resubscribe budget.
-            raise TimeoutError("no message arrived within the timeout")
+            raise WaitTimeoutError("no message arrived within the timeout")
         if isinstance(exc, ReadonlyPartitionError):
             # End of a read-only partition, or the stop position was delivered (only
             # those texts of RESOURCE_EXHAUSTED: any other is a failure, raised below).

@@ -38,6 +38,7 @@ from liftbridge_sync import (
     RetryPolicy,
     ServerError,
     StartAt,
+    WaitTimeoutError,
 )
 from liftbridge_sync._proto import api_pb2, api_pb2_grpc
 from liftbridge_sync._runtime.doorbell import wait_event
@@ -586,7 +587,7 @@ def test_get_many_hands_out_batches_that_count_as_processed_at_the_next_read(
             assert 1 <= len(batch) <= 25
             got.extend(batch)
         assert sorted(m.value for m in got) == sorted(sent)
-        with pytest.raises(TimeoutError):
+        with pytest.raises(WaitTimeoutError):  # typed, and a TimeoutError
             a.get_many(10, 0.3)  # nothing left; the last batch is now processed
         newest: dict[int, int] = {}
         for m in got:

@@ -48,6 +48,7 @@ def test_tree_shape_documented_in_module_docstring() -> None:
         assert cls.__name__ in doc, f"{cls.__name__} missing from the drawn tree"
     assert issubclass(lb.AckTimeoutError, TimeoutError)
     assert issubclass(lb.DeadlineExceededError, TimeoutError)
+    assert issubclass(lb.WaitTimeoutError, TimeoutError)
     assert issubclass(lb.ConfigurationError, ValueError)
     assert issubclass(lb.EnvelopeError, ValueError)
     assert issubclass(lb.StreamDeletedError, lb.NotFoundError)
