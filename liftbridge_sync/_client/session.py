@@ -197,6 +197,8 @@ class Session:
         self.lock = threading.RLock()
         self.core.abandon_after_fork()
         self.core = ClientCore(self.options)
+        if self.publisher is not None:  # its futures carried across would never resolve
+            self.publisher.fail_in_forked_child()
         self.publisher = None
         # The parent's reports the parent's pid; the child's is made by its first publish.
         self.telemetry = None

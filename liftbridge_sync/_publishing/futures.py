@@ -39,6 +39,7 @@ __all__ = [
     "PublishFuture",
     "PyFutureCore",
     "Unobserved",
+    "fail_in_forked_child",
     "settle",
     "settle_acks",
     "settle_plain",
@@ -282,6 +283,18 @@ def _prime_attribute_layout() -> None:
 
 
 _prime_attribute_layout()
+
+
+def fail_in_forked_child(future: PublishFuture[Any], error: BaseException) -> None:
+    """Fail ``future``, pending in the parent, with ``error`` in a forked child.
+
+    Without the locks (a parent's thread may have held them at the fork) and without
+    its done-callbacks, which the parent registered for the parent's process: only its
+    outcome is set, so that ``result()`` and ``exception()`` raise it at once.
+    """
+    if future._state == _RUNNING:
+        future._exception = error
+        future._state = _FINISHED
 
 
 def settle_plain(

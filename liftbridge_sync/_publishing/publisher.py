@@ -42,7 +42,7 @@ from typing import Any
 
 from liftbridge_sync._publishing.answers import AckRouter
 from liftbridge_sync._publishing.batches import Batches
-from liftbridge_sync._publishing.futures import PublishFuture
+from liftbridge_sync._publishing.futures import PublishFuture, fail_in_forked_child
 from liftbridge_sync._publishing.owner import OwnerLoop, max_message
 from liftbridge_sync._publishing.pending import (
     WAKE,
@@ -60,7 +60,7 @@ from liftbridge_sync._transport.core import ClientCore
 from liftbridge_sync._transport.publish_stream import StreamOpener
 from liftbridge_sync._wire import speedups
 from liftbridge_sync._wire.publish_codec import _heads, frame_id, head
-from liftbridge_sync.errors import LiftbridgeError
+from liftbridge_sync.errors import ForkedClientError, LiftbridgeError
 from liftbridge_sync.models import Ack, AckPolicy
 
 __all__ = ["AckFuture", "Publisher"]
@@ -363,6 +363,23 @@ class Publisher:
                 what is still pending then fails with :class:`ClientClosedError`.
         """
         self._loop.close(timeout)
+
+    def fail_in_forked_child(self) -> None:
+        """In a forked child, right after the fork: fail every publish still pending
+        with :class:`ForkedClientError` (see :func:`~.futures.fail_in_forked_child`).
+        The parent's threads, which would have resolved them, do not exist here, and a
+        result waited for in the child would never come.
+
+        Not thread-safe, nor need it be: the child has one thread while its at-fork
+        hooks run, and the pending entries are read without the locks a parent's
+        thread may have held.
+        """
+        error = ForkedClientError(
+            "this publish was pending when the process forked: its outcome is the "
+            "parent's (the child's client publishes anew)"
+        )
+        for entry in list(self._table.entries.values()):
+            fail_in_forked_child(entry.future, error)
 
 
 _submit_plain = speedups.submit_plain

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+from liftbridge_sync.testing import FakeBroker
+
 #: Put ahead of each script: ``refusals(calls)`` makes each call (by name) in the child and
 #: gives the exit code, 0 when each raised ``ForkedClientError``, else 10 (one returned)
 #: or 20 (one raised something else), having printed which.
@@ -212,3 +214,56 @@ def test_a_nats_publisher_carried_across_fork_refuses_in_the_child() -> None:
     """Its liftbridge-nats thread is the parent's: a publish in the child waited on a
     lock that thread held at fork for ever, or, the lock free, for an ack nobody read."""
     _passes(_NATS_SCRIPT)
+
+
+_PENDING_FUTURE_SCRIPT = textwrap.dedent(
+    """
+    import faulthandler, os, sys, time
+    from liftbridge_sync import Client, ForkedClientError
+
+    client = Client(sys.argv[1], ack_timeout=30.0)
+    future = client.publish_async("s", b"never acknowledged")  # the broker stores it only
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(15, exit=True)  # a hang fails with a trace
+        started = time.monotonic()
+        code = 0
+        if not future.done():
+            print("not done in the child", flush=True)
+            code = 10
+        if not isinstance(future.exception(0.5), ForkedClientError):
+            print("exception():", repr(future.exception(0.5)), flush=True)
+            code = code or 20
+        try:
+            future.result()  # no timeout: it hung for good
+            print("result() returned", flush=True)
+            code = code or 30
+        except ForkedClientError:
+            pass
+        if time.monotonic() - started > 0.4:
+            print("the child waited", time.monotonic() - started, flush=True)
+            code = code or 40
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    # The parent's publish is the parent's: still pending here.
+    assert not future.done(), future
+    client.close(0.5)
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_publish_future_pending_at_fork_fails_at_once_in_the_child() -> None:
+    """A publish pending when the process forked is resolved by the parent's threads,
+    which the child lacks: there ``result()`` hung for good (``result(t)`` timed out
+    with a bare ``TimeoutError``), where the README promises ``ForkedClientError``."""
+    with FakeBroker("a") as broker:
+        broker.publish_script = lambda request, count: "store"
+        result = subprocess.run(
+            [sys.executable, "-c", _PENDING_FUTURE_SCRIPT, broker.address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert broker.received, "the publish never reached the broker"
