@@ -10,9 +10,12 @@ A client without metadata for the stream fetches it (on the probe thread) and se
 again meanwhile. A stream that is really gone fails with
 :class:`~liftbridge_sync.errors.NoSuchStreamError` (as soon as the metadata lacks it,
 else once the run is over), as the subscribe path decides "the server is recovering
-it". A run that is over has the stream fetched again and dropped from the metadata
-unless the answer has it: a stream deleted by another client stayed listed, so every
-later publish to it waited out a run of its own.
+it". Except shortly after the publish stream broke: a lone broker that restarted
+answers the metadata request from the same unrebuilt state, without the stream, so
+then an answer lacking it counts for nothing and the run's bound decides. A run that
+is over has the stream fetched again and dropped from the metadata unless the answer
+has it: a stream deleted by another client stayed listed, so every later publish to it
+waited out a run of its own.
 """
 
 from __future__ import annotations
@@ -38,9 +41,14 @@ class RecoveringPartitions:
     """
 
     def __init__(
-        self, core: ClientCore, refresh: Callable[[str], None], forget: Callable[[str], None]
+        self,
+        core: ClientCore,
+        refresh: Callable[[str], None],
+        forget: Callable[[str], None],
+        broke_at: Callable[[], float],
     ) -> None:
         self._core = core
+        self._broke_at = broke_at  # when the publish stream last broke (clock of `now`)
         self._refresh = refresh  # fetches a stream's metadata off this thread
         self._forget = forget  # the same, dropping the stream unless the answer has it
         retry = core.options.retry
@@ -69,8 +77,13 @@ class RecoveringPartitions:
                 self._refresh(key[0])
                 return True
             answered = snapshot is not None and snapshot.fetched_at > asked
-            return not answered and moment - asked < _ANSWER_WITHIN
-        if snapshot.partition(*key) is None:
+            if not answered and moment - asked < _ANSWER_WITHIN:
+                return True
+            if now - self._broke_at() >= self._bound:
+                return False
+            # The stream broke lately: the broker that lacks the stream may be a lone
+            # one still rebuilding its streams, and its metadata lacks them as well.
+        elif snapshot.partition(*key) is None:
             return False
         first, last = self._runs.get(key, (now, now))
         if now - last > self._gap:

@@ -79,6 +79,8 @@ class Resender:
         self._draining: dict[PublishStream, tuple[Collection[str], int]] = {}
         #: When the stream last broke or a broker last refused for want of NATS.
         self._disrupted_at = -INF
+        #: When the stream last broke (see RecoveringPartitions).
+        self._broke_at = -INF
         self._next_stall_check = 0.0
         #: Publishes the server could not hand to NATS, to send again at the time below,
         #: each with when it had last been re-sent as the refusal came (see refused).
@@ -86,7 +88,9 @@ class Resender:
         self._resend_refused_at: float | None = None
         self._refusals = 0  # consecutive rounds of such refusals (for the back-off)
         #: NOT_FOUND refusals from brokers still rebuilding their streams.
-        self._recovering = RecoveringPartitions(core, self._probe.refresh, self._probe.forget)
+        self._recovering = RecoveringPartitions(
+            core, self._probe.refresh, self._probe.forget, lambda: self._broke_at
+        )
         self.resent_after_stall = 0
         self.resent_after_refusal = 0
         self.stall_probes = 0
@@ -106,7 +110,7 @@ class Resender:
 
     def disrupted(self) -> None:
         """The stream broke: trouble for every partition silent since shortly before."""
-        self._disrupted_at = self._clock()
+        self._disrupted_at = self._broke_at = self._clock()
 
     # -- refusals ---------------------------------------------------------------------
 

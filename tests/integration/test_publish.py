@@ -480,6 +480,47 @@ def test_server_restart_during_pipelined_publishing(transport: str) -> None:
         assert not wrong, f"acked messages missing, (acked, stored): {sorted(wrong.items())[:5]}"
 
 
+def test_a_lone_server_restarting_is_no_missing_stream() -> None:
+    """A lone broker rebuilding its streams after a restart refuses publishes as "no such
+    stream", and answers the metadata request without the stream as well: a client that
+    had never fetched the stream's metadata failed dozens of publishes per restart with
+    NoSuchStreamError (a client that had, a few), for a stream that was there all along.
+    Right after its publish stream broke, the client sends them again instead."""
+    with LiftbridgeServer() as server:
+        name = unique()
+        with Client(server.address) as admin:
+            admin.create_stream(name, name)
+        with Client(server.address) as client:  # never asks for the stream's metadata
+            client.publish(name, b"before")
+            stop = threading.Event()
+            outcomes: list[BaseException | None] = []
+
+            def publish_on() -> None:
+                sent = 0
+                while not stop.is_set() or sent < 20:
+                    try:
+                        client.publish(name, b"%d" % sent)
+                        outcomes.append(None)
+                    except lb.LiftbridgeError as exc:
+                        outcomes.append(exc)
+                    sent += 1
+
+            publisher = threading.Thread(target=publish_on, name="lbtest-publisher")
+            publisher.start()
+            try:
+                wait_until(lambda: len(outcomes) >= 20, 30, "publishes before the restart")
+                server.restart(kill=True)
+                restarted_at = len(outcomes)
+                wait_until(
+                    lambda: outcomes[restarted_at:].count(None) >= 20, 60, "publishes after it"
+                )
+            finally:
+                stop.set()
+                publisher.join(60)
+            missing = [e for e in outcomes if isinstance(e, lb.NoSuchStreamError)]
+            assert not missing, f"{len(missing)} of {len(outcomes)}: {missing[0]}"
+
+
 def test_publish_batch_is_ordered_bounded_and_typed(
     liftbridge_address: str, new_stream: StreamFactory
 ) -> None:
