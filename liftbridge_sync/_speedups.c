@@ -71,7 +71,8 @@
  *       else: the one callback), leaving the empty tuple, and calls each with the
  *       future, in order. Stops at the first future with waiters and returns its index
  *       (len(futures) at the end), with (future, exception) for each callback that
- *       raised an Exception (the caller logs them); any other BaseException propagates.
+ *       raised an Exception or SystemExit (the caller logs them); any other
+ *       BaseException propagates.
  *   setup(ack_type, policies)
  *       The Ack class (a subclass of AckCore) and the AckPolicy members (LEADER, ALL,
  *       NONE).
@@ -644,8 +645,11 @@ call_callback(PyObject *callback, PyObject *future, PyObject *errors)
         Py_DECREF(r);
         return 1;
     }
-    if (!PyErr_ExceptionMatches(PyExc_Exception))
-        return -1; /* KeyboardInterrupt and the like: propagate */
+    /* SystemExit too: sys.exit() in a callback on a client's thread would only end that
+     * thread (threading ignores it there), and with it publishing for every thread of
+     * the process. KeyboardInterrupt (the main thread's) and the like propagate. */
+    if (!PyErr_ExceptionMatches(PyExc_Exception) && !PyErr_ExceptionMatches(PyExc_SystemExit))
+        return -1;
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     PyErr_NormalizeException(&type, &value, &tb);

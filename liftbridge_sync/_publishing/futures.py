@@ -468,6 +468,6 @@ def settle(
             for callback in callbacks if type(callbacks) is list else (callbacks,):
                 try:
                     callback(future)
-                except Exception:
+                except (Exception, SystemExit):  # SystemExit: see run_callbacks (C)
                     _log.exception("exception calling callback for %r", future)
     return changed
