@@ -471,7 +471,12 @@ class Client:
         All publishes of a client share one pipelined ``PublishAsync`` stream, so messages
         to one partition keep the order in which they were submitted. If the stream
         breaks (server restart, broker failure) it is reopened and unacknowledged
-        messages are re-sent in order: delivery is **at-least-once**.
+        messages are re-sent in order: delivery is **at-least-once**. The one exception
+        to the order: publishes that a failing partition leader lost silently are re-sent
+        once that is proven, and the new leader may have stored later publishes of the
+        partition before them (those of other threads, or those sent after the silence
+        began). A caller that needs a strict order across failovers waits for each ack
+        (:meth:`publish`) or uses ``expected_offset``.
 
         Args:
             stream: Stream name.
@@ -583,7 +588,8 @@ class Client:
         time as ``max_in_flight`` allows (so a batch larger than that waits for acks as
         it goes), and written together. Delivery is **at-least-once** and, per
         partition, in the order given (a broken stream is reopened and what was not
-        acknowledged is re-sent in order).
+        acknowledged is re-sent in order), except across a leader failover that lost
+        publishes silently (see :meth:`publish_async`).
 
         Args:
             stream: Stream name.
