@@ -57,6 +57,8 @@ _log = logging.getLogger("liftbridge_sync.publisher")
 
 #: Streams left to drain at most; a drain beyond it cancels the oldest.
 MAX_DRAINING = 4
+#: The least time a dial is given, seconds, however soon a pending publish is due.
+_LEAST_DIAL = 0.25
 
 
 class PublishConnection:
@@ -220,6 +222,18 @@ class PublishConnection:
     def _left(self, until: float) -> float:
         return max(0.0, until - self._clock())
 
+    def _dial_deadline(self) -> float | None:
+        """When a dial must be done (a :func:`time.monotonic` time): by the earliest
+        pending publish's deadline, at least :data:`_LEAST_DIAL` from now. The dial
+        blocks this thread, which fails publishes at their deadlines: a broker that
+        accepted the connection and said nothing held ``publish(timeout=1)`` for the
+        5 s of the handshake's own bound. ``None`` with nothing pending."""
+        # One C-level copy: the stream threads pop answered entries meanwhile.
+        deadlines = [entry.deadline for entry in list(self._table.entries.values())]
+        if not deadlines:
+            return None
+        return time.monotonic() + max(_LEAST_DIAL, min(deadlines) - self._clock())
+
     def _connect(self) -> None:
         if self._abort.aborted:
             return  # the publisher is closing: what is pending fails as close() decides
@@ -228,7 +242,12 @@ class PublishConnection:
         self.epoch += 1
         try:
             stream = self._opener(
-                self._core, address, self.epoch, self.on_stream_event, self._abort
+                self._core,
+                address,
+                self.epoch,
+                self.on_stream_event,
+                self._abort,
+                self._dial_deadline(),
             )
         except ClientClosedError as exc:
             if self._abort.aborted:

@@ -314,7 +314,12 @@ class PendingTable:
                         queue_.popleft()
                         if pending.pop(entry.correlation_id, None) is not entry:
                             continue  # the stream's thread resolved it just now
-                        what = "no ack" if entry.wants_ack else "not sent"
+                        unsent_from = self._unsent_from
+                        if unsent_from is not None and entry.seq >= unsent_from:
+                            # No stream was open since it was entered: nothing stored it.
+                            what = "not sent (no broker answered; never written)"
+                        else:
+                            what = "no ack" if entry.wants_ack else "not sent"
                         stream_name, partition = entry.partition_key()
                         error = AckTimeoutError(
                             f"{what} within {entry.timeout}s (stream {stream_name!r}, "

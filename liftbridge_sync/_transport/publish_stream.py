@@ -144,9 +144,11 @@ class PublishStream(Protocol):
 #: Opens stream ``epoch`` to the broker at ``address`` (channels and TLS settings come
 #: from the core); every response and the end of the stream go to ``on_event``. An
 #: opener that blocks (connects) does so only until the :class:`DialAbort` aborts (then
-#: it raises ``ClientClosedError``).
+#: it raises ``ClientClosedError``), and at most until the deadline it is given (a
+#: :func:`time.monotonic` time, or ``None``: ``rpc_timeout`` from now).
 StreamOpener = Callable[
-    [ClientCore, str, int, Callable[[StreamEvent], None], DialAbort], PublishStream
+    [ClientCore, str, int, Callable[[StreamEvent], None], DialAbort, float | None],
+    PublishStream,
 ]
 
 _END = object()
@@ -300,11 +302,12 @@ def open_grpc_stream(
     epoch: int,
     on_event: Callable[[StreamEvent], None],
     abort: DialAbort | None = None,
+    deadline: float | None = None,
 ) -> PublishStream:
     """The ``"grpc"`` :data:`StreamOpener`: grpcio's public streaming API. grpcio
-    connects later, on its own threads; with TLS, the first channel to a broker waits
-    for its pre-flight (:meth:`~.channels.ChannelPool.check_tls`), which ``abort``
-    ends."""
+    connects later, on its own threads (``deadline`` has nothing to bound); with TLS,
+    the first channel to a broker waits for its pre-flight
+    (:meth:`~.channels.ChannelPool.check_tls`), which ``abort`` ends."""
     if abort is not None:
         abort.check()
         core.pool.check_tls(address, abort=abort)  # channel() then finds it checked

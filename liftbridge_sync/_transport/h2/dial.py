@@ -279,13 +279,15 @@ def open_h2_stream(
     epoch: int,
     on_event: Callable[[StreamEvent], None],
     abort: DialAbort | None = None,
+    deadline: float | None = None,
 ) -> PublishStream:
     """The ``"h2"`` :data:`~liftbridge_sync._transport.publish_stream.StreamOpener`.
 
     Looks the host up and connects, negotiates TLS with ALPN ``h2`` when configured,
     sends the connection preface and the request headers, waits for the broker's first
-    frame (at most 5 s), all within ``rpc_timeout`` in all (the TLS pre-flight
-    included; the error names the step that ran out of it), then hands the socket to a new
+    frame (at most 5 s), all within ``rpc_timeout`` in all, or by ``deadline`` if that
+    comes first (the TLS pre-flight included; the error names the step that ran out of
+    it), then hands the socket to a new
     :class:`H2PublishStream`. Called on the publisher's owner thread; ``abort`` ends the
     TLS pre-flight (:meth:`~liftbridge_sync._transport.channels.ChannelPool.check_tls`),
     the name lookup, the connect, the TLS handshake, the write and the wait at once.
@@ -299,11 +301,15 @@ def open_h2_stream(
     if abort is not None:
         abort.check()
     options = core.options
-    # One bound for every step below, the pre-flight included: rpc_timeout in all.
-    bound = _Deadline(address, options.rpc_timeout)
+    # One bound for every step below, the pre-flight included: rpc_timeout in all (or
+    # the caller's deadline, if sooner).
+    budget = options.rpc_timeout
+    if deadline is not None:
+        budget = max(0.0, min(budget, deadline - time.monotonic()))
+    bound = _Deadline(address, budget)
     # The same TLS diagnosis as the gRPC channels get: a misconfiguration is a typed,
     # non-retried TLSError naming its cause, not a stream that never opens.
-    core.pool.check_tls(address, budget=options.rpc_timeout, abort=abort)
+    core.pool.check_tls(address, budget=budget, abort=abort)
     try:
         bound.left("the TLS pre-flight")  # it may have taken all of it
         sock, conn, stream_id = dial(
