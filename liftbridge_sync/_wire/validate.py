@@ -369,6 +369,15 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
         raise ArgumentTypeError(
             f"{name} must be bytes-like, not str; encode it first, e.g. {name}.encode()"
         )
+    try:
+        # Any other object with the buffer protocol (array.array, mmap, a NumPy array):
+        # bytes-like, as Python means it. Its bytes in memory order.
+        with memoryview(value) as view:  # type: ignore[arg-type]
+            return view.tobytes()
+    except TypeError:
+        pass
+    except ValueError as exc:  # released or unexported buffers
+        raise ArgumentTypeError(f"{name}: its buffer cannot be read: {exc}") from None
     raise ArgumentTypeError(f"{name} must be bytes-like, not {type(value).__name__}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import collections
 import functools
 import threading
@@ -519,6 +520,22 @@ def test_a_lone_server_restarting_is_no_missing_stream() -> None:
                 publisher.join(60)
             missing = [e for e in outcomes if isinstance(e, lb.NoSuchStreamError)]
             assert not missing, f"{len(missing)} of {len(outcomes)}: {missing[0]}"
+
+
+def test_every_buffer_is_bytes_like(liftbridge_address: str, new_stream: StreamFactory) -> None:
+    # Python's "bytes-like" is any object with the buffer protocol: array.array was
+    # refused ("must be bytes-like") where a memoryview cast of the same was taken.
+    name = new_stream()
+    numbers: Any = array.array("i", [1, 2, 3])  # the hints say bytes; any buffer goes
+    key: Any = array.array("b", [107])
+    with Client([liftbridge_address]) as client:
+        client.publish(name, numbers, key=key, headers={"h": numbers})
+        client.publish_async(name, numbers).result(10)
+        client.publish_batch(name, [numbers, (key, numbers)])
+        stored = read_all(client, name)
+    assert [m.value for m in stored] == [numbers.tobytes()] * 4
+    assert [m.key for m in stored] == [b"k", None, None, b"k"]
+    assert stored[0].headers["h"] == numbers.tobytes()
 
 
 def test_publish_batch_is_ordered_bounded_and_typed(
