@@ -695,7 +695,9 @@ class Client:
         """Publish to a literal NATS subject (any stream listening on it stores it).
 
         Headers are sent (the Go client drops them). When an ack is wanted the call
-        carries a deadline, so the server waits for the first ack.
+        carries a deadline, so the server waits for the first ack. A stream with
+        optimistic concurrency control refuses every message published this way with
+        :class:`IncorrectOffsetError`: the request has no expected offset to give it.
 
         Args:
             timeout: Seconds for the whole call (default: the client's ``ack_timeout``):
