@@ -9,6 +9,8 @@ into ``startingOffsets``.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 
 from liftbridge_sync import (
@@ -24,6 +26,10 @@ from liftbridge_sync.spark.cleaner import retry_segment_closed
 from liftbridge_sync.spark.config import load_json, parse_integer
 from liftbridge_sync.spark.preflight import brokers_named
 from liftbridge_sync.spark.source_options import SourceOptions
+
+_log = logging.getLogger("liftbridge_sync.spark")
+#: Seconds between the two looks at a watermark behind the newest offset.
+_STALE_AFTER = 0.25
 
 __all__ = [
     "CREATED",
@@ -147,9 +153,41 @@ def parse_spec(
     return result
 
 
-def high_watermarks(client: Client, stream: str, partitions: list[int]) -> Offsets:
-    """The high watermark (last committed offset, -1 when empty) of each partition."""
-    return {p: client.fetch_partition_metadata(stream, p).high_watermark for p in partitions}
+def high_watermarks(
+    client: Client, stream: str, partitions: list[int], *, warn_stale: bool = False
+) -> Offsets:
+    """The high watermark (last committed offset, -1 when empty) of each partition.
+
+    With ``warn_stale`` (where a read's end is fixed: a batch read, a streaming query's
+    start, an ``availableNow`` run), a partition whose newest offset is past its
+    watermark is looked at again a moment later, and a WARNING names the offsets a
+    watermark that did not move leaves out: after a restart v1.9.0 answers the
+    watermark it last checkpointed (-1 for a young stream) until it commits a new
+    message, and a read to ``latest`` then returned fewer rows than the log holds, or
+    none, without a word. (A watermark that moves is replication catching up.)
+    """
+    infos = {p: client.fetch_partition_metadata(stream, p) for p in partitions}
+    if warn_stale:
+        behind = [p for p, info in infos.items() if info.newest_offset > info.high_watermark]
+        if behind:
+            time.sleep(_STALE_AFTER)  # long enough for a live leader to commit
+            for partition in behind:
+                again = client.fetch_partition_metadata(stream, partition)
+                if again.high_watermark != infos[partition].high_watermark:
+                    infos[partition] = again  # it moves: no restart's stale watermark
+                    continue
+                _log.warning(
+                    "stream %r partition %d: offsets %d..%d are written but not committed "
+                    "(high watermark %d, not moving): the read ends before them. A "
+                    "restarted server answers the watermark it last checkpointed until it "
+                    "commits a new message: publish one, or read again once one was",
+                    stream,
+                    partition,
+                    again.high_watermark + 1,
+                    again.newest_offset,
+                    again.high_watermark,
+                )
+    return {p: info.high_watermark for p, info in infos.items()}
 
 
 def _first_offset(client: Client, stream: str, partition: int, start: StartAt, hw: int) -> int:

@@ -84,7 +84,7 @@ class BatchReader(DataSourceReader):
                 "option 'startingOffsets' may not be latest (-1) in a batch read: it "
                 "would read nothing (latest is for streaming reads)"
             )
-        hws = high_watermarks(client, opts.stream, ids)
+        hws = high_watermarks(client, opts.stream, ids, warn_stale=True)
         ends = end_offsets(client, opts, ids, hws)
         starts = start_offsets(client, opts, ids, hws, EARLIEST)
         for partition in sorted(starts):
@@ -167,8 +167,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _client(self) -> Client:
         return Client.for_process(self.options.client)
 
-    def _look(self) -> tuple[int, Offsets]:
-        """The stream's creation time (ns, 0 if unknown) and its high watermarks + 1.
+    def _look(self, warn_stale: bool = False) -> tuple[int, Offsets]:
+        """The stream's creation time (ns, 0 if unknown) and its high watermarks + 1
+        (``warn_stale``: see :func:`~.offsets.high_watermarks`).
 
         Raises:
             NoSuchStreamError, NoSuchPartitionError: the stream is gone (or going).
@@ -177,7 +178,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._client()
         info = stream_info(client, opts.stream)
         ids = stream_partitions(client, opts.stream, opts.partitions, info)
-        hws = high_watermarks(client, opts.stream, ids)
+        hws = high_watermarks(client, opts.stream, ids, warn_stale=warn_stale)
         return info.creation_timestamp_ns, {p: hw + 1 for p, hw in hws.items()}
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's name
@@ -191,7 +192,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         client = self._client()
         info = stream_info(client, opts.stream)
         ids = stream_partitions(client, opts.stream, opts.partitions, info)
-        hws = high_watermarks(client, opts.stream, ids)
+        hws = high_watermarks(client, opts.stream, ids, warn_stale=True)
         starts = start_offsets(client, opts, ids, hws, LATEST)
         for partition in sorted(starts):
             if starts[partition] > hws[partition] + 1:
@@ -230,7 +231,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             NoSuchStreamError, NoSuchPartitionError: the stream stayed missing.
         """
         try:
-            self._target = self._look()
+            self._target = self._look(warn_stale=True)
         except (NoSuchStreamError, NoSuchPartitionError):
             found = self._look_again()
             if found is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,3 +304,37 @@ def test_streaming_read_of_a_compacted_stream_writes_each_row_once(
     assert len(batches) >= 2
     rows = spark.read.parquet(str(out)).select("offset").collect()
     assert sorted(r.offset for r in rows) == left
+
+
+def test_a_read_end_fixed_at_a_restarted_servers_stale_watermark_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """After a restart v1.9.0 answers the watermark it last checkpointed (-1 for a young
+    stream) until it commits a new message: a batch read to ``latest``, a streaming
+    query's start and an ``availableNow`` run ended there and read nothing, without a
+    word. Where the source fixes a read's end, a watermark behind the newest offset that
+    does not move gets a WARNING naming what the read leaves out."""
+    from liftbridge_sync.spark.offsets import high_watermarks
+    from liftbridge_sync.testing import LiftbridgeServer
+
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream("stale", "stale")
+            for i in range(10):
+                client.publish("stale", b"m%d" % i)
+        server.restart()  # within 5 s of the creation: no watermark checkpointed yet
+        with Client(server.address) as client:
+            info = client.fetch_partition_metadata("stale", 0)
+            assert (info.high_watermark, info.newest_offset) == (-1, 9)  # the server's doing
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger="liftbridge_sync.spark"):
+                assert high_watermarks(client, "stale", [0]) == {0: -1}
+                assert not _spark_logs(caplog)  # only where a read's end is fixed
+                assert high_watermarks(client, "stale", [0], warn_stale=True) == {0: -1}
+            [told] = _spark_logs(caplog)
+            assert "offsets 0..9 are written but not committed" in told, told
+            assert "not moving" in told
+
+
+def _spark_logs(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "liftbridge_sync.spark"]
