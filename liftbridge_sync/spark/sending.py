@@ -26,6 +26,7 @@ from liftbridge_sync import (
     PublishRejectedError,
     partitioners,
 )
+from liftbridge_sync._runtime.fork import per_process
 from liftbridge_sync.spark.rows import RowMessage
 
 __all__ = [
@@ -110,9 +111,20 @@ class PublishSummary:
 
 def sink_partitioner(name: str) -> Partitioner | None:
     """The partitioner a sink's ``partitioner`` option names (``None``: the ``partition``
-    column, else partition 0)."""
+    column, else partition 0): one per process and name.
+
+    Each task makes a sender of its own, and a new ``RoundRobin`` starts every stream at
+    partition 0: twenty one-row tasks (or micro-batches) all went to partition 0. Shared
+    by the tasks a worker process runs, its rotation goes on from task to task.
+
+    Thread-safe and fork-safe (:func:`~liftbridge_sync._runtime.fork.per_process`).
+    """
     if name in partitioners.PARTITIONER_NAMES:
-        return partitioners.partitioner_named(name)
+        return per_process(
+            ("liftbridge_sync.spark.partitioner", name),
+            lambda: partitioners.partitioner_named(name),
+            usable=lambda _: True,
+        )
     return None
 
 

@@ -220,6 +220,24 @@ def test_plain_rows_are_published_in_runs_with_every_partitioner(
     assert {m.partition for m in spread_messages} == {0, 1, 2}
 
 
+def test_round_robin_goes_on_from_task_to_task(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # Each task made a RoundRobin of its own, which starts at partition 0: twenty
+    # one-row tasks all landed on partition 0, by either write path.
+    written, sunk = new_stream(partitions=3), new_stream(partitions=3)
+    df = spark.range(0, 20, 1, 20).selectExpr("cast(id as string) as value")
+    _writer(df, liftbridge_address, written).option("partitioner", "roundrobin").mode(
+        "append"
+    ).save()
+    df.foreachPartition(publish_partition(liftbridge_address, sunk, partitioner="roundrobin"))
+    for target in (written, sunk):
+        messages = read_all(liftbridge_client, target)
+        assert sorted(int(m.value) for m in messages) == list(range(20))
+        counts = [sum(1 for m in messages if m.partition == p) for p in range(3)]
+        assert min(counts) >= 1 and max(counts) <= 14, counts
+
+
 def test_a_row_over_the_servers_payload_limit_fails_the_write_unless_ack_policy_none(
     spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
 ) -> None:
