@@ -21,6 +21,7 @@ __all__ = [
     "CLIENT_OPTIONS",
     "client_options",
     "get_bool",
+    "parse_partition_key",
     "get_duration",
     "get_millis",
     "get_int",
@@ -108,10 +109,43 @@ def load_json(option: str, text: str, shape: str) -> Any:
             than the recursion limit.
     """
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_without_repeats)
+    except _RepeatedKey as exc:
+        raise ConfigurationError(
+            f"option {option!r} names {exc.key!r} twice in one JSON object (JSON "
+            "decoders keep one of them, and which is theirs to choose)"
+        ) from None
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise ConfigurationError(f"option {option!r} must be {shape}: {reason}") from None
+
+
+class _RepeatedKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's dict, refusing a key given twice (``json`` keeps the last)."""
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _RepeatedKey(key)
+        result[key] = value
+    return result
+
+
+#: A partition id as a JSON key: the decimal digits of a non-negative int32, as Spark
+#: and Kafka write them (no sign, space or leading zero).
+_PARTITION_KEY = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def parse_partition_key(key: str) -> int | None:
+    """``key`` as a partition id, or ``None`` if it is not one written plainly."""
+    if _PARTITION_KEY.fullmatch(key) is None or int(key) > 2**31 - 1:
+        return None
+    return int(key)
 
 
 def parse_integer(text: str) -> int | None:

@@ -23,7 +23,7 @@ from liftbridge_sync import (
 )
 from liftbridge_sync._wire.validate import INT64_MAX
 from liftbridge_sync.spark.cleaner import retry_segment_closed
-from liftbridge_sync.spark.config import load_json, parse_integer
+from liftbridge_sync.spark.config import load_json, parse_partition_key
 from liftbridge_sync.spark.preflight import brokers_named
 from liftbridge_sync.spark.source_options import SourceOptions
 
@@ -130,7 +130,7 @@ def parse_spec(
     result = dict.fromkeys(partitions, default)
     given: set[int] = set()
     for key, value in per_partition.items():
-        partition = parse_integer(key)
+        partition = parse_partition_key(key)
         if partition is None:
             raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id")
         if partition not in result:

@@ -22,6 +22,7 @@ from liftbridge_sync.spark.config import (
     load_json,
     lower_keys,
     parse_integer,
+    parse_partition_key,
     stream_option,
 )
 
@@ -204,7 +205,7 @@ def _timestamps(option: str, raw: str | None, stream: str) -> tuple[tuple[int, i
         )
     pairs: list[tuple[int, int]] = []
     for key, value in parsed[stream].items():
-        partition = parse_integer(key)
+        partition = parse_partition_key(key)
         if partition is None or partition < 0:
             raise ConfigurationError(f"option {option!r}: {key!r} is not a partition id")
         if any(partition == seen for seen, _ in pairs):

@@ -429,7 +429,10 @@ _DEEP = "[" * 100_000 + "]" * 100_000
         ({"partitions": "1_0"}, "option 'partitions' must list partition ids"),
         ({"partitions": '["1"]'}, None),  # a JSON string of digits reads as the id
         ({"startingOffsetsByTimestamp": f'{{"s": {{"0": {_HUGE}}}}}'}, "must be JSON like"),
-        ({"startingOffsetsByTimestamp": '{"s": {"0": 1, "00": 2}}'}, "partition 0 twice"),
+        ({"startingOffsetsByTimestamp": '{"s": {"0": 1, "00": 2}}'}, "'00' is not a partit"),
+        # JSON's own repeats: json.loads kept the last, and the read took it silently.
+        ({"startingOffsetsByTimestamp": '{"s": {"0": 1, "0": 2}}'}, "names '0' twice"),
+        ({"startingOffsetsByTimestamp": '{"s": {"+0": 1}}'}, "'\\+0' is not a partition"),
         ({"maxOffsetsPerTrigger": str(2**63)}, "'maxOffsetsPerTrigger' must be at most"),
         ({"minPartitions": str(2**64)}, "'minPartitions' must be at most"),
         ({"minPartitions": "1_000"}, "'minPartitions' must be an integer"),
@@ -466,8 +469,13 @@ def test_odd_read_option_values_are_refused_by_name(
     ("options", "refused"),
     [
         ({"startingOffsets": f'{{"s": {{"0": {_HUGE}}}}}'}, "'earliest', 'latest' or JSON"),
-        ({"startingOffsets": '{"s": {"0": 1, "00": 2}}'}, "names partition 0 twice"),
+        ({"startingOffsets": '{"s": {"0": 1, "00": 2}}'}, "'00' is not a partition id"),
         ({"startingOffsets": '{"s": {"0_0": 1}}'}, "'0_0' is not a partition id"),
+        # JSON's own repeats: json.loads kept the last, and the read took it silently.
+        ({"startingOffsets": '{"s": {"0": 9, "0": 3}}'}, "names '0' twice in one JSON"),
+        ({"endingOffsets": '{"s": {"0": 9}, "s": {"0": 3}}'}, "names 's' twice in one JSON"),
+        ({"startingOffsets": '{"s": {" 0": 1}}'}, "' 0' is not a partition id"),
+        ({"startingOffsets": '{"s": {"+0": 1}}'}, "'\\+0' is not a partition id"),
         ({"endingOffsets": _DEEP}, "'endingOffsets' must be .*nested too deeply"),
     ],
 )
