@@ -61,10 +61,14 @@ def _to_ns(value: datetime | int, what: str) -> int:
         )
     try:
         ns = ns_from_datetime(value) if isinstance(value, datetime) else value
-    except (ValueError, OverflowError, OSError) as exc:
+    except (ValueError, OverflowError, OSError):
         # A naive datetime is taken as local time, and the platform's conversion fails
         # near the ends of datetime's range (datetime(1, 1, 1): "year 0 is out of range").
-        raise ConfigurationError(f"{what} {value!r} is out of range: {exc}") from None
+        # Near the start of datetime's range that is before 1970, as the rest say.
+        early = isinstance(value, datetime) and value.year < 1970
+        raise ConfigurationError(
+            f"{what} must not be before 1970" if early else f"{what} {value} is out of range"
+        ) from None
     if ns < 0:
         raise ConfigurationError(f"{what} must not be before 1970")
     if ns > _INT64_MAX:  # the wire's int64 nanoseconds end in April 2262
