@@ -360,23 +360,20 @@ def check_bytes(name: str, value: object, *, optional: bool = False) -> bytes | 
         return None
     if isinstance(value, bytes):
         return value
-    if isinstance(value, bytearray | memoryview):
-        try:
-            return bytes(value)
-        except ValueError:  # a released memoryview
-            raise ArgumentTypeError(f"{name} is a released memoryview") from None
     if isinstance(value, str):
         raise ArgumentTypeError(
             f"{name} must be bytes-like, not str; encode it first, e.g. {name}.encode()"
         )
     try:
-        # Any other object with the buffer protocol (array.array, mmap, a NumPy array):
-        # bytes-like, as Python means it. Its bytes in memory order.
+        # Any object with the buffer protocol (bytearray, memoryview, array.array, mmap,
+        # a NumPy array): bytes-like, as Python means it. Its bytes in memory order.
         with memoryview(value) as view:  # type: ignore[arg-type]
             return view.tobytes()
     except TypeError:
         pass
     except ValueError as exc:  # released or unexported buffers
+        if isinstance(value, memoryview):
+            raise ArgumentTypeError(f"{name} is a released memoryview") from None
         raise ArgumentTypeError(f"{name}: its buffer cannot be read: {exc}") from None
     raise ArgumentTypeError(f"{name} must be bytes-like, not {type(value).__name__}")
 
