@@ -110,6 +110,10 @@ class PartitionInfo:
     high_watermark: int = -1
     #: Offset of the last written message, -1 if none.
     newest_offset: int = -1
+    #: The server's flag. v1.9.0 never clears it once the partition was paused: a
+    #: partition resumed since still says paused. A message received after the last
+    #: pause or resume (``messages_received`` later than ``paused_changed``) shows it
+    #: live.
     paused: bool = False
     readonly: bool = False
     messages_received: EventTimestamps = EventTimestamps()

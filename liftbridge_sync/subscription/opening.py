@@ -26,6 +26,7 @@ from liftbridge_sync.errors import (
 from liftbridge_sync.models import Message
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
+from liftbridge_sync.subscription.refusals import is_paused
 
 __all__ = [
     "build_subscribe_request",
@@ -193,7 +194,7 @@ def cursor_in_range(
     ends the look-up's back-offs at once (``ClientClosedError``).
     """
     meta = leader.fetch_partition_metadata(core, stream, partition, abort=abort)
-    if meta.paused or cursor <= meta.newest_offset:
+    if is_paused(meta) or cursor <= meta.newest_offset:
         return True
     log.warning(
         "%s/%d: cursor %s%d is past the partition's newest offset %d (the stream was "

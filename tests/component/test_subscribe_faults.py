@@ -559,6 +559,54 @@ def test_a_reader_caught_in_a_segment_swap_at_open_is_retried(
     assert len(broker.subscribe_requests) == 3
 
 
+class _OncePaused(FakeBroker):
+    """A broker whose metadata lists partition 0 as paused, as v1.9.0 goes on listing
+    a partition paused once and resumed since (it never clears the flag), with its
+    last pause or resume at ``changed_ns`` and its last message received at
+    ``received_ns``."""
+
+    def __init__(self, changed_ns: int, received_ns: int) -> None:
+        super().__init__("a")
+        self.changed_ns = changed_ns
+        self.received_ns = received_ns
+
+    def FetchMetadata(  # noqa: N802 - gRPC method name
+        self, request: api_pb2.FetchMetadataRequest, context: grpc.ServicerContext
+    ) -> api_pb2.FetchMetadataResponse:
+        response = super().FetchMetadata(request, context)
+        for stream in response.streamMetadata:
+            partition = stream.partitions[0]
+            partition.paused = True
+            partition.pauseTimestamps.firstTimestamp = self.changed_ns - 1
+            partition.pauseTimestamps.latestTimestamp = self.changed_ns
+            partition.messagesReceivedTimestamps.firstTimestamp = 1
+            partition.messagesReceivedTimestamps.latestTimestamp = self.received_ns
+        return response
+
+
+@pytest.mark.parametrize("published_since", [True, False], ids=["resumed", "paused"])
+def test_a_partition_paused_once_reads_as_paused_only_without_a_message_since(
+    published_since: bool,
+) -> None:
+    # v1.9.0 lists a partition paused forever once it was paused, resumed or not: a
+    # passing "segment has been closed" (a compaction) on a partition an auto-pause had
+    # once stopped ended the read as paused. A message received since the last pause or
+    # resume shows the partition live.
+    changed = 2_000_000_000
+    fake = _OncePaused(changed, changed + 5 if published_since else changed - 5).start()
+    try:
+        details = "Failed to create stream reader: segment has been closed"
+        fake.subscribe_scripts = [refuse(SC.INTERNAL, details)] * 2 + [serve([0, 1], "end")]
+        with make_client(fake) as client:
+            if published_since:
+                assert values(client.subscribe("s", start=StartAt.earliest())) == [0, 1]
+            else:
+                with pytest.raises(lb.PartitionPausedError, match="resume=True"):
+                    client.subscribe("s", start=StartAt.earliest())
+    finally:
+        fake.stop()
+
+
 def test_a_reader_caught_in_a_segment_swap_mid_stream_resubscribes(
     broker: FakeBroker, client: Client
 ) -> None:

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from liftbridge_sync import Client, PartitionPausedError, StartAt, StopAt
+from liftbridge_sync.subscription.refusals import is_paused
 from tests.cli.conftest import CLI, cli_env
 
 from .conftest import unique
@@ -109,4 +110,26 @@ def test_the_command_line_names_the_pause_and_the_way_out(liftbridge_address: st
             timeout=60,
         )
         assert (resumed.returncode, resumed.stdout) == (0, "x\n"), resumed.stderr
+        client.delete_stream(name)
+
+
+def test_a_partition_resumed_by_a_publish_is_not_read_as_paused(liftbridge_address: str) -> None:
+    # v1.9.0 never clears a partition's paused flag once it was paused; the client
+    # reads it as paused only without a message received since the last pause or
+    # resume, which a publish (that resumes it) always leaves.
+    name = unique("paused")
+    with Client([liftbridge_address]) as client:
+        client.create_stream(name, name)
+        client.publish(name, b"before")
+        client.pause_stream(name)
+        meta = client.fetch_partition_metadata(name, 0)
+        assert meta.paused and is_paused(meta)
+        client.publish(name, b"after")  # resumes the partition
+        meta = client.fetch_partition_metadata(name, 0)
+        assert meta.paused  # the server's flag: still set
+        assert not is_paused(meta)
+        with client.subscribe(name, start=StartAt.earliest(), stop=StopAt.offset(1)) as sub:
+            assert [m.value for m in sub] == [b"before", b"after"]
+        client.pause_stream(name)
+        assert is_paused(client.fetch_partition_metadata(name, 0))
         client.delete_stream(name)
