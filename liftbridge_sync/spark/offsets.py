@@ -24,6 +24,7 @@ from liftbridge_sync import (
 from liftbridge_sync._wire.validate import INT64_MAX
 from liftbridge_sync.spark.cleaner import retry_segment_closed
 from liftbridge_sync.spark.config import load_json, parse_partition_key
+from liftbridge_sync.spark.paused import paused_told
 from liftbridge_sync.spark.preflight import brokers_named
 from liftbridge_sync.spark.source_options import SourceOptions
 
@@ -190,21 +191,25 @@ def high_watermarks(
     return {p: info.high_watermark for p, info in infos.items()}
 
 
-def _first_offset(client: Client, stream: str, partition: int, start: StartAt, hw: int) -> int:
-    """Offset of the first message at ``start`` up to ``hw``, or ``hw + 1`` if none."""
+def _first_offset(
+    client: Client, stream: str, partition: int, start: StartAt, hw: int, resume: bool
+) -> int:
+    """Offset of the first message at ``start`` up to ``hw``, or ``hw + 1`` if none
+    (``resume``: option ``resumePaused``)."""
     if hw < 0:
         return 0
 
     def first() -> int:
         with client.subscribe(
-            stream, partition=partition, start=start, stop=StopAt.offset(hw)
+            stream, partition=partition, start=start, stop=StopAt.offset(hw), resume=resume
         ) as sub:
             for message in sub:
                 return message.offset
         return hw + 1
 
     # A compacted stream's cleaner may close the segment under the reader.
-    return retry_segment_closed(first)
+    with paused_told(stream, partition):
+        return retry_segment_closed(first)
 
 
 class NoOffsetForTimestampError(ConfigurationError):
@@ -241,6 +246,7 @@ def resolve(
     timestamps: Mapping[int, int] | None = None,
     strategy: str = "latest",
     option: str = "startingTimestamp",
+    resume: bool = False,
 ) -> Offsets:
     """Replace the -2/-1 markers (or start timestamps) with real next-offsets.
 
@@ -253,6 +259,8 @@ def resolve(
     Raises:
         NoOffsetForTimestampError: a timestamp matches no message with strategy
             ``"error"`` (the message names the partition and ``option``).
+        PartitionPausedError: a partition to look in is paused and ``resume`` (option
+            ``resumePaused``) is off.
     """
     result: Offsets = {}
     for partition, offset in spec.items():
@@ -262,7 +270,7 @@ def resolve(
             # Past April 2262 is past every message (the server keeps int64 nanoseconds):
             # the same as the last instant it can store, so Long.MaxValue means "no end".
             at = StartAt.timestamp(min(timestamp_ms * 1_000_000, INT64_MAX))
-            found = _first_offset(client, stream, partition, at, hw)
+            found = _first_offset(client, stream, partition, at, hw, resume)
             if found > hw and strategy == "error":
                 raise NoOffsetForTimestampError(
                     f"stream {stream!r} partition {partition}: no message at or after "
@@ -272,7 +280,9 @@ def resolve(
                 )
             result[partition] = found
         elif offset == EARLIEST:
-            result[partition] = _first_offset(client, stream, partition, StartAt.earliest(), hw)
+            result[partition] = _first_offset(
+                client, stream, partition, StartAt.earliest(), hw, resume
+            )
         elif offset == LATEST:
             result[partition] = hw + 1
         else:
@@ -307,7 +317,14 @@ def start_offsets(
         timestamps = timestamps_for(option, options.starting_timestamps, partitions)
         strategy = options.timestamp_strategy or "error"
     return resolve(
-        client, stream, spec, hws, timestamps=timestamps, strategy=strategy, option=option
+        client,
+        stream,
+        spec,
+        hws,
+        timestamps=timestamps,
+        strategy=strategy,
+        option=option,
+        resume=options.resume_paused,
     )
 
 
@@ -334,7 +351,15 @@ def end_offsets(
         timestamps = timestamps_for(
             "endingOffsetsByTimestamp", options.ending_timestamps, partitions
         )
-    return resolve(client, stream, spec, hws, timestamps=timestamps, strategy="latest")
+    return resolve(
+        client,
+        stream,
+        spec,
+        hws,
+        timestamps=timestamps,
+        strategy="latest",
+        resume=options.resume_paused,
+    )
 
 
 #: Key of the stream's creation time in streaming offsets, ``{CREATED: {stream: ns}}``:

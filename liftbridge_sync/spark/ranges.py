@@ -28,6 +28,7 @@ from liftbridge_sync.spark.cleaner import (
     is_segment_closed,
     retry_segment_closed,
 )
+from liftbridge_sync.spark.paused import paused_told
 from liftbridge_sync.spark.source_options import SourceOptions
 
 __all__ = [
@@ -159,7 +160,14 @@ def read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_p
         DataLossError: offsets of the range fell off the log and ``failOnDataLoss``
             is on.
         TimeoutError: no message came for ``pollTimeoutMs`` while the range was unfinished.
+        PartitionPausedError: the partition is paused and option ``resumePaused`` is off.
     """
+    with paused_told(piece.stream, piece.partition):
+        yield from _read_wire(options, piece)
+
+
+def _read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_pb2.Message]]:
+    """:func:`read_wire` without the paused partition's wording."""
     client = Client.for_process(options.client)
     next_offset = piece.start
     closed_segments = 0
@@ -260,6 +268,7 @@ def _batches(
         start=StartAt.offset(start),
         stop=StopAt.offset(piece.end - 1),
         read_isr_replica=options.read_isr_replica,
+        resume=options.resume_paused,
     ) as sub:
         resubscribes = -1
         while True:
@@ -274,14 +283,19 @@ def _batches(
             resubscribes = now
 
 
-def earliest_offset(client: Client, stream: str, partition: int, timeout: float) -> int | None:
-    """Offset of the oldest message the partition still holds.
+def earliest_offset(
+    client: Client, stream: str, partition: int, timeout: float, resume: bool = False
+) -> int | None:
+    """Offset of the oldest message the partition still holds (``resume``: option
+    ``resumePaused``).
 
     Returns ``None`` when none came within ``timeout`` seconds: the log is empty.
     """
 
     def oldest() -> int | None:
-        with client.subscribe(stream, partition=partition, start=StartAt.earliest()) as sub:
+        with client.subscribe(
+            stream, partition=partition, start=StartAt.earliest(), resume=resume
+        ) as sub:
             try:
                 return sub.get(timeout).offset
             except (StopIteration, TimeoutError):
@@ -313,7 +327,7 @@ def check_data_loss(
     """
     start = piece.start if gap_start is None else gap_start
     wait = min(options.poll_timeout, _EARLIEST_WAIT)
-    earliest = earliest_offset(client, piece.stream, piece.partition, wait)
+    earliest = earliest_offset(client, piece.stream, piece.partition, wait, options.resume_paused)
     if earliest is not None and earliest <= start:
         return  # the gap is inside the log: compaction
     if earliest is None:

@@ -69,6 +69,7 @@ READ_NAMES = (
     "includeHeaders",
     "failOnDataLoss",
     "readISRReplica",
+    "resumePaused",
     "pollTimeoutMs",
 )
 
@@ -279,6 +280,9 @@ class SourceOptions:
         include_headers: Add the ``headers`` column.
         fail_on_data_loss: Fail when offsets to be read were deleted (retention).
         read_isr_replica: Read from a random in-sync replica instead of the leader.
+        resume_paused: Resume a paused partition the read needs (its subscriptions ask
+            the server to, as ``subscribe(resume=True)``); without it such a read fails
+            with :class:`~liftbridge_sync.errors.PartitionPausedError` naming the option.
         poll_timeout: Seconds a reading task waits for the next message of its range.
     """
 
@@ -300,6 +304,7 @@ class SourceOptions:
     include_headers: bool = False
     fail_on_data_loss: bool = True
     read_isr_replica: bool = False
+    resume_paused: bool = False
     poll_timeout: float = 120.0
 
     @classmethod
@@ -360,5 +365,6 @@ class SourceOptions:
             include_headers=get_bool(lowered, "includeHeaders", False),
             fail_on_data_loss=get_bool(lowered, "failOnDataLoss", True),
             read_isr_replica=get_bool(lowered, "readISRReplica", False),
+            resume_paused=get_bool(lowered, "resumePaused", False),
             poll_timeout=get_millis(lowered, "pollTimeoutMs", 120_000.0),
         )

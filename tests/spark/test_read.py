@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client
+from liftbridge_sync import Client, StartAt, StopAt
 from tests.integration.conftest import StreamFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -142,6 +142,7 @@ def test_empty_stream_reads_no_rows(
         ("startingOffsetsByTimestampStrategy", "latest", "applies only with"),
         ("endingTimestamp", "soon", "option 'endingTimestamp' must be an integer"),
         ("includeHeaders", "yes", "option 'includeHeaders' must be 'true' or 'false'"),
+        ("resumePaused", "yes", "option 'resumePaused' must be 'true' or 'false'"),
         ("partitions", "0,7", "has no partition [7]"),
         ("liftbridge.bogus", "1", "unknown option 'liftbridge.bogus'"),
     ],
@@ -188,6 +189,36 @@ def test_starting_after_ending_is_refused(
     empty = _reader(spark, liftbridge_address, stream)
     empty = empty.option("startingOffsets", json.dumps({stream: {"0": 10}}))
     assert empty.load().count() == 0
+
+
+def test_a_paused_partition_is_read_only_with_resume_paused(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # The read failed with the core client's "subscribe with resume=True", which a Spark
+    # user cannot pass; no read option resumed the partition.
+    stream = new_stream(partitions=2)
+    _fill(liftbridge_client, stream, 2, 10)
+    liftbridge_client.pause_stream(stream, partitions=[0])
+    told = "partition 0 is paused: set option resumePaused=true"
+    # From earliest, the planner looks for the first offset: it fails there.
+    with pytest.raises(Exception, match=told):
+        _reader(spark, liftbridge_address, stream).load().collect()
+    # From given offsets the planner subscribes to nothing: the task fails.
+    given = _reader(spark, liftbridge_address, stream)
+    given = given.option("startingOffsets", json.dumps({stream: {"0": 0, "1": 0}}))
+    with pytest.raises(Exception, match=told):
+        given.load().collect()
+    assert liftbridge_client.fetch_partition_metadata(stream, 0).paused
+    rows = _reader(spark, liftbridge_address, stream).option("resumePaused", "true").load()
+    assert sorted((r.partition, r.offset, bytes(r.value)) for r in rows.collect()) == [
+        (p, i, f"p{p}-{i}".encode()) for p in range(2) for i in range(10)
+    ]
+    # Resumed: a subscription that does not ask to resume reads it. (v1.9.0's metadata
+    # goes on saying paused after a resume: its flag is never cleared.)
+    with liftbridge_client.subscribe(
+        stream, partition=0, start=StartAt.earliest(), stop=StopAt.offset(9)
+    ) as sub:
+        assert [m.offset for m in sub] == list(range(10))
 
 
 def test_missing_stream_and_unreachable_broker(spark: Any, liftbridge_address: str) -> None:
