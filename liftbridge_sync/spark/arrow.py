@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 from liftbridge_sync import ConfigurationError
 from liftbridge_sync._proto import api_pb2
 
-__all__ = ["BATCH_ROWS", "LOG_APPEND_TIME", "arrow_schema", "record_batches"]
+__all__ = ["BATCH_ROWS", "LOG_APPEND_TIME", "arrow_schema", "check_read_schema", "record_batches"]
 
 #: Rows per record batch. Small enough that a batch's wire messages are still in the CPU
 #: cache when their columns are built: with Spark's 10,000 (its default
@@ -36,34 +36,56 @@ BATCH_ROWS = 1024
 #: stamps each message when it stores it; publishers cannot set the time.
 LOG_APPEND_TIME = 1
 
-_COLUMNS = frozenset(
-    {
-        "key",
-        "value",
-        "stream",
-        "partition",
-        "offset",
-        "timestamp",
-        "timestampType",
-        "subject",
-        "replySubject",
-        "correlationId",
-        "headers",
-    }
-)
+#: The source's columns with their Spark types (``DataType.simpleString()``), as
+#: :func:`~.schema.schema_ddl` declares them.
+_COLUMN_TYPES = {
+    "key": "binary",
+    "value": "binary",
+    "stream": "string",
+    "partition": "int",
+    "offset": "bigint",
+    "timestamp": "timestamp",
+    "timestampType": "int",
+    "subject": "string",
+    "replySubject": "string",
+    "correlationId": "string",
+    "headers": "array<struct<key:string,value:binary>>",
+}
+
+
+def check_read_schema(schema: StructType) -> None:
+    """Refuse a read schema (one given with ``.schema(...)``) the source cannot fill:
+    a column it does not have, or one of another type. Any subset of its columns, in
+    any order, is read. Checked where the read is planned: the batches would otherwise
+    fail on the executors, late, in Arrow's words.
+
+    Raises:
+        ConfigurationError: naming the first such column and what the source has.
+
+    Pure function; thread-safe.
+    """
+    for field in schema.fields:
+        expected = _COLUMN_TYPES.get(field.name)
+        if expected is None:
+            raise ConfigurationError(
+                f"the liftbridge source has no column {field.name!r}; its columns: "
+                f"{', '.join(f'{n} {t}' for n, t in _COLUMN_TYPES.items())}"
+            )
+        given = field.dataType.simpleString()
+        if given != expected:
+            raise ConfigurationError(
+                f"column {field.name!r} of the read schema is {given}: the liftbridge "
+                f"source reads it as {expected} (cast it after the read)"
+            )
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema Spark expects for ``schema`` (the one it checks batches against).
 
     Raises:
-        ConfigurationError: ``schema`` has a column the source does not provide.
+        ConfigurationError: see :func:`check_read_schema`.
     """
-    unknown = [name for name in schema.fieldNames() if name not in _COLUMNS]
-    if unknown:
-        raise ConfigurationError(
-            f"the liftbridge source has no column {unknown}; its columns: {sorted(_COLUMNS)}"
-        )
+    check_read_schema(schema)
     return to_arrow_schema(schema, timezone="UTC")
 
 

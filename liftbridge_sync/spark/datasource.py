@@ -158,13 +158,16 @@ class LiftbridgeDataSource(DataSource):
         """A batch reader.
 
         Raises:
-            ConfigurationError: a bad option, or a streaming-only one
-                (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``).
+            ConfigurationError: a bad option, a streaming-only one
+                (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``),
+                or a read schema with a column the source lacks or of another type.
         """
+        from liftbridge_sync.spark.arrow import check_read_schema
         from liftbridge_sync.spark.readers import BatchReader
 
         source = self._source()
         self._only_for("batch", STREAM_ONLY_OPTIONS)
+        check_read_schema(schema)
         return BatchReader(source, schema)
 
     def streamReader(  # noqa: N802 - Spark's name
@@ -172,16 +175,19 @@ class LiftbridgeDataSource(DataSource):
     ) -> StreamReader | RefusedStreamReader:
         """A micro-batch stream reader.
 
-        A bad option, or a batch-only one (``endingOffsets``,
-        ``endingOffsetsByTimestamp``, ``endingTimestamp``), gives a reader that raises
+        A bad option, a batch-only one (``endingOffsets``,
+        ``endingOffsetsByTimestamp``, ``endingTimestamp``), or a read schema the source
+        cannot fill (see :func:`~.arrow.check_read_schema`) gives a reader that raises
         the ``ConfigurationError`` from Spark's first call (see
         :class:`~liftbridge_sync.spark.readers.RefusedStreamReader` for why not here).
         """
+        from liftbridge_sync.spark.arrow import check_read_schema
         from liftbridge_sync.spark.readers import RefusedStreamReader, StreamReader
 
         try:
             source = self._source()
             self._only_for("streaming", BATCH_ONLY_OPTIONS)
+            check_read_schema(schema)
         except ConfigurationError as refusal:
             return RefusedStreamReader(refusal)
         return StreamReader(source, schema)

@@ -239,14 +239,13 @@ def timestamps_for(
 
 def resolve(
     client: Client,
-    stream: str,
+    options: SourceOptions,
     spec: Mapping[int, int],
     hws: Mapping[int, int],
     *,
     timestamps: Mapping[int, int] | None = None,
     strategy: str = "latest",
     option: str = "startingTimestamp",
-    resume: bool = False,
 ) -> Offsets:
     """Replace the -2/-1 markers (or start timestamps) with real next-offsets.
 
@@ -259,9 +258,10 @@ def resolve(
     Raises:
         NoOffsetForTimestampError: a timestamp matches no message with strategy
             ``"error"`` (the message names the partition and ``option``).
-        PartitionPausedError: a partition to look in is paused and ``resume`` (option
-            ``resumePaused``) is off.
+        PartitionPausedError: a partition to look in is paused and option
+            ``resumePaused`` is off.
     """
+    stream, resume = options.stream, options.resume_paused
     result: Offsets = {}
     for partition, offset in spec.items():
         hw = hws[partition]
@@ -317,14 +317,7 @@ def start_offsets(
         timestamps = timestamps_for(option, options.starting_timestamps, partitions)
         strategy = options.timestamp_strategy or "error"
     return resolve(
-        client,
-        stream,
-        spec,
-        hws,
-        timestamps=timestamps,
-        strategy=strategy,
-        option=option,
-        resume=options.resume_paused,
+        client, options, spec, hws, timestamps=timestamps, strategy=strategy, option=option
     )
 
 
@@ -351,15 +344,7 @@ def end_offsets(
         timestamps = timestamps_for(
             "endingOffsetsByTimestamp", options.ending_timestamps, partitions
         )
-    return resolve(
-        client,
-        stream,
-        spec,
-        hws,
-        timestamps=timestamps,
-        strategy="latest",
-        resume=options.resume_paused,
-    )
+    return resolve(client, options, spec, hws, timestamps=timestamps, strategy="latest")
 
 
 #: Key of the stream's creation time in streaming offsets, ``{CREATED: {stream: ns}}``:

@@ -221,6 +221,33 @@ def test_a_paused_partition_is_read_only_with_resume_paused(
         assert [m.offset for m in sub] == list(range(10))
 
 
+def test_a_read_schema_is_checked_where_the_read_is_planned(
+    spark: Any, liftbridge_address: str, liftbridge_client: Client, new_stream: StreamFactory
+) -> None:
+    # A schema given with .schema() was used as it was: a column of another type failed
+    # on the executors in Arrow's words ("ArrowInvalid ..."), a column the source lacks
+    # there too.
+    stream = new_stream()
+    _fill(liftbridge_client, stream, 1, 5)
+    wrong = _reader(spark, liftbridge_address, stream).schema("value string, offset long")
+    with pytest.raises(Exception, match="column 'value' of the read schema is string: the li"):
+        wrong.load().collect()
+    with pytest.raises(Exception, match="column 'value' of the read schema is string"):
+        spark.readStream.format("liftbridge").option("brokers", liftbridge_address).option(
+            "stream", stream
+        ).schema("value string").load().writeStream.format("memory").queryName(
+            "wrong_schema"
+        ).start().awaitTermination(60)
+    unknown = _reader(spark, liftbridge_address, stream).schema("value binary, size int")
+    with pytest.raises(Exception, match="no column 'size'"):
+        unknown.load().collect()
+    # A subset of the columns, in another order, is read.
+    subset = _reader(spark, liftbridge_address, stream).schema("offset long, value binary")
+    assert [(r.offset, bytes(r.value)) for r in subset.load().collect()] == [
+        (i, f"p0-{i}".encode()) for i in range(5)
+    ]
+
+
 def test_missing_stream_and_unreachable_broker(spark: Any, liftbridge_address: str) -> None:
     with pytest.raises(Exception, match="stream 'no-such-stream' does not exist"):
         _reader(spark, liftbridge_address, "no-such-stream").load().collect()
