@@ -195,6 +195,8 @@ def test_rows_map_to_messages() -> None:
     assert message.correlation_id == "c-1" and message.stream is None
     pairs = to_message(("k", "v", None, [("a", b"1")], None, None), columns)
     assert pairs.headers == {"a": b"1"} and pairs.value == b"v" and pairs.partition is None
+    # Liftbridge has no tombstones: a null value is an empty message (the README says so).
+    assert to_message(("k", None, None, None, None, None), columns).value == b""
     for row, name in [
         ((None, 5, None, None, None, None), "column 'value' must be binary or string"),
         ((1, b"v", None, None, None, None), "column 'key' must be binary or string"),
