@@ -14,6 +14,7 @@ from liftbridge_sync import Metadata, NoSuchStreamError
 from liftbridge_sync.cli.app import cli, settings_of
 from liftbridge_sync.cli.context import open_client
 from liftbridge_sync.cli.output import Output
+from liftbridge_sync.models._metadata import is_paused
 
 if TYPE_CHECKING:  # loaded when tables are drawn: rich costs a fifth of every start
     from rich.table import Table
@@ -50,7 +51,7 @@ def metadata_record(meta: Metadata) -> dict[str, object]:
                         "isr": list(part.isr),
                         "high_watermark": part.high_watermark,
                         "newest_offset": part.newest_offset,
-                        "paused": part.paused,
+                        "paused": is_paused(part),
                         "readonly": part.readonly,
                     }
                     for pid, part in sorted(info.partitions.items())
@@ -84,7 +85,7 @@ def _tables(meta: Metadata) -> tuple[Table, Table]:
     for name, info in sorted(meta.streams.items()):
         for pid, part in sorted(info.partitions.items()):
             state = ",".join(
-                s for s, on in (("paused", part.paused), ("readonly", part.readonly)) if on
+                s for s, on in (("paused", is_paused(part)), ("readonly", part.readonly)) if on
             )
             streams.add_row(
                 name,

@@ -23,6 +23,7 @@ __all__ = [
     "PartitionInfo",
     "PartitionMetadata",
     "StreamInfo",
+    "is_paused",
 ]
 
 
@@ -154,6 +155,21 @@ def _partition_fields(stream: str, pb: api_pb2.PartitionMetadata) -> dict[str, A
         "paused_changed": EventTimestamps.from_proto(pb.pauseTimestamps),
         "readonly_changed": EventTimestamps.from_proto(pb.readonlyTimestamps),
     }
+
+
+def is_paused(info: PartitionInfo) -> bool:
+    """Whether ``info`` shows the partition paused now (see :attr:`PartitionInfo.paused`).
+
+    v1.9.0 never clears the flag once a partition was paused: a resume (by a publish or
+    a subscribe that asks for it) builds the new partition from the paused one's
+    record. A message received since the last pause or resume proves the partition
+    live, as only a live partition receives: without this check, a partition that an
+    auto-pause once stopped would have every passing refusal ("segment has been
+    closed" mid-compaction, "commit log was closed" in a restart) end its readers as
+    paused. A partition resumed and not published to since still reads as paused.
+    Pure function; thread-safe.
+    """
+    return info.paused and info.messages_received.latest_ns <= info.paused_changed.latest_ns
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,9 +24,9 @@ from liftbridge_sync.errors import (
     DeadlineExceededError,
 )
 from liftbridge_sync.models import Message
+from liftbridge_sync.models._metadata import is_paused
 from liftbridge_sync.positions import StartAt, StartKind, StopAt, StopKind
 from liftbridge_sync.subscription.partition import Subscription, SubscriptionTarget
-from liftbridge_sync.subscription.refusals import is_paused
 
 __all__ = [
     "build_subscribe_request",

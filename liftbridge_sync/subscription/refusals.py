@@ -21,11 +21,11 @@ from liftbridge_sync.errors import (
     PartitionPausedError,
     ReadonlyPartitionError,
 )
-from liftbridge_sync.models import PartitionInfo
+from liftbridge_sync.models._metadata import is_paused
 from liftbridge_sync.subscription.lookup import PartitionLookup
 from liftbridge_sync.subscription.target import SubscriptionTarget
 
-__all__ = ["Closed", "Ended", "ReadTimeout", "RefusalExplainer", "is_paused", "open_failure"]
+__all__ = ["Closed", "Ended", "ReadTimeout", "RefusalExplainer", "open_failure"]
 
 #: Server details of INTERNAL when a reverse read finds an empty log.
 _EMPTY_LOG_HINTS = ("segment not found", "empty")
@@ -43,20 +43,6 @@ class Closed(Exception):
 
 class ReadTimeout(Exception):
     """The caller's ``get`` deadline passed while connecting."""
-
-
-def is_paused(info: PartitionInfo) -> bool:
-    """Whether metadata shows the partition paused now.
-
-    v1.9.0 never clears the flag once a partition was paused: a resume (by a publish or
-    a subscribe that asks for it) builds the new partition from the paused one's
-    record. A message received since the last pause or resume proves the partition
-    live, as only a live partition receives: without this check, a partition that an
-    auto-pause once stopped would have every passing refusal ("segment has been
-    closed" mid-compaction, "commit log was closed" in a restart) end its readers as
-    paused. A partition resumed and not published to since still reads as paused.
-    """
-    return info.paused and info.messages_received.latest_ns <= info.paused_changed.latest_ns
 
 
 class RefusalExplainer:

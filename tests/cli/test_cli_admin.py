@@ -107,6 +107,14 @@ def test_pause_and_readonly(run: Run, stream: str, liftbridge_client: Client) ->
     assert paused.returncode == 0 and paused.stderr.strip() == f"paused stream {stream} partition 1"
     partitions = liftbridge_client.fetch_metadata(stream).streams[stream].partitions
     assert (partitions[0].paused, partitions[1].paused) == (False, True)
+    shown = json.loads(run("metadata", stream, "--json").stdout)["streams"][stream]
+    assert [shown["partitions"][p]["paused"] for p in ("0", "1")] == [False, True]
+    # A publish resumes partition 1. v1.9.0 goes on saying paused; the command does not.
+    assert run("publish", stream, "wakes", "-P", "1").returncode == 0
+    assert liftbridge_client.fetch_metadata(stream).streams[stream].partitions[1].paused
+    shown = json.loads(run("metadata", stream, "--json").stdout)["streams"][stream]
+    assert not shown["partitions"]["1"]["paused"]
+    assert "paused" not in run("metadata", stream).stdout
 
     one = run("readonly", stream, "-P", "0")
     assert one.returncode == 0 and one.stderr.strip() == f"stream {stream} partition 0 is read-only"

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from liftbridge_sync import Client, PartitionPausedError, StartAt, StopAt
-from liftbridge_sync.subscription.refusals import is_paused
+from liftbridge_sync.models._metadata import is_paused
 from tests.cli.conftest import CLI, cli_env
 
 from .conftest import unique
