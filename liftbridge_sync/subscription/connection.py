@@ -371,31 +371,39 @@ class PartitionConnection:
         call = open_subscribe(
             self.core, address, self._resume_request(), batched=not self.target.reverse
         )
-        with self.lock:
-            if self.closed.is_set():
-                call.cancel()
-                raise Closed
-            self.call = call
-            self.batched = call.batched
-        wait = self.core.options.rpc_timeout
-        if deadline is not None:
-            wait = min(wait, deadline - time.monotonic())
-        if ends is not None:
-            # At least a moment: a look-up that took it all leaves a handshake that is
-            # already under way its chance, as a deadline does (ATTEMPT_AT_LEAST).
-            wait = min(wait, left_of(ends))
-        guard = self.arm(wait, call)
+        handshaken = False
         try:
-            next(call)
-        except StopIteration:
-            raise Ended from None
-        except LiftbridgeError as exc:
             with self.lock:
-                if self.call is call:
-                    self.call = None
-            self._open_failed(exc, address, guard, deadline, resubscribing=resubscribing)
+                if self.closed.is_set():
+                    raise Closed
+                self.call = call  # close() cancels it from here on
+                self.batched = call.batched
+            wait = self.core.options.rpc_timeout
+            if deadline is not None:
+                wait = min(wait, deadline - time.monotonic())
+            if ends is not None:
+                # At least a moment: a look-up that took it all leaves a handshake that
+                # is already under way its chance, as a deadline does (ATTEMPT_AT_LEAST).
+                wait = min(wait, left_of(ends))
+            guard = self.arm(wait, call)
+            try:
+                next(call)
+            except StopIteration:
+                raise Ended from None
+            except LiftbridgeError as exc:
+                self._open_failed(exc, address, guard, deadline, resubscribing=resubscribing)
+            finally:
+                guard.cancel()
+            handshaken = True
         finally:
-            guard.cancel()
+            if not handshaken:
+                # Failed, ended, or interrupted (a Ctrl-C raised at any call) before its
+                # handshake was taken: a call left in place would hand the handshake
+                # out as a message (offset 0, empty) at the next read.
+                with self.lock:
+                    if self.call is call:
+                        self.call = None
+                call.cancel()
 
     def _open_failed(
         self,

@@ -24,6 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.scheduler import TimerHandle
@@ -39,7 +41,7 @@ from liftbridge_sync.errors import (
     WaitTimeoutError,
     WrongThreadError,
 )
-from liftbridge_sync.models import Message, _set_message_pb, wire_message
+from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
 from liftbridge_sync.subscription.connection import (
     Closed,
@@ -55,6 +57,12 @@ __all__ = ["Subscription", "SubscriptionTarget"]
 
 _log = logging.getLogger("liftbridge_sync.subscription")
 _from_proto = Message.from_proto
+_V = TypeVar("_V")
+
+
+def _wire(pb: api_pb2.Message) -> api_pb2.Message:
+    """The wire message itself (the view of :meth:`Subscription._get_many_wire`)."""
+    return pb
 
 
 class Subscription:
@@ -189,16 +197,22 @@ class Subscription:
     def __next__(self) -> Message:
         buf = self._buf
         i = self._pos
-        if i < len(buf) and not self._core.forked:
-            # Fast path: a message already read in bulk (by this process: a forked
-            # child must not hand out what the parent delivers too).
-            self._pos = i + 1
-            pb = buf[i]
-            self._conn.last_offset = pb.offset
-            msg = _new_message(Message)  # Message.from_proto without its call frame
-            _set_message_pb(msg, pb)
-            return msg
-        return self._read(None)
+        if i >= len(buf) or self._core.forked:
+            # Nothing read in bulk at hand (or a forked child, which must not hand out
+            # what the parent delivers too: _fill refuses it).
+            self._fill(None)
+            buf = self._buf
+            i = self._pos
+            if i >= len(buf):
+                raise StopIteration  # close() from another thread emptied it meanwhile
+        pb = buf[i]
+        msg = _new_message(Message)  # Message.from_proto without its call frame
+        _set_message_pb(msg, pb)
+        # Delivered only now, by stores alone: a Ctrl-C is raised at a call, so one that
+        # comes before this leaves the message at hand for the next read.
+        self._pos = i + 1
+        self._conn.last_offset = pb.offset
+        return msg
 
     def get(self, timeout: float | None = None) -> Message:
         """The next message, waiting at most ``timeout`` seconds (``None``: forever).
@@ -213,14 +227,17 @@ class Subscription:
                 ``max_receive_message_size`` option.
         """
         seconds = check_timeout("timeout", timeout)
+        if self._pos >= len(self._buf) or self._core.forked:
+            self._fill(seconds)
         buf = self._buf
         i = self._pos
-        if i < len(buf) and not self._core.forked:
-            self._pos = i + 1
-            pb = buf[i]
-            self._conn.last_offset = pb.offset
-            return Message.from_proto(pb)
-        return self._read(seconds)
+        if i >= len(buf):
+            raise StopIteration  # close() from another thread emptied it meanwhile
+        pb = buf[i]
+        msg = Message.from_proto(pb)
+        self._pos = i + 1  # delivered by stores alone, as in __next__
+        self._conn.last_offset = pb.offset
+        return msg
 
     def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """The next messages, at least one and at most ``max_messages``.
@@ -239,10 +256,7 @@ class Subscription:
             StreamDeletedError, PartitionPausedError, PermissionDeniedError: terminal
                 conditions reported by the server.
         """
-        first, rest = self._take(max_messages, timeout)
-        batch = [first]
-        batch.extend(map(_from_proto, rest))
-        return batch
+        return self._take(max_messages, timeout, _from_proto)
 
     def _get_many_wire(
         self, max_messages: int, timeout: float | None = None
@@ -254,24 +268,27 @@ class Subscription:
         Raises:
             As :meth:`get_many`.
         """
-        first, rest = self._take(max_messages, timeout)
-        return [wire_message(first), *rest]
+        return self._take(max_messages, timeout, _wire)
 
     def _take(
-        self, max_messages: int, timeout: float | None
-    ) -> tuple[Message, list[api_pb2.Message]]:
+        self, max_messages: int, timeout: float | None, view: Callable[[api_pb2.Message], _V]
+    ) -> list[_V]:
         """The next message (waiting as :meth:`get`) and up to ``max_messages - 1`` of
-        those already received after it, which count as delivered."""
+        those already received after it, each as ``view`` makes it: all delivered once
+        made (none if a Ctrl-C comes while they are)."""
         most = check_int("max_messages", max_messages, minimum=1)
-        first = self.get(timeout)
+        seconds = check_timeout("timeout", timeout)
+        if self._pos >= len(self._buf) or self._core.forked:
+            self._fill(seconds)
         buf = self._buf
         i = self._pos
-        taken = buf[i : i + most - 1]
-        if taken and not self._core.forked:
-            self._pos = i + len(taken)
-            self._conn.last_offset = taken[-1].offset
-            return first, taken
-        return first, []
+        taken = buf[i : i + most]
+        if not taken:
+            raise StopIteration  # close() from another thread emptied it meanwhile
+        views = list(map(view, taken))
+        self._pos = i + len(taken)  # delivered by stores alone, as in __next__
+        self._conn.last_offset = taken[-1].offset
+        return views
 
     def checkpoint(self, cursor_id: str) -> int | None:
         """Store the last delivered offset under ``cursor_id`` (the Go client's semantics).
@@ -320,7 +337,12 @@ class Subscription:
 
     # ------------------------------------------------------------------ reading
 
-    def _read(self, timeout: float | None) -> Message:
+    def _fill(self, timeout: float | None) -> None:
+        """Read until a message is at hand to deliver (``self._buf[self._pos]``).
+
+        Raises:
+            As :meth:`get`; ForkedClientError in a forked child.
+        """
         # First: in a forked child, a parent's thread may have held the lock at fork.
         self._core.refuse_if_forked(f"the subscription to {self._target.stream!r}")
         # Two threads reading at once swapped each other's buffers and calls: messages
@@ -333,12 +355,13 @@ class Subscription:
                 "consumer spreads partitions over threads)"
             )
         try:
-            return self._read_alone(timeout)
+            self._fill_alone(timeout)
         finally:
             self._reading.release()
 
-    def _read_alone(self, timeout: float | None) -> Message:
+    def _fill_alone(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        was_done = self._conn.done
         while True:
             call = self._conn.call
             if call is None:
@@ -377,15 +400,19 @@ class Subscription:
                     if self._conn.closed.is_set():
                         raise StopIteration
                     batch = self._screen(call, batch)
-                    if not batch:
-                        continue
-                    self._buf = batch
-                    self._pos = 1
-                    pb = batch[0]
                 else:
-                    pb = next(call)
-                    if not self._target.reverse and not self._screen(call, [pb]):
-                        continue
+                    batch = [next(call)]
+                    if not self._target.reverse:
+                        batch = self._screen(call, batch)
+                if not batch:
+                    continue
+                pb = batch[0]
+                if 0 < self._pos <= len(self._buf):
+                    self._last_pb = self._buf[self._pos - 1]
+                # At hand from here: a Ctrl-C before delivery leaves the batch for the
+                # next read (see __next__).
+                self._buf = batch
+                self._pos = 0
             except StopIteration:
                 # The server closed the stream with OK: it will send nothing more.
                 self._finish(call)
@@ -397,6 +424,11 @@ class Subscription:
             except LiftbridgeError as exc:
                 self._failures.on_broken(call, exc, timer, idle, deadline)
                 continue
+            except BaseException:
+                # A Ctrl-C (or another exception raised at any call): what the call had
+                # read may be lost half-way, taken off the socket and not yet at hand.
+                self._abandon(call, was_done)
+                raise
             finally:
                 if timer is not None:
                     timer.cancel()
@@ -409,14 +441,31 @@ class Subscription:
             offset = pb.offset
             last = self._conn.last_offset
             if self._target.reverse and last is not None and offset > last:
+                self._buf = []
                 self._finish(call)
                 raise UnsupportedError(
                     "the server does not support reverse subscriptions: it delivered offset "
                     f"{offset} after {last} (servers up to v1.9.0 ignore 'reverse')"
                 )
-            self._conn.last_offset = offset
-            self._last_pb = pb
-            return Message.from_proto(pb)
+            return
+
+    def _abandon(self, call: SubscribeCall, was_done: bool) -> None:
+        """Drop ``call``, interrupted by an exception raised at any call (a Ctrl-C):
+        the next read resubscribes after the last delivered offset, which nothing
+        delivered since. A read that this one had found at its end (the stop reached)
+        is read again up to it: what was past the last delivered offset may be what
+        the interruption lost."""
+        with self._conn.lock:
+            if self._conn.call is call:
+                self._conn.call = None
+        try:
+            call.cancel()
+        except Exception as exc:  # noqa: BLE001 - the interrupted call is dropped either way
+            # grpcio's own state can be left broken by an exception raised inside it.
+            _log.debug("cancelling an interrupted subscribe call failed: %r", exc)
+        self._conn.stale = True
+        if not was_done and not self._conn.closed.is_set():
+            self._conn.done = self._conn.nothing_left = False
 
     def _screen(self, call: SubscribeCall, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
         """What of ``batch`` may be delivered (forward reads only; the rules are
