@@ -84,6 +84,8 @@ class Publisher:
 
     #: The client passes its close timeout through.
     close_accepts_timeout = True
+    #: Closed after the readers (see ``ClientCore.close``): its close waits for acks.
+    close_rank = 2
 
     def __init__(
         self,

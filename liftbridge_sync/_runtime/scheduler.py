@@ -70,6 +70,8 @@ class Scheduler:
     """
 
     close_accepts_timeout = True
+    #: Closed last by the client (see ``ClientCore.close``): what closes before may use it.
+    close_rank = 3
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())

@@ -63,6 +63,11 @@ _log = logging.getLogger("liftbridge_sync.client")
 _LOCAL_DEADLINE_METHODS = frozenset({"FetchMetadata"})
 
 
+def _close_rank(closeable: Any) -> int:
+    rank: int = getattr(closeable, "close_rank", 0)
+    return rank
+
+
 class ClientCore:
     """Channels, metadata, RPC routing and the lifetime of everything a client opens.
 
@@ -188,12 +193,19 @@ class ClientCore:
         self.pool.abandon_after_fork()
 
     def close(self, timeout: float | None = None) -> None:
-        """Close what was registered (publishes get ``timeout``), then the channels."""
+        """Close what was registered (publishes get ``timeout``), then the channels.
+
+        In the order of their ``close_rank`` (0 if none): subscriptions, whose close
+        only wakes their readers, before consumers, which commit as they close, before
+        the publisher, which waits up to ``timeout`` for its acks, before the timer
+        thread. In the weak set's order, a reader blocked in ``get()`` waited for the
+        publisher's acks against a silent broker (30 s) before it was woken.
+        """
         with self._lock:
             if self.closed:
                 return
             self.closed = True
-            closeables = list(self._closeables)
+            closeables = sorted(self._closeables, key=_close_rank)
         for closeable in closeables:
             if getattr(closeable, "close_accepts_timeout", False):
                 closeable.close(timeout=timeout)

@@ -46,6 +46,7 @@ class Dropped:
     """
 
     close_accepts_timeout = False
+    close_rank = 1  # as the consumer's own (see ConsumerGroup.close_rank)
 
     def __init__(self) -> None:
         self._queue: collections.deque[_Member] = collections.deque()

@@ -121,6 +121,8 @@ class Consumer:
     """
 
     close_accepts_timeout = False
+    #: Closed after plain subscriptions (see ``ClientCore.close``): its close commits.
+    close_rank = 1
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ import pytest
 from liftbridge_sync import Client, Message, StartAt
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.constants import PATIENT_RETRY
+from tests.signals import thread_state
 from tests.waiting import wait_until
 
 from ._pubdata import publish_values
@@ -116,3 +117,57 @@ def test_a_stopped_broker_owing_acks_is_noticed_and_publishes_go_on_after_it_res
         assert "of a PING" in caplog.text
         acks = [f.result(timeout=60) for f in futures]
         assert all(a is not None and a.offset >= 1 for a in acks)
+
+
+def test_close_wakes_blocked_readers_before_the_publisher_waits_for_its_acks(
+    own_server: LiftbridgeServer,
+) -> None:
+    # ClientCore.close() closed what was registered in its weak set's order: readers
+    # registered after the publisher were woken only once its close had waited out
+    # its acks from the stopped broker (ack_timeout, 29.5 s here), 4 runs in 5.
+    name = unique()
+    with Client(own_server.address) as admin:
+        admin.create_stream(name, name)
+    client = Client(own_server.address, ack_timeout=20.0)
+    try:
+        client.publish(name, b"warm")  # the publisher registers first
+        subs = [client.subscribe(name, start=StartAt.new_only()) for _ in range(3)]
+        woken: list[tuple[float, str]] = []
+        closed_at: list[float] = []
+
+        def read(sub: object) -> None:
+            try:
+                sub.get(60)  # type: ignore[attr-defined]
+            except BaseException as exc:  # noqa: BLE001 - what ended the read is the result
+                woken.append((time.monotonic(), type(exc).__name__))
+
+        readers = [threading.Thread(target=read, args=(s,), daemon=True) for s in subs]
+        for reader in readers:
+            reader.start()
+        own_server.pause()
+        try:
+            pending = client.publish_async(name, b"owed")
+            wait_until(lambda: client.publisher_stats().in_flight == 1, what="in flight")
+            wait_until(
+                lambda: all(thread_state(t.native_id) == "S" for t in readers),
+                what="readers blocked",
+            )
+            started = time.monotonic()
+
+            def close() -> None:
+                client.close()
+                closed_at.append(time.monotonic())
+
+            closer = threading.Thread(target=close, daemon=True)
+            closer.start()
+            for reader in readers:
+                reader.join(10)
+            assert [kind for _, kind in woken] == ["StopIteration"] * 3
+            assert max(at for at, _ in woken) - started < 5.0
+            assert not closed_at  # the publisher's close is still waiting for its ack
+        finally:
+            own_server.resume()
+        closer.join(60)
+        assert pending.done()
+    finally:
+        client.close()
