@@ -363,8 +363,24 @@ class Publisher:
         Args:
             timeout: Seconds to wait for pending acks (``None``: until each times out);
                 what is still pending then fails with :class:`ClientClosedError`.
+
+        Failed publishes whose futures were dropped unobserved since the last
+        ``flush()`` (those the close failed included) are logged as a WARNING with
+        their count and first errors: no ``flush()`` can report them any more, and a
+        process that exits with publishes pending (a web worker's ``202 Accepted``)
+        lost them without a word.
         """
         self._loop.close(timeout)
+        count, errors = self._ledger.take()
+        if count:
+            _log.warning(
+                "%d publish%s failed and nobody looked at %s: %s%s",
+                count,
+                "" if count == 1 else "es",
+                "its future" if count == 1 else "their futures",
+                "; ".join(f"{type(e).__name__}: {e}" for e in errors[:3]),
+                "; ..." if count > 3 else "",
+            )
 
     def fail_in_forked_child(self) -> None:
         """In a forked child, right after the fork: fail every publish still pending

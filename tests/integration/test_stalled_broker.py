@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from liftbridge_sync import Client, Message, StartAt
+from liftbridge_sync import Client, ClientClosedError, Message, StartAt
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.constants import PATIENT_RETRY
 from tests.signals import thread_state
@@ -171,3 +171,31 @@ def test_close_wakes_blocked_readers_before_the_publisher_waits_for_its_acks(
         assert pending.done()
     finally:
         client.close()
+
+
+def test_publishes_failed_at_close_and_never_looked_at_are_logged(
+    own_server: LiftbridgeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A web worker that answered 202 for publishes and exited while the broker was
+    # stopped lost them with nothing above DEBUG in its log: no flush() was left to
+    # report them.
+    name = unique()
+    with Client(own_server.address) as admin:
+        admin.create_stream(name, name)
+    with Client(own_server.address) as client:
+        client.publish(name, b"warm")
+        own_server.pause()
+        try:
+            for i in range(5):
+                client.publish_async(name, b"lost %d" % i)  # dropped, as a handler does
+            held = client.publish_async(name, b"held")
+            with caplog.at_level(logging.WARNING, logger="liftbridge_sync.publisher"):
+                client.close(timeout=0.5)
+        finally:
+            own_server.resume()
+    assert isinstance(held.exception(), ClientClosedError)  # looked at: not counted
+    [record] = [r for r in caplog.records if "nobody looked at" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage().startswith(
+        "5 publishes failed and nobody looked at their futures: ClientClosedError"
+    )
