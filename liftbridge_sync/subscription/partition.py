@@ -226,18 +226,7 @@ class Subscription:
             ServerError: any other terminal failure, e.g. a message larger than the
                 ``max_receive_message_size`` option.
         """
-        seconds = check_timeout("timeout", timeout)
-        if self._pos >= len(self._buf) or self._core.forked:
-            self._fill(seconds)
-        buf = self._buf
-        i = self._pos
-        if i >= len(buf):
-            raise StopIteration  # close() from another thread emptied it meanwhile
-        pb = buf[i]
-        msg = Message.from_proto(pb)
-        self._pos = i + 1  # delivered by stores alone, as in __next__
-        self._conn.last_offset = pb.offset
-        return msg
+        return self._take(1, timeout, _from_proto)[0]
 
     def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """The next messages, at least one and at most ``max_messages``.
