@@ -128,6 +128,13 @@ class PartitionConnection:
             call.cancel()
         self.abort.abort()
 
+    def forget(self, call: SubscribeCall) -> None:
+        """Stop reading from ``call`` (ended, refused or interrupted), unless a reconnect
+        already replaced it; the caller cancels it. Any thread."""
+        with self.lock:
+            if self.call is call:
+                self.call = None
+
     def arm(self, delay: float, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` after ``delay`` seconds unless the returned timer is cancelled."""
         try:
@@ -400,9 +407,7 @@ class PartitionConnection:
                 # Failed, ended, or interrupted (a Ctrl-C raised at any call) before its
                 # handshake was taken: a call left in place would hand the handshake
                 # out as a message (offset 0, empty) at the next read.
-                with self.lock:
-                    if self.call is call:
-                        self.call = None
+                self.forget(call)
                 call.cancel()
 
     def _open_failed(

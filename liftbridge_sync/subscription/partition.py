@@ -113,7 +113,8 @@ class Subscription:
         #: iterating thread's only, except close(), which empties it.
         self._buf: list[api_pb2.Message] = []
         self._pos = 0
-        #: The last message delivered one at a time (for the out-of-order log line).
+        #: The last message delivered from the buffer a read replaced (for the
+        #: out-of-order log line).
         self._last_pb: api_pb2.Message | None = None
         #: Held by the thread whose read waits on the call (see :meth:`_read`).
         self._reading = threading.Lock()
@@ -444,9 +445,7 @@ class Subscription:
         delivered since. A read that this one had found at its end (the stop reached)
         is read again up to it: what was past the last delivered offset may be what
         the interruption lost."""
-        with self._conn.lock:
-            if self._conn.call is call:
-                self._conn.call = None
+        self._conn.forget(call)
         try:
             call.cancel()
         except Exception as exc:  # noqa: BLE001 - the interrupted call is dropped either way
@@ -525,9 +524,7 @@ class Subscription:
             "?" if before is None else len(before.value),
             good,
         )
-        with self._conn.lock:
-            if self._conn.call is call:
-                self._conn.call = None
+        self._conn.forget(call)
         call.cancel()
         self._conn.stale = True
         if self._conn.broken_since is None:
@@ -543,7 +540,5 @@ class Subscription:
 
     def _finish(self, call: SubscribeCall) -> None:
         self._conn.done = True
-        with self._conn.lock:
-            if self._conn.call is call:
-                self._conn.call = None
+        self._conn.forget(call)
         call.cancel()

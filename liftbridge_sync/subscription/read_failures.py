@@ -92,14 +92,8 @@ class ReadFailures:
         call, and the range if the rest is gone (``StopIteration``); returns if a
         resubscribe should follow (``deadline``: the read's)."""
         call.cancel()
-        self._drop(call)
+        self._conn.forget(call)
         self._after_silence(deadline)
-
-    def _drop(self, call: SubscribeCall) -> None:
-        """Forget ``call`` (ended), unless a reconnect already replaced it."""
-        with self._conn.lock:
-            if self._conn.call is call:
-                self._conn.call = None
 
     def _after_silence(self, deadline: float | None) -> None:
         """A read ended by its silence (see ``_rest_is_gone``): the silence starts
@@ -205,7 +199,7 @@ class ReadFailures:
     ) -> None:
         """Decide what a failed read means; returns only if a resubscribe should follow
         (``deadline``: the read's, for what is decided on the way)."""
-        self._drop(call)
+        self._conn.forget(call)
         if self._conn.closed.is_set():
             raise StopIteration
         code = exc.code
