@@ -107,7 +107,7 @@ def test_reads_interrupted_after_taking_messages_lose_and_repeat_nothing(
             monkeypatch.setattr(connection, "open_subscribe", open_interrupting)
             opened = sub._conn.call
             assert opened is not None
-            sub._conn.call = None  # the next read opens an interrupting call
+            sub._conn.forget(opened)  # the next read opens an interrupting call
             opened.cancel()
             if reader == "iterate":
                 one: Callable[[], list[Message]] = lambda: [next(sub)]  # noqa: E731
