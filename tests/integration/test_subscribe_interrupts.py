@@ -35,6 +35,9 @@ pytestmark = pytest.mark.integration
 #: Messages read: many reads (runs of the h2 reader, or one each on grpc) apart.
 _COUNT = 3_000
 
+#: The most messages one batched read hands out (:class:`_Interrupting`).
+_RUN = 100
+
 
 class _Interrupt(BaseException):
     """Raised as Ctrl-C raises KeyboardInterrupt (which is not an ``Exception`` either)."""
@@ -42,12 +45,18 @@ class _Interrupt(BaseException):
 
 class _Interrupting:
     """A subscribe call that raises :class:`_Interrupt` after every ``every``-th read
-    (the handshake included) has taken its messages: they are lost with it."""
+    (the handshake included) has taken its messages: they are lost with it.
+
+    A batched read hands out at most :data:`_RUN` messages, keeping the rest for the
+    next read, so that the number of reads (and of interruptions) does not hang on
+    how the server's frames happened to fall into the socket's reads.
+    """
 
     def __init__(self, call: SubscribeCall, every: int, reads: list[int]) -> None:
         self._call = call
         self._every = every
         self._reads = reads
+        self._held: list[api_pb2.Message] = []
         self.batched = call.batched
 
     def _count(self) -> None:
@@ -61,7 +70,9 @@ class _Interrupting:
         return message
 
     def read_batch(self, deadline: float | None = None) -> list[api_pb2.Message]:
-        batch = self._call.read_batch(deadline)
+        if not self._held:
+            self._held = list(self._call.read_batch(deadline))
+        batch, self._held = self._held[:_RUN], self._held[_RUN:]
         self._count()
         return batch
 
