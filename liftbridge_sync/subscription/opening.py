@@ -236,8 +236,8 @@ def first_offset_since(
     compaction removed). Committed messages are served at once: no read waits. With
     ``resume`` the reads resume a paused partition, as the subscription would.
 
-    The look-up as a whole keeps to :data:`_LOOK_UP_READS` reads' bound (twice
-    ``rpc_timeout`` each, see :func:`_one_message`): each read gets what is left of it,
+    The look-up as a whole keeps to :data:`_LOOK_UP_READS` reads' bound (three
+    times ``rpc_timeout`` each, see :func:`_one_message`): each read gets what is left of it,
     at most its own bound. One per step, a broker slow to serve every read held
     ``subscribe()`` for about 40 of them on a big log.
 
@@ -283,8 +283,9 @@ def first_offset_since(
 
 def _read_bound(core: ClientCore) -> float:
     """The seconds one read of the look-up waits for its message (see
-    :func:`_one_message`): twice ``rpc_timeout``."""
-    return 2 * core.options.rpc_timeout
+    :func:`_one_message`): three times ``rpc_timeout`` (two silences confirm a
+    deletion, see ``ReadFailures``, and the leader is asked after each)."""
+    return 3 * core.options.rpc_timeout
 
 
 def _one_message(
@@ -301,17 +302,18 @@ def _one_message(
     ``api_pb2.TIMESTAMP`` at Unix ns ``at``) up to offset ``stop``; ``None`` if none.
 
     The subscription opens by ``deadline`` (the whole look-up's, a
-    ``time.monotonic()``), and then the message is waited for twice ``rpc_timeout`` at
-    most, or until ``deadline`` if sooner: what is asked for is committed, and served
-    at once, unless retention deleted it, which a silence of ``rpc_timeout`` and then
-    the leader's answer tell (see ``ReadFailures``): ``None`` then. A leader that
+    ``time.monotonic()``), and then the message is waited for three times
+    ``rpc_timeout`` at most, or until ``deadline`` if sooner: what is asked for is
+    committed, and served at once, unless retention deleted it, which two silences of
+    ``rpc_timeout`` in a row and the leader's answers tell (see ``ReadFailures``):
+    ``None`` then. A leader that
     cannot answer, or whose high watermark fell behind the stop, left the read waiting
     for ever. The subscription is the client's while it reads: ``Client.close()`` from
     another thread ends it.
 
     Raises:
-        DeadlineExceededError: no message (nor the end of the read) within twice
-            ``rpc_timeout``, or by ``deadline``.
+        DeadlineExceededError: no message (nor the end of the read) within three
+            times ``rpc_timeout``, or by ``deadline``.
         ClientClosedError: the client was closed meanwhile.
     """
     request = api_pb2.SubscribeRequest(

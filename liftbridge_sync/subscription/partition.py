@@ -90,8 +90,9 @@ class Subscription:
 
     With a stop position, no offset past it is delivered, even when compaction or
     retention removed the stop offset itself; and a read whose range is all committed
-    but stays silent for ``rpc_timeout`` ends (v1.9.0 serves nothing, not even old
-    offsets, once retention deleted every message).
+    but stays silent for ``rpc_timeout``, then on a fresh read after the last offset
+    for ``rpc_timeout`` again, ends (v1.9.0 serves nothing, not even old offsets, once
+    retention deleted every message).
 
     Not thread-safe for iteration: one thread reads at a time (a read that finds
     another one waiting raises :class:`~liftbridge_sync.errors.WrongThreadError`);
@@ -426,7 +427,7 @@ class Subscription:
                     idle.cancel()
                 if self._stop_offset is not None:
                     self._failures.end_read()
-            self._failures.idle_spent = 0.0
+            self._failures.heard()
             self._conn.lost = 0
             offset = pb.offset
             last = self._conn.last_offset

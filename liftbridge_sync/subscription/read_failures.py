@@ -50,8 +50,17 @@ class ReadFailures:
         #: When the read under way armed its idle cancel (``None``: none armed, or it
         #: fired and was dealt with).
         self._armed_at: float | None = None
+        #: Whether the leader already said, after a silent call and with no message
+        #: since, that the rest of the range is committed: a second silent call, a
+        #: fresh one, ends the range (see ``_rest_is_gone``).
+        self._seemed_gone = False
         #: Whether the WARNING about written but uncommitted offsets was given.
         self._told_uncommitted = False
+
+    def heard(self) -> None:
+        """A message arrived: the silence, and what it seemed to say, start afresh."""
+        self.idle_spent = 0.0
+        self._seemed_gone = False
 
     def arm_idle(self, call: SubscribeCall) -> TimerHandle:
         """Cancel ``call`` (a grpcio one, whose reads take no deadline) once reads got
@@ -114,6 +123,14 @@ class ReadFailures:
         rest deleted. A follower's silence (``read_isr_replica``) proves nothing, as it
         may lag: the read goes on from the leader instead.
 
+        One silent call is not enough: a server reader can also stall with the rest of
+        the range stored (a probe saw a v1.9.0 broker go silent on a compacted stream
+        being written, then crash: the range ended 316 messages short, blamed on
+        retention). The first time the leader confirms, the read resubscribes after the
+        last delivered offset, and only a fresh reader silent for ``rpc_timeout`` too
+        ends the range. A stalled reader's rest comes at once on the fresh call;
+        deleted messages cost a second ``rpc_timeout`` of waiting.
+
         The leader is asked once, within ``rpc_timeout`` and what is left before
         ``deadline`` (the ``get`` timeout's; at least ``ATTEMPT_AT_LEAST``): no retry
         policy holds the read. An answer not had is no answer: the read goes on waiting
@@ -150,10 +167,21 @@ class ReadFailures:
             )
             self._conn.leader_only = True
             return False
+        if not self._seemed_gone:
+            self._seemed_gone = True
+            _log.info(
+                "subscription %s/%d: the leader was silent after offset %s although it "
+                "has committed up to the stop (%d); confirming on a fresh read",
+                target.stream,
+                target.partition,
+                self._conn.last_offset,
+                stop,
+            )
+            return False
         _log.warning(
-            "subscription %s/%d: nothing arrived for %.1fs after offset %s although every "
-            "offset up to the stop (%d) is committed (high watermark %d): the rest was "
-            "deleted (retention); ending",
+            "subscription %s/%d: two reads in a row got nothing for %.1fs each after "
+            "offset %s although every offset up to the stop (%d) is committed (high "
+            "watermark %d): the rest was deleted (retention); ending",
             target.stream,
             target.partition,
             self._conn.core.options.rpc_timeout,
