@@ -196,7 +196,6 @@ class H2PublishStream:
         )
         self._reads = reads = CallerReads(
             sock,
-            self._selector,
             self._io_lock,
             self._out,
             writer,
@@ -384,10 +383,15 @@ class H2PublishStream:
     def _step(self, events: list[tuple[selectors.SelectorKey, int]], sock: socket.socket) -> object:
         """One loop turn under ``_io_lock``: the stream's end (error or ``None``) or
         ``_GO_ON``."""
-        failed = self._reads.failed_here
+        failed = self._reads.failed_here or self._writer.failed_here
         if failed is not None:
             raise failed
         watch = self._watch
+        if watch.reading_here:
+            self._reads.take_back_if_left()
+            failed = self._reads.failed_here
+            if failed is not None:
+                raise failed
         for key, mask in events:
             if key.fileobj is sock:
                 if mask & selectors.EVENT_READ:

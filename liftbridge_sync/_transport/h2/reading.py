@@ -28,7 +28,6 @@ socket goes back.
 from __future__ import annotations
 
 import select
-import selectors
 import socket
 import threading
 import time
@@ -70,13 +69,12 @@ class CallerReads:
 
     Args:
         sock: The stream's socket (polled by the reading caller).
-        selector: The I/O thread's selector: the caller takes the socket off it while
-            it reads, and puts it back with the interest ``watch`` notes.
         io_lock: The stream's I/O lock (socket and h2 work).
         out: The stream's outbound queue (``done``: the socket is closed).
         writer: The stream's writer (what a window the broker opened lets out).
-        watch: What the I/O thread's selector watches the socket for
-            (``reading_here`` is set while a caller reads).
+        watch: What the I/O thread's selector watches the socket for: the caller
+            takes the socket off it while it reads (``reading_here``), and gives it
+            back.
         gathering: The low-water mark of the socket's reads (the acks due).
         reader: The stream's response reader (``ended``, ``draining``).
         read: Reads what the socket has, as the I/O thread would (under ``io_lock``).
@@ -94,7 +92,6 @@ class CallerReads:
     def __init__(
         self,
         sock: socket.socket,
-        selector: selectors.BaseSelector,
         io_lock: threading.Lock,
         out: OutboundQueueType,
         writer: Writer,
@@ -108,7 +105,6 @@ class CallerReads:
         hand_over: Callable[[list[Answer], bool], None],
     ) -> None:
         self._sock = sock
-        self._selector = selector
         self._io_lock = io_lock
         self._out = out
         self._writer = writer
@@ -119,6 +115,10 @@ class CallerReads:
         self._draining_untold = draining_untold
         self._take_arrived = take_arrived
         self._hand_over = hand_over
+        #: Held by the caller reading the socket, from before it takes the socket off
+        #: the selector until after it gives it back: free while ``reading_here`` is set
+        #: means the caller was interrupted on the way (see :meth:`take_back_if_left`).
+        self._reading = threading.Lock()
         #: What went wrong while a caller read: the I/O thread ends the stream with it.
         #: Under the I/O lock.
         self.failed_here: BaseException | None = None
@@ -144,42 +144,80 @@ class CallerReads:
         """Read the connection on the calling thread until ``done()`` or for at most
         ``READ_HERE_FOR`` seconds, handing over what arrives. Returns at once if the
         I/O thread is busy, another caller reads, other acks are due, or anything is
-        left to write."""
-        io_lock = self._io_lock
-        if self._here_poll is None or not io_lock.acquire(blocking=False):
+        left to write.
+
+        Interrupted anywhere (Ctrl-C raises ``KeyboardInterrupt`` at whatever call the
+        main thread makes), the socket still goes back to the I/O thread's selector:
+        here if the caller gets that far, otherwise by whoever next finds
+        ``reading_here`` set with nobody reading (:meth:`take_back_if_left`: the I/O
+        thread on its next turn, which this caller wakes, or the next caller). Before,
+        an interruption while taking the I/O lock back left the socket unwatched: acks
+        waited for the stall watch (about 5 s), then were sent again."""
+        if self._here_poll is None:
             return
+        reading = self._reading
         watch = self._watch
+        if not reading.acquire(blocking=False):
+            return
         try:
-            writer = self._writer
-            if (
-                self._out.done
-                or writer.closing
-                or watch.reading_here
-                or watch.want_write
-                or writer.unsent_pos != len(writer.unsent)
-                or self._reader.ended
-                or self.failed_here is not None
-                or self._gathering.due != 1  # exactly the caller's ack
-            ):
+            io_lock = self._io_lock
+            if not io_lock.acquire(blocking=False):
                 return
-            self._selector.unregister(self._sock)
-            watch.reading_here = True
-            self._gathering.release()  # any byte wakes this caller
+            try:
+                writer = self._writer
+                if watch.reading_here:
+                    self._take_back()  # a caller interrupted before it gave it back
+                if (
+                    self._out.done
+                    or writer.closing
+                    or watch.reading_here
+                    or watch.want_write
+                    or writer.unsent_pos != len(writer.unsent)
+                    or self._reader.ended
+                    or self.failed_here is not None
+                    or writer.failed_here is not None
+                    or self._gathering.due != 1  # exactly the caller's ack
+                ):
+                    return
+                if not watch.lend():
+                    self.failed_here = ConnectionLost("the socket's watch was lost")
+                    return
+                self._gathering.release()  # any byte wakes this caller
+            finally:
+                io_lock.release()
+            stop = False
+            try:
+                stop = self._read_until(done, time.monotonic() + READ_HERE_FOR)
+            finally:
+                with io_lock:
+                    self._take_back(stop)
         finally:
-            io_lock.release()
-        stop = False
-        try:
-            stop = self._read_until(done, time.monotonic() + READ_HERE_FOR)
-        finally:
-            with io_lock:
-                watch.reading_here = False
-                if not self._out.done:
-                    events = selectors.EVENT_READ
-                    if watch.want_write:
-                        events |= selectors.EVENT_WRITE
-                    self._selector.register(self._sock, events)
-                    if stop or self.failed_here is not None:
-                        self._writer.wake_unless_woken()
+            reading.release()
+            if watch.reading_here:  # not given back (interrupted): the I/O thread does
+                self._writer.wake_unless_woken()
+
+    def take_back_if_left(self) -> None:
+        """Under the I/O lock, with ``reading_here`` set: give the socket back to the
+        selector unless a caller is reading it (one interrupted before it did)."""
+        reading = self._reading
+        if reading.acquire(blocking=False):
+            try:
+                self._take_back()
+            finally:
+                reading.release()
+
+    def _take_back(self, stop: bool = False) -> None:
+        """Under the I/O lock: the socket back to the selector, however far the caller
+        that read it got (see :meth:`SocketWatch.take_back`); the I/O thread is woken
+        when it must act (``stop``, a failure)."""
+        if self._out.done:  # the selector is closed
+            return
+        if not self._watch.take_back():
+            self.failed_here = ConnectionLost(
+                "the socket's watch was lost to an interruption while a caller read it"
+            )
+        if stop or self.failed_here is not None:
+            self._writer.wake_unless_woken()
 
     def _read_until(self, done: Callable[[], bool], deadline: float) -> bool:
         """The caller's reading loop; True when the I/O thread must take over at once

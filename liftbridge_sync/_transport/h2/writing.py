@@ -45,7 +45,7 @@ from liftbridge_sync._transport.h2.limits import (
 )
 from liftbridge_sync._transport.h2.outbound import frame_data
 from liftbridge_sync._transport.h2.outbound_queue import OutboundQueueType
-from liftbridge_sync._transport.h2.sockets import SocketCalls
+from liftbridge_sync._transport.h2.sockets import ConnectionLost, SocketCalls
 from liftbridge_sync._transport.publish_stream import StreamEvent, StreamSent
 
 __all__ = ["COMBINE_WAIT", "WRITE_HERE_AT", "SocketWatch", "Writer"]
@@ -69,8 +69,9 @@ def _no_ping() -> None:
 class SocketWatch:
     """What the I/O thread's selector watches a publish socket for: reading always,
     writing while output waits for the socket (:meth:`set_want_write`), nothing while a
-    ``publish()`` caller reads it (:class:`~.reading.CallerReads` unregisters it and
-    registers it again itself: no call more on the way of a ``publish()``); and whether
+    ``publish()`` caller reads it (:class:`~.reading.CallerReads` takes it off with
+    :meth:`lend` and puts it back with :meth:`take_back`, on its own thread: no call
+    more on the way of a ``publish()``); and whether
     the last read stopped at its bound with more perhaps waiting, which no selector
     reports (TLS may hold decrypted bytes).
 
@@ -92,11 +93,51 @@ class SocketWatch:
 
     def set_want_write(self, want: bool) -> None:
         """Watch for writability too (``want``) or no longer; while a caller reads,
-        only noted (the socket is registered with it when the caller is done)."""
+        only noted (the socket is registered with it when the caller is done).
+
+        Raises:
+            ConnectionLost: the selector no longer watches the socket (see
+                :meth:`take_back`).
+        """
         self.want_write = want
         if not self.reading_here:
             events = selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0)
-            self._selector.modify(self._sock, events)
+            try:
+                self._selector.modify(self._sock, events)
+            except (KeyError, OSError):
+                raise ConnectionLost("the socket's watch was lost") from None
+
+    def lend(self) -> bool:
+        """Take the socket off the selector for a caller to read it (``reading_here``
+        set first: whoever finds it set with nobody reading calls :meth:`take_back`,
+        whether or not the caller got as far as the selector); ``False`` if the
+        selector did not watch it (see :meth:`take_back`)."""
+        self.reading_here = True
+        try:
+            self._selector.unregister(self._sock)
+        except (KeyError, ValueError, OSError):
+            return False
+        return True
+
+    def take_back(self) -> bool:
+        """Watch the socket again after a caller read it, however far the caller got
+        (interrupted, it may not have taken it off the selector, or may have put it
+        back already); ``False`` if the selector's own record and the kernel's no longer
+        agree (an interruption inside :mod:`selectors`), which only ending the
+        connection repairs. Idempotent."""
+        if not self.reading_here:
+            return True
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.want_write else 0)
+        selector = self._selector
+        try:
+            try:
+                selector.register(self._sock, events)
+            except KeyError:  # never taken off: the caller was interrupted before that
+                selector.modify(self._sock, events)
+        except (KeyError, OSError):
+            return False
+        self.reading_here = False
+        return True
 
 
 class Writer:
@@ -167,6 +208,8 @@ class Writer:
         #: ``close()`` was taken off the queue: END_STREAM once all before it is framed.
         self.closing = False
         self._half_closed = False
+        #: What went wrong while a caller wrote: the I/O thread ends the stream with it.
+        self.failed_here: BaseException | None = None
 
     # ------------------------------------------------------------------ callers
 
@@ -338,7 +381,16 @@ class Writer:
 
     def _write_here(self, direct: bool = False) -> None:
         """Frame and send what is queued on the calling thread; holds ``_io_lock``.
-        ``direct``: the caller waits for its answer next, so acks are not gathered."""
+        ``direct``: the caller waits for its answer next, so acks are not gathered.
+
+        A write that fails leaves its error for the I/O thread, which ends the stream
+        with it (:attr:`failed_here`). So does one interrupted half-way (Ctrl-C raises
+        ``KeyboardInterrupt`` at whatever call the main thread makes): requests taken off
+        the queue may not be framed, and bytes sent may not be counted as sent, so the
+        connection cannot go on (sent again on a new one, they would otherwise be
+        stored twice, or never); the publisher re-sends what is unanswered, and says so.
+        """
+        failed = True
         try:
             if not self._out.done:
                 self.take_queue(on_io_thread=False)
@@ -347,12 +399,15 @@ class Writer:
                 if direct:
                     self._gathering.release()
             failed = False
-        except Exception:  # the I/O thread sees the broken socket and ends the stream
-            failed = True
+        except Exception as exc:
+            self.failed_here = exc
+        except BaseException:
+            self.failed_here = ConnectionLost("a write on a publishing thread was interrupted")
+            raise
         finally:
             self._io_lock.release()
-        if failed:
-            self.wake_unless_woken()
+            if failed:
+                self.wake_unless_woken()
 
     # ------------------------------------------------------------------ I/O lock holder
 
