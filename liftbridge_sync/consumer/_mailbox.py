@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import threading
 import time
 import types
@@ -109,42 +110,72 @@ class Mailbox:
             self._cond.notify_all()
             self._arrived.ring()
 
-    def get(self, timeout: float | None) -> tuple[PartitionReader, Message]:
-        """The next message of a partition still assigned, with the reader it came from."""
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (read without the lock)."""
+        return self._closed
+
+    def peek(self, most: int, timeout: float | None) -> list[tuple[PartitionReader, Message]]:
+        """The next messages of partitions still assigned, with the readers they came
+        from, left queued until :meth:`drop`: after waiting for the first, up to
+        ``most`` of those already queued.
+
+        Nothing is taken off the queue before the iterator holds it: a Ctrl-C (raised
+        at whatever call the iterator makes) between taking a message and handing it
+        out lost it, and the commits then went past it. The iterator keeps what it was
+        given, then drops it.
+
+        Raises:
+            WaitTimeoutError: nothing arrived within ``timeout``.
+            StopIteration: once closed.
+            LiftbridgeError: the failure given to :meth:`fail`, once nothing is queued.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        taken = self._arrived.wait(self._cond, self._take, deadline)
+        taken = self._arrived.wait(self._cond, functools.partial(self._front, most), deadline)
         if taken is None:
             raise WaitTimeoutError("no message arrived within the timeout")
         return taken
 
-    def _take(self) -> tuple[PartitionReader, Message] | None:
-        """The next message of a partition still assigned, if one is queued (lock
-        held); the failure, or ``StopIteration`` once closed, when none is."""
-        while self._items:
-            reader, msg = self._items.popleft()
+    def _front(self, most: int) -> list[tuple[PartitionReader, Message]] | None:
+        """Up to ``most`` queued messages of partitions still assigned (lock held;
+        those of stopped readers at the front are dropped); the failure, or
+        ``StopIteration`` once closed, when none is queued."""
+        items = self._items
+        while items and items[0][0].stopped:
+            items.popleft()
             self._cond.notify_all()
-            if not reader.stopped:
-                return reader, msg
+        if items:
+            if most == 1:
+                return [items[0]]
+            taken: list[tuple[PartitionReader, Message]] = []
+            for item in items:
+                if len(taken) == most:
+                    break
+                if not item[0].stopped:
+                    taken.append(item)
+            return taken
         if self._error is not None:
             raise self._error.with_traceback(self._error_traceback)
         if self._closed:
             raise StopIteration
         return None
 
-    def get_many(self, most: int, timeout: float | None) -> list[tuple[PartitionReader, Message]]:
-        """The next message as :meth:`get` waits for it, then up to ``most - 1`` more of
-        those already queued (of partitions still assigned), without waiting."""
-        batch = [self.get(timeout)]
-        if most == 1:
-            return batch
+    def drop(self, taken: list[tuple[PartitionReader, Message]]) -> None:
+        """Take ``taken`` (what :meth:`peek` gave) off the queue, as much of it as is
+        still there (a drop interrupted half-way is done again), with the messages of
+        stopped readers queued among them."""
         with self._cond:
             items = self._items
-            while items and len(batch) < most:
-                reader, msg = items.popleft()
-                if not reader.stopped:
-                    batch.append((reader, msg))
-            self._cond.notify_all()  # room for the readers blocked in put()
-        return batch
+            dropped = False
+            for _, msg in taken:  # in queue order
+                while items and items[0][1] is not msg and items[0][0].stopped:
+                    items.popleft()
+                    dropped = True
+                if items and items[0][1] is msg:
+                    items.popleft()
+                    dropped = True
+            if dropped:
+                self._cond.notify_all()  # room for the readers blocked in put()
 
     def close(self) -> None:
         with self._cond:

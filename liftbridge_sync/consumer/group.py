@@ -50,7 +50,7 @@ from liftbridge_sync.consumer._autocommit import commit_loop as _commit_loop
 from liftbridge_sync.consumer._closing import Closing
 from liftbridge_sync.consumer._commits import Commits
 from liftbridge_sync.consumer._dropped import Dropped
-from liftbridge_sync.consumer._mailbox import Mailbox
+from liftbridge_sync.consumer._mailbox import Mailbox, PartitionReader
 from liftbridge_sync.consumer._membership import Membership
 from liftbridge_sync.consumer._readers import Readers
 from liftbridge_sync.consumer._settings import Settings
@@ -157,6 +157,9 @@ class Consumer:
         self._threads = Threads()
         self._stop = self._threads.stop
         self._mailbox = Mailbox(settings.buffer)
+        #: Taken from the mailbox and not handed out yet (a read interrupted on the way:
+        #: the next one hands them out first). The iterating thread's.
+        self._hand: list[tuple[PartitionReader, Message]] = []
         self._counters = Counters()
         consumer_id = consumer_id or uuid.uuid4().hex
         self._membership = Membership(
@@ -503,11 +506,18 @@ class Consumer:
         most = check_int("max_messages", max_messages, minimum=1)
         seconds = check_timeout("timeout", timeout)
         self._commits.mark_processed(self._readers)
-        batch = self._mailbox.get_many(most, seconds)
+        hand = self._hand
+        if not hand or self._mailbox.closed:  # closed: the mailbox says the end
+            self._hand = hand = self._mailbox.peek(most, seconds)
+        self._mailbox.drop(hand)
+        batch = hand[:most]
+        messages = [msg for _, msg in batch]
         with self._lock:
             self._commits.delivered(batch)
             self._counters.delivered += len(batch)
-        return [msg for _, msg in batch]
+        # Handed out by stores alone from here: no call a Ctrl-C could interrupt.
+        self._hand = hand[most:]
+        return messages
 
     # ------------------------------------------------------------------ commits
 

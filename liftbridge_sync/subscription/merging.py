@@ -91,41 +91,54 @@ class Mailbox:
             self._producers -= 1
             self._not_empty.ring()
 
-    def get(self, timeout: float | None) -> Message | BaseException:
-        """The next item; ``StopIteration`` when closed or every producer ended."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        item = self._not_empty.wait(self._lock, self._take, deadline)
-        if item is None:
-            raise WaitTimeoutError("no message arrived within the timeout")
-        return item
+    def peek(self, most: int, timeout: float | None) -> list[Message | BaseException]:
+        """The items at the front, left queued until :meth:`drop`: after waiting for
+        the first, up to ``most`` messages, or the error queued first alone (an error
+        behind messages stays for the next call); ``StopIteration`` when closed or
+        every producer ended.
 
-    def _take(self) -> Message | BaseException | None:
-        """The next item, if one is queued (lock held); ``StopIteration`` at the end."""
-        if self._items:
-            item, size = self._items.popleft()
-            self._bytes -= size
-            self._not_full.notify()
-            return item
+        Nothing is taken off the queue before the consumer holds it: a Ctrl-C (raised
+        at whatever call the consumer makes) between taking an item and handing it out
+        lost it. The consumer keeps what it was given, then drops it.
+
+        Raises:
+            WaitTimeoutError: nothing arrived within ``timeout``.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        taken = self._not_empty.wait(self._lock, functools.partial(self._front, most), deadline)
+        if taken is None:
+            raise WaitTimeoutError("no message arrived within the timeout")
+        return taken
+
+    def _front(self, most: int) -> list[Message | BaseException] | None:
+        """The front items (see :meth:`peek`; lock held), ``None`` if none is queued."""
+        items = self._items
+        if items:
+            first = items[0][0]
+            if most == 1 or not isinstance(first, Message):
+                return [first]
+            taken: list[Message | BaseException] = []
+            for item, _ in items:
+                if len(taken) == most or not isinstance(item, Message):
+                    break
+                taken.append(item)
+            return taken
         if self._closed or self._producers <= 0:
             raise StopIteration
         return None
 
-    def get_many(self, most: int, timeout: float | None) -> list[Message] | BaseException:
-        """Up to ``most`` queued messages after waiting for the first, or the error
-        queued first (an error behind messages stays for the next call); ``StopIteration``
-        as :meth:`get`."""
-        first = self.get(timeout)
-        if not isinstance(first, Message):
-            return first
-        taken = [first]
-        with self._not_full:
+    def drop(self, taken: list[Message | BaseException]) -> None:
+        """Take ``taken`` (what :meth:`peek` gave) off the front of the queue, as much
+        of it as is still there: a drop interrupted half-way is done again."""
+        with self._lock:
             items = self._items
-            while len(taken) < most and items and isinstance(items[0][0], Message):
-                message, size = items.popleft()
-                taken.append(message)  # type: ignore[arg-type]
-                self._bytes -= size
-            self._not_full.notify(len(taken) - 1)
-        return taken
+            dropped = 0
+            for item in taken:  # a prefix of the queue, in order
+                if items and items[0][0] is item:
+                    self._bytes -= items.popleft()[1]
+                    dropped += 1
+            if dropped:
+                self._not_full.notify(dropped)
 
     def close(self) -> None:
         with self._lock:

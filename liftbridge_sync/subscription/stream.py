@@ -75,6 +75,9 @@ class StreamSubscription:
         self._subs = subs
         self._delivered: dict[int, int] = {}
         self._box = Mailbox(STREAM_BUFFER, len(subs))
+        #: Taken from the mailbox and not handed out yet (a read interrupted on the way:
+        #: the next one hands them out first).
+        self._hand: list[Message | BaseException] = []
         self._closed = False
         #: Set when the iteration ended with every partition's read exhausted.
         self._exhausted = False
@@ -209,16 +212,16 @@ class StreamSubscription:
         """
         seconds = check_timeout("timeout", timeout)
         self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
-        try:
-            item = self._box.get(seconds)
-        except StopIteration:
-            self._ended()
-            raise
-        if isinstance(item, BaseException):
+        hand = self._at_hand(1, seconds)
+        first = hand[0]
+        if isinstance(first, BaseException):
             self.close()
-            raise item
-        self._delivered[item.partition] = item.offset
-        return item
+            self._hand = []
+            raise first
+        self._delivered[first.partition] = first.offset
+        # Handed out by stores alone from here: no call a Ctrl-C could interrupt.
+        self._hand = hand[1:]
+        return first
 
     def get_many(self, max_messages: int, timeout: float | None = None) -> list[Message]:
         """The next messages from any partitions, at least one and at most ``max_messages``.
@@ -241,18 +244,37 @@ class StreamSubscription:
         most = check_int("max_messages", max_messages, minimum=1)
         seconds = check_timeout("timeout", timeout)
         self._core.refuse_if_forked(f"the subscription to {self._stream!r}")
-        try:
-            taken = self._box.get_many(most, seconds)
-        except StopIteration:
-            self._ended()
-            raise
-        if isinstance(taken, BaseException):
+        hand = self._at_hand(most, seconds)
+        first = hand[0]
+        if isinstance(first, BaseException):
             self.close()
-            raise taken
+            self._hand = []
+            raise first
+        taken = hand[:most]
         delivered = self._delivered
         for message in taken:
-            delivered[message.partition] = message.offset
-        return taken
+            delivered[message.partition] = message.offset  # type: ignore[union-attr]
+        # Handed out by stores alone from here: no call a Ctrl-C could interrupt.
+        self._hand = hand[most:]
+        return taken  # type: ignore[return-value]
+
+    def _at_hand(self, most: int, seconds: float | None) -> list[Message | BaseException]:
+        """What the next read hands out: what an interrupted read left at hand, or up
+        to ``most`` items taken from the mailbox (see :meth:`Mailbox.peek`).
+
+        Items are at hand before they leave the mailbox, and leave it before they are
+        handed out: a Ctrl-C anywhere on the way leaves them for the next read, and the
+        mailbox gives nothing twice (:meth:`Mailbox.drop` is done again).
+        """
+        hand = self._hand
+        if not hand or self._box.closed:  # closed: the mailbox says the end
+            try:
+                self._hand = hand = self._box.peek(most, seconds)
+            except StopIteration:
+                self._ended()
+                raise
+        self._box.drop(hand)
+        return hand
 
     def _ended(self) -> None:
         """Note whether the iteration, which just ended, ended by exhausting every

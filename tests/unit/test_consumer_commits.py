@@ -173,7 +173,7 @@ def test_reconcile_releases_only_the_partitions_taken_away() -> None:
     assert started == [new]
     # What the failed reader queued goes out as the new reader's (dropped with it if
     # the partition is taken away or the member dropped).
-    assert member.readers._mailbox.get(0) == (new, queued)
+    assert member.readers._mailbox.peek(1, 0) == [(new, queued)]
 
 
 def test_a_restarted_readers_delivery_is_released_with_the_partition() -> None:
@@ -356,7 +356,7 @@ def test_the_queued_messages_of_every_revoked_partition_stop_going_out_at_once()
         assert slow.closing.wait(10)  # stopping the first reader
         assert second.released
         with pytest.raises(TimeoutError):
-            mailbox.get(0)
+            mailbox.peek(1, 0)
     finally:
         slow.go.set()
         revoking.join(10)

@@ -31,12 +31,12 @@ from tests.waiting import wait_until
 
 def _stream_box() -> tuple[Callable[[], object], Callable[[], None]]:
     box = _Mailbox(capacity=4, producers=1)
-    return lambda: box.get(None), box.close
+    return lambda: box.peek(1, None), box.close
 
 
 def _consumer_box() -> tuple[Callable[[], object], Callable[[], None]]:
     box = Mailbox(4)
-    return lambda: box.get(None), box.close
+    return lambda: box.peek(1, None), box.close
 
 
 MAILBOXES: list[Any] = [
@@ -109,12 +109,14 @@ def test_a_second_signal_while_the_wait_wants_the_lock_back_leaves_it_sound(
     # hold ("RuntimeError: release unlocked lock" in the reader, or in the iterator).
     box = _Mailbox(capacity=4, producers=1)
     # The lock, as a reader's put() holds it.
-    second_signal_while_locked(lambda: box.get(None), box._not_full, raising_handler, what="get()")
+    second_signal_while_locked(
+        lambda: box.peek(1, None), box._not_full, raising_handler, what="peek()"
+    )
     # Still sound: a message queued by another thread is handed out.
     message = make_message(7)
     producer = threading.Thread(target=box.put, args=(message,), name="test-producer")
     producer.start()
-    assert box.get(5.0) is message
+    assert box.peek(1, 5.0) == [message]
     producer.join(5)
 
 
