@@ -186,6 +186,16 @@ class _GrpcSubscribeCall:
                 raise error_from_rpc_error(exc, CallContext.SUBSCRIPTION) from None
             # Before the handshake: also tells a TLS-only broker from a passing failure.
             raise self._core.error_of(exc, CallContext.SUBSCRIBE_OPEN, self._address) from None
+        except ValueError as exc:
+            # grpcio's "Internal gRPC call error N": the call's own state is broken (a
+            # read interrupted half-way, by a Ctrl-C, leaves its operation in flight,
+            # and the next one collides with it). A new call repairs it: retryable.
+            call.cancel()
+            self._done()
+            context = CallContext.SUBSCRIPTION if self._opened else CallContext.SUBSCRIBE_OPEN
+            raise error_from_status(
+                grpc.StatusCode.UNAVAILABLE, f"the grpcio call broke ({exc})", context
+            ) from None
         self._opened = True
         return message
 
