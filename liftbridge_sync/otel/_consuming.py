@@ -29,6 +29,7 @@ from liftbridge_sync.otel._conventions import (
     error_type,
     metrics_configured,
 )
+from liftbridge_sync.otel._forking import MEASURING
 from liftbridge_sync.otel._propagation import extract
 
 __all__ = ["process"]
@@ -145,7 +146,8 @@ def process(
     }
     instruments = _instruments(meters) if metrics_configured(meters) else None
     if instruments is not None and _first_processing(message):
-        instruments.consumed.add(1, points)
+        with MEASURING:
+            instruments.consumed.add(1, points)
     joined = producer if as_child and producer_span.is_valid else None
     started = time.monotonic()
     span = tracer.start_span(
@@ -180,7 +182,8 @@ def process(
                 raise
             finally:
                 if instruments is not None:  # the conventions' processing duration, the span's own
-                    instruments.duration.record(time.monotonic() - started, points)
+                    with MEASURING:
+                        instruments.duration.record(time.monotonic() - started, points)
     finally:
         if token is not None:
             otel_context.detach(token)

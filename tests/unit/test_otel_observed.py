@@ -154,6 +154,61 @@ def test_a_forked_worker_reports_its_own_client_not_the_masters() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+FORKED_WHILE_MEASURING = textwrap.dedent(
+    """
+    import faulthandler, os, sys, threading, time
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics._internal import instrument
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from liftbridge_sync import Client, RetryPolicy
+
+    # A measurement held half-way, as a preempted thread holds one: the SDK's lock of
+    # the instrument's aggregations stands for itself here (held across the fork, it
+    # stays held in the child for good).
+    sdk_lock = threading.Lock()
+    inside = threading.Event()
+    real_record = instrument.Histogram.record
+
+    def slow_record(self, *args, **kwargs):
+        with sdk_lock:
+            inside.set()
+            time.sleep(0.5)  # the measurement's own (slow) work, not a synchronisation
+            return real_record(self, *args, **kwargs)
+
+    instrument.Histogram.record = slow_record
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    def failing_publish():
+        client = Client(["127.0.0.1:1"], meter_provider=provider, retry=RetryPolicy.no_retry())
+        client.publish_async("s", b"x", partition=0).exception(10)
+        return client
+
+    master = Client(["127.0.0.1:1"], meter_provider=provider, retry=RetryPolicy.no_retry())
+    master.publish_async("s", b"x", partition=0)  # its outcome is recorded on its thread
+    assert inside.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.dump_traceback_later(10, exit=True)
+        worker = failing_publish()  # records a measurement too
+        worker.close()
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    master.close()
+    sys.exit(os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_fork_waits_for_a_measurement_under_way() -> None:
+    """A fork while the client's thread was recording a measurement left the SDK's lock
+    held in the child, whose first measurement of that instrument then waited for ever
+    (a ``gunicorn --preload`` worker hung on its first publish)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED_WHILE_MEASURING], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 @pytest.mark.parametrize(
     ("argument", "given"),
     [("meter_provider", "meters"), ("tracer_provider", 5), ("meter_provider", MeterProvider)],
