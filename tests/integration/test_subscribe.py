@@ -14,7 +14,14 @@ from datetime import UTC, datetime
 import pytest
 
 import liftbridge_sync as lb
-from liftbridge_sync import Client, StartAt, StopAt, StreamSubscription, Subscription
+from liftbridge_sync import (
+    AckPolicy,
+    Client,
+    StartAt,
+    StopAt,
+    StreamSubscription,
+    Subscription,
+)
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._runtime.doorbell import WAIT_SLICE
 from liftbridge_sync.models import Message
@@ -711,7 +718,10 @@ def test_get_timeout_while_the_server_is_down(
             assert time.monotonic() - started < 2.0
     finally:
         restart_server.start()
-    publish_values(restart_server.address, "down", 2, start=2, ack_policy=api_pb2.ALL)
+    # Through the client, which waits out the partition's recovery after the restart
+    # (a raw PublishAsync call sent then got no ack within its 20 s in a CI run).
+    for i in (2, 3):
+        restart_client.publish("down", b"m%d" % i, partition=0, ack_policy=AckPolicy.ALL)
     assert [m.value for m in take(sub, 2, timeout=30)] == [b"m2", b"m3"]
     sub.close()
 
@@ -729,7 +739,8 @@ def test_a_read_blocked_across_a_restart_is_not_a_deletion(
     reader.start()  # blocks in next(): nothing more is stored yet
     for _ in range(2):
         restart_server.restart()
-    publish_values(restart_server.address, "blocked", 2, start=3, ack_policy=api_pb2.ALL)
+    for i in (3, 4):  # through the client, which waits out the recovery (see above)
+        restart_client.publish("blocked", b"m%d" % i, partition=0, ack_policy=AckPolicy.ALL)
     reader.join(60)
     assert not reader.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], Message), outcome
