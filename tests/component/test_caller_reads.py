@@ -24,6 +24,7 @@ from liftbridge_sync._transport.h2.framing import FrameError
 from liftbridge_sync._wire.publish_codec import Refusal
 from liftbridge_sync.testing import FakeBroker, FakeCluster
 from tests.constants import FAST_RETRY
+from tests.publish_streams import live_h2_stream
 from tests.waiting import wait_until
 
 
@@ -35,14 +36,6 @@ def fake() -> Iterator[FakeBroker]:
 
 def _client(fake: FakeBroker, **options: Any) -> Client:
     return Client([fake.address], retry=FAST_RETRY, publish_transport="h2", **options)
-
-
-def _stream(client: Client) -> connection.H2PublishStream:
-    publisher = client._publisher
-    assert publisher is not None
-    stream = publisher._table.live
-    assert isinstance(stream, connection.H2PublishStream)
-    return stream
 
 
 def _first_time(actions: dict[bytes, str]) -> Any:
@@ -125,7 +118,7 @@ def test_publish_reads_its_own_ack_on_its_thread(
     fake.publish_script = lambda req, n: ("delay", 0.002)
     with _client(fake) as client:
         offsets = [client.publish("s", b"m%d" % i, **extra).offset for i in range(30)]  # type: ignore[union-attr]
-        stream = _stream(client)
+        stream = live_h2_stream(client)
         assert not stream._watch.reading_here
         stream._selector.get_key(stream._sock)  # the I/O thread watches the socket again
     assert offsets == list(range(30))
@@ -164,7 +157,7 @@ def test_other_threads_acks_resolve_in_order_while_a_caller_reads(
     # enough to be taken for silent, and 3,000 in flight re-sent (stored twice).
     with _client(fake, max_in_flight=500, ack_timeout=30.0, resend_after=None) as client:
         client.publish("s", b"first")
-        reader, outcome = _silent_caller(client, _stream(client), timeout=2.0)
+        reader, outcome = _silent_caller(client, live_h2_stream(client), timeout=2.0)
         pipelined = [client.publish_async("s", b"p%d" % i, partition=1) for i in range(3000)]
         offsets = [f.result(timeout=30).offset for f in pipelined]  # type: ignore[union-attr]
         reader.join(timeout=10)
@@ -183,7 +176,7 @@ def test_a_window_opened_while_a_caller_reads_is_used_at_once(
     fake.publish_script = lambda req, n: "drop" if req.value == b"silent" else "ack"
     with _client(fake, ack_timeout=30.0) as client:
         client.publish("s", b"first")
-        stream = _stream(client)
+        stream = live_h2_stream(client)
         reader, outcome = _silent_caller(client, stream, timeout=2.0)
         big = [client.publish_async("s", bytes([i]) * (3 << 20)) for i in range(3)]
         acks = [f.result(timeout=3.0) for f in big]  # the caller reads for 4 s
@@ -203,7 +196,7 @@ def test_the_stream_ending_while_a_caller_reads_is_acted_on_at_once(
     fake.publish_script = _first_time({b"silent": "drop", b"abort": "abort"})
     with _client(fake, ack_timeout=20.0) as client:
         client.publish("s", b"first")
-        reader, outcome = _silent_caller(client, _stream(client))
+        reader, outcome = _silent_caller(client, live_h2_stream(client))
         aborted = client.publish_async("s", b"abort")
         _resent_on_a_new_stream(fake, aborted, reader, outcome)
 
@@ -219,7 +212,7 @@ def test_a_broken_read_on_the_callers_thread_ends_the_stream_at_once(
     fake.publish_script = _first_time({b"silent": "drop"})
     with _client(fake, ack_timeout=20.0) as client:
         client.publish("s", b"first")
-        stream = _stream(client)
+        stream = live_h2_stream(client)
         real_read = stream._reads._read
 
         def garbage_on_the_callers_thread() -> None:
@@ -307,7 +300,7 @@ def test_a_refusal_read_by_the_caller_is_not_held_back(
     monkeypatch.setattr(connection.H2PublishStream, "_hand_over", hand_over)
     with _client(fake) as client:
         client.publish("s", b"first")
-        stream = _stream(client)
+        stream = live_h2_stream(client)
         monkeypatch.setattr(stream._reads, "_here_poll", Poll(stream._reads._here_poll))
         raised: list[BaseException] = []
 

@@ -27,6 +27,7 @@ import pytest
 
 from liftbridge_sync import Client, StartAt, StopAt
 from liftbridge_sync._transport.h2 import connection
+from tests.publish_streams import live_h2_stream
 
 from .conftest import unique
 
@@ -133,14 +134,6 @@ class _Sends:
         return getattr(self._real, name)
 
 
-def _stream(client: Client) -> connection.H2PublishStream:
-    publisher = client._publisher
-    assert publisher is not None
-    stream = publisher._table.live
-    assert isinstance(stream, connection.H2PublishStream)
-    return stream
-
-
 def _publish_until_interrupted(client: Client, name: str, arm: _Arm) -> list[bytes]:
     """Publish until the armed interruption comes; the values published (the
     interrupted one last: its request was written, so it may be stored)."""
@@ -166,7 +159,7 @@ def _interrupt_one(
     client.create_stream(name, name)
     client.publish(name, b"first")  # the publish stream is open
     arm = _Arm()
-    wrap(_stream(client), arm)
+    wrap(live_h2_stream(client), arm)
     before = _publish_until_interrupted(client, name, arm)
     assert arm.fired == 1
     after = [b"after-%d" % i for i in range(_AFTER)]
@@ -211,7 +204,7 @@ def test_a_caller_interrupted_while_reading_its_ack_leaves_the_connection_workin
 ) -> None:
     with Client([liftbridge_address]) as client:
         name, before, after = _interrupt_one(client, wrap)
-        stream = _stream(client)
+        stream = live_h2_stream(client)
         assert _watched_again(stream)
         assert client.publisher_stats().connects == 1  # the connection went on
         # Everything once, in order: the interrupted publish's request was written.

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 import liftbridge_sync.subscription.connection as connection
-from liftbridge_sync import Client, Message, StartAt, StopAt
+from liftbridge_sync import Client, Message, StartAt, StopAt, StreamSubscription, Subscription
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync._transport import opening
 from liftbridge_sync._transport.opening import SubscribeCall
@@ -83,6 +83,15 @@ class _Interrupting:
         return getattr(self._call, name)
 
 
+def _reads(sub: Subscription | StreamSubscription, reader: str) -> Callable[[], list[Message]]:
+    """One read of ``sub`` the way ``reader`` names: ``next()``, ``get`` or ``get_many``."""
+    if reader == "iterate":
+        return lambda: [next(sub)]
+    if reader == "get":
+        return lambda: [sub.get(30)]
+    return lambda: sub.get_many(100, 30)
+
+
 def _read_through(
     read: Callable[[], list[Message]], interrupts: list[int]
 ) -> Iterator[list[Message]]:
@@ -123,13 +132,7 @@ def test_reads_interrupted_after_taking_messages_lose_and_repeat_nothing(
             assert opened is not None
             sub._conn.forget(opened)  # the next read opens an interrupting call
             opened.cancel()
-            if reader == "iterate":
-                one: Callable[[], list[Message]] = lambda: [next(sub)]  # noqa: E731
-            elif reader == "get":
-                one = lambda: [sub.get(30)]  # noqa: E731
-            else:
-                one = lambda: sub.get_many(100, 30)  # noqa: E731
-            for messages in _read_through(one, interrupts):
+            for messages in _read_through(_reads(sub, reader), interrupts):
                 got.extend(messages)
             monkeypatch.undo()
             assert sub.exhausted
@@ -194,13 +197,7 @@ def test_whole_stream_reads_interrupted_in_the_hand_over_lose_and_repeat_nothing
         got: list[Message] = []
         with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
             sub._box = _InterruptingBox(sub._box)  # type: ignore[assignment]
-            if reader == "iterate":
-                one: Callable[[], list[Message]] = lambda: [next(sub)]  # noqa: E731
-            elif reader == "get":
-                one = lambda: [sub.get(30)]  # noqa: E731
-            else:
-                one = lambda: sub.get_many(50, 30)  # noqa: E731
-            for messages in _read_through(one, interrupts):
+            for messages in _read_through(_reads(sub, reader), interrupts):
                 got.extend(messages)
             assert sub.exhausted
         for partition in range(3):
