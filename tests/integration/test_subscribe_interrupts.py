@@ -179,6 +179,25 @@ class _InterruptingBox:
         return getattr(self._box, name)
 
 
+def _three_partitions(client: Client, prefix: str, per_partition: int) -> str:
+    """A new stream of three partitions, each holding ``b"<partition>-<i>"`` for ``i``
+    in ``0..per_partition-1``."""
+    name = unique(prefix)
+    client.create_stream(name, name, partitions=3)
+    for partition in range(3):
+        values = [b"%d-%d" % (partition, i) for i in range(per_partition)]
+        client.publish_batch(name, values, partition=partition)
+    return name
+
+
+def _assert_each_partition_whole(got: list[Message], per_partition: int) -> None:
+    """Every message of :func:`_three_partitions`' stream once, each partition's in order."""
+    for partition in range(3):
+        mine = [m for m in got if m.partition == partition]
+        assert [m.offset for m in mine] == list(range(per_partition))
+        assert [m.value for m in mine] == [b"%d-%d" % (partition, i) for i in range(per_partition)]
+
+
 @pytest.mark.parametrize("reader", ["iterate", "get", "get_many"])
 def test_whole_stream_reads_interrupted_in_the_hand_over_lose_and_repeat_nothing(
     liftbridge_address: str, reader: str
@@ -186,13 +205,9 @@ def test_whole_stream_reads_interrupted_in_the_hand_over_lose_and_repeat_nothing
     """The partitions' reader threads hand messages to the consumer through a mailbox;
     a read that took messages off it and was interrupted before handing them out lost
     them. Now the mailbox gives nothing up before the consumer holds it."""
-    name = unique("interrupted-stream")
     per_partition = 1_000
     with Client([liftbridge_address]) as client:
-        client.create_stream(name, name, partitions=3)
-        for partition in range(3):
-            values = [b"%d-%d" % (partition, i) for i in range(per_partition)]
-            client.publish_batch(name, values, partition=partition)
+        name = _three_partitions(client, "interrupted-stream", per_partition)
         interrupts = [0]
         got: list[Message] = []
         with client.subscribe_stream(name, start=StartAt.earliest(), stop=StopAt.latest()) as sub:
@@ -200,12 +215,7 @@ def test_whole_stream_reads_interrupted_in_the_hand_over_lose_and_repeat_nothing
             for messages in _read_through(_reads(sub, reader), interrupts):
                 got.extend(messages)
             assert sub.exhausted
-        for partition in range(3):
-            mine = [m for m in got if m.partition == partition]
-            assert [m.offset for m in mine] == list(range(per_partition))
-            assert [m.value for m in mine] == [
-                b"%d-%d" % (partition, i) for i in range(per_partition)
-            ]
+        _assert_each_partition_whole(got, per_partition)
         assert interrupts[0] >= 10
         client.delete_stream(name)
 
@@ -217,13 +227,9 @@ def test_consumer_reads_interrupted_in_the_hand_over_lose_and_repeat_nothing(
     """A consumer's readers hand messages to its iterator through a mailbox, as a
     whole-stream subscription's do: a message taken off it by a read that was then
     interrupted was lost, and the commits went past it."""
-    name = unique("interrupted-group")
     per_partition = 300
     with Client([liftbridge_address]) as client:
-        client.create_stream(name, name, partitions=3)
-        for partition in range(3):
-            values = [b"%d-%d" % (partition, i) for i in range(per_partition)]
-            client.publish_batch(name, values, partition=partition)
+        name = _three_partitions(client, "interrupted-group", per_partition)
         interrupts = 0
         got: list[Message] = []
         with client.consumer(
@@ -241,12 +247,7 @@ def test_consumer_reads_interrupted_in_the_hand_over_lose_and_repeat_nothing(
                 except _Interrupt:
                     interrupts += 1
             committed = member.commit()
-        for partition in range(3):
-            mine = [m for m in got if m.partition == partition]
-            assert [m.offset for m in mine] == list(range(per_partition))
-            assert [m.value for m in mine] == [
-                b"%d-%d" % (partition, i) for i in range(per_partition)
-            ]
+        _assert_each_partition_whole(got, per_partition)
         assert committed == {(name, p): per_partition - 1 for p in range(3)}
         assert interrupts >= 10
         client.delete_stream(name)
