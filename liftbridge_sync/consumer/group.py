@@ -507,9 +507,12 @@ class Consumer:
         seconds = check_timeout("timeout", timeout)
         self._commits.mark_processed(self._readers)
         hand = self._hand
+        if hand:  # left by an interrupted read (its drop perhaps unfinished)
+            self._mailbox.drop(hand)
+            hand = [item for item in hand if not item[0].stopped]  # no partition taken away
         if not hand or self._mailbox.closed:  # closed: the mailbox says the end
             self._hand = hand = self._mailbox.peek(most, seconds)
-        self._mailbox.drop(hand)
+            self._mailbox.drop(hand)
         batch = hand[:most]
         messages = [msg for _, msg in batch]
         with self._lock:

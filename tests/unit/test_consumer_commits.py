@@ -586,3 +586,29 @@ def test_a_commit_on_revoke_tries_the_cursors_within_one_budget_after_a_failure(
     core.refused, core.once_refused = set(), set()
     assert commits.hand_off(lambda: True) == {("orders", p): 5 for p in range(4, 8)}
     assert core.calls == [("policy", p, None) for p in range(4, 8)]
+
+
+def test_what_an_interrupted_read_left_is_handed_out_unless_its_partition_was_taken_away() -> None:
+    """A read interrupted after taking messages off the mailbox leaves them for the
+    next read (see ``Consumer.get_many``); one of a partition taken away since is
+    dropped, as the mailbox drops a stopped reader's messages."""
+    from liftbridge_sync import Client, RetryPolicy
+    from liftbridge_sync.consumer import Consumer
+
+    # Never connects; the close's leave is refused at once.
+    with Client("127.0.0.1:1", retry=RetryPolicy.no_retry()) as client:
+        consumer = Consumer(client._core, "g", ["orders"], auto_commit=None)
+        kept, taken_away = (PartitionReader("orders", p, epoch=1) for p in range(2))
+        left = [
+            (kept, make_message(3, partition=0, stream="orders", subject="orders")),
+            (taken_away, make_message(7, partition=1, stream="orders", subject="orders")),
+        ]
+        newer = make_message(4, partition=0, stream="orders", subject="orders")
+        for reader, msg in left:
+            assert consumer._mailbox.put(reader, msg)
+        assert consumer._mailbox.put(kept, newer)
+        consumer._hand = list(left)  # taken, then interrupted before the drop
+        taken_away.stopped = True
+        assert [m.offset for m in consumer.get_many(10, 0)] == [3]
+        assert [m.offset for m in consumer.get_many(10, 0)] == [4]  # the drop was done
+        consumer.close()
