@@ -109,6 +109,7 @@ class PartitionConnection:
         #: Counters for ``stats()`` (written by the iterating thread only).
         self.resubscribes = 0
         self.out_of_order = 0
+        self.misaddressed = 0
 
     def close(self) -> None:
         """Mark the read closed, cancel the call and end a metadata look-up under way.
@@ -337,17 +338,19 @@ class PartitionConnection:
         return call
 
     def _back_off_disorder(self, remaining: float, deadline: float | None) -> None:
-        """Wait before resubscribing after out-of-order messages, or give up.
+        """Wait before resubscribing after refused messages (out of order, or of
+        another stream or partition), or give up.
 
         Raises:
-            ServerError: the server answered out of order for all of ``resubscribe_wait``.
+            ServerError: the server answered so for all of ``resubscribe_wait``.
         """
         if remaining <= 0:
             self.done = True
             raise ServerError(
                 f"subscription {self.target.stream}/{self.target.partition}: the server "
-                f"kept sending offsets at or below the last delivered one "
-                f"({self.last_offset}) for {self.core.options.resubscribe_wait}s"
+                f"kept sending messages to refuse (offsets at or below the last delivered "
+                f"one, {self.last_offset}, or another stream's or partition's) for "
+                f"{self.core.options.resubscribe_wait}s"
             )
         self._backoff(
             min(remaining, backoff_delay(self.core.options.retry, self.disorder)), deadline

@@ -50,7 +50,7 @@ from liftbridge_sync.subscription.connection import (
 )
 from liftbridge_sync.subscription.read_failures import ReadFailures
 from liftbridge_sync.subscription.refusals import ReadTimeout
-from liftbridge_sync.subscription.screening import before_start, screen
+from liftbridge_sync.subscription.screening import before_start, misaddressed, screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["Subscription", "SubscriptionTarget"]
@@ -190,7 +190,9 @@ class Subscription:
     def stats(self) -> SubscriptionStats:
         """Resubscribes and out-of-order messages refused so far (see SubscriptionStats)."""
         return SubscriptionStats(
-            resubscribes=self._conn.resubscribes, out_of_order=self._conn.out_of_order
+            resubscribes=self._conn.resubscribes,
+            out_of_order=self._conn.out_of_order,
+            misaddressed=self._conn.misaddressed,
         )
 
     def __iter__(self) -> Subscription:
@@ -465,6 +467,12 @@ class Subscription:
         the call is dropped so the next read resubscribes after the last delivered offset.
         """
         target = self._target
+        stray = misaddressed(batch, target.stream, target.partition)
+        if stray is not None:
+            self._refuse_misaddressed(call, batch[stray])
+            batch = batch[:stray]
+            if not batch:
+                return batch
         if self._conn.last_offset is None:
             batch = self._skip_before_start(batch)
             if not batch:
@@ -511,7 +519,6 @@ class Subscription:
         before = batch[bad - 1] if bad else self._delivered_pb()
         good = batch[bad - 1].offset if bad else self._conn.last_offset
         self._conn.out_of_order += 1
-        self._conn.disorder += 1
         # WARNING: worked around (nothing wrong is delivered); ERROR is for what is given
         # up on and raised (the README's levels). A restarted v1.9.0 leader does this.
         _log.warning(
@@ -525,6 +532,29 @@ class Subscription:
             "?" if before is None else len(before.value),
             good,
         )
+        self._resubscribe_after_refusal(call)
+
+    def _refuse_misaddressed(self, call: SubscribeCall, pb: api_pb2.Message) -> None:
+        """Log and count ``pb``, which names another stream or partition, and drop the
+        call to resubscribe."""
+        self._conn.misaddressed += 1
+        _log.warning(
+            "subscription %s/%d: the server sent offset %d of %r partition %d; dropped, "
+            "resubscribing after offset %s",
+            self._target.stream,
+            self._target.partition,
+            pb.offset,
+            pb.stream,
+            pb.partition,
+            self._conn.last_offset,
+        )
+        self._resubscribe_after_refusal(call)
+
+    def _resubscribe_after_refusal(self, call: SubscribeCall) -> None:
+        """Drop ``call`` after a refused message: the next read resubscribes after the
+        last delivered offset (a server that keeps sending such messages uses up
+        ``resubscribe_wait`` and is given up on)."""
+        self._conn.disorder += 1
         self._conn.forget(call)
         call.cancel()
         self._conn.stale = True

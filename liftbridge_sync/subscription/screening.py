@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from liftbridge_sync._proto import api_pb2
 
-__all__ = ["Screened", "before_start", "screen"]
+__all__ = ["Screened", "before_start", "misaddressed", "screen"]
 
 
 class Screened(NamedTuple):
@@ -58,6 +58,25 @@ def screen(
                 i for i, o in enumerate(offsets) if o <= (offsets[i - 1] if i else previous)
             )
     return Screened(in_order, _stop_index(batch, in_order, stop_offset, stop_timestamp_ns))
+
+
+def misaddressed(batch: Sequence[api_pb2.Message], stream: str, partition: int) -> int | None:
+    """Index of the first message of ``batch`` that names another stream, or another
+    partition of its stream, than the subscription's; ``None`` if none does.
+
+    The server names each message's stream and partition; one that answers with another
+    read's messages (a server or proxy bug) does so for whole batches, so only the first
+    and the last are looked at (a scan finds the first stray one then). A message that
+    names no stream, as a hand-made one may, is taken as addressed here.
+    """
+    if not (_elsewhere(batch[0], stream, partition) or _elsewhere(batch[-1], stream, partition)):
+        return None
+    return next(i for i, m in enumerate(batch) if _elsewhere(m, stream, partition))
+
+
+def _elsewhere(message: api_pb2.Message, stream: str, partition: int) -> bool:
+    named = message.stream
+    return bool(named) and (named != stream or message.partition != partition)
 
 
 def before_start(

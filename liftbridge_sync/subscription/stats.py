@@ -1,4 +1,5 @@
-"""What a subscription has done so far: resubscribes, and messages refused for their offset."""
+"""What a subscription has done so far: resubscribes, and messages refused for their
+offset or their address."""
 
 from __future__ import annotations
 
@@ -23,3 +24,7 @@ class SubscriptionStats:
     #: size and the last delivered one's, and the subscription resubscribed after the
     #: last delivered offset.
     out_of_order: int = 0
+    #: Messages refused because they named another stream or partition than the
+    #: subscription's (a server or proxy bug): never handed out; each batch with one was
+    #: logged, and the subscription resubscribed after the last delivered offset.
+    misaddressed: int = 0

@@ -186,6 +186,7 @@ class StreamSubscription:
         return SubscriptionStats(
             resubscribes=sum(p.resubscribes for p in parts),
             out_of_order=sum(p.out_of_order for p in parts),
+            misaddressed=sum(p.misaddressed for p in parts),
         )
 
     def __iter__(self) -> StreamSubscription:

@@ -25,6 +25,7 @@ from liftbridge_sync.testing import (
     FakeBroker,
     FakeCluster,
     SubscribeScript,
+    fake_message,
     refuse,
     serve,
     silent,
@@ -215,12 +216,54 @@ def test_a_server_that_only_ever_goes_backwards_is_given_up_on(broker: FakeBroke
         sub = client.subscribe("s", start=StartAt.offset(5))
         assert next(sub).offset == 5
         started = time.monotonic()
-        with pytest.raises(lb.ServerError, match="at or below the last delivered one"):
+        with pytest.raises(lb.ServerError, match="at or below the last delivered one, 5,"):
             next(sub)
         assert 0.4 < time.monotonic() - started < 3.0
         assert sub.stats().out_of_order >= 2
         with pytest.raises(StopIteration):
             next(sub)
+
+
+def _serving_another_partition(offsets: list[int], then_ours: list[int]) -> SubscribeScript:
+    """A script that answers with partition 1's messages at ``offsets`` (a server or proxy
+    bug), then this read's own at ``then_ours``, and ends with UNAVAILABLE."""
+
+    def script(
+        request: api_pb2.SubscribeRequest, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.Message]:
+        yield api_pb2.Message()
+        for offset in then_ours:
+            yield fake_message(offset, request.partition, request.stream)
+        for offset in offsets:
+            yield fake_message(offset, request.partition + 1, request.stream)
+        context.abort(SC.UNAVAILABLE, "gone")
+
+    return script
+
+
+def test_messages_of_another_partition_are_never_delivered(
+    broker: FakeBroker, client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each message names its stream and partition: one naming another is refused,
+    logged and counted, and the read resubscribes after the last delivered offset."""
+    broker.subscribe_scripts = [_serving_another_partition([2, 3], [0, 1]), serve([2], "end")]
+    sub = client.subscribe("s", start=StartAt.earliest())
+    assert values(sub) == [0, 1, 2]
+    assert broker.subscribe_starts() == [(api_pb2.EARLIEST, 0), (api_pb2.OFFSET, 2)]
+    assert sub.stats().misaddressed == 1
+    refused = [r for r in caplog.records if "of 's' partition 1" in r.getMessage()]
+    assert [r.levelname for r in refused] == ["WARNING"]
+
+
+def test_a_server_that_only_ever_answers_for_another_partition_is_given_up_on(
+    broker: FakeBroker,
+) -> None:
+    broker.subscribe_scripts = [_serving_another_partition([0], []) for _ in range(1000)]
+    with make_client(broker, resubscribe_wait=0.5) as client:
+        sub = client.subscribe("s", start=StartAt.earliest())
+        with pytest.raises(lb.ServerError, match="another stream's or partition's"):
+            next(sub)
+        assert sub.stats().misaddressed >= 2
 
 
 def test_nothing_received_resubscribes_from_the_original_start(

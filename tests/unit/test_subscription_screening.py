@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from liftbridge_sync._proto import api_pb2
-from liftbridge_sync.subscription.screening import Screened, before_start, screen
+from liftbridge_sync.subscription.screening import Screened, before_start, misaddressed, screen
 
 
 def _batch(*offsets: int, stamps: tuple[int, ...] | None = None) -> list[api_pb2.Message]:
@@ -104,3 +104,24 @@ def test_messages_stamped_before_a_pinned_start_time_are_skipped(
     batch = _batch(*range(5, 5 + len(stamps)), stamps=stamps)
     assert before_start(batch, 5, since) == skipped
     assert before_start(batch, 5) == 0  # without a start time only offsets count
+
+
+def _addressed(stream: str, partition: int, offset: int = 0) -> api_pb2.Message:
+    return api_pb2.Message(offset=offset, stream=stream, partition=partition)
+
+
+@pytest.mark.parametrize(
+    ("batch", "stray"),
+    [
+        ([_addressed("s", 2), _addressed("s", 2)], None),
+        ([api_pb2.Message(offset=0), api_pb2.Message(offset=1)], None),  # naming none
+        ([_addressed("s", 3), _addressed("s", 2)], 0),
+        ([_addressed("s", 2), _addressed("t", 2), _addressed("t", 2)], 1),
+        ([_addressed("s", 2), _addressed("s", 2), _addressed("s", 0)], 2),
+        ([_addressed("t", 2)], 0),
+    ],
+)
+def test_a_message_naming_another_stream_or_partition_is_found(
+    batch: list[api_pb2.Message], stray: int | None
+) -> None:
+    assert misaddressed(batch, "s", 2) == stray
