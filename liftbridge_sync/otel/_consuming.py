@@ -29,7 +29,7 @@ from liftbridge_sync.otel._conventions import (
     error_type,
     metrics_configured,
 )
-from liftbridge_sync.otel._forking import MEASURING
+from liftbridge_sync.otel._forking import measuring
 from liftbridge_sync.otel._propagation import extract
 
 __all__ = ["process"]
@@ -146,7 +146,7 @@ def process(
     }
     instruments = _instruments(meters) if metrics_configured(meters) else None
     if instruments is not None and _first_processing(message):
-        with MEASURING:
+        with measuring():
             instruments.consumed.add(1, points)
     joined = producer if as_child and producer_span.is_valid else None
     started = time.monotonic()
@@ -182,7 +182,7 @@ def process(
                 raise
             finally:
                 if instruments is not None:  # the conventions' processing duration, the span's own
-                    with MEASURING:
+                    with measuring():
                         instruments.duration.record(time.monotonic() - started, points)
     finally:
         if token is not None:

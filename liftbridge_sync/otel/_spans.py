@@ -20,7 +20,7 @@ from liftbridge_sync._publishing.futures import peek
 from liftbridge_sync._wire.validate import INT32_MAX
 from liftbridge_sync.models import Ack
 from liftbridge_sync.otel._conventions import DURATION_BUCKETS, SCOPE, SYSTEM, error_type
-from liftbridge_sync.otel._forking import MEASURING
+from liftbridge_sync.otel._forking import measuring
 from liftbridge_sync.otel._propagation import with_context
 
 __all__ = ["Creations", "SendSpans"]
@@ -161,7 +161,7 @@ class SendSpans:
             attributes["messaging.destination.partition.id"] = str(partition)
         if error is not None:
             attributes["error.type"] = error_type(error)
-        with MEASURING:
+        with measuring():
             if self._duration is not None:
                 self._duration.record(time.monotonic() - started, attributes)
             if self._sent is not None and sent:
