@@ -221,3 +221,26 @@ def test_a_provider_that_is_no_provider_is_refused_when_the_client_is_made(
     # 'get_meter') from inside the library.
     with pytest.raises(ArgumentTypeError, match=argument):
         Client(["127.0.0.1:1"], **{argument: given})  # type: ignore[arg-type]
+
+
+def test_a_fork_waits_for_a_stuck_measurement_no_longer_than_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every blocking wait has a bound: a measurement that does not end (a thread stuck
+    inside the SDK) holds the fork up for ``FORK_WAIT`` only, and the child then
+    measures under a lock of its own (the parent's thread that holds the old one is
+    not in the child)."""
+    from liftbridge_sync.otel import _forking
+
+    monkeypatch.setattr(_forking, "FORK_WAIT", 0.05)
+    stuck = _forking.measuring()
+    monkeypatch.setattr(_forking, "_lock", stuck)  # restored after the test
+    assert stuck.acquire(timeout=1)  # the stuck measurement
+    try:
+        _forking._before_fork()
+        assert not _forking._taken_for_fork
+        _forking._after_fork_in_child()  # as in the child
+        fresh = _forking.measuring()
+        assert fresh is not stuck and not fresh.locked()
+    finally:
+        stuck.release()
