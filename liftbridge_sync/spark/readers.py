@@ -22,7 +22,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from liftbridge_sync import Client, ConfigurationError, NoSuchPartitionError, NoSuchStreamError
+from liftbridge_sync import (
+    BrokerUnavailableError,
+    Client,
+    ConfigurationError,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+)
 from liftbridge_sync.spark.admission import TriggerDelay, cap_offsets
 from liftbridge_sync.spark.offsets import (
     EARLIEST,
@@ -38,6 +44,7 @@ from liftbridge_sync.spark.offsets import (
     stream_partitions,
     to_json_dict,
 )
+from liftbridge_sync.spark.outage import BrokerOutage
 from liftbridge_sync.spark.ranges import DataLossError, OffsetRange, read_batches, split_ranges
 from liftbridge_sync.spark.source_options import SourceOptions
 
@@ -158,6 +165,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # and whether that was told; a restarting server hides it for a few seconds.
         self._missing_since: float | None = None
         self._gone_logged = False
+        self._outage = BrokerOutage(options.stream)
         self._delay: TriggerDelay | None = None
         if options.min_offsets_per_trigger:
             self._delay = TriggerDelay(
@@ -257,6 +265,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     self._vanished()
                     return to_json_dict(stream, begin, known)  # no micro-batch while gone
                 created, latest = found
+            except BrokerUnavailableError as exc:
+                self._outage.endure(exc)
+                return to_json_dict(stream, begin, known)  # no micro-batch while away
+            self._outage.over()
             self._missing_since = None
             self._gone_logged = False
         if known and created and created != known:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from liftbridge_sync import Client, NoSuchPartitionError
-from liftbridge_sync.options import ClientOptions
+from liftbridge_sync import AckPolicy, BrokerUnavailableError, Client, NoSuchPartitionError
+from liftbridge_sync.options import ClientOptions, RetryPolicy
 from liftbridge_sync.testing import LiftbridgeServer
 from tests.integration.conftest import unique
 from tests.waiting import wait_until
@@ -20,6 +20,7 @@ pytest.importorskip("pyspark")
 from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
+from liftbridge_sync.spark import outage  # noqa: E402
 from liftbridge_sync.spark.ranges import DataLossError  # noqa: E402
 from liftbridge_sync.spark.readers import MISSING_STREAM_GRACE, StreamReader  # noqa: E402
 from liftbridge_sync.spark.source_options import SourceOptions  # noqa: E402
@@ -231,3 +232,61 @@ def test_an_available_now_run_looks_again_for_a_stream_missing_at_its_start(
             assert reader.latestOffset(None, ReadAllAvailable())[stream] == {"0": 1}
         finally:
             shared.close()
+
+
+def test_a_query_waits_out_its_brokers_being_away(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one server stopped for longer than the client's retry policy (here 1 s, as
+    ``liftbridge.retry.maxDelayMs=1000`` sets it): planning a micro-batch failed the
+    query with BrokerUnavailableError. It now plans none while the brokers are away and
+    goes on once they answer; away longer than the grace, it fails with the error."""
+    stream = unique("spark")
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream(stream, stream)
+            client.publish_batch(stream, [b"a", b"b"], partition=0)
+        options = SourceOptions(
+            client=ClientOptions(
+                addresses=(server.address,),
+                grpc_options=_FAST,
+                retry=RetryPolicy(max_delay=1.0),
+            ),
+            stream=stream,
+        )
+        reader = StreamReader(options, StructType())
+        try:
+            start = reader.initialOffset()
+            assert start[stream] == {"0": 2}
+            server.stop()
+            with caplog.at_level(logging.WARNING, logger="liftbridge_sync.spark"):
+                away = [reader.latestOffset(start, ReadAllAvailable()) for _ in range(3)]
+                assert away == [start] * 3  # no micro-batch, no failure: about 3 s away
+                server.start()
+                with Client(server.address) as client:
+                    client.publish(stream, b"c", partition=0, ack_policy=AckPolicy.ALL)
+                ended = wait_until_answered(reader, start)
+            assert ended[stream] == {"0": 3}
+            said = [r.getMessage() for r in _spark_warnings(caplog)]
+            assert any("no broker answered" in m for m in said), said
+            assert any("answer again" in m for m in said), said
+            monkeypatch.setattr(outage, "OUTAGE_GRACE", 2.0)
+            server.stop()
+            with pytest.raises(BrokerUnavailableError, match="no broker answered for"):
+                for _ in range(10):  # each try takes the retry policy's 1 s
+                    reader.latestOffset(ended, ReadAllAvailable())
+        finally:
+            Client.for_process(options.client).close()
+
+
+def wait_until_answered(reader: StreamReader, start: dict[str, Any]) -> dict[str, Any]:
+    """``latestOffset`` asked again, as the trigger loop asks, until it moves past
+    ``start`` (the brokers answered and the new message is committed)."""
+    moved: list[dict[str, Any]] = []
+
+    def past_start() -> bool:
+        moved.append(reader.latestOffset(start, ReadAllAvailable()))
+        return moved[-1] != start
+
+    wait_until(past_start, 60, "the source to see the new message")
+    return moved[-1]
