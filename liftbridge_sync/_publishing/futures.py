@@ -55,8 +55,13 @@ _RUNNING = "RUNNING"
 _DONE = frozenset((_FINISHED, "CANCELLED", "CANCELLED_AND_NOTIFIED"))
 #: Guards the lazy creation of conditions (rare: only when somebody blocks).
 _LAZY = threading.Lock()
-#: Guards every publish future's callbacks against its resolution.
-_CALLBACKS = threading.Lock()
+#: Guards every publish future's callbacks against its resolution, and is the lock of
+#: every future's condition: ``concurrent.futures.wait`` counts the futures not done
+#: and installs its waiter under their conditions, and a future resolved in between
+#: (its state set under another lock) was counted done and yet notified to the waiter,
+#: which then ended the wait with a future still running. Reentrant: ``wait`` takes
+#: the condition of each of its futures in turn.
+_CALLBACKS = threading.RLock()
 
 
 def _new_locks_in_child() -> None:
@@ -65,7 +70,7 @@ def _new_locks_in_child() -> None:
     locks nobody holds. Every user looks the locks up at call time."""
     global _LAZY, _CALLBACKS
     _LAZY = threading.Lock()
-    _CALLBACKS = threading.Lock()
+    _CALLBACKS = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_new_locks_in_child)
@@ -167,7 +172,8 @@ class PublishFuture(FutureCore, concurrent.futures.Future[T]):
         with _LAZY:
             if "_condition" not in fields:
                 fields["_waiters"] = []
-                fields["_condition"] = threading.Condition()
+                # On the lock the state is set under (see _CALLBACKS).
+                fields["_condition"] = threading.Condition(_CALLBACKS)
                 # Attributes, not dict entries: with the C core they live in its struct.
                 self._conditioned = True
                 self._waited = True

@@ -14,7 +14,9 @@ import pytest
 from liftbridge_sync._publishing import futures as futures_module
 from liftbridge_sync._publishing.futures import PublishFuture, PyFutureCore, settle
 from liftbridge_sync._wire import speedups
+from tests.signals import thread_state
 from tests.twins import twins
+from tests.waiting import wait_until
 
 IMPLEMENTATIONS = twins(PyFutureCore, speedups.FutureCore)
 
@@ -130,3 +132,39 @@ def test_the_c_settling_code_refuses_a_future_of_another_kind() -> None:
     assert speedups.run_callbacks is not None
     with pytest.raises(TypeError, match="publish future"):
         speedups.run_callbacks([concurrent.futures.Future()], 0)
+
+
+def test_wait_never_ends_early_for_a_future_resolved_while_it_installs_its_waiter(
+    future_class: type[PublishFuture[Any]],
+) -> None:
+    """``concurrent.futures.wait`` takes each future's condition, counts the futures not
+    done and installs its waiter on each. A future resolved in between, its state set
+    outside its condition, was counted done and yet notified to the waiter: the count
+    of those pending reached zero with one still running, and ``wait`` returned early
+    (a CI run's ``wait`` on 300 publishes returned with 23 not done). The state is now
+    set under the lock the conditions share."""
+    first, second = future_class(), future_class()
+    early, late = sorted((first, second), key=id)  # wait() takes them in this order
+    assert early._condition is not None and late._condition is not None  # as a waiter makes them
+    outcome: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: outcome.append(concurrent.futures.wait([early, late], timeout=30)),
+        name="liftbridge-test-waiter",
+    )
+    resolver = threading.Thread(
+        target=settle, args=([(early, "a", None)],), name="liftbridge-test-resolver"
+    )
+    late._condition.acquire()  # holds wait() up among the conditions it takes
+    try:
+        waiter.start()
+        wait_until(lambda: thread_state(waiter.native_id) == "S", what="wait() to block")
+        resolver.start()
+        wait_until(lambda: thread_state(resolver.native_id) == "S", what="the resolver to block")
+    finally:
+        late._condition.release()
+    resolver.join(10)
+    assert early.done() and not late.done()
+    settle([(late, "b", None)])
+    waiter.join(10)
+    ((done, not_done),) = outcome
+    assert done == {early, late} and not not_done
