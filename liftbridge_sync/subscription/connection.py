@@ -129,6 +129,12 @@ class PartitionConnection:
             call.cancel()
         self.abort.abort()
 
+    def finish(self, call: SubscribeCall) -> None:
+        """The read is over (its end, or its stop position, reached): drop ``call``."""
+        self.done = True
+        self.forget(call)
+        call.cancel()
+
     def forget(self, call: SubscribeCall) -> None:
         """Stop reading from ``call`` (ended, refused or interrupted), unless a reconnect
         already replaced it; the caller cancels it. Any thread."""

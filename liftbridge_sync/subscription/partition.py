@@ -14,8 +14,9 @@ The first request is built (and its moment-dependent positions pinned) by
 :mod:`liftbridge_sync.subscription.opening`; opening and reopening the call (broker
 choice, retries, the handshake, deletion or restart) is
 :mod:`liftbridge_sync.subscription.connection`'s; which messages of a batch may be
-delivered, :mod:`liftbridge_sync.subscription.screening`'s; what a failed or silent read
-means, :mod:`liftbridge_sync.subscription.read_failures`'. This module delivers them.
+delivered, :mod:`liftbridge_sync.subscription.batch_screen`'s (by the rules of
+:mod:`liftbridge_sync.subscription.screening`); what a failed or silent read means,
+:mod:`liftbridge_sync.subscription.read_failures`'. This module delivers them.
 Thread-safe as :class:`Subscription` says.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -43,6 +45,7 @@ from liftbridge_sync.errors import (
 )
 from liftbridge_sync.models import Message, _set_message_pb
 from liftbridge_sync.models import _new_object as _new_message
+from liftbridge_sync.subscription.batch_screen import BatchScreen
 from liftbridge_sync.subscription.connection import (
     Closed,
     PartitionConnection,
@@ -50,7 +53,6 @@ from liftbridge_sync.subscription.connection import (
 )
 from liftbridge_sync.subscription.read_failures import ReadFailures
 from liftbridge_sync.subscription.refusals import ReadTimeout
-from liftbridge_sync.subscription.screening import before_start, misaddressed, screen
 from liftbridge_sync.subscription.stats import SubscriptionStats
 
 __all__ = ["Subscription", "SubscriptionTarget"]
@@ -106,8 +108,11 @@ class Subscription:
         self._target = target
         #: The call, opened and reopened, and the state of the read shared with...
         self._conn = PartitionConnection(core, target)
-        #: ...what a failed or silent read means.
+        #: ...what a failed or silent read means...
         self._failures = ReadFailures(self._conn)
+        #: ...and what of each batch a forward read may deliver (weakly bound to the
+        #: last delivered message, for its log lines: no cycle back to this object).
+        self._screen = BatchScreen(self._conn, weakref.WeakMethod(self._delivered_pb)).screen
         #: The last offset a forward read may deliver (``None``: no stop offset).
         self._stop_offset = target.stop_offset
         #: Wire messages read in bulk (h2 transport) and the index of the next one; the
@@ -408,7 +413,7 @@ class Subscription:
                 self._pos = 0
             except StopIteration:
                 # The server closed the stream with OK: it will send nothing more.
-                self._finish(call)
+                self._conn.finish(call)
                 raise
             except TimeoutError:
                 if self._conn.closed.is_set():
@@ -435,7 +440,7 @@ class Subscription:
             last = self._conn.last_offset
             if self._target.reverse and last is not None and offset > last:
                 self._buf = []
-                self._finish(call)
+                self._conn.finish(call)
                 raise UnsupportedError(
                     "the server does not support reverse subscriptions: it delivered offset "
                     f"{offset} after {last} (servers up to v1.9.0 ignore 'reverse')"
@@ -458,109 +463,6 @@ class Subscription:
         if not was_done and not self._conn.closed.is_set():
             self._conn.done = self._conn.nothing_left = False
 
-    def _screen(self, call: SubscribeCall, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
-        """What of ``batch`` may be delivered (forward reads only; the rules are
-        :func:`~liftbridge_sync.subscription.screening.screen`'s).
-
-        A message past the stop position ends the subscription before it. An
-        out-of-order one is never handed out: it is logged, counted in ``stats()``, and
-        the call is dropped so the next read resubscribes after the last delivered offset.
-        """
-        target = self._target
-        stray = misaddressed(batch, target.stream, target.partition)
-        if stray is not None:
-            self._refuse_misaddressed(call, batch[stray])
-            batch = batch[:stray]
-            if not batch:
-                return batch
-        if self._conn.last_offset is None:
-            batch = self._skip_before_start(batch)
-            if not batch:
-                return batch
-        good, cut = screen(
-            batch, self._conn.last_offset, self._stop_offset, target.stop_timestamp_ns
-        )
-        if good and self._conn.disorder:
-            self._conn.disorder = 0  # in order again: the resubscribe budget starts afresh
-            self._conn.broken_since = None
-        if cut is not None:
-            self._finish(call)
-            self._conn.nothing_left = True  # the rest is past the stop
-            return batch[:cut]
-        if good < len(batch):
-            self._refuse_out_of_order(call, batch, good)
-            return batch[:good]
-        return batch
-
-    def _skip_before_start(self, batch: list[api_pb2.Message]) -> list[api_pb2.Message]:
-        """``batch`` without its messages before the requested start (see
-        :func:`~liftbridge_sync.subscription.screening.before_start`); before the first
-        delivered message only.
-        """
-        target = self._target
-        start = target.start_offset
-        skipped = 0 if start is None else before_start(batch, start, target.start_timestamp_ns)
-        if not skipped:
-            return batch
-        _log.debug(
-            "subscription %s/%d: skipped offsets %d-%d, before the requested start",
-            target.stream,
-            target.partition,
-            batch[0].offset,
-            batch[skipped - 1].offset,
-        )
-        return batch[skipped:]
-
-    def _refuse_out_of_order(
-        self, call: SubscribeCall, batch: list[api_pb2.Message], bad: int
-    ) -> None:
-        """Log and count ``batch[bad]``, and drop the call to resubscribe."""
-        pb = batch[bad]
-        before = batch[bad - 1] if bad else self._delivered_pb()
-        good = batch[bad - 1].offset if bad else self._conn.last_offset
-        self._conn.out_of_order += 1
-        # WARNING: worked around (nothing wrong is delivered); ERROR is for what is given
-        # up on and raised (the README's levels). A restarted v1.9.0 leader does this.
-        _log.warning(
-            "subscription %s/%d: the server sent offset %d (payload %d bytes) after offset %s "
-            "(payload %s bytes) was delivered; dropped, resubscribing after offset %s",
-            self._target.stream,
-            self._target.partition,
-            pb.offset,
-            len(pb.value),
-            good,
-            "?" if before is None else len(before.value),
-            good,
-        )
-        self._resubscribe_after_refusal(call)
-
-    def _refuse_misaddressed(self, call: SubscribeCall, pb: api_pb2.Message) -> None:
-        """Log and count ``pb``, which names another stream or partition, and drop the
-        call to resubscribe."""
-        self._conn.misaddressed += 1
-        _log.warning(
-            "subscription %s/%d: the server sent offset %d of %r partition %d; dropped, "
-            "resubscribing after offset %s",
-            self._target.stream,
-            self._target.partition,
-            pb.offset,
-            pb.stream,
-            pb.partition,
-            self._conn.last_offset,
-        )
-        self._resubscribe_after_refusal(call)
-
-    def _resubscribe_after_refusal(self, call: SubscribeCall) -> None:
-        """Drop ``call`` after a refused message: the next read resubscribes after the
-        last delivered offset (a server that keeps sending such messages uses up
-        ``resubscribe_wait`` and is given up on)."""
-        self._conn.disorder += 1
-        self._conn.forget(call)
-        call.cancel()
-        self._conn.stale = True
-        if self._conn.broken_since is None:
-            self._conn.broken_since = time.monotonic()
-
     def _delivered_pb(self) -> api_pb2.Message | None:
         """The last delivered wire message, if still at hand."""
         buf, i = self._buf, self._pos
@@ -568,8 +470,3 @@ class Subscription:
             return buf[i - 1]
         pb = self._last_pb
         return pb if pb is not None and pb.offset == self._conn.last_offset else None
-
-    def _finish(self, call: SubscribeCall) -> None:
-        self._conn.done = True
-        self._conn.forget(call)
-        call.cancel()
