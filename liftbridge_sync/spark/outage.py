@@ -1,12 +1,15 @@
-"""A streaming query riding out its brokers being away for a while.
+"""Reads riding out their brokers being away for a while.
 
-Every broker unreachable (a restart of a single server, a network cut) failed the
-query at the next micro-batch's planning, once the client's retry policy had given up
+Every broker unreachable (a restart of a single server, a network cut) failed a
+streaming query at the next micro-batch's planning, and a read task that was opening
+its subscription, once the client's retry policy had given up
 (``liftbridge.retry.maxDelayMs``, 10 s by default): a query reading through a 15 s
 outage died. Kafka's source waits for its brokers (``default.api.timeout.ms``, 60 s
-by default) in the same place. The source now plans no micro-batch while the brokers
-are away, for up to :data:`OUTAGE_GRACE` seconds from the first failure, and then
-fails with the last error.
+by default) in the same places. The source now plans no micro-batch, and a read task
+subscribes again, while the brokers are away, for up to :data:`OUTAGE_GRACE` seconds
+from the first failure, and then fails with the last error. A broker back from the
+outage says "no such stream" of streams it has yet to recover: within an outage, a
+read task takes that as the outage going on.
 """
 
 from __future__ import annotations
@@ -14,41 +17,55 @@ from __future__ import annotations
 import logging
 import time
 
-from liftbridge_sync.errors import BrokerUnavailableError
+from liftbridge_sync.errors import BrokerUnavailableError, LiftbridgeError
 
-__all__ = ["OUTAGE_GRACE", "BrokerOutage"]
+__all__ = ["OUTAGE_GRACE", "OUTAGE_PAUSE", "BrokerOutage"]
 
 _log = logging.getLogger("liftbridge_sync.spark")
 
-#: Seconds a streaming query waits for its brokers before it fails.
+#: Seconds a streaming query, or a read task, waits for its brokers before it fails.
 OUTAGE_GRACE = 60.0
+#: Pause between a read task's subscriptions while its brokers are away (back-off).
+OUTAGE_PAUSE = 0.5
 
 
 class BrokerOutage:
-    """How long the brokers of one streaming source have been away.
+    """How long the brokers of one stream's reads have been away.
 
-    Not thread-safe: the source's, which Spark calls from one thread.
+    Args:
+        stream: The stream, for the log lines.
+        waiting: What waits meanwhile, for the log lines.
+
+    Not thread-safe: one reader's (a streaming source, which Spark calls from one
+    thread, or a read task).
     """
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, waiting: str = "no micro-batch") -> None:
         self._stream = stream
+        self._waiting = waiting
         self._since: float | None = None
 
-    def endure(self, error: BrokerUnavailableError) -> None:
-        """The brokers did not answer the planning of a micro-batch: returns if the
-        query waits for them (no micro-batch now), with a WARNING at the first failure.
+    @property
+    def under_way(self) -> bool:
+        """Whether the brokers are away (no answer since the last failure)."""
+        return self._since is not None
+
+    def endure(self, error: LiftbridgeError) -> None:
+        """The brokers did not answer: returns if the read waits for them, with a
+        WARNING at the first failure.
 
         Raises:
-            BrokerUnavailableError: ``error``, once they have been away for
+            BrokerUnavailableError: from ``error``, once they have been away for
                 :data:`OUTAGE_GRACE` seconds.
         """
         now = time.monotonic()
         if self._since is None:
             self._since = now
             _log.warning(
-                "stream %r: no broker answered (%s); no micro-batch until one does, for up to %g s",
+                "stream %r: no broker answered (%s); %s until one does, for up to %g s",
                 self._stream,
                 error,
+                self._waiting,
                 OUTAGE_GRACE,
             )
             return
@@ -56,7 +73,7 @@ class BrokerOutage:
             return
         raise BrokerUnavailableError(
             f"stream {self._stream!r}: no broker answered for {now - self._since:.0f} s "
-            f"(the query waits {OUTAGE_GRACE:g} s): {error}"
+            f"(reads wait {OUTAGE_GRACE:g} s): {error}"
         ) from error
 
     def over(self) -> None:

@@ -19,7 +19,17 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from liftbridge_sync import Client, ConfigurationError, Message, ServerError, StartAt, StopAt
+from liftbridge_sync import (
+    BrokerUnavailableError,
+    Client,
+    ConfigurationError,
+    Message,
+    NoSuchPartitionError,
+    NoSuchStreamError,
+    ServerError,
+    StartAt,
+    StopAt,
+)
 from liftbridge_sync._proto import api_pb2
 from liftbridge_sync.spark.arrow import LOG_APPEND_TIME, arrow_schema, record_batches
 from liftbridge_sync.spark.cleaner import (
@@ -28,6 +38,7 @@ from liftbridge_sync.spark.cleaner import (
     is_segment_closed,
     retry_segment_closed,
 )
+from liftbridge_sync.spark.outage import OUTAGE_PAUSE, BrokerOutage
 from liftbridge_sync.spark.paused import paused_told
 from liftbridge_sync.spark.source_options import SourceOptions
 
@@ -171,12 +182,14 @@ def _read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_
     client = Client.for_process(options.client)
     next_offset = piece.start
     closed_segments = 0
+    outage = BrokerOutage(piece.stream, f"partition {piece.partition}'s read task waits")
     while True:
         batches = _batches(client, options, piece, next_offset)
         past_end = False
         try:
             with contextlib.closing(batches):
                 for batch, resubscribed in batches:
+                    outage.over()
                     offsets = [message.offset for message in batch]
                     if resubscribed and next_offset != piece.start:
                         # Where the read started over, retention may have deleted what
@@ -218,6 +231,14 @@ def _read_wire(options: SourceOptions, piece: OffsetRange) -> Iterator[list[api_
                     # compacted away, or fell off the log (retention).
                     check_data_loss(client, options, piece, piece.end, next_offset)
                 return
+        except (BrokerUnavailableError, NoSuchStreamError, NoSuchPartitionError) as exc:
+            # Every broker away (beyond the retry policy, or resubscribe_wait), or one
+            # back from it that has yet to recover the stream: read on from the next
+            # offset once one answers, within OUTAGE_GRACE.
+            if not isinstance(exc, BrokerUnavailableError) and not outage.under_way:
+                raise
+            outage.endure(exc)
+            time.sleep(OUTAGE_PAUSE)  # back-off before subscribing again
         except ServerError as exc:
             if _STOP_BEFORE_START in str(exc).lower():
                 # What is left of the range lies before the log's start: the server

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
 from pyspark.sql.types import StructType  # noqa: E402
 
 from liftbridge_sync.spark import outage  # noqa: E402
-from liftbridge_sync.spark.ranges import DataLossError  # noqa: E402
+from liftbridge_sync.spark.ranges import DataLossError, OffsetRange, read_wire  # noqa: E402
 from liftbridge_sync.spark.readers import MISSING_STREAM_GRACE, StreamReader  # noqa: E402
 from liftbridge_sync.spark.source_options import SourceOptions  # noqa: E402
 
@@ -290,3 +290,52 @@ def wait_until_answered(reader: StreamReader, start: dict[str, Any]) -> dict[str
 
     wait_until(past_start, 60, "the source to see the new message")
     return moved[-1]
+
+
+def test_a_read_task_waits_out_its_brokers_being_away(caplog: pytest.LogCaptureFixture) -> None:
+    """A read task opening its subscription while every broker was away failed once the
+    client's retry policy gave up (here 1 s): in a query, the task and the query with
+    it. It now subscribes again until a broker answers (within the grace; a restarted
+    server's "no such stream" while it recovers counts as the outage) and reads its
+    range whole."""
+    stream = unique("spark")
+    with LiftbridgeServer() as server:
+        with Client(server.address) as client:
+            client.create_stream(stream, stream)
+            client.publish_batch(stream, [b"a", b"b", b"c"], partition=0)
+        options = SourceOptions(
+            client=ClientOptions(
+                addresses=(server.address,),
+                grpc_options=_FAST,
+                retry=RetryPolicy(max_delay=1.0),
+            ),
+            stream=stream,
+        )
+        read: list[Any] = []
+        reader = threading.Thread(
+            target=lambda: read.append(
+                [m.offset for run in read_wire(options, OffsetRange(stream, 0, 0, 3)) for m in run]
+            ),
+            name="liftbridge-test-read-task",
+        )
+        try:
+            server.stop()
+            with caplog.at_level(logging.WARNING, logger="liftbridge_sync.spark"):
+                reader.start()
+                wait_until(
+                    lambda: any("read task waits" in r.getMessage() for r in caplog.records),
+                    30,
+                    "the read task to find the brokers away",
+                )
+                server.start()
+                # A restarted v1.9.0 leader serves nothing past the high watermark it
+                # recovered until the partition commits a new message (see the README).
+                with Client(server.address) as client:
+                    client.publish(stream, b"d", partition=0, ack_policy=AckPolicy.ALL)
+                reader.join(60)
+            assert not reader.is_alive()
+            assert read == [[0, 1, 2]]
+            said = [r.getMessage() for r in _spark_warnings(caplog)]
+            assert any("answer again" in m for m in said), said
+        finally:
+            Client.for_process(options.client).close()
