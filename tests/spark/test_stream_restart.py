@@ -234,6 +234,20 @@ def test_an_available_now_run_looks_again_for_a_stream_missing_at_its_start(
             shared.close()
 
 
+def _impatient_source(server: LiftbridgeServer, stream: str, values: list[bytes]) -> SourceOptions:
+    """The options of a source of a new ``stream`` holding ``values`` in partition 0,
+    whose client gives up on a broker after 1 s (``liftbridge.retry.maxDelayMs=1000``)."""
+    with Client(server.address) as client:
+        client.create_stream(stream, stream)
+        client.publish_batch(stream, values, partition=0)
+    return SourceOptions(
+        client=ClientOptions(
+            addresses=(server.address,), grpc_options=_FAST, retry=RetryPolicy(max_delay=1.0)
+        ),
+        stream=stream,
+    )
+
+
 def test_a_query_waits_out_its_brokers_being_away(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -243,17 +257,7 @@ def test_a_query_waits_out_its_brokers_being_away(
     goes on once they answer; away longer than the grace, it fails with the error."""
     stream = unique("spark")
     with LiftbridgeServer() as server:
-        with Client(server.address) as client:
-            client.create_stream(stream, stream)
-            client.publish_batch(stream, [b"a", b"b"], partition=0)
-        options = SourceOptions(
-            client=ClientOptions(
-                addresses=(server.address,),
-                grpc_options=_FAST,
-                retry=RetryPolicy(max_delay=1.0),
-            ),
-            stream=stream,
-        )
+        options = _impatient_source(server, stream, [b"a", b"b"])
         reader = StreamReader(options, StructType())
         try:
             start = reader.initialOffset()
@@ -300,17 +304,7 @@ def test_a_read_task_waits_out_its_brokers_being_away(caplog: pytest.LogCaptureF
     range whole."""
     stream = unique("spark")
     with LiftbridgeServer() as server:
-        with Client(server.address) as client:
-            client.create_stream(stream, stream)
-            client.publish_batch(stream, [b"a", b"b", b"c"], partition=0)
-        options = SourceOptions(
-            client=ClientOptions(
-                addresses=(server.address,),
-                grpc_options=_FAST,
-                retry=RetryPolicy(max_delay=1.0),
-            ),
-            stream=stream,
-        )
+        options = _impatient_source(server, stream, [b"a", b"b", b"c"])
         read: list[Any] = []
         reader = threading.Thread(
             target=lambda: read.append(
